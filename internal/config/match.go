@@ -136,4 +136,3 @@ func GlobMatch(pattern, id string) bool {
 	}
 	return p == len(pattern)
 }
-
