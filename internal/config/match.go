@@ -2,6 +2,7 @@ package config
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -77,7 +78,8 @@ func IsGlob(pattern string) bool { return strings.ContainsAny(pattern, "*?") }
 
 // Precedes orders globs, most specific first: more literal (non-wildcard)
 // characters first; then fewer "*"; then by glob text; then by template
-// name. The order depends only on the templates, never on write order.
+// name; then by revision, newest first. The order depends only on the
+// templates, never on the order they were written or added.
 func Precedes(a, b *Template) bool {
 	la, lb := literalLen(a.Glob), literalLen(b.Glob)
 	if la != lb {
@@ -90,7 +92,10 @@ func Precedes(a, b *Template) bool {
 	if a.Glob != b.Glob {
 		return a.Glob < b.Glob
 	}
-	return a.Name < b.Name
+	if a.Name != b.Name {
+		return a.Name < b.Name
+	}
+	return a.Revision > b.Revision
 }
 
 func literalLen(p string) int {
@@ -135,4 +140,38 @@ func GlobMatch(pattern, id string) bool {
 		p++
 	}
 	return p == len(pattern)
+}
+
+// Candidate is one template that matches a resource id, as reported by
+// Explain.
+type Candidate struct {
+	// Template is the matching template.
+	Template *Template
+	// Reason says why it matches and where it ranks.
+	Reason string
+	// Chosen marks the candidate Match returns.
+	Chosen bool
+}
+
+// Explain lists every template of the set that matches id, in precedence
+// order (the first is the one Match returns), ending with the fallback
+// if there is one. Of several templates with the same exact glob only the
+// one with the smallest name is in the set (see NewSet).
+func (s *Set) Explain(id string) []Candidate {
+	var out []Candidate
+	if t, ok := s.exact[id]; ok {
+		out = append(out, Candidate{Template: t, Reason: "exact match: exact ids take precedence over globs"})
+	}
+	for _, t := range s.globs {
+		if GlobMatch(t.Glob, id) {
+			out = append(out, Candidate{Template: t, Reason: fmt.Sprintf("glob match: %d literal characters, %d \"*\"", literalLen(t.Glob), strings.Count(t.Glob, "*"))})
+		}
+	}
+	if s.fallback != nil {
+		out = append(out, Candidate{Template: s.fallback, Reason: "fallback for resources that match no template"})
+	}
+	if len(out) > 0 {
+		out[0].Chosen = true
+	}
+	return out
 }

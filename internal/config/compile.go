@@ -1,0 +1,335 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// Limits on template values. Templates beyond them are rejected.
+const (
+	// MaxNameLen bounds a template name (the key is "templates.<name>").
+	MaxNameLen = 128
+	// MaxCapacity bounds capacity and safe_capacity, like wants on the wire.
+	MaxCapacity = wire.MaxWants
+	// MaxLeaseLength bounds lease_length: a lease outliving a day would
+	// make configuration changes and failover take effect too slowly.
+	MaxLeaseLength = 24 * time.Hour
+	// MinRefreshInterval bounds refresh_interval from below, so a unit
+	// mistake ("5ms" for "5s") cannot make every client hammer the
+	// coordinator.
+	MinRefreshInterval = 100 * time.Millisecond
+	// MaxDescriptionLen bounds the free-text description, in bytes.
+	MaxDescriptionLen = 1024
+	// UnlimitedSafeCapacity is the safe_capacity that means "no limit".
+	UnlimitedSafeCapacity = -1
+)
+
+// CompileError is a template value that fails validation. Field is the
+// template field at fault ("algorithm.refresh_interval"), or "name" for
+// the key name.
+type CompileError struct {
+	Field string
+	Msg   string
+}
+
+// Error implements error.
+func (e *CompileError) Error() string { return e.Field + ": " + e.Msg }
+
+func invalid(field, format string, args ...any) error {
+	return &CompileError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// ValidateName checks a template name: 1 to MaxNameLen characters from
+// [A-Za-z0-9_-]. The KV key is KeyPrefix + name.
+func ValidateName(name string) error {
+	if name == "" {
+		return invalid("name", "template name is empty")
+	}
+	if len(name) > MaxNameLen {
+		return invalid("name", "template name is %d characters long; the limit is %d", len(name), MaxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return invalid("name", "template name %q contains %q; use only letters, digits, '_' and '-'", name, string(rune(c)))
+		}
+	}
+	return nil
+}
+
+// ValidateGlob checks an identifier glob: its literal parts follow the
+// rules for resource ids (wire.ValidateID: at most wire.MaxIDLen bytes of
+// printable UTF-8 without spaces); "*" and "?" are wildcards (see
+// GlobMatch).
+func ValidateGlob(glob string) error {
+	if glob == "" {
+		return invalid("identifier_glob", "is empty: write a resource id, or a glob such as \"mysql/*\" (\"*\" matches every resource)")
+	}
+	if err := wire.ValidateID("identifier_glob", glob); err != nil {
+		return invalid("identifier_glob", "%s", strings.TrimPrefix(strings.TrimPrefix(err.Error(), wire.ErrBadRequest.Error()+": "), "identifier_glob "))
+	}
+	return nil
+}
+
+// KnownParameters returns the parameter names an algorithm accepts.
+// No algorithm takes parameters yet, so every parameter is rejected; the
+// list is where new ones get declared.
+func KnownParameters(kind allotpb.Algorithm_Kind) []string {
+	switch kind {
+	default:
+		return nil
+	}
+}
+
+// Compile validates and normalizes a parsed template stored under name at
+// revision. It returns the compiled Template and notes describing each
+// normalization it applied (empty when the template was used as written).
+//
+// Rejected (error): an invalid name or glob; a capacity that is negative,
+// NaN, infinite or above MaxCapacity; a safe_capacity that is NaN,
+// infinite, above MaxCapacity, or negative other than -1; negative
+// durations; lease_length above MaxLeaseLength; an explicit
+// refresh_interval below MinRefreshInterval or above lease_length; an
+// unknown algorithm kind; unknown or repeated parameters; a description
+// longer than MaxDescriptionLen bytes.
+//
+// Normalized (note): see docs/configuration.md, "Normalization rules".
+func Compile(name string, revision uint64, pb *allotpb.ResourceTemplate) (*Template, []string, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, nil, err
+	}
+	if pb == nil {
+		return nil, nil, invalid("template", "is missing")
+	}
+	var notes []string
+	note := func(format string, args ...any) { notes = append(notes, fmt.Sprintf(format, args...)) }
+
+	t := &Template{Name: name, Revision: revision, Description: pb.GetDescription()}
+
+	// identifier_glob
+	if err := ValidateGlob(pb.GetIdentifierGlob()); err != nil {
+		return nil, nil, err
+	}
+	t.Glob = pb.GetIdentifierGlob()
+	if g := collapseStars(t.Glob); g != t.Glob {
+		note("identifier_glob: %q matches the same ids as %q; using %q", t.Glob, g, g)
+		t.Glob = g
+	}
+
+	// capacity
+	if err := checkAmount("capacity", pb.GetCapacity()); err != nil {
+		return nil, nil, err
+	}
+	t.Capacity = pb.GetCapacity()
+
+	// description
+	if len(t.Description) > MaxDescriptionLen {
+		return nil, nil, invalid("description", "is %d bytes long; the limit is %d", len(t.Description), MaxDescriptionLen)
+	}
+	if !utf8.ValidString(t.Description) {
+		return nil, nil, invalid("description", "is not valid UTF-8")
+	}
+
+	// algorithm
+	alg := pb.GetAlgorithm()
+	kind := alg.GetKind()
+	if _, ok := allotpb.Algorithm_Kind_name[int32(kind)]; !ok {
+		return nil, nil, invalid("algorithm.kind", "unknown algorithm %d (want one of NO_ALGORITHM, STATIC, PROPORTIONAL_SHARE, FAIR_SHARE)", int32(kind))
+	}
+	t.Algorithm = kind
+	if alg == nil {
+		note("algorithm: not set; using NO_ALGORITHM, which grants every client what it asks for")
+	}
+	switch {
+	case kind == allotpb.Algorithm_NO_ALGORITHM && t.Capacity != 0:
+		note("capacity: %g is not enforced: NO_ALGORITHM grants every client what it asks for", t.Capacity)
+	case kind != allotpb.Algorithm_NO_ALGORITHM && t.Capacity == 0:
+		note("capacity: 0 means every resource matching %q is blocked", t.Glob)
+	}
+
+	// parameters
+	if err := compileParams(t, alg.GetParameters()); err != nil {
+		return nil, nil, err
+	}
+
+	// durations
+	lease, leaseSet, err := duration("algorithm.lease_length", alg.GetLeaseLength())
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case !leaseSet:
+		lease = DefaultLeaseLength
+	case lease == 0:
+		note("algorithm.lease_length: 0s means the default; using %s", DefaultLeaseLength)
+		lease = DefaultLeaseLength
+	case lease > MaxLeaseLength:
+		return nil, nil, invalid("algorithm.lease_length", "%s is longer than the limit of %s", lease, MaxLeaseLength)
+	case lease < MinRefreshInterval:
+		return nil, nil, invalid("algorithm.lease_length", "%s is shorter than the minimum of %s", lease, MinRefreshInterval)
+	}
+	t.LeaseLength = lease
+
+	refresh, refreshSet, err := duration("algorithm.refresh_interval", alg.GetRefreshInterval())
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case refreshSet && refresh != 0 && refresh < MinRefreshInterval:
+		return nil, nil, invalid("algorithm.refresh_interval", "%s is shorter than the minimum of %s", refresh, MinRefreshInterval)
+	case refreshSet && refresh > lease:
+		return nil, nil, invalid("algorithm.refresh_interval", "%s is longer than lease_length %s: leases would expire before clients refresh them", refresh, lease)
+	case refreshSet && refresh != 0:
+		// as written
+	default:
+		if refreshSet {
+			note("algorithm.refresh_interval: 0s means the default")
+		}
+		refresh = DefaultRefreshInterval
+		if refresh > lease {
+			refresh = max(lease/2, MinRefreshInterval)
+			note("algorithm.refresh_interval: the default %s exceeds lease_length %s; using %s", DefaultRefreshInterval, lease, refresh)
+		}
+	}
+	if refresh == lease {
+		note("algorithm.refresh_interval: equals lease_length (%s); leases may lapse between refreshes, a refresh interval of at most half the lease length is safer", lease)
+	}
+	t.RefreshInterval = refresh
+
+	learning, learningSet, err := duration("algorithm.learning_mode_duration", alg.GetLearningModeDuration())
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case !learningSet:
+		learning = lease
+	case learning > lease:
+		note("algorithm.learning_mode_duration: %s exceeds lease_length; no lease outlives %s, so using %s", learning, lease, lease)
+		learning = lease
+	}
+	t.LearningModeDuration = learning
+
+	// safe_capacity
+	if pb.SafeCapacity != nil {
+		sc := pb.GetSafeCapacity()
+		switch {
+		case sc == UnlimitedSafeCapacity:
+		case math.IsNaN(sc) || math.IsInf(sc, 0):
+			return nil, nil, invalid("safe_capacity", "%g is not a number; use -1 (unlimited), 0 (blocked) or a capacity", sc)
+		case sc < 0:
+			return nil, nil, invalid("safe_capacity", "%g is negative; use -1 (unlimited), 0 (blocked) or a capacity up to capacity", sc)
+		case sc > MaxCapacity:
+			return nil, nil, invalid("safe_capacity", "%g is above the limit of %g", sc, float64(MaxCapacity))
+		case sc > t.Capacity && kind != allotpb.Algorithm_NO_ALGORITHM:
+			note("safe_capacity: %g exceeds capacity; a client can never safely use more than the capacity, using %g", sc, t.Capacity)
+			sc = t.Capacity
+		}
+		t.SafeCapacity, t.HasSafeCapacity = sc, true
+	}
+	return t, notes, nil
+}
+
+func checkAmount(field string, v float64) error {
+	switch {
+	case math.IsNaN(v):
+		return invalid(field, "is NaN; write a number between 0 and %g", float64(MaxCapacity))
+	case math.IsInf(v, 0):
+		return invalid(field, "is infinite; write a number between 0 and %g (NO_ALGORITHM does not limit)", float64(MaxCapacity))
+	case v < 0:
+		return invalid(field, "%g is negative", v)
+	case v > MaxCapacity:
+		return invalid(field, "%g is above the limit of %g", v, float64(MaxCapacity))
+	}
+	return nil
+}
+
+// duration converts an optional protobuf duration, rejecting invalid and
+// negative ones. set reports whether the field was present.
+func duration(field string, d *durationpb.Duration) (v time.Duration, set bool, err error) {
+	if d == nil {
+		return 0, false, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, true, invalid(field, "invalid duration: %v", err)
+	}
+	v = d.AsDuration()
+	if v < 0 {
+		return 0, true, invalid(field, "%s is negative", v)
+	}
+	if v == math.MaxInt64 { // saturated
+		return 0, true, invalid(field, "is too long")
+	}
+	return v, true, nil
+}
+
+func compileParams(t *Template, params []*allotpb.NamedParameter) error {
+	if len(params) == 0 {
+		return nil
+	}
+	known := KnownParameters(t.Algorithm)
+	t.Params = make(map[string]string, len(params))
+	for i, p := range params {
+		field := fmt.Sprintf("algorithm.parameters[%d]", i)
+		name := p.GetName()
+		if name == "" {
+			return invalid(field, "parameter has no name")
+		}
+		if !containsString(known, name) {
+			if len(known) == 0 {
+				return invalid(field, "unknown parameter %q: algorithm %s takes no parameters", name, t.Algorithm)
+			}
+			return invalid(field, "unknown parameter %q for algorithm %s (known: %s)", name, t.Algorithm, strings.Join(known, ", "))
+		}
+		if _, dup := t.Params[name]; dup {
+			return invalid(field, "parameter %q appears twice", name)
+		}
+		t.Params[name] = p.GetValue()
+	}
+	return nil
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// collapseStars replaces runs of "*" by one "*"; they match the same ids.
+func collapseStars(g string) string {
+	for strings.Contains(g, "**") {
+		g = strings.ReplaceAll(g, "**", "*")
+	}
+	return g
+}
+
+// ParseAndCompile parses a stored template document and compiles it.
+func ParseAndCompile(name string, revision uint64, data []byte) (*Template, []string, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, nil, err
+	}
+	pb, err := Parse(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	return Compile(name, revision, pb)
+}
+
+// IsValidationError reports whether err comes from Parse or Compile, as
+// opposed to I/O or NATS.
+func IsValidationError(err error) bool {
+	var pe *ParseError
+	var ce *CompileError
+	return errors.As(err, &pe) || errors.As(err, &ce)
+}

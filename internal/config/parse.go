@@ -1,0 +1,367 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"sigs.k8s.io/yaml"
+
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// MaxTemplateSize is the largest template document Parse accepts.
+const MaxTemplateSize = 64 << 10
+
+// maxNesting bounds how deeply Parse follows nested JSON values.
+const maxNesting = 32
+
+// ParseError is an error in a template document. Field is the dotted path
+// of the offending field ("algorithm.lease_length"), empty when the
+// document as a whole is at fault.
+type ParseError struct {
+	Field string
+	Msg   string
+}
+
+// Error implements error.
+func (e *ParseError) Error() string {
+	if e.Field == "" {
+		return e.Msg
+	}
+	return e.Field + ": " + e.Msg
+}
+
+func parseErr(field, format string, args ...any) error {
+	return &ParseError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Parse decodes a template document written in JSON or YAML into its
+// protobuf form. Field names may be written in snake_case (as in the
+// .proto file) or lowerCamelCase (protojson). Durations accept Go syntax
+// ("5s", "250ms", "1m30s") as well as protojson's ("0.250s"). Enums are
+// written by name ("FAIR_SHARE"). Unknown fields, duplicate fields and
+// values of the wrong type are errors that name the field.
+//
+// Parse checks only the document's shape; Compile checks the values.
+func Parse(data []byte) (*allotpb.ResourceTemplate, error) {
+	if len(data) > MaxTemplateSize {
+		return nil, parseErr("", "template is %d bytes; the limit is %d", len(data), MaxTemplateSize)
+	}
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		return nil, parseErr("", "template is empty: write a JSON object or a YAML mapping")
+	}
+	jsonData := trimmed
+	if trimmed[0] != '{' && trimmed[0] != '[' {
+		var err error
+		jsonData, err = yaml.YAMLToJSON(trimmed)
+		if err != nil {
+			return nil, parseErr("", "invalid YAML: %v", err)
+		}
+	}
+	v, err := decodeJSON(jsonData)
+	if err != nil {
+		return nil, err
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, parseErr("", "template must be a JSON object or YAML mapping, not %s", jsonKind(v))
+	}
+	pb := &allotpb.ResourceTemplate{}
+	norm, err := normalizeMessage("", obj, pb.ProtoReflect().Descriptor(), 0)
+	if err != nil {
+		return nil, err
+	}
+	canon, err := json.Marshal(norm)
+	if err != nil {
+		return nil, parseErr("", "cannot re-encode template: %v", err)
+	}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(canon, pb); err != nil {
+		// normalizeMessage checks names and JSON types, so this is rare:
+		// out-of-range numbers and the like.
+		return nil, parseErr("", "invalid template: %s", strings.TrimPrefix(err.Error(), "proto: "))
+	}
+	return pb, nil
+}
+
+// decodeJSON decodes one JSON value, keeping numbers as json.Number and
+// rejecting duplicate object keys and trailing data.
+func decodeJSON(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	v, err := decodeValue(dec, "", 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, parseErr("", "invalid JSON: unexpected data after the template object")
+	}
+	return v, nil
+}
+
+func decodeValue(dec *json.Decoder, path string, depth int) (any, error) {
+	if depth > maxNesting {
+		return nil, parseErr(path, "nested too deeply")
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, parseErr("", "invalid JSON: %v", err)
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			obj := make(map[string]any)
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, parseErr("", "invalid JSON: %v", err)
+				}
+				k, ok := kt.(string)
+				if !ok {
+					return nil, parseErr(path, "invalid JSON: object key is not a string")
+				}
+				if _, dup := obj[k]; dup {
+					return nil, parseErr(join(path, k), "field appears twice")
+				}
+				val, err := decodeValue(dec, join(path, k), depth+1)
+				if err != nil {
+					return nil, err
+				}
+				obj[k] = val
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, parseErr("", "invalid JSON: %v", err)
+			}
+			return obj, nil
+		case '[':
+			arr := []any{}
+			for dec.More() {
+				val, err := decodeValue(dec, fmt.Sprintf("%s[%d]", path, len(arr)), depth+1)
+				if err != nil {
+					return nil, err
+				}
+				arr = append(arr, val)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, parseErr("", "invalid JSON: %v", err)
+			}
+			return arr, nil
+		}
+		return nil, parseErr(path, "invalid JSON: unexpected %q", t)
+	default:
+		return t, nil
+	}
+}
+
+func join(path, field string) string {
+	if path == "" {
+		return field
+	}
+	return path + "." + field
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case json.Number:
+		return "a number"
+	case string:
+		return "a string"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+var durationName = (&durationpb.Duration{}).ProtoReflect().Descriptor().FullName()
+
+// normalizeMessage checks obj against message descriptor md: every key
+// must name a field, and values must have the field's JSON type. It
+// returns a copy with durations rewritten in protojson syntax.
+func normalizeMessage(path string, obj map[string]any, md protoreflect.MessageDescriptor, depth int) (map[string]any, error) {
+	out := make(map[string]any, len(obj))
+	seen := make(map[protoreflect.FieldNumber]string)
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // deterministic error messages
+	for _, k := range keys {
+		fd := md.Fields().ByName(protoreflect.Name(k))
+		if fd == nil {
+			fd = md.Fields().ByJSONName(k)
+		}
+		fp := join(path, k)
+		if fd == nil {
+			return nil, parseErr(fp, "unknown field (known fields: %s)", knownFields(md))
+		}
+		if prev, dup := seen[fd.Number()]; dup {
+			return nil, parseErr(fp, "field is set twice (also as %q)", prev)
+		}
+		seen[fd.Number()] = k
+		v := obj[k]
+		if v == nil { // null means unset
+			continue
+		}
+		fp = join(path, string(fd.Name()))
+		nv, err := normalizeField(fp, v, fd, depth)
+		if err != nil {
+			return nil, err
+		}
+		out[string(fd.Name())] = nv
+	}
+	return out, nil
+}
+
+func knownFields(md protoreflect.MessageDescriptor) string {
+	names := make([]string, md.Fields().Len())
+	for i := range names {
+		names[i] = string(md.Fields().Get(i).Name())
+	}
+	return strings.Join(names, ", ")
+}
+
+func normalizeField(path string, v any, fd protoreflect.FieldDescriptor, depth int) (any, error) {
+	if fd.IsList() {
+		arr, ok := v.([]any)
+		if !ok {
+			return nil, parseErr(path, "want a list, got %s", jsonKind(v))
+		}
+		out := make([]any, len(arr))
+		for i, e := range arr {
+			ep := fmt.Sprintf("%s[%d]", path, i)
+			if e == nil {
+				return nil, parseErr(ep, "list element is null")
+			}
+			ne, err := normalizeSingular(ep, e, fd, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = ne
+		}
+		return out, nil
+	}
+	if fd.IsMap() {
+		return nil, parseErr(path, "map fields are not supported")
+	}
+	return normalizeSingular(path, v, fd, depth)
+}
+
+func normalizeSingular(path string, v any, fd protoreflect.FieldDescriptor, depth int) (any, error) {
+	switch fd.Kind() {
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		md := fd.Message()
+		if md.FullName() == durationName {
+			return normalizeDuration(path, v)
+		}
+		obj, ok := v.(map[string]any)
+		if !ok {
+			return nil, parseErr(path, "want an object, got %s", jsonKind(v))
+		}
+		return normalizeMessage(path, obj, md, depth+1)
+	case protoreflect.EnumKind:
+		switch x := v.(type) {
+		case string:
+			if fd.Enum().Values().ByName(protoreflect.Name(x)) == nil {
+				return nil, parseErr(path, "unknown value %q (want one of %s)", x, enumNames(fd.Enum()))
+			}
+			return x, nil
+		case json.Number:
+			return x, nil // range checked by protojson, meaning by Compile
+		}
+		return nil, parseErr(path, "want one of %s, got %s", enumNames(fd.Enum()), jsonKind(v))
+	case protoreflect.StringKind, protoreflect.BytesKind:
+		if _, ok := v.(string); !ok {
+			return nil, parseErr(path, "want a string, got %s", jsonKind(v))
+		}
+		return v, nil
+	case protoreflect.BoolKind:
+		if _, ok := v.(bool); !ok {
+			return nil, parseErr(path, "want true or false, got %s", jsonKind(v))
+		}
+		return v, nil
+	case protoreflect.DoubleKind, protoreflect.FloatKind:
+		switch x := v.(type) {
+		case json.Number:
+			return x, nil
+		case string:
+			// protojson accepts "NaN", "Infinity" and quoted numbers;
+			// Compile rejects the non-finite ones with a clear message.
+			return x, nil
+		}
+		return nil, parseErr(path, "want a number, got %s", jsonKind(v))
+	default: // integer kinds
+		switch x := v.(type) {
+		case json.Number, string:
+			return x, nil
+		}
+		return nil, parseErr(path, "want an integer, got %s", jsonKind(v))
+	}
+}
+
+func enumNames(ed protoreflect.EnumDescriptor) string {
+	names := make([]string, ed.Values().Len())
+	for i := range names {
+		names[i] = string(ed.Values().Get(i).Name())
+	}
+	return strings.Join(names, ", ")
+}
+
+// normalizeDuration turns a Go duration string into protojson syntax.
+func normalizeDuration(path string, v any) (any, error) {
+	s, ok := v.(string)
+	if !ok {
+		return nil, parseErr(path, "want a duration string such as \"5s\", \"250ms\" or \"1m30s\", got %s", jsonKind(v))
+	}
+	d, err := ParseDuration(s)
+	if err != nil {
+		return nil, parseErr(path, "%v", err)
+	}
+	return FormatProtoDuration(d), nil
+}
+
+// ParseDuration parses a template duration: Go syntax ("5s", "250ms",
+// "1m30s", "1.5s", "0s"), which includes protojson's "0.250s".
+func ParseDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q: write it like \"5s\", \"250ms\" or \"1m30s\"", s)
+	}
+	return d, nil
+}
+
+// FormatProtoDuration writes d in protojson's Duration syntax ("1.5s").
+func FormatProtoDuration(d time.Duration) string {
+	sign := ""
+	if d < 0 {
+		sign = "-"
+	}
+	sec := int64(d / time.Second)
+	nanos := int64(d % time.Second)
+	if sec < 0 {
+		sec = -sec
+	}
+	if nanos < 0 {
+		nanos = -nanos
+	}
+	if nanos == 0 {
+		return fmt.Sprintf("%s%ds", sign, sec)
+	}
+	frac := strings.TrimRight(fmt.Sprintf("%09d", nanos), "0")
+	return fmt.Sprintf("%s%d.%ss", sign, sec, frac)
+}

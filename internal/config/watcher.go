@@ -1,0 +1,391 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// MaxRejectionsPerKey bounds how many rejected revisions Status keeps per
+// key.
+const MaxRejectionsPerKey = 5
+
+// Status is a watcher's view of the configuration bucket, for operators
+// (`allot config status`) and the coordinator's micro stats. It marshals
+// to JSON as is.
+type Status struct {
+	// Bucket is the KV bucket watched.
+	Bucket string `json:"bucket"`
+	// Generation is the Generation of the Set in use.
+	Generation uint64 `json:"generation"`
+	// Updated is when the Set in use was built.
+	Updated time.Time `json:"updated"`
+	// Keys lists every template key with a value, sorted by key.
+	Keys []KeyStatus `json:"keys"`
+	// Fallback is the name of the template for unmatched resources
+	// (e.g. "builtin:default"), empty when they are rejected.
+	Fallback string `json:"fallback,omitempty"`
+	// Unmatched is UnmatchedDefault if there is a fallback, else
+	// UnmatchedReject.
+	Unmatched UnmatchedPolicy `json:"unmatched"`
+	// Resyncs counts how often the watch had to be re-established.
+	Resyncs uint64 `json:"resyncs,omitempty"`
+}
+
+// KeyStatus is the state of one template key.
+type KeyStatus struct {
+	// Key is the KV key ("templates.mysql-main"), Name the template name.
+	Key  string `json:"key"`
+	Name string `json:"name"`
+	// Revision is the KV revision serving, 0 if no valid revision has been
+	// seen since the watcher started.
+	Revision uint64 `json:"revision"`
+	// Glob is the serving template's identifier glob.
+	Glob string `json:"glob,omitempty"`
+	// Applied is when the serving revision was applied.
+	Applied time.Time `json:"applied,omitzero"`
+	// Notes are the normalizations applied to the serving revision.
+	Notes []string `json:"notes,omitempty"`
+	// Rejected lists revisions newer than Revision that failed validation,
+	// oldest first, at most MaxRejectionsPerKey. A valid put clears it.
+	Rejected []Rejection `json:"rejected,omitempty"`
+}
+
+// Rejection is a revision that failed validation.
+type Rejection struct {
+	Revision uint64    `json:"revision"`
+	Error    string    `json:"error"`
+	Time     time.Time `json:"time"`
+}
+
+// Watcher keeps a Set current with the configuration bucket. Create it
+// with NewWatcher, then Start it; Current is safe for concurrent use at
+// any time after Start returns.
+type Watcher struct {
+	kv       jetstream.KeyValue
+	fallback *Template
+	log      *slog.Logger
+
+	cur     atomic.Pointer[Set]
+	updates chan struct{}
+
+	mu       sync.Mutex // guards the fields below
+	keys     map[string]*keyState
+	gen      uint64
+	updated  time.Time
+	resyncs  uint64
+	cancel   context.CancelFunc
+	done     chan struct{}
+	started  bool
+	onChange []func(*Set)
+}
+
+type keyState struct {
+	name     string
+	tmpl     *Template // last good, nil if none
+	applied  time.Time
+	notes    []string
+	rejected []Rejection
+	lastRev  uint64 // newest revision seen, valid or not
+}
+
+// NewWatcher makes a watcher of kv's template keys. fallback is the
+// template for resources no template matches (nil: none, Match returns
+// nil); see UnmatchedPolicy.Fallback. logger may be nil.
+func NewWatcher(kv jetstream.KeyValue, fallback *Template, logger *slog.Logger) *Watcher {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	w := &Watcher{
+		kv:       kv,
+		fallback: fallback,
+		log:      logger.With("bucket", kv.Bucket()),
+		updates:  make(chan struct{}, 1),
+		keys:     make(map[string]*keyState),
+	}
+	w.cur.Store(NewSet(0, nil, fallback))
+	return w
+}
+
+// Current returns the Set in use. It never returns nil; before Start it
+// holds only the fallback.
+func (w *Watcher) Current() *Set { return w.cur.Load() }
+
+// Updates returns a channel that receives a value after each applied
+// change. Sends do not block: changes that arrive while a value is
+// pending are coalesced, so read Current after each receive. Use one
+// reader; for several, use OnChange.
+func (w *Watcher) Updates() <-chan struct{} { return w.updates }
+
+// OnChange registers f to be called with every new Set, from the
+// watcher's goroutine, after it is published. f must not block.
+func (w *Watcher) OnChange(f func(*Set)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.onChange = append(w.onChange, f)
+}
+
+// Start watches the bucket and returns once the values present at the
+// start are loaded (or ctx ends). ctx bounds only the initial load; the
+// watch runs until Stop. Invalid values are logged and recorded in
+// Status; they do not fail Start.
+func (w *Watcher) Start(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return errors.New("config watcher: already started")
+	}
+	w.started = true
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.cancel = cancel
+	w.done = make(chan struct{})
+	w.mu.Unlock()
+
+	kw, err := w.kv.Watch(runCtx, WatchPattern)
+	if err != nil {
+		cancel()
+		close(w.done)
+		return fmt.Errorf("config watcher: watch %s: %w", WatchPattern, err)
+	}
+	ready := make(chan struct{})
+	go w.run(runCtx, kw, ready)
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		w.Stop()
+		return fmt.Errorf("config watcher: initial load: %w", ctx.Err())
+	}
+}
+
+// Stop ends the watch and waits for the watcher's goroutine. Current keeps
+// returning the last Set.
+func (w *Watcher) Stop() {
+	w.mu.Lock()
+	cancel, done := w.cancel, w.done
+	w.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	<-done
+}
+
+// run consumes kw until ctx ends. If the KV watcher closes on its own
+// (its subscription was closed, e.g. the connection closed or the ordered
+// consumer could not be recreated), run watches again from scratch and
+// reconciles: keys absent from the new initial values were deleted.
+func (w *Watcher) run(ctx context.Context, kw jetstream.KeyWatcher, ready chan struct{}) {
+	defer close(w.done)
+	var readyOnce sync.Once
+	markReady := func() { readyOnce.Do(func() { close(ready) }) }
+	backoff := 100 * time.Millisecond
+	for {
+		seen := make(map[string]bool)
+		initial := true
+		changed := false
+	consume:
+		for {
+			select {
+			case <-ctx.Done():
+				_ = kw.Stop()
+				return
+			case e, ok := <-kw.Updates():
+				if !ok {
+					break consume
+				}
+				if e == nil {
+					if initial {
+						initial = false
+						if w.removeUnseen(seen) {
+							changed = true
+						}
+						if changed || w.Current().Generation == 0 {
+							w.publish("initial load")
+						}
+						markReady()
+						backoff = 100 * time.Millisecond
+					}
+					continue
+				}
+				if initial {
+					seen[e.Key()] = true
+				}
+				if w.apply(e) {
+					if initial {
+						changed = true // publish once at the end of the initial values
+					} else {
+						w.publish(e.Key())
+					}
+				}
+			}
+		}
+		// The KV watcher closed without Stop: watch again.
+		w.log.Warn("config watch closed; watching again", "retry_in", backoff)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			var err error
+			kw, err = w.kv.Watch(ctx, WatchPattern)
+			if err == nil {
+				break
+			}
+			w.log.Warn("config watch failed", "err", err, "retry_in", backoff)
+		}
+		w.mu.Lock()
+		w.resyncs++
+		w.mu.Unlock()
+	}
+}
+
+// apply records one KV entry and reports whether the Set must change.
+func (w *Watcher) apply(e jetstream.KeyValueEntry) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	key, rev := e.Key(), e.Revision()
+	ks := w.keys[key]
+	if ks != nil && rev <= ks.lastRev {
+		return false // already seen (watch re-established)
+	}
+	log := w.log.With("key", key, "revision", rev)
+	switch e.Operation() {
+	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
+		delete(w.keys, key)
+		if ks != nil && ks.tmpl != nil {
+			log.Info("template deleted; its resources fall back to the next match", "op", e.Operation().String())
+			return true
+		}
+		return false
+	}
+	if ks == nil {
+		ks = &keyState{}
+		w.keys[key] = ks
+	}
+	ks.lastRev = rev
+	name, ok := NameFromKey(key)
+	ks.name = name
+	var (
+		t     *Template
+		notes []string
+		err   error
+	)
+	if !ok {
+		err = fmt.Errorf("key %q is not of the form %s<name>", key, KeyPrefix)
+	} else {
+		t, notes, err = ParseAndCompile(name, rev, e.Value())
+	}
+	if err != nil {
+		ks.rejected = append(ks.rejected, Rejection{Revision: rev, Error: err.Error(), Time: time.Now()})
+		if n := len(ks.rejected); n > MaxRejectionsPerKey {
+			ks.rejected = slices.Delete(ks.rejected, 0, n-MaxRejectionsPerKey)
+		}
+		if ks.tmpl != nil {
+			log.Warn("rejected invalid template; the previous revision keeps serving", "err", err, "serving_revision", ks.tmpl.Revision)
+		} else {
+			log.Warn("rejected invalid template; no revision of this key serves", "err", err)
+		}
+		return false
+	}
+	ks.tmpl, ks.notes, ks.rejected, ks.applied = t, notes, nil, time.Now()
+	log.Info("template applied", "glob", t.Glob, "algorithm", t.Algorithm.String(), "capacity", t.Capacity)
+	for _, n := range notes {
+		log.Info("template normalized", "note", n)
+	}
+	return true
+}
+
+// removeUnseen drops keys not in seen (deleted while the watch was down)
+// and reports whether a serving template went away.
+func (w *Watcher) removeUnseen(seen map[string]bool) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	changed := false
+	for key, ks := range w.keys {
+		if !seen[key] {
+			delete(w.keys, key)
+			if ks.tmpl != nil {
+				w.log.Info("template gone after re-watch; its resources fall back to the next match", "key", key)
+				changed = true
+			}
+		}
+	}
+	return changed
+}
+
+// publish builds and installs a new Set and notifies listeners.
+func (w *Watcher) publish(cause string) {
+	w.mu.Lock()
+	var ts []*Template
+	for _, key := range slices.Sorted(maps.Keys(w.keys)) {
+		if t := w.keys[key].tmpl; t != nil {
+			ts = append(ts, t)
+		}
+	}
+	w.gen++
+	w.updated = time.Now()
+	set := NewSet(w.gen, ts, w.fallback)
+	w.cur.Store(set)
+	hooks := slices.Clone(w.onChange)
+	w.mu.Unlock()
+
+	w.log.Debug("configuration set published", "generation", set.Generation, "templates", len(ts), "cause", cause)
+	select {
+	case w.updates <- struct{}{}:
+	default:
+	}
+	for _, f := range hooks {
+		f(set)
+	}
+}
+
+// Status reports what the watcher serves.
+func (w *Watcher) Status() Status {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := Status{
+		Bucket:     w.kv.Bucket(),
+		Generation: w.Current().Generation,
+		Updated:    w.updated,
+		Keys:       []KeyStatus{},
+		Unmatched:  UnmatchedReject,
+		Resyncs:    w.resyncs,
+	}
+	if w.fallback != nil {
+		st.Fallback, st.Unmatched = w.fallback.Name, UnmatchedDefault
+	}
+	for _, key := range slices.Sorted(maps.Keys(w.keys)) {
+		ks := w.keys[key]
+		k := KeyStatus{Key: key, Name: ks.name, Notes: slices.Clone(ks.notes), Rejected: slices.Clone(ks.rejected)}
+		if ks.tmpl != nil {
+			k.Revision, k.Glob, k.Applied = ks.tmpl.Revision, ks.tmpl.Glob, ks.applied
+		}
+		st.Keys = append(st.Keys, k)
+	}
+	return st
+}
+
+// String summarizes a status in one line, for logs.
+func (s Status) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "generation %d:", s.Generation)
+	for _, k := range s.Keys {
+		fmt.Fprintf(&b, " %s@%d", k.Name, k.Revision)
+		if len(k.Rejected) > 0 {
+			fmt.Fprintf(&b, "(rejected@%d)", k.Rejected[len(k.Rejected)-1].Revision)
+		}
+	}
+	return b.String()
+}
