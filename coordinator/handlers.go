@@ -1,0 +1,111 @@
+package coordinator
+
+import (
+	"errors"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// Error codes in the Nats-Service-Error-Code header.
+const (
+	CodeBadRequest     = 400
+	CodeNoTemplate     = 404
+	CodeNotImplemented = 501
+	CodeInternal       = 500
+)
+
+type reqKind uint8
+
+const (
+	kindGet reqKind = iota
+	kindRelease
+)
+
+// request is a decoded, validated request waiting for its round.
+type request struct {
+	kind reqKind
+	enc  wire.Encoding
+	msg  micro.Request
+	get  *allotpb.GetCapacityRequest
+	rel  *allotpb.ReleaseCapacityRequest
+
+	// Filled by the round.
+	slots    []slot
+	released int32
+	errCode  int
+	errText  string
+}
+
+// slot locates one requested resource's client record during a round.
+type slot struct {
+	r *resource
+	i int32
+}
+
+func (c *Coordinator) handleGet(m micro.Request) {
+	enc := wire.EncodingOf(nats.Header(m.Headers()))
+	var req allotpb.GetCapacityRequest
+	if err := decode(enc, m, &req, func() error { return wire.ValidateGetCapacity(&req) }); err != nil {
+		c.replyError(m, enc, CodeBadRequest, err.Error())
+		return
+	}
+	c.enqueue(&request{kind: kindGet, enc: enc, msg: m, get: &req})
+}
+
+func (c *Coordinator) handleRelease(m micro.Request) {
+	enc := wire.EncodingOf(nats.Header(m.Headers()))
+	var req allotpb.ReleaseCapacityRequest
+	if err := decode(enc, m, &req, func() error { return wire.ValidateRelease(&req) }); err != nil {
+		c.replyError(m, enc, CodeBadRequest, err.Error())
+		return
+	}
+	c.enqueue(&request{kind: kindRelease, enc: enc, msg: m, rel: &req})
+}
+
+// handleServerGet validates GetServerCapacity requests; serving them is
+// the hierarchy work's (see subjects.md), so valid ones get 501.
+func (c *Coordinator) handleServerGet(m micro.Request) {
+	enc := wire.EncodingOf(nats.Header(m.Headers()))
+	var req allotpb.GetServerCapacityRequest
+	if err := decode(enc, m, &req, func() error { return wire.ValidateGetServerCapacity(&req) }); err != nil {
+		c.replyError(m, enc, CodeBadRequest, err.Error())
+		return
+	}
+	c.replyError(m, enc, CodeNotImplemented, "GetServerCapacity is not served yet: coordinator hierarchies are not implemented in this version")
+}
+
+func decode(enc wire.Encoding, m micro.Request, msg proto.Message, validate func() error) error {
+	if err := wire.Unmarshal(enc, m.Data(), msg); err != nil {
+		return err
+	}
+	return validate()
+}
+
+// replyError answers with the micro error headers and an ErrorReply body
+// in the request's encoding.
+func (c *Coordinator) replyError(m micro.Request, enc wire.Encoding, code int, text string) {
+	body, err := wire.Marshal(enc, &allotpb.ErrorReply{Code: int32(code), Error: text})
+	if err != nil {
+		body = nil
+	}
+	if err := m.Error(strconv.Itoa(code), text, body, micro.WithHeaders(micro.Headers{wire.HeaderContentType: {enc.ContentType()}})); err != nil && !errors.Is(err, micro.ErrRespond) {
+		c.log.Debug("error reply failed", "err", err)
+	}
+}
+
+func (c *Coordinator) reply(m micro.Request, enc wire.Encoding, msg proto.Message) {
+	data, err := wire.Marshal(enc, msg)
+	if err != nil {
+		c.replyError(m, enc, CodeInternal, "encoding reply: "+err.Error())
+		return
+	}
+	if err := m.Respond(data, micro.WithHeaders(micro.Headers{wire.HeaderContentType: {enc.ContentType()}})); err != nil {
+		c.log.Debug("reply failed", "err", err)
+	}
+}

@@ -1,0 +1,200 @@
+package coordinator
+
+import (
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// sweepInterval is how often idle resources drop expired leases.
+const sweepInterval = time.Second
+
+// loop runs allocation rounds until Stop.
+func (c *Coordinator) loop() {
+	defer close(c.done)
+	sweep := time.NewTicker(sweepInterval)
+	defer sweep.Stop()
+	timer := time.NewTimer(0)
+	<-timer.C
+	var last time.Time
+	for {
+		select {
+		case <-c.stop:
+			c.runRound()
+			return
+		case <-sweep.C:
+			c.sweep()
+		case <-c.wake:
+			// Let the round interval fill up before answering.
+			if wait := c.round - time.Since(last); c.round > 0 && wait > 0 {
+				timer.Reset(wait)
+				select {
+				case <-timer.C:
+				case <-c.stop:
+					timer.Stop()
+					c.runRound()
+					return
+				}
+			}
+			last = time.Now()
+			c.runRound()
+		}
+	}
+}
+
+// runRound takes every queued request, applies it to the state, runs each
+// touched resource's algorithm once, and answers every requester.
+func (c *Coordinator) runRound() {
+	c.mu.Lock()
+	batch := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	start := time.Now()
+	now := c.now().UnixNano()
+	set := c.opts.Templates.Current()
+	var touched []*resource
+	touch := func(r *resource) {
+		if !r.inBatch {
+			r.inBatch = true
+			r.expire(now)
+			touched = append(touched, r)
+		}
+	}
+
+	// Apply every request to the state.
+	for _, req := range batch {
+		switch req.kind {
+		case kindGet:
+			c.applyGet(req, set, now, touch)
+		case kindRelease:
+			for _, id := range req.rel.GetResourceId() {
+				if r := c.resources[id]; r != nil && r.markReleased(req.rel.GetClientId()) {
+					touch(r)
+					req.released++
+				}
+			}
+		}
+	}
+
+	// Record the horizon before handing out leases that reach past it.
+	var leaseMax time.Duration
+	for _, r := range touched {
+		if len(r.batch) > 0 {
+			leaseMax = max(leaseMax, r.tmpl.LeaseLength)
+		}
+	}
+	horizon := c.horizon.until
+	if leaseMax > 0 {
+		horizon = c.ensureHorizon(now, now+int64(leaseMax), leaseMax)
+	}
+	p := roundParams{now: now, horizon: horizon, minFresh: max(c.round, 50*time.Millisecond), scratch: &c.scratch}
+	for _, r := range touched {
+		if len(r.batch) > 0 {
+			r.allocate(&p)
+		}
+		r.safeCap = r.safeCapacity()
+	}
+
+	// Answer.
+	term := c.Term()
+	for _, req := range batch {
+		switch {
+		case req.errCode != 0:
+			c.replyError(req.msg, req.enc, req.errCode, req.errText)
+		case req.kind == kindGet:
+			c.reply(req.msg, req.enc, c.getResponse(req, now, term))
+		default:
+			c.reply(req.msg, req.enc, &allotpb.ReleaseCapacityResponse{Released: req.released, Term: term})
+		}
+	}
+	for _, r := range touched {
+		r.dropReleased()
+		r.inBatch = false
+	}
+	c.stats.round(len(batch), time.Since(start))
+	c.mu.Lock()
+	c.statsSnap = c.stats
+	c.mu.Unlock()
+}
+
+// applyGet resolves every requested resource to a template first, so a
+// request naming an unconfigured resource changes nothing, then records it.
+func (c *Coordinator) applyGet(req *request, set *config.Set, now int64, touch func(*resource)) {
+	res := req.get.GetResource()
+	tmpls := make([]*config.Template, len(res))
+	for k, rr := range res {
+		id := rr.GetResourceId()
+		if r := c.resources[id]; r != nil && r.gen == set.Generation {
+			tmpls[k] = r.tmpl
+			continue
+		}
+		if tmpls[k] = set.Match(id); tmpls[k] == nil {
+			req.errCode = CodeNoTemplate
+			req.errText = fmt.Sprintf("resource %q matches no template and unmatched resources are rejected; add a template with 'allot config put'", id)
+			return
+		}
+	}
+	req.slots = make([]slot, len(res))
+	for k, rr := range res {
+		r := c.resourceFor(rr.GetResourceId(), tmpls[k], set.Generation, now)
+		touch(r)
+		i := r.upsert(req.get.GetClientId(), rr.GetWants(), 1, rr.GetPriority(), rr.GetHas().GetCapacity(), now)
+		req.slots[k] = slot{r: r, i: i}
+	}
+}
+
+// resourceFor returns the state of resource id, creating it or updating
+// its template as configuration changes.
+func (c *Coordinator) resourceFor(id string, t *config.Template, gen uint64, now int64) *resource {
+	r := c.resources[id]
+	if r == nil {
+		r = newResource(id, t, gen)
+		if c.horizon.learningCap > 0 && t.LearningModeDuration > 0 {
+			r.learningUntil = min(c.horizon.learningCap, c.started.Add(t.LearningModeDuration).UnixNano())
+		}
+		c.resources[id] = r
+		return r
+	}
+	if r.tmpl != t {
+		c.log.Info("resource template changed", "resource", id, "template", t.Name, "revision", t.Revision)
+	}
+	r.tmpl, r.gen = t, gen
+	return r
+}
+
+func (c *Coordinator) getResponse(req *request, now int64, term uint64) *allotpb.GetCapacityResponse {
+	resp := &allotpb.GetCapacityResponse{Term: term, Response: make([]*allotpb.ResourceResponse, len(req.slots))}
+	for k, s := range req.slots {
+		cl := &s.r.clients[s.i]
+		resp.Response[k] = &allotpb.ResourceResponse{
+			ResourceId: s.r.id,
+			Gets: &allotpb.Lease{
+				Capacity:        cl.has,
+				ExpiryTime:      timestamppb.New(time.Unix(0, cl.expiry)),
+				RefreshInterval: durationpb.New(time.Duration(cl.due - now)),
+			},
+			SafeCapacity: s.r.safeCap,
+		}
+	}
+	return resp
+}
+
+// sweep drops expired leases of idle resources and forgets resources with
+// no clients left.
+func (c *Coordinator) sweep() {
+	now := c.now().UnixNano()
+	for id, r := range c.resources {
+		r.expire(now)
+		if len(r.clients) == 0 && !r.learning(now) {
+			delete(c.resources, id)
+		}
+	}
+}

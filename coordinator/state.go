@@ -1,0 +1,318 @@
+package coordinator
+
+import (
+	"math"
+	"time"
+
+	"github.com/allot/allot/internal/alloc"
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// client is the coordinator's record of one client's lease on a resource.
+// Its demand lives in the parallel resource.demands slice so algorithms run
+// over a dense array.
+type client struct {
+	id     string
+	has    float64 // capacity of the lease the client holds from us
+	expiry int64   // unix ns; the lease and this record end here
+	due    int64   // unix ns; when the client is expected back
+	// reported is what the client said it holds (learning mode echoes it).
+	reported float64
+	heapIdx  int32
+	touched  bool // requested in the current round
+	released bool // released after it was requested in the current round
+}
+
+// resource holds the state of one resource. It is owned by the round loop.
+type resource struct {
+	id            string
+	tmpl          *config.Template
+	gen           uint64 // config generation tmpl was matched in
+	learningUntil int64  // unix ns; until then grants echo what clients report
+	index         map[string]int32
+	clients       []client
+	demands       []alloc.Demand
+	heap          []int32 // client indices ordered by expiry
+	batch         []int32 // clients requesting in the current round
+	releasedIDs   []string
+	inBatch       bool
+	safeCap       float64 // computed once per round
+}
+
+func newResource(id string, tmpl *config.Template, gen uint64) *resource {
+	return &resource{id: id, tmpl: tmpl, gen: gen, index: make(map[string]int32)}
+}
+
+func (r *resource) learning(now int64) bool { return now < r.learningUntil }
+
+// upsert records a client's request and marks it for this round.
+func (r *resource) upsert(id string, wants, weight float64, priority int32, reported float64, now int64) int32 {
+	i, ok := r.index[id]
+	if !ok {
+		i = int32(len(r.clients))
+		r.index[id] = i
+		r.clients = append(r.clients, client{id: id, heapIdx: int32(len(r.heap)), expiry: now})
+		r.demands = append(r.demands, alloc.Demand{})
+		r.heap = append(r.heap, i)
+		// expiry is "now" until a grant sets it; sift into place.
+		r.siftUp(int(r.clients[i].heapIdx))
+	}
+	r.demands[i] = alloc.Demand{Wants: wants, Weight: weight, Priority: priority}
+	r.clients[i].reported = reported
+	if !r.clients[i].touched {
+		r.clients[i].touched = true
+		r.batch = append(r.batch, i)
+	}
+	return i
+}
+
+// remove drops client i: swap-delete from the dense arrays and the heap.
+func (r *resource) remove(i int32) {
+	c := &r.clients[i]
+	delete(r.index, c.id)
+	r.heapDelete(int(c.heapIdx))
+	last := int32(len(r.clients) - 1)
+	if i != last {
+		r.clients[i] = r.clients[last]
+		r.demands[i] = r.demands[last]
+		r.index[r.clients[i].id] = i
+		r.heap[r.clients[i].heapIdx] = i
+	}
+	r.clients[last] = client{}
+	r.clients = r.clients[:last]
+	r.demands = r.demands[:last]
+}
+
+// markReleased ends a client's lease at once: its capacity is free from
+// this round on. The record is dropped after the round (dropReleased), so
+// client indices stay stable while requests of the round refer to them.
+func (r *resource) markReleased(id string) bool {
+	i, ok := r.index[id]
+	if !ok || r.clients[i].released {
+		return false
+	}
+	r.clients[i].released = true
+	r.clients[i].has = 0
+	r.demands[i].Wants = 0
+	r.releasedIDs = append(r.releasedIDs, id)
+	return true
+}
+
+// dropReleased removes the records released during the round.
+func (r *resource) dropReleased() {
+	for _, id := range r.releasedIDs {
+		if i, ok := r.index[id]; ok && r.clients[i].released {
+			r.remove(i)
+		}
+	}
+	r.releasedIDs = r.releasedIDs[:0]
+}
+
+// expire drops every client whose lease has ended, cheapest first: the
+// heap top is the earliest expiry, so this costs O(k log n) for k expired.
+func (r *resource) expire(now int64) {
+	for len(r.heap) > 0 {
+		i := r.heap[0]
+		if r.clients[i].expiry > now {
+			return
+		}
+		r.remove(i)
+	}
+}
+
+// outstanding sums the capacity currently leased out.
+func (r *resource) outstanding() float64 {
+	var sum float64
+	for i := range r.clients {
+		sum += r.clients[i].has
+	}
+	return sum
+}
+
+// safeCapacity is the configured value, else capacity per client (weighted).
+func (r *resource) safeCapacity() float64 {
+	if r.tmpl.HasSafeCapacity {
+		return r.tmpl.SafeCapacity
+	}
+	var w float64
+	for i := range r.demands {
+		w += r.demands[i].Weight
+	}
+	if w < 1 {
+		return r.tmpl.Capacity
+	}
+	return r.tmpl.Capacity / w
+}
+
+// roundParams are the coordinator-wide inputs to a round.
+type roundParams struct {
+	now      int64
+	horizon  int64         // leases may not expire after this
+	minFresh time.Duration // shortest refresh interval handed out
+	scratch  *alloc.Scratch
+}
+
+// allocate runs the resource's algorithm over its whole state and settles
+// the clients of this round. For the share algorithms the grants are gated
+// by what is actually free: a client whose share shrank keeps its old
+// lease until it refreshes, so others only get capacity not leased out.
+// Shrinking clients are settled first so the capacity they return can go to
+// growing clients in the same round.
+func (r *resource) allocate(p *roundParams) {
+	t := r.tmpl
+	alloc.Run(t.Algorithm, t.Capacity, r.demands, p.scratch)
+
+	// No lease may outlive the recorded horizon (see horizon.go).
+	expiry := min(p.now+int64(t.LeaseLength), max(p.horizon, p.now))
+	refresh := t.RefreshInterval
+
+	shared := t.Algorithm == allotpb.Algorithm_FAIR_SHARE || t.Algorithm == allotpb.Algorithm_PROPORTIONAL_SHARE
+	learning := r.learning(p.now)
+
+	settle := func(i int32, capacity float64, fresh time.Duration) {
+		c := &r.clients[i]
+		c.has = capacity
+		c.expiry = expiry
+		c.due = p.now + int64(fresh)
+		r.heapFix(int(c.heapIdx))
+	}
+
+	switch {
+	case learning:
+		// Echo what the client reports it holds (never more than it wants
+		// or, for share algorithms, than the capacity): leases issued by a
+		// predecessor stay honoured and nothing new is handed out.
+		for _, i := range r.batch {
+			has := min(r.clients[i].reported, r.demands[i].Wants)
+			if shared || t.Algorithm == allotpb.Algorithm_STATIC {
+				has = min(has, t.Capacity)
+			}
+			settle(i, max(has, 0), refresh)
+		}
+	case !shared:
+		for _, i := range r.batch {
+			settle(i, r.demands[i].Target, refresh)
+		}
+	default:
+		free := t.Capacity - r.outstanding()
+		// Shrinkers first.
+		for _, i := range r.batch {
+			if tg := r.demands[i].Target; tg <= r.clients[i].has {
+				free += r.clients[i].has - tg
+				settle(i, tg, refresh)
+			}
+		}
+		var owed []int32
+		for _, i := range r.batch {
+			c := &r.clients[i]
+			tg := r.demands[i].Target
+			if tg <= c.has {
+				continue // settled above
+			}
+			g := max(min(tg, c.has+free), 0)
+			free -= g - c.has
+			if g < tg*(1-1e-9) {
+				owed = append(owed, i)
+				c.has = g
+				continue
+			}
+			settle(i, g, refresh)
+		}
+		if len(owed) > 0 {
+			// Someone holds more than its share and will give it back when it
+			// next refreshes: ask the owed clients back shortly after that.
+			back := r.nextFree(p.now)
+			fresh := refresh
+			if back > 0 {
+				fresh = time.Duration(back-p.now) + p.minFresh
+			}
+			fresh = min(max(fresh, p.minFresh), refresh)
+			for _, i := range owed {
+				settle(i, r.clients[i].has, fresh)
+			}
+		}
+	}
+	for _, i := range r.batch {
+		r.clients[i].touched = false
+	}
+	r.batch = r.batch[:0]
+}
+
+// nextFree returns the earliest time a client holding more than its target
+// is due back (0 if none is, or if all are overdue).
+func (r *resource) nextFree(now int64) int64 {
+	next := int64(math.MaxInt64)
+	for i := range r.clients {
+		c := &r.clients[i]
+		if c.touched || c.has <= r.demands[i].Target {
+			continue
+		}
+		if c.due > now && c.due < next {
+			next = c.due
+		}
+	}
+	if next == math.MaxInt64 {
+		return 0
+	}
+	return next
+}
+
+// Heap of client indices by expiry.
+
+func (r *resource) less(a, b int) bool {
+	return r.clients[r.heap[a]].expiry < r.clients[r.heap[b]].expiry
+}
+
+func (r *resource) swap(a, b int) {
+	r.heap[a], r.heap[b] = r.heap[b], r.heap[a]
+	r.clients[r.heap[a]].heapIdx = int32(a)
+	r.clients[r.heap[b]].heapIdx = int32(b)
+}
+
+func (r *resource) siftUp(k int) {
+	for k > 0 {
+		p := (k - 1) / 2
+		if !r.less(k, p) {
+			return
+		}
+		r.swap(k, p)
+		k = p
+	}
+}
+
+func (r *resource) siftDown(k int) bool {
+	start, n := k, len(r.heap)
+	for {
+		c := 2*k + 1
+		if c >= n {
+			break
+		}
+		if c+1 < n && r.less(c+1, c) {
+			c++
+		}
+		if !r.less(c, k) {
+			break
+		}
+		r.swap(k, c)
+		k = c
+	}
+	return k > start
+}
+
+func (r *resource) heapFix(k int) {
+	if !r.siftDown(k) {
+		r.siftUp(k)
+	}
+}
+
+func (r *resource) heapDelete(k int) {
+	last := len(r.heap) - 1
+	if k != last {
+		r.swap(k, last)
+	}
+	r.heap = r.heap[:last]
+	if k != last {
+		r.heapFix(k)
+	}
+}

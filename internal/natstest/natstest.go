@@ -1,0 +1,39 @@
+// Package natstest starts embedded nats-servers for tests: random ports,
+// temporary JetStream stores, shut down when the test ends.
+package natstest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/allot/allot/internal/embed"
+)
+
+// Server starts a JetStream-enabled server on a random loopback port.
+func Server(tb testing.TB) *server.Server {
+	tb.Helper()
+	s, err := embed.Start(embed.Options{StoreDir: tb.TempDir()})
+	if err != nil {
+		tb.Fatalf("start nats-server: %v", err)
+	}
+	tb.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// Conn connects to s and closes the connection when the test ends.
+func Conn(tb testing.TB, s *server.Server, opts ...nats.Option) *nats.Conn {
+	tb.Helper()
+	opts = append([]nats.Option{nats.Timeout(5 * time.Second), nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)
+	nc, err := nats.Connect(s.ClientURL(), opts...)
+	if err != nil {
+		tb.Fatalf("connect to %s: %v", s.ClientURL(), err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
