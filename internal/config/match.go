@@ -19,8 +19,10 @@ type Set struct {
 	fallback   *Template
 }
 
-// NewSet builds a Set. Templates whose glob has no wildcard match exactly;
-// the others are ordered by precedence (see Precedes). fallback may be nil,
+// NewSet builds a Set. Templates whose glob has no wildcard match exactly
+// (of several with the same glob, the one with the smallest name wins);
+// the others are ordered by precedence (see Precedes). The result does not
+// depend on the order of templates. fallback may be nil,
 // in which case Match returns nil for unmatched ids.
 func NewSet(generation uint64, templates []*Template, fallback *Template) *Set {
 	s := &Set{Generation: generation, exact: make(map[string]*Template), fallback: fallback}
@@ -29,7 +31,7 @@ func NewSet(generation uint64, templates []*Template, fallback *Template) *Set {
 			s.globs = append(s.globs, t)
 			continue
 		}
-		if old, ok := s.exact[t.Glob]; !ok || t.Name < old.Name {
+		if old, ok := s.exact[t.Glob]; !ok || Precedes(t, old) {
 			s.exact[t.Glob] = t
 		}
 	}

@@ -110,7 +110,7 @@ func decodeJSON(data []byte) (any, error) {
 
 func decodeValue(dec *json.Decoder, path string, depth int) (any, error) {
 	if depth > maxNesting {
-		return nil, parseErr(path, "nested too deeply")
+		return nil, parseErr("", "nested too deeply (more than %d levels)", maxNesting)
 	}
 	tok, err := dec.Token()
 	if err != nil {
