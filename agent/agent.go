@@ -1,0 +1,553 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"golang.org/x/time/rate"
+
+	"github.com/allot/allot/internal/wire"
+)
+
+// Kind is the kind of a resource.
+type Kind int
+
+const (
+	// KindRate is a rate resource: capacity is events per second.
+	KindRate Kind = iota + 1
+	// KindGauge is a gauge resource: capacity is units in flight.
+	KindGauge
+)
+
+// String returns "rate" or "gauge".
+func (k Kind) String() string {
+	switch k {
+	case KindRate:
+		return "rate"
+	case KindGauge:
+		return "gauge"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// Source says where the capacity in force comes from.
+type Source int
+
+const (
+	// SourceLease is a valid lease from the coordinator.
+	SourceLease Source = iota + 1
+	// SourceSafe is the safe capacity (or the initial capacity before the
+	// coordinator reported one), used in Safe mode without a valid lease.
+	SourceSafe
+	// SourceOptimistic is the wants, used in Optimistic mode without a
+	// valid lease.
+	SourceOptimistic
+	// SourcePessimistic is zero, used in Pessimistic mode without a valid
+	// lease.
+	SourcePessimistic
+)
+
+// String returns "lease", "safe", "optimistic" or "pessimistic".
+func (s Source) String() string {
+	switch s {
+	case SourceLease:
+		return "lease"
+	case SourceSafe:
+		return "safe"
+	case SourceOptimistic:
+		return "optimistic"
+	case SourcePessimistic:
+		return "pessimistic"
+	}
+	return fmt.Sprintf("Source(%d)", int(s))
+}
+
+// Status describes one resource as the agent sees it.
+type Status struct {
+	// ResourceID identifies the resource.
+	ResourceID string
+	// Kind is KindRate or KindGauge.
+	Kind Kind
+	// Capacity is the capacity in force: per second for rates, units in
+	// flight for gauges; +Inf when unlimited.
+	Capacity float64
+	// Source says where Capacity comes from.
+	Source Source
+	// Mode is the agent's failure mode.
+	Mode Mode
+	// Leased reports whether a lease is held; Granted, Expiry and
+	// RefreshInterval describe it.
+	Leased          bool
+	Granted         float64
+	Expiry          time.Time
+	RefreshInterval time.Duration
+	// SafeCapacity is the last safe capacity the coordinator reported (-1
+	// unlimited); SafeKnown is false until it reported one.
+	SafeCapacity float64
+	SafeKnown    bool
+	// Wants is the capacity asked for; AutoWants reports whether it is
+	// estimated from demand.
+	Wants     float64
+	AutoWants bool
+	// LastRefresh is the time of the last successful GetCapacity.
+	LastRefresh time.Time
+	// LastError is the error of the last failed GetCapacity since the last
+	// successful one, or nil.
+	LastError error
+}
+
+// ServiceError is an error reply from the coordinator (NATS micro
+// convention: headers Nats-Service-Error-Code and Nats-Service-Error).
+type ServiceError struct {
+	Code        int
+	Description string
+}
+
+func (e *ServiceError) Error() string {
+	return fmt.Sprintf("coordinator error %d: %s", e.Code, e.Description)
+}
+
+// ErrStaleTerm is reported when a response carries a term lower than the
+// highest seen: it comes from a deposed coordinator and is ignored.
+var ErrStaleTerm = errors.New("agent: response from a stale coordinator term")
+
+// An Agent holds this client's leases for any number of resources and
+// keeps them refreshed from the coordinator over NATS. Create one per
+// process with New, get limiters from Rate and Gauge, and Close it when
+// done. All methods are safe for concurrent use.
+type Agent struct {
+	nc      *nats.Conn
+	o       options
+	log     *slog.Logger
+	getSubj string
+	relSubj string
+
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+
+	mu        sync.Mutex
+	res       map[string]*resource
+	term      uint64
+	lastErr   error
+	lastOK    time.Time
+	failures  int
+	earlyAt   time.Time // pending early refresh, zero if none
+	closed    bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// resource is the agent's state for one resource. Fields after the first
+// group are guarded by Agent.mu.
+type resource struct {
+	id       string
+	kind     Kind
+	priority int32
+	rate     *RateLimiter
+	gauge    *Gauge
+	a        *Agent
+
+	wants      float64 // explicit wants, when !auto
+	auto       bool
+	est        estimator
+	sampledAt  time.Time
+	pending    float64 // rate demand not yet turned into a sample
+	throttled  bool
+	sentWants  float64
+	initialCap float64
+
+	leased   bool
+	granted  float64
+	expiry   time.Time
+	refresh  time.Duration
+	safe     float64
+	safeKnwn bool
+
+	inForce float64
+	source  Source
+}
+
+// New starts an agent on nc. It does not contact the coordinator until the
+// first resource is created. Options are checked and the first invalid one
+// is reported.
+func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
+	if nc == nil {
+		return nil, errors.New("agent: nil NATS connection")
+	}
+	o := options{
+		node:           DefaultNode,
+		requestTimeout: DefaultRequestTimeout,
+		minRefreshGap:  DefaultMinRefreshGap,
+	}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if o.clientID == "" {
+		o.clientID = defaultClientID()
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	a := &Agent{
+		nc:      nc,
+		o:       o,
+		log:     o.logger.With("component", "allot-agent", "client_id", o.clientID),
+		getSubj: "allot." + o.node + ".capacity.get",
+		relSubj: "allot." + o.node + ".capacity.release",
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		res:     make(map[string]*resource),
+	}
+	go a.run()
+	return a, nil
+}
+
+func defaultClientID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	id := host + ":" + strconv.Itoa(os.Getpid()) + ":" + strconv.FormatUint(rand.Uint64()&0xffffffff, 16)
+	if wire.ValidateID("client id", id) != nil {
+		id = "agent:" + strconv.Itoa(os.Getpid()) + ":" + strconv.FormatUint(rand.Uint64(), 16)
+	}
+	return id
+}
+
+// ClientID returns the identifier this agent sends to the coordinator.
+func (a *Agent) ClientID() string { return a.o.clientID }
+
+// Mode returns the agent's failure mode.
+func (a *Agent) Mode() Mode { return a.o.mode }
+
+// Rate returns the rate limiter for resource id, creating the resource on
+// first use. Calling Rate again with the same id returns the same limiter
+// and ignores the options; it is an error if id is a gauge resource.
+func (a *Agent) Rate(id string, opts ...ResourceOption) (*RateLimiter, error) {
+	r, err := a.resource(id, KindRate, opts)
+	if err != nil {
+		return nil, err
+	}
+	return r.rate, nil
+}
+
+// Gauge returns the gauge for resource id, creating the resource on first
+// use. Calling Gauge again with the same id returns the same gauge and
+// ignores the options; it is an error if id is a rate resource.
+func (a *Agent) Gauge(id string, opts ...ResourceOption) (*Gauge, error) {
+	r, err := a.resource(id, KindGauge, opts)
+	if err != nil {
+		return nil, err
+	}
+	return r.gauge, nil
+}
+
+func (a *Agent) resource(id string, kind Kind, opts []ResourceOption) (*resource, error) {
+	if err := wire.ValidateID("resource id", id); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	ro := resourceOptions{autoWants: true}
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&ro); err != nil {
+			return nil, fmt.Errorf("resource %q: %w", id, err)
+		}
+	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if r, ok := a.res[id]; ok {
+		a.mu.Unlock()
+		if r.kind != kind {
+			return nil, fmt.Errorf("agent: resource %q is a %s resource, not a %s resource", id, r.kind, kind)
+		}
+		return r, nil
+	}
+	t := now(a.o.clock)
+	r := &resource{
+		id: id, kind: kind, priority: ro.priority, a: a,
+		wants: ro.wants, auto: ro.autoWants, initialCap: ro.initialCap,
+		sampledAt: t,
+	}
+	if kind == KindRate {
+		r.rate = newRateLimiter(a.o.clock, ro.burst)
+		r.rate.res = r
+	} else {
+		r.gauge = newGauge()
+		r.gauge.res = r
+	}
+	a.res[id] = r
+	st, changed := a.applyLocked(r, t)
+	// Ask at once when the wants are known; with automatic wants first
+	// measure demand for a short window so the first request means
+	// something.
+	at := t
+	if r.auto {
+		at = t.Add(minSampleWindow)
+	}
+	a.scheduleEarlyLocked(at)
+	a.mu.Unlock()
+	if changed && a.o.onChange != nil {
+		a.o.onChange(st)
+	}
+	a.poke()
+	return r, nil
+}
+
+func (a *Agent) poke() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// scheduleEarlyLocked asks for a refresh no earlier than at; the loop
+// enforces the minimum gap between requests.
+func (a *Agent) scheduleEarlyLocked(at time.Time) {
+	if a.earlyAt.IsZero() || at.Before(a.earlyAt) {
+		a.earlyAt = at
+	}
+}
+
+// SetWants fixes the capacity this client asks for, per second. A large
+// change triggers an early refresh. NaN, infinite, negative or huge values
+// are rejected.
+func (l *RateLimiter) SetWants(w float64) error { return l.res.setWants(w) }
+
+// AutoWants returns to estimating the wants from demand.
+func (l *RateLimiter) AutoWants() { l.res.setAuto() }
+
+// Status returns the resource's status.
+func (l *RateLimiter) Status() Status { return l.res.status() }
+
+// Capacity returns the capacity in force, per second (+Inf if unlimited).
+func (l *RateLimiter) Capacity() float64 { return l.res.status().Capacity }
+
+// Expiry returns when the current lease expires; zero if none is held.
+func (l *RateLimiter) Expiry() time.Time { return l.res.status().Expiry }
+
+// SetWants fixes the number of units in flight this client asks for. A
+// large change triggers an early refresh. NaN, infinite, negative or huge
+// values are rejected.
+func (g *Gauge) SetWants(w float64) error { return g.res.setWants(w) }
+
+// AutoWants returns to estimating the wants from the peak of units held
+// and waited for.
+func (g *Gauge) AutoWants() { g.res.setAuto() }
+
+// Status returns the resource's status.
+func (g *Gauge) Status() Status { return g.res.status() }
+
+// Capacity returns the capacity in force, in units (+Inf if unlimited).
+func (g *Gauge) Capacity() float64 { return g.res.status().Capacity }
+
+// Expiry returns when the current lease expires; zero if none is held.
+func (g *Gauge) Expiry() time.Time { return g.res.status().Expiry }
+
+func (r *resource) setWants(w float64) error {
+	if r == nil {
+		return errors.New("agent: limiter not created by an Agent")
+	}
+	if err := checkWants(w); err != nil {
+		return fmt.Errorf("resource %q: %w", r.id, err)
+	}
+	a := r.a
+	a.mu.Lock()
+	old := r.currentWantsLocked()
+	r.wants, r.auto = w, false
+	if bigChange(old, w) {
+		a.scheduleEarlyLocked(now(a.o.clock))
+	}
+	a.mu.Unlock()
+	a.poke()
+	return nil
+}
+
+func (r *resource) setAuto() {
+	if r == nil {
+		return
+	}
+	r.a.mu.Lock()
+	r.auto = true
+	r.a.mu.Unlock()
+}
+
+func (r *resource) status() Status {
+	if r == nil {
+		return Status{}
+	}
+	r.a.mu.Lock()
+	defer r.a.mu.Unlock()
+	return r.statusLocked()
+}
+
+func (r *resource) statusLocked() Status {
+	a := r.a
+	st := Status{
+		ResourceID: r.id, Kind: r.kind, Capacity: r.inForce, Source: r.source, Mode: a.o.mode,
+		Leased: r.leased, SafeCapacity: r.safe, SafeKnown: r.safeKnwn,
+		Wants: r.currentWantsLocked(), AutoWants: r.auto,
+		LastRefresh: a.lastOK, LastError: a.lastErr,
+	}
+	if r.leased {
+		st.Granted, st.Expiry, st.RefreshInterval = r.granted, r.expiry, r.refresh
+	}
+	return st
+}
+
+// currentWantsLocked is the wants to send: explicit, or the estimate.
+func (r *resource) currentWantsLocked() float64 {
+	if !r.auto {
+		return r.wants
+	}
+	return r.est.value
+}
+
+// bigChange reports whether wants moved enough to refresh early: by more
+// than a quarter and by at least one unit, or from or to zero.
+func bigChange(old, w float64) bool {
+	d := math.Abs(w - old)
+	if old == 0 || w == 0 {
+		return d > 0
+	}
+	return d >= 1 && d > 0.25*old
+}
+
+// Status returns the status of every resource, ordered by id.
+func (a *Agent) Status() []Status {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]Status, 0, len(a.res))
+	for _, r := range a.res {
+		out = append(out, r.statusLocked())
+	}
+	slices.SortFunc(out, func(x, y Status) int {
+		switch {
+		case x.ResourceID < y.ResourceID:
+			return -1
+		case x.ResourceID > y.ResourceID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// LastError returns the error of the last failed refresh since the last
+// successful one, or nil.
+func (a *Agent) LastError() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastErr
+}
+
+// Term returns the highest coordinator term seen.
+func (a *Agent) Term() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.term
+}
+
+// applyLocked computes the capacity in force for r at time t, drops an
+// expired lease, and installs the capacity in the limiter. It reports the
+// status when the capacity or its source changed.
+func (a *Agent) applyLocked(r *resource, t time.Time) (Status, bool) {
+	if r.leased && !t.Before(r.expiry) {
+		r.leased = false
+	}
+	var c float64
+	var src Source
+	switch {
+	case r.leased:
+		c, src = r.granted, SourceLease
+	case a.o.mode == Optimistic:
+		src = SourceOptimistic
+		if r.auto && !r.est.seen {
+			c = math.Inf(1) // nothing known yet: optimism means no limit
+		} else {
+			c = r.currentWantsLocked()
+		}
+	case a.o.mode == Pessimistic:
+		c, src = 0, SourcePessimistic
+	default:
+		src = SourceSafe
+		c = r.initialCap
+		if r.safeKnwn {
+			c = r.safe
+		}
+	}
+	if c < 0 {
+		c = math.Inf(1) // -1 means unlimited
+	}
+	if c == r.inForce && src == r.source {
+		return Status{}, false
+	}
+	r.inForce, r.source = c, src
+	if r.rate != nil {
+		lim := rate.Limit(c)
+		if math.IsInf(c, 1) {
+			lim = rate.Inf
+		}
+		r.rate.setLimit(lim)
+	} else {
+		r.gauge.setLimit(capacityToLimit(c))
+	}
+	return r.statusLocked(), true
+}
+
+// sampleLocked folds the demand observed since the last sample into the
+// wants estimate.
+func (a *Agent) sampleLocked(r *resource, t time.Time) {
+	dt := t.Sub(r.sampledAt)
+	var x float64
+	if r.rate != nil {
+		d, th := r.rate.sampleDemand()
+		r.pending += float64(d)
+		r.throttled = r.throttled || th
+		if dt < minSampleWindow {
+			return
+		}
+		x = r.pending / dt.Seconds()
+		if r.throttled {
+			// Demand was held back: ask for more than we have, so closed
+			// loops (which cannot show more demand than they are given)
+			// still discover their share.
+			x = max(x, 1.25*finiteOr(r.inForce, 0))
+		}
+		r.pending, r.throttled = 0, false
+	} else {
+		if dt < minSampleWindow {
+			return
+		}
+		x = float64(r.gauge.samplePeak())
+	}
+	r.sampledAt = t
+	r.est.observe(x, dt)
+}
+
+func finiteOr(v, alt float64) float64 {
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		return alt
+	}
+	return v
+}

@@ -1,0 +1,230 @@
+package agent
+
+import (
+	"container/list"
+	"context"
+	"math"
+	"sync"
+)
+
+// Unlimited is the limit of a Gauge whose capacity is unlimited.
+const Unlimited = math.MaxInt
+
+// A Gauge bounds how many units of a gauge resource (connections,
+// in-flight transactions) this client holds at once. Its limit is the
+// granted capacity rounded down to a whole number of units. When the limit
+// shrinks below what is held, holders keep their units and new acquires
+// wait until the holders have drained below the new limit.
+//
+// Waiters are served in order of arrival: a large request at the head of
+// the queue is not overtaken by smaller ones.
+//
+// Gauge is safe for simultaneous use by multiple goroutines.
+type Gauge struct {
+	mu      sync.Mutex
+	limit   int
+	held    int
+	waiting int       // units requested by queued waiters
+	waiters list.List // of *gaugeWaiter
+	peak    int       // highest held+waiting since the last sample
+	closed  bool
+	res     *resource
+}
+
+type gaugeWaiter struct {
+	n     int
+	ready chan struct{}
+}
+
+func newGauge() *Gauge { return &Gauge{} }
+
+// Limit returns the current maximum in flight, Unlimited if unlimited.
+func (g *Gauge) Limit() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.limit
+}
+
+// InFlight returns the number of units currently held.
+func (g *Gauge) InFlight() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held
+}
+
+// capacityToLimit rounds a capacity down to whole units.
+func capacityToLimit(c float64) int {
+	switch {
+	case math.IsInf(c, 1):
+		return Unlimited
+	case !(c >= 1): // NaN, negative, below one unit
+		return 0
+	case c >= float64(math.MaxInt32):
+		return math.MaxInt32
+	}
+	return int(math.Floor(c + 1e-9))
+}
+
+func (g *Gauge) setLimit(limit int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.limit = max(limit, 0)
+	g.notifyLocked()
+}
+
+func (g *Gauge) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	g.limit = 0
+	for e := g.waiters.Front(); e != nil; e = g.waiters.Front() {
+		w := g.waiters.Remove(e).(*gaugeWaiter)
+		g.waiting -= w.n
+		close(w.ready) // the waiter sees closed and takes nothing
+	}
+}
+
+func (g *Gauge) notePeakLocked() {
+	if v := g.held + g.waiting; v > g.peak {
+		g.peak = v
+	}
+}
+
+// fitsLocked reports whether n more units stay within the limit.
+func (g *Gauge) fitsLocked(n int) bool {
+	return g.limit == Unlimited || (g.held <= g.limit && n <= g.limit-g.held)
+}
+
+// Acquire blocks until n units can be held without exceeding the limit, or
+// until ctx ends. On success the caller must Release(n) later. A capacity
+// of 0 blocks until capacity is granted. Acquire(ctx, 0) returns nil.
+func (g *Gauge) Acquire(ctx context.Context, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return ErrClosed
+	}
+	if g.waiters.Len() == 0 && g.fitsLocked(n) {
+		g.held += n
+		g.notePeakLocked()
+		g.mu.Unlock()
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		g.mu.Unlock()
+		return err
+	}
+	w := &gaugeWaiter{n: n, ready: make(chan struct{})}
+	e := g.waiters.PushBack(w)
+	g.waiting += n
+	g.notePeakLocked()
+	g.mu.Unlock()
+
+	select {
+	case <-w.ready:
+		if g.isClosed() {
+			return ErrClosed
+		}
+		return nil
+	case <-ctx.Done():
+		g.mu.Lock()
+		select {
+		case <-w.ready:
+			// Granted while we were cancelled: keep it, as if the
+			// cancellation came after.
+			closed := g.closed
+			g.mu.Unlock()
+			if closed {
+				return ErrClosed
+			}
+			return nil
+		default:
+		}
+		front := g.waiters.Front() == e
+		g.waiters.Remove(e)
+		g.waiting -= n
+		if front {
+			g.notifyLocked()
+		}
+		g.mu.Unlock()
+		return ctx.Err()
+	}
+}
+
+func (g *Gauge) isClosed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
+}
+
+// TryAcquire takes n units if they fit now and nobody is waiting, and
+// reports whether it did. Failed attempts count as demand.
+func (g *Gauge) TryAcquire(n int) bool {
+	if n <= 0 {
+		return true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed && g.waiters.Len() == 0 && g.fitsLocked(n) {
+		g.held += n
+		g.notePeakLocked()
+		return true
+	}
+	if v := g.held + g.waiting + n; v > g.peak {
+		g.peak = v
+	}
+	return false
+}
+
+// Release gives back n units. Releasing more than is held releases what is
+// held; it never makes InFlight negative.
+func (g *Gauge) Release(n int) {
+	if n <= 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.held = max(g.held-n, 0)
+	g.notifyLocked()
+}
+
+// Do acquires n units, runs f, and releases them, returning f's error or
+// the error from Acquire.
+func (g *Gauge) Do(ctx context.Context, n int, f func(context.Context) error) error {
+	if err := g.Acquire(ctx, n); err != nil {
+		return err
+	}
+	defer g.Release(n)
+	return f(ctx)
+}
+
+// notifyLocked admits waiters from the head of the queue while they fit.
+func (g *Gauge) notifyLocked() {
+	for {
+		e := g.waiters.Front()
+		if e == nil {
+			return
+		}
+		w := e.Value.(*gaugeWaiter)
+		if !g.fitsLocked(w.n) {
+			return
+		}
+		g.held += w.n
+		g.waiting -= w.n
+		g.waiters.Remove(e)
+		close(w.ready)
+	}
+}
+
+// samplePeak returns the peak demand since the last sample and starts a new
+// window at the current demand.
+func (g *Gauge) samplePeak() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.peak
+	g.peak = g.held + g.waiting
+	return p
+}

@@ -1,0 +1,316 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// sampleEvery is how often demand is sampled between refreshes, so that
+// growing demand can trigger an early refresh.
+const sampleEvery = 500 * time.Millisecond
+
+// run is the agent's background loop: it samples demand, refreshes all
+// leases in one GetCapacity request, applies lease expiry and the failure
+// mode, and reports changes.
+func (a *Agent) run() {
+	defer close(a.done)
+	clock := a.o.clock
+	gap := a.o.minRefreshGap
+	var nextRefresh, lastAttempt time.Time
+	nextSample := now(clock).Add(sampleEvery)
+	for {
+		t := now(clock)
+		if !t.Before(nextSample) {
+			a.sampleAll(t)
+			nextSample = t.Add(sampleEvery)
+		}
+		a.mu.Lock()
+		due := false
+		if len(a.res) > 0 {
+			due = !nextRefresh.IsZero() && !t.Before(nextRefresh)
+			if !a.earlyAt.IsZero() && !t.Before(a.earlyAt) && (lastAttempt.IsZero() || t.Sub(lastAttempt) >= gap) {
+				due = true
+			}
+		}
+		a.mu.Unlock()
+		if due {
+			err := a.refresh(t)
+			lastAttempt = t
+			nextRefresh = t.Add(a.nextDelay(err))
+			t = now(clock)
+		}
+		a.applyAll(t)
+
+		wake := nextSample
+		a.mu.Lock()
+		if len(a.res) > 0 {
+			if !nextRefresh.IsZero() && nextRefresh.Before(wake) {
+				wake = nextRefresh
+			}
+			if !a.earlyAt.IsZero() {
+				e := a.earlyAt
+				if !lastAttempt.IsZero() && e.Before(lastAttempt.Add(gap)) {
+					e = lastAttempt.Add(gap)
+				}
+				if e.Before(wake) {
+					wake = e
+				}
+			}
+			for _, r := range a.res {
+				if r.leased && r.expiry.Before(wake) {
+					wake = r.expiry
+				}
+			}
+		}
+		a.mu.Unlock()
+		d := max(wake.Sub(t), time.Millisecond)
+		timerC, stop := newTimer(clock, d)
+		select {
+		case <-a.stop:
+			stop()
+			return
+		case <-a.kick:
+			stop()
+		case <-timerC:
+		}
+	}
+}
+
+// nextDelay is the time until the next regular refresh: the shortest
+// refresh interval among the leases, with jitter, or after a failure a
+// capped exponential backoff with jitter.
+func (a *Agent) nextDelay(err error) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	interval := time.Duration(0)
+	for _, r := range a.res {
+		if r.leased && r.refresh > 0 && (interval == 0 || r.refresh < interval) {
+			interval = r.refresh
+		}
+	}
+	if interval == 0 {
+		interval = defaultRefresh
+	}
+	if err == nil {
+		return time.Duration(float64(interval) * (0.85 + 0.15*rand.Float64()))
+	}
+	limit := max(interval, backoffBase)
+	d := backoffBase << min(a.failures-1, 20)
+	if d <= 0 || d > limit {
+		d = limit
+	}
+	return time.Duration(float64(d) * (0.5 + 0.5*rand.Float64()))
+}
+
+// sampleAll updates the automatic wants and schedules an early refresh when
+// one grew a lot since it was last sent.
+func (a *Agent) sampleAll(t time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, r := range a.res {
+		a.sampleLocked(r, t)
+		if r.auto && r.est.value > r.sentWants && bigChange(r.sentWants, r.est.value) {
+			a.scheduleEarlyLocked(t)
+		}
+	}
+}
+
+// applyAll applies lease expiry and the failure mode to every resource and
+// reports the changes to the OnChange function.
+func (a *Agent) applyAll(t time.Time) {
+	var changes []Status
+	a.mu.Lock()
+	for _, r := range a.res {
+		if st, ok := a.applyLocked(r, t); ok {
+			changes = append(changes, st)
+		}
+	}
+	a.mu.Unlock()
+	if a.o.onChange != nil {
+		for _, st := range changes {
+			a.o.onChange(st)
+		}
+	}
+}
+
+// refresh sends one GetCapacity request for all resources and installs
+// the leases it returns.
+func (a *Agent) refresh(t time.Time) error {
+	a.mu.Lock()
+	a.earlyAt = time.Time{}
+	req := &allotpb.GetCapacityRequest{ClientId: a.o.clientID}
+	ids := make([]string, 0, len(a.res))
+	for id := range a.res {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		r := a.res[id]
+		a.sampleLocked(r, t)
+		w := r.currentWantsLocked()
+		r.sentWants = w
+		rr := &allotpb.ResourceRequest{ResourceId: id, Priority: r.priority, Wants: w}
+		if r.leased && t.Before(r.expiry) {
+			rr.Has = &allotpb.Lease{
+				Capacity:        r.granted,
+				ExpiryTime:      timestamppb.New(r.expiry),
+				RefreshInterval: durationpb.New(r.refresh),
+			}
+		}
+		req.Resource = append(req.Resource, rr)
+	}
+	a.mu.Unlock()
+
+	resp := &allotpb.GetCapacityResponse{}
+	err := a.call(a.getSubj, req, resp)
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err == nil && resp.GetTerm() < a.term {
+		err = fmt.Errorf("%w: got term %d, have seen %d", ErrStaleTerm, resp.GetTerm(), a.term)
+	}
+	if err != nil {
+		a.failures++
+		if a.lastErr == nil {
+			a.log.Warn("allot: capacity refresh failed; keeping leases until they expire", "subject", a.getSubj, "error", err)
+		}
+		a.lastErr = err
+		return err
+	}
+	if a.lastErr != nil {
+		a.log.Info("allot: capacity refresh recovered", "failures", a.failures)
+	}
+	a.lastErr, a.failures = nil, 0
+	a.lastOK = now(a.o.clock)
+	a.term = resp.GetTerm()
+	for _, rr := range resp.GetResponse() {
+		r := a.res[rr.GetResourceId()]
+		if r == nil {
+			continue
+		}
+		g := rr.GetGets()
+		c := g.GetCapacity()
+		if g == nil || g.GetExpiryTime() == nil || math.IsNaN(c) || math.IsInf(c, 0) || c < 0 {
+			a.log.Warn("allot: ignoring invalid lease", "resource", r.id, "lease", g.String())
+			continue
+		}
+		r.leased, r.granted = true, c
+		r.expiry = g.GetExpiryTime().AsTime()
+		r.refresh = g.GetRefreshInterval().AsDuration()
+		if r.refresh <= 0 {
+			r.refresh = defaultRefresh
+		}
+		if sc := rr.GetSafeCapacity(); !math.IsNaN(sc) {
+			r.safe, r.safeKnwn = sc, true
+			if sc < 0 {
+				r.safe = -1
+			}
+		}
+	}
+	return nil
+}
+
+// call sends req as binary protobuf to subj and decodes the reply into
+// resp, turning a micro-style error reply into a *ServiceError.
+func (a *Agent) call(subj string, req, resp proto.Message) error {
+	data, err := wire.Marshal(wire.Protobuf, req)
+	if err != nil {
+		return fmt.Errorf("agent: encode request for %s: %w", subj, err)
+	}
+	msg := nats.NewMsg(subj)
+	msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
+	msg.Data = data
+	ctx, cancel := context.WithTimeout(context.Background(), a.o.requestTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-a.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	reply, err := a.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		return fmt.Errorf("agent: request %s: %w", subj, err)
+	}
+	if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
+		n, _ := strconv.Atoi(code)
+		return fmt.Errorf("agent: request %s: %w", subj, &ServiceError{Code: n, Description: reply.Header.Get("Nats-Service-Error")})
+	}
+	enc := wire.Protobuf
+	if strings.Contains(strings.ToLower(reply.Header.Get(wire.HeaderContentType)), "json") {
+		enc = wire.JSON
+	}
+	if err := wire.Unmarshal(enc, reply.Data, resp); err != nil {
+		return fmt.Errorf("agent: reply from %s: %w", subj, err)
+	}
+	return nil
+}
+
+// Close stops refreshing, gives every lease back with ReleaseCapacity and
+// closes all limiters and gauges: waiters return ErrClosed, Allow reports
+// false. It returns the release error, if any; the agent is closed either
+// way. Close is idempotent.
+func (a *Agent) Close() error {
+	a.closeOnce.Do(func() {
+		a.mu.Lock()
+		a.closed = true
+		a.mu.Unlock()
+		close(a.stop)
+		<-a.done
+		a.mu.Lock()
+		ids := make([]string, 0, len(a.res))
+		for id, r := range a.res {
+			ids = append(ids, id)
+			if r.rate != nil {
+				r.rate.close()
+			} else {
+				r.gauge.close()
+			}
+			r.leased = false
+		}
+		a.mu.Unlock()
+		if len(ids) == 0 || a.nc.IsClosed() {
+			return
+		}
+		slices.Sort(ids)
+		req := &allotpb.ReleaseCapacityRequest{ClientId: a.o.clientID, ResourceId: ids}
+		a.closeErr = a.callRelease(req)
+	})
+	return a.closeErr
+}
+
+func (a *Agent) callRelease(req *allotpb.ReleaseCapacityRequest) error {
+	data, err := wire.Marshal(wire.Protobuf, req)
+	if err != nil {
+		return fmt.Errorf("agent: encode release: %w", err)
+	}
+	msg := nats.NewMsg(a.relSubj)
+	msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
+	msg.Data = data
+	ctx, cancel := context.WithTimeout(context.Background(), a.o.requestTimeout)
+	defer cancel()
+	reply, err := a.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		return fmt.Errorf("agent: release capacity: %w", err)
+	}
+	if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
+		n, _ := strconv.Atoi(code)
+		return fmt.Errorf("agent: release capacity: %w", &ServiceError{Code: n, Description: reply.Header.Get("Nats-Service-Error")})
+	}
+	return nil
+}

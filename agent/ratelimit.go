@@ -1,0 +1,483 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// InfDuration is the delay of a Reservation that is not OK.
+const InfDuration = time.Duration(math.MaxInt64)
+
+// maxBurst bounds the automatic burst so huge capacities cannot overflow.
+const maxBurst = 1 << 30
+
+// tokenEpsilon absorbs float rounding when deciding that a reservation is
+// due; it is a millionth of a token, far below any measurable over-admission.
+const tokenEpsilon = 1e-6
+
+// A RateLimiter admits events at the rate the coordinator granted this
+// client for one rate resource. It is a token bucket of size Burst, refilled
+// at Limit tokens per second, where Limit follows the granted capacity (or
+// the failure mode's capacity while no lease is valid).
+//
+// Like golang.org/x/time/rate, it has three ways to take tokens: Allow
+// (drop the event if no token is available), Reserve (learn how long to
+// wait) and Wait (block until the event may happen). Unlike x/time/rate:
+//
+//   - The time is always read inside the limiter's lock, so concurrent
+//     callers can never over-admit (see golang/go#71360). That is why AllowN
+//     and ReserveN take no time argument.
+//   - A Limit of 0 blocks: Wait parks until the capacity changes or its
+//     context ends, and waiters already holding a reservation are
+//     rescheduled whenever the capacity changes, keeping their place.
+//   - Every call is counted as demand; the agent estimates this client's
+//     wants from it unless they were set with SetWants.
+//
+// The bucket starts empty and fills at the granted rate, so a fresh client
+// does not add a burst on top of the global limit. By default the burst is
+// a tenth of a second's worth of capacity (at least 1) and follows the
+// capacity; WithBurst fixes it.
+//
+// RateLimiter is safe for simultaneous use by multiple goroutines.
+type RateLimiter struct {
+	mu         sync.Mutex
+	clock      Clock // nil: package time
+	limit      rate.Limit
+	burst      int
+	fixedBurst bool
+	tokens     float64   // may be negative: tokens reserved ahead of time
+	last       time.Time // time tokens and earned were last advanced to
+	earned     float64   // tokens generated since creation, uncapped
+	requested  int64     // demand since the last sample
+	throttled  bool      // a call waited or was refused since the last sample
+	changed    chan struct{}
+	closed     bool
+
+	res *resource // nil for limiters built in tests
+}
+
+func newRateLimiter(clock Clock, burst int) *RateLimiter {
+	l := &RateLimiter{clock: clock, burst: 1, last: now(clock)}
+	if burst > 0 {
+		l.burst, l.fixedBurst = burst, true
+	}
+	return l
+}
+
+// autoBurst is the default burst for a limit: 100ms worth, at least 1.
+func autoBurst(limit rate.Limit) int {
+	if limit == rate.Inf {
+		return maxBurst
+	}
+	b := math.Ceil(float64(limit) / 10)
+	switch {
+	case !(b >= 1):
+		return 1
+	case b > maxBurst:
+		return maxBurst
+	}
+	return int(b)
+}
+
+// ErrClosed is returned by limiters and gauges whose Agent was closed, and
+// by an Agent's methods after Close.
+var ErrClosed = errors.New("agent: closed")
+
+// ErrExceedsBurst is returned by WaitN when n exceeds the limiter's burst.
+var ErrExceedsBurst = errors.New("agent: n exceeds the limiter's burst")
+
+// ErrWouldExceedDeadline is returned by WaitN when, at the current rate, the
+// event could not happen before the context's deadline.
+var ErrWouldExceedDeadline = errors.New("agent: wait would exceed the context deadline")
+
+// Limit returns the current rate in events per second; rate.Inf when
+// unlimited and 0 when blocked.
+func (l *RateLimiter) Limit() rate.Limit {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.limit
+}
+
+// Burst returns the maximum number of tokens a single call may take.
+func (l *RateLimiter) Burst() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.burst
+}
+
+// Tokens returns the number of tokens available now. It is negative when
+// tokens have been reserved ahead of time.
+func (l *RateLimiter) Tokens() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.advanceLocked(now(l.clock))
+	return l.tokens
+}
+
+// advanceLocked adds the tokens generated since l.last. Time never moves
+// backwards here: an earlier t is ignored rather than re-crediting time.
+func (l *RateLimiter) advanceLocked(t time.Time) {
+	if !t.After(l.last) {
+		return
+	}
+	elapsed := t.Sub(l.last)
+	l.last = t
+	if l.limit == 0 || l.limit == rate.Inf {
+		return
+	}
+	delta := float64(l.limit) * elapsed.Seconds()
+	l.earned += delta
+	l.tokens += delta
+	if b := float64(l.burst); l.tokens > b {
+		l.tokens = b
+	}
+}
+
+// changedLocked returns the channel closed at the next capacity change.
+func (l *RateLimiter) changedLocked() <-chan struct{} {
+	if l.changed == nil {
+		l.changed = make(chan struct{})
+	}
+	return l.changed
+}
+
+func (l *RateLimiter) wakeLocked() {
+	if l.changed != nil {
+		close(l.changed)
+		l.changed = nil
+	}
+}
+
+// setLimit installs a new rate and wakes waiters so they reschedule.
+func (l *RateLimiter) setLimit(limit rate.Limit) {
+	if !(limit >= 0) { // NaN or negative
+		limit = 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.advanceLocked(now(l.clock))
+	if limit == l.limit {
+		return
+	}
+	old := l.limit
+	l.limit = limit
+	if !l.fixedBurst {
+		l.burst = autoBurst(limit)
+	}
+	switch {
+	case limit == rate.Inf:
+		l.tokens = max(l.tokens, 0) // debts are forgiven
+	case limit == 0:
+		l.tokens = min(l.tokens, 0) // capacity 0 blocks, even saved tokens
+	case old == rate.Inf:
+		l.tokens = 0
+	}
+	if l.tokens > float64(l.burst) {
+		l.tokens = float64(l.burst)
+	}
+	l.wakeLocked()
+}
+
+func (l *RateLimiter) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	l.limit = 0
+	l.tokens = min(l.tokens, 0)
+	l.wakeLocked()
+}
+
+// Allow reports whether an event may happen now. It is AllowN(1).
+func (l *RateLimiter) Allow() bool {
+	l.mu.Lock()
+	l.requested++
+	if l.limit == rate.Inf {
+		l.mu.Unlock()
+		return true
+	}
+	l.advanceLocked(now(l.clock))
+	if l.tokens >= 1 {
+		l.tokens--
+		l.mu.Unlock()
+		return true
+	}
+	l.throttled = true
+	l.mu.Unlock()
+	return false
+}
+
+// AllowN reports whether n events may happen now, and if so takes n
+// tokens. Use it to drop or skip events that exceed the rate; otherwise use
+// Wait. AllowN(0) is always true. Rejected calls still count as demand.
+func (l *RateLimiter) AllowN(n int) bool {
+	if n <= 0 {
+		return true
+	}
+	l.mu.Lock()
+	l.requested += int64(n)
+	if l.limit == rate.Inf {
+		l.mu.Unlock()
+		return true
+	}
+	l.advanceLocked(now(l.clock))
+	if n <= l.burst && l.tokens >= float64(n) {
+		l.tokens -= float64(n)
+		l.mu.Unlock()
+		return true
+	}
+	l.throttled = true
+	l.mu.Unlock()
+	return false
+}
+
+// reservation outcomes.
+const (
+	admitted = iota // tokens taken, act now
+	reserved        // tokens taken ahead of time, act when earned >= target
+	parked          // nothing taken: the limit is 0, wait for a change
+)
+
+type resv struct {
+	state  int
+	target float64       // earned value at which a reservation is due
+	wait   time.Duration // estimated delay; InfDuration when parked
+	ch     <-chan struct{}
+}
+
+// reserveLocked takes n tokens now or ahead of time. It refuses (with an
+// error) when n exceeds the burst, or when the delay exceeds maxWait.
+func (l *RateLimiter) reserveLocked(t time.Time, n int, maxWait time.Duration) (resv, error) {
+	if l.closed {
+		return resv{}, ErrClosed
+	}
+	if l.limit == rate.Inf {
+		return resv{state: admitted}, nil
+	}
+	l.advanceLocked(t)
+	if l.limit == 0 {
+		return resv{state: parked, wait: InfDuration, ch: l.changedLocked()}, nil
+	}
+	if n > l.burst {
+		return resv{}, fmt.Errorf("%w: n=%d, burst=%d", ErrExceedsBurst, n, l.burst)
+	}
+	if l.tokens >= float64(n) {
+		l.tokens -= float64(n)
+		return resv{state: admitted}, nil
+	}
+	deficit := float64(n) - l.tokens
+	wait := durationFromTokens(l.limit, deficit)
+	if wait > maxWait {
+		return resv{}, fmt.Errorf("%w: n=%d needs %v at %g/s", ErrWouldExceedDeadline, n, wait, float64(l.limit))
+	}
+	l.tokens -= float64(n)
+	return resv{state: reserved, target: l.earned + deficit, wait: wait, ch: l.changedLocked()}, nil
+}
+
+// recheckLocked updates a reservation after a wake-up: due, rescheduled at
+// the current rate (keeping its place), or parked while the limit is 0.
+func (l *RateLimiter) recheckLocked(t time.Time, r *resv) {
+	l.advanceLocked(t)
+	remaining := r.target - l.earned
+	switch {
+	case l.limit == rate.Inf || remaining <= tokenEpsilon:
+		r.state = admitted
+	case l.limit == 0:
+		r.wait, r.ch = InfDuration, l.changedLocked()
+	default:
+		r.wait, r.ch = durationFromTokens(l.limit, remaining), l.changedLocked()
+	}
+}
+
+// cancelLocked gives back the tokens of a reservation that is not yet due.
+func (l *RateLimiter) cancelLocked(t time.Time, n int, target float64) {
+	l.advanceLocked(t)
+	if target-l.earned <= tokenEpsilon {
+		return
+	}
+	l.tokens = min(l.tokens+float64(n), float64(l.burst))
+}
+
+func durationFromTokens(limit rate.Limit, tokens float64) time.Duration {
+	if limit <= 0 {
+		return InfDuration
+	}
+	d := tokens / float64(limit) * float64(time.Second)
+	if d >= float64(math.MaxInt64) {
+		return InfDuration
+	}
+	return time.Duration(math.Ceil(d))
+}
+
+// Wait is shorthand for WaitN(ctx, 1).
+func (l *RateLimiter) Wait(ctx context.Context) error {
+	return l.WaitN(ctx, 1)
+}
+
+// WaitN blocks until the limiter permits n events to happen. It returns an
+// error if n exceeds the burst (unless the limit is unlimited), if the
+// context ends first, or if, at the current rate, the wait would last
+// beyond the context's deadline. While the limit is 0 WaitN blocks until
+// the capacity changes or the context ends; a caller already waiting is
+// rescheduled, keeping its place, whenever the capacity changes.
+// WaitN(ctx, 0) returns nil at once.
+func (l *RateLimiter) WaitN(ctx context.Context, n int) error {
+	if n <= 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	default:
+	}
+	maxWait := InfDuration
+	deadline, hasDeadline := ctx.Deadline()
+	l.mu.Lock()
+	l.requested += int64(n)
+	t := now(l.clock)
+	if hasDeadline {
+		maxWait = deadline.Sub(t)
+	}
+	r, err := l.reserveLocked(t, n, maxWait)
+	if err != nil || r.state == admitted {
+		l.mu.Unlock()
+		return err
+	}
+	l.throttled = true
+	l.mu.Unlock()
+	return l.waitSlow(ctx, n, r, hasDeadline, deadline)
+}
+
+func (l *RateLimiter) waitSlow(ctx context.Context, n int, r resv, hasDeadline bool, deadline time.Time) error {
+	for {
+		var timerC <-chan time.Time
+		var stop func() bool
+		if r.wait != InfDuration {
+			timerC, stop = newTimer(l.clock, r.wait)
+		}
+		select {
+		case <-timerC:
+		case <-r.ch:
+		case <-ctx.Done():
+		}
+		if stop != nil {
+			stop()
+		}
+		l.mu.Lock()
+		t := now(l.clock)
+		if r.state == reserved {
+			l.recheckLocked(t, &r)
+		}
+		switch {
+		case r.state == admitted:
+			l.mu.Unlock()
+			return nil
+		case l.closed:
+			l.mu.Unlock()
+			return ErrClosed
+		case ctx.Err() != nil:
+			if r.state == reserved {
+				l.cancelLocked(t, n, r.target)
+			}
+			l.mu.Unlock()
+			return ctx.Err()
+		case r.state == parked:
+			maxWait := InfDuration
+			if hasDeadline {
+				maxWait = deadline.Sub(t)
+			}
+			var err error
+			r, err = l.reserveLocked(t, n, maxWait)
+			if err != nil || r.state == admitted {
+				l.mu.Unlock()
+				return err
+			}
+		}
+		l.mu.Unlock()
+	}
+}
+
+// A Reservation holds tokens taken ahead of time by ReserveN. Unlike
+// WaitN, a reservation's delay is fixed when it is made; it does not
+// follow later capacity changes.
+type Reservation struct {
+	l         *RateLimiter
+	ok        bool
+	n         int
+	target    float64
+	timeToAct time.Time
+}
+
+// Reserve is shorthand for ReserveN(1).
+func (l *RateLimiter) Reserve() *Reservation {
+	return l.ReserveN(1)
+}
+
+// ReserveN takes n tokens now or ahead of time and returns a Reservation
+// saying how long the caller must wait before the n events happen. The
+// reservation is not OK if n exceeds the burst, the limit is 0, or the
+// agent is closed. Use it to slow down without dropping events when a
+// context is not at hand; otherwise prefer WaitN.
+func (l *RateLimiter) ReserveN(n int) *Reservation {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := now(l.clock)
+	if n <= 0 {
+		return &Reservation{l: l, ok: true, timeToAct: t}
+	}
+	l.requested += int64(n)
+	r, err := l.reserveLocked(t, n, InfDuration)
+	if err != nil || r.state == parked {
+		return &Reservation{l: l}
+	}
+	res := &Reservation{l: l, ok: true, timeToAct: t}
+	if r.state == reserved {
+		res.n, res.target, res.timeToAct = n, r.target, t.Add(r.wait)
+	}
+	return res
+}
+
+// OK reports whether the limiter granted the tokens. If not, Delay returns
+// InfDuration and Cancel does nothing.
+func (r *Reservation) OK() bool { return r.ok }
+
+// Delay is shorthand for DelayFrom at the limiter's current time.
+func (r *Reservation) Delay() time.Duration {
+	return r.DelayFrom(now(r.l.clock))
+}
+
+// DelayFrom returns how long after t the holder must wait before acting;
+// zero means act now, InfDuration means the reservation is not OK.
+func (r *Reservation) DelayFrom(t time.Time) time.Duration {
+	if !r.ok {
+		return InfDuration
+	}
+	return max(r.timeToAct.Sub(t), 0)
+}
+
+// Cancel says the holder will not act and gives the tokens back if the
+// reservation is not yet due.
+func (r *Reservation) Cancel() {
+	if !r.ok || r.n == 0 {
+		return
+	}
+	r.l.mu.Lock()
+	defer r.l.mu.Unlock()
+	r.l.cancelLocked(now(r.l.clock), r.n, r.target)
+	r.n = 0
+}
+
+// sampleDemand returns and resets the number of tokens requested since the
+// previous call, and whether any call waited or was refused.
+func (l *RateLimiter) sampleDemand() (int64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d, th := l.requested, l.throttled
+	l.requested, l.throttled = 0, false
+	return d, th
+}
