@@ -1,0 +1,141 @@
+package coordinator
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/allot/allot/internal/alloc"
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// TestLeaseInvariants drives a resource through random rounds (requests
+// with random wants and priorities, releases, silent clients whose leases
+// expire, capacity changes) and checks after every round that no grant is
+// negative or above wants, that the unexpired leases never sum above
+// capacity (or, after a capacity cut, never grow while above it), and that
+// once demand is steady everything that can be handed out is, within the
+// rounds in which each client refreshes once more.
+func TestLeaseInvariants(t *testing.T) {
+	for _, kind := range []allotpb.Algorithm_Kind{allotpb.Algorithm_FAIR_SHARE, allotpb.Algorithm_PROPORTIONAL_SHARE} {
+		t.Run(kind.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(7, uint64(kind)))
+			for trial := range 200 {
+				checkTrial(t, rng, kind, trial)
+			}
+		})
+	}
+}
+
+func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial int) {
+	tm := &config.Template{Name: "t", Glob: "r", Capacity: float64(10 + rng.IntN(500)), Algorithm: kind,
+		LeaseLength: 10 * time.Second, RefreshInterval: time.Second}
+	r := newResource("r", tm, 1)
+	var scratch alloc.Scratch
+	now := int64(1e18)
+	nclients := 1 + rng.IntN(12)
+	ids := make([]string, nclients)
+	wants := make([]float64, nclients)
+	prio := make([]int32, nclients)
+	for i := range ids {
+		ids[i] = string(rune('a' + i))
+		wants[i] = rng.Float64() * 100
+		prio[i] = int32(rng.IntN(2))
+	}
+	prevSum := 0.0
+	for round := range 120 {
+		now += int64(100 * time.Millisecond)
+		r.expire(now)
+		steady := round >= 80
+		if !steady && rng.IntN(10) == 0 {
+			// Capacity change through a new template version.
+			nt := *tm
+			nt.Capacity = float64(rng.IntN(500))
+			tm = &nt
+			r.tmpl = tm
+		}
+		for i, id := range ids {
+			if !steady && rng.IntN(20) == 0 {
+				wants[i] = rng.Float64() * 100
+			}
+			if !steady && rng.IntN(30) == 0 {
+				r.markReleased(id)
+				continue
+			}
+			// Some clients go silent for a while (their leases expire).
+			if !steady && i == 0 && round%40 > 25 {
+				continue
+			}
+			if steady || rng.IntN(5) == 0 {
+				r.upsert(id, wants[i], 1, prio[i], 0, now)
+			}
+		}
+		p := roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond, scratch: &scratch}
+		if len(r.batch) > 0 {
+			r.allocate(&p)
+		}
+		r.dropReleased()
+
+		sum := 0.0
+		for i, c := range r.clients {
+			if c.expiry <= now {
+				continue
+			}
+			if c.has < 0 || c.has > r.demands[i].Wants*(1+1e-12) || math.IsNaN(c.has) {
+				t.Fatalf("trial %d round %d: client %s has %v with wants %v", trial, round, c.id, c.has, r.demands[i].Wants)
+			}
+			sum += c.has
+		}
+		limit := max(tm.Capacity, prevSum)
+		if sum > limit*(1+1e-9)+1e-9 {
+			t.Fatalf("trial %d round %d: leases sum to %v, capacity %v (previous sum %v)", trial, round, sum, tm.Capacity, prevSum)
+		}
+		prevSum = sum
+	}
+	// Steady demand for 40 rounds (every client refreshes every round):
+	// everything that can be handed out is.
+	total := 0.0
+	for i := range r.clients {
+		total += r.demands[i].Wants
+	}
+	if want := math.Min(tm.Capacity, total); math.Abs(prevSum-want) > 1e-6*max(1, want) {
+		t.Fatalf("trial %d: steady state hands out %v, want %v", trial, prevSum, want)
+	}
+}
+
+// TestExpiryHeap checks that expiry removes exactly the expired clients
+// and that heap indices stay consistent through swap-deletes.
+func TestExpiryHeap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	tm := &config.Template{Name: "t", Glob: "r", Capacity: 100, Algorithm: allotpb.Algorithm_NO_ALGORITHM, LeaseLength: time.Second, RefreshInterval: time.Second}
+	r := newResource("r", tm, 1)
+	var scratch alloc.Scratch
+	now := int64(0)
+	for step := range 2000 {
+		now += int64(time.Duration(rng.IntN(300)) * time.Millisecond)
+		r.expire(now)
+		for _, c := range r.clients {
+			if c.expiry <= now {
+				t.Fatalf("step %d: expired client %s survived", step, c.id)
+			}
+		}
+		id := string(rune('a' + rng.IntN(50)))
+		r.upsert(id, 1, 1, 0, 0, now)
+		r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, scratch: &scratch})
+		for k, i := range r.heap {
+			if int(r.clients[i].heapIdx) != k {
+				t.Fatalf("step %d: heap index mismatch", step)
+			}
+			if k > 0 && r.clients[r.heap[(k-1)/2]].expiry > r.clients[i].expiry {
+				t.Fatalf("step %d: heap order broken", step)
+			}
+		}
+		for id, i := range r.index {
+			if r.clients[i].id != id {
+				t.Fatalf("step %d: index mismatch", step)
+			}
+		}
+	}
+}

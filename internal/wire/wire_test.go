@@ -1,0 +1,111 @@
+package wire
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/allot/allot/proto/allotpb"
+)
+
+func TestEncodingOf(t *testing.T) {
+	tests := []struct {
+		h    nats.Header
+		want Encoding
+	}{
+		{nil, JSON},
+		{nats.Header{}, JSON},
+		{nats.Header{"Content-Type": {"application/json"}}, JSON},
+		{nats.Header{"Content-Type": {"application/protobuf"}}, Protobuf},
+		{nats.Header{"Content-Type": {" Application/Protobuf "}}, Protobuf},
+		{nats.Header{"Content-Type": {"application/x-protobuf"}}, Protobuf},
+	}
+	for _, tt := range tests {
+		if got := EncodingOf(tt.h); got != tt.want {
+			t.Errorf("EncodingOf(%v) = %v, want %v", tt.h, got, tt.want)
+		}
+	}
+}
+
+func TestValidateGetCapacity(t *testing.T) {
+	ok := func() *allotpb.GetCapacityRequest {
+		return &allotpb.GetCapacityRequest{ClientId: "c", Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: 1}}}
+	}
+	tests := []struct {
+		name   string
+		mutate func(*allotpb.GetCapacityRequest)
+		want   string
+	}{
+		{"valid", func(*allotpb.GetCapacityRequest) {}, ""},
+		{"space in id", func(r *allotpb.GetCapacityRequest) { r.ClientId = "a b" }, "space"},
+		{"control char", func(r *allotpb.GetCapacityRequest) { r.Resource[0].ResourceId = "a\x01" }, "control"},
+		{"bad utf8", func(r *allotpb.GetCapacityRequest) { r.ClientId = "\xff" }, "UTF-8"},
+		{"priority", func(r *allotpb.GetCapacityRequest) { r.Resource[0].Priority = 5000 }, "priority"},
+		{"has NaN", func(r *allotpb.GetCapacityRequest) { r.Resource[0].Has = &allotpb.Lease{Capacity: math.NaN()} }, "NaN"},
+		{"nil resource entry", func(r *allotpb.GetCapacityRequest) { r.Resource[0] = nil }, "resource_id is empty"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := ok()
+			tt.mutate(r)
+			err := ValidateGetCapacity(r)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) || !errors.Is(err, ErrBadRequest) {
+				t.Fatalf("err = %v, want mention of %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// FuzzDecode feeds arbitrary bytes to every request decoder in both
+// encodings. Nothing may panic, and whatever validates must be sane.
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"client_id":"me","resource":[{"resource_id":"db","wants":10}]}`), false)
+	f.Add([]byte(`{"clientId":"me","resource":[{"resourceId":"db","wants":"NaN","has":{"capacity":1,"expiry_time":"2026-01-01T00:00:00Z"}}]}`), false)
+	f.Add([]byte(`{"client_id":"me","resource_id":["a","b"]}`), false)
+	f.Add([]byte(`{"server_id":"s","resource":[{"resource_id":"db","wants":[{"priority":1,"num_clients":3,"wants":5}]}]}`), false)
+	f.Add([]byte{0x0a, 0x02, 'm', 'e', 0x12, 0x05, 0x0a, 0x01, 'r', 0x21, 0, 0, 0, 0, 0, 0, 0xf0, 0x7f}, true)
+	f.Fuzz(func(t *testing.T, data []byte, binary bool) {
+		enc := JSON
+		if binary {
+			enc = Protobuf
+		}
+		var g allotpb.GetCapacityRequest
+		if Unmarshal(enc, data, &g) == nil && ValidateGetCapacity(&g) == nil {
+			for _, r := range g.GetResource() {
+				w := r.GetWants()
+				if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 || w > MaxWants || r.GetResourceId() == "" {
+					t.Fatalf("validated a bad request: %v", &g)
+				}
+			}
+			if len(g.GetResource()) > MaxResourcesPerReq {
+				t.Fatal("validated too many resources")
+			}
+			if _, err := Marshal(JSON, &g); err != nil {
+				t.Fatalf("validated request does not re-encode: %v", err)
+			}
+		}
+		var rel allotpb.ReleaseCapacityRequest
+		if Unmarshal(enc, data, &rel) == nil {
+			_ = ValidateRelease(&rel)
+		}
+		var s allotpb.GetServerCapacityRequest
+		if Unmarshal(enc, data, &s) == nil && ValidateGetServerCapacity(&s) == nil {
+			for _, r := range s.GetResource() {
+				for _, b := range r.GetWants() {
+					if b.GetNumClients() < 1 || math.IsNaN(b.GetWants()) {
+						t.Fatalf("validated a bad band: %v", b)
+					}
+				}
+			}
+		}
+	})
+}
