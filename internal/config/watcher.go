@@ -77,6 +77,7 @@ type Watcher struct {
 
 	cur     atomic.Pointer[Set]
 	updates chan struct{}
+	resync  chan struct{}
 
 	mu       sync.Mutex // guards the fields below
 	keys     map[string]*keyState
@@ -110,6 +111,7 @@ func NewWatcher(kv jetstream.KeyValue, fallback *Template, logger *slog.Logger) 
 		fallback: fallback,
 		log:      logger.With("bucket", kv.Bucket()),
 		updates:  make(chan struct{}, 1),
+		resync:   make(chan struct{}, 1),
 		keys:     make(map[string]*keyState),
 	}
 	w.cur.Store(NewSet(0, nil, fallback))
@@ -180,74 +182,108 @@ func (w *Watcher) Stop() {
 	<-done
 }
 
-// run consumes kw until ctx ends. If the KV watcher closes on its own
-// (its subscription was closed, e.g. the connection closed or the ordered
-// consumer could not be recreated), run watches again from scratch and
-// reconciles: keys absent from the new initial values were deleted.
+// Resync re-establishes the watch at once and reconciles with the
+// bucket's current contents. It does not block. Call it from the NATS
+// connection's reconnect handler: nats.go's ordered consumer behind the
+// KV watch recovers from a lost consumer by itself, but only once it
+// misses two 5s idle heartbeats, so updates can lag 10-20s after a
+// server restart without it.
+func (w *Watcher) Resync() {
+	select {
+	case w.resync <- struct{}{}:
+	default:
+	}
+}
+
+// run consumes KV watchers until ctx ends. When a KV watcher closes on its
+// own (its subscription was closed, e.g. the connection closed or the
+// ordered consumer could not be recreated) or Resync is called, run
+// watches again from scratch and reconciles: keys absent from the new
+// initial values were deleted meanwhile.
 func (w *Watcher) run(ctx context.Context, kw jetstream.KeyWatcher, ready chan struct{}) {
 	defer close(w.done)
 	var readyOnce sync.Once
 	markReady := func() { readyOnce.Do(func() { close(ready) }) }
-	backoff := 100 * time.Millisecond
+	const minBackoff = 100 * time.Millisecond
+	backoff := minBackoff
 	for {
-		seen := make(map[string]bool)
-		initial := true
-		changed := false
-	consume:
-		for {
-			select {
-			case <-ctx.Done():
-				_ = kw.Stop()
-				return
-			case e, ok := <-kw.Updates():
-				if !ok {
-					break consume
-				}
-				if e == nil {
-					if initial {
-						initial = false
-						if w.removeUnseen(seen) {
-							changed = true
-						}
-						if changed || w.Current().Generation == 0 {
-							w.publish("initial load")
-						}
-						markReady()
-						backoff = 100 * time.Millisecond
-					}
-					continue
-				}
-				if initial {
-					seen[e.Key()] = true
-				}
-				if w.apply(e) {
-					if initial {
-						changed = true // publish once at the end of the initial values
-					} else {
-						w.publish(e.Key())
-					}
-				}
-			}
+		requested := w.consume(ctx, kw, markReady)
+		_ = kw.Stop()
+		if ctx.Err() != nil {
+			return
 		}
-		// The KV watcher closed without Stop: watch again.
-		w.log.Warn("config watch closed; watching again", "retry_in", backoff)
+		if requested {
+			w.log.Info("config watch: resync requested; watching again")
+			backoff = 0
+		} else {
+			w.log.Warn("config watch closed; watching again", "retry_in", backoff)
+		}
 		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
+			if backoff > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(backoff):
+				}
 			}
-			backoff = min(backoff*2, 5*time.Second)
+			backoff = min(max(backoff*2, minBackoff), 5*time.Second)
 			var err error
 			kw, err = w.kv.Watch(ctx, WatchPattern)
 			if err == nil {
+				backoff = minBackoff
 				break
+			}
+			if ctx.Err() != nil {
+				return
 			}
 			w.log.Warn("config watch failed", "err", err, "retry_in", backoff)
 		}
 		w.mu.Lock()
 		w.resyncs++
 		w.mu.Unlock()
+	}
+}
+
+// consume applies kw's entries until ctx ends, kw closes (false) or a
+// resync is requested (true). The initial values are applied as one
+// change.
+func (w *Watcher) consume(ctx context.Context, kw jetstream.KeyWatcher, markReady func()) (resync bool) {
+	seen := make(map[string]bool)
+	initial, changed := true, false
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-w.resync:
+			return true
+		case e, ok := <-kw.Updates():
+			if !ok {
+				return false
+			}
+			if e == nil {
+				if initial {
+					initial = false
+					if w.removeUnseen(seen) {
+						changed = true
+					}
+					if changed || w.Current().Generation == 0 {
+						w.publish("initial values")
+					}
+					markReady()
+				}
+				continue
+			}
+			if initial {
+				seen[e.Key()] = true
+			}
+			if w.apply(e) {
+				if initial {
+					changed = true // publish once, after the initial values
+				} else {
+					w.publish(e.Key())
+				}
+			}
+		}
 	}
 }
 
