@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/embed"
+)
+
+// coordFlags are the flags shared by `allot up` and `allot coordinator`.
+type coordFlags struct {
+	node     string
+	serverID string
+	round    time.Duration
+	bucket   string
+	logLevel string
+}
+
+func (f *coordFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.node, "node", coordinator.DefaultNode, "tree node to serve; names the subjects allot.<node>.*")
+	fs.StringVar(&f.serverID, "server-id", "", "this replica's id (default host:pid)")
+	fs.DurationVar(&f.round, "round", coordinator.DefaultRoundInterval, "allocation round interval (0 answers each request at once; at most 50ms)")
+	fs.StringVar(&f.bucket, "state-bucket", coordinator.DefaultStateBucket, "KV bucket for coordinator state (lease horizons)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+func (f *coordFlags) options(log *slog.Logger) coordinator.Options {
+	round := f.round
+	if round == 0 {
+		round = coordinator.NoRoundInterval
+	}
+	return coordinator.Options{Node: f.node, ServerID: f.serverID, RoundInterval: round, StateBucket: f.bucket, Logger: log}
+}
+
+func (f *coordFlags) logger(env *cliEnv) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	return slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+// serve runs a coordinator on nc until ctx ends, then drains it.
+func serve(ctx context.Context, nc *nats.Conn, opts coordinator.Options) error {
+	c, err := coordinator.New(nc, opts)
+	if err != nil {
+		return err
+	}
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.Start(startCtx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	c.Stop()
+	return nil
+}
+
+func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
+	fs := newFlags(env, "coordinator", "--nats URL [flags]")
+	var cf coordFlags
+	cf.register(fs)
+	url := fs.String("nats", nats.DefaultURL, "NATS server URL(s), comma separated")
+	creds := fs.String("creds", "", "NATS credentials file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	log, err := cf.logger(env)
+	if err != nil {
+		return err
+	}
+	nc, err := connect(*url, *creds, "allot coordinator "+cf.node, log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	return serve(ctx, nc, cf.options(log))
+}
+
+func runUp(ctx context.Context, env *cliEnv, args []string) error {
+	fs := newFlags(env, "up", "[flags]")
+	var cf coordFlags
+	cf.register(fs)
+	host := fs.String("host", "127.0.0.1", "address the embedded NATS server listens on")
+	port := fs.Int("port", 4222, "NATS client port (0 picks a free one)")
+	dataDir := fs.String("data-dir", defaultDataDir(), "JetStream store directory (keeps configuration and lease horizons across restarts)")
+	natsLog := fs.Bool("nats-log", false, "show the embedded NATS server's own log")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	log, err := cf.logger(env)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	srv, err := embed.Start(embed.Options{Host: *host, Port: *port, StoreDir: *dataDir, Log: *natsLog})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	}()
+	log.Info("embedded NATS server ready", "url", srv.ClientURL(), "store", *dataDir)
+	nc, err := nats.Connect(srv.ClientURL(), nats.Name("allot up"))
+	if err != nil {
+		return fmt.Errorf("connect to embedded server: %w", err)
+	}
+	defer nc.Close()
+	fmt.Fprintf(env.stdout, "allot is up: NATS at %s, node %q\ntry: go run ./cmd/allot get --nats %s db --wants 10\n",
+		srv.ClientURL(), cf.node, srv.ClientURL())
+	return serve(ctx, nc, cf.options(log))
+}
+
+func defaultDataDir() string {
+	if dir, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(dir, "allot", "up")
+	}
+	return filepath.Join(os.TempDir(), "allot-up")
+}
+
+// connect dials NATS with reconnects forever and logs connection changes.
+func connect(url, creds, name string, log *slog.Logger) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrl()) }),
+	}
+	if creds != "" {
+		opts = append(opts, nats.UserCredentials(creds))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	return nc, nil
+}
+
+// errorFromReply turns a micro error reply into a Go error.
+func errorFromReply(m *nats.Msg) error {
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return fmt.Errorf("coordinator error %s: %s", code, m.Header.Get("Nats-Service-Error"))
+	}
+	return nil
+}
+
+func isNoResponders(err error) bool { return errors.Is(err, nats.ErrNoResponders) }
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
