@@ -1,0 +1,304 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// waitPending blocks until the clock has n pending timers.
+func waitPending(tb testing.TB, c *fakeClock, n int) time.Time {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		k, first := c.Pending()
+		if k == n {
+			return first
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %d pending timers, have %d", n, k)
+		}
+		runtime.Gosched()
+		time.Sleep(10 * time.Microsecond)
+	}
+}
+
+// TestAllowAccuracyUnderContention checks that Allow admits R per second
+// within 2% over 10 s of simulated time with 1 and 64 concurrent callers.
+// Every Now advances the fake clock, so each caller sees its own instant:
+// a limiter that read the clock outside its lock (golang/go#71360) would
+// over-admit here.
+func TestAllowAccuracyUnderContention(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		callers int
+		rate    float64
+		burst   int
+	}{
+		{"1 caller", 1, 1000, 10},
+		{"64 callers", 64, 1000, 10},
+		{"64 callers burst 1", 64, 250, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newFakeClock()
+			l := newRateLimiter(c, tc.burst)
+			l.setLimit(rate.Limit(tc.rate))
+			c.step = 20 * time.Microsecond
+			start := c.Peek()
+			end := start.Add(10 * time.Second)
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range tc.callers {
+				wg.Go(func() {
+					for c.Peek().Before(end) {
+						if l.Allow() {
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			want := tc.rate * 10
+			got := float64(admitted.Load())
+			if got > want+float64(tc.burst)+1 || got < want*0.98 {
+				t.Errorf("admitted %v in 10s at %v/s; want %v (±2%%, at most +burst %d)", got, tc.rate, want, tc.burst)
+			}
+			t.Logf("admitted %v, want %v", got, want)
+		})
+	}
+}
+
+// TestWaitAccuracy drives waiters with a fake clock: each step moves time
+// to the earliest timer once every caller is parked, so the result does not
+// depend on the machine's speed.
+func TestWaitAccuracy(t *testing.T) {
+	for _, callers := range []int{1, 64} {
+		t.Run(map[int]string{1: "1 caller", 64: "64 callers"}[callers], func(t *testing.T) {
+			const r = 200.0
+			c := newFakeClock()
+			l := newRateLimiter(c, 5)
+			l.setLimit(r)
+			start := c.Peek()
+			end := start.Add(10 * time.Second)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range callers {
+				wg.Go(func() {
+					for {
+						if err := l.Wait(ctx); err != nil {
+							return
+						}
+						if !c.Peek().After(end) {
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+			for {
+				next := waitPending(t, c, callers)
+				if next.After(end) {
+					break
+				}
+				c.Set(next)
+			}
+			cancel()
+			c.Set(end.Add(time.Hour)) // release the parked callers
+			wg.Wait()
+			want := r * 10
+			got := float64(admitted.Load())
+			if math.Abs(got-want) > want*0.02 {
+				t.Errorf("admitted %v in 10s at %v/s; want %v ±2%%", got, r, want)
+			}
+			t.Logf("admitted %v, want %v", got, want)
+		})
+	}
+}
+
+func TestZeroCapacityBlocksAndWakes(t *testing.T) {
+	l := newRateLimiter(nil, 0)
+	if l.Allow() {
+		t.Fatal("Allow at capacity 0 = true")
+	}
+	if r := l.Reserve(); r.OK() {
+		t.Fatal("Reserve at capacity 0 is OK")
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(context.Background()) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Wait at capacity 0 returned %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	l.setLimit(1000)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Wait = %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait did not wake when capacity was granted")
+	}
+
+	// A parked waiter returns when its context ends.
+	l.setLimit(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { done <- l.Wait(ctx) }()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Wait = %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait did not return when its context was cancelled")
+	}
+
+	// Closing wakes parked waiters with ErrClosed.
+	go func() { done <- l.Wait(context.Background()) }()
+	time.Sleep(20 * time.Millisecond)
+	l.close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("Wait = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait did not return on close")
+	}
+}
+
+// TestWaitReschedulesOnChange: a waiter that reserved at 1/s is moved to the
+// new schedule when capacity rises to 10/s, and parks while it is 0.
+func TestWaitReschedulesOnChange(t *testing.T) {
+	c := newFakeClock()
+	l := newRateLimiter(c, 1)
+	l.setLimit(1)
+	t0 := c.Peek()
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(context.Background()) }()
+	if at := waitPending(t, c, 1); at.Sub(t0) != time.Second {
+		t.Fatalf("first wait ends after %v, want 1s", at.Sub(t0))
+	}
+	c.Advance(500 * time.Millisecond) // half a token earned
+	l.setLimit(0)
+	waitPending(t, c, 0) // parked without a timer
+	c.Advance(time.Hour) // nothing is earned at capacity 0
+	select {
+	case err := <-done:
+		t.Fatalf("Wait returned %v at capacity 0", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	t1 := c.Peek()
+	l.setLimit(10) // the remaining half token takes 50ms
+	if at := waitPending(t, c, 1); at.Sub(t1) != 50*time.Millisecond {
+		t.Fatalf("rescheduled wait ends after %v, want 50ms", at.Sub(t1))
+	}
+	c.Advance(50 * time.Millisecond)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wait did not return")
+	}
+}
+
+func TestWaitNErrors(t *testing.T) {
+	l := newRateLimiter(nil, 2) // deadlines are real time
+
+	l.setLimit(1)
+	if err := l.WaitN(context.Background(), 3); !errors.Is(err, ErrExceedsBurst) {
+		t.Errorf("WaitN(3) with burst 2 = %v, want ErrExceedsBurst", err)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(100*time.Millisecond))
+	defer cancel()
+	if err := l.WaitN(ctx, 1); !errors.Is(err, ErrWouldExceedDeadline) {
+		t.Errorf("WaitN needing 1s with 100ms deadline = %v, want ErrWouldExceedDeadline", err)
+	}
+	if err := l.WaitN(context.Background(), 0); err != nil {
+		t.Errorf("WaitN(0) = %v", err)
+	}
+	cctx, ccancel := context.WithCancel(context.Background())
+	ccancel()
+	if err := l.Wait(cctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Wait with cancelled ctx = %v", err)
+	}
+}
+
+func TestReservation(t *testing.T) {
+	c := newFakeClock()
+	l := newRateLimiter(c, 4)
+	l.setLimit(2)
+	c.Advance(2 * time.Second) // bucket full: 4 tokens
+	r := l.ReserveN(4)
+	if !r.OK() || r.Delay() != 0 {
+		t.Fatalf("ReserveN(4) from a full bucket: ok=%v delay=%v", r.OK(), r.Delay())
+	}
+	r = l.ReserveN(2)
+	if !r.OK() || r.Delay() != time.Second {
+		t.Fatalf("ReserveN(2) from an empty bucket: ok=%v delay=%v, want 1s", r.OK(), r.Delay())
+	}
+	r.Cancel()
+	if tok := l.Tokens(); math.Abs(tok) > 1e-9 {
+		t.Fatalf("tokens after cancel = %v, want 0", tok)
+	}
+	if r := l.ReserveN(5); r.OK() || r.Delay() != InfDuration {
+		t.Fatalf("ReserveN beyond burst: ok=%v delay=%v", r.OK(), r.Delay())
+	}
+}
+
+func TestUnlimitedAndBurst(t *testing.T) {
+	l := newRateLimiter(nil, 0)
+	l.setLimit(rate.Inf)
+	for range 1000 {
+		if !l.Allow() {
+			t.Fatal("Allow at rate.Inf = false")
+		}
+	}
+	if err := l.WaitN(context.Background(), 1<<20); err != nil {
+		t.Fatalf("WaitN at rate.Inf = %v", err)
+	}
+	for _, tc := range []struct {
+		limit rate.Limit
+		burst int
+	}{{0, 1}, {0.5, 1}, {10, 1}, {11, 2}, {1000, 100}, {1e15, maxBurst}} {
+		l.setLimit(tc.limit)
+		if b := l.Burst(); b != tc.burst {
+			t.Errorf("auto burst at %v = %d, want %d", tc.limit, b, tc.burst)
+		}
+	}
+	l.setLimit(rate.Limit(math.NaN()))
+	if got := l.Limit(); got != 0 {
+		t.Errorf("limit after NaN = %v, want 0", got)
+	}
+}
+
+// TestCancelledWaitGivesBack: a waiter whose context ends before its turn
+// returns its tokens.
+func TestCancelledWaitGivesBack(t *testing.T) {
+	c := newFakeClock()
+	l := newRateLimiter(c, 1)
+	l.setLimit(1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(ctx) }()
+	waitPending(t, c, 1)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait = %v", err)
+	}
+	if tok := l.Tokens(); math.Abs(tok) > 1e-9 {
+		t.Fatalf("tokens = %v after cancelled wait, want 0", tok)
+	}
+}
