@@ -2,9 +2,9 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"strconv"

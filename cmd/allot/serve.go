@@ -12,18 +12,22 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/embed"
 )
 
 // coordFlags are the flags shared by `allot up` and `allot coordinator`.
 type coordFlags struct {
-	node     string
-	serverID string
-	round    time.Duration
-	bucket   string
-	logLevel string
+	node         string
+	serverID     string
+	round        time.Duration
+	bucket       string
+	configBucket string
+	unmatched    config.UnmatchedPolicy
+	logLevel     string
 }
 
 func (f *coordFlags) register(fs *flag.FlagSet) {
@@ -31,6 +35,9 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.serverID, "server-id", "", "this replica's id (default host:pid)")
 	fs.DurationVar(&f.round, "round", coordinator.DefaultRoundInterval, "allocation round interval (0 answers each request at once; at most 50ms)")
 	fs.StringVar(&f.bucket, "state-bucket", coordinator.DefaultStateBucket, "KV bucket for coordinator state (lease horizons)")
+	fs.StringVar(&f.configBucket, "config-bucket", config.DefaultBucket, "KV bucket holding resource templates")
+	f.unmatched = config.UnmatchedDefault
+	fs.Var(&f.unmatched, "unmatched", "what to do with resources no template matches: 'default' (serve with the built-in default template) or 'reject' (answer 404)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 }
 
@@ -50,8 +57,54 @@ func (f *coordFlags) logger(env *cliEnv) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: lvl})), nil
 }
 
-// serve runs a coordinator on nc until ctx ends, then drains it.
-func serve(ctx context.Context, nc *nats.Conn, opts coordinator.Options) error {
+// watchedTemplates adapts the configuration watcher to the coordinator's
+// TemplateSource and StatusSource.
+type watchedTemplates struct{ *config.Watcher }
+
+func (w watchedTemplates) Status() any { return w.Watcher.Status() }
+
+// startTemplates opens (creating if needed) the configuration bucket and
+// starts watching it; the watch resyncs on every NATS reconnect.
+func startTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger) (*config.Watcher, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	kv, err := config.OpenBucket(ctx, js, cf.configBucket, true)
+	if err != nil {
+		return nil, err
+	}
+	w := config.NewWatcher(kv, cf.unmatched.Fallback(), log)
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	prev := nc.Opts.ReconnectedCB
+	nc.SetReconnectHandler(func(c *nats.Conn) {
+		if prev != nil {
+			prev(c)
+		}
+		w.Resync()
+	})
+	return w, nil
+}
+
+// serve runs a coordinator on nc, with templates from the configuration
+// bucket, until ctx ends; then it drains it.
+func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger) error {
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	w, err := startTemplates(startCtx, nc, cf, log)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	opts := cf.options(log)
+	opts.Templates = watchedTemplates{w}
+	return runUntilDone(ctx, nc, opts)
+}
+
+// runUntilDone starts a coordinator and stops it when ctx ends.
+func runUntilDone(ctx context.Context, nc *nats.Conn, opts coordinator.Options) error {
 	c, err := coordinator.New(nc, opts)
 	if err != nil {
 		return err
@@ -87,7 +140,7 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	return serve(ctx, nc, cf.options(log))
+	return serve(ctx, nc, &cf, log)
 }
 
 func runUp(ctx context.Context, env *cliEnv, args []string) error {
@@ -127,7 +180,7 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	defer nc.Close()
 	fmt.Fprintf(env.stdout, "allot is up: NATS at %s, node %q\ntry: go run ./cmd/allot get --nats %s db --wants 10\n",
 		srv.ClientURL(), cf.node, srv.ClientURL())
-	return serve(ctx, nc, cf.options(log))
+	return serve(ctx, nc, &cf, log)
 }
 
 func defaultDataDir() string {
