@@ -111,6 +111,9 @@ func GatherStatus(ctx context.Context, nc *nats.Conn, service string, wait time.
 			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 				break // waited long enough
 			}
+			if errors.Is(err, nats.ErrNoResponders) {
+				break // nobody serves the subject
+			}
 			return out, fmt.Errorf("gather stats replies: %w", err)
 		}
 		if len(msg.Data) == 0 && msg.Header.Get("Status") == "503" {
@@ -152,7 +155,7 @@ func FormatStatus(w io.Writer, sts []CoordinatorStatus) error {
 		if cs.ServerID != "" {
 			fmt.Fprintf(&b, " server %s", cs.ServerID)
 		}
-		if cs.ID != "" {
+		if cs.ID != "" && cs.Node != "" {
 			fmt.Fprintf(&b, " instance %s", cs.ID)
 		}
 		if cs.Version != "" {
