@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/deploy/templates"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/embed"
 )
@@ -178,9 +179,35 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 		return fmt.Errorf("connect to embedded server: %w", err)
 	}
 	defer nc.Close()
+	if err := seedTemplates(ctx, nc, cf.configBucket, log); err != nil {
+		return err
+	}
 	fmt.Fprintf(env.stdout, "allot is up: NATS at %s, node %q\ntry: go run ./cmd/allot get --nats %s db --wants 10\n",
 		srv.ClientURL(), cf.node, srv.ClientURL())
 	return serve(ctx, nc, &cf, log)
+}
+
+// seedTemplates stores the example templates of deploy/templates in the
+// configuration bucket, leaving keys that exist or existed alone.
+func seedTemplates(ctx context.Context, nc *nats.Conn, bucket string, log *slog.Logger) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	kv, err := config.OpenBucket(ctx, js, bucket, true)
+	if err != nil {
+		return err
+	}
+	names, err := config.SeedTemplates(ctx, kv, templates.FS())
+	if err != nil {
+		return fmt.Errorf("seed example templates: %w", err)
+	}
+	if len(names) > 0 {
+		log.Info("seeded example templates", "bucket", bucket, "templates", names)
+	}
+	return nil
 }
 
 func defaultDataDir() string {
