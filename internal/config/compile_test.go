@@ -294,3 +294,34 @@ func TestUnmatchedPolicy(t *testing.T) {
 		t.Errorf("default-like template: %v", err)
 	}
 }
+
+func TestProtoRoundTrip(t *testing.T) {
+	for _, edit := range []func(*allotpb.ResourceTemplate){
+		nil,
+		func(p *allotpb.ResourceTemplate) { p.Algorithm = nil },
+		func(p *allotpb.ResourceTemplate) {
+			p.SafeCapacity = ptr(3.0)
+			p.Description = "d"
+			p.Algorithm.LearningModeDuration = durationpb.New(0)
+		},
+	} {
+		a, _, err := Compile("t", 1, tmpl(edit))
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, err := MarshalTemplateJSON(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, notes, err := ParseAndCompile("t", 1, doc)
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("round trip changed the template:\n%+v\n%+v\n%s", a, b, doc)
+		}
+		if a.Algorithm != allotpb.Algorithm_NO_ALGORITHM && len(notes) != 0 {
+			t.Errorf("normalized form still normalizes: %q", notes)
+		}
+	}
+}
