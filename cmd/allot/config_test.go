@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/natstest"
+)
+
+// runCLI runs `allot args...` and returns its exit code and output.
+func runCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	env := &cliEnv{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb, log: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	code = run(ctx, env, args)
+	return code, out.String(), errb.String()
+}
+
+const cliMySQL = `{"identifier_glob":"mysql/main","capacity":500,"algorithm":{"kind":"FAIR_SHARE","lease_length":"60s","refresh_interval":"5s"}}`
+
+func TestConfigCLI(t *testing.T) {
+	s := natstest.Server(t)
+	url := s.ClientURL()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "mysql-any.yaml")
+	if err := os.WriteFile(file, []byte("identifier_glob: \"mysql/*\"\ncapacity: 50\nalgorithm:\n  kind: PROPORTIONAL_SHARE\n  learning_mode_duration: 5m\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	mustRun := func(stdin string, args ...string) string {
+		t.Helper()
+		code, out, errs := runCLI(t, stdin, args...)
+		if code != 0 {
+			t.Fatalf("allot %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errs)
+		}
+		return out + errs
+	}
+	mustFail := func(want string, stdin string, args ...string) {
+		t.Helper()
+		code, out, errs := runCLI(t, stdin, args...)
+		if code == 0 || !strings.Contains(out+errs, want) {
+			t.Fatalf("allot %s: exit %d, want failure mentioning %q\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out, errs)
+		}
+	}
+
+	// Offline validation.
+	out := mustRun("", "config", "validate", file)
+	if !strings.Contains(out, `"learning_mode_duration": "60s"`) || !strings.Contains(out, "note: algorithm.learning_mode_duration") {
+		t.Errorf("validate output:\n%s", out)
+	}
+	mustFail("capacity: -1 is negative", `{"identifier_glob":"x","capacity":-1}`, "config", "validate", "-")
+
+	// Before anything is stored, read commands explain the missing bucket.
+	mustFail("no template was ever stored", "", "config", "list", "--nats", url)
+
+	mustRun(cliMySQL, "config", "put", "mysql-main", "-", "--nats", url)
+	mustRun("", "config", "put", "--nats", url, "mysql-any", file)
+	mustFail("refusing invalid template", `{"identifier_glob":"x","capacity":"lots"}`, "config", "put", "bad", "-", "--nats", url)
+	mustFail("name", cliMySQL, "config", "put", "bad.name", "-", "--nats", url)
+	mustFail("key exists", cliMySQL, "config", "put", "--create-only", "mysql-main", "-", "--nats", url)
+
+	if out := mustRun("", "config", "get", "mysql-main", "--nats", url); !strings.Contains(out, cliMySQL) {
+		t.Errorf("get:\n%s", out)
+	}
+	if out := mustRun("", "config", "get", "--normalized", "mysql-main", "--nats", url); !strings.Contains(out, `"learning_mode_duration": "60s"`) {
+		t.Errorf("get --normalized:\n%s", out)
+	}
+	out = mustRun("", "config", "list", "--nats", url)
+	if !strings.Contains(out, "mysql-main") || !strings.Contains(out, "mysql/*") {
+		t.Errorf("list:\n%s", out)
+	}
+
+	out = mustRun("", "config", "explain", "mysql/main", "--nats", url)
+	if !strings.Contains(out, `gets template mysql-main`) || strings.Index(out, "mysql-main") > strings.Index(out, "mysql-any") || !strings.Contains(out, "builtin:default") {
+		t.Errorf("explain:\n%s", out)
+	}
+	out = mustRun("", "config", "explain", "--unmatched", "reject", "redis/x", "--nats", url)
+	if !strings.Contains(out, "rejected") {
+		t.Errorf("explain reject:\n%s", out)
+	}
+
+	mustRun(strings.Replace(cliMySQL, "500", "600", 1), "config", "put", "mysql-main", "-", "--nats", url)
+	mustRun("", "config", "delete", "mysql-main", "--nats", url)
+	mustFail("not found", "", "config", "get", "mysql-main", "--nats", url)
+	out = mustRun("", "config", "history", "mysql-main", "--nats", url)
+	if strings.Count(out, "revision ") != 3 || !strings.Contains(out, "delete") || !strings.Contains(out, "600") {
+		t.Errorf("history:\n%s", out)
+	}
+	out = mustRun("", "config", "explain", "mysql/main", "--nats", url)
+	if !strings.Contains(out, "gets template mysql-any") {
+		t.Errorf("explain after delete:\n%s", out)
+	}
+
+	mustFail("unknown subcommand", "", "config", "frobnicate")
+	mustFail("want 2 argument", "", "config", "put", "x")
+}
+
+func TestConfigStatusCLI(t *testing.T) {
+	s := natstest.Server(t)
+	url := s.ClientURL()
+	code, out, _ := runCLI(t, "", "config", "status", "--nats", url, "--wait", "200ms")
+	if code != 0 || !strings.Contains(out, "no coordinators answered") {
+		t.Errorf("status without coordinators: %d %s", code, out)
+	}
+	st := config.Status{Bucket: config.DefaultBucket, Generation: 3, Unmatched: config.UnmatchedDefault, Fallback: "builtin:default",
+		Keys: []config.KeyStatus{{Key: "templates.mysql-main", Name: "mysql-main", Revision: 4, Glob: "mysql/main",
+			Rejected: []config.Rejection{{Revision: 5, Error: "capacity: -5 is negative", Time: time.Now()}}}}}
+	svc, err := micro.AddService(natstest.Conn(t, s), micro.Config{
+		Name: config.ServiceName, Version: "0.1.0",
+		StatsHandler: func(*micro.Endpoint) any {
+			return map[string]any{"node": "root", "server_id": "host:1", "config": st}
+		},
+		Endpoint: &micro.EndpointConfig{Subject: "allot.test", Handler: micro.HandlerFunc(func(r micro.Request) { _ = r.Respond(nil) })},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	code, out, errs := runCLI(t, "", "config", "status", "--nats", url, "--wait", "500ms")
+	if code != 0 || !strings.Contains(out, "coordinator root server host:1") || !strings.Contains(out, "rejected templates.mysql-main revision 5") {
+		t.Errorf("status: %d\n%s\n%s", code, out, errs)
+	}
+	code, out, _ = runCLI(t, "", "config", "status", "--json", "--nats", url, "--wait", "500ms")
+	if code != 0 || !strings.Contains(out, `"node": "root"`) {
+		t.Errorf("status --json: %d\n%s", code, out)
+	}
+}
