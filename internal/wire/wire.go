@@ -188,27 +188,49 @@ func ValidateGetCapacity(r *allotpb.GetCapacityRequest) error {
 	if err := checkCount(len(r.GetResource())); err != nil {
 		return err
 	}
-	seen := make(map[string]struct{}, len(r.GetResource()))
 	for i, res := range r.GetResource() {
-		where := fmt.Sprintf("resource[%d]", i)
-		if err := ValidateID(where+".resource_id", res.GetResourceId()); err != nil {
-			return err
+		// Field names are formatted only on the error path: this runs for
+		// every request.
+		if err := ValidateID("resource_id", res.GetResourceId()); err != nil {
+			return fmt.Errorf("resource[%d]: %w", i, err)
 		}
-		if _, dup := seen[res.GetResourceId()]; dup {
-			return badf("%s: resource_id %q appears twice", where, res.GetResourceId())
+		if err := ValidateAmount("wants", res.GetWants()); err != nil {
+			return fmt.Errorf("resource[%d]: %w", i, err)
 		}
-		seen[res.GetResourceId()] = struct{}{}
-		if err := ValidateAmount(where+".wants", res.GetWants()); err != nil {
-			return err
+		if err := validatePriority("priority", res.GetPriority()); err != nil {
+			return fmt.Errorf("resource[%d]: %w", i, err)
 		}
-		if err := validatePriority(where, res.GetPriority()); err != nil {
-			return err
-		}
-		if err := validateLease(where, res.GetHas()); err != nil {
-			return err
+		if err := validateLease("lease", res.GetHas()); err != nil {
+			return fmt.Errorf("resource[%d]: %w", i, err)
 		}
 	}
+	if i, j := duplicate(r.GetResource()); i >= 0 {
+		return badf("resource[%d]: resource_id %q appears twice (also resource[%d])", j, r.GetResource()[i].GetResourceId(), i)
+	}
 	return nil
+}
+
+// duplicate finds two requests for the same resource. Small requests (the
+// common case) are compared pairwise without allocating.
+func duplicate(res []*allotpb.ResourceRequest) (int, int) {
+	if len(res) <= 16 {
+		for j := range res {
+			for i := range j {
+				if res[i].GetResourceId() == res[j].GetResourceId() {
+					return i, j
+				}
+			}
+		}
+		return -1, -1
+	}
+	seen := make(map[string]int, len(res))
+	for j, x := range res {
+		if i, dup := seen[x.GetResourceId()]; dup {
+			return i, j
+		}
+		seen[x.GetResourceId()] = j
+	}
+	return -1, -1
 }
 
 // ValidateRelease checks a ReleaseCapacityRequest.

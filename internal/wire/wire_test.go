@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -108,4 +109,20 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestDuplicateResources(t *testing.T) {
+	for _, n := range []int{2, 16, 17, 500} {
+		r := &allotpb.GetCapacityRequest{ClientId: "c"}
+		for i := range n {
+			r.Resource = append(r.Resource, &allotpb.ResourceRequest{ResourceId: "r" + strconv.Itoa(i)})
+		}
+		if err := ValidateGetCapacity(r); err != nil {
+			t.Fatalf("n=%d distinct: %v", n, err)
+		}
+		r.Resource[n-1].ResourceId = r.Resource[n/2-1].ResourceId
+		if err := ValidateGetCapacity(r); err == nil || !strings.Contains(err.Error(), "appears twice") {
+			t.Fatalf("n=%d duplicate: %v", n, err)
+		}
+	}
 }
