@@ -418,7 +418,7 @@ func TestWatcherSurvivesServerRestart(t *testing.T) {
 	t.Fatal("watcher without Resync never recovered after the server restart")
 }
 
-// TestWatcherResyncAfterConnectionClose closes the watcher's connection
+// TestWatcherStopWhileRetrying closes the watcher's connection
 // outright (the KV watcher's channel closes); the watcher is then stuck
 // retrying, and Stop must still return promptly.
 func TestWatcherStopWhileRetrying(t *testing.T) {
