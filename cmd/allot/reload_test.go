@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// TestHotReload drives the operator's path: a separate connection puts a
+// template into the bucket (as `nats kv put` would), the running
+// coordinator's grants follow; a broken put changes nothing and shows up
+// in `allot config status`.
+func TestHotReload(t *testing.T) {
+	s := natstest.Server(t)
+	coordConn := natstest.Conn(t, s)
+	operator := natstest.Conn(t, s)
+	client := natstest.Conn(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	cf := coordFlags{node: "root", round: 5 * time.Millisecond, bucket: "allot_state", configBucket: config.DefaultBucket, unmatched: config.UnmatchedReject, logLevel: "warn"}
+	serveCtx, stopServe := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- serve(serveCtx, coordConn, &cf, slog.New(slog.DiscardHandler)) }()
+	defer func() {
+		stopServe()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+
+	js, _ := jetstream.New(operator)
+	var kv jetstream.KeyValue
+	var err error
+	for kv == nil {
+		if kv, err = js.KeyValue(ctx, config.DefaultBucket); err != nil {
+			if ctx.Err() != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	get := func() (float64, string) {
+		req, _ := proto.Marshal(&allotpb.GetCapacityRequest{ClientId: "c1", Resource: []*allotpb.ResourceRequest{{ResourceId: "mysql/main", Wants: 1000}}})
+		msg := nats.NewMsg("allot.root.capacity.get")
+		msg.Data = req
+		msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
+		m, err := client.RequestMsg(msg, 5*time.Second)
+		if err != nil {
+			return -1, err.Error()
+		}
+		if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+			return -1, code + " " + m.Header.Get("Nats-Service-Error")
+		}
+		var resp allotpb.GetCapacityResponse
+		if err := proto.Unmarshal(m.Data, &resp); err != nil {
+			return -1, err.Error()
+		}
+		return resp.GetResponse()[0].GetGets().GetCapacity(), ""
+	}
+	waitFor := func(want float64) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for time.Since(start) < 20*time.Second {
+			if got, _ := get(); got == want {
+				return time.Since(start)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		got, e := get()
+		t.Fatalf("capacity stayed %v (%s), want %v", got, e, want)
+		return 0
+	}
+
+	// Waiting for the coordinator: with --unmatched=reject, no template
+	// means 404 (or no responders before it starts).
+	for {
+		_, e := get()
+		if strings.HasPrefix(e, "404") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("coordinator never answered: %s", e)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	put := func(v string) {
+		t.Helper()
+		if _, err := kv.Put(ctx, "templates.mysql-main", []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(`{"identifier_glob":"mysql/main","capacity":500,"algorithm":{"kind":"FAIR_SHARE","lease_length":"60s","refresh_interval":"5s"}}`)
+	t.Logf("put → first grant reflecting it: %v", waitFor(500))
+	put(`{"identifier_glob":"mysql/main","capacity":200,"algorithm":{"kind":"FAIR_SHARE","lease_length":"60s","refresh_interval":"5s"}}`)
+	t.Logf("capacity cut → first grant reflecting it: %v", waitFor(200))
+
+	// A broken put (YAML syntax error, then NaN capacity) changes nothing.
+	put("identifier_glob: mysql/main\ncapacity: [")
+	put(`{"identifier_glob":"mysql/main","capacity":"NaN"}`)
+	time.Sleep(200 * time.Millisecond)
+	if got, e := get(); got != 200 {
+		t.Fatalf("after broken puts capacity is %v (%s), want 200", got, e)
+	}
+	var out syncBuffer
+	if code := run(ctx, testEnv(&out), []string{"config", "status", "--nats", s.ClientURL()}); code != 0 {
+		t.Fatalf("config status exited %d: %s", code, out.String())
+	}
+	if st := out.String(); !strings.Contains(st, "mysql-main") || !strings.Contains(strings.ToLower(st), "nan") {
+		t.Fatalf("config status does not show the rejected version:\n%s", st)
+	}
+	t.Logf("allot config status:\n%s", out.String())
+
+	// Deleting the template: with --unmatched=reject the resource is refused.
+	if err := kv.Delete(ctx, "templates.mysql-main"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, e := get(); strings.HasPrefix(e, "404") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("delete never applied")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
