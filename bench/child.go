@@ -1,0 +1,265 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// ChildFunc returns a command that runs ServeChild(ctx, role, args) in a
+// new process, e.g. `allot bench child <role> <args>`.
+type ChildFunc func(ctx context.Context, role string, args []string) *exec.Cmd
+
+// Helper roles for ServeChild.
+const (
+	RoleCoordinator = "coordinator"
+	RoleEcho        = "echo"
+)
+
+// ServeChild runs a helper role until ctx ends:
+//
+//   - "coordinator" serves allot on --nats with one template for every
+//     resource (FAIR_SHARE, --capacity, --lease, --refresh) and the round
+//     interval --round (0 answers at once);
+//   - "echo" is a bare NATS responder on --subject that answers every
+//     request with its own payload and content type: the baseline that the
+//     coordinator's throughput is compared with.
+//
+// It prints "ready" on stdout once serving.
+func ServeChild(ctx context.Context, role string, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("allot bench child "+role, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("nats", nats.DefaultURL, "NATS server URL")
+	subject := fs.String("subject", "bench.echo", "echo: subject to answer on")
+	round := fs.Duration("round", 0, "coordinator: round interval (0 answers at once)")
+	capacity := fs.Float64("capacity", 1e6, "coordinator: capacity of every resource")
+	lease := fs.Duration("lease", time.Minute, "coordinator: lease length")
+	refresh := fs.Duration("refresh", 5*time.Second, "coordinator: refresh interval")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	nc, err := nats.Connect(*url, nats.Name("allot bench "+role))
+	if err != nil {
+		return fmt.Errorf("bench child: connect to %s: %w", *url, err)
+	}
+	defer nc.Close()
+	switch role {
+	case RoleEcho:
+		sub, err := serveEcho(nc, *subject)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		fmt.Fprintln(stdout, "ready")
+		<-ctx.Done()
+		return nil
+	case RoleCoordinator:
+		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		c, err := startCoordinator(ctx, nc, coordOptions{round: *round, tmpl: benchTemplate(*capacity, *lease, *refresh)}, log)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "ready")
+		<-ctx.Done()
+		c.Stop()
+		return nil
+	}
+	return fmt.Errorf("bench child: unknown role %q (want %s or %s)", role, RoleCoordinator, RoleEcho)
+}
+
+// serveEcho answers requests on subject with their own payload.
+func serveEcho(nc *nats.Conn, subject string) (*nats.Subscription, error) {
+	hdr := nats.Header{wire.HeaderContentType: []string{wire.ContentProtobuf}}
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		if m.Reply == "" {
+			return
+		}
+		_ = nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: hdr, Data: m.Data})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: echo subscribe: %w", err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	return sub, nil
+}
+
+// benchTemplate is the FAIR_SHARE template the benchmarks serve.
+func benchTemplate(capacity float64, lease, refresh time.Duration) *config.Template {
+	return &config.Template{
+		Name:            "bench",
+		Glob:            "*",
+		Capacity:        capacity,
+		Algorithm:       allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength:     lease,
+		RefreshInterval: refresh,
+		// A fresh deployment has no lease horizon and skips learning mode
+		// anyway; a restarted one learns for one lease length.
+		LearningModeDuration: lease,
+	}
+}
+
+type coordOptions struct {
+	node   string
+	round  time.Duration // 0: answer at once
+	tmpl   *config.Template
+	tmpls  coordinator.TemplateSource
+	bucket string
+	id     string
+}
+
+// startCoordinator starts a coordinator with o's template on nc.
+func startCoordinator(ctx context.Context, nc *nats.Conn, o coordOptions, log *slog.Logger) (*coordinator.Coordinator, error) {
+	round := o.round
+	if round == 0 {
+		round = coordinator.NoRoundInterval
+	}
+	src := o.tmpls
+	if src == nil {
+		src = coordinator.StaticTemplates(config.NewSet(1, nil, o.tmpl))
+	}
+	c, err := coordinator.New(nc, coordinator.Options{
+		Node: o.node, ServerID: o.id, RoundInterval: round, Templates: src, StateBucket: o.bucket, Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: coordinator: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.Start(sctx); err != nil {
+		return nil, fmt.Errorf("bench: start coordinator: %w", err)
+	}
+	return c, nil
+}
+
+// helper is a running helper role, in a child process or in this one.
+type helper struct {
+	role   string
+	pid    string // for /proc: a number, or "self" in process
+	stop   func() error
+	output *syncBuffer
+}
+
+// startHelper starts role with args against the NATS server at url and
+// waits for it to report ready.
+func (e *Env) startHelper(ctx context.Context, role, url string, args []string) (*helper, error) {
+	args = append([]string{"--nats", url}, args...)
+	out := &syncBuffer{}
+	if e.Child == nil {
+		hctx, cancel := context.WithCancel(ctx)
+		ready := make(chan struct{})
+		done := make(chan error, 1)
+		go func() { done <- ServeChild(hctx, role, args, readyWriter{ready}, out) }()
+		select {
+		case <-ready:
+		case err := <-done:
+			cancel()
+			return nil, fmt.Errorf("bench: %s helper: %w: %s", role, err, out.String())
+		}
+		return &helper{role: role, pid: "self", output: out, stop: func() error {
+			cancel()
+			return <-done
+		}}, nil
+	}
+	cmd := e.Child(ctx, role, args)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("bench: %s helper: %w", role, err)
+	}
+	cmd.Stderr = out
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench: start %s helper: %w", role, err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		var buf [64]byte
+		var seen []byte
+		for {
+			n, err := stdout.Read(buf[:])
+			seen = append(seen, buf[:n]...)
+			if bytes.Contains(seen, []byte("ready")) {
+				close(ready)
+				_, _ = io.Copy(io.Discard, stdout)
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	waitErr := make(chan error, 1)
+	var once sync.Once
+	wait := func() error {
+		once.Do(func() { waitErr <- cmd.Wait() })
+		return <-waitErr
+	}
+	select {
+	case <-ready:
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		_ = wait()
+		return nil, fmt.Errorf("bench: %s helper not ready after 60s: %s", role, out.String())
+	}
+	h := &helper{role: role, pid: strconv.Itoa(cmd.Process.Pid), output: out}
+	h.stop = func() error {
+		_ = cmd.Process.Signal(os.Interrupt)
+		t := time.AfterFunc(10*time.Second, func() { _ = cmd.Process.Kill() })
+		defer t.Stop()
+		err := wait()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && !ee.Exited() {
+			return nil // ended by our signal
+		}
+		return err
+	}
+	return h, nil
+}
+
+type readyWriter struct{ ready chan struct{} }
+
+func (w readyWriter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("ready")) {
+		select {
+		case <-w.ready:
+		default:
+			close(w.ready)
+		}
+	}
+	return len(p), nil
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.b.Len() > 1<<20 {
+		return len(p), nil // keep the first MiB
+	}
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

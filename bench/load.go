@@ -1,0 +1,504 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// LoadOptions configure the load benchmark. Zero fields take the defaults
+// of DefaultLoadOptions.
+type LoadOptions struct {
+	// Duration is the measured time per target, split over Phases.
+	Duration time.Duration `json:"duration_ns"`
+	// Warmup runs before each measured phase and is not recorded.
+	Warmup time.Duration `json:"warmup_ns"`
+	// Phases alternates baseline and coordinator this many times so slow
+	// drifts of a shared machine hit both alike.
+	Phases int `json:"phases"`
+	// Conns is the number of NATS connections the simulated clients share.
+	Conns int `json:"conns"`
+	// Clients is the number of simulated clients (distinct client ids).
+	Clients int `json:"clients"`
+	// Pipeline is the number of requests each client keeps in flight.
+	Pipeline int `json:"pipeline"`
+	// Resources is the number of distinct resources (M).
+	Resources int `json:"resources"`
+	// PerRequest is the number of resources named in one request.
+	PerRequest int `json:"per_request"`
+	// Round is the coordinator's round interval; 0 answers at once.
+	Round time.Duration `json:"round_ns"`
+}
+
+// DefaultLoadOptions are the options of a full run; short runs shorten
+// Duration and Warmup.
+func DefaultLoadOptions(short bool) LoadOptions {
+	o := LoadOptions{
+		Duration: 20 * time.Second, Warmup: 2 * time.Second, Phases: 2,
+		Conns: 4, Clients: 256, Pipeline: 2, Resources: 8, PerRequest: 1,
+	}
+	if short {
+		o.Duration, o.Warmup = 10*time.Second, time.Second
+	}
+	return o
+}
+
+func (o *LoadOptions) fill(short bool) {
+	d := DefaultLoadOptions(short)
+	if o.Duration <= 0 {
+		o.Duration = d.Duration
+	}
+	if o.Warmup <= 0 {
+		o.Warmup = d.Warmup
+	}
+	if o.Phases <= 0 {
+		o.Phases = d.Phases
+	}
+	if o.Conns <= 0 {
+		o.Conns = d.Conns
+	}
+	if o.Clients <= 0 {
+		o.Clients = d.Clients
+	}
+	if o.Pipeline <= 0 {
+		o.Pipeline = d.Pipeline
+	}
+	if o.Resources <= 0 {
+		o.Resources = d.Resources
+	}
+	if o.PerRequest <= 0 {
+		o.PerRequest = d.PerRequest
+	}
+	o.PerRequest = min(o.PerRequest, o.Resources)
+}
+
+// LoadTarget is what one responder achieved.
+type LoadTarget struct {
+	Name     string  `json:"name"`
+	Requests int64   `json:"requests"`
+	Errors   int64   `json:"errors"`
+	Seconds  float64 `json:"seconds"`
+	RPS      float64 `json:"rps"`
+	P50us    float64 `json:"p50_us"`
+	P99us    float64 `json:"p99_us"`
+	P999us   float64 `json:"p999_us"`
+	MaxUs    float64 `json:"max_us"`
+	// CPUSeconds is the responder's CPU time (user+system) while measured;
+	// CPUPerReqUs divides it by the requests answered.
+	CPUSeconds  float64 `json:"cpu_seconds"`
+	CPUPerReqUs float64 `json:"cpu_per_request_us"`
+	// RSSMiB is the responder's resident set at the end, PeakRSSMiB its
+	// high-water mark.
+	RSSMiB     float64 `json:"rss_mib"`
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	// GeneratorCPUSeconds is the CPU of the process running the load
+	// generator and the nats-server (and, in process, the responder).
+	GeneratorCPUSeconds float64 `json:"generator_cpu_seconds"`
+}
+
+// LoadResult is the outcome of RunLoad.
+type LoadResult struct {
+	Machine  Machine     `json:"machine"`
+	Options  LoadOptions `json:"options"`
+	InFlight int         `json:"in_flight"`
+	// CPUScope says whose CPU and RSS the figures are.
+	CPUScope    string     `json:"cpu_scope"`
+	Baseline    LoadTarget `json:"baseline"`
+	Coordinator LoadTarget `json:"coordinator"`
+	// Ratio is coordinator requests per second over the baseline's; the
+	// target is at least TargetRatio.
+	Ratio       float64 `json:"ratio"`
+	TargetRatio float64 `json:"target_ratio"`
+	// P99Ratio and CPURatio compare p99 latency and CPU per request.
+	P99Ratio float64 `json:"p99_ratio"`
+	CPURatio float64 `json:"cpu_per_request_ratio"`
+	// CoordinatorStats is the coordinator's micro STATS data at the end.
+	CoordinatorStats *coordinator.Stats `json:"coordinator_stats,omitempty"`
+}
+
+// TargetLoadRatio is the throughput the coordinator must reach relative
+// to the bare echo at the same concurrency (issue 6).
+const TargetLoadRatio = 0.6
+
+const echoSubject = "bench.echo"
+
+// startServer starts an embedded JetStream nats-server on a random
+// loopback port with its store under a new temporary directory.
+func startServer() (*server.Server, func(), error) {
+	dir, err := os.MkdirTemp("", "allot-bench-*")
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: temp dir: %w", err)
+	}
+	s, err := embed.Start(embed.Options{StoreDir: dir})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	return s, func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+		_ = os.RemoveAll(dir)
+	}, nil
+}
+
+// RunLoad measures the coordinator and the bare echo baseline under the
+// same closed-loop, pipelined load over TCP loopback.
+func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) {
+	o.fill(env.Short)
+	res := &LoadResult{Machine: DescribeMachine(), Options: o, InFlight: o.Clients * o.Pipeline, TargetRatio: TargetLoadRatio}
+	srv, shutdown, err := startServer()
+	if err != nil {
+		return nil, err
+	}
+	defer shutdown()
+	url := srv.ClientURL()
+
+	echo, err := env.startHelper(ctx, RoleEcho, url, []string{"--subject", echoSubject})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = echo.stop() }()
+	coord, err := env.startHelper(ctx, RoleCoordinator, url, []string{"--round", o.Round.String()})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = coord.stop() }()
+	res.CPUScope = "responder process alone (child process); the load generator and nats-server run in the parent, all on the same cores"
+	if env.Child == nil {
+		res.CPUScope = "whole process: responder, load generator and nats-server together (in-process mode)"
+	}
+
+	g, err := newGenerator(url, o)
+	if err != nil {
+		return nil, err
+	}
+	defer g.close()
+
+	targets := []struct {
+		t       *LoadTarget
+		h       *helper
+		subject string
+	}{
+		{&res.Baseline, echo, echoSubject},
+		{&res.Coordinator, coord, coordinator.Subject(coordinator.DefaultNode, "capacity.get")},
+	}
+	res.Baseline.Name, res.Coordinator.Name = "bare NATS echo", "coordinator"
+	hists := []*hdrhistogram.Histogram{newHist(), newHist()}
+	peak := []int64{0, 0}
+	for p := 0; p < o.Phases; p++ {
+		for k, tg := range targets {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			label := fmt.Sprintf("load %s phase %d/%d", tg.t.Name, p+1, o.Phases)
+			ph, err := g.phase(ctx, env, label, tg.subject, tg.h.pid, o.Warmup, o.Duration/time.Duration(o.Phases))
+			if err != nil {
+				return nil, fmt.Errorf("bench: %s: %w", label, err)
+			}
+			tg.t.Requests += ph.requests
+			tg.t.Errors += ph.errors
+			tg.t.Seconds += ph.seconds
+			tg.t.CPUSeconds += ph.cpu.Seconds()
+			tg.t.GeneratorCPUSeconds += ph.selfCPU.Seconds()
+			tg.t.RSSMiB = float64(ph.end.rssKiB) / 1024
+			peak[k] = max(peak[k], ph.end.hwmKiB)
+			tg.t.PeakRSSMiB = float64(peak[k]) / 1024
+			hists[k].Merge(ph.hist)
+		}
+	}
+	for k, tg := range targets {
+		t := tg.t
+		h := hists[k]
+		t.RPS = float64(t.Requests) / t.Seconds
+		t.P50us = float64(h.ValueAtQuantile(50))
+		t.P99us = float64(h.ValueAtQuantile(99))
+		t.P999us = float64(h.ValueAtQuantile(99.9))
+		t.MaxUs = float64(h.Max())
+		if t.Requests > 0 {
+			t.CPUPerReqUs = t.CPUSeconds * 1e6 / float64(t.Requests)
+		}
+	}
+	res.Ratio = safeDiv(res.Coordinator.RPS, res.Baseline.RPS)
+	res.P99Ratio = safeDiv(res.Coordinator.P99us, res.Baseline.P99us)
+	res.CPURatio = safeDiv(res.Coordinator.CPUPerReqUs, res.Baseline.CPUPerReqUs)
+	if st, err := fetchStats(g.conns[0]); err == nil {
+		res.CoordinatorStats = st
+	}
+	if err := env.writeJSON("load.json", res); err != nil {
+		return res, err
+	}
+	return res, env.writeFile("load.md", []byte(res.Markdown()))
+}
+
+func safeDiv(a, b float64) float64 {
+	if b == 0 {
+		return math.NaN()
+	}
+	return a / b
+}
+
+func newHist() *hdrhistogram.Histogram {
+	// 1µs to 60s at 3 significant digits.
+	return hdrhistogram.New(1, 60_000_000, 3)
+}
+
+// Markdown renders the result as a table.
+func (r *LoadResult) Markdown() string {
+	var b strings.Builder
+	o := r.Options
+	fmt.Fprintf(&b, "### Load: GetCapacity over TCP loopback\n\n")
+	fmt.Fprintf(&b, "%d simulated clients on %d connections, %d requests in flight each (%d in flight), %d resources, %d per request, binary protobuf; round interval %v; %v measured per target in %d alternating phases after %v warm-up each.\n\n",
+		o.Clients, o.Conns, o.Pipeline, r.InFlight, o.Resources, o.PerRequest, roundLabel(o.Round), o.Duration, o.Phases, o.Warmup)
+	row := func(t LoadTarget) []string {
+		return []string{t.Name, f0(t.RPS), f0(t.P50us), f0(t.P99us), f0(t.P999us), f2(t.CPUPerReqUs), f1(t.RSSMiB), strconv.FormatInt(t.Errors, 10)}
+	}
+	b.WriteString(table([]string{"responder", "req/s", "p50 µs", "p99 µs", "p99.9 µs", "CPU µs/req", "RSS MiB", "errors"},
+		[][]string{row(r.Baseline), row(r.Coordinator)}))
+	fmt.Fprintf(&b, "\n**coordinator / bare echo: throughput %.2f× (target ≥ %.1f×: %s), p99 latency %.2f×, CPU per request %.2f×.**\n\n",
+		r.Ratio, r.TargetRatio, verdict(r.Ratio >= r.TargetRatio), r.P99Ratio, r.CPURatio)
+	fmt.Fprintf(&b, "CPU and RSS: %s.\n", r.CPUScope)
+	if s := r.CoordinatorStats; s != nil {
+		fmt.Fprintf(&b, "Coordinator STATS at the end: %d rounds for %d requests (%.1f requests per round), last round %.3f ms, longest %.3f ms.\n",
+			s.Rounds, s.Requests, safeDiv(float64(s.Requests), float64(s.Rounds)), s.LastRoundMS, s.MaxRoundMS)
+	}
+	return b.String()
+}
+
+func roundLabel(d time.Duration) string {
+	if d <= 0 {
+		return "0 (answer at once; what is queued is batched)"
+	}
+	return d.String()
+}
+
+// generator is a closed-loop, pipelined load generator: every slot keeps
+// one request in flight and sends the next as soon as its reply arrives,
+// from the connection's reply handler.
+type generator struct {
+	o     LoadOptions
+	conns []*nats.Conn
+	lanes []*lane
+}
+
+// lane is one connection's share of the slots.
+type lane struct {
+	nc      *nats.Conn
+	prefix  string
+	sub     *nats.Subscription
+	slots   []*loadSlot
+	subject atomic.Pointer[string]
+
+	mu        sync.Mutex
+	hist      *hdrhistogram.Histogram
+	recording bool
+	stopping  bool
+	requests  int64
+	errors    int64
+	inFlight  atomic.Int64
+}
+
+type loadSlot struct {
+	sent atomic.Int64 // unix ns of the request in flight
+	msg  nats.Msg
+}
+
+func newGenerator(url string, o LoadOptions) (*generator, error) {
+	g := &generator{o: o}
+	hdr := nats.Header{wire.HeaderContentType: []string{wire.ContentProtobuf}}
+	for c := 0; c < o.Conns; c++ {
+		nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("allot bench load %d", c)))
+		if err != nil {
+			g.close()
+			return nil, fmt.Errorf("bench: connect: %w", err)
+		}
+		g.conns = append(g.conns, nc)
+		l := &lane{nc: nc, prefix: nats.NewInbox(), hist: newHist()}
+		g.lanes = append(g.lanes, l)
+		l.sub, err = nc.Subscribe(l.prefix+".*", l.onReply)
+		if err != nil {
+			g.close()
+			return nil, fmt.Errorf("bench: subscribe: %w", err)
+		}
+		_ = l.sub.SetPendingLimits(-1, -1)
+	}
+	for client := 0; client < o.Clients; client++ {
+		req := &allotpb.GetCapacityRequest{ClientId: fmt.Sprintf("load-client-%06d", client)}
+		for k := 0; k < o.PerRequest; k++ {
+			req.Resource = append(req.Resource, &allotpb.ResourceRequest{
+				ResourceId: fmt.Sprintf("load/resource-%03d", (client*o.PerRequest+k)%o.Resources),
+				Wants:      10,
+			})
+		}
+		data, err := wire.Marshal(wire.Protobuf, req)
+		if err != nil {
+			return nil, err
+		}
+		l := g.lanes[client%o.Conns]
+		for p := 0; p < o.Pipeline; p++ {
+			s := &loadSlot{msg: nats.Msg{Reply: l.prefix + "." + strconv.Itoa(len(l.slots)), Header: hdr, Data: data}}
+			l.slots = append(l.slots, s)
+		}
+	}
+	return g, nil
+}
+
+func (g *generator) close() {
+	for _, nc := range g.conns {
+		nc.Close()
+	}
+}
+
+func (l *lane) onReply(m *nats.Msg) {
+	now := time.Now().UnixNano()
+	i, err := strconv.Atoi(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
+	if err != nil || i < 0 || i >= len(l.slots) {
+		return
+	}
+	s := l.slots[i]
+	lat := (now - s.sent.Load()) / 1000
+	bad := m.Header.Get("Nats-Service-Error-Code") != ""
+	l.mu.Lock()
+	if l.recording {
+		l.requests++
+		if bad {
+			l.errors++
+		}
+		_ = l.hist.RecordValue(max(lat, 1))
+	}
+	stop := l.stopping
+	l.mu.Unlock()
+	if stop {
+		l.inFlight.Add(-1)
+		return
+	}
+	l.send(s)
+}
+
+func (l *lane) send(s *loadSlot) {
+	s.msg.Subject = *l.subject.Load()
+	s.sent.Store(time.Now().UnixNano())
+	if err := l.nc.PublishMsg(&s.msg); err != nil {
+		l.inFlight.Add(-1)
+	}
+}
+
+type phaseResult struct {
+	requests, errors int64
+	seconds          float64
+	cpu, selfCPU     time.Duration
+	end              procSample
+	hist             *hdrhistogram.Histogram
+}
+
+// phase runs the load against subject for warmup+d and reports the
+// measured part; pid is the responder's process for CPU and RSS.
+func (g *generator) phase(ctx context.Context, env *Env, label, subject, pid string, warmup, d time.Duration) (*phaseResult, error) {
+	for _, l := range g.lanes {
+		l.subject.Store(&subject)
+		l.mu.Lock()
+		l.hist.Reset()
+		l.recording, l.stopping, l.requests, l.errors = false, false, 0, 0
+		l.mu.Unlock()
+		l.inFlight.Store(int64(len(l.slots)))
+	}
+	for _, l := range g.lanes {
+		for _, s := range l.slots {
+			l.send(s)
+		}
+	}
+	select {
+	case <-time.After(warmup):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	before, err := readProc(pid)
+	if err != nil {
+		return nil, err
+	}
+	selfBefore, _ := readProc("self")
+	start := time.Now()
+	for _, l := range g.lanes {
+		l.mu.Lock()
+		l.recording = true
+		l.mu.Unlock()
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	var last int64
+	lastT := start
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-deadline.C:
+			break wait
+		case t := <-tick.C:
+			n := g.count()
+			env.progressf("%s: %4.1fs/%v %8.0f req/s", label, t.Sub(start).Seconds(), d, float64(n-last)/t.Sub(lastT).Seconds())
+			last, lastT = n, t
+		}
+	}
+	r := &phaseResult{hist: newHist()}
+	for _, l := range g.lanes {
+		l.mu.Lock()
+		l.recording = false
+		l.mu.Unlock()
+	}
+	r.seconds = time.Since(start).Seconds()
+	after, err := readProc(pid)
+	if err != nil {
+		return nil, err
+	}
+	selfAfter, _ := readProc("self")
+	r.cpu, r.end = after.cpu-before.cpu, after
+	r.selfCPU = selfAfter.cpu - selfBefore.cpu
+	for _, l := range g.lanes {
+		l.mu.Lock()
+		l.stopping = true
+		r.requests += l.requests
+		r.errors += l.errors
+		r.hist.Merge(l.hist)
+		l.mu.Unlock()
+	}
+	// Let the requests in flight drain before the next phase.
+	drain := time.Now().Add(10 * time.Second)
+	for time.Now().Before(drain) {
+		var n int64
+		for _, l := range g.lanes {
+			n += l.inFlight.Load()
+		}
+		if n <= 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return r, nil
+}
+
+func (g *generator) count() int64 {
+	var n int64
+	for _, l := range g.lanes {
+		l.mu.Lock()
+		n += l.requests
+		l.mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/allot/allot/bench"
+)
+
+// runBench runs allot's benchmarks: `allot bench load|scale|agent|sim|all`.
+// `allot bench child ROLE` is the helper process the load benchmark
+// starts (a coordinator or a bare echo responder).
+func runBench(ctx context.Context, env *cliEnv, args []string) error {
+	if len(args) > 0 && args[0] == "child" {
+		if len(args) < 2 {
+			return errors.New("usage: allot bench child coordinator|echo [flags]")
+		}
+		return bench.ServeChild(ctx, args[1], args[2:], env.stdout, env.stderr)
+	}
+	fs := newFlags(env, "bench", "load|scale|agent|sim|all [flags]")
+	out := fs.String("out", "bench/results", "directory for the JSON, markdown and SVG results (empty: write nothing)")
+	short := fs.Bool("short", false, "run the short variant (what `task bench` runs, under 5 minutes in all)")
+	inProcess := fs.Bool("in-process", false, "load: run the coordinator and echo in this process instead of child processes (CPU and RSS then cover everything)")
+	verbose := fs.Bool("v", false, "log diagnostics")
+	lo := bench.LoadOptions{}
+	fs.DurationVar(&lo.Duration, "duration", 0, "load: measured time per responder (default 20s, short 10s)")
+	fs.DurationVar(&lo.Warmup, "warmup", 0, "load: warm-up before each measured phase (default 2s, short 1s)")
+	fs.IntVar(&lo.Phases, "phases", 0, "load: alternations of baseline and coordinator (default 2)")
+	fs.IntVar(&lo.Conns, "conns", 0, "load: NATS connections of the load generator (default 4)")
+	fs.IntVar(&lo.Clients, "clients", 0, "load: simulated clients (default 256)")
+	fs.IntVar(&lo.Pipeline, "pipeline", 0, "load: requests each client keeps in flight (default 2)")
+	fs.IntVar(&lo.Resources, "resources", 0, "load: distinct resources M (default 8)")
+	fs.IntVar(&lo.PerRequest, "per-request", 0, "load: resources named in one request (default 1)")
+	fs.DurationVar(&lo.Round, "round", 0, "load: coordinator round interval (0 answers at once)")
+	if err := parseInterspersed(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return errors.New("name one of load, scale, agent, sim or all")
+	}
+	log := slog.New(slog.DiscardHandler)
+	if *verbose {
+		log = slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	benv := &bench.Env{OutDir: *out, Progress: env.stderr, Log: log, Short: *short}
+	if !*inProcess {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("find own executable for helper processes: %w (use --in-process)", err)
+		}
+		benv.Child = func(ctx context.Context, role string, args []string) *exec.Cmd {
+			return exec.CommandContext(ctx, exe, append([]string{"bench", "child", role}, args...)...)
+		}
+	}
+	start := time.Now()
+	var err error
+	switch what := fs.Arg(0); what {
+	case "load":
+		var r *bench.LoadResult
+		if r, err = bench.RunLoad(ctx, benv, lo); r != nil {
+			fmt.Fprintln(env.stdout, r.Markdown())
+		}
+	case "scale":
+		var r *bench.ScaleResult
+		if r, err = bench.RunScale(ctx, benv); r != nil {
+			fmt.Fprintln(env.stdout, r.Markdown())
+		}
+	case "agent":
+		var r *bench.AgentResult
+		if r, err = bench.RunAgent(ctx, benv); r != nil {
+			fmt.Fprintln(env.stdout, r.Markdown())
+		}
+	case "sim":
+		var r *bench.SimResult
+		if r, err = bench.RunSim(ctx, benv); r != nil {
+			fmt.Fprintln(env.stdout, r.Markdown())
+		}
+	case "all":
+		var r *bench.AllResult
+		if r, err = bench.RunAll(ctx, benv, lo); r != nil {
+			fmt.Fprintln(env.stdout, r.Markdown())
+		}
+	default:
+		return fmt.Errorf("unknown benchmark %q: want load, scale, agent, sim or all", what)
+	}
+	fmt.Fprintf(env.stderr, "allot bench %s: done in %v\n", fs.Arg(0), time.Since(start).Round(time.Second))
+	return err
+}
