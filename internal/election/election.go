@@ -1,0 +1,561 @@
+// Package election elects one leader per key on a JetStream key-value
+// bucket, with per-key TTLs so a leader that disappears loses the key.
+//
+// The bucket (default "allot_election") keeps one revision per key
+// (History 1) and has LimitMarkerTTL set, so that a key's expiry leaves a
+// marker that watchers see. A candidate campaigns with kv.Create and a
+// per-key TTL; the revision that won is its term, a fencing number that
+// only grows (it is the stream sequence). The leader renews by publishing
+// to $KV.<bucket>.<key> with a message TTL and an expected last sequence:
+// kv.Update would drop the per-key TTL (nats.go issue #1994).
+//
+// A leader holds leadership until validUntil = (send time of its last
+// successful renewal) + TTL − Margin, counted on its monotonic clock. The
+// server counts the TTL from the time it stored the renewal, which is later,
+// so the leader gives up before its key can expire and before anyone else
+// can win. An ambiguous renewal (time-out, or a revision mismatch caused by
+// an earlier timed-out renewal that did land) is resolved by reading the
+// key back: the value carries a per-campaign nonce and a renewal counter,
+// and the send time of each attempt is remembered. Transient errors are
+// retried until validUntil.
+//
+// Followers watch the key and campaign as soon as they see a delete or
+// purge marker (resignation or expiry), and also every TTL as a backstop
+// for gaps in the watch.
+package election
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults for Config.
+const (
+	DefaultBucket = "allot_election"
+	DefaultTTL    = 3 * time.Second
+	DefaultMargin = 500 * time.Millisecond
+)
+
+// Config configures an Elector.
+type Config struct {
+	// Bucket is the election bucket. Default DefaultBucket.
+	Bucket string
+	// Key is the key contended for (a tree node name). Required.
+	Key string
+	// ID identifies this candidate (a coordinator's server id). Required.
+	ID string
+	// TTL is the per-key TTL: how long a silent leader's key survives.
+	// Whole seconds, at least 1s (the server's granularity). Default 3s.
+	TTL time.Duration
+	// RenewInterval is how often the leader renews. Default TTL/3.
+	RenewInterval time.Duration
+	// Margin is how long before its key could expire a leader stops
+	// considering itself leader; it must cover stopping the work done as
+	// leader. Default 500ms; must be below TTL − RenewInterval.
+	Margin time.Duration
+	// CampaignInterval is how often a follower tries to win although it
+	// saw no marker (a backstop for watch gaps). Default TTL.
+	CampaignInterval time.Duration
+	// Replicas is the bucket's replica count when this candidate creates
+	// it. Default 1; use 3 on a three-server cluster.
+	Replicas int
+	// Logger receives the elector's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Value is the JSON stored under the key by the leader.
+type Value struct {
+	// ID is the leader's candidate id.
+	ID string `json:"id"`
+	// Term is the revision the leader won with; 0 in the first revision,
+	// whose own revision is the term.
+	Term uint64 `json:"term,omitempty"`
+	// Nonce is random per campaign; with Seq it identifies one write.
+	Nonce string `json:"nonce"`
+	// Seq counts writes within a term (0 is the campaign).
+	Seq uint64 `json:"seq"`
+	// Since is when the term began, on the leader's clock.
+	Since time.Time `json:"since"`
+}
+
+// Role is a candidate's current role.
+type Role string
+
+// Roles.
+const (
+	RoleFollower Role = "follower"
+	RoleLeader   Role = "leader"
+)
+
+// Status is a snapshot of what a candidate knows.
+type Status struct {
+	Role Role `json:"role"`
+	// Term is this candidate's term while leader, else the current
+	// leader's term as last seen (0 if none).
+	Term uint64 `json:"term"`
+	// Leader is the current leader's id as last seen ("" if none).
+	Leader string `json:"leader"`
+}
+
+// LeadFunc is called each time the candidate wins. ctx is cancelled when
+// leadership ends (validUntil passed, the key was lost, or Run's context
+// ended); LeadFunc must stop the work it does as leader and return
+// promptly after that, within Config.Margin. An error makes the candidate
+// resign and sit out one CampaignInterval.
+type LeadFunc func(ctx context.Context, term uint64) error
+
+// Elector campaigns for one key. Create it with New and call Run.
+type Elector struct {
+	js  jetstream.JetStream
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	status Status
+}
+
+// New validates cfg and returns an Elector.
+func New(js jetstream.JetStream, cfg Config) (*Elector, error) {
+	if js == nil {
+		return nil, errors.New("election: nil JetStream context")
+	}
+	if cfg.Key == "" || cfg.ID == "" {
+		return nil, errors.New("election: Key and ID are required")
+	}
+	if cfg.Bucket == "" {
+		cfg.Bucket = DefaultBucket
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.TTL < time.Second || cfg.TTL%time.Second != 0 {
+		return nil, fmt.Errorf("election: TTL %v must be whole seconds, at least 1s", cfg.TTL)
+	}
+	if cfg.RenewInterval == 0 {
+		cfg.RenewInterval = cfg.TTL / 3
+	}
+	if cfg.Margin == 0 {
+		cfg.Margin = DefaultMargin
+	}
+	if cfg.RenewInterval <= 0 || cfg.Margin <= 0 || cfg.RenewInterval+cfg.Margin >= cfg.TTL {
+		return nil, fmt.Errorf("election: renew interval %v + margin %v must be positive and below TTL %v", cfg.RenewInterval, cfg.Margin, cfg.TTL)
+	}
+	if cfg.CampaignInterval == 0 {
+		cfg.CampaignInterval = cfg.TTL
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Elector{js: js, cfg: cfg, log: cfg.Logger.With("election", cfg.Bucket+"/"+cfg.Key, "candidate", cfg.ID),
+		status: Status{Role: RoleFollower}}, nil
+}
+
+// Status returns what the candidate currently knows.
+func (e *Elector) Status() Status {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.status
+}
+
+func (e *Elector) setStatus(s Status) {
+	e.mu.Lock()
+	e.status = s
+	e.mu.Unlock()
+}
+
+// Bucket opens the election bucket, creating it if it does not exist. An
+// existing bucket must have LimitMarkerTTL set and keep one revision.
+func Bucket(ctx context.Context, js jetstream.JetStream, name string, ttl time.Duration, replicas int) (jetstream.KeyValue, error) {
+	for attempt := 0; ; attempt++ {
+		kv, err := js.KeyValue(ctx, name)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket:         name,
+				Description:    "allot coordinator election: one key per tree node, value = leader",
+				History:        1,
+				Storage:        jetstream.FileStorage,
+				Replicas:       replicas,
+				LimitMarkerTTL: max(ttl, time.Second),
+			})
+			if errors.Is(err, jetstream.ErrBucketExists) && attempt < 3 {
+				continue // created concurrently by another candidate
+			}
+		}
+		if err != nil {
+			if ctx.Err() == nil && attempt < 20 && isTransient(err) {
+				// A fresh cluster may still be electing its meta leader.
+				select {
+				case <-time.After(250 * time.Millisecond):
+					continue
+				case <-ctx.Done():
+				}
+			}
+			return nil, fmt.Errorf("election: bucket %q: %w", name, err)
+		}
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("election: bucket %q status: %w", name, err)
+		}
+		if st.LimitMarkerTTL() == 0 || st.History() != 1 {
+			return nil, fmt.Errorf("election: bucket %q must have history 1 and a limit marker TTL (has history %d, marker TTL %v); delete it and let allot recreate it",
+				name, st.History(), st.LimitMarkerTTL())
+		}
+		return kv, nil
+	}
+}
+
+func isTransient(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// isWrongLastSeq reports a compare-and-set conflict (10071, or 10164 on
+// replicated streams).
+func isWrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// Run campaigns until ctx ends, calling lead each time this candidate
+// wins. When ctx ends while leading, Run cancels lead's context, waits for
+// lead to return and then resigns (deletes its key) so that a follower
+// takes over at once. Run returns nil after ctx ends, or an error if the
+// bucket cannot be opened or the NATS connection is closed.
+func (e *Elector) Run(ctx context.Context, lead LeadFunc) error {
+	var kv jetstream.KeyValue
+	for {
+		openCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var err error
+		kv, err = Bucket(openCtx, e.js, e.cfg.Bucket, e.cfg.TTL, e.cfg.Replicas)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if e.js.Conn().IsClosed() {
+			return fmt.Errorf("election: %w", nats.ErrConnectionClosed)
+		}
+		e.log.Warn("cannot open election bucket; retrying", "err", err)
+		if !sleep(ctx, e.cfg.CampaignInterval) {
+			return nil
+		}
+	}
+	for {
+		won, err := e.follow(ctx, kv)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := e.leadTerm(ctx, kv, won, lead); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// term is a won leadership.
+type term struct {
+	term       uint64
+	nonce      string
+	rev        uint64 // latest revision written by us
+	seq        uint64 // latest seq confirmed
+	since      time.Time
+	validUntil time.Time // monotonic
+	sent       map[uint64]time.Time
+}
+
+func newNonce() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// follow watches the key and campaigns until this candidate wins.
+func (e *Elector) follow(ctx context.Context, kv jetstream.KeyValue) (*term, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var updates <-chan jetstream.KeyValueEntry
+	w, err := kv.Watch(ctx, e.cfg.Key)
+	if err != nil {
+		e.log.Warn("cannot watch election key; campaigning periodically", "err", err)
+	} else {
+		defer func() { _ = w.Stop() }()
+		updates = w.Updates()
+	}
+	tick := time.NewTicker(e.cfg.CampaignInterval)
+	defer tick.Stop()
+	try := true // campaign at once on start
+	for {
+		if try {
+			if e.js.Conn().IsClosed() {
+				return nil, fmt.Errorf("election: %w", nats.ErrConnectionClosed)
+			}
+			t, err := e.campaign(ctx, kv)
+			if t != nil {
+				return t, nil
+			}
+			if err != nil && ctx.Err() == nil {
+				e.log.Debug("campaign failed", "err", err)
+			}
+			try = false
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+			try = true
+		case entry, ok := <-updates:
+			if !ok {
+				updates = nil // watcher ended; the ticker remains
+				continue
+			}
+			if entry == nil {
+				continue // initial values done
+			}
+			if entry.Operation() != jetstream.KeyValuePut {
+				e.setStatus(Status{Role: RoleFollower})
+				try = true
+				continue
+			}
+			var v Value
+			if json.Unmarshal(entry.Value(), &v) == nil {
+				tm := v.Term
+				if tm == 0 {
+					tm = entry.Revision()
+				}
+				e.setStatus(Status{Role: RoleFollower, Term: tm, Leader: v.ID})
+			}
+		}
+	}
+}
+
+// campaign tries once to create the key. It returns the term if won.
+func (e *Elector) campaign(ctx context.Context, kv jetstream.KeyValue) (*term, error) {
+	t := &term{nonce: newNonce(), since: time.Now(), sent: map[uint64]time.Time{}}
+	data, _ := json.Marshal(Value{ID: e.cfg.ID, Nonce: t.nonce, Seq: 0, Since: t.since.UTC()})
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.RenewInterval)
+	defer cancel()
+	sent := time.Now()
+	t.sent[0] = sent
+	rev, err := kv.Create(cctx, e.cfg.Key, data, jetstream.KeyTTL(e.cfg.TTL))
+	switch {
+	case err == nil:
+	case errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err):
+		return nil, nil
+	default:
+		// Ambiguous: the create may have landed. Read back.
+		if rev, ok := e.readBack(ctx, kv, t); ok {
+			t.term, t.rev, t.seq = rev, rev, 0
+			t.validUntil = sent.Add(e.cfg.TTL - e.cfg.Margin)
+			break
+		}
+		return nil, err
+	}
+	if t.term == 0 {
+		t.term, t.rev = rev, rev
+		t.validUntil = sent.Add(e.cfg.TTL - e.cfg.Margin)
+	}
+	return t, nil
+}
+
+// readBack reads the key and reports whether its latest revision is a
+// write of ours (see adopt).
+func (e *Elector) readBack(ctx context.Context, kv jetstream.KeyValue, t *term) (uint64, bool) {
+	gctx, cancel := context.WithTimeout(ctx, e.cfg.RenewInterval)
+	defer cancel()
+	entry, err := kv.Get(gctx, e.cfg.Key)
+	if err != nil {
+		return 0, false
+	}
+	return e.adopt(entry, t)
+}
+
+// adopt reports whether entry is a write of ours; if so it returns its
+// revision and extends validUntil from the send time of that write (the
+// server stored it after we sent it, so it cannot expire earlier than
+// send time + TTL).
+func (e *Elector) adopt(entry jetstream.KeyValueEntry, t *term) (uint64, bool) {
+	var v Value
+	if json.Unmarshal(entry.Value(), &v) != nil || v.ID != e.cfg.ID || v.Nonce != t.nonce {
+		return 0, false
+	}
+	sent, ok := t.sent[v.Seq]
+	if !ok {
+		return 0, false
+	}
+	if v.Seq >= t.seq {
+		t.seq = v.Seq
+		if until := sent.Add(e.cfg.TTL - e.cfg.Margin); until.After(t.validUntil) {
+			t.validUntil = until
+		}
+	}
+	return entry.Revision(), true
+}
+
+// errLost means the key is no longer ours.
+var errLost = errors.New("election: leadership lost")
+
+// leadTerm runs lead while renewing, until leadership ends.
+func (e *Elector) leadTerm(ctx context.Context, kv jetstream.KeyValue, t *term, lead LeadFunc) error {
+	e.log.Info("won election", "term", t.term)
+	e.setStatus(Status{Role: RoleLeader, Term: t.term, Leader: e.cfg.ID})
+	leadCtx, stopLead := context.WithCancel(ctx)
+	leadDone := make(chan error, 1)
+	go func() { leadDone <- lead(leadCtx, t.term) }()
+
+	var leadErr error
+	leadReturned := false
+	nextRenew := time.Now().Add(e.cfg.RenewInterval)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	reason := "context ended"
+loop:
+	for {
+		now := time.Now()
+		if !now.Before(t.validUntil) {
+			reason = "not renewed before the deadline"
+			break
+		}
+		if now.Before(nextRenew) {
+			timer.Reset(min(nextRenew.Sub(now), t.validUntil.Sub(now)))
+			select {
+			case <-ctx.Done():
+				break loop
+			case leadErr = <-leadDone:
+				leadReturned = true
+				reason = "leader work ended"
+				if leadErr != nil {
+					reason = "leader work failed: " + leadErr.Error()
+				}
+				break loop
+			case <-timer.C:
+				continue
+			}
+		}
+		err := e.renew(ctx, kv, t)
+		switch {
+		case err == nil:
+			nextRenew = time.Now().Add(e.cfg.RenewInterval)
+		case errors.Is(err, errLost):
+			reason = "key lost"
+			break loop
+		case ctx.Err() != nil:
+			break loop
+		default:
+			// Transient: retry a few times before validUntil.
+			left := time.Until(t.validUntil)
+			e.log.Warn("renewal failed; retrying", "err", err, "valid_for", left.Round(time.Millisecond))
+			nextRenew = time.Now().Add(max(min(e.cfg.RenewInterval/4, left/3), 10*time.Millisecond))
+		}
+	}
+	stopLead()
+	if !leadReturned {
+		leadErr = <-leadDone
+	}
+	e.log.Info("leadership ended", "term", t.term, "reason", reason)
+	e.setStatus(Status{Role: RoleFollower})
+	if ctx.Err() != nil || leadErr != nil {
+		e.resign(kv, t)
+	}
+	if e.js.Conn().IsClosed() {
+		return fmt.Errorf("election: %w", nats.ErrConnectionClosed)
+	}
+	if leadErr != nil && ctx.Err() == nil {
+		sleep(ctx, e.cfg.CampaignInterval)
+	}
+	return nil
+}
+
+// renew writes the next revision with the TTL, expecting our last one.
+// Every step is bounded by validUntil.
+func (e *Elector) renew(ctx context.Context, kv jetstream.KeyValue, t *term) error {
+	seq := t.seq + 1
+	for s := range t.sent {
+		if s < t.seq {
+			delete(t.sent, s)
+		}
+	}
+	data, _ := json.Marshal(Value{ID: e.cfg.ID, Term: t.term, Nonce: t.nonce, Seq: seq, Since: t.since.UTC()})
+	rctx, cancel := context.WithDeadline(ctx, t.validUntil)
+	defer cancel()
+	pctx, pcancel := context.WithTimeout(rctx, e.cfg.RenewInterval)
+	defer pcancel()
+	sent := time.Now()
+	t.sent[seq] = sent
+	msg := &nats.Msg{Subject: "$KV." + e.cfg.Bucket + "." + e.cfg.Key, Data: data}
+	pa, err := e.js.PublishMsg(pctx, msg, jetstream.WithMsgTTL(e.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(t.rev))
+	if err == nil {
+		t.rev, t.seq = pa.Sequence, seq
+		t.validUntil = sent.Add(e.cfg.TTL - e.cfg.Margin)
+		return nil
+	}
+	if ctx.Err() != nil {
+		return err
+	}
+	if e.js.Conn().IsClosed() {
+		return errLost // for good: stop leading now
+	}
+	// A mismatch (an earlier ambiguous renewal landed, or someone else
+	// owns the key) or an ambiguous failure: read the key back.
+	entry, gerr := kv.Get(rctx, e.cfg.Key)
+	switch {
+	case errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted):
+		return errLost
+	case gerr != nil:
+		return fmt.Errorf("election: renewal %d: %w (read back: %w)", seq, err, gerr)
+	}
+	if rev, ok := e.adopt(entry, t); ok {
+		t.rev = rev
+		if t.seq == seq {
+			return nil // this very renewal landed
+		}
+		return fmt.Errorf("election: renewal %d not confirmed: %w", seq, err)
+	}
+	return errLost // readable, and not ours
+}
+
+// resign deletes our key if it still holds our latest revision.
+func (e *Elector) resign(kv jetstream.KeyValue, t *term) {
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RenewInterval)
+	defer cancel()
+	if err := kv.Delete(ctx, e.cfg.Key, jetstream.LastRevision(t.rev)); err != nil {
+		e.log.Warn("resign failed; the key will expire", "term", t.term, "err", err)
+		return
+	}
+	e.log.Info("resigned", "term", t.term)
+}
