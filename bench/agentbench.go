@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"strings"
@@ -70,7 +71,8 @@ type hotPathCase struct {
 // newBenchAgent returns an agent on nc that has no coordinator to talk to:
 // its limiters run at their initial capacity (Safe mode before any lease).
 func newBenchAgent(nc *nats.Conn) (*agent.Agent, error) {
-	a, err := agent.New(nc, agent.WithNode("bench-nobody"), agent.WithClientID("bench-hot-path"))
+	a, err := agent.New(nc, agent.WithNode("bench-nobody"), agent.WithClientID("bench-hot-path"),
+		agent.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return nil, fmt.Errorf("bench: agent: %w", err)
 	}
@@ -236,7 +238,7 @@ func runAccuracy(ctx context.Context, env *Env, url string, d time.Duration) ([]
 		return nil, err
 	}
 	defer c.Stop()
-	a, err := agent.New(nc, agent.WithNode("accuracy"), agent.WithClientID("bench-accuracy"))
+	a, err := agent.New(nc, agent.WithNode("accuracy"), agent.WithClientID("bench-accuracy"), agent.WithLogger(env.logger()))
 	if err != nil {
 		return nil, fmt.Errorf("bench: agent: %w", err)
 	}
