@@ -84,8 +84,18 @@ type Options struct {
 	// StateBucket is the KV bucket holding the lease horizon. Default
 	// "allot_state".
 	StateBucket string
-	// Term is the fencing term sent in every response. Default 1.
+	// StateReplicas is the replica count of the state bucket when this
+	// coordinator creates it. Default 1; use 3 on a three-server cluster.
+	StateReplicas int
+	// Term is the fencing term sent in every response. Default 1. A
+	// coordinator never overwrites a lease record of a higher term.
 	Term uint64
+	// CeilingHeadroom is how far above the outstanding total, as a
+	// fraction of capacity, a share resource's published ceiling is set
+	// when it must rise, so that the record is not rewritten on every
+	// grant. A larger value means fewer writes, a smaller one means a
+	// successor can hand out more at once after a failover. Default 0.1.
+	CeilingHeadroom float64
 	// Logger receives the coordinator's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock; tests may replace it. Default time.Now.
@@ -156,6 +166,15 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 	if opts.Term == 0 {
 		opts.Term = 1
 	}
+	if opts.StateReplicas == 0 {
+		opts.StateReplicas = 1
+	}
+	if opts.CeilingHeadroom == 0 {
+		opts.CeilingHeadroom = DefaultCeilingHeadroom
+	}
+	if opts.CeilingHeadroom < 0 || opts.CeilingHeadroom > 1 {
+		return nil, fmt.Errorf("coordinator: ceiling headroom %v must be in (0, 1]", opts.CeilingHeadroom)
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -190,18 +209,16 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("coordinator: jetstream: %w", err)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      c.opts.StateBucket,
-		Description: "allot coordinator state: lease horizons per node",
-		History:     1,
-		Storage:     jetstream.FileStorage,
-	})
+	kv, err := stateBucket(ctx, js, c.opts.StateBucket, c.opts.StateReplicas)
 	if err != nil {
-		return fmt.Errorf("coordinator: state bucket %q: %w", c.opts.StateBucket, err)
+		return err
 	}
 	c.kv = kv
 	c.started = c.now()
 	if err := c.loadHorizon(ctx); err != nil {
+		return err
+	}
+	if err := c.takeOver(ctx); err != nil {
 		return err
 	}
 
@@ -240,6 +257,28 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	c.log.Info("coordinator serving", "subjects", Subject(c.opts.Node, "*.*"), "round", c.round,
 		"learning_until", c.horizon.learningCap)
 	return nil
+}
+
+// stateBucket opens the state bucket, creating it if needed. An existing
+// bucket is left as configured (an operator may have scaled it).
+func stateBucket(ctx context.Context, js jetstream.JetStream, name string, replicas int) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      name,
+			Description: "allot coordinator state: lease records per node",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, name)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: state bucket %q: %w", name, err)
+	}
+	return kv, nil
 }
 
 // Stop stops serving: it drains the service's subscriptions, answers every

@@ -267,23 +267,84 @@ func TestLearningModeAfterRestart(t *testing.T) {
 	}
 	c.Stop()
 
-	// Restart: a's lease may still be out there, so the new coordinator
-	// echoes what clients report and hands out nothing new.
+	// Restart: a's lease may still be out there. The record says at most
+	// 80 (70 + 10% headroom) is leased out, so a new client gets the 20
+	// that is surely free at once, not nothing (Doorman's learning mode).
 	c = run()
 	defer c.Stop()
 	b := e.get("b", map[string]float64{"db": 70}).GetResponse()[0].GetGets()
-	if b.GetCapacity() != 0 {
-		t.Fatalf("learning mode gave a new client %v", b.GetCapacity())
+	if b.GetCapacity() != 20 {
+		t.Fatalf("learning mode gave a new client %v, want the 20 not covered by the ceiling", b.GetCapacity())
 	}
 	ra := e.getReq(&allotpb.GetCapacityRequest{ClientId: "a", Resource: []*allotpb.ResourceRequest{{ResourceId: "db", Wants: 70, Has: a}}}).GetResponse()[0].GetGets()
 	if ra.GetCapacity() != 70 {
 		t.Fatalf("learning mode did not echo a's lease: %v", ra.GetCapacity())
 	}
-	// A lying client cannot claim more than capacity.
-	liar := &allotpb.Lease{Capacity: 1e9, ExpiryTime: timestamppb.Now()}
+	// A lying client can take at most what is left of the predecessor's
+	// ceiling: the total stays within capacity.
+	liar := &allotpb.Lease{Capacity: 1e9, ExpiryTime: timestamppb.New(time.Now().Add(time.Minute))}
 	rl := e.getReq(&allotpb.GetCapacityRequest{ClientId: "liar", Resource: []*allotpb.ResourceRequest{{ResourceId: "db", Wants: 1e9, Has: liar}}}).GetResponse()[0].GetGets()
-	if rl.GetCapacity() > 100 {
-		t.Fatalf("learning mode echoed %v above capacity", rl.GetCapacity())
+	if total := rl.GetCapacity() + ra.GetCapacity() + b.GetCapacity(); total > 100 {
+		t.Fatalf("learning mode granted %v in total (liar %v), capacity 100", total, rl.GetCapacity())
+	}
+}
+
+// TestLearningWithoutSummary: a record without per-resource summaries (as
+// written before they existed) gives Doorman's learning mode: reported
+// leases are echoed, new clients get nothing until learning ends.
+func TestLearningWithoutSummary(t *testing.T) {
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	js, _ := jetstream.New(nc)
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: coordinator.DefaultStateBucket, History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := fmt.Sprintf(`{"node":"root","term":1,"horizon":%q}`, time.Now().Add(time.Minute).UTC().Format(time.RFC3339Nano))
+	if _, err := kv.Put(ctx, "root.leases", []byte(rec)); err != nil {
+		t.Fatal(err)
+	}
+	set := config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil)
+	set.Templates()[0].LearningModeDuration = 10 * time.Second
+	c, err := coordinator.New(nc, coordinator.Options{Templates: coordinator.StaticTemplates(set), Term: 2, RoundInterval: coordinator.NoRoundInterval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	e := &env{t: t, nc: nc}
+	if got := e.get("new", map[string]float64{"db": 30}).GetResponse()[0].GetGets().GetCapacity(); got != 0 {
+		t.Fatalf("unknown predecessor leases: new client got %v, want 0", got)
+	}
+	held := &allotpb.Lease{Capacity: 60, ExpiryTime: timestamppb.New(time.Now().Add(30 * time.Second))}
+	got := e.getReq(&allotpb.GetCapacityRequest{ClientId: "old", Resource: []*allotpb.ResourceRequest{{ResourceId: "db", Wants: 80, Has: held}}}).GetResponse()[0].GetGets().GetCapacity()
+	if got != 60 {
+		t.Fatalf("reported lease of 60 echoed as %v", got)
+	}
+	// The record now carries our term and a ceiling for db.
+	entry, err := kv.Get(ctx, "root.leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h allotpb.LeaseHorizon
+	if err := wire.Unmarshal(wire.JSON, entry.Value(), &h); err != nil {
+		t.Fatal(err)
+	}
+	if h.GetTerm() != 2 || h.GetResources()["db"].GetCeiling() < 60 {
+		t.Fatalf("record after takeover: %s", entry.Value())
+	}
+	if _, complete := h.GetResources()[""]; complete {
+		t.Fatalf("record claims completeness while unknown leases may be out: %s", entry.Value())
+	}
+	// A coordinator with a lower term refuses to start over this record.
+	old, _ := coordinator.New(nc, coordinator.Options{Templates: coordinator.StaticTemplates(set), Term: 1})
+	if err := old.Start(ctx); err == nil {
+		old.Stop()
+		t.Fatal("a coordinator with a lower term took over the record")
 	}
 }
 

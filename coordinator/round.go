@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -93,7 +94,7 @@ func (c *Coordinator) runRound() {
 	}
 	horizon := c.horizon.until
 	if leaseMax > 0 {
-		horizon = c.ensureHorizon(now, now+int64(leaseMax), leaseMax)
+		horizon = c.ensureRecord(now, leaseMax, touched)
 	}
 	p := roundParams{now: now, horizon: horizon, minFresh: max(c.round, 50*time.Millisecond), scratch: &c.scratch}
 	for _, r := range touched {
@@ -146,7 +147,11 @@ func (c *Coordinator) applyGet(req *request, set *config.Set, now int64, touch f
 	for k, rr := range res {
 		r := c.resourceFor(rr.GetResourceId(), tmpls[k], set.Generation, now)
 		touch(r)
-		i := r.upsert(req.get.GetClientId(), rr.GetWants(), 1, rr.GetPriority(), rr.GetHas().GetCapacity(), now)
+		var hasExpiry int64
+		if e := rr.GetHas().GetExpiryTime(); e != nil {
+			hasExpiry = e.AsTime().UnixNano()
+		}
+		i := r.upsert(req.get.GetClientId(), rr.GetWants(), 1, rr.GetPriority(), rr.GetHas().GetCapacity(), hasExpiry, now)
 		req.slots[k] = slot{r: r, i: i}
 	}
 }
@@ -156,10 +161,7 @@ func (c *Coordinator) applyGet(req *request, set *config.Set, now int64, touch f
 func (c *Coordinator) resourceFor(id string, t *config.Template, gen uint64, now int64) *resource {
 	r := c.resources[id]
 	if r == nil {
-		r = newResource(id, t, gen)
-		if c.horizon.learningCap > 0 && t.LearningModeDuration > 0 {
-			r.learningUntil = min(c.horizon.learningCap, c.started.Add(t.LearningModeDuration).UnixNano())
-		}
+		r = c.newResource(id, t, gen)
 		c.resources[id] = r
 		return r
 	}
@@ -187,14 +189,59 @@ func (c *Coordinator) getResponse(req *request, now int64, term uint64) *allotpb
 	return resp
 }
 
+// newResource creates the state of a resource and decides on learning
+// mode from the predecessor's record (see horizon.go and resource.learn).
+func (c *Coordinator) newResource(id string, t *config.Template, gen uint64) *resource {
+	r := newResource(id, t, gen)
+	r.ceiling, r.ceilingExpiry = 0, 0 // nothing published for it yet
+	pred, listed := c.horizon.pred[id]
+	if listed {
+		// Carried over into our record by takeOver: it binds us too.
+		delete(c.horizon.pred, id)
+		r.published = true
+		r.ceiling = pred.GetCeiling()
+		r.predExpiry = pred.GetLatestExpiry().AsTime().UnixNano()
+		r.ceilingExpiry = r.predExpiry
+	}
+	if c.horizon.learningCap == 0 || t.LearningModeDuration <= 0 {
+		return r
+	}
+	learnCap := min(c.horizon.learningCap, c.started.Add(t.LearningModeDuration).UnixNano())
+	if !r.shared() {
+		r.learningUntil = learnCap // echo (capacity is per client)
+		return r
+	}
+	r.learnStart = c.started.UnixNano()
+	switch {
+	case listed && !math.IsInf(pred.GetCeiling(), 0) && !math.IsNaN(pred.GetCeiling()) && pred.GetCeiling() >= 0:
+		r.predCeiling = pred.GetCeiling()
+		r.learningUntil = min(learnCap, r.predExpiry+int64(clockSkewMargin))
+	case listed:
+		// Not bounded by the predecessor (it used a per-client algorithm).
+		r.predCeiling = t.Capacity
+		r.learningUntil = min(learnCap, r.predExpiry+int64(clockSkewMargin))
+	case c.horizon.complete:
+		// A complete record without it: no leases outstanding.
+	default:
+		// Unknown: assume the predecessor leased out up to the capacity.
+		r.predCeiling = t.Capacity
+		r.learningUntil = learnCap
+	}
+	return r
+}
+
 // sweep drops expired leases of idle resources and forgets resources with
 // no clients left.
 func (c *Coordinator) sweep() {
 	now := c.now().UnixNano()
 	for id, r := range c.resources {
 		r.expire(now)
-		if len(r.clients) == 0 && !r.learning(now) {
+		if !r.learning(now) {
+			r.learnedSeen = nil
+		}
+		if len(r.clients) == 0 && !r.learning(now) && r.ceilingExpiry <= now {
 			delete(c.resources, id)
 		}
 	}
+	c.shrinkRecord(now)
 }

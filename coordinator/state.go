@@ -17,8 +17,13 @@ type client struct {
 	has    float64 // capacity of the lease the client holds from us
 	expiry int64   // unix ns; the lease and this record end here
 	due    int64   // unix ns; when the client is expected back
-	// reported is what the client said it holds (learning mode echoes it).
-	reported float64
+	// reported is what the client said it holds (learning mode echoes it)
+	// and reportedExpiry when that lease ends (unix ns, 0 unknown).
+	reported       float64
+	reportedExpiry int64
+	// credit is what this round credited from the predecessor's ceiling
+	// to the client on its first contact in learning mode (see learn).
+	credit   float64
 	heapIdx  int32
 	touched  bool // requested in the current round
 	released bool // released after it was requested in the current round
@@ -38,16 +43,56 @@ type resource struct {
 	releasedIDs   []string
 	inBatch       bool
 	safeCap       float64 // computed once per round
+
+	// Write-ahead summary (see summary.go). ceiling is the published upper
+	// bound on this resource's outstanding capacity that this coordinator
+	// keeps to; ceilingExpiry bounds the expiry of its leases. A standalone
+	// resource has neither bound (+Inf, MaxInt64).
+	ceiling       float64
+	ceilingExpiry int64
+	published     bool // listed in the last record written
+
+	// Learning with a predecessor's summary (see learn): predCeiling
+	// bounds the predecessor's outstanding leases at learnStart, credited
+	// is how much of it clients have reported holding on first contact,
+	// predExpiry is the predecessor's latest expiry for the resource.
+	predCeiling float64
+	credited    float64
+	learnStart  int64
+	predExpiry  int64
+	learnedSeen map[string]struct{}
 }
 
 func newResource(id string, tmpl *config.Template, gen uint64) *resource {
-	return &resource{id: id, tmpl: tmpl, gen: gen, index: make(map[string]int32)}
+	return &resource{id: id, tmpl: tmpl, gen: gen, index: make(map[string]int32),
+		ceiling: math.Inf(1), ceilingExpiry: math.MaxInt64}
 }
+
+// shared reports whether the resource's algorithm divides a global
+// capacity (so that summaries and over-grant apply).
+func (r *resource) shared() bool {
+	k := r.tmpl.Algorithm
+	return k == allotpb.Algorithm_FAIR_SHARE || k == allotpb.Algorithm_PROPORTIONAL_SHARE
+}
+
+// predOutstanding bounds the capacity still held under a predecessor's
+// leases by clients that have not yet been seen in learning mode.
+func (r *resource) predOutstanding(now int64) float64 {
+	if !r.learning(now) {
+		return 0
+	}
+	return max(r.predCeiling-r.credited, 0)
+}
+
+// bound is the upper bound on the resource's outstanding capacity that
+// the published ceiling must cover: own leases plus the predecessor's
+// unaccounted remainder while learning.
+func (r *resource) bound(now int64) float64 { return r.outstanding() + r.predOutstanding(now) }
 
 func (r *resource) learning(now int64) bool { return now < r.learningUntil }
 
 // upsert records a client's request and marks it for this round.
-func (r *resource) upsert(id string, wants, weight float64, priority int32, reported float64, now int64) int32 {
+func (r *resource) upsert(id string, wants, weight float64, priority int32, reported float64, reportedExpiry, now int64) int32 {
 	i, ok := r.index[id]
 	if !ok {
 		i = int32(len(r.clients))
@@ -60,6 +105,7 @@ func (r *resource) upsert(id string, wants, weight float64, priority int32, repo
 	}
 	r.demands[i] = alloc.Demand{Wants: wants, Weight: weight, Priority: priority}
 	r.clients[i].reported = reported
+	r.clients[i].reportedExpiry = reportedExpiry
 	if !r.clients[i].touched {
 		r.clients[i].touched = true
 		r.batch = append(r.batch, i)
@@ -163,8 +209,9 @@ func (r *resource) allocate(p *roundParams) {
 	t := r.tmpl
 	alloc.Run(t.Algorithm, t.Capacity, r.demands, p.scratch)
 
-	// No lease may outlive the recorded horizon (see horizon.go).
-	expiry := min(p.now+int64(t.LeaseLength), max(p.horizon, p.now))
+	// No lease may outlive the recorded horizon (see horizon.go) or the
+	// resource's published latest expiry (summary.go).
+	expiry := max(min(p.now+int64(t.LeaseLength), p.horizon, r.ceilingExpiry), p.now)
 	refresh := t.RefreshInterval
 
 	shared := t.Algorithm == allotpb.Algorithm_FAIR_SHARE || t.Algorithm == allotpb.Algorithm_PROPORTIONAL_SHARE
@@ -179,6 +226,8 @@ func (r *resource) allocate(p *roundParams) {
 	}
 
 	switch {
+	case learning && shared:
+		r.learn(p, settle)
 	case learning:
 		// Echo what the client reports it holds (never more than it wants
 		// or, for share algorithms, than the capacity): leases issued by a
@@ -195,7 +244,8 @@ func (r *resource) allocate(p *roundParams) {
 			settle(i, r.demands[i].Target, refresh)
 		}
 	default:
-		free := t.Capacity - r.outstanding()
+		// Grants stay within the published ceiling (write-ahead).
+		free := min(t.Capacity, r.ceiling) - r.outstanding()
 		// Shrinkers first.
 		for _, i := range r.batch {
 			if tg := r.demands[i].Target; tg <= r.clients[i].has {
@@ -237,6 +287,70 @@ func (r *resource) allocate(p *roundParams) {
 		r.clients[i].touched = false
 	}
 	r.batch = r.batch[:0]
+}
+
+// learn allocates a share resource in learning mode. A predecessor's
+// leases may be outstanding; all that is known is predCeiling, an upper
+// bound on their total at learnStart (the predecessor's published ceiling,
+// or the capacity when unknown).
+//
+// Invariant: own + (predCeiling − credited) ≥ the true outstanding total,
+// where own is the sum of the leases this coordinator issued. Proof
+// sketch: a client's first request in learning mode reports the lease it
+// holds (has, expiry). If that lease was unexpired at learnStart (expiry
+// − clock skew margin > learnStart) it was counted in predCeiling, and the
+// client's new lease replaces it, so up to has may move from the
+// predecessor's remainder to the client: the credit, capped so that
+// credited never exceeds predCeiling. Leases unexpired at learnStart that
+// are not yet replaced sum to at most predCeiling − credited. Leases
+// expire, never grow, so the bound holds at every later time.
+//
+// Allocation: each first-contact client gets its credit back, up to what
+// it wants (Doorman's echo, never more than was credited); a returning
+// client keeps its lease up to what it wants. Then whatever is free, that
+// is min(capacity, ceiling) − own − (predCeiling − credited), goes to the
+// clients of the round up to their algorithm targets. So own +
+// remainder never rises above min(capacity, ceiling) through new grants,
+// and a new client gets capacity at once when the predecessor held less
+// than the capacity, instead of nothing for the whole learning period.
+// Trust: like Doorman, this relies on clients reporting the lease they
+// hold; a lying client can take at most the remainder of predCeiling.
+func (r *resource) learn(p *roundParams, settle func(i int32, capacity float64, fresh time.Duration)) {
+	t := r.tmpl
+	if r.learnedSeen == nil {
+		r.learnedSeen = make(map[string]struct{})
+	}
+	for _, i := range r.batch {
+		c := &r.clients[i]
+		c.credit = -1 // returning client
+		if _, seen := r.learnedSeen[c.id]; seen {
+			continue
+		}
+		r.learnedSeen[c.id] = struct{}{}
+		c.credit = 0
+		if c.reported > 0 && c.reportedExpiry-int64(clockSkewMargin) > r.learnStart {
+			cr := max(min(c.reported, r.predCeiling-r.credited), 0)
+			r.credited += cr
+			c.credit = cr
+		}
+	}
+	free := min(t.Capacity, r.ceiling) - r.outstanding() - r.predOutstanding(p.now)
+	for _, i := range r.batch {
+		c := &r.clients[i]
+		base := min(r.demands[i].Wants, c.has)
+		if c.credit >= 0 {
+			base = min(r.demands[i].Wants, c.credit+c.has)
+		}
+		free -= base - c.has
+		c.has = base
+	}
+	for _, i := range r.batch {
+		c := &r.clients[i]
+		extra := max(min(r.demands[i].Target-c.has, free), 0)
+		free -= extra
+		settle(i, c.has+extra, t.RefreshInterval)
+		c.credit = 0
+	}
 }
 
 // nextFree returns the earliest time a client holding more than its target

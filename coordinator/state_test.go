@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -69,7 +70,7 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 				continue
 			}
 			if steady || rng.IntN(5) == 0 {
-				r.upsert(id, wants[i], 1, prio[i], 0, now)
+				r.upsert(id, wants[i], 1, prio[i], 0, 0, now)
 			}
 		}
 		p := roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond, scratch: &scratch}
@@ -122,7 +123,7 @@ func TestExpiryHeap(t *testing.T) {
 			}
 		}
 		id := string(rune('a' + rng.IntN(50)))
-		r.upsert(id, 1, 1, 0, 0, now)
+		r.upsert(id, 1, 1, 0, 0, 0, now)
 		r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, scratch: &scratch})
 		for k, i := range r.heap {
 			if int(r.clients[i].heapIdx) != k {
@@ -137,5 +138,131 @@ func TestExpiryHeap(t *testing.T) {
 				t.Fatalf("step %d: index mismatch", step)
 			}
 		}
+	}
+}
+
+// TestLearningNeverOverGrants drives a resource in learning mode with a
+// predecessor's summary: predecessor clients hold leases summing to at
+// most the published ceiling; they come back (reporting what they hold)
+// in random order or never, new clients arrive, clients release. After
+// every round the true outstanding total (leases issued by us plus
+// predecessor leases not yet replaced and not expired) must not exceed
+// the capacity.
+func TestLearningNeverOverGrants(t *testing.T) {
+	for _, kind := range []allotpb.Algorithm_Kind{allotpb.Algorithm_FAIR_SHARE, allotpb.Algorithm_PROPORTIONAL_SHARE} {
+		t.Run(kind.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(11, uint64(kind)))
+			for trial := range 300 {
+				learningTrial(t, rng, kind, trial)
+			}
+		})
+	}
+}
+
+type predLease struct {
+	has     float64
+	expiry  int64
+	replace bool // replaced by a lease of ours
+}
+
+func learningTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial int) {
+	capacity := float64(10 + rng.IntN(500))
+	ll := 10 * time.Second
+	tm := &config.Template{Name: "t", Glob: "r", Capacity: capacity, Algorithm: kind, LeaseLength: ll, RefreshInterval: time.Second}
+	t0 := int64(1e18)
+	// Predecessor: leases unexpired at t0 sum to at most the ceiling, which
+	// is at most the capacity; some leases already expired.
+	pred := map[string]*predLease{}
+	ceiling := capacity * rng.Float64()
+	left := ceiling
+	for j := range 1 + rng.IntN(10) {
+		id := fmt.Sprintf("p%d", j)
+		if rng.IntN(5) == 0 {
+			pred[id] = &predLease{has: rng.Float64() * capacity, expiry: t0 - int64(rng.IntN(5))*int64(time.Second)}
+			continue
+		}
+		h := left * rng.Float64()
+		left -= h
+		pred[id] = &predLease{has: h, expiry: t0 + int64(rng.IntN(int(ll/time.Millisecond)))*int64(time.Millisecond)}
+	}
+	r := newResource("r", tm, 1)
+	r.ceiling = capacity // raised ahead by the coordinator
+	r.predCeiling = ceiling
+	r.learnStart = t0
+	r.learningUntil = t0 + int64(ll) + int64(clockSkewMargin)
+	var scratch alloc.Scratch
+	now := t0
+	ids := make([]string, 0, len(pred)+5)
+	for id := range pred {
+		ids = append(ids, id)
+	}
+	for j := range 1 + rng.IntN(5) {
+		ids = append(ids, fmt.Sprintf("n%d", j))
+	}
+	wants := map[string]float64{}
+	for _, id := range ids {
+		wants[id] = rng.Float64() * capacity
+	}
+	for round := range 150 {
+		now += int64(100 * time.Millisecond)
+		r.expire(now)
+		for _, id := range ids {
+			if rng.IntN(4) != 0 {
+				continue
+			}
+			if rng.IntN(40) == 0 {
+				r.markReleased(id)
+				continue
+			}
+			var has float64
+			var exp int64
+			if p := pred[id]; p != nil && !p.replace {
+				has, exp = p.has, p.expiry
+				p.replace = true
+			} else if i, ok := r.index[id]; ok {
+				has, exp = r.clients[i].has, r.clients[i].expiry
+			}
+			r.upsert(id, wants[id], 1, 0, has, exp, now)
+		}
+		if len(r.batch) > 0 {
+			r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, scratch: &scratch})
+		}
+		r.dropReleased()
+		total := 0.0
+		for _, c := range r.clients {
+			if c.expiry > now {
+				total += c.has
+			}
+		}
+		for _, p := range pred {
+			if !p.replace && p.expiry > now {
+				total += p.has
+			}
+		}
+		if total > capacity*(1+1e-9)+1e-9 {
+			t.Fatalf("trial %d round %d: %v outstanding, capacity %v (predecessor ceiling %v)", trial, round, total, capacity, ceiling)
+		}
+	}
+}
+
+// TestLearningHandsOutWhatIsFree: a new client in learning mode gets the
+// capacity the predecessor's ceiling leaves free at once, and a returning
+// predecessor client keeps its lease.
+func TestLearningHandsOutWhatIsFree(t *testing.T) {
+	tm := &config.Template{Name: "t", Glob: "r", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE, LeaseLength: 10 * time.Second, RefreshInterval: time.Second}
+	r := newResource("r", tm, 1)
+	now := int64(1e18)
+	r.ceiling, r.predCeiling, r.learnStart, r.learningUntil = 100, 40, now, now+int64(time.Minute)
+	var scratch alloc.Scratch
+	p := &roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, scratch: &scratch}
+	r.upsert("new", 100, 1, 0, 0, 0, now)
+	r.allocate(p)
+	if got := r.clients[r.index["new"]].has; got != 60 {
+		t.Fatalf("new client got %v, want the 60 outside the predecessor's ceiling", got)
+	}
+	r.upsert("old", 100, 1, 0, 40, now+int64(5*time.Second), now)
+	r.allocate(p)
+	if got := r.clients[r.index["old"]].has; got != 40 {
+		t.Fatalf("predecessor client kept %v of its 40", got)
 	}
 }

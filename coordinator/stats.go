@@ -9,6 +9,7 @@ type stats struct {
 	lastRound     time.Duration
 	maxRound      time.Duration
 	horizonErrors uint64
+	recordWrites  uint64
 }
 
 func (s *stats) round(n int, d time.Duration) {
@@ -28,6 +29,7 @@ type Stats struct {
 	LastRoundMS   float64 `json:"last_round_ms"`
 	MaxRoundMS    float64 `json:"max_round_ms"`
 	HorizonErrors uint64  `json:"horizon_errors"`
+	RecordWrites  uint64  `json:"record_writes"`
 	Config        any     `json:"config,omitempty"`
 }
 
@@ -41,7 +43,7 @@ func (c *Coordinator) statsData() any {
 		Node: c.opts.Node, ServerID: c.opts.ServerID, Term: c.Term(),
 		Rounds: s.rounds, Requests: s.requests,
 		LastRoundMS: float64(s.lastRound) / 1e6, MaxRoundMS: float64(s.maxRound) / 1e6,
-		HorizonErrors: s.horizonErrors,
+		HorizonErrors: s.horizonErrors, RecordWrites: s.recordWrites,
 	}
 	if st, ok := c.opts.Templates.(StatusSource); ok {
 		out.Config = st.Status()
