@@ -141,7 +141,8 @@ type Agent struct {
 	lastErr   error
 	lastOK    time.Time
 	failures  int
-	earlyAt   time.Time // pending early refresh, zero if none
+	earlyAt   time.Time     // pending early refresh, zero if none
+	interval  time.Duration // shortest refresh interval of the last response
 	closed    bool
 	closeOnce sync.Once
 	closeErr  error

@@ -96,11 +96,15 @@ func (g *Gauge) fitsLocked(n int) bool {
 }
 
 // Acquire blocks until n units can be held without exceeding the limit, or
-// until ctx ends. On success the caller must Release(n) later. A capacity
+// until ctx ends; it fails at once if ctx has already ended. On success
+// the caller must Release(n) later. A capacity
 // of 0 blocks until capacity is granted. Acquire(ctx, 0) returns nil.
 func (g *Gauge) Acquire(ctx context.Context, n int) error {
 	if n <= 0 {
 		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	g.mu.Lock()
 	if g.closed {
@@ -112,10 +116,6 @@ func (g *Gauge) Acquire(ctx context.Context, n int) error {
 		g.notePeakLocked()
 		g.mu.Unlock()
 		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		g.mu.Unlock()
-		return err
 	}
 	w := &gaugeWaiter{n: n, ready: make(chan struct{})}
 	e := g.waiters.PushBack(w)

@@ -23,6 +23,10 @@ import (
 // growing demand can trigger an early refresh.
 const sampleEvery = 500 * time.Millisecond
 
+// minRefreshDelay bounds how soon a refresh follows the previous one, even
+// if the coordinator asks for a shorter refresh interval.
+const minRefreshDelay = 10 * time.Millisecond
+
 // run is the agent's background loop: it samples demand, refreshes all
 // leases in one GetCapacity request, applies lease expiry and the failure
 // mode, and reports changes.
@@ -103,10 +107,13 @@ func (a *Agent) nextDelay(err error) time.Duration {
 		}
 	}
 	if interval == 0 {
+		interval = a.interval // leases expired: keep the last known pace
+	}
+	if interval == 0 {
 		interval = defaultRefresh
 	}
 	if err == nil {
-		return time.Duration(float64(interval) * (0.85 + 0.15*rand.Float64()))
+		return max(time.Duration(float64(interval)*(0.85+0.15*rand.Float64())), minRefreshDelay)
 	}
 	limit := max(interval, backoffBase)
 	d := backoffBase << min(a.failures-1, 20)
@@ -197,6 +204,7 @@ func (a *Agent) refresh(t time.Time) error {
 	a.lastErr, a.failures = nil, 0
 	a.lastOK = now(a.o.clock)
 	a.term = resp.GetTerm()
+	a.interval = 0
 	for _, rr := range resp.GetResponse() {
 		r := a.res[rr.GetResourceId()]
 		if r == nil {
@@ -213,6 +221,9 @@ func (a *Agent) refresh(t time.Time) error {
 		r.refresh = g.GetRefreshInterval().AsDuration()
 		if r.refresh <= 0 {
 			r.refresh = defaultRefresh
+		}
+		if a.interval == 0 || r.refresh < a.interval {
+			a.interval = r.refresh
 		}
 		if sc := rr.GetSafeCapacity(); !math.IsNaN(sc) {
 			r.safe, r.safeKnwn = sc, true

@@ -1,0 +1,484 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// eventually polls cond every 10ms until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func testTemplate(glob string, capacity float64) *config.Template {
+	return &config.Template{
+		Name: "t-" + glob, Glob: glob, Capacity: capacity,
+		Algorithm:       allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength:     2 * time.Second,
+		RefreshInterval: 300 * time.Millisecond,
+	}
+}
+
+// startCoordinator starts a real coordinator on nc serving tmpls.
+func startCoordinator(t *testing.T, nc *nats.Conn, tmpls ...*config.Template) *coordinator.Coordinator {
+	t.Helper()
+	c, err := coordinator.New(nc, coordinator.Options{
+		Node:          "root",
+		RoundInterval: 10 * time.Millisecond,
+		Templates:     coordinator.StaticTemplates(config.NewSet(1, tmpls, nil)),
+		Logger:        quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+func newAgent(t *testing.T, nc *nats.Conn, opts ...Option) *Agent {
+	t.Helper()
+	a, err := New(nc, append([]Option{WithLogger(quiet)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	return a
+}
+
+// TestFairShares: against a real coordinator, two agents sharing a
+// resource of 100/s converge to their fair shares, with explicit and with
+// automatic (demand-estimated) wants.
+func TestFairShares(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	startCoordinator(t, natstest.Conn(t, s), testTemplate("res", 100), testTemplate("auto", 100))
+
+	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"))
+	b := newAgent(t, natstest.Conn(t, s), WithClientID("b"))
+
+	ra, err := a.Rate("res", WithWants(80))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := b.Rate("res", WithWants(80))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, "explicit wants 80+80 of 100 should give 50 each", func() bool {
+		return math.Abs(ra.Capacity()-50) < 0.5 && math.Abs(rb.Capacity()-50) < 0.5
+	})
+	st := ra.Status()
+	if st.Source != SourceLease || !st.Leased || st.Expiry.Before(time.Now()) || st.LastError != nil {
+		t.Errorf("status = %+v, want a valid lease and no error", st)
+	}
+
+	// b wants 30 fixed; a's demand is estimated from 4 goroutines waiting
+	// in a closed loop, which must discover the remaining 70.
+	xa, err := a.Rate("auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	xb, err := b.Rate("auto", WithWants(30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for xa.Wait(ctx) == nil {
+			}
+		})
+	}
+	defer func() { cancel(); wg.Wait() }()
+	eventually(t, 20*time.Second, "auto wants should converge to 70 next to a fixed 30", func() bool {
+		return math.Abs(xb.Capacity()-30) < 0.5 && xa.Capacity() > 68 && xa.Capacity() <= 70.5
+	})
+	if w := xa.Status().Wants; !(w >= 68) || math.IsInf(w, 0) {
+		t.Errorf("estimated wants = %v, want at least 68 and finite", w)
+	}
+}
+
+// TestOutage: the coordinator stops, leases expire and agents fall back to
+// their mode; when a coordinator returns they get leases again.
+func TestOutage(t *testing.T) {
+	t.Parallel()
+	tmpl := testTemplate("res", 100)
+	tmpl.SafeCapacity, tmpl.HasSafeCapacity = 7, true
+	for _, tc := range []struct {
+		mode Mode
+		src  Source
+		want float64
+	}{
+		{Safe, SourceSafe, 7},
+		{Optimistic, SourceOptimistic, 40},
+		{Pessimistic, SourcePessimistic, 0},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			t.Parallel()
+			s := natstest.Server(t)
+			nc := natstest.Conn(t, s)
+			c := startCoordinator(t, nc, tmpl)
+			var changes atomic.Int32
+			a := newAgent(t, natstest.Conn(t, s), WithMode(tc.mode), WithOnChange(func(Status) { changes.Add(1) }))
+			r, err := a.Rate("res", WithWants(40))
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 10*time.Second, "first lease", func() bool {
+				st := r.Status()
+				return st.Source == SourceLease && st.Capacity == 40
+			})
+			st := r.Status()
+			if st.SafeCapacity != 7 || !st.SafeKnown {
+				t.Errorf("safe capacity = %v (known %v), want 7", st.SafeCapacity, st.SafeKnown)
+			}
+			expiry := r.Expiry()
+
+			c.Stop()
+			eventually(t, 10*time.Second, "fallback after the lease expired", func() bool {
+				st := r.Status()
+				return st.Source == tc.src && st.Capacity == tc.want && !st.Leased
+			})
+			if time.Now().Before(expiry) {
+				t.Errorf("fell back at %v, before the lease expired at %v", time.Now(), expiry)
+			}
+			if err := a.LastError(); !errors.Is(err, nats.ErrNoResponders) {
+				t.Errorf("LastError = %v, want no responders", err)
+			}
+			if tc.want == 0 && r.Allow() {
+				t.Error("Allow at capacity 0 = true")
+			}
+
+			startCoordinator(t, nc, tmpl)
+			eventually(t, 10*time.Second, "recovery when the coordinator returns", func() bool {
+				st := r.Status()
+				return st.Source == SourceLease && st.Capacity == 40 && st.LastError == nil
+			})
+			if changes.Load() < 2 {
+				t.Errorf("OnChange called %d times, want at least 2", changes.Load())
+			}
+		})
+	}
+}
+
+// TestGaugeNeverExceedsLimit runs 16 goroutines against a gauge of 5
+// granted by a real coordinator.
+func TestGaugeNeverExceedsLimit(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	startCoordinator(t, natstest.Conn(t, s), testTemplate("conns", 5))
+	a := newAgent(t, natstest.Conn(t, s))
+	g, err := a.Gauge("conns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inFlight, peak atomic.Int32
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	for range 16 {
+		wg.Go(func() {
+			for {
+				err := g.Do(ctx, 1, func(context.Context) error {
+					n := inFlight.Add(1)
+					for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+					}
+					time.Sleep(time.Millisecond)
+					inFlight.Add(-1)
+					return nil
+				})
+				if err != nil {
+					return
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if p := peak.Load(); p > 5 {
+		t.Errorf("peak in flight %d exceeds the limit 5", p)
+	}
+	if done.Load() == 0 {
+		t.Error("no work done: the gauge never got capacity")
+	}
+	if st := g.Status(); st.Capacity != 5 || !(st.Wants >= 5) {
+		t.Errorf("status = %+v, want capacity 5 and estimated wants >= 5", st)
+	}
+	t.Logf("peak %d, %d operations", peak.Load(), done.Load())
+}
+
+// fakeCoordinator answers GetCapacity with a fixed lease; tests change its
+// behaviour through the fields.
+type fakeCoordinator struct {
+	mu       sync.Mutex
+	capacity float64
+	term     uint64
+	errCode  int
+	requests []*allotpb.GetCapacityRequest
+	released []*allotpb.ReleaseCapacityRequest
+}
+
+func (f *fakeCoordinator) serve(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	sub, err := nc.Subscribe("allot.root.capacity.get", func(m *nats.Msg) {
+		req := &allotpb.GetCapacityRequest{}
+		if err := wire.Unmarshal(wire.EncodingOf(m.Header), m.Data, req); err != nil {
+			t.Errorf("fake coordinator: %v", err)
+			return
+		}
+		f.mu.Lock()
+		f.requests = append(f.requests, req)
+		capacity, term, code := f.capacity, f.term, f.errCode
+		f.mu.Unlock()
+		reply := nats.NewMsg(m.Reply)
+		if code != 0 {
+			reply.Header.Set("Nats-Service-Error-Code", "503")
+			reply.Header.Set("Nats-Service-Error", "overloaded")
+			_ = m.RespondMsg(reply)
+			return
+		}
+		resp := &allotpb.GetCapacityResponse{Term: term}
+		for _, rr := range req.GetResource() {
+			resp.Response = append(resp.Response, &allotpb.ResourceResponse{
+				ResourceId: rr.GetResourceId(),
+				Gets: &allotpb.Lease{
+					Capacity:        capacity,
+					ExpiryTime:      timestamppb.New(time.Now().Add(time.Minute)),
+					RefreshInterval: durationpb.New(50 * time.Millisecond),
+				},
+				SafeCapacity: -1,
+			})
+		}
+		reply.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
+		reply.Data, _ = wire.Marshal(wire.Protobuf, resp)
+		_ = m.RespondMsg(reply)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	rsub, err := nc.Subscribe("allot.root.capacity.release", func(m *nats.Msg) {
+		req := &allotpb.ReleaseCapacityRequest{}
+		_ = wire.Unmarshal(wire.EncodingOf(m.Header), m.Data, req)
+		f.mu.Lock()
+		f.released = append(f.released, req)
+		f.mu.Unlock()
+		reply := nats.NewMsg(m.Reply)
+		reply.Data, _ = wire.Marshal(wire.Protobuf, &allotpb.ReleaseCapacityResponse{Released: int32(len(req.GetResourceId()))})
+		_ = m.RespondMsg(reply)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rsub.Unsubscribe() })
+	_ = nc.Flush()
+}
+
+func (f *fakeCoordinator) set(fn func(*fakeCoordinator)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+// TestProtocol checks what the agent sends and how it treats replies:
+// has and wants in requests, error replies, stale terms, release on Close.
+func TestProtocol(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	f := &fakeCoordinator{capacity: 10, term: 5}
+	f.serve(t, natstest.Conn(t, s))
+	a, err := New(natstest.Conn(t, s), WithLogger(quiet), WithClientID("proto-client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.Rate("res", WithWants(12), WithPriority(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "lease from the fake coordinator", func() bool { return r.Capacity() == 10 })
+	eventually(t, 5*time.Second, "a refresh reporting has", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		last := f.requests[len(f.requests)-1]
+		rr := last.GetResource()[0]
+		return len(f.requests) >= 2 && last.GetClientId() == "proto-client" && rr.GetWants() == 12 &&
+			rr.GetPriority() == 3 && rr.GetHas().GetCapacity() == 10
+	})
+	if a.Term() != 5 {
+		t.Errorf("term = %d, want 5", a.Term())
+	}
+
+	// Error replies are failed refreshes; the lease stays.
+	f.set(func(f *fakeCoordinator) { f.errCode = 503 })
+	eventually(t, 5*time.Second, "service error reported", func() bool {
+		var se *ServiceError
+		return errors.As(a.LastError(), &se) && se.Code == 503
+	})
+	if r.Capacity() != 10 {
+		t.Errorf("capacity %v after an error reply, want the lease's 10 kept", r.Capacity())
+	}
+
+	// A lower term is ignored.
+	f.set(func(f *fakeCoordinator) { f.errCode, f.term, f.capacity = 0, 4, 99 })
+	eventually(t, 5*time.Second, "stale term reported", func() bool { return errors.Is(a.LastError(), ErrStaleTerm) })
+	if r.Capacity() != 10 {
+		t.Errorf("capacity %v after a stale reply, want 10", r.Capacity())
+	}
+	f.set(func(f *fakeCoordinator) { f.term = 6 })
+	eventually(t, 5*time.Second, "newer term accepted", func() bool { return r.Capacity() == 99 && a.LastError() == nil })
+
+	// SetWants: a large change is sent early; bad values are refused.
+	if err := r.SetWants(math.NaN()); err == nil {
+		t.Error("SetWants(NaN) = nil")
+	}
+	if err := r.SetWants(-1); err == nil {
+		t.Error("SetWants(-1) = nil")
+	}
+	if err := r.SetWants(500); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "new wants sent", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.requests[len(f.requests)-1].GetResource()[0].GetWants() == 500
+	})
+
+	if _, err := a.Gauge("res"); err == nil {
+		t.Error("Gauge on a rate resource id = nil error")
+	}
+	if _, err := a.Rate("bad id"); err == nil {
+		t.Error("Rate with a space in the id = nil error")
+	}
+	if r2, err := a.Rate("res"); err != nil || r2 != r {
+		t.Errorf("second Rate(res) = %p, %v; want the same limiter", r2, err)
+	}
+
+	done := make(chan error, 1)
+	r.SetWants(0)
+	f.set(func(f *fakeCoordinator) { f.capacity = 0 })
+	eventually(t, 5*time.Second, "capacity 0", func() bool { return r.Capacity() == 0 })
+	go func() { done <- r.Wait(context.Background()) }()
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Errorf("Wait after Close = %v, want ErrClosed", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.released) != 1 || len(f.released[0].GetResourceId()) != 1 || f.released[0].GetClientId() != "proto-client" {
+		t.Errorf("released = %v, want one release of res by proto-client", f.released)
+	}
+	if _, err := a.Rate("other"); !errors.Is(err, ErrClosed) {
+		t.Errorf("Rate after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	for _, tc := range []struct {
+		name string
+		opt  Option
+	}{
+		{"empty client id", WithClientID("")},
+		{"client id with space", WithClientID("a b")},
+		{"node with dot", WithNode("a.b")},
+		{"unknown mode", WithMode(Mode(9))},
+		{"nil logger", WithLogger(nil)},
+		{"nil clock", WithClock(nil)},
+		{"short timeout", WithRequestTimeout(10 * time.Millisecond)},
+		{"zero gap", WithMinRefreshGap(0)},
+		{"nil callback", WithOnChange(nil)},
+	} {
+		if _, err := New(nc, tc.opt); err == nil {
+			t.Errorf("%s: New = nil error", tc.name)
+		}
+	}
+	if _, err := New(nil); err == nil {
+		t.Error("New(nil) = nil error")
+	}
+	a := newAgent(t, nc)
+	for _, tc := range []struct {
+		name string
+		opt  ResourceOption
+	}{
+		{"NaN wants", WithWants(math.NaN())},
+		{"negative wants", WithWants(-1)},
+		{"infinite wants", WithWants(math.Inf(1))},
+		{"zero burst", WithBurst(0)},
+		{"priority", WithPriority(5000)},
+		{"initial capacity", WithInitialCapacity(-2)},
+	} {
+		if _, err := a.Rate("x", tc.opt); err == nil {
+			t.Errorf("%s: Rate = nil error", tc.name)
+		}
+	}
+	if a.ClientID() == "" || a.Mode() != Safe {
+		t.Errorf("defaults: client id %q, mode %v", a.ClientID(), a.Mode())
+	}
+}
+
+// TestInitialCapacity: before the first lease, Safe mode uses the initial
+// capacity and Optimistic mode with automatic wants is unlimited.
+func TestInitialCapacity(t *testing.T) {
+	s := natstest.Server(t) // no coordinator: no responders
+	nc := natstest.Conn(t, s)
+	for _, tc := range []struct {
+		mode Mode
+		opts []ResourceOption
+		want float64
+	}{
+		{Safe, nil, 0},
+		{Safe, []ResourceOption{WithInitialCapacity(3)}, 3},
+		{Safe, []ResourceOption{WithInitialCapacity(-1)}, math.Inf(1)},
+		{Optimistic, nil, math.Inf(1)},
+		{Optimistic, []ResourceOption{WithWants(8)}, 8},
+		{Pessimistic, []ResourceOption{WithWants(8)}, 0},
+	} {
+		a := newAgent(t, nc, WithMode(tc.mode))
+		r, err := a.Rate("r", tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := r.Capacity(); c != tc.want {
+			t.Errorf("%v %d options: capacity %v, want %v", tc.mode, len(tc.opts), c, tc.want)
+		}
+		eventually(t, 5*time.Second, "no responders reported", func() bool {
+			return errors.Is(a.LastError(), nats.ErrNoResponders)
+		})
+	}
+}
