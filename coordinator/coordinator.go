@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,7 +126,11 @@ type Coordinator struct {
 	kv      jetstream.KeyValue
 	started time.Time
 	stop    chan struct{}
-	done    chan struct{}
+	// ioCtx bounds the round loop's KV writes; Stop cancels it so that a
+	// coordinator cut off from NATS stops at once.
+	ioCtx    context.Context
+	ioCancel context.CancelFunc
+	done     chan struct{}
 
 	// Owned by the round loop.
 	resources map[string]*resource
@@ -226,7 +231,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		Name:        ServiceName,
 		Version:     ServiceVersion,
 		Description: "allot coordinator: capacity leases for node " + c.opts.Node,
-		Metadata:    map[string]string{"node": c.opts.Node, "server_id": c.opts.ServerID},
+		Metadata:    map[string]string{"node": c.opts.Node, "server_id": c.opts.ServerID, "term": strconv.FormatUint(c.Term(), 10)},
 		StatsHandler: func(*micro.Endpoint) any {
 			return c.statsData()
 		},
@@ -252,6 +257,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	}
 	c.svc = svc
 	c.stop = make(chan struct{})
+	c.ioCtx, c.ioCancel = context.WithCancel(context.Background())
 	c.done = make(chan struct{})
 	go c.loop()
 	c.log.Info("coordinator serving", "subjects", Subject(c.opts.Node, "*.*"), "round", c.round,
@@ -299,6 +305,7 @@ func (c *Coordinator) Stop() {
 			c.log.Warn("stopping micro service", "err", err)
 		}
 	}
+	c.ioCancel()
 	close(c.stop)
 	<-c.done
 	c.log.Info("coordinator stopped")

@@ -284,7 +284,7 @@ func (c *Coordinator) ensureRecord(now int64, leaseMax time.Duration, touched []
 	if now < c.horizon.retryAt {
 		return c.horizon.until
 	}
-	if err := c.writeRecord(context.Background(), now, until, pending); err != nil {
+	if err := c.writeRecord(c.ioCtx, now, until, pending); err != nil {
 		c.horizon.retryAt = now + int64(time.Second)
 		c.stats.horizonErrors++
 		c.log.Error("cannot record lease horizon and ceilings; leases are cut short and grants held to the recorded ones", "err", err)
@@ -329,7 +329,7 @@ func (c *Coordinator) shrinkRecord(now int64) {
 	if !changed || now < c.horizon.retryAt {
 		return
 	}
-	if err := c.writeRecord(context.Background(), now, c.horizon.until, nil); err != nil {
+	if err := c.writeRecord(c.ioCtx, now, c.horizon.until, nil); err != nil {
 		c.horizon.retryAt = now + int64(time.Second)
 		c.stats.horizonErrors++
 		c.log.Warn("cannot record lowered ceilings", "err", err)
