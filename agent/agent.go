@@ -164,6 +164,7 @@ type resource struct {
 	sampledAt  time.Time
 	pending    float64 // rate demand not yet turned into a sample
 	throttled  bool
+	starving   bool // demand seen at capacity 0: sample without waiting
 	sentWants  float64
 	initialCap float64
 
@@ -384,6 +385,23 @@ func (r *resource) setWants(w float64) error {
 	return nil
 }
 
+// starved is called (without locks held) when a limiter at capacity 0 sees
+// its first demand: with automatic wants the coordinator may have granted 0
+// because no demand was known, so ask again soon rather than at the next
+// sample.
+func (r *resource) starved() {
+	a := r.a
+	a.mu.Lock()
+	if !r.auto || a.closed {
+		a.mu.Unlock()
+		return
+	}
+	r.starving = true
+	a.scheduleEarlyLocked(now(a.o.clock))
+	a.mu.Unlock()
+	a.poke()
+}
+
 func (r *resource) setAuto() {
 	if r == nil {
 		return
@@ -525,10 +543,11 @@ func (a *Agent) sampleLocked(r *resource, t time.Time) {
 		d, th := r.rate.sampleDemand()
 		r.pending += float64(d)
 		r.throttled = r.throttled || th
-		if dt < minSampleWindow {
+		if dt < minSampleWindow && !(r.starving && r.pending > 0) {
 			return
 		}
-		x = r.pending / dt.Seconds()
+		r.starving = false
+		x = r.pending / max(dt, minSampleWindow).Seconds()
 		if r.throttled {
 			// Demand was held back: ask for more than we have, so closed
 			// loops (which cannot show more demand than they are given)

@@ -58,6 +58,7 @@ type RateLimiter struct {
 	throttled  bool      // a call waited or was refused since the last sample
 	changed    chan struct{}
 	closed     bool
+	starved    bool // demand seen at limit 0 was reported to the agent
 
 	res *resource // nil for limiters built in tests
 }
@@ -167,6 +168,7 @@ func (l *RateLimiter) setLimit(limit rate.Limit) {
 	}
 	old := l.limit
 	l.limit = limit
+	l.starved = false
 	if !l.fixedBurst {
 		l.burst = autoBurst(limit)
 	}
@@ -208,8 +210,23 @@ func (l *RateLimiter) Allow() bool {
 		return true
 	}
 	l.throttled = true
+	starved := l.noteStarvedLocked()
 	l.mu.Unlock()
+	if starved {
+		l.res.starved()
+	}
 	return false
+}
+
+// noteStarvedLocked reports whether demand has just been seen while the
+// limit is 0, so that the agent asks for capacity without waiting for
+// the next demand sample. It reports once per capacity change.
+func (l *RateLimiter) noteStarvedLocked() bool {
+	if l.limit != 0 || l.starved || l.res == nil || l.closed {
+		return false
+	}
+	l.starved = true
+	return true
 }
 
 // AllowN reports whether n events may happen now, and if so takes n
@@ -232,7 +249,11 @@ func (l *RateLimiter) AllowN(n int) bool {
 		return true
 	}
 	l.throttled = true
+	starved := l.noteStarvedLocked()
 	l.mu.Unlock()
+	if starved {
+		l.res.starved()
+	}
 	return false
 }
 
@@ -349,7 +370,11 @@ func (l *RateLimiter) WaitN(ctx context.Context, n int) error {
 		return err
 	}
 	l.throttled = true
+	starved := l.noteStarvedLocked()
 	l.mu.Unlock()
+	if starved {
+		l.res.starved()
+	}
 	return l.waitSlow(ctx, n, r, hasDeadline, deadline)
 }
 

@@ -1,0 +1,74 @@
+// Package agent is the client library of allot, a distributed client-side
+// rate limiter: services embed an Agent to stay within their fair share of
+// a global limit that a coordinator divides among all clients over NATS.
+//
+// # Usage
+//
+// One import and three lines put a handler under a global rate limit:
+//
+//	a, err := agent.New(nc)                 // nc is a *nats.Conn
+//	lim, err := a.Rate("mysql/main")        // this client's share, per second
+//	if err := lim.Wait(ctx); err != nil { … } // before each query
+//
+// and defer a.Close() to give the capacity back when the service stops.
+// Every Allow and Wait is decided locally, in a mutex-protected token bucket
+// whose rate follows the granted capacity; no protected request touches the
+// network. Gauges limit how many units are in flight instead:
+//
+//	g, err := a.Gauge("mysql/connections")
+//	err = g.Do(ctx, 1, func(ctx context.Context) error { … })
+//
+// # Leases and refreshes
+//
+// The agent runs one background goroutine. It asks the coordinator for
+// capacity on all its resources in a single binary-protobuf GetCapacity
+// request (subject allot.<node>.capacity.get) every refresh interval — the
+// shortest interval among the leases, with jitter — reporting for each
+// resource the lease it holds ("has") and the capacity it wants. A new
+// resource or a large change in wants triggers an earlier request, at most
+// one per WithMinRefreshGap. Responses whose term is lower than the highest
+// seen are ignored. Close releases all leases with ReleaseCapacity.
+//
+// # Wants
+//
+// By default the wants are estimated from observed demand: for rates the
+// tokens requested per second, counting refused Allow calls and blocked
+// Wait calls; for gauges the peak of units held plus units waited for. The
+// estimate follows growth at once and decays with a 20s time constant.
+// When callers were held back during a sample, the estimate is at least
+// 1.25 times the capacity in force, so closed loops (whose demand cannot
+// exceed what they are given) still discover their share. SetWants or
+// WithWants fix the wants instead; values that are NaN, infinite or
+// negative are rejected with an error.
+//
+// # Failure behaviour
+//
+// When the coordinator does not answer (no responders, a timeout, an error
+// reply), the agent keeps each lease until it expires and retries with
+// capped exponential backoff and jitter. Once a lease has expired the
+// resource's capacity follows the agent's Mode:
+//
+//   - Safe (default): the safe capacity the coordinator last reported
+//     (-1 unlimited, 0 blocked).
+//   - Optimistic: the wants.
+//   - Pessimistic: 0.
+//
+// Before the first lease the same rules apply, with the safe capacity
+// taken from WithInitialCapacity (default 0: the resource is blocked for
+// the round trip it takes to get its first lease, and a Wait simply waits
+// for it). In Optimistic mode a resource with estimated wants and no demand
+// observed yet is unlimited. When a coordinator answers again, leases are
+// installed on the next refresh.
+//
+// Status, Capacity and Expiry report where each resource stands (capacity
+// in force and its Source, lease expiry, mode, last error); WithOnChange
+// registers a callback for every change of capacity.
+//
+// # Accuracy
+//
+// A RateLimiter reads the clock inside its lock, so concurrent callers
+// cannot over-admit (golang/go#71360), and a Wait that holds a reservation
+// keeps its place and is rescheduled when the capacity changes. With a
+// granted rate R it admits R per second plus at most one burst, whatever
+// the number of callers; the tests check this with an injected Clock.
+package agent

@@ -1,0 +1,140 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/allot/allot/agent"
+	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// demo starts an embedded NATS server and a coordinator that gives
+// "mysql/main" 100 per second and "mysql/connections" 10 in flight. It
+// returns a connection and a function that stops everything.
+func demo() (*nats.Conn, func(), error) {
+	dir, err := os.MkdirTemp("", "allot-example")
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := embed.Start(embed.Options{StoreDir: dir})
+	if err != nil {
+		return nil, nil, err
+	}
+	stopServer := func() { s.Shutdown(); s.WaitForShutdown(); os.RemoveAll(dir) }
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		stopServer()
+		return nil, nil, err
+	}
+	tmpl := func(glob string, capacity float64) *config.Template {
+		return &config.Template{Name: glob, Glob: glob, Capacity: capacity, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+			LeaseLength: 10 * time.Second, RefreshInterval: time.Second}
+	}
+	c, err := coordinator.New(nc, coordinator.Options{
+		Templates: coordinator.StaticTemplates(config.NewSet(1,
+			[]*config.Template{tmpl("mysql/main", 100), tmpl("mysql/connections", 10)}, nil)),
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err == nil {
+		err = c.Start(context.Background())
+	}
+	if err != nil {
+		nc.Close()
+		stopServer()
+		return nil, nil, err
+	}
+	return nc, func() { c.Stop(); nc.Close(); stopServer() }, nil
+}
+
+// The three lines a service adds to stay within its share of a global
+// limit: create an agent, get a limiter, wait before each request.
+func Example() {
+	nc, stop, err := demo()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer stop()
+
+	a, err := agent.New(nc, agent.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Close()
+	lim, err := a.Rate("mysql/main", agent.WithWants(40))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 3 {
+		if err := lim.Wait(ctx); err != nil { // blocks until the first lease arrives
+			log.Fatal(err)
+		}
+		// ... run the query ...
+	}
+	st := lim.Status()
+	fmt.Printf("%g per second from the %s\n", st.Capacity, st.Source)
+	// Output: 40 per second from the lease
+}
+
+// A gauge bounds the units in flight; Do holds one while the function runs.
+func ExampleGauge_Do() {
+	nc, stop, err := demo()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer stop()
+	a, err := agent.New(nc, agent.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Close()
+	conns, err := a.Gauge("mysql/connections", agent.WithWants(4))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = conns.Do(ctx, 1, func(ctx context.Context) error {
+		fmt.Println("holding", conns.InFlight(), "of", conns.Limit())
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output: holding 1 of 4
+}
+
+// An HTTP middleware that sheds load beyond this instance's share.
+func ExampleRateLimiter_Allow() {
+	var lim *agent.RateLimiter // from Agent.Rate
+	limit := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !lim.Allow() {
+				http.Error(w, "over the global limit", http.StatusTooManyRequests)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	_ = limit
+}
+
+// Watching capacity changes, e.g. to export them as metrics.
+func ExampleWithOnChange() {
+	onChange := agent.WithOnChange(func(st agent.Status) {
+		slog.Info("capacity changed", "resource", st.ResourceID, "capacity", st.Capacity,
+			"source", st.Source, "expiry", st.Expiry, "error", st.LastError)
+	})
+	_ = onChange // pass to agent.New
+}

@@ -1,0 +1,172 @@
+// Command ratelimited-http is a small HTTP service that stays within its
+// fair share of a global request rate managed by allot.
+//
+// Run it against a NATS deployment with a coordinator:
+//
+//	go run ./examples/ratelimited-http -nats nats://127.0.0.1:4222 -resource api/search
+//
+// or fully in-process (embedded NATS server and coordinator, 5 requests per
+// second shared by every instance):
+//
+//	go run ./examples/ratelimited-http -demo
+//
+// GET / answers 200 within the share and 429 beyond it; GET /wait waits
+// for a token (up to 2s) instead of refusing; GET /status shows the lease.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/allot/allot/agent"
+	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "ratelimited-http:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	natsURL := flag.String("nats", nats.DefaultURL, "NATS server URL")
+	resource := flag.String("resource", "api/search", "allot resource id")
+	addr := flag.String("addr", "127.0.0.1:8080", "HTTP listen address")
+	demo := flag.Bool("demo", false, "run an embedded NATS server and coordinator (capacity 5/s)")
+	flag.Parse()
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	url := *natsURL
+	if *demo {
+		u, cleanup, err := startDemo(ctx, *resource, log)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		url = u
+	}
+	nc, err := nats.Connect(url, nats.Name("ratelimited-http"))
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", url, err)
+	}
+	defer nc.Close()
+
+	// The three lines: an agent, a limiter, and Allow/Wait in the handler.
+	a, err := agent.New(nc, agent.WithLogger(log), agent.WithOnChange(func(st agent.Status) {
+		log.Info("capacity changed", "resource", st.ResourceID, "capacity", st.Capacity, "source", st.Source)
+	}))
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	lim, err := a.Rate(*resource)
+	if err != nil {
+		return err
+	}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		if !lim.Allow() {
+			http.Error(w, "over this instance's share of the global limit", http.StatusTooManyRequests)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /wait", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := lim.Wait(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusTooManyRequests)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		st := lim.Status()
+		errText := ""
+		if st.LastError != nil {
+			errText = st.LastError.Error()
+		}
+		capacity := any(st.Capacity)
+		if math.IsInf(st.Capacity, 1) {
+			capacity = "unlimited"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"resource": st.ResourceID, "capacity": capacity, "source": st.Source.String(),
+			"mode": st.Mode.String(), "expiry": st.Expiry, "wants": st.Wants, "last_error": errText,
+		})
+	})
+
+	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	log.Info("serving", "addr", *addr, "resource", *resource, "client_id", a.ClientID())
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// startDemo runs an embedded NATS server and a coordinator that gives
+// resource 5 requests per second, and returns the server's URL.
+func startDemo(ctx context.Context, resource string, log *slog.Logger) (string, func(), error) {
+	dir, err := os.MkdirTemp("", "ratelimited-http")
+	if err != nil {
+		return "", nil, err
+	}
+	s, err := embed.Start(embed.Options{StoreDir: dir})
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	stopServer := func() { s.Shutdown(); s.WaitForShutdown(); os.RemoveAll(dir) }
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		stopServer()
+		return "", nil, err
+	}
+	tmpl := &config.Template{
+		Name: "demo", Glob: resource, Capacity: 5, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: 10 * time.Second, RefreshInterval: time.Second,
+	}
+	c, err := coordinator.New(nc, coordinator.Options{
+		Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl}, nil)),
+		Logger:    log,
+	})
+	if err == nil {
+		err = c.Start(ctx)
+	}
+	if err != nil {
+		nc.Close()
+		stopServer()
+		return "", nil, fmt.Errorf("start coordinator: %w", err)
+	}
+	return s.ClientURL(), func() { c.Stop(); nc.Close(); stopServer() }, nil
+}
