@@ -482,3 +482,28 @@ func TestInitialCapacity(t *testing.T) {
 		})
 	}
 }
+
+// TestDemandAtZeroAsksAtOnce: with automatic wants an idle resource is
+// granted 0; the first refused call makes the agent ask again with the
+// demand it saw, without waiting for the next sample.
+func TestDemandAtZeroAsksAtOnce(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	startCoordinator(t, natstest.Conn(t, s), testTemplate("idle", 100))
+	a := newAgent(t, natstest.Conn(t, s))
+	r, err := a.Rate("idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "a lease of 0 for no demand", func() bool {
+		st := r.Status()
+		return st.Source == SourceLease && st.Capacity == 0
+	})
+	if r.Allow() {
+		t.Fatal("Allow at capacity 0 = true")
+	}
+	eventually(t, 5*time.Second, "capacity after demand at 0", func() bool { return r.Capacity() > 0 })
+	if w := r.Status().Wants; !(w > 0) || math.IsInf(w, 0) {
+		t.Errorf("wants = %v, want positive and finite", w)
+	}
+}
