@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,6 +18,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/deploy/templates"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/embed"
 )
 
@@ -29,6 +31,10 @@ type coordFlags struct {
 	configBucket string
 	unmatched    config.UnmatchedPolicy
 	logLevel     string
+	electionTTL  time.Duration
+	replicasKV   int
+	// onServing, if set, is called when a replica starts or stops serving.
+	onServing func(term uint64, serving bool)
 }
 
 func (f *coordFlags) register(fs *flag.FlagSet) {
@@ -40,6 +46,8 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	f.unmatched = config.UnmatchedDefault
 	fs.Var(&f.unmatched, "unmatched", "what to do with resources no template matches: 'default' (serve with the built-in default template) or 'reject' (answer 404)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.DurationVar(&f.electionTTL, "election-ttl", election.DefaultTTL, "leader key TTL in bucket "+election.DefaultBucket+" (whole seconds); an abrupt leader loss costs about TTL+1s")
+	fs.IntVar(&f.replicasKV, "bucket-replicas", 1, "replicas of the election and state buckets when allot creates them (3 on a three-server cluster)")
 }
 
 func (f *coordFlags) options(log *slog.Logger) coordinator.Options {
@@ -101,23 +109,13 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	defer w.Stop()
 	opts := cf.options(log)
 	opts.Templates = watchedTemplates{w}
-	return runUntilDone(ctx, nc, opts)
-}
-
-// runUntilDone starts a coordinator and stops it when ctx ends.
-func runUntilDone(ctx context.Context, nc *nats.Conn, opts coordinator.Options) error {
-	c, err := coordinator.New(nc, opts)
+	// A replica: it serves only while it leads the node's election, and
+	// resigns when ctx ends so that another replica takes over at once.
+	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{Options: opts, ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV, OnServing: cf.onServing})
 	if err != nil {
 		return err
 	}
-	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := c.Start(startCtx); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	c.Stop()
-	return nil
+	return rep.Run(ctx)
 }
 
 func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
@@ -152,8 +150,12 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	port := fs.Int("port", 4222, "NATS client port (0 picks a free one)")
 	dataDir := fs.String("data-dir", defaultDataDir(), "JetStream store directory (keeps configuration and lease horizons across restarts)")
 	natsLog := fs.Bool("nats-log", false, "show the embedded NATS server's own log")
+	replicas := fs.Int("replicas", 1, "coordinator replicas to run, each on its own NATS connection; one leads, the others follow (see 'allot status')")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *replicas < 1 {
+		return fmt.Errorf("--replicas %d: want at least 1", *replicas)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -182,9 +184,57 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	if err := seedTemplates(ctx, nc, cf.configBucket, log); err != nil {
 		return err
 	}
-	fmt.Fprintf(env.stdout, "allot is up: NATS at %s, node %q\ntry: go run ./cmd/allot get --nats %s db --wants 10\n",
-		srv.ClientURL(), cf.node, srv.ClientURL())
-	return serve(ctx, nc, &cf, log)
+	// Announce once a replica serves (or another process's leader does).
+	var once sync.Once
+	ready := make(chan struct{})
+	cf.onServing = func(_ uint64, serving bool) {
+		if serving {
+			once.Do(func() { close(ready) })
+		}
+	}
+	go func() {
+		select {
+		case <-ready:
+		case <-time.After(10 * time.Second):
+			log.Warn("no replica of this process leads yet; another process may")
+		case <-ctx.Done():
+			return
+		}
+		fmt.Fprintf(env.stdout, "allot is up: NATS at %s, node %q, %d replica(s)\ntry: go run ./cmd/allot get --nats %s db --wants 10\n     go run ./cmd/allot status --nats %s\n",
+			srv.ClientURL(), cf.node, *replicas, srv.ClientURL(), srv.ClientURL())
+	}()
+	if *replicas == 1 {
+		return serve(ctx, nc, &cf, log)
+	}
+	return serveReplicas(ctx, srv.ClientURL(), &cf, *replicas, log)
+}
+
+// serveReplicas runs n coordinator replicas, each on its own connection,
+// until ctx ends.
+func serveReplicas(ctx context.Context, url string, cf *coordFlags, n int, log *slog.Logger) error {
+	base := cf.serverID
+	if base == "" {
+		host, _ := os.Hostname()
+		base = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	errs := make(chan error, n)
+	for i := range n {
+		rcf := *cf
+		rcf.serverID = fmt.Sprintf("%s-%d", base, i)
+		nc, err := connect(url, "", "allot up replica "+rcf.serverID, log)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		go func() { errs <- serve(ctx, nc, &rcf, log.With("replica", i)) }()
+	}
+	var first error
+	for range n {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // seedTemplates stores the example templates of deploy/templates in the

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/natstest"
+)
+
+// TestStatus runs two replicas and checks that `allot status` shows the
+// leader with its term and the other replica as follower.
+func TestStatus(t *testing.T) {
+	s := natstest.Server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var reps []*coordinator.Replica
+	done := make(chan error, 2)
+	runCtx, stop := context.WithCancel(ctx)
+	for _, id := range []string{"alpha", "beta"} {
+		rep, err := coordinator.NewReplica(natstest.Conn(t, s), coordinator.ReplicaOptions{
+			Options: coordinator.Options{ServerID: id, Logger: slog.New(slog.DiscardHandler)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps = append(reps, rep)
+		go func() { done <- rep.Run(runCtx) }()
+	}
+	defer func() {
+		stop()
+		<-done
+		<-done
+	}()
+	var leader, follower string
+	for leader == "" || follower == "" {
+		if ctx.Err() != nil {
+			t.Fatal("no leader and follower within 30s")
+		}
+		leader, follower = "", ""
+		for _, r := range reps {
+			st := r.Status()
+			if st.Serving {
+				leader = st.ServerID
+			} else if st.Leader != "" {
+				follower = st.ServerID
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var out, errb bytes.Buffer
+	env := &cliEnv{stdout: &out, stderr: &errb, log: slog.New(slog.DiscardHandler)}
+	if code := run(ctx, env, []string{"status", "--nats", s.ClientURL()}); code != 0 {
+		t.Fatalf("status exit %d: %s", code, errb.String())
+	}
+	t.Logf("\n%s", out.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want a header and one node line:\n%s", out.String())
+	}
+	f := strings.Fields(lines[1])
+	if f[0] != "root" || f[1] != leader || f[2] == "-" || f[len(f)-1] != follower {
+		t.Fatalf("status line %q, want root, leader %s, a term, follower %s", lines[1], leader, follower)
+	}
+	out.Reset()
+	if code := run(ctx, env, []string{"status", "--nats", s.ClientURL(), "--json"}); code != 0 || !strings.Contains(out.String(), `"role": "follower"`) {
+		t.Fatalf("status --json exit %d:\n%s%s", code, out.String(), errb.String())
+	}
+}
