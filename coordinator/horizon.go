@@ -24,8 +24,7 @@ import (
 //   - every lease ever issued for the node expires no later than horizon;
 //   - for each resource listed in resources, the unexpired leases sum to at
 //     most its ceiling and expire no later than its latest_expiry;
-//   - if the record is complete (it lists the sentinel key
-//     completeSentinel), a share resource not listed has no leases.
+//   - if the record is complete, a share resource not listed has no leases.
 //
 // Writes are compare-and-set on the revision last read or written, and a
 // record with a higher term than ours is never overwritten: a deposed
@@ -43,11 +42,6 @@ import (
 // clockSkewMargin is added to a recorded horizon before comparing it with
 // this coordinator's clock: clocks of replicas may differ by up to this much.
 const clockSkewMargin = 2 * time.Second
-
-// completeSentinel, as a key of LeaseHorizon.resources, marks a record
-// that lists every resource with outstanding leases. Resource ids are never
-// empty, so it cannot collide with one.
-const completeSentinel = ""
 
 // DefaultCeilingHeadroom is the default Options.CeilingHeadroom.
 const DefaultCeilingHeadroom = 0.1
@@ -104,10 +98,10 @@ func (c *Coordinator) loadHorizon(ctx context.Context) error {
 	}
 	c.horizon.learningCap = hz
 	c.horizon.until = hz
-	_, c.horizon.complete = h.GetResources()[completeSentinel]
+	c.horizon.complete = h.GetComplete()
 	c.horizon.pred = make(map[string]*allotpb.ResourceSummary, len(h.GetResources()))
 	for id, s := range h.GetResources() {
-		if id != completeSentinel && s.GetLatestExpiry() != nil && s.GetLatestExpiry().AsTime().Add(clockSkewMargin).UnixNano() > c.started.UnixNano() {
+		if s.GetLatestExpiry() != nil && s.GetLatestExpiry().AsTime().Add(clockSkewMargin).UnixNano() > c.started.UnixNano() {
 			c.horizon.pred[id] = s
 		}
 	}
@@ -166,7 +160,7 @@ func (c *Coordinator) writeRecord(ctx context.Context, now, until int64, pending
 	// The record may claim completeness only if no unknown predecessor
 	// leases can be outstanding.
 	if c.horizon.complete || now >= c.horizon.learningCap {
-		rec.Resources[completeSentinel] = &allotpb.ResourceSummary{}
+		rec.Complete = true
 	}
 	for id, s := range c.horizon.pred {
 		if s.GetLatestExpiry().AsTime().Add(clockSkewMargin).UnixNano() > now {

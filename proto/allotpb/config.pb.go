@@ -309,9 +309,11 @@ type LeaseHorizon struct {
 	Term     uint64                 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
 	ServerId string                 `protobuf:"bytes,3,opt,name=server_id,json=serverId,proto3" json:"server_id,omitempty"`
 	Horizon  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=horizon,proto3" json:"horizon,omitempty"`
-	// Per-resource upper bounds on outstanding capacity (filled by the
-	// election work; empty means unknown).
-	Resources     map[string]*ResourceSummary `protobuf:"bytes,5,rep,name=resources,proto3" json:"resources,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Per-resource upper bounds on outstanding capacity.
+	Resources map[string]*ResourceSummary `protobuf:"bytes,5,rep,name=resources,proto3" json:"resources,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// True when resources lists every resource that may have outstanding
+	// leases: a share resource not listed has none.
+	Complete      bool `protobuf:"varint,6,opt,name=complete,proto3" json:"complete,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -379,6 +381,13 @@ func (x *LeaseHorizon) GetResources() map[string]*ResourceSummary {
 		return x.Resources
 	}
 	return nil
+}
+
+func (x *LeaseHorizon) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
 }
 
 // ResourceSummary bounds the capacity a leader may have leased out.
@@ -464,13 +473,14 @@ const file_config_proto_rawDesc = "" +
 	"\talgorithm\x18\x03 \x01(\v2\x13.allot.v1.AlgorithmR\talgorithm\x12(\n" +
 	"\rsafe_capacity\x18\x04 \x01(\x01H\x00R\fsafeCapacity\x88\x01\x01\x12 \n" +
 	"\vdescription\x18\x05 \x01(\tR\vdescriptionB\x10\n" +
-	"\x0e_safe_capacity\"\xa7\x02\n" +
+	"\x0e_safe_capacity\"\xc3\x02\n" +
 	"\fLeaseHorizon\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x1b\n" +
 	"\tserver_id\x18\x03 \x01(\tR\bserverId\x124\n" +
 	"\ahorizon\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\ahorizon\x12C\n" +
-	"\tresources\x18\x05 \x03(\v2%.allot.v1.LeaseHorizon.ResourcesEntryR\tresources\x1aW\n" +
+	"\tresources\x18\x05 \x03(\v2%.allot.v1.LeaseHorizon.ResourcesEntryR\tresources\x12\x1a\n" +
+	"\bcomplete\x18\x06 \x01(\bR\bcomplete\x1aW\n" +
 	"\x0eResourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
 	"\x05value\x18\x02 \x01(\v2\x19.allot.v1.ResourceSummaryR\x05value:\x028\x01\"l\n" +
