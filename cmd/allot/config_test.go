@@ -116,7 +116,8 @@ func TestConfigStatusCLI(t *testing.T) {
 	st := config.Status{Bucket: config.DefaultBucket, Generation: 3, Unmatched: config.UnmatchedDefault, Fallback: "builtin:default",
 		Keys: []config.KeyStatus{{Key: "templates.mysql-main", Name: "mysql-main", Revision: 4, Glob: "mysql/main",
 			Rejected: []config.Rejection{{Revision: 5, Error: "capacity: -5 is negative", Time: time.Now()}}}}}
-	svc, err := micro.AddService(natstest.Conn(t, s), micro.Config{
+	svcConn := natstest.Conn(t, s)
+	svc, err := micro.AddService(svcConn, micro.Config{
 		Name: config.ServiceName, Version: "0.1.0",
 		StatsHandler: func(*micro.Endpoint) any {
 			return map[string]any{"node": "root", "server_id": "host:1", "config": st}
@@ -127,6 +128,11 @@ func TestConfigStatusCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer svc.Stop()
+	// The CLI asks from another connection: make sure the service's
+	// subscriptions have reached the server first.
+	if err := svcConn.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	code, out, errs := runCLI(t, "", "config", "status", "--nats", url, "--wait", "500ms")
 	if code != 0 || !strings.Contains(out, "coordinator root server host:1") || !strings.Contains(out, "rejected templates.mysql-main revision 5") {
 		t.Errorf("status: %d\n%s\n%s", code, out, errs)
