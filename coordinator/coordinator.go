@@ -256,6 +256,11 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		}
 	}
 	c.svc = svc
+	// Serving means the subscriptions are live at the server: make sure
+	// before reporting it, so a request sent right after Start is answered.
+	if err := c.nc.FlushTimeout(5 * time.Second); err != nil {
+		c.log.Warn("flush after registering endpoints", "err", err)
+	}
 	c.stop = make(chan struct{})
 	c.ioCtx, c.ioCancel = context.WithCancel(context.Background())
 	c.done = make(chan struct{})
