@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -63,6 +64,10 @@ type SimScenario struct {
 	Wants    float64       `json:"initial_wants"`
 	Events   []SimEvent    `json:"events"`
 	Seed     uint64        `json:"seed"`
+	// Replicas runs two coordinator.Replica in an election instead of one
+	// coordinator; "leader-lost" then kills the leader abruptly and the
+	// follower takes over by itself.
+	Replicas bool `json:"replicas,omitempty"`
 }
 
 // Scenarios returns the three scenarios after Doorman's: steady random
@@ -77,10 +82,9 @@ func Scenarios(short bool) []SimScenario {
 	a := SimScenario{Key: "a", Title: "5 clients, capacity 500, wants ~100 each on a random walk",
 		Duration: d(60*time.Second, 20*time.Second), Clients: 5, Wants: 100, Seed: 1}
 	bd := d(60*time.Second, 25*time.Second)
-	b := SimScenario{Key: "b", Title: "as (a); the coordinator is lost abruptly for 4 s (> lease), then a fresh one takes over",
-		Duration: bd, Clients: 5, Wants: 100, Seed: 2, Events: []SimEvent{
+	b := SimScenario{Key: "b", Title: "as (a) with two elected replicas; the leader is lost abruptly and the follower takes over",
+		Duration: bd, Clients: 5, Wants: 100, Seed: 2, Replicas: true, Events: []SimEvent{
 			{At: bd * 3 / 10, What: "leader-lost"},
-			{At: bd*3/10 + simOutage, What: "leader-back"},
 		}}
 	cd := d(90*time.Second, 30*time.Second)
 	c := SimScenario{Key: "c", Title: "clients join and leave; two clients spike to 10× their demand",
@@ -151,8 +155,7 @@ type SimResult struct {
 func RunSim(ctx context.Context, env *Env) (*SimResult, error) {
 	res := &SimResult{Machine: DescribeMachine(), Capacity: simCapacity, Refresh: simRefresh.String(), Lease: simLease.String(),
 		TargetUtl: TargetUtilization,
-		Failover: "coordinator stopped abruptly (its NATS connection closed) and a fresh coordinator started on the same state bucket; " +
-			"the election/replica work had not landed when this was written"}
+		Failover: "two elected replicas (coordinator.Replica); the leader is lost abruptly (its NATS connection closed) and the follower takes over"}
 	for _, sc := range Scenarios(env.Short) {
 		out, err := Simulate(ctx, env, sc)
 		if err != nil {
@@ -285,14 +288,39 @@ func Simulate(ctx context.Context, env *Env, sc SimScenario) (*SimOutcome, error
 		}
 		return c, nc, nil
 	}
-	coord, coordNC, err := startCoord("sim-1")
-	if err != nil {
-		return nil, err
+	var coord *coordinator.Coordinator
+	var coordNC *nats.Conn
+	var replicas []*simReplica
+	if sc.Replicas {
+		for _, id := range []string{"sim-replica-1", "sim-replica-2"} {
+			r, err := startReplica(ctx, url, id, tmpls, log)
+			if err != nil {
+				return nil, err
+			}
+			replicas = append(replicas, r)
+			if len(replicas) == 1 {
+				select {
+				case <-r.serving:
+				case <-time.After(30 * time.Second):
+					return nil, errors.New("bench: first replica did not lead within 30s")
+				}
+			}
+		}
+		defer func() {
+			for _, r := range replicas {
+				r.stop()
+			}
+		}()
+	} else {
+		coord, coordNC, err = startCoord("sim-1")
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			coordNC.Close()
+			coord.Stop()
+		}()
 	}
-	defer func() {
-		coordNC.Close()
-		coord.Stop()
-	}()
 
 	mon := &monitor{latest: map[int]leaseEvent{}}
 	monNC, err := nats.Connect(url, nats.Name("allot sim monitor"))
@@ -404,6 +432,15 @@ func Simulate(ctx context.Context, env *Env, sc SimScenario) (*SimOutcome, error
 				}
 			case "leader-lost":
 				lossAt = time.Since(start)
+				if sc.Replicas {
+					for _, r := range replicas {
+						if r.leading() {
+							r.nc.Close() // abrupt: no resignation, nothing answered
+							break
+						}
+					}
+					break
+				}
 				coordNC.Close() // abrupt: no goodbye, queued requests unanswered
 				coord.Stop()
 			case "leader-back":
@@ -462,6 +499,9 @@ func Simulate(ctx context.Context, env *Env, sc SimScenario) (*SimOutcome, error
 		s.wants, s.has, s.fair = append(s.wants, w), append(s.has, h), append(s.fair, fair)
 		s.totalW, s.totalH = append(s.totalW, sum(w)), append(s.totalH, sum(h))
 	}
+	if sc.Replicas && lossAt > 0 {
+		backAt = lossAt // the successor's first answer is measured from the loss
+	}
 	if backAt > 0 {
 		mon.mu.Lock()
 		for _, ev := range mon.events {
@@ -482,7 +522,9 @@ func Simulate(ctx context.Context, env *Env, sc SimScenario) (*SimOutcome, error
 	mon.mu.Lock()
 	evs := slices.Clone(mon.events)
 	mon.mu.Unlock()
-	if backAt > 0 {
+	if sc.Replicas && lossAt > 0 {
+		out.OutageS = [2]float64{lossAt.Seconds(), lossAt.Seconds() + out.FirstAnswerAfterLossS}
+	} else if backAt > 0 {
 		out.OutageS = [2]float64{lossAt.Seconds(), backAt.Seconds()}
 	}
 	out.analyze(evs, closed)
@@ -590,7 +632,7 @@ func (o *SimOutcome) analyze(evs []leaseEvent, closed map[int]int64) {
 	o.Shifts = append([]Shift{{What: "start", AtS: 0, ReconvergeS: -1}}, o.Shifts...)
 	for n := range o.Shifts {
 		from := o.Shifts[n].AtS
-		if o.Shifts[n].What == "leader-lost" {
+		if o.Shifts[n].What == "leader-lost" && !o.Scenario.Replicas {
 			continue // converging starts when the successor is back
 		}
 		until := math.Inf(1)
@@ -665,7 +707,7 @@ func (r *SimResult) Markdown() string {
 	for _, o := range r.Outcomes {
 		var sh []string
 		for _, s := range o.Shifts {
-			if s.What == "leader-lost" {
+			if s.What == "leader-lost" && !o.Scenario.Replicas {
 				continue
 			}
 			v := "not within window"
@@ -678,7 +720,10 @@ func (r *SimResult) Markdown() string {
 	}
 	b.WriteString(table([]string{"scenario", "utilization %", "overshoots", "max leases % of capacity", "negative grants", "Jain", "reconvergence after shifts", "leases seen"}, rows))
 	for _, o := range r.Outcomes {
-		if o.FirstAnswerAfterLossS > 0 {
+		if o.FirstAnswerAfterLossS > 0 && o.Scenario.Replicas {
+			fmt.Fprintf(&b, "\nScenario %s: two coordinator.Replica in a KV election (TTL 3s); the leader's NATS connection is closed at %.1fs; first lease from the follower %.2fs later (target ≤ TTL+1s = 4s: %s). The new leader learns until the recorded lease horizon has passed, so clients' leases lapse meanwhile.\n",
+				o.Scenario.Key, o.OutageS[0], o.FirstAnswerAfterLossS, verdict(o.FirstAnswerAfterLossS <= 4))
+		} else if o.FirstAnswerAfterLossS > 0 {
 			fmt.Fprintf(&b, "\nScenario %s: no coordinator from %.1fs to %.1fs; first lease %.2fs after the leader was lost, %.2fs after the fresh coordinator started. "+
 				"The successor finds a lease horizon in the future and runs in learning mode (echoing the leases clients report, which have expired by then) until the horizon plus 2s clock-skew margin has passed; utilization outside the outage %.2f%%.\n",
 				o.Scenario.Key, o.OutageS[0], o.OutageS[1], o.FirstAnswerAfterLossS, o.FirstAnswerAfterStartS, o.UtilizationOutsideOutage*100)
@@ -699,4 +744,61 @@ func (r *SimResult) headlineRows() [][]string {
 			verdict(o.Utilization >= TargetUtilization && o.OvershootEvents == 0 && o.NegativeGrants == 0)})
 	}
 	return rows
+}
+
+// simReplica is one coordinator.Replica with its own connection.
+type simReplica struct {
+	nc      *nats.Conn
+	cancel  context.CancelFunc
+	done    chan struct{}
+	serving chan struct{}
+	mu      sync.Mutex
+	lead    bool
+}
+
+func (r *simReplica) leading() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lead
+}
+
+func (r *simReplica) stop() {
+	r.cancel()
+	<-r.done
+	r.nc.Close()
+}
+
+// startReplica runs a replica of the root node in the election (TTL 3s).
+func startReplica(ctx context.Context, url, id string, tmpls coordinator.TemplateSource, log *slog.Logger) (*simReplica, error) {
+	nc, err := nats.Connect(url, nats.Name("allot sim "+id))
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect: %w", err)
+	}
+	r := &simReplica{nc: nc, done: make(chan struct{}), serving: make(chan struct{})}
+	var once sync.Once
+	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{
+		Options:     coordinator.Options{ServerID: id, Templates: tmpls, Logger: log},
+		ElectionTTL: 3 * time.Second,
+		OnServing: func(_ uint64, serving bool) {
+			r.mu.Lock()
+			r.lead = serving
+			r.mu.Unlock()
+			if serving {
+				once.Do(func() { close(r.serving) })
+			}
+		},
+	})
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bench: replica: %w", err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	r.cancel = cancel
+	go func() {
+		defer close(r.done)
+		if err := rep.Run(rctx); err != nil {
+			log.Info("replica ended", "id", id, "err", err)
+		}
+	}()
+	return r, nil
 }
