@@ -155,7 +155,7 @@ type SimResult struct {
 func RunSim(ctx context.Context, env *Env) (*SimResult, error) {
 	res := &SimResult{Machine: DescribeMachine(), Capacity: simCapacity, Refresh: simRefresh.String(), Lease: simLease.String(),
 		TargetUtl: TargetUtilization,
-		Failover: "two elected replicas (coordinator.Replica); the leader is lost abruptly (its NATS connection closed) and the follower takes over"}
+		Failover:  "two elected replicas (coordinator.Replica); the leader is lost abruptly (its NATS connection closed) and the follower takes over"}
 	for _, sc := range Scenarios(env.Short) {
 		out, err := Simulate(ctx, env, sc)
 		if err != nil {
