@@ -28,6 +28,7 @@ import (
 
 	"github.com/allot/allot/internal/alloc"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/wire"
 )
 
 // Defaults for Options.
@@ -116,6 +117,10 @@ type Coordinator struct {
 	now   func() time.Time
 	term  atomic.Uint64
 	round time.Duration
+
+	// Reply buffers, owned by the round loop.
+	leaseBuf []wire.LeaseReply
+	replyBuf []byte
 
 	mu        sync.Mutex
 	pending   []*request

@@ -85,9 +85,6 @@ func (e *env) getReq(req *allotpb.GetCapacityRequest) *allotpb.GetCapacityRespon
 	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
 		e.t.Fatalf("error %s: %s", code, m.Header.Get("Nats-Service-Error"))
 	}
-	if ct := m.Header.Get(wire.HeaderContentType); ct != wire.ContentProtobuf {
-		e.t.Fatalf("reply content type %q", ct)
-	}
 	var resp allotpb.GetCapacityResponse
 	if err := proto.Unmarshal(m.Data, &resp); err != nil {
 		e.t.Fatal(err)

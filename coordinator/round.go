@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -110,6 +111,8 @@ func (c *Coordinator) runRound() {
 		switch {
 		case req.errCode != 0:
 			c.replyError(req.msg, req.enc, req.errCode, req.errText)
+		case req.kind == kindGet && req.enc == wire.Protobuf:
+			c.replyLeases(req, now, term)
 		case req.kind == kindGet:
 			c.reply(req.msg, req.enc, c.getResponse(req, now, term))
 		default:
@@ -172,6 +175,24 @@ func (c *Coordinator) resourceFor(id string, t *config.Template, gen uint64, now
 	return r
 }
 
+// replyLeases answers a binary GetCapacity request on the fast path: the
+// reply is encoded straight from the state into a buffer reused across
+// replies (the NATS client copies it on publish).
+func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
+	entries := c.leaseBuf[:0]
+	for _, s := range req.slots {
+		cl := &s.r.clients[s.i]
+		entries = append(entries, wire.LeaseReply{
+			ResourceID: s.r.id, Capacity: cl.has, Expiry: cl.expiry,
+			Refresh: time.Duration(cl.due - now), SafeCapacity: s.r.safeCap,
+		})
+	}
+	c.leaseBuf = entries
+	c.replyBuf = wire.AppendGetCapacityResponse(c.replyBuf[:0], term, entries)
+	c.respond(req.msg, c.replyBuf)
+}
+
+// getResponse builds the reply message for the JSON path.
 func (c *Coordinator) getResponse(req *request, now int64, term uint64) *allotpb.GetCapacityResponse {
 	resp := &allotpb.GetCapacityResponse{Term: term, Response: make([]*allotpb.ResourceResponse, len(req.slots))}
 	for k, s := range req.slots {

@@ -1,0 +1,145 @@
+package wire
+
+import (
+	"math"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// LeaseReply is one resource's answer in a GetCapacityResponse: the fields
+// of a ResourceResponse in flat form, so the coordinator can encode replies
+// without building message structs.
+type LeaseReply struct {
+	ResourceID   string
+	Capacity     float64
+	Expiry       int64 // unix nanoseconds
+	Refresh      time.Duration
+	SafeCapacity float64
+}
+
+// Field numbers from proto/allot.proto.
+const (
+	fieldResponse     = 1 // GetCapacityResponse.response
+	fieldTerm         = 2 // GetCapacityResponse.term
+	fieldResourceID   = 1 // ResourceResponse.resource_id
+	fieldGets         = 2 // ResourceResponse.gets
+	fieldSafeCapacity = 3 // ResourceResponse.safe_capacity
+	fieldCapacity     = 1 // Lease.capacity
+	fieldExpiry       = 2 // Lease.expiry_time
+	fieldRefresh      = 3 // Lease.refresh_interval
+	fieldSeconds      = 1 // Timestamp.seconds, Duration.seconds
+	fieldNanos        = 2 // Timestamp.nanos, Duration.nanos
+)
+
+// AppendGetCapacityResponse appends the binary protobuf encoding of a
+// GetCapacityResponse with the given term and entries to b. It is what
+// proto.Marshal produces for the same message (a test checks), without
+// allocating: the coordinator's reply path runs for every request.
+func AppendGetCapacityResponse(b []byte, term uint64, entries []LeaseReply) []byte {
+	for i := range entries {
+		e := &entries[i]
+		b = protowire.AppendTag(b, fieldResponse, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(resourceResponseSize(e)))
+		b = appendString(b, fieldResourceID, e.ResourceID)
+		b = protowire.AppendTag(b, fieldGets, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(leaseSize(e)))
+		b = appendDouble(b, fieldCapacity, e.Capacity)
+		sec, nsec := splitNanos(e.Expiry)
+		b = appendSecNanos(b, fieldExpiry, sec, nsec)
+		sec, nsec = splitNanos(int64(e.Refresh))
+		b = appendSecNanos(b, fieldRefresh, sec, nsec)
+		b = appendDouble(b, fieldSafeCapacity, e.SafeCapacity)
+	}
+	if term != 0 {
+		b = protowire.AppendTag(b, fieldTerm, protowire.VarintType)
+		b = protowire.AppendVarint(b, term)
+	}
+	return b
+}
+
+// splitNanos splits unix nanoseconds into seconds and non-negative nanos,
+// as google.protobuf.Timestamp and (for positive values) Duration require.
+func splitNanos(ns int64) (int64, int32) {
+	sec, nsec := ns/1e9, ns%1e9
+	if nsec < 0 {
+		sec--
+		nsec += 1e9
+	}
+	return sec, int32(nsec)
+}
+
+func resourceResponseSize(e *LeaseReply) int {
+	n := stringSize(fieldResourceID, e.ResourceID)
+	l := leaseSize(e)
+	n += protowire.SizeTag(fieldGets) + protowire.SizeBytes(l)
+	return n + doubleSize(fieldSafeCapacity, e.SafeCapacity)
+}
+
+func leaseSize(e *LeaseReply) int {
+	n := doubleSize(fieldCapacity, e.Capacity)
+	sec, nsec := splitNanos(e.Expiry)
+	n += secNanosSize(fieldExpiry, sec, nsec)
+	sec, nsec = splitNanos(int64(e.Refresh))
+	return n + secNanosSize(fieldRefresh, sec, nsec)
+}
+
+func secNanosBody(sec int64, nsec int32) int {
+	n := 0
+	if sec != 0 {
+		n += protowire.SizeTag(fieldSeconds) + protowire.SizeVarint(uint64(sec))
+	}
+	if nsec != 0 {
+		n += protowire.SizeTag(fieldNanos) + protowire.SizeVarint(uint64(int64(nsec)))
+	}
+	return n
+}
+
+func secNanosSize(field protowire.Number, sec int64, nsec int32) int {
+	return protowire.SizeTag(field) + protowire.SizeBytes(secNanosBody(sec, nsec))
+}
+
+func appendSecNanos(b []byte, field protowire.Number, sec int64, nsec int32) []byte {
+	b = protowire.AppendTag(b, field, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(secNanosBody(sec, nsec)))
+	if sec != 0 {
+		b = protowire.AppendTag(b, fieldSeconds, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(sec))
+	}
+	if nsec != 0 {
+		b = protowire.AppendTag(b, fieldNanos, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(int64(nsec)))
+	}
+	return b
+}
+
+// Proto3 omits scalars equal to their zero value (+0 for doubles).
+func doubleSize(field protowire.Number, v float64) int {
+	if math.Float64bits(v) == 0 {
+		return 0
+	}
+	return protowire.SizeTag(field) + protowire.SizeFixed64()
+}
+
+func appendDouble(b []byte, field protowire.Number, v float64) []byte {
+	if math.Float64bits(v) == 0 {
+		return b
+	}
+	b = protowire.AppendTag(b, field, protowire.Fixed64Type)
+	return protowire.AppendFixed64(b, math.Float64bits(v))
+}
+
+func stringSize(field protowire.Number, s string) int {
+	if s == "" {
+		return 0
+	}
+	return protowire.SizeTag(field) + protowire.SizeBytes(len(s))
+}
+
+func appendString(b []byte, field protowire.Number, s string) []byte {
+	if s == "" {
+		return b
+	}
+	b = protowire.AppendTag(b, field, protowire.BytesType)
+	return protowire.AppendString(b, s)
+}
