@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -262,11 +261,7 @@ func (a *Agent) call(subj string, req, resp proto.Message) error {
 		n, _ := strconv.Atoi(code)
 		return fmt.Errorf("agent: request %s: %w", subj, &ServiceError{Code: n, Description: reply.Header.Get("Nats-Service-Error")})
 	}
-	enc := wire.Protobuf
-	if strings.Contains(strings.ToLower(reply.Header.Get(wire.HeaderContentType)), "json") {
-		enc = wire.JSON
-	}
-	if err := wire.Unmarshal(enc, reply.Data, resp); err != nil {
+	if err := wire.Unmarshal(wire.ReplyEncodingOf(reply.Header), reply.Data, resp); err != nil {
 		return fmt.Errorf("agent: reply from %s: %w", subj, err)
 	}
 	return nil

@@ -98,6 +98,11 @@ type Options struct {
 	// grant. A larger value means fewer writes, a smaller one means a
 	// successor can hand out more at once after a failover. Default 0.1.
 	CeilingHeadroom float64
+	// ClockSkew is the most the clocks of this node's replicas may differ
+	// by. Lease times written by a predecessor are only trusted with this
+	// margin: a larger value is safer and makes takeovers more cautious.
+	// Default 2s (DefaultClockSkew).
+	ClockSkew time.Duration
 	// Logger receives the coordinator's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock; tests may replace it. Default time.Now.
@@ -178,6 +183,12 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 	}
 	if opts.StateReplicas == 0 {
 		opts.StateReplicas = 1
+	}
+	switch {
+	case opts.ClockSkew == 0:
+		opts.ClockSkew = DefaultClockSkew
+	case opts.ClockSkew < 0:
+		return nil, fmt.Errorf("coordinator: clock skew %v is negative", opts.ClockSkew)
 	}
 	if opts.CeilingHeadroom == 0 {
 		opts.CeilingHeadroom = DefaultCeilingHeadroom

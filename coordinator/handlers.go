@@ -99,19 +99,26 @@ func (c *Coordinator) replyError(m micro.Request, enc wire.Encoding, code int, t
 	}
 }
 
-// reply answers with msg in the request's encoding. Successful replies
-// carry no headers: their encoding is always the request's, and encoding
-// headers on every reply cost measurable CPU at the client, the server and
-// here.
+// reply answers with msg in the request's encoding. Binary replies carry
+// no headers (see wire.ReplyEncodingOf): encoding a header on every reply
+// costs measurable CPU here, at the server and at the client. JSON replies,
+// meant for people and tools, say Content-Type: application/json.
 func (c *Coordinator) reply(m micro.Request, enc wire.Encoding, msg proto.Message) {
 	data, err := wire.Marshal(enc, msg)
 	if err != nil {
 		c.replyError(m, enc, CodeInternal, "encoding reply: "+err.Error())
 		return
 	}
+	if enc == wire.JSON {
+		if err := m.Respond(data, micro.WithHeaders(micro.Headers{wire.HeaderContentType: {wire.ContentJSON}})); err != nil {
+			c.log.Debug("reply failed", "err", err)
+		}
+		return
+	}
 	c.respond(m, data)
 }
 
+// respond sends a binary reply without headers.
 func (c *Coordinator) respond(m micro.Request, data []byte) {
 	if err := m.Respond(data); err != nil {
 		c.log.Debug("reply failed", "err", err)

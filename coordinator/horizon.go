@@ -39,9 +39,8 @@ import (
 // writes the record under its own term, carrying the predecessor's
 // summaries over, before it serves.
 
-// clockSkewMargin is added to a recorded horizon before comparing it with
-// this coordinator's clock: clocks of replicas may differ by up to this much.
-const clockSkewMargin = 2 * time.Second
+// DefaultClockSkew is the default Options.ClockSkew.
+const DefaultClockSkew = 2 * time.Second
 
 // DefaultCeilingHeadroom is the default Options.CeilingHeadroom.
 const DefaultCeilingHeadroom = 0.1
@@ -90,7 +89,7 @@ func (c *Coordinator) loadHorizon(ctx context.Context) error {
 		return fmt.Errorf("coordinator: lease record of node %s has term %d, above ours (%d): a newer leader exists", c.opts.Node, h.GetTerm(), c.Term())
 	}
 	// Allow for clock skew between the writer and us.
-	hz := h.GetHorizon().AsTime().Add(clockSkewMargin).UnixNano()
+	hz := h.GetHorizon().AsTime().Add(c.opts.ClockSkew).UnixNano()
 	if hz <= c.started.UnixNano() {
 		c.log.Info("lease horizon in the past: all earlier leases expired, learning mode skipped", "horizon", h.GetHorizon().AsTime())
 		c.horizon.complete = true
@@ -101,7 +100,7 @@ func (c *Coordinator) loadHorizon(ctx context.Context) error {
 	c.horizon.complete = h.GetComplete()
 	c.horizon.pred = make(map[string]*allotpb.ResourceSummary, len(h.GetResources()))
 	for id, s := range h.GetResources() {
-		if s.GetLatestExpiry() != nil && s.GetLatestExpiry().AsTime().Add(clockSkewMargin).UnixNano() > c.started.UnixNano() {
+		if s.GetLatestExpiry() != nil && s.GetLatestExpiry().AsTime().Add(c.opts.ClockSkew).UnixNano() > c.started.UnixNano() {
 			c.horizon.pred[id] = s
 		}
 	}
@@ -163,7 +162,7 @@ func (c *Coordinator) writeRecord(ctx context.Context, now, until int64, pending
 		rec.Complete = true
 	}
 	for id, s := range c.horizon.pred {
-		if s.GetLatestExpiry().AsTime().Add(clockSkewMargin).UnixNano() > now {
+		if s.GetLatestExpiry().AsTime().Add(c.opts.ClockSkew).UnixNano() > now {
 			rec.Resources[id] = s
 		}
 	}
@@ -305,7 +304,7 @@ func (c *Coordinator) shrinkRecord(now int64) {
 	}
 	changed := false
 	for id, s := range c.horizon.pred {
-		if s.GetLatestExpiry().AsTime().Add(clockSkewMargin).UnixNano() <= now {
+		if s.GetLatestExpiry().AsTime().Add(c.opts.ClockSkew).UnixNano() <= now {
 			delete(c.horizon.pred, id)
 			changed = true
 		}

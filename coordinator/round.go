@@ -233,14 +233,15 @@ func (c *Coordinator) newResource(id string, t *config.Template, gen uint64) *re
 		return r
 	}
 	r.learnStart = c.started.UnixNano()
+	r.skew = int64(c.opts.ClockSkew)
 	switch {
 	case listed && !math.IsInf(pred.GetCeiling(), 0) && !math.IsNaN(pred.GetCeiling()) && pred.GetCeiling() >= 0:
 		r.predCeiling = pred.GetCeiling()
-		r.learningUntil = min(learnCap, r.predExpiry+int64(clockSkewMargin))
+		r.learningUntil = min(learnCap, r.predExpiry+int64(c.opts.ClockSkew))
 	case listed:
 		// Not bounded by the predecessor (it used a per-client algorithm).
 		r.predCeiling = t.Capacity
-		r.learningUntil = min(learnCap, r.predExpiry+int64(clockSkewMargin))
+		r.learningUntil = min(learnCap, r.predExpiry+int64(c.opts.ClockSkew))
 	case c.horizon.complete:
 		// A complete record without it: no leases outstanding.
 	default:

@@ -59,6 +59,7 @@ type resource struct {
 	predCeiling float64
 	credited    float64
 	learnStart  int64
+	skew        int64 // Options.ClockSkew in ns
 	predExpiry  int64
 	learnedSeen map[string]struct{}
 }
@@ -328,7 +329,7 @@ func (r *resource) learn(p *roundParams, settle func(i int32, capacity float64, 
 		}
 		r.learnedSeen[c.id] = struct{}{}
 		c.credit = 0
-		if c.reported > 0 && c.reportedExpiry-int64(clockSkewMargin) > r.learnStart {
+		if c.reported > 0 && c.reportedExpiry-r.skew > r.learnStart {
 			cr := max(min(c.reported, r.predCeiling-r.credited), 0)
 			r.credited += cr
 			c.credit = cr

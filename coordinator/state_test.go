@@ -189,7 +189,7 @@ func learningTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, tr
 	r.ceiling = capacity // raised ahead by the coordinator
 	r.predCeiling = ceiling
 	r.learnStart = t0
-	r.learningUntil = t0 + int64(ll) + int64(clockSkewMargin)
+	r.learningUntil = t0 + int64(ll) + int64(DefaultClockSkew)
 	var scratch alloc.Scratch
 	now := t0
 	ids := make([]string, 0, len(pred)+5)

@@ -32,6 +32,7 @@ type coordFlags struct {
 	logLevel     string
 	electionTTL  time.Duration
 	replicasKV   int
+	clockSkew    time.Duration
 	// onServing, if set, is called when a replica starts or stops serving.
 	onServing func(term uint64, serving bool)
 }
@@ -44,6 +45,7 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.configBucket, "config-bucket", config.DefaultBucket, "KV bucket holding resource templates")
 	f.unmatched = config.UnmatchedDefault
 	fs.Var(&f.unmatched, "unmatched", "what to do with resources no template matches: 'default' (serve with the built-in default template) or 'reject' (answer 404)")
+	fs.DurationVar(&f.clockSkew, "clock-skew", coordinator.DefaultClockSkew, "most the clocks of this node's replicas may differ by; lease times from a predecessor are trusted only with this margin")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.electionTTL, "election-ttl", election.DefaultTTL, "leader key TTL in bucket "+election.DefaultBucket+" (whole seconds); an abrupt leader loss costs about TTL+1s")
 	fs.IntVar(&f.replicasKV, "bucket-replicas", 1, "replicas of the election and state buckets when allot creates them (3 on a three-server cluster)")
@@ -54,7 +56,7 @@ func (f *coordFlags) options(log *slog.Logger) coordinator.Options {
 	if round == 0 {
 		round = coordinator.NoRoundInterval
 	}
-	return coordinator.Options{Node: f.node, ServerID: f.serverID, RoundInterval: round, StateBucket: f.bucket, Logger: log}
+	return coordinator.Options{Node: f.node, ServerID: f.serverID, RoundInterval: round, StateBucket: f.bucket, ClockSkew: f.clockSkew, Logger: log}
 }
 
 func (f *coordFlags) logger(env *cliEnv) (*slog.Logger, error) {
@@ -294,4 +296,3 @@ func errorFromReply(m *nats.Msg) error {
 }
 
 func isNoResponders(err error) bool { return errors.Is(err, nats.ErrNoResponders) }
-

@@ -56,6 +56,16 @@ func EncodingOf(h nats.Header) Encoding {
 	return JSON
 }
 
+// ReplyEncodingOf returns the encoding of a coordinator's successful
+// reply: JSON replies say so in Content-Type; binary protobuf replies carry
+// no headers (they are the hot path, and headers cost CPU on every hop).
+func ReplyEncodingOf(h nats.Header) Encoding {
+	if h != nil && strings.Contains(strings.ToLower(h.Get(HeaderContentType)), "json") {
+		return JSON
+	}
+	return Protobuf
+}
+
 // ContentType returns the header value for e.
 func (e Encoding) ContentType() string {
 	if e == Protobuf {

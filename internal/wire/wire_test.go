@@ -126,3 +126,19 @@ func TestDuplicateResources(t *testing.T) {
 		}
 	}
 }
+
+func TestReplyEncodingOf(t *testing.T) {
+	for _, tt := range []struct {
+		h    nats.Header
+		want Encoding
+	}{
+		{nil, Protobuf},
+		{nats.Header{}, Protobuf},
+		{nats.Header{"Content-Type": {"application/json"}}, JSON},
+		{nats.Header{"Content-Type": {"application/protobuf"}}, Protobuf},
+	} {
+		if got := ReplyEncodingOf(tt.h); got != tt.want {
+			t.Errorf("ReplyEncodingOf(%v) = %v, want %v", tt.h, got, tt.want)
+		}
+	}
+}
