@@ -17,6 +17,7 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
@@ -48,22 +49,12 @@ func testTemplate(glob string, capacity float64) *config.Template {
 // startCoordinator starts a real coordinator on nc serving tmpls.
 func startCoordinator(t *testing.T, nc *nats.Conn, tmpls ...*config.Template) *coordinator.Coordinator {
 	t.Helper()
-	c, err := coordinator.New(nc, coordinator.Options{
+	return coordtest.Start(t, nc, coordinator.Options{
 		Node:          "root",
 		RoundInterval: 10 * time.Millisecond,
 		Templates:     coordinator.StaticTemplates(config.NewSet(1, tmpls, nil)),
 		Logger:        quiet,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	return c
 }
 
 func newAgent(t *testing.T, nc *nats.Conn, opts ...Option) *Agent {

@@ -196,27 +196,7 @@ func (l *RateLimiter) close() {
 }
 
 // Allow reports whether an event may happen now. It is AllowN(1).
-func (l *RateLimiter) Allow() bool {
-	l.mu.Lock()
-	l.requested++
-	if l.limit == rate.Inf {
-		l.mu.Unlock()
-		return true
-	}
-	l.advanceLocked(now(l.clock))
-	if l.tokens >= 1 {
-		l.tokens--
-		l.mu.Unlock()
-		return true
-	}
-	l.throttled = true
-	starved := l.noteStarvedLocked()
-	l.mu.Unlock()
-	if starved {
-		l.res.starved()
-	}
-	return false
-}
+func (l *RateLimiter) Allow() bool { return l.AllowN(1) }
 
 // noteStarvedLocked reports whether demand has just been seen while the
 // limit is 0, so that the agent asks for capacity without waiting for

@@ -16,6 +16,7 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
@@ -41,17 +42,7 @@ func start(t *testing.T, opts coordinator.Options) *env {
 	if opts.RoundInterval == 0 {
 		opts.RoundInterval = 5 * time.Millisecond
 	}
-	c, err := coordinator.New(nc, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	return &env{t: t, nc: nc, c: c}
+	return &env{t: t, nc: nc, c: coordtest.Start(t, nc, opts)}
 }
 
 func (e *env) reqJSON(subject, body string) *nats.Msg {
@@ -305,14 +296,7 @@ func TestLearningWithoutSummary(t *testing.T) {
 	}
 	set := config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil)
 	set.Templates()[0].LearningModeDuration = 10 * time.Second
-	c, err := coordinator.New(nc, coordinator.Options{Templates: coordinator.StaticTemplates(set), Term: 2, RoundInterval: coordinator.NoRoundInterval})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
+	coordtest.Start(t, nc, coordinator.Options{Templates: coordinator.StaticTemplates(set), Term: 2, RoundInterval: coordinator.NoRoundInterval})
 	e := &env{t: t, nc: nc}
 	if got := e.get("new", map[string]float64{"db": 30}).GetResponse()[0].GetGets().GetCapacity(); got != 0 {
 		t.Fatalf("unknown predecessor leases: new client got %v, want 0", got)
@@ -361,14 +345,7 @@ func TestHorizonInPastSkipsLearning(t *testing.T) {
 	}
 	set := config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil)
 	set.Templates()[0].LearningModeDuration = 10 * time.Second
-	c, err := coordinator.New(nc, coordinator.Options{Templates: coordinator.StaticTemplates(set)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Stop()
+	coordtest.Start(t, nc, coordinator.Options{Templates: coordinator.StaticTemplates(set)})
 	e := &env{t: t, nc: nc}
 	if got := e.get("a", map[string]float64{"db": 30}).GetResponse()[0].GetGets().GetCapacity(); got != 30 {
 		t.Fatalf("horizon in the past: got %v, want 30 without learning", got)

@@ -91,7 +91,19 @@ func parseConfigFlags(fs *flag.FlagSet, args []string, nargs int) error {
 	return nil
 }
 
-// bucket connects and opens the configuration bucket; close releases it.
+// connect bounds ctx by the --timeout, connects and opens the
+// configuration bucket; done releases all of it.
+func (c *configFlags) connect(ctx context.Context, create bool) (context.Context, jetstream.KeyValue, func(), error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	kv, nc, err := c.open(ctx, create)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, kv, func() { nc.Close(); cancel() }, nil
+}
+
+// open connects and opens the configuration bucket; close nc to release it.
 func (c *configFlags) open(ctx context.Context, create bool) (kv jetstream.KeyValue, nc *nats.Conn, err error) {
 	nc, err = nats.Connect(c.url, nats.Name("allot config"), nats.Timeout(c.timeout))
 	if err != nil {
@@ -155,13 +167,11 @@ func configPut(ctx context.Context, env *cliEnv, args []string) error {
 		return fmt.Errorf("refusing invalid template %s: %w", name, err)
 	}
 	printNotes(env.stderr, notes)
-	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	defer cancel()
-	kv, nc, err := cf.open(ctx, true)
+	ctx, kv, done, err := cf.connect(ctx, true)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer done()
 	key := config.Key(name)
 	var rev uint64
 	switch {
@@ -187,13 +197,11 @@ func configGet(ctx context.Context, env *cliEnv, args []string) error {
 	if err := parseConfigFlags(fs, args, 1); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	defer cancel()
-	kv, nc, err := cf.open(ctx, false)
+	ctx, kv, done, err := cf.connect(ctx, false)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer done()
 	key := config.Key(fs.Arg(0))
 	e, err := kv.Get(ctx, key)
 	if err != nil {
@@ -227,13 +235,11 @@ func configList(ctx context.Context, env *cliEnv, args []string) error {
 	if err := parseConfigFlags(fs, args, 0); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	defer cancel()
-	kv, nc, err := cf.open(ctx, false)
+	ctx, kv, done, err := cf.connect(ctx, false)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer done()
 	entries, err := config.LoadAll(ctx, kv)
 	if err != nil {
 		return err
@@ -267,13 +273,11 @@ func configDelete(ctx context.Context, env *cliEnv, args []string) error {
 	if err := parseConfigFlags(fs, args, 1); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	defer cancel()
-	kv, nc, err := cf.open(ctx, false)
+	ctx, kv, done, err := cf.connect(ctx, false)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer done()
 	key := config.Key(fs.Arg(0))
 	if _, err := kv.Get(ctx, key); err != nil {
 		return fmt.Errorf("delete %s: %w", key, err)
@@ -297,13 +301,11 @@ func configHistory(ctx context.Context, env *cliEnv, args []string) error {
 	if err := parseConfigFlags(fs, args, 1); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	defer cancel()
-	kv, nc, err := cf.open(ctx, false)
+	ctx, kv, done, err := cf.connect(ctx, false)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer done()
 	name := fs.Arg(0)
 	key := config.Key(name)
 	entries, err := kv.History(ctx, key)
@@ -368,13 +370,11 @@ func configExplain(ctx context.Context, env *cliEnv, args []string) error {
 	if err := parseConfigFlags(fs, args, 1); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
-	defer cancel()
-	kv, nc, err := cf.open(ctx, false)
+	ctx, kv, done, err := cf.connect(ctx, false)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer done()
 	entries, err := config.LoadAll(ctx, kv)
 	if err != nil {
 		return err
