@@ -115,13 +115,15 @@ func TestJSONRoundTrip(t *testing.T) {
 	}
 	// camelCase is accepted too.
 	m = e.reqJSON("allot.root.capacity.get", `{"clientId":"you","resource":[{"resourceId":"db","wants":95}]}`)
-	if !strings.Contains(string(m.Data), `"capacity":90`) {
-		t.Fatalf("camelCase request: %s", m.Data)
+	var resp allotpb.GetCapacityResponse
+	if err := wire.Unmarshal(wire.ReplyEncodingOf(m.Header), m.Data, &resp); err != nil || resp.GetResponse()[0].GetGets().GetCapacity() != 90 {
+		t.Fatalf("camelCase request: %s (%v)", m.Data, err)
 	}
 	// Release over JSON.
 	m = e.reqJSON("allot.root.capacity.release", `{"client_id":"me","resource_id":["db","nope"]}`)
-	if !strings.Contains(string(m.Data), `"released":1`) {
-		t.Fatalf("release: %s", m.Data)
+	var rel allotpb.ReleaseCapacityResponse
+	if err := wire.Unmarshal(wire.ReplyEncodingOf(m.Header), m.Data, &rel); err != nil || rel.GetReleased() != 1 {
+		t.Fatalf("release: %s (%v)", m.Data, err)
 	}
 }
 

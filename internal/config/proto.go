@@ -1,6 +1,8 @@
 package config
 
 import (
+	"bytes"
+	"encoding/json"
 	"maps"
 	"slices"
 
@@ -37,5 +39,15 @@ func (t *Template) Proto() *allotpb.ResourceTemplate {
 // MarshalTemplateJSON writes the template as an indented JSON document
 // that Parse accepts, with every default made explicit.
 func MarshalTemplateJSON(t *Template) ([]byte, error) {
-	return protojson.MarshalOptions{UseProtoNames: true, Multiline: true, Indent: "  "}.Marshal(t.Proto())
+	// protojson randomizes its whitespace on purpose; re-indent so what
+	// operators see (and diff) is stable.
+	raw, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(t.Proto())
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, raw, "", "  "); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
 }
