@@ -87,16 +87,37 @@ func decode(enc wire.Encoding, m micro.Request, msg proto.Message, validate func
 	return validate()
 }
 
-// replyError answers with the micro error headers and an ErrorReply body
-// in the request's encoding.
+// replyError answers, from the handler's own goroutine, with the micro
+// error headers and an ErrorReply body in the request's encoding; micro
+// counts it in the endpoint's STATS.
 func (c *Coordinator) replyError(m micro.Request, enc wire.Encoding, code int, text string) {
-	body, err := wire.Marshal(enc, &allotpb.ErrorReply{Code: int32(code), Error: text})
-	if err != nil {
-		body = nil
-	}
-	if err := m.Error(strconv.Itoa(code), text, body, micro.WithHeaders(micro.Headers{wire.HeaderContentType: {enc.ContentType()}})); err != nil && !errors.Is(err, micro.ErrRespond) {
+	if err := m.Error(strconv.Itoa(code), text, errorBody(enc, code, text), micro.WithHeaders(micro.Headers{wire.HeaderContentType: {enc.ContentType()}})); err != nil && !errors.Is(err, micro.ErrRespond) {
 		c.log.Debug("error reply failed", "err", err)
 	}
+}
+
+func errorBody(enc wire.Encoding, code int, text string) []byte {
+	body, err := wire.Marshal(enc, &allotpb.ErrorReply{Code: int32(code), Error: text})
+	if err != nil {
+		return nil
+	}
+	return body
+}
+
+// The round loop answers requests after their micro handler has returned.
+// It publishes the replies itself instead of calling micro.Request's
+// Respond or Error: those record their outcome in the request for the
+// handler's bookkeeping, which races with micro's handler goroutine once
+// the handler has returned (nats.go micro, request.respondError).
+
+// roundError answers a queued request with an error, like replyError.
+func (c *Coordinator) roundError(m micro.Request, enc wire.Encoding, code int, text string) {
+	c.stats.errors++
+	c.publish(m, nats.Header{
+		micro.ErrorHeader:      {text},
+		micro.ErrorCodeHeader:  {strconv.Itoa(code)},
+		wire.HeaderContentType: {enc.ContentType()},
+	}, errorBody(enc, code, text))
 }
 
 // reply answers with msg in the request's encoding. Binary replies carry
@@ -106,21 +127,22 @@ func (c *Coordinator) replyError(m micro.Request, enc wire.Encoding, code int, t
 func (c *Coordinator) reply(m micro.Request, enc wire.Encoding, msg proto.Message) {
 	data, err := wire.Marshal(enc, msg)
 	if err != nil {
-		c.replyError(m, enc, CodeInternal, "encoding reply: "+err.Error())
+		c.roundError(m, enc, CodeInternal, "encoding reply: "+err.Error())
 		return
 	}
 	if enc == wire.JSON {
-		if err := m.Respond(data, micro.WithHeaders(micro.Headers{wire.HeaderContentType: {wire.ContentJSON}})); err != nil {
-			c.log.Debug("reply failed", "err", err)
-		}
+		c.publish(m, nats.Header{wire.HeaderContentType: {wire.ContentJSON}}, data)
 		return
 	}
-	c.respond(m, data)
+	c.publish(m, nil, data)
 }
 
-// respond sends a binary reply without headers.
-func (c *Coordinator) respond(m micro.Request, data []byte) {
-	if err := m.Respond(data); err != nil {
+// publish sends a reply to m's reply subject.
+func (c *Coordinator) publish(m micro.Request, h nats.Header, data []byte) {
+	if m.Reply() == "" {
+		return // a publish, not a request: nobody to answer
+	}
+	if err := c.nc.PublishMsg(&nats.Msg{Subject: m.Reply(), Header: h, Data: data}); err != nil {
 		c.log.Debug("reply failed", "err", err)
 	}
 }

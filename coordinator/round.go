@@ -110,7 +110,7 @@ func (c *Coordinator) runRound() {
 	for _, req := range batch {
 		switch {
 		case req.errCode != 0:
-			c.replyError(req.msg, req.enc, req.errCode, req.errText)
+			c.roundError(req.msg, req.enc, req.errCode, req.errText)
 		case req.kind == kindGet && req.enc == wire.Protobuf:
 			c.replyLeases(req, now, term)
 		case req.kind == kindGet:
@@ -189,7 +189,7 @@ func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
 	}
 	c.leaseBuf = entries
 	c.replyBuf = wire.AppendGetCapacityResponse(c.replyBuf[:0], term, entries)
-	c.respond(req.msg, c.replyBuf)
+	c.publish(req.msg, nil, c.replyBuf)
 }
 
 // getResponse builds the reply message for the JSON path.

@@ -10,6 +10,7 @@ type stats struct {
 	maxRound      time.Duration
 	horizonErrors uint64
 	recordWrites  uint64
+	errors        uint64 // error replies sent by rounds (not in micro's counts)
 }
 
 func (s *stats) round(n int, d time.Duration) {
@@ -30,7 +31,11 @@ type Stats struct {
 	MaxRoundMS    float64 `json:"max_round_ms"`
 	HorizonErrors uint64  `json:"horizon_errors"`
 	RecordWrites  uint64  `json:"record_writes"`
-	Config        any     `json:"config,omitempty"`
+	// RoundErrors counts error replies sent by rounds (e.g. 404 for an
+	// unmatched resource). Errors found while decoding are in micro's own
+	// num_errors instead.
+	RoundErrors uint64 `json:"round_errors"`
+	Config      any    `json:"config,omitempty"`
 }
 
 // statsData is called by micro on a STATS request, from another goroutine:
@@ -43,7 +48,7 @@ func (c *Coordinator) statsData() any {
 		Node: c.opts.Node, ServerID: c.opts.ServerID, Term: c.Term(),
 		Rounds: s.rounds, Requests: s.requests,
 		LastRoundMS: float64(s.lastRound) / 1e6, MaxRoundMS: float64(s.maxRound) / 1e6,
-		HorizonErrors: s.horizonErrors, RecordWrites: s.recordWrites,
+		HorizonErrors: s.horizonErrors, RecordWrites: s.recordWrites, RoundErrors: s.errors,
 	}
 	if st, ok := c.opts.Templates.(StatusSource); ok {
 		out.Config = st.Status()
