@@ -101,7 +101,9 @@ type Status struct {
 	// LastRefresh is the time of the last successful GetCapacity.
 	LastRefresh time.Time
 	// LastError is the error of the last failed GetCapacity since the last
-	// successful one, or nil.
+	// successful one, or the error the coordinator gave for this resource
+	// alone in the last reply (a *ServiceError, e.g. 404 when it matches
+	// no template), or nil.
 	LastError error
 }
 
@@ -177,6 +179,7 @@ type resource struct {
 
 	inForce float64
 	source  Source
+	err     error // this resource's own error in the last reply, if any
 }
 
 // New starts an agent on nc. It does not contact the coordinator until the
@@ -427,6 +430,9 @@ func (r *resource) statusLocked() Status {
 		Leased: r.leased, SafeCapacity: r.safe, SafeKnown: r.safeKnwn,
 		Wants: r.currentWantsLocked(), AutoWants: r.auto,
 		LastRefresh: a.lastOK, LastError: a.lastErr,
+	}
+	if r.err != nil {
+		st.LastError = r.err
 	}
 	if r.leased {
 		st.Granted, st.Expiry, st.RefreshInterval = r.granted, r.expiry, r.refresh

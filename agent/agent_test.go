@@ -498,3 +498,33 @@ func TestDemandAtZeroAsksAtOnce(t *testing.T) {
 		t.Errorf("wants = %v, want positive and finite", w)
 	}
 }
+
+// A resource the coordinator refuses (no template, unmatched resources
+// rejected) carries its own error; the agent's other resources keep
+// refreshing in the same batched request.
+func TestRefusedResourceDoesNotBlockOthers(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	startCoordinator(t, natstest.Conn(t, s), testTemplate("db", 100)) // no fallback: unmatched rejected
+	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"))
+	db, err := a.Rate("db", WithWants(40))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "db leased", func() bool { return db.Capacity() == 40 })
+	typo, err := a.Rate("dbb", WithWants(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := db.Expiry()
+	eventually(t, 10*time.Second, "db keeps refreshing next to the refused resource", func() bool {
+		return db.Expiry().After(first) && db.Capacity() == 40
+	})
+	var se *ServiceError
+	if st := typo.Status(); !errors.As(st.LastError, &se) || se.Code != 404 || st.Leased {
+		t.Fatalf("refused resource status = %+v", st)
+	}
+	if st := db.Status(); st.LastError != nil {
+		t.Fatalf("served resource reports %v", st.LastError)
+	}
+}

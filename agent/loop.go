@@ -209,6 +209,16 @@ func (a *Agent) refresh(t time.Time) error {
 		if r == nil {
 			continue
 		}
+		if e := rr.GetError(); e != "" {
+			// Not served, while the other resources were: keep whatever
+			// lease it has until it expires, then its mode applies.
+			if r.err == nil {
+				a.log.Warn("allot: coordinator refused a resource", "resource", r.id, "code", rr.GetErrorCode(), "error", e)
+			}
+			r.err = &ServiceError{Code: int(rr.GetErrorCode()), Description: e}
+			continue
+		}
+		r.err = nil
 		g := rr.GetGets()
 		c := g.GetCapacity()
 		if g == nil || g.GetExpiryTime() == nil || math.IsNaN(c) || math.IsInf(c, 0) || c < 0 {

@@ -38,6 +38,8 @@ const (
 	DefaultStateBucket   = "allot_state"
 	// ServiceName is the NATS micro service name coordinators register.
 	ServiceName = "allot"
+	// DefaultMaxResources is the default Options.MaxResources.
+	DefaultMaxResources = 100_000
 	// MaxRoundInterval bounds Options.RoundInterval.
 	MaxRoundInterval = 50 * time.Millisecond
 )
@@ -101,13 +103,23 @@ type Options struct {
 	// ClockSkew is the most the clocks of this node's replicas may differ
 	// by. Lease times written by a predecessor are only trusted with this
 	// margin: a larger value is safer and makes takeovers more cautious.
-	// Default 2s (DefaultClockSkew).
+	// Default 2s (DefaultClockSkew); NoClockSkew for none (replicas on one
+	// host).
 	ClockSkew time.Duration
+	// MaxResources bounds how many resources the node keeps state for, so
+	// that clients naming ever new resources cannot exhaust memory or the
+	// lease record. A request that would pass it gets error 429. Default
+	// 100,000 (DefaultMaxResources).
+	MaxResources int
 	// Logger receives the coordinator's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock; tests may replace it. Default time.Now.
 	Now func() time.Time
 }
+
+// NoClockSkew, as Options.ClockSkew, trusts a predecessor's lease times
+// exactly: for replicas sharing one clock.
+const NoClockSkew = time.Duration(-1)
 
 // NoRoundInterval, as Options.RoundInterval, answers each request at once.
 const NoRoundInterval = time.Duration(-1)
@@ -127,7 +139,11 @@ type Coordinator struct {
 	leaseBuf []wire.LeaseReply
 	replyBuf []byte
 
+	stopOnce sync.Once
+	enqueued atomic.Uint64 // requests queued so far, to see when Stop may end
+
 	mu        sync.Mutex
+	closed    bool // Stop has ended the round loop
 	pending   []*request
 	statsSnap stats // copy of stats for the STATS handler
 	wake      chan struct{}
@@ -185,8 +201,16 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 		opts.StateReplicas = 1
 	}
 	switch {
+	case opts.MaxResources == 0:
+		opts.MaxResources = DefaultMaxResources
+	case opts.MaxResources < 0:
+		return nil, fmt.Errorf("coordinator: max resources %d is negative", opts.MaxResources)
+	}
+	switch {
 	case opts.ClockSkew == 0:
 		opts.ClockSkew = DefaultClockSkew
+	case opts.ClockSkew == NoClockSkew:
+		opts.ClockSkew = 0
 	case opts.ClockSkew < 0:
 		return nil, fmt.Errorf("coordinator: clock skew %v is negative", opts.ClockSkew)
 	}
@@ -315,22 +339,50 @@ func (c *Coordinator) Stop() {
 	if c.stop == nil {
 		return
 	}
-	select {
-	case <-c.stop:
-		<-c.done
-		return
-	default:
-	}
+	c.stopOnce.Do(c.stopServing)
+	<-c.done
+}
+
+// stopServing unsubscribes, answers every request already delivered, and
+// ends the round loop.
+func (c *Coordinator) stopServing() {
 	if c.svc != nil {
+		// Drains the endpoints: the server gets the unsubscriptions, while
+		// micro still hands us the messages it had already received.
 		if err := c.svc.Stop(); err != nil {
 			c.log.Warn("stopping micro service", "err", err)
 		}
 	}
 	c.ioCancel()
+	// Once the server has the unsubscriptions nothing new arrives; keep
+	// running rounds until the delivered requests have all been queued.
+	// Cut off from the server (a partition), nothing new can arrive
+	// anyway, and waiting on a flush would only delay the stop.
+	if c.nc.IsConnected() {
+		_ = c.nc.FlushTimeout(250 * time.Millisecond)
+	}
+	deadline := time.Now().Add(stopGrace)
+	for n := c.enqueued.Load(); time.Now().Before(deadline); {
+		time.Sleep(stopQuiet)
+		m := c.enqueued.Load()
+		if m == n {
+			break
+		}
+		n = m
+	}
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
 	close(c.stop)
-	<-c.done
 	c.log.Info("coordinator stopped")
 }
+
+// Stop waits for delivered requests to stop arriving for stopQuiet, and
+// for at most stopGrace in all.
+const (
+	stopQuiet = 20 * time.Millisecond
+	stopGrace = 2 * time.Second
+)
 
 // Term returns the fencing term in force.
 func (c *Coordinator) Term() uint64 { return c.term.Load() }
@@ -338,10 +390,17 @@ func (c *Coordinator) Term() uint64 { return c.term.Load() }
 // Node returns the node this coordinator serves.
 func (c *Coordinator) Node() string { return c.opts.Node }
 
-// enqueue hands a decoded request to the round loop.
+// enqueue hands a decoded request to the round loop; after Stop it
+// answers at once that this coordinator no longer serves.
 func (c *Coordinator) enqueue(r *request) {
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		c.replyError(r.msg, r.enc, CodeUnavailable, "this coordinator has stopped serving; retry (another replica takes over)")
+		return
+	}
 	c.pending = append(c.pending, r)
+	c.enqueued.Add(1)
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:

@@ -197,7 +197,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown field", "capacity.get", `{"client_id":"x","bogus":1,"resource":[{"resource_id":"db"}]}`, "400", "unknown field"},
 		{"duplicate resource", "capacity.get", `{"client_id":"x","resource":[{"resource_id":"db"},{"resource_id":"db"}]}`, "400", "appears twice"},
 		{"too many", "capacity.get", `{"client_id":"x","resource":[` + strings.Join(many, ",") + `]}`, "400", "limit is 1000"},
-		{"unmatched", "capacity.get", `{"client_id":"x","resource":[{"resource_id":"db","wants":5},{"resource_id":"other","wants":1}]}`, "404", "matches no template"},
+		{"unmatched", "capacity.get", `{"client_id":"x","resource":[{"resource_id":"other","wants":1},{"resource_id":"more","wants":1}]}`, "404", "matches no template"},
 		{"release no client", "capacity.release", `{"resource_id":["db"]}`, "400", "client_id is empty"},
 		{"server get unserved", "server.get", `{"server_id":"s","resource":[{"resource_id":"db","wants":[{"priority":0,"num_clients":2,"wants":5}]}]}`, "501", "not served"},
 		{"server get bad band", "server.get", `{"server_id":"s","resource":[{"resource_id":"db","wants":[{"num_clients":0,"wants":5}]}]}`, "400", "num_clients"},
@@ -224,6 +224,20 @@ func TestBadInput(t *testing.T) {
 	m, err := e.nc.RequestMsg(msg, 5*time.Second)
 	if err != nil || m.Header.Get("Nats-Service-Error-Code") != "400" {
 		t.Fatalf("garbage protobuf: %v %v", err, m.Header)
+	}
+	// A request mixing a configured and an unmatched resource is served for
+	// the first and carries an error for the second.
+	mixed := e.getReq(&allotpb.GetCapacityRequest{ClientId: "mixed", Resource: []*allotpb.ResourceRequest{{ResourceId: "db", Wants: 5}, {ResourceId: "other", Wants: 1}}})
+	if r := mixed.GetResponse(); r[0].GetGets().GetCapacity() != 5 || r[1].GetErrorCode() != 404 || !strings.Contains(r[1].GetError(), "matches no template") {
+		t.Fatalf("mixed request: %v", mixed)
+	}
+	jm := e.reqJSON("allot.root.capacity.get", `{"client_id":"mixed","resource":[{"resource_id":"db","wants":5},{"resource_id":"other","wants":1}]}`)
+	var jr allotpb.GetCapacityResponse
+	if err := wire.Unmarshal(wire.ReplyEncodingOf(jm.Header), jm.Data, &jr); err != nil || jr.GetResponse()[1].GetErrorCode() != 404 || jr.GetResponse()[0].GetGets().GetCapacity() != 5 {
+		t.Fatalf("mixed JSON request: %s (%v)", jm.Data, err)
+	}
+	if _, err := e.nc.Request("allot.root.capacity.release", []byte(`{"client_id":"mixed","resource_id":["db"]}`), 5*time.Second); err != nil {
+		t.Fatal(err)
 	}
 	// None of the above changed state: the only client gets everything.
 	if got := e.get("only", map[string]float64{"db": 100}).GetResponse()[0].GetGets().GetCapacity(); got != 100 {

@@ -17,6 +17,8 @@ const (
 	CodeBadRequest     = 400
 	CodeNoTemplate     = 404
 	CodeNotImplemented = 501
+	CodeUnavailable    = 503
+	CodeTooMany        = 429
 	CodeInternal       = 500
 )
 
@@ -44,8 +46,10 @@ type request struct {
 
 // slot locates one requested resource's client record during a round.
 type slot struct {
-	r *resource
-	i int32
+	r    *resource // nil when the resource is not served (see err)
+	i    int32
+	code int32
+	err  string
 }
 
 func (c *Coordinator) handleGet(m micro.Request) {

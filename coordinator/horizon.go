@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -38,6 +39,10 @@ import (
 // ceiling to hand out what is free at once (see resource.learn). It then
 // writes the record under its own term, carrying the predecessor's
 // summaries over, before it serves.
+
+// maxRecordBytes bounds the encoded lease record, well below NATS's
+// default 1 MiB maximum payload.
+const maxRecordBytes = 256 << 10
 
 // DefaultClockSkew is the default Options.ClockSkew.
 const DefaultClockSkew = 2 * time.Second
@@ -78,9 +83,10 @@ func (c *Coordinator) loadHorizon(ctx context.Context) error {
 	var h allotpb.LeaseHorizon
 	if err := protojson.Unmarshal(entry.Value(), &h); err != nil || h.GetHorizon() == nil {
 		// A damaged record must not be read as "no leases": assume the
-		// worst, learn for the full learning duration.
+		// worst, that leases of the longest allowed length were just
+		// issued. Bounded, so the damage does not outlive them.
 		c.log.Warn("lease horizon record unreadable; learning mode for full duration", "err", err)
-		c.horizon.learningCap = c.started.Add(100 * 365 * 24 * time.Hour).UnixNano()
+		c.horizon.learningCap = c.started.Add(config.MaxLeaseLength + c.opts.ClockSkew).UnixNano()
 		c.horizon.until = c.horizon.learningCap
 		return nil
 	}
@@ -166,18 +172,35 @@ func (c *Coordinator) writeRecord(ctx context.Context, now, until int64, pending
 			rec.Resources[id] = s
 		}
 	}
+	// A zero ceiling means no leases: a complete record need not list it
+	// (and an incomplete one makes a successor assume the worst anyway).
 	for id, r := range c.resources {
-		if !r.published {
+		if !r.published || r.ceiling == 0 {
 			continue
 		}
 		rec.Resources[id] = summaryOf(r.ceiling, r.summaryExpiry())
 	}
 	for _, p := range pending {
+		if p.ceiling == 0 {
+			delete(rec.Resources, p.r.id)
+			continue
+		}
 		rec.Resources[p.r.id] = summaryOf(p.ceiling, max(p.expiry, p.r.summaryExpiry()))
 	}
 	data, err := protojson.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("encode lease record: %w", err)
+	}
+	if len(data) > maxRecordBytes {
+		// Too many resources to summarise in one KV value. Leaving any
+		// resource out of an incomplete record is safe (a successor then
+		// assumes the worst for it and learns as Doorman did), and it keeps
+		// the horizon, and so every grant, going.
+		c.log.Warn("lease record too large: writing it without per-resource summaries", "bytes", len(data), "limit", maxRecordBytes, "resources", len(rec.Resources))
+		rec.Resources, rec.Complete = nil, false
+		if data, err = protojson.Marshal(rec); err != nil {
+			return fmt.Errorf("encode lease record: %w", err)
+		}
 	}
 	for attempt := 0; ; attempt++ {
 		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -213,7 +236,7 @@ func (c *Coordinator) writeRecord(ctx context.Context, now, until int64, pending
 		var h allotpb.LeaseHorizon
 		if protojson.Unmarshal(entry.Value(), &h) == nil && h.GetTerm() > c.Term() {
 			c.horizon.deposed = true
-			c.log.Error("lease record written by a newer leader: this coordinator is deposed and hands out nothing more", "term", c.Term(), "record_term", h.GetTerm())
+			c.log.Error("lease record written by a newer leader: this coordinator is deposed; it writes nothing more, and its grants stay within its last recorded ceilings and horizon until it stops serving", "term", c.Term(), "record_term", h.GetTerm())
 			return fmt.Errorf("lease record has term %d above ours: %w", h.GetTerm(), err)
 		}
 		c.horizon.rev = entry.Revision()
@@ -261,11 +284,21 @@ func (c *Coordinator) ensureRecord(now int64, leaseMax time.Duration, touched []
 				inc += max(min(r.demands[i].Wants, capacity)-r.clients[i].has, 0)
 			}
 			if want := min(b+inc, max(capacity, b)); want > r.ceiling*(1+1e-12) || !r.published {
-				p.ceiling = max(b, min(capacity, want+c.headroom(r)), r.ceilingOrZero())
+				// Headroom only where there is demand: a resource nobody
+				// wants any of keeps a zero ceiling and stays out of the record.
+				hr := 0.0
+				if want > 0 {
+					hr = c.headroom(r)
+				}
+				p.ceiling = max(b, min(capacity, want+hr), r.ceilingOrZero())
 				raise = true
 			}
-		} else {
-			p.ceiling = math.Inf(1) // capacity is per client: no bound
+		} else if !math.IsInf(r.ceiling, 1) || !r.published {
+			// Capacity is per client: no bound. Also when the template just
+			// changed from a share algorithm, whose finite ceiling no longer
+			// bounds what this round may grant.
+			p.ceiling = math.Inf(1)
+			raise = true
 		}
 		if raise {
 			pending = append(pending, p)

@@ -129,25 +129,46 @@ func (c *Coordinator) runRound() {
 	c.mu.Unlock()
 }
 
-// applyGet resolves every requested resource to a template first, so a
-// request naming an unconfigured resource changes nothing, then records it.
+// applyGet resolves every requested resource to a template first. A
+// resource that cannot be served (no template matches it, or the node's
+// resource limit is reached) gets an error of its own in the reply and
+// changes nothing; the others are served. If none can be, the whole
+// request gets the error.
 func (c *Coordinator) applyGet(req *request, set *config.Set, now int64, touch func(*resource)) {
 	res := req.get.GetResource()
 	tmpls := make([]*config.Template, len(res))
+	req.slots = make([]slot, len(res))
+	served, added := 0, 0
 	for k, rr := range res {
 		id := rr.GetResourceId()
-		if r := c.resources[id]; r != nil && r.gen == set.Generation {
+		r := c.resources[id]
+		if r != nil && r.gen == set.Generation {
 			tmpls[k] = r.tmpl
+			served++
 			continue
 		}
 		if tmpls[k] = set.Match(id); tmpls[k] == nil {
-			req.errCode = CodeNoTemplate
-			req.errText = fmt.Sprintf("resource %q matches no template and unmatched resources are rejected; add a template with 'allot config put'", id)
-			return
+			req.slots[k] = slot{code: CodeNoTemplate, err: fmt.Sprintf("resource %q matches no template and unmatched resources are rejected; add a template with 'allot config put'", id)}
+			continue
 		}
+		if r == nil {
+			if len(c.resources)+added >= c.opts.MaxResources {
+				tmpls[k] = nil
+				req.slots[k] = slot{code: CodeTooMany, err: fmt.Sprintf("this node keeps state for %d resources and the limit is %d (--max-resources); %q would be a new one", len(c.resources)+added, c.opts.MaxResources, id)}
+				continue
+			}
+			added++
+		}
+		served++
 	}
-	req.slots = make([]slot, len(res))
+	if served == 0 {
+		req.errCode, req.errText = int(req.slots[0].code), req.slots[0].err
+		return
+	}
 	for k, rr := range res {
+		if tmpls[k] == nil {
+			continue
+		}
 		r := c.resourceFor(rr.GetResourceId(), tmpls[k], set.Generation, now)
 		touch(r)
 		var hasExpiry int64
@@ -180,7 +201,11 @@ func (c *Coordinator) resourceFor(id string, t *config.Template, gen uint64, now
 // replies (the NATS client copies it on publish).
 func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
 	entries := c.leaseBuf[:0]
-	for _, s := range req.slots {
+	for k, s := range req.slots {
+		if s.r == nil {
+			entries = append(entries, wire.LeaseReply{ResourceID: req.get.GetResource()[k].GetResourceId(), Error: s.err, ErrorCode: s.code})
+			continue
+		}
 		cl := &s.r.clients[s.i]
 		entries = append(entries, wire.LeaseReply{
 			ResourceID: s.r.id, Capacity: cl.has, Expiry: cl.expiry,
@@ -196,6 +221,10 @@ func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
 func (c *Coordinator) getResponse(req *request, now int64, term uint64) *allotpb.GetCapacityResponse {
 	resp := &allotpb.GetCapacityResponse{Term: term, Response: make([]*allotpb.ResourceResponse, len(req.slots))}
 	for k, s := range req.slots {
+		if s.r == nil {
+			resp.Response[k] = &allotpb.ResourceResponse{ResourceId: req.get.GetResource()[k].GetResourceId(), Error: s.err, ErrorCode: s.code}
+			continue
+		}
 		cl := &s.r.clients[s.i]
 		resp.Response[k] = &allotpb.ResourceResponse{
 			ResourceId: s.r.id,
@@ -224,30 +253,35 @@ func (c *Coordinator) newResource(id string, t *config.Template, gen uint64) *re
 		r.predExpiry = pred.GetLatestExpiry().AsTime().UnixNano()
 		r.ceilingExpiry = r.predExpiry
 	}
+	// No predecessor leases can exist, or the operator disabled learning.
 	if c.horizon.learningCap == 0 || t.LearningModeDuration <= 0 {
 		return r
 	}
-	learnCap := min(c.horizon.learningCap, c.started.Add(t.LearningModeDuration).UnixNano())
-	if !r.shared() {
-		r.learningUntil = learnCap // echo (capacity is per client)
-		return r
-	}
+	// The predecessor's bound is worked out whatever this template's
+	// algorithm, so that a template change during learning (STATIC to
+	// FAIR_SHARE, say) still counts the predecessor's leases.
 	r.learnStart = c.started.UnixNano()
 	r.skew = int64(c.opts.ClockSkew)
 	switch {
 	case listed && !math.IsInf(pred.GetCeiling(), 0) && !math.IsNaN(pred.GetCeiling()) && pred.GetCeiling() >= 0:
 		r.predCeiling = pred.GetCeiling()
-		r.learningUntil = min(learnCap, r.predExpiry+int64(c.opts.ClockSkew))
+		// Learn until the predecessor's leases for it have expired. The
+		// current template's lease length does not shorten this: the
+		// predecessor may have issued longer leases before a change.
+		r.learningUntil = r.predExpiry + r.skew
 	case listed:
-		// Not bounded by the predecessor (it used a per-client algorithm).
-		r.predCeiling = t.Capacity
-		r.learningUntil = min(learnCap, r.predExpiry+int64(c.opts.ClockSkew))
+		// Not bounded by the predecessor (it used a per-client algorithm,
+		// so any number of clients may hold up to the capacity each).
+		r.predCeiling = math.Inf(1)
+		r.learningUntil = r.predExpiry + r.skew
 	case c.horizon.complete:
 		// A complete record without it: no leases outstanding.
 	default:
-		// Unknown: assume the predecessor leased out up to the capacity.
+		// Not in the record (an incomplete or older record): Doorman's
+		// rule, learn for learning_mode_duration and assume the
+		// predecessor leased out up to the capacity.
 		r.predCeiling = t.Capacity
-		r.learningUntil = learnCap
+		r.learningUntil = min(c.horizon.learningCap, c.started.Add(t.LearningModeDuration).UnixNano())
 	}
 	return r
 }

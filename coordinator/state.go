@@ -107,6 +107,9 @@ func (r *resource) upsert(id string, wants, weight float64, priority int32, repo
 	r.demands[i] = alloc.Demand{Wants: wants, Weight: weight, Priority: priority}
 	r.clients[i].reported = reported
 	r.clients[i].reportedExpiry = reportedExpiry
+	// A request after a release in the same round revives the record: the
+	// client will hold the lease this round grants (dropReleased skips it).
+	r.clients[i].released = false
 	if !r.clients[i].touched {
 		r.clients[i].touched = true
 		r.batch = append(r.batch, i)

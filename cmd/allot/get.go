@@ -38,6 +38,9 @@ func runGet(ctx context.Context, env *cliEnv, args []string) error {
 		fs.Usage()
 		return fmt.Errorf("name at least one resource")
 	}
+	if *priority < wire.MinPriority || *priority > wire.MaxPriority {
+		return fmt.Errorf("--priority %d is outside [%d, %d]", *priority, wire.MinPriority, wire.MaxPriority)
+	}
 	req := &allotpb.GetCapacityRequest{ClientId: *client}
 	for _, id := range fs.Args() {
 		req.Resource = append(req.Resource, &allotpb.ResourceRequest{ResourceId: id, Wants: *wants, Priority: int32(*priority)})

@@ -16,6 +16,10 @@ type LeaseReply struct {
 	Expiry       int64 // unix nanoseconds
 	Refresh      time.Duration
 	SafeCapacity float64
+	// Error, when set, says why this resource was not served; the other
+	// fields but ResourceID are then ignored.
+	Error     string
+	ErrorCode int32
 }
 
 // Field numbers from proto/allot.proto.
@@ -25,6 +29,8 @@ const (
 	fieldResourceID   = 1 // ResourceResponse.resource_id
 	fieldGets         = 2 // ResourceResponse.gets
 	fieldSafeCapacity = 3 // ResourceResponse.safe_capacity
+	fieldError        = 4 // ResourceResponse.error
+	fieldErrorCode    = 5 // ResourceResponse.error_code
 	fieldCapacity     = 1 // Lease.capacity
 	fieldExpiry       = 2 // Lease.expiry_time
 	fieldRefresh      = 3 // Lease.refresh_interval
@@ -42,6 +48,11 @@ func AppendGetCapacityResponse(b []byte, term uint64, entries []LeaseReply) []by
 		b = protowire.AppendTag(b, fieldResponse, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(resourceResponseSize(e)))
 		b = appendString(b, fieldResourceID, e.ResourceID)
+		if e.Error != "" {
+			b = appendString(b, fieldError, e.Error)
+			b = appendVarint(b, fieldErrorCode, uint64(int64(e.ErrorCode)))
+			continue
+		}
 		b = protowire.AppendTag(b, fieldGets, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(leaseSize(e)))
 		b = appendDouble(b, fieldCapacity, e.Capacity)
@@ -71,6 +82,9 @@ func splitNanos(ns int64) (int64, int32) {
 
 func resourceResponseSize(e *LeaseReply) int {
 	n := stringSize(fieldResourceID, e.ResourceID)
+	if e.Error != "" {
+		return n + stringSize(fieldError, e.Error) + varintSize(fieldErrorCode, uint64(int64(e.ErrorCode)))
+	}
 	l := leaseSize(e)
 	n += protowire.SizeTag(fieldGets) + protowire.SizeBytes(l)
 	return n + doubleSize(fieldSafeCapacity, e.SafeCapacity)
@@ -142,4 +156,19 @@ func appendString(b []byte, field protowire.Number, s string) []byte {
 	}
 	b = protowire.AppendTag(b, field, protowire.BytesType)
 	return protowire.AppendString(b, s)
+}
+
+func varintSize(field protowire.Number, v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return protowire.SizeTag(field) + protowire.SizeVarint(v)
+}
+
+func appendVarint(b []byte, field protowire.Number, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	b = protowire.AppendTag(b, field, protowire.VarintType)
+	return protowire.AppendVarint(b, v)
 }

@@ -17,6 +17,10 @@ import (
 func structResponse(term uint64, entries []LeaseReply) *allotpb.GetCapacityResponse {
 	resp := &allotpb.GetCapacityResponse{Term: term}
 	for _, e := range entries {
+		if e.Error != "" {
+			resp.Response = append(resp.Response, &allotpb.ResourceResponse{ResourceId: e.ResourceID, Error: e.Error, ErrorCode: e.ErrorCode})
+			continue
+		}
 		resp.Response = append(resp.Response, &allotpb.ResourceResponse{
 			ResourceId: e.ResourceID,
 			Gets: &allotpb.Lease{
@@ -46,6 +50,10 @@ func TestAppendGetCapacityResponse(t *testing.T) {
 				Refresh:      []time.Duration{0, time.Nanosecond, 50 * time.Millisecond, 5 * time.Second, time.Hour + 1}[rng.IntN(5)],
 				SafeCapacity: pick(0, -1, 7, math.MaxFloat64),
 			})
+			if rng.IntN(4) == 0 {
+				entries[len(entries)-1].Error = "resource matches no template"
+				entries[len(entries)-1].ErrorCode = []int32{0, 404, 429, -1}[rng.IntN(4)]
+			}
 		}
 		term := []uint64{0, 1, 1 << 40}[rng.IntN(3)]
 		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(structResponse(term, entries))

@@ -235,7 +235,13 @@ type ResourceResponse struct {
 	Gets *Lease `protobuf:"bytes,2,opt,name=gets,proto3" json:"gets,omitempty"`
 	// Capacity the client may use when its lease has expired and the
 	// coordinator cannot be reached ("safe mode"). -1 means unlimited.
-	SafeCapacity  float64 `protobuf:"fixed64,3,opt,name=safe_capacity,json=safeCapacity,proto3" json:"safe_capacity,omitempty"`
+	SafeCapacity float64 `protobuf:"fixed64,3,opt,name=safe_capacity,json=safeCapacity,proto3" json:"safe_capacity,omitempty"`
+	// Set when this resource could not be served while others in the same
+	// request were (for example, it matches no template, 404, or the node's
+	// resource limit is reached, 429); gets is then absent. A request none of
+	// whose resources can be served gets a whole-request error instead.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	ErrorCode     int32  `protobuf:"varint,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -287,6 +293,20 @@ func (x *ResourceResponse) GetGets() *Lease {
 func (x *ResourceResponse) GetSafeCapacity() float64 {
 	if x != nil {
 		return x.SafeCapacity
+	}
+	return 0
+}
+
+func (x *ResourceResponse) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ResourceResponse) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
 	}
 	return 0
 }
@@ -826,12 +846,15 @@ const file_allot_proto_rawDesc = "" +
 	"\x05wants\x18\x04 \x01(\x01R\x05wants\"h\n" +
 	"\x12GetCapacityRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x125\n" +
-	"\bresource\x18\x02 \x03(\v2\x19.allot.v1.ResourceRequestR\bresource\"}\n" +
+	"\bresource\x18\x02 \x03(\v2\x19.allot.v1.ResourceRequestR\bresource\"\xb2\x01\n" +
 	"\x10ResourceResponse\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x01(\tR\n" +
 	"resourceId\x12#\n" +
 	"\x04gets\x18\x02 \x01(\v2\x0f.allot.v1.LeaseR\x04gets\x12#\n" +
-	"\rsafe_capacity\x18\x03 \x01(\x01R\fsafeCapacity\"a\n" +
+	"\rsafe_capacity\x18\x03 \x01(\x01R\fsafeCapacity\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x05 \x01(\x05R\terrorCode\"a\n" +
 	"\x13GetCapacityResponse\x126\n" +
 	"\bresponse\x18\x01 \x03(\v2\x1a.allot.v1.ResourceResponseR\bresponse\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\"V\n" +

@@ -1,0 +1,90 @@
+package coordinator
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/allot/allot/internal/alloc"
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// A client that releases and asks again in the same round (the two
+// requests travel on different subscriptions, so their order at the
+// coordinator is not the client's) keeps its record: the lease the round
+// grants it still counts against capacity.
+func TestReleaseThenGetSameRound(t *testing.T) {
+	tm := &config.Template{Name: "t", Glob: "r", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: 10 * time.Second, RefreshInterval: time.Second}
+	r := newResource("r", tm, 1)
+	r.ceiling, r.ceilingExpiry, r.published = 100, 1<<62, true
+	var scratch alloc.Scratch
+	now := int64(1e18)
+	round := func() {
+		r.allocate(&roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond, scratch: &scratch})
+		r.dropReleased()
+		now += int64(100 * time.Millisecond)
+		r.expire(now)
+	}
+	r.upsert("a", 100, 1, 0, 0, 0, now)
+	round()
+	r.markReleased("a")
+	ia := r.upsert("a", 100, 1, 0, 0, 0, now)
+	round()
+	granted := r.clients[ia].has
+	ib := r.upsert("b", 100, 1, 0, 0, 0, now)
+	round()
+	if got := granted + r.clients[ib].has; got > tm.Capacity {
+		t.Fatalf("a holds %v and b got %v: %v leased of capacity %v", granted, r.clients[ib].has, got, tm.Capacity)
+	}
+}
+
+// A template whose lease length was shortened before a failover must not
+// end learning before the predecessor's longer leases expire.
+func TestLearningOutlastsPredecessorLeases(t *testing.T) {
+	started := time.Unix(1_000_000, 0)
+	predExpiry := started.Add(55 * time.Second)
+	c := &Coordinator{opts: Options{ClockSkew: 2 * time.Second}, started: started,
+		horizon: horizonState{learningCap: started.Add(120 * time.Second).UnixNano(),
+			pred: map[string]*allotpb.ResourceSummary{"r": {Ceiling: 100, LatestExpiry: timestamppb.New(predExpiry)}}}}
+	tm := &config.Template{Name: "t", Glob: "r", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: 10 * time.Second, RefreshInterval: 5 * time.Second, LearningModeDuration: 10 * time.Second}
+	r := c.newResource("r", tm, 1)
+	if want := predExpiry.Add(2 * time.Second).UnixNano(); r.learningUntil < want {
+		t.Fatalf("learning ends %v after start, before the predecessor's leases (+skew) at %v",
+			time.Duration(r.learningUntil-started.UnixNano()), time.Duration(want-started.UnixNano()))
+	}
+	var s alloc.Scratch
+	now := started.Add(11 * time.Second).UnixNano()
+	r.ceiling, r.ceilingExpiry = 100, now+int64(time.Hour)
+	i := r.upsert("newcomer", 100, 1, 0, 0, 0, now)
+	r.allocate(&roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond, scratch: &s})
+	if got := r.clients[i].has; got > 0 {
+		t.Fatalf("a newcomer got %v while the predecessor's 100 of 100 may still be held", got)
+	}
+}
+
+// A resource created as STATIC during learning and switched to FAIR_SHARE
+// still counts the predecessor's leases.
+func TestLearningAcrossAlgorithmChange(t *testing.T) {
+	started := time.Unix(1_000_000, 0)
+	predExpiry := started.Add(30 * time.Second)
+	c := &Coordinator{opts: Options{ClockSkew: 2 * time.Second}, started: started,
+		horizon: horizonState{learningCap: started.Add(60 * time.Second).UnixNano(),
+			pred: map[string]*allotpb.ResourceSummary{"r": {Ceiling: 80, LatestExpiry: timestamppb.New(predExpiry)}}}}
+	static := &config.Template{Name: "t", Glob: "r", Capacity: 100, Algorithm: allotpb.Algorithm_STATIC,
+		LeaseLength: 60 * time.Second, RefreshInterval: 5 * time.Second, LearningModeDuration: 60 * time.Second}
+	r := c.newResource("r", static, 1)
+	fair := *static
+	fair.Algorithm = allotpb.Algorithm_FAIR_SHARE
+	r.tmpl = &fair
+	var s alloc.Scratch
+	now := started.Add(time.Second).UnixNano()
+	i := r.upsert("newcomer", 100, 1, 0, 0, 0, now)
+	r.allocate(&roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond, scratch: &s})
+	if got := r.clients[i].has; got > 20 {
+		t.Fatalf("newcomer got %v; the predecessor may hold 80 of 100", got)
+	}
+}
