@@ -332,6 +332,12 @@ func (e *Elector) follow(ctx context.Context, kv jetstream.KeyValue) (*term, err
 			if err != nil && ctx.Err() == nil {
 				e.log.Debug("campaign failed", "err", err)
 			}
+			if err == nil {
+				// Someone else leads. The watch may lag after a reconnect
+				// (nats.go recreates its consumer only after missed
+				// heartbeats), so read the leader directly too.
+				e.readLeader(ctx, kv)
+			}
 			try = false
 		}
 		select {
@@ -352,16 +358,33 @@ func (e *Elector) follow(ctx context.Context, kv jetstream.KeyValue) (*term, err
 				try = true
 				continue
 			}
-			var v Value
-			if json.Unmarshal(entry.Value(), &v) == nil {
-				tm := v.Term
-				if tm == 0 {
-					tm = entry.Revision()
-				}
-				e.setStatus(Status{Role: RoleFollower, Term: tm, Leader: v.ID})
-			}
+			e.followerStatus(entry)
 		}
 	}
+}
+
+// readLeader sets the follower status from the key's current value.
+func (e *Elector) readLeader(ctx context.Context, kv jetstream.KeyValue) {
+	gctx, cancel := context.WithTimeout(ctx, e.cfg.RenewInterval)
+	defer cancel()
+	entry, err := kv.Get(gctx, e.cfg.Key)
+	if err != nil {
+		return
+	}
+	e.followerStatus(entry)
+}
+
+// followerStatus records the leader named by a put of the key.
+func (e *Elector) followerStatus(entry jetstream.KeyValueEntry) {
+	var v Value
+	if json.Unmarshal(entry.Value(), &v) != nil {
+		return
+	}
+	tm := v.Term
+	if tm == 0 {
+		tm = entry.Revision()
+	}
+	e.setStatus(Status{Role: RoleFollower, Term: tm, Leader: v.ID})
 }
 
 // campaign tries once to create the key. It returns the term if won.
