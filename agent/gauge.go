@@ -17,7 +17,10 @@ const Unlimited = math.MaxInt
 // wait until the holders have drained below the new limit.
 //
 // Waiters are served in order of arrival: a large request at the head of
-// the queue is not overtaken by smaller ones.
+// the queue is not overtaken by smaller ones. The exception is a request
+// for more than the whole current limit: it cannot be served until the
+// limit grows, so, as in golang.org/x/sync/semaphore, it waits without
+// holding up the others (keeping its place for when the limit allows it).
 //
 // Gauge is safe for simultaneous use by multiple goroutines.
 type Gauge struct {
@@ -111,7 +114,7 @@ func (g *Gauge) Acquire(ctx context.Context, n int) error {
 		g.mu.Unlock()
 		return ErrClosed
 	}
-	if g.waiters.Len() == 0 && g.fitsLocked(n) {
+	if !g.queuedAheadLocked() && g.fitsLocked(n) {
 		g.held += n
 		g.notePeakLocked()
 		g.mu.Unlock()
@@ -143,12 +146,10 @@ func (g *Gauge) Acquire(ctx context.Context, n int) error {
 			return nil
 		default:
 		}
-		front := g.waiters.Front() == e
 		g.waiters.Remove(e)
 		g.waiting -= n
-		if front {
-			g.notifyLocked()
-		}
+		g.notifyLocked() // it may have been holding others up
+
 		g.mu.Unlock()
 		return ctx.Err()
 	}
@@ -203,20 +204,33 @@ func (g *Gauge) Do(ctx context.Context, n int, f func(context.Context) error) er
 
 // notifyLocked admits waiters from the head of the queue while they fit.
 func (g *Gauge) notifyLocked() {
-	for {
-		e := g.waiters.Front()
-		if e == nil {
-			return
-		}
+	for e := g.waiters.Front(); e != nil; {
 		w := e.Value.(*gaugeWaiter)
-		if !g.fitsLocked(w.n) {
+		next := e.Next()
+		switch {
+		case w.n > g.limit:
+			// Cannot be served at this limit: does not hold up the rest.
+		case !g.fitsLocked(w.n):
 			return
+		default:
+			g.held += w.n
+			g.waiting -= w.n
+			g.waiters.Remove(e)
+			close(w.ready)
 		}
-		g.held += w.n
-		g.waiting -= w.n
-		g.waiters.Remove(e)
-		close(w.ready)
+		e = next
 	}
+}
+
+// queuedAheadLocked reports whether a waiter that could be served at the
+// current limit is queued: a new Acquire must not overtake it.
+func (g *Gauge) queuedAheadLocked() bool {
+	for e := g.waiters.Front(); e != nil; e = e.Next() {
+		if e.Value.(*gaugeWaiter).n <= g.limit {
+			return true
+		}
+	}
+	return false
 }
 
 // samplePeak returns the peak demand since the last sample and starts a new

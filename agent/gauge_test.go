@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -79,4 +80,40 @@ func TestCapacityToLimit(t *testing.T) {
 			t.Errorf("capacityToLimit(%v) = %d, want %d", tc.c, got, tc.want)
 		}
 	}
+}
+
+// A request for more than the whole limit does not hold up requests that
+// fit; it is served once the limit grows.
+func TestGaugeOversizedRequestDoesNotBlock(t *testing.T) {
+	g := newGauge()
+	g.setLimit(5)
+	big := make(chan error, 1)
+	go func() { big <- g.Acquire(context.Background(), 10) }()
+	for g.waitingUnits() != 10 {
+		runtime.Gosched()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.Acquire(ctx, 2); err != nil {
+		t.Fatalf("a request that fits waited behind an oversized one: %v", err)
+	}
+	g.Release(2)
+	g.setLimit(10)
+	select {
+	case err := <-big:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("oversized request not served after the limit grew")
+	}
+	if got := g.InFlight(); got != 10 {
+		t.Fatalf("in flight %d, want 10", got)
+	}
+}
+
+func (g *Gauge) waitingUnits() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.waiting
 }
