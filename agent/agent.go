@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -466,15 +467,7 @@ func (a *Agent) Status() []Status {
 	for _, r := range a.res {
 		out = append(out, r.statusLocked())
 	}
-	slices.SortFunc(out, func(x, y Status) int {
-		switch {
-		case x.ResourceID < y.ResourceID:
-			return -1
-		case x.ResourceID > y.ResourceID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(x, y Status) int { return cmp.Compare(x.ResourceID, y.ResourceID) })
 	return out
 }
 

@@ -58,32 +58,23 @@ func DefaultLoadOptions(short bool) LoadOptions {
 	return o
 }
 
+// orDefault sets *v to def when it is unset (zero or negative).
+func orDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
 func (o *LoadOptions) fill(short bool) {
 	d := DefaultLoadOptions(short)
-	if o.Duration <= 0 {
-		o.Duration = d.Duration
-	}
-	if o.Warmup <= 0 {
-		o.Warmup = d.Warmup
-	}
-	if o.Phases <= 0 {
-		o.Phases = d.Phases
-	}
-	if o.Conns <= 0 {
-		o.Conns = d.Conns
-	}
-	if o.Clients <= 0 {
-		o.Clients = d.Clients
-	}
-	if o.Pipeline <= 0 {
-		o.Pipeline = d.Pipeline
-	}
-	if o.Resources <= 0 {
-		o.Resources = d.Resources
-	}
-	if o.PerRequest <= 0 {
-		o.PerRequest = d.PerRequest
-	}
+	orDefault(&o.Duration, d.Duration)
+	orDefault(&o.Warmup, d.Warmup)
+	orDefault(&o.Phases, d.Phases)
+	orDefault(&o.Conns, d.Conns)
+	orDefault(&o.Clients, d.Clients)
+	orDefault(&o.Pipeline, d.Pipeline)
+	orDefault(&o.Resources, d.Resources)
+	orDefault(&o.PerRequest, d.PerRequest)
 	o.PerRequest = min(o.PerRequest, o.Resources)
 }
 

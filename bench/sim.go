@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -588,15 +589,7 @@ func (o *SimOutcome) analyze(evs []leaseEvent, closed map[int]int64) {
 
 	// Overshoot, in the coordinator's order: leases sorted by the time
 	// they were issued; all leases of one round share it.
-	slices.SortStableFunc(evs, func(a, b leaseEvent) int {
-		switch {
-		case a.issued < b.issued:
-			return -1
-		case a.issued > b.issued:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(evs, func(a, b leaseEvent) int { return cmp.Compare(a.issued, b.issued) })
 	cur := map[int]leaseEvent{}
 	over := false
 	for i := 0; i < len(evs); {
