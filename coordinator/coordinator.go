@@ -26,8 +26,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/allot/allot/internal/alloc"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/ledger"
 	"github.com/allot/allot/internal/wire"
 )
 
@@ -39,9 +39,15 @@ const (
 	// ServiceName is the NATS micro service name coordinators register.
 	ServiceName = "allot"
 	// DefaultMaxResources is the default Options.MaxResources.
-	DefaultMaxResources = 100_000
+	DefaultMaxResources = ledger.DefaultMaxResources
+	// DefaultMaxClients is the default Options.MaxClients.
+	DefaultMaxClients = ledger.DefaultMaxClients
 	// MaxRoundInterval bounds Options.RoundInterval.
 	MaxRoundInterval = 50 * time.Millisecond
+	// DefaultClockSkew is the default Options.ClockSkew.
+	DefaultClockSkew = ledger.DefaultClockSkew
+	// DefaultCeilingHeadroom is the default Options.CeilingHeadroom.
+	DefaultCeilingHeadroom = ledger.DefaultCeilingHeadroom
 )
 
 // ServiceVersion is reported in the micro service INFO.
@@ -107,10 +113,33 @@ type Options struct {
 	// host).
 	ClockSkew time.Duration
 	// MaxResources bounds how many resources the node keeps state for, so
-	// that clients naming ever new resources cannot exhaust memory or the
-	// lease record. A request that would pass it gets error 429. Default
-	// 100,000 (DefaultMaxResources).
+	// that clients naming ever new resources cannot exhaust memory. A
+	// request that would pass it gets error 429. Default 100,000
+	// (DefaultMaxResources). The lease record's size (512 KiB) bounds the
+	// resources in use too: a new resource whose summary would not fit in
+	// it is refused with 429 the same way.
 	MaxResources int
+	// MaxClients bounds the client records the node keeps (one per client
+	// and resource; a record lives until a lease length after the client
+	// was last seen). A request that would pass it gets 429. Default
+	// 250,000 (DefaultMaxClients), about 100 MB.
+	MaxClients int
+	// Valid, if set, reports whether this coordinator may still answer:
+	// a replica's leadership has not lapsed on its monotonic clock. It is
+	// checked before every reply; once false the coordinator is silent
+	// (another replica answers: the subjects have no queue group) and
+	// stops. A process frozen past its lease so never answers with its
+	// old term.
+	Valid func() bool
+	// TermBound, if set, returns the highest term any leader of the node
+	// can hold (the election stream's last sequence). A lease record of a
+	// higher term cannot be genuine: it is reported and overwritten, never
+	// obeyed.
+	TermBound func(ctx context.Context) (uint64, error)
+	// PriorLeader, if set, reports whether the node has had a leader
+	// before (and records that it now has). Without it, only the state
+	// bucket tells whether a missing lease record means a new deployment.
+	PriorLeader func(ctx context.Context) (bool, error)
 	// Logger receives the coordinator's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock; tests may replace it. Default time.Now.
@@ -132,7 +161,7 @@ type Coordinator struct {
 	opts  Options
 	log   *slog.Logger
 	now   func() time.Time
-	term  atomic.Uint64
+	term  uint64
 	round time.Duration
 
 	// Reply buffers, owned by the round loop.
@@ -141,28 +170,31 @@ type Coordinator struct {
 
 	stopOnce sync.Once
 	enqueued atomic.Uint64 // requests queued so far, to see when Stop may end
+	silenced atomic.Uint64 // replies withheld because Valid said no
 
 	mu        sync.Mutex
 	closed    bool // Stop has ended the round loop
 	pending   []*request
 	statsSnap stats // copy of stats for the STATS handler
+	failure   error // why the coordinator stopped serving on its own
 	wake      chan struct{}
 
 	svc     micro.Service
-	kv      jetstream.KeyValue
+	bulk    *bulkLane
 	started time.Time
 	stop    chan struct{}
-	// ioCtx bounds the round loop's KV writes; Stop cancels it so that a
-	// coordinator cut off from NATS stops at once.
-	ioCtx    context.Context
-	ioCancel context.CancelFunc
+	// quit is closed when the coordinator stops serving on its own
+	// (deposed, leadership lapsed); see Done.
+	quit     chan struct{}
+	quitOnce sync.Once
 	done     chan struct{}
 
+	store *recordStore
+
 	// Owned by the round loop.
-	resources map[string]*resource
-	scratch   alloc.Scratch
-	horizon   horizonState
-	stats     stats
+	ledger  *ledger.Ledger
+	waiting []*request // applied, waiting for their resources' record
+	stats   stats
 }
 
 // New validates opts and returns a Coordinator that is not yet serving.
@@ -207,6 +239,12 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 		return nil, fmt.Errorf("coordinator: max resources %d is negative", opts.MaxResources)
 	}
 	switch {
+	case opts.MaxClients == 0:
+		opts.MaxClients = DefaultMaxClients
+	case opts.MaxClients < 0:
+		return nil, fmt.Errorf("coordinator: max clients %d is negative", opts.MaxClients)
+	}
+	switch {
 	case opts.ClockSkew == 0:
 		opts.ClockSkew = DefaultClockSkew
 	case opts.ClockSkew == NoClockSkew:
@@ -226,16 +264,26 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	c := &Coordinator{
-		nc:        nc,
-		opts:      opts,
-		log:       opts.Logger.With("node", opts.Node, "server_id", opts.ServerID),
-		now:       opts.Now,
-		round:     opts.RoundInterval,
-		wake:      make(chan struct{}, 1),
-		resources: make(map[string]*resource),
+	skew := opts.ClockSkew
+	if skew == 0 {
+		skew = -1 // the ledger's "none"
 	}
-	c.term.Store(opts.Term)
+	c := &Coordinator{
+		nc:    nc,
+		opts:  opts,
+		log:   opts.Logger.With("node", opts.Node, "server_id", opts.ServerID),
+		now:   opts.Now,
+		term:  opts.Term,
+		round: opts.RoundInterval,
+		wake:  make(chan struct{}, 1),
+		quit:  make(chan struct{}),
+		ledger: ledger.New(ledger.Config{
+			Node: opts.Node, ServerID: opts.ServerID, Term: opts.Term,
+			ClockSkew: skew, CeilingHeadroom: opts.CeilingHeadroom,
+			MaxResources: opts.MaxResources, MaxClients: opts.MaxClients,
+			MinRefresh: max(opts.RoundInterval, ledger.DefaultMinRefresh),
+		}),
+	}
 	return c, nil
 }
 
@@ -243,9 +291,10 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 // "capacity.release" or "server.get") for node.
 func Subject(node, endpoint string) string { return "allot." + node + "." + endpoint }
 
-// Start prepares the state bucket, reads the lease horizon to decide on
-// learning mode, registers the micro service and starts the round loop.
-// It returns once the coordinator is serving.
+// Start prepares the state bucket, reads the lease record to decide on
+// learning mode, writes the record under its own term, registers the
+// micro service and starts the round loop. It returns once the
+// coordinator is serving.
 func (c *Coordinator) Start(ctx context.Context) error {
 	if c.stop != nil {
 		return errors.New("coordinator: already started")
@@ -254,15 +303,8 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("coordinator: jetstream: %w", err)
 	}
-	kv, err := stateBucket(ctx, js, c.opts.StateBucket, c.opts.StateReplicas)
-	if err != nil {
-		return err
-	}
-	c.kv = kv
+	c.store = newRecordStore(js, c.opts, c.log)
 	c.started = c.now()
-	if err := c.loadHorizon(ctx); err != nil {
-		return err
-	}
 	if err := c.takeOver(ctx); err != nil {
 		return err
 	}
@@ -279,19 +321,26 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("coordinator: register micro service: %w", err)
 	}
+	c.bulk = newBulkLane(c)
+	// No queue groups: every coordinator subscribed gets every request
+	// and only one that may answer does. A frozen or stale subscriber
+	// (a leader that lost its lease, a subscription left behind by a
+	// reconnect) so never takes requests away from the leader. Get and
+	// release share one subscription so that one client's requests are
+	// handled in the order it sent them.
 	g := svc.AddGroup("allot." + c.opts.Node)
 	endpoints := []struct {
 		name, subject string
 		h             micro.HandlerFunc
 	}{
-		{"capacity_get", "capacity.get", c.handleGet},
-		{"capacity_release", "capacity.release", c.handleRelease},
+		{"capacity", "capacity.*", c.handleCapacity},
 		{"server_get", "server.get", c.handleServerGet},
 	}
 	for _, e := range endpoints {
-		if err := g.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.subject),
+		if err := g.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.subject), micro.WithEndpointQueueGroupDisabled(),
 			micro.WithEndpointMetadata(map[string]string{"node": c.opts.Node})); err != nil {
 			_ = svc.Stop()
+			c.bulk.close()
 			return fmt.Errorf("coordinator: add endpoint %s: %w", e.subject, err)
 		}
 	}
@@ -302,45 +351,47 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		c.log.Warn("flush after registering endpoints", "err", err)
 	}
 	c.stop = make(chan struct{})
-	c.ioCtx, c.ioCancel = context.WithCancel(context.Background())
 	c.done = make(chan struct{})
+	c.store.start()
 	go c.loop()
+	until, complete := c.ledger.Learning()
 	c.log.Info("coordinator serving", "subjects", Subject(c.opts.Node, "*.*"), "round", c.round,
-		"learning_until", c.horizon.learningCap)
+		"learning_until", time.Unix(0, until), "predecessor_complete", complete)
 	return nil
-}
-
-// stateBucket opens the state bucket, creating it if needed. An existing
-// bucket is left as configured (an operator may have scaled it).
-func stateBucket(ctx context.Context, js jetstream.JetStream, name string, replicas int) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, name)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      name,
-			Description: "allot coordinator state: lease records per node",
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    replicas,
-		})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, name)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("coordinator: state bucket %q: %w", name, err)
-	}
-	return kv, nil
 }
 
 // Stop stops serving: it drains the service's subscriptions, answers every
 // queued request and waits for the round loop to end. Leases stay recorded
-// in the lease horizon so a successor knows to learn.
+// in the lease record so a successor knows to learn.
 func (c *Coordinator) Stop() {
 	if c.stop == nil {
 		return
 	}
 	c.stopOnce.Do(c.stopServing)
 	<-c.done
+}
+
+// Done is closed when the coordinator stops serving on its own: a newer
+// leader's lease record deposed it, or Valid turned false. Err says why.
+// Call Stop after it.
+func (c *Coordinator) Done() <-chan struct{} { return c.quit }
+
+// Err returns why the coordinator stopped serving on its own, or nil.
+func (c *Coordinator) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failure
+}
+
+// fail records why the coordinator no longer serves and closes Done.
+func (c *Coordinator) fail(err error) {
+	c.quitOnce.Do(func() {
+		c.mu.Lock()
+		c.failure = err
+		c.mu.Unlock()
+		c.log.Error("coordinator stops serving", "err", err)
+		close(c.quit)
+	})
 }
 
 // stopServing unsubscribes, answers every request already delivered, and
@@ -353,7 +404,7 @@ func (c *Coordinator) stopServing() {
 			c.log.Warn("stopping micro service", "err", err)
 		}
 	}
-	c.ioCancel()
+	c.store.cancel()
 	// Once the server has the unsubscriptions nothing new arrives; keep
 	// running rounds until the delivered requests have all been queued.
 	// Cut off from the server (a partition), nothing new can arrive
@@ -370,10 +421,12 @@ func (c *Coordinator) stopServing() {
 		}
 		n = m
 	}
+	c.bulk.close()
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
 	close(c.stop)
+	c.store.wait()
 	c.log.Info("coordinator stopped")
 }
 
@@ -385,18 +438,34 @@ const (
 )
 
 // Term returns the fencing term in force.
-func (c *Coordinator) Term() uint64 { return c.term.Load() }
+func (c *Coordinator) Term() uint64 { return c.term }
 
 // Node returns the node this coordinator serves.
 func (c *Coordinator) Node() string { return c.opts.Node }
 
-// enqueue hands a decoded request to the round loop; after Stop it
-// answers at once that this coordinator no longer serves.
+// mayAnswer reports whether replies may be sent: not deposed, and Valid
+// (if set) still holds. Past it the coordinator stays silent.
+func (c *Coordinator) mayAnswer() bool {
+	select {
+	case <-c.quit:
+		return false
+	default:
+	}
+	if c.opts.Valid != nil && !c.opts.Valid() {
+		c.fail(errors.New("leadership lapsed (validity deadline passed)"))
+		return false
+	}
+	return true
+}
+
+// enqueue hands a decoded request to the round loop. After Stop nothing
+// is answered: another replica answers (the subjects have no queue
+// group), and a requester with none gets no-responders or a time-out.
 func (c *Coordinator) enqueue(r *request) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		c.replyError(r.msg, r.enc, CodeUnavailable, "this coordinator has stopped serving; retry (another replica takes over)")
+		c.silenced.Add(1)
 		return
 	}
 	c.pending = append(c.pending, r)

@@ -389,7 +389,7 @@ func TestMicroDiscovery(t *testing.T) {
 		}
 	}
 	m := e.reqJSON("$SRV.INFO.allot", "")
-	for _, s := range []string{"allot.root.capacity.get", "allot.root.capacity.release", "allot.root.server.get"} {
+	for _, s := range []string{`"allot.root.capacity.*"`, `"allot.root.server.get"`, `"queue_group":""`} {
 		if !strings.Contains(string(m.Data), s) {
 			t.Fatalf("INFO lacks %s: %s", s, m.Data)
 		}

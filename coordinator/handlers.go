@@ -3,23 +3,29 @@ package coordinator
 import (
 	"errors"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/allot/allot/internal/ledger"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
 
 // Error codes in the Nats-Service-Error-Code header.
 const (
-	CodeBadRequest     = 400
-	CodeNoTemplate     = 404
-	CodeNotImplemented = 501
-	CodeUnavailable    = 503
-	CodeTooMany        = 429
-	CodeInternal       = 500
+	CodeBadRequest      = 400
+	CodeNoTemplate      = 404
+	CodeTooLarge        = 413
+	CodeTooMany         = 429
+	CodeInternal        = 500
+	CodeNotImplemented  = 501
+	CodeUnavailable     = 503
+	CodeUnknownEndpoint = 404
 )
 
 type reqKind uint8
@@ -38,44 +44,143 @@ type request struct {
 	rel  *allotpb.ReleaseCapacityRequest
 
 	// Filled by the round.
-	slots    []slot
+	applied  bool
+	slots    []ledger.Slot
 	released int32
 	errCode  int
 	errText  string
 }
 
-// slot locates one requested resource's client record during a round.
-type slot struct {
-	r    *resource // nil when the resource is not served (see err)
-	i    int32
-	code int32
-	err  string
+// handleCapacity serves allot.<node>.capacity.get and .release on one
+// subscription, so one client's requests keep their order (a release
+// published after a get is applied after it). Small requests are decoded
+// here; large ones on the bulk lane, so that decoding them does not hold
+// up everyone else's. A release while the bulk lane is busy goes through
+// it too: it may follow a large get of the same client.
+func (c *Coordinator) handleCapacity(m micro.Request) {
+	var kind reqKind
+	switch op := m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]; op {
+	case "get":
+		kind = kindGet
+	case "release":
+		kind = kindRelease
+	default:
+		enc := wire.EncodingOf(nats.Header(m.Headers()))
+		c.replyError(m, enc, CodeUnknownEndpoint, "unknown operation "+strconv.Quote(op)+": use capacity.get or capacity.release")
+		return
+	}
+	n := len(m.Data())
+	if err := wire.CheckSize(wire.EncodingOf(nats.Header(m.Headers())), n); err != nil {
+		c.replyError(m, wire.EncodingOf(nats.Header(m.Headers())), CodeTooLarge, err.Error())
+		return
+	}
+	if n > wire.InlineDecodeBytes || kind == kindRelease && c.bulk.busy() {
+		if !c.bulk.submit(m, kind) {
+			c.replyError(m, wire.EncodingOf(nats.Header(m.Headers())), CodeUnavailable, "too many large requests queued; retry shortly")
+		}
+		return
+	}
+	c.decode(m, kind)
 }
 
-func (c *Coordinator) handleGet(m micro.Request) {
+// decode decodes and validates a request and queues it for a round.
+func (c *Coordinator) decode(m micro.Request, kind reqKind) {
 	enc := wire.EncodingOf(nats.Header(m.Headers()))
-	var req allotpb.GetCapacityRequest
-	if err := decode(enc, m, &req, func() error { return wire.ValidateGetCapacity(&req) }); err != nil {
+	r := &request{kind: kind, enc: enc, msg: m}
+	var err error
+	if kind == kindGet {
+		r.get = &allotpb.GetCapacityRequest{}
+		err = decode(enc, m, r.get, func() error { return wire.ValidateGetCapacity(r.get) })
+	} else {
+		r.rel = &allotpb.ReleaseCapacityRequest{}
+		err = decode(enc, m, r.rel, func() error { return wire.ValidateRelease(r.rel) })
+	}
+	if err != nil {
 		c.replyError(m, enc, CodeBadRequest, err.Error())
 		return
 	}
-	c.enqueue(&request{kind: kindGet, enc: enc, msg: m, get: &req})
+	c.enqueue(r)
 }
 
-func (c *Coordinator) handleRelease(m micro.Request) {
-	enc := wire.EncodingOf(nats.Header(m.Headers()))
-	var req allotpb.ReleaseCapacityRequest
-	if err := decode(enc, m, &req, func() error { return wire.ValidateRelease(&req) }); err != nil {
-		c.replyError(m, enc, CodeBadRequest, err.Error())
+// bulkLane decodes large requests on a goroutine of its own, in order.
+type bulkLane struct {
+	c      *Coordinator
+	queue  chan bulkItem
+	queued atomic.Int32 // submitted and not yet queued for a round
+	done   chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup
+}
+
+type bulkItem struct {
+	m    micro.Request
+	kind reqKind
+}
+
+// bulkQueue bounds the large requests waiting to be decoded.
+const bulkQueue = 32
+
+func newBulkLane(c *Coordinator) *bulkLane {
+	b := &bulkLane{c: c, queue: make(chan bulkItem, bulkQueue), done: make(chan struct{})}
+	b.wg.Add(1)
+	go b.run()
+	return b
+}
+
+func (b *bulkLane) run() {
+	defer b.wg.Done()
+	for {
+		select {
+		case it := <-b.queue:
+			b.c.decode(it.m, it.kind)
+			b.queued.Add(-1)
+		case <-b.done:
+			return
+		}
+	}
+}
+
+func (b *bulkLane) busy() bool { return b.queued.Load() > 0 }
+
+func (b *bulkLane) submit(m micro.Request, kind reqKind) bool {
+	b.queued.Add(1)
+	select {
+	case b.queue <- bulkItem{m, kind}:
+		return true
+	default:
+		b.queued.Add(-1)
+		return false
+	}
+}
+
+// close ends the lane and decodes what it had queued.
+func (b *bulkLane) close() {
+	if b == nil {
 		return
 	}
-	c.enqueue(&request{kind: kindRelease, enc: enc, msg: m, rel: &req})
+	b.once.Do(func() {
+		close(b.done)
+		b.wg.Wait()
+		for {
+			select {
+			case it := <-b.queue:
+				b.c.decode(it.m, it.kind)
+				b.queued.Add(-1)
+			default:
+				return
+			}
+		}
+	})
 }
 
 // handleServerGet validates GetServerCapacity requests; serving them is
 // the hierarchy work's (see subjects.md), so valid ones get 501.
 func (c *Coordinator) handleServerGet(m micro.Request) {
 	enc := wire.EncodingOf(nats.Header(m.Headers()))
+	if err := wire.CheckSize(enc, len(m.Data())); err != nil {
+		c.replyError(m, enc, CodeTooLarge, err.Error())
+		return
+	}
 	var req allotpb.GetServerCapacityRequest
 	if err := decode(enc, m, &req, func() error { return wire.ValidateGetServerCapacity(&req) }); err != nil {
 		c.replyError(m, enc, CodeBadRequest, err.Error())
@@ -95,6 +200,10 @@ func decode(enc wire.Encoding, m micro.Request, msg proto.Message, validate func
 // error headers and an ErrorReply body in the request's encoding; micro
 // counts it in the endpoint's STATS.
 func (c *Coordinator) replyError(m micro.Request, enc wire.Encoding, code int, text string) {
+	if !c.mayAnswer() {
+		c.silenced.Add(1)
+		return
+	}
 	if err := m.Error(strconv.Itoa(code), text, errorBody(enc, code, text), micro.WithHeaders(micro.Headers{wire.HeaderContentType: {enc.ContentType()}})); err != nil && !errors.Is(err, micro.ErrRespond) {
 		c.log.Debug("error reply failed", "err", err)
 	}
@@ -141,10 +250,15 @@ func (c *Coordinator) reply(m micro.Request, enc wire.Encoding, msg proto.Messag
 	c.publish(m, nil, data)
 }
 
-// publish sends a reply to m's reply subject.
+// publish sends a reply to m's reply subject, unless this coordinator may
+// no longer answer (see mayAnswer).
 func (c *Coordinator) publish(m micro.Request, h nats.Header, data []byte) {
 	if m.Reply() == "" {
 		return // a publish, not a request: nobody to answer
+	}
+	if !c.mayAnswer() {
+		c.silenced.Add(1)
+		return
 	}
 	if err := c.nc.PublishMsg(&nats.Msg{Subject: m.Reply(), Header: h, Data: data}); err != nil {
 		c.log.Debug("reply failed", "err", err)

@@ -1,16 +1,20 @@
 package coordinator
 
-import "time"
+import (
+	"time"
+
+	"github.com/allot/allot/internal/ledger"
+)
 
 // stats are kept by the round loop and published in micro STATS.
 type stats struct {
-	rounds        uint64
-	requests      uint64
-	lastRound     time.Duration
-	maxRound      time.Duration
-	horizonErrors uint64
-	recordWrites  uint64
-	errors        uint64 // error replies sent by rounds (not in micro's counts)
+	rounds         uint64
+	requests       uint64
+	lastRound      time.Duration
+	maxRound       time.Duration
+	foreignRecords uint64 // stored records found not ours while serving
+	errors         uint64 // error replies sent by rounds (not in micro's counts)
+	ledger         ledger.Stats
 }
 
 func (s *stats) round(n int, d time.Duration) {
@@ -22,15 +26,34 @@ func (s *stats) round(n int, d time.Duration) {
 
 // Stats is the coordinator's entry in the micro STATS "data" field.
 type Stats struct {
-	Node          string  `json:"node"`
-	ServerID      string  `json:"server_id"`
-	Term          uint64  `json:"term"`
-	Rounds        uint64  `json:"rounds"`
-	Requests      uint64  `json:"requests"`
-	LastRoundMS   float64 `json:"last_round_ms"`
-	MaxRoundMS    float64 `json:"max_round_ms"`
-	HorizonErrors uint64  `json:"horizon_errors"`
-	RecordWrites  uint64  `json:"record_writes"`
+	Node     string `json:"node"`
+	ServerID string `json:"server_id"`
+	Term     uint64 `json:"term"`
+	// Serving is false once the coordinator stopped serving on its own
+	// (Failure says why) or was stopped.
+	Serving     bool    `json:"serving"`
+	Failure     string  `json:"failure,omitempty"`
+	Rounds      uint64  `json:"rounds"`
+	Requests    uint64  `json:"requests"`
+	LastRoundMS float64 `json:"last_round_ms"`
+	MaxRoundMS  float64 `json:"max_round_ms"`
+	// HorizonErrors counts lease-record writes that failed.
+	HorizonErrors uint64 `json:"horizon_errors"`
+	RecordWrites  uint64 `json:"record_writes"`
+	// RecordWaits counts resource rounds whose grants waited for a
+	// lease-record write.
+	RecordWaits uint64 `json:"record_waits"`
+	// ForeignRecords counts stored lease records found not to be ours
+	// while serving (deleted, edited, forged); each was written again.
+	ForeignRecords uint64 `json:"foreign_records"`
+	// ForgedRecords counts records ignored at takeover because their term
+	// is above any the election can have issued.
+	ForgedRecords uint64 `json:"forged_records"`
+	// Silenced counts replies withheld because the coordinator may no
+	// longer answer (stopped, deposed, leadership lapsed).
+	Silenced  uint64 `json:"silenced"`
+	Resources int    `json:"resources"`
+	Clients   int    `json:"clients"`
 	// RoundErrors counts error replies sent by rounds (e.g. 404 for an
 	// unmatched resource). Errors found while decoding are in micro's own
 	// num_errors instead.
@@ -38,17 +61,24 @@ type Stats struct {
 	Config      any    `json:"config,omitempty"`
 }
 
-// statsData is called by micro on a STATS request, from another goroutine:
-// it reads only the word-sized counters (a torn read shows a stale figure).
+// statsData is called by micro on a STATS request, from another goroutine.
 func (c *Coordinator) statsData() any {
 	c.mu.Lock()
 	s := c.statsSnap
+	closed, failure := c.closed, c.failure
 	c.mu.Unlock()
 	out := Stats{
 		Node: c.opts.Node, ServerID: c.opts.ServerID, Term: c.Term(),
-		Rounds: s.rounds, Requests: s.requests,
+		Serving: !closed && failure == nil,
+		Rounds:  s.rounds, Requests: s.requests,
 		LastRoundMS: float64(s.lastRound) / 1e6, MaxRoundMS: float64(s.maxRound) / 1e6,
-		HorizonErrors: s.horizonErrors, RecordWrites: s.recordWrites, RoundErrors: s.errors,
+		HorizonErrors: s.ledger.RecordErrors, RecordWrites: s.ledger.RecordWrites, RecordWaits: s.ledger.Waits,
+		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords,
+		Silenced: c.silenced.Load(), Resources: s.ledger.Resources, Clients: s.ledger.Clients,
+		RoundErrors: s.errors,
+	}
+	if failure != nil {
+		out.Failure = failure.Error()
 	}
 	if st, ok := c.opts.Templates.(StatusSource); ok {
 		out.Config = st.Status()

@@ -1,4 +1,4 @@
-package coordinator
+package ledger
 
 import (
 	"testing"
@@ -46,12 +46,10 @@ func TestReleaseThenGetSameRound(t *testing.T) {
 func TestLearningOutlastsPredecessorLeases(t *testing.T) {
 	started := time.Unix(1_000_000, 0)
 	predExpiry := started.Add(55 * time.Second)
-	c := &Coordinator{opts: Options{ClockSkew: 2 * time.Second}, started: started,
-		horizon: horizonState{learningCap: started.Add(120 * time.Second).UnixNano(),
-			pred: map[string]*allotpb.ResourceSummary{"r": {Ceiling: 100, LatestExpiry: timestamppb.New(predExpiry)}}}}
+	c := startedLedger(t, started, started.Add(120*time.Second), map[string]*allotpb.ResourceSummary{"r": {Ceiling: 100, LatestExpiry: timestamppb.New(predExpiry)}})
 	tm := &config.Template{Name: "t", Glob: "r", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
 		LeaseLength: 10 * time.Second, RefreshInterval: 5 * time.Second, LearningModeDuration: 10 * time.Second}
-	r := c.newResource("r", tm, 1)
+	r := c.newResource(started.UnixNano(), "r", tm, 1)
 	if want := predExpiry.Add(2 * time.Second).UnixNano(); r.learningUntil < want {
 		t.Fatalf("learning ends %v after start, before the predecessor's leases (+skew) at %v",
 			time.Duration(r.learningUntil-started.UnixNano()), time.Duration(want-started.UnixNano()))
@@ -71,12 +69,10 @@ func TestLearningOutlastsPredecessorLeases(t *testing.T) {
 func TestLearningAcrossAlgorithmChange(t *testing.T) {
 	started := time.Unix(1_000_000, 0)
 	predExpiry := started.Add(30 * time.Second)
-	c := &Coordinator{opts: Options{ClockSkew: 2 * time.Second}, started: started,
-		horizon: horizonState{learningCap: started.Add(60 * time.Second).UnixNano(),
-			pred: map[string]*allotpb.ResourceSummary{"r": {Ceiling: 80, LatestExpiry: timestamppb.New(predExpiry)}}}}
+	c := startedLedger(t, started, started.Add(60*time.Second), map[string]*allotpb.ResourceSummary{"r": {Ceiling: 80, LatestExpiry: timestamppb.New(predExpiry)}})
 	static := &config.Template{Name: "t", Glob: "r", Capacity: 100, Algorithm: allotpb.Algorithm_STATIC,
 		LeaseLength: 60 * time.Second, RefreshInterval: 5 * time.Second, LearningModeDuration: 60 * time.Second}
-	r := c.newResource("r", static, 1)
+	r := c.newResource(started.UnixNano(), "r", static, 1)
 	fair := *static
 	fair.Algorithm = allotpb.Algorithm_FAIR_SHARE
 	r.tmpl = &fair
@@ -87,4 +83,18 @@ func TestLearningAcrossAlgorithmChange(t *testing.T) {
 	if got := r.clients[i].has; got > 20 {
 		t.Fatalf("newcomer got %v; the predecessor may hold 80 of 100", got)
 	}
+}
+
+// startedLedger returns a ledger that took over at started from a
+// predecessor whose record has the given horizon and summaries.
+func startedLedger(t *testing.T, started, horizon time.Time, res map[string]*allotpb.ResourceSummary) *Ledger {
+	t.Helper()
+	l := New(Config{Node: "n", ServerID: "s", Term: 2, ClockSkew: 2 * time.Second})
+	p, err := l.Start(started.UnixNano(), Prior{Kind: PriorRecord, Record: &allotpb.LeaseHorizon{
+		Term: 1, Horizon: timestamppb.New(horizon.Add(-2 * time.Second)), Resources: res}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Commit(started.UnixNano(), p, nil)
+	return l
 }

@@ -1,4 +1,4 @@
-package coordinator
+package ledger
 
 import (
 	"math"
@@ -15,8 +15,13 @@ import (
 type client struct {
 	id     string
 	has    float64 // capacity of the lease the client holds from us
-	expiry int64   // unix ns; the lease and this record end here
+	expiry int64   // unix ns; the lease ends here
 	due    int64   // unix ns; when the client is expected back
+	// seen is when the client last asked (unix ns). A record outlives its
+	// lease (lapsed) until seen + the lease length, so that the dynamic
+	// safe capacity counts clients that may be using it (see expire).
+	seen   int64
+	lapsed bool
 	// reported is what the client said it holds (learning mode echoes it)
 	// and reportedExpiry when that lease ends (unix ns, 0 unknown).
 	reported       float64
@@ -42,7 +47,10 @@ type resource struct {
 	batch         []int32 // clients requesting in the current round
 	releasedIDs   []string
 	inBatch       bool
-	safeCap       float64 // computed once per round
+	// waitSince is when the resource began waiting for a record write
+	// (unix ns; 0 not waiting): its batch is allocated after the write.
+	waitSince int64
+	safeCap   float64 // computed once per round
 
 	// Write-ahead summary (see summary.go). ceiling is the published upper
 	// bound on this resource's outstanding capacity that this coordinator
@@ -51,6 +59,9 @@ type resource struct {
 	ceiling       float64
 	ceilingExpiry int64
 	published     bool // listed in the last record written
+	// unlisted: no room in the record, so never listed; the record says
+	// it is incomplete instead (see Ledger.resourceFor).
+	unlisted bool
 
 	// Learning with a predecessor's summary (see learn): predCeiling
 	// bounds the predecessor's outstanding leases at learnStart, credited
@@ -92,19 +103,29 @@ func (r *resource) bound(now int64) float64 { return r.outstanding() + r.predOut
 
 func (r *resource) learning(now int64) bool { return now < r.learningUntil }
 
+// lookup returns client id's index; r may be nil.
+func (r *resource) lookup(id string) (int32, bool) {
+	if r == nil {
+		return 0, false
+	}
+	i, ok := r.index[id]
+	return i, ok
+}
+
 // upsert records a client's request and marks it for this round.
 func (r *resource) upsert(id string, wants, weight float64, priority int32, reported float64, reportedExpiry, now int64) int32 {
 	i, ok := r.index[id]
 	if !ok {
 		i = int32(len(r.clients))
 		r.index[id] = i
-		r.clients = append(r.clients, client{id: id, heapIdx: int32(len(r.heap)), expiry: now})
+		r.clients = append(r.clients, client{id: id, heapIdx: int32(len(r.heap)), expiry: now, seen: now})
 		r.demands = append(r.demands, alloc.Demand{})
 		r.heap = append(r.heap, i)
 		// expiry is "now" until a grant sets it; sift into place.
 		r.siftUp(int(r.clients[i].heapIdx))
 	}
 	r.demands[i] = alloc.Demand{Wants: wants, Weight: weight, Priority: priority}
+	r.clients[i].seen = now
 	r.clients[i].reported = reported
 	r.clients[i].reportedExpiry = reportedExpiry
 	// A request after a release in the same round revives the record: the
@@ -161,15 +182,40 @@ func (r *resource) dropReleased() {
 
 // expire drops every client whose lease has ended, cheapest first: the
 // heap top is the earliest expiry, so this costs O(k log n) for k expired.
+//
+// A client whose lease ends is not forgotten at once: its record lapses
+// (nothing held, nothing wanted) and stays until the lease length after
+// it was last seen. The client may be running on the safe capacity it was
+// last told, so the dynamic safe capacity must go on counting it: a
+// coordinator that cannot record its leases hands out zero-length ones,
+// and counting only the clients of the current round would tell each of
+// them it may use the whole capacity.
+//
+// Never called while the resource has a batch pending: batch entries
+// are indices into clients.
 func (r *resource) expire(now int64) {
 	for len(r.heap) > 0 {
 		i := r.heap[0]
-		if r.clients[i].expiry > now {
+		c := &r.clients[i]
+		if c.expiry > now {
 			return
+		}
+		if !c.lapsed {
+			c.lapsed = true
+			c.has = 0
+			r.demands[i].Wants = 0
+			c.expiry = max(c.expiry, c.seen) + int64(r.tmpl.LeaseLength)
+			if c.expiry > now {
+				r.heapFix(int(c.heapIdx))
+				continue
+			}
 		}
 		r.remove(i)
 	}
 }
+
+// records returns how many client records the resource keeps.
+func (r *resource) records() int { return len(r.clients) }
 
 // outstanding sums the capacity currently leased out.
 func (r *resource) outstanding() float64 {
@@ -224,6 +270,7 @@ func (r *resource) allocate(p *roundParams) {
 	settle := func(i int32, capacity float64, fresh time.Duration) {
 		c := &r.clients[i]
 		c.has = capacity
+		c.lapsed = false
 		c.expiry = expiry
 		c.due = p.now + int64(fresh)
 		r.heapFix(int(c.heapIdx))

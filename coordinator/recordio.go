@@ -1,0 +1,359 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/allot/allot/internal/ledger"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// recordStore keeps the node's lease record in the state bucket (key
+// "<node>.leases"): it reads what a predecessor left, writes the records
+// the ledger proposes with compare-and-set on a goroutine of its own (so
+// no round waits on KV), and checks every few seconds that the stored
+// record is still ours. It recovers on its own from a deleted record, an
+// operator's edit and a deleted bucket: as leader it knows the truth, so
+// it writes its record again; a record of a newer, genuine term deposes
+// it instead.
+type recordStore struct {
+	js   jetstream.JetStream
+	opts Options
+	log  *slog.Logger
+	key  string
+
+	// Owned by Start, then by the writer goroutine.
+	kv  jetstream.KeyValue
+	rev uint64 // revision of our last write (0: create)
+
+	in   chan *ledger.Proposal
+	out  chan storeResult
+	ctx  context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+// storeResult reports a write, or a check that found the record changed.
+type storeResult struct {
+	p       *ledger.Proposal // nil for a check
+	err     error
+	rewrite bool // the stored record is not ours: write ours again
+}
+
+// errDeposed wraps failures caused by a newer leader's record.
+var errDeposed = errors.New("deposed")
+
+// checkInterval is how often a serving leader reads its record back.
+const checkInterval = 5 * time.Second
+
+// writeTimeout bounds one KV operation.
+const writeTimeout = 2 * time.Second
+
+func newRecordStore(js jetstream.JetStream, opts Options, log *slog.Logger) *recordStore {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &recordStore{js: js, opts: opts, log: log, key: opts.Node + ".leases",
+		in: make(chan *ledger.Proposal, 1), out: make(chan storeResult, 4), ctx: ctx, stop: cancel}
+}
+
+// open opens the state bucket, creating it if needed; created reports
+// that this call created it. An existing bucket is left as configured (an
+// operator may have scaled it).
+func (s *recordStore) open(ctx context.Context) (created bool, err error) {
+	name := s.opts.StateBucket
+	kv, err := s.js.KeyValue(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = s.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      name,
+			Description: "allot coordinator state: lease records per node",
+			History:     1,
+			Storage:     jetstream.FileStorage,
+			Replicas:    s.opts.StateReplicas,
+		})
+		created = err == nil
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = s.js.KeyValue(ctx, name)
+		}
+	}
+	if err != nil {
+		return false, fmt.Errorf("coordinator: state bucket %q: %w", name, err)
+	}
+	s.kv = kv
+	return created, nil
+}
+
+// load reads what the predecessor left.
+func (s *recordStore) load(ctx context.Context) (ledger.Prior, error) {
+	s.rev = 0
+	created, err := s.open(ctx)
+	if err != nil {
+		return ledger.Prior{}, err
+	}
+	entry, err := s.kv.Get(ctx, s.key)
+	switch {
+	case err == nil:
+		s.rev = entry.Revision()
+		var h allotpb.LeaseHorizon
+		if err := protojson.Unmarshal(entry.Value(), &h); err != nil {
+			s.log.Warn("lease record unreadable: learning as after an unknown predecessor", "err", err)
+			return ledger.Prior{Kind: ledger.PriorDamaged}, nil
+		}
+		p := ledger.Prior{Kind: ledger.PriorRecord, Record: &h}
+		if h.GetTerm() > s.opts.Term {
+			p.TermBound = s.termBound(ctx)
+		}
+		return p, nil
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return ledger.Prior{}, fmt.Errorf("coordinator: read lease record %s/%s: %w", s.opts.StateBucket, s.key, err)
+	}
+	// No record. Gone (a delete or purge marker is left), or never
+	// written: only the latter, with no earlier leader, is a new
+	// deployment.
+	if !created {
+		if hist, herr := s.kv.History(ctx, s.key); herr == nil && len(hist) > 0 {
+			s.log.Warn("lease record was deleted or purged: learning as after an unknown predecessor")
+			return ledger.Prior{Kind: ledger.PriorMissing}, nil
+		}
+	}
+	if s.opts.PriorLeader != nil {
+		had, err := s.opts.PriorLeader(ctx)
+		if err != nil {
+			return ledger.Prior{}, fmt.Errorf("coordinator: read the node's election history: %w", err)
+		}
+		if had {
+			s.log.Warn("no lease record, but the node has had a leader: learning as after an unknown predecessor")
+			return ledger.Prior{Kind: ledger.PriorMissing}, nil
+		}
+	}
+	s.log.Info("no lease record and no earlier leader: new deployment, learning mode skipped")
+	return ledger.Prior{Kind: ledger.PriorNew}, nil
+}
+
+// termBound returns the highest genuine term, 0 if unknown.
+func (s *recordStore) termBound(ctx context.Context) uint64 {
+	if s.opts.TermBound == nil {
+		return 0
+	}
+	b, err := s.opts.TermBound(ctx)
+	if err != nil {
+		s.log.Warn("cannot read the election's last sequence", "err", err)
+		return 0
+	}
+	return b
+}
+
+// writeTakeover writes the takeover record with compare-and-set on the
+// revision load read, so success proves that read was the latest.
+func (s *recordStore) writeTakeover(ctx context.Context, rec *allotpb.LeaseHorizon) error {
+	data, err := encodeRecord(rec)
+	if err != nil {
+		return err
+	}
+	_, err = s.put(ctx, data)
+	return err
+}
+
+func encodeRecord(rec *allotpb.LeaseHorizon) ([]byte, error) {
+	data, err := protojson.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("encode lease record: %w", err)
+	}
+	if len(data) > ledger.DefaultMaxRecordBytes {
+		return nil, fmt.Errorf("lease record of %d bytes is above the limit of %d", len(data), ledger.DefaultMaxRecordBytes)
+	}
+	return data, nil
+}
+
+// put writes data on our last revision (create when none).
+func (s *recordStore) put(ctx context.Context, data []byte) (uint64, error) {
+	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	var rev uint64
+	var err error
+	if s.rev == 0 {
+		rev, err = s.kv.Create(wctx, s.key, data)
+	} else {
+		rev, err = s.kv.Update(wctx, s.key, data, s.rev)
+	}
+	if err == nil {
+		s.rev = rev
+	}
+	return rev, err
+}
+
+func isMismatch(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
+}
+
+// mayBeGone reports an error that a deleted bucket causes.
+func mayBeGone(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound)
+}
+
+// write stores a record while serving, recovering what can be recovered:
+// a deleted record or bucket is written again, an edited one overwritten,
+// our own ambiguous earlier write adopted. A newer genuine term's record
+// is left alone (errDeposed).
+func (s *recordStore) write(ctx context.Context, rec *allotpb.LeaseHorizon) error {
+	data, err := encodeRecord(rec)
+	if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		_, err = s.put(ctx, data)
+		if err == nil || attempt == 3 || ctx.Err() != nil {
+			return err
+		}
+		switch {
+		case mayBeGone(err):
+			// The bucket may have been deleted: open (or recreate) it.
+			octx, cancel := context.WithTimeout(ctx, writeTimeout)
+			created, oerr := s.open(octx)
+			cancel()
+			if oerr != nil {
+				return fmt.Errorf("%w (reopening the state bucket: %w)", err, oerr)
+			}
+			if created {
+				s.log.Error("state bucket was missing: created it again and writing the lease record", "bucket", s.opts.StateBucket)
+				s.rev = 0
+			}
+		case isMismatch(err):
+			if err := s.reconcile(ctx); err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+	}
+}
+
+// reconcile reads the stored record after a compare-and-set mismatch and
+// decides what our next write overwrites.
+func (s *recordStore) reconcile(ctx context.Context) error {
+	gctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	entry, err := s.kv.Get(gctx, s.key)
+	cancel()
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		s.log.Error("lease record was deleted while serving: writing it again")
+		s.rev = 0
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read back the lease record: %w", err)
+	}
+	var h allotpb.LeaseHorizon
+	herr := protojson.Unmarshal(entry.Value(), &h)
+	if herr != nil {
+		s.log.Error("lease record replaced by something unreadable: writing ours again", "err", herr)
+		s.rev = entry.Revision()
+		return nil
+	}
+	var bound uint64
+	if h.GetTerm() > s.opts.Term {
+		bound = s.termBound(ctx)
+	}
+	switch ledger.Judge(&h, s.opts.Term, s.opts.ServerID, bound) {
+	case ledger.VerdictNewer:
+		return fmt.Errorf("%w: lease record has term %d above ours (%d)", errDeposed, h.GetTerm(), s.opts.Term)
+	case ledger.VerdictForeign:
+		s.log.Error("lease record was overwritten by someone else: writing ours again",
+			"record_term", h.GetTerm(), "record_server", h.GetServerId(), "term_bound", bound)
+	}
+	s.rev = entry.Revision()
+	return nil
+}
+
+// check reads the stored record; it reports whether ours must be written
+// again, or errDeposed.
+func (s *recordStore) check(ctx context.Context) (rewrite bool, err error) {
+	gctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	entry, err := s.kv.Get(gctx, s.key)
+	cancel()
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		s.log.Error("lease record is missing while serving: writing it again")
+		s.rev = 0
+		return true, nil
+	case mayBeGone(err):
+		octx, cancel := context.WithTimeout(ctx, writeTimeout)
+		created, oerr := s.open(octx)
+		cancel()
+		if oerr != nil {
+			return false, oerr
+		}
+		if created {
+			s.log.Error("state bucket was missing: created it again")
+			s.rev = 0
+			return true, nil
+		}
+		return false, err
+	case err != nil:
+		return false, err
+	case entry.Revision() == s.rev:
+		return false, nil
+	}
+	if err := s.reconcile(ctx); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// start runs the writer goroutine.
+func (s *recordStore) start() {
+	s.wg.Add(1)
+	go s.run()
+}
+
+func (s *recordStore) run() {
+	defer s.wg.Done()
+	tick := time.NewTicker(checkInterval)
+	defer tick.Stop()
+	for {
+		var res storeResult
+		select {
+		case <-s.ctx.Done():
+			return
+		case p := <-s.in:
+			res = storeResult{p: p, err: s.write(s.ctx, p.Record)}
+		case <-tick.C:
+			rewrite, err := s.check(s.ctx)
+			if !rewrite && err == nil {
+				continue
+			}
+			res = storeResult{err: err, rewrite: rewrite}
+		}
+		select {
+		case s.out <- res:
+		case <-s.ctx.Done():
+			return
+		}
+	}
+}
+
+// submit hands a proposal to the writer; the ledger allows one at a time.
+func (s *recordStore) submit(p *ledger.Proposal) {
+	select {
+	case s.in <- p:
+	case <-s.ctx.Done():
+	}
+}
+
+func (s *recordStore) cancel() {
+	if s != nil {
+		s.stop()
+	}
+}
+
+func (s *recordStore) wait() {
+	if s != nil {
+		s.wg.Wait()
+	}
+}

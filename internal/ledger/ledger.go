@@ -1,0 +1,373 @@
+// Package ledger keeps the lease state of one coordinator node: each
+// resource's clients and their leases, the allocation rounds' pure half,
+// learning after a takeover, and the write-ahead lease record.
+//
+// It does no I/O and reads no clock: the caller passes the time, stores
+// the record the ledger proposes, and reports the outcome. A round is
+//
+//	l.Get / l.Release for each request    apply the batch
+//	p := l.Propose(now)                   the record that must be durable first (or nil)
+//	l.Allocate(now)                       grants within what is recorded
+//	l.Ready / l.Lease for each request    answer what was allocated
+//	l.EndRound()
+//
+// and, when the store has answered, l.Commit(p, err, now). A resource
+// whose grants need a record not yet durable waits (its requests stay
+// unanswered, see Ready) until the write commits, fails, or
+// Config.MaxRecordWait passes; then it is allocated within the recorded
+// bounds. Grants within the recorded bounds never wait for a write.
+//
+// One goroutine owns a Ledger.
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/allot/allot/internal/alloc"
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// Defaults for Config.
+const (
+	DefaultClockSkew       = 2 * time.Second
+	DefaultCeilingHeadroom = 0.1
+	DefaultMaxResources    = 100_000
+	DefaultMaxClients      = 250_000
+	// DefaultMaxRecordBytes bounds the encoded lease record, well below
+	// NATS's default 1 MiB maximum payload.
+	DefaultMaxRecordBytes = 512 << 10
+	DefaultMinRefresh     = 50 * time.Millisecond
+	DefaultMaxRecordWait  = 500 * time.Millisecond
+)
+
+// Error codes of refused resources, as in the wire protocol.
+const (
+	CodeNoTemplate = 404
+	CodeTooMany    = 429
+)
+
+// Config configures a Ledger. Zero values take the defaults.
+type Config struct {
+	Node     string
+	ServerID string
+	// Term is written into the record; a record of a higher term is a
+	// newer leader's.
+	Term uint64
+	// ClockSkew is the most the clocks of the node's replicas differ by;
+	// a predecessor's times are trusted only with this margin. Negative
+	// means none.
+	ClockSkew time.Duration
+	// CeilingHeadroom: how far above the outstanding total, as a fraction
+	// of capacity, a raised ceiling is set, so the record is not rewritten
+	// on every grant.
+	CeilingHeadroom float64
+	// MaxResources bounds the resources kept; a new one past it is
+	// refused with CodeTooMany.
+	MaxResources int
+	// MaxClients bounds the client records kept (one per client and
+	// resource, lapsed ones included); a new one past it is refused with
+	// CodeTooMany.
+	MaxClients int
+	// MaxRecordBytes bounds the encoded record: a resource whose summary
+	// would not fit is refused with CodeTooMany, so the record stays
+	// complete whatever clients send.
+	MaxRecordBytes int
+	// MinRefresh is the shortest refresh interval handed out.
+	MinRefresh time.Duration
+	// MaxRecordWait is how long a resource's grants wait for a record
+	// write before they are made within the recorded bounds.
+	MaxRecordWait time.Duration
+}
+
+func (c *Config) fill() {
+	switch {
+	case c.ClockSkew == 0:
+		c.ClockSkew = DefaultClockSkew
+	case c.ClockSkew < 0:
+		c.ClockSkew = 0
+	}
+	if c.CeilingHeadroom <= 0 {
+		c.CeilingHeadroom = DefaultCeilingHeadroom
+	}
+	if c.MaxResources <= 0 {
+		c.MaxResources = DefaultMaxResources
+	}
+	if c.MaxClients <= 0 {
+		c.MaxClients = DefaultMaxClients
+	}
+	if c.MaxRecordBytes <= 0 {
+		c.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if c.MinRefresh <= 0 {
+		c.MinRefresh = DefaultMinRefresh
+	}
+	if c.MaxRecordWait <= 0 {
+		c.MaxRecordWait = DefaultMaxRecordWait
+	}
+}
+
+// Ledger is the lease state of one node. Create it with New, then Start.
+type Ledger struct {
+	cfg       Config
+	resources map[string]*resource
+	records   int // client records over all resources
+	scratch   alloc.Scratch
+	rec       recordState
+	touched   []*resource
+	stats     Stats
+}
+
+// Stats count what the ledger did.
+type Stats struct {
+	RecordWrites  uint64 // records committed
+	RecordErrors  uint64 // record writes that failed
+	ForgedRecords uint64 // records ignored as impossible (term above the election's)
+	Waits         uint64 // resource rounds that waited for a record write
+	Resources     int
+	Clients       int // client records
+}
+
+// New returns an empty ledger; Start it before use.
+func New(cfg Config) *Ledger {
+	cfg.fill()
+	return &Ledger{cfg: cfg, resources: make(map[string]*resource)}
+}
+
+// Stats returns the counters.
+func (l *Ledger) Stats() Stats {
+	s := l.stats
+	s.Resources, s.Clients = len(l.resources), l.records
+	return s
+}
+
+// Slot is where one resource of a GetCapacity request stands: a client
+// record to answer from, or an error of its own.
+type Slot struct {
+	r      *resource
+	client string
+	// Code and Err are set when the resource is refused.
+	Code int32
+	Err  string
+}
+
+// ErrNothingServed is wrapped by Get's error when no resource of the
+// request can be served; the first slot's code and text say why.
+var ErrNothingServed = errors.New("no resource of the request can be served")
+
+// Get applies a GetCapacity request (already validated) and returns one
+// slot per resource. A resource that cannot be served (no template, a
+// limit reached) gets an error in its slot and changes nothing; the others
+// are applied. If none can be, the returned error says so and nothing is
+// applied.
+func (l *Ledger) Get(now int64, set *config.Set, req *allotpb.GetCapacityRequest) ([]Slot, error) {
+	res := req.GetResource()
+	tmpls := make([]*config.Template, len(res))
+	slots := make([]Slot, len(res))
+	id := req.GetClientId()
+	served, addRes, addClients := 0, 0, 0
+	for k, rr := range res {
+		rid := rr.GetResourceId()
+		r := l.resources[rid]
+		if r != nil && r.gen == set.Generation {
+			tmpls[k] = r.tmpl
+		} else if tmpls[k] = set.Match(rid); tmpls[k] == nil {
+			slots[k] = Slot{Code: CodeNoTemplate, Err: fmt.Sprintf("resource %q matches no template and unmatched resources are rejected; add a template with 'allot config put'", rid)}
+			continue
+		}
+		if r == nil {
+			if len(l.resources)+addRes >= l.cfg.MaxResources {
+				tmpls[k] = nil
+				slots[k] = Slot{Code: CodeTooMany, Err: fmt.Sprintf("this node keeps state for %d resources and the limit is %d (--max-resources); %q would be a new one", len(l.resources)+addRes, l.cfg.MaxResources, rid)}
+				continue
+			}
+			addRes++
+		}
+		if _, known := r.lookup(id); !known {
+			if l.records+addClients >= l.cfg.MaxClients {
+				tmpls[k] = nil
+				slots[k] = Slot{Code: CodeTooMany, Err: fmt.Sprintf("this node keeps %d client records (one per client and resource) and the limit is %d (--max-clients)", l.records+addClients, l.cfg.MaxClients)}
+				continue
+			}
+			addClients++
+		}
+		served++
+	}
+	if served == 0 {
+		return slots, fmt.Errorf("%w: %s", ErrNothingServed, slots[0].Err)
+	}
+	for k, rr := range res {
+		if tmpls[k] == nil {
+			continue
+		}
+		r := l.resourceFor(now, rr.GetResourceId(), tmpls[k], set.Generation)
+		l.touch(now, r)
+		var hasExpiry int64
+		if e := rr.GetHas().GetExpiryTime(); e != nil {
+			hasExpiry = e.AsTime().UnixNano()
+		}
+		before := r.records()
+		r.upsert(id, rr.GetWants(), 1, rr.GetPriority(), rr.GetHas().GetCapacity(), hasExpiry, now)
+		l.records += r.records() - before
+		slots[k] = Slot{r: r, client: id}
+	}
+	return slots, nil
+}
+
+// Release ends the named client's leases on the named resources at once
+// and returns how many it held.
+func (l *Ledger) Release(now int64, client string, resources []string) int32 {
+	var n int32
+	for _, id := range resources {
+		if r := l.resources[id]; r != nil && r.markReleased(client) {
+			l.touch(now, r)
+			n++
+		}
+	}
+	return n
+}
+
+// touch adds r to the round. Expired leases are dropped first, unless
+// the resource still has requests waiting from an earlier round (their
+// batch refers to client indices).
+func (l *Ledger) touch(now int64, r *resource) {
+	if r.inBatch {
+		return
+	}
+	r.inBatch = true
+	if len(r.batch) == 0 {
+		before := r.records()
+		r.expire(now)
+		l.records += r.records() - before
+	}
+	l.touched = append(l.touched, r)
+}
+
+// resourceFor returns the state of resource id, creating it or updating
+// its template as configuration changes.
+func (l *Ledger) resourceFor(now int64, id string, t *config.Template, gen uint64) *resource {
+	r := l.resources[id]
+	if r == nil {
+		r = l.newResource(now, id, t, gen)
+		l.resources[id] = r
+		if eb := entryBytes(id); l.rec.bytes+eb <= l.cfg.MaxRecordBytes {
+			l.rec.bytes += eb
+		} else {
+			// The record has no room for its summary: serve it unlisted,
+			// bounded only by the horizon, in a record marked incomplete
+			// (a successor then learns for it as Doorman did). So the
+			// record stays bounded and nobody is refused for it.
+			r.unlisted = true
+			r.ceiling, r.ceilingExpiry = math.Inf(1), math.MaxInt64
+			l.rec.unlisted++
+		}
+		return r
+	}
+	r.tmpl, r.gen = t, gen
+	return r
+}
+
+// Allocate runs the algorithm of every resource of the round that is not
+// waiting for the record, and settles its clients.
+func (l *Ledger) Allocate(now int64) {
+	p := roundParams{now: now, horizon: l.rec.until, minFresh: l.cfg.MinRefresh, scratch: &l.scratch}
+	for _, r := range l.touched {
+		if r.waitSince != 0 {
+			continue
+		}
+		if len(r.batch) > 0 {
+			r.allocate(&p)
+		}
+		r.safeCap = r.safeCapacity()
+	}
+}
+
+// Ready reports whether every resource of slots has been allocated, so
+// the request can be answered.
+func Ready(slots []Slot) bool {
+	for _, s := range slots {
+		if s.r != nil && s.r.waitSince != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Lease is what one slot's client holds.
+type Lease struct {
+	ResourceID   string
+	Capacity     float64
+	Expiry       int64 // unix ns
+	Refresh      time.Duration
+	SafeCapacity float64
+}
+
+// Lease returns the lease of an allocated slot (Ready). A client whose
+// record is gone (released meanwhile) holds nothing.
+func (s Slot) Lease(now int64) Lease {
+	r := s.r
+	l := Lease{ResourceID: r.id, Expiry: now, SafeCapacity: r.safeCap, Refresh: r.tmpl.RefreshInterval}
+	if i, ok := r.index[s.client]; ok {
+		c := &r.clients[i]
+		l.Capacity, l.Expiry, l.Refresh = c.has, c.expiry, time.Duration(c.due-now)
+		if c.lapsed {
+			l.Capacity, l.Expiry = 0, now
+		}
+	}
+	return l
+}
+
+// Served reports whether the slot refers to a served resource (else Code
+// and Err say why not).
+func (s Slot) Served() bool { return s.r != nil }
+
+// EndRound drops the records released in the round and takes the
+// allocated resources out of it; waiting ones stay for the next round.
+func (l *Ledger) EndRound() {
+	kept := l.touched[:0]
+	for _, r := range l.touched {
+		if r.waitSince != 0 {
+			kept = append(kept, r)
+			continue
+		}
+		before := r.records()
+		r.dropReleased()
+		l.records += r.records() - before
+		r.inBatch = false
+	}
+	clear(l.touched[len(kept):])
+	l.touched = kept // still in the round: touch leaves them be
+}
+
+// Pending reports whether resources wait for the record, so the caller
+// runs a round when the write completes or MaxRecordWait passes.
+func (l *Ledger) Pending() bool { return len(l.touched) > 0 }
+
+// Sweep drops expired leases of idle resources, forgets resources with
+// no clients left, and lowers ceilings well above what is outstanding. It
+// returns a record to write when that changed the record (or nil).
+func (l *Ledger) Sweep(now int64) *Proposal {
+	for id, r := range l.resources {
+		if len(r.batch) > 0 {
+			continue
+		}
+		before := r.records()
+		r.expire(now)
+		l.records += r.records() - before
+		if !r.learning(now) {
+			r.learnedSeen = nil
+		}
+		if len(r.clients) == 0 && !r.learning(now) && (r.ceilingExpiry <= now || r.unlisted) {
+			delete(l.resources, id)
+			if r.unlisted {
+				l.rec.unlisted--
+			} else {
+				l.rec.bytes -= entryBytes(id)
+			}
+		}
+	}
+	return l.shrink(now)
+}

@@ -1,0 +1,495 @@
+package ledger
+
+import (
+	"errors"
+	"math"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// The lease record (a LeaseHorizon, stored by the caller under
+// "<node>.leases") is how a coordinator knows which leases it does not
+// know about may be outstanding. It is written ahead: before a lease is
+// handed out that would expire after the recorded horizon, or that would
+// take a share resource's outstanding total above its recorded ceiling, a
+// record that covers it must be durable. So at any moment:
+//
+//   - every lease ever issued for the node expires no later than horizon;
+//   - for each resource listed, the unexpired leases sum to at most its
+//     ceiling and expire no later than its latest_expiry;
+//   - if the record is complete, a share resource not listed has no leases.
+//
+// A leader that cannot write keeps to what is recorded: grants stay under
+// the recorded ceilings and leases end by the recorded horizon (so they
+// shorten, then become zero-length, and clients fall back to the safe
+// capacity, which counts every client known; see resource.expire).
+//
+// A new leader (Start) skips learning only when the deployment is
+// provably new (PriorNew) or the recorded horizon has passed. A missing
+// record of a node that has had one, or a damaged record, means Doorman's
+// learning for learning_mode_duration with the capacity assumed taken. A
+// record of a term above any the election can have issued is impossible:
+// it is reported and treated as damaged, never obeyed.
+
+// PriorKind says what a new leader found in the store.
+type PriorKind int
+
+// What a new leader may find.
+const (
+	// PriorNew: no record, and nothing says the node ever had one or had
+	// a leader: a new deployment, no leases can exist.
+	PriorNew PriorKind = iota
+	// PriorMissing: no record, but the node has had one (a delete or
+	// purge marker, other history) or has had a leader: leases may be
+	// outstanding.
+	PriorMissing
+	// PriorDamaged: a record that cannot be decoded.
+	PriorDamaged
+	// PriorRecord: a decoded record, in Prior.Record.
+	PriorRecord
+)
+
+// Prior is what a new leader found.
+type Prior struct {
+	Kind   PriorKind
+	Record *allotpb.LeaseHorizon
+	// TermBound is the highest term any leader of the node can hold (the
+	// election stream's last sequence); 0 if unknown.
+	TermBound uint64
+}
+
+// ErrNewerLeader means the record was written by a leader of a higher,
+// legitimate term: this one must not serve.
+var ErrNewerLeader = errors.New("the lease record belongs to a newer leader")
+
+// Verdict classifies a record found in the store while serving.
+type Verdict int
+
+// Verdicts.
+const (
+	// VerdictOurs: written by this leader.
+	VerdictOurs Verdict = iota
+	// VerdictNewer: a newer leader's: stop serving.
+	VerdictNewer
+	// VerdictForeign: someone else's (an operator's edit, a stale or
+	// impossible term): overwrite it with ours at once.
+	VerdictForeign
+)
+
+// recordState is the ledger's side of the record.
+type recordState struct {
+	started     int64 // unix ns: when this leader started
+	learningCap int64 // unix ns: predecessor leases may exist until then; 0 none
+	until       int64 // unix ns: committed horizon
+	retryAt     int64 // unix ns: after a failed write, the next attempt
+	complete    bool  // the predecessor's record was complete (or none)
+	pred        map[string]*allotpb.ResourceSummary
+	bytes       int // estimated encoded size of every entry that may be listed
+	unlisted    int // resources served without a summary (no room)
+	// incomplete: a committed record says it is incomplete, so unlisted
+	// resources may be granted.
+	incomplete bool
+	inflight   *Proposal
+	rewrite    bool // the stored record is not ours: write ours again
+}
+
+// Proposal is a record that must be durable before the grants it covers.
+// Store Record (compare-and-set), then call Commit.
+type Proposal struct {
+	Record  *allotpb.LeaseHorizon
+	until   int64
+	pending []pendingSummary
+}
+
+func (l *Ledger) proposal(now, until int64, pending []pendingSummary) *Proposal {
+	p := &Proposal{Record: l.buildRecord(now, until, pending), until: until, pending: pending}
+	l.rec.inflight = p
+	return p
+}
+
+// pendingSummary is a raise awaiting a successful write.
+type pendingSummary struct {
+	r       *resource
+	ceiling float64
+	expiry  int64
+}
+
+// entryBytes bounds the encoded size of resource id's record entry:
+// `"<id>":{"ceiling":<float>,"latestExpiry":"<RFC 3339 ns>"},` in
+// protojson, with the id escaped.
+func entryBytes(id string) int {
+	n := 96
+	for _, r := range id {
+		switch {
+		case r < 0x20 || r == utf8.RuneError:
+			n += 6
+		case r == '"' || r == '\\':
+			n += 2
+		default:
+			n += utf8.RuneLen(r)
+		}
+	}
+	return n
+}
+
+// Start resets the ledger for a new term from what the predecessor left,
+// and returns the takeover record: the predecessor's horizon and
+// summaries under this leader's term, which must be committed before
+// serving (its compare-and-set also proves that what was read is the
+// latest record). It returns ErrNewerLeader if the record is a newer
+// leader's.
+func (l *Ledger) Start(now int64, p Prior) (*Proposal, error) {
+	l.resources = make(map[string]*resource)
+	l.records, l.touched = 0, nil
+	l.rec = recordState{started: now}
+	skew := int64(l.cfg.ClockSkew)
+	damaged := func() {
+		// Assume the worst, bounded: leases of the longest allowed length
+		// may just have been issued.
+		l.rec.learningCap = now + int64(config.MaxLeaseLength) + skew
+		l.rec.until = l.rec.learningCap
+	}
+	switch p.Kind {
+	case PriorNew:
+		l.rec.complete = true
+	case PriorMissing, PriorDamaged:
+		damaged()
+	case PriorRecord:
+		h := p.Record
+		switch {
+		case h.GetHorizon() == nil:
+			damaged()
+		case p.TermBound > 0 && h.GetTerm() > p.TermBound:
+			l.stats.ForgedRecords++
+			damaged()
+		case h.GetTerm() > l.cfg.Term:
+			return nil, ErrNewerLeader
+		case h.GetHorizon().AsTime().UnixNano()+skew <= now:
+			// Every lease of the predecessor has expired.
+			l.rec.complete = true
+		default:
+			hz := h.GetHorizon().AsTime().UnixNano() + skew
+			l.rec.learningCap, l.rec.until = hz, hz
+			l.rec.complete = h.GetComplete()
+			l.rec.pred = make(map[string]*allotpb.ResourceSummary, len(h.GetResources()))
+			for id, s := range h.GetResources() {
+				if s.GetLatestExpiry() != nil && s.GetLatestExpiry().AsTime().UnixNano()+skew > now {
+					l.rec.pred[id] = s
+					l.rec.bytes += entryBytes(id)
+				}
+			}
+		}
+	}
+	return l.proposal(now, l.rec.until, nil), nil
+}
+
+// Learning reports until when predecessor leases may be outstanding (unix
+// ns, 0 none) and whether the predecessor's record was complete.
+func (l *Ledger) Learning() (until int64, complete bool) {
+	return l.rec.learningCap, l.rec.complete
+}
+
+// Judge classifies a record read from the store while serving, by the
+// leader of term with serverID. termBound is the highest genuine term (0
+// unknown): a higher term than that is impossible, so foreign.
+func Judge(h *allotpb.LeaseHorizon, term uint64, serverID string, termBound uint64) Verdict {
+	switch {
+	case h == nil:
+		return VerdictForeign
+	case h.GetTerm() == term && h.GetServerId() == serverID:
+		return VerdictOurs
+	case h.GetTerm() > term && (termBound == 0 || h.GetTerm() <= termBound):
+		return VerdictNewer
+	}
+	return VerdictForeign
+}
+
+// Rewrite asks for the record to be written again at the next chance:
+// the stored one is not ours (deleted, edited, forged).
+func (l *Ledger) Rewrite() { l.rec.rewrite = true }
+
+// Inflight reports whether a proposal awaits Commit.
+func (l *Ledger) Inflight() bool { return l.rec.inflight != nil }
+
+// Abandon gives up on writing: whatever is in flight is not waited for,
+// and waiting resources are allocated within what is recorded. For a
+// coordinator that stops.
+func (l *Ledger) Abandon() {
+	l.rec.inflight = nil
+	l.rec.retryAt = math.MaxInt64
+	for _, r := range l.touched {
+		r.waitSince = 0
+	}
+}
+
+// Commit reports the outcome of storing p. On success the horizon and the
+// raises it carries take effect. On failure nothing is raised, the next
+// attempt waits a second, and waiting resources are allocated within what
+// is recorded.
+func (l *Ledger) Commit(now int64, p *Proposal, err error) {
+	if l.rec.inflight == p {
+		l.rec.inflight = nil
+	}
+	if err != nil {
+		l.stats.RecordErrors++
+		l.rec.retryAt = now + int64(time.Second)
+		for _, r := range l.touched {
+			r.waitSince = 0
+		}
+		return
+	}
+	l.stats.RecordWrites++
+	l.rec.until = max(l.rec.until, p.until)
+	l.rec.incomplete = !p.Record.GetComplete()
+	for _, ps := range p.pending {
+		if ps.r.unlisted {
+			continue
+		}
+		ps.r.ceiling = ps.ceiling
+		ps.r.ceilingExpiry = max(ps.r.ceilingExpiry, ps.expiry)
+		ps.r.published = true
+	}
+}
+
+// Propose decides, for the round's resources, whether their grants need
+// a record not yet durable. It returns the record to store (nil if none
+// is needed or one is already in flight) and marks the resources that
+// wait for it. Grants within the recorded bounds do not wait.
+func (l *Ledger) Propose(now int64) *Proposal {
+	var leaseMax time.Duration
+	for _, r := range l.touched {
+		if len(r.batch) > 0 {
+			leaseMax = max(leaseMax, r.tmpl.LeaseLength)
+		}
+	}
+	until := l.rec.until
+	needHorizon := leaseMax > 0 && now+int64(leaseMax) > until
+	// Extend early, so a write that fails has time to be retried before
+	// leases shorten; by twice the longest lease so writes are rare.
+	extend := needHorizon || leaseMax > 0 && now+int64(leaseMax)*3/2 > until || l.rec.rewrite
+	if extend {
+		until = max(until, now+2*int64(leaseMax))
+	}
+	canWrite := l.rec.inflight == nil && now >= l.rec.retryAt
+	var pending []pendingSummary
+	for _, r := range l.touched {
+		if len(r.batch) == 0 {
+			r.waitSince = 0
+			continue
+		}
+		ps, raise := l.needs(now, r, until)
+		need := raise || now+int64(r.tmpl.LeaseLength) > l.rec.until
+		switch {
+		case !need:
+			r.waitSince = 0
+			continue
+		case r.waitSince != 0 && now-r.waitSince >= int64(l.cfg.MaxRecordWait):
+			// Waited long enough: grant within what is recorded.
+			r.waitSince = 0
+		case canWrite || l.rec.inflight != nil:
+			if r.waitSince == 0 {
+				r.waitSince = now
+				l.stats.Waits++
+			}
+		default:
+			r.waitSince = 0 // writes are backing off: grant within the record
+		}
+		if raise {
+			pending = append(pending, ps)
+		}
+	}
+	if !canWrite || !extend && len(pending) == 0 {
+		return nil
+	}
+	l.rec.rewrite = false
+	return l.proposal(now, until, pending)
+}
+
+// needs works out the raise r's round needs: listing it, covering its
+// leases' expiry, raising its ceiling to what the round could grant.
+func (l *Ledger) needs(now int64, r *resource, until int64) (pendingSummary, bool) {
+	ll := int64(r.tmpl.LeaseLength)
+	p := pendingSummary{r: r, ceiling: r.ceiling, expiry: r.ceilingExpiry}
+	if r.unlisted {
+		// Nothing to list; a committed record must say it is incomplete.
+		return p, !l.rec.incomplete
+	}
+	raise := !r.published || now+ll > r.ceilingExpiry
+	if raise {
+		p.expiry = max(r.ceilingExpiry, min(now+2*ll, max(until, now+ll)))
+	}
+	switch {
+	case r.shared():
+		capacity := r.tmpl.Capacity
+		b := r.bound(now)
+		inc := 0.0
+		for _, i := range r.batch {
+			inc += max(min(r.demands[i].Wants, capacity)-r.clients[i].has, 0)
+		}
+		if want := min(b+inc, max(capacity, b)); want > r.ceiling*(1+1e-12) || !r.published {
+			// Headroom only where there is demand: a resource nobody wants
+			// any of keeps a zero ceiling and stays out of the record.
+			hr := 0.0
+			if want > 0 {
+				hr = l.headroom(r)
+			}
+			p.ceiling = max(b, min(capacity, want+hr), r.ceilingOrZero())
+			raise = true
+		}
+	case !math.IsInf(r.ceiling, 1) || !r.published:
+		// Capacity is per client: no bound. Also when the template just
+		// changed from a share algorithm, whose finite ceiling no longer
+		// bounds what this round may grant.
+		p.ceiling = math.Inf(1)
+		raise = true
+	}
+	return p, raise
+}
+
+// buildRecord returns the record with horizon until and every resource's
+// summary, pending raises applied.
+func (l *Ledger) buildRecord(now, until int64, pending []pendingSummary) *allotpb.LeaseHorizon {
+	rec := &allotpb.LeaseHorizon{
+		Node:      l.cfg.Node,
+		Term:      l.cfg.Term,
+		ServerId:  l.cfg.ServerID,
+		Horizon:   timestamppb.New(time.Unix(0, until)),
+		Resources: make(map[string]*allotpb.ResourceSummary, len(l.resources)+len(l.rec.pred)),
+	}
+	// The record may claim completeness only if no unknown predecessor
+	// leases can be outstanding.
+	rec.Complete = (l.rec.complete || now >= l.rec.learningCap) && l.rec.unlisted == 0
+	skew := int64(l.cfg.ClockSkew)
+	for id, s := range l.rec.pred {
+		if s.GetLatestExpiry().AsTime().UnixNano()+skew > now {
+			rec.Resources[id] = s
+		}
+	}
+	// A zero ceiling means no leases: a complete record need not list it
+	// (and an incomplete one makes a successor assume the worst anyway).
+	for id, r := range l.resources {
+		if r.published && r.ceiling != 0 && !r.unlisted {
+			rec.Resources[id] = summaryOf(r.ceiling, r.summaryExpiry())
+		}
+	}
+	for _, p := range pending {
+		if p.r.unlisted {
+			continue
+		}
+		if p.ceiling == 0 {
+			delete(rec.Resources, p.r.id)
+			continue
+		}
+		rec.Resources[p.r.id] = summaryOf(p.ceiling, max(p.expiry, p.r.summaryExpiry()))
+	}
+	return rec
+}
+
+// summaryOf is the record entry of a resource.
+func summaryOf(ceiling float64, expiry int64) *allotpb.ResourceSummary {
+	return &allotpb.ResourceSummary{Ceiling: ceiling, LatestExpiry: timestamppb.New(time.Unix(0, expiry))}
+}
+
+// summaryExpiry is the latest expiry to publish for r: its own bound and,
+// while learning, the predecessor's.
+func (r *resource) summaryExpiry() int64 {
+	e := r.ceilingExpiry
+	if e == math.MaxInt64 {
+		e = 0
+	}
+	return max(e, r.predExpiry)
+}
+
+func (r *resource) ceilingOrZero() float64 {
+	if math.IsInf(r.ceiling, 1) {
+		return 0
+	}
+	return r.ceiling
+}
+
+func (l *Ledger) headroom(r *resource) float64 { return l.cfg.CeilingHeadroom * r.tmpl.Capacity }
+
+// shrink lowers ceilings well above what is outstanding and drops
+// expired summaries, so that a successor can hand out more at once.
+// Lowered ceilings bind at once, before the write (so a failed write never
+// leaves a record below the truth). It returns the record to write, if
+// anything changed and a write may start.
+func (l *Ledger) shrink(now int64) *Proposal {
+	changed := l.rec.rewrite
+	skew := int64(l.cfg.ClockSkew)
+	for id, s := range l.rec.pred {
+		if s.GetLatestExpiry().AsTime().UnixNano()+skew <= now {
+			delete(l.rec.pred, id)
+			l.rec.bytes -= entryBytes(id)
+			changed = true
+		}
+	}
+	for _, r := range l.resources {
+		if !r.published || !r.shared() || r.unlisted {
+			continue
+		}
+		b, h := r.bound(now), l.headroom(r)
+		if r.ceiling > b+2*h {
+			r.ceiling = b + h
+			changed = true
+		}
+	}
+	if !changed || l.rec.inflight != nil || now < l.rec.retryAt {
+		return nil
+	}
+	l.rec.rewrite = false
+	return l.proposal(now, l.rec.until, nil)
+}
+
+// newResource creates the state of a resource and decides on learning
+// mode from the predecessor's record (see resource.learn).
+func (l *Ledger) newResource(now int64, id string, t *config.Template, gen uint64) *resource {
+	r := newResource(id, t, gen)
+	r.ceiling, r.ceilingExpiry = 0, 0 // nothing published for it yet
+	pred, listed := l.rec.pred[id]
+	if listed {
+		// Carried over into our record at takeover: it binds us too.
+		delete(l.rec.pred, id)
+		l.rec.bytes -= entryBytes(id)
+		r.published = true
+		r.ceiling = pred.GetCeiling()
+		r.predExpiry = pred.GetLatestExpiry().AsTime().UnixNano()
+		r.ceilingExpiry = r.predExpiry
+	}
+	// No predecessor leases can exist, or the operator disabled learning.
+	if l.rec.learningCap == 0 || now >= l.rec.learningCap || t.LearningModeDuration <= 0 {
+		return r
+	}
+	// The predecessor's bound is worked out whatever this template's
+	// algorithm, so that a template change during learning (STATIC to
+	// FAIR_SHARE, say) still counts the predecessor's leases.
+	r.learnStart = l.rec.started
+	r.skew = int64(l.cfg.ClockSkew)
+	switch {
+	case listed && !math.IsInf(pred.GetCeiling(), 0) && !math.IsNaN(pred.GetCeiling()) && pred.GetCeiling() >= 0:
+		r.predCeiling = pred.GetCeiling()
+		// Learn until the predecessor's leases for it have expired. The
+		// current template's lease length does not shorten this: the
+		// predecessor may have issued longer leases before a change.
+		r.learningUntil = r.predExpiry + r.skew
+	case listed:
+		// Not bounded by the predecessor (it used a per-client algorithm,
+		// so any number of clients may hold up to the capacity each).
+		r.predCeiling = math.Inf(1)
+		r.learningUntil = r.predExpiry + r.skew
+	case l.rec.complete:
+		// A complete record without it: no leases outstanding.
+	default:
+		// Not in the record (an incomplete record, or none where one was
+		// expected): Doorman's rule, learn for learning_mode_duration and
+		// assume the predecessor leased out up to the capacity.
+		r.predCeiling = t.Capacity
+		r.learningUntil = min(l.rec.learningCap, l.rec.started+int64(t.LearningModeDuration))
+	}
+	return r
+}
