@@ -167,9 +167,19 @@ func TestOwedClientComesBackSooner(t *testing.T) {
 	if ri := g.GetRefreshInterval().AsDuration(); ri >= time.Second {
 		t.Fatalf("owed client refresh interval %v, want shorter than 1s", ri)
 	}
-	if a := e.get("a", map[string]float64{"db": 100}).GetResponse()[0].GetGets().GetCapacity(); a != 50 {
-		t.Fatalf("a after refresh got %v, want 50", a)
+	a := e.get("a", map[string]float64{"db": 100}).GetResponse()[0].GetGets()
+	if a.GetCapacity() != 50 {
+		t.Fatalf("a after refresh got %v, want 50", a.GetCapacity())
 	}
+	// Until a confirms the shrink (the reply may not have reached it), its
+	// 100 still counts; it is asked back at once to confirm.
+	if b := e.get("b", map[string]float64{"db": 100}).GetResponse()[0].GetGets().GetCapacity(); b != 0 {
+		t.Fatalf("b got %v before a confirmed giving back 50", b)
+	}
+	if ri := a.GetRefreshInterval().AsDuration(); ri >= time.Second {
+		t.Fatalf("a shrank and was asked back in %v, want sooner than its 1s refresh interval", ri)
+	}
+	e.getReq(&allotpb.GetCapacityRequest{ClientId: "a", Resource: []*allotpb.ResourceRequest{{ResourceId: "db", Wants: 100, Has: a}}})
 	if b := e.get("b", map[string]float64{"db": 100}).GetResponse()[0].GetGets().GetCapacity(); b != 50 {
 		t.Fatalf("b after a shrank got %v, want 50", b)
 	}

@@ -52,7 +52,7 @@ type storeResult struct {
 var errDeposed = errors.New("deposed")
 
 // checkInterval is how often a serving leader reads its record back.
-const checkInterval = 5 * time.Second
+const checkInterval = time.Second
 
 // writeTimeout bounds one KV operation.
 const writeTimeout = 2 * time.Second

@@ -51,8 +51,12 @@ type ReplicaStatus struct {
 	Term uint64 `json:"term"`
 	// Leader is the current leader's server id as last seen.
 	Leader string `json:"leader,omitempty"`
-	// Serving is true while this replica's coordinator answers.
+	// Serving is true while this replica's coordinator answers: it
+	// leads, its leadership is valid and it has not stopped on its own.
 	Serving bool `json:"serving"`
+	// Failure says why a leader's coordinator stopped serving on its own
+	// (deposed by a newer leader's record, leadership lapsed).
+	Failure string `json:"failure,omitempty"`
 }
 
 // Replica is one of several coordinator replicas of a tree node. It
@@ -67,6 +71,7 @@ type Replica struct {
 	mu      sync.Mutex
 	el      *election.Elector
 	serving uint64 // term served, 0 none
+	coord   *Coordinator
 }
 
 // NewReplica validates opts and returns a Replica; Run it.
@@ -91,13 +96,19 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 func (r *Replica) Status() ReplicaStatus {
 	st := ReplicaStatus{Node: r.opts.Node, ServerID: r.opts.ServerID, Role: election.RoleFollower}
 	r.mu.Lock()
-	el, serving := r.el, r.serving
+	el, serving, c := r.el, r.serving, r.coord
 	r.mu.Unlock()
 	if el != nil {
 		es := el.Status()
 		st.Role, st.Term, st.Leader = es.Role, es.Term, es.Leader
 	}
-	st.Serving = serving != 0
+	st.Serving = serving != 0 && el != nil && el.Valid(serving)
+	if c != nil {
+		if err := c.Err(); err != nil {
+			st.Serving = false
+			st.Failure = err.Error()
+		}
+	}
 	return st
 }
 
@@ -133,10 +144,18 @@ func (r *Replica) Run(ctx context.Context) error {
 	return el.Run(ctx, r.lead)
 }
 
-// lead runs a coordinator for one term, until leadership ends.
+// lead runs a coordinator for one term, until leadership ends or the
+// coordinator stops serving on its own (a newer leader's record, or its
+// validity lapsed); then it returns an error so the elector resigns.
 func (r *Replica) lead(ctx context.Context, term uint64) error {
+	r.mu.Lock()
+	el := r.el
+	r.mu.Unlock()
 	opts := r.opts.Options
 	opts.Term = term
+	opts.Valid = func() bool { return el.Valid(term) }
+	opts.TermBound = el.LastSequence
+	opts.PriorLeader = func(ctx context.Context) (bool, error) { return el.Founded(ctx, term) }
 	c, err := New(r.nc, opts)
 	if err != nil {
 		return err
@@ -146,22 +165,28 @@ func (r *Replica) lead(ctx context.Context, term uint64) error {
 	if err := c.Start(startCtx); err != nil {
 		return fmt.Errorf("start coordinator for term %d: %w", term, err)
 	}
-	r.setServing(term)
+	r.setServing(term, c)
 	if r.opts.OnServing != nil {
 		r.opts.OnServing(term, true)
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-c.Done():
+	}
 	c.Stop()
-	r.setServing(0)
+	r.setServing(0, nil)
 	if r.opts.OnServing != nil {
 		r.opts.OnServing(term, false)
+	}
+	if err := c.Err(); err != nil {
+		return fmt.Errorf("coordinator of term %d stopped serving: %w", term, err)
 	}
 	return nil
 }
 
-func (r *Replica) setServing(term uint64) {
+func (r *Replica) setServing(term uint64, c *Coordinator) {
 	r.mu.Lock()
-	r.serving = term
+	r.serving, r.coord = term, c
 	r.mu.Unlock()
 }
 

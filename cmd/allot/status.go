@@ -92,6 +92,9 @@ func collectStatus(ctx context.Context, nc *nats.Conn, bucket string, wait time.
 			return nil, fmt.Errorf("list election keys: %w", err)
 		}
 		for key := range keys.Keys() {
+			if strings.Contains(key, ".") {
+				continue // not a node: e.g. election.FoundedKey
+			}
 			entry, err := kv.Get(kctx, key)
 			if err != nil {
 				continue // expired meanwhile

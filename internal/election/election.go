@@ -122,6 +122,10 @@ type Elector struct {
 
 	mu     sync.Mutex
 	status Status
+	// validUntil is the current term's deadline on the monotonic clock
+	// (zero when not leading).
+	validUntil time.Time
+	kv         jetstream.KeyValue
 }
 
 // New validates cfg and returns an Elector.
@@ -173,7 +177,79 @@ func (e *Elector) Status() Status {
 func (e *Elector) setStatus(s Status) {
 	e.mu.Lock()
 	e.status = s
+	if s.Role != RoleLeader {
+		e.validUntil = time.Time{}
+	}
 	e.mu.Unlock()
+}
+
+func (e *Elector) setValid(until time.Time) {
+	e.mu.Lock()
+	e.validUntil = until
+	e.mu.Unlock()
+}
+
+// Valid reports whether this candidate still leads in term: its deadline
+// (the send time of its last confirmed renewal + TTL − margin, on the
+// monotonic clock) has not passed. It reads the clock itself, so a
+// process that was frozen past its deadline sees false at once on waking,
+// before the goroutine that would end its leadership has run.
+func (e *Elector) Valid(term uint64) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.status.Role == RoleLeader && e.status.Term == term && time.Now().Before(e.validUntil)
+}
+
+// LastSequence returns the election stream's last sequence: no term
+// issued so far can be above it. A lease record claiming a higher term
+// cannot be genuine.
+func (e *Elector) LastSequence(ctx context.Context) (uint64, error) {
+	s, err := e.js.Stream(ctx, "KV_"+e.cfg.Bucket)
+	if err != nil {
+		return 0, fmt.Errorf("election: stream of bucket %q: %w", e.cfg.Bucket, err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("election: stream of bucket %q: %w", e.cfg.Bucket, err)
+	}
+	return info.State.LastSeq, nil
+}
+
+// FoundedKey is the key, beside the election key, that records that the
+// node has had a leader. It has no TTL and is never deleted by allot.
+func FoundedKey(key string) string { return key + ".founded" }
+
+// Founded reports whether the node had a leader before (its founding key
+// exists, or a marker of it is left), and records that it has one now.
+// A coordinator uses it to tell a new deployment from one whose lease
+// record was lost.
+func (e *Elector) Founded(ctx context.Context, term uint64) (bool, error) {
+	e.mu.Lock()
+	kv := e.kv
+	e.mu.Unlock()
+	if kv == nil {
+		return false, errors.New("election: not running")
+	}
+	key := FoundedKey(e.cfg.Key)
+	_, err := kv.Get(ctx, key)
+	switch {
+	case err == nil:
+		return true, nil
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return false, fmt.Errorf("election: read %s: %w", key, err)
+	}
+	had := false
+	if hist, err := kv.History(ctx, key); err == nil && len(hist) > 0 {
+		had = true // deleted or purged: it existed
+	}
+	data, _ := json.Marshal(map[string]any{"id": e.cfg.ID, "term": term, "at": time.Now().UTC()})
+	if _, err := kv.Create(ctx, key, data); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return true, nil
+		}
+		return had, fmt.Errorf("election: record %s: %w", key, err)
+	}
+	return had, nil
 }
 
 // Bucket opens the election bucket, creating it if it does not exist. An
@@ -247,6 +323,9 @@ func (e *Elector) Run(ctx context.Context, lead LeadFunc) error {
 		kv, err = Bucket(openCtx, e.js, e.cfg.Bucket, e.cfg.TTL, e.cfg.Replicas)
 		cancel()
 		if err == nil {
+			e.mu.Lock()
+			e.kv = kv
+			e.mu.Unlock()
 			break
 		}
 		if ctx.Err() != nil {
@@ -457,6 +536,7 @@ var errLost = errors.New("election: leadership lost")
 func (e *Elector) leadTerm(ctx context.Context, kv jetstream.KeyValue, t *term, lead LeadFunc) error {
 	e.log.Info("won election", "term", t.term)
 	e.setStatus(Status{Role: RoleLeader, Term: t.term, Leader: e.cfg.ID})
+	e.setValid(t.validUntil)
 	leadCtx, stopLead := context.WithCancel(ctx)
 	leadDone := make(chan error, 1)
 	go func() { leadDone <- lead(leadCtx, t.term) }()
@@ -491,6 +571,7 @@ loop:
 			}
 		}
 		err := e.renew(ctx, kv, t)
+		e.setValid(t.validUntil)
 		switch {
 		case err == nil:
 			nextRenew = time.Now().Add(e.cfg.RenewInterval)

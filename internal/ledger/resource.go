@@ -22,6 +22,13 @@ type client struct {
 	// safe capacity counts clients that may be using it (see expire).
 	seen   int64
 	lapsed bool
+	// held, until heldUntil (unix ns), bounds an earlier lease the client
+	// may still hold: a reply that shrank its lease may never have
+	// reached it (a time-out, a lost reply, a leader that went silent),
+	// and leases replace each other only when received. The client's
+	// next request says what it holds and settles it. See exposure.
+	held      float64
+	heldUntil int64
 	// reported is what the client said it holds (learning mode echoes it)
 	// and reportedExpiry when that lease ends (unix ns, 0 unknown).
 	reported       float64
@@ -99,7 +106,7 @@ func (r *resource) predOutstanding(now int64) float64 {
 // bound is the upper bound on the resource's outstanding capacity that
 // the published ceiling must cover: own leases plus the predecessor's
 // unaccounted remainder while learning.
-func (r *resource) bound(now int64) float64 { return r.outstanding() + r.predOutstanding(now) }
+func (r *resource) bound(now int64) float64 { return r.outstanding(now) + r.predOutstanding(now) }
 
 func (r *resource) learning(now int64) bool { return now < r.learningUntil }
 
@@ -125,7 +132,16 @@ func (r *resource) upsert(id string, wants, weight float64, priority int32, repo
 		r.siftUp(int(r.clients[i].heapIdx))
 	}
 	r.demands[i] = alloc.Demand{Wants: wants, Weight: weight, Priority: priority}
-	r.clients[i].seen = now
+	c := &r.clients[i]
+	// The client says what it holds now: never more than we may have
+	// given it (a lie cannot lock others out), and whatever it does not
+	// report it has replaced or let go.
+	rep := 0.0
+	if reportedExpiry > now {
+		rep = max(reported, 0)
+	}
+	c.held, c.heldUntil = min(rep, c.exposure(now)), min(reportedExpiry, max(c.expiry, c.heldUntil))
+	c.seen = now
 	r.clients[i].reported = reported
 	r.clients[i].reportedExpiry = reportedExpiry
 	// A request after a release in the same round revives the record: the
@@ -136,6 +152,17 @@ func (r *resource) upsert(id string, wants, weight float64, priority int32, repo
 		r.batch = append(r.batch, i)
 	}
 	return i
+}
+
+// exposure is the most the client may be holding at now under leases of
+// ours: its latest lease, or an earlier larger one it may not have
+// replaced yet.
+func (c *client) exposure(now int64) float64 {
+	e := c.has
+	if c.heldUntil > now && c.held > e {
+		e = c.held
+	}
+	return e
 }
 
 // remove drops client i: swap-delete from the dense arrays and the heap.
@@ -165,6 +192,7 @@ func (r *resource) markReleased(id string) bool {
 	}
 	r.clients[i].released = true
 	r.clients[i].has = 0
+	r.clients[i].held, r.clients[i].heldUntil = 0, 0
 	r.demands[i].Wants = 0
 	r.releasedIDs = append(r.releasedIDs, id)
 	return true
@@ -200,6 +228,12 @@ func (r *resource) expire(now int64) {
 		if c.expiry > now {
 			return
 		}
+		if c.heldUntil > now {
+			// An earlier lease may still be held: lapse then.
+			c.expiry, c.has = c.heldUntil, 0
+			r.heapFix(int(c.heapIdx))
+			continue
+		}
 		if !c.lapsed {
 			c.lapsed = true
 			c.has = 0
@@ -217,11 +251,11 @@ func (r *resource) expire(now int64) {
 // records returns how many client records the resource keeps.
 func (r *resource) records() int { return len(r.clients) }
 
-// outstanding sums the capacity currently leased out.
-func (r *resource) outstanding() float64 {
+// outstanding bounds the capacity clients may hold under our leases.
+func (r *resource) outstanding(now int64) float64 {
 	var sum float64
 	for i := range r.clients {
-		sum += r.clients[i].has
+		sum += r.clients[i].exposure(now)
 	}
 	return sum
 }
@@ -269,6 +303,15 @@ func (r *resource) allocate(p *roundParams) {
 
 	settle := func(i int32, capacity float64, fresh time.Duration) {
 		c := &r.clients[i]
+		if capacity < c.has && c.expiry > p.now {
+			// A shrink: until the client confirms it, the larger lease
+			// still counts; it is asked back soon to confirm.
+			if c.heldUntil <= p.now || c.held < c.has {
+				c.held = c.has
+			}
+			c.heldUntil = max(c.heldUntil, c.expiry)
+			fresh = min(fresh, p.minFresh)
+		}
 		c.has = capacity
 		c.lapsed = false
 		c.expiry = expiry
@@ -296,26 +339,30 @@ func (r *resource) allocate(p *roundParams) {
 		}
 	default:
 		// Grants stay within the published ceiling (write-ahead).
-		free := min(t.Capacity, r.ceiling) - r.outstanding()
-		// Shrinkers first.
+		free := min(t.Capacity, r.ceiling) - r.outstanding(p.now)
+		// Shrinkers first: what they confirm giving back goes to growers.
 		for _, i := range r.batch {
-			if tg := r.demands[i].Target; tg <= r.clients[i].has {
-				free += r.clients[i].has - tg
+			c := &r.clients[i]
+			if tg := r.demands[i].Target; tg <= c.has {
+				before := c.exposure(p.now)
 				settle(i, tg, refresh)
+				free += before - c.exposure(p.now)
 			}
 		}
 		var owed []int32
+		grants := make(map[int32]float64)
 		for _, i := range r.batch {
 			c := &r.clients[i]
 			tg := r.demands[i].Target
 			if tg <= c.has {
 				continue // settled above
 			}
-			g := max(min(tg, c.has+free), 0)
-			free -= g - c.has
+			before := c.exposure(p.now)
+			g := max(min(tg, before+free), c.has, 0)
+			free -= max(g, before) - before
 			if g < tg*(1-1e-9) {
 				owed = append(owed, i)
-				c.has = g
+				grants[i] = g
 				continue
 			}
 			settle(i, g, refresh)
@@ -330,7 +377,7 @@ func (r *resource) allocate(p *roundParams) {
 			}
 			fresh = min(max(fresh, p.minFresh), refresh)
 			for _, i := range owed {
-				settle(i, r.clients[i].has, fresh)
+				settle(i, grants[i], fresh)
 			}
 		}
 	}
@@ -385,21 +432,27 @@ func (r *resource) learn(p *roundParams, settle func(i int32, capacity float64, 
 			c.credit = cr
 		}
 	}
-	free := min(t.Capacity, r.ceiling) - r.outstanding() - r.predOutstanding(p.now)
-	for _, i := range r.batch {
+	free := min(t.Capacity, r.ceiling) - r.outstanding(p.now) - r.predOutstanding(p.now)
+	base := make([]float64, len(r.batch))
+	for k, i := range r.batch {
 		c := &r.clients[i]
-		base := min(r.demands[i].Wants, c.has)
-		if c.credit >= 0 {
-			base = min(r.demands[i].Wants, c.credit+c.has)
+		before := c.exposure(p.now)
+		base[k] = min(r.demands[i].Wants, c.has)
+		if c.credit > 0 {
+			// The credited predecessor lease is held until our reply
+			// replaces it: it counts as ours from now on.
+			base[k] = min(r.demands[i].Wants, c.credit+c.has)
+			c.held = max(c.held, c.credit)
+			c.heldUntil = max(c.heldUntil, c.reportedExpiry)
 		}
-		free -= base - c.has
-		c.has = base
+		free -= max(base[k], c.exposure(p.now)) - before
 	}
-	for _, i := range r.batch {
+	for k, i := range r.batch {
 		c := &r.clients[i]
-		extra := max(min(r.demands[i].Target-c.has, free), 0)
-		free -= extra
-		settle(i, c.has+extra, t.RefreshInterval)
+		before := max(base[k], c.exposure(p.now))
+		extra := max(min(r.demands[i].Target-base[k], free), 0)
+		settle(i, base[k]+extra, t.RefreshInterval)
+		free -= c.exposure(p.now) - before
 		c.credit = 0
 	}
 }
