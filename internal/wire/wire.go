@@ -83,10 +83,19 @@ var (
 var ErrBadRequest = errors.New("bad request")
 
 // Unmarshal decodes data in encoding e into m. Errors wrap ErrBadRequest.
+//
+// Unknown fields are an error in JSON, and in binary protobuf for the
+// request messages (GetCapacityRequest, ReleaseCapacityRequest,
+// GetServerCapacityRequest), so both encodings accept the same requests.
+// Other messages decoded from binary protobuf keep unknown fields: an
+// agent must be able to read the replies of a newer coordinator.
 func Unmarshal(e Encoding, data []byte, m proto.Message) error {
 	var err error
 	if e == Protobuf {
 		err = proto.Unmarshal(data, m)
+		if err == nil {
+			err = strictRequest(m)
+		}
 	} else {
 		if len(data) == 0 {
 			return fmt.Errorf("%w: empty payload: send a JSON object (or binary protobuf with header %s: %s)", ErrBadRequest, HeaderContentType, ContentProtobuf)
