@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -85,7 +86,7 @@ func (e Encoding) ContentType() string {
 
 var (
 	jsonIn  = protojson.UnmarshalOptions{DiscardUnknown: false}
-	jsonOut = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+	jsonOut = protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true}
 )
 
 // ErrBadRequest marks errors caused by the request's contents.
@@ -117,12 +118,74 @@ func Unmarshal(e Encoding, data []byte, m proto.Message) error {
 	return nil
 }
 
-// Marshal encodes m in encoding e.
+// Marshal encodes m in encoding e. It first turns every -0 double in m
+// into +0, so that no reply carries "-0" (JSON) or a negative zero
+// (protobuf). JSON output has every scalar and list field, with proto
+// field names; a message field that is not set (such as gets in a
+// ResourceResponse that carries an error) is left out rather than written
+// as null.
 func Marshal(e Encoding, m proto.Message) ([]byte, error) {
+	positiveZeros(m.ProtoReflect())
 	if e == Protobuf {
 		return proto.Marshal(m)
 	}
 	return jsonOut.Marshal(m)
+}
+
+// positiveZeros replaces -0 by +0 in every double and float field of m and
+// of the messages it holds.
+func positiveZeros(m protoreflect.Message) {
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if !m.Has(fd) {
+			continue
+		}
+		switch {
+		case fd.IsMap():
+			if fd.MapValue().Message() != nil {
+				m.Get(fd).Map().Range(func(_ protoreflect.MapKey, v protoreflect.Value) bool {
+					positiveZeros(v.Message())
+					return true
+				})
+			} else if isFloat(fd.MapValue()) {
+				mp := m.Mutable(fd).Map()
+				mp.Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
+					if negZero(v.Float()) {
+						mp.Set(k, protoreflect.ValueOfFloat64(0))
+					}
+					return true
+				})
+			}
+		case fd.IsList():
+			l := m.Get(fd).List()
+			for j := range l.Len() {
+				switch {
+				case fd.Message() != nil:
+					positiveZeros(l.Get(j).Message())
+				case isFloat(fd) && negZero(l.Get(j).Float()):
+					m.Mutable(fd).List().Set(j, zeroOf(fd))
+				}
+			}
+		case fd.Message() != nil:
+			positiveZeros(m.Get(fd).Message())
+		case isFloat(fd) && negZero(m.Get(fd).Float()):
+			m.Set(fd, zeroOf(fd))
+		}
+	}
+}
+
+func isFloat(fd protoreflect.FieldDescriptor) bool {
+	return fd.Kind() == protoreflect.DoubleKind || fd.Kind() == protoreflect.FloatKind
+}
+
+func negZero(f float64) bool { return f == 0 && math.Signbit(f) }
+
+func zeroOf(fd protoreflect.FieldDescriptor) protoreflect.Value {
+	if fd.Kind() == protoreflect.FloatKind {
+		return protoreflect.ValueOfFloat32(0)
+	}
+	return protoreflect.ValueOfFloat64(0)
 }
 
 // String names the encoding.
