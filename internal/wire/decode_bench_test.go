@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -29,15 +30,7 @@ func BenchmarkDecodeGetCapacity(b *testing.B) {
 		}
 		b.Run(enc.String(), func(b *testing.B) {
 			b.ReportAllocs()
-			for b.Loop() {
-				var req allotpb.GetCapacityRequest
-				if err := Unmarshal(enc, data, &req); err != nil {
-					b.Fatal(err)
-				}
-				if err := ValidateGetCapacity(&req); err != nil {
-					b.Fatal(err)
-				}
-			}
+			decodeGetCapacity(b, enc, data)
 		})
 	}
 	req := agentRequest()
@@ -49,4 +42,33 @@ func BenchmarkDecodeGetCapacity(b *testing.B) {
 			}
 		}
 	})
+}
+
+func decodeGetCapacity(b *testing.B, enc Encoding, data []byte) {
+	for b.Loop() {
+		var req allotpb.GetCapacityRequest
+		if err := Unmarshal(enc, data, &req); err != nil {
+			b.Fatal(err)
+		}
+		if err := ValidateGetCapacity(&req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeLarge measures decoding and validating the largest
+// requests of n resources (long ids), for the inline decoding limits.
+func BenchmarkDecodeLarge(b *testing.B) {
+	for _, n := range []int{10, 100, 1000} {
+		for _, enc := range []Encoding{Protobuf, JSON} {
+			data, err := Marshal(enc, largestGetCapacity("x", n))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Run(enc.String()+"/"+strconv.Itoa(n), func(b *testing.B) {
+				b.SetBytes(int64(len(data)))
+				decodeGetCapacity(b, enc, data)
+			})
+		}
+	}
 }

@@ -17,9 +17,19 @@ import (
 // complain about. A fuzz test compares them with a reflective walk, so a
 // field added to proto/allot.proto without its walk here is caught.
 
-// strictRequest reports an unknown field anywhere in m when m is one of
-// the request messages; other messages (replies) keep unknown fields, so
-// that an older agent can read a newer coordinator's replies.
+// isRequest reports whether m is a request message, to which the size
+// limits and the unknown-field check apply. Other messages (replies) keep
+// unknown fields, so that an older agent can read a newer coordinator's
+// replies.
+func isRequest(m proto.Message) bool {
+	switch m.(type) {
+	case *allotpb.GetCapacityRequest, *allotpb.ReleaseCapacityRequest, *allotpb.GetServerCapacityRequest:
+		return true
+	}
+	return false
+}
+
+// strictRequest reports an unknown field anywhere in m, a request message.
 func strictRequest(m proto.Message) error {
 	switch r := m.(type) {
 	case *allotpb.GetCapacityRequest:

@@ -99,11 +99,20 @@ var ErrBadRequest = errors.New("bad request")
 // GetServerCapacityRequest), so both encodings accept the same requests.
 // Other messages decoded from binary protobuf keep unknown fields: an
 // agent must be able to read the replies of a newer coordinator.
+//
+// A request above its encoding's size limit is not decoded; the error
+// wraps ErrTooLarge (see CheckSize).
 func Unmarshal(e Encoding, data []byte, m proto.Message) error {
+	req := isRequest(m)
+	if req {
+		if err := CheckSize(e, len(data)); err != nil {
+			return err
+		}
+	}
 	var err error
 	if e == Protobuf {
 		err = proto.Unmarshal(data, m)
-		if err == nil {
+		if err == nil && req {
 			err = strictRequest(m)
 		}
 	} else {
