@@ -86,8 +86,10 @@ func roundTrip(t *testing.T, m proto.Message, validate func(proto.Message) error
 	}
 }
 
-// noNullOrNegativeZero checks a JSON reply token by token.
-func noNullOrNegativeZero(t *testing.T, data []byte) {
+// CheckJSONReply fails t if a JSON reply does not parse or carries null
+// or -0, checking token by token. It is exported for the external tests
+// of this package (coordinator_test.go).
+func CheckJSONReply(t testing.TB, data []byte) {
 	t.Helper()
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
@@ -203,7 +205,7 @@ func FuzzDecode(f *testing.F) {
 		if proto.Unmarshal(data, &resp) == nil {
 			out, err := Marshal(JSON, &resp)
 			if err == nil {
-				noNullOrNegativeZero(t, out)
+				CheckJSONReply(t, out)
 			}
 		}
 	})
