@@ -34,6 +34,14 @@ func BenchmarkDecodeGetCapacity(b *testing.B) {
 		})
 	}
 	req := agentRequest()
+	b.Run("unknown-fields", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := strictRequest(req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("validate", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
