@@ -110,3 +110,13 @@ func TestCoordinatorWire(t *testing.T) {
 		}
 	})
 }
+
+// TestLeaseLimitsAgree guards the coupling between template limits and
+// request validation: an agent echoes the refresh interval it was given
+// in has.refresh_interval, so a template allowed a longer one than
+// requests may carry would make every refresh of its clients fail.
+func TestLeaseLimitsAgree(t *testing.T) {
+	if config.MaxLeaseLength > wire.MaxLeaseLength {
+		t.Fatalf("templates may set leases (and so refresh intervals) up to %s, requests carry at most %s", config.MaxLeaseLength, wire.MaxLeaseLength)
+	}
+}
