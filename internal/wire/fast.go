@@ -41,7 +41,8 @@ const (
 // AppendGetCapacityResponse appends the binary protobuf encoding of a
 // GetCapacityResponse with the given term and entries to b. It is what
 // proto.Marshal produces for the same message (a test checks), except that
-// -0 is written as +0, without allocating: the coordinator's reply path runs for every request.
+// -0 is written as +0, without allocating: the coordinator's reply path
+// runs for every request.
 func AppendGetCapacityResponse(b []byte, term uint64, entries []LeaseReply) []byte {
 	for i := range entries {
 		e := &entries[i]

@@ -92,7 +92,8 @@ var (
 // ErrBadRequest marks errors caused by the request's contents.
 var ErrBadRequest = errors.New("bad request")
 
-// Unmarshal decodes data in encoding e into m. Errors wrap ErrBadRequest.
+// Unmarshal decodes data in encoding e into m. Errors wrap ErrBadRequest,
+// or ErrTooLarge for a request above its size limit.
 //
 // Unknown fields are an error in JSON, and in binary protobuf for the
 // request messages (GetCapacityRequest, ReleaseCapacityRequest,
