@@ -40,8 +40,9 @@ const (
 
 // AppendGetCapacityResponse appends the binary protobuf encoding of a
 // GetCapacityResponse with the given term and entries to b. It is what
-// proto.Marshal produces for the same message (a test checks), without
-// allocating: the coordinator's reply path runs for every request.
+// proto.Marshal produces for the same message (a test checks), except that
+// -0 is written as +0, without allocating: the coordinator's reply path
+// runs for every request.
 func AppendGetCapacityResponse(b []byte, term uint64, entries []LeaseReply) []byte {
 	for i := range entries {
 		e := &entries[i]
@@ -127,16 +128,18 @@ func appendSecNanos(b []byte, field protowire.Number, sec int64, nsec int32) []b
 	return b
 }
 
-// Proto3 omits scalars equal to their zero value (+0 for doubles).
+// Proto3 omits scalars equal to their zero value, +0 for doubles. -0 is
+// omitted too, so that it reaches the client as +0 (proto.Marshal would
+// keep its sign bit).
 func doubleSize(field protowire.Number, v float64) int {
-	if math.Float64bits(v) == 0 {
+	if v == 0 {
 		return 0
 	}
 	return protowire.SizeTag(field) + protowire.SizeFixed64()
 }
 
 func appendDouble(b []byte, field protowire.Number, v float64) []byte {
-	if math.Float64bits(v) == 0 {
+	if v == 0 {
 		return b
 	}
 	b = protowire.AppendTag(b, field, protowire.Fixed64Type)

@@ -14,7 +14,15 @@ import (
 	"github.com/allot/allot/proto/allotpb"
 )
 
+// structResponse builds the message AppendGetCapacityResponse encodes,
+// with -0 as +0 (which the encoder writes in its place).
 func structResponse(term uint64, entries []LeaseReply) *allotpb.GetCapacityResponse {
+	plusZero := func(v float64) float64 {
+		if v == 0 {
+			return 0
+		}
+		return v
+	}
 	resp := &allotpb.GetCapacityResponse{Term: term}
 	for _, e := range entries {
 		if e.Error != "" {
@@ -24,11 +32,11 @@ func structResponse(term uint64, entries []LeaseReply) *allotpb.GetCapacityRespo
 		resp.Response = append(resp.Response, &allotpb.ResourceResponse{
 			ResourceId: e.ResourceID,
 			Gets: &allotpb.Lease{
-				Capacity:        e.Capacity,
+				Capacity:        plusZero(e.Capacity),
 				ExpiryTime:      timestamppb.New(time.Unix(0, e.Expiry)),
 				RefreshInterval: durationpb.New(e.Refresh),
 			},
-			SafeCapacity: e.SafeCapacity,
+			SafeCapacity: plusZero(e.SafeCapacity),
 		})
 	}
 	return resp
@@ -45,10 +53,10 @@ func TestAppendGetCapacityResponse(t *testing.T) {
 		for range rng.IntN(5) {
 			entries = append(entries, LeaseReply{
 				ResourceID:   []string{"", "db", "mysql/main", string(make([]byte, 200))}[rng.IntN(4)],
-				Capacity:     pick(0, 1, 33.5, rng.Float64()*1e12, 1e15),
+				Capacity:     pick(0, math.Copysign(0, -1), 1, 33.5, rng.Float64()*1e12, 1e15),
 				Expiry:       []int64{0, 1, int64(time.Second), time.Now().UnixNano(), 1e18 + 999}[rng.IntN(5)],
 				Refresh:      []time.Duration{0, time.Nanosecond, 50 * time.Millisecond, 5 * time.Second, time.Hour + 1}[rng.IntN(5)],
-				SafeCapacity: pick(0, -1, 7, math.MaxFloat64),
+				SafeCapacity: pick(0, math.Copysign(0, -1), -1, 7, math.MaxFloat64),
 			})
 			if rng.IntN(4) == 0 {
 				entries[len(entries)-1].Error = "resource matches no template"

@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -33,6 +35,14 @@ const (
 	MaxPriority          = 1000
 	MinPriority          = -1000
 	maxSubclientsPerBand = 1 << 40
+	// MaxBandsPerReq bounds the priority bands of one
+	// GetServerCapacityRequest, all resources together, so that every valid
+	// request fits MaxProtobufRequest (see sizes.go).
+	MaxBandsPerReq = 4096
+	// MaxLeaseLength bounds has.refresh_interval: a coordinator never asks
+	// a client to wait longer than a lease lasts, and leases last at most
+	// a day (internal/config.MaxLeaseLength).
+	MaxLeaseLength = 24 * time.Hour
 )
 
 // Encoding says how a payload is encoded.
@@ -76,17 +86,36 @@ func (e Encoding) ContentType() string {
 
 var (
 	jsonIn  = protojson.UnmarshalOptions{DiscardUnknown: false}
-	jsonOut = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+	jsonOut = protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true}
 )
 
 // ErrBadRequest marks errors caused by the request's contents.
 var ErrBadRequest = errors.New("bad request")
 
-// Unmarshal decodes data in encoding e into m. Errors wrap ErrBadRequest.
+// Unmarshal decodes data in encoding e into m. Errors wrap ErrBadRequest,
+// or ErrTooLarge for a request above its size limit.
+//
+// Unknown fields are an error in JSON, and in binary protobuf for the
+// request messages (GetCapacityRequest, ReleaseCapacityRequest,
+// GetServerCapacityRequest), so both encodings accept the same requests.
+// Other messages decoded from binary protobuf keep unknown fields: an
+// agent must be able to read the replies of a newer coordinator.
+//
+// A request above its encoding's size limit is not decoded; the error
+// wraps ErrTooLarge (see CheckSize).
 func Unmarshal(e Encoding, data []byte, m proto.Message) error {
+	req := isRequest(m)
+	if req {
+		if err := CheckSize(e, len(data)); err != nil {
+			return err
+		}
+	}
 	var err error
 	if e == Protobuf {
 		err = proto.Unmarshal(data, m)
+		if err == nil && req {
+			err = strictRequest(m)
+		}
 	} else {
 		if len(data) == 0 {
 			return fmt.Errorf("%w: empty payload: send a JSON object (or binary protobuf with header %s: %s)", ErrBadRequest, HeaderContentType, ContentProtobuf)
@@ -99,12 +128,74 @@ func Unmarshal(e Encoding, data []byte, m proto.Message) error {
 	return nil
 }
 
-// Marshal encodes m in encoding e.
+// Marshal encodes m in encoding e. It first turns every -0 double in m
+// into +0, so that no reply carries "-0" (JSON) or a negative zero
+// (protobuf). JSON output has every scalar and list field, with proto
+// field names; a message field that is not set (such as gets in a
+// ResourceResponse that carries an error) is left out rather than written
+// as null.
 func Marshal(e Encoding, m proto.Message) ([]byte, error) {
+	positiveZeros(m.ProtoReflect())
 	if e == Protobuf {
 		return proto.Marshal(m)
 	}
 	return jsonOut.Marshal(m)
+}
+
+// positiveZeros replaces -0 by +0 in every double and float field of m and
+// of the messages it holds.
+func positiveZeros(m protoreflect.Message) {
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if !m.Has(fd) {
+			continue
+		}
+		switch {
+		case fd.IsMap():
+			if fd.MapValue().Message() != nil {
+				m.Get(fd).Map().Range(func(_ protoreflect.MapKey, v protoreflect.Value) bool {
+					positiveZeros(v.Message())
+					return true
+				})
+			} else if isFloat(fd.MapValue()) {
+				mp := m.Mutable(fd).Map()
+				mp.Range(func(k protoreflect.MapKey, v protoreflect.Value) bool {
+					if negZero(v.Float()) {
+						mp.Set(k, protoreflect.ValueOfFloat64(0))
+					}
+					return true
+				})
+			}
+		case fd.IsList():
+			l := m.Get(fd).List()
+			for j := range l.Len() {
+				switch {
+				case fd.Message() != nil:
+					positiveZeros(l.Get(j).Message())
+				case isFloat(fd) && negZero(l.Get(j).Float()):
+					m.Mutable(fd).List().Set(j, zeroOf(fd))
+				}
+			}
+		case fd.Message() != nil:
+			positiveZeros(m.Get(fd).Message())
+		case isFloat(fd) && negZero(m.Get(fd).Float()):
+			m.Set(fd, zeroOf(fd))
+		}
+	}
+}
+
+func isFloat(fd protoreflect.FieldDescriptor) bool {
+	return fd.Kind() == protoreflect.DoubleKind || fd.Kind() == protoreflect.FloatKind
+}
+
+func negZero(f float64) bool { return f == 0 && math.Signbit(f) }
+
+func zeroOf(fd protoreflect.FieldDescriptor) protoreflect.Value {
+	if fd.Kind() == protoreflect.FloatKind {
+		return protoreflect.ValueOfFloat32(0)
+	}
+	return protoreflect.ValueOfFloat64(0)
 }
 
 // String names the encoding.
@@ -153,28 +244,59 @@ func ValidateAmount(what string, v float64) error {
 	return nil
 }
 
-func validatePriority(where string, p int32) error {
-	if p < MinPriority || p > MaxPriority {
-		return badf("%s: priority %d is outside [%d, %d]", where, p, MinPriority, MaxPriority)
+// amount validates *v like ValidateAmount and turns -0 into +0: -0 is a
+// valid amount, but a reply computed from it could carry "-0" (JSON) or a
+// sign bit (protobuf) that no client expects. Validation is the single
+// place every request value passes, so it is normalised here.
+func amount(what string, v *float64) error {
+	if err := ValidateAmount(what, *v); err != nil {
+		return err
+	}
+	if *v == 0 {
+		*v = 0
 	}
 	return nil
 }
 
-func validateLease(where string, l *allotpb.Lease) error {
+func validatePriority(p int32) error {
+	if p < MinPriority || p > MaxPriority {
+		return badf("priority %d is outside [%d, %d]", p, MinPriority, MaxPriority)
+	}
+	return nil
+}
+
+// maxExpirySeconds is the last second whose instants are all representable
+// as int64 unix nanoseconds (2262-04-11T23:47:15Z), the coordinator's
+// clock type.
+const maxExpirySeconds = math.MaxInt64/int64(time.Second) - 1
+
+// validateLease checks the lease a client says it holds ("has") and
+// normalises its capacity. Errors name the field below the lease.
+func validateLease(l *allotpb.Lease) error {
 	if l == nil {
 		return nil
 	}
-	if err := ValidateAmount(where+": has.capacity", l.GetCapacity()); err != nil {
+	if err := amount("has.capacity", &l.Capacity); err != nil {
 		return err
 	}
 	if t := l.GetExpiryTime(); t != nil {
 		if err := t.CheckValid(); err != nil {
-			return badf("%s: has.expiry_time: %v", where, err)
+			return badf("has.expiry_time: %v", err)
+		}
+		if t.GetSeconds() < 0 || t.GetSeconds() > maxExpirySeconds {
+			return badf("has.expiry_time %s is outside [%s, %s]", t.AsTime().Format(time.RFC3339Nano),
+				time.Unix(0, 0).UTC().Format(time.RFC3339), time.Unix(maxExpirySeconds, 0).UTC().Format(time.RFC3339))
 		}
 	}
 	if d := l.GetRefreshInterval(); d != nil {
 		if err := d.CheckValid(); err != nil {
-			return badf("%s: has.refresh_interval: %v", where, err)
+			return badf("has.refresh_interval: %v", err)
+		}
+		switch {
+		case d.GetSeconds() < 0 || d.GetNanos() < 0:
+			return badf("has.refresh_interval %s is negative", d.AsDuration())
+		case d.AsDuration() > MaxLeaseLength:
+			return badf("has.refresh_interval %s is longer than the limit of %s", d.AsDuration(), MaxLeaseLength)
 		}
 	}
 	return nil
@@ -190,7 +312,8 @@ func checkCount(n int) error {
 	return nil
 }
 
-// ValidateGetCapacity checks a GetCapacityRequest completely.
+// ValidateGetCapacity checks a GetCapacityRequest completely and turns
+// every -0 amount in it (wants, has.capacity) into +0.
 func ValidateGetCapacity(r *allotpb.GetCapacityRequest) error {
 	if err := ValidateID("client_id", r.GetClientId()); err != nil {
 		return err
@@ -200,17 +323,8 @@ func ValidateGetCapacity(r *allotpb.GetCapacityRequest) error {
 	}
 	for i, res := range r.GetResource() {
 		// Field names are formatted only on the error path: this runs for
-		// every request.
-		if err := ValidateID("resource_id", res.GetResourceId()); err != nil {
-			return fmt.Errorf("resource[%d]: %w", i, err)
-		}
-		if err := ValidateAmount("wants", res.GetWants()); err != nil {
-			return fmt.Errorf("resource[%d]: %w", i, err)
-		}
-		if err := validatePriority("priority", res.GetPriority()); err != nil {
-			return fmt.Errorf("resource[%d]: %w", i, err)
-		}
-		if err := validateLease("lease", res.GetHas()); err != nil {
+		// every request, and allocates nothing for a valid one.
+		if err := validateResource(res); err != nil {
 			return fmt.Errorf("resource[%d]: %w", i, err)
 		}
 	}
@@ -218,6 +332,19 @@ func ValidateGetCapacity(r *allotpb.GetCapacityRequest) error {
 		return badf("resource[%d]: resource_id %q appears twice (also resource[%d])", j, r.GetResource()[i].GetResourceId(), i)
 	}
 	return nil
+}
+
+func validateResource(res *allotpb.ResourceRequest) error {
+	if err := ValidateID("resource_id", res.GetResourceId()); err != nil {
+		return err
+	}
+	if err := amount("wants", &res.Wants); err != nil {
+		return err
+	}
+	if err := validatePriority(res.GetPriority()); err != nil {
+		return err
+	}
+	return validateLease(res.GetHas())
 }
 
 // duplicate finds two requests for the same resource. Small requests (the
@@ -252,14 +379,15 @@ func ValidateRelease(r *allotpb.ReleaseCapacityRequest) error {
 		return err
 	}
 	for i, id := range r.GetResourceId() {
-		if err := ValidateID(fmt.Sprintf("resource_id[%d]", i), id); err != nil {
-			return err
+		if err := ValidateID("resource_id", id); err != nil {
+			return fmt.Errorf("resource_id[%d]: %w", i, err)
 		}
 	}
 	return nil
 }
 
-// ValidateGetServerCapacity checks a GetServerCapacityRequest.
+// ValidateGetServerCapacity checks a GetServerCapacityRequest and turns
+// every -0 amount in it (outstanding, has.capacity, wants) into +0.
 func ValidateGetServerCapacity(r *allotpb.GetServerCapacityRequest) error {
 	if err := ValidateID("server_id", r.GetServerId()); err != nil {
 		return err
@@ -267,45 +395,61 @@ func ValidateGetServerCapacity(r *allotpb.GetServerCapacityRequest) error {
 	if err := checkCount(len(r.GetResource())); err != nil {
 		return err
 	}
+	bands := 0
+	for _, res := range r.GetResource() {
+		bands += len(res.GetWants())
+	}
+	if bands > MaxBandsPerReq {
+		return badf("%d priority bands in one request; the limit is %d: split it", bands, MaxBandsPerReq)
+	}
 	seen := make(map[string]struct{}, len(r.GetResource()))
 	for i, res := range r.GetResource() {
-		where := fmt.Sprintf("resource[%d]", i)
-		if err := ValidateID(where+".resource_id", res.GetResourceId()); err != nil {
-			return err
-		}
 		if _, dup := seen[res.GetResourceId()]; dup {
-			return badf("%s: resource_id %q appears twice", where, res.GetResourceId())
+			return badf("resource[%d]: resource_id %q appears twice", i, res.GetResourceId())
 		}
 		seen[res.GetResourceId()] = struct{}{}
-		if err := ValidateAmount(where+".outstanding", res.GetOutstanding()); err != nil {
-			return err
-		}
-		if err := validateLease(where, res.GetHas()); err != nil {
-			return err
-		}
-		if len(res.GetWants()) == 0 {
-			return badf("%s: no priority bands in wants", where)
-		}
-		if len(res.GetWants()) > 2*MaxPriority+1 {
-			return badf("%s: %d priority bands; at most %d", where, len(res.GetWants()), 2*MaxPriority+1)
-		}
-		bands := make(map[int32]struct{}, len(res.GetWants()))
-		for j, b := range res.GetWants() {
-			bw := fmt.Sprintf("%s.wants[%d]", where, j)
-			if err := validatePriority(bw, b.GetPriority()); err != nil {
-				return err
-			}
-			if _, dup := bands[b.GetPriority()]; dup {
-				return badf("%s: priority %d appears twice", bw, b.GetPriority())
-			}
-			bands[b.GetPriority()] = struct{}{}
-			if b.GetNumClients() < 1 || b.GetNumClients() > maxSubclientsPerBand {
-				return badf("%s: num_clients %d is outside [1, %d]", bw, b.GetNumClients(), int64(maxSubclientsPerBand))
-			}
-			if err := ValidateAmount(bw+".wants", b.GetWants()); err != nil {
-				return err
-			}
+		if err := validateServerResource(res); err != nil {
+			return fmt.Errorf("resource[%d]: %w", i, err)
 		}
 	}
 	return nil
+}
+
+func validateServerResource(res *allotpb.ServerCapacityResourceRequest) error {
+	if err := ValidateID("resource_id", res.GetResourceId()); err != nil {
+		return err
+	}
+	if err := amount("outstanding", &res.Outstanding); err != nil {
+		return err
+	}
+	if err := validateLease(res.GetHas()); err != nil {
+		return err
+	}
+	if len(res.GetWants()) == 0 {
+		return badf("no priority bands in wants")
+	}
+	if len(res.GetWants()) > 2*MaxPriority+1 {
+		return badf("%d priority bands; at most %d", len(res.GetWants()), 2*MaxPriority+1)
+	}
+	bands := make(map[int32]struct{}, len(res.GetWants()))
+	for j, b := range res.GetWants() {
+		if err := validateBand(b, bands); err != nil {
+			return fmt.Errorf("wants[%d]: %w", j, err)
+		}
+	}
+	return nil
+}
+
+func validateBand(b *allotpb.PriorityBandAggregate, seen map[int32]struct{}) error {
+	if err := validatePriority(b.GetPriority()); err != nil {
+		return err
+	}
+	if _, dup := seen[b.GetPriority()]; dup {
+		return badf("priority %d appears twice", b.GetPriority())
+	}
+	seen[b.GetPriority()] = struct{}{}
+	if b.GetNumClients() < 1 || b.GetNumClients() > maxSubclientsPerBand {
+		return badf("num_clients %d is outside [1, %d]", b.GetNumClients(), int64(maxSubclientsPerBand))
+	}
+	return amount("wants", &b.Wants)
 }

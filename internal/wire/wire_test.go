@@ -66,51 +66,6 @@ func TestValidateGetCapacity(t *testing.T) {
 	}
 }
 
-// FuzzDecode feeds arbitrary bytes to every request decoder in both
-// encodings. Nothing may panic, and whatever validates must be sane.
-func FuzzDecode(f *testing.F) {
-	f.Add([]byte(`{"client_id":"me","resource":[{"resource_id":"db","wants":10}]}`), false)
-	f.Add([]byte(`{"clientId":"me","resource":[{"resourceId":"db","wants":"NaN","has":{"capacity":1,"expiry_time":"2026-01-01T00:00:00Z"}}]}`), false)
-	f.Add([]byte(`{"client_id":"me","resource_id":["a","b"]}`), false)
-	f.Add([]byte(`{"server_id":"s","resource":[{"resource_id":"db","wants":[{"priority":1,"num_clients":3,"wants":5}]}]}`), false)
-	f.Add([]byte{0x0a, 0x02, 'm', 'e', 0x12, 0x05, 0x0a, 0x01, 'r', 0x21, 0, 0, 0, 0, 0, 0, 0xf0, 0x7f}, true)
-	f.Fuzz(func(t *testing.T, data []byte, binary bool) {
-		enc := JSON
-		if binary {
-			enc = Protobuf
-		}
-		var g allotpb.GetCapacityRequest
-		if Unmarshal(enc, data, &g) == nil && ValidateGetCapacity(&g) == nil {
-			for _, r := range g.GetResource() {
-				w := r.GetWants()
-				if math.IsNaN(w) || math.IsInf(w, 0) || w < 0 || w > MaxWants || r.GetResourceId() == "" {
-					t.Fatalf("validated a bad request: %v", &g)
-				}
-			}
-			if len(g.GetResource()) > MaxResourcesPerReq {
-				t.Fatal("validated too many resources")
-			}
-			if _, err := Marshal(JSON, &g); err != nil {
-				t.Fatalf("validated request does not re-encode: %v", err)
-			}
-		}
-		var rel allotpb.ReleaseCapacityRequest
-		if Unmarshal(enc, data, &rel) == nil {
-			_ = ValidateRelease(&rel)
-		}
-		var s allotpb.GetServerCapacityRequest
-		if Unmarshal(enc, data, &s) == nil && ValidateGetServerCapacity(&s) == nil {
-			for _, r := range s.GetResource() {
-				for _, b := range r.GetWants() {
-					if b.GetNumClients() < 1 || math.IsNaN(b.GetWants()) {
-						t.Fatalf("validated a bad band: %v", b)
-					}
-				}
-			}
-		}
-	})
-}
-
 func TestDuplicateResources(t *testing.T) {
 	for _, n := range []int{2, 16, 17, 500} {
 		r := &allotpb.GetCapacityRequest{ClientId: "c"}
