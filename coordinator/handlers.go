@@ -69,14 +69,14 @@ func (c *Coordinator) handleCapacity(m micro.Request) {
 		c.replyError(m, enc, CodeUnknownEndpoint, "unknown operation "+strconv.Quote(op)+": use capacity.get or capacity.release")
 		return
 	}
-	n := len(m.Data())
-	if err := wire.CheckSize(wire.EncodingOf(nats.Header(m.Headers())), n); err != nil {
-		c.replyError(m, wire.EncodingOf(nats.Header(m.Headers())), CodeTooLarge, err.Error())
+	enc, n := wire.EncodingOf(nats.Header(m.Headers())), len(m.Data())
+	if err := wire.CheckSize(enc, n); err != nil {
+		c.replyError(m, enc, CodeTooLarge, err.Error())
 		return
 	}
-	if n > wire.InlineDecodeBytes || kind == kindRelease && c.bulk.busy() {
+	if !wire.DecodeInline(enc, n) || kind == kindRelease && c.bulk.busy() {
 		if !c.bulk.submit(m, kind) {
-			c.replyError(m, wire.EncodingOf(nats.Header(m.Headers())), CodeUnavailable, "too many large requests queued; retry shortly")
+			c.replyError(m, enc, CodeUnavailable, "too many large requests queued; retry shortly")
 		}
 		return
 	}

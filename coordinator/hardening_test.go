@@ -217,7 +217,17 @@ func TestInvalidLeaderIsSilent(t *testing.T) {
 // newcomer gets the capacity.
 func TestReleaseAfterGetKeepsOrder(t *testing.T) {
 	e := start(t, coordinator.Options{Templates: fairSet(100), RoundInterval: coordinator.NoRoundInterval})
+	// Half the gets are large enough to be decoded on the bulk lane: the
+	// release that follows must still be applied after them.
+	var pad strings.Builder
+	for k := range 60 {
+		fmt.Fprintf(&pad, `,{"resource_id":"pad-%d","wants":0}`, k)
+	}
 	for trial := range 40 {
+		extra := ""
+		if trial%2 == 1 {
+			extra = pad.String()
+		}
 		id := fmt.Sprint("c", trial)
 		getSub, relSub := nats.NewInbox(), nats.NewInbox()
 		got := make(chan *nats.Msg, 2)
@@ -228,7 +238,10 @@ func TestReleaseAfterGetKeepsOrder(t *testing.T) {
 			}
 			defer func() { _ = sub.Unsubscribe() }()
 		}
-		body := fmt.Sprintf(`{"client_id":%q,"resource":[{"resource_id":"r","wants":100}]}`, id)
+		body := fmt.Sprintf(`{"client_id":%q,"resource":[{"resource_id":"r","wants":100}%s]}`, id, extra)
+		if trial == 1 && wire.DecodeInline(wire.JSON, len(body)) {
+			t.Fatalf("a %d-byte request is decoded inline; the test wants the bulk lane", len(body))
+		}
 		if err := e.nc.PublishRequest(coordinator.Subject("root", "capacity.get"), getSub, []byte(body)); err != nil {
 			t.Fatal(err)
 		}

@@ -67,8 +67,7 @@ func TestCoordinatorWire(t *testing.T) {
 	t.Run("oversized JSON", func(t *testing.T) {
 		// Above the JSON limit, below NATS' default max_payload.
 		data := []byte(`{"client_id":"c","resource":[{"resource_id":"db","wants":1}],"x":"` + strings.Repeat("x", wire.MaxJSONRequest) + `"}`)
-		// 413 once the coordinator maps wire.ErrTooLarge to it; 400 before.
-		wantError(request(wire.JSON, data), "413 400", "request too large")
+		wantError(request(wire.JSON, data), "413", "request too large")
 	})
 	t.Run("wants -0 in JSON", func(t *testing.T) {
 		m := request(wire.JSON, []byte(`{"client_id":"z","resource":[{"resource_id":"db","wants":-0,"has":{"capacity":-0}}]}`))
