@@ -349,8 +349,11 @@ func (r *resource) allocate(p *roundParams) {
 				free += before - c.exposure(p.now)
 			}
 		}
-		var owed []int32
-		grants := make(map[int32]float64)
+		type owedGrant struct {
+			i int32
+			g float64
+		}
+		var owed []owedGrant
 		for _, i := range r.batch {
 			c := &r.clients[i]
 			tg := r.demands[i].Target
@@ -361,8 +364,7 @@ func (r *resource) allocate(p *roundParams) {
 			g := max(min(tg, before+free), c.has, 0)
 			free -= max(g, before) - before
 			if g < tg*(1-1e-9) {
-				owed = append(owed, i)
-				grants[i] = g
+				owed = append(owed, owedGrant{i, g})
 				continue
 			}
 			settle(i, g, refresh)
@@ -376,8 +378,8 @@ func (r *resource) allocate(p *roundParams) {
 				fresh = time.Duration(back-p.now) + p.minFresh
 			}
 			fresh = min(max(fresh, p.minFresh), refresh)
-			for _, i := range owed {
-				settle(i, grants[i], fresh)
+			for _, o := range owed {
+				settle(o.i, o.g, fresh)
 			}
 		}
 	}
