@@ -344,7 +344,7 @@ func TestLearningWithoutSummary(t *testing.T) {
 	if h.GetTerm() != 2 || h.GetResources()["db"].GetCeiling() < 60 {
 		t.Fatalf("record after takeover: %s", entry.Value())
 	}
-	if _, complete := h.GetResources()[""]; complete {
+	if h.GetComplete() {
 		t.Fatalf("record claims completeness while unknown leases may be out: %s", entry.Value())
 	}
 	// A coordinator with a lower term refuses to start over this record.
