@@ -149,6 +149,9 @@ func (c *Coordinator) applyGet(req *request, set *config.Set, now int64, touch f
 		}
 		if tmpls[k] = set.Match(id); tmpls[k] == nil {
 			req.slots[k] = slot{code: CodeNoTemplate, err: fmt.Sprintf("resource %q matches no template and unmatched resources are rejected; add a template with 'allot config put'", id)}
+			if why := set.Refused(id); why != "" {
+				req.slots[k].err = fmt.Sprintf("resource %q is refused: %s", id, why)
+			}
 			continue
 		}
 		if r == nil {

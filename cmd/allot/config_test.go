@@ -10,10 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/proto/allotpb"
 )
 
 // runCLI runs `allot args...` and returns its exit code and output.
@@ -140,5 +145,74 @@ func TestConfigStatusCLI(t *testing.T) {
 	code, out, _ = runCLI(t, "", "config", "status", "--json", "--nats", url, "--wait", "500ms")
 	if code != 0 || !strings.Contains(out, `"node": "root"`) {
 		t.Errorf("status --json: %d\n%s", code, out)
+	}
+}
+
+// askCapacity sends one capacity.get for id to node root and returns the
+// capacity granted, or the error code and text.
+func askCapacity(t *testing.T, nc *nats.Conn, id string, wants float64) (float64, string) {
+	t.Helper()
+	req, _ := proto.Marshal(&allotpb.GetCapacityRequest{ClientId: "c1", Resource: []*allotpb.ResourceRequest{{ResourceId: id, Wants: wants}}})
+	msg := nats.NewMsg("allot.root.capacity.get")
+	msg.Data = req
+	msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
+	m, err := nc.RequestMsg(msg, 5*time.Second)
+	if err != nil {
+		return -1, err.Error()
+	}
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return -1, code + " " + m.Header.Get("Nats-Service-Error")
+	}
+	var resp allotpb.GetCapacityResponse
+	if err := proto.Unmarshal(m.Data, &resp); err != nil {
+		return -1, err.Error()
+	}
+	return resp.GetResponse()[0].GetGets().GetCapacity(), ""
+}
+
+// TestCoordinatorStartedAfterBadPut is issue 9 item 4 through the real
+// serve path: after a valid put (500) and an invalid one (-1), a
+// coordinator that starts fresh grants from the valid revision instead of
+// the built-in default (100), and refuses a resource whose template never
+// had a valid revision rather than serving it with the default.
+func TestCoordinatorStartedAfterBadPut(t *testing.T) {
+	s := natstest.Server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, _ := jetstream.New(natstest.Conn(t, s))
+	kv, err := config.OpenBucket(ctx, js, config.DefaultBucket, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kvp := range [][2]string{
+		{"lim", `{"identifier_glob":"lim","capacity":500,"algorithm":{"kind":"FAIR_SHARE"}}`},
+		{"lim", `{"identifier_glob":"lim","capacity":-1,"algorithm":{"kind":"FAIR_SHARE"}}`},
+		{"redis", `{"identifier_glob":"redis/*","capacity":-1,"algorithm":{"kind":"FAIR_SHARE"}}`},
+	} {
+		if _, err := kv.Put(ctx, config.Key(kvp[0]), []byte(kvp[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cf := coordFlags{node: "root", round: 5 * time.Millisecond, bucket: "allot_state", configBucket: config.DefaultBucket, unmatched: config.UnmatchedDefault, logLevel: "warn"}
+	serveCtx, stopServe := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- serve(serveCtx, natstest.Conn(t, s), &cf, slog.New(slog.DiscardHandler)) }()
+	defer func() {
+		stopServe()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	client := natstest.Conn(t, s)
+	got, e := askCapacity(t, client, "lim", 1000)
+	for e != "" && !strings.HasPrefix(e, "4") && ctx.Err() == nil { // not serving yet
+		time.Sleep(20 * time.Millisecond)
+		got, e = askCapacity(t, client, "lim", 1000)
+	}
+	if got != 500 {
+		t.Errorf("lim: granted %v (%s), want 500 from the last valid revision", got, e)
+	}
+	if got, e := askCapacity(t, client, "redis/cache", 1000); !strings.HasPrefix(e, "404") || !strings.Contains(e, "is refused") || !strings.Contains(e, "template redis revision") {
+		t.Errorf("redis/cache: granted %v (%s), want 404 refused", got, e)
 	}
 }
