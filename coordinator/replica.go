@@ -53,6 +53,9 @@ type ReplicaStatus struct {
 	Leader string `json:"leader,omitempty"`
 	// Serving is true while this replica's coordinator answers.
 	Serving bool `json:"serving"`
+	// Config is the configuration status of Options.Templates if it is a
+	// StatusSource, so `allot config status` shows followers' views too.
+	Config any `json:"config,omitempty"`
 }
 
 // Replica is one of several coordinator replicas of a tree node. It
@@ -98,6 +101,9 @@ func (r *Replica) Status() ReplicaStatus {
 		st.Role, st.Term, st.Leader = es.Role, es.Term, es.Leader
 	}
 	st.Serving = serving != 0
+	if src, ok := r.opts.Templates.(StatusSource); ok {
+		st.Config = src.Status()
+	}
 	return st
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/opstatus"
 )
 
 // configCommand is one `allot config` subcommand.
@@ -34,7 +35,7 @@ func configCommands() []configCommand {
 		{"history", "NAME", "print the stored revisions of templates.NAME", configHistory},
 		{"validate", "FILE|-", "check a template file offline and print its normalized form", configValidate},
 		{"explain", "RESOURCE_ID", "show which template a resource gets, and every candidate in precedence order", configExplain},
-		{"status", "", "show which revision of each template every coordinator serves", configStatus},
+		{"status", "", "show which revision of each template every replica (leader and followers) serves", configStatus},
 	}
 }
 
@@ -118,7 +119,7 @@ func (c *configFlags) open(ctx context.Context, create bool) (kv jetstream.KeyVa
 	if err != nil {
 		nc.Close()
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, nil, fmt.Errorf("%w (no template was ever stored; `allot config put` or `allot up` creates it)", err)
+			return nil, nil, fmt.Errorf("%w: check --bucket for a typo; `allot up` and `allot config put --create-bucket` create it", err)
 		}
 		return nil, nil, err
 	}
@@ -154,6 +155,7 @@ func configPut(ctx context.Context, env *cliEnv, args []string) error {
 	cf.register(fs)
 	expect := fs.Uint64("revision", 0, "store only if the key's current revision is this (0: any); with -create-only, ignored")
 	createOnly := fs.Bool("create-only", false, "store only if the key does not exist")
+	createBucket := fs.Bool("create-bucket", false, "create the bucket if it does not exist (otherwise a missing bucket, e.g. a typo in --bucket, is an error)")
 	if err := parseConfigFlags(fs, args, 2); err != nil {
 		return err
 	}
@@ -167,7 +169,7 @@ func configPut(ctx context.Context, env *cliEnv, args []string) error {
 		return fmt.Errorf("refusing invalid template %s: %w", name, err)
 	}
 	printNotes(env.stderr, notes)
-	ctx, kv, done, err := cf.connect(ctx, true)
+	ctx, kv, done, err := cf.connect(ctx, *createBucket)
 	if err != nil {
 		return err
 	}
@@ -428,7 +430,7 @@ func configStatus(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "config status", "")
 	var cf configFlags
 	cf.register(fs)
-	wait := fs.Duration("wait", time.Second, "how long to collect replies from coordinators")
+	wait := fs.Duration("wait", time.Second, "how long to collect replies from coordinator replicas")
 	asJSON := fs.Bool("json", false, "print the replies as JSON")
 	if err := parseConfigFlags(fs, args, 0); err != nil {
 		return err
@@ -438,17 +440,22 @@ func configStatus(ctx context.Context, env *cliEnv, args []string) error {
 		return fmt.Errorf("connect to NATS at %s: %w", cf.url, err)
 	}
 	defer nc.Close()
-	sts, err := config.GatherStatus(ctx, nc, config.ServiceName, *wait)
+	rs, err := opstatus.GatherAll(ctx, nc, *wait)
 	if err != nil {
 		return err
 	}
 	if *asJSON {
 		enc := json.NewEncoder(env.stdout)
 		enc.SetIndent("", "  ")
-		if sts == nil {
-			sts = []config.CoordinatorStatus{}
+		if rs == nil {
+			rs = []opstatus.Replica{}
 		}
-		return enc.Encode(sts)
+		err = enc.Encode(rs)
+	} else {
+		err = opstatus.Format(env.stdout, rs)
 	}
-	return config.FormatStatus(env.stdout, sts)
+	if err == nil && len(rs) == 0 {
+		err = fmt.Errorf("no coordinator replica answered on %s within %s (none running, another account, or try a longer --wait)", cf.url, *wait)
+	}
+	return err
 }
