@@ -151,6 +151,9 @@ func (w *Watcher) OnChange(f func(*Set)) {
 // watch runs until Stop. Invalid values are logged and recorded in
 // Status; they do not fail Start.
 func (w *Watcher) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("config watcher: initial load: %w", err)
+	}
 	w.mu.Lock()
 	if w.started {
 		w.mu.Unlock()
