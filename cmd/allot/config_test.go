@@ -194,6 +194,57 @@ func TestConfigStatusCLI(t *testing.T) {
 	}
 }
 
+// TestConfigExplainCLI: explain applies the unmatched policy (the flag,
+// else what the running replicas report) and says what the running
+// replicas would give the resource, from the configuration they report.
+func TestConfigExplainCLI(t *testing.T) {
+	s := natstest.Server(t)
+	url := s.ClientURL()
+	if code, out, errs := runCLI(t, cliMySQL, "config", "put", "--create-bucket", "mysql-main", "-", "--nats", url); code != 0 {
+		t.Fatalf("put: %d %s %s", code, out, errs)
+	}
+	// Offline (nothing running): the flag decides.
+	mustExplain := func(want []string, args ...string) string {
+		t.Helper()
+		code, out, errs := runCLI(t, "", append([]string{"config", "explain", "--nats", url, "--wait", "300ms"}, args...)...)
+		for _, w := range want {
+			if code != 0 || !strings.Contains(out, w) {
+				t.Fatalf("explain %v: exit %d, lacks %q\n%s\n%s", args, code, w, out, errs)
+			}
+		}
+		t.Logf("allot config explain %s:\n%s", strings.Join(args, " "), out)
+		return out
+	}
+	mustExplain([]string{"Unmatched resources: default (the default policy)", `resource "redis/x" gets template builtin:default`, "none answered"}, "redis/x")
+	mustExplain([]string{`resource "redis/x" matches no template and unmatched resources are rejected`}, "--unmatched", "reject", "redis/x")
+
+	// Replicas running with --unmatched reject, and a template that never
+	// had a valid revision.
+	startServing(t, s, coordFlags{node: "root", serverID: "replica-a", round: 5 * time.Millisecond, bucket: "allot_state", configBucket: config.DefaultBucket, unmatched: config.UnmatchedReject, logLevel: "warn"})
+	js, _ := jetstream.New(natstest.Conn(t, s))
+	kv, err := js.KeyValue(testCtx(t), config.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(testCtx(t), config.Key("cache"), []byte(`{"identifier_glob":"cache/*","capacity":-3}`)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	for {
+		_, out, _ := runCLI(t, "", "config", "explain", "--nats", url, "--wait", "300ms", "cache/x")
+		if strings.Contains(out, "replica-a (generation") && strings.Contains(out, "would refuse it") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the replica never reported the refusal:\n%s", out)
+		}
+	}
+	mustExplain([]string{"Unmatched resources: reject (the policy the running replicas report)", "matches no template and unmatched resources are rejected", "replica-a (generation", "would reject it"}, "redis/x")
+	mustExplain([]string{`gets template builtin:default`, "would reject it"}, "--unmatched", "default", "redis/x")
+	mustExplain([]string{"gets template mysql-main (revision 1)", "replica-a (generation", "would use template mysql-main (revision 1): FAIR_SHARE, capacity 500"}, "mysql/main")
+	mustExplain([]string{`resource "cache/x" is refused: template cache revision`, "would refuse it", "no valid revision in its history"}, "cache/x")
+}
+
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
