@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/allot/allot/deploy/templates"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/opstatus"
@@ -308,5 +309,38 @@ func TestCoordinatorStartedAfterBadPut(t *testing.T) {
 	}
 	if got, e := askCapacity(t, client, "redis/cache", 1000); !strings.HasPrefix(e, "404") || !strings.Contains(e, "is refused") || !strings.Contains(e, "template redis revision") {
 		t.Errorf("redis/cache: granted %v (%s), want 404 refused", got, e)
+	}
+}
+
+// TestShippedPrecedence checks the precedence example of
+// docs/configuration.md against the templates `allot up` seeds.
+func TestShippedPrecedence(t *testing.T) {
+	s := natstest.Server(t)
+	ctx := testCtx(t)
+	js, _ := jetstream.New(natstest.Conn(t, s))
+	kv, err := config.OpenBucket(ctx, js, config.DefaultBucket, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.SeedTemplates(ctx, kv, templates.FS()); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := config.LoadAll(ctx, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := config.SetFromEntries(entries, config.DefaultTemplate())
+	for id, want := range map[string]string{
+		"mysql/main":         "mysql-main default builtin:default",
+		"mysql/replica-eu-2": "mysql-replicas default builtin:default",
+		"batch/nightly":      "batch-static default builtin:default",
+	} {
+		var got []string
+		for _, c := range set.Explain(id) {
+			got = append(got, c.Template.Name)
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("%s: candidates %v, want %s", id, got, want)
+		}
 	}
 }
