@@ -190,3 +190,22 @@ func TestResyncServesNewestValidRevision(t *testing.T) {
 		t.Errorf("after resync: capacity %g, %d resyncs", m.Capacity, w.Status().Resyncs)
 	}
 }
+
+func TestReadGlob(t *testing.T) {
+	for doc, want := range map[string]string{
+		`{"identifier_glob":"redis/**","capacity":-1}`: "redis/*",
+		"identifierGlob: \"a?\"\ncapacity: lots\n":     "a?",
+		`{"identifier_glob":"a","identifierGlob":"b"}`: "", // ambiguous
+		`{"identifier_glob":5}`:                        "",
+		`{"identifier_glob":"has space"}`:              "",
+		`{"capacity":1}`:                               "",
+		"identifier_glob: x\ncapacity: [":              "",
+		`[{"identifier_glob":"x"}]`:                    "",
+		"":                                             "",
+		`{"identifier_glob":"x","description":"` + strings.Repeat("y", MaxTemplateSize) + `"}`: "",
+	} {
+		if got := readGlob([]byte(doc)); got != want {
+			t.Errorf("readGlob(%.60q) = %q, want %q", doc, got, want)
+		}
+	}
+}

@@ -203,7 +203,7 @@ func resolveInvalid(ctx context.Context, kv jetstream.KeyValue, name string, rev
 			return r
 		}
 	}
-	glob := ReadGlob(value)
+	glob := readGlob(value)
 	if glob == "" {
 		return r
 	}
@@ -216,10 +216,10 @@ func resolveInvalid(ctx context.Context, kv jetstream.KeyValue, name string, rev
 	return r
 }
 
-// ReadGlob returns the identifier_glob a template document names even if
+// readGlob returns the identifier_glob a template document names even if
 // the document is otherwise invalid, or "" if it names none that
 // ValidateGlob accepts.
-func ReadGlob(data []byte) string {
+func readGlob(data []byte) string {
 	if len(data) > MaxTemplateSize {
 		return ""
 	}
