@@ -182,6 +182,7 @@ func TestConfigStatusCLI(t *testing.T) {
 			}
 		}
 		if code == 0 && missing == "" && strings.Count(out, "generation") == 2 && strings.Count(out, "rejected templates.mysql-main") == 2 {
+			t.Logf("allot config status:\n%s", out)
 			break
 		}
 		if ctx.Err() != nil {

@@ -369,7 +369,7 @@ func role(r Replica) string {
 	case r.Role == "leader":
 		return fmt.Sprintf("leader of term %d, not serving", r.Term)
 	case r.Role != "" && r.Term > 0:
-		return fmt.Sprintf("%s (leader's term %d)", r.Role, r.Term)
+		return fmt.Sprintf("%s, leader's term %d", r.Role, r.Term)
 	case r.Role != "":
 		return r.Role
 	}

@@ -51,7 +51,7 @@ func TestFormat(t *testing.T) {
 	t.Logf("\n%s", out)
 	for _, want := range []string{
 		"replica S1 of node root: leader, serving term 3 (instance i1, version 0.1.0)",
-		"replica S2 of node root: follower (leader's term 3)",
+		"replica S2 of node root: follower, leader's term 3",
 		"templates.mysql-main  7",
 		"serving revision 7 because revision 8 is invalid",
 		"rejected templates.mysql-main revision 8 at 2026-01-02T03:04:05Z: capacity: -5 is negative",
