@@ -57,6 +57,9 @@ type ReplicaStatus struct {
 	// Failure says why a leader's coordinator stopped serving on its own
 	// (deposed by a newer leader's record, leadership lapsed).
 	Failure string `json:"failure,omitempty"`
+	// Config is the configuration status of Options.Templates if it is a
+	// StatusSource, so `allot config status` shows followers' views too.
+	Config any `json:"config,omitempty"`
 }
 
 // Replica is one of several coordinator replicas of a tree node. It
@@ -108,6 +111,9 @@ func (r *Replica) Status() ReplicaStatus {
 			st.Serving = false
 			st.Failure = err.Error()
 		}
+	}
+	if src, ok := r.opts.Templates.(StatusSource); ok {
+		st.Config = src.Status()
 	}
 	return st
 }

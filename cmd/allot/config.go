@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/opstatus"
 )
 
 // configCommand is one `allot config` subcommand.
@@ -34,7 +35,7 @@ func configCommands() []configCommand {
 		{"history", "NAME", "print the stored revisions of templates.NAME", configHistory},
 		{"validate", "FILE|-", "check a template file offline and print its normalized form", configValidate},
 		{"explain", "RESOURCE_ID", "show which template a resource gets, and every candidate in precedence order", configExplain},
-		{"status", "", "show which revision of each template every coordinator serves", configStatus},
+		{"status", "", "show which revision of each template every replica (leader and followers) serves", configStatus},
 	}
 }
 
@@ -118,7 +119,7 @@ func (c *configFlags) open(ctx context.Context, create bool) (kv jetstream.KeyVa
 	if err != nil {
 		nc.Close()
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, nil, fmt.Errorf("%w (no template was ever stored; `allot config put` or `allot up` creates it)", err)
+			return nil, nil, fmt.Errorf("%w: check --bucket for a typo; `allot up` and `allot config put --create-bucket` create it", err)
 		}
 		return nil, nil, err
 	}
@@ -154,6 +155,7 @@ func configPut(ctx context.Context, env *cliEnv, args []string) error {
 	cf.register(fs)
 	expect := fs.Uint64("revision", 0, "store only if the key's current revision is this (0: any); with -create-only, ignored")
 	createOnly := fs.Bool("create-only", false, "store only if the key does not exist")
+	createBucket := fs.Bool("create-bucket", false, "create the bucket if it does not exist (otherwise a missing bucket, e.g. a typo in --bucket, is an error)")
 	if err := parseConfigFlags(fs, args, 2); err != nil {
 		return err
 	}
@@ -167,7 +169,7 @@ func configPut(ctx context.Context, env *cliEnv, args []string) error {
 		return fmt.Errorf("refusing invalid template %s: %w", name, err)
 	}
 	printNotes(env.stderr, notes)
-	ctx, kv, done, err := cf.connect(ctx, true)
+	ctx, kv, done, err := cf.connect(ctx, *createBucket)
 	if err != nil {
 		return err
 	}
@@ -252,7 +254,14 @@ func configList(ctx context.Context, env *cliEnv, args []string) error {
 	fmt.Fprintln(tw, "NAME\tREVISION\tGLOB\tALGORITHM\tCAPACITY\tLEASE\tREFRESH\tSTATE")
 	for _, e := range entries {
 		if e.Err != nil {
-			fmt.Fprintf(tw, "%s\t%d\t\t\t\t\t\tINVALID: %v\n", e.Name, e.Revision, e.Err)
+			serving := "nothing serves in its name"
+			switch {
+			case e.Serving != nil:
+				serving = fmt.Sprintf("revision %d serves", e.Serving.Revision)
+			case e.Refusal != nil:
+				serving = fmt.Sprintf("resources %q wins are refused", e.Refusal.Glob)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t\t\t\t\t\tINVALID (%s): %v\n", e.Name, e.Revision, serving, e.Err)
 			continue
 		}
 		t := e.Template
@@ -366,36 +375,81 @@ func configExplain(ctx context.Context, env *cliEnv, args []string) error {
 	var cf configFlags
 	cf.register(fs)
 	unmatched := config.UnmatchedDefault
-	fs.Var(&unmatched, "unmatched", "the coordinators' policy for unmatched resources: default or reject")
+	fs.Var(&unmatched, "unmatched", "the coordinators' policy for unmatched resources: default or reject (default: what the running replicas report, else default)")
+	wait := fs.Duration("wait", 500*time.Millisecond, "how long to collect what the running replicas serve (0: do not ask)")
 	if err := parseConfigFlags(fs, args, 1); err != nil {
 		return err
 	}
-	ctx, kv, done, err := cf.connect(ctx, false)
+	policySet := false
+	fs.Visit(func(f *flag.Flag) { policySet = policySet || f.Name == "unmatched" })
+	ctx, cancel := context.WithTimeout(ctx, cf.timeout+max(*wait, 0))
+	defer cancel()
+	kv, nc, err := cf.open(ctx, false)
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer nc.Close()
+	var replicas []opstatus.Replica
+	if *wait > 0 {
+		if replicas, err = opstatus.GatherAll(ctx, nc, *wait); err != nil {
+			return err
+		}
+	}
 	entries, err := config.LoadAll(ctx, kv)
 	if err != nil {
 		return err
 	}
-	return explain(env.stdout, fs.Arg(0), entries, unmatched.Fallback())
+	id := fs.Arg(0)
+	policyFrom := "--unmatched"
+	if !policySet {
+		policyFrom = "the default policy"
+		if p, ok := reportedPolicy(replicas); ok {
+			unmatched, policyFrom = p, "the policy the running replicas report"
+		}
+	}
+	fmt.Fprintf(env.stdout, "Unmatched resources: %s (%s).\n\n", unmatched, policyFrom)
+	set := config.SetFromEntries(entries, unmatched.Fallback())
+	if err := explain(env.stdout, id, set, entries); err != nil {
+		return err
+	}
+	if *wait > 0 {
+		return explainReplicas(ctx, env.stdout, kv, id, replicas)
+	}
+	return nil
 }
 
-// explain reports which template id gets, given the bucket's entries.
-func explain(w io.Writer, id string, entries []config.Entry, fallback *config.Template) error {
-	set := config.SetFromEntries(entries, fallback)
-	cands := set.Explain(id)
-	if len(cands) == 0 {
-		fmt.Fprintf(w, "resource %q matches no template and unmatched resources are rejected\n", id)
-	} else {
-		t := cands[0].Template
-		fmt.Fprintf(w, "resource %q gets template %s", id, t.Name)
-		if t.Revision > 0 {
-			fmt.Fprintf(w, " (revision %d)", t.Revision)
+// reportedPolicy is the unmatched policy every replica that reports its
+// configuration agrees on.
+func reportedPolicy(rs []opstatus.Replica) (config.UnmatchedPolicy, bool) {
+	var p config.UnmatchedPolicy
+	for _, r := range rs {
+		if r.Config == nil {
+			continue
 		}
-		fmt.Fprintf(w, ": %s, capacity %g, lease %s, refresh %s, learning mode %s\n",
-			t.Algorithm, t.Capacity, t.LeaseLength, t.RefreshInterval, t.LearningModeDuration)
+		if p != "" && r.Config.Unmatched != p {
+			return "", false
+		}
+		p = r.Config.Unmatched
+	}
+	return p, p != ""
+}
+
+// explain reports which template id gets from set, built from the
+// bucket's entries.
+func explain(w io.Writer, id string, set *config.Set, entries []config.Entry) error {
+	cands := set.Explain(id)
+	switch {
+	case len(cands) == 0:
+		fmt.Fprintf(w, "resource %q matches no template and unmatched resources are rejected\n", id)
+	case cands[0].Refused != "":
+		fmt.Fprintf(w, "resource %q is refused: %s\n", id, cands[0].Refused)
+	default:
+		fmt.Fprintf(w, "resource %q gets %s\n", id, describeTemplate(cands[0].Template))
+		if t := cands[0].Template; set.Fallback() == nil && t.Glob == "*" {
+			fmt.Fprintf(w, "(unmatched resources are rejected, but stored template %s matches every resource, so that policy never applies)\n", t.Name)
+		}
+	}
+	if len(cands) > 0 {
 		fmt.Fprintln(w, "\nCandidates in precedence order:")
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		for i, c := range cands {
@@ -403,7 +457,11 @@ func explain(w io.Writer, id string, entries []config.Entry, fallback *config.Te
 			if c.Chosen {
 				mark = "*"
 			}
-			fmt.Fprintf(tw, "%s %d.\t%s\t%q\t%s\n", mark, i+1, c.Template.Name, c.Template.Glob, c.Reason)
+			reason := c.Reason
+			if c.Refused != "" {
+				reason += "; refused: no valid revision"
+			}
+			fmt.Fprintf(tw, "%s %d.\t%s\t%q\t%s\n", mark, i+1, c.Template.Name, c.Template.Glob, reason)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -416,19 +474,118 @@ func explain(w io.Writer, id string, entries []config.Entry, fallback *config.Te
 		}
 	}
 	if len(bad) > 0 {
-		fmt.Fprintln(w, "\nInvalid keys (not considered here; coordinators serve their last valid revision, if they saw one):")
+		fmt.Fprintln(w, "\nInvalid latest revisions:")
 		for _, e := range bad {
 			fmt.Fprintf(w, "  %s revision %d: %v\n", e.Key, e.Revision, e.Err)
+			switch {
+			case e.Serving != nil:
+				fmt.Fprintf(w, "    replicas serve revision %d, the last valid one, instead\n", e.Serving.Revision)
+			case e.Refusal != nil:
+				fmt.Fprintf(w, "    no valid revision in its history: resources %q wins are refused\n", e.Refusal.Glob)
+			default:
+				fmt.Fprintln(w, "    no valid revision in its history and no readable identifier_glob: nothing serves or refuses in its name")
+			}
 		}
 	}
 	return nil
+}
+
+func describeTemplate(t *config.Template) string {
+	s := "template " + t.Name
+	if t.Revision > 0 {
+		s += fmt.Sprintf(" (revision %d)", t.Revision)
+	}
+	return s + fmt.Sprintf(": %s, capacity %g, lease %s, refresh %s, learning mode %s",
+		t.Algorithm, t.Capacity, t.LeaseLength, t.RefreshInterval, t.LearningModeDuration)
+}
+
+// explainReplicas reports what the running replicas would give id,
+// rebuilding each reported configuration (key revisions, refusals,
+// unmatched policy) from the bucket's history. Replicas with the same
+// answer share a line.
+func explainReplicas(ctx context.Context, w io.Writer, kv jetstream.KeyValue, id string, rs []opstatus.Replica) error {
+	fmt.Fprintln(w, "\nRunning replicas (from the configuration each reports):")
+	if len(rs) == 0 {
+		fmt.Fprintln(w, "  none answered; the above is what the bucket holds")
+		return nil
+	}
+	cache := map[string]*config.Template{} // "key@revision" → template
+	var order []string
+	byAnswer := map[string][]string{}
+	for _, r := range rs {
+		answer := "reports no configuration"
+		if r.Config != nil {
+			set, err := reportedSet(ctx, kv, r.Config, cache)
+			if err != nil {
+				answer = "cannot be rebuilt: " + err.Error()
+			} else {
+				answer = replicaAnswer(set, id)
+			}
+		}
+		if byAnswer[answer] == nil {
+			order = append(order, answer)
+		}
+		who := r.ServerID
+		if r.Config != nil {
+			who += fmt.Sprintf(" (generation %d)", r.Config.Generation)
+		}
+		byAnswer[answer] = append(byAnswer[answer], who)
+	}
+	for _, a := range order {
+		fmt.Fprintf(w, "  %s: %s\n", strings.Join(byAnswer[a], ", "), a)
+	}
+	if len(order) > 1 {
+		fmt.Fprintln(w, "  replicas disagree (a change may still be propagating; see 'allot config status')")
+	}
+	return nil
+}
+
+func replicaAnswer(set *config.Set, id string) string {
+	if t := set.Match(id); t != nil {
+		return "would use " + describeTemplate(t)
+	}
+	if why := set.Refused(id); why != "" {
+		return "would refuse it: " + why
+	}
+	return "would reject it: it matches no template and unmatched resources are rejected"
+}
+
+// reportedSet rebuilds the Set a replica reports serving.
+func reportedSet(ctx context.Context, kv jetstream.KeyValue, st *config.Status, cache map[string]*config.Template) (*config.Set, error) {
+	var ts []*config.Template
+	var refusals []config.Refusal
+	for _, k := range st.Keys {
+		switch {
+		case k.Revision > 0:
+			ck := fmt.Sprintf("%s@%d", k.Key, k.Revision)
+			t, ok := cache[ck]
+			if !ok {
+				e, err := kv.GetRevision(ctx, k.Key, k.Revision)
+				if err != nil {
+					return nil, fmt.Errorf("%s revision %d: %w", k.Key, k.Revision, err)
+				}
+				if t, _, err = config.ParseAndCompile(k.Name, k.Revision, e.Value()); err != nil {
+					return nil, fmt.Errorf("%s revision %d: %w", k.Key, k.Revision, err)
+				}
+				cache[ck] = t
+			}
+			ts = append(ts, t)
+		case k.Refused != "":
+			refusals = append(refusals, config.Refusal{Name: k.Name, Glob: k.Glob, Reason: k.Refused})
+		}
+	}
+	var fallback *config.Template
+	if st.Fallback != "" {
+		fallback = config.DefaultTemplate()
+	}
+	return config.NewSet(st.Generation, ts, fallback, refusals...), nil
 }
 
 func configStatus(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "config status", "")
 	var cf configFlags
 	cf.register(fs)
-	wait := fs.Duration("wait", time.Second, "how long to collect replies from coordinators")
+	wait := fs.Duration("wait", time.Second, "how long to collect replies from coordinator replicas")
 	asJSON := fs.Bool("json", false, "print the replies as JSON")
 	if err := parseConfigFlags(fs, args, 0); err != nil {
 		return err
@@ -438,17 +595,22 @@ func configStatus(ctx context.Context, env *cliEnv, args []string) error {
 		return fmt.Errorf("connect to NATS at %s: %w", cf.url, err)
 	}
 	defer nc.Close()
-	sts, err := config.GatherStatus(ctx, nc, config.ServiceName, *wait)
+	rs, err := opstatus.GatherAll(ctx, nc, *wait)
 	if err != nil {
 		return err
 	}
 	if *asJSON {
 		enc := json.NewEncoder(env.stdout)
 		enc.SetIndent("", "  ")
-		if sts == nil {
-			sts = []config.CoordinatorStatus{}
+		if rs == nil {
+			rs = []opstatus.Replica{}
 		}
-		return enc.Encode(sts)
+		err = enc.Encode(rs)
+	} else {
+		err = opstatus.Format(env.stdout, rs)
 	}
-	return config.FormatStatus(env.stdout, sts)
+	if err == nil && len(rs) == 0 {
+		err = fmt.Errorf("no coordinator replica answered on %s within %s (none running, another account, or try a longer --wait)", cf.url, *wait)
+	}
+	return err
 }

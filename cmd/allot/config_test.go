@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -10,10 +13,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/allot/allot/deploy/templates"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/opstatus"
+	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/proto/allotpb"
 )
 
 // runCLI runs `allot args...` and returns its exit code and output.
@@ -62,9 +72,16 @@ func TestConfigCLI(t *testing.T) {
 	mustFail("capacity: -1 is negative", `{"identifier_glob":"x","capacity":-1}`, "config", "validate", "-")
 
 	// Before anything is stored, read commands explain the missing bucket.
-	mustFail("no template was ever stored", "", "config", "list", "--nats", url)
+	mustFail(`bucket "allot_config": nats: bucket not found: check --bucket`, "", "config", "list", "--nats", url)
+	// put creates no bucket unless asked to.
+	mustFail(`bucket "allot_config": nats: bucket not found: check --bucket for a typo`, cliMySQL, "config", "put", "mysql-main", "-", "--nats", url)
 
-	mustRun(cliMySQL, "config", "put", "mysql-main", "-", "--nats", url)
+	mustRun(cliMySQL, "config", "put", "--create-bucket", "mysql-main", "-", "--nats", url)
+	mustFail(`configuration bucket "alot_config": nats: bucket not found`, cliMySQL, "config", "put", "--bucket", "alot_config", "mysql-main", "-", "--nats", url)
+	js, _ := jetstream.New(natstest.Conn(t, s))
+	if _, err := js.KeyValue(testCtx(t), "alot_config"); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Errorf("put with a mistyped --bucket created it: %v", err)
+	}
 	mustRun("", "config", "put", "--nats", url, "mysql-any", file)
 	mustFail("refusing invalid template", `{"identifier_glob":"x","capacity":"lots"}`, "config", "put", "bad", "-", "--nats", url)
 	mustFail("name", cliMySQL, "config", "put", "bad.name", "-", "--nats", url)
@@ -106,39 +123,225 @@ func TestConfigCLI(t *testing.T) {
 	mustFail("want 2 argument", "", "config", "put", "x")
 }
 
+// startServing runs serve (a replica with the configuration watcher, as
+// `allot coordinator` does) on a connection of its own until the test
+// ends.
+func startServing(t *testing.T, s *server.Server, cf coordFlags) {
+	t.Helper()
+	nc := natstest.Conn(t, s) // closed after the cleanup below
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- serve(ctx, nc, &cf, slog.New(slog.DiscardHandler)) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve %s: %v", cf.serverID, err)
+		}
+	})
+}
+
+// TestConfigStatusCLI: `allot config status` shows every replica's view,
+// the follower's included (it listed only the leader's), and fails when
+// nothing answers (it exited 0).
 func TestConfigStatusCLI(t *testing.T) {
 	s := natstest.Server(t)
 	url := s.ClientURL()
-	code, out, _ := runCLI(t, "", "config", "status", "--nats", url, "--wait", "200ms")
-	if code != 0 || !strings.Contains(out, "no coordinators answered") {
-		t.Errorf("status without coordinators: %d %s", code, out)
+	code, out, errs := runCLI(t, "", "config", "status", "--nats", url, "--wait", "200ms")
+	if code == 0 || !strings.Contains(out, "no coordinator replica answered") || !strings.Contains(errs, "no coordinator replica answered on "+url) {
+		t.Errorf("status without replicas: exit %d\n%s\n%s", code, out, errs)
 	}
-	st := config.Status{Bucket: config.DefaultBucket, Generation: 3, Unmatched: config.UnmatchedDefault, Fallback: "builtin:default",
-		Keys: []config.KeyStatus{{Key: "templates.mysql-main", Name: "mysql-main", Revision: 4, Glob: "mysql/main",
-			Rejected: []config.Rejection{{Revision: 5, Error: "capacity: -5 is negative", Time: time.Now()}}}}}
-	svcConn := natstest.Conn(t, s)
-	svc, err := micro.AddService(svcConn, micro.Config{
-		Name: config.ServiceName, Version: "0.1.0",
-		StatsHandler: func(*micro.Endpoint) any {
-			return map[string]any{"node": "root", "server_id": "host:1", "config": st}
-		},
-		Endpoint: &micro.EndpointConfig{Subject: "allot.test", Handler: micro.HandlerFunc(func(r micro.Request) { _ = r.Respond(nil) })},
-	})
+
+	code, out, errs = runCLI(t, cliMySQL, "config", "put", "--create-bucket", "mysql-main", "-", "--nats", url)
+	if code != 0 {
+		t.Fatalf("put: %d %s %s", code, out, errs)
+	}
+	for _, id := range []string{"replica-a", "replica-b"} {
+		startServing(t, s, coordFlags{node: "root", serverID: id, round: 5 * time.Millisecond, bucket: "allot_state", configBucket: config.DefaultBucket, unmatched: config.UnmatchedDefault, logLevel: "warn"})
+	}
+	ctx := testCtx(t)
+	js, _ := jetstream.New(natstest.Conn(t, s))
+	kv, err := js.KeyValue(ctx, config.DefaultBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer svc.Stop()
-	// The CLI asks from another connection: make sure the service's
-	// subscriptions have reached the server first.
-	if err := svcConn.Flush(); err != nil {
+	bad, err := kv.Put(ctx, config.Key("mysql-main"), []byte(`{"identifier_glob":"mysql/main","capacity":-5}`))
+	if err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := runCLI(t, "", "config", "status", "--nats", url, "--wait", "500ms")
-	if code != 0 || !strings.Contains(out, "coordinator root server host:1") || !strings.Contains(out, "rejected templates.mysql-main revision 5") {
-		t.Errorf("status: %d\n%s\n%s", code, out, errs)
+	want := []string{
+		"replica replica-a of node root", "replica replica-b of node root", "follower", "leader, serving term",
+		fmt.Sprintf("serving revision %d because revision %d is invalid", bad-1, bad),
+		fmt.Sprintf("rejected templates.mysql-main revision %d", bad),
 	}
-	code, out, _ = runCLI(t, "", "config", "status", "--json", "--nats", url, "--wait", "500ms")
-	if code != 0 || !strings.Contains(out, `"node": "root"`) {
-		t.Errorf("status --json: %d\n%s", code, out)
+	for {
+		code, out, errs = runCLI(t, "", "config", "status", "--nats", url, "--wait", "300ms")
+		missing := ""
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				missing = w
+			}
+		}
+		if code == 0 && missing == "" && strings.Count(out, "generation") == 2 && strings.Count(out, "rejected templates.mysql-main") == 2 {
+			t.Logf("allot config status:\n%s", out)
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("status: exit %d, lacks %q\n%s\n%s", code, missing, out, errs)
+		}
+	}
+	code, out, _ = runCLI(t, "", "config", "status", "--json", "--nats", url, "--wait", "300ms")
+	var rs []opstatus.Replica
+	if err := json.Unmarshal([]byte(out), &rs); code != 0 || err != nil || len(rs) != 2 || rs[0].Config == nil || rs[1].Config == nil || rs[0].Role == rs[1].Role {
+		t.Errorf("status --json: %d %v\n%s", code, err, out)
+	}
+}
+
+// TestConfigExplainCLI: explain applies the unmatched policy (the flag,
+// else what the running replicas report) and says what the running
+// replicas would give the resource, from the configuration they report.
+func TestConfigExplainCLI(t *testing.T) {
+	s := natstest.Server(t)
+	url := s.ClientURL()
+	if code, out, errs := runCLI(t, cliMySQL, "config", "put", "--create-bucket", "mysql-main", "-", "--nats", url); code != 0 {
+		t.Fatalf("put: %d %s %s", code, out, errs)
+	}
+	// Offline (nothing running): the flag decides.
+	mustExplain := func(want []string, args ...string) string {
+		t.Helper()
+		code, out, errs := runCLI(t, "", append([]string{"config", "explain", "--nats", url, "--wait", "300ms"}, args...)...)
+		for _, w := range want {
+			if code != 0 || !strings.Contains(out, w) {
+				t.Fatalf("explain %v: exit %d, lacks %q\n%s\n%s", args, code, w, out, errs)
+			}
+		}
+		t.Logf("allot config explain %s:\n%s", strings.Join(args, " "), out)
+		return out
+	}
+	mustExplain([]string{"Unmatched resources: default (the default policy)", `resource "redis/x" gets template builtin:default`, "none answered"}, "redis/x")
+	mustExplain([]string{`resource "redis/x" matches no template and unmatched resources are rejected`}, "--unmatched", "reject", "redis/x")
+
+	// Replicas running with --unmatched reject, and a template that never
+	// had a valid revision.
+	startServing(t, s, coordFlags{node: "root", serverID: "replica-a", round: 5 * time.Millisecond, bucket: "allot_state", configBucket: config.DefaultBucket, unmatched: config.UnmatchedReject, logLevel: "warn"})
+	js, _ := jetstream.New(natstest.Conn(t, s))
+	kv, err := js.KeyValue(testCtx(t), config.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(testCtx(t), config.Key("cache"), []byte(`{"identifier_glob":"cache/*","capacity":-3}`)); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	for {
+		_, out, _ := runCLI(t, "", "config", "explain", "--nats", url, "--wait", "300ms", "cache/x")
+		if strings.Contains(out, "replica-a (generation") && strings.Contains(out, "would refuse it") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the replica never reported the refusal:\n%s", out)
+		}
+	}
+	mustExplain([]string{"Unmatched resources: reject (the policy the running replicas report)", "matches no template and unmatched resources are rejected", "replica-a (generation", "would reject it"}, "redis/x")
+	mustExplain([]string{`gets template builtin:default`, "would reject it"}, "--unmatched", "default", "redis/x")
+	mustExplain([]string{"gets template mysql-main (revision 1)", "replica-a (generation", "would use template mysql-main (revision 1): FAIR_SHARE, capacity 500"}, "mysql/main")
+	mustExplain([]string{`resource "cache/x" is refused: template cache revision`, "would refuse it", "no valid revision in its history"}, "cache/x")
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// askCapacity sends one capacity.get for id to node root and returns the
+// capacity granted, or the error code and text.
+func askCapacity(t *testing.T, nc *nats.Conn, id string, wants float64) (float64, string) {
+	t.Helper()
+	req, _ := proto.Marshal(&allotpb.GetCapacityRequest{ClientId: "c1", Resource: []*allotpb.ResourceRequest{{ResourceId: id, Wants: wants}}})
+	msg := nats.NewMsg("allot.root.capacity.get")
+	msg.Data = req
+	msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
+	m, err := nc.RequestMsg(msg, 5*time.Second)
+	if err != nil {
+		return -1, err.Error()
+	}
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return -1, code + " " + m.Header.Get("Nats-Service-Error")
+	}
+	var resp allotpb.GetCapacityResponse
+	if err := proto.Unmarshal(m.Data, &resp); err != nil {
+		return -1, err.Error()
+	}
+	return resp.GetResponse()[0].GetGets().GetCapacity(), ""
+}
+
+// TestCoordinatorStartedAfterBadPut is issue 9 item 4 through the real
+// serve path: after a valid put (500) and an invalid one (-1), a
+// coordinator that starts fresh grants from the valid revision instead of
+// the built-in default (100), and refuses a resource whose template never
+// had a valid revision rather than serving it with the default.
+func TestCoordinatorStartedAfterBadPut(t *testing.T) {
+	s := natstest.Server(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, _ := jetstream.New(natstest.Conn(t, s))
+	kv, err := config.OpenBucket(ctx, js, config.DefaultBucket, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kvp := range [][2]string{
+		{"lim", `{"identifier_glob":"lim","capacity":500,"algorithm":{"kind":"FAIR_SHARE"}}`},
+		{"lim", `{"identifier_glob":"lim","capacity":-1,"algorithm":{"kind":"FAIR_SHARE"}}`},
+		{"redis", `{"identifier_glob":"redis/*","capacity":-1,"algorithm":{"kind":"FAIR_SHARE"}}`},
+	} {
+		if _, err := kv.Put(ctx, config.Key(kvp[0]), []byte(kvp[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startServing(t, s, coordFlags{node: "root", round: 5 * time.Millisecond, bucket: "allot_state", configBucket: config.DefaultBucket, unmatched: config.UnmatchedDefault, logLevel: "warn"})
+	client := natstest.Conn(t, s)
+	got, e := askCapacity(t, client, "lim", 1000)
+	for e != "" && !strings.HasPrefix(e, "4") && ctx.Err() == nil { // not serving yet
+		time.Sleep(20 * time.Millisecond)
+		got, e = askCapacity(t, client, "lim", 1000)
+	}
+	if got != 500 {
+		t.Errorf("lim: granted %v (%s), want 500 from the last valid revision", got, e)
+	}
+	if got, e := askCapacity(t, client, "redis/cache", 1000); !strings.HasPrefix(e, "404") || !strings.Contains(e, "is refused") || !strings.Contains(e, "template redis revision") {
+		t.Errorf("redis/cache: granted %v (%s), want 404 refused", got, e)
+	}
+}
+
+// TestShippedPrecedence checks the precedence example of
+// docs/configuration.md against the templates `allot up` seeds.
+func TestShippedPrecedence(t *testing.T) {
+	s := natstest.Server(t)
+	ctx := testCtx(t)
+	js, _ := jetstream.New(natstest.Conn(t, s))
+	kv, err := config.OpenBucket(ctx, js, config.DefaultBucket, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.SeedTemplates(ctx, kv, templates.FS()); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := config.LoadAll(ctx, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := config.SetFromEntries(entries, config.DefaultTemplate())
+	for id, want := range map[string]string{
+		"mysql/main":         "mysql-main default builtin:default",
+		"mysql/replica-eu-2": "mysql-replicas default builtin:default",
+		"batch/nightly":      "batch-static default builtin:default",
+	} {
+		var got []string
+		for _, c := range set.Explain(id) {
+			got = append(got, c.Template.Name)
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("%s: candidates %v, want %s", id, got, want)
+		}
 	}
 }

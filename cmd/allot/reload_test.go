@@ -7,14 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
-	"github.com/allot/allot/internal/wire"
-	"github.com/allot/allot/proto/allotpb"
 )
 
 // TestHotReload drives the operator's path: a separate connection puts a
@@ -51,24 +47,7 @@ func TestHotReload(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	get := func() (float64, string) {
-		req, _ := proto.Marshal(&allotpb.GetCapacityRequest{ClientId: "c1", Resource: []*allotpb.ResourceRequest{{ResourceId: "mysql/main", Wants: 1000}}})
-		msg := nats.NewMsg("allot.root.capacity.get")
-		msg.Data = req
-		msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
-		m, err := client.RequestMsg(msg, 5*time.Second)
-		if err != nil {
-			return -1, err.Error()
-		}
-		if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
-			return -1, code + " " + m.Header.Get("Nats-Service-Error")
-		}
-		var resp allotpb.GetCapacityResponse
-		if err := proto.Unmarshal(m.Data, &resp); err != nil {
-			return -1, err.Error()
-		}
-		return resp.GetResponse()[0].GetGets().GetCapacity(), ""
-	}
+	get := func() (float64, string) { return askCapacity(t, client, "mysql/main", 1000) }
 	waitFor := func(want float64) time.Duration {
 		t.Helper()
 		start := time.Now()

@@ -13,7 +13,7 @@ func FuzzParse(f *testing.F) {
 		mysqlMain,
 		"identifier_glob: \"mysql/*\"\ncapacity: 100\nalgorithm:\n  kind: FAIR_SHARE\n  lease_length: 1m30s\n",
 		`{"identifierGlob":"a?","safeCapacity":-1,"algorithm":{"kind":2,"learningModeDuration":"0s","parameters":[{"name":"x"}]}}`,
-		`{"capacity":"NaN"}`, `[]`, `null`, `a: &x [*x, *x]`, "",
+		`{"capacity":"NaN"}`, `{"identifier_glob":"x","capacity":"100"}`, "capacity: \"5\"\n", `[]`, `null`, `a: &x [*x, *x]`, "",
 	} {
 		f.Add([]byte(s))
 	}
@@ -24,6 +24,16 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("error %v is not a validation error", err)
 			}
 			return
+		}
+		// Numbers are never accepted as strings.
+		if doc, err := decodeJSON(data); err == nil {
+			if m, ok := doc.(map[string]any); ok {
+				for _, f := range []string{"capacity", "safe_capacity", "safeCapacity"} {
+					if _, isString := m[f].(string); isString {
+						t.Fatalf("%s as a string accepted: %s", f, data)
+					}
+				}
+			}
 		}
 		// Whatever parses must compile or fail cleanly.
 		if tp, _, err := Compile("fuzz", 1, pb); err == nil {

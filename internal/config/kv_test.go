@@ -444,21 +444,65 @@ func TestWatcherStopWhileRetrying(t *testing.T) {
 	}
 }
 
+// stuckKV's watches never deliver anything, as when JetStream does not
+// answer.
+type stuckKV struct{ jetstream.KeyValue }
+
+type stuckWatcher struct{ ch chan jetstream.KeyValueEntry }
+
+func (w stuckWatcher) Updates() <-chan jetstream.KeyValueEntry { return w.ch }
+func (w stuckWatcher) Stop() error                             { return nil }
+
+func (stuckKV) Watch(context.Context, string, ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	return stuckWatcher{make(chan jetstream.KeyValueEntry)}, nil
+}
+
+// TestStartHonoursContext: Start returns the context's error when ctx is
+// already cancelled (always, not only when the watch happens to be slower
+// than noticing it) and when ctx ends during an initial load that never
+// completes; Stop then returns and Current still serves the fallback.
 func TestStartHonoursContext(t *testing.T) {
 	s := natstest.Server(t)
-	coord, _ := bucket(t, s)
-	ctx, cancel := context.WithCancel(context.Background())
+	coord, op := bucket(t, s)
+	if _, err := op.Put(testCtx(t), Key("mysql-main"), []byte(mysqlMain)); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	w := NewWatcher(coord, nil, nil)
-	err := w.Start(ctx)
-	if err == nil {
+	for range 5 { // the race the old code lost only sometimes
+		w := NewWatcher(coord, DefaultTemplate(), nil)
+		if err := w.Start(cancelled); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Start with a cancelled context: %v, want context.Canceled", err)
+		}
 		w.Stop()
-		t.Skip("watch set up before noticing the cancelled context")
+		if got := matchName(w, "mysql/main"); got != "builtin:default" {
+			t.Fatalf("after a failed Start, Match = %s", got)
+		}
 	}
-	if !errors.Is(err, context.Canceled) {
-		t.Logf("Start with cancelled ctx: %v", err)
+
+	w := NewWatcher(stuckKV{coord}, DefaultTemplate(), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Start(ctx) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Start with a stuck initial load: %v, want context.DeadlineExceeded", err)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("Start did not return when its context ended")
 	}
-	w.Stop()
+	stopped := make(chan struct{})
+	go func() { w.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(waitLimit):
+		t.Fatal("Stop after a failed Start hangs")
+	}
+	if w.Current().Generation != 0 || matchName(w, "x") != "builtin:default" {
+		t.Errorf("after a failed Start: generation %d", w.Current().Generation)
+	}
 }
 
 func TestLoadAllAndSeed(t *testing.T) {

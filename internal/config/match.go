@@ -17,15 +17,43 @@ type Set struct {
 	exact      map[string]*Template
 	globs      []*Template // in precedence order
 	fallback   *Template
+	// refusals maps the placeholder templates of refusals (in exact and
+	// globs like any template) to why their ids are refused.
+	refusals map[*Template]string
+}
+
+// Refusal is a template key that has no valid revision to serve: the
+// resources its glob would win are refused rather than served by another
+// template or the fallback, which could grant far more than the operator
+// meant.
+type Refusal struct {
+	// Name is the template name, Revision the invalid revision.
+	Name     string
+	Revision uint64
+	// Glob is the identifier glob read from the invalid value.
+	Glob string
+	// Reason says why, for the refused clients and operators.
+	Reason string
 }
 
 // NewSet builds a Set. Templates whose glob has no wildcard match exactly
 // (of several with the same glob, the one with the smallest name wins);
 // the others are ordered by precedence (see Precedes). The result does not
 // depend on the order of templates. fallback may be nil,
-// in which case Match returns nil for unmatched ids.
-func NewSet(generation uint64, templates []*Template, fallback *Template) *Set {
+// in which case Match returns nil for unmatched ids. Each refusal takes
+// part in matching like a template with its glob; ids it wins match nil,
+// and Refused says why.
+func NewSet(generation uint64, templates []*Template, fallback *Template, refusals ...Refusal) *Set {
 	s := &Set{Generation: generation, exact: make(map[string]*Template), fallback: fallback}
+	templates = slices.Clone(templates)
+	for _, r := range refusals {
+		t := &Template{Name: r.Name, Revision: r.Revision, Glob: collapseStars(r.Glob)}
+		if s.refusals == nil {
+			s.refusals = make(map[*Template]string)
+		}
+		s.refusals[t] = r.Reason
+		templates = append(templates, t)
+	}
 	for _, t := range templates {
 		if IsGlob(t.Glob) {
 			s.globs = append(s.globs, t)
@@ -48,14 +76,21 @@ func NewSet(generation uint64, templates []*Template, fallback *Template) *Set {
 }
 
 // Templates returns the set's templates (exact first, then globs in
-// precedence order), without the fallback.
+// precedence order), without the fallback and refusals.
 func (s *Set) Templates() []*Template {
 	out := make([]*Template, 0, len(s.exact)+len(s.globs))
 	for _, t := range s.exact {
-		out = append(out, t)
+		if _, refused := s.refusals[t]; !refused {
+			out = append(out, t)
+		}
 	}
 	slices.SortFunc(out, func(a, b *Template) int { return cmp.Compare(a.Glob, b.Glob) })
-	return append(out, s.globs...)
+	for _, t := range s.globs {
+		if _, refused := s.refusals[t]; !refused {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // Fallback returns the template for ids that match nothing, or nil.
@@ -63,7 +98,16 @@ func (s *Set) Fallback() *Template { return s.fallback }
 
 // Match returns the template for resource id: an exact match first, then
 // the first glob in precedence order, then the fallback (possibly nil).
+// It returns nil for an id a refusal wins; see Refused.
 func (s *Set) Match(id string) *Template {
+	t := s.match(id)
+	if _, refused := s.refusals[t]; refused {
+		return nil
+	}
+	return t
+}
+
+func (s *Set) match(id string) *Template {
 	if t, ok := s.exact[id]; ok {
 		return t
 	}
@@ -73,6 +117,16 @@ func (s *Set) Match(id string) *Template {
 		}
 	}
 	return s.fallback
+}
+
+// Refused returns why id is refused when a refusal (a template key with
+// no valid revision) wins it, and "" otherwise. Use it to tell a refused
+// id from an unmatched one when Match returns nil.
+func (s *Set) Refused(id string) string {
+	if len(s.refusals) == 0 {
+		return ""
+	}
+	return s.refusals[s.match(id)]
 }
 
 // IsGlob reports whether pattern contains a wildcard.
@@ -153,6 +207,9 @@ type Candidate struct {
 	Reason string
 	// Chosen marks the candidate Match returns.
 	Chosen bool
+	// Refused is set when the candidate is a refusal (Template then holds
+	// only its name, revision and glob): why its ids are refused.
+	Refused string
 }
 
 // Explain lists every template of the set that matches id, in precedence
@@ -162,11 +219,11 @@ type Candidate struct {
 func (s *Set) Explain(id string) []Candidate {
 	var out []Candidate
 	if t, ok := s.exact[id]; ok {
-		out = append(out, Candidate{Template: t, Reason: "exact match: exact ids take precedence over globs"})
+		out = append(out, Candidate{Template: t, Reason: "exact match: exact ids take precedence over globs", Refused: s.refusals[t]})
 	}
 	for _, t := range s.globs {
 		if GlobMatch(t.Glob, id) {
-			out = append(out, Candidate{Template: t, Reason: fmt.Sprintf("glob match: %d literal characters, %d \"*\"", literalLen(t.Glob), strings.Count(t.Glob, "*"))})
+			out = append(out, Candidate{Template: t, Reason: fmt.Sprintf("glob match: %d literal characters, %d \"*\"", literalLen(t.Glob), strings.Count(t.Glob, "*")), Refused: s.refusals[t]})
 		}
 	}
 	if s.fallback != nil {

@@ -296,22 +296,31 @@ func normalizeSingular(path string, v any, fd protoreflect.FieldDescriptor, dept
 		}
 		return v, nil
 	case protoreflect.DoubleKind, protoreflect.FloatKind:
-		switch x := v.(type) {
-		case json.Number:
-			return x, nil
-		case string:
-			// protojson accepts "NaN", "Infinity" and quoted numbers;
-			// Compile rejects the non-finite ones with a clear message.
+		// protojson would also take quoted numbers, "NaN" and "Infinity":
+		// a number written as a string is a mistake worth pointing out.
+		if x, ok := v.(json.Number); ok {
 			return x, nil
 		}
-		return nil, parseErr(path, "want a number, got %s", jsonKind(v))
+		return nil, parseErr(path, "want a number, got %s%s", jsonKind(v), quotedHint(v))
 	default: // integer kinds
-		switch x := v.(type) {
-		case json.Number, string:
+		if x, ok := v.(json.Number); ok {
 			return x, nil
 		}
-		return nil, parseErr(path, "want an integer, got %s", jsonKind(v))
+		return nil, parseErr(path, "want an integer, got %s%s", jsonKind(v), quotedHint(v))
 	}
+}
+
+// quotedHint shows a string that stands where a number belongs, with a
+// hint to drop the quotes.
+func quotedHint(v any) string {
+	s, ok := v.(string)
+	if !ok {
+		return ""
+	}
+	if len(s) > 40 {
+		s = s[:40] + "..."
+	}
+	return fmt.Sprintf(" (%q): write numbers without quotes", s)
 }
 
 func enumNames(ed protoreflect.EnumDescriptor) string {

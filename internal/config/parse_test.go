@@ -58,11 +58,6 @@ algorithm:
 			glob: "x",
 			kind: allotpb.Algorithm_FAIR_SHARE,
 		},
-		{
-			name: "capacity as quoted number",
-			doc:  `{"identifier_glob":"x","capacity":"2.5"}`,
-			glob: "x",
-		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,6 +103,11 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate field", `{"capacity":1,"capacity":2}`, "capacity", "twice"},
 		{"same field two spellings", `{"identifier_glob":"a","identifierGlob":"b"}`, "identifier_glob", "set twice"},
 		{"capacity wrong type", `{"capacity":true}`, "capacity", "want a number"},
+		{"capacity as a string", `{"identifier_glob":"x","capacity":"100"}`, "capacity", `want a number, got a string ("100"): write numbers without quotes`},
+		{"capacity NaN string", `{"capacity":"NaN"}`, "capacity", `got a string ("NaN")`},
+		{"safe_capacity as a string", `{"safeCapacity":"-1"}`, "safe_capacity", "want a number, got a string"},
+		{"yaml quoted capacity", "identifier_glob: x\ncapacity: \"100\"\n", "capacity", "want a number, got a string"},
+		{"yaml capacity word", "capacity: lots\n", "capacity", `got a string ("lots")`},
 		{"glob wrong type", `{"identifier_glob":5}`, "identifier_glob", "want a string"},
 		{"algorithm wrong type", `{"algorithm":"FAIR_SHARE"}`, "algorithm", "want an object"},
 		{"unknown kind", `{"algorithm":{"kind":"FAIR"}}`, "algorithm.kind", "unknown value \"FAIR\""},

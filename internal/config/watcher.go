@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,17 +47,24 @@ type KeyStatus struct {
 	// Key is the KV key ("templates.mysql-main"), Name the template name.
 	Key  string `json:"key"`
 	Name string `json:"name"`
-	// Revision is the KV revision serving, 0 if no valid revision has been
-	// seen since the watcher started.
+	// Revision is the KV revision serving: the latest, or when that is
+	// invalid the last valid one in the key's history; 0 if none.
 	Revision uint64 `json:"revision"`
-	// Glob is the serving template's identifier glob.
+	// State says in words what the key serves: "ok", "serving revision N
+	// because revision M is invalid: …", or why nothing serves.
+	State string `json:"state"`
+	// Refused is set while the resources the key's glob wins are refused
+	// (no valid revision in its history): the reason they are given.
+	Refused string `json:"refused,omitempty"`
+	// Glob is the serving template's identifier glob, or the refused one.
 	Glob string `json:"glob,omitempty"`
 	// Applied is when the serving revision was applied.
 	Applied time.Time `json:"applied,omitzero"`
 	// Notes are the normalizations applied to the serving revision.
 	Notes []string `json:"notes,omitempty"`
-	// Rejected lists revisions newer than Revision that failed validation,
-	// oldest first, at most MaxRejectionsPerKey. A valid put clears it.
+	// Rejected lists revisions newer than Revision that this watcher saw
+	// fail validation, oldest first, at most MaxRejectionsPerKey. A valid
+	// put clears it.
 	Rejected []Rejection `json:"rejected,omitempty"`
 }
 
@@ -92,11 +100,13 @@ type Watcher struct {
 
 type keyState struct {
 	name     string
-	tmpl     *Template // last good, nil if none
+	tmpl     *Template // serving revision, nil if none
 	applied  time.Time
 	notes    []string
 	rejected []Rejection
-	lastRev  uint64 // newest revision seen, valid or not
+	lastRev  uint64   // newest revision seen, valid or not
+	refusal  *Refusal // when tmpl is nil and the glob could be read
+	state    string   // KeyStatus.State
 }
 
 // NewWatcher makes a watcher of kv's template keys. fallback is the
@@ -141,6 +151,9 @@ func (w *Watcher) OnChange(f func(*Set)) {
 // watch runs until Stop. Invalid values are logged and recorded in
 // Status; they do not fail Start.
 func (w *Watcher) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("config watcher: initial load: %w", err)
+	}
 	w.mu.Lock()
 	if w.started {
 		w.mu.Unlock()
@@ -276,7 +289,7 @@ func (w *Watcher) consume(ctx context.Context, kw jetstream.KeyWatcher, markRead
 			if initial {
 				seen[e.Key()] = true
 			}
-			if w.apply(e) {
+			if w.apply(ctx, e) {
 				if initial {
 					changed = true // publish once, after the initial values
 				} else {
@@ -288,9 +301,9 @@ func (w *Watcher) consume(ctx context.Context, kw jetstream.KeyWatcher, markRead
 }
 
 // apply records one KV entry and reports whether the Set must change.
-func (w *Watcher) apply(e jetstream.KeyValueEntry) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+// Only the run goroutine calls it, so it reads the key states without
+// the lock and takes it to change them.
+func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry) bool {
 	key, rev := e.Key(), e.Revision()
 	ks := w.keys[key]
 	if ks != nil && rev <= ks.lastRev {
@@ -299,20 +312,16 @@ func (w *Watcher) apply(e jetstream.KeyValueEntry) bool {
 	log := w.log.With("key", key, "revision", rev)
 	switch e.Operation() {
 	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
+		w.mu.Lock()
 		delete(w.keys, key)
-		if ks != nil && ks.tmpl != nil {
+		w.mu.Unlock()
+		if ks != nil && (ks.tmpl != nil || ks.refusal != nil) {
 			log.Info("template deleted; its resources fall back to the next match", "op", e.Operation().String())
 			return true
 		}
 		return false
 	}
-	if ks == nil {
-		ks = &keyState{}
-		w.keys[key] = ks
-	}
-	ks.lastRev = rev
 	name, ok := NameFromKey(key)
-	ks.name = name
 	var (
 		t     *Template
 		notes []string
@@ -323,24 +332,67 @@ func (w *Watcher) apply(e jetstream.KeyValueEntry) bool {
 	} else {
 		t, notes, err = ParseAndCompile(name, rev, e.Value())
 	}
-	if err != nil {
-		ks.rejected = append(ks.rejected, Rejection{Revision: rev, Error: err.Error(), Time: time.Now()})
-		if n := len(ks.rejected); n > MaxRejectionsPerKey {
-			ks.rejected = slices.Delete(ks.rejected, 0, n-MaxRejectionsPerKey)
+	if err == nil {
+		w.mu.Lock()
+		ks = w.seen(key, name, rev)
+		ks.tmpl, ks.notes, ks.rejected, ks.applied, ks.refusal, ks.state = t, notes, nil, time.Now(), nil, "ok"
+		w.mu.Unlock()
+		log.Info("template applied", "glob", t.Glob, "algorithm", t.Algorithm.String(), "capacity", t.Capacity)
+		for _, n := range notes {
+			log.Info("template normalized", "note", n)
 		}
-		if ks.tmpl != nil {
-			log.Warn("rejected invalid template; the previous revision keeps serving", "err", err, "serving_revision", ks.tmpl.Revision)
-		} else {
-			log.Warn("rejected invalid template; no revision of this key serves", "err", err)
+		return true
+	}
+
+	// Invalid: serve the newest valid revision, from memory or from the
+	// key's history (a fresh watcher, or puts missed while the watch was
+	// down), else refuse the resources the value was meant for.
+	var res resolution
+	if ok {
+		res = resolveInvalid(ctx, w.kv, name, rev, e.Value(), err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ks = w.seen(key, name, rev)
+	ks.rejected = append(ks.rejected, Rejection{Revision: rev, Error: err.Error(), Time: time.Now()})
+	if n := len(ks.rejected); n > MaxRejectionsPerKey {
+		ks.rejected = slices.Delete(ks.rejected, 0, n-MaxRejectionsPerKey)
+	}
+	old, oldRefusal := ks.tmpl, ks.refusal
+	if res.serving != nil && (old == nil || res.serving.Revision > old.Revision) {
+		ks.tmpl, ks.notes, ks.applied = res.serving, res.notes, time.Now()
+	}
+	if ks.tmpl != nil {
+		ks.refusal = nil
+		ks.state = fmt.Sprintf("serving revision %d because revision %d is invalid: %v", ks.tmpl.Revision, rev, err)
+		log.Warn("rejected invalid template; the last valid revision serves", "err", err, "serving_revision", ks.tmpl.Revision)
+		return ks.tmpl != old || oldRefusal != nil
+	}
+	ks.refusal = res.refusal
+	switch {
+	case ks.refusal != nil:
+		ks.state = "refusing resources matching " + strconv.Quote(ks.refusal.Glob) + ": " + ks.refusal.Reason
+		log.Error("rejected invalid template with no valid revision in its history; refusing the resources it names", "err", err, "glob", ks.refusal.Glob, "history_err", res.histErr)
+	default:
+		ks.state = fmt.Sprintf("revision %d is invalid (%v) and no valid revision is in the key's history; its identifier_glob cannot be read, so nothing can be refused in its name: the resources it was meant for get the next matching template", rev, err)
+		if res.histErr != nil {
+			ks.state += fmt.Sprintf(" (history: %v)", res.histErr)
 		}
-		return false
+		log.Error("rejected invalid template with no valid revision in its history and no readable identifier_glob; its resources get the next matching template", "err", err, "history_err", res.histErr)
 	}
-	ks.tmpl, ks.notes, ks.rejected, ks.applied = t, notes, nil, time.Now()
-	log.Info("template applied", "glob", t.Glob, "algorithm", t.Algorithm.String(), "capacity", t.Capacity)
-	for _, n := range notes {
-		log.Info("template normalized", "note", n)
+	return ks.refusal != nil || oldRefusal != nil
+}
+
+// seen returns key's state, created if new, with revision rev of
+// template name recorded as seen. w.mu must be held.
+func (w *Watcher) seen(key, name string, rev uint64) *keyState {
+	ks := w.keys[key]
+	if ks == nil {
+		ks = &keyState{}
+		w.keys[key] = ks
 	}
-	return true
+	ks.name, ks.lastRev = name, rev
+	return ks
 }
 
 // removeUnseen drops keys not in seen (deleted while the watch was down)
@@ -352,7 +404,7 @@ func (w *Watcher) removeUnseen(seen map[string]bool) bool {
 	for key, ks := range w.keys {
 		if !seen[key] {
 			delete(w.keys, key)
-			if ks.tmpl != nil {
+			if ks.tmpl != nil || ks.refusal != nil {
 				w.log.Info("template gone after re-watch; its resources fall back to the next match", "key", key)
 				changed = true
 			}
@@ -365,14 +417,19 @@ func (w *Watcher) removeUnseen(seen map[string]bool) bool {
 func (w *Watcher) publish(cause string) {
 	w.mu.Lock()
 	var ts []*Template
+	var refusals []Refusal
 	for _, key := range slices.Sorted(maps.Keys(w.keys)) {
-		if t := w.keys[key].tmpl; t != nil {
-			ts = append(ts, t)
+		ks := w.keys[key]
+		switch {
+		case ks.tmpl != nil:
+			ts = append(ts, ks.tmpl)
+		case ks.refusal != nil:
+			refusals = append(refusals, *ks.refusal)
 		}
 	}
 	w.gen++
 	w.updated = time.Now()
-	set := NewSet(w.gen, ts, w.fallback)
+	set := NewSet(w.gen, ts, w.fallback, refusals...)
 	w.cur.Store(set)
 	hooks := slices.Clone(w.onChange)
 	w.mu.Unlock()
@@ -404,9 +461,12 @@ func (w *Watcher) Status() Status {
 	}
 	for _, key := range slices.Sorted(maps.Keys(w.keys)) {
 		ks := w.keys[key]
-		k := KeyStatus{Key: key, Name: ks.name, Notes: slices.Clone(ks.notes), Rejected: slices.Clone(ks.rejected)}
-		if ks.tmpl != nil {
+		k := KeyStatus{Key: key, Name: ks.name, State: ks.state, Notes: slices.Clone(ks.notes), Rejected: slices.Clone(ks.rejected)}
+		switch {
+		case ks.tmpl != nil:
 			k.Revision, k.Glob, k.Applied = ks.tmpl.Revision, ks.tmpl.Glob, ks.applied
+		case ks.refusal != nil:
+			k.Glob, k.Refused = ks.refusal.Glob, ks.refusal.Reason
 		}
 		st.Keys = append(st.Keys, k)
 	}

@@ -176,6 +176,9 @@ func (l *Ledger) Get(now int64, set *config.Set, req *allotpb.GetCapacityRequest
 			tmpls[k] = r.tmpl
 		} else if tmpls[k] = set.Match(rid); tmpls[k] == nil {
 			slots[k] = Slot{Code: CodeNoTemplate, Err: fmt.Sprintf("resource %q matches no template and unmatched resources are rejected; add a template with 'allot config put'", rid)}
+			if why := set.Refused(rid); why != "" {
+				slots[k].Err = fmt.Sprintf("resource %q is refused: %s", rid, why)
+			}
 			continue
 		}
 		if r == nil {
