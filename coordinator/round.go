@@ -131,7 +131,7 @@ func (c *Coordinator) runRound() {
 	batch := c.pending
 	c.pending = nil
 	c.mu.Unlock()
-	if len(batch) == 0 && len(c.waiting) == 0 {
+	if len(batch) == 0 && len(c.waiting) == 0 && !c.ledger.Pending() {
 		return
 	}
 	start := time.Now()
@@ -174,7 +174,7 @@ func (c *Coordinator) runRound() {
 // within what is recorded.
 func (c *Coordinator) answerWaiting() {
 	c.ledger.Abandon()
-	for c.ledger.Pending() {
+	for i := 0; i < 3 && (c.ledger.Pending() || len(c.waiting) > 0); i++ {
 		c.runRound()
 	}
 }
