@@ -348,3 +348,75 @@ func TestSafeCapacityCountsLapsedClients(t *testing.T) {
 // faultSeeds is how many random fault histories TestFaultsNeverOverGrant
 // explores; raise it locally to search further.
 const faultSeeds = 60
+
+// A grant that needs a raise waits for the write, but never longer than
+// MaxRecordWait: then it is made within what is recorded. Grants within
+// the recorded bounds never wait.
+func TestRecordWaitIsBounded(t *testing.T) {
+	tm := &config.Template{Name: "t", Glob: "*", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: 10 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 10 * time.Second}
+	set := config.NewSet(1, []*config.Template{tm}, nil)
+	now := int64(1e18)
+	l := New(Config{Node: "n", ServerID: "s", Term: 1})
+	p, _ := l.Start(now, Prior{Kind: PriorNew})
+	l.Commit(now, p, nil)
+	ask := func(id string, wants float64) []Slot {
+		s, err := l.Get(now, set, &allotpb.GetCapacityRequest{ClientId: id, Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: wants}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	// First grant: the resource must be listed first.
+	a := ask("a", 30)
+	prop := l.Propose(now)
+	if prop == nil {
+		t.Fatal("no record proposed for a new resource")
+	}
+	l.Allocate(now)
+	if Ready(a) {
+		t.Fatal("granted before the record listing the resource was durable")
+	}
+	l.EndRound()
+	l.Commit(now, prop, nil)
+	l.Propose(now)
+	l.Allocate(now)
+	if !Ready(a) || a[0].Lease(now).Capacity != 30 {
+		t.Fatalf("after the write: ready %v, lease %+v", Ready(a), a[0].Lease(now))
+	}
+	l.EndRound()
+	// Within the recorded ceiling (30 + headroom 10): no wait.
+	now += int64(time.Millisecond)
+	b := ask("b", 5)
+	if p := l.Propose(now); p != nil {
+		t.Fatalf("a grant within the ceiling proposed a write: %v", p.Record)
+	}
+	l.Allocate(now)
+	if !Ready(b) || b[0].Lease(now).Capacity != 5 {
+		t.Fatalf("b: %+v", b[0].Lease(now))
+	}
+	l.EndRound()
+	// Above it: waits for a write that never lands, then is granted what
+	// the recorded ceiling leaves (40 − 35).
+	c := ask("c", 50)
+	if l.Propose(now) == nil {
+		t.Fatal("no raise proposed")
+	}
+	l.Allocate(now)
+	l.EndRound()
+	for step := 0; !Ready(c); step++ {
+		if step > 100 {
+			t.Fatal("still waiting after 100 rounds")
+		}
+		now += int64(100 * time.Millisecond)
+		l.Propose(now)
+		l.Allocate(now)
+		l.EndRound()
+	}
+	if waited := time.Duration(now - 1e18); waited > DefaultMaxRecordWait+200*time.Millisecond {
+		t.Fatalf("waited %v", waited)
+	}
+	if got := c[0].Lease(now).Capacity; got != 5 {
+		t.Fatalf("c got %v; the recorded ceiling leaves 5", got)
+	}
+}
