@@ -146,6 +146,7 @@ type Agent struct {
 	failures  int
 	earlyAt   time.Time     // pending early refresh, zero if none
 	interval  time.Duration // shortest refresh interval of the last response
+	notes     []Status      // changes the loop has yet to report to OnChange
 	closed    bool
 	closeOnce sync.Once
 	closeErr  error
@@ -303,7 +304,9 @@ func (a *Agent) resource(id string, kind Kind, opts []ResourceOption) (*resource
 		r.gauge.res = r
 	}
 	a.res[id] = r
-	st, changed := a.applyLocked(r, t)
+	if st, changed := a.applyLocked(r, t); changed {
+		a.noteLocked(st) // reported by the loop, like every other change
+	}
 	// Ask at once when the wants are known; with automatic wants first
 	// measure demand for a short window so the first request means
 	// something.
@@ -313,11 +316,15 @@ func (a *Agent) resource(id string, kind Kind, opts []ResourceOption) (*resource
 	}
 	a.scheduleEarlyLocked(at)
 	a.mu.Unlock()
-	if changed && a.o.onChange != nil {
-		a.o.onChange(st)
-	}
 	a.poke()
 	return r, nil
+}
+
+// noteLocked queues a change for the loop to report to OnChange.
+func (a *Agent) noteLocked(st Status) {
+	if a.o.onChange != nil {
+		a.notes = append(a.notes, st)
+	}
 }
 
 func (a *Agent) poke() {

@@ -3,9 +3,12 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -302,6 +305,45 @@ func (f *fakeCoordinator) set(fn func(*fakeCoordinator)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(f)
+}
+
+// WithOnChange's function runs on the agent's goroutine, as documented: a
+// function that blocks holds up the agent's loop, not the caller of Rate.
+func TestOnChangeRunsOnLoop(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t) // no coordinator: the first change is the initial capacity
+	block := make(chan struct{})
+	defer close(block)
+	called := make(chan string, 1)
+	a := newAgent(t, natstest.Conn(t, s), WithOnChange(func(st Status) {
+		buf := make([]byte, 64<<10)
+		select {
+		case called <- fmt.Sprintf("%s %v %s\n%s", st.ResourceID, st.Capacity, st.Source, buf[:runtime.Stack(buf, false)]):
+		default:
+		}
+		<-block
+	}))
+	created := make(chan error, 1)
+	go func() {
+		_, err := a.Rate("r", WithInitialCapacity(3))
+		created <- err
+	}()
+	select {
+	case err := <-created:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Rate blocked in the OnChange function: it ran on the caller's goroutine")
+	}
+	select {
+	case got := <-called:
+		if !strings.HasPrefix(got, "r 3 safe\n") || !strings.Contains(got, "(*Agent).run(") {
+			t.Errorf("OnChange called with %s; want r 3 safe, on the agent's loop", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnChange not called for the new resource")
+	}
 }
 
 // TestProtocol checks what the agent sends and how it treats replies:

@@ -31,6 +31,7 @@ const minRefreshDelay = 10 * time.Millisecond
 // mode, and reports changes.
 func (a *Agent) run() {
 	defer close(a.done)
+	defer a.report() // changes noted before Close
 	clock := a.o.clock
 	gap := a.o.minRefreshGap
 	var nextRefresh, lastAttempt time.Time
@@ -138,18 +139,26 @@ func (a *Agent) sampleAll(t time.Time) {
 // applyAll applies lease expiry and the failure mode to every resource and
 // reports the changes to the OnChange function.
 func (a *Agent) applyAll(t time.Time) {
-	var changes []Status
 	a.mu.Lock()
 	for _, r := range a.res {
 		if st, ok := a.applyLocked(r, t); ok {
-			changes = append(changes, st)
+			a.noteLocked(st)
 		}
 	}
 	a.mu.Unlock()
-	if a.o.onChange != nil {
-		for _, st := range changes {
-			a.o.onChange(st)
-		}
+	a.report()
+}
+
+// report calls the OnChange function with the changes noted so far, in
+// order. Only the loop calls it, so that the function always runs on the
+// loop's goroutine, as WithOnChange says.
+func (a *Agent) report() {
+	a.mu.Lock()
+	notes := a.notes
+	a.notes = nil
+	a.mu.Unlock()
+	for _, st := range notes {
+		a.o.onChange(st)
 	}
 }
 
