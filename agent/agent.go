@@ -182,6 +182,8 @@ type resource struct {
 	inForce float64
 	source  Source
 	err     error // this resource's own error in the last reply, if any
+	sent    bool  // named in a GetCapacity request: has to be released
+	closed  bool  // closed with the agent: no longer refreshed
 }
 
 // New starts an agent on nc. It does not contact the coordinator until the
@@ -377,6 +379,16 @@ func (g *Gauge) Capacity() float64 { return g.res.status().Capacity }
 // Expiry returns when the current lease expires; zero if none is held.
 func (g *Gauge) Expiry() time.Time { return g.res.status().Expiry }
 
+// shutLocked closes r's limiter and marks r closed.
+func (r *resource) shutLocked() {
+	r.closed, r.leased = true, false
+	if r.rate != nil {
+		r.rate.shut()
+	} else {
+		r.gauge.shut()
+	}
+}
+
 func (r *resource) setWants(w float64) error {
 	if r == nil {
 		return errors.New("agent: limiter not created by an Agent")
@@ -403,7 +415,7 @@ func (r *resource) setWants(w float64) error {
 func (r *resource) starved() {
 	a := r.a
 	a.mu.Lock()
-	if !r.auto || a.closed {
+	if !r.auto || r.closed {
 		a.mu.Unlock()
 		return
 	}
@@ -497,6 +509,9 @@ func (a *Agent) Term() uint64 {
 // expired lease, and installs the capacity in the limiter. It reports the
 // status when the capacity or its source changed.
 func (a *Agent) applyLocked(r *resource, t time.Time) (Status, bool) {
+	if r.closed {
+		return Status{}, false
+	}
 	if r.leased && !t.Before(r.expiry) {
 		r.leased = false
 	}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -241,8 +242,13 @@ type fakeCoordinator struct {
 	capacity float64
 	term     uint64
 	errCode  int
+	delay    time.Duration // before answering a GetCapacity
+	arrived  chan struct{} // if set, signalled when a GetCapacity arrives
 	requests []*allotpb.GetCapacityRequest
 	released []*allotpb.ReleaseCapacityRequest
+	// events: "get" when a GetCapacity arrives, "answer" just before it is
+	// answered, "release <ids>" when a ReleaseCapacity arrives.
+	events []string
 }
 
 func (f *fakeCoordinator) serve(t *testing.T, nc *nats.Conn) {
@@ -255,7 +261,18 @@ func (f *fakeCoordinator) serve(t *testing.T, nc *nats.Conn) {
 		}
 		f.mu.Lock()
 		f.requests = append(f.requests, req)
-		capacity, term, code := f.capacity, f.term, f.errCode
+		f.events = append(f.events, "get")
+		capacity, term, code, delay, arrived := f.capacity, f.term, f.errCode, f.delay, f.arrived
+		f.mu.Unlock()
+		if arrived != nil {
+			select {
+			case arrived <- struct{}{}:
+			default:
+			}
+		}
+		time.Sleep(delay)
+		f.mu.Lock()
+		f.events = append(f.events, "answer")
 		f.mu.Unlock()
 		reply := nats.NewMsg(m.Reply)
 		if code != 0 {
@@ -289,6 +306,7 @@ func (f *fakeCoordinator) serve(t *testing.T, nc *nats.Conn) {
 		_ = wire.Unmarshal(wire.EncodingOf(m.Header), m.Data, req)
 		f.mu.Lock()
 		f.released = append(f.released, req)
+		f.events = append(f.events, "release "+strings.Join(req.GetResourceId(), ","))
 		f.mu.Unlock()
 		reply := nats.NewMsg(m.Reply)
 		reply.Data, _ = wire.Marshal(wire.Protobuf, &allotpb.ReleaseCapacityResponse{Released: int32(len(req.GetResourceId()))})
@@ -305,6 +323,72 @@ func (f *fakeCoordinator) set(fn func(*fakeCoordinator)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(f)
+}
+
+// eventLog returns the events so far, space-separated.
+func (f *fakeCoordinator) eventLog() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return strings.Join(f.events, " ")
+}
+
+// receive waits for a signal on ch.
+func receive(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// lockedBuffer is a log destination safe for concurrent writers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Close during an in-flight GetCapacity waits for its answer before it
+// releases: on the agent's connection the release then follows the get,
+// so the coordinator cannot take the release first and keep the lease the
+// get grants (a phantom lease). Close does not log its own wait as a
+// failed refresh either.
+func TestCloseWaitsForInFlightRefresh(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	arrived := make(chan struct{}, 1)
+	f := &fakeCoordinator{capacity: 10, term: 1, delay: 300 * time.Millisecond, arrived: arrived}
+	f.serve(t, natstest.Conn(t, s))
+	var logs lockedBuffer
+	a, err := New(natstest.Conn(t, s), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Rate("res", WithWants(5)); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, arrived, "the first GetCapacity")
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	if got, want := f.eventLog(), "get answer release res"; got != want {
+		t.Errorf("coordinator saw %q, want %q", got, want)
+	}
+	if strings.Contains(logs.String(), "refresh failed") {
+		t.Errorf("Close logged a failed refresh:\n%s", logs.String())
+	}
 }
 
 // WithOnChange's function runs on the agent's goroutine, as documented: a

@@ -27,7 +27,10 @@
 // resource the lease it holds ("has") and the capacity it wants. A new
 // resource or a large change in wants triggers an earlier request, at most
 // one per WithMinRefreshGap. Responses whose term is lower than the highest
-// seen are ignored. Close releases all leases with ReleaseCapacity.
+// seen are ignored. Close releases all leases with ReleaseCapacity, once
+// the GetCapacity in flight, if any, has been answered or has timed out:
+// the coordinator never sees the release ahead of a request that would
+// grant the lease again.
 //
 // # Wants
 //

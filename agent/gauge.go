@@ -74,11 +74,14 @@ func capacityToLimit(c float64) int {
 func (g *Gauge) setLimit(limit int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.closed {
+		return // a closed gauge stays at 0
+	}
 	g.limit = max(limit, 0)
 	g.notifyLocked()
 }
 
-func (g *Gauge) close() {
+func (g *Gauge) shut() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.closed = true

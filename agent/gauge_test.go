@@ -150,7 +150,7 @@ func TestGaugeCancelAndClose(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- g.Acquire(context.Background(), 1) }()
 	time.Sleep(20 * time.Millisecond)
-	g.close()
+	g.shut()
 	if err := <-done; !errors.Is(err, ErrClosed) {
 		t.Fatalf("Acquire after close = %v, want ErrClosed", err)
 	}

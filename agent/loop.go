@@ -44,7 +44,7 @@ func (a *Agent) run() {
 		}
 		a.mu.Lock()
 		due := false
-		if len(a.res) > 0 {
+		if len(a.res) > 0 && !a.closed {
 			due = !nextRefresh.IsZero() && !t.Before(nextRefresh)
 			if !a.earlyAt.IsZero() && !t.Before(a.earlyAt) && (lastAttempt.IsZero() || t.Sub(lastAttempt) >= gap) {
 				due = true
@@ -177,7 +177,7 @@ func (a *Agent) refresh(t time.Time) error {
 		r := a.res[id]
 		a.sampleLocked(r, t)
 		w := r.currentWantsLocked()
-		r.sentWants = w
+		r.sentWants, r.sent = w, true
 		rr := &allotpb.ResourceRequest{ResourceId: id, Priority: r.priority, Wants: w}
 		if r.leased && t.Before(r.expiry) {
 			rr.Has = &allotpb.Lease{
@@ -200,7 +200,8 @@ func (a *Agent) refresh(t time.Time) error {
 	}
 	if err != nil {
 		a.failures++
-		if a.lastErr == nil {
+		// Once closed, a failure changes nothing the caller can act on.
+		if a.lastErr == nil && !a.closed {
 			a.log.Warn("allot: capacity refresh failed; keeping leases until they expire", "subject", a.getSubj, "error", err)
 		}
 		a.lastErr = err
@@ -215,7 +216,7 @@ func (a *Agent) refresh(t time.Time) error {
 	a.interval = 0
 	for _, rr := range resp.GetResponse() {
 		r := a.res[rr.GetResourceId()]
-		if r == nil {
+		if r == nil || r.closed {
 			continue
 		}
 		if e := rr.GetError(); e != "" {
@@ -254,7 +255,9 @@ func (a *Agent) refresh(t time.Time) error {
 }
 
 // call sends req as binary protobuf to subj and decodes the reply into
-// resp, turning a micro-style error reply into a *ServiceError.
+// resp, turning a micro-style error reply into a *ServiceError. It is not
+// cancelled by Close: Close waits for the answer, so that what it sends
+// next cannot overtake this request.
 func (a *Agent) call(subj string, req, resp proto.Message) error {
 	data, err := wire.Marshal(wire.Protobuf, req)
 	if err != nil {
@@ -265,13 +268,6 @@ func (a *Agent) call(subj string, req, resp proto.Message) error {
 	msg.Data = data
 	ctx, cancel := context.WithTimeout(context.Background(), a.o.requestTimeout)
 	defer cancel()
-	go func() {
-		select {
-		case <-a.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	reply, err := a.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		return fmt.Errorf("agent: request %s: %w", subj, err)
@@ -286,56 +282,40 @@ func (a *Agent) call(subj string, req, resp proto.Message) error {
 	return nil
 }
 
-// Close stops refreshing, gives every lease back with ReleaseCapacity and
-// closes all limiters and gauges: waiters return ErrClosed, Allow reports
-// false. It returns the release error, if any; the agent is closed either
-// way. Close is idempotent.
+// release sends ReleaseCapacity for ids.
+func (a *Agent) release(ids []string) error {
+	slices.Sort(ids)
+	req := &allotpb.ReleaseCapacityRequest{ClientId: a.o.clientID, ResourceId: ids}
+	if err := a.call(a.relSubj, req, &allotpb.ReleaseCapacityResponse{}); err != nil {
+		return fmt.Errorf("agent: release capacity: %w", err)
+	}
+	return nil
+}
+
+// Close closes all limiters and gauges (waiters return ErrClosed, Allow
+// reports false), stops refreshing, and gives every lease back with
+// ReleaseCapacity. A GetCapacity already in flight is not abandoned: Close
+// waits for its answer or its timeout before releasing, so the release
+// cannot reach the coordinator first and leave it a lease nobody holds.
+// Close returns the release error, if any; the agent is closed either way.
+// Close is idempotent; it must not be called from an OnChange function.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
 		a.mu.Lock()
 		a.closed = true
+		var ids []string
+		for id, r := range a.res {
+			if r.sent {
+				ids = append(ids, id)
+			}
+			r.shutLocked()
+		}
 		a.mu.Unlock()
 		close(a.stop)
-		<-a.done
-		a.mu.Lock()
-		ids := make([]string, 0, len(a.res))
-		for id, r := range a.res {
-			ids = append(ids, id)
-			if r.rate != nil {
-				r.rate.close()
-			} else {
-				r.gauge.close()
-			}
-			r.leased = false
+		<-a.done // the loop ends after the exchange it is in
+		if len(ids) > 0 && !a.nc.IsClosed() {
+			a.closeErr = a.release(ids)
 		}
-		a.mu.Unlock()
-		if len(ids) == 0 || a.nc.IsClosed() {
-			return
-		}
-		slices.Sort(ids)
-		req := &allotpb.ReleaseCapacityRequest{ClientId: a.o.clientID, ResourceId: ids}
-		a.closeErr = a.callRelease(req)
 	})
 	return a.closeErr
-}
-
-func (a *Agent) callRelease(req *allotpb.ReleaseCapacityRequest) error {
-	data, err := wire.Marshal(wire.Protobuf, req)
-	if err != nil {
-		return fmt.Errorf("agent: encode release: %w", err)
-	}
-	msg := nats.NewMsg(a.relSubj)
-	msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
-	msg.Data = data
-	ctx, cancel := context.WithTimeout(context.Background(), a.o.requestTimeout)
-	defer cancel()
-	reply, err := a.nc.RequestMsgWithContext(ctx, msg)
-	if err != nil {
-		return fmt.Errorf("agent: release capacity: %w", err)
-	}
-	if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
-		n, _ := strconv.Atoi(code)
-		return fmt.Errorf("agent: release capacity: %w", &ServiceError{Code: n, Description: reply.Header.Get("Nats-Service-Error")})
-	}
-	return nil
 }

@@ -232,7 +232,7 @@ func (l *RateLimiter) setLimit(limit rate.Limit) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.advanceLocked(now(l.clock))
-	if limit == l.limit {
+	if limit == l.limit || l.closed { // a closed limiter stays at 0
 		return
 	}
 	old := l.limit
@@ -257,11 +257,14 @@ func (l *RateLimiter) setLimit(limit rate.Limit) {
 	l.wakeLocked()
 }
 
-func (l *RateLimiter) close() {
+func (l *RateLimiter) shut() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.advanceLocked(now(l.clock))
+	base := l.earnedLocked()
 	l.closed = true
 	l.limit = 0
+	l.startSegmentLocked(base)
 	l.tokens = min(l.tokens, 0)
 	l.wakeLocked()
 }

@@ -166,7 +166,7 @@ func TestZeroCapacityBlocksAndWakes(t *testing.T) {
 	// Closing wakes parked waiters with ErrClosed.
 	go func() { done <- l.Wait(context.Background()) }()
 	time.Sleep(20 * time.Millisecond)
-	l.close()
+	l.shut()
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrClosed) {
