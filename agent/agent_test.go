@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -427,6 +428,96 @@ func TestOnChangeRunsOnLoop(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("OnChange not called for the new resource")
+	}
+}
+
+// An agent with more resources than one request may carry
+// (wire.MaxResourcesPerReq) splits its refreshes and its release; before,
+// every refresh failed with 400 and all its leases fell to safe mode.
+func TestManyResources(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	tmpl := testTemplate("t/*", 10)
+	tmpl.LeaseLength = time.Minute // only a release frees the capacity within the test
+	tmpl.RefreshInterval = time.Second
+	startCoordinator(t, natstest.Conn(t, s), tmpl)
+	a := newAgent(t, natstest.Conn(t, s), WithClientID("many"))
+	const n = 2*wire.MaxResourcesPerReq + 1
+	lims := make([]*RateLimiter, n)
+	for i := range lims {
+		var err error
+		if lims[i], err = a.Rate(fmt.Sprintf("t/%04d", i), WithWants(10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 20*time.Second, "every resource leased", func() bool {
+		for _, l := range lims {
+			if st := l.Status(); st.Source != SourceLease || st.Capacity != 10 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := a.LastError(); err != nil {
+		t.Fatalf("LastError = %v", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	// The last resource was in the last part of the release: its capacity
+	// is free for another client at once, not after the minute-long lease.
+	b := newAgent(t, natstest.Conn(t, s), WithClientID("next"))
+	last, err := b.Rate(fmt.Sprintf("t/%04d", n-1), WithWants(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the released capacity granted to another client", func() bool {
+		return last.Capacity() == 10
+	})
+}
+
+// A server with a small maximum payload gets requests that fit it: the
+// refresh and the release are split by size as well as by count.
+func TestRequestsFitMaxPayload(t *testing.T) {
+	t.Parallel()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, MaxPayload: 16 << 10, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	f := &fakeCoordinator{capacity: 1, term: 1}
+	f.serve(t, natstest.Conn(t, s))
+	a := newAgent(t, natstest.Conn(t, s))
+	const n = 200 // 200-byte ids: about 45 KB of resources
+	lims := make([]*RateLimiter, n)
+	for i := range lims {
+		if lims[i], err = a.Rate(fmt.Sprintf("%0200d", i), WithWants(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "every resource leased", func() bool {
+		for _, l := range lims {
+			if l.Capacity() != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	released := 0
+	for _, req := range f.released {
+		released += len(req.GetResourceId())
+	}
+	if released != n || len(f.released) < 3 {
+		t.Errorf("released %d resources in %d requests, want %d in at least 3", released, len(f.released), n)
 	}
 }
 

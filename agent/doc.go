@@ -24,10 +24,12 @@
 // capacity on all its resources in a single binary-protobuf GetCapacity
 // request (subject allot.<node>.capacity.get) every refresh interval — the
 // shortest interval among the leases, with jitter — reporting for each
-// resource the lease it holds ("has") and the capacity it wants. A new
-// resource or a large change in wants triggers an earlier request, at most
-// one per WithMinRefreshGap. Responses whose term is lower than the highest
-// seen are ignored. Close releases all leases with ReleaseCapacity, once
+// resource the lease it holds ("has") and the capacity it wants. Beyond
+// 1000 resources, the most a coordinator accepts in one request, the
+// refresh is split into several requests sent together. A new resource or
+// a large change in wants triggers an earlier request, at most one per
+// WithMinRefreshGap. Responses whose term is lower than the highest seen
+// are ignored. Close releases all leases with ReleaseCapacity, once
 // the GetCapacity in flight, if any, has been answered or has timed out:
 // the coordinator never sees the release ahead of a request that would
 // grant the lease again.

@@ -1,15 +1,19 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -27,8 +31,9 @@ const sampleEvery = 500 * time.Millisecond
 const minRefreshDelay = 10 * time.Millisecond
 
 // run is the agent's background loop: it samples demand, refreshes all
-// leases in one GetCapacity request, applies lease expiry and the failure
-// mode, and reports changes.
+// leases (in one GetCapacity request up to wire.MaxResourcesPerReq
+// resources), applies lease expiry and the failure mode, and reports
+// changes.
 func (a *Agent) run() {
 	defer close(a.done)
 	defer a.report() // changes noted before Close
@@ -162,23 +167,55 @@ func (a *Agent) report() {
 	}
 }
 
-// refresh sends one GetCapacity request for all resources and installs
-// the leases it returns.
+// batchReserve is what a GetCapacity or ReleaseCapacity request may need
+// beyond its list of resources (client id, headers, framing), when
+// requests are cut to the server's maximum payload.
+const batchReserve = 4 << 10
+
+// batches cuts n items into consecutive runs [lo, hi) of at most
+// wire.MaxResourcesPerReq items, the most a coordinator accepts in one
+// request, whose encoded sizes add up to no more than the connection's
+// maximum payload allows.
+func (a *Agent) batches(n int, size func(i int) int) [][2]int {
+	maxBytes := max(int(a.nc.MaxPayload())-batchReserve, batchReserve)
+	var out [][2]int
+	lo, bytes := 0, 0
+	for i := range n {
+		sz := size(i)
+		if i > lo && (i-lo == wire.MaxResourcesPerReq || bytes+sz > maxBytes) {
+			out = append(out, [2]int{lo, i})
+			lo, bytes = i, 0
+		}
+		bytes += sz
+	}
+	if n > lo {
+		out = append(out, [2]int{lo, n})
+	}
+	return out
+}
+
+// fieldSize is the encoded size of a length-delimited field of n bytes
+// (tag and length prefix included).
+func fieldSize(n int) int { return 1 + protowire.SizeVarint(uint64(n)) + n }
+
+// refresh asks for capacity on all resources and installs the leases
+// returned. Beyond wire.MaxResourcesPerReq resources the request is split;
+// the parts are sent together and the refresh ends when all have been
+// answered or have timed out. It reports the first part's error, if any.
 func (a *Agent) refresh(t time.Time) error {
 	a.mu.Lock()
 	a.earlyAt = time.Time{}
-	req := &allotpb.GetCapacityRequest{ClientId: a.o.clientID}
-	ids := make([]string, 0, len(a.res))
-	for id := range a.res {
-		ids = append(ids, id)
+	sent := make([]*resource, 0, len(a.res))
+	for _, r := range a.res {
+		sent = append(sent, r)
 	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		r := a.res[id]
+	slices.SortFunc(sent, func(x, y *resource) int { return strings.Compare(x.id, y.id) })
+	rrs := make([]*allotpb.ResourceRequest, len(sent))
+	for i, r := range sent {
 		a.sampleLocked(r, t)
 		w := r.currentWantsLocked()
 		r.sentWants, r.sent = w, true
-		rr := &allotpb.ResourceRequest{ResourceId: id, Priority: r.priority, Wants: w}
+		rr := &allotpb.ResourceRequest{ResourceId: r.id, Priority: r.priority, Wants: w}
 		if r.leased && t.Before(r.expiry) {
 			rr.Has = &allotpb.Lease{
 				Capacity:        r.granted,
@@ -186,39 +223,82 @@ func (a *Agent) refresh(t time.Time) error {
 				RefreshInterval: durationpb.New(r.refresh),
 			}
 		}
-		req.Resource = append(req.Resource, rr)
+		rrs[i] = rr
 	}
 	a.mu.Unlock()
 
-	resp := &allotpb.GetCapacityResponse{}
-	err := a.call(a.getSubj, req, resp)
+	parts := a.batches(len(rrs), func(i int) int { return fieldSize(proto.Size(rrs[i])) })
+	resps := make([]*allotpb.GetCapacityResponse, len(parts))
+	errs := make([]error, len(parts))
+	get := func(k int) {
+		req := &allotpb.GetCapacityRequest{ClientId: a.o.clientID, Resource: rrs[parts[k][0]:parts[k][1]]}
+		resps[k] = &allotpb.GetCapacityResponse{}
+		errs[k] = a.call(a.getSubj, req, resps[k])
+	}
+	if len(parts) == 1 {
+		get(0)
+	} else {
+		var wg sync.WaitGroup
+		for k := range parts {
+			wg.Go(func() { get(k) })
+		}
+		wg.Wait()
+	}
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err == nil && resp.GetTerm() < a.term {
-		err = fmt.Errorf("%w: got term %d, have seen %d", ErrStaleTerm, resp.GetTerm(), a.term)
+	// A part answered by a lower term than another (or than seen before)
+	// comes from a deposed coordinator.
+	term := a.term
+	for k, err := range errs {
+		if err == nil {
+			term = max(term, resps[k].GetTerm())
+		}
 	}
-	if err != nil {
+	var firstErr error
+	answered := false
+	for k, err := range errs {
+		if err == nil && resps[k].GetTerm() < term {
+			err = fmt.Errorf("%w: got term %d, have seen %d", ErrStaleTerm, resps[k].GetTerm(), term)
+		}
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		if !answered {
+			answered, a.interval = true, 0
+		}
+		a.installLocked(sent[parts[k][0]:parts[k][1]], resps[k])
+	}
+	if answered {
+		a.lastOK = now(a.o.clock)
+		a.term = term
+	}
+	if firstErr != nil {
 		a.failures++
 		// Once closed, a failure changes nothing the caller can act on.
 		if a.lastErr == nil && !a.closed {
-			a.log.Warn("allot: capacity refresh failed; keeping leases until they expire", "subject", a.getSubj, "error", err)
+			a.log.Warn("allot: capacity refresh failed; keeping leases until they expire", "subject", a.getSubj, "error", firstErr)
 		}
-		a.lastErr = err
-		return err
+		a.lastErr = firstErr
+		return firstErr
 	}
 	if a.lastErr != nil {
 		a.log.Info("allot: capacity refresh recovered", "failures", a.failures)
 	}
 	a.lastErr, a.failures = nil, 0
-	a.lastOK = now(a.o.clock)
-	a.term = resp.GetTerm()
-	a.interval = 0
+	return nil
+}
+
+// installLocked installs the leases of resp, the answer to a request for
+// sent (sorted by id). Resources closed since are left alone.
+func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityResponse) {
 	for _, rr := range resp.GetResponse() {
-		r := a.res[rr.GetResourceId()]
-		if r == nil || r.closed {
+		i, ok := slices.BinarySearchFunc(sent, rr.GetResourceId(), func(r *resource, id string) int { return strings.Compare(r.id, id) })
+		if !ok || sent[i].closed {
 			continue
 		}
+		r := sent[i]
 		if e := rr.GetError(); e != "" {
 			// Not served, while the other resources were: keep whatever
 			// lease it has until it expires, then its mode applies.
@@ -251,7 +331,6 @@ func (a *Agent) refresh(t time.Time) error {
 			}
 		}
 	}
-	return nil
 }
 
 // call sends req as binary protobuf to subj and decodes the reply into
@@ -282,23 +361,30 @@ func (a *Agent) call(subj string, req, resp proto.Message) error {
 	return nil
 }
 
-// release sends ReleaseCapacity for ids.
+// release sends ReleaseCapacity for ids (sorted and made unique here), in
+// as many requests as the coordinator's limits need, one after the other.
+// It returns the first error.
 func (a *Agent) release(ids []string) error {
 	slices.Sort(ids)
-	req := &allotpb.ReleaseCapacityRequest{ClientId: a.o.clientID, ResourceId: ids}
-	if err := a.call(a.relSubj, req, &allotpb.ReleaseCapacityResponse{}); err != nil {
-		return fmt.Errorf("agent: release capacity: %w", err)
+	ids = slices.Compact(ids)
+	var firstErr error
+	for _, p := range a.batches(len(ids), func(i int) int { return fieldSize(len(ids[i])) }) {
+		req := &allotpb.ReleaseCapacityRequest{ClientId: a.o.clientID, ResourceId: ids[p[0]:p[1]]}
+		if err := a.call(a.relSubj, req, &allotpb.ReleaseCapacityResponse{}); err != nil {
+			firstErr = cmp.Or(firstErr, fmt.Errorf("agent: release capacity: %w", err))
+		}
 	}
-	return nil
+	return firstErr
 }
 
 // Close closes all limiters and gauges (waiters return ErrClosed, Allow
 // reports false), stops refreshing, and gives every lease back with
-// ReleaseCapacity. A GetCapacity already in flight is not abandoned: Close
-// waits for its answer or its timeout before releasing, so the release
-// cannot reach the coordinator first and leave it a lease nobody holds.
-// Close returns the release error, if any; the agent is closed either way.
-// Close is idempotent; it must not be called from an OnChange function.
+// ReleaseCapacity (in several requests beyond wire.MaxResourcesPerReq
+// resources). A GetCapacity already in flight is not abandoned: Close waits
+// for its answer or its timeout before releasing, so the release cannot
+// reach the coordinator first and leave it a lease nobody holds. Close
+// returns the release error, if any; the agent is closed either way. Close
+// is idempotent; it must not be called from an OnChange function.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
 		a.mu.Lock()
