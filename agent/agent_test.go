@@ -521,6 +521,123 @@ func TestRequestsFitMaxPayload(t *testing.T) {
 	}
 }
 
+// Closing one limiter gives its lease back at once (another client gets
+// the capacity) while the agent's other resources keep theirs; the id can
+// be used again.
+func TestResourceClose(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	tenant := testTemplate("tenant/*", 10)
+	tenant.LeaseLength = time.Minute // only a release frees the capacity within the test
+	startCoordinator(t, natstest.Conn(t, s), tenant, testTemplate("keep", 10))
+	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"))
+	keep, err := a.Rate("keep", WithWants(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := a.Gauge("tenant/1", WithWants(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "both leased", func() bool { return keep.Capacity() == 10 && g.Capacity() == 10 })
+
+	if err := g.Close(); err != nil {
+		t.Fatalf("Gauge.Close = %v", err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatalf("second Gauge.Close = %v", err)
+	}
+	if g.TryAcquire(1) {
+		t.Error("a closed gauge admitted TryAcquire")
+	}
+	if err := g.Acquire(context.Background(), 1); !errors.Is(err, ErrClosed) {
+		t.Errorf("Acquire on a closed gauge = %v, want ErrClosed", err)
+	}
+	if err := g.SetWants(3); !errors.Is(err, ErrClosed) {
+		t.Errorf("SetWants on a closed gauge = %v, want ErrClosed", err)
+	}
+	if st := a.Status(); len(st) != 1 || st[0].ResourceID != "keep" {
+		t.Errorf("agent status lists %v, want keep alone", st)
+	}
+	b := newAgent(t, natstest.Conn(t, s), WithClientID("b"))
+	gb, err := b.Gauge("tenant/1", WithWants(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the released capacity granted to another client", func() bool { return gb.Capacity() == 10 })
+	first := keep.Expiry()
+	eventually(t, 10*time.Second, "the other resource keeps refreshing", func() bool {
+		return keep.Expiry().After(first) && keep.Capacity() == 10
+	})
+
+	// The same id again is a new gauge, which shares with b.
+	g2, err := a.Gauge("tenant/1", WithWants(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2 == g {
+		t.Fatal("Gauge after Close returned the closed gauge")
+	}
+	eventually(t, 10*time.Second, "fair shares of the reopened resource", func() bool {
+		return g2.Capacity() == 5 && gb.Capacity() == 5
+	})
+	if err := keep.Close(); err != nil {
+		t.Fatalf("RateLimiter.Close = %v", err)
+	}
+	if keep.Allow() {
+		t.Error("a closed rate limiter allowed an event")
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("Agent.Close = %v", err)
+	}
+	if err := g2.Close(); err != nil {
+		t.Errorf("Gauge.Close after Agent.Close = %v, want nil", err)
+	}
+}
+
+// A limiter closed during an in-flight GetCapacity is released after that
+// request's answer, for its resource alone, and is not asked for again.
+func TestResourceCloseWaitsForInFlightRefresh(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	f := &fakeCoordinator{capacity: 10, term: 1}
+	f.serve(t, natstest.Conn(t, s))
+	a := newAgent(t, natstest.Conn(t, s))
+	keep, err := a.Rate("keep", WithWants(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant, err := a.Rate("tenant", WithWants(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "both leased", func() bool { return keep.Capacity() == 10 && tenant.Capacity() == 10 })
+	arrived := make(chan struct{}, 1)
+	f.set(func(f *fakeCoordinator) { f.delay, f.arrived, f.events = 300*time.Millisecond, arrived, nil })
+	receive(t, arrived, "a slow GetCapacity")
+	if err := tenant.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	f.set(func(f *fakeCoordinator) { f.delay = 0 })
+	if got := f.eventLog(); !strings.Contains(got, "get answer release tenant") {
+		t.Errorf("coordinator saw %q, want the release after the answer to the get in flight", got)
+	}
+	n := func() int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.requests)
+	}
+	after := n()
+	eventually(t, 10*time.Second, "another refresh", func() bool { return n() > after })
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, req := range f.requests[after:] {
+		if len(req.GetResource()) != 1 || req.GetResource()[0].GetResourceId() != "keep" {
+			t.Errorf("a refresh after Close asked for %v, want keep alone", req.GetResource())
+		}
+	}
+}
+
 // TestProtocol checks what the agent sends and how it treats replies:
 // has and wants in requests, error replies, stale terms, release on Close.
 func TestProtocol(t *testing.T) {

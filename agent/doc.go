@@ -29,10 +29,15 @@
 // refresh is split into several requests sent together. A new resource or
 // a large change in wants triggers an earlier request, at most one per
 // WithMinRefreshGap. Responses whose term is lower than the highest seen
-// are ignored. Close releases all leases with ReleaseCapacity, once
-// the GetCapacity in flight, if any, has been answered or has timed out:
-// the coordinator never sees the release ahead of a request that would
-// grant the lease again.
+// are ignored.
+//
+// Agent.Close releases all leases with ReleaseCapacity; a limiter's or
+// gauge's own Close releases that resource alone, so limiters can come
+// and go (one per tenant, say) without holding capacity they no longer
+// use. Every request goes out from the background goroutine, one exchange
+// after the other: a release is sent only once the GetCapacity before it
+// has been answered or has timed out, so the coordinator never sees a
+// client's release ahead of the request that would grant the lease again.
 //
 // # Wants
 //

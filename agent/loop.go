@@ -32,8 +32,10 @@ const minRefreshDelay = 10 * time.Millisecond
 
 // run is the agent's background loop: it samples demand, refreshes all
 // leases (in one GetCapacity request up to wire.MaxResourcesPerReq
-// resources), applies lease expiry and the failure mode, and reports
-// changes.
+// resources), releases resources closed on their own, applies lease expiry
+// and the failure mode, and reports changes. Every request goes out from
+// here, one exchange after the other, so a release never overtakes a
+// GetCapacity that names the same resource.
 func (a *Agent) run() {
 	defer close(a.done)
 	defer a.report() // changes noted before Close
@@ -42,6 +44,9 @@ func (a *Agent) run() {
 	var nextRefresh, lastAttempt time.Time
 	nextSample := now(clock).Add(sampleEvery)
 	for {
+		// Before any refresh: a resource closed and created again is
+		// asked for only once its release has been answered.
+		a.sendReleases()
 		t := now(clock)
 		if !t.Before(nextSample) {
 			a.sampleAll(t)
@@ -164,6 +169,26 @@ func (a *Agent) report() {
 	a.mu.Unlock()
 	for _, st := range notes {
 		a.o.onChange(st)
+	}
+}
+
+// sendReleases sends ReleaseCapacity for the resources closed on their own
+// and gives each closer the outcome.
+func (a *Agent) sendReleases() {
+	a.mu.Lock()
+	rels := a.releases
+	a.releases = nil
+	a.mu.Unlock()
+	if len(rels) == 0 {
+		return
+	}
+	ids := make([]string, len(rels))
+	for i, rel := range rels {
+		ids[i] = rel.id
+	}
+	err := a.release(ids)
+	for _, rel := range rels {
+		rel.done <- err
 	}
 }
 
@@ -399,8 +424,18 @@ func (a *Agent) Close() error {
 		a.mu.Unlock()
 		close(a.stop)
 		<-a.done // the loop ends after the exchange it is in
+		a.mu.Lock()
+		rels := a.releases
+		a.releases = nil
+		a.mu.Unlock()
+		for _, rel := range rels {
+			ids = append(ids, rel.id)
+		}
 		if len(ids) > 0 && !a.nc.IsClosed() {
 			a.closeErr = a.release(ids)
+		}
+		for _, rel := range rels {
+			rel.done <- a.closeErr
 		}
 	})
 	return a.closeErr

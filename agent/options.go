@@ -155,8 +155,8 @@ func WithMinRefreshGap(d time.Duration) Option {
 // force, or where it comes from, changes, including a new resource's first
 // capacity. f runs on the agent's background goroutine, one call after the
 // other in the order of the changes, and must return quickly: while it
-// runs the agent does not refresh. It must not call Close, which waits for
-// that goroutine.
+// runs the agent neither refreshes nor releases. It must not call Close,
+// the agent's or a limiter's, since those wait for that goroutine.
 func WithOnChange(f func(Status)) Option {
 	return func(o *options) error {
 		if f == nil {
