@@ -395,9 +395,7 @@ func (a *Agent) release(ids []string) error {
 	var firstErr error
 	for _, p := range a.batches(len(ids), func(i int) int { return fieldSize(len(ids[i])) }) {
 		req := &allotpb.ReleaseCapacityRequest{ClientId: a.o.clientID, ResourceId: ids[p[0]:p[1]]}
-		if err := a.call(a.relSubj, req, &allotpb.ReleaseCapacityResponse{}); err != nil {
-			firstErr = cmp.Or(firstErr, fmt.Errorf("agent: release capacity: %w", err))
-		}
+		firstErr = cmp.Or(firstErr, a.call(a.relSubj, req, &allotpb.ReleaseCapacityResponse{}))
 	}
 	return firstErr
 }
