@@ -20,10 +20,10 @@ const Unlimited = math.MaxInt
 //
 // Waiters are served in order of arrival: a large request at the head of
 // the queue is not overtaken by smaller ones, whether they Acquire or
-// TryAcquire. The exception is a request
-// for more than the whole current limit: it cannot be served until the
-// limit grows, so, as in golang.org/x/sync/semaphore, it waits without
-// holding up the others (keeping its place for when the limit allows it).
+// TryAcquire. The exception is a request for more than the whole current
+// limit: it cannot be served until the limit grows, so, as in
+// golang.org/x/sync/semaphore, it waits without holding up the others
+// (keeping its place for when the limit allows it).
 //
 // Gauge is safe for simultaneous use by multiple goroutines.
 type Gauge struct {
@@ -192,12 +192,12 @@ func (g *Gauge) TryAcquire(n int) bool {
 // back more units than are held.
 var ErrReleaseExceedsHeld = errors.New("agent: gauge release exceeds the units held")
 
-// Release gives back n units taken with Acquire or TryAcquire. Releasing
-// more than is held, or a negative n, is a bug in the caller: Release then
-// returns an error (ErrReleaseExceedsHeld) and changes nothing, since
-// freeing units that other holders still use would let the gauge exceed
-// its limit. Unlike golang.org/x/sync/semaphore it does not panic.
-// Release(0) returns nil.
+// Release gives back n units taken with Acquire or TryAcquire; it still
+// works after Close, for holders finishing late. Releasing more than is
+// held is a bug in the caller: Release then returns ErrReleaseExceedsHeld
+// and changes nothing, since freeing units that other holders still use
+// would let the gauge exceed its limit (golang.org/x/sync/semaphore panics
+// instead). A negative n is an error too; Release(0) returns nil.
 func (g *Gauge) Release(n int) error {
 	if n < 0 {
 		return fmt.Errorf("agent: gauge release of %d units: n must not be negative", n)

@@ -157,6 +157,9 @@ func TestGaugeCancelAndClose(t *testing.T) {
 	if err := g.Do(context.Background(), 1, func(context.Context) error { return nil }); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Do after close = %v", err)
 	}
+	if err := g.Release(1); err != nil { // the unit acquired before close
+		t.Fatalf("Release after close = %v", err)
+	}
 }
 
 func TestCapacityToLimit(t *testing.T) {
