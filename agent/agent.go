@@ -144,18 +144,18 @@ type Agent struct {
 	lastErr   error
 	lastOK    time.Time
 	failures  int
-	earlyAt   time.Time     // pending early refresh, zero if none
-	interval  time.Duration // shortest refresh interval of the last response
-	notes     []Status      // changes the loop has yet to report to OnChange
-	releases  []*release    // resources closed on their own, to release
+	earlyAt   time.Time         // pending early refresh, zero if none
+	interval  time.Duration     // shortest refresh interval of the last response
+	notes     []Status          // changes the loop has yet to report to OnChange
+	releases  []*pendingRelease // resources closed on their own, to release
 	closed    bool
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// release is a resource closed on its own, waiting for the loop to send
-// its ReleaseCapacity; done receives the outcome.
-type release struct {
+// pendingRelease is a resource closed on its own, waiting for the loop to
+// send its ReleaseCapacity; done receives the outcome.
+type pendingRelease struct {
 	id   string
 	done chan error
 }
@@ -426,7 +426,7 @@ func (r *resource) close() error {
 		a.mu.Unlock()
 		return nil
 	}
-	rel := &release{id: r.id, done: make(chan error, 1)}
+	rel := &pendingRelease{id: r.id, done: make(chan error, 1)}
 	a.releases = append(a.releases, rel)
 	a.mu.Unlock()
 	a.poke()
