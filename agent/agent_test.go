@@ -243,8 +243,9 @@ type fakeCoordinator struct {
 	capacity float64
 	term     uint64
 	errCode  int
-	delay    time.Duration // before answering a GetCapacity
-	arrived  chan struct{} // if set, signalled when a GetCapacity arrives
+	termOf   func(*allotpb.GetCapacityRequest) uint64 // if set, the term of each reply
+	delay    time.Duration                            // before answering a GetCapacity
+	arrived  chan struct{}                            // if set, signalled when a GetCapacity arrives
 	requests []*allotpb.GetCapacityRequest
 	released []*allotpb.ReleaseCapacityRequest
 	// events: "get" when a GetCapacity arrives, "answer" just before it is
@@ -264,6 +265,9 @@ func (f *fakeCoordinator) serve(t *testing.T, nc *nats.Conn) {
 		f.requests = append(f.requests, req)
 		f.events = append(f.events, "get")
 		capacity, term, code, delay, arrived := f.capacity, f.term, f.errCode, f.delay, f.arrived
+		if f.termOf != nil {
+			term = f.termOf(req)
+		}
 		f.mu.Unlock()
 		if arrived != nil {
 			select {
@@ -635,6 +639,54 @@ func TestResourceCloseWaitsForInFlightRefresh(t *testing.T) {
 		if len(req.GetResource()) != 1 || req.GetResource()[0].GetResourceId() != "keep" {
 			t.Errorf("a refresh after Close asked for %v, want keep alone", req.GetResource())
 		}
+	}
+}
+
+// The parts of a split refresh are installed one by one: a part answered
+// by a lower term than another comes from a deposed coordinator and is
+// ignored (its error reported), while the other part's leases count.
+func TestSplitRefreshStalePart(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	f := &fakeCoordinator{capacity: 1, termOf: func(req *allotpb.GetCapacityRequest) uint64 {
+		if strings.HasPrefix(req.GetResource()[0].GetResourceId(), "b/") {
+			return 1 // the second part reaches a deposed leader
+		}
+		return 2
+	}}
+	f.serve(t, natstest.Conn(t, s))
+	a := newAgent(t, natstest.Conn(t, s))
+	var first, second []*RateLimiter
+	for i := range wire.MaxResourcesPerReq {
+		l, err := a.Rate(fmt.Sprintf("a/%04d", i), WithWants(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first = append(first, l)
+	}
+	for i := range 10 {
+		l, err := a.Rate(fmt.Sprintf("b/%04d", i), WithWants(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		second = append(second, l)
+	}
+	eventually(t, 10*time.Second, "the first part leased", func() bool {
+		for _, l := range first {
+			if l.Status().Source != SourceLease {
+				return false
+			}
+		}
+		return true
+	})
+	eventually(t, 10*time.Second, "the stale part reported", func() bool { return errors.Is(a.LastError(), ErrStaleTerm) })
+	for _, l := range second {
+		if st := l.Status(); st.Leased {
+			t.Fatalf("%s holds a lease from a stale term: %+v", st.ResourceID, st)
+		}
+	}
+	if a.Term() != 2 {
+		t.Errorf("term %d, want 2", a.Term())
 	}
 }
 
