@@ -376,7 +376,7 @@ func (l *RateLimiter) Expiry() time.Time { return l.res.status().Expiry }
 // such as one per tenant.
 //
 // It closes the limiter at once (waiters return ErrClosed, Allow reports
-// false), then sends ReleaseCapacity for this resource alone and returns
+// false, Capacity 0), then sends ReleaseCapacity for this resource alone and returns
 // its error. The release is sent by the agent's loop after any
 // GetCapacity in flight has been answered (or timed out), so it cannot
 // reach the coordinator ahead of a request that would grant the lease
@@ -433,9 +433,10 @@ func (r *resource) close() error {
 	return <-rel.done
 }
 
-// shutLocked closes r's limiter and marks r closed.
+// shutLocked closes r's limiter and marks r closed. Its status says
+// capacity 0, as the limiter now enforces.
 func (r *resource) shutLocked() {
-	r.closed, r.leased = true, false
+	r.closed, r.leased, r.inForce = true, false, 0
 	if r.rate != nil {
 		r.rate.shut()
 	} else {

@@ -551,8 +551,8 @@ func TestResourceClose(t *testing.T) {
 	if err := g.Close(); err != nil {
 		t.Fatalf("second Gauge.Close = %v", err)
 	}
-	if g.TryAcquire(1) {
-		t.Error("a closed gauge admitted TryAcquire")
+	if g.TryAcquire(1) || g.Capacity() != 0 || g.Status().Leased {
+		t.Errorf("a closed gauge admitted TryAcquire or reports capacity: %+v", g.Status())
 	}
 	if err := g.Acquire(context.Background(), 1); !errors.Is(err, ErrClosed) {
 		t.Errorf("Acquire on a closed gauge = %v, want ErrClosed", err)
