@@ -144,11 +144,20 @@ type Agent struct {
 	lastErr   error
 	lastOK    time.Time
 	failures  int
-	earlyAt   time.Time     // pending early refresh, zero if none
-	interval  time.Duration // shortest refresh interval of the last response
+	earlyAt   time.Time         // pending early refresh, zero if none
+	interval  time.Duration     // shortest refresh interval of the last response
+	notes     []Status          // changes the loop has yet to report to OnChange
+	releases  []*pendingRelease // resources closed on their own, to release
 	closed    bool
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// pendingRelease is a resource closed on its own, waiting for the loop to
+// send its ReleaseCapacity; done receives the outcome.
+type pendingRelease struct {
+	id   string
+	done chan error
 }
 
 // resource is the agent's state for one resource. Fields after the first
@@ -181,6 +190,8 @@ type resource struct {
 	inForce float64
 	source  Source
 	err     error // this resource's own error in the last reply, if any
+	sent    bool  // named in a GetCapacity request: has to be released
+	closed  bool  // closed, alone or with the agent: no longer refreshed
 }
 
 // New starts an agent on nc. It does not contact the coordinator until the
@@ -244,7 +255,8 @@ func (a *Agent) Mode() Mode { return a.o.mode }
 
 // Rate returns the rate limiter for resource id, creating the resource on
 // first use. Calling Rate again with the same id returns the same limiter
-// and ignores the options; it is an error if id is a gauge resource.
+// and ignores the options (once that limiter is closed, it creates a new
+// one); it is an error if id is a gauge resource.
 func (a *Agent) Rate(id string, opts ...ResourceOption) (*RateLimiter, error) {
 	r, err := a.resource(id, KindRate, opts)
 	if err != nil {
@@ -255,7 +267,8 @@ func (a *Agent) Rate(id string, opts ...ResourceOption) (*RateLimiter, error) {
 
 // Gauge returns the gauge for resource id, creating the resource on first
 // use. Calling Gauge again with the same id returns the same gauge and
-// ignores the options; it is an error if id is a rate resource.
+// ignores the options (once that gauge is closed, it creates a new one);
+// it is an error if id is a rate resource.
 func (a *Agent) Gauge(id string, opts ...ResourceOption) (*Gauge, error) {
 	r, err := a.resource(id, KindGauge, opts)
 	if err != nil {
@@ -303,7 +316,9 @@ func (a *Agent) resource(id string, kind Kind, opts []ResourceOption) (*resource
 		r.gauge.res = r
 	}
 	a.res[id] = r
-	st, changed := a.applyLocked(r, t)
+	if st, changed := a.applyLocked(r, t); changed {
+		a.noteLocked(st) // reported by the loop, like every other change
+	}
 	// Ask at once when the wants are known; with automatic wants first
 	// measure demand for a short window so the first request means
 	// something.
@@ -313,11 +328,15 @@ func (a *Agent) resource(id string, kind Kind, opts []ResourceOption) (*resource
 	}
 	a.scheduleEarlyLocked(at)
 	a.mu.Unlock()
-	if changed && a.o.onChange != nil {
-		a.o.onChange(st)
-	}
 	a.poke()
 	return r, nil
+}
+
+// noteLocked queues a change for the loop to report to OnChange.
+func (a *Agent) noteLocked(st Status) {
+	if a.o.onChange != nil {
+		a.notes = append(a.notes, st)
+	}
 }
 
 func (a *Agent) poke() {
@@ -352,6 +371,21 @@ func (l *RateLimiter) Capacity() float64 { return l.res.status().Capacity }
 // Expiry returns when the current lease expires; zero if none is held.
 func (l *RateLimiter) Expiry() time.Time { return l.res.status().Expiry }
 
+// Close gives this resource's lease back and stops refreshing it, leaving
+// the agent's other resources as they are: for limiters that come and go,
+// such as one per tenant.
+//
+// It closes the limiter at once (waiters return ErrClosed, Allow reports
+// false, Capacity 0), then sends ReleaseCapacity for this resource alone and returns
+// its error. The release is sent by the agent's loop after any
+// GetCapacity in flight has been answered (or timed out), so it cannot
+// reach the coordinator ahead of a request that would grant the lease
+// again; Close may therefore wait up to two request timeouts. A later
+// Agent.Rate or Agent.Gauge with the same id creates a new limiter, whose
+// first request follows the release. Close is idempotent and returns nil
+// if the agent is closed. It must not be called from an OnChange function.
+func (l *RateLimiter) Close() error { return l.res.close() }
+
 // SetWants fixes the number of units in flight this client asks for. A
 // large change triggers an early refresh. NaN, infinite, negative or huge
 // values are rejected.
@@ -370,6 +404,46 @@ func (g *Gauge) Capacity() float64 { return g.res.status().Capacity }
 // Expiry returns when the current lease expires; zero if none is held.
 func (g *Gauge) Expiry() time.Time { return g.res.status().Expiry }
 
+// Close gives this resource's lease back and stops refreshing it, leaving
+// the agent's other resources as they are; waiters return ErrClosed and
+// new acquires are refused. It works as RateLimiter.Close does.
+func (g *Gauge) Close() error { return g.res.close() }
+
+// close is RateLimiter.Close and Gauge.Close.
+func (r *resource) close() error {
+	if r == nil {
+		return errors.New("agent: limiter not created by an Agent")
+	}
+	a := r.a
+	a.mu.Lock()
+	if r.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	r.shutLocked()
+	delete(a.res, r.id)
+	if !r.sent { // the coordinator never heard of it
+		a.mu.Unlock()
+		return nil
+	}
+	rel := &pendingRelease{id: r.id, done: make(chan error, 1)}
+	a.releases = append(a.releases, rel)
+	a.mu.Unlock()
+	a.poke()
+	return <-rel.done
+}
+
+// shutLocked closes r's limiter and marks r closed. Its status says
+// capacity 0, as the limiter now enforces.
+func (r *resource) shutLocked() {
+	r.closed, r.leased, r.inForce = true, false, 0
+	if r.rate != nil {
+		r.rate.shut()
+	} else {
+		r.gauge.shut()
+	}
+}
+
 func (r *resource) setWants(w float64) error {
 	if r == nil {
 		return errors.New("agent: limiter not created by an Agent")
@@ -379,6 +453,10 @@ func (r *resource) setWants(w float64) error {
 	}
 	a := r.a
 	a.mu.Lock()
+	if r.closed {
+		a.mu.Unlock()
+		return ErrClosed
+	}
 	old := r.currentWantsLocked()
 	r.wants, r.auto = w, false
 	if bigChange(old, w) {
@@ -396,7 +474,7 @@ func (r *resource) setWants(w float64) error {
 func (r *resource) starved() {
 	a := r.a
 	a.mu.Lock()
-	if !r.auto || a.closed {
+	if !r.auto || r.closed {
 		a.mu.Unlock()
 		return
 	}
@@ -490,6 +568,9 @@ func (a *Agent) Term() uint64 {
 // expired lease, and installs the capacity in the limiter. It reports the
 // status when the capacity or its source changed.
 func (a *Agent) applyLocked(r *resource, t time.Time) (Status, bool) {
+	if r.closed {
+		return Status{}, false
+	}
 	if r.leased && !t.Before(r.expiry) {
 		r.leased = false
 	}

@@ -1,16 +1,21 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -238,8 +243,14 @@ type fakeCoordinator struct {
 	capacity float64
 	term     uint64
 	errCode  int
+	termOf   func(*allotpb.GetCapacityRequest) uint64 // if set, the term of each reply
+	delay    time.Duration                            // before answering a GetCapacity
+	arrived  chan struct{}                            // if set, signalled when a GetCapacity arrives
 	requests []*allotpb.GetCapacityRequest
 	released []*allotpb.ReleaseCapacityRequest
+	// events: "get" when a GetCapacity arrives, "answer" just before it is
+	// answered, "release <ids>" when a ReleaseCapacity arrives.
+	events []string
 }
 
 func (f *fakeCoordinator) serve(t *testing.T, nc *nats.Conn) {
@@ -252,7 +263,21 @@ func (f *fakeCoordinator) serve(t *testing.T, nc *nats.Conn) {
 		}
 		f.mu.Lock()
 		f.requests = append(f.requests, req)
-		capacity, term, code := f.capacity, f.term, f.errCode
+		f.events = append(f.events, "get")
+		capacity, term, code, delay, arrived := f.capacity, f.term, f.errCode, f.delay, f.arrived
+		if f.termOf != nil {
+			term = f.termOf(req)
+		}
+		f.mu.Unlock()
+		if arrived != nil {
+			select {
+			case arrived <- struct{}{}:
+			default:
+			}
+		}
+		time.Sleep(delay)
+		f.mu.Lock()
+		f.events = append(f.events, "answer")
 		f.mu.Unlock()
 		reply := nats.NewMsg(m.Reply)
 		if code != 0 {
@@ -286,6 +311,7 @@ func (f *fakeCoordinator) serve(t *testing.T, nc *nats.Conn) {
 		_ = wire.Unmarshal(wire.EncodingOf(m.Header), m.Data, req)
 		f.mu.Lock()
 		f.released = append(f.released, req)
+		f.events = append(f.events, "release "+strings.Join(req.GetResourceId(), ","))
 		f.mu.Unlock()
 		reply := nats.NewMsg(m.Reply)
 		reply.Data, _ = wire.Marshal(wire.Protobuf, &allotpb.ReleaseCapacityResponse{Released: int32(len(req.GetResourceId()))})
@@ -302,6 +328,366 @@ func (f *fakeCoordinator) set(fn func(*fakeCoordinator)) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fn(f)
+}
+
+// eventLog returns the events so far, space-separated.
+func (f *fakeCoordinator) eventLog() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return strings.Join(f.events, " ")
+}
+
+// receive waits for a signal on ch.
+func receive(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// lockedBuffer is a log destination safe for concurrent writers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Close during an in-flight GetCapacity waits for its answer before it
+// releases: on the agent's connection the release then follows the get,
+// so the coordinator cannot take the release first and keep the lease the
+// get grants (a phantom lease). Close does not log its own wait as a
+// failed refresh either.
+func TestCloseWaitsForInFlightRefresh(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	arrived := make(chan struct{}, 1)
+	f := &fakeCoordinator{capacity: 10, term: 1, delay: 300 * time.Millisecond, arrived: arrived}
+	f.serve(t, natstest.Conn(t, s))
+	var logs lockedBuffer
+	a, err := New(natstest.Conn(t, s), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Rate("res", WithWants(5)); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, arrived, "the first GetCapacity")
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	if got, want := f.eventLog(), "get answer release res"; got != want {
+		t.Errorf("coordinator saw %q, want %q", got, want)
+	}
+	if strings.Contains(logs.String(), "refresh failed") {
+		t.Errorf("Close logged a failed refresh:\n%s", logs.String())
+	}
+}
+
+// WithOnChange's function runs on the agent's goroutine, as documented: a
+// function that blocks holds up the agent's loop, not the caller of Rate.
+func TestOnChangeRunsOnLoop(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t) // no coordinator: the first change is the initial capacity
+	block := make(chan struct{})
+	defer close(block)
+	called := make(chan string, 1)
+	a := newAgent(t, natstest.Conn(t, s), WithOnChange(func(st Status) {
+		buf := make([]byte, 64<<10)
+		select {
+		case called <- fmt.Sprintf("%s %v %s\n%s", st.ResourceID, st.Capacity, st.Source, buf[:runtime.Stack(buf, false)]):
+		default:
+		}
+		<-block
+	}))
+	created := make(chan error, 1)
+	go func() {
+		_, err := a.Rate("r", WithInitialCapacity(3))
+		created <- err
+	}()
+	select {
+	case err := <-created:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Rate blocked in the OnChange function: it ran on the caller's goroutine")
+	}
+	select {
+	case got := <-called:
+		if !strings.HasPrefix(got, "r 3 safe\n") || !strings.Contains(got, "(*Agent).run(") {
+			t.Errorf("OnChange called with %s; want r 3 safe, on the agent's loop", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnChange not called for the new resource")
+	}
+}
+
+// An agent with more resources than one request may carry
+// (wire.MaxResourcesPerReq) splits its refreshes and its release; before,
+// every refresh failed with 400 and all its leases fell to safe mode.
+func TestManyResources(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	tmpl := testTemplate("t/*", 10)
+	tmpl.LeaseLength = time.Minute // only a release frees the capacity within the test
+	tmpl.RefreshInterval = time.Second
+	startCoordinator(t, natstest.Conn(t, s), tmpl)
+	a := newAgent(t, natstest.Conn(t, s), WithClientID("many"))
+	const n = 2*wire.MaxResourcesPerReq + 1
+	lims := make([]*RateLimiter, n)
+	for i := range lims {
+		var err error
+		if lims[i], err = a.Rate(fmt.Sprintf("t/%04d", i), WithWants(10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 20*time.Second, "every resource leased", func() bool {
+		for _, l := range lims {
+			if st := l.Status(); st.Source != SourceLease || st.Capacity != 10 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := a.LastError(); err != nil {
+		t.Fatalf("LastError = %v", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	// The last resource was in the last part of the release: its capacity
+	// is free for another client at once, not after the minute-long lease.
+	b := newAgent(t, natstest.Conn(t, s), WithClientID("next"))
+	last, err := b.Rate(fmt.Sprintf("t/%04d", n-1), WithWants(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the released capacity granted to another client", func() bool {
+		return last.Capacity() == 10
+	})
+}
+
+// A server with a small maximum payload gets requests that fit it: the
+// refresh and the release are split by size as well as by count.
+func TestRequestsFitMaxPayload(t *testing.T) {
+	t.Parallel()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, MaxPayload: 16 << 10, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	f := &fakeCoordinator{capacity: 1, term: 1}
+	f.serve(t, natstest.Conn(t, s))
+	a := newAgent(t, natstest.Conn(t, s))
+	const n = 200 // 200-byte ids: about 45 KB of resources
+	lims := make([]*RateLimiter, n)
+	for i := range lims {
+		if lims[i], err = a.Rate(fmt.Sprintf("%0200d", i), WithWants(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, "every resource leased", func() bool {
+		for _, l := range lims {
+			if l.Capacity() != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	released := 0
+	for _, req := range f.released {
+		released += len(req.GetResourceId())
+	}
+	if released != n || len(f.released) < 3 {
+		t.Errorf("released %d resources in %d requests, want %d in at least 3", released, len(f.released), n)
+	}
+}
+
+// Closing one limiter gives its lease back at once (another client gets
+// the capacity) while the agent's other resources keep theirs; the id can
+// be used again.
+func TestResourceClose(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	tenant := testTemplate("tenant/*", 10)
+	tenant.LeaseLength = time.Minute // only a release frees the capacity within the test
+	startCoordinator(t, natstest.Conn(t, s), tenant, testTemplate("keep", 10))
+	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"))
+	keep, err := a.Rate("keep", WithWants(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := a.Gauge("tenant/1", WithWants(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "both leased", func() bool { return keep.Capacity() == 10 && g.Capacity() == 10 })
+
+	if err := g.Close(); err != nil {
+		t.Fatalf("Gauge.Close = %v", err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatalf("second Gauge.Close = %v", err)
+	}
+	if g.TryAcquire(1) || g.Capacity() != 0 || g.Status().Leased {
+		t.Errorf("a closed gauge admitted TryAcquire or reports capacity: %+v", g.Status())
+	}
+	if err := g.Acquire(context.Background(), 1); !errors.Is(err, ErrClosed) {
+		t.Errorf("Acquire on a closed gauge = %v, want ErrClosed", err)
+	}
+	if err := g.SetWants(3); !errors.Is(err, ErrClosed) {
+		t.Errorf("SetWants on a closed gauge = %v, want ErrClosed", err)
+	}
+	if st := a.Status(); len(st) != 1 || st[0].ResourceID != "keep" {
+		t.Errorf("agent status lists %v, want keep alone", st)
+	}
+	b := newAgent(t, natstest.Conn(t, s), WithClientID("b"))
+	gb, err := b.Gauge("tenant/1", WithWants(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the released capacity granted to another client", func() bool { return gb.Capacity() == 10 })
+	first := keep.Expiry()
+	eventually(t, 10*time.Second, "the other resource keeps refreshing", func() bool {
+		return keep.Expiry().After(first) && keep.Capacity() == 10
+	})
+
+	// The same id again is a new gauge, which shares with b.
+	g2, err := a.Gauge("tenant/1", WithWants(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2 == g {
+		t.Fatal("Gauge after Close returned the closed gauge")
+	}
+	eventually(t, 10*time.Second, "fair shares of the reopened resource", func() bool {
+		return g2.Capacity() == 5 && gb.Capacity() == 5
+	})
+	if err := keep.Close(); err != nil {
+		t.Fatalf("RateLimiter.Close = %v", err)
+	}
+	if keep.Allow() {
+		t.Error("a closed rate limiter allowed an event")
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("Agent.Close = %v", err)
+	}
+	if err := g2.Close(); err != nil {
+		t.Errorf("Gauge.Close after Agent.Close = %v, want nil", err)
+	}
+}
+
+// A limiter closed during an in-flight GetCapacity is released after that
+// request's answer, for its resource alone, and is not asked for again.
+func TestResourceCloseWaitsForInFlightRefresh(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	f := &fakeCoordinator{capacity: 10, term: 1}
+	f.serve(t, natstest.Conn(t, s))
+	a := newAgent(t, natstest.Conn(t, s))
+	keep, err := a.Rate("keep", WithWants(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant, err := a.Rate("tenant", WithWants(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "both leased", func() bool { return keep.Capacity() == 10 && tenant.Capacity() == 10 })
+	arrived := make(chan struct{}, 1)
+	f.set(func(f *fakeCoordinator) { f.delay, f.arrived, f.events = 300*time.Millisecond, arrived, nil })
+	receive(t, arrived, "a slow GetCapacity")
+	if err := tenant.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	f.set(func(f *fakeCoordinator) { f.delay = 0 })
+	if got := f.eventLog(); !strings.Contains(got, "get answer release tenant") {
+		t.Errorf("coordinator saw %q, want the release after the answer to the get in flight", got)
+	}
+	n := func() int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.requests)
+	}
+	after := n()
+	eventually(t, 10*time.Second, "another refresh", func() bool { return n() > after })
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, req := range f.requests[after:] {
+		if len(req.GetResource()) != 1 || req.GetResource()[0].GetResourceId() != "keep" {
+			t.Errorf("a refresh after Close asked for %v, want keep alone", req.GetResource())
+		}
+	}
+}
+
+// The parts of a split refresh are installed one by one: a part answered
+// by a lower term than another comes from a deposed coordinator and is
+// ignored (its error reported), while the other part's leases count.
+func TestSplitRefreshStalePart(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	f := &fakeCoordinator{capacity: 1, termOf: func(req *allotpb.GetCapacityRequest) uint64 {
+		if strings.HasPrefix(req.GetResource()[0].GetResourceId(), "b/") {
+			return 1 // the second part reaches a deposed leader
+		}
+		return 2
+	}}
+	f.serve(t, natstest.Conn(t, s))
+	a := newAgent(t, natstest.Conn(t, s))
+	var first, second []*RateLimiter
+	for i := range wire.MaxResourcesPerReq {
+		l, err := a.Rate(fmt.Sprintf("a/%04d", i), WithWants(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first = append(first, l)
+	}
+	for i := range 10 {
+		l, err := a.Rate(fmt.Sprintf("b/%04d", i), WithWants(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		second = append(second, l)
+	}
+	eventually(t, 10*time.Second, "the first part leased", func() bool {
+		for _, l := range first {
+			if l.Status().Source != SourceLease {
+				return false
+			}
+		}
+		return true
+	})
+	eventually(t, 10*time.Second, "the stale part reported", func() bool { return errors.Is(a.LastError(), ErrStaleTerm) })
+	for _, l := range second {
+		if st := l.Status(); st.Leased {
+			t.Fatalf("%s holds a lease from a stale term: %+v", st.ResourceID, st)
+		}
+	}
+	if a.Term() != 2 {
+		t.Errorf("term %d, want 2", a.Term())
+	}
 }
 
 // TestProtocol checks what the agent sends and how it treats replies:

@@ -24,10 +24,20 @@
 // capacity on all its resources in a single binary-protobuf GetCapacity
 // request (subject allot.<node>.capacity.get) every refresh interval — the
 // shortest interval among the leases, with jitter — reporting for each
-// resource the lease it holds ("has") and the capacity it wants. A new
-// resource or a large change in wants triggers an earlier request, at most
-// one per WithMinRefreshGap. Responses whose term is lower than the highest
-// seen are ignored. Close releases all leases with ReleaseCapacity.
+// resource the lease it holds ("has") and the capacity it wants. Beyond
+// 1000 resources, the most a coordinator accepts in one request, the
+// refresh is split into several requests sent together. A new resource or
+// a large change in wants triggers an earlier request, at most one per
+// WithMinRefreshGap. Responses whose term is lower than the highest seen
+// are ignored.
+//
+// Agent.Close releases all leases with ReleaseCapacity; a limiter's or
+// gauge's own Close releases that resource alone, so limiters can come
+// and go (one per tenant, say) without holding capacity they no longer
+// use. Every request goes out from the background goroutine, one exchange
+// after the other: a release is sent only once the GetCapacity before it
+// has been answered or has timed out, so the coordinator never sees a
+// client's release ahead of the request that would grant the lease again.
 //
 // # Wants
 //

@@ -19,8 +19,9 @@ import (
 )
 
 // demo starts an embedded NATS server and a coordinator that gives
-// "mysql/main" 100 per second and "mysql/connections" 10 in flight. It
-// returns a connection and a function that stops everything.
+// "mysql/main" 100 per second, "mysql/connections" 10 in flight and each
+// "tenant/*" 50 per second. It returns a connection and a function that
+// stops everything.
 func demo() (*nats.Conn, func(), error) {
 	dir, err := os.MkdirTemp("", "allot-example")
 	if err != nil {
@@ -42,7 +43,7 @@ func demo() (*nats.Conn, func(), error) {
 	}
 	c, err := coordinator.New(nc, coordinator.Options{
 		Templates: coordinator.StaticTemplates(config.NewSet(1,
-			[]*config.Template{tmpl("mysql/main", 100), tmpl("mysql/connections", 10)}, nil)),
+			[]*config.Template{tmpl("mysql/main", 100), tmpl("mysql/connections", 10), tmpl("tenant/*", 50)}, nil)),
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err == nil {
@@ -54,6 +55,21 @@ func demo() (*nats.Conn, func(), error) {
 		return nil, nil, err
 	}
 	return nc, func() { c.Stop(); nc.Close(); stopServer() }, nil
+}
+
+// demoAgent starts the demo and an agent on it; stop closes the agent and
+// stops the demo.
+func demoAgent() (a *agent.Agent, stop func()) {
+	nc, stopDemo, err := demo()
+	if err != nil {
+		log.Fatal(err)
+	}
+	a, err = agent.New(nc, agent.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		stopDemo()
+		log.Fatal(err)
+	}
+	return a, func() { a.Close(); stopDemo() }
 }
 
 // The three lines a service adds to stay within its share of a global
@@ -89,16 +105,8 @@ func Example() {
 
 // A gauge bounds the units in flight; Do holds one while the function runs.
 func ExampleGauge_Do() {
-	nc, stop, err := demo()
-	if err != nil {
-		log.Fatal(err)
-	}
+	a, stop := demoAgent()
 	defer stop()
-	a, err := agent.New(nc, agent.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer a.Close()
 	conns, err := a.Gauge("mysql/connections", agent.WithWants(4))
 	if err != nil {
 		log.Fatal(err)
@@ -113,6 +121,40 @@ func ExampleGauge_Do() {
 		log.Fatal(err)
 	}
 	// Output: holding 1 of 4
+}
+
+// Per-tenant limiters that come and go: a tenant's limiter is created on
+// its first request and closed when the tenant leaves, which gives its
+// share back to the coordinator at once; the agent's other resources are
+// not affected.
+func ExampleRateLimiter_Close() {
+	a, stop := demoAgent()
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	tenants := map[string]*agent.RateLimiter{}
+	for _, name := range []string{"acme", "globex"} {
+		lim, err := a.Rate("tenant/"+name, agent.WithWants(20))
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := lim.Wait(ctx); err != nil { // the tenant's first request
+			log.Fatal(err)
+		}
+		tenants[name] = lim
+	}
+	fmt.Println(len(a.Status()), "tenants,", tenants["acme"].Capacity(), "per second each")
+
+	// acme leaves: its lease is released now, not when it would expire.
+	if err := tenants["acme"].Close(); err != nil {
+		log.Fatal(err)
+	}
+	delete(tenants, "acme")
+	fmt.Println(len(a.Status()), "tenant,", tenants["globex"].Capacity(), "per second")
+	// Output:
+	// 2 tenants, 20 per second each
+	// 1 tenant, 20 per second
 }
 
 // An HTTP middleware that sheds load beyond this instance's share.

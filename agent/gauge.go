@@ -3,6 +3,8 @@ package agent
 import (
 	"container/list"
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"sync"
 )
@@ -17,10 +19,11 @@ const Unlimited = math.MaxInt
 // wait until the holders have drained below the new limit.
 //
 // Waiters are served in order of arrival: a large request at the head of
-// the queue is not overtaken by smaller ones. The exception is a request
-// for more than the whole current limit: it cannot be served until the
-// limit grows, so, as in golang.org/x/sync/semaphore, it waits without
-// holding up the others (keeping its place for when the limit allows it).
+// the queue is not overtaken by smaller ones, whether they Acquire or
+// TryAcquire. The exception is a request for more than the whole current
+// limit: it cannot be served until the limit grows, so, as in
+// golang.org/x/sync/semaphore, it waits without holding up the others
+// (keeping its place for when the limit allows it).
 //
 // Gauge is safe for simultaneous use by multiple goroutines.
 type Gauge struct {
@@ -71,11 +74,14 @@ func capacityToLimit(c float64) int {
 func (g *Gauge) setLimit(limit int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.closed {
+		return // a closed gauge stays at 0
+	}
 	g.limit = max(limit, 0)
 	g.notifyLocked()
 }
 
-func (g *Gauge) close() {
+func (g *Gauge) shut() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.closed = true
@@ -161,15 +167,17 @@ func (g *Gauge) isClosed() bool {
 	return g.closed
 }
 
-// TryAcquire takes n units if they fit now and nobody is waiting, and
-// reports whether it did. Failed attempts count as demand.
+// TryAcquire takes n units if they fit now, and reports whether it did.
+// Like Acquire it does not overtake a queued waiter that could be served
+// at the current limit, even when n would fit; a waiter for more than the
+// whole limit does not hold it up. Failed attempts count as demand.
 func (g *Gauge) TryAcquire(n int) bool {
 	if n <= 0 {
 		return true
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.closed && g.waiters.Len() == 0 && g.fitsLocked(n) {
+	if !g.closed && !g.queuedAheadLocked() && g.fitsLocked(n) {
 		g.held += n
 		g.notePeakLocked()
 		return true
@@ -180,16 +188,31 @@ func (g *Gauge) TryAcquire(n int) bool {
 	return false
 }
 
-// Release gives back n units. Releasing more than is held releases what is
-// held; it never makes InFlight negative.
-func (g *Gauge) Release(n int) {
-	if n <= 0 {
-		return
+// ErrReleaseExceedsHeld is returned by Gauge.Release when asked to give
+// back more units than are held.
+var ErrReleaseExceedsHeld = errors.New("agent: gauge release exceeds the units held")
+
+// Release gives back n units taken with Acquire or TryAcquire; it still
+// works after Close, for holders finishing late. Releasing more than is
+// held is a bug in the caller: Release then returns ErrReleaseExceedsHeld
+// and changes nothing, since freeing units that other holders still use
+// would let the gauge exceed its limit (golang.org/x/sync/semaphore panics
+// instead). A negative n is an error too; Release(0) returns nil.
+func (g *Gauge) Release(n int) error {
+	if n < 0 {
+		return fmt.Errorf("agent: gauge release of %d units: n must not be negative", n)
+	}
+	if n == 0 {
+		return nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.held = max(g.held-n, 0)
+	if n > g.held {
+		return fmt.Errorf("%w: releasing %d with %d held", ErrReleaseExceedsHeld, n, g.held)
+	}
+	g.held -= n
 	g.notifyLocked()
+	return nil
 }
 
 // Do acquires n units, runs f, and releases them, returning f's error or
@@ -198,6 +221,8 @@ func (g *Gauge) Do(ctx context.Context, n int, f func(context.Context) error) er
 	if err := g.Acquire(ctx, n); err != nil {
 		return err
 	}
+	// Release fails only if someone else gave back units they did not
+	// hold; that error belongs to them.
 	defer g.Release(n)
 	return f(ctx)
 }

@@ -21,30 +21,118 @@ func TestGaugeShrinkAndFIFO(t *testing.T) {
 	g.setLimit(2) // shrink below what is held
 	big := make(chan error, 1)
 	go func() { big <- g.Acquire(ctx, 2) }()
-	time.Sleep(20 * time.Millisecond)
-	if g.TryAcquire(1) {
-		t.Fatal("TryAcquire overtook a queued waiter")
+	for g.waitingUnits() != 2 {
+		runtime.Gosched()
 	}
-	g.Release(2) // held 2: not below the limit yet
+	if err := g.Release(2); err != nil { // held 2: not below the limit yet
+		t.Fatal(err)
+	}
 	select {
 	case err := <-big:
 		t.Fatalf("Acquire(2) returned %v with 2 held and limit 2", err)
 	case <-time.After(20 * time.Millisecond):
 	}
-	g.Release(2)
+	if err := g.Release(2); err != nil {
+		t.Fatal(err)
+	}
 	if err := <-big; err != nil {
 		t.Fatal(err)
 	}
 	if g.InFlight() != 2 {
 		t.Fatalf("in flight %d, want 2", g.InFlight())
 	}
-	g.Release(10) // over-release clamps at zero
-	if g.InFlight() != 0 {
-		t.Fatalf("in flight %d after over-release, want 0", g.InFlight())
+	// 4 held + 2 waiting.
+	if p := g.samplePeak(); p != 6 {
+		t.Errorf("peak = %d, want 6", p)
 	}
-	// 4 held + 2 waiting + 1 refused TryAcquire.
-	if p := g.samplePeak(); p != 7 {
-		t.Errorf("peak = %d, want 7", p)
+}
+
+// A waiter that fits the limit, queued because too little is free, is
+// served before later requests: neither TryAcquire nor Acquire takes the
+// units it is waiting for, even when the smaller request would fit.
+func TestGaugeNoOvertaking(t *testing.T) {
+	g := newGauge()
+	g.setLimit(4)
+	if !g.TryAcquire(2) {
+		t.Fatal("TryAcquire(2) of 4 free = false")
+	}
+	big := make(chan error, 1)
+	go func() { big <- g.Acquire(context.Background(), 3) }() // 2 free: waits
+	for g.waitingUnits() != 3 {
+		runtime.Gosched()
+	}
+	// 2 units are free, so each of these would fit if it could overtake.
+	if g.TryAcquire(1) {
+		t.Fatal("TryAcquire(1) overtook a queued Acquire(3)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := g.Acquire(ctx, 1); err == nil {
+		t.Fatal("Acquire(1) overtook a queued Acquire(3)")
+	}
+	// Refused and waiting requests count as demand: 2 held, 3 and 1 asked.
+	if p := g.samplePeak(); p != 6 {
+		t.Errorf("peak = %d, want 6", p)
+	}
+	if err := g.Release(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-big; err != nil {
+		t.Fatal(err)
+	}
+	if got := g.InFlight(); got != 3 {
+		t.Fatalf("in flight %d, want the waiter's 3", got)
+	}
+	if !g.TryAcquire(1) {
+		t.Fatal("TryAcquire(1) with 1 free and nobody waiting = false")
+	}
+}
+
+// A request for more than the whole limit does not hold up TryAcquire
+// either (as the Gauge doc says), while it keeps its place for later.
+func TestGaugeTryAcquireBesideOversizedWaiter(t *testing.T) {
+	g := newGauge()
+	g.setLimit(5)
+	ctx, cancel := context.WithCancel(context.Background())
+	big := make(chan error, 1)
+	go func() { big <- g.Acquire(ctx, 10) }()
+	for g.waitingUnits() != 10 {
+		runtime.Gosched()
+	}
+	if !g.TryAcquire(2) {
+		t.Fatal("TryAcquire(2) refused with 5 free beside a parked Acquire(10) that cannot fit")
+	}
+	cancel()
+	if err := <-big; !errors.Is(err, context.Canceled) {
+		t.Fatalf("oversized Acquire = %v, want cancelled", err)
+	}
+}
+
+// Releasing more than is held is an error and changes nothing: clamping
+// would hand other holders' units out a second time.
+func TestGaugeOverRelease(t *testing.T) {
+	g := newGauge()
+	g.setLimit(4)
+	if err := g.Acquire(context.Background(), 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Release(5); !errors.Is(err, ErrReleaseExceedsHeld) {
+		t.Fatalf("Release(5) with 3 held = %v, want ErrReleaseExceedsHeld", err)
+	}
+	if err := g.Release(-1); err == nil {
+		t.Fatal("Release(-1) = nil error")
+	}
+	if got := g.InFlight(); got != 3 {
+		t.Fatalf("in flight %d after refused releases, want 3", got)
+	}
+	if g.TryAcquire(2) {
+		t.Fatal("TryAcquire(2) with 1 free = true: a refused release freed units")
+	}
+	if err := g.Release(3); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Release(0); err != nil {
+		t.Fatalf("Release(0) = %v", err)
 	}
 }
 
@@ -62,12 +150,15 @@ func TestGaugeCancelAndClose(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- g.Acquire(context.Background(), 1) }()
 	time.Sleep(20 * time.Millisecond)
-	g.close()
+	g.shut()
 	if err := <-done; !errors.Is(err, ErrClosed) {
 		t.Fatalf("Acquire after close = %v, want ErrClosed", err)
 	}
 	if err := g.Do(context.Background(), 1, func(context.Context) error { return nil }); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Do after close = %v", err)
+	}
+	if err := g.Release(1); err != nil { // the unit acquired before close
+		t.Fatalf("Release after close = %v", err)
 	}
 }
 
@@ -97,7 +188,9 @@ func TestGaugeOversizedRequestDoesNotBlock(t *testing.T) {
 	if err := g.Acquire(ctx, 2); err != nil {
 		t.Fatalf("a request that fits waited behind an oversized one: %v", err)
 	}
-	g.Release(2)
+	if err := g.Release(2); err != nil {
+		t.Fatal(err)
+	}
 	g.setLimit(10)
 	select {
 	case err := <-big:

@@ -1,15 +1,19 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -27,15 +31,22 @@ const sampleEvery = 500 * time.Millisecond
 const minRefreshDelay = 10 * time.Millisecond
 
 // run is the agent's background loop: it samples demand, refreshes all
-// leases in one GetCapacity request, applies lease expiry and the failure
-// mode, and reports changes.
+// leases (in one GetCapacity request up to wire.MaxResourcesPerReq
+// resources), releases resources closed on their own, applies lease expiry
+// and the failure mode, and reports changes. Every request goes out from
+// here, one exchange after the other, so a release never overtakes a
+// GetCapacity that names the same resource.
 func (a *Agent) run() {
 	defer close(a.done)
+	defer a.report() // changes noted before Close
 	clock := a.o.clock
 	gap := a.o.minRefreshGap
 	var nextRefresh, lastAttempt time.Time
 	nextSample := now(clock).Add(sampleEvery)
 	for {
+		// Before any refresh: a resource closed and created again is
+		// asked for only once its release has been answered.
+		a.sendReleases()
 		t := now(clock)
 		if !t.Before(nextSample) {
 			a.sampleAll(t)
@@ -43,7 +54,7 @@ func (a *Agent) run() {
 		}
 		a.mu.Lock()
 		due := false
-		if len(a.res) > 0 {
+		if len(a.res) > 0 && !a.closed {
 			due = !nextRefresh.IsZero() && !t.Before(nextRefresh)
 			if !a.earlyAt.IsZero() && !t.Before(a.earlyAt) && (lastAttempt.IsZero() || t.Sub(lastAttempt) >= gap) {
 				due = true
@@ -138,38 +149,98 @@ func (a *Agent) sampleAll(t time.Time) {
 // applyAll applies lease expiry and the failure mode to every resource and
 // reports the changes to the OnChange function.
 func (a *Agent) applyAll(t time.Time) {
-	var changes []Status
 	a.mu.Lock()
 	for _, r := range a.res {
 		if st, ok := a.applyLocked(r, t); ok {
-			changes = append(changes, st)
+			a.noteLocked(st)
 		}
 	}
 	a.mu.Unlock()
-	if a.o.onChange != nil {
-		for _, st := range changes {
-			a.o.onChange(st)
-		}
+	a.report()
+}
+
+// report calls the OnChange function with the changes noted so far, in
+// order. Only the loop calls it, so that the function always runs on the
+// loop's goroutine, as WithOnChange says.
+func (a *Agent) report() {
+	a.mu.Lock()
+	notes := a.notes
+	a.notes = nil
+	a.mu.Unlock()
+	for _, st := range notes {
+		a.o.onChange(st)
 	}
 }
 
-// refresh sends one GetCapacity request for all resources and installs
-// the leases it returns.
+// sendReleases sends ReleaseCapacity for the resources closed on their own
+// and gives each closer the outcome.
+func (a *Agent) sendReleases() {
+	a.mu.Lock()
+	rels := a.releases
+	a.releases = nil
+	a.mu.Unlock()
+	if len(rels) == 0 {
+		return
+	}
+	ids := make([]string, len(rels))
+	for i, rel := range rels {
+		ids[i] = rel.id
+	}
+	err := a.release(ids)
+	for _, rel := range rels {
+		rel.done <- err
+	}
+}
+
+// batchReserve is what a GetCapacity or ReleaseCapacity request may need
+// beyond its list of resources (client id, headers, framing), when
+// requests are cut to the server's maximum payload.
+const batchReserve = 4 << 10
+
+// batches cuts n items into consecutive runs [lo, hi) of at most
+// wire.MaxResourcesPerReq items, the most a coordinator accepts in one
+// request, whose encoded sizes add up to no more than the connection's
+// maximum payload allows.
+func (a *Agent) batches(n int, size func(i int) int) [][2]int {
+	maxBytes := max(int(a.nc.MaxPayload())-batchReserve, batchReserve)
+	var out [][2]int
+	lo, bytes := 0, 0
+	for i := range n {
+		sz := size(i)
+		if i > lo && (i-lo == wire.MaxResourcesPerReq || bytes+sz > maxBytes) {
+			out = append(out, [2]int{lo, i})
+			lo, bytes = i, 0
+		}
+		bytes += sz
+	}
+	if n > lo {
+		out = append(out, [2]int{lo, n})
+	}
+	return out
+}
+
+// fieldSize is the encoded size of a length-delimited field of n bytes
+// (tag and length prefix included).
+func fieldSize(n int) int { return 1 + protowire.SizeVarint(uint64(n)) + n }
+
+// refresh asks for capacity on all resources and installs the leases
+// returned. Beyond wire.MaxResourcesPerReq resources the request is split;
+// the parts are sent together and the refresh ends when all have been
+// answered or have timed out. It reports the first part's error, if any.
 func (a *Agent) refresh(t time.Time) error {
 	a.mu.Lock()
 	a.earlyAt = time.Time{}
-	req := &allotpb.GetCapacityRequest{ClientId: a.o.clientID}
-	ids := make([]string, 0, len(a.res))
-	for id := range a.res {
-		ids = append(ids, id)
+	sent := make([]*resource, 0, len(a.res))
+	for _, r := range a.res {
+		sent = append(sent, r)
 	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		r := a.res[id]
+	slices.SortFunc(sent, func(x, y *resource) int { return strings.Compare(x.id, y.id) })
+	rrs := make([]*allotpb.ResourceRequest, len(sent))
+	for i, r := range sent {
 		a.sampleLocked(r, t)
 		w := r.currentWantsLocked()
-		r.sentWants = w
-		rr := &allotpb.ResourceRequest{ResourceId: id, Priority: r.priority, Wants: w}
+		r.sentWants, r.sent = w, true
+		rr := &allotpb.ResourceRequest{ResourceId: r.id, Priority: r.priority, Wants: w}
 		if r.leased && t.Before(r.expiry) {
 			rr.Has = &allotpb.Lease{
 				Capacity:        r.granted,
@@ -177,38 +248,82 @@ func (a *Agent) refresh(t time.Time) error {
 				RefreshInterval: durationpb.New(r.refresh),
 			}
 		}
-		req.Resource = append(req.Resource, rr)
+		rrs[i] = rr
 	}
 	a.mu.Unlock()
 
-	resp := &allotpb.GetCapacityResponse{}
-	err := a.call(a.getSubj, req, resp)
+	parts := a.batches(len(rrs), func(i int) int { return fieldSize(proto.Size(rrs[i])) })
+	resps := make([]*allotpb.GetCapacityResponse, len(parts))
+	errs := make([]error, len(parts))
+	get := func(k int) {
+		req := &allotpb.GetCapacityRequest{ClientId: a.o.clientID, Resource: rrs[parts[k][0]:parts[k][1]]}
+		resps[k] = &allotpb.GetCapacityResponse{}
+		errs[k] = a.call(a.getSubj, req, resps[k])
+	}
+	if len(parts) == 1 {
+		get(0)
+	} else {
+		var wg sync.WaitGroup
+		for k := range parts {
+			wg.Go(func() { get(k) })
+		}
+		wg.Wait()
+	}
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err == nil && resp.GetTerm() < a.term {
-		err = fmt.Errorf("%w: got term %d, have seen %d", ErrStaleTerm, resp.GetTerm(), a.term)
-	}
-	if err != nil {
-		a.failures++
-		if a.lastErr == nil {
-			a.log.Warn("allot: capacity refresh failed; keeping leases until they expire", "subject", a.getSubj, "error", err)
+	// A part answered by a lower term than another (or than seen before)
+	// comes from a deposed coordinator.
+	term := a.term
+	for k, err := range errs {
+		if err == nil {
+			term = max(term, resps[k].GetTerm())
 		}
-		a.lastErr = err
-		return err
+	}
+	var firstErr error
+	answered := false
+	for k, err := range errs {
+		if err == nil && resps[k].GetTerm() < term {
+			err = fmt.Errorf("%w: got term %d, have seen %d", ErrStaleTerm, resps[k].GetTerm(), term)
+		}
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		if !answered {
+			answered, a.interval = true, 0
+		}
+		a.installLocked(sent[parts[k][0]:parts[k][1]], resps[k])
+	}
+	if answered {
+		a.lastOK = now(a.o.clock)
+		a.term = term
+	}
+	if firstErr != nil {
+		a.failures++
+		// Once closed, a failure changes nothing the caller can act on.
+		if a.lastErr == nil && !a.closed {
+			a.log.Warn("allot: capacity refresh failed; keeping leases until they expire", "subject", a.getSubj, "error", firstErr)
+		}
+		a.lastErr = firstErr
+		return firstErr
 	}
 	if a.lastErr != nil {
 		a.log.Info("allot: capacity refresh recovered", "failures", a.failures)
 	}
 	a.lastErr, a.failures = nil, 0
-	a.lastOK = now(a.o.clock)
-	a.term = resp.GetTerm()
-	a.interval = 0
+	return nil
+}
+
+// installLocked installs the leases of resp, the answer to a request for
+// sent (sorted by id). Resources closed since are left alone.
+func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityResponse) {
 	for _, rr := range resp.GetResponse() {
-		r := a.res[rr.GetResourceId()]
-		if r == nil {
+		i, ok := slices.BinarySearchFunc(sent, rr.GetResourceId(), func(r *resource, id string) int { return strings.Compare(r.id, id) })
+		if !ok || sent[i].closed {
 			continue
 		}
+		r := sent[i]
 		if e := rr.GetError(); e != "" {
 			// Not served, while the other resources were: keep whatever
 			// lease it has until it expires, then its mode applies.
@@ -241,11 +356,12 @@ func (a *Agent) refresh(t time.Time) error {
 			}
 		}
 	}
-	return nil
 }
 
 // call sends req as binary protobuf to subj and decodes the reply into
-// resp, turning a micro-style error reply into a *ServiceError.
+// resp, turning a micro-style error reply into a *ServiceError. It is not
+// cancelled by Close: Close waits for the answer, so that what it sends
+// next cannot overtake this request.
 func (a *Agent) call(subj string, req, resp proto.Message) error {
 	data, err := wire.Marshal(wire.Protobuf, req)
 	if err != nil {
@@ -256,13 +372,6 @@ func (a *Agent) call(subj string, req, resp proto.Message) error {
 	msg.Data = data
 	ctx, cancel := context.WithTimeout(context.Background(), a.o.requestTimeout)
 	defer cancel()
-	go func() {
-		select {
-		case <-a.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	reply, err := a.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		return fmt.Errorf("agent: request %s: %w", subj, err)
@@ -277,56 +386,55 @@ func (a *Agent) call(subj string, req, resp proto.Message) error {
 	return nil
 }
 
-// Close stops refreshing, gives every lease back with ReleaseCapacity and
-// closes all limiters and gauges: waiters return ErrClosed, Allow reports
-// false. It returns the release error, if any; the agent is closed either
-// way. Close is idempotent.
+// release sends ReleaseCapacity for ids (sorted and made unique here), in
+// as many requests as the coordinator's limits need, one after the other.
+// It returns the first error.
+func (a *Agent) release(ids []string) error {
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	var firstErr error
+	for _, p := range a.batches(len(ids), func(i int) int { return fieldSize(len(ids[i])) }) {
+		req := &allotpb.ReleaseCapacityRequest{ClientId: a.o.clientID, ResourceId: ids[p[0]:p[1]]}
+		firstErr = cmp.Or(firstErr, a.call(a.relSubj, req, &allotpb.ReleaseCapacityResponse{}))
+	}
+	return firstErr
+}
+
+// Close closes all limiters and gauges (waiters return ErrClosed, Allow
+// reports false), stops refreshing, and gives every lease back with
+// ReleaseCapacity (in several requests beyond wire.MaxResourcesPerReq
+// resources). A GetCapacity already in flight is not abandoned: Close waits
+// for its answer or its timeout before releasing, so the release cannot
+// reach the coordinator first and leave it a lease nobody holds. Close
+// returns the release error, if any; the agent is closed either way. Close
+// is idempotent; it must not be called from an OnChange function.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
 		a.mu.Lock()
 		a.closed = true
+		var ids []string
+		for id, r := range a.res {
+			if r.sent {
+				ids = append(ids, id)
+			}
+			r.shutLocked()
+		}
 		a.mu.Unlock()
 		close(a.stop)
-		<-a.done
+		<-a.done // the loop ends after the exchange it is in
 		a.mu.Lock()
-		ids := make([]string, 0, len(a.res))
-		for id, r := range a.res {
-			ids = append(ids, id)
-			if r.rate != nil {
-				r.rate.close()
-			} else {
-				r.gauge.close()
-			}
-			r.leased = false
-		}
+		rels := a.releases
+		a.releases = nil
 		a.mu.Unlock()
-		if len(ids) == 0 || a.nc.IsClosed() {
-			return
+		for _, rel := range rels {
+			ids = append(ids, rel.id)
 		}
-		slices.Sort(ids)
-		req := &allotpb.ReleaseCapacityRequest{ClientId: a.o.clientID, ResourceId: ids}
-		a.closeErr = a.callRelease(req)
+		if len(ids) > 0 && !a.nc.IsClosed() {
+			a.closeErr = a.release(ids)
+		}
+		for _, rel := range rels {
+			rel.done <- a.closeErr
+		}
 	})
 	return a.closeErr
-}
-
-func (a *Agent) callRelease(req *allotpb.ReleaseCapacityRequest) error {
-	data, err := wire.Marshal(wire.Protobuf, req)
-	if err != nil {
-		return fmt.Errorf("agent: encode release: %w", err)
-	}
-	msg := nats.NewMsg(a.relSubj)
-	msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
-	msg.Data = data
-	ctx, cancel := context.WithTimeout(context.Background(), a.o.requestTimeout)
-	defer cancel()
-	reply, err := a.nc.RequestMsgWithContext(ctx, msg)
-	if err != nil {
-		return fmt.Errorf("agent: release capacity: %w", err)
-	}
-	if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
-		n, _ := strconv.Atoi(code)
-		return fmt.Errorf("agent: release capacity: %w", &ServiceError{Code: n, Description: reply.Header.Get("Nats-Service-Error")})
-	}
-	return nil
 }

@@ -152,8 +152,11 @@ func WithMinRefreshGap(d time.Duration) Option {
 }
 
 // WithOnChange registers f to be called whenever a resource's capacity in
-// force, or where it comes from, changes. f runs on the agent's background
-// goroutine and must return quickly; it must not call Close.
+// force, or where it comes from, changes, including a new resource's first
+// capacity. f runs on the agent's background goroutine, one call after the
+// other in the order of the changes, and must return quickly: while it
+// runs the agent neither refreshes nor releases. It must not call Close,
+// the agent's or a limiter's, since those wait for that goroutine.
 func WithOnChange(f func(Status)) Option {
 	return func(o *options) error {
 		if f == nil {

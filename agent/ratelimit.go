@@ -21,6 +21,18 @@ const maxBurst = 1 << 30
 // due; it is a millionth of a token, far below any measurable over-admission.
 const tokenEpsilon = 1e-6
 
+// The earned-token counter that reservations are measured on is rebased
+// once it reaches rebaseTokens and a rebaseSpan's worth of the limit, so
+// that its rounding error stays far below tokenEpsilon however long the
+// limiter runs (an uptime-long counter at 100k/s loses whole tokens'
+// worth of small increments within a day). 2^26 has a unit in the last
+// place of 1.5e-8; above about 1.1e6/s the span keeps rebases to one a
+// minute, and its rounding stays below a nanosecond's worth of tokens.
+const (
+	rebaseTokens = 1 << 26
+	rebaseSpan   = time.Minute
+)
+
 // A RateLimiter admits events at the rate the coordinator granted this
 // client for one rate resource. It is a token bucket of size Burst, refilled
 // at Limit tokens per second, where Limit follows the granted capacity (or
@@ -52,19 +64,26 @@ type RateLimiter struct {
 	burst      int
 	fixedBurst bool
 	tokens     float64   // may be negative: tokens reserved ahead of time
-	last       time.Time // time tokens and earned were last advanced to
-	earned     float64   // tokens generated since creation, uncapped
-	requested  int64     // demand since the last sample
-	throttled  bool      // a call waited or was refused since the last sample
-	changed    chan struct{}
-	closed     bool
-	starved    bool // demand seen at limit 0 was reported to the agent
+	last       time.Time // time tokens were last advanced to
+	// Tokens earned in the current epoch, uncapped, are segBase plus
+	// limit times the time from segStart to last: one product rather than
+	// a running sum, so frequent calls add no rounding.
+	epoch     *epoch
+	segBase   float64
+	segStart  time.Time
+	rebaseAt  time.Time // when earned reaches the rebase threshold
+	requested int64     // demand since the last sample
+	throttled bool      // a call waited or was refused since the last sample
+	changed   chan struct{}
+	closed    bool
+	starved   bool // demand seen at limit 0 was reported to the agent
 
 	res *resource // nil for limiters built in tests
 }
 
 func newRateLimiter(clock Clock, burst int) *RateLimiter {
-	l := &RateLimiter{clock: clock, burst: 1, last: now(clock)}
+	t := now(clock)
+	l := &RateLimiter{clock: clock, burst: 1, last: t, epoch: &epoch{}, segStart: t}
 	if burst > 0 {
 		l.burst, l.fixedBurst = burst, true
 	}
@@ -132,12 +151,62 @@ func (l *RateLimiter) advanceLocked(t time.Time) {
 	if l.limit == 0 || l.limit == rate.Inf {
 		return
 	}
-	delta := float64(l.limit) * elapsed.Seconds()
-	l.earned += delta
-	l.tokens += delta
-	if b := float64(l.burst); l.tokens > b {
-		l.tokens = b
+	l.tokens = min(l.tokens+float64(l.limit)*elapsed.Seconds(), float64(l.burst))
+	if !t.Before(l.rebaseAt) {
+		next := &epoch{}
+		l.epoch.shift, l.epoch.next = l.earnedLocked(), next
+		l.epoch = next
+		l.startSegmentLocked(0)
 	}
+}
+
+// startSegmentLocked starts counting earned tokens at l.limit from l.last,
+// base having been earned earlier in the epoch, and schedules the rebase.
+func (l *RateLimiter) startSegmentLocked(base float64) {
+	l.segBase, l.segStart = base, l.last
+	if l.limit == 0 || l.limit == rate.Inf {
+		return // nothing is earned; advanceLocked does not look at rebaseAt
+	}
+	left := max(rebaseTokens, float64(l.limit)*rebaseSpan.Seconds()) - base
+	d := max(left, 0) / float64(l.limit) * float64(time.Second)
+	l.rebaseAt = l.last.Add(time.Duration(min(d, 1<<62)))
+}
+
+// earnedLocked returns the tokens earned in the current epoch up to l.last.
+func (l *RateLimiter) earnedLocked() float64 {
+	if l.limit == 0 || l.limit == rate.Inf {
+		return l.segBase
+	}
+	return l.segBase + float64(l.limit)*l.last.Sub(l.segStart).Seconds()
+}
+
+// An epoch is one span of the earned-token counter. When the counter is
+// rebased, the old epoch records how much was subtracted (shift) and links
+// to the new one, so that a reservation made in it can translate its due
+// mark. The limiter holds only the current epoch: old ones stay reachable
+// only from reservations that still refer to them.
+type epoch struct {
+	shift float64
+	next  *epoch
+}
+
+// A mark is the earned-token count at which a reservation is due.
+type mark struct {
+	at float64
+	ep *epoch
+}
+
+// remainingLocked returns how many tokens are still to be earned before m
+// is due (at most zero when it is due), moving m to the current epoch.
+func (l *RateLimiter) remainingLocked(m *mark) float64 {
+	for m.ep != l.epoch {
+		m.at -= m.ep.shift
+		m.ep = m.ep.next
+		if m.at <= 0 { // due before the current epoch began
+			m.at, m.ep = 0, l.epoch
+		}
+	}
+	return m.at - l.earnedLocked()
 }
 
 // changedLocked returns the channel closed at the next capacity change.
@@ -163,11 +232,13 @@ func (l *RateLimiter) setLimit(limit rate.Limit) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.advanceLocked(now(l.clock))
-	if limit == l.limit {
+	if limit == l.limit || l.closed { // a closed limiter stays at 0
 		return
 	}
 	old := l.limit
+	base := l.earnedLocked()
 	l.limit = limit
+	l.startSegmentLocked(base) // a new rate, a new segment
 	l.starved = false
 	if !l.fixedBurst {
 		l.burst = autoBurst(limit)
@@ -186,11 +257,14 @@ func (l *RateLimiter) setLimit(limit rate.Limit) {
 	l.wakeLocked()
 }
 
-func (l *RateLimiter) close() {
+func (l *RateLimiter) shut() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.advanceLocked(now(l.clock))
+	base := l.earnedLocked()
 	l.closed = true
 	l.limit = 0
+	l.startSegmentLocked(base)
 	l.tokens = min(l.tokens, 0)
 	l.wakeLocked()
 }
@@ -240,15 +314,15 @@ func (l *RateLimiter) AllowN(n int) bool {
 // reservation outcomes.
 const (
 	admitted = iota // tokens taken, act now
-	reserved        // tokens taken ahead of time, act when earned >= target
+	reserved        // tokens taken ahead of time, act when due
 	parked          // nothing taken: the limit is 0, wait for a change
 )
 
 type resv struct {
-	state  int
-	target float64       // earned value at which a reservation is due
-	wait   time.Duration // estimated delay; InfDuration when parked
-	ch     <-chan struct{}
+	state int
+	due   mark          // when a reservation is due
+	wait  time.Duration // estimated delay; InfDuration when parked
+	ch    <-chan struct{}
 }
 
 // reserveLocked takes n tokens now or ahead of time. It refuses (with an
@@ -277,14 +351,15 @@ func (l *RateLimiter) reserveLocked(t time.Time, n int, maxWait time.Duration) (
 		return resv{}, fmt.Errorf("%w: n=%d needs %v at %g/s", ErrWouldExceedDeadline, n, wait, float64(l.limit))
 	}
 	l.tokens -= float64(n)
-	return resv{state: reserved, target: l.earned + deficit, wait: wait, ch: l.changedLocked()}, nil
+	due := mark{at: l.earnedLocked() + deficit, ep: l.epoch}
+	return resv{state: reserved, due: due, wait: wait, ch: l.changedLocked()}, nil
 }
 
 // recheckLocked updates a reservation after a wake-up: due, rescheduled at
 // the current rate (keeping its place), or parked while the limit is 0.
 func (l *RateLimiter) recheckLocked(t time.Time, r *resv) {
 	l.advanceLocked(t)
-	remaining := r.target - l.earned
+	remaining := l.remainingLocked(&r.due)
 	switch {
 	case l.limit == rate.Inf || remaining <= tokenEpsilon:
 		r.state = admitted
@@ -296,9 +371,9 @@ func (l *RateLimiter) recheckLocked(t time.Time, r *resv) {
 }
 
 // cancelLocked gives back the tokens of a reservation that is not yet due.
-func (l *RateLimiter) cancelLocked(t time.Time, n int, target float64) {
+func (l *RateLimiter) cancelLocked(t time.Time, n int, due *mark) {
 	l.advanceLocked(t)
-	if target-l.earned <= tokenEpsilon {
+	if l.remainingLocked(due) <= tokenEpsilon {
 		return
 	}
 	l.tokens = min(l.tokens+float64(n), float64(l.burst))
@@ -387,7 +462,7 @@ func (l *RateLimiter) waitSlow(ctx context.Context, n int, r resv, hasDeadline b
 			return ErrClosed
 		case ctx.Err() != nil:
 			if r.state == reserved {
-				l.cancelLocked(t, n, r.target)
+				l.cancelLocked(t, n, &r.due)
 			}
 			l.mu.Unlock()
 			return ctx.Err()
@@ -414,7 +489,7 @@ type Reservation struct {
 	l         *RateLimiter
 	ok        bool
 	n         int
-	target    float64
+	due       mark
 	timeToAct time.Time
 }
 
@@ -442,7 +517,7 @@ func (l *RateLimiter) ReserveN(n int) *Reservation {
 	}
 	res := &Reservation{l: l, ok: true, timeToAct: t}
 	if r.state == reserved {
-		res.n, res.target, res.timeToAct = n, r.target, t.Add(r.wait)
+		res.n, res.due, res.timeToAct = n, r.due, t.Add(r.wait)
 	}
 	return res
 }
@@ -473,7 +548,7 @@ func (r *Reservation) Cancel() {
 	}
 	r.l.mu.Lock()
 	defer r.l.mu.Unlock()
-	r.l.cancelLocked(now(r.l.clock), r.n, r.target)
+	r.l.cancelLocked(now(r.l.clock), r.n, &r.due)
 	r.n = 0
 }
 

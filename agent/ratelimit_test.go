@@ -166,7 +166,7 @@ func TestZeroCapacityBlocksAndWakes(t *testing.T) {
 	// Closing wakes parked waiters with ErrClosed.
 	go func() { done <- l.Wait(context.Background()) }()
 	time.Sleep(20 * time.Millisecond)
-	l.close()
+	l.shut()
 	select {
 	case err := <-done:
 		if !errors.Is(err, ErrClosed) {
@@ -301,4 +301,82 @@ func TestCancelledWaitGivesBack(t *testing.T) {
 	if tok := l.Tokens(); math.Abs(tok) > 1e-9 {
 		t.Fatalf("tokens = %v after cancelled wait, want 0", tok)
 	}
+}
+
+// TestLongUptimePrecision runs a limiter at 100k/s for 30 simulated days.
+// Each day it reserves one token from an empty bucket and lets its 10µs
+// pass in 1ns steps (1e-4 token each, as under heavy contention); the
+// reservation must then be due, so cancelling it gives nothing back. An
+// uptime-long earned-token counter loses those small steps to rounding
+// once it reaches about 1e10 tokens, and the cancel would re-credit a
+// token that was already earned and spent.
+func TestLongUptimePrecision(t *testing.T) {
+	c := newFakeClock()
+	l := newRateLimiter(c, 10)
+	l.setLimit(100_000)
+	for day := 1; day <= 30; day++ {
+		for range 24 * 60 {
+			c.Advance(time.Minute)
+			l.Tokens()
+		}
+		if !l.AllowN(10) {
+			t.Fatalf("day %d: a full bucket refused its burst", day)
+		}
+		r := l.ReserveN(1)
+		for range 10_000 {
+			c.Advance(time.Nanosecond)
+			l.Tokens()
+		}
+		if d := r.Delay(); d != 0 {
+			t.Fatalf("day %d: reservation delay %v after its 10µs passed", day, d)
+		}
+		r.Cancel()
+		if tok := l.Tokens(); tok > 0.01 {
+			t.Fatalf("day %d: %v tokens after cancelling a due reservation, want about 0", day, tok)
+		}
+	}
+}
+
+// TestReservationsAcrossRebases: reservations made long before they are
+// due keep their turn while the earned-token counter is rebased several
+// times in between.
+func TestReservationsAcrossRebases(t *testing.T) {
+	const r = 1e6
+	c := newFakeClock()
+	l := newRateLimiter(c, r)
+	l.setLimit(r)
+	first := l.epoch
+	res := make([]*Reservation, 300) // res[i] is due after i+1 seconds
+	for i := range res {
+		if res[i] = l.ReserveN(r); !res[i].OK() {
+			t.Fatalf("reservation %d refused", i)
+		}
+	}
+	for range 299 {
+		c.Advance(time.Second)
+		l.Tokens()
+	}
+	c.Advance(time.Second / 2) // 299.5s: res[298] is due, res[299] not
+	if n := l.rebasesSince(first); n < 4 {
+		t.Fatalf("%d rebases in 299.5s at %v/s, want at least 4", n, r)
+	}
+	res[298].Cancel()
+	if tok := l.Tokens(); math.Abs(tok+r/2) > 1e-3 {
+		t.Fatalf("tokens %v after cancelling a due reservation, want %v", tok, -r/2)
+	}
+	res[299].Cancel()
+	if tok := l.Tokens(); math.Abs(tok-r/2) > 1e-3 {
+		t.Fatalf("tokens %v after cancelling a pending reservation, want %v", tok, r/2)
+	}
+}
+
+// rebasesSince counts the rebases since epoch e.
+func (l *RateLimiter) rebasesSince(e *epoch) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for ; e != l.epoch; e = e.next {
+		n++
+	}
+	return n
 }
