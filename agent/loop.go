@@ -200,9 +200,9 @@ const batchReserve = 4 << 10
 // batches cuts n items into consecutive runs [lo, hi) of at most
 // wire.MaxResourcesPerReq items, the most a coordinator accepts in one
 // request, whose encoded sizes add up to no more than the connection's
-// maximum payload allows.
+// maximum payload and the coordinator's protobuf request limit allow.
 func (a *Agent) batches(n int, size func(i int) int) [][2]int {
-	maxBytes := max(int(a.nc.MaxPayload())-batchReserve, batchReserve)
+	maxBytes := max(min(int(a.nc.MaxPayload()), wire.MaxProtobufRequest)-batchReserve, batchReserve)
 	var out [][2]int
 	lo, bytes := 0, 0
 	for i := range n {
