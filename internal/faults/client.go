@@ -206,3 +206,44 @@ func Eventually(timeout time.Duration, cond func() bool) bool {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Load is a set of agents that each want capacity of one resource, and
+// the sampler watching them.
+type Load struct {
+	Resource string
+	Agents   []*agent.Agent
+	Sampler  *Sampler
+}
+
+// StartLoad starts n agents on nc (named prefix-i) that each want wants of
+// resource, samples their capacity in force against capacity, and waits
+// until every agent holds a lease.
+func StartLoad(tb testing.TB, nc *nats.Conn, prefix string, n int, resource string, capacity, wants float64) *Load {
+	tb.Helper()
+	l := &Load{Resource: resource, Agents: StartAgents(tb, nc, prefix, n, resource, wants), Sampler: NewSampler(resource, capacity)}
+	l.Sampler.Add(l.Agents...)
+	l.Sampler.Start(tb)
+	WaitFor(tb, 10*time.Second, "every agent to hold a lease", l.Leased)
+	return l
+}
+
+// Leased reports whether every agent of the load holds an unexpired,
+// positive lease.
+func (l *Load) Leased() bool { return Leased(l.Agents, l.Resource) }
+
+// WaitAnswered waits until a GetCapacity request is answered on nc and
+// returns the term of the answer.
+func WaitAnswered(tb testing.TB, nc *nats.Conn, timeout time.Duration) uint64 {
+	tb.Helper()
+	var term uint64
+	WaitFor(tb, timeout, "a coordinator to answer", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		resp, err := Get(ctx, nc, "probe", "probe", 0)
+		if err == nil {
+			term = resp.GetTerm()
+		}
+		return err == nil
+	})
+	return term
+}

@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -30,27 +29,15 @@ func TestLeaderFrozen(t *testing.T) {
 	PutTemplate(t, nc, resource, Template(resource, capacity, lease, time.Second, ""))
 
 	zombie := StartChild(t, srv.ClientURL(), "zombie")
-	var termA uint64
-	WaitFor(t, 30*time.Second, "the child replica to serve", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		resp, err := Get(ctx, nc, "probe", "probe", 0)
-		if err == nil {
-			termA = resp.GetTerm()
-		}
-		return err == nil
-	})
+	termA := WaitAnswered(t, nc, 30*time.Second)
 	successor := StartReplica(t, srv.ClientURL(), "successor")
 	if successor.Status().Serving {
 		t.Fatal("the in-process replica serves while the child leads")
 	}
 
 	agentsNC := natstest.Conn(t, srv)
-	old := StartAgents(t, agentsNC, "old", 10, resource, 10)
-	s := NewSampler(resource, capacity)
-	s.Add(old...)
-	s.Start(t)
-	WaitFor(t, 10*time.Second, "the first ten agents to hold leases", func() bool { return Leased(old, resource) })
+	load := StartLoad(t, agentsNC, "old", 10, resource, capacity, 10)
+	old, s := load.Agents, load.Sampler
 
 	zombie.Signal(t, syscall.SIGSTOP)
 	stoppedAt := time.Now()

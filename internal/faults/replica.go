@@ -180,6 +180,7 @@ func runChild(url, id string, log *slog.Logger) error {
 	defer nc.Close()
 	ctx, cancel := signalContext()
 	defer cancel()
+	go exitWithParent(ctx, cancel)
 	_, done, err := ServeReplica(ctx, nc, id, log, func(term uint64, serving bool) {
 		log.Info("serving changed", "term", term, "serving", serving)
 	})
@@ -250,6 +251,26 @@ func ReadOutput(f *os.File) string {
 		return fmt.Sprintf("(cannot read %s: %v)", f.Name(), err)
 	}
 	return string(data)
+}
+
+// exitWithParent cancels when the test binary that started this child
+// ends (the child is then re-parented), so that a crashed test leaves no
+// replica behind.
+func exitWithParent(ctx context.Context, cancel context.CancelFunc) {
+	parent := os.Getppid()
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if os.Getppid() != parent {
+				cancel()
+				return
+			}
+		}
+	}
 }
 
 // signalContext ends on SIGTERM or an interrupt, so a child resigns.

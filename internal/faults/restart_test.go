@@ -88,10 +88,8 @@ func TestNATSRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(agentsNC.Close)
-	agents := StartAgents(t, agentsNC, "agent", stdAgents, stdResource, stdWants)
-	s := NewSampler(stdResource, stdCapacity)
-	s.Add(agents...)
-	s.Start(t)
+	load := StartLoad(t, agentsNC, "agent", stdAgents, stdResource, stdCapacity, stdWants)
+	s := load.Sampler
 
 	time.Sleep(time.Until(started.Add(3500 * time.Millisecond))) // the scenario's timing
 	rs.restart(t, restartDown)
@@ -122,12 +120,12 @@ func TestNATSRestart(t *testing.T) {
 	}
 	wg.Wait()
 	close(errs)
-	Eventually(5*time.Second, func() bool { return Leased(agents, stdResource) })
+	Eventually(5*time.Second, load.Leased)
 	Report(t, "nats-restart", s.Stop(), fmt.Sprintf("unanswered=%d/%d", failed.Load(), requests))
 	for err := range errs {
 		t.Errorf("nats-restart: %v", err)
 	}
-	if !Leased(agents, stdResource) {
+	if !load.Leased() {
 		t.Errorf("nats-restart: the agents do not all hold leases 5s after the requests")
 	}
 }

@@ -13,13 +13,19 @@
 //	FAULT <scenario> max_in_force_ratio=<r> samples=<n> ...
 //
 // where r is the largest sum, over all clients, of the capacity in force
-// divided by the resource's capacity. It must never exceed 1.
+// divided by the resource's capacity. It must never exceed 1. To see the
+// lines of passing scenarios, run
+//
+//	go test -race -count=1 -v ./internal/faults | grep FAULT
+//
+// or set ALLOT_FAULTS_REPORT to a file that collects them (see ReportEnv).
 package faults
 
 import (
 	"cmp"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -198,7 +204,7 @@ func describe(parts map[string]*part) string {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, "%s:%d=%g", k, parts[k].n, parts[k].sum)
+		fmt.Fprintf(&b, "%s:%d=%.4g", k, parts[k].n, parts[k].sum)
 	}
 	if b.Len() == 0 {
 		return "none"
@@ -209,6 +215,12 @@ func describe(parts map[string]*part) string {
 // Tolerance is the rounding allowed above a ratio of 1.
 const Tolerance = 1e-9
 
+// ReportEnv names the environment variable that, when set to a file path,
+// makes Report append every FAULT line to that file as well: `go test`
+// shows a passing test's log only with -v, and CI may want the lines
+// either way.
+const ReportEnv = "ALLOT_FAULTS_REPORT"
+
 // Report logs r on the scenario's FAULT line, with extra key=value pairs,
 // and fails the test if the ratio exceeded 1.
 func Report(tb testing.TB, scenario string, r Result, extra ...string) {
@@ -218,10 +230,30 @@ func Report(tb testing.TB, scenario string, r Result, extra ...string) {
 		line += " " + strings.Join(extra, " ")
 	}
 	tb.Log(line)
+	if path := os.Getenv(ReportEnv); path != "" {
+		if err := appendLine(path, line); err != nil {
+			tb.Errorf("%s: %v", ReportEnv, err)
+		}
+	}
 	if r.Samples == 0 {
 		tb.Errorf("%s: no samples taken", scenario)
 	}
 	if r.Max > 1+Tolerance {
 		tb.Errorf("%s: capacity in force reached %.3f× capacity (at %s: %s); want at most 1", scenario, r.Max, r.At, r.Worst)
 	}
+}
+
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("open fault report: %w", err)
+	}
+	if _, err := fmt.Fprintln(f, line); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("write fault report: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("close fault report: %w", err)
+	}
+	return nil
 }

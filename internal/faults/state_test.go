@@ -3,14 +3,19 @@ package faults
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/proto/allotpb"
 )
 
 func TestMain(m *testing.M) {
@@ -42,16 +47,12 @@ func stdSetup(t *testing.T) (js jetstream.JetStream, s *Sampler, leased func() b
 	PutTemplate(t, nc, "fault", Template(stdResource, stdCapacity, stdLease, stdRefresh, ""))
 	rep := StartReplica(t, srv.ClientURL(), "r1")
 	WaitServing(t, 15*time.Second, rep)
-	agents := StartAgents(t, natstest.Conn(t, srv), "agent", stdAgents, stdResource, stdWants)
-	s = NewSampler(stdResource, stdCapacity)
-	s.Add(agents...)
-	s.Start(t)
-	WaitFor(t, 10*time.Second, "every agent to hold a lease", func() bool { return Leased(agents, stdResource) })
+	load := StartLoad(t, natstest.Conn(t, srv), "agent", stdAgents, stdResource, stdCapacity, stdWants)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return js, s, func() bool { return Leased(agents, stdResource) }
+	return js, load.Sampler, load.Leased
 }
 
 // recordPresent reports whether the lease record can be read.
@@ -141,4 +142,93 @@ func TestStateBucketDeleted(t *testing.T) {
 		}
 		return js.DeleteKeyValue(ctx, coordinator.DefaultStateBucket)
 	})
+}
+
+// runFailoverFault serves the standard load from a leader in a child
+// process with leases of 6s, applies fault to the state bucket, kills the
+// leader with SIGKILL while its leases are still valid, and expects the
+// in-process successor to serve within the capacity while they run out,
+// and to lease every agent again.
+func runFailoverFault(t *testing.T, scenario string, fault func(ctx context.Context, kv jetstream.KeyValue) error) {
+	const lease = 6 * time.Second
+	srv := natstest.Server(t)
+	nc := natstest.Conn(t, srv)
+	PutTemplate(t, nc, "fault", Template(stdResource, stdCapacity, lease, time.Second, ""))
+	leader := StartChild(t, srv.ClientURL(), "leader")
+	WaitAnswered(t, nc, 30*time.Second)
+	successor := StartReplica(t, srv.ClientURL(), "successor")
+	load := StartLoad(t, natstest.Conn(t, srv), "agent", stdAgents, stdResource, stdCapacity, stdWants)
+
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := stateKV(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fault(ctx, kv); err != nil {
+		t.Fatalf("inject fault: %v", err)
+	}
+	leader.Signal(t, syscall.SIGKILL)
+	killed := time.Now()
+	serves := Eventually(15*time.Second, func() bool { return successor.Status().Serving })
+	time.Sleep(time.Until(killed.Add(lease))) // the scenario's length: the dead leader's leases run out
+	recovered := Eventually(4*time.Second, load.Leased)
+	Report(t, scenario, load.Sampler.Stop(), "successor_serves="+yes(serves), "agents_leased_again="+yes(recovered))
+	if !serves {
+		t.Errorf("%s: the successor does not serve 15s after the leader was killed", scenario)
+	}
+	if !recovered {
+		t.Errorf("%s: the agents did not all get unexpired, positive leases from the successor", scenario)
+	}
+}
+
+// TestStateKeyDeletedThenFailover deletes the lease record and kills the
+// leader at once (issue 9, item 2). The successor finds no record but must
+// not read that as a new deployment.
+func TestStateKeyDeletedThenFailover(t *testing.T) {
+	runFailoverFault(t, "state-key-deleted-failover", func(ctx context.Context, kv jetstream.KeyValue) error {
+		return kv.Delete(ctx, recordKey)
+	})
+}
+
+// TestStateRecordRewrittenThenFailover rewrites the lease record, as an
+// operator's `nats kv put` may, before the leader is killed (issue 9,
+// item 2): a record claiming that every lease has expired must not make
+// the successor skip learning, and a record with a term no election can
+// have issued must be reported and ignored, not stop every replica.
+func TestStateRecordRewrittenThenFailover(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(h *allotpb.LeaseHorizon)
+	}{
+		{"past-horizon", func(h *allotpb.LeaseHorizon) {
+			h.Horizon = timestamppb.New(time.Now().Add(-time.Hour))
+			h.Resources, h.Complete = nil, true
+		}},
+		{"impossible-term", func(h *allotpb.LeaseHorizon) { h.Term = math.MaxUint64 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			runFailoverFault(t, "state-record-"+tc.name+"-failover", func(ctx context.Context, kv jetstream.KeyValue) error {
+				e, err := kv.Get(ctx, recordKey)
+				if err != nil {
+					return err
+				}
+				var h allotpb.LeaseHorizon
+				if err := protojson.Unmarshal(e.Value(), &h); err != nil {
+					return err
+				}
+				tc.edit(&h)
+				data, err := protojson.Marshal(&h)
+				if err != nil {
+					return err
+				}
+				_, err = kv.Put(ctx, recordKey, data)
+				return err
+			})
+		})
+	}
 }

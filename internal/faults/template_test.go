@@ -46,11 +46,7 @@ func TestBadPutThenRestart(t *testing.T) {
 	if err := Release(ctx, nc, "before", resource); err != nil {
 		t.Fatal(err)
 	}
-	agents := StartAgents(t, natstest.Conn(t, srv), "agent", 2, resource, 300)
-	s := NewSampler(resource, capacity)
-	s.Add(agents...)
-	s.Start(t)
-	WaitFor(t, 10*time.Second, "the agents to hold leases", func() bool { return Leased(agents, resource) })
+	s := StartLoad(t, natstest.Conn(t, srv), "agent", 2, resource, capacity, 300).Sampler
 
 	PutTemplate(t, nc, resource, Template(resource, -1, 20*time.Second, 2*time.Second, ""))
 	first.Stop()

@@ -81,11 +81,8 @@ func TestTwoUpOneDataDir(t *testing.T) {
 	}
 	t.Cleanup(nc.Close)
 	PutTemplate(t, nc, "twoup", Template(resource+"*", capacity, stdLease, stdRefresh, ""))
-	agents := StartAgents(t, nc, "agent", stdAgents, resource, stdWants)
-	s := NewSampler(resource, capacity)
-	s.Add(agents...)
-	s.Start(t)
-	WaitFor(t, 10*time.Second, "the agents to hold leases", func() bool { return Leased(agents, resource) })
+	load := StartLoad(t, nc, "agent", stdAgents, resource, capacity, stdWants)
+	s := load.Sampler
 
 	second, secondDone, secondOut := startUp(t, bin, dataDir, "second")
 	exited := false
@@ -109,7 +106,7 @@ func TestTwoUpOneDataDir(t *testing.T) {
 	}
 	var probeErr error
 	served := Eventually(5*time.Second, func() bool { probeErr = probe(); return probeErr == nil })
-	leased := Eventually(5*time.Second, func() bool { return Leased(agents, resource) })
+	leased := Eventually(5*time.Second, load.Leased)
 
 	Report(t, "two-up-one-dir", s.Stop(), "second_exited="+yes(exited), "first_serves="+yes(served), "agents_leased="+yes(leased))
 	if !exited {
