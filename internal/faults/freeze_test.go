@@ -82,8 +82,8 @@ func watchStaleTerms(t *testing.T, agents []*agent.Agent, term uint64, since tim
 				}
 				mu.Lock()
 				if _, ok := seen[a.ClientID()]; !ok {
-					seen[a.ClientID()] = fmt.Sprintf("agent %s accepted a reply of term %d at %s, %s after the successor (term %d) served",
-						a.ClientID(), got, sts[0].LastRefresh.Format("15:04:05.000"), sts[0].LastRefresh.Sub(since).Round(time.Millisecond), term)
+					seen[a.ClientID()] = fmt.Sprintf("agent %s accepted a reply of term %d granting %g at %s, %s after the successor (term %d) served",
+						a.ClientID(), got, sts[0].Granted, sts[0].LastRefresh.Format("15:04:05.000"), sts[0].LastRefresh.Sub(since).Round(time.Millisecond), term)
 				}
 				mu.Unlock()
 			}

@@ -186,6 +186,13 @@ func runFailoverFault(t *testing.T, scenario string, fault func(ctx context.Cont
 	}
 }
 
+// TestLeaderKilled is the baseline of the failover scenarios: the leader
+// is killed with its record intact. allot held this before issue 9; it
+// shows that the sampler reports no excess where none exists.
+func TestLeaderKilled(t *testing.T) {
+	runFailoverFault(t, "leader-killed", func(context.Context, jetstream.KeyValue) error { return nil })
+}
+
 // TestStateKeyDeletedThenFailover deletes the lease record and kills the
 // leader at once (issue 9, item 2). The successor finds no record but must
 // not read that as a new deployment.

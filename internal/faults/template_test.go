@@ -15,7 +15,24 @@ import (
 // of it as `nats kv put` would, then restarts the coordinator (issue 9,
 // item 4). The fresh replica must serve the last valid revision (or
 // refuse the resource with a clear error), never the built-in default.
+// The fresh replica is a library replica in this process and, in a second
+// run, the `allot coordinator` binary, so that the fix is proved wherever
+// it lands.
 func TestBadPutThenRestart(t *testing.T) {
+	t.Run("replica", func(t *testing.T) {
+		runBadPut(t, "bad-put-restart", func(t *testing.T, url string) { StartReplica(t, url, "fresh") })
+	})
+	t.Run("allot-coordinator", func(t *testing.T) {
+		bin := buildAllot(t)
+		runBadPut(t, "bad-put-restart-binary", func(t *testing.T, url string) {
+			startProcess(t, "fresh", bin, "coordinator", "--nats", url, "--server-id", "fresh", "--election-ttl", ElectionTTL.String())
+		})
+	})
+}
+
+// runBadPut runs the scenario; startFresh starts the replica that comes up
+// after the bad put.
+func runBadPut(t *testing.T, scenario string, startFresh func(t *testing.T, url string)) {
 	const (
 		resource = "lim"
 		capacity = 500
@@ -50,8 +67,8 @@ func TestBadPutThenRestart(t *testing.T) {
 
 	PutTemplate(t, nc, resource, Template(resource, -1, 20*time.Second, 2*time.Second, ""))
 	first.Stop()
-	fresh := StartReplica(t, srv.ClientURL(), "fresh")
-	WaitServing(t, 15*time.Second, fresh)
+	startFresh(t, srv.ClientURL())
+	WaitAnswered(t, nc, 30*time.Second)
 
 	resp, err = ask("after")
 	var got float64
@@ -62,9 +79,9 @@ func TestBadPutThenRestart(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	var se *ServiceError
 	if errors.As(err, &se) {
-		Report(t, "bad-put-restart", s.Stop(), fmt.Sprintf("refused=%q", se.Description))
+		Report(t, scenario, s.Stop(), fmt.Sprintf("refused=%q", se.Description))
 		if se.Description == "" {
-			t.Errorf("bad-put-restart: refused with code %d and no explanation", se.Code)
+			t.Errorf("%s: refused with code %d and no explanation", scenario, se.Code)
 		}
 		return
 	}
@@ -72,9 +89,9 @@ func TestBadPutThenRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	rr := resp.GetResponse()[0]
-	Report(t, "bad-put-restart", s.Stop(), fmt.Sprintf("granted=%g safe_capacity=%g refresh_interval=%s", got, rr.GetSafeCapacity(), rr.GetGets().GetRefreshInterval().AsDuration()))
+	Report(t, scenario, s.Stop(), fmt.Sprintf("granted=%g safe_capacity=%g refresh_interval=%s", got, rr.GetSafeCapacity(), rr.GetGets().GetRefreshInterval().AsDuration()))
 	if rr.GetSafeCapacity() != safe || rr.GetGets().GetRefreshInterval().AsDuration() != 2*time.Second {
-		t.Errorf("bad-put-restart: after the restart %q is served with capacity %g, safe capacity %g, refresh %s: not the last valid revision (capacity %d, safe %d, refresh 2s)",
-			resource, got, rr.GetSafeCapacity(), rr.GetGets().GetRefreshInterval().AsDuration(), capacity, safe)
+		t.Errorf("%s: after the restart %q is served with capacity %g, safe capacity %g, refresh %s: not the last valid revision (capacity %d, safe %d, refresh 2s)",
+			scenario, resource, got, rr.GetSafeCapacity(), rr.GetGets().GetRefreshInterval().AsDuration(), capacity, safe)
 	}
 }

@@ -30,29 +30,35 @@ func buildAllot(t *testing.T) string {
 	return bin
 }
 
-// startUp starts `allot up` on dataDir with a random port; the test's
-// cleanup stops it and, if the test failed, logs its output.
-func startUp(t *testing.T, bin, dataDir, name string) (*exec.Cmd, <-chan struct{}, *os.File) {
+// startProcess runs bin with args; the test's cleanup kills it and, if
+// the test failed, logs its output. exited is closed once it has ended.
+func startProcess(t *testing.T, name, bin string, args ...string) (cmd *exec.Cmd, exited <-chan struct{}, out *os.File) {
 	t.Helper()
-	cmd := exec.Command(bin, "up", "--data-dir", dataDir, "--port", "0", "--election-ttl", ElectionTTL.String(), "--server-id", name)
-	out := OutputFile(t, name)
+	cmd = exec.Command(bin, args...)
+	out = OutputFile(t, name)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
-	exited := make(chan struct{})
+	done := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
-		close(exited)
+		close(done)
 	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-exited
+		<-done
 		if t.Failed() {
 			t.Logf("%s output:\n%s", name, ReadOutput(out))
 		}
 	})
-	return cmd, exited, out
+	return cmd, done, out
+}
+
+// startUp starts `allot up` on dataDir with a random port.
+func startUp(t *testing.T, bin, dataDir, name string) (*exec.Cmd, <-chan struct{}, *os.File) {
+	t.Helper()
+	return startProcess(t, name, bin, "up", "--data-dir", dataDir, "--port", "0", "--election-ttl", ElectionTTL.String(), "--server-id", name)
 }
 
 var upURL = regexp.MustCompile(`allot is up: NATS at (nats://\S+),`)
