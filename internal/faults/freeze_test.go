@@ -18,6 +18,7 @@ import (
 // frozen leader must not answer anyone with its old term after the
 // successor serves, and the capacity in force must stay within capacity.
 func TestLeaderFrozen(t *testing.T) {
+	t.Parallel()
 	const (
 		resource = "frozen"
 		capacity = 100

@@ -112,6 +112,7 @@ func stateKV(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, e
 // horizon runs out and the agents fall to a safe capacity computed as if
 // each were alone.
 func TestStateKeyDeleted(t *testing.T) {
+	t.Parallel()
 	runStateFault(t, "state-key-deleted", func(ctx context.Context, js jetstream.JetStream) error {
 		kv, err := stateKV(ctx, js)
 		if err != nil {
@@ -124,6 +125,7 @@ func TestStateKeyDeleted(t *testing.T) {
 // TestStateKeyPurged is TestStateKeyDeleted with a purge, which also
 // drops the key's history.
 func TestStateKeyPurged(t *testing.T) {
+	t.Parallel()
 	runStateFault(t, "state-key-purged", func(ctx context.Context, js jetstream.JetStream) error {
 		kv, err := stateKV(ctx, js)
 		if err != nil {
@@ -136,6 +138,7 @@ func TestStateKeyPurged(t *testing.T) {
 // TestStateBucketDeleted deletes the whole state bucket under a serving
 // leader (issue 9, item 1, "the same for an unavailable state bucket").
 func TestStateBucketDeleted(t *testing.T) {
+	t.Parallel()
 	runStateFault(t, "state-bucket-deleted", func(ctx context.Context, js jetstream.JetStream) error {
 		if _, err := stateKV(ctx, js); err != nil {
 			return err
@@ -190,6 +193,7 @@ func runFailoverFault(t *testing.T, scenario string, fault func(ctx context.Cont
 // is killed with its record intact. allot held this before issue 9; it
 // shows that the sampler reports no excess where none exists.
 func TestLeaderKilled(t *testing.T) {
+	t.Parallel()
 	runFailoverFault(t, "leader-killed", func(context.Context, jetstream.KeyValue) error { return nil })
 }
 
@@ -197,6 +201,7 @@ func TestLeaderKilled(t *testing.T) {
 // leader at once (issue 9, item 2). The successor finds no record but must
 // not read that as a new deployment.
 func TestStateKeyDeletedThenFailover(t *testing.T) {
+	t.Parallel()
 	runFailoverFault(t, "state-key-deleted-failover", func(ctx context.Context, kv jetstream.KeyValue) error {
 		return kv.Delete(ctx, recordKey)
 	})
@@ -208,6 +213,7 @@ func TestStateKeyDeletedThenFailover(t *testing.T) {
 // the successor skip learning, and a record with a term no election can
 // have issued must be reported and ignored, not stop every replica.
 func TestStateRecordRewrittenThenFailover(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		edit func(h *allotpb.LeaseHorizon)

@@ -19,6 +19,7 @@ import (
 // run, the `allot coordinator` binary, so that the fix is proved wherever
 // it lands.
 func TestBadPutThenRestart(t *testing.T) {
+	t.Parallel()
 	t.Run("replica", func(t *testing.T) {
 		runBadPut(t, "bad-put-restart", func(t *testing.T, url string) { StartReplica(t, url, "fresh") })
 	})

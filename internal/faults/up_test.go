@@ -67,6 +67,7 @@ var upURL = regexp.MustCompile(`allot is up: NATS at (nats://\S+),`)
 // a running one (issue 9, item 6). The second must fail with an error that
 // names the directory, and the first must keep serving.
 func TestTwoUpOneDataDir(t *testing.T) {
+	t.Parallel()
 	const (
 		resource = "twoup"
 		capacity = 60
