@@ -247,3 +247,27 @@ func WaitAnswered(tb testing.TB, nc *nats.Conn, timeout time.Duration) uint64 {
 	})
 	return term
 }
+
+// AskConcurrently sends n GetCapacity requests at once, from clients
+// prefix-0..n-1 each wanting 1 of resource, and returns the errors of those
+// not answered within timeout.
+func AskConcurrently(nc *nats.Conn, prefix, resource string, n int, timeout time.Duration) []error {
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			if _, err := Get(ctx, nc, fmt.Sprintf("%s-%d", prefix, i), resource, 1); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	var out []error
+	for err := range errs {
+		out = append(out, err)
+	}
+	return out
+}

@@ -72,8 +72,9 @@ func ServeReplica(ctx context.Context, nc *nats.Conn, id string, log *slog.Logge
 	}
 	done := make(chan error, 1)
 	go func() {
-		defer w.Stop()
-		done <- rep.Run(ctx)
+		err := rep.Run(ctx)
+		w.Stop() // before done: nothing may log after the test has ended
+		done <- err
 	}()
 	return rep, done, nil
 }
@@ -116,6 +117,12 @@ func (r *Replica) Stop() {
 		select {
 		case <-r.done:
 		case <-time.After(15 * time.Second):
+			// Stuck on NATS: closing the connection ends Run.
+			r.nc.Close()
+			select {
+			case <-r.done:
+			case <-time.After(5 * time.Second):
+			}
 		}
 		r.nc.Close()
 	})
