@@ -127,13 +127,6 @@ func (s *Sampler) Stop() Result {
 	return s.res
 }
 
-// Now returns the result so far.
-func (s *Sampler) Now() Result {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.res
-}
-
 func (s *Sampler) run() {
 	defer close(s.done)
 	t := time.NewTicker(SampleEvery)
