@@ -1,0 +1,136 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// buildAllot builds cmd/allot into the test's temporary directory, or
+// skips the test if no Go toolchain is available to build it.
+func buildAllot(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("cannot build cmd/allot: no go command on PATH (%v)", err)
+	}
+	bin := filepath.Join(t.TempDir(), "allot")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, goBin, "build", "-o", bin, "github.com/allot/allot/cmd/allot").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build cmd/allot: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startProcess runs bin with args; the test's cleanup kills it and, if
+// the test failed, logs its output. exited is closed once it has ended.
+func startProcess(t *testing.T, name, bin string, args ...string) (cmd *exec.Cmd, exited <-chan struct{}, out *os.File) {
+	t.Helper()
+	cmd = exec.Command(bin, args...)
+	out = OutputFile(t, name)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			t.Logf("%s output:\n%s", name, ReadOutput(out))
+		}
+	})
+	return cmd, done, out
+}
+
+// startUp starts `allot up` on dataDir with a random port.
+func startUp(t *testing.T, bin, dataDir, name string) (*exec.Cmd, <-chan struct{}, *os.File) {
+	t.Helper()
+	return startProcess(t, name, bin, "up", "--data-dir", dataDir, "--port", "0", "--election-ttl", ElectionTTL.String(), "--server-id", name)
+}
+
+var upURL = regexp.MustCompile(`allot is up: NATS at (nats://\S+),`)
+
+// TestTwoUpOneDataDir starts a second `allot up` on the data directory of
+// a running one (issue 9, item 6). The second must fail with an error that
+// names the directory, and the first must keep serving.
+func TestTwoUpOneDataDir(t *testing.T) {
+	t.Parallel()
+	const (
+		resource = "twoup"
+		capacity = 60
+	)
+	bin := buildAllot(t)
+	dataDir := t.TempDir()
+	_, _, firstOut := startUp(t, bin, dataDir, "first")
+	var url string
+	WaitFor(t, 30*time.Second, "the first allot up to announce itself", func() bool {
+		if m := upURL.FindStringSubmatch(ReadOutput(firstOut)); m != nil {
+			url = m[1]
+		}
+		return url != ""
+	})
+	nc, err := Connect(url, "faults test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	PutTemplate(t, nc, "twoup", Template(resource+"*", capacity, stdLease, stdRefresh, ""))
+	load := StartLoad(t, nc, "agent", stdAgents, resource, capacity, stdWants)
+	s := load.Sampler
+
+	second, secondDone, secondOut := startUp(t, bin, dataDir, "second")
+	exited := false
+	select {
+	case <-secondDone:
+		exited = true
+	case <-time.After(15 * time.Second):
+	}
+	probe := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		resp, err := Get(ctx, nc, "probe", resource+"-probe", 10)
+		if err != nil {
+			return err
+		}
+		got, err := Granted(resp)
+		if err == nil && got <= 0 {
+			err = fmt.Errorf("granted %g of 10 wanted", got)
+		}
+		return err
+	}
+	var probeErr error
+	served := Eventually(5*time.Second, func() bool { probeErr = probe(); return probeErr == nil })
+	leased := Eventually(5*time.Second, load.Leased)
+
+	Report(t, "two-up-one-dir", s.Stop(), "second_exited="+yes(exited), "first_serves="+yes(served), "agents_leased="+yes(leased))
+	if !exited {
+		t.Errorf("two-up-one-dir: a second allot up on data dir %s still runs after 15s; want it to fail at once with a clear error", dataDir)
+	} else {
+		msg := ReadOutput(secondOut)
+		if second.ProcessState.Success() {
+			t.Errorf("two-up-one-dir: the second allot up exited with status 0; want a failure:\n%s", msg)
+		}
+		if !strings.Contains(msg, dataDir) {
+			t.Errorf("two-up-one-dir: the second allot up failed without naming the data dir %s:\n%s", dataDir, msg)
+		}
+	}
+	if !served {
+		t.Errorf("two-up-one-dir: the first allot up no longer grants capacity to a new client: %v", probeErr)
+	}
+	if !leased {
+		t.Errorf("two-up-one-dir: the first allot up's agents do not all hold leases")
+	}
+}
