@@ -355,6 +355,8 @@ func TestLearningWithoutSummary(t *testing.T) {
 	}
 }
 
+// A record whose horizon passed skips learning; one written with a
+// horizon already in the past is an edit no leader makes: learning.
 func TestHorizonInPastSkipsLearning(t *testing.T) {
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
@@ -365,13 +367,16 @@ func TestHorizonInPastSkipsLearning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := fmt.Sprintf(`{"node":"root","term":1,"horizon":%q}`, time.Now().Add(-time.Minute).UTC().Format(time.RFC3339Nano))
+	// A leader writes a horizon no earlier than the time of the write; this
+	// one has passed by the time the successor starts (no clock skew).
+	old := fmt.Sprintf(`{"node":"root","term":1,"horizon":%q}`, time.Now().Add(100*time.Millisecond).UTC().Format(time.RFC3339Nano))
 	if _, err := kv.Put(ctx, "root.leases", []byte(old)); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(300 * time.Millisecond)
 	set := config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil)
 	set.Templates()[0].LearningModeDuration = 10 * time.Second
-	coordtest.Start(t, nc, coordinator.Options{Templates: coordinator.StaticTemplates(set)})
+	coordtest.Start(t, nc, coordinator.Options{Templates: coordinator.StaticTemplates(set), ClockSkew: coordinator.NoClockSkew})
 	e := &env{t: t, nc: nc}
 	if got := e.get("a", map[string]float64{"db": 30}).GetResponse()[0].GetGets().GetCapacity(); got != 30 {
 		t.Fatalf("horizon in the past: got %v, want 30 without learning", got)

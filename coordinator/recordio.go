@@ -73,7 +73,7 @@ func (s *recordStore) open(ctx context.Context) (created bool, err error) {
 		kv, err = s.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      name,
 			Description: "allot coordinator state: lease records per node",
-			History:     1,
+			History:     stateHistory,
 			Storage:     jetstream.FileStorage,
 			Replicas:    s.opts.StateReplicas,
 		})
@@ -85,8 +85,31 @@ func (s *recordStore) open(ctx context.Context) (created bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("coordinator: state bucket %q: %w", name, err)
 	}
+	if !created {
+		s.keepHistory(ctx, kv)
+	}
 	s.kv = kv
 	return created, nil
+}
+
+// stateHistory is how many revisions of each record the state bucket
+// keeps: a successor compares the latest with the one before it (see
+// ledger.Plausible).
+const stateHistory = 5
+
+// keepHistory raises the history of a bucket created by an older version
+// (history 1); its other settings stay as they are.
+func (s *recordStore) keepHistory(ctx context.Context, kv jetstream.KeyValue) {
+	st, err := kv.Status(ctx)
+	if err != nil || st.History() >= 2 {
+		return
+	}
+	info := st.(*jetstream.KeyValueBucketStatus).StreamInfo()
+	cfg := info.Config
+	cfg.MaxMsgsPerSubject = stateHistory
+	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
+		s.log.Warn("cannot raise the state bucket's history; a successor cannot compare a record with the one before it", "bucket", s.opts.StateBucket, "err", err)
+	}
 }
 
 // load reads what the predecessor left.
@@ -105,9 +128,13 @@ func (s *recordStore) load(ctx context.Context) (ledger.Prior, error) {
 			s.log.Warn("lease record unreadable: learning as after an unknown predecessor", "err", err)
 			return ledger.Prior{Kind: ledger.PriorDamaged}, nil
 		}
-		p := ledger.Prior{Kind: ledger.PriorRecord, Record: &h}
+		p := ledger.Prior{Kind: ledger.PriorRecord, Record: &h, WrittenAt: entry.Created().UnixNano(), Previous: s.previous(ctx, entry.Revision())}
 		if h.GetTerm() > s.opts.Term {
 			p.TermBound = s.termBound(ctx)
+		}
+		if why := ledger.Plausible(&h, p.WrittenAt, p.Previous, s.opts.ClockSkew); why != "" {
+			s.log.Error("lease record cannot have been written by a leader ("+why+"): ignored, learning as after an unknown predecessor",
+				"record_term", h.GetTerm(), "record_server", h.GetServerId(), "horizon", h.GetHorizon().AsTime())
 		}
 		return p, nil
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
@@ -134,6 +161,26 @@ func (s *recordStore) load(ctx context.Context) (ledger.Prior, error) {
 	}
 	s.log.Info("no lease record and no earlier leader: new deployment, learning mode skipped")
 	return ledger.Prior{Kind: ledger.PriorNew}, nil
+}
+
+// previous returns the record revision before rev, if the bucket kept one.
+func (s *recordStore) previous(ctx context.Context, rev uint64) *allotpb.LeaseHorizon {
+	hist, err := s.kv.History(ctx, s.key)
+	if err != nil {
+		return nil
+	}
+	for i := len(hist) - 1; i >= 0; i-- {
+		e := hist[i]
+		if e.Revision() >= rev || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		var h allotpb.LeaseHorizon
+		if protojson.Unmarshal(e.Value(), &h) == nil {
+			return &h
+		}
+		return nil
+	}
+	return nil
 }
 
 // termBound returns the highest genuine term, 0 if unknown.

@@ -25,6 +25,8 @@ import (
 
 type simStore struct {
 	rec     *allotpb.LeaseHorizon // nil: no record
+	prev    *allotpb.LeaseHorizon // the revision before rec
+	written int64                 // when rec was stored
 	marker  bool                  // a delete marker is left
 	founded bool                  // the election knows the node had a leader
 	failing bool                  // writes fail
@@ -34,7 +36,8 @@ type simStore struct {
 func (s *simStore) prior(termBound uint64) Prior {
 	switch {
 	case s.rec != nil:
-		return Prior{Kind: PriorRecord, Record: proto.Clone(s.rec).(*allotpb.LeaseHorizon), TermBound: termBound}
+		return Prior{Kind: PriorRecord, Record: proto.Clone(s.rec).(*allotpb.LeaseHorizon), TermBound: termBound,
+			WrittenAt: s.written, Previous: s.prev}
 	case s.marker || s.founded:
 		return Prior{Kind: PriorMissing}
 	}
@@ -61,7 +64,6 @@ type simNode struct {
 	clients  []*simClient
 	now      int64
 	log      []string
-	lastEdit int
 }
 
 func (n *simNode) elect() {
@@ -95,8 +97,11 @@ func (n *simNode) elect() {
 
 // land stores p's record (the store's side of a successful write).
 func (n *simNode) land(p *Proposal) {
-	n.store.rec = proto.Clone(p.Record).(*allotpb.LeaseHorizon)
-	n.store.marker = false
+	n.store.put(proto.Clone(p.Record).(*allotpb.LeaseHorizon), n.now)
+}
+
+func (s *simStore) put(rec *allotpb.LeaseHorizon, now int64) {
+	s.prev, s.rec, s.written, s.marker = s.rec, rec, now, false
 }
 
 func (n *simNode) expireAll() {
@@ -184,7 +189,6 @@ func faultTrial(t *testing.T, seed uint64) {
 	}
 	n.elect()
 	tail := 0.0
-	n.lastEdit = -100
 	const steps = 1500
 	for step := range steps {
 		n.now += int64(time.Duration(20+rng.IntN(200)) * time.Millisecond)
@@ -204,24 +208,14 @@ func faultTrial(t *testing.T, seed uint64) {
 				n.store.rec, n.store.marker = nil, false // bucket deleted
 			case 5:
 				// An edit: a past horizon, claiming completeness.
-				n.lastEdit = step
-				n.store.rec = &allotpb.LeaseHorizon{Term: n.term, ServerId: "someone", Complete: true,
-					Horizon: timestamppb.New(time.Unix(0, n.now-int64(time.Hour)))}
+				n.store.put(&allotpb.LeaseHorizon{Term: n.term, ServerId: "someone", Complete: true,
+					Horizon: timestamppb.New(time.Unix(0, n.now-int64(time.Hour)))}, n.now)
 			case 6:
 				// A forged term no election can have issued.
-				n.store.rec = &allotpb.LeaseHorizon{Term: math.MaxUint64, Complete: true,
-					Horizon: timestamppb.New(time.Unix(0, n.now))}
+				n.store.put(&allotpb.LeaseHorizon{Term: math.MaxUint64, Complete: true,
+					Horizon: timestamppb.New(time.Unix(0, n.now))}, n.now)
 			case 7, 8:
-				// The leader crashes; a successor takes over. Not within a
-				// check of an edit: an edit the leader has not yet seen and
-				// written over is indistinguishable from its own record (a
-				// past horizon claiming completeness tells its successor no
-				// leases exist). The serving leader shortens that window
-				// by reading its record back every second; closing it is
-				// for permissions (no client may write the state bucket).
-				if step-n.lastEdit > 25 {
-					n.elect()
-				}
+				n.elect() // the leader crashes; a successor takes over
 			case 9:
 				n.clients = append(n.clients, &simClient{id: fmt.Sprint("n", step), wants: rng.Float64() * capacity})
 			}
@@ -418,5 +412,35 @@ func TestRecordWaitIsBounded(t *testing.T) {
 	}
 	if got := c[0].Lease(now).Capacity; got != 5 {
 		t.Fatalf("c got %v; the recorded ceiling leaves 5", got)
+	}
+}
+
+func TestPlausible(t *testing.T) {
+	at := func(d time.Duration) *timestamppb.Timestamp { return timestamppb.New(time.Unix(1_000_000, 0).Add(d)) }
+	written := time.Unix(1_000_000, 0).UnixNano()
+	rec := func(term uint64, hz time.Duration) *allotpb.LeaseHorizon {
+		return &allotpb.LeaseHorizon{Term: term, Horizon: at(hz)}
+	}
+	for _, tc := range []struct {
+		name    string
+		rec     *allotpb.LeaseHorizon
+		written int64
+		prev    *allotpb.LeaseHorizon
+		ok      bool
+	}{
+		{"horizon after the write", rec(3, time.Minute), written, nil, true},
+		{"horizon at the write", rec(3, 0), written, nil, true},
+		{"write time unknown", rec(3, -time.Hour), 0, nil, true},
+		{"horizon an hour before the write", rec(3, -time.Hour), written, nil, false},
+		{"within the skew", rec(3, -2*time.Second), written, nil, true},
+		{"same term, horizon lowered", rec(3, time.Minute), 0, rec(3, time.Hour), false},
+		{"same term, horizon raised", rec(3, time.Hour), 0, rec(3, time.Minute), true},
+		{"newer term, lower horizon", rec(4, time.Minute), 0, rec(3, time.Hour), true},
+		{"older term after newer", rec(2, time.Hour), 0, rec(3, time.Minute), false},
+	} {
+		why := Plausible(tc.rec, tc.written, tc.prev, 2*time.Second)
+		if (why == "") != tc.ok {
+			t.Errorf("%s: Plausible = %q, want ok=%v", tc.name, why, tc.ok)
+		}
 	}
 }

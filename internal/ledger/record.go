@@ -61,6 +61,34 @@ type Prior struct {
 	// TermBound is the highest term any leader of the node can hold (the
 	// election stream's last sequence); 0 if unknown.
 	TermBound uint64
+	// WrittenAt is when the store took Record (its clock, unix ns; 0
+	// unknown), and Previous the revision before it, if kept (nil
+	// unknown). They expose records no leader can have written (see
+	// Plausible).
+	WrittenAt int64
+	Previous  *allotpb.LeaseHorizon
+}
+
+// Plausible reports why rec cannot have been written by a leader (""
+// if it can). A leader writes a horizon no earlier than the time of the
+// write, never lowers its horizon within a term, and never writes after a
+// leader of a higher term. An edit that claims every lease has expired (a
+// past horizon) is so caught at a takeover, as long as the store kept the
+// time of the write or the revision before it.
+func Plausible(rec *allotpb.LeaseHorizon, writtenAt int64, prev *allotpb.LeaseHorizon, skew time.Duration) string {
+	hz := rec.GetHorizon().AsTime().UnixNano()
+	slack := int64(skew) + int64(time.Second)
+	switch {
+	case writtenAt > 0 && hz+slack < writtenAt:
+		return "its horizon is before the time it was written"
+	case prev == nil || prev.GetHorizon() == nil:
+		return ""
+	case rec.GetTerm() < prev.GetTerm():
+		return "its term is below the term of the record it replaced"
+	case rec.GetTerm() == prev.GetTerm() && hz+slack < prev.GetHorizon().AsTime().UnixNano():
+		return "its horizon is below the horizon its own term recorded before"
+	}
+	return ""
 }
 
 // ErrNewerLeader means the record was written by a leader of a higher,
@@ -164,7 +192,8 @@ func (l *Ledger) Start(now int64, p Prior) (*Proposal, error) {
 		switch {
 		case h.GetHorizon() == nil:
 			damaged()
-		case p.TermBound > 0 && h.GetTerm() > p.TermBound:
+		case p.TermBound > 0 && h.GetTerm() > p.TermBound,
+			Plausible(h, p.WrittenAt, p.Previous, l.cfg.ClockSkew) != "":
 			l.stats.ForgedRecords++
 			damaged()
 		case h.GetTerm() > l.cfg.Term:
@@ -355,10 +384,12 @@ func (l *Ledger) needs(now int64, r *resource, until int64) (pendingSummary, boo
 // summary, pending raises applied.
 func (l *Ledger) buildRecord(now, until int64, pending []pendingSummary) *allotpb.LeaseHorizon {
 	rec := &allotpb.LeaseHorizon{
-		Node:      l.cfg.Node,
-		Term:      l.cfg.Term,
-		ServerId:  l.cfg.ServerID,
-		Horizon:   timestamppb.New(time.Unix(0, until)),
+		Node:     l.cfg.Node,
+		Term:     l.cfg.Term,
+		ServerId: l.cfg.ServerID,
+		// Never before now: a successor takes a horizon before the time of
+		// the write for an edit (see Plausible).
+		Horizon:   timestamppb.New(time.Unix(0, max(until, now))),
 		Resources: make(map[string]*allotpb.ResourceSummary, len(l.resources)+len(l.rec.pred)),
 	}
 	// The record may claim completeness only if no unknown predecessor
