@@ -179,6 +179,11 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	lock, err := lockDataDir(*dataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	srv, err := embed.Start(embed.Options{Host: *host, Port: *port, StoreDir: *dataDir, Log: *natsLog})
 	if err != nil {
 		return err
