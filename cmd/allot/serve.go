@@ -186,7 +186,7 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	defer lock.Release()
 	srv, err := embed.Start(embed.Options{Host: *host, Port: *port, StoreDir: *dataDir, Log: *natsLog})
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (--port 0 picks a free port)", err)
 	}
 	defer func() {
 		srv.Shutdown()

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -131,4 +133,19 @@ func TestUpLocksDataDir(t *testing.T) {
 	}
 	first.wait(t)
 	startUp(t, "--data-dir", dir)
+}
+
+// TestUpBusyPort: `allot up` on a port in use fails with the listen error.
+func TestUpBusyPort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	var out syncBuffer
+	code := run(context.Background(), testEnv(&out), []string{"up", "--port", port, "--data-dir", t.TempDir()})
+	if code == 0 || !strings.Contains(out.String(), "address already in use") || !strings.Contains(out.String(), "--port 0") {
+		t.Fatalf("up on busy port %s: exit %d, %s", port, code, out.String())
+	}
 }
