@@ -59,9 +59,17 @@ func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 	if *asJSON {
 		enc := json.NewEncoder(env.stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(nodes)
+		if err := enc.Encode(nodes); err != nil {
+			return err
+		}
+	} else {
+		printStatus(env.stdout, nodes, time.Now())
 	}
-	printStatus(env.stdout, nodes, time.Now())
+	// Scripts and health checks rely on the exit code: no replica
+	// answering is a failure even if the election bucket names a leader.
+	if !slices.ContainsFunc(nodes, func(n *nodeStatus) bool { return len(n.Replicas) > 0 }) {
+		return fmt.Errorf("no coordinator replica answered on %s within %v: is a coordinator running against this NATS deployment?", *url, *wait)
+	}
 	return nil
 }
 
