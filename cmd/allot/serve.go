@@ -134,8 +134,8 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "coordinator", "--nats URL [flags]")
 	var cf coordFlags
 	cf.register(fs)
-	url := fs.String("nats", nats.DefaultURL, "NATS server URL(s), comma separated")
-	creds := fs.String("creds", "", "NATS credentials file")
+	var conn connFlags
+	conn.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	nc, err := connect(*url, *creds, "allot coordinator "+cf.node, log)
+	nc, err := connect(&conn, "allot coordinator "+cf.node, log)
 	if err != nil {
 		return err
 	}
@@ -238,7 +238,7 @@ func serveReplicas(ctx context.Context, url string, cf *coordFlags, n int, log *
 	for i := range n {
 		rcf := *cf
 		rcf.serverID = fmt.Sprintf("%s-%d", base, i)
-		nc, err := connect(url, "", "allot up replica "+rcf.serverID, log)
+		nc, err := connect(&connFlags{url: url}, "allot up replica "+rcf.serverID, log)
 		if err != nil {
 			return err
 		}
@@ -284,23 +284,15 @@ func defaultDataDir() string {
 	return filepath.Join(os.TempDir(), "allot-up")
 }
 
-// connect dials NATS with reconnects forever and logs connection changes.
-func connect(url, creds, name string, log *slog.Logger) (*nats.Conn, error) {
-	opts := []nats.Option{
-		nats.Name(name),
+// connect dials NATS for a coordinator: reconnects forever and logs
+// connection changes.
+func connect(conn *connFlags, name string, log *slog.Logger) (*nats.Conn, error) {
+	return conn.dial(name,
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectWait(250*time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrl()) }),
-	}
-	if creds != "" {
-		opts = append(opts, nats.UserCredentials(creds))
-	}
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
-	}
-	return nc, nil
+	)
 }
 
 // errorFromReply turns a micro error reply into a Go error.

@@ -3,6 +3,7 @@
 package embed
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -26,6 +27,10 @@ type Options struct {
 	Routes []string
 	// Log enables the server's own logging.
 	Log bool
+	// TLS, when set, makes clients connect with TLS under this
+	// configuration; with ClientAuth RequireAndVerifyClientCert they must
+	// present a certificate.
+	TLS *tls.Config
 }
 
 // Start starts a server and waits until it accepts connections.
@@ -54,6 +59,10 @@ func Start(o Options) (*server.Server, error) {
 		NoLog:      !o.Log,
 		NoSigs:     true,
 		MaxPayload: 1 << 20,
+	}
+	if o.TLS != nil {
+		opts.TLSConfig = o.TLS
+		opts.TLSVerify = o.TLS.ClientAuth == tls.RequireAndVerifyClientCert
 	}
 	if o.Cluster != nil {
 		opts.Cluster = *o.Cluster
