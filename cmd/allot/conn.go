@@ -32,7 +32,7 @@ func defaultNATSURL() string {
 }
 
 func (c *connFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.url, "nats", defaultNATSURL(), "NATS server URL(s), comma separated (default from $NATS_URL if set)")
+	fs.StringVar(&c.url, "nats", defaultNATSURL(), "NATS server URL(s), comma separated; $NATS_URL, if set, is the default")
 	fs.StringVar(&c.creds, "creds", "", "NATS credentials file (JWT and NKey seed)")
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM file of the CA(s) that sign the NATS server's certificate (enables TLS)")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM client certificate for servers that verify clients (with --tls-key)")

@@ -28,7 +28,8 @@ func runGet(ctx context.Context, env *cliEnv, args []string) error {
 	var conn connFlags
 	conn.register(fs)
 	node := fs.String("node", coordinator.DefaultNode, "tree node to ask")
-	client := fs.String("client", defaultClientID(), "client id to ask as")
+	client := fs.String("client", defaultClientID(), "client id to ask as (printed to stderr, for allot release)")
+	fs.StringVar(client, "client-id", *client, "same as --client")
 	wants := fs.Float64("wants", 1, "capacity wanted, per resource")
 	priority := fs.Int("priority", 0, "priority band")
 	timeout := fs.Duration("timeout", 5*time.Second, "request timeout")
@@ -50,6 +51,9 @@ func runGet(ctx context.Context, env *cliEnv, args []string) error {
 	if err := wire.ValidateGetCapacity(req); err != nil {
 		return err
 	}
+	// On stderr, so that stdout stays the reply alone; the default id is
+	// per process and otherwise lost.
+	fmt.Fprintf(env.stderr, "client id: %s\n", *client)
 	return request(ctx, env, &conn, coordinator.Subject(*node, "capacity.get"), req, *timeout)
 }
 
@@ -59,6 +63,7 @@ func runRelease(ctx context.Context, env *cliEnv, args []string) error {
 	conn.register(fs)
 	node := fs.String("node", coordinator.DefaultNode, "tree node to ask")
 	client := fs.String("client", "", "client id whose leases to release (required)")
+	fs.StringVar(client, "client-id", "", "same as --client")
 	timeout := fs.Duration("timeout", 5*time.Second, "request timeout")
 	if err := parseInterspersed(fs, args); err != nil {
 		return err

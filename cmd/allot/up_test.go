@@ -110,6 +110,20 @@ func TestUpThenGet(t *testing.T) {
 	if code := run(ctx, testEnv(&out), []string{"release", "--nats", url, "mysql/main", "--client", "t1"}); code != 0 || !strings.Contains(out.String(), `"released": 1`) {
 		t.Fatalf("release: code %d, %s", code, out.String())
 	}
+	// Without --client, get prints the id it made up, and release takes it
+	// back under --client-id.
+	out = syncBuffer{}
+	if code := run(ctx, testEnv(&out), []string{"get", "--nats", url, "mysql/main", "--wants", "5"}); code != 0 {
+		t.Fatalf("get exited %d: %s", code, out.String())
+	}
+	id := regexp.MustCompile(`client id: (\S+)`).FindStringSubmatch(out.String())
+	if id == nil || !strings.Contains(out.String(), `"capacity": 5`) {
+		t.Fatalf("get does not print its client id: %s", out.String())
+	}
+	out = syncBuffer{}
+	if code := run(ctx, testEnv(&out), []string{"release", "--nats", url, "mysql/main", "--client-id", id[1]}); code != 0 || !strings.Contains(out.String(), `"released": 1`) {
+		t.Fatalf("release --client-id %s: code %d, %s", id[1], code, out.String())
+	}
 	up.wait(t)
 }
 
