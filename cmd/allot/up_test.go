@@ -163,3 +163,28 @@ func TestUpBusyPort(t *testing.T) {
 		t.Fatalf("up on busy port %s: exit %d, %s", port, code, out.String())
 	}
 }
+
+// TestUpUnmatchedReject: under --unmatched reject, up does not seed the
+// catch-all example (which would leave nothing unmatched) and says so; a
+// catch-all stored by an earlier run is reported.
+func TestUpUnmatchedReject(t *testing.T) {
+	ctx := context.Background()
+	up := startUp(t, "--data-dir", t.TempDir(), "--unmatched", "reject", "--log-level", "info")
+	if !strings.Contains(up.out.String(), "not seeding the catch-all example template") {
+		t.Errorf("startup log does not mention the catch-all:\n%s", up.out.String())
+	}
+	if code, out := runCtx(ctx, "get", "--nats", up.url, "no-template-matches-this", "--client", "c1"); code == 0 || !strings.Contains(out, "404") {
+		t.Errorf("get of an unmatched resource under reject: exit %d, %s", code, out)
+	}
+	if code, out := runCtx(ctx, "get", "--nats", up.url, "mysql/main", "--client", "c1"); code != 0 {
+		t.Errorf("get of a seeded example under reject: exit %d, %s", code, out)
+	}
+	up.wait(t)
+
+	dir := t.TempDir()
+	startUp(t, "--data-dir", dir).wait(t) // seeds the catch-all
+	up = startUp(t, "--data-dir", dir, "--unmatched", "reject")
+	if !strings.Contains(up.out.String(), "--unmatched reject has no effect while it exists") {
+		t.Errorf("startup log does not report the stored catch-all:\n%s", up.out.String())
+	}
+}
