@@ -187,6 +187,25 @@ func TestNATSURLEnv(t *testing.T) {
 	runConnecting(t)
 }
 
+// TestInboxPrefix: --inbox-prefix moves the replies a command waits for
+// onto the given prefix.
+func TestInboxPrefix(t *testing.T) {
+	s := natstest.Server(t)
+	url := []string{"--nats", s.ClientURL()}
+	startCoordinator(t, url, url)
+	sub, err := natstest.Conn(t, s).SubscribeSync("_ALLOT_TEST.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runConnecting(t, "--nats", s.ClientURL(), "--inbox-prefix", "_ALLOT_TEST")
+	if _, err := sub.NextMsg(5 * time.Second); err != nil {
+		t.Fatalf("no reply under _ALLOT_TEST.>: %v", err)
+	}
+	if code, out := runCtx(context.Background(), "status", "--nats", s.ClientURL(), "--inbox-prefix", "bad.*"); code == 0 || !strings.Contains(out, "prefix") {
+		t.Errorf("--inbox-prefix with a wildcard: exit %d, %s", code, out)
+	}
+}
+
 // runConnecting runs every command that connects, with args added, and
 // expects each to succeed.
 func runConnecting(t *testing.T, args ...string) {
