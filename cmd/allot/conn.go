@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 )
@@ -89,7 +90,13 @@ func (c *connFlags) dial(name string, extra ...nats.Option) (*nats.Conn, error) 
 	}
 	opts = append(append(opts, nats.Name(name)), extra...)
 	nc, err := nats.Connect(c.url, opts...)
-	if err != nil {
+	var unknownCA x509.UnknownAuthorityError
+	switch {
+	case errors.As(err, &unknownCA):
+		return nil, fmt.Errorf("connect to NATS at %s: %w (--tls-ca names the CA that signed the server's certificate)", c.url, err)
+	case err != nil && c.tlsCert == "" && strings.Contains(err.Error(), "tls"): // only a hint; the failure varies
+		return nil, fmt.Errorf("connect to NATS at %s: %w (if the server verifies clients, give --tls-cert and --tls-key)", c.url, err)
+	case err != nil:
 		return nil, fmt.Errorf("connect to NATS at %s: %w", c.url, err)
 	}
 	return nc, nil

@@ -163,8 +163,8 @@ func TestConnFlagsTLS(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--nats", s.ClientURL()}, "connect to NATS"},
-		{[]string{"--nats", s.ClientURL(), "--tls-ca", pki.caFile}, "connect to NATS"},
+		{[]string{"--nats", s.ClientURL()}, "--tls-ca names the CA"},
+		{[]string{"--nats", s.ClientURL(), "--tls-ca", pki.caFile}, "give --tls-cert and --tls-key"},
 		{[]string{"--nats", s.ClientURL(), "--tls-ca", badCA}, "--tls-ca " + badCA + ": no PEM certificate"},
 		{[]string{"--nats", s.ClientURL(), "--tls-ca", badCA + ".missing"}, "--tls-ca: open"},
 		{[]string{"--nats", s.ClientURL(), "--tls-ca", pki.caFile, "--tls-cert", pki.certFile}, "--tls-cert and --tls-key go together"},
