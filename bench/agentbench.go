@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -192,8 +191,8 @@ func RunAgent(ctx context.Context, env *Env) (*AgentResult, error) {
 		slices.Sort(bs)
 		h := HotPath{Name: c.name, Baseline: c.baseline, NSPerOp: as[len(as)/2], BaseNSPerOp: bs[len(bs)/2]}
 		if !c.parallel {
-			h.AllocsPerOp = testing.AllocsPerRun(1000, af)
-			h.BaseAllocs = testing.AllocsPerRun(1000, bf)
+			h.AllocsPerOp = allocsPerRun(1000, af)
+			h.BaseAllocs = allocsPerRun(1000, bf)
 		}
 		h.Ratio = h.NSPerOp / h.BaseNSPerOp
 		if xAllow == 0 {

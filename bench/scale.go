@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -105,7 +104,7 @@ func RunScale(ctx context.Context, env *Env) (*ScaleResult, error) {
 			capacity := float64(n) * 5 // contended: mean wants is 9.5
 			run := func() { alloc.Run(kind, capacity, d, &s) }
 			ns := measure(minTime, run)
-			allocs := testing.AllocsPerRun(3, run)
+			allocs := allocsPerRun(3, run)
 			p := AlgoPoint{Algorithm: kind.String(), Clients: n, MS: ns / 1e6, NSPerClient: ns / float64(n),
 				AllocsPerRun: allocs, SortMS: sortNS / 1e6, RatioToSort: ns / sortNS}
 			res.Algorithms = append(res.Algorithms, p)

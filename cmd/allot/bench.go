@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"time"
 
 	"github.com/allot/allot/bench"
@@ -23,7 +24,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		return bench.ServeChild(ctx, args[1], args[2:], env.stdout, env.stderr)
 	}
 	fs := newFlags(env, "bench", "load|scale|agent|sim|all [flags]")
-	out := fs.String("out", "bench/results", "directory for the JSON, markdown and SVG results (empty: write nothing)")
+	out := fs.String("out", "", "directory for the JSON, markdown and SVG results (default: a new directory under "+os.TempDir()+"; the committed results are bench/results)")
 	short := fs.Bool("short", false, "run the short variant (what `task bench` runs, under 5 minutes in all)")
 	inProcess := fs.Bool("in-process", false, "load: run the coordinator and echo in this process instead of child processes (CPU and RSS then cover everything)")
 	verbose := fs.Bool("v", false, "log diagnostics")
@@ -44,10 +45,23 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		fs.Usage()
 		return errors.New("name one of load, scale, agent, sim or all")
 	}
+	if what := fs.Arg(0); !slices.Contains([]string{"load", "scale", "agent", "sim", "all"}, what) {
+		return fmt.Errorf("unknown benchmark %q: want load, scale, agent, sim or all", what)
+	}
 	log := slog.New(slog.DiscardHandler)
 	if *verbose {
 		log = slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	// A fresh directory by default, so that a casual run never overwrites
+	// the committed results.
+	if *out == "" {
+		dir, err := os.MkdirTemp("", "allot-bench-")
+		if err != nil {
+			return fmt.Errorf("results directory: %w", err)
+		}
+		*out = dir
+	}
+	fmt.Fprintf(env.stderr, "allot bench: results go to %s\n", *out)
 	benv := &bench.Env{OutDir: *out, Progress: env.stderr, Log: log, Short: *short}
 	if !*inProcess {
 		exe, err := os.Executable()
@@ -86,9 +100,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		if r, err = bench.RunAll(ctx, benv, lo); r != nil {
 			fmt.Fprintln(env.stdout, r.Markdown())
 		}
-	default:
-		return fmt.Errorf("unknown benchmark %q: want load, scale, agent, sim or all", what)
 	}
-	fmt.Fprintf(env.stderr, "allot bench %s: done in %v\n", fs.Arg(0), time.Since(start).Round(time.Second))
+	fmt.Fprintf(env.stderr, "allot bench %s: done in %v; results in %s\n", fs.Arg(0), time.Since(start).Round(time.Second), *out)
 	return err
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -32,15 +33,27 @@ func TestBenchUsageErrors(t *testing.T) {
 
 // TestBenchLoadInProcess runs a tiny load benchmark through the command
 // and checks it writes its results; it does not look at the figures.
+// Without --out they go to a new directory under TMPDIR, named in the
+// output, never to the committed bench/results.
 func TestBenchLoadInProcess(t *testing.T) {
-	dir := t.TempDir()
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	t.Chdir(t.TempDir()) // where a relative default would land
 	env, out := benchEnv()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	args := []string{"bench", "load", "--in-process", "--out", dir, "--duration", "300ms", "--warmup", "100ms",
+	args := []string{"bench", "load", "--in-process", "--duration", "300ms", "--warmup", "100ms",
 		"--phases", "1", "--conns", "1", "--clients", "4", "--pipeline", "1"}
 	if code := run(ctx, env, args); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	m := regexp.MustCompile(`results in (\S+)`).FindStringSubmatch(out.String())
+	if m == nil || filepath.Dir(m[1]) != tmp {
+		t.Fatalf("output does not name a results directory under %s:\n%s", tmp, out)
+	}
+	dir := m[1]
+	if entries, err := os.ReadDir("."); err != nil || len(entries) > 0 {
+		t.Errorf("bench wrote into the working directory: %v %v", entries, err)
 	}
 	for _, f := range []string{"load.json", "load.md"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {

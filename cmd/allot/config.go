@@ -69,13 +69,13 @@ func configUsage(w io.Writer) {
 
 // configFlags are the flags every online subcommand takes.
 type configFlags struct {
-	url     string
+	conn    connFlags
 	bucket  string
 	timeout time.Duration
 }
 
 func (c *configFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.url, "nats", nats.DefaultURL, "NATS server URL")
+	c.conn.register(fs)
 	fs.StringVar(&c.bucket, "bucket", config.DefaultBucket, "KV bucket holding resource templates")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "timeout for NATS operations")
 }
@@ -106,9 +106,9 @@ func (c *configFlags) connect(ctx context.Context, create bool) (context.Context
 
 // open connects and opens the configuration bucket; close nc to release it.
 func (c *configFlags) open(ctx context.Context, create bool) (kv jetstream.KeyValue, nc *nats.Conn, err error) {
-	nc, err = nats.Connect(c.url, nats.Name("allot config"), nats.Timeout(c.timeout))
+	nc, err = c.conn.dial("allot config", nats.Timeout(c.timeout))
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w", c.url, err)
+		return nil, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -590,9 +590,9 @@ func configStatus(ctx context.Context, env *cliEnv, args []string) error {
 	if err := parseConfigFlags(fs, args, 0); err != nil {
 		return err
 	}
-	nc, err := nats.Connect(cf.url, nats.Name("allot config"), nats.Timeout(cf.timeout))
+	nc, err := cf.conn.dial("allot config", nats.Timeout(cf.timeout))
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s: %w", cf.url, err)
+		return err
 	}
 	defer nc.Close()
 	rs, err := opstatus.GatherAll(ctx, nc, *wait)

@@ -25,9 +25,11 @@ func defaultClientID() string {
 
 func runGet(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "get", "RESOURCE [RESOURCE...] --wants N [flags]")
-	url := fs.String("nats", nats.DefaultURL, "NATS server URL")
+	var conn connFlags
+	conn.register(fs)
 	node := fs.String("node", coordinator.DefaultNode, "tree node to ask")
-	client := fs.String("client", defaultClientID(), "client id to ask as")
+	client := fs.String("client", defaultClientID(), "client id to ask as (printed to stderr, for allot release)")
+	fs.StringVar(client, "client-id", *client, "same as --client")
 	wants := fs.Float64("wants", 1, "capacity wanted, per resource")
 	priority := fs.Int("priority", 0, "priority band")
 	timeout := fs.Duration("timeout", 5*time.Second, "request timeout")
@@ -49,14 +51,19 @@ func runGet(ctx context.Context, env *cliEnv, args []string) error {
 	if err := wire.ValidateGetCapacity(req); err != nil {
 		return err
 	}
-	return request(ctx, env, *url, coordinator.Subject(*node, "capacity.get"), req, *timeout)
+	// On stderr, so that stdout stays the reply alone; the default id is
+	// per process and otherwise lost.
+	fmt.Fprintf(env.stderr, "client id: %s\n", *client)
+	return request(ctx, env, &conn, coordinator.Subject(*node, "capacity.get"), req, *timeout)
 }
 
 func runRelease(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "release", "RESOURCE [RESOURCE...] --client ID [flags]")
-	url := fs.String("nats", nats.DefaultURL, "NATS server URL")
+	var conn connFlags
+	conn.register(fs)
 	node := fs.String("node", coordinator.DefaultNode, "tree node to ask")
 	client := fs.String("client", "", "client id whose leases to release (required)")
+	fs.StringVar(client, "client-id", "", "same as --client")
 	timeout := fs.Duration("timeout", 5*time.Second, "request timeout")
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
@@ -65,19 +72,19 @@ func runRelease(ctx context.Context, env *cliEnv, args []string) error {
 	if err := wire.ValidateRelease(req); err != nil {
 		return err
 	}
-	return request(ctx, env, *url, coordinator.Subject(*node, "capacity.release"), req, *timeout)
+	return request(ctx, env, &conn, coordinator.Subject(*node, "capacity.release"), req, *timeout)
 }
 
 // request sends req as JSON, exactly as `nats req` would, and prints the
 // indented reply.
-func request(ctx context.Context, env *cliEnv, url, subject string, req proto.Message, timeout time.Duration) error {
+func request(ctx context.Context, env *cliEnv, conn *connFlags, subject string, req proto.Message, timeout time.Duration) error {
 	data, err := wire.Marshal(wire.JSON, req)
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(url, nats.Name("allot cli"), nats.Timeout(timeout))
+	nc, err := conn.dial("allot cli", nats.Timeout(timeout))
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s: %w", url, err)
+		return err
 	}
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(ctx, timeout)

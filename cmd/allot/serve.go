@@ -5,9 +5,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,7 +49,7 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.bucket, "state-bucket", coordinator.DefaultStateBucket, "KV bucket for coordinator state (lease horizons)")
 	fs.StringVar(&f.configBucket, "config-bucket", config.DefaultBucket, "KV bucket holding resource templates")
 	f.unmatched = config.UnmatchedDefault
-	fs.Var(&f.unmatched, "unmatched", "what to do with resources no template matches: 'default' (serve with the built-in default template) or 'reject' (answer 404)")
+	fs.Var(&f.unmatched, "unmatched", "what to do with resources no template matches: 'default' (serve with the built-in default template) or 'reject' (answer 404; up then does not seed the catch-all example template)")
 	fs.DurationVar(&f.clockSkew, "clock-skew", coordinator.DefaultClockSkew, "most the clocks of this node's replicas may differ by; lease times from a predecessor are trusted only with this margin")
 	fs.IntVar(&f.maxRes, "max-resources", coordinator.DefaultMaxResources, "most resources a node keeps state for; requests naming more new ones get error 429")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -134,8 +138,8 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "coordinator", "--nats URL [flags]")
 	var cf coordFlags
 	cf.register(fs)
-	url := fs.String("nats", nats.DefaultURL, "NATS server URL(s), comma separated")
-	creds := fs.String("creds", "", "NATS credentials file")
+	var conn connFlags
+	conn.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -146,7 +150,7 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	nc, err := connect(*url, *creds, "allot coordinator "+cf.node, log)
+	nc, err := connect(&conn, "allot coordinator "+cf.node, log)
 	if err != nil {
 		return err
 	}
@@ -179,9 +183,14 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	srv, err := embed.Start(embed.Options{Host: *host, Port: *port, StoreDir: *dataDir, Log: *natsLog})
+	lock, err := lockDataDir(*dataDir)
 	if err != nil {
 		return err
+	}
+	defer lock.Release()
+	srv, err := embed.Start(embed.Options{Host: *host, Port: *port, StoreDir: *dataDir, Log: *natsLog})
+	if err != nil {
+		return fmt.Errorf("%w (--port 0 picks a free port)", err)
 	}
 	defer func() {
 		srv.Shutdown()
@@ -193,7 +202,7 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 		return fmt.Errorf("connect to embedded server: %w", err)
 	}
 	defer nc.Close()
-	if err := seedTemplates(ctx, nc, cf.configBucket, log); err != nil {
+	if err := seedTemplates(ctx, nc, cf.configBucket, cf.unmatched, log); err != nil {
 		return err
 	}
 	// Announce once a replica serves (or another process's leader does).
@@ -233,7 +242,7 @@ func serveReplicas(ctx context.Context, url string, cf *coordFlags, n int, log *
 	for i := range n {
 		rcf := *cf
 		rcf.serverID = fmt.Sprintf("%s-%d", base, i)
-		nc, err := connect(url, "", "allot up replica "+rcf.serverID, log)
+		nc, err := connect(&connFlags{url: url}, "allot up replica "+rcf.serverID, log)
 		if err != nil {
 			return err
 		}
@@ -250,8 +259,11 @@ func serveReplicas(ctx context.Context, url string, cf *coordFlags, n int, log *
 }
 
 // seedTemplates stores the example templates of deploy/templates in the
-// configuration bucket, leaving keys that exist or existed alone.
-func seedTemplates(ctx context.Context, nc *nats.Conn, bucket string, log *slog.Logger) error {
+// configuration bucket, leaving keys that exist or existed alone. Under
+// --unmatched reject the catch-all example (glob "*") is left out, since
+// no resource would be unmatched while it exists; one stored earlier is
+// reported.
+func seedTemplates(ctx context.Context, nc *nats.Conn, bucket string, unmatched config.UnmatchedPolicy, log *slog.Logger) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
@@ -262,14 +274,77 @@ func seedTemplates(ctx context.Context, nc *nats.Conn, bucket string, log *slog.
 	if err != nil {
 		return err
 	}
-	names, err := config.SeedTemplates(ctx, kv, templates.FS())
+	examples := templates.FS()
+	reject := unmatched == config.UnmatchedReject
+	if reject {
+		var skipped []string
+		if examples, skipped, err = withoutCatchAll(examples); err != nil {
+			return fmt.Errorf("seed example templates: %w", err)
+		}
+		log.Info("--unmatched reject: not seeding the catch-all example template", "templates", skipped)
+	}
+	names, err := config.SeedTemplates(ctx, kv, examples)
 	if err != nil {
 		return fmt.Errorf("seed example templates: %w", err)
 	}
 	if len(names) > 0 {
 		log.Info("seeded example templates", "bucket", bucket, "templates", names)
 	}
+	if !reject {
+		return nil
+	}
+	entries, err := config.LoadAll(ctx, kv)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Template != nil && e.Template.Glob == "*" {
+			log.Warn("a stored template matches every resource, so --unmatched reject has no effect while it exists",
+				"template", e.Name, "remove it with", "allot config delete "+e.Name)
+		}
+	}
 	return nil
+}
+
+// withoutCatchAll hides the templates of dir whose glob matches every
+// resource, and names them.
+func withoutCatchAll(dir fs.FS) (fs.FS, []string, error) {
+	files, err := fs.ReadDir(dir, ".")
+	if err != nil {
+		return nil, nil, err
+	}
+	h := hiddenFS{FS: dir}
+	var names []string
+	for _, f := range files {
+		data, err := fs.ReadFile(dir, f.Name())
+		if err != nil {
+			return nil, nil, err
+		}
+		name := strings.TrimSuffix(f.Name(), path.Ext(f.Name()))
+		if t, _, err := config.ParseAndCompile(name, 0, data); err == nil && t.Glob == "*" {
+			h.hide = append(h.hide, f.Name())
+			names = append(names, name)
+		}
+	}
+	return h, names, nil
+}
+
+// hiddenFS is a flat directory without the files named in hide.
+type hiddenFS struct {
+	fs.FS
+	hide []string
+}
+
+func (h hiddenFS) Open(name string) (fs.File, error) {
+	if slices.Contains(h.hide, name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	return h.FS.Open(name)
+}
+
+func (h hiddenFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	entries, err := fs.ReadDir(h.FS, name)
+	return slices.DeleteFunc(entries, func(e fs.DirEntry) bool { return slices.Contains(h.hide, e.Name()) }), err
 }
 
 func defaultDataDir() string {
@@ -279,23 +354,15 @@ func defaultDataDir() string {
 	return filepath.Join(os.TempDir(), "allot-up")
 }
 
-// connect dials NATS with reconnects forever and logs connection changes.
-func connect(url, creds, name string, log *slog.Logger) (*nats.Conn, error) {
-	opts := []nats.Option{
-		nats.Name(name),
+// connect dials NATS for a coordinator: reconnects forever and logs
+// connection changes.
+func connect(conn *connFlags, name string, log *slog.Logger) (*nats.Conn, error) {
+	return conn.dial(name,
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectWait(250*time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrl()) }),
-	}
-	if creds != "" {
-		opts = append(opts, nats.UserCredentials(creds))
-	}
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
-	}
-	return nc, nil
+	)
 }
 
 // errorFromReply turns a micro error reply into a Go error.

@@ -32,8 +32,8 @@ type nodeStatus struct {
 
 func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "status", "[flags]")
-	url := fs.String("nats", nats.DefaultURL, "NATS server URL(s), comma separated")
-	creds := fs.String("creds", "", "NATS credentials file")
+	var conn connFlags
+	conn.register(fs)
 	bucket := fs.String("election-bucket", election.DefaultBucket, "election KV bucket")
 	wait := fs.Duration("wait", 500*time.Millisecond, "how long to collect replica replies")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -43,13 +43,9 @@ func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	opts := []nats.Option{nats.Name("allot status")}
-	if *creds != "" {
-		opts = append(opts, nats.UserCredentials(*creds))
-	}
-	nc, err := nats.Connect(*url, opts...)
+	nc, err := conn.dial("allot status")
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s: %w", *url, err)
+		return err
 	}
 	defer nc.Close()
 	nodes, err := collectStatus(ctx, nc, *bucket, *wait)
@@ -59,9 +55,17 @@ func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 	if *asJSON {
 		enc := json.NewEncoder(env.stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(nodes)
+		if err := enc.Encode(nodes); err != nil {
+			return err
+		}
+	} else {
+		printStatus(env.stdout, nodes, time.Now())
 	}
-	printStatus(env.stdout, nodes, time.Now())
+	// Scripts and health checks rely on the exit code: no replica
+	// answering is a failure even if the election bucket names a leader.
+	if !slices.ContainsFunc(nodes, func(n *nodeStatus) bool { return len(n.Replicas) > 0 }) {
+		return fmt.Errorf("no coordinator replica answered on %s within %v: is a coordinator running against this NATS deployment?", conn.url, *wait)
+	}
 	return nil
 }
 

@@ -71,3 +71,17 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("status --json exit %d:\n%s%s", code, out.String(), errb.String())
 	}
 }
+
+// TestStatusNothingAnswers: with no coordinator, status says so and exits
+// non-zero, in table and JSON form.
+func TestStatusNothingAnswers(t *testing.T) {
+	s := natstest.Server(t)
+	for _, args := range [][]string{{}, {"--json"}} {
+		var out, errb bytes.Buffer
+		env := &cliEnv{stdout: &out, stderr: &errb, log: slog.New(slog.DiscardHandler)}
+		code := run(context.Background(), env, append([]string{"status", "--nats", s.ClientURL(), "--wait", "100ms"}, args...))
+		if code == 0 || !strings.Contains(errb.String(), "no coordinator replica answered") {
+			t.Errorf("status %v with no coordinator: exit %d, stderr %q", args, code, errb.String())
+		}
+	}
+}

@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -34,31 +38,62 @@ func testEnv(out io.Writer) *cliEnv {
 	return &cliEnv{stdin: strings.NewReader(""), stdout: out, stderr: out, log: slog.New(slog.DiscardHandler)}
 }
 
+// upRun is an `allot up` running in this process.
+type upRun struct {
+	url  string
+	out  *syncBuffer
+	done chan int
+	stop context.CancelFunc
+}
+
+// startUp runs `allot up --port 0 --log-level warn` with args until the
+// test ends, and waits until it says it is up.
+func startUp(t *testing.T, args ...string) *upRun {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	u := &upRun{out: &syncBuffer{}, done: make(chan int, 1), stop: cancel}
+	go func() {
+		u.done <- run(ctx, testEnv(u.out), append([]string{"up", "--port", "0", "--log-level", "warn"}, args...))
+	}()
+	t.Cleanup(func() { u.wait(t) })
+	urlRE := regexp.MustCompile(`nats://127\.0\.0\.1:\d+`)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		select {
+		case code := <-u.done:
+			u.done <- code
+			t.Fatalf("up exited with %d: %s", code, u.out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if strings.Contains(u.out.String(), "allot is up") {
+			u.url = urlRE.FindString(u.out.String())
+			return u
+		}
+	}
+	t.Fatalf("up did not start: %s", u.out.String())
+	return nil
+}
+
+// wait stops the run (as SIGINT does) and checks that it drains cleanly.
+func (u *upRun) wait(t *testing.T) {
+	t.Helper()
+	u.stop()
+	select {
+	case code := <-u.done:
+		u.done <- code
+		if code != 0 {
+			t.Errorf("up exited %d: %s", code, u.out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("up did not drain")
+	}
+}
+
 // TestUpThenGet runs the README's quick start in-process: `allot up` on a
 // free port, then `allot get` against it in JSON, then SIGINT-like drain.
 func TestUpThenGet(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var upOut syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, testEnv(&upOut), []string{"up", "--port", "0", "--data-dir", t.TempDir(), "--log-level", "warn"})
-	}()
-	urlRE := regexp.MustCompile(`nats://127\.0\.0\.1:\d+`)
-	var url string
-	for deadline := time.Now().Add(30 * time.Second); url == "" && time.Now().Before(deadline); {
-		select {
-		case code := <-done:
-			t.Fatalf("up exited with %d: %s", code, upOut.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if strings.Contains(upOut.String(), "allot is up") {
-			url = urlRE.FindString(upOut.String())
-		}
-	}
-	if url == "" {
-		t.Fatalf("up did not start: %s", upOut.String())
-	}
+	ctx := context.Background()
+	up := startUp(t, "--data-dir", t.TempDir())
+	url := up.url
 	var out syncBuffer
 	if code := run(ctx, testEnv(&out), []string{"get", "--nats", url, "mysql/main", "--wants", "600", "--client", "t1"}); code != 0 {
 		t.Fatalf("get exited %d: %s", code, out.String())
@@ -75,13 +110,81 @@ func TestUpThenGet(t *testing.T) {
 	if code := run(ctx, testEnv(&out), []string{"release", "--nats", url, "mysql/main", "--client", "t1"}); code != 0 || !strings.Contains(out.String(), `"released": 1`) {
 		t.Fatalf("release: code %d, %s", code, out.String())
 	}
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("up exited %d: %s", code, upOut.String())
+	// Without --client, get prints the id it made up, and release takes it
+	// back under --client-id.
+	out = syncBuffer{}
+	if code := run(ctx, testEnv(&out), []string{"get", "--nats", url, "mysql/main", "--wants", "5"}); code != 0 {
+		t.Fatalf("get exited %d: %s", code, out.String())
+	}
+	id := regexp.MustCompile(`client id: (\S+)`).FindStringSubmatch(out.String())
+	if id == nil || !strings.Contains(out.String(), `"capacity": 5`) {
+		t.Fatalf("get does not print its client id: %s", out.String())
+	}
+	out = syncBuffer{}
+	if code := run(ctx, testEnv(&out), []string{"release", "--nats", url, "mysql/main", "--client-id", id[1]}); code != 0 || !strings.Contains(out.String(), `"released": 1`) {
+		t.Fatalf("release --client-id %s: code %d, %s", id[1], code, out.String())
+	}
+	up.wait(t)
+}
+
+// TestUpLocksDataDir: a second `allot up` on the data dir of a running one
+// fails at once, naming the dir and the holder, instead of deposing it; once
+// the first stops, the dir is free again.
+func TestUpLocksDataDir(t *testing.T) {
+	dir := t.TempDir()
+	first := startUp(t, "--data-dir", dir)
+	var out syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	code := run(ctx, testEnv(&out), []string{"up", "--port", "0", "--log-level", "warn", "--data-dir", dir})
+	if code == 0 {
+		t.Fatalf("second up on %s exited 0: %s", dir, out.String())
+	}
+	for _, want := range []string{dir, fmt.Sprintf("pid %d", os.Getpid()), "--data-dir"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("second up's error does not name %q: %s", want, out.String())
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("up did not drain")
+	}
+	first.wait(t)
+	startUp(t, "--data-dir", dir)
+}
+
+// TestUpBusyPort: `allot up` on a port in use fails with the listen error.
+func TestUpBusyPort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	var out syncBuffer
+	code := run(context.Background(), testEnv(&out), []string{"up", "--port", port, "--data-dir", t.TempDir()})
+	if code == 0 || !strings.Contains(out.String(), "address already in use") || !strings.Contains(out.String(), "--port 0") {
+		t.Fatalf("up on busy port %s: exit %d, %s", port, code, out.String())
+	}
+}
+
+// TestUpUnmatchedReject: under --unmatched reject, up does not seed the
+// catch-all example (which would leave nothing unmatched) and says so; a
+// catch-all stored by an earlier run is reported.
+func TestUpUnmatchedReject(t *testing.T) {
+	ctx := context.Background()
+	up := startUp(t, "--data-dir", t.TempDir(), "--unmatched", "reject", "--log-level", "info")
+	if !strings.Contains(up.out.String(), "not seeding the catch-all example template") {
+		t.Errorf("startup log does not mention the catch-all:\n%s", up.out.String())
+	}
+	if code, out := runCtx(ctx, "get", "--nats", up.url, "no-template-matches-this", "--client", "c1"); code == 0 || !strings.Contains(out, "404") {
+		t.Errorf("get of an unmatched resource under reject: exit %d, %s", code, out)
+	}
+	if code, out := runCtx(ctx, "get", "--nats", up.url, "mysql/main", "--client", "c1"); code != 0 {
+		t.Errorf("get of a seeded example under reject: exit %d, %s", code, out)
+	}
+	up.wait(t)
+
+	dir := t.TempDir()
+	startUp(t, "--data-dir", dir).wait(t) // seeds the catch-all
+	up = startUp(t, "--data-dir", dir, "--unmatched", "reject")
+	if !strings.Contains(up.out.String(), "--unmatched reject has no effect while it exists") {
+		t.Errorf("startup log does not report the stored catch-all:\n%s", up.out.String())
 	}
 }

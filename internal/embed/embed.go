@@ -3,6 +3,7 @@
 package embed
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
@@ -26,6 +27,10 @@ type Options struct {
 	Routes []string
 	// Log enables the server's own logging.
 	Log bool
+	// TLS, when set, makes clients connect with TLS under this
+	// configuration; with ClientAuth RequireAndVerifyClientCert they must
+	// present a certificate.
+	TLS *tls.Config
 }
 
 // Start starts a server and waits until it accepts connections.
@@ -55,6 +60,10 @@ func Start(o Options) (*server.Server, error) {
 		NoSigs:     true,
 		MaxPayload: 1 << 20,
 	}
+	if o.TLS != nil {
+		opts.TLSConfig = o.TLS
+		opts.TLSVerify = o.TLS.ClientAuth == tls.RequireAndVerifyClientCert
+	}
 	if o.Cluster != nil {
 		opts.Cluster = *o.Cluster
 		opts.Routes = server.RoutesFromStr(joinRoutes(o.Routes))
@@ -63,16 +72,58 @@ func Start(o Options) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embed: new server: %w", err)
 	}
+	// The server reports a failure to listen (a busy port) only through its
+	// logger's Fatalf, which would exit the process, and then never becomes
+	// ready; catch it to fail at once with the server's own message.
+	var inner server.Logger = nopLogger{}
 	if o.Log {
 		s.ConfigureLogger()
+		inner = s.Logger()
 	}
+	fatal := make(chan string, 1)
+	s.SetLoggerV2(fatalLogger{Logger: inner, fatal: fatal}, false, false, false)
 	go s.Start()
-	if !s.ReadyForConnections(20 * time.Second) {
-		s.Shutdown()
-		return nil, fmt.Errorf("embed: server on %s:%d not ready after 20s", host, port)
+	deadline := time.Now().Add(20 * time.Second)
+	for !s.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case msg := <-fatal:
+			s.Shutdown()
+			return nil, fmt.Errorf("embed: NATS server on %s:%d failed: %s", host, port, msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.Shutdown()
+			return nil, fmt.Errorf("embed: server on %s:%d not ready after 20s", host, port)
+		}
 	}
 	return s, nil
 }
+
+// fatalLogger passes the server's log on, except that Fatalf reports its
+// message on fatal (the first one; later ones are only logged) instead of
+// exiting.
+type fatalLogger struct {
+	server.Logger
+	fatal chan<- string
+}
+
+func (l fatalLogger) Fatalf(format string, v ...any) {
+	l.Errorf(format, v...)
+	select {
+	case l.fatal <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+
+// nopLogger discards the server's log.
+type nopLogger struct{}
+
+func (nopLogger) Noticef(string, ...any) {}
+func (nopLogger) Warnf(string, ...any)   {}
+func (nopLogger) Fatalf(string, ...any)  {}
+func (nopLogger) Errorf(string, ...any)  {}
+func (nopLogger) Debugf(string, ...any)  {}
+func (nopLogger) Tracef(string, ...any)  {}
 
 func joinRoutes(r []string) string {
 	out := ""

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+)
+
+// connFlags are the connection flags of every command that connects to an
+// existing NATS deployment (coordinator, get, release, status, config).
+type connFlags struct {
+	url         string
+	creds       string
+	tlsCA       string
+	tlsCert     string
+	tlsKey      string
+	inboxPrefix string
+}
+
+// defaultNATSURL is $NATS_URL, as the nats CLI and client libraries use it,
+// else the local default.
+func defaultNATSURL() string {
+	if u := os.Getenv("NATS_URL"); u != "" {
+		return u
+	}
+	return nats.DefaultURL
+}
+
+func (c *connFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.url, "nats", defaultNATSURL(), "NATS server URL(s), comma separated; $NATS_URL, if set, is the default")
+	fs.StringVar(&c.creds, "creds", "", "NATS credentials file (JWT and NKey seed)")
+	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM file of the CA(s) that sign the NATS server's certificate (enables TLS)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM client certificate for servers that verify clients (with --tls-key)")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	fs.StringVar(&c.inboxPrefix, "inbox-prefix", "", "prefix of reply subjects instead of _INBOX (for accounts that only allow some)")
+}
+
+// options turns the flags into connection options; files are read here so
+// that a bad one is reported by its flag before any connection attempt.
+func (c *connFlags) options() ([]nats.Option, error) {
+	var opts []nats.Option
+	if c.creds != "" {
+		if _, err := os.Stat(c.creds); err != nil {
+			return nil, fmt.Errorf("--creds: %w", err)
+		}
+		opts = append(opts, nats.UserCredentials(c.creds))
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		return nil, errors.New("--tls-cert and --tls-key go together")
+	}
+	if c.tlsCA != "" || c.tlsCert != "" {
+		cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+		if c.tlsCA != "" {
+			pem, err := os.ReadFile(c.tlsCA)
+			if err != nil {
+				return nil, fmt.Errorf("--tls-ca: %w", err)
+			}
+			cfg.RootCAs = x509.NewCertPool()
+			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it", c.tlsCA)
+			}
+		}
+		if c.tlsCert != "" {
+			cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+			if err != nil {
+				return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+			}
+			cfg.Certificates = []tls.Certificate{cert}
+		}
+		opts = append(opts, nats.Secure(cfg))
+	}
+	if c.inboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(c.inboxPrefix))
+	}
+	return opts, nil
+}
+
+// dial connects with the flags' options followed by extra, naming the
+// connection name (as `nats server report connections` shows it).
+func (c *connFlags) dial(name string, extra ...nats.Option) (*nats.Conn, error) {
+	opts, err := c.options()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(append(opts, nats.Name(name)), extra...)
+	nc, err := nats.Connect(c.url, opts...)
+	var unknownCA x509.UnknownAuthorityError
+	switch {
+	case errors.As(err, &unknownCA):
+		return nil, fmt.Errorf("connect to NATS at %s: %w (--tls-ca names the CA that signed the server's certificate)", c.url, err)
+	case err != nil && c.tlsCert == "" && strings.Contains(err.Error(), "tls"): // only a hint; the failure varies
+		return nil, fmt.Errorf("connect to NATS at %s: %w (if the server verifies clients, give --tls-cert and --tls-key)", c.url, err)
+	case err != nil:
+		return nil, fmt.Errorf("connect to NATS at %s: %w", c.url, err)
+	}
+	return nc, nil
+}
