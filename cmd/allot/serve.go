@@ -37,6 +37,7 @@ type coordFlags struct {
 	electionTTL  time.Duration
 	replicasKV   int
 	clockSkew    time.Duration
+	maxClients   int
 	maxRes       int
 	// onServing, if set, is called when a replica starts or stops serving.
 	onServing func(term uint64, serving bool)
@@ -52,6 +53,7 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.unmatched, "unmatched", "what to do with resources no template matches: 'default' (serve with the built-in default template) or 'reject' (answer 404; up then does not seed the catch-all example template)")
 	fs.DurationVar(&f.clockSkew, "clock-skew", coordinator.DefaultClockSkew, "most the clocks of this node's replicas may differ by; lease times from a predecessor are trusted only with this margin")
 	fs.IntVar(&f.maxRes, "max-resources", coordinator.DefaultMaxResources, "most resources a node keeps state for; requests naming more new ones get error 429")
+	fs.IntVar(&f.maxClients, "max-clients", coordinator.DefaultMaxClients, "most client records (one per client and resource) a node keeps; requests adding more get error 429")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.electionTTL, "election-ttl", election.DefaultTTL, "leader key TTL in bucket "+election.DefaultBucket+" (whole seconds); an abrupt leader loss costs about TTL+1s")
 	fs.IntVar(&f.replicasKV, "bucket-replicas", 1, "replicas of the election and state buckets when allot creates them (3 on a three-server cluster)")
@@ -62,7 +64,7 @@ func (f *coordFlags) options(log *slog.Logger) coordinator.Options {
 	if round == 0 {
 		round = coordinator.NoRoundInterval
 	}
-	return coordinator.Options{Node: f.node, ServerID: f.serverID, RoundInterval: round, StateBucket: f.bucket, ClockSkew: skewOption(f.clockSkew), MaxResources: f.maxRes, Logger: log}
+	return coordinator.Options{Node: f.node, ServerID: f.serverID, RoundInterval: round, StateBucket: f.bucket, ClockSkew: skewOption(f.clockSkew), MaxResources: f.maxRes, MaxClients: f.maxClients, Logger: log}
 }
 
 // skewOption maps --clock-skew 0 (replicas on one host) to the option's
