@@ -197,6 +197,10 @@ func (a *Agent) sendReleases() {
 // requests are cut to the server's maximum payload.
 const batchReserve = 4 << 10
 
+// safeReportFor is the expiry an agent in Safe mode reports for the safe
+// capacity it runs on: it has no end, so a day (the longest lease).
+const safeReportFor = 24 * time.Hour
+
 // batches cuts n items into consecutive runs [lo, hi) of at most
 // wire.MaxResourcesPerReq items, the most a coordinator accepts in one
 // request, whose encoded sizes add up to no more than the connection's
@@ -241,12 +245,18 @@ func (a *Agent) refresh(t time.Time) error {
 		w := r.currentWantsLocked()
 		r.sentWants, r.sent = w, true
 		rr := &allotpb.ResourceRequest{ResourceId: r.id, Priority: r.priority, Wants: w}
-		if r.leased && t.Before(r.expiry) {
+		switch {
+		case r.leased && t.Before(r.expiry):
 			rr.Has = &allotpb.Lease{
 				Capacity:        r.granted,
 				ExpiryTime:      timestamppb.New(r.expiry),
 				RefreshInterval: durationpb.New(r.refresh),
 			}
+		case a.o.mode == Safe && r.safeKnwn && r.safe > 0:
+			// Running on the safe capacity, for as long as no answer
+			// comes: a coordinator counts it as held (a new leader credits
+			// it, as it does a lease a predecessor issued).
+			rr.Has = &allotpb.Lease{Capacity: r.safe, ExpiryTime: timestamppb.New(t.Add(safeReportFor))}
 		}
 		rrs[i] = rr
 	}

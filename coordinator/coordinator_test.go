@@ -104,10 +104,11 @@ func TestJSONRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &got); err != nil {
 		t.Fatalf("%v: %s", err, m.Data)
 	}
+	// Dynamic safe capacity: capacity ÷ clients, never more than the lease.
 	if len(got.Response) != 1 || got.Response[0].ResourceID != "db" || got.Response[0].Gets.Capacity != 10 {
 		t.Fatalf("unexpected reply %s", m.Data)
 	}
-	if got.Term != "1" || got.Response[0].Gets.RefreshInterval != "1s" || got.Response[0].SafeCapacity != 100 {
+	if got.Term != "1" || got.Response[0].Gets.RefreshInterval != "1s" || got.Response[0].SafeCapacity != 10 {
 		t.Fatalf("unexpected reply %s", m.Data)
 	}
 	if _, err := time.Parse(time.RFC3339Nano, got.Response[0].Gets.ExpiryTime); err != nil {

@@ -49,7 +49,8 @@ type simClient struct {
 	wants  float64
 	has    float64 // as answered
 	expiry int64
-	next   int64 // when it asks again
+	safe   float64 // safe capacity as answered: used once the lease ends
+	next   int64   // when it asks again
 }
 
 type simNode struct {
@@ -104,13 +105,7 @@ func (s *simStore) put(rec *allotpb.LeaseHorizon, now int64) {
 	s.prev, s.rec, s.written, s.marker = s.rec, rec, now, false
 }
 
-func (n *simNode) expireAll() {
-	for _, c := range n.clients {
-		if c.expiry <= n.now {
-			c.has = 0
-		}
-	}
-}
+func (n *simNode) expireAll() {}
 
 // round lets due clients ask and answers them like the coordinator.
 func (n *simNode) round() {
@@ -121,8 +116,7 @@ func (n *simNode) round() {
 			continue
 		}
 		req := &allotpb.GetCapacityRequest{ClientId: c.id, Resource: []*allotpb.ResourceRequest{{
-			ResourceId: "r", Wants: c.wants,
-			Has: &allotpb.Lease{Capacity: c.has, ExpiryTime: timestamppb.New(time.Unix(0, c.expiry))},
+			ResourceId: "r", Wants: c.wants, Has: c.report(n.now),
 		}}}
 		s, err := n.l.Get(n.now, n.set, req)
 		if err != nil {
@@ -141,7 +135,7 @@ func (n *simNode) round() {
 			continue
 		}
 		ls := slots[k][0].Lease(n.now)
-		c.has, c.expiry = ls.Capacity, ls.Expiry
+		c.has, c.expiry, c.safe = ls.Capacity, ls.Expiry, ls.SafeCapacity
 		c.next = n.now + int64(max(ls.Refresh, 50*time.Millisecond))
 	}
 	n.l.EndRound()
@@ -162,14 +156,30 @@ func (n *simNode) finishWrite() {
 	n.l.Commit(n.now, p, nil)
 }
 
+// held is the capacity in force: each client's lease while it lasts,
+// then its safe capacity (an agent in Safe mode).
 func (n *simNode) held() float64 {
 	sum := 0.0
 	for _, c := range n.clients {
 		if c.expiry > n.now {
 			sum += c.has
+		} else {
+			sum += c.safe
 		}
 	}
 	return sum
+}
+
+// report is what an agent says it holds: its lease, or in Safe mode the
+// safe capacity it runs on, for as long as no answer comes.
+func (c *simClient) report(now int64) *allotpb.Lease {
+	if c.expiry > now {
+		return &allotpb.Lease{Capacity: c.has, ExpiryTime: timestamppb.New(time.Unix(0, c.expiry))}
+	}
+	if c.safe > 0 {
+		return &allotpb.Lease{Capacity: c.safe, ExpiryTime: timestamppb.New(time.Unix(0, now+int64(time.Hour)))}
+	}
+	return nil
 }
 
 func TestFaultsNeverOverGrant(t *testing.T) {

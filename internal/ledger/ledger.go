@@ -42,6 +42,7 @@ const (
 	DefaultMaxRecordBytes = 512 << 10
 	DefaultMinRefresh     = 50 * time.Millisecond
 	DefaultMaxRecordWait  = 500 * time.Millisecond
+	DefaultSafeRetention  = 30 * time.Second
 )
 
 // Error codes of refused resources, as in the wire protocol.
@@ -81,6 +82,11 @@ type Config struct {
 	// MaxRecordWait is how long a resource's grants wait for a record
 	// write before they are made within the recorded bounds.
 	MaxRecordWait time.Duration
+	// SafeRetention is how long after a client's last lease it still
+	// counts as running on its safe capacity (its record is kept, and the
+	// lease record covers it). A client cut off from every coordinator
+	// for longer is forgotten. Default 30s.
+	SafeRetention time.Duration
 }
 
 func (c *Config) fill() {
@@ -107,6 +113,9 @@ func (c *Config) fill() {
 	}
 	if c.MaxRecordWait <= 0 {
 		c.MaxRecordWait = DefaultMaxRecordWait
+	}
+	if c.SafeRetention <= 0 {
+		c.SafeRetention = DefaultSafeRetention
 	}
 }
 
@@ -318,6 +327,16 @@ func (s Slot) Lease(now int64) Lease {
 		l.Capacity, l.Expiry, l.Refresh = c.has, c.expiry, time.Duration(c.due-now)
 		if c.lapsed {
 			l.Capacity, l.Expiry = 0, now
+		}
+		if r.shared() && !r.tmpl.HasSafeCapacity {
+			// Dynamic safe capacity: never more than the lease, so that
+			// what clients run on when no coordinator answers sums to at
+			// most what they were leased. It counts as held from now on.
+			safe := max(min(r.safeCap, l.Capacity), 0)
+			if safe < c.safe {
+				c.safePrev = max(c.safePrev, c.safe)
+			}
+			c.safe, l.SafeCapacity = safe, safe
 		}
 	}
 	return l

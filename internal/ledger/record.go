@@ -297,12 +297,15 @@ func (l *Ledger) Propose(now int64) *Proposal {
 		}
 	}
 	until := l.rec.until
-	needHorizon := leaseMax > 0 && now+int64(leaseMax) > until
+	// The horizon covers leases and the safe capacity clients may run on
+	// for the retention after them.
+	ret := int64(l.cfg.SafeRetention)
+	needHorizon := leaseMax > 0 && now+int64(leaseMax)+ret > until
 	// Extend early, so a write that fails has time to be retried before
 	// leases shorten; by twice the longest lease so writes are rare.
-	extend := needHorizon || leaseMax > 0 && now+int64(leaseMax)*3/2 > until || l.rec.rewrite
+	extend := needHorizon || leaseMax > 0 && now+int64(leaseMax)*3/2+ret > until || l.rec.rewrite
 	if extend {
-		until = max(until, now+2*int64(leaseMax))
+		until = max(until, now+2*int64(leaseMax)+ret)
 	}
 	canWrite := l.rec.inflight == nil && now >= l.rec.retryAt
 	var pending []pendingSummary
@@ -312,7 +315,7 @@ func (l *Ledger) Propose(now int64) *Proposal {
 			continue
 		}
 		ps, raise := l.needs(now, r, until)
-		need := raise || now+int64(r.tmpl.LeaseLength) > l.rec.until
+		need := raise || now+int64(r.tmpl.LeaseLength)+ret > l.rec.until
 		switch {
 		case !need:
 			r.waitSince = 0
@@ -342,7 +345,7 @@ func (l *Ledger) Propose(now int64) *Proposal {
 // needs works out the raise r's round needs: listing it, covering its
 // leases' expiry, raising its ceiling to what the round could grant.
 func (l *Ledger) needs(now int64, r *resource, until int64) (pendingSummary, bool) {
-	ll := int64(r.tmpl.LeaseLength)
+	ll := int64(r.tmpl.LeaseLength) + r.retention
 	p := pendingSummary{r: r, ceiling: r.ceiling, expiry: r.ceilingExpiry}
 	if r.unlisted {
 		// Nothing to list; a committed record must say it is incomplete.
@@ -350,7 +353,7 @@ func (l *Ledger) needs(now int64, r *resource, until int64) (pendingSummary, boo
 	}
 	raise := !r.published || now+ll > r.ceilingExpiry
 	if raise {
-		p.expiry = max(r.ceilingExpiry, min(now+2*ll, max(until, now+ll)))
+		p.expiry = max(r.ceilingExpiry, min(now+ll+int64(r.tmpl.LeaseLength), max(until, now+ll)))
 	}
 	switch {
 	case r.shared():
@@ -481,6 +484,7 @@ func (l *Ledger) shrink(now int64) *Proposal {
 // mode from the predecessor's record (see resource.learn).
 func (l *Ledger) newResource(now int64, id string, t *config.Template, gen uint64) *resource {
 	r := newResource(id, t, gen)
+	r.retention = int64(l.cfg.SafeRetention)
 	r.ceiling, r.ceilingExpiry = 0, 0 // nothing published for it yet
 	pred, listed := l.rec.pred[id]
 	if listed {

@@ -29,6 +29,12 @@ type client struct {
 	// next request says what it holds and settles it. See exposure.
 	held      float64
 	heldUntil int64
+	// safe is the dynamic safe capacity last told (see Slot.Lease), and
+	// safePrev a larger one told before that the client may not have
+	// replaced yet. A client uses its safe capacity once its lease has
+	// ended and no coordinator answers, so both count as held until the
+	// record is forgotten (see exposure).
+	safe, safePrev float64
 	// reported is what the client said it holds (learning mode echoes it)
 	// and reportedExpiry when that lease ends (unix ns, 0 unknown).
 	reported       float64
@@ -54,6 +60,10 @@ type resource struct {
 	batch         []int32 // clients requesting in the current round
 	releasedIDs   []string
 	inBatch       bool
+	// retention is how long a client record outlives the client's last
+	// lease (ns): a client may run on its safe capacity that long, and it
+	// counts until then.
+	retention int64
 	// waitSince is when the resource began waiting for a record write
 	// (unix ns; 0 not waiting): its batch is allocated after the write.
 	waitSince int64
@@ -140,7 +150,11 @@ func (r *resource) upsert(id string, wants, weight float64, priority int32, repo
 	if reportedExpiry > now {
 		rep = max(reported, 0)
 	}
-	c.held, c.heldUntil = min(rep, c.exposure(now)), min(reportedExpiry, max(c.expiry, c.heldUntil))
+	// Once its lease ends it runs on the safe capacity that came with it,
+	// which is never more: the report covers that too, for the retention.
+	c.held = min(rep, c.exposure(now))
+	c.heldUntil = min(reportedExpiry, max(c.expiry, c.heldUntil, now+r.retention)) + r.retention
+	c.safePrev = 0 // the report says what it runs on
 	c.seen = now
 	r.clients[i].reported = reported
 	r.clients[i].reportedExpiry = reportedExpiry
@@ -154,11 +168,19 @@ func (r *resource) upsert(id string, wants, weight float64, priority int32, repo
 	return i
 }
 
+// sat adds d to t, saturating at the int64 range (MaxInt64 means none).
+func sat(t, d int64) int64 {
+	if t == math.MaxInt64 {
+		return t
+	}
+	return t + d
+}
+
 // exposure is the most the client may be holding at now under leases of
 // ours: its latest lease, or an earlier larger one it may not have
 // replaced yet.
 func (c *client) exposure(now int64) float64 {
-	e := c.has
+	e := max(c.has, c.safe, c.safePrev)
 	if c.heldUntil > now && c.held > e {
 		e = c.held
 	}
@@ -193,6 +215,7 @@ func (r *resource) markReleased(id string) bool {
 	r.clients[i].released = true
 	r.clients[i].has = 0
 	r.clients[i].held, r.clients[i].heldUntil = 0, 0
+	r.clients[i].safe, r.clients[i].safePrev = 0, 0
 	r.demands[i].Wants = 0
 	r.releasedIDs = append(r.releasedIDs, id)
 	return true
@@ -238,7 +261,7 @@ func (r *resource) expire(now int64) {
 			c.lapsed = true
 			c.has = 0
 			r.demands[i].Wants = 0
-			c.expiry = max(c.expiry, c.seen) + int64(r.tmpl.LeaseLength)
+			c.expiry = max(c.expiry, c.seen) + max(int64(r.tmpl.LeaseLength), r.retention)
 			if c.expiry > now {
 				r.heapFix(int(c.heapIdx))
 				continue
@@ -260,7 +283,8 @@ func (r *resource) outstanding(now int64) float64 {
 	return sum
 }
 
-// safeCapacity is the configured value, else capacity per client (weighted).
+// safeCapacity is the configured value, else capacity per client
+// (weighted); a client is told at most its lease of that (see Slot.Lease).
 func (r *resource) safeCapacity() float64 {
 	if r.tmpl.HasSafeCapacity {
 		return r.tmpl.SafeCapacity
@@ -295,7 +319,9 @@ func (r *resource) allocate(p *roundParams) {
 
 	// No lease may outlive the recorded horizon (see horizon.go) or the
 	// resource's published latest expiry (summary.go).
-	expiry := max(min(p.now+int64(t.LeaseLength), p.horizon, r.ceilingExpiry), p.now)
+	// A client may run on its safe capacity for the retention after its
+	// lease, so the record must cover that too.
+	expiry := max(min(p.now+int64(t.LeaseLength), p.horizon-r.retention, sat(r.ceilingExpiry, -r.retention)), p.now)
 	refresh := t.RefreshInterval
 
 	shared := t.Algorithm == allotpb.Algorithm_FAIR_SHARE || t.Algorithm == allotpb.Algorithm_PROPORTIONAL_SHARE
@@ -445,7 +471,7 @@ func (r *resource) learn(p *roundParams, settle func(i int32, capacity float64, 
 			// replaces it: it counts as ours from now on.
 			base[k] = min(r.demands[i].Wants, c.credit+c.has)
 			c.held = max(c.held, c.credit)
-			c.heldUntil = max(c.heldUntil, c.reportedExpiry)
+			c.heldUntil = max(c.heldUntil, min(c.reportedExpiry, p.now+r.retention+int64(t.LeaseLength)))
 		}
 		free -= max(base[k], c.exposure(p.now)) - before
 	}
