@@ -44,7 +44,6 @@ type request struct {
 	rel  *allotpb.ReleaseCapacityRequest
 
 	// Filled by the round.
-	applied  bool
 	slots    []ledger.Slot
 	released int32
 	errCode  int
