@@ -89,6 +89,11 @@ type Options struct {
 	// at once (whatever is queued is still batched). Default 20ms, at most
 	// 50ms. Use a negative value for 0 explicitly via NoRoundInterval.
 	RoundInterval time.Duration
+	// Parent names the parent node (toward the root) whose coordinator
+	// this one gets its capacity from, over allot.<Parent>.server.get
+	// (through a leaf-node connection). Empty: this node is a root and
+	// its templates' capacities are its own.
+	Parent string
 	// Templates supply resource configuration. Default DefaultTemplates().
 	Templates TemplateSource
 	// StateBucket is the KV bucket holding the lease horizon. Default
