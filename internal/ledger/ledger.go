@@ -82,6 +82,9 @@ type Config struct {
 	// MaxRecordWait is how long a resource's grants wait for a record
 	// write before they are made within the recorded bounds.
 	MaxRecordWait time.Duration
+	// Child: the node has a parent; each resource's capacity is its
+	// lease from the parent (SetUpstream), not the template's.
+	Child bool
 	// SafeRetention is how long after a client's last lease it still
 	// counts as running on its safe capacity (its record is kept, and the
 	// lease record covers it). A client cut off from every coordinator
@@ -127,6 +130,7 @@ type Ledger struct {
 	scratch   alloc.Scratch
 	rec       recordState
 	touched   []*resource
+	upTerm    uint64 // highest parent term seen (child nodes)
 	stats     Stats
 }
 
@@ -293,6 +297,7 @@ func (l *Ledger) Allocate(now int64) {
 		if len(r.batch) > 0 {
 			r.allocate(&p)
 		}
+		r.safeAt = now
 		r.safeCap = r.safeCapacity()
 	}
 }
@@ -332,7 +337,12 @@ func (s Slot) Lease(now int64) Lease {
 			// Dynamic safe capacity: never more than the lease, so that
 			// what clients run on when no coordinator answers sums to at
 			// most what they were leased. It counts as held from now on.
-			safe := max(min(r.safeCap, l.Capacity), 0)
+			safe := max(min(r.safeCap*r.demands[i].Weight, l.Capacity), 0)
+			if c.node {
+				// A child node's clients may fall back to safe capacities
+				// summing to its whole lease: it keeps its lease's level.
+				safe = max(l.Capacity, 0)
+			}
 			if safe < c.safe {
 				c.safePrev = max(c.safePrev, c.safe)
 			}

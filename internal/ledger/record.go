@@ -314,6 +314,19 @@ func (l *Ledger) Propose(now int64) *Proposal {
 			r.waitSince = 0
 			continue
 		}
+		if r.up.child && !r.up.known {
+			// A child's first request for a resource waits for the
+			// parent's first answer (at most MaxRecordWait), so it is
+			// served within about one round trip to the parent.
+			switch {
+			case r.waitSince == 0:
+				r.waitSince = now
+				l.stats.Waits++
+				continue
+			case now-r.waitSince < int64(l.cfg.MaxRecordWait):
+				continue
+			}
+		}
 		ps, raise := l.needs(now, r, until)
 		need := raise || now+int64(r.tmpl.LeaseLength)+ret > l.rec.until
 		switch {
@@ -357,7 +370,7 @@ func (l *Ledger) needs(now int64, r *resource, until int64) (pendingSummary, boo
 	}
 	switch {
 	case r.shared():
-		capacity := r.tmpl.Capacity
+		capacity := r.capacity(now)
 		b := r.bound(now)
 		inc := 0.0
 		for _, i := range r.batch {
@@ -485,6 +498,7 @@ func (l *Ledger) shrink(now int64) *Proposal {
 func (l *Ledger) newResource(now int64, id string, t *config.Template, gen uint64) *resource {
 	r := newResource(id, t, gen)
 	r.retention = int64(l.cfg.SafeRetention)
+	r.up.child = l.cfg.Child
 	r.ceiling, r.ceilingExpiry = 0, 0 // nothing published for it yet
 	pred, listed := l.rec.pred[id]
 	if listed {

@@ -35,6 +35,8 @@ type client struct {
 	// ended and no coordinator answers, so both count as held until the
 	// record is forgotten (see exposure).
 	safe, safePrev float64
+	// node: the record is a band of a child node (see ServerGet).
+	node bool
 	// reported is what the client said it holds (learning mode echoes it)
 	// and reportedExpiry when that lease ends (unix ns, 0 unknown).
 	reported       float64
@@ -60,6 +62,9 @@ type resource struct {
 	batch         []int32 // clients requesting in the current round
 	releasedIDs   []string
 	inBatch       bool
+	// up is the capacity a parent node leased this node (child nodes
+	// only; see Ledger.SetUpstream).
+	up upstream
 	// retention is how long a client record outlives the client's last
 	// lease (ns): a client may run on its safe capacity that long, and it
 	// counts until then.
@@ -68,6 +73,7 @@ type resource struct {
 	// (unix ns; 0 not waiting): its batch is allocated after the write.
 	waitSince int64
 	safeCap   float64 // computed once per round
+	safeAt    int64   // the round's time, for safeCapacity
 
 	// Write-ahead summary (see summary.go). ceiling is the published upper
 	// bound on this resource's outstanding capacity that this coordinator
@@ -283,6 +289,40 @@ func (r *resource) outstanding(now int64) float64 {
 	return sum
 }
 
+// upstream is what a child node holds of a resource from its parent.
+type upstream struct {
+	child   bool    // capacity comes from the parent, not the template
+	known   bool    // the parent has answered for this resource
+	cap     float64 // the lease's capacity
+	expiry  int64   // unix ns; the lease ends here
+	safe    float64 // the parent's safe capacity for us
+	refresh time.Duration
+}
+
+// capacity is what the resource's algorithm divides at now: the
+// template's, or on a child node its lease from the parent (the safe
+// capacity the parent told once that lease ended, as a client would).
+func (r *resource) capacity(now int64) float64 {
+	switch {
+	case !r.up.child:
+		return r.tmpl.Capacity
+	case !r.up.known:
+		return 0
+	case now < r.up.expiry:
+		return min(r.up.cap, r.tmpl.Capacity)
+	}
+	return max(min(r.up.safe, r.tmpl.Capacity), 0)
+}
+
+// leaseEnd bounds the expiry of the leases a child hands out: never
+// after its own lease from the parent, while it has one.
+func (r *resource) leaseEnd(now int64) int64 {
+	if r.up.child && r.up.known && now < r.up.expiry {
+		return r.up.expiry
+	}
+	return math.MaxInt64
+}
+
 // safeCapacity is the configured value, else capacity per client
 // (weighted); a client is told at most its lease of that (see Slot.Lease).
 func (r *resource) safeCapacity() float64 {
@@ -294,9 +334,9 @@ func (r *resource) safeCapacity() float64 {
 		w += r.demands[i].Weight
 	}
 	if w < 1 {
-		return r.tmpl.Capacity
+		return r.capacity(r.safeAt)
 	}
-	return r.tmpl.Capacity / w
+	return r.capacity(r.safeAt) / w
 }
 
 // roundParams are the coordinator-wide inputs to a round.
@@ -315,14 +355,20 @@ type roundParams struct {
 // growing clients in the same round.
 func (r *resource) allocate(p *roundParams) {
 	t := r.tmpl
-	alloc.Run(t.Algorithm, t.Capacity, r.demands, p.scratch)
+	capacity := r.capacity(p.now)
+	alloc.Run(t.Algorithm, capacity, r.demands, p.scratch)
 
 	// No lease may outlive the recorded horizon (see horizon.go) or the
 	// resource's published latest expiry (summary.go).
 	// A client may run on its safe capacity for the retention after its
 	// lease, so the record must cover that too.
-	expiry := max(min(p.now+int64(t.LeaseLength), p.horizon-r.retention, sat(r.ceilingExpiry, -r.retention)), p.now)
+	expiry := max(min(p.now+int64(t.LeaseLength), p.horizon-r.retention, sat(r.ceilingExpiry, -r.retention), r.leaseEnd(p.now)), p.now)
 	refresh := t.RefreshInterval
+	if r.up.child && r.up.refresh > 0 {
+		// Lower levels converge first: clients of a child come back twice
+		// as often as the child asks its parent.
+		refresh = max(min(refresh, r.up.refresh/2), p.minFresh)
+	}
 
 	shared := t.Algorithm == allotpb.Algorithm_FAIR_SHARE || t.Algorithm == allotpb.Algorithm_PROPORTIONAL_SHARE
 	learning := r.learning(p.now)
@@ -355,7 +401,7 @@ func (r *resource) allocate(p *roundParams) {
 		for _, i := range r.batch {
 			has := min(r.clients[i].reported, r.demands[i].Wants)
 			if shared || t.Algorithm == allotpb.Algorithm_STATIC {
-				has = min(has, t.Capacity)
+				has = min(has, capacity)
 			}
 			settle(i, max(has, 0), refresh)
 		}
@@ -365,7 +411,7 @@ func (r *resource) allocate(p *roundParams) {
 		}
 	default:
 		// Grants stay within the published ceiling (write-ahead).
-		free := min(t.Capacity, r.ceiling) - r.outstanding(p.now)
+		free := min(capacity, r.ceiling) - r.outstanding(p.now)
 		// Shrinkers first: what they confirm giving back goes to growers.
 		for _, i := range r.batch {
 			c := &r.clients[i]
@@ -460,7 +506,7 @@ func (r *resource) learn(p *roundParams, settle func(i int32, capacity float64, 
 			c.credit = cr
 		}
 	}
-	free := min(t.Capacity, r.ceiling) - r.outstanding(p.now) - r.predOutstanding(p.now)
+	free := min(r.capacity(p.now), r.ceiling) - r.outstanding(p.now) - r.predOutstanding(p.now)
 	base := make([]float64, len(r.batch))
 	for k, i := range r.batch {
 		c := &r.clients[i]

@@ -1,0 +1,267 @@
+package ledger
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// The tree: a child node is a claimant of its parent standing for the
+// clients behind it. At the parent, each priority band a child reports is
+// a client record of its own ("<child>\x1f<priority>"), weighted by the
+// band's number of clients, so a client gets the same share whether it
+// talks to the root or to a node below it, and bands keep their meaning
+// across levels. The child reports what its subtree holds (outstanding);
+// the parent counts, per band, the larger of what it granted and that
+// report's share (exposure), so a shrink the child has not passed on yet
+// still counts. The child's capacity per resource is its lease from the
+// parent, and no lease it hands out ends after that lease.
+
+// bandSep separates a child node's name from a band in record ids; it is
+// a control character, which no client id may contain.
+const bandSep = "\x1f"
+
+func bandID(child string, priority int32) string {
+	return child + bandSep + strconv.FormatInt(int64(priority), 10)
+}
+
+// ServerSlot is where one resource of a GetServerCapacity request stands.
+type ServerSlot struct {
+	r     *resource
+	bands []string
+	// Code and Err are set when the resource is refused.
+	Code int32
+	Err  string
+}
+
+// Served reports whether the slot refers to a served resource.
+func (s ServerSlot) Served() bool { return s.r != nil }
+
+// ServerGet applies a GetServerCapacity request (already validated) from
+// a child node and returns one slot per resource, like Get.
+func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCapacityRequest) ([]ServerSlot, error) {
+	child := req.GetServerId()
+	res := req.GetResource()
+	slots := make([]ServerSlot, len(res))
+	tmpls := make([]*config.Template, len(res))
+	served, addRes, addRecords := 0, 0, 0
+	for k, rr := range res {
+		rid := rr.GetResourceId()
+		r := l.resources[rid]
+		if r != nil && r.gen == set.Generation {
+			tmpls[k] = r.tmpl
+		} else if tmpls[k] = set.Match(rid); tmpls[k] == nil {
+			slots[k] = ServerSlot{Code: CodeNoTemplate, Err: fmt.Sprintf("resource %q matches no template", rid)}
+			if why := set.Refused(rid); why != "" {
+				slots[k].Err = fmt.Sprintf("resource %q is refused: %s", rid, why)
+			}
+			continue
+		}
+		if r == nil {
+			if len(l.resources)+addRes >= l.cfg.MaxResources {
+				tmpls[k] = nil
+				slots[k] = ServerSlot{Code: CodeTooMany, Err: fmt.Sprintf("this node keeps state for %d resources and the limit is %d (--max-resources)", len(l.resources)+addRes, l.cfg.MaxResources)}
+				continue
+			}
+			addRes++
+		}
+		for _, b := range rr.GetWants() {
+			if _, known := r.lookup(bandID(child, b.GetPriority())); !known {
+				addRecords++
+			}
+		}
+		if l.records+addRecords > l.cfg.MaxClients {
+			tmpls[k] = nil
+			slots[k] = ServerSlot{Code: CodeTooMany, Err: fmt.Sprintf("this node keeps %d client records and the limit is %d (--max-clients)", l.records, l.cfg.MaxClients)}
+			continue
+		}
+		served++
+	}
+	if served == 0 {
+		return slots, fmt.Errorf("%w: %s", ErrNothingServed, slots[0].Err)
+	}
+	for k, rr := range res {
+		if tmpls[k] == nil {
+			continue
+		}
+		r := l.resourceFor(now, rr.GetResourceId(), tmpls[k], set.Generation)
+		l.touch(now, r)
+		// Share what the child's subtree holds among its bands, in
+		// proportion to what each was granted (all to the first band if
+		// nothing was): the sum is the report, so exposure covers it.
+		bands := rr.GetWants()
+		granted, total := make([]float64, len(bands)), 0.0
+		for j, b := range bands {
+			if i, ok := r.lookup(bandID(child, b.GetPriority())); ok {
+				granted[j] = r.clients[i].has
+				total += granted[j]
+			}
+		}
+		expiry := now + int64(24*time.Hour)
+		if e := rr.GetHas().GetExpiryTime(); e != nil {
+			expiry = e.AsTime().UnixNano()
+		}
+		out := max(rr.GetOutstanding(), rr.GetHas().GetCapacity())
+		ids := make([]string, len(bands))
+		for j, b := range bands {
+			share := 0.0
+			switch {
+			case total > 0:
+				share = out * granted[j] / total
+			case j == 0:
+				share = out
+			}
+			ids[j] = bandID(child, b.GetPriority())
+			before := r.records()
+			i := r.upsert(ids[j], b.GetWants(), float64(b.GetNumClients()), b.GetPriority(), share, expiry, now)
+			l.records += r.records() - before
+			// A child node is trusted with what its subtree holds: its
+			// leases, and the safe capacity its clients may fall back to,
+			// until its lease plus the retention (unlike a client, whose
+			// report is capped by what it was given).
+			c := &r.clients[i]
+			c.node = true
+			c.held, c.heldUntil = share, max(c.heldUntil, expiry+r.retention)
+		}
+		slots[k] = ServerSlot{r: r, bands: ids}
+	}
+	return slots, nil
+}
+
+// ReadyServer reports whether every resource of slots has been allocated.
+func ReadyServer(slots []ServerSlot) bool {
+	for _, s := range slots {
+		if s.r != nil && s.r.waitSince != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Lease returns what the child holds of the slot's resource: the sum of
+// its bands' leases.
+func (s ServerSlot) Lease(now int64) Lease {
+	out := Lease{ResourceID: s.r.id, Expiry: math.MaxInt64, Refresh: s.r.tmpl.RefreshInterval}
+	for _, id := range s.bands {
+		b := Slot{r: s.r, client: id}.Lease(now)
+		out.Capacity += b.Capacity
+		out.SafeCapacity += b.SafeCapacity
+		out.Expiry = min(out.Expiry, b.Expiry)
+		out.Refresh = min(out.Refresh, b.Refresh)
+	}
+	if out.Expiry == math.MaxInt64 {
+		out.Expiry = now
+	}
+	return out
+}
+
+// UpstreamRequests returns, for a child node, what to ask the parent for:
+// every resource with clients, its demand per priority band (summed
+// wants, number of clients), what its subtree holds (outstanding) and its
+// current lease (has), cut to the parent's per-request limits.
+func (l *Ledger) UpstreamRequests(now int64, node string) []*allotpb.GetServerCapacityRequest {
+	ids := make([]string, 0, len(l.resources))
+	for id, r := range l.resources {
+		if r.up.child && len(r.clients) > 0 {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	var reqs []*allotpb.GetServerCapacityRequest
+	var cur *allotpb.GetServerCapacityRequest
+	bands := 0
+	for _, id := range ids {
+		r := l.resources[id]
+		rr := &allotpb.ServerCapacityResourceRequest{ResourceId: id, Outstanding: r.bound(now), Wants: r.bandDemand()}
+		if r.up.known && now < r.up.expiry {
+			rr.Has = &allotpb.Lease{Capacity: r.up.cap, ExpiryTime: timestamppb.New(time.Unix(0, r.up.expiry)),
+				RefreshInterval: durationpb.New(r.up.refresh)}
+		}
+		if cur == nil || len(cur.Resource) == wire.MaxResourcesPerReq || bands+len(rr.Wants) > wire.MaxBandsPerReq {
+			cur = &allotpb.GetServerCapacityRequest{ServerId: node}
+			reqs = append(reqs, cur)
+			bands = 0
+		}
+		cur.Resource = append(cur.Resource, rr)
+		bands += len(rr.Wants)
+	}
+	return reqs
+}
+
+// bandDemand sums the resource's demand per priority band.
+func (r *resource) bandDemand() []*allotpb.PriorityBandAggregate {
+	byPrio := map[int32]*allotpb.PriorityBandAggregate{}
+	for i := range r.demands {
+		d := &r.demands[i]
+		b := byPrio[d.Priority]
+		if b == nil {
+			b = &allotpb.PriorityBandAggregate{Priority: d.Priority}
+			byPrio[d.Priority] = b
+		}
+		b.NumClients += max(int64(math.Round(d.Weight)), 1)
+		b.Wants += d.Wants
+	}
+	out := make([]*allotpb.PriorityBandAggregate, 0, len(byPrio))
+	for _, b := range byPrio {
+		out = append(out, b)
+	}
+	slices.SortFunc(out, func(a, b *allotpb.PriorityBandAggregate) int { return cmp.Compare(b.Priority, a.Priority) })
+	return out
+}
+
+// SetUpstream installs the parent's answer: each resource's lease becomes
+// its capacity. Answers of a lower term than one already seen are stale
+// (a deposed parent leader) and ignored; it reports whether resp was.
+func (l *Ledger) SetUpstream(now int64, resp *allotpb.GetServerCapacityResponse) bool {
+	if resp.GetTerm() < l.upTerm {
+		return false
+	}
+	l.upTerm = resp.GetTerm()
+	for _, rr := range resp.GetResponse() {
+		r := l.resources[rr.GetResourceId()]
+		if r == nil || !r.up.child {
+			continue
+		}
+		g := rr.GetGets()
+		r.up = upstream{child: true, known: true, cap: max(g.GetCapacity(), 0),
+			expiry: g.GetExpiryTime().AsTime().UnixNano(), safe: rr.GetSafeCapacity(),
+			refresh: g.GetRefreshInterval().AsDuration()}
+	}
+	return true
+}
+
+// UpstreamWanted reports whether a resource of the round waits for its
+// first lease from the parent: the caller asks the parent at once.
+func (l *Ledger) UpstreamWanted() bool {
+	for _, r := range l.touched {
+		if r.up.child && !r.up.known && len(r.batch) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// UpstreamRefresh is how often a child asks its parent: the shortest
+// refresh interval the parent gave, else the templates' (default 1s).
+func (l *Ledger) UpstreamRefresh() time.Duration {
+	d := time.Duration(0)
+	for _, r := range l.resources {
+		if r.up.child && r.up.known && r.up.refresh > 0 && (d == 0 || r.up.refresh < d) {
+			d = r.up.refresh
+		}
+	}
+	if d == 0 {
+		d = time.Second
+	}
+	return d
+}

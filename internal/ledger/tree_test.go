@@ -1,0 +1,218 @@
+package ledger
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// treeNode is one node of a simulated tree: its ledger, its parent, the
+// clients talking to it directly.
+type treeNode struct {
+	name    string
+	l       *Ledger
+	parent  *treeNode
+	clients []*simClient
+}
+
+func newTreeNode(t *testing.T, name string, parent *treeNode, now int64) *treeNode {
+	t.Helper()
+	n := &treeNode{name: name, parent: parent,
+		l: New(Config{Node: name, ServerID: name, Term: 1, Child: parent != nil, ClockSkew: time.Second})}
+	p, err := n.l.Start(now, Prior{Kind: PriorNew})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.l.Commit(now, p, nil)
+	return n
+}
+
+// round answers the node's due clients; records are written at once.
+func (n *treeNode) round(t *testing.T, set *config.Set, now int64) {
+	var asked []*simClient
+	var slots [][]Slot
+	for _, c := range n.clients {
+		if c.next > now {
+			continue
+		}
+		s, err := n.l.Get(now, set, &allotpb.GetCapacityRequest{ClientId: c.id,
+			Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: c.wants, Has: c.report(now)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		asked, slots = append(asked, c), append(slots, s)
+	}
+	n.settle(now)
+	for k, c := range asked {
+		if !Ready(slots[k]) {
+			c.next = now + int64(50*time.Millisecond)
+			continue
+		}
+		ls := slots[k][0].Lease(now)
+		c.has, c.expiry, c.safe = ls.Capacity, ls.Expiry, ls.SafeCapacity
+		c.next = now + int64(max(ls.Refresh, 50*time.Millisecond))
+	}
+	n.l.EndRound()
+}
+
+// settle proposes, stores at once and allocates.
+func (n *treeNode) settle(now int64) {
+	for range 2 {
+		if p := n.l.Propose(now); p != nil {
+			n.l.Commit(now, p, nil)
+		}
+	}
+	n.l.Allocate(now)
+}
+
+// askParent sends the node's demand to its parent and installs the answer.
+func (n *treeNode) askParent(t *testing.T, set *config.Set, now int64) {
+	for _, req := range n.l.UpstreamRequests(now, n.name) {
+		slots, err := n.parent.l.ServerGet(now, set, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.parent.settle(now)
+		resp := &allotpb.GetServerCapacityResponse{Term: 1}
+		for _, s := range slots {
+			if !s.Served() || !ReadyServer([]ServerSlot{s}) {
+				continue
+			}
+			ls := s.Lease(now)
+			resp.Response = append(resp.Response, &allotpb.ServerCapacityResourceResponse{ResourceId: ls.ResourceID,
+				Gets:         &allotpb.Lease{Capacity: ls.Capacity, ExpiryTime: timestamppb.New(time.Unix(0, ls.Expiry)), RefreshInterval: durationpb.New(ls.Refresh)},
+				SafeCapacity: ls.SafeCapacity})
+		}
+		n.parent.l.EndRound()
+		n.l.SetUpstream(now, resp)
+	}
+}
+
+func fairTemplate(capacity float64) *config.Set {
+	tm := &config.Template{Name: "t", Glob: "*", Capacity: capacity, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: 5 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 5 * time.Second}
+	return config.NewSet(1, []*config.Template{tm}, nil)
+}
+
+// Issue 10's example: capacity 100, two clients at the root and three at
+// a child, all wanting 50: 20 each.
+func TestTreeFairAcrossLevels(t *testing.T) {
+	set := fairTemplate(100)
+	now := int64(1e18)
+	root := newTreeNode(t, "root", nil, now)
+	child := newTreeNode(t, "child", root, now)
+	for i := range 2 {
+		root.clients = append(root.clients, &simClient{id: fmt.Sprint("r", i), wants: 50})
+	}
+	for i := range 3 {
+		child.clients = append(child.clients, &simClient{id: fmt.Sprint("c", i), wants: 50})
+	}
+	for range 200 {
+		now += int64(50 * time.Millisecond)
+		child.round(t, set, now)
+		child.askParent(t, set, now)
+		root.round(t, set, now)
+	}
+	for _, c := range append(root.clients, child.clients...) {
+		if math.Abs(c.has-20) > 1e-6 {
+			t.Errorf("%s holds %v, want 20", c.id, c.has)
+		}
+	}
+}
+
+// Random trees, demands and shifts: the leases all clients hold, at any
+// level, never sum above the root's capacity.
+func TestTreeNeverOverGrants(t *testing.T) {
+	for seed := range uint64(40) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { treeTrial(t, seed) })
+	}
+}
+
+func treeTrial(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	capacity := float64(50 + rng.IntN(500))
+	set := fairTemplate(capacity)
+	now := int64(1e18)
+	root := newTreeNode(t, "root", nil, now)
+	nodes := []*treeNode{root}
+	for i := range 1 + rng.IntN(5) {
+		parent := nodes[rng.IntN(len(nodes))]
+		nodes = append(nodes, newTreeNode(t, fmt.Sprint("n", i), parent, now))
+	}
+	var all []*simClient
+	for _, n := range nodes {
+		for j := range rng.IntN(5) {
+			c := &simClient{id: fmt.Sprint(n.name, "-", j), wants: rng.Float64() * capacity / 2}
+			n.clients = append(n.clients, c)
+			all = append(all, c)
+		}
+	}
+	next := make([]int64, len(nodes))
+	tail := 0.0
+	for step := range 1500 {
+		now += int64(time.Duration(10+rng.IntN(100)) * time.Millisecond)
+		if step < 1200 && len(all) > 0 && rng.IntN(50) == 0 {
+			all[rng.IntN(len(all))].wants = rng.Float64() * capacity
+		}
+		// Children ask their parents on their own schedule, deepest first.
+		for k := len(nodes) - 1; k >= 0; k-- {
+			n := nodes[k]
+			n.round(t, set, now)
+			if n.parent != nil && step < 1200 && rng.IntN(300) == 0 {
+				next[k] = now + int64(time.Duration(rng.IntN(15))*time.Second) // the leaf link is cut a while
+			}
+			if n.parent != nil && now >= next[k] {
+				n.askParent(t, set, now)
+				next[k] = now + int64(n.l.UpstreamRefresh())
+			}
+		}
+		held := 0.0
+		for _, c := range all {
+			if c.expiry > now {
+				held += c.has
+			} else {
+				held += c.safe
+			}
+		}
+		if held > capacity*(1+1e-9)+1e-9 {
+			for _, n := range nodes {
+				r := n.l.resources["r"]
+				if r == nil {
+					continue
+				}
+				sum := 0.0
+				for _, c := range n.clients {
+					if c.expiry > now {
+						sum += c.has
+					} else {
+						sum += c.safe
+					}
+				}
+				t.Logf("%s (parent %v): clients hold %.1f; ledger outstanding %.1f cap %.1f up %+v", n.name, n.parent != nil, sum, r.outstanding(now), r.capacity(now), r.up)
+				for _, c := range r.clients {
+					t.Logf("   rec %q has %.1f exp %+dms held %.1f until %+dms safe %.1f/%.1f lapsed %v", c.id, c.has, (c.expiry-now)/1e6, c.held, (c.heldUntil-now)/1e6, c.safe, c.safePrev, c.lapsed)
+				}
+			}
+			t.Fatalf("step %d: clients of the tree hold %v of the root's %v", step, held, capacity)
+		}
+		if step >= 1400 {
+			tail = max(tail, held)
+		}
+	}
+	// Steady demand for the last 300 steps: it is all handed out again.
+	total := 0.0
+	for _, c := range all {
+		total += c.wants
+	}
+	if want := min(total, capacity); tail < want*0.99 {
+		t.Fatalf("steady demand: clients hold %v, want %v (capacity %v)", tail, want, capacity)
+	}
+}
