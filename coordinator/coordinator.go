@@ -195,6 +195,7 @@ type Coordinator struct {
 	done     chan struct{}
 
 	store *recordStore
+	up    *upstream // nil on a root node
 
 	// Owned by the round loop.
 	ledger  *ledger.Ledger
@@ -227,6 +228,9 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 	}
 	if opts.Templates == nil {
 		opts.Templates = DefaultTemplates()
+	}
+	if opts.Parent != "" && (!nodeRE.MatchString(opts.Parent) || opts.Parent == opts.Node) {
+		return nil, fmt.Errorf("coordinator: parent node %q must be 1-64 of [A-Za-z0-9_-] and not the node itself", opts.Parent)
 	}
 	if opts.StateBucket == "" {
 		opts.StateBucket = DefaultStateBucket
@@ -287,6 +291,7 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 			ClockSkew: skew, CeilingHeadroom: opts.CeilingHeadroom,
 			MaxResources: opts.MaxResources, MaxClients: opts.MaxClients,
 			MinRefresh: max(opts.RoundInterval, ledger.DefaultMinRefresh),
+			Child:      opts.Parent != "",
 		}),
 	}
 	return c, nil
@@ -358,6 +363,9 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	c.stop = make(chan struct{})
 	c.done = make(chan struct{})
 	c.store.start()
+	if c.opts.Parent != "" {
+		c.up = newUpstream(c)
+	}
 	go c.loop()
 	until, complete := c.ledger.Learning()
 	c.log.Info("coordinator serving", "subjects", Subject(c.opts.Node, "*.*"), "round", c.round,
@@ -432,6 +440,7 @@ func (c *Coordinator) stopServing() {
 	c.mu.Unlock()
 	close(c.stop)
 	c.store.wait()
+	c.up.close()
 	c.log.Info("coordinator stopped")
 }
 

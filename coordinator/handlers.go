@@ -33,6 +33,7 @@ type reqKind uint8
 const (
 	kindGet reqKind = iota
 	kindRelease
+	kindServer
 )
 
 // request is a decoded, validated request waiting for its round.
@@ -42,9 +43,11 @@ type request struct {
 	msg  micro.Request
 	get  *allotpb.GetCapacityRequest
 	rel  *allotpb.ReleaseCapacityRequest
+	srv  *allotpb.GetServerCapacityRequest
 
 	// Filled by the round.
 	slots    []ledger.Slot
+	sslots   []ledger.ServerSlot
 	released int32
 	errCode  int
 	errText  string
@@ -172,20 +175,20 @@ func (b *bulkLane) close() {
 	})
 }
 
-// handleServerGet validates GetServerCapacity requests; serving them is
-// the hierarchy work's (see subjects.md), so valid ones get 501.
+// handleServerGet serves allot.<node>.server.get: a child node asking
+// for capacity on behalf of its clients (see internal/ledger/tree.go).
 func (c *Coordinator) handleServerGet(m micro.Request) {
 	enc := wire.EncodingOf(nats.Header(m.Headers()))
 	if err := wire.CheckSize(enc, len(m.Data())); err != nil {
 		c.replyError(m, enc, CodeTooLarge, err.Error())
 		return
 	}
-	var req allotpb.GetServerCapacityRequest
-	if err := decode(enc, m, &req, func() error { return wire.ValidateGetServerCapacity(&req) }); err != nil {
+	r := &request{kind: kindServer, enc: enc, msg: m, srv: &allotpb.GetServerCapacityRequest{}}
+	if err := decode(enc, m, r.srv, func() error { return wire.ValidateGetServerCapacity(r.srv) }); err != nil {
 		c.replyError(m, enc, CodeBadRequest, err.Error())
 		return
 	}
-	c.replyError(m, enc, CodeNotImplemented, "GetServerCapacity is not served yet: coordinator hierarchies are not implemented in this version")
+	c.enqueue(r)
 }
 
 func decode(enc wire.Encoding, m micro.Request, msg proto.Message, validate func() error) error {

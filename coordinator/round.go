@@ -57,6 +57,15 @@ func (c *Coordinator) loop() {
 	<-timer.C
 	retry := time.NewTimer(0)
 	<-retry.C
+	// A child node asks its parent every refresh interval the parent
+	// gave, and at once for a resource it has no lease of yet.
+	upTick := time.NewTimer(0)
+	var upOut chan upstreamResult
+	if c.up != nil {
+		upOut = c.up.out
+	} else {
+		upTick.Stop()
+	}
 	var last time.Time
 	for {
 		select {
@@ -70,6 +79,12 @@ func (c *Coordinator) loop() {
 			c.stored(res)
 			c.runRound()
 		case <-retry.C:
+			c.runRound()
+		case <-upTick.C:
+			c.askParent()
+			upTick.Reset(c.ledger.UpstreamRefresh())
+		case res := <-upOut:
+			c.answered(res)
 			c.runRound()
 		case <-c.wake:
 			// Let the round interval fill up before answering.
@@ -91,6 +106,9 @@ func (c *Coordinator) loop() {
 			// Resources wait for a record write: run a round when they
 			// have waited long enough, even if nothing else happens.
 			retry.Reset(ledger.DefaultMaxRecordWait / 2)
+			if c.ledger.UpstreamWanted() {
+				c.askParent()
+			}
 		}
 	}
 }
@@ -147,6 +165,12 @@ func (c *Coordinator) runRound() {
 			}
 		case kindRelease:
 			req.released = c.ledger.Release(now, req.rel.GetClientId(), req.rel.GetResourceId())
+		case kindServer:
+			slots, err := c.ledger.ServerGet(now, set, req.srv)
+			req.sslots = slots
+			if err != nil {
+				req.errCode, req.errText = int(slots[0].Code), slots[0].Err
+			}
 		}
 	}
 	c.propose(c.ledger.Propose(now))
@@ -157,7 +181,7 @@ func (c *Coordinator) runRound() {
 	var kept []*request
 	for _, list := range [][]*request{c.waiting, batch} {
 		for _, req := range list {
-			if req.errCode == 0 && req.kind == kindGet && !ledger.Ready(req.slots) {
+			if req.errCode == 0 && (req.kind == kindGet && !ledger.Ready(req.slots) || req.kind == kindServer && !ledger.ReadyServer(req.sslots)) {
 				kept = append(kept, req)
 				continue
 			}
@@ -187,6 +211,8 @@ func (c *Coordinator) answer(req *request, now int64, term uint64) {
 		c.replyLeases(req, now, term)
 	case req.kind == kindGet:
 		c.reply(req.msg, req.enc, c.getResponse(req, now, term))
+	case req.kind == kindServer:
+		c.reply(req.msg, req.enc, c.serverResponse(req, now, term))
 	default:
 		c.reply(req.msg, req.enc, &allotpb.ReleaseCapacityResponse{Released: req.released, Term: term})
 	}
@@ -195,6 +221,9 @@ func (c *Coordinator) answer(req *request, now int64, term uint64) {
 func (c *Coordinator) publishStats() {
 	ls := c.ledger.Stats()
 	c.stats.ledger = ls
+	if c.up != nil {
+		c.stats.parentOK, c.stats.parentErr = c.up.lastOK, c.up.lastErr
+	}
 	c.mu.Lock()
 	c.statsSnap = c.stats
 	c.mu.Unlock()
@@ -231,6 +260,32 @@ func (c *Coordinator) getResponse(req *request, now int64, term uint64) *allotpb
 		}
 		l := s.Lease(now)
 		resp.Response[k] = &allotpb.ResourceResponse{
+			ResourceId: l.ResourceID,
+			Gets: &allotpb.Lease{
+				Capacity:        l.Capacity,
+				ExpiryTime:      timestamppb.New(time.Unix(0, l.Expiry)),
+				RefreshInterval: durationpb.New(l.Refresh),
+			},
+			SafeCapacity: l.SafeCapacity,
+		}
+	}
+	return resp
+}
+
+// serverResponse builds the reply to a child node. A resource this node
+// refuses (no template, a limit) gets a lease of nothing, and the reason
+// is logged: the child serves nothing of it.
+func (c *Coordinator) serverResponse(req *request, now int64, term uint64) *allotpb.GetServerCapacityResponse {
+	resp := &allotpb.GetServerCapacityResponse{Term: term, Response: make([]*allotpb.ServerCapacityResourceResponse, len(req.sslots))}
+	for k, s := range req.sslots {
+		if !s.Served() {
+			c.log.Warn("child node asks for a resource this node refuses", "child", req.srv.GetServerId(), "err", s.Err)
+			resp.Response[k] = &allotpb.ServerCapacityResourceResponse{ResourceId: req.srv.GetResource()[k].GetResourceId(),
+				Gets: &allotpb.Lease{ExpiryTime: timestamppb.New(time.Unix(0, now)), RefreshInterval: durationpb.New(time.Second)}}
+			continue
+		}
+		l := s.Lease(now)
+		resp.Response[k] = &allotpb.ServerCapacityResourceResponse{
 			ResourceId: l.ResourceID,
 			Gets: &allotpb.Lease{
 				Capacity:        l.Capacity,

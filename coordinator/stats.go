@@ -15,6 +15,8 @@ type stats struct {
 	foreignRecords uint64 // stored records found not ours while serving
 	errors         uint64 // error replies sent by rounds (not in micro's counts)
 	ledger         ledger.Stats
+	parentOK       time.Time
+	parentErr      string
 }
 
 func (s *stats) round(n int, d time.Duration) {
@@ -59,6 +61,12 @@ type Stats struct {
 	// num_errors instead.
 	RoundErrors uint64 `json:"round_errors"`
 	Config      any    `json:"config,omitempty"`
+	// Parent is the parent node (empty on a root). ParentError is set
+	// while the parent cannot be reached: the node then serves on the
+	// leases it holds, then on the safe capacity the parent told it.
+	Parent       string `json:"parent,omitempty"`
+	ParentError  string `json:"parent_error,omitempty"`
+	ParentLastOK string `json:"parent_last_ok,omitempty"`
 }
 
 // statsData is called by micro on a STATS request, from another goroutine.
@@ -79,6 +87,10 @@ func (c *Coordinator) statsData() any {
 	}
 	if failure != nil {
 		out.Failure = failure.Error()
+	}
+	out.Parent, out.ParentError = c.opts.Parent, s.parentErr
+	if !s.parentOK.IsZero() {
+		out.ParentLastOK = s.parentOK.UTC().Format(time.RFC3339Nano)
 	}
 	if st, ok := c.opts.Templates.(StatusSource); ok {
 		out.Config = st.Status()

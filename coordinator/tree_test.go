@@ -1,0 +1,146 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/coordtest"
+	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// levelServer starts a JetStream server for one tree level (its own
+// domain), accepting leaf connections from the level below and, if
+// parent is set, joined to it as a leaf node.
+func levelServer(t *testing.T, domain string, parent *level) *level {
+	t.Helper()
+	opts := &server.Options{ServerName: domain, Host: "127.0.0.1", Port: -1, JetStream: true, JetStreamDomain: domain,
+		StoreDir: t.TempDir(), NoLog: true, NoSigs: true, LeafNode: server.LeafNodeOpts{Host: "127.0.0.1", Port: -1}}
+	if parent != nil {
+		lu, _ := url.Parse(fmt.Sprintf("nats-leaf://127.0.0.1:%d", parent.leafPort))
+		opts.LeafNode.Remotes = []*server.RemoteLeafOpts{{URLs: []*url.URL{lu}}}
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	// The server wrote the leaf port it listens on into opts.
+	l := &level{Server: s, leafPort: opts.LeafNode.Port}
+	if parent != nil {
+		deadline := time.Now().Add(10 * time.Second)
+		for s.NumLeafNodes() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("leaf connection not up")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return l
+}
+
+// level is one tree level's server.
+type level struct {
+	*server.Server
+	leafPort int
+}
+
+// treeClient asks node for resource r like an agent: reporting the lease
+// it holds.
+type treeClient struct {
+	nc   *nats.Conn
+	node string
+	id   string
+	has  *allotpb.Lease
+}
+
+func (c *treeClient) ask(t *testing.T, wants float64) float64 {
+	t.Helper()
+	data, _ := proto.Marshal(&allotpb.GetCapacityRequest{ClientId: c.id, Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: wants, Has: c.has}}})
+	msg := nats.NewMsg(coordinator.Subject(c.node, "capacity.get"))
+	msg.Data = data
+	msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
+	m, err := c.nc.RequestMsg(msg, 5*time.Second)
+	if err != nil {
+		t.Fatalf("%s at %s: %v", c.id, c.node, err)
+	}
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		t.Fatalf("%s at %s: error %s: %s", c.id, c.node, code, m.Header.Get("Nats-Service-Error"))
+	}
+	var resp allotpb.GetCapacityResponse
+	if err := proto.Unmarshal(m.Data, &resp); err != nil {
+		t.Fatal(err)
+	}
+	c.has = resp.GetResponse()[0].GetGets()
+	return c.has.GetCapacity()
+}
+
+func treeTemplates(capacity float64) coordinator.TemplateSource {
+	tm := &config.Template{Name: "t", Glob: "*", Capacity: capacity, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: 10 * time.Second, RefreshInterval: 500 * time.Millisecond, LearningModeDuration: 10 * time.Second}
+	return coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil))
+}
+
+// Two levels over a real leaf-node connection: capacity 100, two clients
+// at the root and three at the child, all wanting 50, get 20 each; the
+// sum of the leases never exceeds 100 on the way.
+func TestTwoLevelsShareFairly(t *testing.T) {
+	root := levelServer(t, "root", nil)
+	child := levelServer(t, "child", root)
+	rnc, cnc := natstest.Conn(t, root.Server), natstest.Conn(t, child.Server)
+	coordtest.Start(t, rnc, coordinator.Options{Node: "root", Templates: treeTemplates(100), RoundInterval: 5 * time.Millisecond})
+	coordtest.Start(t, cnc, coordinator.Options{Node: "child", Parent: "root", Templates: treeTemplates(100), RoundInterval: 5 * time.Millisecond})
+
+	var clients []*treeClient
+	for i := range 2 {
+		clients = append(clients, &treeClient{nc: rnc, node: "root", id: fmt.Sprint("r", i)})
+	}
+	for i := range 3 {
+		clients = append(clients, &treeClient{nc: cnc, node: "child", id: fmt.Sprint("c", i)})
+	}
+	// The first request at the child is served within about one round
+	// trip to the parent: it gets capacity at once.
+	if got := clients[2].ask(t, 50); got <= 0 {
+		t.Fatalf("first request at the child got %v", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		sum, fair := 0.0, true
+		for _, c := range clients {
+			got := c.ask(t, 50)
+			sum += got
+			fair = fair && math.Abs(got-20) < 1e-6
+		}
+		if sum > 100+1e-9 {
+			t.Fatalf("leases sum to %v of 100", sum)
+		}
+		if fair {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			var got []float64
+			for _, c := range clients {
+				got = append(got, c.has.GetCapacity())
+			}
+			t.Fatalf("shares did not settle at 20 each: %v", got)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
