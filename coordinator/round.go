@@ -301,6 +301,11 @@ func (c *Coordinator) serverResponse(req *request, now int64, term uint64) *allo
 // sweep drops expired leases of idle resources, forgets idle resources
 // and lowers ceilings (writing the record if that changed it).
 func (c *Coordinator) sweep() {
-	c.propose(c.ledger.Sweep(c.now().UnixNano()))
+	now := c.now().UnixNano()
+	c.propose(c.ledger.Sweep(now))
+	c.stats.top = c.ledger.Top(now, topResources)
 	c.publishStats()
 }
+
+// topResources bounds the resources listed in STATS.
+const topResources = 50

@@ -17,6 +17,7 @@ type stats struct {
 	ledger         ledger.Stats
 	parentOK       time.Time
 	parentErr      string
+	top            []ledger.ResourceStat
 }
 
 func (s *stats) round(n int, d time.Duration) {
@@ -65,6 +66,10 @@ type Stats struct {
 	// while the parent cannot be reached: the node then serves on the
 	// leases it holds, then on the safe capacity the parent told it.
 	Parent       string `json:"parent,omitempty"`
+	// TopResources are the resources with the most outstanding (at most
+	// topResources), refreshed every second: capacity (on a child node its
+	// lease from the parent), outstanding and claimants each.
+	TopResources []ledger.ResourceStat `json:"top_resources,omitempty"`
 	ParentError  string `json:"parent_error,omitempty"`
 	ParentLastOK string `json:"parent_last_ok,omitempty"`
 }
@@ -88,7 +93,7 @@ func (c *Coordinator) statsData() any {
 	if failure != nil {
 		out.Failure = failure.Error()
 	}
-	out.Parent, out.ParentError = c.opts.Parent, s.parentErr
+	out.Parent, out.ParentError, out.TopResources = c.opts.Parent, s.parentErr, s.top
 	if !s.parentOK.IsZero() {
 		out.ParentLastOK = s.parentOK.UTC().Format(time.RFC3339Nano)
 	}

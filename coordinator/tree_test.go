@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +42,7 @@ func levelServer(t *testing.T, domain string, parent *level) *level {
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	// The server wrote the leaf port it listens on into opts.
-	l := &level{Server: s, leafPort: opts.LeafNode.Port}
+	l := &level{Server: s, leafPort: opts.LeafNode.Port, opts: opts}
 	if parent != nil {
 		deadline := time.Now().Add(10 * time.Second)
 		for s.NumLeafNodes() == 0 {
@@ -58,6 +59,7 @@ func levelServer(t *testing.T, domain string, parent *level) *level {
 type level struct {
 	*server.Server
 	leafPort int
+	opts     *server.Options
 }
 
 // treeClient asks node for resource r like an agent: reporting the lease
@@ -142,5 +144,153 @@ func TestTwoLevelsShareFairly(t *testing.T) {
 			t.Fatalf("shares did not settle at 20 each: %v", got)
 		case <-time.After(100 * time.Millisecond):
 		}
+	}
+}
+
+// cutLeaf disables (or restores) a level's leaf connection to its parent.
+func (l *level) cutLeaf(t *testing.T, cut bool) {
+	t.Helper()
+	opts := l.opts.Clone()
+	var remotes []*server.RemoteLeafOpts
+	for _, r := range l.opts.LeafNode.Remotes {
+		c := *r // a new copy: the reload compares with the old one
+		c.Disabled = cut
+		remotes = append(remotes, &c)
+	}
+	opts.LeafNode.Remotes = remotes
+	if err := l.ReloadOptions(opts); err != nil {
+		t.Fatalf("reload leaf options: %v", err)
+	}
+	l.opts = opts
+}
+
+// runClient asks node every refresh interval, reporting what it holds,
+// and records its lease, until ctx ends.
+type heldTable struct {
+	mu  sync.Mutex
+	cap map[string]*allotpb.Lease
+	saf map[string]float64
+}
+
+func (h *heldTable) sum(now time.Time) float64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := 0.0
+	for id, l := range h.cap {
+		if l.GetExpiryTime().AsTime().After(now) {
+			s += l.GetCapacity()
+		} else {
+			s += h.saf[id] // Safe mode: the safe capacity it was told
+		}
+	}
+	return s
+}
+
+func (h *heldTable) run(ctx context.Context, nc *nats.Conn, node, id string, wants float64) {
+	var has *allotpb.Lease
+	for ctx.Err() == nil {
+		data, _ := proto.Marshal(&allotpb.GetCapacityRequest{ClientId: id, Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: wants, Has: has}}})
+		msg := nats.NewMsg(coordinator.Subject(node, "capacity.get"))
+		msg.Data = data
+		msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		m, err := nc.RequestMsgWithContext(rctx, msg)
+		cancel()
+		wait := 100 * time.Millisecond
+		if err == nil && m.Header.Get("Nats-Service-Error-Code") == "" {
+			var resp allotpb.GetCapacityResponse
+			if proto.Unmarshal(m.Data, &resp) == nil && len(resp.GetResponse()) == 1 && resp.GetResponse()[0].GetGets() != nil {
+				has = resp.GetResponse()[0].GetGets()
+				h.mu.Lock()
+				h.cap[id], h.saf[id] = has, resp.GetResponse()[0].GetSafeCapacity()
+				h.mu.Unlock()
+				wait = has.GetRefreshInterval().AsDuration()
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Three levels over real leaf connections, with the middle level run by
+// two elected replicas: its leader is lost abruptly, then its leaf link
+// to the root is cut and restored. The leases (and safe capacities, once
+// leases end) that clients at every level hold never sum above the
+// root's capacity, and the capacity is handed out again afterwards.
+func TestThreeLevelsLeaderLossAndCutLink(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for about 15 s")
+	}
+	root := levelServer(t, "root", nil)
+	region := levelServer(t, "region", root)
+	cluster := levelServer(t, "cluster", region)
+	tmpls := treeTemplates(90)
+	rnc := natstest.Conn(t, root.Server)
+	coordtest.Start(t, rnc, coordinator.Options{Node: "root", Templates: tmpls, RoundInterval: 5 * time.Millisecond})
+	var conns []*nats.Conn
+	var reps []*coordinator.Replica
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range 2 {
+		nc := natstest.Conn(t, region.Server)
+		conns = append(conns, nc)
+		r, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{Options: coordinator.Options{Node: "region", Parent: "root",
+			ServerID: fmt.Sprint("region-", i), Templates: tmpls, RoundInterval: 5 * time.Millisecond, ClockSkew: coordinator.NoClockSkew}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps = append(reps, r)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = r.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
+	cnc := natstest.Conn(t, cluster.Server)
+	coordtest.Start(t, cnc, coordinator.Options{Node: "cluster", Parent: "region", Templates: tmpls, RoundInterval: 5 * time.Millisecond})
+
+	h := &heldTable{cap: map[string]*allotpb.Lease{}, saf: map[string]float64{}}
+	cctx, stopClients := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	clients := []struct {
+		nc   *nats.Conn
+		node string
+	}{{rnc, "root"}, {rnc, "root"}, {natstest.Conn(t, region.Server), "region"}, {natstest.Conn(t, region.Server), "region"}, {cnc, "cluster"}, {cnc, "cluster"}}
+	for i, c := range clients {
+		wg.Add(1)
+		go func() { defer wg.Done(); h.run(cctx, c.nc, c.node, fmt.Sprint(c.node, "-", i), 20) }()
+	}
+	defer func() { stopClients(); wg.Wait() }()
+
+	maxSum := 0.0
+	sample := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			maxSum = max(maxSum, h.sum(time.Now()))
+		}
+	}
+	sample(3 * time.Second)
+	// Lose the middle level's leader abruptly: the other replica takes over.
+	lost := false
+	for i, r := range reps {
+		if r.Status().Serving {
+			conns[i].Close()
+			lost = true
+			break
+		}
+	}
+	if !lost {
+		t.Fatal("no replica of the region serves")
+	}
+	sample(6 * time.Second)
+	region.cutLeaf(t, true)
+	sample(3 * time.Second)
+	region.cutLeaf(t, false)
+	sample(5 * time.Second)
+	if maxSum > 90*(1+1e-9) {
+		t.Fatalf("clients held %v of the root's 90 at the worst moment", maxSum)
+	}
+	t.Logf("max held ÷ capacity: %.4f", maxSum/90)
+	if got := h.sum(time.Now()); got < 90*0.9 {
+		t.Fatalf("after recovery clients hold %v of 90 (all want 20 each)", got)
 	}
 }

@@ -265,3 +265,41 @@ func (l *Ledger) UpstreamRefresh() time.Duration {
 	}
 	return d
 }
+
+// ResourceStat describes one resource for operators.
+type ResourceStat struct {
+	ID string `json:"id"`
+	// Capacity is what the node divides now: the template's, or on a
+	// child its lease from the parent (then Lease and LeaseExpiry are set).
+	Capacity    float64 `json:"capacity"`
+	Lease       float64 `json:"lease,omitempty"`
+	LeaseExpiry string  `json:"lease_expiry,omitempty"`
+	// Outstanding bounds what the node's claimants hold.
+	Outstanding float64 `json:"outstanding"`
+	// Claimants counts client records (a child node counts once per band).
+	Claimants int  `json:"claimants"`
+	Learning  bool `json:"learning,omitempty"`
+}
+
+// Top returns the n resources with the most outstanding, most first.
+func (l *Ledger) Top(now int64, n int) []ResourceStat {
+	out := make([]ResourceStat, 0, min(n, len(l.resources)))
+	for id, r := range l.resources {
+		st := ResourceStat{ID: id, Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: len(r.clients), Learning: r.learning(now)}
+		if r.up.child && r.up.known {
+			st.Lease = r.up.cap
+			st.LeaseExpiry = time.Unix(0, r.up.expiry).UTC().Format(time.RFC3339Nano)
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b ResourceStat) int {
+		if c := cmp.Compare(b.Outstanding, a.Outstanding); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
