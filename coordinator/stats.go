@@ -65,13 +65,13 @@ type Stats struct {
 	// Parent is the parent node (empty on a root). ParentError is set
 	// while the parent cannot be reached: the node then serves on the
 	// leases it holds, then on the safe capacity the parent told it.
-	Parent       string `json:"parent,omitempty"`
+	Parent string `json:"parent,omitempty"`
 	// TopResources are the resources with the most outstanding (at most
 	// topResources), refreshed every second: capacity (on a child node its
 	// lease from the parent), outstanding and claimants each.
 	TopResources []ledger.ResourceStat `json:"top_resources,omitempty"`
-	ParentError  string `json:"parent_error,omitempty"`
-	ParentLastOK string `json:"parent_last_ok,omitempty"`
+	ParentError  string                `json:"parent_error,omitempty"`
+	ParentLastOK string                `json:"parent_last_ok,omitempty"`
 }
 
 // statsData is called by micro on a STATS request, from another goroutine.
