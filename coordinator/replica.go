@@ -43,9 +43,11 @@ type ReplicaOptions struct {
 // ReplicaStatus describes a replica; it is the "data" of its micro STATS
 // and the reply of allot.<node>.replica.status.
 type ReplicaStatus struct {
-	Node     string        `json:"node"`
-	ServerID string        `json:"server_id"`
-	Role     election.Role `json:"role"`
+	Node     string `json:"node"`
+	ServerID string `json:"server_id"`
+	// Parent is the node's parent node (empty on a root).
+	Parent string        `json:"parent,omitempty"`
+	Role   election.Role `json:"role"`
 	// Term is this replica's term while it leads, else the current
 	// leader's as last seen (0 unknown).
 	Term uint64 `json:"term"`
@@ -97,7 +99,7 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 
 // Status returns the replica's current role and term.
 func (r *Replica) Status() ReplicaStatus {
-	st := ReplicaStatus{Node: r.opts.Node, ServerID: r.opts.ServerID, Role: election.RoleFollower}
+	st := ReplicaStatus{Node: r.opts.Node, ServerID: r.opts.ServerID, Parent: r.opts.Parent, Role: election.RoleFollower}
 	r.mu.Lock()
 	el, serving, c := r.el, r.serving, r.coord
 	r.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -28,6 +29,11 @@ type nodeStatus struct {
 	Since  time.Time `json:"since,omitzero"`
 	// Replicas are the replicas that answered, with their own view.
 	Replicas []coordinator.ReplicaStatus `json:"replicas"`
+	// Parent is the node's parent (from its replicas), and Serving the
+	// serving leader's coordinator STATS: per resource its capacity (on a
+	// child, its lease from the parent), outstanding and claimants.
+	Parent  string             `json:"parent,omitempty"`
+	Serving *coordinator.Stats `json:"serving,omitempty"`
 }
 
 func runStatus(ctx context.Context, env *cliEnv, args []string) error {
@@ -128,6 +134,14 @@ func collectStatus(ctx context.Context, nc *nats.Conn, bucket string, wait time.
 	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
 		return nil, fmt.Errorf("request %s: %w", subject, err)
 	}
+	// The serving leaders' STATS too: the tree and its resources. Leaf
+	// connections carry these requests to every level.
+	if subject, err = micro.ControlSubject(micro.StatsVerb, coordinator.ServiceName, ""); err != nil {
+		return nil, err
+	}
+	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
+		return nil, fmt.Errorf("request %s: %w", subject, err)
+	}
 	deadline := time.Now().Add(wait)
 	for {
 		m, err := sub.NextMsg(time.Until(deadline))
@@ -139,12 +153,24 @@ func collectStatus(ctx context.Context, nc *nats.Conn, bucket string, wait time.
 			continue
 		}
 		for _, ep := range st.Endpoints {
+			if st.Name == coordinator.ServiceName {
+				var cs coordinator.Stats
+				if ep.Name == "capacity" && json.Unmarshal(ep.Data, &cs) == nil && cs.Node != "" && cs.Serving {
+					cs.Config = nil // config status has its own command
+					n := node(cs.Node)
+					n.Serving, n.Parent = &cs, cs.Parent
+				}
+				continue
+			}
 			var rs coordinator.ReplicaStatus
 			if ep.Name != "status" || json.Unmarshal(ep.Data, &rs) != nil || rs.Node == "" {
 				continue
 			}
 			n := node(rs.Node)
 			n.Replicas = append(n.Replicas, rs)
+			if rs.Parent != "" {
+				n.Parent = rs.Parent
+			}
 		}
 	}
 	out := make([]*nodeStatus, 0, len(byNode))
@@ -153,6 +179,15 @@ func collectStatus(ctx context.Context, nc *nats.Conn, bucket string, wait time.
 		out = append(out, n)
 	}
 	slices.SortFunc(out, func(a, b *nodeStatus) int { return strings.Compare(a.Node, b.Node) })
+	for _, n := range out {
+		// A level's election bucket is in its own JetStream domain: for
+		// nodes of other levels, the replicas say who leads.
+		for _, r := range n.Replicas {
+			if n.Leader == "" && r.Role == election.RoleLeader {
+				n.Leader, n.Term = r.ServerID, r.Term
+			}
+		}
+	}
 	return out, nil
 }
 
@@ -190,4 +225,56 @@ func printStatus(w io.Writer, nodes []*nodeStatus, now time.Time) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Node, leader, term, since, f)
 	}
 	_ = tw.Flush()
+	printTree(w, nodes)
+}
+
+// printTree draws the nodes from the root down, each with its parent,
+// leader and term, and per resource its capacity (on a child, its lease
+// from the parent), outstanding and number of claimants.
+func printTree(w io.Writer, nodes []*nodeStatus) {
+	byName := map[string]*nodeStatus{}
+	children := map[string][]*nodeStatus{}
+	for _, n := range nodes {
+		byName[n.Node] = n
+	}
+	var roots []*nodeStatus
+	for _, n := range nodes {
+		if n.Parent == "" || byName[n.Parent] == nil {
+			roots = append(roots, n)
+		} else {
+			children[n.Parent] = append(children[n.Parent], n)
+		}
+	}
+	fmt.Fprintln(w, "\nTREE")
+	var draw func(n *nodeStatus, indent string)
+	draw = func(n *nodeStatus, indent string) {
+		head := n.Node
+		if n.Parent != "" {
+			head += " (under " + n.Parent + ")"
+		}
+		if n.Leader != "" {
+			head += fmt.Sprintf("  leader %s, term %d", n.Leader, n.Term)
+		} else {
+			head += "  no leader"
+		}
+		if s := n.Serving; s != nil && s.ParentError != "" {
+			head += "  PARENT UNREACHABLE: serving on its leases, then safe capacity (" + s.ParentError + ")"
+		}
+		fmt.Fprintln(w, indent+head)
+		if s := n.Serving; s != nil {
+			for _, r := range s.TopResources {
+				line := fmt.Sprintf("capacity %g", r.Capacity)
+				if n.Parent != "" {
+					line = fmt.Sprintf("lease %g", r.Lease)
+				}
+				fmt.Fprintf(w, "%s    %s: %s, outstanding %g, %d claimants\n", indent, r.ID, line, math.Round(r.Outstanding*1000)/1000, r.Claimants)
+			}
+		}
+		for _, c := range children[n.Node] {
+			draw(c, indent+"  ")
+		}
+	}
+	for _, r := range roots {
+		draw(r, "")
+	}
 }

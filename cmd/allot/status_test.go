@@ -58,9 +58,13 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("status exit %d: %s", code, errb.String())
 	}
 	t.Logf("\n%s", out.String())
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("want a header and one node line:\n%s", out.String())
+	table, tree, ok := strings.Cut(strings.TrimSpace(out.String()), "\n\nTREE\n")
+	lines := strings.Split(table, "\n")
+	if !ok || len(lines) != 2 {
+		t.Fatalf("want a header and one node line, then the tree:\n%s", out.String())
+	}
+	if !strings.HasPrefix(tree, "root  leader "+leader) {
+		t.Fatalf("tree %q does not start with root and its leader %s", tree, leader)
 	}
 	f := strings.Fields(lines[1])
 	if f[0] != "root" || f[1] != leader || f[2] == "-" || f[len(f)-1] != follower {
