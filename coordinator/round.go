@@ -106,9 +106,6 @@ func (c *Coordinator) loop() {
 			// Resources wait for a record write: run a round when they
 			// have waited long enough, even if nothing else happens.
 			retry.Reset(ledger.DefaultMaxRecordWait / 2)
-			if c.ledger.UpstreamWanted() {
-				c.askParent()
-			}
 		}
 	}
 }
@@ -174,6 +171,9 @@ func (c *Coordinator) runRound() {
 		}
 	}
 	c.propose(c.ledger.Propose(now))
+	if c.up != nil && c.ledger.UpstreamWanted() {
+		c.askParent() // a new resource, or demand jumped
+	}
 	c.ledger.Allocate(now)
 
 	// Answer, in arrival order, whatever is allocated.

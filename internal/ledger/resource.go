@@ -297,6 +297,7 @@ type upstream struct {
 	expiry  int64   // unix ns; the lease ends here
 	safe    float64 // the parent's safe capacity for us
 	refresh time.Duration
+	asked   float64 // the demand in the last ask
 }
 
 // capacity is what the resource's algorithm divides at now: the

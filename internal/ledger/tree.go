@@ -183,6 +183,7 @@ func (l *Ledger) UpstreamRequests(now int64, node string) []*allotpb.GetServerCa
 	for _, id := range ids {
 		r := l.resources[id]
 		rr := &allotpb.ServerCapacityResourceRequest{ResourceId: id, Outstanding: r.bound(now), Wants: r.bandDemand()}
+		r.up.asked = r.demand()
 		if r.up.known && now < r.up.expiry {
 			rr.Has = &allotpb.Lease{Capacity: r.up.cap, ExpiryTime: timestamppb.New(time.Unix(0, r.up.expiry)),
 				RefreshInterval: durationpb.New(r.up.refresh)}
@@ -240,15 +241,29 @@ func (l *Ledger) SetUpstream(now int64, resp *allotpb.GetServerCapacityResponse)
 	return true
 }
 
-// UpstreamWanted reports whether a resource of the round waits for its
-// first lease from the parent: the caller asks the parent at once.
+// UpstreamWanted reports whether the parent should be asked at once: a
+// resource of the round waits for its first lease from the parent, or its
+// demand jumped (by a quarter of the lease, at least one unit) since the
+// last ask.
 func (l *Ledger) UpstreamWanted() bool {
 	for _, r := range l.touched {
-		if r.up.child && !r.up.known && len(r.batch) > 0 {
+		if !r.up.child || len(r.batch) == 0 {
+			continue
+		}
+		if !r.up.known || r.demand() > r.up.asked+max(r.up.cap/4, 1) {
 			return true
 		}
 	}
 	return false
+}
+
+// demand sums what the resource's clients want.
+func (r *resource) demand() float64 {
+	var w float64
+	for i := range r.demands {
+		w += r.demands[i].Wants
+	}
+	return w
 }
 
 // UpstreamRefresh is how often a child asks its parent: the shortest
