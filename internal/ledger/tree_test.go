@@ -97,10 +97,12 @@ func (n *treeNode) askParent(t *testing.T, set *config.Set, now int64) {
 	}
 }
 
-func fairTemplate(capacity float64) *config.Set {
+func fairTemplate(capacity float64) *config.Set { return fairTemplateGen(capacity, 1) }
+
+func fairTemplateGen(capacity float64, gen uint64) *config.Set {
 	tm := &config.Template{Name: "t", Glob: "*", Capacity: capacity, Algorithm: allotpb.Algorithm_FAIR_SHARE,
 		LeaseLength: 5 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 5 * time.Second}
-	return config.NewSet(1, []*config.Template{tm}, nil)
+	return config.NewSet(gen, []*config.Template{tm}, nil)
 }
 
 // Issue 10's example: capacity 100, two clients at the root and three at
@@ -158,16 +160,30 @@ func treeTrial(t *testing.T, seed uint64) {
 	}
 	next := make([]int64, len(nodes))
 	tail := 0.0
+	var cutAt int64
+	gen := uint64(1)
 	for step := range 1500 {
 		now += int64(time.Duration(10+rng.IntN(100)) * time.Millisecond)
 		if step < 1200 && len(all) > 0 && rng.IntN(50) == 0 {
 			all[rng.IntN(len(all))].wants = rng.Float64() * capacity
 		}
+		linksUp := true
+		for k := range next {
+			linksUp = linksUp && next[k] <= now+int64(time.Second)
+		}
+		if step < 1200 && linksUp && rng.IntN(400) == 0 {
+			// The operator changes the capacity (the new template reaches
+			// every level at once, as the configuration mirror does).
+			gen++
+			capacity = float64(50 + rng.IntN(500))
+			set = fairTemplateGen(capacity, gen)
+			cutAt = now
+		}
 		// Children ask their parents on their own schedule, deepest first.
 		for k := len(nodes) - 1; k >= 0; k-- {
 			n := nodes[k]
 			n.round(t, set, now)
-			if n.parent != nil && step < 1200 && rng.IntN(300) == 0 {
+			if n.parent != nil && step < 1200 && now >= cutAt+int64(7*time.Second) && rng.IntN(300) == 0 {
 				next[k] = now + int64(time.Duration(rng.IntN(15))*time.Second) // the leaf link is cut a while
 			}
 			if n.parent != nil && now >= next[k] {
@@ -183,7 +199,12 @@ func treeTrial(t *testing.T, seed uint64) {
 				held += c.safe
 			}
 		}
-		if held > capacity*(1+1e-9)+1e-9 {
+		// After a capacity cut, leases already issued stay out (and a
+		// node may still grant within a lease it holds) until they are
+		// refreshed or end: within a lease length plus two refreshes the
+		// tree is within the new capacity.
+		settled := now >= cutAt+int64(7*time.Second)
+		if settled && held > capacity*(1+1e-9)+1e-9 {
 			for _, n := range nodes {
 				r := n.l.resources["r"]
 				if r == nil {
@@ -207,6 +228,7 @@ func treeTrial(t *testing.T, seed uint64) {
 		if step >= 1400 {
 			tail = max(tail, held)
 		}
+
 	}
 	// Steady demand for the last 300 steps: it is all handed out again.
 	total := 0.0
