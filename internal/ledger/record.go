@@ -381,7 +381,7 @@ func (l *Ledger) needs(now int64, r *resource, until int64) (pendingSummary, boo
 			// any of keeps a zero ceiling and stays out of the record.
 			hr := 0.0
 			if want > 0 {
-				hr = l.headroom(r)
+				hr = l.headroom(r, now)
 			}
 			p.ceiling = max(b, min(capacity, want+hr), r.ceilingOrZero())
 			raise = true
@@ -459,7 +459,13 @@ func (r *resource) ceilingOrZero() float64 {
 	return r.ceiling
 }
 
-func (l *Ledger) headroom(r *resource) float64 { return l.cfg.CeilingHeadroom * r.tmpl.Capacity }
+// headroom is a fraction of the capacity the resource divides now (on a
+// child, its lease): a successor holds back what the recorded ceiling
+// leaves above the truth until learning ends, so it must stay small
+// against what the node actually has.
+func (l *Ledger) headroom(r *resource, now int64) float64 {
+	return l.cfg.CeilingHeadroom * r.capacity(now)
+}
 
 // shrink lowers ceilings well above what is outstanding and drops
 // expired summaries, so that a successor can hand out more at once.
@@ -480,7 +486,7 @@ func (l *Ledger) shrink(now int64) *Proposal {
 		if !r.published || !r.shared() || r.unlisted {
 			continue
 		}
-		b, h := r.bound(now), l.headroom(r)
+		b, h := r.bound(now), l.headroom(r, now)
 		if r.ceiling > b+2*h {
 			r.ceiling = b + h
 			changed = true
