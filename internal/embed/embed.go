@@ -149,6 +149,21 @@ func LeafNodeURL(s *server.Server) string {
 	return (&url.URL{Scheme: "nats-leaf", Host: net.JoinHostPort(host, strconv.Itoa(v.LeafNode.Port))}).String()
 }
 
+// LeafLinked reports whether s is joined to its parent: it has a leaf-node
+// connection that it solicited.
+func LeafLinked(s *server.Server) bool {
+	lz, err := s.Leafz(nil)
+	if err != nil {
+		return false
+	}
+	for _, l := range lz.Leafs {
+		if l.IsSpoke {
+			return true
+		}
+	}
+	return false
+}
+
 // SetLeafRemotesDisabled disconnects (true) or reconnects (false) the leaf
 // link of s, a server started from o, by reloading its options. Tests use
 // it to cut a level off its parent.

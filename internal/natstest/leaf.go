@@ -72,24 +72,10 @@ func (l *Level) Restore(tb testing.TB) {
 func (l *Level) WaitLinked(tb testing.TB, up bool) {
 	tb.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for linked(l.Server) != up {
+	for embed.LeafLinked(l.Server) != up {
 		if time.Now().After(deadline) {
 			tb.Fatalf("%s: leaf link to parent up=%v after 10s, want %v", l.Opts.ServerName, !up, up)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// linked reports whether s has a leaf connection it solicited.
-func linked(s *server.Server) bool {
-	lz, err := s.Leafz(nil)
-	if err != nil {
-		return false
-	}
-	for _, l := range lz.Leafs {
-		if l.IsSpoke {
-			return true
-		}
-	}
-	return false
 }
