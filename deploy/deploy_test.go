@@ -1,17 +1,62 @@
 package deploy
 
 import (
+	"context"
+	"fmt"
+	"net"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/allot/allot/internal/embed"
 )
+
+// setVars sets the environment variables the configs reference for
+// server i of a level whose servers route to each other on cports; other
+// ports -1 pick free ones.
+func setVars(t *testing.T, name string, i int, cports []int, parentLeaf []string, extra map[string]string) {
+	t.Helper()
+	var routes []string
+	for _, p := range cports {
+		routes = append(routes, strconv.Quote("nats-route://127.0.0.1:"+strconv.Itoa(p)))
+	}
+	var leafs []string
+	for _, u := range parentLeaf {
+		leafs = append(leafs, strconv.Quote(u))
+	}
+	vars := map[string]string{
+		"SERVER_NAME": name, "STORE_DIR": t.TempDir(),
+		"CLIENT_PORT": "-1", "HTTP_PORT": "-1", "CLUSTER_PORT": strconv.Itoa(cports[i]), "LEAF_PORT": "-1",
+		"ROUTES":           "[" + strings.Join(routes, ",") + "]",
+		"PARENT_LEAF_URLS": "[" + strings.Join(leafs, ",") + "]",
+	}
+	for k, v := range extra {
+		vars[k] = v
+	}
+	for k, v := range vars {
+		t.Setenv(k, v)
+	}
+}
+
+// freePort returns a port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
 
 // TestNATSConfigsParse loads every NATS config with the server's own parser.
 func TestNATSConfigsParse(t *testing.T) {
-	for k, v := range map[string]string{"SERVER_NAME": "n-1", "REGION": "eu", "CLUSTER": "eu-1"} {
-		t.Setenv(k, v)
-	}
+	setVars(t, "n-1", 0, []int{6222}, []string{"nats-leaf://parent:7422"}, map[string]string{"REGION": "eu", "CLUSTER": "eu-1"})
 	files, err := filepath.Glob("nats/*.conf")
 	if err != nil || len(files) < 4 {
 		t.Fatalf("configs: %v %v", files, err)
@@ -26,5 +71,111 @@ func TestNATSConfigsParse(t *testing.T) {
 				t.Fatal("JetStream is off")
 			}
 		})
+	}
+}
+
+// startConfig starts a nats-server from config file f (its variables set
+// by the caller) and stops it when the test ends.
+func startConfig(t *testing.T, f string) *server.Server {
+	t.Helper()
+	opts, err := server.ProcessConfigFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.NoLog, opts.NoSigs = true, true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("%s: %v", f, err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		t.Fatalf("%s: not ready", f)
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// levelSize is the number of servers per level. One keeps the test light;
+// its routes name only itself. (With such one-server levels, and with
+// three, a level's clustered JetStream took from seconds to over a minute
+// to elect its meta leader here, so this test checks the domains in the
+// parsed configs, not through the JetStream API.)
+const levelSize = 1
+
+// startLevel starts levelSize servers from config file f, routed to each
+// other and, if parent is set, leaf nodes of it. It returns the first.
+func startLevel(t *testing.T, f, name string, parent []*server.Server, extra map[string]string) []*server.Server {
+	t.Helper()
+	cports := make([]int, levelSize)
+	for i := range cports {
+		cports[i] = freePort(t)
+	}
+	var leafs []string
+	for _, p := range parent {
+		leafs = append(leafs, embed.LeafNodeURL(p))
+	}
+	var out []*server.Server
+	for i := range levelSize {
+		setVars(t, fmt.Sprintf("%s-%d", name, i+1), i, cports, leafs, extra)
+		out = append(out, startConfig(t, f))
+	}
+	if parent != nil {
+		for _, s := range out {
+			waitLinked(t, s)
+		}
+	}
+	return out
+}
+
+func waitLinked(t *testing.T, s *server.Server) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !embed.LeafLinked(s); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no leaf link to its parent after 10s", s.Name())
+		}
+	}
+}
+
+// TestNATSTree starts a server from each level's config as it is, with
+// the variables filled in (random ports, temporary stores), joined by leaf
+// nodes: a request from the cluster level reaches a responder at the
+// global level two links away, and each level runs JetStream in its own
+// domain.
+func TestNATSTree(t *testing.T) {
+	global := startLevel(t, "nats/global.conf", "global", nil, nil)
+	region := startLevel(t, "nats/region.conf", "eu", global, map[string]string{"REGION": "eu"})
+	cluster := startLevel(t, "nats/cluster.conf", "eu-1", region, map[string]string{"REGION": "eu", "CLUSTER": "eu-1"})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conns := map[string]*nats.Conn{}
+	for domain, l := range map[string][]*server.Server{"global": global, "eu": region, "eu-1": cluster} {
+		s := l[0]
+		if got := s.JetStreamConfig().Domain; got != domain {
+			t.Fatalf("server %s: JetStream domain %q, want %q", s.Name(), got, domain)
+		}
+		nc, err := nats.Connect(s.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		conns[domain] = nc
+	}
+	if _, err := conns["global"].Subscribe("allot.global.server.get", func(m *nats.Msg) { _ = m.Respond([]byte("global")) }); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := conns["eu-1"].Request("allot.global.server.get", nil, 500*time.Millisecond)
+		if err == nil && string(m.Data) == "global" {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("request from the cluster level to the global level: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
