@@ -87,6 +87,8 @@ func TestUpTree(t *testing.T) {
 	waitApplied(t, root.url, "root", "tree", m[1])
 	waitApplied(t, region.url, "eu", "tree", m[1])
 	waitApplied(t, cluster.url, "eu-1", "tree", m[1])
+	// Status asked at the cluster reaches the root's replicas too.
+	waitApplied(t, cluster.url, "root", "tree", m[1])
 	// Reads at a child are of its local mirror.
 	if code, out := runCtx(context.Background(), "config", "get", "tree", "--nats", cluster.url); code != 0 || !strings.Contains(out, "321") {
 		t.Fatalf("config get at the cluster: code %d: %s", code, out)
