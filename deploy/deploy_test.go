@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/embed"
 )
@@ -99,12 +101,10 @@ func startConfig(t *testing.T, f string) *server.Server {
 	return s
 }
 
-// levelSize is the number of servers per level. One keeps the test light;
-// its routes name only itself. (With such one-server levels, and with
-// three, a level's clustered JetStream took from seconds to over a minute
-// to elect its meta leader here, so this test checks the domains in the
-// parsed configs, not through the JetStream API.)
-const levelSize = 1
+// levelSize is the number of servers per level: a level's JetStream is
+// clustered, and its meta group elects a leader only with a quorum of the
+// peers its routes name (one server routing to itself never does).
+const levelSize = 3
 
 // startLevel starts levelSize servers from config file f, routed to each
 // other and, if parent is set, leaf nodes of it. It returns the first.
@@ -131,6 +131,25 @@ func startLevel(t *testing.T, f, name string, parent []*server.Server, extra map
 	return out
 }
 
+// accountInfo waits until js's JetStream answers (its meta group has
+// elected a leader), each try bounded so that one unanswered request does
+// not use up ctx.
+func accountInfo(ctx context.Context, t *testing.T, js jetstream.JetStream) *jetstream.AccountInfo {
+	t.Helper()
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		ai, err := js.AccountInfo(tctx)
+		cancel()
+		if err == nil {
+			return ai
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("JetStream not ready: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func waitLinked(t *testing.T, s *server.Server) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !embed.LeafLinked(s); time.Sleep(10 * time.Millisecond) {
@@ -143,8 +162,8 @@ func waitLinked(t *testing.T, s *server.Server) {
 // TestNATSTree starts a server from each level's config as it is, with
 // the variables filled in (random ports, temporary stores), joined by leaf
 // nodes: a request from the cluster level reaches a responder at the
-// global level two links away, and each level runs JetStream in its own
-// domain.
+// global level two links away, and each level has its own JetStream
+// domain, so a bucket of one level is not seen at another.
 func TestNATSTree(t *testing.T) {
 	global := startLevel(t, "nats/global.conf", "global", nil, nil)
 	region := startLevel(t, "nats/region.conf", "eu", global, map[string]string{"REGION": "eu"})
@@ -155,15 +174,36 @@ func TestNATSTree(t *testing.T) {
 	conns := map[string]*nats.Conn{}
 	for domain, l := range map[string][]*server.Server{"global": global, "eu": region, "eu-1": cluster} {
 		s := l[0]
-		if got := s.JetStreamConfig().Domain; got != domain {
-			t.Fatalf("server %s: JetStream domain %q, want %q", s.Name(), got, domain)
-		}
 		nc, err := nats.Connect(s.ClientURL())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer nc.Close()
 		conns[domain] = nc
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ai := accountInfo(ctx, t, js)
+		if ai.Domain != domain {
+			t.Fatalf("server %s: JetStream domain %q, want %q", s.Name(), ai.Domain, domain)
+		}
+		if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "level_" + domain}); err != nil {
+			t.Fatalf("%s: create bucket: %v", domain, err)
+		}
+	}
+	// Each level's buckets are its own; another level reaches them only
+	// through the domain's API prefix.
+	clusterJS, _ := jetstream.New(conns["eu-1"])
+	if _, err := clusterJS.KeyValue(ctx, "level_global"); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Fatalf("global's bucket looked up in domain eu-1: %v, want bucket not found", err)
+	}
+	viaGlobal, err := jetstream.NewWithDomain(conns["eu-1"], "global")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := viaGlobal.KeyValue(ctx, "level_global"); err != nil {
+		t.Fatalf("global's bucket from the cluster level through domain global: %v", err)
 	}
 	if _, err := conns["global"].Subscribe("allot.global.server.get", func(m *nats.Msg) { _ = m.Respond([]byte("global")) }); err != nil {
 		t.Fatal(err)
