@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/embed"
 )
 
@@ -204,6 +205,35 @@ func TestNATSTree(t *testing.T) {
 	}
 	if _, err := viaGlobal.KeyValue(ctx, "level_global"); err != nil {
 		t.Fatalf("global's bucket from the cluster level through domain global: %v", err)
+	}
+	// allot's configuration mirrors work over these links: a template put
+	// at the global level reaches the cluster level's mirror of the
+	// region's mirror.
+	globalJS, _ := jetstream.New(conns["global"])
+	rootKV, err := config.OpenBucket(ctx, globalJS, config.DefaultBucket, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	regionJS, _ := jetstream.New(conns["eu"])
+	if _, err := config.OpenMirror(ctx, regionJS, config.DefaultBucket, "global"); err != nil {
+		t.Fatal(err)
+	}
+	clusterKV, err := config.OpenMirror(ctx, clusterJS, config.DefaultBucket, "eu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rootKV.Put(ctx, config.Key("x"), []byte(`{"identifier_glob":"x","capacity":7}`)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		e, err := clusterKV.Get(ctx, config.Key("x"))
+		if err == nil && string(e.Value()) == `{"identifier_glob":"x","capacity":7}` {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("template put at global, read at the cluster level's mirror: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if _, err := conns["global"].Subscribe("allot.global.server.get", func(m *nats.Msg) { _ = m.Respond([]byte("global")) }); err != nil {
 		t.Fatal(err)
