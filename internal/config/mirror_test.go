@@ -86,10 +86,12 @@ func TestMirrorDownTheTree(t *testing.T) {
 		t.Fatal("OpenOrigin with the link to the root cut succeeded")
 	}
 
+	restored := time.Now()
 	region.Restore(t)
 	for _, w := range []*Watcher{regionW, clusterW} {
 		waitFor(t, "the put made while cut, after restore", func() bool { return capacityOf(w, "mysql/main") == 700 })
 	}
+	t.Logf("the put made while cut applied at both levels %v after the link was re-enabled", time.Since(restored))
 	origin, domain, err := OpenOrigin(ctx, natstest.Conn(t, cluster.Server), DefaultBucket, false)
 	if err != nil {
 		t.Fatal(err)
