@@ -126,7 +126,7 @@ func startTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slo
 	}
 	var kv jetstream.KeyValue
 	if cf.parent != "" {
-		kv, err = config.OpenMirror(ctx, js, cf.configBucket, cf.parent)
+		kv, err = openMirror(ctx, js, cf, log)
 	} else {
 		kv, err = config.OpenBucket(ctx, js, cf.configBucket, true)
 	}
@@ -145,6 +145,29 @@ func startTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slo
 		w.Resync()
 	})
 	return w, nil
+}
+
+// mirrorSyncWait bounds how long a coordinator under a parent waits for its
+// configuration mirror to catch up before it serves.
+const mirrorSyncWait = 5 * time.Second
+
+// openMirror opens the configuration mirror of a level under a parent
+// and waits a while for it to catch up, so that the level starts with the
+// root's templates; if the parent cannot be reached it serves what the
+// mirror holds (after a cut: the last templates received).
+func openMirror(ctx context.Context, js jetstream.JetStream, cf *coordFlags, log *slog.Logger) (jetstream.KeyValue, error) {
+	kv, err := config.OpenMirror(ctx, js, cf.configBucket, cf.parent)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, mirrorSyncWait)
+	defer cancel()
+	if err := config.WaitMirrorSynced(wctx, kv); err != nil {
+		log.Warn("configuration mirror not in sync with the parent's yet; serving the templates it holds until it is", "bucket", cf.configBucket, "parent", cf.parent, "err", err)
+	} else {
+		log.Info("configuration mirror in sync with the parent's", "bucket", cf.configBucket, "parent", cf.parent)
+	}
+	return kv, nil
 }
 
 // serve runs a coordinator on nc, with templates from the configuration

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,12 +19,41 @@ const maxTreeDepth = 16
 // External.APIPrefix names it.
 func domainAPIPrefix(domain string) string { return "$JS." + domain + ".API" }
 
+// MirrorOriginWait bounds how long OpenMirror waits for the parent's
+// bucket to be reachable before it creates a new mirror.
+const MirrorOriginWait = 10 * time.Second
+
+// waitOrigin waits up to limit (and while ctx lasts) until bucket can be
+// read in domain, and reports whether it could.
+func waitOrigin(ctx context.Context, nc *nats.Conn, bucket, domain string, limit time.Duration) bool {
+	pjs, err := jetstream.NewWithDomain(nc, domain)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for {
+		tctx, tcancel := context.WithTimeout(ctx, time.Second)
+		_, err := pjs.KeyValue(tctx, bucket)
+		tcancel()
+		if err == nil {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // OpenMirror returns the configuration bucket of a child level of the
 // tree: a KV mirror, in js's (the child's) domain, of the bucket of the
 // same name in the parent's domain, so that templates edited once at the
 // root reach every level (a mirror of a mirror down the tree) and a level
 // cut off from its parent keeps serving the last version it received.
-// A missing mirror is created; it fills once the parent is reachable. An
+// A missing mirror is created, after waiting up to MirrorOriginWait for
+// the parent's bucket; it fills once the parent is reachable. An
 // existing bucket is used only if it is such a mirror: a plain bucket, or
 // a mirror of another domain, is an error that says how to replace it,
 // because its templates would silently shadow the root's.
@@ -46,6 +76,11 @@ func OpenMirror(ctx context.Context, js jetstream.JetStream, bucket, parentDomai
 	if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("open configuration bucket %q: %w", bucket, err)
 	}
+	// A mirror created while its origin cannot be reached starts syncing
+	// only after nats-server's setup request times out (30s) and its retry
+	// backoff passes (about 40s in all, up to minutes): wait a while for
+	// the origin first, then create the mirror in any case.
+	waitOrigin(ctx, js.Conn(), bucket, parentDomain, MirrorOriginWait)
 	kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      bucket,
 		Description: "allot resource templates: mirror of " + bucket + " in domain " + parentDomain,
@@ -145,4 +180,30 @@ func OpenOrigin(ctx context.Context, nc *nats.Conn, bucket string, create bool) 
 		}
 	}
 	return nil, "", fmt.Errorf("configuration bucket %q: more than %d mirrors toward the root (path %s): a loop?", bucket, maxTreeDepth, strings.Join(path, " -> "))
+}
+
+// WaitMirrorSynced waits until the mirror kv has heard from its origin
+// and caught up (no lag), so that a level starting under its parent
+// serves the root's templates rather than an empty bucket, or until ctx
+// ends: then it returns ctx's error, and the mirror keeps filling once the
+// parent is reachable. A bucket that is not a mirror is synced at once.
+func WaitMirrorSynced(ctx context.Context, kv jetstream.KeyValue) error {
+	for {
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("configuration mirror %q: %w", kv.Bucket(), err)
+		}
+		kst, ok := st.(*jetstream.KeyValueBucketStatus)
+		if !ok || kst.StreamInfo().Config.Mirror == nil {
+			return nil
+		}
+		if m := kst.StreamInfo().Mirror; m != nil && m.Active >= 0 && m.Lag == 0 && m.Error == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("configuration mirror %q has not caught up with its origin: %w", kv.Bucket(), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

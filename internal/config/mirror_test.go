@@ -1,6 +1,7 @@
 package config
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -48,8 +49,19 @@ func TestMirrorDownTheTree(t *testing.T) {
 	cluster := natstest.Child(t, "eu-1", region)
 
 	rootKV, _ := bucket(t, root.Server)
+	put(t, rootKV, "seeded", mysqlMain700)
 	regionKV := mirrorAt(t, region, "global")
 	clusterKV := mirrorAt(t, cluster, "eu")
+	// A level that waits for its new mirror to sync starts with the
+	// root's templates.
+	for _, kv := range []jetstream.KeyValue{regionKV, clusterKV} {
+		if err := WaitMirrorSynced(ctx, kv); err != nil {
+			t.Fatal(err)
+		}
+		if e, err := kv.Get(ctx, Key("seeded")); err != nil || string(e.Value()) != mysqlMain700 {
+			t.Fatalf("synced mirror lacks the root's template: %v", err)
+		}
+	}
 	regionW := startWatcher(t, regionKV, nil)
 	clusterW := startWatcher(t, clusterKV, nil)
 
@@ -106,6 +118,49 @@ func TestMirrorDownTheTree(t *testing.T) {
 	}
 	for _, w := range []*Watcher{regionW, clusterW} {
 		waitFor(t, "a put made at the third level, back down", func() bool { return capacityOf(w, "mysql/main") == 900 })
+	}
+}
+
+// TestWaitMirrorSynced: a level whose parent is unreachable when it
+// starts waits for it before creating its mirror, so the mirror syncs as
+// soon as the link comes up, not after nats-server's retry backoff (about
+// 40s when created while cut off, as before the wait).
+func TestWaitMirrorSynced(t *testing.T) {
+	ctx := testCtx(t)
+	root := natstest.Root(t, "global")
+	rootKV, _ := bucket(t, root.Server)
+	put(t, rootKV, "mysql-main", mysqlMain)
+	region := natstest.Child(t, "eu", root)
+	region.Cut(t)
+	js, err := jetstream.New(natstest.Conn(t, region.Server))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan jetstream.KeyValue, 1)
+	go func() {
+		kv, err := OpenMirror(ctx, js, DefaultBucket, "global")
+		if err != nil {
+			t.Error(err)
+		}
+		opened <- kv
+	}()
+	time.Sleep(500 * time.Millisecond)
+	region.Restore(t)
+	kv := <-opened
+	if kv == nil {
+		t.FailNow()
+	}
+	sctx, cancel := context.WithTimeout(ctx, waitLimit)
+	defer cancel()
+	if err := WaitMirrorSynced(sctx, kv); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, Key("mysql-main")); err != nil {
+		t.Fatalf("synced mirror: %v", err)
+	}
+	// A plain bucket is synced at once.
+	if err := WaitMirrorSynced(ctx, rootKV); err != nil {
+		t.Fatal(err)
 	}
 }
 
