@@ -169,6 +169,7 @@ func TestWaitMirrorSynced(t *testing.T) {
 // shadow the root's.
 func TestOpenMirrorRefusesPlainBucket(t *testing.T) {
 	root := natstest.Root(t, "global")
+	bucket(t, root.Server)
 	region := natstest.Child(t, "eu", root)
 	bucket(t, region.Server)
 	js, err := jetstream.New(natstest.Conn(t, region.Server))
