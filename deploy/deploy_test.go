@@ -21,22 +21,23 @@ import (
 
 // setVars sets the environment variables the configs reference for
 // server i of a level whose servers route to each other on cports; other
-// ports -1 pick free ones.
+// ports -1 pick free ones. Lists are written unquoted, as in the examples
+// of the configs and deploy/README.md.
 func setVars(t *testing.T, name string, i int, cports []int, parentLeaf []string, extra map[string]string) {
 	t.Helper()
 	var routes []string
 	for _, p := range cports {
-		routes = append(routes, strconv.Quote("nats-route://127.0.0.1:"+strconv.Itoa(p)))
+		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(p))
 	}
 	var leafs []string
 	for _, u := range parentLeaf {
-		leafs = append(leafs, strconv.Quote(u))
+		leafs = append(leafs, u)
 	}
 	vars := map[string]string{
 		"SERVER_NAME": name, "STORE_DIR": t.TempDir(),
 		"CLIENT_PORT": "-1", "HTTP_PORT": "-1", "CLUSTER_PORT": strconv.Itoa(cports[i]), "LEAF_PORT": "-1",
-		"ROUTES":           "[" + strings.Join(routes, ",") + "]",
-		"PARENT_LEAF_URLS": "[" + strings.Join(leafs, ",") + "]",
+		"ROUTES":           "[" + strings.Join(routes, ", ") + "]",
+		"PARENT_LEAF_URLS": "[" + strings.Join(leafs, ", ") + "]",
 	}
 	for k, v := range extra {
 		vars[k] = v
