@@ -196,3 +196,33 @@ func TestOpenMirrorRefusesPlainBucket(t *testing.T) {
 		t.Fatal("empty parent accepted")
 	}
 }
+
+// TestMirrorDomainForm checks the warning of nats.go issue 1591 (a
+// cross-domain mirror set up with StreamSource.Domain failing with 10052
+// "detected cycle") against the versions in go.mod: nats.go's jetstream
+// package turns Domain into the same External.APIPrefix OpenMirror sets,
+// and both forms sync. OpenMirror uses the explicit prefix either way.
+func TestMirrorDomainForm(t *testing.T) {
+	ctx := testCtx(t)
+	root := natstest.Root(t, "global")
+	rootKV, _ := bucket(t, root.Server)
+	put(t, rootKV, "mysql-main", mysqlMain)
+	region := natstest.Child(t, "eu", root)
+	js, err := jetstream.New(natstest.Conn(t, region.Server))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: DefaultBucket, History: BucketHistory,
+		Mirror: &jetstream.StreamSource{Name: DefaultBucket, Domain: "global"}})
+	if err != nil {
+		t.Fatalf("mirror with StreamSource.Domain: %v", err)
+	}
+	// OpenMirror accepts it as the same mirror.
+	if _, err := OpenMirror(ctx, js, DefaultBucket, "global"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the Domain-form mirror to fill", func() bool {
+		_, err := kv.Get(ctx, Key("mysql-main"))
+		return err == nil
+	})
+}
