@@ -144,3 +144,20 @@ func TestTreeFlagsInvalid(t *testing.T) {
 		t.Errorf("invalid flags left files in the data dir: %v", entries)
 	}
 }
+
+// TestCoordFlagsParent: --parent-node reaches coordinator.Options.Parent,
+// for `up` and `coordinator` alike (they share the flags).
+func TestCoordFlagsParent(t *testing.T) {
+	fs := newFlags(testEnv(&syncBuffer{}), "coordinator", "")
+	var cf coordFlags
+	cf.register(fs)
+	if err := fs.Parse([]string{"--node", "eu-1", "--parent-node", "eu"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cf.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if o := cf.options(nil); o.Node != "eu-1" || o.Parent != "eu" {
+		t.Fatalf("options: node %q parent %q", o.Node, o.Parent)
+	}
+}
