@@ -29,15 +29,11 @@ func setVars(t *testing.T, name string, i int, cports []int, parentLeaf []string
 	for _, p := range cports {
 		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(p))
 	}
-	var leafs []string
-	for _, u := range parentLeaf {
-		leafs = append(leafs, u)
-	}
 	vars := map[string]string{
 		"SERVER_NAME": name, "STORE_DIR": t.TempDir(),
 		"CLIENT_PORT": "-1", "HTTP_PORT": "-1", "CLUSTER_PORT": strconv.Itoa(cports[i]), "LEAF_PORT": "-1",
 		"ROUTES":           "[" + strings.Join(routes, ", ") + "]",
-		"PARENT_LEAF_URLS": "[" + strings.Join(leafs, ", ") + "]",
+		"PARENT_LEAF_URLS": "[" + strings.Join(parentLeaf, ", ") + "]",
 	}
 	for k, v := range extra {
 		vars[k] = v
