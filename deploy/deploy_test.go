@@ -1,17 +1,62 @@
 package deploy
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/embed"
 )
+
+// setVars sets the environment variables the configs reference for
+// server i of a level whose servers route to each other on cports; other
+// ports -1 pick free ones. Lists are written unquoted, as in the examples
+// of the configs and deploy/README.md.
+func setVars(t *testing.T, name string, i int, cports []int, parentLeaf []string, extra map[string]string) {
+	t.Helper()
+	var routes []string
+	for _, p := range cports {
+		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(p))
+	}
+	vars := map[string]string{
+		"SERVER_NAME": name, "STORE_DIR": t.TempDir(),
+		"CLIENT_PORT": "-1", "HTTP_PORT": "-1", "CLUSTER_PORT": strconv.Itoa(cports[i]), "LEAF_PORT": "-1",
+		"ROUTES":           "[" + strings.Join(routes, ", ") + "]",
+		"PARENT_LEAF_URLS": "[" + strings.Join(parentLeaf, ", ") + "]",
+	}
+	for k, v := range extra {
+		vars[k] = v
+	}
+	for k, v := range vars {
+		t.Setenv(k, v)
+	}
+}
+
+// freePort returns a port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
 
 // TestNATSConfigsParse loads every NATS config with the server's own parser.
 func TestNATSConfigsParse(t *testing.T) {
-	for k, v := range map[string]string{"SERVER_NAME": "n-1", "REGION": "eu", "CLUSTER": "eu-1"} {
-		t.Setenv(k, v)
-	}
+	setVars(t, "n-1", 0, []int{6222}, []string{"nats-leaf://parent:7422"}, map[string]string{"REGION": "eu", "CLUSTER": "eu-1"})
 	files, err := filepath.Glob("nats/*.conf")
 	if err != nil || len(files) < 4 {
 		t.Fatalf("configs: %v %v", files, err)
@@ -26,5 +71,178 @@ func TestNATSConfigsParse(t *testing.T) {
 				t.Fatal("JetStream is off")
 			}
 		})
+	}
+}
+
+// startConfig starts a nats-server from config file f (its variables set
+// by the caller) and stops it when the test ends.
+func startConfig(t *testing.T, f string) *server.Server {
+	t.Helper()
+	opts, err := server.ProcessConfigFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.NoLog, opts.NoSigs = true, true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatalf("%s: %v", f, err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		t.Fatalf("%s: not ready", f)
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// levelSize is the number of servers per level: a level's JetStream is
+// clustered, and its meta group elects a leader only with a quorum of the
+// peers its routes name (one server routing to itself never does).
+const levelSize = 3
+
+// startLevel starts levelSize servers from config file f, routed to each
+// other and, if parent is set, leaf nodes of it. It returns the first.
+func startLevel(t *testing.T, f, name string, parent []*server.Server, extra map[string]string) []*server.Server {
+	t.Helper()
+	cports := make([]int, levelSize)
+	for i := range cports {
+		cports[i] = freePort(t)
+	}
+	var leafs []string
+	for _, p := range parent {
+		leafs = append(leafs, embed.LeafNodeURL(p))
+	}
+	var out []*server.Server
+	for i := range levelSize {
+		setVars(t, fmt.Sprintf("%s-%d", name, i+1), i, cports, leafs, extra)
+		out = append(out, startConfig(t, f))
+	}
+	if parent != nil {
+		for _, s := range out {
+			waitLinked(t, s)
+		}
+	}
+	return out
+}
+
+// accountInfo waits until js's JetStream answers (its meta group has
+// elected a leader), each try bounded so that one unanswered request does
+// not use up ctx.
+func accountInfo(ctx context.Context, t *testing.T, js jetstream.JetStream) *jetstream.AccountInfo {
+	t.Helper()
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		ai, err := js.AccountInfo(tctx)
+		cancel()
+		if err == nil {
+			return ai
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("JetStream not ready: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func waitLinked(t *testing.T, s *server.Server) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !embed.LeafLinked(s); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no leaf link to its parent after 10s", s.Name())
+		}
+	}
+}
+
+// TestNATSTree starts a server from each level's config as it is, with
+// the variables filled in (random ports, temporary stores), joined by leaf
+// nodes: a request from the cluster level reaches a responder at the
+// global level two links away, and each level has its own JetStream
+// domain, so a bucket of one level is not seen at another.
+func TestNATSTree(t *testing.T) {
+	global := startLevel(t, "nats/global.conf", "global", nil, nil)
+	region := startLevel(t, "nats/region.conf", "eu", global, map[string]string{"REGION": "eu"})
+	cluster := startLevel(t, "nats/cluster.conf", "eu-1", region, map[string]string{"REGION": "eu", "CLUSTER": "eu-1"})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conns := map[string]*nats.Conn{}
+	for domain, l := range map[string][]*server.Server{"global": global, "eu": region, "eu-1": cluster} {
+		s := l[0]
+		nc, err := nats.Connect(s.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		conns[domain] = nc
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ai := accountInfo(ctx, t, js)
+		if ai.Domain != domain {
+			t.Fatalf("server %s: JetStream domain %q, want %q", s.Name(), ai.Domain, domain)
+		}
+		if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "level_" + domain}); err != nil {
+			t.Fatalf("%s: create bucket: %v", domain, err)
+		}
+	}
+	// Each level's buckets are its own; another level reaches them only
+	// through the domain's API prefix.
+	clusterJS, _ := jetstream.New(conns["eu-1"])
+	if _, err := clusterJS.KeyValue(ctx, "level_global"); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Fatalf("global's bucket looked up in domain eu-1: %v, want bucket not found", err)
+	}
+	viaGlobal, err := jetstream.NewWithDomain(conns["eu-1"], "global")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := viaGlobal.KeyValue(ctx, "level_global"); err != nil {
+		t.Fatalf("global's bucket from the cluster level through domain global: %v", err)
+	}
+	// allot's configuration mirrors work over these links: a template put
+	// at the global level reaches the cluster level's mirror of the
+	// region's mirror.
+	globalJS, _ := jetstream.New(conns["global"])
+	rootKV, err := config.OpenBucket(ctx, globalJS, config.DefaultBucket, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	regionJS, _ := jetstream.New(conns["eu"])
+	if _, err := config.OpenMirror(ctx, regionJS, config.DefaultBucket, "global"); err != nil {
+		t.Fatal(err)
+	}
+	clusterKV, err := config.OpenMirror(ctx, clusterJS, config.DefaultBucket, "eu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rootKV.Put(ctx, config.Key("x"), []byte(`{"identifier_glob":"x","capacity":7}`)); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		e, err := clusterKV.Get(ctx, config.Key("x"))
+		if err == nil && string(e.Value()) == `{"identifier_glob":"x","capacity":7}` {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("template put at global, read at the cluster level's mirror: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := conns["global"].Subscribe("allot.global.server.get", func(m *nats.Msg) { _ = m.Respond([]byte("global")) }); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := conns["eu-1"].Request("allot.global.server.get", nil, 500*time.Millisecond)
+		if err == nil && string(m.Data) == "global" {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("request from the cluster level to the global level: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -104,6 +104,33 @@ func (c *configFlags) connect(ctx context.Context, create bool) (context.Context
 	return ctx, kv, func() { nc.Close(); cancel() }, nil
 }
 
+// connectOrigin is connect for writes: at a child level of the tree, whose
+// bucket is a mirror, it opens the root's bucket (following mirrors), where
+// templates are written; domain names the root's JetStream domain then.
+func (c *configFlags) connectOrigin(ctx context.Context, create bool) (_ context.Context, kv jetstream.KeyValue, domain string, done func(), err error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	nc, err := c.conn.dial("allot config", nats.Timeout(c.timeout))
+	if err != nil {
+		cancel()
+		return nil, nil, "", nil, err
+	}
+	kv, domain, err = config.OpenOrigin(ctx, nc, c.bucket, create)
+	if err != nil {
+		nc.Close()
+		cancel()
+		return nil, nil, "", nil, bucketError(err)
+	}
+	return ctx, kv, domain, func() { nc.Close(); cancel() }, nil
+}
+
+// bucketError adds a hint to a missing-bucket error.
+func bucketError(err error) error {
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("%w: check --bucket for a typo; `allot up` and `allot config put --create-bucket` create it", err)
+	}
+	return err
+}
+
 // open connects and opens the configuration bucket; close nc to release it.
 func (c *configFlags) open(ctx context.Context, create bool) (kv jetstream.KeyValue, nc *nats.Conn, err error) {
 	nc, err = c.conn.dial("allot config", nats.Timeout(c.timeout))
@@ -118,10 +145,7 @@ func (c *configFlags) open(ctx context.Context, create bool) (kv jetstream.KeyVa
 	kv, err = config.OpenBucket(ctx, js, c.bucket, create)
 	if err != nil {
 		nc.Close()
-		if errors.Is(err, jetstream.ErrBucketNotFound) {
-			return nil, nil, fmt.Errorf("%w: check --bucket for a typo; `allot up` and `allot config put --create-bucket` create it", err)
-		}
-		return nil, nil, err
+		return nil, nil, bucketError(err)
 	}
 	return kv, nc, nil
 }
@@ -169,7 +193,7 @@ func configPut(ctx context.Context, env *cliEnv, args []string) error {
 		return fmt.Errorf("refusing invalid template %s: %w", name, err)
 	}
 	printNotes(env.stderr, notes)
-	ctx, kv, done, err := cf.connect(ctx, *createBucket)
+	ctx, kv, domain, done, err := cf.connectOrigin(ctx, *createBucket)
 	if err != nil {
 		return err
 	}
@@ -188,6 +212,9 @@ func configPut(ctx context.Context, env *cliEnv, args []string) error {
 		return fmt.Errorf("store %s: %w", key, err)
 	}
 	fmt.Fprintf(env.stdout, "stored %s revision %d (glob %q, %s, capacity %g)\n", key, rev, t.Glob, t.Algorithm, t.Capacity)
+	if domain != "" {
+		fmt.Fprintf(env.stdout, "in the root's bucket (JetStream domain %s); the levels below receive it through their mirrors\n", domain)
+	}
 	return nil
 }
 
@@ -282,7 +309,7 @@ func configDelete(ctx context.Context, env *cliEnv, args []string) error {
 	if err := parseConfigFlags(fs, args, 1); err != nil {
 		return err
 	}
-	ctx, kv, done, err := cf.connect(ctx, false)
+	ctx, kv, _, done, err := cf.connectOrigin(ctx, false)
 	if err != nil {
 		return err
 	}

@@ -10,11 +10,13 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -28,6 +30,7 @@ import (
 // coordFlags are the flags shared by `allot up` and `allot coordinator`.
 type coordFlags struct {
 	node         string
+	parent       string
 	serverID     string
 	round        time.Duration
 	bucket       string
@@ -45,6 +48,7 @@ type coordFlags struct {
 
 func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.node, "node", coordinator.DefaultNode, "tree node to serve; names the subjects allot.<node>.*")
+	fs.StringVar(&f.parent, "parent-node", "", "parent node (toward the root) this node gets its capacity from over its subjects allot.<parent>.*; its configuration bucket becomes a mirror of the parent's, in JetStream domain <parent>")
 	fs.StringVar(&f.serverID, "server-id", "", "this replica's id (default host:pid)")
 	fs.DurationVar(&f.round, "round", coordinator.DefaultRoundInterval, "allocation round interval (0 answers each request at once; at most 50ms)")
 	fs.StringVar(&f.bucket, "state-bucket", coordinator.DefaultStateBucket, "KV bucket for coordinator state (lease horizons)")
@@ -64,7 +68,7 @@ func (f *coordFlags) options(log *slog.Logger) coordinator.Options {
 	if round == 0 {
 		round = coordinator.NoRoundInterval
 	}
-	return coordinator.Options{Node: f.node, ServerID: f.serverID, RoundInterval: round, StateBucket: f.bucket, ClockSkew: skewOption(f.clockSkew), MaxResources: f.maxRes, MaxClients: f.maxClients, Logger: log}
+	return coordinator.Options{Node: f.node, Parent: f.parent, ServerID: f.serverID, RoundInterval: round, StateBucket: f.bucket, ClockSkew: skewOption(f.clockSkew), MaxResources: f.maxRes, MaxClients: f.maxClients, Logger: log}
 }
 
 // skewOption maps --clock-skew 0 (replicas on one host) to the option's
@@ -74,6 +78,27 @@ func skewOption(d time.Duration) time.Duration {
 		return coordinator.NoClockSkew
 	}
 	return d
+}
+
+// nodeRE is what a node name may be: it names subjects and, in a tree,
+// the level's JetStream domain.
+var nodeRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// validate checks the tree flags.
+func (f *coordFlags) validate() error {
+	if !nodeRE.MatchString(f.node) {
+		return fmt.Errorf("--node %q: want 1-64 characters from [A-Za-z0-9_-]", f.node)
+	}
+	if f.parent == "" {
+		return nil
+	}
+	if !nodeRE.MatchString(f.parent) {
+		return fmt.Errorf("--parent-node %q: want 1-64 characters from [A-Za-z0-9_-]", f.parent)
+	}
+	if f.parent == f.node {
+		return fmt.Errorf("--parent-node %q is the node itself: a node's parent is the level above it", f.parent)
+	}
+	return nil
 }
 
 func (f *coordFlags) logger(env *cliEnv) (*slog.Logger, error) {
@@ -91,13 +116,20 @@ type watchedTemplates struct{ *config.Watcher }
 func (w watchedTemplates) Status() any { return w.Watcher.Status() }
 
 // startTemplates opens (creating if needed) the configuration bucket and
-// starts watching it; the watch resyncs on every NATS reconnect.
+// starts watching it; the watch resyncs on every NATS reconnect. Under a
+// parent the bucket is a mirror of the parent's, so templates come from
+// the root and the last ones received keep serving while the link is cut.
 func startTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger) (*config.Watcher, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	kv, err := config.OpenBucket(ctx, js, cf.configBucket, true)
+	var kv jetstream.KeyValue
+	if cf.parent != "" {
+		kv, err = openMirror(ctx, js, cf, log)
+	} else {
+		kv, err = config.OpenBucket(ctx, js, cf.configBucket, true)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -113,6 +145,29 @@ func startTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slo
 		w.Resync()
 	})
 	return w, nil
+}
+
+// mirrorSyncWait bounds how long a coordinator under a parent waits for its
+// configuration mirror to catch up before it serves.
+const mirrorSyncWait = 5 * time.Second
+
+// openMirror opens the configuration mirror of a level under a parent
+// and waits a while for it to catch up, so that the level starts with the
+// root's templates; if the parent cannot be reached it serves what the
+// mirror holds (after a cut: the last templates received).
+func openMirror(ctx context.Context, js jetstream.JetStream, cf *coordFlags, log *slog.Logger) (jetstream.KeyValue, error) {
+	kv, err := config.OpenMirror(ctx, js, cf.configBucket, cf.parent)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, mirrorSyncWait)
+	defer cancel()
+	if err := config.WaitMirrorSynced(wctx, kv); err != nil {
+		log.Warn("configuration mirror not in sync with the parent's yet; serving the templates it holds until it is", "bucket", cf.configBucket, "parent", cf.parent, "err", err)
+	} else {
+		log.Info("configuration mirror in sync with the parent's", "bucket", cf.configBucket, "parent", cf.parent)
+	}
+	return kv, nil
 }
 
 // serve runs a coordinator on nc, with templates from the configuration
@@ -148,6 +203,9 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	if err := cf.validate(); err != nil {
+		return err
+	}
 	log, err := cf.logger(env)
 	if err != nil {
 		return err
@@ -157,6 +215,10 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer nc.Close()
+	if cf.parent != "" {
+		log.Info("coordinator under a parent", "node", cf.node, "parent", cf.parent,
+			"config", cf.configBucket+" mirrors "+cf.configBucket+" of JetStream domain "+cf.parent)
+	}
 	return serve(ctx, nc, &cf, log)
 }
 
@@ -168,6 +230,8 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	port := fs.Int("port", 4222, "NATS client port (0 picks a free one)")
 	dataDir := fs.String("data-dir", defaultDataDir(), "JetStream store directory (keeps configuration and lease horizons across restarts)")
 	natsLog := fs.Bool("nats-log", false, "show the embedded NATS server's own log")
+	leafPort := fs.Int("leafnode-port", 0, "also accept leaf-node connections from child levels of the tree on this port (-1 picks a free one; 0: none)")
+	parentURL := fs.String("parent-url", "", "with --parent-node: the parent level's leaf-node URL(s), nats-leaf://HOST:PORT, comma-separated; the embedded server joins it as a leaf node")
 	replicas := fs.Int("replicas", 1, "coordinator replicas to run, each on its own NATS connection; one leads, the others follow (see 'allot status')")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -177,6 +241,10 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	tree, err := upTree(&cf, *port, *leafPort, *parentURL)
+	if err != nil {
+		return err
 	}
 	log, err := cf.logger(env)
 	if err != nil {
@@ -190,9 +258,11 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer lock.Release()
-	srv, err := embed.Start(embed.Options{Host: *host, Port: *port, StoreDir: *dataDir, Log: *natsLog})
+	// Servers joined by leaf nodes need distinct names.
+	srv, err := embed.Start(embed.Options{Host: *host, Port: *port, StoreDir: *dataDir, Log: *natsLog, ServerName: "allot-" + cf.node,
+		LeafNodePort: tree.leafPort, LeafRemotes: tree.remotes, Domain: tree.domain})
 	if err != nil {
-		return fmt.Errorf("%w (--port 0 picks a free port)", err)
+		return fmt.Errorf("%w (--port 0 and --leafnode-port -1 pick free ports)", err)
 	}
 	defer func() {
 		srv.Shutdown()
@@ -204,8 +274,12 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 		return fmt.Errorf("connect to embedded server: %w", err)
 	}
 	defer nc.Close()
-	if err := seedTemplates(ctx, nc, cf.configBucket, cf.unmatched, log); err != nil {
-		return err
+	// A child's templates come from the root through its mirror; seeding
+	// would write to the root's bucket through it.
+	if cf.parent == "" {
+		if err := seedTemplates(ctx, nc, cf.configBucket, cf.unmatched, log); err != nil {
+			return err
+		}
 	}
 	// Announce once a replica serves (or another process's leader does).
 	var once sync.Once
@@ -223,13 +297,80 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 		case <-ctx.Done():
 			return
 		}
-		fmt.Fprintf(env.stdout, "allot is up: NATS at %s, node %q, %d replica(s)\ntry: go run ./cmd/allot get --nats %s db --wants 10\n     go run ./cmd/allot status --nats %s\n",
-			srv.ClientURL(), cf.node, *replicas, srv.ClientURL(), srv.ClientURL())
+		if cf.parent != "" && !waitLinked(ctx, srv, 10*time.Second) {
+			log.Warn("not joined to the parent level yet; retrying (check --parent-url and the parent's --leafnode-port)", "parent-url", strings.Join(tree.remotes, ","))
+		}
+		fmt.Fprintf(env.stdout, "allot is up: NATS at %s, node %q, %d replica(s)\n", srv.ClientURL(), cf.node, *replicas)
+		if tree.domain != "" {
+			fmt.Fprintf(env.stdout, "  JetStream domain: %s\n", tree.domain)
+		}
+		if u := embed.LeafNodeURL(srv); u != "" {
+			fmt.Fprintf(env.stdout, "  accepting child levels at %s (allot up --node CHILD --parent-node %s --parent-url %s)\n", u, cf.node, u)
+		}
+		if cf.parent != "" {
+			fmt.Fprintf(env.stdout, "  parent: node %q at %s; %s mirrors %s of domain %s\n", cf.parent, strings.Join(tree.remotes, ","), cf.configBucket, cf.configBucket, cf.parent)
+		}
+		fmt.Fprintf(env.stdout, "try: go run ./cmd/allot get --nats %s --node %s db --wants 10\n     go run ./cmd/allot status --nats %s\n",
+			srv.ClientURL(), cf.node, srv.ClientURL())
 	}()
 	if *replicas == 1 {
 		return serve(ctx, nc, &cf, log)
 	}
 	return serveReplicas(ctx, srv.ClientURL(), &cf, *replicas, log)
+}
+
+// waitLinked waits up to limit for srv's leaf link to its parent, and
+// reports whether it is up.
+func waitLinked(ctx context.Context, srv *server.Server, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for !embed.LeafLinked(srv) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
+// treeFlags are the leaf-node settings of `allot up`'s embedded server.
+type treeFlags struct {
+	leafPort int
+	remotes  []string
+	domain   string
+}
+
+// upTree validates `allot up`'s tree flags. A server in a tree (accepting
+// children or joined to a parent) gets the node's name as its JetStream
+// domain, so each level keeps its own buckets and children can mirror its
+// configuration bucket through $JS.<node>.API.
+func upTree(cf *coordFlags, port, leafPort int, parentURL string) (treeFlags, error) {
+	var t treeFlags
+	if err := cf.validate(); err != nil {
+		return t, err
+	}
+	switch {
+	case cf.parent != "" && parentURL == "":
+		return t, fmt.Errorf("--parent-node %s needs --parent-url nats-leaf://HOST:PORT, the parent's leaf-node port (its --leafnode-port)", cf.parent)
+	case cf.parent == "" && parentURL != "":
+		return t, errors.New("--parent-url needs --parent-node, the name of the parent's node")
+	case leafPort < embed.RandomPort || leafPort > 65535:
+		return t, fmt.Errorf("--leafnode-port %d: want 1-65535, -1 for a free port, or 0 for none", leafPort)
+	case leafPort > 0 && leafPort == port:
+		return t, fmt.Errorf("--leafnode-port %d is also --port: leaf nodes need a port of their own", leafPort)
+	}
+	t.leafPort = leafPort
+	if parentURL != "" {
+		for u := range strings.SplitSeq(parentURL, ",") {
+			t.remotes = append(t.remotes, strings.TrimSpace(u))
+		}
+		if _, err := embed.LeafURLs(t.remotes); err != nil {
+			return t, fmt.Errorf("--parent-url: %w", err)
+		}
+	}
+	if leafPort != 0 || cf.parent != "" {
+		t.domain = cf.node
+	}
+	return t, nil
 }
 
 // serveReplicas runs n coordinator replicas, each on its own connection,

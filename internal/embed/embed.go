@@ -6,6 +6,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -31,10 +35,29 @@ type Options struct {
 	// configuration; with ClientAuth RequireAndVerifyClientCert they must
 	// present a certificate.
 	TLS *tls.Config
+	// LeafNodePort, when not 0, accepts leaf-node connections from child
+	// levels of the tree on this port; RandomPort picks a free one.
+	LeafNodePort int
+	// LeafRemotes are the URLs (nats-leaf://HOST:PORT) of the parent
+	// level's servers: the server joins the first it reaches as a leaf
+	// node, and keeps reconnecting while the link is down.
+	LeafRemotes []string
+	// LeafRemotesDisabled starts the server with its leaf remotes
+	// configured but not connected (SetLeafRemotesDisabled toggles it).
+	LeafRemotesDisabled bool
+	// Domain is the JetStream domain (allot uses the node name). Levels
+	// joined by leaf nodes need distinct domains, so that each keeps its
+	// own buckets: the server denies $JS and $KV traffic across a leaf
+	// link whose sides have different domains.
+	Domain string
 }
 
-// Start starts a server and waits until it accepts connections.
-func Start(o Options) (*server.Server, error) {
+// RandomPort as LeafNodePort picks a free port.
+const RandomPort = server.RANDOM_PORT
+
+// serverOptions builds the nats-server options of o, validating what the
+// server would otherwise only report through a fatal log.
+func serverOptions(o Options) (*server.Options, error) {
 	if o.StoreDir == "" {
 		return nil, errors.New("embed: StoreDir is required")
 	}
@@ -51,14 +74,15 @@ func Start(o Options) (*server.Server, error) {
 		name = "allot-embedded"
 	}
 	opts := &server.Options{
-		ServerName: name,
-		Host:       host,
-		Port:       port,
-		JetStream:  true,
-		StoreDir:   o.StoreDir,
-		NoLog:      !o.Log,
-		NoSigs:     true,
-		MaxPayload: 1 << 20,
+		ServerName:      name,
+		Host:            host,
+		Port:            port,
+		JetStream:       true,
+		JetStreamDomain: o.Domain,
+		StoreDir:        o.StoreDir,
+		NoLog:           !o.Log,
+		NoSigs:          true,
+		MaxPayload:      1 << 20,
 	}
 	if o.TLS != nil {
 		opts.TLSConfig = o.TLS
@@ -68,6 +92,103 @@ func Start(o Options) (*server.Server, error) {
 		opts.Cluster = *o.Cluster
 		opts.Routes = server.RoutesFromStr(joinRoutes(o.Routes))
 	}
+	if o.LeafNodePort < RandomPort || o.LeafNodePort > 65535 {
+		return nil, fmt.Errorf("embed: leaf-node port %d: want 1-65535, or %d for a free one", o.LeafNodePort, RandomPort)
+	}
+	if o.LeafNodePort != 0 {
+		opts.LeafNode.Host = host
+		opts.LeafNode.Port = o.LeafNodePort
+	}
+	if len(o.LeafRemotes) > 0 {
+		urls, err := LeafURLs(o.LeafRemotes)
+		if err != nil {
+			return nil, err
+		}
+		// A fresh RemoteLeafOpts on every call: a reload compares it with
+		// the running one, and a shared pointer would show no change.
+		opts.LeafNode.Remotes = []*server.RemoteLeafOpts{{URLs: urls, Disabled: o.LeafRemotesDisabled}}
+		opts.LeafNode.ReconnectInterval = time.Second
+	}
+	return opts, nil
+}
+
+// LeafURLs parses leaf-node remote URLs: nats-leaf://HOST:PORT (also
+// nats://, tls:// and ws(s)://, which the server accepts too) with a host
+// and a port.
+func LeafURLs(raw []string) ([]*url.URL, error) {
+	var out []*url.URL
+	for _, r := range raw {
+		u, err := url.Parse(strings.TrimSpace(r))
+		if err != nil {
+			return nil, fmt.Errorf("embed: leaf remote %q: %w", r, err)
+		}
+		switch u.Scheme {
+		case "nats-leaf", "nats", "tls", "ws", "wss":
+		default:
+			return nil, fmt.Errorf("embed: leaf remote %q: want nats-leaf://HOST:PORT", r)
+		}
+		if u.Hostname() == "" || u.Port() == "" {
+			return nil, fmt.Errorf("embed: leaf remote %q: want nats-leaf://HOST:PORT (host and port)", r)
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+// LeafNodeURL returns the nats-leaf:// URL on which s accepts leaf-node
+// connections, or "" if it accepts none.
+func LeafNodeURL(s *server.Server) string {
+	v, err := s.Varz(nil)
+	if err != nil || v.LeafNode.Port == 0 {
+		return ""
+	}
+	host := v.LeafNode.Host
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return (&url.URL{Scheme: "nats-leaf", Host: net.JoinHostPort(host, strconv.Itoa(v.LeafNode.Port))}).String()
+}
+
+// LeafLinked reports whether s is joined to its parent: it has a leaf-node
+// connection that it solicited.
+func LeafLinked(s *server.Server) bool {
+	lz, err := s.Leafz(nil)
+	if err != nil {
+		return false
+	}
+	for _, l := range lz.Leafs {
+		if l.IsSpoke {
+			return true
+		}
+	}
+	return false
+}
+
+// SetLeafRemotesDisabled disconnects (true) or reconnects (false) the leaf
+// link of s, a server started from o, by reloading its options. Tests use
+// it to cut a level off its parent.
+func SetLeafRemotesDisabled(s *server.Server, o Options, disabled bool) error {
+	if len(o.LeafRemotes) == 0 {
+		return errors.New("embed: the server has no leaf remotes")
+	}
+	o.LeafRemotesDisabled = disabled
+	opts, err := serverOptions(o)
+	if err != nil {
+		return err
+	}
+	if err := s.ReloadOptions(opts); err != nil {
+		return fmt.Errorf("embed: reload leaf remotes: %w", err)
+	}
+	return nil
+}
+
+// Start starts a server and waits until it accepts connections.
+func Start(o Options) (*server.Server, error) {
+	opts, err := serverOptions(o)
+	if err != nil {
+		return nil, err
+	}
+	host, port := opts.Host, opts.Port
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embed: new server: %w", err)

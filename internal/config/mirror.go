@@ -1,0 +1,209 @@
+package config
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// maxTreeDepth bounds how many mirrors OpenOrigin follows toward the root,
+// so that a misconfigured loop of mirrors ends with an error.
+const maxTreeDepth = 16
+
+// domainAPIPrefix is the JetStream API prefix of a domain, as a mirror's
+// External.APIPrefix names it.
+func domainAPIPrefix(domain string) string { return "$JS." + domain + ".API" }
+
+// MirrorOriginWait bounds how long OpenMirror waits for the parent's
+// bucket to be reachable before it creates a new mirror.
+const MirrorOriginWait = 10 * time.Second
+
+// waitOrigin waits up to limit (and while ctx lasts) until bucket can be
+// read in domain, and reports whether it could.
+func waitOrigin(ctx context.Context, nc *nats.Conn, bucket, domain string, limit time.Duration) bool {
+	pjs, err := jetstream.NewWithDomain(nc, domain)
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for {
+		tctx, tcancel := context.WithTimeout(ctx, time.Second)
+		_, err := pjs.KeyValue(tctx, bucket)
+		tcancel()
+		if err == nil {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// OpenMirror returns the configuration bucket of a child level of the
+// tree: a KV mirror, in js's (the child's) domain, of the bucket of the
+// same name in the parent's domain, so that templates edited once at the
+// root reach every level (a mirror of a mirror down the tree) and a level
+// cut off from its parent keeps serving the last version it received.
+// A missing mirror is created, after waiting up to MirrorOriginWait for
+// the parent's bucket; it fills once the parent is reachable. An
+// existing bucket is used only if it is such a mirror: a plain bucket, or
+// a mirror of another domain, is an error that says how to replace it,
+// because its templates would silently shadow the root's.
+//
+// The mirror names the parent's API prefix ($JS.<parent>.API) in
+// External rather than setting StreamSource.Domain, as the nats CLI's
+// `--mirror-domain` does; nats.go turns Domain into the same prefix.
+func OpenMirror(ctx context.Context, js jetstream.JetStream, bucket, parentDomain string) (jetstream.KeyValue, error) {
+	if bucket == "" {
+		bucket = DefaultBucket
+	}
+	if parentDomain == "" {
+		return nil, errors.New("configuration mirror: the parent's domain is empty")
+	}
+	want := domainAPIPrefix(parentDomain)
+	kv, err := js.KeyValue(ctx, bucket)
+	if err == nil {
+		return kv, checkMirror(ctx, kv, bucket, want, parentDomain)
+	}
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("open configuration bucket %q: %w", bucket, err)
+	}
+	// A mirror created while its origin cannot be reached starts syncing
+	// only after nats-server's setup request times out (30s) and its retry
+	// backoff passes (about 40s in all, up to minutes): wait a while for
+	// the origin first, then create the mirror in any case.
+	waitOrigin(ctx, js.Conn(), bucket, parentDomain, MirrorOriginWait)
+	kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      bucket,
+		Description: "allot resource templates: mirror of " + bucket + " in domain " + parentDomain,
+		History:     BucketHistory,
+		Storage:     jetstream.FileStorage,
+		Mirror:      &jetstream.StreamSource{Name: bucket, External: &jetstream.ExternalStream{APIPrefix: want}},
+	})
+	if errors.Is(err, jetstream.ErrBucketExists) { // lost a race with another creator
+		if kv, err = js.KeyValue(ctx, bucket); err == nil {
+			return kv, checkMirror(ctx, kv, bucket, want, parentDomain)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create configuration bucket %q as a mirror of domain %s: %w", bucket, parentDomain, err)
+	}
+	return kv, nil
+}
+
+// checkMirror reports an error unless kv mirrors bucket through the API
+// prefix want.
+func checkMirror(ctx context.Context, kv jetstream.KeyValue, bucket, want, parentDomain string) error {
+	m, err := mirrorOf(ctx, kv)
+	if err != nil {
+		return err
+	}
+	fix := fmt.Sprintf("delete it (nats kv del %s) to let allot create the mirror, or run: nats kv add %s --mirror %s --mirror-domain %s", bucket, bucket, bucket, parentDomain)
+	if m == nil {
+		return fmt.Errorf("configuration bucket %q exists in this domain but is not a mirror of domain %s: its templates would shadow the root's; %s", bucket, parentDomain, fix)
+	}
+	got := ""
+	if m.External != nil {
+		got = m.External.APIPrefix
+	}
+	if strings.TrimPrefix(m.Name, "KV_") != bucket || got != want {
+		return fmt.Errorf("configuration bucket %q mirrors %s through %q, not %s in domain %s; %s", bucket, m.Name, got, bucket, parentDomain, fix)
+	}
+	return nil
+}
+
+// mirrorOf returns the mirror source of kv's stream, or nil if it is not
+// a mirror.
+func mirrorOf(ctx context.Context, kv jetstream.KeyValue) (*jetstream.StreamSource, error) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("configuration bucket %q: %w", kv.Bucket(), err)
+	}
+	kst, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return nil, nil
+	}
+	return kst.StreamInfo().Config.Mirror, nil
+}
+
+// OpenOrigin returns the bucket that the configuration bucket reached
+// through nc mirrors, following mirrors of mirrors up to the root's
+// bucket, where templates are written: a put through a mirror two levels
+// down would reach only the mirror in the level above, which stores
+// nothing. If the bucket is not a mirror, it is returned as it is. The
+// second result names the origin's domain ("" for nc's own).
+func OpenOrigin(ctx context.Context, nc *nats.Conn, bucket string, create bool) (jetstream.KeyValue, string, error) {
+	if bucket == "" {
+		bucket = DefaultBucket
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, "", fmt.Errorf("jetstream: %w", err)
+	}
+	kv, err := OpenBucket(ctx, js, bucket, create)
+	if err != nil {
+		return nil, "", err
+	}
+	domain := ""
+	var path []string
+	for range maxTreeDepth {
+		m, err := mirrorOf(ctx, kv)
+		if err != nil {
+			return nil, "", err
+		}
+		if m == nil {
+			return kv, domain, nil
+		}
+		if m.External == nil || m.External.APIPrefix == "" {
+			return nil, "", fmt.Errorf("configuration bucket %q is a mirror of %s in its own domain: write templates there", kv.Bucket(), m.Name)
+		}
+		d, ok := strings.CutSuffix(strings.TrimPrefix(m.External.APIPrefix, "$JS."), ".API")
+		if !ok || d == "" || !strings.HasPrefix(m.External.APIPrefix, "$JS.") {
+			return nil, "", fmt.Errorf("configuration bucket %q mirrors through API prefix %q, which names no domain", kv.Bucket(), m.External.APIPrefix)
+		}
+		domain = d
+		path = append(path, d)
+		pjs, err := jetstream.NewWithDomain(nc, d)
+		if err != nil {
+			return nil, "", fmt.Errorf("jetstream domain %s: %w", d, err)
+		}
+		if kv, err = pjs.KeyValue(ctx, strings.TrimPrefix(m.Name, "KV_")); err != nil {
+			return nil, "", fmt.Errorf("configuration bucket %q is a mirror; its origin %s in domain %s (path %s) cannot be reached: %w", bucket, m.Name, d, strings.Join(path, " -> "), err)
+		}
+	}
+	return nil, "", fmt.Errorf("configuration bucket %q: more than %d mirrors toward the root (path %s): a loop?", bucket, maxTreeDepth, strings.Join(path, " -> "))
+}
+
+// WaitMirrorSynced waits until the mirror kv has heard from its origin
+// and caught up (no lag), so that a level starting under its parent
+// serves the root's templates rather than an empty bucket, or until ctx
+// ends: then it returns ctx's error, and the mirror keeps filling once the
+// parent is reachable. A bucket that is not a mirror is synced at once.
+func WaitMirrorSynced(ctx context.Context, kv jetstream.KeyValue) error {
+	for {
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("configuration mirror %q: %w", kv.Bucket(), err)
+		}
+		kst, ok := st.(*jetstream.KeyValueBucketStatus)
+		if !ok || kst.StreamInfo().Config.Mirror == nil {
+			return nil
+		}
+		if m := kst.StreamInfo().Mirror; m != nil && m.Active >= 0 && m.Lag == 0 && m.Error == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("configuration mirror %q has not caught up with its origin: %w", kv.Bucket(), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
