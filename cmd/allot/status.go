@@ -145,6 +145,9 @@ func collectStatus(ctx context.Context, nc *nats.Conn, bucket string, wait time.
 	deadline := time.Now().Add(wait)
 	for {
 		m, err := sub.NextMsg(time.Until(deadline))
+		if errors.Is(err, nats.ErrNoResponders) {
+			continue // nobody serves one of the two services
+		}
 		if err != nil {
 			break // timeout: done collecting
 		}
@@ -186,6 +189,10 @@ func collectStatus(ctx context.Context, nc *nats.Conn, bucket string, wait time.
 			if n.Leader == "" && r.Role == election.RoleLeader {
 				n.Leader, n.Term = r.ServerID, r.Term
 			}
+		}
+		if n.Leader == "" && n.Serving != nil {
+			// A coordinator run without replicas: it is the leader.
+			n.Leader, n.Term = n.Serving.ServerID, n.Serving.Term
 		}
 	}
 	return out, nil
