@@ -295,7 +295,7 @@ func Simulate(ctx context.Context, env *Env, sc SimScenario) (*SimOutcome, error
 	var replicas []*simReplica
 	if sc.Replicas {
 		for _, id := range []string{"sim-replica-1", "sim-replica-2"} {
-			r, err := startReplica(ctx, url, id, tmpls, log)
+			r, err := startReplica(ctx, url, coordinator.Options{ServerID: id, Templates: tmpls, Logger: log})
 			if err != nil {
 				return nil, err
 			}
@@ -762,16 +762,18 @@ func (r *simReplica) stop() {
 	r.nc.Close()
 }
 
-// startReplica runs a replica of the root node in the election (TTL 3s).
-func startReplica(ctx context.Context, url, id string, tmpls coordinator.TemplateSource, log *slog.Logger) (*simReplica, error) {
-	nc, err := nats.Connect(url, nats.Name("allot sim "+id))
+// startReplica runs a replica of o.Node (default the root) in the
+// election (TTL 3s), on a connection of its own made with nopts.
+func startReplica(ctx context.Context, url string, o coordinator.Options, nopts ...nats.Option) (*simReplica, error) {
+	id, log := o.ServerID, o.Logger
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("allot sim " + id)}, nopts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}
 	r := &simReplica{nc: nc, done: make(chan struct{}), serving: make(chan struct{})}
 	var once sync.Once
 	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{
-		Options:     coordinator.Options{ServerID: id, Templates: tmpls, Logger: log},
+		Options:     o,
 		ElectionTTL: 3 * time.Second,
 		OnServing: func(_ uint64, serving bool) {
 			r.mu.Lock()
