@@ -176,6 +176,15 @@ type TreeOutcome struct {
 	Jain     float64     `json:"jain_fairness"`
 	JainTree float64     `json:"jain_fairness_tree"`
 	Shifts   []TreeShift `json:"shifts"`
+	// Steps sums up reconvergence per level after every step of the
+	// random walk (every second, until the next step or mishap).
+	Steps [treeLevels]StepFigures `json:"steps"`
+	// ShortfallSamples counts samples where some node had leased out more
+	// than its own lease from its parent (what Doorman calls shortfall
+	// at a node; the parent still counts the excess as the node's, so it
+	// is not an overshoot), and MaxShortfall is the largest such excess.
+	ShortfallSamples int     `json:"shortfall_samples"`
+	MaxShortfall     float64 `json:"max_shortfall"`
 	// FailoverS is the time from the loss of the replica node's leader
 	// to the first lease its successor handed a child.
 	FailoverS float64 `json:"failover_s"`
@@ -186,17 +195,28 @@ type TreeOutcome struct {
 	series treeSeries
 }
 
+// StepFigures sums up the reconvergence of one level after the random
+// walk's steps: median and largest time to the first converged sample,
+// and how many steps were not followed by one before the next change.
+type StepFigures struct {
+	MedianS float64 `json:"median_s"`
+	MaxS    float64 `json:"max_s"`
+	Missed  int     `json:"missed"`
+	Steps   int     `json:"steps"`
+}
+
 // TargetReconvergence is the reconvergence target per level: two refresh
 // intervals.
 const TargetReconvergence = 2 * treeRefresh
 
 // treeSeries is the sampled time series.
 type treeSeries struct {
-	start                      time.Time
 	t, totalW, totalH, inForce []float64
 	regionH                    [][]float64 // Σ client has per region
 	rootLease                  [][]float64 // the root's lease to each region
+	regionOut                  [][]float64 // Σ a region's leases to its clusters
 	conv                       [][treeLevels]bool
+	steps                      []float64 // times of the random walk's steps
 }
 
 // treeNode is one level's nats-server and coordinator(s).
@@ -219,8 +239,8 @@ type treeNode struct {
 type leaseSeen struct {
 	level    int    // 0 root → region, 1 region → cluster, 2 cluster → client
 	who      string // node name or client index
-	arrival  time.Duration
-	expiry   int64 // unix ns
+	arrival  int64  // unix ns
+	expiry   int64  // unix ns
 	capacity float64
 }
 
@@ -228,7 +248,6 @@ type leaseSeen struct {
 // inboxes, on each level's server.
 type treeMonitor struct {
 	mu     sync.Mutex
-	start  time.Time
 	depth  map[string]int // node → depth
 	events []leaseSeen
 	latest map[string]leaseSeen
@@ -269,7 +288,7 @@ func (m *treeMonitor) onReply(msg *nats.Msg) {
 		}
 		who = strings.TrimPrefix(who, "c")
 	}
-	now := time.Since(m.start)
+	now := time.Now().UnixNano()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, l := range leases {
@@ -536,12 +555,8 @@ func SimulateTree(ctx context.Context, env *Env, sc TreeScenario) (*TreeOutcome,
 	out := &TreeOutcome{Machine: DescribeMachine(), Scenario: sc, Capacity: treeCapacity, Refresh: treeRefresh.String(),
 		Lease: treeLease.String(), SetupS: time.Since(setup).Seconds()}
 	rng := rand.New(rand.NewPCG(sc.Seed, 42))
-	mon.mu.Lock()
-	mon.start = time.Now()
-	mon.mu.Unlock()
-	start := mon.start
-	out.series.start = start
-	var lossAt time.Duration
+	start := time.Now()
+	var lossAt time.Time
 	events := slices.Clone(sc.Events)
 	tick := time.NewTicker(simSample)
 	defer tick.Stop()
@@ -568,7 +583,7 @@ func SimulateTree(ctx context.Context, env *Env, sc TreeScenario) (*TreeOutcome,
 				_ = c.l.SetWants(c.wants())
 				sh.On = fmt.Sprintf("client %d (%s)", e.Client, nodes[c.cluster].name)
 			case "leader-lost":
-				lossAt = now
+				lossAt = time.Now()
 				for _, r := range byName[e.Node].replicas {
 					if r.leading() {
 						r.nc.Close() // abrupt: no resignation, nothing answered
@@ -587,6 +602,7 @@ func SimulateTree(ctx context.Context, env *Env, sc TreeScenario) (*TreeOutcome,
 		// Random walk of the wants from 14, reverting to treeMean.
 		if now >= nextStep {
 			nextStep += simStep
+			out.series.steps = append(out.series.steps, now.Seconds())
 			for _, c := range clients {
 				c.base = math.Max(1, math.Min(40, c.base+rng.NormFloat64()*1.5+0.1*(treeMean-c.base)))
 				_ = c.l.SetWants(c.wants())
@@ -598,15 +614,15 @@ func SimulateTree(ctx context.Context, env *Env, sc TreeScenario) (*TreeOutcome,
 	mon.mu.Lock()
 	evs := slices.Clone(mon.events)
 	mon.mu.Unlock()
-	if lossAt > 0 {
-		for _, ev := range evs {
-			if ev.arrival > lossAt && ev.level == 1 && byName[ev.who].parent == sc.ReplicaNode {
-				out.FailoverS = (ev.arrival - lossAt).Seconds()
+	out.analyze(evs)
+	if !lossAt.IsZero() {
+		for _, ev := range evs { // sorted by arrival
+			if ev.arrival > lossAt.UnixNano() && ev.level == 1 && byName[ev.who].parent == sc.ReplicaNode {
+				out.FailoverS = time.Duration(ev.arrival - lossAt.UnixNano()).Seconds()
 				break
 			}
 		}
 	}
-	out.analyze(evs)
 	return out, nil
 }
 
@@ -635,6 +651,22 @@ func (o *TreeOutcome) sample(now time.Duration, nodes []*treeNode, clients []*tr
 	mon.mu.Unlock()
 	if noLease && now >= treeWarmup {
 		o.SafeSamples++
+	}
+	// A node's own lease against what it has leased out.
+	short := 0.0
+	for i, n := range nodes[1:] {
+		var out float64
+		for _, ci := range n.children {
+			out += nh[ci]
+		}
+		for _, k := range n.clients {
+			out += h[k]
+		}
+		short = math.Max(short, out-nh[i+1])
+	}
+	if short > 1e-6 {
+		o.ShortfallSamples++
+		o.MaxShortfall = math.Max(o.MaxShortfall, short)
 	}
 	o.MaxInForceRatio = math.Max(o.MaxInForceRatio, inForce/treeCapacity)
 
@@ -691,15 +723,20 @@ func (o *TreeOutcome) sample(now time.Duration, nodes []*treeNode, clients []*tr
 	s.totalW, s.totalH, s.inForce = append(s.totalW, sum(w)), append(s.totalH, sum(h)), append(s.inForce, inForce)
 	rh := make([]float64, len(nodes[0].children))
 	rl := make([]float64, len(nodes[0].children))
+	ro := make([]float64, len(nodes[0].children))
 	for j, ri := range nodes[0].children {
 		rl[j] = nh[ri]
+		for _, ci := range nodes[ri].children {
+			ro[j] += nh[ci]
+		}
 		for k, c := range clients {
 			if c.region == nodes[ri].region {
 				rh[j] += h[k]
 			}
 		}
 	}
-	s.regionH, s.rootLease, s.conv = append(s.regionH, rh), append(s.rootLease, rl), append(s.conv, conv)
+	s.regionH, s.rootLease, s.regionOut = append(s.regionH, rh), append(s.rootLease, rl), append(s.regionOut, ro)
+	s.conv = append(s.conv, conv)
 
 	// Fairness over contended samples after the warm-up.
 	if now < treeWarmup || sum(w) <= treeCapacity {
@@ -789,7 +826,7 @@ func (o *TreeOutcome) analyze(evs []leaseSeen) {
 				o.NegativeGrants++
 			}
 			cur[ev.who] = ev
-			at := o.series.unixAt(ev.arrival)
+			at := ev.arrival
 			var total float64
 			for _, c := range cur {
 				if c.expiry > at {
@@ -812,27 +849,60 @@ func (o *TreeOutcome) analyze(evs []leaseSeen) {
 	client := o.Levels[treeLevels-1]
 	o.OvershootEvents, o.MaxLeaseRatio = client.OvershootEvents, client.MaxLeaseRatio
 
-	// Reconvergence per level after the start and each shift.
+	// Reconvergence per level after the start and each shift, until the
+	// next shift.
 	o.Shifts = append([]TreeShift{{What: "start", ReconvergeS: [treeLevels]float64{-1, -1, -1}}}, o.Shifts...)
 	for n := range o.Shifts {
-		from, until := o.Shifts[n].AtS, math.Inf(1)
+		until := math.Inf(1)
 		if n+1 < len(o.Shifts) {
 			until = o.Shifts[n+1].AtS
 		}
 		for level := range treeLevels {
-			for i := range s.t {
-				if s.t[i] >= from && s.t[i] < until && s.conv[i][level] {
-					o.Shifts[n].ReconvergeS[level] = s.t[i] - from
-					break
-				}
+			o.Shifts[n].ReconvergeS[level] = s.reconverge(level, o.Shifts[n].AtS, until)
+		}
+	}
+	// And after each step of the random walk, until the next change.
+	var changes []float64
+	for _, sh := range o.Shifts {
+		changes = append(changes, sh.AtS)
+	}
+	changes = append(changes, s.steps...)
+	slices.Sort(changes)
+	for level := range treeLevels {
+		var times []float64
+		f := &o.Steps[level]
+		for _, at := range s.steps {
+			if at < treeWarmup.Seconds() {
+				continue
 			}
+			until := math.Inf(1)
+			if j, _ := slices.BinarySearch(changes, math.Nextafter(at, math.Inf(1))); j < len(changes) {
+				until = changes[j]
+			}
+			f.Steps++
+			if v := s.reconverge(level, at, until); v >= 0 {
+				times = append(times, v)
+			} else {
+				f.Missed++
+			}
+		}
+		if len(times) > 0 {
+			slices.Sort(times)
+			f.MedianS, f.MaxS = times[len(times)/2], times[len(times)-1]
 		}
 	}
 }
 
-// unixAt converts a time since the start into unix ns. The series keeps
-// the start for that.
-func (s *treeSeries) unixAt(d time.Duration) int64 { return s.start.Add(d).UnixNano() }
+// reconverge returns the time from from to the first sample before until
+// where level is converged, or -1.
+func (s *treeSeries) reconverge(level int, from, until float64) float64 {
+	for i := range s.t {
+		if s.t[i] >= from && s.t[i] < until && s.conv[i][level] {
+			return s.t[i] - from
+		}
+	}
+	return -1
+}
 
 func (s *treeSeries) csv() []byte {
 	var b strings.Builder
@@ -842,7 +912,7 @@ func (s *treeSeries) csv() []byte {
 		n = len(s.regionH[0])
 	}
 	for r := range n {
-		fmt.Fprintf(&b, ",has_region_%d,root_lease_region_%d", r, r)
+		fmt.Fprintf(&b, ",has_region_%d,root_lease_region_%d,cluster_leases_region_%d", r, r, r)
 	}
 	for l := range treeLevels {
 		fmt.Fprintf(&b, ",converged_level_%d", l)
@@ -851,7 +921,7 @@ func (s *treeSeries) csv() []byte {
 	for i := range s.t {
 		fmt.Fprintf(&b, "%.3f,%.2f,%.2f,%.2f,%g", s.t[i], s.totalW[i], s.totalH[i], s.inForce[i], treeCapacity)
 		for r := range n {
-			fmt.Fprintf(&b, ",%.2f,%.2f", s.regionH[i][r], s.rootLease[i][r])
+			fmt.Fprintf(&b, ",%.2f,%.2f,%.2f", s.regionH[i][r], s.rootLease[i][r], s.regionOut[i][r])
 		}
 		for l := range treeLevels {
 			fmt.Fprintf(&b, ",%t", s.conv[i][l])
@@ -901,21 +971,6 @@ func (o *TreeOutcome) mishaps() string {
 	return "spikes (+100), " + strings.Join(parts, ", ")
 }
 
-// reconvergeWorst is the longest reconvergence per level over the shifts
-// that reconverged, and how many shifts did not within their window.
-func (o *TreeOutcome) reconvergeWorst() (worst [treeLevels]float64, missed [treeLevels]int) {
-	for _, sh := range o.Shifts {
-		for l, v := range sh.ReconvergeS {
-			if v < 0 {
-				missed[l]++
-				continue
-			}
-			worst[l] = math.Max(worst[l], v)
-		}
-	}
-	return worst, missed
-}
-
 // Markdown renders the outcome: figures, per level, per shift, the plot.
 func (o *TreeOutcome) Markdown() string {
 	var b strings.Builder
@@ -924,7 +979,6 @@ func (o *TreeOutcome) Markdown() string {
 		1+o.Scenario.Regions*(1+o.Scenario.Clusters), o.Capacity, o.Scenario.Regions, o.Scenario.Clusters, o.Scenario.Clients,
 		o.Scenario.Regions*o.Scenario.Clusters*o.Scenario.Clients, o.Lease, o.Refresh, treeWants, simStep, treeMean, treeSpike,
 		o.Scenario.ReplicaNode, o.RunS, o.SetupS)
-	worst, missed := o.reconvergeWorst()
 	fmt.Fprintf(&b, "- Utilization (Σ client leases ÷ min(capacity, Σ wants), 50 ms samples after the first 3 s): **%.2f%%** (target ≥ %.0f%%: %s).\n",
 		o.Utilization*100, TargetUtilization*100, verdict(o.Utilization >= TargetUtilization))
 	fmt.Fprintf(&b, "- Overshoot (Σ unexpired client leases above the root's capacity, in the order the leases reached the clients' servers): **%d events, max %.2f%%** of capacity (target 0: %s). Negative grants: %d.\n",
@@ -935,11 +989,15 @@ func (o *TreeOutcome) Markdown() string {
 	if o.FailoverS > 0 {
 		fmt.Fprintf(&b, "- Leader of %s lost: the follower's first lease to a child %.2fs later (election TTL 3 s).\n", o.Scenario.ReplicaNode, o.FailoverS)
 	}
-	fmt.Fprintf(&b, "- Reconvergence, worst over the shifts that settled before the next one (target ≤ 2 refresh intervals = %v per level, %v for the tree):", TargetReconvergence, treeLevels*TargetReconvergence)
-	for l := range treeLevels {
-		fmt.Fprintf(&b, " %s %.2fs (%d of %d shifts did not settle within their window);", treeLevelNames[l], worst[l], missed[l], len(o.Shifts))
+	fmt.Fprintf(&b, "- Nodes that had leased out more than their own lease (the parent still counts it as theirs): %d samples, by up to %.2f.\n", o.ShortfallSamples, o.MaxShortfall)
+	fmt.Fprintf(&b, "- Reconvergence (first 50 ms sample where a level's leases add up to ≥ 99%% of its shares and are within 5%% of capacity of them; target ≤ 2 refresh intervals = %v per level, %v through the three levels) after each of the random walk's %d steps (1 s apart) and after each mishap, below.\n\n",
+		TargetReconvergence, treeLevels*TargetReconvergence, o.Steps[0].Steps)
+	var steps [][]string
+	for l, f := range o.Steps {
+		steps = append(steps, []string{treeLevelNames[l], fmt.Sprintf("%.2fs", f.MedianS), fmt.Sprintf("%.2fs", f.MaxS), fmt.Sprintf("%d of %d", f.Missed, f.Steps)})
 	}
-	b.WriteString("\n\n")
+	b.WriteString(table([]string{"after a step of the walk", "median", "max", "not settled before the next change"}, steps))
+	b.WriteString("\n")
 	var rows [][]string
 	for _, lv := range o.Levels {
 		rows = append(rows, []string{lv.Level, strconv.Itoa(lv.Leases), strconv.Itoa(lv.OvershootEvents), f2(lv.MaxLeaseRatio * 100)})
