@@ -262,31 +262,19 @@ func (m *treeMonitor) onReply(msg *nats.Msg) {
 	node, who := parts[2], parts[3]
 	enc := wire.ReplyEncodingOf(msg.Header)
 	var leases []*allotpb.Lease
-	level := 0
+	level := treeLevels - 1
 	if who == "up" {
-		level = m.depth[node] - 1
 		var resp allotpb.GetServerCapacityResponse
 		if wire.Unmarshal(enc, msg.Data, &resp) != nil {
 			return
 		}
-		for _, rr := range resp.GetResponse() {
-			if rr.GetResourceId() == treeResource {
-				leases = append(leases, rr.GetGets())
-			}
-		}
-		who = node
+		level, who, leases = m.depth[node]-1, node, simLeases(resp.GetResponse())
 	} else {
-		level = treeLevels - 1
 		var resp allotpb.GetCapacityResponse
 		if wire.Unmarshal(enc, msg.Data, &resp) != nil {
 			return
 		}
-		for _, rr := range resp.GetResponse() {
-			if rr.GetResourceId() == treeResource {
-				leases = append(leases, rr.GetGets())
-			}
-		}
-		who = strings.TrimPrefix(who, "c")
+		who, leases = strings.TrimPrefix(who, "c"), simLeases(resp.GetResponse())
 	}
 	now := time.Now().UnixNano()
 	m.mu.Lock()
@@ -299,6 +287,20 @@ func (m *treeMonitor) onReply(msg *nats.Msg) {
 		m.events = append(m.events, ev)
 		m.latest[who] = ev
 	}
+}
+
+// simLeases picks the simulated resource's leases from a response.
+func simLeases[R interface {
+	GetResourceId() string
+	GetGets() *allotpb.Lease
+}](rs []R) []*allotpb.Lease {
+	var out []*allotpb.Lease
+	for _, r := range rs {
+		if r.GetResourceId() == treeResource && r.GetGets() != nil {
+			out = append(out, r.GetGets())
+		}
+	}
+	return out
 }
 
 // has returns who's unexpired lease at unix ns now.
@@ -558,20 +560,8 @@ func SimulateTree(ctx context.Context, env *Env, sc TreeScenario) (*TreeOutcome,
 	start := time.Now()
 	var lossAt time.Time
 	events := slices.Clone(sc.Events)
-	tick := time.NewTicker(simSample)
-	defer tick.Stop()
 	nextStep := simStep
-	for {
-		var now time.Duration
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case t := <-tick.C:
-			now = t.Sub(start)
-		}
-		if now >= sc.Duration {
-			break
-		}
+	err := everySample(ctx, start, sc.Duration, func(now time.Duration) error {
 		for len(events) > 0 && events[0].At <= now {
 			e := events[0]
 			events = events[1:]
@@ -593,7 +583,7 @@ func SimulateTree(ctx context.Context, env *Env, sc TreeScenario) (*TreeOutcome,
 				sh.On = e.Node
 			case "cut", "restore":
 				if err := byName[e.Node].setLeaf(e.What == "cut"); err != nil {
-					return nil, err
+					return err
 				}
 				sh.On = e.Node + " ↔ " + byName[e.Node].parent
 			}
@@ -609,6 +599,10 @@ func SimulateTree(ctx context.Context, env *Env, sc TreeScenario) (*TreeOutcome,
 			}
 		}
 		out.sample(now, nodes, clients, mon)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	out.RunS = time.Since(start).Seconds()
 	mon.mu.Lock()
