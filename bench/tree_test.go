@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 )
@@ -47,5 +48,39 @@ func TestTreeNoOvershoot(t *testing.T) {
 		out.SetupS, out.RunS, out.Utilization, out.Jain, out.JainTree, out.FailoverS, out.MaxInForceRatio, out.SafeSamples)
 	for _, sh := range out.Shifts {
 		t.Logf("shift %s %s at %.1fs: reconverged %v", sh.What, sh.On, sh.AtS, sh.ReconvergeS)
+	}
+}
+
+// The overshoot check counts a lease from when it arrives until it
+// expires or its holder's next lease replaces it, per level: two clients
+// whose leases overlap above capacity are one overshoot; a shrink that
+// arrives first, or a lease that expired, is none.
+func TestTreeOvershootCounted(t *testing.T) {
+	const sec = int64(time.Second)
+	at := func(level int, who string, arrival, expiry int64, capacity float64) leaseSeen {
+		return leaseSeen{level: level, who: who, arrival: arrival * sec, expiry: expiry * sec, capacity: capacity}
+	}
+	client := treeLevels - 1
+	o := &TreeOutcome{}
+	o.analyze([]leaseSeen{
+		at(client, "0", 1, 10, 300),
+		at(client, "1", 2, 10, 200),  // 500: at capacity
+		at(client, "0", 3, 10, 250),  // 450
+		at(client, "1", 4, 10, 260),  // 510: over
+		at(client, "2", 5, 10, 10),   // 520: still the same overshoot
+		at(client, "1", 6, 10, 100),  // 360
+		at(client, "3", 11, 20, 499), // the others expired
+		at(0, "region-0", 1, 10, 400),
+		at(0, "region-1", 2, 10, 100),
+	})
+	lv := o.Levels[client]
+	if lv.OvershootEvents != 1 || math.Abs(lv.MaxLeaseRatio-520.0/treeCapacity) > 1e-12 || lv.Leases != 7 {
+		t.Errorf("client level: %+v, want 1 overshoot up to %v over 7 leases", lv, 520.0/treeCapacity)
+	}
+	if o.OvershootEvents != 1 || o.MaxLeaseRatio != lv.MaxLeaseRatio {
+		t.Errorf("headline %d overshoots, max %v; want the client level's", o.OvershootEvents, o.MaxLeaseRatio)
+	}
+	if root := o.Levels[0]; root.OvershootEvents != 0 || root.MaxLeaseRatio != 1 {
+		t.Errorf("root level: %+v, want no overshoot, max 1", root)
 	}
 }
