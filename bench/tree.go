@@ -213,6 +213,7 @@ const TargetReconvergence = 2 * treeRefresh
 type treeSeries struct {
 	t, totalW, totalH, inForce []float64
 	regionH                    [][]float64 // Σ client has per region
+	regionW                    [][]float64 // Σ client wants per region
 	rootLease                  [][]float64 // the root's lease to each region
 	regionOut                  [][]float64 // Σ a region's leases to its clusters
 	conv                       [][treeLevels]bool
@@ -716,6 +717,7 @@ func (o *TreeOutcome) sample(now time.Duration, nodes []*treeNode, clients []*tr
 	s.t = append(s.t, now.Seconds())
 	s.totalW, s.totalH, s.inForce = append(s.totalW, sum(w)), append(s.totalH, sum(h)), append(s.inForce, inForce)
 	rh := make([]float64, len(nodes[0].children))
+	rw := make([]float64, len(nodes[0].children))
 	rl := make([]float64, len(nodes[0].children))
 	ro := make([]float64, len(nodes[0].children))
 	for j, ri := range nodes[0].children {
@@ -726,10 +728,12 @@ func (o *TreeOutcome) sample(now time.Duration, nodes []*treeNode, clients []*tr
 		for k, c := range clients {
 			if c.region == nodes[ri].region {
 				rh[j] += h[k]
+				rw[j] += w[k]
 			}
 		}
 	}
-	s.regionH, s.rootLease, s.regionOut = append(s.regionH, rh), append(s.rootLease, rl), append(s.regionOut, ro)
+	s.regionH, s.regionW = append(s.regionH, rh), append(s.regionW, rw)
+	s.rootLease, s.regionOut = append(s.rootLease, rl), append(s.regionOut, ro)
 	s.conv = append(s.conv, conv)
 
 	// Fairness over contended samples after the warm-up.
@@ -906,7 +910,7 @@ func (s *treeSeries) csv() []byte {
 		n = len(s.regionH[0])
 	}
 	for r := range n {
-		fmt.Fprintf(&b, ",has_region_%d,root_lease_region_%d,cluster_leases_region_%d", r, r, r)
+		fmt.Fprintf(&b, ",wants_region_%d,has_region_%d,root_lease_region_%d,cluster_leases_region_%d", r, r, r, r)
 	}
 	for l := range treeLevels {
 		fmt.Fprintf(&b, ",converged_level_%d", l)
@@ -915,7 +919,7 @@ func (s *treeSeries) csv() []byte {
 	for i := range s.t {
 		fmt.Fprintf(&b, "%.3f,%.2f,%.2f,%.2f,%g", s.t[i], s.totalW[i], s.totalH[i], s.inForce[i], treeCapacity)
 		for r := range n {
-			fmt.Fprintf(&b, ",%.2f,%.2f,%.2f", s.regionH[i][r], s.rootLease[i][r], s.regionOut[i][r])
+			fmt.Fprintf(&b, ",%.2f,%.2f,%.2f,%.2f", s.regionW[i][r], s.regionH[i][r], s.rootLease[i][r], s.regionOut[i][r])
 		}
 		for l := range treeLevels {
 			fmt.Fprintf(&b, ",%t", s.conv[i][l])
@@ -951,6 +955,13 @@ func (o *TreeOutcome) plot() []byte {
 		maxY = math.Max(maxY, v*1.05)
 	}
 	c.yMin, c.yMax = 0, math.Min(maxY, treeCapacity*3)
+	// The faults as vertical dashed lines.
+	for _, sh := range o.Shifts {
+		if sh.What == "leader-lost" || sh.What == "cut" || sh.What == "restore" {
+			c.series = append(c.series, series{name: fmt.Sprintf("%s %.0fs", sh.What, sh.AtS), x: []float64{sh.AtS, sh.AtS},
+				y: []float64{0, c.yMax}, color: "#7f7f7f", dash: true})
+		}
+	}
 	return c.svg()
 }
 
