@@ -185,6 +185,10 @@ type TreeOutcome struct {
 	// is not an overshoot), and MaxShortfall is the largest such excess.
 	ShortfallSamples int     `json:"shortfall_samples"`
 	MaxShortfall     float64 `json:"max_shortfall"`
+	// Underuse is the longest stretch in which a node handed out less
+	// than 95% of its own lease while the clients behind it wanted more
+	// than that lease.
+	Underuse Underuse `json:"longest_underuse"`
 	// FailoverS is the time from the loss of the replica node's leader
 	// to the first lease its successor handed a child.
 	FailoverS float64 `json:"failover_s"`
@@ -192,7 +196,15 @@ type TreeOutcome struct {
 	SetupS    float64 `json:"setup_s"`
 	RunS      float64 `json:"run_s"`
 
-	series treeSeries
+	series     treeSeries
+	underSince []float64 // per node: start of the current underuse, 0 none
+}
+
+// Underuse is a stretch of samples in which a node held capacity back.
+type Underuse struct {
+	Node  string  `json:"node,omitempty"`
+	FromS float64 `json:"from_s"`
+	ForS  float64 `json:"for_s"`
 }
 
 // StepFigures sums up the reconvergence of one level after the random
@@ -649,6 +661,9 @@ func (o *TreeOutcome) sample(now time.Duration, nodes []*treeNode, clients []*tr
 	}
 	// A node's own lease against what it has leased out.
 	short := 0.0
+	if o.underSince == nil {
+		o.underSince = make([]float64, len(nodes))
+	}
 	for i, n := range nodes[1:] {
 		var out float64
 		for _, ci := range n.children {
@@ -657,7 +672,17 @@ func (o *TreeOutcome) sample(now time.Duration, nodes []*treeNode, clients []*tr
 		for _, k := range n.clients {
 			out += h[k]
 		}
-		short = math.Max(short, out-nh[i+1])
+		lease := nh[i+1]
+		short = math.Max(short, out-lease)
+		wants, _ := subtree(nodes, i+1, w)
+		switch {
+		case lease <= 0 || wants <= 1.01*lease || out >= 0.95*lease:
+			o.underSince[i+1] = 0
+		case o.underSince[i+1] == 0:
+			o.underSince[i+1] = now.Seconds()
+		case now.Seconds()-o.underSince[i+1] > o.Underuse.ForS:
+			o.Underuse = Underuse{Node: n.name, FromS: o.underSince[i+1], ForS: now.Seconds() - o.underSince[i+1]}
+		}
 	}
 	if short > 1e-6 {
 		o.ShortfallSamples++
@@ -993,6 +1018,9 @@ func (o *TreeOutcome) Markdown() string {
 	fmt.Fprintf(&b, "- Jain's index of has ÷ fair share over all 45 clients: %.3f; against the tree's own shares (fair share per level on summed wants): %.3f.\n", o.Jain, o.JainTree)
 	if o.FailoverS > 0 {
 		fmt.Fprintf(&b, "- Leader of %s lost: the follower's first lease to a child %.2fs later (election TTL 3 s).\n", o.Scenario.ReplicaNode, o.FailoverS)
+	}
+	if u := o.Underuse; u.ForS > 0 {
+		fmt.Fprintf(&b, "- Longest stretch in which a node handed out < 95%% of its own lease while its clients wanted more: %s, %.2fs from %.1fs.\n", u.Node, u.ForS, u.FromS)
 	}
 	fmt.Fprintf(&b, "- Nodes that had leased out more than their own lease (the parent still counts it as theirs): %d samples, by up to %.2f.\n", o.ShortfallSamples, o.MaxShortfall)
 	fmt.Fprintf(&b, "- Reconvergence (first 50 ms sample where a level's leases add up to ≥ 99%% of its shares and are within 5%% of capacity of them; target ≤ 2 refresh intervals = %v per level, %v through the three levels) after each of the random walk's %d steps (1 s apart) and after each mishap, below.\n\n",

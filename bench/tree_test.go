@@ -46,6 +46,7 @@ func TestTreeNoOvershoot(t *testing.T) {
 	}
 	t.Logf("setup %.1fs, run %.1fs; utilization %.4f, Jain %.4f (tree %.4f), failover %.2fs, in force max %.4f×, safe samples %d",
 		out.SetupS, out.RunS, out.Utilization, out.Jain, out.JainTree, out.FailoverS, out.MaxInForceRatio, out.SafeSamples)
+	t.Logf("longest underuse %+v; nodes leasing out more than their lease in %d samples, by up to %.2f", out.Underuse, out.ShortfallSamples, out.MaxShortfall)
 	for _, sh := range out.Shifts {
 		t.Logf("shift %s %s at %.1fs: reconverged %v", sh.What, sh.On, sh.AtS, sh.ReconvergeS)
 	}
