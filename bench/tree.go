@@ -956,7 +956,7 @@ func (s *treeSeries) csv() []byte {
 
 func (o *TreeOutcome) plot() []byte {
 	s := &o.series
-	c := chart{title: "Scenario 7: root, 3 regions × 3 clusters × 5 clients; mishaps: " + o.mishaps(),
+	c := chart{title: "Scenario 7: root, 3 regions × 3 clusters × 5 clients, capacity 500; spikes +100; faults dashed",
 		xLabel: "time (s; refresh interval 500 ms, leases 10 s)", yLabel: "capacity", width: 1100, height: 480}
 	capY := make([]float64, len(s.t))
 	for i := range capY {
@@ -988,17 +988,6 @@ func (o *TreeOutcome) plot() []byte {
 		}
 	}
 	return c.svg()
-}
-
-// mishaps lists the shifts briefly, for the plot's title.
-func (o *TreeOutcome) mishaps() string {
-	var parts []string
-	for _, sh := range o.Shifts {
-		if sh.What == "leader-lost" || sh.What == "cut" || sh.What == "restore" {
-			parts = append(parts, fmt.Sprintf("%s %s@%.0fs", sh.What, sh.On, sh.AtS))
-		}
-	}
-	return "spikes (+100), " + strings.Join(parts, ", ")
 }
 
 // Markdown renders the outcome: figures, per level, per shift, the plot.
