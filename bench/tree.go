@@ -57,7 +57,7 @@ type TreeEvent struct {
 	What string        `json:"what"` // spike, unspike, leader-lost, cut, restore
 	// Client is the spiking client; Node the node whose leader is lost or
 	// whose leaf link to its parent is cut or restored.
-	Client int    `json:"client,omitempty"`
+	Client int    `json:"client"`
 	Node   string `json:"node,omitempty"`
 }
 
@@ -78,7 +78,7 @@ type TreeScenario struct {
 // Scenario7 returns Doorman's scenario 7 in compressed time: a mishap
 // every few seconds (a client's wants +100 and back), one leader lost at
 // a region (its replica takes over) and a region's leaf link to the root
-// cut and restored 5 s later.
+// cut and restored one mishap later.
 func Scenario7(short bool) TreeScenario {
 	d, gap := 150*time.Second, 5*time.Second
 	if short {
@@ -112,6 +112,44 @@ func Scenario7(short bool) TreeScenario {
 		}
 	}
 	return sc
+}
+
+// check reports a scenario that names nodes or clients it does not have,
+// or a tree too large for one machine.
+func (sc TreeScenario) check() error {
+	if sc.Regions < 1 || sc.Clusters < 1 || sc.Clients < 1 || sc.Regions*sc.Clusters > 30 || sc.Regions*sc.Clusters*sc.Clients > 500 {
+		return fmt.Errorf("bench: a tree of %d regions × %d clusters × %d clients: want at least one of each, at most 30 clusters and 500 clients",
+			sc.Regions, sc.Clusters, sc.Clients)
+	}
+	nodes := map[string]bool{}
+	for r := range sc.Regions {
+		nodes[treeNodeName(1, r, -1)] = true
+		for c := range sc.Clusters {
+			nodes[treeNodeName(2, r, c)] = true
+		}
+	}
+	if sc.ReplicaNode != "" && sc.ReplicaNode != "root" && !nodes[sc.ReplicaNode] {
+		return fmt.Errorf("bench: replica node %q is not in the tree", sc.ReplicaNode)
+	}
+	for _, e := range sc.Events {
+		switch e.What {
+		case "spike", "unspike":
+			if e.Client < 0 || e.Client >= sc.Regions*sc.Clusters*sc.Clients {
+				return fmt.Errorf("bench: %s of client %d: the tree has clients 0 to %d", e.What, e.Client, sc.Regions*sc.Clusters*sc.Clients-1)
+			}
+		case "leader-lost":
+			if e.Node == "" || e.Node != sc.ReplicaNode {
+				return fmt.Errorf("bench: leader-lost at %q: only the replica node %q has a follower to take over", e.Node, sc.ReplicaNode)
+			}
+		case "cut", "restore":
+			if !nodes[e.Node] {
+				return fmt.Errorf("bench: %s of %q: want a region or cluster of the tree (the root has no parent link)", e.What, e.Node)
+			}
+		default:
+			return fmt.Errorf("bench: unknown event %q: want spike, unspike, leader-lost, cut or restore", e.What)
+		}
+	}
+	return nil
 }
 
 // treeNodeName names the node at depth (0 root, 1 region, 2 cluster).
@@ -449,6 +487,9 @@ func RunTreeSim(ctx context.Context, env *Env) (*TreeOutcome, error) {
 // SimulateTree runs a tree scenario: it builds the levels, runs the
 // mishaps while sampling every 50 ms, and analyzes what it saw.
 func SimulateTree(ctx context.Context, env *Env, sc TreeScenario) (*TreeOutcome, error) {
+	if err := sc.check(); err != nil {
+		return nil, err
+	}
 	setup := time.Now()
 	log := env.logger()
 	tmpls := treeTemplates()

@@ -85,3 +85,27 @@ func TestTreeOvershootCounted(t *testing.T) {
 		t.Errorf("root level: %+v, want no overshoot, max 1", root)
 	}
 }
+
+// A scenario naming what the tree does not have is refused before
+// anything starts.
+func TestTreeScenarioChecked(t *testing.T) {
+	good := Scenario7(true)
+	if err := good.check(); err != nil {
+		t.Fatalf("scenario 7: %v", err)
+	}
+	for name, edit := range map[string]func(*TreeScenario){
+		"no regions":       func(sc *TreeScenario) { sc.Regions = 0 },
+		"too many":         func(sc *TreeScenario) { sc.Clients = 1000 },
+		"unknown replica":  func(sc *TreeScenario) { sc.ReplicaNode = "region-9" },
+		"unknown client":   func(sc *TreeScenario) { sc.Events = []TreeEvent{{What: "spike", Client: 45}} },
+		"loss, no replica": func(sc *TreeScenario) { sc.Events = []TreeEvent{{What: "leader-lost", Node: "region-0"}} },
+		"cut the root":     func(sc *TreeScenario) { sc.Events = []TreeEvent{{What: "cut", Node: "root"}} },
+		"unknown event":    func(sc *TreeScenario) { sc.Events = []TreeEvent{{What: "meteor"}} },
+	} {
+		sc := Scenario7(true)
+		edit(&sc)
+		if _, err := SimulateTree(context.Background(), &Env{}, sc); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
