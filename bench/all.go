@@ -15,6 +15,7 @@ type AllResult struct {
 	Scale   *ScaleResult `json:"scale,omitempty"`
 	Agent   *AgentResult `json:"agent,omitempty"`
 	Sim     *SimResult   `json:"sim,omitempty"`
+	Tree    *TreeOutcome `json:"sim7,omitempty"`
 	Errors  []string     `json:"errors,omitempty"`
 }
 
@@ -40,6 +41,8 @@ func RunAll(ctx context.Context, env *Env, lo LoadOptions) (*AllResult, error) {
 	note("agent", err)
 	res.Sim, err = RunSim(ctx, env)
 	note("sim", err)
+	res.Tree, err = RunTreeSim(ctx, env)
+	note("sim 7", err)
 	res.Seconds = time.Since(start).Seconds()
 	if err := env.writeJSON("summary.json", res); err != nil {
 		errs = append(errs, err)
@@ -58,7 +61,7 @@ func (r *AllResult) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## allot benchmark results\n\nMachine: %s. Total time %.0fs.\n\n", r.Machine.Markdown(), r.Seconds)
 	b.WriteString(r.headline())
-	for _, s := range []interface{ Markdown() string }{r.Load, r.Scale, r.Agent, r.Sim} {
+	for _, s := range []interface{ Markdown() string }{r.Load, r.Scale, r.Agent, r.Sim, r.Tree} {
 		if s == nil || isNil(s) {
 			continue
 		}
@@ -79,6 +82,8 @@ func isNil(s interface{ Markdown() string }) bool {
 	case *AgentResult:
 		return v == nil
 	case *SimResult:
+		return v == nil
+	case *TreeOutcome:
 		return v == nil
 	}
 	return false
@@ -103,6 +108,9 @@ func (r *AllResult) headline() string {
 	}
 	if s := r.Sim; s != nil {
 		rows = append(rows, s.headlineRows()...)
+	}
+	if t := r.Tree; t != nil {
+		rows = append(rows, t.headlineRows()...)
 	}
 	return table([]string{"target", "wanted", "measured", "verdict"}, rows)
 }

@@ -116,6 +116,7 @@ func benchTemplate(capacity float64, lease, refresh time.Duration) *config.Templ
 
 type coordOptions struct {
 	node   string
+	parent string        // parent node; empty for a root
 	round  time.Duration // 0: answer at once
 	tmpl   *config.Template
 	tmpls  coordinator.TemplateSource
@@ -134,7 +135,7 @@ func startCoordinator(ctx context.Context, nc *nats.Conn, o coordOptions, log *s
 		src = coordinator.StaticTemplates(config.NewSet(1, nil, o.tmpl))
 	}
 	c, err := coordinator.New(nc, coordinator.Options{
-		Node: o.node, ServerID: o.id, RoundInterval: round, Templates: src, StateBucket: o.bucket, Logger: log,
+		Node: o.node, Parent: o.parent, ServerID: o.id, RoundInterval: round, Templates: src, StateBucket: o.bucket, Logger: log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: coordinator: %w", err)

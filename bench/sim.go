@@ -295,7 +295,7 @@ func Simulate(ctx context.Context, env *Env, sc SimScenario) (*SimOutcome, error
 	var replicas []*simReplica
 	if sc.Replicas {
 		for _, id := range []string{"sim-replica-1", "sim-replica-2"} {
-			r, err := startReplica(ctx, url, id, tmpls, log)
+			r, err := startReplica(ctx, url, coordinator.Options{ServerID: id, Templates: tmpls, Logger: log})
 			if err != nil {
 				return nil, err
 			}
@@ -386,20 +386,8 @@ func Simulate(ctx context.Context, env *Env, sc SimScenario) (*SimOutcome, error
 	out := &SimOutcome{Scenario: sc}
 	var lossAt, backAt time.Duration
 	events := slices.Clone(sc.Events)
-	tick := time.NewTicker(simSample)
-	defer tick.Stop()
 	nextStep := simStep
-	for {
-		var now time.Duration
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case t := <-tick.C:
-			now = t.Sub(start)
-		}
-		if now >= sc.Duration {
-			break
-		}
+	err = everySample(ctx, start, sc.Duration, func(now time.Duration) error {
 		// Scripted events.
 		for len(events) > 0 && events[0].At <= now {
 			e := events[0]
@@ -408,7 +396,7 @@ func Simulate(ctx context.Context, env *Env, sc SimScenario) (*SimOutcome, error
 			case "join":
 				for _, k := range e.Clients {
 					if err := join(k, e.Wants); err != nil {
-						return nil, err
+						return err
 					}
 				}
 			case "leave":
@@ -448,7 +436,7 @@ func Simulate(ctx context.Context, env *Env, sc SimScenario) (*SimOutcome, error
 			case "leader-back":
 				c, nc, err := startCoord("sim-2")
 				if err != nil {
-					return nil, err
+					return err
 				}
 				coord, coordNC = c, nc
 				backAt = time.Since(start)
@@ -500,6 +488,10 @@ func Simulate(ctx context.Context, env *Env, sc SimScenario) (*SimOutcome, error
 		s.t = append(s.t, now.Seconds())
 		s.wants, s.has, s.fair = append(s.wants, w), append(s.has, h), append(s.fair, fair)
 		s.totalW, s.totalH = append(s.totalW, sum(w)), append(s.totalH, sum(h))
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if sc.Replicas && lossAt > 0 {
 		backAt = lossAt // the successor's first answer is measured from the loss
@@ -531,6 +523,27 @@ func Simulate(ctx context.Context, env *Env, sc SimScenario) (*SimOutcome, error
 	}
 	out.analyze(evs, closed)
 	return out, nil
+}
+
+// everySample calls f every simSample with the time since start, until d
+// has passed, ctx ends or f fails.
+func everySample(ctx context.Context, start time.Time, d time.Duration, f func(now time.Duration) error) error {
+	tick := time.NewTicker(simSample)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case t := <-tick.C:
+			now := t.Sub(start)
+			if now >= d {
+				return nil
+			}
+			if err := f(now); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 func sum(v []float64) float64 {
@@ -762,16 +775,18 @@ func (r *simReplica) stop() {
 	r.nc.Close()
 }
 
-// startReplica runs a replica of the root node in the election (TTL 3s).
-func startReplica(ctx context.Context, url, id string, tmpls coordinator.TemplateSource, log *slog.Logger) (*simReplica, error) {
-	nc, err := nats.Connect(url, nats.Name("allot sim "+id))
+// startReplica runs a replica of o.Node (default the root) in the
+// election (TTL 3s), on a connection of its own made with nopts.
+func startReplica(ctx context.Context, url string, o coordinator.Options, nopts ...nats.Option) (*simReplica, error) {
+	id, log := o.ServerID, o.Logger
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("allot sim " + id)}, nopts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}
 	r := &simReplica{nc: nc, done: make(chan struct{}), serving: make(chan struct{})}
 	var once sync.Once
 	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{
-		Options:     coordinator.Options{ServerID: id, Templates: tmpls, Logger: log},
+		Options:     o,
 		ElectionTTL: 3 * time.Second,
 		OnServing: func(_ uint64, serving bool) {
 			r.mu.Lock()

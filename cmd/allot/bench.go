@@ -13,7 +13,8 @@ import (
 	"github.com/allot/allot/bench"
 )
 
-// runBench runs allot's benchmarks: `allot bench load|scale|agent|sim|all`.
+// runBench runs allot's benchmarks: `allot bench load|scale|agent|sim|sim7|all`
+// (sim runs the one-level scenarios and then scenario 7, sim7 only the latter).
 // `allot bench child ROLE` is the helper process the load benchmark
 // starts (a coordinator or a bare echo responder).
 func runBench(ctx context.Context, env *cliEnv, args []string) error {
@@ -23,7 +24,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		return bench.ServeChild(ctx, args[1], args[2:], env.stdout, env.stderr)
 	}
-	fs := newFlags(env, "bench", "load|scale|agent|sim|all [flags]")
+	fs := newFlags(env, "bench", "load|scale|agent|sim|sim7|all [flags]")
 	out := fs.String("out", "", "directory for the JSON, markdown and SVG results (default: a new directory under "+os.TempDir()+"; the committed results are bench/results)")
 	short := fs.Bool("short", false, "run the short variant (what `task bench` runs, under 5 minutes in all)")
 	inProcess := fs.Bool("in-process", false, "load: run the coordinator and echo in this process instead of child processes (CPU and RSS then cover everything)")
@@ -43,10 +44,10 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
-		return errors.New("name one of load, scale, agent, sim or all")
+		return errors.New("name one of load, scale, agent, sim, sim7 or all")
 	}
-	if what := fs.Arg(0); !slices.Contains([]string{"load", "scale", "agent", "sim", "all"}, what) {
-		return fmt.Errorf("unknown benchmark %q: want load, scale, agent, sim or all", what)
+	if what := fs.Arg(0); !slices.Contains([]string{"load", "scale", "agent", "sim", "sim7", "all"}, what) {
+		return fmt.Errorf("unknown benchmark %q: want load, scale, agent, sim, sim7 or all", what)
 	}
 	log := slog.New(slog.DiscardHandler)
 	if *verbose {
@@ -95,6 +96,11 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		if r, err = bench.RunSim(ctx, benv); r != nil {
 			fmt.Fprintln(env.stdout, r.Markdown())
 		}
+		if err == nil {
+			err = runSim7(ctx, env, benv)
+		}
+	case "sim7":
+		err = runSim7(ctx, env, benv)
 	case "all":
 		var r *bench.AllResult
 		if r, err = bench.RunAll(ctx, benv, lo); r != nil {
@@ -102,5 +108,14 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		}
 	}
 	fmt.Fprintf(env.stderr, "allot bench %s: done in %v; results in %s\n", fs.Arg(0), time.Since(start).Round(time.Second), *out)
+	return err
+}
+
+// runSim7 runs the three-level scenario 7 and prints its report.
+func runSim7(ctx context.Context, env *cliEnv, benv *bench.Env) error {
+	r, err := bench.RunTreeSim(ctx, benv)
+	if r != nil {
+		fmt.Fprintln(env.stdout, r.Markdown())
+	}
 	return err
 }
