@@ -210,7 +210,6 @@ func TestBadInput(t *testing.T) {
 		{"too many", "capacity.get", `{"client_id":"x","resource":[` + strings.Join(many, ",") + `]}`, "400", "limit is 1000"},
 		{"unmatched", "capacity.get", `{"client_id":"x","resource":[{"resource_id":"other","wants":1},{"resource_id":"more","wants":1}]}`, "404", "matches no template"},
 		{"release no client", "capacity.release", `{"resource_id":["db"]}`, "400", "client_id is empty"},
-		{"server get unserved", "server.get", `{"server_id":"s","resource":[{"resource_id":"db","wants":[{"priority":0,"num_clients":2,"wants":5}]}]}`, "501", "not served"},
 		{"server get bad band", "server.get", `{"server_id":"s","resource":[{"resource_id":"db","wants":[{"num_clients":0,"wants":5}]}]}`, "400", "num_clients"},
 	}
 	for _, tt := range tests {
@@ -253,6 +252,14 @@ func TestBadInput(t *testing.T) {
 	// None of the above changed state: the only client gets everything.
 	if got := e.get("only", map[string]float64{"db": 100}).GetResponse()[0].GetGets().GetCapacity(); got != 100 {
 		t.Fatalf("after bad input, a lone client got %v of 100", got)
+	}
+	// A valid server.get is served (docs/tree.md): the child is answered
+	// with a lease, nothing while the lone client holds everything.
+	sm := e.reqJSON("allot.root.server.get", `{"server_id":"s","resource":[{"resource_id":"db","wants":[{"priority":0,"num_clients":2,"wants":5}]}]}`)
+	var sr allotpb.GetServerCapacityResponse
+	if err := wire.Unmarshal(wire.ReplyEncodingOf(sm.Header), sm.Data, &sr); err != nil || sm.Header.Get("Nats-Service-Error-Code") != "" ||
+		len(sr.GetResponse()) != 1 || sr.GetResponse()[0].GetGets() == nil || sr.GetTerm() != 1 {
+		t.Fatalf("server.get: %s %v (%v)", sm.Data, sm.Header, err)
 	}
 }
 
