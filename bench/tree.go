@@ -22,6 +22,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/alloc"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/netcut"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -277,6 +278,7 @@ type treeNode struct {
 	region       int
 	opts         *server.Options
 	srv          *server.Server
+	link         *netcut.Relay // the leaf link to the parent, to cut it
 	dir          string
 	nc           *nats.Conn
 	coord        *coordinator.Coordinator
@@ -380,7 +382,14 @@ func startLevel(n *treeNode, parentLeafPort int) error {
 		JetStreamDomain: n.name, StoreDir: dir, NoLog: true, NoSigs: true,
 		LeafNode: server.LeafNodeOpts{Host: "127.0.0.1", Port: server.RANDOM_PORT}}
 	if parentLeafPort > 0 {
-		lu, _ := url.Parse(fmt.Sprintf("nats-leaf://127.0.0.1:%d", parentLeafPort))
+		// Through a relay that can be cut: reloading the server's options
+		// to disable the remote races with the server's readers of them.
+		link, err := netcut.New(fmt.Sprintf("127.0.0.1:%d", parentLeafPort))
+		if err != nil {
+			return fmt.Errorf("bench: leaf relay of %s: %w", n.name, err)
+		}
+		n.link = link
+		lu, _ := url.Parse("nats-leaf://" + link.Addr())
 		n.opts.LeafNode.Remotes = []*server.RemoteLeafOpts{{URLs: []*url.URL{lu}}}
 	}
 	s, err := server.NewServer(n.opts)
@@ -410,17 +419,16 @@ func waitLeaf(s *server.Server, name string) error {
 	return nil
 }
 
-// setLeaf cuts (disabled) or restores n's leaf link to its parent by
-// reloading its server's options with a new copy of the remote.
+// setLeaf cuts (disabled) or restores n's leaf link to its parent.
 func (n *treeNode) setLeaf(disabled bool) error {
-	o := n.opts.Clone()
-	r := *n.opts.LeafNode.Remotes[0]
-	r.Disabled = disabled
-	o.LeafNode.Remotes = []*server.RemoteLeafOpts{&r}
-	if err := n.srv.ReloadOptions(o); err != nil {
-		return fmt.Errorf("bench: reload %s: %w", n.name, err)
+	if n.link == nil {
+		return fmt.Errorf("bench: %s has no parent link to cut", n.name)
 	}
-	n.opts = o
+	if disabled {
+		n.link.Cut()
+	} else {
+		n.link.Restore()
+	}
 	return nil
 }
 
@@ -438,6 +446,9 @@ func (n *treeNode) stop() {
 	if n.srv != nil {
 		n.srv.Shutdown()
 		n.srv.WaitForShutdown()
+	}
+	if n.link != nil {
+		_ = n.link.Close()
 	}
 	if n.dir != "" {
 		_ = os.RemoveAll(n.dir)

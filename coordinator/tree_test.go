@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
@@ -20,47 +18,6 @@ import (
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
-
-// levelServer starts a JetStream server for one tree level (its own
-// domain), accepting leaf connections from the level below and, if
-// parent is set, joined to it as a leaf node.
-func levelServer(t *testing.T, domain string, parent *level) *level {
-	t.Helper()
-	opts := &server.Options{ServerName: domain, Host: "127.0.0.1", Port: -1, JetStream: true, JetStreamDomain: domain,
-		StoreDir: t.TempDir(), NoLog: true, NoSigs: true, LeafNode: server.LeafNodeOpts{Host: "127.0.0.1", Port: -1}}
-	if parent != nil {
-		lu, _ := url.Parse(fmt.Sprintf("nats-leaf://127.0.0.1:%d", parent.leafPort))
-		opts.LeafNode.Remotes = []*server.RemoteLeafOpts{{URLs: []*url.URL{lu}}}
-	}
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	// The server wrote the leaf port it listens on into opts.
-	l := &level{Server: s, leafPort: opts.LeafNode.Port, opts: opts}
-	if parent != nil {
-		deadline := time.Now().Add(10 * time.Second)
-		for s.NumLeafNodes() == 0 {
-			if time.Now().After(deadline) {
-				t.Fatal("leaf connection not up")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	return l
-}
-
-// level is one tree level's server.
-type level struct {
-	*server.Server
-	leafPort int
-	opts     *server.Options
-}
 
 // treeClient asks node for resource r like an agent: reporting the lease
 // it holds.
@@ -102,8 +59,8 @@ func treeTemplates(capacity float64) coordinator.TemplateSource {
 // at the root and three at the child, all wanting 50, get 20 each; the
 // sum of the leases never exceeds 100 on the way.
 func TestTwoLevelsShareFairly(t *testing.T) {
-	root := levelServer(t, "root", nil)
-	child := levelServer(t, "child", root)
+	root := natstest.Root(t, "root")
+	child := natstest.Child(t, "child", root)
 	rnc, cnc := natstest.Conn(t, root.Server), natstest.Conn(t, child.Server)
 	coordtest.Start(t, rnc, coordinator.Options{Node: "root", Templates: treeTemplates(100), RoundInterval: 5 * time.Millisecond})
 	coordtest.Start(t, cnc, coordinator.Options{Node: "child", Parent: "root", Templates: treeTemplates(100), RoundInterval: 5 * time.Millisecond})
@@ -145,23 +102,6 @@ func TestTwoLevelsShareFairly(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// cutLeaf disables (or restores) a level's leaf connection to its parent.
-func (l *level) cutLeaf(t *testing.T, cut bool) {
-	t.Helper()
-	opts := l.opts.Clone()
-	var remotes []*server.RemoteLeafOpts
-	for _, r := range l.opts.LeafNode.Remotes {
-		c := *r // a new copy: the reload compares with the old one
-		c.Disabled = cut
-		remotes = append(remotes, &c)
-	}
-	opts.LeafNode.Remotes = remotes
-	if err := l.ReloadOptions(opts); err != nil {
-		t.Fatalf("reload leaf options: %v", err)
-	}
-	l.opts = opts
 }
 
 // runClient asks node every refresh interval, reporting what it holds,
@@ -223,9 +163,9 @@ func TestThreeLevelsLeaderLossAndCutLink(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for about 15 s")
 	}
-	root := levelServer(t, "root", nil)
-	region := levelServer(t, "region", root)
-	cluster := levelServer(t, "cluster", region)
+	root := natstest.Root(t, "root")
+	region := natstest.Child(t, "region", root)
+	cluster := natstest.Child(t, "cluster", region)
 	tmpls := treeTemplates(90)
 	rnc := natstest.Conn(t, root.Server)
 	coordtest.Start(t, rnc, coordinator.Options{Node: "root", Templates: tmpls, RoundInterval: 5 * time.Millisecond})
@@ -282,9 +222,9 @@ func TestThreeLevelsLeaderLossAndCutLink(t *testing.T) {
 		t.Fatal("no replica of the region serves")
 	}
 	sample(6 * time.Second)
-	region.cutLeaf(t, true)
+	region.Cut(t)
 	sample(3 * time.Second)
-	region.cutLeaf(t, false)
+	region.Restore(t)
 	sample(5 * time.Second)
 	if maxSum > 90*(1+1e-9) {
 		t.Fatalf("clients held %v of the root's 90 at the worst moment", maxSum)

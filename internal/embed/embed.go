@@ -43,7 +43,9 @@ type Options struct {
 	// node, and keeps reconnecting while the link is down.
 	LeafRemotes []string
 	// LeafRemotesDisabled starts the server with its leaf remotes
-	// configured but not connected (SetLeafRemotesDisabled toggles it).
+	// configured but not connected. (To cut and restore a link at run time
+	// put an internal/netcut relay on it: reloading the options to toggle
+	// this races with the server's own readers of them.)
 	LeafRemotesDisabled bool
 	// Domain is the JetStream domain (allot uses the node name). Levels
 	// joined by leaf nodes need distinct domains, so that each keeps its
@@ -162,24 +164,6 @@ func LeafLinked(s *server.Server) bool {
 		}
 	}
 	return false
-}
-
-// SetLeafRemotesDisabled disconnects (true) or reconnects (false) the leaf
-// link of s, a server started from o, by reloading its options. Tests use
-// it to cut a level off its parent.
-func SetLeafRemotesDisabled(s *server.Server, o Options, disabled bool) error {
-	if len(o.LeafRemotes) == 0 {
-		return errors.New("embed: the server has no leaf remotes")
-	}
-	o.LeafRemotesDisabled = disabled
-	opts, err := serverOptions(o)
-	if err != nil {
-		return err
-	}
-	if err := s.ReloadOptions(opts); err != nil {
-		return fmt.Errorf("embed: reload leaf remotes: %w", err)
-	}
-	return nil
 }
 
 // Start starts a server and waits until it accepts connections.

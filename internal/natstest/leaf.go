@@ -1,12 +1,14 @@
 package natstest
 
 import (
+	"net/url"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/internal/netcut"
 )
 
 // Level is one level of a test tree: an embedded server with its own
@@ -16,6 +18,10 @@ type Level struct {
 	Server *server.Server
 	// Opts are the options it was started with.
 	Opts embed.Options
+	// link relays the leaf connection to the parent, so that Cut and
+	// Restore need no reload of the server's options (a reload races with
+	// the server's own readers of them under the race detector).
+	link *netcut.Relay
 }
 
 // Root starts a tree's root level with JetStream domain domain.
@@ -28,8 +34,18 @@ func Root(tb testing.TB, domain string) *Level {
 // leaf node, and waits until the link is up.
 func Child(tb testing.TB, domain string, parent *Level) *Level {
 	tb.Helper()
+	u, err := url.Parse(embed.LeafNodeURL(parent.Server))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	link, err := netcut.New(u.Host)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = link.Close() })
 	l := startLevel(tb, embed.Options{StoreDir: tb.TempDir(), ServerName: domain, Domain: domain,
-		LeafNodePort: embed.RandomPort, LeafRemotes: []string{embed.LeafNodeURL(parent.Server)}})
+		LeafNodePort: embed.RandomPort, LeafRemotes: []string{"nats-leaf://" + link.Addr()}})
+	l.link = link
 	l.WaitLinked(tb, true)
 	return l
 }
@@ -51,9 +67,7 @@ func startLevel(tb testing.TB, o embed.Options) *Level {
 // down.
 func (l *Level) Cut(tb testing.TB) {
 	tb.Helper()
-	if err := embed.SetLeafRemotesDisabled(l.Server, l.Opts, true); err != nil {
-		tb.Fatal(err)
-	}
+	l.link.Cut()
 	l.WaitLinked(tb, false)
 }
 
@@ -61,9 +75,7 @@ func (l *Level) Cut(tb testing.TB) {
 // up.
 func (l *Level) Restore(tb testing.TB) {
 	tb.Helper()
-	if err := embed.SetLeafRemotesDisabled(l.Server, l.Opts, false); err != nil {
-		tb.Fatal(err)
-	}
+	l.link.Restore()
 	l.WaitLinked(tb, true)
 }
 
