@@ -171,7 +171,7 @@ func (c *Coordinator) runRound() {
 		}
 	}
 	c.propose(c.ledger.Propose(now))
-	if c.up != nil && c.ledger.UpstreamWanted() {
+	if c.up != nil && c.ledger.UpstreamWanted(now) {
 		c.askParent() // a new resource, or demand jumped
 	}
 	c.ledger.Allocate(now)

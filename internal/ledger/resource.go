@@ -298,6 +298,7 @@ type upstream struct {
 	safe    float64 // the parent's safe capacity for us
 	refresh time.Duration
 	asked   float64 // the demand in the last ask
+	held    float64 // what the subtree held (bound) at the last ask
 }
 
 // capacity is what the resource's algorithm divides at now: the

@@ -183,7 +183,7 @@ func (l *Ledger) UpstreamRequests(now int64, node string) []*allotpb.GetServerCa
 	for _, id := range ids {
 		r := l.resources[id]
 		rr := &allotpb.ServerCapacityResourceRequest{ResourceId: id, Outstanding: r.bound(now), Wants: r.bandDemand()}
-		r.up.asked = r.demand()
+		r.up.asked, r.up.held = r.demand(), rr.Outstanding
 		if r.up.known && now < r.up.expiry {
 			rr.Has = &allotpb.Lease{Capacity: r.up.cap, ExpiryTime: timestamppb.New(time.Unix(0, r.up.expiry)),
 				RefreshInterval: durationpb.New(r.up.refresh)}
@@ -242,15 +242,18 @@ func (l *Ledger) SetUpstream(now int64, resp *allotpb.GetServerCapacityResponse)
 }
 
 // UpstreamWanted reports whether the parent should be asked at once: a
-// resource of the round waits for its first lease from the parent, or its
-// demand jumped (by a quarter of the lease, at least one unit) since the
-// last ask.
-func (l *Ledger) UpstreamWanted() bool {
+// resource of the round waits for its first lease from the parent, its
+// demand jumped, or what its subtree holds fell (by a quarter of the
+// lease, at least one unit) since the last ask.
+func (l *Ledger) UpstreamWanted(now int64) bool {
 	for _, r := range l.touched {
 		if !r.up.child || len(r.batch) == 0 {
 			continue
 		}
-		if !r.up.known || r.demand() > r.up.asked+max(r.up.cap/4, 1) {
+		jump := max(r.up.cap/4, 1)
+		if !r.up.known || r.demand() > r.up.asked+jump || r.bound(now)+jump < r.up.held {
+			// New, demand jumped, or the subtree gave back a lot: the
+			// parent can pass that on only once it hears.
 			return true
 		}
 	}
