@@ -259,17 +259,18 @@ func (c *Coordinator) getResponse(req *request, now int64, term uint64) *allotpb
 			continue
 		}
 		l := s.Lease(now)
-		resp.Response[k] = &allotpb.ResourceResponse{
-			ResourceId: l.ResourceID,
-			Gets: &allotpb.Lease{
-				Capacity:        l.Capacity,
-				ExpiryTime:      timestamppb.New(time.Unix(0, l.Expiry)),
-				RefreshInterval: durationpb.New(l.Refresh),
-			},
-			SafeCapacity: l.SafeCapacity,
-		}
+		resp.Response[k] = &allotpb.ResourceResponse{ResourceId: l.ResourceID, Gets: leaseMsg(l), SafeCapacity: l.SafeCapacity}
 	}
 	return resp
+}
+
+// leaseMsg is the wire form of a ledger lease.
+func leaseMsg(l ledger.Lease) *allotpb.Lease {
+	return &allotpb.Lease{
+		Capacity:        l.Capacity,
+		ExpiryTime:      timestamppb.New(time.Unix(0, l.Expiry)),
+		RefreshInterval: durationpb.New(l.Refresh),
+	}
 }
 
 // serverResponse builds the reply to a child node. A resource this node
@@ -281,19 +282,11 @@ func (c *Coordinator) serverResponse(req *request, now int64, term uint64) *allo
 		if !s.Served() {
 			c.log.Warn("child node asks for a resource this node refuses", "child", req.srv.GetServerId(), "err", s.Err)
 			resp.Response[k] = &allotpb.ServerCapacityResourceResponse{ResourceId: req.srv.GetResource()[k].GetResourceId(),
-				Gets: &allotpb.Lease{ExpiryTime: timestamppb.New(time.Unix(0, now)), RefreshInterval: durationpb.New(time.Second)}}
+				Gets: leaseMsg(ledger.Lease{Expiry: now, Refresh: time.Second})}
 			continue
 		}
 		l := s.Lease(now)
-		resp.Response[k] = &allotpb.ServerCapacityResourceResponse{
-			ResourceId: l.ResourceID,
-			Gets: &allotpb.Lease{
-				Capacity:        l.Capacity,
-				ExpiryTime:      timestamppb.New(time.Unix(0, l.Expiry)),
-				RefreshInterval: durationpb.New(l.Refresh),
-			},
-			SafeCapacity: l.SafeCapacity,
-		}
+		resp.Response[k] = &allotpb.ServerCapacityResourceResponse{ResourceId: l.ResourceID, Gets: leaseMsg(l), SafeCapacity: l.SafeCapacity}
 	}
 	return resp
 }

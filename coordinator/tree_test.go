@@ -104,8 +104,8 @@ func TestTwoLevelsShareFairly(t *testing.T) {
 	}
 }
 
-// runClient asks node every refresh interval, reporting what it holds,
-// and records its lease, until ctx ends.
+// heldTable records what each client holds: its lease, and the safe
+// capacity it falls back to once the lease ends.
 type heldTable struct {
 	mu  sync.Mutex
 	cap map[string]*allotpb.Lease
@@ -126,6 +126,8 @@ func (h *heldTable) sum(now time.Time) float64 {
 	return s
 }
 
+// run asks node every refresh interval, reporting what it holds, and
+// records its lease, until ctx ends.
 func (h *heldTable) run(ctx context.Context, nc *nats.Conn, node, id string, wants float64) {
 	var has *allotpb.Lease
 	for ctx.Err() == nil {

@@ -183,24 +183,9 @@ func (l *Ledger) Get(now int64, set *config.Set, req *allotpb.GetCapacityRequest
 	id := req.GetClientId()
 	served, addRes, addClients := 0, 0, 0
 	for k, rr := range res {
-		rid := rr.GetResourceId()
-		r := l.resources[rid]
-		if r != nil && r.gen == set.Generation {
-			tmpls[k] = r.tmpl
-		} else if tmpls[k] = set.Match(rid); tmpls[k] == nil {
-			slots[k] = Slot{Code: CodeNoTemplate, Err: fmt.Sprintf("resource %q matches no template and unmatched resources are rejected; add a template with 'allot config put'", rid)}
-			if why := set.Refused(rid); why != "" {
-				slots[k].Err = fmt.Sprintf("resource %q is refused: %s", rid, why)
-			}
+		var r *resource
+		if tmpls[k], r, slots[k].Code, slots[k].Err = l.resolve(set, rr.GetResourceId(), &addRes); tmpls[k] == nil {
 			continue
-		}
-		if r == nil {
-			if len(l.resources)+addRes >= l.cfg.MaxResources {
-				tmpls[k] = nil
-				slots[k] = Slot{Code: CodeTooMany, Err: fmt.Sprintf("this node keeps state for %d resources and the limit is %d (--max-resources); %q would be a new one", len(l.resources)+addRes, l.cfg.MaxResources, rid)}
-				continue
-			}
-			addRes++
 		}
 		if _, known := r.lookup(id); !known {
 			if l.records+addClients >= l.cfg.MaxClients {
@@ -231,6 +216,31 @@ func (l *Ledger) Get(now int64, set *config.Set, req *allotpb.GetCapacityRequest
 		slots[k] = Slot{r: r, client: id}
 	}
 	return slots, nil
+}
+
+// resolve finds the template serving resource rid and its state (nil if
+// new), or says why it cannot be served: no template (or refused), or the
+// node's resource limit, counting addRes resources the request adds
+// already (and one more for rid if it is new).
+func (l *Ledger) resolve(set *config.Set, rid string, addRes *int) (*config.Template, *resource, int32, string) {
+	r := l.resources[rid]
+	if r != nil && r.gen == set.Generation {
+		return r.tmpl, r, 0, ""
+	}
+	t := set.Match(rid)
+	if t == nil {
+		if why := set.Refused(rid); why != "" {
+			return nil, nil, CodeNoTemplate, fmt.Sprintf("resource %q is refused: %s", rid, why)
+		}
+		return nil, nil, CodeNoTemplate, fmt.Sprintf("resource %q matches no template and unmatched resources are rejected; add a template with 'allot config put'", rid)
+	}
+	if r == nil {
+		if len(l.resources)+*addRes >= l.cfg.MaxResources {
+			return nil, nil, CodeTooMany, fmt.Sprintf("this node keeps state for %d resources and the limit is %d (--max-resources); %q would be a new one", len(l.resources)+*addRes, l.cfg.MaxResources, rid)
+		}
+		*addRes++
+	}
+	return t, r, 0, ""
 }
 
 // Release ends the named client's leases on the named resources at once

@@ -56,24 +56,9 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 	tmpls := make([]*config.Template, len(res))
 	served, addRes, addRecords := 0, 0, 0
 	for k, rr := range res {
-		rid := rr.GetResourceId()
-		r := l.resources[rid]
-		if r != nil && r.gen == set.Generation {
-			tmpls[k] = r.tmpl
-		} else if tmpls[k] = set.Match(rid); tmpls[k] == nil {
-			slots[k] = ServerSlot{Code: CodeNoTemplate, Err: fmt.Sprintf("resource %q matches no template", rid)}
-			if why := set.Refused(rid); why != "" {
-				slots[k].Err = fmt.Sprintf("resource %q is refused: %s", rid, why)
-			}
+		var r *resource
+		if tmpls[k], r, slots[k].Code, slots[k].Err = l.resolve(set, rr.GetResourceId(), &addRes); tmpls[k] == nil {
 			continue
-		}
-		if r == nil {
-			if len(l.resources)+addRes >= l.cfg.MaxResources {
-				tmpls[k] = nil
-				slots[k] = ServerSlot{Code: CodeTooMany, Err: fmt.Sprintf("this node keeps state for %d resources and the limit is %d (--max-resources)", len(l.resources)+addRes, l.cfg.MaxResources)}
-				continue
-			}
-			addRes++
 		}
 		for _, b := range rr.GetWants() {
 			if _, known := r.lookup(bandID(child, b.GetPriority())); !known {
