@@ -550,7 +550,10 @@ func (r *resource) nextFree(now int64) int64 {
 	next := int64(math.MaxInt64)
 	for i := range r.clients {
 		c := &r.clients[i]
-		if c.touched || c.has <= r.demands[i].Target {
+		// Due to give back: more than its target, or a shrink it has yet
+		// to confirm (the larger lease counts until it does).
+		over := !c.touched && c.has > r.demands[i].Target
+		if !over && (c.heldUntil <= now || c.held <= c.has) {
 			continue
 		}
 		if c.due > now && c.due < next {

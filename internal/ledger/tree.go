@@ -219,9 +219,10 @@ func (l *Ledger) SetUpstream(now int64, resp *allotpb.GetServerCapacityResponse)
 			continue
 		}
 		g := rr.GetGets()
-		r.up = upstream{child: true, known: true, cap: max(g.GetCapacity(), 0),
-			expiry: g.GetExpiryTime().AsTime().UnixNano(), safe: rr.GetSafeCapacity(),
-			refresh: g.GetRefreshInterval().AsDuration()}
+		// asked and held stay: they describe the ask this answers.
+		r.up.known, r.up.cap = true, max(g.GetCapacity(), 0)
+		r.up.expiry, r.up.safe = g.GetExpiryTime().AsTime().UnixNano(), rr.GetSafeCapacity()
+		r.up.refresh = g.GetRefreshInterval().AsDuration()
 	}
 	return true
 }
@@ -245,7 +246,7 @@ const (
 
 // UpstreamJump is the change, as a fraction of a child's lease, that makes
 // it ask its parent before the regular ask.
-const UpstreamJump = 0.05
+const UpstreamJump = 0.001
 
 // UpstreamWanted reports how soon the parent should be asked, from the
 // resources of the round: at once when one waits for its first lease from

@@ -22,12 +22,13 @@ type treeNode struct {
 	l       *Ledger
 	parent  *treeNode
 	clients []*simClient
+	wanted  Ask // the most urgent UpstreamWanted since the last ask
 }
 
 func newTreeNode(t *testing.T, name string, parent *treeNode, now int64) *treeNode {
 	t.Helper()
 	n := &treeNode{name: name, parent: parent,
-		l: New(Config{Node: name, ServerID: name, Term: 1, Child: parent != nil, ClockSkew: time.Second})}
+		l: New(Config{Node: name, ServerID: name, Term: 1, Child: parent != nil, ClockSkew: time.Second, MinRefresh: minGap})}
 	p, err := n.l.Start(now, Prior{Kind: PriorNew})
 	if err != nil {
 		t.Fatal(err)
@@ -59,17 +60,21 @@ func (n *treeNode) round(t *testing.T, set *config.Set, now int64) {
 		}
 		ls := slots[k][0].Lease(now)
 		c.has, c.expiry, c.safe = ls.Capacity, ls.Expiry, ls.SafeCapacity
-		c.next = now + int64(max(ls.Refresh, 50*time.Millisecond))
+		c.next = now + int64(max(ls.Refresh, minGap))
 	}
 	n.l.EndRound()
 }
 
-// settle proposes, stores at once and allocates.
+// settle proposes, stores at once and allocates; a child notes whether
+// to ask its parent soon, as the coordinator does before allocating.
 func (n *treeNode) settle(now int64) {
 	for range 2 {
 		if p := n.l.Propose(now); p != nil {
 			n.l.Commit(now, p, nil)
 		}
+	}
+	if n.parent != nil {
+		n.wanted = max(n.wanted, n.l.UpstreamWanted(now))
 	}
 	n.l.Allocate(now)
 }
@@ -96,6 +101,9 @@ func (n *treeNode) askParent(t *testing.T, set *config.Set, now int64) {
 		n.l.SetUpstream(now, resp)
 	}
 }
+
+// minGap is the shortest refresh a simulated client keeps.
+var minGap = 50 * time.Millisecond
 
 func fairTemplate(capacity float64) *config.Set { return fairTemplateGen(capacity, 1) }
 
