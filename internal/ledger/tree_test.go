@@ -23,6 +23,7 @@ type treeNode struct {
 	parent  *treeNode
 	clients []*simClient
 	wanted  Ask // the most urgent UpstreamWanted since the last ask
+	rec     *allotpb.LeaseHorizon // the last record committed
 }
 
 func newTreeNode(t *testing.T, name string, parent *treeNode, now int64) *treeNode {
@@ -34,7 +35,24 @@ func newTreeNode(t *testing.T, name string, parent *treeNode, now int64) *treeNo
 		t.Fatal(err)
 	}
 	n.l.Commit(now, p, nil)
+	n.rec = p.Record
 	return n
+}
+
+// failover replaces the node's leader by a successor of the next term
+// that starts from the last committed record.
+func (n *treeNode) failover(t *testing.T, now int64) {
+	t.Helper()
+	cfg := n.l.cfg
+	cfg.Term++
+	cfg.ServerID = fmt.Sprint(n.name, "-", cfg.Term)
+	n.l = New(cfg)
+	p, err := n.l.Start(now, Prior{Kind: PriorRecord, Record: n.rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.l.Commit(now, p, nil)
+	n.rec = p.Record
 }
 
 // round answers the node's due clients; records are written at once.
@@ -71,6 +89,7 @@ func (n *treeNode) settle(now int64) {
 	for range 2 {
 		if p := n.l.Propose(now); p != nil {
 			n.l.Commit(now, p, nil)
+			n.rec = p.Record
 		}
 	}
 	if n.parent != nil {
@@ -87,7 +106,7 @@ func (n *treeNode) askParent(t *testing.T, set *config.Set, now int64) {
 			t.Fatal(err)
 		}
 		n.parent.settle(now)
-		resp := &allotpb.GetServerCapacityResponse{Term: 1}
+		resp := &allotpb.GetServerCapacityResponse{Term: n.parent.l.cfg.Term}
 		for _, s := range slots {
 			if !s.Served() || !ReadyServer([]ServerSlot{s}) {
 				continue
