@@ -22,7 +22,7 @@ type treeNode struct {
 	l       *Ledger
 	parent  *treeNode
 	clients []*simClient
-	wanted  Ask // the most urgent UpstreamWanted since the last ask
+	wanted  Ask                   // the most urgent UpstreamWanted since the last ask
 	rec     *allotpb.LeaseHorizon // the last record committed
 }
 
