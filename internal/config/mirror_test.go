@@ -204,14 +204,7 @@ func TestOpenMirrorRefusesPlainBucket(t *testing.T) {
 // and both forms sync. OpenMirror uses the explicit prefix either way.
 func TestMirrorDomainForm(t *testing.T) {
 	ctx := testCtx(t)
-	root := natstest.Root(t, "global")
-	rootKV, _ := bucket(t, root.Server)
-	put(t, rootKV, "mysql-main", mysqlMain)
-	region := natstest.Child(t, "eu", root)
-	js, err := jetstream.New(natstest.Conn(t, region.Server))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, js := rootAndRegion(t)
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: DefaultBucket, History: BucketHistory,
 		Mirror: &jetstream.StreamSource{Name: DefaultBucket, Domain: "global"}})
 	if err != nil {
@@ -237,14 +230,7 @@ func TestMirrorCatchesUpAfterLongCut(t *testing.T) {
 		t.Skip("cuts a link for 12s")
 	}
 	ctx := testCtx(t)
-	root := natstest.Root(t, "global")
-	rootKV, _ := bucket(t, root.Server)
-	put(t, rootKV, "mysql-main", mysqlMain)
-	region := natstest.Child(t, "eu", root)
-	js, err := jetstream.New(natstest.Conn(t, region.Server))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rootKV, region, js := rootAndRegion(t)
 	kv, err := OpenMirror(ctx, js, DefaultBucket, "global")
 	if err != nil {
 		t.Fatal(err)
@@ -268,4 +254,19 @@ func TestMirrorCatchesUpAfterLongCut(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("the put made during the cut arrived %v after the restore", time.Since(restored))
+}
+
+// rootAndRegion starts a root level (domain global) whose bucket holds
+// mysql-main, and a region (domain eu) under it; js is the region's.
+func rootAndRegion(t *testing.T) (jetstream.KeyValue, *natstest.Level, jetstream.JetStream) {
+	t.Helper()
+	root := natstest.Root(t, "global")
+	rootKV, _ := bucket(t, root.Server)
+	put(t, rootKV, "mysql-main", mysqlMain)
+	region := natstest.Child(t, "eu", root)
+	js, err := jetstream.New(natstest.Conn(t, region.Server))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rootKV, region, js
 }
