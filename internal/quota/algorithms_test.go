@@ -75,9 +75,8 @@ func (m *gcraModel) take(now, n, maxWait int64) (bool, int64) {
 // fwModel: a count per aligned window; in arrival order, a request takes
 // effect in the window of max(now, last admission) or the one after.
 type fwModel struct {
-	count       map[int64]int64
-	last, w, l  int64
-	initialized bool
+	count      map[int64]int64
+	last, w, l int64
 }
 
 func (m *fwModel) take(now, n, maxWait int64) (bool, int64) {
