@@ -444,3 +444,27 @@ func TestTakeDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// TestSlidingLogBounded: reports cannot grow the log past the limit, and
+// the ring shrinks back after a burst.
+func TestSlidingLogBounded(t *testing.T) {
+	tab := oneBucket(*window(SlidingWindowLog, 10_000, time.Second), Options{})
+	log := func() *swLog { return tab.spaces["p"].buckets["b"].log }
+	for i := range 20_000 {
+		if err := tab.Report("p", "b", 1, at(time.Duration(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l := log(); l.n > 10_000 || l.sum != 10_000 {
+		t.Fatalf("log of %d entries, %d tokens", l.n, l.sum)
+	}
+	if d := take(tab, "p:b", 0, at(0)); d.Remaining != 0 {
+		t.Fatalf("reports not charged: %+v", d)
+	}
+	for i := range 20 {
+		take(tab, "p:b", 1, at(time.Duration(i+2)*time.Second))
+	}
+	if l := log(); len(l.ring) > 64 || l.n != 1 {
+		t.Fatalf("ring of %d for %d entries after the burst", len(l.ring), l.n)
+	}
+}
