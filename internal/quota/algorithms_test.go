@@ -246,6 +246,9 @@ func TestAlgorithmsMatchModels(t *testing.T) {
 					if maxWait >= 0 {
 						mw = min(mw, int64(maxWait))
 					}
+					if a == SlidingWindowLog {
+						mw = min(mw, c.window)
+					}
 					d, key := tab.Take("p", "b", Request{Tokens: n, MaxWait: maxWait}, time.Unix(0, now))
 					if key != "p:b" {
 						t.Fatalf("key %q", key)
