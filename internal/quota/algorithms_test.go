@@ -274,6 +274,9 @@ func TestAlgorithmsMatchModels(t *testing.T) {
 						t.Fatalf("rejection %+v", d)
 					}
 				}
+				if l := tab.spaces["p"].buckets["b"].log; l != nil && l.n > 2*int(c.capacity) {
+					t.Fatalf("seed %d: log of %d entries for limit %d", seed, l.n, c.capacity)
+				}
 				if a == TokenBucket && seed%2 == 1 {
 					continue
 				}

@@ -301,7 +301,7 @@ func TestReport(t *testing.T) {
 		t.Fatalf("after report: %+v", d)
 	}
 	// A huge report leaves at most max_debt of debt.
-	if err := tab.Report("p", "b", 1e9, t0); err != nil {
+	if err := tab.Report("p", "b", math.MaxInt64, t0); err != nil {
 		t.Fatal(err)
 	}
 	if d := take(tab, "p:b", 0, at(5*time.Second)); d.Remaining != 0 {
@@ -323,11 +323,18 @@ func TestReport(t *testing.T) {
 			s.Algorithm = LeakyBucket
 		}
 		tab := oneBucket(*s, Options{})
-		if err := tab.Report("p", "b", 1000, t0); err != nil {
-			t.Fatal(err)
+		for _, n := range []int64{1000, math.MaxInt64} {
+			if err := tab.Report("p", "b", n, t0); err != nil {
+				t.Fatal(err)
+			}
+			if d := take(tab, "p:b", 0, t0); d.Remaining != 0 {
+				t.Errorf("%v: report of %d not charged: %+v", a, n, d)
+			}
 		}
-		if d := take(tab, "p:b", 0, t0); d.Remaining != 0 {
-			t.Errorf("%v: report not charged: %+v", a, d)
+		// Charged as "fully used at t0", no more: a full window or
+		// queue later, the bucket is full again.
+		if d := take(tab, "p:b", 0, at(2*time.Minute)); d.Remaining != 10 {
+			t.Errorf("%v: a huge report kept: %+v", a, d)
 		}
 	}
 }
