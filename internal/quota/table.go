@@ -160,17 +160,18 @@ func compileSpec(s *Spec) *compiled {
 }
 
 // SetConfig replaces the configuration (hot reload). Invalid names and
-// specs are skipped as if absent (see Config.Validate). A bucket whose
-// Spec is unchanged keeps its state. A window bucket whose algorithm and
-// window are unchanged keeps its counts under the new limit: they are
-// the admissions really made, so the new limit holds exactly. Any other
-// changed bucket restarts drained at the latest time it had seen or
-// admitted for (as after a failover): every window that includes the
-// switch already counts the full new limit, and a token bucket refills
-// from empty at the new rate. That is harsher than converting the state,
-// but it can never admit more than the new limit because of the switch,
-// whatever the old and new algorithms. Buckets that no longer resolve
-// are dropped.
+// specs are skipped as if absent (see Config.Validate). A bucket keeps its
+// state when its algorithm and rate are unchanged (same nanoseconds per
+// token for TOKEN_BUCKET, LEAKY_BUCKET and GCRA; same window for the
+// window algorithms): the state then records admissions really made,
+// which count against the new size or limit (a token bucket's tokens are
+// cut to a smaller size). Any other changed bucket restarts as if drained
+// at the latest time it had seen or admitted for (as after a failover):
+// every window that includes the switch already counts the full new
+// limit, and a token bucket refills from empty at the new rate. That is
+// harsher than converting the state, but it can never admit more than
+// the new limit because of the switch, whatever the old and new
+// algorithms. Buckets that no longer resolve are dropped.
 func (t *Table) SetConfig(cfg *Config) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -236,16 +237,23 @@ func (t *Table) SetConfig(cfg *Config) {
 
 // carry moves b to spec c (see SetConfig).
 func carry(b *bucket, c *compiled) {
-	o := &b.c.spec
-	switch {
-	case o.Algorithm == c.spec.Algorithm && *o == c.spec:
-	case o.Algorithm == c.spec.Algorithm && o.Algorithm.Windowed() && o.Algorithm != GCRA && o.Window == c.spec.Window:
+	o := b.c
+	same := o.spec.Algorithm == c.spec.Algorithm
+	switch o.spec.Algorithm {
+	case TokenBucket, LeakyBucket, GCRA:
+		same = same && o.interval == c.interval
 	default:
+		same = same && o.window == c.window
+	}
+	if !same {
 		d := b.lastAt()
 		b.reset(c, d, true, d)
 		return
 	}
 	b.c = c
+	if c.spec.Algorithm == TokenBucket {
+		b.s[0] = min(b.s[0], c.capNs)
+	}
 }
 
 // Take decides req for bucket name of namespace ns at now. It returns the

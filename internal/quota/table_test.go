@@ -223,11 +223,27 @@ func TestSetConfig(t *testing.T) {
 	if d := take(tab, "p:dyn", 0, t0); d.Remaining != 0 {
 		t.Fatalf("dynamic bucket lost its state: %+v", d)
 	}
-	// Changed: restarts drained at its last use, so a bigger bucket is
-	// not full at once.
+	// Same rate: the tokens are kept, cut to a smaller size, and fill up
+	// to a bigger one.
+	soft := tb(10, 1)
+	soft.SoftLimit = 0.5
+	tab.SetConfig(ns(soft))
+	if d := take(tab, "p:b", 0, t0); d.Remaining != 2 || d.Warning != WarningSoftLimit {
+		t.Fatalf("soft limit added: %+v", d)
+	}
+	tab.SetConfig(ns(tb(1, 1)))
+	if d := take(tab, "p:b", 0, t0); d.Remaining != 1 {
+		t.Fatalf("smaller size: %+v", d)
+	}
 	tab.SetConfig(ns(tb(100, 1)))
-	if d := take(tab, "p:b", 0, at(3*time.Second)); d.Remaining != 3 {
-		t.Fatalf("changed spec: %+v, want 3 tokens filled since", d)
+	if d := take(tab, "p:b", 0, at(3*time.Second)); d.Remaining != 4 {
+		t.Fatalf("bigger size: %+v, want 1 + 3 filled since", d)
+	}
+	// Another rate: restarts drained at its last use (3s), so it is not
+	// full at once.
+	tab.SetConfig(ns(tb(100, 2)))
+	if d := take(tab, "p:b", 0, at(5*time.Second)); d.Remaining != 4 {
+		t.Fatalf("changed rate: %+v, want 4 tokens filled in 2s", d)
 	}
 	// Window with the same window keeps its counts under the new limit.
 	tab.SetConfig(ns(window(FixedWindow, 10, time.Hour)))
