@@ -398,3 +398,44 @@ func TestConcurrentTakesNeverExceed(t *testing.T) {
 		})
 	}
 }
+
+// drive sends steps random takes to p:b from time from and returns the
+// admissions and the time of the last take.
+func drive(tab *Table, r *rand.Rand, c *compiled, from int64, steps int) ([]admission, int64) {
+	var adm []admission
+	now := from
+	step := max(c.interval, c.window/c.capacity, 1)
+	for range steps {
+		now += r.Int64N(step + 1)
+		n := 1 + r.Int64N(min(c.maxTokens, c.capacity))
+		d, _ := tab.Take("p", "b", Request{Tokens: n, MaxWait: -1}, time.Unix(0, now))
+		if d.Status != Rejected {
+			adm = append(adm, admission{now + int64(d.Wait), n})
+		}
+	}
+	return adm, now
+}
+
+// TestFailoverNeverExceeds: a leader serves from full, a new one takes
+// over with Since past the old one's last decision plus its longest wait;
+// together they never admit more than the limit.
+func TestFailoverNeverExceeds(t *testing.T) {
+	for _, a := range algorithms {
+		for seed := range uint64(30) {
+			r := rand.New(rand.NewPCG(seed, 99))
+			s, _ := randomSpec(r, a)
+			old := oneBucket(s, Options{})
+			c := old.spaces["p"].named["b"]
+			adm, end := drive(old, r, c, 1e12, 200)
+			since := end + int64(s.WaitTimeout)
+			next := oneBucket(s, Options{Since: time.Unix(0, since)})
+			more, _ := drive(next, r, c, end+1, 1000)
+			if len(more) == 0 {
+				t.Fatalf("%v seed %d spec %+v: the new leader admitted nothing (old %d)", a, seed, s, len(adm))
+			}
+			if err := checkLimit(c, append(adm, more...)); err != nil {
+				t.Fatalf("%v seed %d spec %+v: %v", a, seed, s, err)
+			}
+		}
+	}
+}

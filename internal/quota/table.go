@@ -56,6 +56,13 @@ type Options struct {
 	// min(size, fill_rate×(now−Since)) tokens, a window as if its limit
 	// was admitted at Since. So a failover never admits more than the
 	// limit. The zero Since starts buckets full, as quotaservice does.
+	//
+	// The previous leader's OK_WAIT answers take effect up to a wait
+	// after its last decision, so Since must be no earlier than that
+	// decision plus the longest wait_timeout configured (and for a
+	// TOKEN_BUCKET no more than its max_debt): the previous leader's
+	// lease end plus that wait is a safe choice. Since may be in the
+	// future: nothing is admitted to take effect before it.
 	Since time.Time
 }
 
