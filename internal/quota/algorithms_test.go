@@ -439,3 +439,37 @@ func TestFailoverNeverExceeds(t *testing.T) {
 		}
 	}
 }
+
+// TestReloadNeverExceeds: whatever the old and new specs, the admissions
+// after a reload add nothing over the new limit to those made before it.
+func TestReloadNeverExceeds(t *testing.T) {
+	checked := 0
+	for seed := range uint64(600) {
+		r := rand.New(rand.NewPCG(seed, 5))
+		s1, _ := randomSpec(r, algorithms[r.IntN(len(algorithms))])
+		s2, _ := randomSpec(r, algorithms[r.IntN(len(algorithms))])
+		switch r.IntN(3) {
+		case 0: // same algorithm and rate or window
+			s2, _ = randomSpec(r, s1.Algorithm)
+			s2.FillRate, s2.Window = s1.FillRate, s1.Window
+		case 1: // same algorithm
+			s2, _ = randomSpec(r, s1.Algorithm)
+		}
+		tab := oneBucket(s1, Options{})
+		c1 := tab.spaces["p"].named["b"]
+		adm, end := drive(tab, r, c1, 1e12, 200)
+		tab.SetConfig(&Config{Namespaces: map[string]*Namespace{"p": {Buckets: map[string]*Spec{"b": &s2}}}})
+		c2 := tab.spaces["p"].named["b"]
+		if checkLimit(c2, append([]admission(nil), adm...)) != nil {
+			continue // the old admissions alone exceed the new limit
+		}
+		checked++
+		more, _ := drive(tab, r, c2, end+1, 400)
+		if err := checkLimit(c2, append(adm, more...)); err != nil {
+			t.Fatalf("seed %d: %+v then %+v: %v", seed, s1, s2, err)
+		}
+	}
+	if checked < 100 {
+		t.Fatalf("only %d reloads checked", checked)
+	}
+}
