@@ -2,7 +2,6 @@ package quota
 
 import (
 	"fmt"
-	"math/big"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -130,19 +129,18 @@ func (m *swlModel) take(now, n, maxWait int64) (bool, int64) {
 	return false, 0
 }
 
-// swcModel: counts per window; the estimate prev×(end−t)/W + cur, in exact
-// rationals, binary-searched for the earliest t in the window of
+// swcModel: counts per window; the estimate prev×(end−t)/W + cur,
+// binary-searched for the earliest t in the window of
 // max(now, last) or the next one.
 type swcModel struct {
 	count      map[int64]int64
 	last, w, l int64
 }
 
+// fits reports whether n more at t in window k keep the estimate within
+// the limit (multiplied through by W; the test's numbers are small).
 func (m *swcModel) fits(k, t, n int64) bool {
-	est := new(big.Rat).SetFrac(big.NewInt(m.count[k-1]), big.NewInt(m.w))
-	est.Mul(est, new(big.Rat).SetInt64((k+1)*m.w-t))
-	est.Add(est, new(big.Rat).SetInt64(m.count[k]+n))
-	return est.Cmp(new(big.Rat).SetInt64(m.l)) <= 0
+	return m.count[k-1]*((k+1)*m.w-t)+(m.count[k]+n)*m.w <= m.l*m.w
 }
 
 func (m *swcModel) take(now, n, maxWait int64) (bool, int64) {
