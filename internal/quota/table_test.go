@@ -58,6 +58,21 @@ func TestLookupOrder(t *testing.T) {
 			t.Errorf("%s:%s: got %q %+v, want %q reason %q limit %d", c.ns, c.name, key, d, c.key, c.reason, c.limit)
 		}
 	}
+	// Resolve agrees with Take, without creating anything.
+	for _, c := range []struct{ ns, name, key, how string }{
+		{"named", "a", "named:a", FoundNamed},
+		{"named", "zz", "named:zz", FoundDynamic},
+		{"deflt", "q", "deflt:<default>", FoundDefault},
+		{"unknown", "q", "_default:<default>", FoundGlobalDefault},
+	} {
+		key, spec, how, err := cfg.Resolve(c.ns, c.name)
+		if key != c.key || how != c.how || spec == nil || err != nil {
+			t.Errorf("Resolve(%s, %s) = %q %q %v", c.ns, c.name, key, how, err)
+		}
+	}
+	if _, _, _, err := cfg.Resolve("named", "bad-name"); err == nil {
+		t.Error("Resolve accepted a bad dynamic name")
+	}
 	// The default bucket is shared: deflt took 2 of 3.
 	if d := take(tab, "deflt:z", 0, t0); d.Remaining != 1 {
 		t.Errorf("shared default: remaining %d, want 1", d.Remaining)
@@ -66,6 +81,9 @@ func TestLookupOrder(t *testing.T) {
 	tab = NewTable(cfg, Options{})
 	if d, key := tab.Take("unknown", "q", Request{Tokens: 1}, t0); d.Reason != ReasonNoBucket || key != "" {
 		t.Errorf("no global default: %+v %q", d, key)
+	}
+	if _, _, _, err := cfg.Resolve("unknown", "q"); err == nil || !strings.Contains(err.Error(), ReasonNoBucket) {
+		t.Errorf("Resolve without a global default: %v", err)
 	}
 	if ev := tab.Events()[GlobalDefault]; ev.BucketMiss != 1 {
 		t.Errorf("unknown namespace miss counted under _default: %+v", ev)
