@@ -273,7 +273,7 @@ func (t *Table) Take(ns, name string, req Request, now time.Time) (Decision, str
 	tn := now.UnixNano()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	b, ev, reason := t.lookup(ns, name, tn)
+	b, ev, reason := t.lookup(ns, name, tn, req.Tokens, false)
 	if b == nil {
 		return Decision{Status: Rejected, Reason: reason}, ""
 	}
@@ -292,7 +292,7 @@ func (t *Table) Report(ns, name string, tokens int64, now time.Time) error {
 	tn := now.UnixNano()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	b, ev, reason := t.lookup(ns, name, tn)
+	b, ev, reason := t.lookup(ns, name, tn, tokens, true)
 	if b == nil {
 		return fmt.Errorf("report %s:%s: %s", clip(ns), clip(name), reason)
 	}
@@ -305,8 +305,12 @@ func (t *Table) Report(ns, name string, tokens int64, now time.Time) error {
 }
 
 // lookup finds or creates the bucket answering ns:name, with the events
-// to count into; b is nil with the reason (counted) when none does.
-func (t *Table) lookup(ns, name string, now int64) (b *bucket, ev *Events, reason string) {
+// to count into; b is nil with the reason (counted) when none does. A
+// dynamic bucket is created only for a take or report that will change
+// it (tokens > 0, and for a take within max_tokens_per_request): peeks
+// and refused requests are answered from a new bucket that is not kept,
+// so bad input cannot fill the namespace's cap.
+func (t *Table) lookup(ns, name string, now, tokens int64, report bool) (b *bucket, ev *Events, reason string) {
 	sp := t.spaces[ns]
 	if sp == nil {
 		sp = t.spaces[GlobalDefault]
@@ -327,6 +331,11 @@ func (t *Table) lookup(ns, name string, now int64) (b *bucket, ev *Events, reaso
 		case sp.maxDyn > 0 && sp.dynamic >= sp.maxDyn:
 			ev.TooManyBuckets++
 			return nil, ev, ReasonTooManyBuckets
+		}
+		if tokens <= 0 || !report && tokens > sp.dyn.maxTokens {
+			b = &bucket{key: sp.name + ":" + name}
+			b.reset(sp.dyn, now, t.hasSince, t.since)
+			return b, ev, ""
 		}
 		ev.DynamicCreated++
 		sp.dynamic++

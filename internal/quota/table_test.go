@@ -387,6 +387,31 @@ func TestManyDynamicNames(t *testing.T) {
 	if tab.Len() != 1000 || refused != 99_000 {
 		t.Fatalf("Len %d, refused %d", tab.Len(), refused)
 	}
+
+	// Peeks and refused requests create nothing, so they cannot fill the
+	// cap; they are answered as a new bucket would answer them.
+	tab = NewTable(&Config{Namespaces: map[string]*Namespace{"p": {Dynamic: tb(10, 1), MaxDynamicBuckets: 1000}}}, Options{})
+	for i := range 10_000 {
+		name := fmt.Sprintf("k%d", i)
+		for _, c := range []struct {
+			n    int64
+			want Decision
+		}{
+			{0, Decision{Status: OK, Limit: 10, Remaining: 10}},
+			{11, Decision{Status: Rejected, Reason: ReasonTooManyTokens, Limit: 10}},
+			{-1, Decision{Status: Rejected, Reason: ReasonBadRequest, Limit: 10}},
+		} {
+			if d, key := tab.Take("p", name, Request{Tokens: c.n}, t0); d != c.want || key != "p:"+name {
+				t.Fatalf("take %d from new %s: %+v %q", c.n, name, d, key)
+			}
+		}
+		if err := tab.Report("p", name, 0, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tab.Len() != 0 || tab.Events()["p"].DynamicCreated != 0 {
+		t.Fatalf("Len %d, events %+v", tab.Len(), tab.Events()["p"])
+	}
 }
 
 func TestValidate(t *testing.T) {
