@@ -33,8 +33,9 @@ const (
 	// MaxQuotaTokens bounds size, limit, max_tokens_per_request and
 	// ban.threshold, as the wire bounds tokens.
 	MaxQuotaTokens = wire.MaxQuotaTokens
-	// MaxFillRate bounds fill_rate, in tokens per second.
-	MaxFillRate = 1e12
+	// MaxFillRate bounds fill_rate, in tokens per second (one per
+	// nanosecond, quota.MaxFillRate).
+	MaxFillRate = quota.MaxFillRate
 	// MaxQuotaDuration bounds every duration of a bucket; it is also the
 	// longest max_wait a take request may carry.
 	MaxQuotaDuration = wire.MaxQuotaWait
@@ -145,6 +146,9 @@ func ParseNamespace(name string, revision uint64, data []byte) (*quota.Namespace
 		case ns.Default == nil:
 			return nil, nil, invalid("default_bucket", "is required in namespace %s: it is the global default bucket", quota.GlobalDefault)
 		}
+	}
+	if err := (&quota.Config{Namespaces: map[string]*quota.Namespace{name: ns}}).Validate(); err != nil {
+		return nil, nil, invalid("namespace", "%v", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	if len(ns.Buckets) == 0 && ns.Default == nil && ns.Dynamic == nil {
 		notes = append(notes, fmt.Sprintf("namespace %s has no buckets, no default_bucket and no dynamic_bucket_template: its keys get the global default (namespaces.%s), if any", name, quota.GlobalDefault))
@@ -332,6 +336,12 @@ func parseBucket(path string, raw any) (*quota.Spec, error) {
 		if s.Ban, err = parseBan(at("ban"), v); err != nil {
 			return nil, err
 		}
+	}
+	// The decision core's own rules (a bucket that takes longer than its
+	// limit to fill, SLIDING_WINDOW_LOG's memory bound): what it would
+	// skip must be refused here.
+	if err := s.Validate(); err != nil {
+		return nil, invalid(path, "%v", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	return s, nil
 }

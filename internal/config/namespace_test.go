@@ -97,7 +97,7 @@ func TestParseNamespaceErrors(t *testing.T) {
 		{"logins", `{"default_bucket": {}, "defaultBucket": {}}`, "field is set twice"},
 		{"logins", `{"buckets": []}`, "buckets: want an object"},
 		{"logins", `{"buckets": {"al ice": {}}}`, `buckets.al ice: bucket name "al ice" contains " "`},
-		{"logins", `{"buckets": {"` + strings.Repeat("a", 129) + `": {}}}`, "the limit is 128"},
+		{"logins", `{"buckets": {"` + strings.Repeat("a", 65) + `": {}}}`, "the limit is 64"},
 		{"logins", `{"buckets": {"a": 5}}`, "buckets.a: want a bucket object"},
 		{"logins", `{"buckets": {"a": {"sise": 5}}}`, "buckets.a.sise: unknown field"},
 		{"logins", `{"default_bucket": {"algorithm": "TOKENBUCKET"}}`, `default_bucket.algorithm: unknown algorithm "TOKENBUCKET"`},
@@ -109,7 +109,7 @@ func TestParseNamespaceErrors(t *testing.T) {
 		{"logins", `{"default_bucket": {"size": 99999999999999999999999}}`, "is outside"},
 		{"logins", `{"default_bucket": {"size": "100"}}`, `default_bucket.size: want an integer, got a string ("100"): write numbers without quotes`},
 		{"logins", `{"default_bucket": {"fill_rate": "NaN"}}`, "default_bucket.fill_rate: want a number, got a string"},
-		{"logins", `{"default_bucket": {"fill_rate": 0}}`, "default_bucket.fill_rate: 0 is outside (0, 1e+12]"},
+		{"logins", `{"default_bucket": {"fill_rate": 0}}`, "default_bucket.fill_rate: 0 is outside (0, 1e+09]"},
 		{"logins", `{"default_bucket": {"fill_rate": -5}}`, "fill_rate: -5 is outside"},
 		{"logins", `{"default_bucket": {"fill_rate": 1e400}}`, "fill_rate: 1e400 is not a finite number"},
 		{"logins", `{"default_bucket": {"wait_timeout": "1 second"}}`, `default_bucket.wait_timeout: invalid duration "1 second"`},
@@ -233,6 +233,21 @@ func TestMarshalNamespaceRoundTrip(t *testing.T) {
 		}
 		if !reflect.DeepEqual(ns, back) {
 			t.Errorf("%s\nreads back as %+v, want %+v", out, back, ns)
+		}
+	}
+}
+
+// TestParseNamespaceCoreRules: what the decision core would skip as
+// invalid is refused by the parser, so a namespace that parses is always
+// served whole.
+func TestParseNamespaceCoreRules(t *testing.T) {
+	for _, c := range []struct{ doc, want string }{
+		{`{"default_bucket": {"algorithm": "SLIDING_WINDOW_LOG", "limit": 100001, "window": "1m"}}`, "default_bucket: limit: 100001 is out of range"},
+		{`{"default_bucket": {"size": 1000000000000, "fill_rate": 0.001}}`, "default_bucket: size: 1000000000000 tokens take longer than"},
+	} {
+		_, _, err := ParseNamespace("n", 1, []byte(c.doc))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.doc, err, c.want)
 		}
 	}
 }
