@@ -44,14 +44,6 @@ const (
 	MinWindow = time.Millisecond
 )
 
-// quotaservice's defaults for a bucket's unset fields.
-const (
-	DefaultQuotaSize        = 100
-	DefaultQuotaFillRate    = 50
-	DefaultQuotaWaitTimeout = time.Second
-	DefaultQuotaMaxDebt     = 10 * time.Second
-)
-
 // NamespaceKey returns the KV key of quota namespace ns.
 func NamespaceKey(ns string) string { return NamespacePrefix + ns }
 
@@ -79,7 +71,7 @@ func nameErr(field string, err error) error {
 
 // ParseNamespace parses and validates a namespace document (JSON or YAML)
 // stored under NamespaceKey(name) at revision. Unset fields get
-// quotaservice's defaults (see DefaultQuotaSize and docs/configuration.md);
+// quotaservice's defaults (quota.DefaultSpec; see docs/configuration.md);
 // notes describe defaults worth pointing out. Errors are a *ParseError or
 // *CompileError naming the field ("buckets.alice.fill_rate").
 //
@@ -219,7 +211,8 @@ func parseBucket(path string, raw any) (*quota.Spec, error) {
 		return nil, err
 	}
 	at := func(field string) string { return path + "." + field }
-	s := &quota.Spec{Algorithm: quota.TokenBucket}
+	def := quota.DefaultSpec()
+	s := &quota.Spec{Algorithm: def.Algorithm}
 	if v, ok := f["algorithm"]; ok {
 		name, ok := v.(string)
 		if !ok {
@@ -273,7 +266,7 @@ func parseBucket(path string, raw any) (*quota.Spec, error) {
 			}
 		}
 	} else {
-		s.Size, s.FillRate = DefaultQuotaSize, DefaultQuotaFillRate
+		s.Size, s.FillRate = def.Size, def.FillRate
 		if v, ok := f["size"]; ok {
 			if s.Size, err = integer(at("size"), v, 1, MaxQuotaTokens); err != nil {
 				return nil, err
@@ -289,7 +282,7 @@ func parseBucket(path string, raw any) (*quota.Spec, error) {
 		}
 	}
 
-	s.WaitTimeout = DefaultQuotaWaitTimeout
+	s.WaitTimeout = def.WaitTimeout
 	if v, ok := f["wait_timeout"]; ok {
 		if s.WaitTimeout, err = quotaDuration(at("wait_timeout"), v, 0); err != nil {
 			return nil, err
@@ -301,7 +294,7 @@ func parseBucket(path string, raw any) (*quota.Spec, error) {
 		}
 	}
 	if s.Algorithm == quota.TokenBucket {
-		s.MaxDebt = DefaultQuotaMaxDebt
+		s.MaxDebt = def.MaxDebt
 		if v, ok := f["max_debt"]; ok {
 			if s.MaxDebt, err = quotaDuration(at("max_debt"), v, 0); err != nil {
 				return nil, err
@@ -309,12 +302,13 @@ func parseBucket(path string, raw any) (*quota.Spec, error) {
 		}
 	}
 
-	// quotaservice: at most fill_rate tokens per request by default; for
-	// windows, the limit (a larger request can never be admitted).
+	// quotaservice: at most fill_rate tokens per request by default
+	// (rounded up, as quota.DefaultSpec); for windows, the limit (a
+	// larger request can never be admitted).
 	if windowed {
 		s.MaxTokensPerRequest = s.Limit
 	} else {
-		s.MaxTokensPerRequest = max(1, int64(s.FillRate))
+		s.MaxTokensPerRequest = int64(math.Ceil(s.FillRate))
 	}
 	if v, ok := f["max_tokens_per_request"]; ok {
 		if s.MaxTokensPerRequest, err = integer(at("max_tokens_per_request"), v, 1, MaxQuotaTokens); err != nil {

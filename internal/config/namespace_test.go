@@ -45,12 +45,12 @@ func TestParseNamespace(t *testing.T) {
 				t.Fatal(err)
 			}
 			alice := ns.Buckets["alice"]
-			want := quota.Spec{Algorithm: quota.TokenBucket, Size: 10, FillRate: 1, WaitTimeout: 0, MaxDebt: DefaultQuotaMaxDebt,
+			want := quota.Spec{Algorithm: quota.TokenBucket, Size: 10, FillRate: 1, WaitTimeout: 0, MaxDebt: 10 * time.Second,
 				MaxTokensPerRequest: 1, SoftLimit: 0.8, CriticalReserve: 0.2, Ban: quota.Ban{Threshold: 100, Interval: time.Second, Duration: time.Minute}}
 			if *alice != want {
 				t.Errorf("alice = %+v\nwant %+v", *alice, want)
 			}
-			wantDef := quota.Spec{Algorithm: quota.FixedWindow, Limit: 100, Window: time.Minute, WaitTimeout: DefaultQuotaWaitTimeout, MaxTokensPerRequest: 100}
+			wantDef := quota.Spec{Algorithm: quota.FixedWindow, Limit: 100, Window: time.Minute, WaitTimeout: time.Second, MaxTokensPerRequest: 100}
 			if *ns.Default != wantDef {
 				t.Errorf("default = %+v\nwant %+v", *ns.Default, wantDef)
 			}
@@ -78,6 +78,9 @@ func TestParseNamespaceDefaults(t *testing.T) {
 	want := quota.Spec{Algorithm: quota.TokenBucket, Size: 100, FillRate: 50, WaitTimeout: time.Second, MaxDebt: 10 * time.Second, MaxTokensPerRequest: 50}
 	if *ns.Default != want {
 		t.Errorf("default = %+v, want %+v", *ns.Default, want)
+	}
+	if *ns.Default != quota.DefaultSpec() {
+		t.Errorf("default = %+v, the core's DefaultSpec is %+v", *ns.Default, quota.DefaultSpec())
 	}
 	ns, _, err = ParseNamespace("gcra", 1, []byte(`{"default_bucket": {"algorithm": "GCRA", "limit": 10, "window": "1s", "size": 3}, "dynamic_bucket_template": {}, "max_dynamic_buckets": 5}`))
 	if err != nil {
