@@ -76,10 +76,10 @@ func rawFromProto(pb *allotpb.QuotaTakeRequest) rawTake {
 // then unspecified.
 //
 // JSON is protojson, strictly (unknown and duplicate fields are errors);
-// a small request in the common shape takes a fast path that allocates
-// only the bucket and client id strings, and accepts and rejects exactly
-// what protojson does (a fuzz test compares the two). Binary protobuf
-// rejects unknown fields too.
+// binary protobuf rejects unknown fields too. A request in the common
+// shape, in either encoding, takes a fast path that allocates only the
+// bucket and client id strings, and accepts and rejects exactly what the
+// strict decoders do (fuzz tests compare them).
 //
 // Validation: bucket is "namespace:name", both parts 1 to MaxQuotaNameLen
 // characters of [A-Za-z0-9_]; tokens (default 1) in [0, MaxQuotaTokens];
@@ -90,7 +90,7 @@ func DecodeQuotaTake(e Encoding, data []byte, out *QuotaTake) error {
 		return fmt.Errorf("%w: %d bytes; a quota take request is at most %d bytes", ErrTooLarge, len(data), MaxQuotaTakeRequest)
 	}
 	var r rawTake
-	if e != JSON || !decodeTakeFast(data, &r) {
+	if !decodeTakeFastIn(e, data, &r) {
 		var err error
 		if r, err = decodeTakeStrict(e, data); err != nil {
 			return err
