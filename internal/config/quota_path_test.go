@@ -71,7 +71,7 @@ func TestQuotaConfigDrivesDecisions(t *testing.T) {
 	expect(`{"bucket":"logins:dave"}`, `"reason":"too_many_buckets"`) // max_dynamic_buckets 2
 	expect(`{"bucket":"plain:x"}`, `"status":"OK"`)
 	expect(`{"bucket":"plain:y"}`, `"reason":"timeout"`) // one shared default bucket
-	expect(`{"bucket":"other:x"}`, `"status":"OK"`)     // global default
+	expect(`{"bucket":"other:x"}`, `"status":"OK"`)      // global default
 	expect(`{"bucket":"other:y"}`, `"reason":"timeout"`)
 	expect(`{"bucket":"_default:z"}`, `"reason":"timeout"`) // the global default bucket itself
 
