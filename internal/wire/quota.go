@@ -90,7 +90,7 @@ func DecodeQuotaTake(e Encoding, data []byte, out *QuotaTake) error {
 		return fmt.Errorf("%w: %d bytes; a quota take request is at most %d bytes", ErrTooLarge, len(data), MaxQuotaTakeRequest)
 	}
 	var r rawTake
-	if !decodeTakeFastIn(e, data, &r) {
+	if e != JSON || !decodeTakeFast(data, &r) {
 		var err error
 		if r, err = decodeTakeStrict(e, data); err != nil {
 			return err
@@ -99,8 +99,20 @@ func DecodeQuotaTake(e Encoding, data []byte, out *QuotaTake) error {
 	return validateTake(&r, out)
 }
 
-// decodeTakeStrict decodes with protojson or proto.Unmarshal.
+// decodeTakeStrict decodes what the JSON fast path leaves: with
+// protojson, or in binary protobuf by hand when the request has the
+// common shape (decodeTakeProtoFast), else with proto.Unmarshal.
 func decodeTakeStrict(e Encoding, data []byte) (rawTake, error) {
+	var r rawTake
+	if e == Protobuf && decodeTakeProtoFast(data, &r) {
+		return r, nil
+	}
+	return decodeTakeSlow(e, data)
+}
+
+// decodeTakeSlow decodes with protojson or proto.Unmarshal only: the
+// reference the fast paths are checked against.
+func decodeTakeSlow(e Encoding, data []byte) (rawTake, error) {
 	var pb allotpb.QuotaTakeRequest
 	if err := Unmarshal(e, data, &pb); err != nil {
 		return rawTake{}, err

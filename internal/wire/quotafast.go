@@ -17,16 +17,6 @@ import (
 // protojson; it never rejects on its own, so both accept and reject the
 // same requests (FuzzQuotaTakeFast checks).
 
-// decodeTakeFastIn decodes a QuotaTakeRequest in encoding e by hand when
-// it has the common shape (decodeTakeFast, decodeTakeProtoFast), and
-// reports false, leaving r unspecified, for the strict decoder to read.
-func decodeTakeFastIn(e Encoding, data []byte, r *rawTake) bool {
-	if e == Protobuf {
-		return decodeTakeProtoFast(data, r)
-	}
-	return decodeTakeFast(data, r)
-}
-
 // Field numbers of QuotaTakeRequest (proto/quota.proto).
 const (
 	fieldReqBucket      = 1
