@@ -31,12 +31,13 @@ const (
 	// buckets at the core's target of 200 bytes each).
 	MaxDynamicBuckets = 1_000_000
 	// MaxQuotaTokens bounds size, limit, max_tokens_per_request and
-	// ban.threshold.
-	MaxQuotaTokens = 1_000_000_000_000
+	// ban.threshold, as the wire bounds tokens.
+	MaxQuotaTokens = wire.MaxQuotaTokens
 	// MaxFillRate bounds fill_rate, in tokens per second.
 	MaxFillRate = 1e12
-	// MaxQuotaDuration bounds every duration of a bucket.
-	MaxQuotaDuration = 31 * 24 * time.Hour
+	// MaxQuotaDuration bounds every duration of a bucket; it is also the
+	// longest max_wait a take request may carry.
+	MaxQuotaDuration = wire.MaxQuotaWait
 	// MinWindow bounds window from below: a shorter window is a unit
 	// mistake ("1ms" for "1m"), not a rate limit.
 	MinWindow = time.Millisecond

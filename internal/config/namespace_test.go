@@ -1,6 +1,7 @@
 package config
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -209,6 +210,29 @@ func TestExplainBucket(t *testing.T) {
 	for _, bad := range []string{"", "logins", "logins:", ":x", "logins:al-ice", "a:b:c", "logins:" + strings.Repeat("x", 200)} {
 		if _, err := ExplainBucket(withGlobal, bad); err == nil {
 			t.Errorf("ExplainBucket(%q) accepted", bad)
+		}
+	}
+}
+
+// TestMarshalNamespaceRoundTrip: the normalized document reads back as
+// the same namespace.
+func TestMarshalNamespaceRoundTrip(t *testing.T) {
+	for _, doc := range []string{loginsJSON, `{"default_bucket": {"algorithm": "GCRA", "limit": 10, "window": "1s", "size": 3}}`, `{}`,
+		`{"buckets": {"x": {"algorithm": "LEAKY_BUCKET", "fill_rate": 0.25}}, "dynamic_bucket_template": {"algorithm": "SLIDING_WINDOW_COUNTER", "limit": 5, "window": "1h"}, "max_dynamic_buckets": 7}`} {
+		ns, _, err := ParseNamespace("n", 2, []byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := MarshalNamespaceJSON(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, _, err := ParseNamespace("n", 2, out)
+		if err != nil {
+			t.Fatalf("%s: %v", out, err)
+		}
+		if !reflect.DeepEqual(ns, back) {
+			t.Errorf("%s\nreads back as %+v, want %+v", out, back, ns)
 		}
 	}
 }
