@@ -26,7 +26,7 @@ const (
 	// MaxQuotaTokens bounds tokens in a take or a report (and a bucket's
 	// size and limit in the configuration), so that no sum of them
 	// overflows int64.
-	MaxQuotaTokens = 1_000_000_000_000
+	MaxQuotaTokens = quota.MaxCount
 	// MaxQuotaWait bounds max_wait: a longer one is refused (400) rather
 	// than clamped, as a sign of a unit mistake. It is also the longest
 	// wait_timeout a bucket can be configured with, so every max_wait
