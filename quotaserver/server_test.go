@@ -12,11 +12,14 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/proto/allotpb"
 	"github.com/allot/allot/quotaserver"
 )
 
@@ -359,17 +362,20 @@ func TestFailoverNeverAdmitsMoreThanTheLimit(t *testing.T) {
 
 	start := time.Now()
 	admitted, afterFailover := 0, 0
-	killed := false
+	var killed, answered time.Time
 	for time.Since(start) < 4*time.Second {
-		if !killed && time.Since(start) > 500*time.Millisecond {
+		if killed.IsZero() && time.Since(start) > 500*time.Millisecond {
 			ncA.Close() // abrupt: no resignation, its key expires
-			killed = true
+			killed = time.Now()
 		}
 		m, err := client.Request(quotaserver.TakeSubject("root"), []byte(`{"bucket":"api:k","max_wait":"0s"}`), 200*time.Millisecond)
 		if err == nil && m.Header.Get("Nats-Service-Error-Code") == "" {
 			var r takeReply
 			if err := json.Unmarshal(m.Data, &r); err != nil {
 				t.Fatal(err)
+			}
+			if !killed.IsZero() && answered.IsZero() {
+				answered = time.Now()
 			}
 			if r.Status == "OK" {
 				admitted++
@@ -380,6 +386,7 @@ func TestFailoverNeverAdmitsMoreThanTheLimit(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	t.Logf("abrupt leader loss: first answer %v later (election TTL 1s); %d admitted, %d by the new leader", answered.Sub(killed), admitted, afterFailover)
 	limit := size + int(rate*time.Since(start).Seconds())
 	if admitted > limit {
 		t.Fatalf("admitted %d across the failover, the bucket allows %d", admitted, limit)
@@ -389,5 +396,58 @@ func TestFailoverNeverAdmitsMoreThanTheLimit(t *testing.T) {
 	}
 	if b.Server().Stats().BucketsStartFull {
 		t.Fatal("the second leader starts buckets full")
+	}
+}
+
+// TestSweepAndProtobuf: idle dynamic buckets are swept (and counted as
+// removed), and a binary take gets a binary reply without headers.
+func TestSweepAndProtobuf(t *testing.T) {
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	spec := tokenBucket(5, 1, 0)
+	spec.MaxIdle = 100 * time.Millisecond
+	cfg := namespaces(&quota.Namespace{Name: "users", Dynamic: spec, MaxDynamicBuckets: 10})
+	r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{Options: quotaserver.Options{
+		ServerID: "a", SweepInterval: 50 * time.Millisecond, Config: func() *quota.Config { return cfg }, Logger: quiet()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	waitServing(t, r)
+
+	data, err := proto.Marshal(&allotpb.QuotaTakeRequest{Bucket: "users:u1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nc.RequestMsg(&nats.Msg{Subject: quotaserver.TakeSubject("root"), Data: data,
+		Header: nats.Header{wire.HeaderContentType: {wire.ContentProtobuf}}}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp allotpb.QuotaTakeResponse
+	if err := proto.Unmarshal(m.Data, &resp); err != nil || len(m.Header) != 0 ||
+		resp.GetStatus() != allotpb.QuotaTakeResponse_OK || resp.GetMatched() != "users:u1" || resp.GetRemaining() != 4 {
+		t.Fatalf("binary take: %v (headers %v), %v; want OK from users:u1 with 4 remaining, no headers", &resp, m.Header, err)
+	}
+	take(t, nc, quotaserver.TakeSubject("root"), `{"bucket":"users:u2"}`)
+	if n := r.Server().Stats().Buckets; n != 2 {
+		t.Fatalf("%d buckets after two users, want 2", n)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st := r.Server().Stats()
+		if st.Buckets == 0 && st.Events["users"].Removed == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("idle buckets not swept: %+v", st)
+		}
 	}
 }
