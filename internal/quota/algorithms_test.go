@@ -2,8 +2,10 @@ package quota
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -268,6 +270,9 @@ func TestAlgorithmsMatchModels(t *testing.T) {
 							t.Fatalf("status %v with wait %d", d.Status, wait)
 						}
 						admitted = append(admitted, admission{now + wait, n})
+					} else if n > c.maxTokens && d.Reason == ReasonTooManyTokens {
+						// A token bucket request beyond size + the
+						// longest wait can never be admitted.
 					} else if d.Reason != ReasonTimeout || d.RetryAfter <= 0 {
 						t.Fatalf("rejection %+v", d)
 					}
@@ -469,5 +474,40 @@ func TestReloadNeverExceeds(t *testing.T) {
 	}
 	if checked < 100 {
 		t.Fatalf("only %d reloads checked", checked)
+	}
+}
+
+// TestAdversarialInputs: extreme tokens, waits, clocks and names never
+// panic, and a rejection for bad input leaves the bucket as it was.
+func TestAdversarialInputs(t *testing.T) {
+	extremes := []int64{math.MinInt64, -1, 0, 1, 2, 1 << 40, math.MaxInt64}
+	times := []time.Time{time.Unix(0, 0), time.Unix(0, math.MaxInt64), time.Unix(0, math.MinInt64), t0, time.Time{}}
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, a := range algorithms {
+		s, _ := randomSpec(r, a)
+		s.SoftLimit, s.CriticalReserve = 0.5, 0.2
+		s.Ban = Ban{Threshold: 1000, Interval: time.Second, Duration: time.Second}
+		tab := NewTable(&Config{Namespaces: map[string]*Namespace{"p": {Buckets: map[string]*Spec{"b": &s}, Dynamic: &s}}}, Options{})
+		for range 2000 {
+			req := Request{
+				Tokens:    extremes[r.IntN(len(extremes))],
+				MaxWait:   time.Duration(extremes[r.IntN(len(extremes))]),
+				Sheddable: r.IntN(2) == 0,
+				ClientID:  strings.Repeat("c", r.IntN(300)),
+			}
+			now := times[r.IntN(len(times))]
+			name := []string{"b", "d", "", "bad name", strings.Repeat("x", 1000)}[r.IntN(5)]
+			b := tab.spaces["p"].buckets["b"]
+			var before bucket
+			if b != nil {
+				before = *b
+			}
+			d, _ := tab.Take("p", name, req, now)
+			if b != nil && name == "b" && (d.Reason == ReasonBadRequest || d.Reason == ReasonTooManyTokens) && (b.s != before.s || b.mark != before.mark) {
+				t.Fatalf("%v: refused %+v changed the bucket", a, req)
+			}
+			_ = tab.Report("p", name, extremes[r.IntN(len(extremes))], now)
+			tab.Sweep(now)
+		}
 	}
 }

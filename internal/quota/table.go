@@ -272,12 +272,14 @@ func carry(b *bucket, c *compiled) {
 func (t *Table) Take(ns, name string, req Request, now time.Time) (Decision, string) {
 	tn := now.UnixNano()
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	b, ev, reason := t.lookup(ns, name, tn, req.Tokens, false)
 	if b == nil {
+		t.mu.Unlock()
 		return Decision{Status: Rejected, Reason: reason}, ""
 	}
-	return t.decide(b, ev, req, tn), b.key
+	d := t.decide(b, ev, req, tn)
+	t.mu.Unlock()
+	return d, b.key
 }
 
 // Report charges tokens to bucket name of namespace ns, used at now

@@ -126,6 +126,11 @@ func TestTakeBasics(t *testing.T) {
 			t.Fatalf("step %d: take %d: got %+v, want %+v", i, st.n, d, st.want)
 		}
 	}
+	// More than size + the longest wait's worth can never be admitted.
+	s.MaxTokensPerRequest = 100
+	if tab := oneBucket(*s, Options{}); take(tab, "p:b", 14, t0).Reason != ReasonTooManyTokens || take(tab, "p:b", 13, t0).Status != OKWait {
+		t.Errorf("tokens beyond size + wait not refused as too many")
+	}
 	// A second later the debt is paid and 7 tokens are back.
 	if d := take(tab, "p:b", 0, at(time.Second)); d.Remaining != 7 {
 		t.Errorf("after 1s: %+v", d)
