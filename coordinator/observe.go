@@ -177,9 +177,10 @@ func (c *Coordinator) observeGauges(now int64) {
 	c.stats.gauges, c.stats.rest = c.ledger.Gauges(now, MaxObservedResources)
 }
 
-// Observe returns a snapshot of the coordinator. It is safe to call from
-// any goroutine: it reads what the round loop last published (resource
-// gauges are at most a second old) and never touches the ledger.
+// Observe returns a snapshot of the coordinator; call it after Start. It
+// is safe to call from any goroutine: it reads what the round loop last
+// published (resource gauges are at most a second old) and never touches
+// the ledger.
 func (c *Coordinator) Observe() Observation {
 	c.mu.Lock()
 	s := c.statsSnap
@@ -188,7 +189,7 @@ func (c *Coordinator) Observe() Observation {
 	o := Observation{
 		Node: c.opts.Node, ServerID: c.opts.ServerID, Parent: c.opts.Parent,
 		Role: election.RoleLeader, Term: c.Term(), Leader: c.opts.ServerID,
-		Serving: c.stop != nil && !closed && failure == nil, Coordinator: true,
+		Serving: !closed && failure == nil, Coordinator: true,
 		Rounds: s.rounds, RoundSeconds: s.hist.snapshot(), Calls: c.callCounts(),
 		RecordWrites: s.ledger.RecordWrites, RecordErrors: s.ledger.RecordErrors, RecordWaits: s.ledger.Waits,
 		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords, Silenced: c.silenced.Load(),

@@ -19,10 +19,24 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"sigs.k8s.io/yaml"
 
+	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
 )
+
+// opsURL is the base URL of the metrics and health endpoints that up
+// printed.
+func (u *upRun) opsURL(t *testing.T) string {
+	t.Helper()
+	m := regexp.MustCompile(`metrics at (http://127\.0\.0\.1:\d+)/metrics`).FindStringSubmatch(u.out.String())
+	if m == nil {
+		t.Fatalf("up does not print the metrics URL:\n%s", u.out.String())
+	}
+	return m[1]
+}
 
 // httpGet returns the status code and body of GET url.
 func httpGet(t *testing.T, url string) (int, string) {
@@ -94,11 +108,7 @@ func metricValue(fams map[string]*dto.MetricFamily, name string, want map[string
 // /readyz answer 200.
 func TestUpServesMetrics(t *testing.T) {
 	up := startUp(t, "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0")
-	m := regexp.MustCompile(`metrics at (http://127\.0\.0\.1:\d+)/metrics`).FindStringSubmatch(up.out.String())
-	if m == nil {
-		t.Fatalf("up does not print the metrics URL:\n%s", up.out.String())
-	}
-	base := m[1]
+	base := up.opsURL(t)
 	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz: %d %s", code, body)
 	}
@@ -127,12 +137,45 @@ func TestUpServesMetrics(t *testing.T) {
 			if _, ok := fams["go_goroutines"]; !ok {
 				t.Error("no Go runtime metrics")
 			}
+			if v, _ := metricValue(fams, "allot_config_rejected_puts_total", map[string]string{"node": "root"}); v != 0 {
+				t.Errorf("rejected puts = %v before any", v)
+			}
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("outstanding of mysql/main is %v; want 7", out)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+
+	// A broken template put is counted.
+	nc, err := nats.Connect(up.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, config.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "templates.mysql-main", []byte("identifier_glob: mysql/main\ncapacity: [")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		v, _ := metricValue(scrapeMetrics(t, base), "allot_config_rejected_puts_total", map[string]string{"node": "root"})
+		if v == 1 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("rejected puts = %v after a broken put; want 1", v)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	up.wait(t)
 }
@@ -273,4 +316,26 @@ type probe struct {
 type httpGetProbe struct {
 	Path string `json:"path"`
 	Port string `json:"port"`
+}
+
+// TestUpReplicasReady: with a leader and a follower in one process, both
+// replicas are reported, exactly one leads, and /readyz is 200 (a follower
+// of a known leader is ready).
+func TestUpReplicasReady(t *testing.T) {
+	up := startUp(t, "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0", "--replicas", "2")
+	base := up.opsURL(t)
+	waitStatus(t, base+"/readyz", http.StatusOK)
+	fams := scrapeMetrics(t, base)
+	leaders, n := 0.0, 0
+	for _, s := range fams["allot_coordinator_leader"].GetMetric() {
+		leaders += s.GetGauge().GetValue()
+		n++
+	}
+	if n != 2 || leaders != 1 {
+		t.Fatalf("%d replicas reported, %v leading; want 2 and 1", n, leaders)
+	}
+	if got := len(fams["allot_coordinator_rounds_total"].GetMetric()); got != 1 {
+		t.Fatalf("rounds reported %d times; want once, by the leader", got)
+	}
+	up.wait(t)
 }
