@@ -132,10 +132,11 @@ var (
 // calls counts requests and error replies from any goroutine.
 type calls [len(callSubjects)][len(callCodes) + 1]atomic.Uint64 // last code column: any other code
 
-func (c *Coordinator) subjectIndex(subject string) int {
-	op := strings.TrimPrefix(subject, "allot."+c.opts.Node+".")
+// subjectIndex maps a subject of the node (allot.<node>.<endpoint>, as
+// the subscriptions guarantee) to its endpoint, without allocating.
+func subjectIndex(subject string) int {
 	for i, s := range callSubjects[:len(callSubjects)-1] {
-		if op == s {
+		if n := len(subject) - len(s); n > 0 && subject[n-1] == '.' && subject[n:] == s && strings.Count(subject[:n-1], ".") == 1 {
 			return i
 		}
 	}
@@ -151,7 +152,7 @@ func (c *Coordinator) countCall(subject string, code int) {
 			break
 		}
 	}
-	c.calls[c.subjectIndex(subject)][j].Add(1)
+	c.calls[subjectIndex(subject)][j].Add(1)
 }
 
 func (c *Coordinator) callCounts() []Call {
