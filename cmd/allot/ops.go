@@ -31,6 +31,8 @@ const defaultUpMetricsAddr = "127.0.0.1:9464"
 // opsState is what the ops endpoints report on: the replicas this
 // process runs, each with its NATS connection.
 type opsState struct {
+	maxResources int // see metrics.Options
+
 	mu       sync.Mutex
 	replicas []opsReplica
 }
@@ -115,7 +117,7 @@ func (s *opsState) ready() error {
 func opsRegistry(st *opsState) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		metrics.NewCoordinatorCollector(st.targets, metrics.Options{}),
+		metrics.NewCoordinatorCollector(st.targets, metrics.Options{MaxResources: st.maxResources}),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),

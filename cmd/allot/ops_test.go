@@ -25,6 +25,7 @@ import (
 
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/metrics"
 )
 
 // opsURL is the base URL of the metrics and health endpoints that up
@@ -107,7 +108,7 @@ func metricValue(fams map[string]*dto.MetricFamily, name string, want map[string
 // shows the lease outstanding and the request counted, and /healthz and
 // /readyz answer 200.
 func TestUpServesMetrics(t *testing.T) {
-	up := startUp(t, "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0")
+	up := startUp(t, "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0", "--metrics-max-resources", "1")
 	base := up.opsURL(t)
 	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz: %d %s", code, body)
@@ -144,6 +145,23 @@ func TestUpServesMetrics(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("outstanding of mysql/main is %v; want 7", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Past --metrics-max-resources, resources are summed as _other.
+	if code, out := runCtx(context.Background(), "get", "--nats", up.url, "db", "--wants", "3", "--client", "c1"); code != 0 {
+		t.Fatalf("get: %d %s", code, out)
+	}
+	other := map[string]string{"node": "root", "resource": metrics.OtherResource}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		fams := scrapeMetrics(t, base)
+		n, _ := metricValue(fams, "allot_coordinator_other_resources", map[string]string{"node": "root"})
+		if v, _ := metricValue(fams, "allot_resource_outstanding", other); n == 1 && v == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("db not summed as %s:\n%v", metrics.OtherResource, fams["allot_resource_outstanding"])
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -231,16 +249,25 @@ func TestCoordinatorReadyz(t *testing.T) {
 	}
 }
 
-// TestVersionAndLogFormat: `allot version` prints the module version
-// from the build information, and a bad --log-format is refused.
-func TestVersionAndLogFormat(t *testing.T) {
+// TestVersionAndOpsFlags: `allot version` prints the module version from
+// the build information, and bad --log-format and --metrics-max-resources
+// values are refused, naming the flag.
+func TestVersionAndOpsFlags(t *testing.T) {
 	code, out := runCtx(context.Background(), "version")
 	if code != 0 || !regexp.MustCompile(`^allot \S.* \(go1\.\d+`).MatchString(out) {
 		t.Fatalf("version: %d %q", code, out)
 	}
-	code, out = runCtx(context.Background(), "coordinator", "--nats", "nats://127.0.0.1:1", "--log-format", "xml")
-	if code == 0 || !strings.Contains(out, `--log-format "xml"`) {
-		t.Fatalf("bad --log-format: %d %s", code, out)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"coordinator", "--nats", "nats://127.0.0.1:1", "--log-format", "xml"}, `--log-format "xml"`},
+		{[]string{"coordinator", "--nats", "nats://127.0.0.1:1", "--metrics-max-resources", "101"}, "--metrics-max-resources 101"},
+		{[]string{"up", "--data-dir", t.TempDir(), "--metrics-max-resources", "0"}, "--metrics-max-resources 0"},
+	} {
+		if code, out := runCtx(context.Background(), tc.args...); code == 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("%q: code %d, %s; want an error with %q", tc.args, code, out, tc.want)
+		}
 	}
 }
 
