@@ -65,8 +65,9 @@ type Observation struct {
 	// ConfigRejected counts template puts rejected as invalid, when the
 	// templates come from a configuration watcher (else 0).
 	ConfigRejected uint64
-	// ConfigLoaded is false until the templates were read (a watcher's
-	// generation is 0 until then).
+	// ConfigLoaded is false until the templates were read: while the
+	// source's set has generation 0, as a configuration watcher's has
+	// before its first read.
 	ConfigLoaded bool
 }
 
@@ -76,7 +77,8 @@ type Call struct {
 	// Subject is the endpoint: "capacity.get", "capacity.release",
 	// "server.get" or "other" (an unknown operation).
 	Subject string
-	// Code is 0 for all requests received, else an error code sent.
+	// Code is 0 for all requests received, else an error code sent (-1:
+	// a code outside the documented ones).
 	Code int
 	N    uint64
 }
