@@ -366,3 +366,27 @@ func TestUpReplicasReady(t *testing.T) {
 	}
 	up.wait(t)
 }
+
+// TestUpMetricsPortBusy: when the default metrics port is taken, `allot
+// up` picks a free one and prints it; an explicit busy --metrics-addr is
+// an error naming the flag.
+func TestUpMetricsPortBusy(t *testing.T) {
+	l, err := net.Listen("tcp", defaultUpMetricsAddr)
+	if err == nil { // else someone else holds it: busy all the same
+		defer l.Close()
+	}
+	up := startUp(t, "--data-dir", t.TempDir())
+	base := up.opsURL(t)
+	if base == "http://"+defaultUpMetricsAddr {
+		t.Fatalf("up reports the busy default port: %s", base)
+	}
+	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz on the fallback port: %d %s", code, body)
+	}
+	up.wait(t)
+
+	code, out := runCtx(context.Background(), "up", "--port", "0", "--data-dir", t.TempDir(), "--metrics-addr", defaultUpMetricsAddr)
+	if code == 0 || !strings.Contains(out, "--metrics-addr "+defaultUpMetricsAddr) {
+		t.Fatalf("up on a busy --metrics-addr: %d %s", code, out)
+	}
+}
