@@ -373,6 +373,13 @@ func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityRespons
 // cancelled by Close: Close waits for the answer, so that what it sends
 // next cannot overtake this request.
 func (a *Agent) call(subj string, req, resp proto.Message) error {
+	ctx, cancel := context.WithTimeout(context.Background(), a.o.requestTimeout)
+	defer cancel()
+	return a.request(ctx, subj, req, resp)
+}
+
+// request is call with the caller's context: Take's requests end with it.
+func (a *Agent) request(ctx context.Context, subj string, req, resp proto.Message) error {
 	data, err := wire.Marshal(wire.Protobuf, req)
 	if err != nil {
 		return fmt.Errorf("agent: encode request for %s: %w", subj, err)
@@ -380,8 +387,6 @@ func (a *Agent) call(subj string, req, resp proto.Message) error {
 	msg := nats.NewMsg(subj)
 	msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
 	msg.Data = data
-	ctx, cancel := context.WithTimeout(context.Background(), a.o.requestTimeout)
-	defer cancel()
 	reply, err := a.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		return fmt.Errorf("agent: request %s: %w", subj, err)
@@ -410,8 +415,9 @@ func (a *Agent) release(ids []string) error {
 	return firstErr
 }
 
-// Close closes all limiters and gauges (waiters return ErrClosed, Allow
-// reports false), stops refreshing, and gives every lease back with
+// Close sends the quota reports not yet sent, closes all limiters and
+// gauges (waiters return ErrClosed, Allow reports false; Take and Report
+// return ErrClosed), stops refreshing, and gives every lease back with
 // ReleaseCapacity (in several requests beyond wire.MaxResourcesPerReq
 // resources). A GetCapacity already in flight is not abandoned: Close waits
 // for its answer or its timeout before releasing, so the release cannot
@@ -420,6 +426,7 @@ func (a *Agent) release(ids []string) error {
 // is idempotent; it must not be called from an OnChange function.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
+		a.closeQuota()
 		a.mu.Lock()
 		a.closed = true
 		var ids []string
