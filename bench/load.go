@@ -174,19 +174,29 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 		res.CPUScope = "whole process: responder, load generator and nats-server together (in-process mode)"
 	}
 
-	g, err := newGenerator(url, o)
+	getSubj := coordinator.Subject(coordinator.DefaultNode, "capacity.get")
+	g, err := newGenerator(url, o.Conns, o.Clients, o.Pipeline, func(client int) ([]byte, []string, error) {
+		req := &allotpb.GetCapacityRequest{ClientId: fmt.Sprintf("load-client-%06d", client)}
+		for k := 0; k < o.PerRequest; k++ {
+			req.Resource = append(req.Resource, &allotpb.ResourceRequest{
+				ResourceId: fmt.Sprintf("load/resource-%03d", (client*o.PerRequest+k)%o.Resources),
+				Wants:      10,
+			})
+		}
+		data, err := wire.Marshal(wire.Protobuf, req)
+		return data, []string{echoSubject, getSubj}, err
+	})
 	if err != nil {
 		return nil, err
 	}
 	defer g.close()
 
 	targets := []struct {
-		t       *LoadTarget
-		h       *helper
-		subject string
+		t *LoadTarget
+		h *helper
 	}{
-		{&res.Baseline, echo, echoSubject},
-		{&res.Coordinator, coord, coordinator.Subject(coordinator.DefaultNode, "capacity.get")},
+		{&res.Baseline, echo},
+		{&res.Coordinator, coord},
 	}
 	res.Baseline.Name, res.Coordinator.Name = "bare NATS echo", "coordinator"
 	hists := []*hdrhistogram.Histogram{newHist(), newHist()}
@@ -197,7 +207,7 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 				return nil, err
 			}
 			label := fmt.Sprintf("load %s phase %d/%d", tg.t.Name, p+1, o.Phases)
-			ph, err := g.phase(ctx, env, label, tg.subject, tg.h.pid, o.Warmup, o.Duration/time.Duration(o.Phases))
+			ph, err := g.phase(ctx, env, label, k, tg.h.pid, o.Warmup, o.Duration/time.Duration(o.Phases))
 			if err != nil {
 				return nil, fmt.Errorf("bench: %s: %w", label, err)
 			}
@@ -281,18 +291,17 @@ func roundLabel(d time.Duration) string {
 // one request in flight and sends the next as soon as its reply arrives,
 // from the connection's reply handler.
 type generator struct {
-	o     LoadOptions
 	conns []*nats.Conn
 	lanes []*lane
 }
 
 // lane is one connection's share of the slots.
 type lane struct {
-	nc      *nats.Conn
-	prefix  string
-	sub     *nats.Subscription
-	slots   []*loadSlot
-	subject atomic.Pointer[string]
+	nc     *nats.Conn
+	prefix string
+	sub    *nats.Subscription
+	slots  []*loadSlot
+	target atomic.Int32 // index into every slot's subjects
 
 	mu        sync.Mutex
 	hist      *hdrhistogram.Histogram
@@ -304,14 +313,19 @@ type lane struct {
 }
 
 type loadSlot struct {
-	sent atomic.Int64 // unix ns of the request in flight
-	msg  nats.Msg
+	sent     atomic.Int64 // unix ns of the request in flight
+	msg      nats.Msg
+	subjects []string // per target
 }
 
-func newGenerator(url string, o LoadOptions) (*generator, error) {
-	g := &generator{o: o}
+// newGenerator connects conns connections and spreads clients over them,
+// each keeping pipeline requests in flight. request returns a client's
+// binary protobuf payload and the subject it is sent to for each target,
+// the same number of targets for every client.
+func newGenerator(url string, conns, clients, pipeline int, request func(client int) ([]byte, []string, error)) (*generator, error) {
+	g := &generator{}
 	hdr := nats.Header{wire.HeaderContentType: []string{wire.ContentProtobuf}}
-	for c := 0; c < o.Conns; c++ {
+	for c := 0; c < conns; c++ {
 		nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("allot bench load %d", c)))
 		if err != nil {
 			g.close()
@@ -327,21 +341,15 @@ func newGenerator(url string, o LoadOptions) (*generator, error) {
 		}
 		_ = l.sub.SetPendingLimits(-1, -1)
 	}
-	for client := 0; client < o.Clients; client++ {
-		req := &allotpb.GetCapacityRequest{ClientId: fmt.Sprintf("load-client-%06d", client)}
-		for k := 0; k < o.PerRequest; k++ {
-			req.Resource = append(req.Resource, &allotpb.ResourceRequest{
-				ResourceId: fmt.Sprintf("load/resource-%03d", (client*o.PerRequest+k)%o.Resources),
-				Wants:      10,
-			})
-		}
-		data, err := wire.Marshal(wire.Protobuf, req)
+	for client := 0; client < clients; client++ {
+		data, subjects, err := request(client)
 		if err != nil {
+			g.close()
 			return nil, err
 		}
-		l := g.lanes[client%o.Conns]
-		for p := 0; p < o.Pipeline; p++ {
-			s := &loadSlot{msg: nats.Msg{Reply: l.prefix + "." + strconv.Itoa(len(l.slots)), Header: hdr, Data: data}}
+		l := g.lanes[client%conns]
+		for p := 0; p < pipeline; p++ {
+			s := &loadSlot{msg: nats.Msg{Reply: l.prefix + "." + strconv.Itoa(len(l.slots)), Header: hdr, Data: data}, subjects: subjects}
 			l.slots = append(l.slots, s)
 		}
 	}
@@ -381,7 +389,7 @@ func (l *lane) onReply(m *nats.Msg) {
 }
 
 func (l *lane) send(s *loadSlot) {
-	s.msg.Subject = *l.subject.Load()
+	s.msg.Subject = s.subjects[l.target.Load()]
 	s.sent.Store(time.Now().UnixNano())
 	if err := l.nc.PublishMsg(&s.msg); err != nil {
 		l.inFlight.Add(-1)
@@ -396,11 +404,12 @@ type phaseResult struct {
 	hist             *hdrhistogram.Histogram
 }
 
-// phase runs the load against subject for warmup+d and reports the
-// measured part; pid is the responder's process for CPU and RSS.
-func (g *generator) phase(ctx context.Context, env *Env, label, subject, pid string, warmup, d time.Duration) (*phaseResult, error) {
+// phase runs the load against target (the index of the slots' subjects)
+// for warmup+d and reports the measured part; pid is the responder's
+// process for CPU and RSS ("" measures none).
+func (g *generator) phase(ctx context.Context, env *Env, label string, target int, pid string, warmup, d time.Duration) (*phaseResult, error) {
 	for _, l := range g.lanes {
-		l.subject.Store(&subject)
+		l.target.Store(int32(target))
 		l.mu.Lock()
 		l.hist.Reset()
 		l.recording, l.stopping, l.requests, l.errors = false, false, 0, 0
