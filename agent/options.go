@@ -229,8 +229,10 @@ func WithQuotaReportInterval(d time.Duration) Option {
 // returns an error wrapping ErrQuotaUnavailable.
 func WithQuotaFallback(namespace string, ratePerSec float64, burst int) Option {
 	return func(o *options) error {
-		if namespace != AnyNamespace && !quotaName(namespace) {
-			return fmt.Errorf("agent: fallback namespace %q is not %q or of [A-Za-z0-9_]", namespace, AnyNamespace)
+		if namespace != AnyNamespace {
+			if err := wire.ValidateQuotaName("fallback namespace", namespace); err != nil {
+				return fmt.Errorf("agent: %w (or %q for any)", err, AnyNamespace)
+			}
 		}
 		if !(ratePerSec > 0) || math.IsInf(ratePerSec, 0) || ratePerSec > wire.MaxWants {
 			return fmt.Errorf("agent: fallback rate %g for %q must be positive and finite", ratePerSec, namespace)

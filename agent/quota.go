@@ -50,8 +50,6 @@ const (
 	// maxPendingReports bounds the buckets gathered between two report
 	// flushes; reaching it flushes at once.
 	maxPendingReports = 4096
-	// maxBucketLen matches the longest id the wire accepts.
-	maxBucketLen = wire.MaxIDLen
 )
 
 // ErrQuotaUnavailable is returned by Take, wrapped with the cause, when the
@@ -193,26 +191,13 @@ func (a *Agent) initQuota() {
 	go a.reportLoop()
 }
 
-// splitBucket checks "namespace:name" (both [A-Za-z0-9_]+).
+// splitBucket checks "namespace:name" as the quota service does.
 func splitBucket(bucket string) (ns, name string, err error) {
-	ns, name, ok := strings.Cut(bucket, ":")
-	if !ok || len(bucket) > maxBucketLen || !quotaName(ns) || !quotaName(name) {
-		return "", "", fmt.Errorf("agent: bucket %q is not \"namespace:name\" with both parts of [A-Za-z0-9_] and at most %d bytes in all", bucket, maxBucketLen)
+	ns, name, err = wire.SplitBucket(bucket)
+	if err != nil {
+		return "", "", fmt.Errorf("agent: %w", err)
 	}
 	return ns, name, nil
-}
-
-func quotaName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // Take asks the quota service for n tokens of bucket ("namespace:name")

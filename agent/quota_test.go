@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/wire"
 )
 
 // quotaStatus returns the Status of quota namespace ns, if any.
@@ -35,7 +36,7 @@ func TestQuotaBadInput(t *testing.T) {
 	a := newAgent(t, nc)
 	ctx := context.Background()
 	for _, b := range []string{"", "logins", "logins:", ":alice", "log.ins:alice", "logins:al ice", "logins:alice:x", "logins:*", "logins:" + strings.Repeat("a", 300), "lö:x"} {
-		if _, err := a.Take(ctx, b, 1); err == nil || !strings.Contains(err.Error(), "namespace:name") {
+		if _, err := a.Take(ctx, b, 1); !errors.Is(err, wire.ErrBadRequest) || !strings.Contains(err.Error(), "bucket") {
 			t.Errorf("Take(%q) error = %v, want a malformed-bucket error", b, err)
 		}
 		if err := a.Report(b, 1); err == nil {
