@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allot/allot/internal/ledger"
+	"github.com/allot/allot/internal/reply"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -247,7 +248,7 @@ func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
 	}
 	c.leaseBuf = entries
 	c.replyBuf = wire.AppendGetCapacityResponse(c.replyBuf[:0], term, entries)
-	c.publish(req.msg, nil, c.replyBuf)
+	c.publish(req.msg, reply.Msg(req.msg.Reply(), wire.Protobuf, c.replyBuf))
 }
 
 // getResponse builds the reply message for the JSON path.

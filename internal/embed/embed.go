@@ -6,8 +6,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +54,11 @@ type Options struct {
 	// own buckets: the server denies $JS and $KV traffic across a leaf
 	// link whose sides have different domains.
 	Domain string
+	// Mappings are subject mappings (source → destination, with
+	// nats-server's mapping functions such as {{partition(n,1)}}) in the
+	// server's global account, where clients without accounts connect:
+	// the quota service's partitions (quotaserver.Mappings).
+	Mappings map[string]string
 }
 
 // RandomPort as LeafNodePort picks a free port.
@@ -176,6 +183,12 @@ func Start(o Options) (*server.Server, error) {
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embed: new server: %w", err)
+	}
+	for _, src := range slices.Sorted(maps.Keys(o.Mappings)) {
+		if err := s.GlobalAccount().AddMapping(src, o.Mappings[src]); err != nil {
+			s.Shutdown()
+			return nil, fmt.Errorf("embed: subject mapping %s -> %s: %w", src, o.Mappings[src], err)
+		}
 	}
 	// The server reports a failure to listen (a busy port) only through its
 	// logger's Fatalf, which would exit the process, and then never becomes
