@@ -263,10 +263,14 @@ func (a *Agent) Take(ctx context.Context, bucket string, n int64, opts ...TakeOp
 	if ask {
 		res, err := a.askQuota(ctx, bucket, ns, name, n, &to)
 		var se *ServiceError
+		var qe *QuotaError
 		switch {
 		case err == nil:
 			a.q.answered(a, st, now(a.o.clock))
 			return a.proceed(ctx, res)
+		case errors.As(err, &qe):
+			a.q.answered(a, st, now(a.o.clock)) // REJECTED is an answer
+			return QuotaResult{}, err
 		case ctx.Err() != nil:
 			a.q.abandoned(st)
 			return QuotaResult{}, ctx.Err()
@@ -370,7 +374,7 @@ func (l *RateLimiter) reserveQuota(n int64, maxWait time.Duration) (time.Duratio
 		return 0, l.tokens, l.burst, false
 	}
 	f := float64(n)
-	if l.tokens >= f {
+	if n == 0 || l.tokens >= f { // a peek never waits, even in debt
 		l.tokens -= f
 		return 0, l.tokens, l.burst, true
 	}

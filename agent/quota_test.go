@@ -61,6 +61,15 @@ func TestQuotaBadInput(t *testing.T) {
 	if m, err := sub.NextMsg(100 * time.Millisecond); err == nil {
 		t.Errorf("bad input sent %s", m.Subject)
 	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Take(ctx, "logins:alice", 1); !errors.Is(err, ErrClosed) {
+		t.Errorf("Take after Close: %v", err)
+	}
+	if err := a.Report("logins:alice", 1); !errors.Is(err, ErrClosed) {
+		t.Errorf("Report after Close: %v", err)
+	}
 	for _, opt := range []Option{
 		WithQuotaTimeout(0), WithQuotaTimeout(time.Hour), WithQuotaCircuit(0, time.Second), WithQuotaCircuit(3, 0),
 		WithQuotaReportInterval(-1), WithQuotaFallback("a.b", 1, 1), WithQuotaFallback("ns", 0, 1),
@@ -113,6 +122,17 @@ func TestQuotaUnavailable(t *testing.T) {
 	res, err := a.Take(ctx, "logins:carol", 1)
 	if err != nil || !res.Fallback || res.Wait <= 0 || time.Since(start) < res.Wait/2 {
 		t.Fatalf("local OK_WAIT = %+v, %v after %v", res, err, time.Since(start))
+	}
+	// While the circuit is open a report charges the local bucket, into
+	// debt: a take must wait about 0.5s for it, a peek never waits.
+	if err := a.Report("logins:dave", 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Take(ctx, "logins:dave", 1, WithMaxWait(200*time.Millisecond)); !errors.As(err, &qe) || qe.Reason != "timeout" {
+		t.Fatalf("take after a report of 5 at 10/s: err = %v, want REJECTED timeout", err)
+	}
+	if res, err := a.Take(ctx, "logins:dave", 0, WithMaxWait(0)); err != nil || res.Wait != 0 || res.Remaining != 0 {
+		t.Fatalf("peek at a local bucket in debt = %+v, %v; want OK, nothing left, no wait", res, err)
 	}
 	if after := nc.Stats().OutMsgs; after != before {
 		t.Errorf("the open circuit still asked the service (%d requests, then %d)", before, after)
