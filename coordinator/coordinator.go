@@ -28,6 +28,7 @@ import (
 
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/ledger"
+	"github.com/allot/allot/internal/reply"
 	"github.com/allot/allot/internal/wire"
 )
 
@@ -420,20 +421,7 @@ func (c *Coordinator) stopServing() {
 	c.store.cancel()
 	// Once the server has the unsubscriptions nothing new arrives; keep
 	// running rounds until the delivered requests have all been queued.
-	// Cut off from the server (a partition), nothing new can arrive
-	// anyway, and waiting on a flush would only delay the stop.
-	if c.nc.IsConnected() {
-		_ = c.nc.FlushTimeout(250 * time.Millisecond)
-	}
-	deadline := time.Now().Add(stopGrace)
-	for n := c.enqueued.Load(); time.Now().Before(deadline); {
-		time.Sleep(stopQuiet)
-		m := c.enqueued.Load()
-		if m == n {
-			break
-		}
-		n = m
-	}
+	reply.Settle(c.nc, c.enqueued.Load, stopQuiet, stopGrace)
 	c.bulk.close()
 	c.mu.Lock()
 	c.closed = true
