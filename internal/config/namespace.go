@@ -31,23 +31,17 @@ const (
 	// buckets at the core's target of 200 bytes each).
 	MaxDynamicBuckets = 1_000_000
 	// MaxQuotaTokens bounds size, limit, max_tokens_per_request and
-	// ban.threshold.
-	MaxQuotaTokens = 1_000_000_000_000
-	// MaxFillRate bounds fill_rate, in tokens per second.
-	MaxFillRate = 1e12
-	// MaxQuotaDuration bounds every duration of a bucket.
-	MaxQuotaDuration = 31 * 24 * time.Hour
+	// ban.threshold, as the wire bounds tokens.
+	MaxQuotaTokens = wire.MaxQuotaTokens
+	// MaxFillRate bounds fill_rate, in tokens per second (one per
+	// nanosecond, quota.MaxFillRate).
+	MaxFillRate = quota.MaxFillRate
+	// MaxQuotaDuration bounds every duration of a bucket; it is also the
+	// longest max_wait a take request may carry.
+	MaxQuotaDuration = wire.MaxQuotaWait
 	// MinWindow bounds window from below: a shorter window is a unit
 	// mistake ("1ms" for "1m"), not a rate limit.
 	MinWindow = time.Millisecond
-)
-
-// quotaservice's defaults for a bucket's unset fields.
-const (
-	DefaultQuotaSize        = 100
-	DefaultQuotaFillRate    = 50
-	DefaultQuotaWaitTimeout = time.Second
-	DefaultQuotaMaxDebt     = 10 * time.Second
 )
 
 // NamespaceKey returns the KV key of quota namespace ns.
@@ -77,7 +71,7 @@ func nameErr(field string, err error) error {
 
 // ParseNamespace parses and validates a namespace document (JSON or YAML)
 // stored under NamespaceKey(name) at revision. Unset fields get
-// quotaservice's defaults (see DefaultQuotaSize and docs/configuration.md);
+// quotaservice's defaults (quota.DefaultSpec; see docs/configuration.md);
 // notes describe defaults worth pointing out. Errors are a *ParseError or
 // *CompileError naming the field ("buckets.alice.fill_rate").
 //
@@ -144,6 +138,9 @@ func ParseNamespace(name string, revision uint64, data []byte) (*quota.Namespace
 		case ns.Default == nil:
 			return nil, nil, invalid("default_bucket", "is required in namespace %s: it is the global default bucket", quota.GlobalDefault)
 		}
+	}
+	if err := (&quota.Config{Namespaces: map[string]*quota.Namespace{name: ns}}).Validate(); err != nil {
+		return nil, nil, invalid("namespace", "%v", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	if len(ns.Buckets) == 0 && ns.Default == nil && ns.Dynamic == nil {
 		notes = append(notes, fmt.Sprintf("namespace %s has no buckets, no default_bucket and no dynamic_bucket_template: its keys get the global default (namespaces.%s), if any", name, quota.GlobalDefault))
@@ -214,7 +211,8 @@ func parseBucket(path string, raw any) (*quota.Spec, error) {
 		return nil, err
 	}
 	at := func(field string) string { return path + "." + field }
-	s := &quota.Spec{Algorithm: quota.TokenBucket}
+	def := quota.DefaultSpec()
+	s := &quota.Spec{Algorithm: def.Algorithm}
 	if v, ok := f["algorithm"]; ok {
 		name, ok := v.(string)
 		if !ok {
@@ -268,7 +266,7 @@ func parseBucket(path string, raw any) (*quota.Spec, error) {
 			}
 		}
 	} else {
-		s.Size, s.FillRate = DefaultQuotaSize, DefaultQuotaFillRate
+		s.Size, s.FillRate = def.Size, def.FillRate
 		if v, ok := f["size"]; ok {
 			if s.Size, err = integer(at("size"), v, 1, MaxQuotaTokens); err != nil {
 				return nil, err
@@ -284,7 +282,7 @@ func parseBucket(path string, raw any) (*quota.Spec, error) {
 		}
 	}
 
-	s.WaitTimeout = DefaultQuotaWaitTimeout
+	s.WaitTimeout = def.WaitTimeout
 	if v, ok := f["wait_timeout"]; ok {
 		if s.WaitTimeout, err = quotaDuration(at("wait_timeout"), v, 0); err != nil {
 			return nil, err
@@ -296,7 +294,7 @@ func parseBucket(path string, raw any) (*quota.Spec, error) {
 		}
 	}
 	if s.Algorithm == quota.TokenBucket {
-		s.MaxDebt = DefaultQuotaMaxDebt
+		s.MaxDebt = def.MaxDebt
 		if v, ok := f["max_debt"]; ok {
 			if s.MaxDebt, err = quotaDuration(at("max_debt"), v, 0); err != nil {
 				return nil, err
@@ -304,12 +302,13 @@ func parseBucket(path string, raw any) (*quota.Spec, error) {
 		}
 	}
 
-	// quotaservice: at most fill_rate tokens per request by default; for
-	// windows, the limit (a larger request can never be admitted).
+	// quotaservice: at most fill_rate tokens per request by default
+	// (rounded up, as quota.DefaultSpec); for windows, the limit (a
+	// larger request can never be admitted).
 	if windowed {
 		s.MaxTokensPerRequest = s.Limit
 	} else {
-		s.MaxTokensPerRequest = max(1, int64(s.FillRate))
+		s.MaxTokensPerRequest = int64(math.Ceil(s.FillRate))
 	}
 	if v, ok := f["max_tokens_per_request"]; ok {
 		if s.MaxTokensPerRequest, err = integer(at("max_tokens_per_request"), v, 1, MaxQuotaTokens); err != nil {
@@ -331,6 +330,12 @@ func parseBucket(path string, raw any) (*quota.Spec, error) {
 		if s.Ban, err = parseBan(at("ban"), v); err != nil {
 			return nil, err
 		}
+	}
+	// The decision core's own rules (a bucket that takes longer than its
+	// limit to fill, SLIDING_WINDOW_LOG's memory bound): what it would
+	// skip must be refused here.
+	if err := s.Validate(); err != nil {
+		return nil, invalid(path, "%v", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	return s, nil
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -44,12 +45,12 @@ func TestParseNamespace(t *testing.T) {
 				t.Fatal(err)
 			}
 			alice := ns.Buckets["alice"]
-			want := quota.Spec{Algorithm: quota.TokenBucket, Size: 10, FillRate: 1, WaitTimeout: 0, MaxDebt: DefaultQuotaMaxDebt,
+			want := quota.Spec{Algorithm: quota.TokenBucket, Size: 10, FillRate: 1, WaitTimeout: 0, MaxDebt: 10 * time.Second,
 				MaxTokensPerRequest: 1, SoftLimit: 0.8, CriticalReserve: 0.2, Ban: quota.Ban{Threshold: 100, Interval: time.Second, Duration: time.Minute}}
 			if *alice != want {
 				t.Errorf("alice = %+v\nwant %+v", *alice, want)
 			}
-			wantDef := quota.Spec{Algorithm: quota.FixedWindow, Limit: 100, Window: time.Minute, WaitTimeout: DefaultQuotaWaitTimeout, MaxTokensPerRequest: 100}
+			wantDef := quota.Spec{Algorithm: quota.FixedWindow, Limit: 100, Window: time.Minute, WaitTimeout: time.Second, MaxTokensPerRequest: 100}
 			if *ns.Default != wantDef {
 				t.Errorf("default = %+v\nwant %+v", *ns.Default, wantDef)
 			}
@@ -78,6 +79,9 @@ func TestParseNamespaceDefaults(t *testing.T) {
 	if *ns.Default != want {
 		t.Errorf("default = %+v, want %+v", *ns.Default, want)
 	}
+	if *ns.Default != quota.DefaultSpec() {
+		t.Errorf("default = %+v, the core's DefaultSpec is %+v", *ns.Default, quota.DefaultSpec())
+	}
 	ns, _, err = ParseNamespace("gcra", 1, []byte(`{"default_bucket": {"algorithm": "GCRA", "limit": 10, "window": "1s", "size": 3}, "dynamic_bucket_template": {}, "max_dynamic_buckets": 5}`))
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +100,7 @@ func TestParseNamespaceErrors(t *testing.T) {
 		{"logins", `{"default_bucket": {}, "defaultBucket": {}}`, "field is set twice"},
 		{"logins", `{"buckets": []}`, "buckets: want an object"},
 		{"logins", `{"buckets": {"al ice": {}}}`, `buckets.al ice: bucket name "al ice" contains " "`},
-		{"logins", `{"buckets": {"` + strings.Repeat("a", 129) + `": {}}}`, "the limit is 128"},
+		{"logins", `{"buckets": {"` + strings.Repeat("a", 65) + `": {}}}`, "the limit is 64"},
 		{"logins", `{"buckets": {"a": 5}}`, "buckets.a: want a bucket object"},
 		{"logins", `{"buckets": {"a": {"sise": 5}}}`, "buckets.a.sise: unknown field"},
 		{"logins", `{"default_bucket": {"algorithm": "TOKENBUCKET"}}`, `default_bucket.algorithm: unknown algorithm "TOKENBUCKET"`},
@@ -108,7 +112,7 @@ func TestParseNamespaceErrors(t *testing.T) {
 		{"logins", `{"default_bucket": {"size": 99999999999999999999999}}`, "is outside"},
 		{"logins", `{"default_bucket": {"size": "100"}}`, `default_bucket.size: want an integer, got a string ("100"): write numbers without quotes`},
 		{"logins", `{"default_bucket": {"fill_rate": "NaN"}}`, "default_bucket.fill_rate: want a number, got a string"},
-		{"logins", `{"default_bucket": {"fill_rate": 0}}`, "default_bucket.fill_rate: 0 is outside (0, 1e+12]"},
+		{"logins", `{"default_bucket": {"fill_rate": 0}}`, "default_bucket.fill_rate: 0 is outside (0, 1e+09]"},
 		{"logins", `{"default_bucket": {"fill_rate": -5}}`, "fill_rate: -5 is outside"},
 		{"logins", `{"default_bucket": {"fill_rate": 1e400}}`, "fill_rate: 1e400 is not a finite number"},
 		{"logins", `{"default_bucket": {"wait_timeout": "1 second"}}`, `default_bucket.wait_timeout: invalid duration "1 second"`},
@@ -209,6 +213,44 @@ func TestExplainBucket(t *testing.T) {
 	for _, bad := range []string{"", "logins", "logins:", ":x", "logins:al-ice", "a:b:c", "logins:" + strings.Repeat("x", 200)} {
 		if _, err := ExplainBucket(withGlobal, bad); err == nil {
 			t.Errorf("ExplainBucket(%q) accepted", bad)
+		}
+	}
+}
+
+// TestMarshalNamespaceRoundTrip: the normalized document reads back as
+// the same namespace.
+func TestMarshalNamespaceRoundTrip(t *testing.T) {
+	for _, doc := range []string{loginsJSON, `{"default_bucket": {"algorithm": "GCRA", "limit": 10, "window": "1s", "size": 3}}`, `{}`,
+		`{"buckets": {"x": {"algorithm": "LEAKY_BUCKET", "fill_rate": 0.25}}, "dynamic_bucket_template": {"algorithm": "SLIDING_WINDOW_COUNTER", "limit": 5, "window": "1h"}, "max_dynamic_buckets": 7}`} {
+		ns, _, err := ParseNamespace("n", 2, []byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := MarshalNamespaceJSON(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, _, err := ParseNamespace("n", 2, out)
+		if err != nil {
+			t.Fatalf("%s: %v", out, err)
+		}
+		if !reflect.DeepEqual(ns, back) {
+			t.Errorf("%s\nreads back as %+v, want %+v", out, back, ns)
+		}
+	}
+}
+
+// TestParseNamespaceCoreRules: what the decision core would skip as
+// invalid is refused by the parser, so a namespace that parses is always
+// served whole.
+func TestParseNamespaceCoreRules(t *testing.T) {
+	for _, c := range []struct{ doc, want string }{
+		{`{"default_bucket": {"algorithm": "SLIDING_WINDOW_LOG", "limit": 100001, "window": "1m"}}`, "default_bucket: limit: 100001 is out of range"},
+		{`{"default_bucket": {"size": 1000000000000, "fill_rate": 0.001}}`, "default_bucket: size: 1000000000000 tokens take longer than"},
+	} {
+		_, _, err := ParseNamespace("n", 1, []byte(c.doc))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.doc, err, c.want)
 		}
 	}
 }

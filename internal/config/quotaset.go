@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/allot/allot/internal/quota"
@@ -124,4 +125,68 @@ func (m BucketMatch) String() string {
 		return fmt.Sprintf("bucket %s is the named bucket buckets.%s of %s revision %d", bucket, m.Name, m.Key, m.Revision)
 	}
 	return fmt.Sprintf("bucket %s is answered by the %s bucket of %s revision %d (shared with every name that has no bucket of its own)", bucket, m.Source, m.Key, m.Revision)
+}
+
+// BucketDocument returns s as a BUCKET object of a namespace document
+// with every default explicit: ParseNamespace reads it back as s.
+func BucketDocument(s *quota.Spec) map[string]any {
+	doc := map[string]any{
+		"algorithm":              s.Algorithm.String(),
+		"wait_timeout":           s.WaitTimeout.String(),
+		"max_idle":               s.MaxIdle.String(),
+		"max_tokens_per_request": s.MaxTokensPerRequest,
+	}
+	if s.Algorithm.Windowed() {
+		doc["limit"], doc["window"] = s.Limit, s.Window.String()
+		if s.Algorithm == quota.GCRA {
+			doc["size"] = s.Size
+		}
+	} else {
+		doc["size"], doc["fill_rate"] = s.Size, s.FillRate
+	}
+	if s.Algorithm == quota.TokenBucket {
+		doc["max_debt"] = s.MaxDebt.String()
+	}
+	if s.SoftLimit != 0 {
+		doc["soft_limit"] = s.SoftLimit
+	}
+	if s.CriticalReserve != 0 {
+		doc["critical_reserve"] = s.CriticalReserve
+	}
+	if s.Ban != (quota.Ban{}) {
+		doc["ban"] = map[string]any{"threshold": s.Ban.Threshold, "interval": s.Ban.Interval.String(), "duration": s.Ban.Duration.String()}
+	}
+	return doc
+}
+
+// MarshalNamespaceJSON writes ns as an indented namespace document with
+// every default explicit; ParseNamespace reads it back as ns.
+func MarshalNamespaceJSON(ns *quota.Namespace) ([]byte, error) {
+	doc := map[string]any{}
+	if ns.Buckets != nil {
+		buckets := make(map[string]any, len(ns.Buckets))
+		for name, s := range ns.Buckets {
+			buckets[name] = BucketDocument(s)
+		}
+		doc["buckets"] = buckets
+	}
+	if ns.Default != nil {
+		doc["default_bucket"] = BucketDocument(ns.Default)
+	}
+	if ns.Dynamic != nil {
+		doc["dynamic_bucket_template"] = BucketDocument(ns.Dynamic)
+		doc["max_dynamic_buckets"] = ns.MaxDynamicBuckets
+	}
+	return json.MarshalIndent(doc, "", "  ") // sorted keys: stable for diffs
+}
+
+// CheckValue validates value as revision rev of configuration key (a
+// template or namespace key) and returns the normalization notes. Keys of
+// other forms are an error.
+func CheckValue(key string, rev uint64, value []byte) ([]string, error) {
+	_, c, ok := compileKey(key, rev, value)
+	if !ok {
+		return nil, fmt.Errorf("key %q is neither %s<name> nor %s<namespace>", key, KeyPrefix, NamespacePrefix)
+	}
+	return c.notes, c.err
 }

@@ -28,14 +28,6 @@ type bucket struct {
 	dynamic bool
 }
 
-// swLog is SLIDING_WINDOW_LOG's admissions in time order.
-type swLog struct {
-	entries []swEntry
-	sum     int64
-}
-
-type swEntry struct{ at, n int64 }
-
 // reset puts b in its initial state at t: full (drained false), or as if
 // it had been drained at d (a leader's start, or a restart after a
 // configuration change): no more than the limit was admitted at d, and
@@ -67,8 +59,7 @@ func (b *bucket) reset(c *compiled, t int64, drained bool, d int64) {
 	case SlidingWindowCounter:
 		b.s[0], b.s[2] = floorDiv(d, c.window), c.capacity
 	case SlidingWindowLog:
-		b.log.entries = append(b.log.entries, swEntry{d, c.capacity})
-		b.log.sum = c.capacity
+		b.log.push(d, c.capacity)
 	}
 }
 
@@ -103,18 +94,7 @@ func (b *bucket) advance(t int64) {
 			b.s = [4]int64{k, 0, 0, 0}
 		}
 	case SlidingWindowLog:
-		l := b.log
-		i := 0
-		for i < len(l.entries) && l.entries[i].at <= t-c.window {
-			l.sum -= l.entries[i].n
-			i++
-		}
-		if i > 0 {
-			l.entries = l.entries[i:]
-			if len(l.entries) == 0 {
-				l.entries = l.entries[:0:0]
-			}
-		}
+		b.log.expire(t - c.window)
 	}
 }
 
@@ -162,16 +142,11 @@ func (b *bucket) place(n, t int64) (wait int64, ok bool) {
 		x, _ := swcEarliest(b.s[3], n, c.capacity, c.window)
 		return 2*c.window - e + min(x, c.window), false
 	case SlidingWindowLog:
-		l := b.log
-		over := l.sum + n - c.capacity
-		if over <= 0 {
+		if b.log.sum+n <= c.capacity {
 			return 0, true
 		}
-		for _, e := range l.entries {
-			over -= e.n
-			if over <= 0 {
-				return e.at + c.window - t, true
-			}
+		if at, ok := b.log.roomAt(n, c.capacity); ok {
+			return at + c.window - t, true
 		}
 	}
 	return 0, false
@@ -224,14 +199,7 @@ func (b *bucket) commit(n, t, wait int64) {
 			b.s[3] += n
 		}
 	case SlidingWindowLog:
-		l := b.log
-		at := t + wait
-		if k := len(l.entries) - 1; k >= 0 && l.entries[k].at == at {
-			l.entries[k].n += n
-		} else {
-			l.entries = append(l.entries, swEntry{at, n})
-		}
-		l.sum += n
+		b.log.push(t+wait, n)
 	}
 	if c.spec.Algorithm.Windowed() && c.spec.Algorithm != GCRA {
 		// Later requests take effect no earlier (the bucket algorithms
@@ -269,8 +237,11 @@ func (b *bucket) charge(n, t int64) {
 	case SlidingWindowCounter:
 		b.s[2] = min(b.s[2]+n, max(b.s[2], c.capacity))
 	case SlidingWindowLog:
-		n = min(n, c.capacity)
-		b.commit(n, max(t, b.mark), 0)
+		// Capped so the log never holds more than the limit in tokens:
+		// a flood of reports cannot grow it.
+		if n = min(n, c.capacity-b.log.sum); n > 0 {
+			b.commit(n, t, 0)
+		}
 	}
 }
 
@@ -321,8 +292,8 @@ func (b *bucket) freshAt() int64 {
 	case SlidingWindowCounter:
 		return (b.s[0] + 3) * c.window
 	}
-	if k := len(b.log.entries); k > 0 {
-		return b.log.entries[k-1].at + c.window
+	if at, ok := b.log.last(); ok {
+		return at + c.window
 	}
 	return 0
 }

@@ -75,9 +75,8 @@ func (m *gcraModel) take(now, n, maxWait int64) (bool, int64) {
 // fwModel: a count per aligned window; in arrival order, a request takes
 // effect in the window of max(now, last admission) or the one after.
 type fwModel struct {
-	count       map[int64]int64
-	last, w, l  int64
-	initialized bool
+	count      map[int64]int64
+	last, w, l int64
 }
 
 func (m *fwModel) take(now, n, maxWait int64) (bool, int64) {
@@ -246,6 +245,9 @@ func TestAlgorithmsMatchModels(t *testing.T) {
 					mw := int64(s.WaitTimeout)
 					if maxWait >= 0 {
 						mw = min(mw, int64(maxWait))
+					}
+					if a == SlidingWindowLog {
+						mw = min(mw, c.window)
 					}
 					d, key := tab.Take("p", "b", Request{Tokens: n, MaxWait: maxWait}, time.Unix(0, now))
 					if key != "p:b" {

@@ -98,8 +98,13 @@ func (t *Table) decide(b *bucket, ev *Events, req Request, now int64) Decision {
 	if req.MaxWait >= 0 && int64(req.MaxWait) < maxWait {
 		maxWait = int64(req.MaxWait)
 	}
-	if c.spec.Algorithm == TokenBucket {
+	switch c.spec.Algorithm {
+	case TokenBucket:
 		maxWait = min(maxWait, c.debt)
+	case SlidingWindowLog:
+		// Reserving at most one window ahead bounds the log to twice the
+		// limit in entries.
+		maxWait = min(maxWait, c.window)
 	}
 	// A sheddable request is admitted only at once and only if the
 	// reserve would still be there after it: it never waits, since

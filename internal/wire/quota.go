@@ -26,7 +26,7 @@ const (
 	// MaxQuotaTokens bounds tokens in a take or a report (and a bucket's
 	// size and limit in the configuration), so that no sum of them
 	// overflows int64.
-	MaxQuotaTokens = 1_000_000_000_000
+	MaxQuotaTokens = quota.MaxCount
 	// MaxQuotaWait bounds max_wait: a longer one is refused (400) rather
 	// than clamped, as a sign of a unit mistake. It is also the longest
 	// wait_timeout a bucket can be configured with, so every max_wait
@@ -86,17 +86,23 @@ func rawFromProto(pb *allotpb.QuotaTakeRequest) rawTake {
 // max_wait a valid duration in [0, MaxQuotaWait]; client_id empty or a
 // valid id (ValidateID); criticality unset, CRITICAL or SHEDDABLE.
 func DecodeQuotaTake(e Encoding, data []byte, out *QuotaTake) error {
+	r, err := decodeTakeRaw(e, data)
+	if err != nil {
+		return err
+	}
+	return validateTake(&r, out)
+}
+
+// decodeTakeRaw decodes a QuotaTakeRequest without validating it.
+func decodeTakeRaw(e Encoding, data []byte) (rawTake, error) {
 	if len(data) > MaxQuotaTakeRequest {
-		return fmt.Errorf("%w: %d bytes; a quota take request is at most %d bytes", ErrTooLarge, len(data), MaxQuotaTakeRequest)
+		return rawTake{}, fmt.Errorf("%w: %d bytes; a quota take request is at most %d bytes", ErrTooLarge, len(data), MaxQuotaTakeRequest)
 	}
 	var r rawTake
 	if e != JSON || !decodeTakeFast(data, &r) {
-		var err error
-		if r, err = decodeTakeStrict(e, data); err != nil {
-			return err
-		}
+		return decodeTakeStrict(e, data)
 	}
-	return validateTake(&r, out)
+	return r, nil
 }
 
 // decodeTakeStrict decodes with protojson or proto.Unmarshal.
@@ -175,6 +181,9 @@ type QuotaReports struct {
 	Ignored int
 	// Error says why the first ignored report was ignored.
 	Error string
+	// subject is the bucket of the subject the message arrived on, for
+	// reports that leave theirs out (DecodeQuotaReportsOn).
+	subject string
 }
 
 // setClient keeps a batch's client_id if it is a valid id.
@@ -203,6 +212,9 @@ func (q *QuotaReports) add(i int, bucket string, tokens int64) {
 		q.ignore("report %d: more than %d reports in one message", i, MaxQuotaReportsPerBatch)
 		return
 	}
+	if bucket == "" && q.subject != "" {
+		bucket = q.subject
+	}
 	ns, name, err := SplitBucket(bucket)
 	if err != nil {
 		q.ignore("report %d: %s", i, strings.TrimPrefix(err.Error(), ErrBadRequest.Error()+": "))
@@ -225,13 +237,18 @@ func (q *QuotaReports) add(i int, bucket string, tokens int64) {
 // (CheckSize), counts as one ignored report.
 func DecodeQuotaReports(e Encoding, data []byte) QuotaReports {
 	var q QuotaReports
+	q.decode(e, data)
+	return q
+}
+
+func (q *QuotaReports) decode(e Encoding, data []byte) {
 	if err := CheckSize(e, len(data)); err != nil {
 		q.ignore("%v", err)
-		return q
+		return
 	}
 	if e == Protobuf {
-		decodeReportsProto(data, &q)
-		return q
+		decodeReportsProto(data, q)
+		return
 	}
 	trimmed := bytes.TrimSpace(data)
 	switch {
@@ -241,20 +258,20 @@ func DecodeQuotaReports(e Encoding, data []byte) QuotaReports {
 		var list []json.RawMessage
 		if err := json.Unmarshal(trimmed, &list); err != nil {
 			q.ignore("invalid JSON: %v", err)
-			return q
+			return
 		}
 		for i, raw := range list {
-			addJSONReport(&q, i, raw)
+			addJSONReport(q, i, raw)
 		}
 	case trimmed[0] == '{':
 		var top map[string]json.RawMessage
 		if err := json.Unmarshal(trimmed, &top); err != nil {
 			q.ignore("invalid JSON: %v", err)
-			return q
+			return
 		}
 		if _, batch := top["reports"]; !batch {
-			addJSONReport(&q, 0, trimmed)
-			return q
+			addJSONReport(q, 0, trimmed)
+			return
 		}
 		var b allotpb.QuotaReportBatch
 		if err := jsonIn.Unmarshal(trimmed, &b); err != nil {
@@ -263,10 +280,10 @@ func DecodeQuotaReports(e Encoding, data []byte) QuotaReports {
 			var list []json.RawMessage
 			if err := json.Unmarshal(top["reports"], &list); err != nil {
 				q.ignore("reports: want a list of report objects: %v", err)
-				return q
+				return
 			}
 			for i, raw := range list {
-				addJSONReport(&q, i, raw)
+				addJSONReport(q, i, raw)
 			}
 			for _, k := range slices.Sorted(maps.Keys(top)) {
 				v := top[k]
@@ -282,7 +299,7 @@ func DecodeQuotaReports(e Encoding, data []byte) QuotaReports {
 					q.ignore("unknown field %q in the report batch (known: reports, client_id)", k)
 				}
 			}
-			return q
+			return
 		}
 		q.setClient(b.GetClientId())
 		for i, r := range b.GetReports() {
@@ -291,7 +308,6 @@ func DecodeQuotaReports(e Encoding, data []byte) QuotaReports {
 	default:
 		q.ignore("invalid JSON: send a report object, a list of them, or {\"reports\": [...]}")
 	}
-	return q
 }
 
 func addJSONReport(q *QuotaReports, i int, raw []byte) {

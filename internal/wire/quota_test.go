@@ -77,7 +77,7 @@ func TestDecodeQuotaTakeErrors(t *testing.T) {
 		{JSON, `{"bucket":"logins:al-ice"}`, `bucket name "al-ice" contains "-"`, false},
 		{JSON, `{"bucket":":alice"}`, "bucket namespace is empty", false},
 		{JSON, `{"bucket":"a:b:c"}`, `bucket name "b:c" contains ":"`, false},
-		{JSON, `{"bucket":"a:` + strings.Repeat("x", 129) + `"}`, "bucket name is 129 characters long; the limit is 128", false},
+		{JSON, `{"bucket":"a:` + strings.Repeat("x", 65) + `"}`, "bucket name is 65 characters long; the limit is 64", false},
 		{JSON, `{"bucket":"a:b","tokens":-1}`, "tokens -1 is outside [0, 1000000000000]", false},
 		{JSON, `{"bucket":"a:b","tokens":1000000000001}`, "tokens 1000000000001 is outside", false},
 		{JSON, `{"bucket":"a:b","tokens":"NaN"}`, "invalid value for int64 field tokens", false},

@@ -259,7 +259,7 @@ func appendDuration(b []byte, field protowire.Number, d time.Duration) []byte {
 
 func appendTakeJSON(b []byte, d *quota.Decision, matched string) []byte {
 	b = append(b, `{"status":"`...)
-	b = append(b, allotpb.QuotaTakeResponse_Status(d.Status).String()...)
+	b = append(b, takeStatusName(d.Status)...)
 	b = append(b, `","wait":"`...)
 	b = appendJSONDuration(b, d.Wait)
 	b = append(b, `","reason":`...)
@@ -275,6 +275,17 @@ func appendTakeJSON(b []byte, d *quota.Decision, matched string) []byte {
 	b = append(b, `,"matched":`...)
 	b = appendJSONString(b, matched)
 	return append(b, '}')
+}
+
+// takeStatusName is the protojson name of status s, without the
+// reflection QuotaTakeResponse_Status.String uses. A status the decision
+// core never returns is written as STATUS_UNSPECIFIED.
+func takeStatusName(s quota.Status) string {
+	switch s {
+	case quota.OK, quota.OKWait, quota.Rejected:
+		return s.String()
+	}
+	return allotpb.QuotaTakeResponse_STATUS_UNSPECIFIED.String()
 }
 
 // appendJSONDuration writes d as protojson does: seconds with 0, 3, 6 or

@@ -1,16 +1,24 @@
 package wire
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/allot/allot/internal/quota"
+)
 
 // MaxQuotaNameLen bounds a quota namespace or bucket name, each part of
-// "namespace:name" on its own.
-const MaxQuotaNameLen = 128
+// "namespace:name" on its own: the decision core's quota.MaxNameLen.
+const MaxQuotaNameLen = quota.MaxNameLen
 
 // ValidateQuotaName checks a quota namespace or bucket name (what says
-// which, for the error): 1 to MaxQuotaNameLen characters from
-// [A-Za-z0-9_], case-sensitive, as in quotaservice. Errors wrap
-// ErrBadRequest.
+// which, for the error) with quota.ValidName: 1 to MaxQuotaNameLen
+// characters from [A-Za-z0-9_], case-sensitive, as in quotaservice.
+// Errors wrap ErrBadRequest and say what is wrong.
 func ValidateQuotaName(what, name string) error {
+	if quota.ValidName(name) {
+		return nil
+	}
+	// Say what is wrong; quota.ValidName is the rule.
 	if name == "" {
 		return badf("%s is empty", what)
 	}
@@ -22,7 +30,7 @@ func ValidateQuotaName(what, name string) error {
 			return badf("%s %q contains %q; use only letters, digits and '_'", what, clip(name), string(rune(c)))
 		}
 	}
-	return nil
+	return badf("%s %q is invalid", what, clip(name))
 }
 
 // SplitBucket splits "namespace:name" into its parts and checks both
