@@ -5,10 +5,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/quotatest"
 )
 
 func TestName(t *testing.T) {
@@ -97,5 +100,67 @@ func TestUnavailable(t *testing.T) {
 	}
 	if w := get(New(a, key, WithTokens(func(*http.Request) int64 { return -1 }))(ok)); w.Code != http.StatusBadRequest {
 		t.Errorf("negative tokens: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestService drives the middleware through the real quota service: each
+// address has its own bucket of 2; the third request from one is refused
+// with 429 and the headers, another address still passes; a bucket that
+// answers OK_WAIT holds the request, unless WithMaxWait forbids it.
+func TestService(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	quotatest.Start(t, natstest.Conn(t, s), map[string]string{
+		"api":  `{"dynamic_bucket_template": {"size": 2, "fill_rate": 0.5, "wait_timeout": "0s"}}`,
+		"slow": `{"default_bucket": {"size": 1, "fill_rate": 4, "wait_timeout": "1s"}}`,
+	})
+	a, err := agent.New(natstest.Conn(t, s), agent.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	var served atomic.Int64
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1); _, _ = io.WriteString(w, "ok") })
+	h := New(a, RemoteIP("api"))(ok)
+	get := func(h http.Handler, addr string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = addr
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	for i, want := range []string{"1", "0"} {
+		w := get(h, "198.51.100.1:4000")
+		if w.Code != http.StatusOK || w.Header().Get(HeaderLimit) != "2" || w.Header().Get(HeaderRemaining) != want ||
+			w.Header().Get(HeaderReset) != "0" || w.Header().Get(HeaderRetryAfter) != "" {
+			t.Fatalf("request %d: %d %v", i, w.Code, w.Header())
+		}
+	}
+	w := get(h, "198.51.100.1:4001")
+	// The next token is 2s away at 0.5/s.
+	if w.Code != http.StatusTooManyRequests || w.Header().Get(HeaderLimit) != "2" || w.Header().Get(HeaderRemaining) != "0" ||
+		w.Header().Get(HeaderRetryAfter) != "2" || w.Header().Get(HeaderReset) != "2" {
+		t.Fatalf("third request: %d %v %q", w.Code, w.Header(), w.Body)
+	}
+	if served.Load() != 2 {
+		t.Fatalf("handler ran %d times, want 2", served.Load())
+	}
+	if w := get(h, "198.51.100.2:4000"); w.Code != http.StatusOK || w.Header().Get(HeaderRemaining) != "1" {
+		t.Fatalf("another address: %d %v", w.Code, w.Header())
+	}
+
+	// OK_WAIT: the second request waits for the next token (250ms at 4/s).
+	slow := New(a, Header("slow", "X-Api-Key"))(ok)
+	if w := get(slow, "192.0.2.1:1"); w.Code != http.StatusOK {
+		t.Fatalf("slow first: %d", w.Code)
+	}
+	start := time.Now()
+	w = get(slow, "192.0.2.1:1")
+	if w.Code != http.StatusOK || w.Header().Get(HeaderReset) != "1" || time.Since(start) < 150*time.Millisecond {
+		t.Fatalf("slow second: %d %v after %v; want held about 250ms, then passed", w.Code, w.Header(), time.Since(start))
+	}
+	noWait := New(a, Header("slow", "X-Api-Key"), WithMaxWait(0))(ok)
+	if w := get(noWait, "192.0.2.1:1"); w.Code != http.StatusTooManyRequests || w.Header().Get(HeaderRetryAfter) != "1" {
+		t.Fatalf("no wait allowed: %d %v", w.Code, w.Header())
 	}
 }

@@ -1,0 +1,116 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/quotatest"
+)
+
+// TestTakeService drives Take and Report through the real quota service,
+// configured by namespaces put into the KV configuration bucket: OK,
+// OK_WAIT (Take waits), REJECTED as a *QuotaError, no_bucket, a peek, and
+// reports that charge the bucket.
+func TestTakeService(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	quotatest.Start(t, natstest.Conn(t, s), map[string]string{
+		"logins": `{"buckets": {"alice": {"size": 2, "fill_rate": 2, "wait_timeout": "1s", "max_debt": "1s"}}}`,
+		"batch":  `{"default_bucket": {"size": 100, "fill_rate": 0.01, "max_tokens_per_request": 100}}`,
+	})
+	a := newAgent(t, natstest.Conn(t, s), WithQuotaReportInterval(20*time.Millisecond))
+	ctx := context.Background()
+
+	for i := range 2 {
+		res, err := a.Take(ctx, "logins:alice", 1)
+		if err != nil || res.Fallback || res.Wait != 0 || res.Limit != 2 || res.Remaining != int64(1-i) || res.Bucket != "logins:alice" {
+			t.Fatalf("take %d = %+v, %v; want OK with %d remaining", i, res, err, 1-i)
+		}
+	}
+	// Empty: the next token is 0.5s away, within wait_timeout and max_debt.
+	start := time.Now()
+	res, err := a.Take(ctx, "logins:alice", 1)
+	took := time.Since(start)
+	if err != nil || res.Wait < 100*time.Millisecond || res.Wait > 1100*time.Millisecond {
+		t.Fatalf("take on an empty bucket = %+v, %v; want OK_WAIT of about 0.5s", res, err)
+	}
+	if took < res.Wait-50*time.Millisecond {
+		t.Errorf("Take returned after %v, before the answered wait %v", took, res.Wait)
+	}
+	// Now in debt: with no wait allowed it is REJECTED "timeout".
+	_, err = a.Take(ctx, "logins:alice", 1, WithMaxWait(0))
+	var qe *QuotaError
+	if !errors.As(err, &qe) || qe.Reason != "timeout" || qe.Fallback || qe.RetryAfter <= 0 || qe.Bucket != "logins:alice" {
+		t.Fatalf("take with max wait 0 = %v; want REJECTED timeout with a retry_after", err)
+	}
+	// A context that cannot wait the answer is REJECTED rather than
+	// answered with a wait it cannot sit out.
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	_, err = a.Take(short, "logins:alice", 1)
+	cancel()
+	if !errors.As(err, &qe) || qe.Reason != "timeout" {
+		t.Fatalf("take under a 20ms deadline = %v; want REJECTED timeout", err)
+	}
+	if _, err := a.Take(ctx, "nosuch:x", 1); !errors.As(err, &qe) || qe.Reason != "no_bucket" {
+		t.Fatalf("unknown namespace: %v; want REJECTED no_bucket", err)
+	}
+
+	// Reports charge after the fact: a peek sees them.
+	peek, err := a.Take(ctx, "batch:job1", 0)
+	if err != nil || peek.Remaining < 99 {
+		t.Fatalf("peek = %+v, %v; want about 100 remaining", peek, err)
+	}
+	for range 4 {
+		if err := a.Report("batch:job1", 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*time.Second, "40 reported tokens charged", func() bool {
+		p, err := a.Take(ctx, "batch:job1", 0)
+		return err == nil && p.Remaining <= peek.Remaining-40 && p.Remaining >= peek.Remaining-41
+	})
+
+	st, ok := quotaStatusOf(a, "logins")
+	if !ok || st.Source != SourceQuotaService || st.CircuitOpen || st.QuotaFailures != 0 || st.LastError != nil || st.LastRefresh.IsZero() {
+		t.Errorf("status = %+v, want the service answering", st)
+	}
+}
+
+// TestTakeFallbackRecovery: when the quota service goes away, Take falls
+// back to the local bucket and opens the circuit; once the service is
+// back, the probe after the cooldown closes it again.
+func TestTakeFallbackRecovery(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	svc := quotatest.Start(t, natstest.Conn(t, s), map[string]string{
+		"api": `{"dynamic_bucket_template": {"size": 1000, "fill_rate": 1000}}`,
+	})
+	a := newAgent(t, natstest.Conn(t, s), WithQuotaFallback("api", 100, 10), WithQuotaCircuit(2, 200*time.Millisecond))
+	ctx := context.Background()
+	if res, err := a.Take(ctx, "api:k", 1); err != nil || res.Fallback || res.Limit != 1000 {
+		t.Fatalf("service up: %+v, %v", res, err)
+	}
+	svc.Stop()
+	for i := range 3 {
+		res, err := a.Take(ctx, "api:k", 1)
+		if err != nil || !res.Fallback || res.Limit != 10 {
+			t.Fatalf("service down, take %d: %+v, %v; want the fallback", i, res, err)
+		}
+	}
+	if st, _ := quotaStatusOf(a, "api"); !st.CircuitOpen || st.Source != SourceFallback {
+		t.Fatalf("status with the service down = %+v, want the circuit open", st)
+	}
+	if err := svc.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "service answers again after the cooldown", func() bool {
+		res, err := a.Take(ctx, "api:k", 1)
+		return err == nil && !res.Fallback
+	})
+	if st, _ := quotaStatusOf(a, "api"); st.CircuitOpen || st.Source != SourceQuotaService || st.QuotaFailures != 0 || st.LastError != nil {
+		t.Errorf("status after recovery = %+v, want the circuit closed", st)
+	}
+}
