@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/quotatest"
+	"github.com/allot/allot/quotaserver"
 )
 
 // TestTakeService drives Take and Report through the real quota service,
@@ -112,5 +114,48 @@ func TestTakeFallbackRecovery(t *testing.T) {
 	})
 	if st, _ := quotaStatusOf(a, "api"); st.CircuitOpen || st.Source != SourceQuotaService || st.QuotaFailures != 0 || st.LastError != nil {
 		t.Errorf("status after recovery = %+v, want the circuit closed", st)
+	}
+}
+
+// TestTakePartitioned: with two partitions behind the nats-server subject
+// mapping (as `allot up --quota-partitions 2` runs them), Take and Report
+// on the tokenized subjects reach the partition that owns each
+// namespace, and each partition keeps its own buckets.
+func TestTakePartitioned(t *testing.T) {
+	t.Parallel()
+	srv, err := embed.Start(embed.Options{StoreDir: t.TempDir(), Mappings: quotaserver.Mappings("root", 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	nc := natstest.Conn(t, srv)
+	// nats-server's partition(2,1) puts qb0 on partition 0, qb1 on 1.
+	doc := `{"dynamic_bucket_template": {"size": 5, "fill_rate": 0.01, "max_tokens_per_request": 5}}`
+	svc, err := quotatest.NewPartitioned(nc, 2, map[string]string{"qb0": doc, "qb1": doc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Close)
+	a := newAgent(t, natstest.Conn(t, srv), WithQuotaReportInterval(10*time.Millisecond))
+	ctx := context.Background()
+	for _, b := range []string{"qb0:x", "qb1:x"} {
+		if res, err := a.Take(ctx, b, 2); err != nil || res.Remaining != 3 || res.Fallback {
+			t.Fatalf("take 2 of %s = %+v, %v", b, res, err)
+		}
+		if err := a.Report(b, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, b := range []string{"qb0:x", "qb1:x"} {
+		eventually(t, 5*time.Second, b+" charged by the report", func() bool {
+			res, err := a.Take(ctx, b, 0)
+			return err == nil && res.Remaining == 2
+		})
+	}
+	st := svc.Stats()
+	for p, s := range st {
+		if s.Takes < 2 || s.Reports != 1 || s.Buckets != 1 || s.Forwarded != 0 {
+			t.Errorf("partition %d: %+v, want its own namespace's takes, report and bucket", p, s)
+		}
 	}
 }

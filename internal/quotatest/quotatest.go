@@ -26,8 +26,10 @@ type Service struct {
 	kv jetstream.KeyValue
 	w  *config.Watcher
 
-	mu  sync.Mutex
-	srv *quotaserver.Server
+	partitions int
+
+	mu   sync.Mutex
+	srvs []*quotaserver.Server
 }
 
 // Start is New for a test: it fails the test on error and closes the
@@ -47,6 +49,14 @@ func Start(tb testing.TB, nc *nats.Conn, namespaces map[string]string) *Service 
 // quota server (node "root", one partition) on nc, and returns once every
 // namespace is served.
 func New(nc *nats.Conn, namespaces map[string]string) (*Service, error) {
+	return NewPartitioned(nc, 1, namespaces)
+}
+
+// NewPartitioned is New with n partitions, each its own server on nc. For
+// n > 1 the NATS server must map the bucket subjects to them
+// (embed.Options.Mappings = quotaserver.Mappings("root", n)), as `allot
+// up --quota-partitions n` does.
+func NewPartitioned(nc *nats.Conn, n int, namespaces map[string]string) (*Service, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	js, err := jetstream.New(nc)
@@ -57,7 +67,7 @@ func New(nc *nats.Conn, namespaces map[string]string) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{nc: nc, kv: kv, w: config.NewWatcher(kv, nil, slog.New(slog.DiscardHandler))}
+	s := &Service{nc: nc, kv: kv, w: config.NewWatcher(kv, nil, slog.New(slog.DiscardHandler)), partitions: n}
 	if err := s.w.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -94,35 +104,39 @@ func (s *Service) Put(ns, doc string) error {
 	}
 }
 
-// Stop stops the quota server: requests get no responders.
+// Stop stops the quota servers: requests get no responders.
 func (s *Service) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.srv != nil {
-		s.srv.Stop()
-		s.srv = nil
+	for _, srv := range s.srvs {
+		srv.Stop()
 	}
+	s.srvs = nil
 }
 
-// Restart starts a new quota server (stopping the running one); its
+// Restart starts new quota servers (stopping the running ones); their
 // buckets start afresh.
 func (s *Service) Restart() error {
 	s.Stop()
-	srv, err := quotaserver.New(s.nc, quotaserver.Options{
-		Config: func() *quota.Config { return s.w.Current().Quota() },
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := srv.Start(ctx); err != nil {
-		return err
+	for p := range s.partitions {
+		srv, err := quotaserver.New(s.nc, quotaserver.Options{
+			Partition: p, Partitions: s.partitions,
+			Config: func() *quota.Config { return s.w.Current().Quota() },
+			Logger: slog.New(slog.DiscardHandler),
+		})
+		if err == nil {
+			err = srv.Start(ctx)
+		}
+		if err != nil {
+			s.Stop()
+			return fmt.Errorf("quotatest: partition %d: %w", p, err)
+		}
+		s.mu.Lock()
+		s.srvs = append(s.srvs, srv)
+		s.mu.Unlock()
 	}
-	s.mu.Lock()
-	s.srv = srv
-	s.mu.Unlock()
 	return nil
 }
 
@@ -130,4 +144,15 @@ func (s *Service) Restart() error {
 func (s *Service) Close() {
 	s.Stop()
 	s.w.Stop()
+}
+
+// Stats returns each running partition's counters, by partition.
+func (s *Service) Stats() []quotaserver.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]quotaserver.Stats, len(s.srvs))
+	for i, srv := range s.srvs {
+		out[i] = srv.Stats()
+	}
+	return out
 }
