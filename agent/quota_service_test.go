@@ -22,6 +22,7 @@ func TestTakeService(t *testing.T) {
 	quotatest.Start(t, natstest.Conn(t, s), map[string]string{
 		"logins": `{"buckets": {"alice": {"size": 2, "fill_rate": 2, "wait_timeout": "1s", "max_debt": "1s"}}}`,
 		"batch":  `{"default_bucket": {"size": 100, "fill_rate": 0.01, "max_tokens_per_request": 100}}`,
+		"shed":   `{"default_bucket": {"size": 4, "fill_rate": 0.01, "max_tokens_per_request": 4, "soft_limit": 0.25, "critical_reserve": 0.5}}`,
 	})
 	a := newAgent(t, natstest.Conn(t, s), WithQuotaReportInterval(20*time.Millisecond))
 	ctx := context.Background()
@@ -58,6 +59,18 @@ func TestTakeService(t *testing.T) {
 	}
 	if _, err := a.Take(ctx, "nosuch:x", 1); !errors.As(err, &qe) || qe.Reason != "no_bucket" {
 		t.Fatalf("unknown namespace: %v; want REJECTED no_bucket", err)
+	}
+
+	// Past the soft limit decisions warn; with half the bucket reserved
+	// for CRITICAL requests, a SHEDDABLE one is refused first.
+	if res, err := a.Take(ctx, "shed:x", 2, Sheddable()); err != nil || res.Warning != "soft_limit" {
+		t.Fatalf("2 of 4 past a soft limit of 25%%: %+v, %v; want OK with the warning", res, err)
+	}
+	if _, err := a.Take(ctx, "shed:x", 1, Sheddable()); !errors.As(err, &qe) || qe.Reason != "reserved" {
+		t.Fatalf("sheddable take into the reserve: %v; want REJECTED reserved", err)
+	}
+	if _, err := a.Take(ctx, "shed:x", 1); err != nil {
+		t.Fatalf("critical take into the reserve: %v", err)
 	}
 
 	// Reports charge after the fact: a peek sees them.

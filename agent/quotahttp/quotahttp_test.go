@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -113,6 +114,7 @@ func TestService(t *testing.T) {
 	quotatest.Start(t, natstest.Conn(t, s), map[string]string{
 		"api":  `{"dynamic_bucket_template": {"size": 2, "fill_rate": 0.5, "wait_timeout": "0s"}}`,
 		"slow": `{"default_bucket": {"size": 1, "fill_rate": 4, "wait_timeout": "1s"}}`,
+		"shed": `{"default_bucket": {"size": 4, "fill_rate": 0.01, "max_tokens_per_request": 4, "critical_reserve": 0.5}}`,
 	})
 	a, err := agent.New(natstest.Conn(t, s), agent.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
@@ -162,5 +164,19 @@ func TestService(t *testing.T) {
 	noWait := New(a, Header("slow", "X-Api-Key"), WithMaxWait(0))(ok)
 	if w := get(noWait, "192.0.2.1:1"); w.Code != http.StatusTooManyRequests || w.Header().Get(HeaderRetryAfter) != "1" {
 		t.Fatalf("no wait allowed: %d %v", w.Code, w.Header())
+	}
+
+	// Two tokens per request; requests marked sheddable cannot use the
+	// half of the bucket kept for critical ones.
+	shed := New(a, Header("shed", "X-Api-Key"), WithTokens(func(*http.Request) int64 { return 2 }),
+		WithSheddable(func(r *http.Request) bool { return r.RemoteAddr == "192.0.2.9:1" }))(ok)
+	if w := get(shed, "192.0.2.9:1"); w.Code != http.StatusOK || w.Header().Get(HeaderRemaining) != "2" {
+		t.Fatalf("sheddable first: %d %v", w.Code, w.Header())
+	}
+	if w := get(shed, "192.0.2.9:1"); w.Code != http.StatusTooManyRequests || !strings.Contains(w.Body.String(), "reserved") {
+		t.Fatalf("sheddable into the reserve: %d %v %q", w.Code, w.Header(), w.Body)
+	}
+	if w := get(shed, "192.0.2.8:1"); w.Code != http.StatusOK || w.Header().Get(HeaderRemaining) != "0" {
+		t.Fatalf("critical into the reserve: %d %v", w.Code, w.Header())
 	}
 }
