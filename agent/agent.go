@@ -165,6 +165,9 @@ type Agent struct {
 	// quotaSubj is allot.<node>.quota; Take and Report add the rest.
 	quotaSubj string
 	q         quotaState
+	// pbHeader marks requests as binary protobuf; shared and never
+	// modified, so concurrent requests can all read it.
+	pbHeader nats.Header
 
 	kick chan struct{}
 	stop chan struct{}
@@ -269,6 +272,7 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 		res:     make(map[string]*resource),
 
 		quotaSubj: "allot." + o.node + ".quota",
+		pbHeader:  nats.Header{wire.HeaderContentType: []string{wire.ContentProtobuf}},
 	}
 	a.initQuota()
 	go a.run()

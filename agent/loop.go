@@ -373,21 +373,27 @@ func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityRespons
 // cancelled by Close: Close waits for the answer, so that what it sends
 // next cannot overtake this request.
 func (a *Agent) call(subj string, req, resp proto.Message) error {
-	ctx, cancel := context.WithTimeout(context.Background(), a.o.requestTimeout)
-	defer cancel()
-	return a.request(ctx, subj, req, resp)
+	return a.request(context.Background(), a.o.requestTimeout, subj, req, resp)
 }
 
-// request is call with the caller's context: Take's requests end with it.
-func (a *Agent) request(ctx context.Context, subj string, req, resp proto.Message) error {
+// request is call with the caller's context and a timeout of its own:
+// Take's requests end with either.
+func (a *Agent) request(ctx context.Context, timeout time.Duration, subj string, req, resp proto.Message) error {
 	data, err := wire.Marshal(wire.Protobuf, req)
 	if err != nil {
 		return fmt.Errorf("agent: encode request for %s: %w", subj, err)
 	}
-	msg := nats.NewMsg(subj)
-	msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
-	msg.Data = data
-	reply, err := a.nc.RequestMsgWithContext(ctx, msg)
+	// The header map is shared, read-only: one map less per request.
+	msg := &nats.Msg{Subject: subj, Header: a.pbHeader, Data: data}
+	var reply *nats.Msg
+	if ctx.Done() == nil {
+		// Without a context to watch, a plain timeout costs less.
+		reply, err = a.nc.RequestMsg(msg, timeout)
+	} else {
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		reply, err = a.nc.RequestMsgWithContext(rctx, msg)
+		cancel()
+	}
 	if err != nil {
 		return fmt.Errorf("agent: request %s: %w", subj, err)
 	}

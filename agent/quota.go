@@ -297,11 +297,9 @@ func (a *Agent) askQuota(ctx context.Context, bucket, ns, name string, n int64, 
 	if to.sheddable {
 		req.Criticality = allotpb.Criticality_SHEDDABLE
 	}
-	rctx, cancel := context.WithTimeout(ctx, a.o.quotaTimeout)
-	defer cancel()
 	var resp allotpb.QuotaTakeResponse
 	subj := a.quotaSubj + ".take." + ns + "." + name
-	if err := a.request(rctx, subj, req, &resp); err != nil {
+	if err := a.request(ctx, a.o.quotaTimeout, subj, req, &resp); err != nil {
 		return QuotaResult{}, err
 	}
 	res := QuotaResult{

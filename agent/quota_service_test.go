@@ -6,9 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/quotatest"
+	"github.com/allot/allot/proto/allotpb"
 	"github.com/allot/allot/quotaserver"
 )
 
@@ -172,4 +176,55 @@ func TestTakePartitioned(t *testing.T) {
 			t.Errorf("partition %d: %+v, want its own namespace's takes, report and bucket", p, s)
 		}
 	}
+}
+
+// BenchmarkTake is one Take against the real quota service over loopback
+// (with parallel callers), next to a bare request of the same payload and
+// header to an echo responder on the same connection; the difference is
+// the agent's and the service's cost per decision.
+func BenchmarkTake(b *testing.B) {
+	s := natstest.Server(b)
+	nc := natstest.Conn(b, s)
+	quotatest.Start(b, nc, map[string]string{
+		"bench": `{"dynamic_bucket_template": {"size": 1000000000, "fill_rate": 1000000000, "max_tokens_per_request": 10}}`,
+	})
+	a, err := New(natstest.Conn(b, s), WithLogger(quiet))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = a.Close() })
+	ctx := context.Background()
+	b.Run("Take", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := a.Take(ctx, "bench:k", 1); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+	b.Run("Echo", func(b *testing.B) {
+		echo, err := nc.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = echo.Unsubscribe() }()
+		if err := nc.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		one := int64(1)
+		payload, _ := proto.Marshal(&allotpb.QuotaTakeRequest{Bucket: "bench:k", Tokens: &one})
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				msg := &nats.Msg{Subject: "bench.echo", Header: a.pbHeader, Data: payload}
+				if _, err := a.nc.RequestMsg(msg, time.Second); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
 }

@@ -164,7 +164,7 @@ func TestQuotaSlowService(t *testing.T) {
 		t.Fatalf("slow service: %+v, %v; want the fallback's decision", res, err)
 	}
 	st, _ := quotaStatusOf(a, "api")
-	if st.QuotaFailures != 1 || !errors.Is(st.LastError, context.DeadlineExceeded) {
+	if st.QuotaFailures != 1 || !errors.Is(st.LastError, nats.ErrTimeout) {
 		t.Fatalf("status = %+v, want one timeout", st)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

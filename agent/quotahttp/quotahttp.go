@@ -15,7 +15,6 @@
 package quotahttp
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -154,11 +153,11 @@ func New(a *agent.Agent, key KeyFunc, opts ...Option) func(http.Handler) http.Ha
 			case errors.Is(err, agent.ErrQuotaUnavailable) && o.unavailable == FailOpen:
 				o.logger.Warn("quotahttp: quota service unavailable; passing request", "bucket", bucket, "error", err)
 				next.ServeHTTP(w, r)
-			case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-				http.Error(w, "request ended while waiting for quota", http.StatusServiceUnavailable)
 			case errors.Is(err, agent.ErrQuotaUnavailable):
 				o.logger.Warn("quotahttp: quota service unavailable; refusing request", "bucket", bucket, "error", err)
 				http.Error(w, "quota service unavailable", http.StatusServiceUnavailable)
+			case r.Context().Err() != nil:
+				http.Error(w, "request ended while waiting for quota", http.StatusServiceUnavailable)
 			default:
 				o.logger.Warn("quotahttp: quota decision failed", "bucket", bucket, "error", err)
 				http.Error(w, "quota decision failed", http.StatusInternalServerError)

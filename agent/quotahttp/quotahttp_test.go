@@ -1,6 +1,7 @@
 package quotahttp
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/internal/natstest"
@@ -101,6 +104,34 @@ func TestUnavailable(t *testing.T) {
 	}
 	if w := get(New(a, key, WithTokens(func(*http.Request) int64 { return -1 }))(ok)); w.Code != http.StatusBadRequest {
 		t.Errorf("negative tokens: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestSlowService: a service slower than the quota timeout (an in-test
+// responder that never answers: a real server cannot be made this slow)
+// is "unavailable", also for a request whose context is live, and not
+// mistaken for the client going away.
+func TestSlowService(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	if _, err := nc.Subscribe("allot.root.quota.take.>", func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(natstest.Conn(t, s), agent.WithLogger(slog.New(slog.DiscardHandler)), agent.WithQuotaTimeout(30*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := httptest.NewRecorder()
+	New(a, RemoteIP("api"))(http.NotFoundHandler()).ServeHTTP(w, httptest.NewRequest("GET", "/", nil).WithContext(ctx))
+	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "quota service unavailable") {
+		t.Errorf("slow service: %d %q", w.Code, w.Body)
 	}
 }
 
