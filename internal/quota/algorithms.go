@@ -224,6 +224,13 @@ func (b *bucket) lastAt() int64 {
 // other algorithms at most to "drained at t"; the excess is forgiven.
 func (b *bucket) charge(n, t int64) {
 	c := b.c
+	// Nothing beyond these can count, and they keep the arithmetic below
+	// far from overflow whatever n is.
+	if c.spec.Algorithm == TokenBucket {
+		n = min(n, c.capacity+c.debt/c.interval+1)
+	} else {
+		n = min(n, c.capacity)
+	}
 	switch c.spec.Algorithm {
 	case TokenBucket:
 		need := n * c.interval

@@ -2,9 +2,10 @@ package quota
 
 import (
 	"fmt"
-	"math/big"
+	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -130,19 +131,18 @@ func (m *swlModel) take(now, n, maxWait int64) (bool, int64) {
 	return false, 0
 }
 
-// swcModel: counts per window; the estimate prev×(end−t)/W + cur, in exact
-// rationals, binary-searched for the earliest t in the window of
+// swcModel: counts per window; the estimate prev×(end−t)/W + cur,
+// binary-searched for the earliest t in the window of
 // max(now, last) or the next one.
 type swcModel struct {
 	count      map[int64]int64
 	last, w, l int64
 }
 
+// fits reports whether n more at t in window k keep the estimate within
+// the limit (multiplied through by W; the test's numbers are small).
 func (m *swcModel) fits(k, t, n int64) bool {
-	est := new(big.Rat).SetFrac(big.NewInt(m.count[k-1]), big.NewInt(m.w))
-	est.Mul(est, new(big.Rat).SetInt64((k+1)*m.w-t))
-	est.Add(est, new(big.Rat).SetInt64(m.count[k]+n))
-	return est.Cmp(new(big.Rat).SetInt64(m.l)) <= 0
+	return m.count[k-1]*((k+1)*m.w-t)+(m.count[k]+n)*m.w <= m.l*m.w
 }
 
 func (m *swcModel) take(now, n, maxWait int64) (bool, int64) {
@@ -270,9 +270,15 @@ func TestAlgorithmsMatchModels(t *testing.T) {
 							t.Fatalf("status %v with wait %d", d.Status, wait)
 						}
 						admitted = append(admitted, admission{now + wait, n})
+					} else if n > c.maxTokens && d.Reason == ReasonTooManyTokens {
+						// A token bucket request beyond size + the
+						// longest wait can never be admitted.
 					} else if d.Reason != ReasonTimeout || d.RetryAfter <= 0 {
 						t.Fatalf("rejection %+v", d)
 					}
+				}
+				if l := tab.spaces["p"].buckets["b"].log; l != nil && l.n > 2*int(c.capacity) {
+					t.Fatalf("seed %d: log of %d entries for limit %d", seed, l.n, c.capacity)
 				}
 				if a == TokenBucket && seed%2 == 1 {
 					continue
@@ -393,5 +399,115 @@ func TestConcurrentTakesNeverExceed(t *testing.T) {
 				t.Fatalf("spec %+v: %v", s, err)
 			}
 		})
+	}
+}
+
+// drive sends steps random takes to p:b from time from and returns the
+// admissions and the time of the last take.
+func drive(tab *Table, r *rand.Rand, c *compiled, from int64, steps int) ([]admission, int64) {
+	var adm []admission
+	now := from
+	step := max(c.interval, c.window/c.capacity, 1)
+	for range steps {
+		now += r.Int64N(step + 1)
+		n := 1 + r.Int64N(min(c.maxTokens, c.capacity))
+		d, _ := tab.Take("p", "b", Request{Tokens: n, MaxWait: -1}, time.Unix(0, now))
+		if d.Status != Rejected {
+			adm = append(adm, admission{now + int64(d.Wait), n})
+		}
+	}
+	return adm, now
+}
+
+// TestFailoverNeverExceeds: a leader serves from full, a new one takes
+// over with Since past the old one's last decision plus its longest wait;
+// together they never admit more than the limit.
+func TestFailoverNeverExceeds(t *testing.T) {
+	for _, a := range algorithms {
+		for seed := range uint64(30) {
+			r := rand.New(rand.NewPCG(seed, 99))
+			s, _ := randomSpec(r, a)
+			old := oneBucket(s, Options{})
+			c := old.spaces["p"].named["b"]
+			adm, end := drive(old, r, c, 1e12, 200)
+			since := end + int64(s.WaitTimeout)
+			next := oneBucket(s, Options{Since: time.Unix(0, since)})
+			more, _ := drive(next, r, c, end+1, 1000)
+			if len(more) == 0 {
+				t.Fatalf("%v seed %d spec %+v: the new leader admitted nothing (old %d)", a, seed, s, len(adm))
+			}
+			if err := checkLimit(c, append(adm, more...)); err != nil {
+				t.Fatalf("%v seed %d spec %+v: %v", a, seed, s, err)
+			}
+		}
+	}
+}
+
+// TestReloadNeverExceeds: whatever the old and new specs, the admissions
+// after a reload add nothing over the new limit to those made before it.
+func TestReloadNeverExceeds(t *testing.T) {
+	checked := 0
+	for seed := range uint64(600) {
+		r := rand.New(rand.NewPCG(seed, 5))
+		s1, _ := randomSpec(r, algorithms[r.IntN(len(algorithms))])
+		s2, _ := randomSpec(r, algorithms[r.IntN(len(algorithms))])
+		switch r.IntN(3) {
+		case 0: // same algorithm and rate or window
+			s2, _ = randomSpec(r, s1.Algorithm)
+			s2.FillRate, s2.Window = s1.FillRate, s1.Window
+		case 1: // same algorithm
+			s2, _ = randomSpec(r, s1.Algorithm)
+		}
+		tab := oneBucket(s1, Options{})
+		c1 := tab.spaces["p"].named["b"]
+		adm, end := drive(tab, r, c1, 1e12, 200)
+		tab.SetConfig(&Config{Namespaces: map[string]*Namespace{"p": {Buckets: map[string]*Spec{"b": &s2}}}})
+		c2 := tab.spaces["p"].named["b"]
+		if checkLimit(c2, append([]admission(nil), adm...)) != nil {
+			continue // the old admissions alone exceed the new limit
+		}
+		checked++
+		more, _ := drive(tab, r, c2, end+1, 400)
+		if err := checkLimit(c2, append(adm, more...)); err != nil {
+			t.Fatalf("seed %d: %+v then %+v: %v", seed, s1, s2, err)
+		}
+	}
+	if checked < 100 {
+		t.Fatalf("only %d reloads checked", checked)
+	}
+}
+
+// TestAdversarialInputs: extreme tokens, waits, clocks and names never
+// panic, and a rejection for bad input leaves the bucket as it was.
+func TestAdversarialInputs(t *testing.T) {
+	extremes := []int64{math.MinInt64, -1, 0, 1, 2, 1 << 40, math.MaxInt64}
+	times := []time.Time{time.Unix(0, 0), time.Unix(0, math.MaxInt64), time.Unix(0, math.MinInt64), t0, time.Time{}}
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, a := range algorithms {
+		s, _ := randomSpec(r, a)
+		s.SoftLimit, s.CriticalReserve = 0.5, 0.2
+		s.Ban = Ban{Threshold: 1000, Interval: time.Second, Duration: time.Second}
+		tab := NewTable(&Config{Namespaces: map[string]*Namespace{"p": {Buckets: map[string]*Spec{"b": &s}, Dynamic: &s}}}, Options{})
+		for range 2000 {
+			req := Request{
+				Tokens:    extremes[r.IntN(len(extremes))],
+				MaxWait:   time.Duration(extremes[r.IntN(len(extremes))]),
+				Sheddable: r.IntN(2) == 0,
+				ClientID:  strings.Repeat("c", r.IntN(300)),
+			}
+			now := times[r.IntN(len(times))]
+			name := []string{"b", "d", "", "bad name", strings.Repeat("x", 1000)}[r.IntN(5)]
+			b := tab.spaces["p"].buckets["b"]
+			var before bucket
+			if b != nil {
+				before = *b
+			}
+			d, _ := tab.Take("p", name, req, now)
+			if b != nil && name == "b" && (d.Reason == ReasonBadRequest || d.Reason == ReasonTooManyTokens) && (b.s != before.s || b.mark != before.mark) {
+				t.Fatalf("%v: refused %+v changed the bucket", a, req)
+			}
+			_ = tab.Report("p", name, extremes[r.IntN(len(extremes))], now)
+			tab.Sweep(now)
+		}
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"time"
 )
 
-// ReasonBadRequest rejects a request whose token count is negative.
+// ReasonBadRequest rejects a request whose token count is negative, or
+// that names a dynamic bucket with a malformed name (callers normally
+// catch both first: see SplitBucket).
 const ReasonBadRequest = "bad_request"
 
 // maxBanKeys bounds the ban trackers a Table keeps (about 80 bytes each).

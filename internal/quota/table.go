@@ -56,6 +56,13 @@ type Options struct {
 	// min(size, fill_rate×(now−Since)) tokens, a window as if its limit
 	// was admitted at Since. So a failover never admits more than the
 	// limit. The zero Since starts buckets full, as quotaservice does.
+	//
+	// The previous leader's OK_WAIT answers take effect up to a wait
+	// after its last decision, so Since must be no earlier than that
+	// decision plus the longest wait_timeout configured (and for a
+	// TOKEN_BUCKET no more than its max_debt): the previous leader's
+	// lease end plus that wait is a safe choice. Since may be in the
+	// future: nothing is admitted to take effect before it.
 	Since time.Time
 }
 
@@ -160,17 +167,18 @@ func compileSpec(s *Spec) *compiled {
 }
 
 // SetConfig replaces the configuration (hot reload). Invalid names and
-// specs are skipped as if absent (see Config.Validate). A bucket whose
-// Spec is unchanged keeps its state. A window bucket whose algorithm and
-// window are unchanged keeps its counts under the new limit: they are
-// the admissions really made, so the new limit holds exactly. Any other
-// changed bucket restarts drained at the latest time it had seen or
-// admitted for (as after a failover): every window that includes the
-// switch already counts the full new limit, and a token bucket refills
-// from empty at the new rate. That is harsher than converting the state,
-// but it can never admit more than the new limit because of the switch,
-// whatever the old and new algorithms. Buckets that no longer resolve
-// are dropped.
+// specs are skipped as if absent (see Config.Validate). A bucket keeps its
+// state when its algorithm and rate are unchanged (same nanoseconds per
+// token for TOKEN_BUCKET, LEAKY_BUCKET and GCRA; same window for the
+// window algorithms): the state then records admissions really made,
+// which count against the new size or limit (a token bucket's tokens are
+// cut to a smaller size). Any other changed bucket restarts as if drained
+// at the latest time it had seen or admitted for (as after a failover):
+// every window that includes the switch already counts the full new
+// limit, and a token bucket refills from empty at the new rate. That is
+// harsher than converting the state, but it can never admit more than
+// the new limit because of the switch, whatever the old and new
+// algorithms. Buckets that no longer resolve are dropped.
 func (t *Table) SetConfig(cfg *Config) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -236,16 +244,23 @@ func (t *Table) SetConfig(cfg *Config) {
 
 // carry moves b to spec c (see SetConfig).
 func carry(b *bucket, c *compiled) {
-	o := &b.c.spec
-	switch {
-	case o.Algorithm == c.spec.Algorithm && *o == c.spec:
-	case o.Algorithm == c.spec.Algorithm && o.Algorithm.Windowed() && o.Algorithm != GCRA && o.Window == c.spec.Window:
+	o := b.c
+	same := o.spec.Algorithm == c.spec.Algorithm
+	switch o.spec.Algorithm {
+	case TokenBucket, LeakyBucket, GCRA:
+		same = same && o.interval == c.interval
 	default:
+		same = same && o.window == c.window
+	}
+	if !same {
 		d := b.lastAt()
 		b.reset(c, d, true, d)
 		return
 	}
 	b.c = c
+	if c.spec.Algorithm == TokenBucket {
+		b.s[0] = min(b.s[0], c.capNs)
+	}
 }
 
 // Take decides req for bucket name of namespace ns at now. It returns the
@@ -257,12 +272,14 @@ func carry(b *bucket, c *compiled) {
 func (t *Table) Take(ns, name string, req Request, now time.Time) (Decision, string) {
 	tn := now.UnixNano()
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	b, ev, reason := t.lookup(ns, name, tn)
+	b, ev, reason := t.lookup(ns, name, tn, req.Tokens, false)
 	if b == nil {
+		t.mu.Unlock()
 		return Decision{Status: Rejected, Reason: reason}, ""
 	}
-	return t.decide(b, ev, req, tn), b.key
+	d := t.decide(b, ev, req, tn)
+	t.mu.Unlock()
+	return d, b.key
 }
 
 // Report charges tokens to bucket name of namespace ns, used at now
@@ -277,7 +294,7 @@ func (t *Table) Report(ns, name string, tokens int64, now time.Time) error {
 	tn := now.UnixNano()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	b, ev, reason := t.lookup(ns, name, tn)
+	b, ev, reason := t.lookup(ns, name, tn, tokens, true)
 	if b == nil {
 		return fmt.Errorf("report %s:%s: %s", clip(ns), clip(name), reason)
 	}
@@ -290,8 +307,12 @@ func (t *Table) Report(ns, name string, tokens int64, now time.Time) error {
 }
 
 // lookup finds or creates the bucket answering ns:name, with the events
-// to count into; b is nil with the reason (counted) when none does.
-func (t *Table) lookup(ns, name string, now int64) (b *bucket, ev *Events, reason string) {
+// to count into; b is nil with the reason (counted) when none does. A
+// dynamic bucket is created only for a take or report that will change
+// it (tokens > 0, and for a take within max_tokens_per_request): peeks
+// and refused requests are answered from a new bucket that is not kept,
+// so bad input cannot fill the namespace's cap.
+func (t *Table) lookup(ns, name string, now, tokens int64, report bool) (b *bucket, ev *Events, reason string) {
 	sp := t.spaces[ns]
 	if sp == nil {
 		sp = t.spaces[GlobalDefault]
@@ -312,6 +333,11 @@ func (t *Table) lookup(ns, name string, now int64) (b *bucket, ev *Events, reaso
 		case sp.maxDyn > 0 && sp.dynamic >= sp.maxDyn:
 			ev.TooManyBuckets++
 			return nil, ev, ReasonTooManyBuckets
+		}
+		if tokens <= 0 || !report && tokens > sp.dyn.maxTokens {
+			b = &bucket{key: sp.name + ":" + name}
+			b.reset(sp.dyn, now, t.hasSince, t.since)
+			return b, ev, ""
 		}
 		ev.DynamicCreated++
 		sp.dynamic++

@@ -58,6 +58,21 @@ func TestLookupOrder(t *testing.T) {
 			t.Errorf("%s:%s: got %q %+v, want %q reason %q limit %d", c.ns, c.name, key, d, c.key, c.reason, c.limit)
 		}
 	}
+	// Resolve agrees with Take, without creating anything.
+	for _, c := range []struct{ ns, name, key, how string }{
+		{"named", "a", "named:a", FoundNamed},
+		{"named", "zz", "named:zz", FoundDynamic},
+		{"deflt", "q", "deflt:<default>", FoundDefault},
+		{"unknown", "q", "_default:<default>", FoundGlobalDefault},
+	} {
+		key, spec, how, err := cfg.Resolve(c.ns, c.name)
+		if key != c.key || how != c.how || spec == nil || err != nil {
+			t.Errorf("Resolve(%s, %s) = %q %q %v", c.ns, c.name, key, how, err)
+		}
+	}
+	if _, _, _, err := cfg.Resolve("named", "bad-name"); err == nil {
+		t.Error("Resolve accepted a bad dynamic name")
+	}
 	// The default bucket is shared: deflt took 2 of 3.
 	if d := take(tab, "deflt:z", 0, t0); d.Remaining != 1 {
 		t.Errorf("shared default: remaining %d, want 1", d.Remaining)
@@ -66,6 +81,9 @@ func TestLookupOrder(t *testing.T) {
 	tab = NewTable(cfg, Options{})
 	if d, key := tab.Take("unknown", "q", Request{Tokens: 1}, t0); d.Reason != ReasonNoBucket || key != "" {
 		t.Errorf("no global default: %+v %q", d, key)
+	}
+	if _, _, _, err := cfg.Resolve("unknown", "q"); err == nil || !strings.Contains(err.Error(), ReasonNoBucket) {
+		t.Errorf("Resolve without a global default: %v", err)
 	}
 	if ev := tab.Events()[GlobalDefault]; ev.BucketMiss != 1 {
 		t.Errorf("unknown namespace miss counted under _default: %+v", ev)
@@ -107,6 +125,11 @@ func TestTakeBasics(t *testing.T) {
 		if d != st.want {
 			t.Fatalf("step %d: take %d: got %+v, want %+v", i, st.n, d, st.want)
 		}
+	}
+	// More than size + the longest wait's worth can never be admitted.
+	s.MaxTokensPerRequest = 100
+	if tab := oneBucket(*s, Options{}); take(tab, "p:b", 14, t0).Reason != ReasonTooManyTokens || take(tab, "p:b", 13, t0).Status != OKWait {
+		t.Errorf("tokens beyond size + wait not refused as too many")
 	}
 	// A second later the debt is paid and 7 tokens are back.
 	if d := take(tab, "p:b", 0, at(time.Second)); d.Remaining != 7 {
@@ -223,11 +246,27 @@ func TestSetConfig(t *testing.T) {
 	if d := take(tab, "p:dyn", 0, t0); d.Remaining != 0 {
 		t.Fatalf("dynamic bucket lost its state: %+v", d)
 	}
-	// Changed: restarts drained at its last use, so a bigger bucket is
-	// not full at once.
+	// Same rate: the tokens are kept, cut to a smaller size, and fill up
+	// to a bigger one.
+	soft := tb(10, 1)
+	soft.SoftLimit = 0.5
+	tab.SetConfig(ns(soft))
+	if d := take(tab, "p:b", 0, t0); d.Remaining != 2 || d.Warning != WarningSoftLimit {
+		t.Fatalf("soft limit added: %+v", d)
+	}
+	tab.SetConfig(ns(tb(1, 1)))
+	if d := take(tab, "p:b", 0, t0); d.Remaining != 1 {
+		t.Fatalf("smaller size: %+v", d)
+	}
 	tab.SetConfig(ns(tb(100, 1)))
-	if d := take(tab, "p:b", 0, at(3*time.Second)); d.Remaining != 3 {
-		t.Fatalf("changed spec: %+v, want 3 tokens filled since", d)
+	if d := take(tab, "p:b", 0, at(3*time.Second)); d.Remaining != 4 {
+		t.Fatalf("bigger size: %+v, want 1 + 3 filled since", d)
+	}
+	// Another rate: restarts drained at its last use (3s), so it is not
+	// full at once.
+	tab.SetConfig(ns(tb(100, 2)))
+	if d := take(tab, "p:b", 0, at(5*time.Second)); d.Remaining != 4 {
+		t.Fatalf("changed rate: %+v, want 4 tokens filled in 2s", d)
 	}
 	// Window with the same window keeps its counts under the new limit.
 	tab.SetConfig(ns(window(FixedWindow, 10, time.Hour)))
@@ -301,7 +340,7 @@ func TestReport(t *testing.T) {
 		t.Fatalf("after report: %+v", d)
 	}
 	// A huge report leaves at most max_debt of debt.
-	if err := tab.Report("p", "b", 1e9, t0); err != nil {
+	if err := tab.Report("p", "b", math.MaxInt64, t0); err != nil {
 		t.Fatal(err)
 	}
 	if d := take(tab, "p:b", 0, at(5*time.Second)); d.Remaining != 0 {
@@ -323,11 +362,18 @@ func TestReport(t *testing.T) {
 			s.Algorithm = LeakyBucket
 		}
 		tab := oneBucket(*s, Options{})
-		if err := tab.Report("p", "b", 1000, t0); err != nil {
-			t.Fatal(err)
+		for _, n := range []int64{1000, math.MaxInt64} {
+			if err := tab.Report("p", "b", n, t0); err != nil {
+				t.Fatal(err)
+			}
+			if d := take(tab, "p:b", 0, t0); d.Remaining != 0 {
+				t.Errorf("%v: report of %d not charged: %+v", a, n, d)
+			}
 		}
-		if d := take(tab, "p:b", 0, t0); d.Remaining != 0 {
-			t.Errorf("%v: report not charged: %+v", a, d)
+		// Charged as "fully used at t0", no more: a full window or
+		// queue later, the bucket is full again.
+		if d := take(tab, "p:b", 0, at(2*time.Minute)); d.Remaining != 10 {
+			t.Errorf("%v: a huge report kept: %+v", a, d)
 		}
 	}
 }
@@ -345,6 +391,31 @@ func TestManyDynamicNames(t *testing.T) {
 	}
 	if tab.Len() != 1000 || refused != 99_000 {
 		t.Fatalf("Len %d, refused %d", tab.Len(), refused)
+	}
+
+	// Peeks and refused requests create nothing, so they cannot fill the
+	// cap; they are answered as a new bucket would answer them.
+	tab = NewTable(&Config{Namespaces: map[string]*Namespace{"p": {Dynamic: tb(10, 1), MaxDynamicBuckets: 1000}}}, Options{})
+	for i := range 10_000 {
+		name := fmt.Sprintf("k%d", i)
+		for _, c := range []struct {
+			n    int64
+			want Decision
+		}{
+			{0, Decision{Status: OK, Limit: 10, Remaining: 10}},
+			{11, Decision{Status: Rejected, Reason: ReasonTooManyTokens, Limit: 10}},
+			{-1, Decision{Status: Rejected, Reason: ReasonBadRequest, Limit: 10}},
+		} {
+			if d, key := tab.Take("p", name, Request{Tokens: c.n}, t0); d != c.want || key != "p:"+name {
+				t.Fatalf("take %d from new %s: %+v %q", c.n, name, d, key)
+			}
+		}
+		if err := tab.Report("p", name, 0, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tab.Len() != 0 || tab.Events()["p"].DynamicCreated != 0 {
+		t.Fatalf("Len %d, events %+v", tab.Len(), tab.Events()["p"])
 	}
 }
 

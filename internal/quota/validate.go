@@ -201,10 +201,13 @@ func compile(s *Spec) (*compiled, error) {
 		c.capacity = s.Limit
 	}
 	c.capNs = c.capacity * c.interval
-	if s.Algorithm != TokenBucket && c.maxTokens > c.capacity {
-		// Only the token bucket borrows; the others can never admit more
-		// than their capacity at once.
-		c.maxTokens = c.capacity
+	// More than these can never be admitted, whatever the wait: answer
+	// too_many_tokens rather than a timeout whose retry cannot succeed.
+	if s.Algorithm == TokenBucket {
+		// The token bucket borrows up to its longest wait.
+		c.maxTokens = min(c.maxTokens, c.capacity+min(c.wait, c.debt)/c.interval)
+	} else {
+		c.maxTokens = min(c.maxTokens, c.capacity)
 	}
 	if s.SoftLimit > 0 {
 		c.soft = c.capacity - int64(math.Floor(s.SoftLimit*float64(c.capacity)))
