@@ -92,6 +92,10 @@ func TestConfigNamespaceCLI(t *testing.T) {
 		}
 	}
 
+	// Template explain still rebuilds a replica's templates when it also
+	// reports namespace keys.
+	run(true, []string{"replica-q (generation", "would use template mysql-main"}, "", "config", "explain", "--wait", "300ms", "--nats", url, "mysql/main")
+
 	run(true, []string{"deleted namespaces.logins"}, "", "config", "delete", "--nats", url, "namespaces.logins")
 	explain("logins:alice", "answered by: global default")
 }

@@ -76,10 +76,10 @@ func rawFromProto(pb *allotpb.QuotaTakeRequest) rawTake {
 // then unspecified.
 //
 // JSON is protojson, strictly (unknown and duplicate fields are errors);
-// a small request in the common shape takes a fast path that allocates
-// only the bucket and client id strings, and accepts and rejects exactly
-// what protojson does (a fuzz test compares the two). Binary protobuf
-// rejects unknown fields too.
+// binary protobuf rejects unknown fields too. A request in the common
+// shape, in either encoding, takes a fast path that allocates only the
+// bucket and client id strings, and accepts and rejects exactly what the
+// strict decoders do (fuzz tests compare them).
 //
 // Validation: bucket is "namespace:name", both parts 1 to MaxQuotaNameLen
 // characters of [A-Za-z0-9_]; tokens (default 1) in [0, MaxQuotaTokens];
@@ -105,8 +105,20 @@ func decodeTakeRaw(e Encoding, data []byte) (rawTake, error) {
 	return r, nil
 }
 
-// decodeTakeStrict decodes with protojson or proto.Unmarshal.
+// decodeTakeStrict decodes what the JSON fast path leaves: with
+// protojson, or in binary protobuf by hand when the request has the
+// common shape (decodeTakeProtoFast), else with proto.Unmarshal.
 func decodeTakeStrict(e Encoding, data []byte) (rawTake, error) {
+	var r rawTake
+	if e == Protobuf && decodeTakeProtoFast(data, &r) {
+		return r, nil
+	}
+	return decodeTakeSlow(e, data)
+}
+
+// decodeTakeSlow decodes with protojson or proto.Unmarshal only: the
+// reference the fast paths are checked against.
+func decodeTakeSlow(e Encoding, data []byte) (rawTake, error) {
 	var pb allotpb.QuotaTakeRequest
 	if err := Unmarshal(e, data, &pb); err != nil {
 		return rawTake{}, err

@@ -43,7 +43,7 @@ func TestDecodeQuotaTake(t *testing.T) {
 			QuotaTake{Bucket: "a:b", Namespace: "a", Name: "b", Request: quota.Request{Tokens: 7, MaxWait: 500 * time.Millisecond, Sheddable: true}}, false},
 		{JSON, `{"bucket":"a:b","client_id":null}`, QuotaTake{Bucket: "a:b", Namespace: "a", Name: "b", Request: quota.Request{Tokens: 1, MaxWait: -1}}, false},
 		{Protobuf, pb(&allotpb.QuotaTakeRequest{Bucket: "a:b", Tokens: &three, MaxWait: durationpb.New(2 * time.Second), Criticality: allotpb.Criticality_SHEDDABLE}),
-			QuotaTake{Bucket: "a:b", Namespace: "a", Name: "b", Request: quota.Request{Tokens: 3, MaxWait: 2 * time.Second, Sheddable: true}}, false},
+			QuotaTake{Bucket: "a:b", Namespace: "a", Name: "b", Request: quota.Request{Tokens: 3, MaxWait: 2 * time.Second, Sheddable: true}}, true},
 	} {
 		var got QuotaTake
 		if err := DecodeQuotaTake(c.enc, []byte(c.in), &got); err != nil {
@@ -54,7 +54,11 @@ func TestDecodeQuotaTake(t *testing.T) {
 			t.Errorf("%s:\n got %+v\nwant %+v", c.in, got, c.want)
 		}
 		var r rawTake
-		if c.enc == JSON && decodeTakeFast([]byte(c.in), &r) != c.fast {
+		fast := decodeTakeFast([]byte(c.in), &r)
+		if c.enc == Protobuf {
+			fast = decodeTakeProtoFast([]byte(c.in), &r)
+		}
+		if fast != c.fast {
 			t.Errorf("%s: fast path taken = %v, want %v", c.in, !c.fast, c.fast)
 		}
 	}
@@ -116,7 +120,7 @@ func strictTake(e Encoding, data []byte) (QuotaTake, error) {
 	if len(data) > MaxQuotaTakeRequest {
 		return out, DecodeQuotaTake(e, data, &out)
 	}
-	r, err := decodeTakeStrict(e, data)
+	r, err := decodeTakeSlow(e, data)
 	if err == nil {
 		err = validateTake(&r, &out)
 	}
@@ -138,7 +142,7 @@ func FuzzQuotaTakeFast(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var fast rawTake
 		if decodeTakeFast(data, &fast) {
-			ref, err := decodeTakeStrict(JSON, data)
+			ref, err := decodeTakeSlow(JSON, data)
 			if err != nil {
 				t.Fatalf("fast path accepts what protojson rejects (%v): %q", err, data)
 			}
@@ -160,15 +164,33 @@ func FuzzQuotaTakeFast(f *testing.F) {
 	})
 }
 
-// FuzzQuotaTakeProto: binary requests decode without panics, and what is
-// accepted is valid and reads the same from its JSON form.
+// FuzzQuotaTakeProto: the fast protobuf decoder accepts only what
+// proto.Unmarshal (with the unknown-field check) accepts and reads it the
+// same way; DecodeQuotaTake answers every input as the strict decoder
+// does; what is accepted is valid and reads the same from its JSON form.
 func FuzzQuotaTakeProto(f *testing.F) {
 	b, _ := proto.Marshal(&allotpb.QuotaTakeRequest{Bucket: "a:b", MaxWait: durationpb.New(time.Second), ClientId: "c"})
 	f.Add(b)
 	f.Add([]byte{0x12, 0x00})
+	f.Add([]byte{0x10, 0x05, 0x28, 0x02, 0x1a, 0x04, 0x08, 0x01, 0x10, 0x02})
 	f.Fuzz(func(t *testing.T, data []byte) {
+		var fast rawTake
+		if decodeTakeProtoFast(data, &fast) {
+			ref, err := decodeTakeSlow(Protobuf, data)
+			if err != nil {
+				t.Fatalf("fast path accepts what proto.Unmarshal rejects (%v): %x", err, data)
+			}
+			if fast != ref {
+				t.Fatalf("fast path reads %+v, proto.Unmarshal %+v: %x", fast, ref, data)
+			}
+		}
 		var got QuotaTake
-		if err := DecodeQuotaTake(Protobuf, data, &got); err != nil {
+		err := DecodeQuotaTake(Protobuf, data, &got)
+		want, wantErr := strictTake(Protobuf, data)
+		if (err == nil) != (wantErr == nil) || err != nil && err.Error() != wantErr.Error() || got != want && err == nil {
+			t.Fatalf("DecodeQuotaTake = %+v, %v; strict = %+v, %v: %x", got, err, want, wantErr, data)
+		}
+		if err != nil {
 			if !errors.Is(err, ErrBadRequest) && !errors.Is(err, ErrTooLarge) {
 				t.Fatalf("error %v is neither a bad request nor too large", err)
 			}
@@ -346,6 +368,15 @@ func TestAppendQuotaTakeResponseAllocs(t *testing.T) {
 	}
 }
 
+// strictInto decodes without the fast paths.
+func strictInto(e Encoding, data []byte, out *QuotaTake) error {
+	r, err := decodeTakeSlow(e, data)
+	if err != nil {
+		return err
+	}
+	return validateTake(&r, out)
+}
+
 var takeJSON = []byte(`{"bucket":"logins:alice","tokens":1,"max_wait":"0.500s","client_id":"web-7"}`)
 
 func BenchmarkQuotaTake(b *testing.B) {
@@ -358,14 +389,9 @@ func BenchmarkQuotaTake(b *testing.B) {
 		dec  func(Encoding, []byte, *QuotaTake) error
 	}{
 		{"json-fast", JSON, takeJSON, DecodeQuotaTake},
-		{"json-strict", JSON, takeJSON, func(e Encoding, data []byte, out *QuotaTake) error {
-			r, err := decodeTakeStrict(e, data)
-			if err != nil {
-				return err
-			}
-			return validateTake(&r, out)
-		}},
-		{"protobuf", Protobuf, pbReq, DecodeQuotaTake},
+		{"json-strict", JSON, takeJSON, strictInto},
+		{"protobuf-fast", Protobuf, pbReq, DecodeQuotaTake},
+		{"protobuf-strict", Protobuf, pbReq, strictInto},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -17,6 +17,105 @@ import (
 // protojson; it never rejects on its own, so both accept and reject the
 // same requests (FuzzQuotaTakeFast checks).
 
+// Field numbers of QuotaTakeRequest (proto/quota.proto).
+const (
+	fieldReqBucket      = 1
+	fieldReqTokens      = 2
+	fieldReqMaxWait     = 3
+	fieldReqClientID    = 4
+	fieldReqCriticality = 5
+)
+
+// decodeTakeProtoFast decodes a binary QuotaTakeRequest whose fields each
+// appear at most once with their own wire type, whose strings are
+// printable ASCII, whose criticality is a known value and whose max_wait
+// holds only seconds and nanos in [0, 1e9). Anything else (unknown
+// fields, merged repeats, UTF-8 to check) it leaves to proto.Unmarshal,
+// which reads these the same way (FuzzQuotaTakeProto checks).
+func decodeTakeProtoFast(data []byte, r *rawTake) bool {
+	var seen uint8
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 || num < fieldReqBucket || num > fieldReqCriticality {
+			return false
+		}
+		data = data[n:]
+		bit := uint8(1) << num
+		if seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		switch num {
+		case fieldReqBucket, fieldReqClientID:
+			v, n := protowire.ConsumeBytes(data)
+			if typ != protowire.BytesType || n < 0 || !printableASCII(v) {
+				return false
+			}
+			if num == fieldReqBucket {
+				r.bucket = string(v)
+			} else {
+				r.clientID = string(v)
+			}
+			data = data[n:]
+		case fieldReqTokens, fieldReqCriticality:
+			v, n := protowire.ConsumeVarint(data)
+			if typ != protowire.VarintType || n < 0 {
+				return false
+			}
+			if num == fieldReqTokens {
+				r.tokens, r.hasTokens = int64(v), true
+			} else if v > uint64(allotpb.Criticality_SHEDDABLE) {
+				return false
+			} else {
+				r.criticality = int32(v)
+			}
+			data = data[n:]
+		case fieldReqMaxWait:
+			v, n := protowire.ConsumeBytes(data)
+			if typ != protowire.BytesType || n < 0 || !protoDuration(v, r) {
+				return false
+			}
+			data = data[n:]
+		}
+	}
+	return true
+}
+
+// protoDuration reads a google.protobuf.Duration body into r's max_wait.
+func protoDuration(b []byte, r *rawTake) bool {
+	var seen uint8
+	r.hasMaxWait, r.waitSeconds, r.waitNanos = true, 0, 0
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || typ != protowire.VarintType || (num != fieldSeconds && num != fieldNanos) || seen&(1<<num) != 0 {
+			return false
+		}
+		seen |= 1 << num
+		v, m := protowire.ConsumeVarint(b[n:])
+		if m < 0 {
+			return false
+		}
+		if num == fieldSeconds {
+			r.waitSeconds = int64(v)
+		} else if v >= 1e9 {
+			return false
+		} else {
+			r.waitNanos = int32(v)
+		}
+		b = b[n+m:]
+	}
+	return true
+}
+
+func printableASCII(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
 // decodeTakeFast decodes a JSON QuotaTakeRequest written in the common
 // shape: one object, keys without escapes, strings of printable ASCII
 // without escapes, tokens a plain non-negative integer, max_wait
