@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/quota"
 )
 
 // ReplicaOptions configure a Replica.
@@ -130,10 +131,12 @@ func (r *Replica) start(ctx context.Context, term uint64) (*Server, error) {
 	opts.Term = term
 	opts.Valid = func() bool { return el.Valid(term) }
 	// Nothing is known of what the previous leader admitted, so buckets
-	// start as if drained now: a failover never admits more than a
-	// bucket's limit. Only the partition's very first leader, with no
-	// predecessor, starts them full.
-	opts.Since = time.Now()
+	// start as if drained when its last admissions took effect: its last
+	// decision was before this term began, and an OK_WAIT it answered
+	// takes effect up to the longest wait later. A failover so never
+	// admits more than a bucket's limit. Only the partition's very first
+	// leader, with no predecessor, starts them full.
+	opts.Since = time.Now().Add(longestWait(opts.Config()))
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	founded, err := el.Founded(fctx, term)
 	cancel()
@@ -165,4 +168,34 @@ func (r *Replica) changed(term uint64, srv *Server, serving bool) {
 	if r.opts.OnServing != nil {
 		r.opts.OnServing(term, serving)
 	}
+}
+
+// longestWait is the longest wait any bucket of cfg can answer OK_WAIT
+// with: its wait_timeout, and for a TOKEN_BUCKET no more than its
+// max_debt. A new leader counts its buckets as drained that long after
+// its term began, since its predecessor's last OK_WAIT answers take
+// effect until then.
+func longestWait(cfg *quota.Config) time.Duration {
+	var longest time.Duration
+	if cfg == nil {
+		return 0
+	}
+	wait := func(s *quota.Spec) {
+		if s == nil {
+			return
+		}
+		d := s.WaitTimeout
+		if s.Algorithm == quota.TokenBucket {
+			d = min(d, s.MaxDebt)
+		}
+		longest = max(longest, d)
+	}
+	for _, ns := range cfg.Namespaces {
+		wait(ns.Default)
+		wait(ns.Dynamic)
+		for _, s := range ns.Buckets {
+			wait(s)
+		}
+	}
+	return longest
 }

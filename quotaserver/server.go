@@ -368,8 +368,10 @@ type Stats struct {
 	Serving bool   `json:"serving"`
 	Failure string `json:"failure,omitempty"`
 	// BucketsStartFull is true on the first leader of a fresh deployment;
-	// after a failover buckets start drained (see docs/quota.md).
-	BucketsStartFull bool `json:"buckets_start_full"`
+	// after a failover buckets start drained at Since (see
+	// docs/quota-deploy.md).
+	BucketsStartFull bool      `json:"buckets_start_full"`
+	Since            time.Time `json:"since,omitzero"`
 	// Buckets alive in memory.
 	Buckets int `json:"buckets"`
 	// Takes and Reports count decisions made and reports applied here.
@@ -390,7 +392,7 @@ func (s *Server) Stats() Stats {
 	n, ev := s.table.Len(), s.table.Events()
 	st := Stats{
 		Node: s.opts.Node, ServerID: s.opts.ServerID, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
-		Term: s.opts.Term, Serving: !s.closed.Load() && s.Err() == nil, BucketsStartFull: s.opts.Since.IsZero(),
+		Term: s.opts.Term, Serving: !s.closed.Load() && s.Err() == nil, BucketsStartFull: s.opts.Since.IsZero(), Since: s.opts.Since,
 		Buckets: n, Takes: s.takes.Load(), Reports: s.reports.Load(), Forwarded: s.forwarded.Load(),
 		Silenced: s.silenced.Load(), Events: ev,
 	}

@@ -114,3 +114,30 @@ func TestQuotaFlagsInvalid(t *testing.T) {
 		}
 	}
 }
+
+// TestCoordinatorServesSomePartitions: `allot up` serves quota partition 0
+// of 2 only, and an `allot coordinator --quota-serve 1` joining the same
+// deployment leads partition 1, so namespaces of both are answered, and
+// each partition's leader is the process that serves it.
+func TestCoordinatorServesSomePartitions(t *testing.T) {
+	up := startUp(t, "--data-dir", t.TempDir(), "--quota-partitions", "2", "--quota-serve", "0", "--server-id", "up")
+	startCoordinator(t, []string{"--nats", up.url, "--server-id", "joined", "--quota-partitions", "2", "--quota-serve", "1"}, []string{"--nats", up.url})
+	nc, err := nats.Connect(up.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	for _, ns := range []string{"a", "b", "c", "d"} {
+		if r := quotaTake(t, nc, quotaserver.TakeSubject("root"), `{"bucket":"`+ns+`:k"}`); r["status"] != "REJECTED" {
+			t.Fatalf("take %s:k: %v", ns, r)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	code, out := runCtx(ctx, "status", "--nats", up.url)
+	p0 := regexp.MustCompile(`(?m)^root\s+0\s+up\s`).MatchString(out)
+	p1 := regexp.MustCompile(`(?m)^root\s+1\s+joined\s`).MatchString(out)
+	if code != 0 || !p0 || !p1 {
+		t.Fatalf("status (exit %d) does not show partition 0 led by up and 1 by joined:\n%s", code, out)
+	}
+}
