@@ -46,7 +46,10 @@ const (
 	treeSpike  = 100.0 // added to a spiking client's wants
 	treeWarmup = 3 * time.Second
 	treeLevels = 3 // root → regions, regions → clusters, clusters → clients
-	treeInbox  = "_INBOX.sim7"
+	// treeRetention keeps production's ratio of safe retention to lease
+	// length (30 s to 60 s), compressed like the rest.
+	treeRetention = treeLease / 2
+	treeInbox     = "_INBOX.sim7"
 )
 
 // treeLevelNames names the lease levels, from the root down.
@@ -541,7 +544,7 @@ func SimulateTree(ctx context.Context, env *Env, sc TreeScenario) (*TreeOutcome,
 		inbox := nats.CustomInboxPrefix(treeInbox + "." + n.name + ".up")
 		if n.name == sc.ReplicaNode {
 			for _, id := range []string{n.name + "-a", n.name + "-b"} {
-				r, err := startReplica(ctx, url, coordinator.Options{Node: n.name, Parent: n.parent, ServerID: id, Templates: tmpls, Logger: log}, inbox)
+				r, err := startReplica(ctx, url, coordinator.Options{Node: n.name, Parent: n.parent, ServerID: id, Templates: tmpls, Logger: log, SafeRetention: treeRetention}, inbox)
 				if err != nil {
 					return nil, err
 				}
@@ -1046,9 +1049,9 @@ func (o *TreeOutcome) plot() []byte {
 func (o *TreeOutcome) Markdown() string {
 	var b strings.Builder
 	b.WriteString("### Scenario 7: a three-level tree\n\n")
-	fmt.Fprintf(&b, "Real coordinators (FAIR_SHARE, 20 ms rounds), one per node, on %d nats-servers (one per node, each its own JetStream domain) joined by leaf-node connections: a root with capacity %g, %d regions, %d clusters per region, %d clients per cluster (%d agents, one NATS connection each, at their cluster's node). Leases of %v refreshed every %v at every level (time compressed 10× against Doorman's 5 s); wants start at %g and follow a random walk (step every %v, σ 1.5, reverting to %.1f so that the total hovers around capacity); mishaps: a client's wants +%g and back; %s run as two elected replicas whose leader's connection is closed; a region's leaf link to the root cut, then restored. %.0fs of compressed time after %.1fs of setup. Leases are observed on the wire at every level (replies to the clients' and coordinators' inboxes, on each level's server).\n\n",
+	fmt.Fprintf(&b, "Real coordinators (FAIR_SHARE, 20 ms rounds), one per node, on %d nats-servers (one per node, each its own JetStream domain) joined by leaf-node connections: a root with capacity %g, %d regions, %d clusters per region, %d clients per cluster (%d agents, one NATS connection each, at their cluster's node). Leases of %v refreshed every %v by the root's children and twice as often at each level below (Doorman's decay factor 0.5), a lapsed claimant counted on its safe capacity for %v (time compressed 10× against Doorman's 5 s refresh and allot's 60 s leases and 30 s retention); wants start at %g and follow a random walk (step every %v, σ 1.5, reverting to %.1f so that the total hovers around capacity); mishaps: a client's wants +%g and back; %s run as two elected replicas whose leader's connection is closed; a region's leaf link to the root cut, then restored. %.0fs of compressed time after %.1fs of setup. Leases are observed on the wire at every level (replies to the clients' and coordinators' inboxes, on each level's server).\n\n",
 		1+o.Scenario.Regions*(1+o.Scenario.Clusters), o.Capacity, o.Scenario.Regions, o.Scenario.Clusters, o.Scenario.Clients,
-		o.Scenario.Regions*o.Scenario.Clusters*o.Scenario.Clients, o.Lease, o.Refresh, treeWants, simStep, treeMean, treeSpike,
+		o.Scenario.Regions*o.Scenario.Clusters*o.Scenario.Clients, o.Lease, o.Refresh, treeRetention, treeWants, simStep, treeMean, treeSpike,
 		o.Scenario.ReplicaNode, o.RunS, o.SetupS)
 	fmt.Fprintf(&b, "- Utilization (Σ client leases ÷ min(capacity, Σ wants), 50 ms samples after the first 3 s): **%.2f%%** (target ≥ %.0f%%: %s).\n",
 		o.Utilization*100, TargetUtilization*100, verdict(o.Utilization >= TargetUtilization))

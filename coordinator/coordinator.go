@@ -41,6 +41,8 @@ const (
 	ServiceName = "allot"
 	// DefaultMaxResources is the default Options.MaxResources.
 	DefaultMaxResources = ledger.DefaultMaxResources
+	// DefaultSafeRetention is the default Options.SafeRetention.
+	DefaultSafeRetention = ledger.DefaultSafeRetention
 	// DefaultMaxClients is the default Options.MaxClients.
 	DefaultMaxClients = ledger.DefaultMaxClients
 	// MaxRoundInterval bounds Options.RoundInterval.
@@ -125,6 +127,12 @@ type Options struct {
 	// resources in use too: a new resource whose summary would not fit in
 	// it is refused with 429 the same way.
 	MaxResources int
+	// SafeRetention is how long after a client's lease ends it still
+	// counts as running on its safe capacity: its record is kept and the
+	// lease record covers it, so a successor learns for up to a lease
+	// length plus this after a takeover. Default 30s
+	// (DefaultSafeRetention).
+	SafeRetention time.Duration
 	// MaxClients bounds the client records the node keeps (one per client
 	// and resource; a record lives until a lease length after the client
 	// was last seen). A request that would pass it gets 429. Default
@@ -248,6 +256,9 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 	case opts.MaxResources < 0:
 		return nil, fmt.Errorf("coordinator: max resources %d is negative", opts.MaxResources)
 	}
+	if opts.SafeRetention < 0 {
+		return nil, fmt.Errorf("coordinator: safe retention %v is negative", opts.SafeRetention)
+	}
 	switch {
 	case opts.MaxClients == 0:
 		opts.MaxClients = DefaultMaxClients
@@ -292,7 +303,7 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 			ClockSkew: skew, CeilingHeadroom: opts.CeilingHeadroom,
 			MaxResources: opts.MaxResources, MaxClients: opts.MaxClients,
 			MinRefresh: max(opts.RoundInterval, ledger.DefaultMinRefresh),
-			Child:      opts.Parent != "",
+			Child:      opts.Parent != "", SafeRetention: opts.SafeRetention,
 		}),
 	}
 	return c, nil

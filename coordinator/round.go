@@ -172,8 +172,17 @@ func (c *Coordinator) runRound() {
 		}
 	}
 	c.propose(c.ledger.Propose(now))
-	if c.up != nil && c.ledger.UpstreamWanted(now) {
-		c.askParent() // a new resource, or demand jumped
+	if c.up != nil {
+		switch c.ledger.UpstreamWanted(now) {
+		case ledger.AskNow:
+			c.askParent() // a new resource
+		case ledger.AskSoon:
+			// Demand or holdings moved: ask now, but not more than a few
+			// times per regular interval.
+			if time.Since(c.up.lastAsk) >= c.ledger.UpstreamRefresh()/4 {
+				c.askParent()
+			}
+		}
 	}
 	c.ledger.Allocate(now)
 

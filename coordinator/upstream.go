@@ -20,7 +20,8 @@ type upstream struct {
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 
-	busy bool // owned by the loop: an ask is in flight
+	busy    bool      // owned by the loop: an ask is in flight
+	lastAsk time.Time // owned by the loop: when the last ask started
 	// Owned by the loop, copied into STATS.
 	lastOK  time.Time
 	lastErr string
@@ -88,7 +89,7 @@ func (c *Coordinator) askParent() {
 	if len(reqs) == 0 {
 		return
 	}
-	u.busy = true
+	u.busy, u.lastAsk = true, time.Now()
 	u.in <- reqs
 }
 

@@ -148,10 +148,11 @@ type pendingSummary struct {
 }
 
 // entryBytes bounds the encoded size of resource id's record entry:
-// `"<id>":{"ceiling":<float>,"latestExpiry":"<RFC 3339 ns>"},` in
+// `"<id>":{"ceiling":<float>,"latestExpiry":"<RFC 3339 ns>","holders":<n>,
+// "holdersDigest":"<uint64>","holdersUntil":"<RFC 3339 ns>"},` in
 // protojson, with the id escaped.
 func entryBytes(id string) int {
-	n := 96
+	n := 176 // with a holder promise
 	for _, r := range id {
 		switch {
 		case r < 0x20 || r == utf8.RuneError:
@@ -251,6 +252,7 @@ func (l *Ledger) Inflight() bool { return l.rec.inflight != nil }
 func (l *Ledger) Abandon() {
 	l.rec.inflight = nil
 	l.rec.retryAt = math.MaxInt64
+	l.settleHolders(0, false)
 	for _, r := range l.touched {
 		r.waitSince = 0
 	}
@@ -263,6 +265,7 @@ func (l *Ledger) Abandon() {
 func (l *Ledger) Commit(now int64, p *Proposal, err error) {
 	if l.rec.inflight == p {
 		l.rec.inflight = nil
+		l.settleHolders(now, err == nil)
 	}
 	if err != nil {
 		l.stats.RecordErrors++
@@ -368,6 +371,9 @@ func (l *Ledger) needs(now int64, r *resource, until int64) (pendingSummary, boo
 	if raise {
 		p.expiry = max(r.ceilingExpiry, min(now+ll+int64(r.tmpl.LeaseLength), max(until, now+ll)))
 	}
+	if r.shared() && r.needsHolders(now) {
+		raise = true // a new client waits for a record that lists it
+	}
 	switch {
 	case r.shared():
 		capacity := r.capacity(now)
@@ -414,7 +420,9 @@ func (l *Ledger) buildRecord(now, until int64, pending []pendingSummary) *allotp
 	skew := int64(l.cfg.ClockSkew)
 	for id, s := range l.rec.pred {
 		if s.GetLatestExpiry().AsTime().UnixNano()+skew > now {
-			rec.Resources[id] = s
+			// Without the predecessor's holder promise: this leader does
+			// not keep it.
+			rec.Resources[id] = summaryOf(s.GetCeiling(), s.GetLatestExpiry().AsTime().UnixNano())
 		}
 	}
 	// A zero ceiling means no leases: a complete record need not list it
@@ -434,7 +442,42 @@ func (l *Ledger) buildRecord(now, until int64, pending []pendingSummary) *allotp
 		}
 		rec.Resources[p.r.id] = summaryOf(p.ceiling, max(p.expiry, p.r.summaryExpiry()))
 	}
+	// Holder promises of the listed resources; from now until the write's
+	// outcome, grants keep to them as well (see holders.go).
+	for id, r := range l.resources {
+		snap := holderSnapshot{}
+		if e, listed := rec.Resources[id]; listed {
+			snap = r.snapshotHolders(now)
+			snap.summary(e)
+		}
+		r.hold.inflight, r.hold.pendSet, r.hold.pendUntil = true, snap.set, snap.until
+	}
 	return rec
+}
+
+// settleHolders applies the outcome of a write to the holder promises. A
+// failed write may still have been stored (a time-out), so grants then
+// keep to both promises until the later one ends.
+func (l *Ledger) settleHolders(now int64, ok bool) {
+	for _, r := range l.resources {
+		h := &r.hold
+		if !h.inflight {
+			continue
+		}
+		switch {
+		case ok || h.until <= now:
+			h.set, h.until = h.pendSet, h.pendUntil
+		case h.pendUntil > now:
+			both := make(map[string]struct{})
+			for id := range h.set {
+				if _, in := h.pendSet[id]; in {
+					both[id] = struct{}{}
+				}
+			}
+			h.set, h.until = both, max(h.until, h.pendUntil)
+		}
+		h.inflight, h.pendSet, h.pendUntil = false, nil, 0
+	}
 }
 
 // summaryOf is the record entry of a resource.
@@ -532,6 +575,9 @@ func (l *Ledger) newResource(now int64, id string, t *config.Template, gen uint6
 		// current template's lease length does not shorten this: the
 		// predecessor may have issued longer leases before a change.
 		r.learningUntil = r.predExpiry + r.skew
+		// Or until every holder it promised has been heard.
+		r.trackPredecessor(pred)
+		r.endIfAllHeard(now)
 	case listed:
 		// Not bounded by the predecessor (it used a per-client algorithm,
 		// so any number of clients may hold up to the capacity each).

@@ -96,6 +96,8 @@ type resource struct {
 	skew        int64 // Options.ClockSkew in ns
 	predExpiry  int64
 	learnedSeen map[string]struct{}
+	// hold is the resource's holder promise (see holders.go).
+	hold holders
 }
 
 func newResource(id string, tmpl *config.Template, gen uint64) *resource {
@@ -395,7 +397,7 @@ func (r *resource) allocate(p *roundParams) {
 
 	switch {
 	case learning && shared:
-		r.learn(p, settle)
+		r.learn(p, refresh, settle)
 	case learning:
 		// Echo what the client reports it holds (never more than it wants
 		// or, for share algorithms, than the capacity): leases issued by a
@@ -433,6 +435,12 @@ func (r *resource) allocate(p *roundParams) {
 			tg := r.demands[i].Target
 			if tg <= c.has {
 				continue // settled above
+			}
+			if !r.mayHold(c.id, p.now) {
+				// Not in the recorded holders: it waits for a record that
+				// lists it (see holders.go).
+				owed = append(owed, owedGrant{i, c.has})
+				continue
 			}
 			before := c.exposure(p.now)
 			g := max(min(tg, before+free), c.has, 0)
@@ -489,8 +497,7 @@ func (r *resource) allocate(p *roundParams) {
 // than the capacity, instead of nothing for the whole learning period.
 // Trust: like Doorman, this relies on clients reporting the lease they
 // hold; a lying client can take at most the remainder of predCeiling.
-func (r *resource) learn(p *roundParams, settle func(i int32, capacity float64, fresh time.Duration)) {
-	t := r.tmpl
+func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i int32, capacity float64, fresh time.Duration)) {
 	if r.learnedSeen == nil {
 		r.learnedSeen = make(map[string]struct{})
 	}
@@ -506,6 +513,7 @@ func (r *resource) learn(p *roundParams, settle func(i int32, capacity float64, 
 			cr := max(min(c.reported, r.predCeiling-r.credited), 0)
 			r.credited += cr
 			c.credit = cr
+			r.heard(p.now, c.id)
 		}
 	}
 	free := min(r.capacity(p.now), r.ceiling) - r.outstanding(p.now) - r.predOutstanding(p.now)
@@ -519,7 +527,7 @@ func (r *resource) learn(p *roundParams, settle func(i int32, capacity float64, 
 			// replaces it: it counts as ours from now on.
 			base[k] = min(r.demands[i].Wants, c.credit+c.has)
 			c.held = max(c.held, c.credit)
-			c.heldUntil = max(c.heldUntil, min(c.reportedExpiry, p.now+r.retention+int64(t.LeaseLength)))
+			c.heldUntil = max(c.heldUntil, min(c.reportedExpiry, p.now+r.retention+int64(r.tmpl.LeaseLength)))
 		}
 		free -= max(base[k], c.exposure(p.now)) - before
 	}
@@ -527,7 +535,10 @@ func (r *resource) learn(p *roundParams, settle func(i int32, capacity float64, 
 		c := &r.clients[i]
 		before := max(base[k], c.exposure(p.now))
 		extra := max(min(r.demands[i].Target-base[k], free), 0)
-		settle(i, base[k]+extra, t.RefreshInterval)
+		if !r.mayHold(c.id, p.now) {
+			extra = 0 // a new client waits for a record that lists it
+		}
+		settle(i, base[k]+extra, refresh)
 		free -= c.exposure(p.now) - before
 		c.credit = 0
 	}
@@ -539,7 +550,10 @@ func (r *resource) nextFree(now int64) int64 {
 	next := int64(math.MaxInt64)
 	for i := range r.clients {
 		c := &r.clients[i]
-		if c.touched || c.has <= r.demands[i].Target {
+		// Due to give back: more than its target, or a shrink it has yet
+		// to confirm (the larger lease counts until it does).
+		over := !c.touched && c.has > r.demands[i].Target
+		if !over && (c.heldUntil <= now || c.held <= c.has) {
 			continue
 		}
 		if c.due > now && c.due < next {

@@ -219,30 +219,57 @@ func (l *Ledger) SetUpstream(now int64, resp *allotpb.GetServerCapacityResponse)
 			continue
 		}
 		g := rr.GetGets()
-		r.up = upstream{child: true, known: true, cap: max(g.GetCapacity(), 0),
-			expiry: g.GetExpiryTime().AsTime().UnixNano(), safe: rr.GetSafeCapacity(),
-			refresh: g.GetRefreshInterval().AsDuration()}
+		// asked and held stay: they describe the ask this answers.
+		r.up.known, r.up.cap = true, max(g.GetCapacity(), 0)
+		r.up.expiry, r.up.safe = g.GetExpiryTime().AsTime().UnixNano(), rr.GetSafeCapacity()
+		r.up.refresh = g.GetRefreshInterval().AsDuration()
 	}
 	return true
 }
 
-// UpstreamWanted reports whether the parent should be asked at once: a
-// resource of the round waits for its first lease from the parent, its
-// demand jumped, or what its subtree holds fell (by a quarter of the
-// lease, at least one unit) since the last ask.
-func (l *Ledger) UpstreamWanted(now int64) bool {
+// Ask says how soon a child should ask its parent.
+type Ask int
+
+// The answers of UpstreamWanted.
+const (
+	// AskLater: the regular ask, once per refresh interval, will do.
+	AskLater Ask = iota
+	// AskSoon: demand grew or the subtree gave back a noticeable part of
+	// the lease (UpstreamJump of it) since the last ask. The caller asks
+	// at once unless it asked within a fraction of the refresh interval,
+	// so that freed or wanted capacity moves through the tree in about
+	// one round trip per level instead of one refresh interval.
+	AskSoon
+	// AskNow: a resource of the round waits for its first lease.
+	AskNow
+)
+
+// UpstreamJump is the change, as a fraction of a child's lease, that makes
+// it ask its parent before the regular ask.
+const UpstreamJump = 0.001
+
+// UpstreamWanted reports how soon the parent should be asked, from the
+// resources of the round: at once when one waits for its first lease from
+// the parent, soon when demand grew or what the subtree holds fell by
+// UpstreamJump of the lease (at least a hundredth of a unit) since the
+// last ask.
+func (l *Ledger) UpstreamWanted(now int64) Ask {
+	ask := AskLater
 	for _, r := range l.touched {
 		if !r.up.child || len(r.batch) == 0 {
 			continue
 		}
-		jump := max(r.up.cap/4, 1)
-		if !r.up.known || r.demand() > r.up.asked+jump || r.bound(now)+jump < r.up.held {
-			// New, demand jumped, or the subtree gave back a lot: the
-			// parent can pass that on only once it hears.
-			return true
+		if !r.up.known {
+			return AskNow
+		}
+		jump := max(r.up.cap*UpstreamJump, 0.01)
+		if r.demand() > r.up.asked+jump || r.bound(now)+jump < r.up.held {
+			// Demand grew, or the subtree gave back: the parent can pass
+			// that on only once it hears.
+			ask = AskSoon
 		}
 	}
-	return false
+	return ask
 }
 
 // demand sums what the resource's clients want.

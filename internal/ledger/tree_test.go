@@ -22,18 +22,37 @@ type treeNode struct {
 	l       *Ledger
 	parent  *treeNode
 	clients []*simClient
+	wanted  Ask                   // the most urgent UpstreamWanted since the last ask
+	rec     *allotpb.LeaseHorizon // the last record committed
 }
 
 func newTreeNode(t *testing.T, name string, parent *treeNode, now int64) *treeNode {
 	t.Helper()
 	n := &treeNode{name: name, parent: parent,
-		l: New(Config{Node: name, ServerID: name, Term: 1, Child: parent != nil, ClockSkew: time.Second})}
+		l: New(Config{Node: name, ServerID: name, Term: 1, Child: parent != nil, ClockSkew: time.Second, MinRefresh: minGap})}
 	p, err := n.l.Start(now, Prior{Kind: PriorNew})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.l.Commit(now, p, nil)
+	n.rec = p.Record
 	return n
+}
+
+// failover replaces the node's leader by a successor of the next term
+// that starts from the last committed record.
+func (n *treeNode) failover(t *testing.T, now int64) {
+	t.Helper()
+	cfg := n.l.cfg
+	cfg.Term++
+	cfg.ServerID = fmt.Sprint(n.name, "-", cfg.Term)
+	n.l = New(cfg)
+	p, err := n.l.Start(now, Prior{Kind: PriorRecord, Record: n.rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.l.Commit(now, p, nil)
+	n.rec = p.Record
 }
 
 // round answers the node's due clients; records are written at once.
@@ -59,17 +78,22 @@ func (n *treeNode) round(t *testing.T, set *config.Set, now int64) {
 		}
 		ls := slots[k][0].Lease(now)
 		c.has, c.expiry, c.safe = ls.Capacity, ls.Expiry, ls.SafeCapacity
-		c.next = now + int64(max(ls.Refresh, 50*time.Millisecond))
+		c.next = now + int64(max(ls.Refresh, minGap))
 	}
 	n.l.EndRound()
 }
 
-// settle proposes, stores at once and allocates.
+// settle proposes, stores at once and allocates; a child notes whether
+// to ask its parent soon, as the coordinator does before allocating.
 func (n *treeNode) settle(now int64) {
 	for range 2 {
 		if p := n.l.Propose(now); p != nil {
 			n.l.Commit(now, p, nil)
+			n.rec = p.Record
 		}
+	}
+	if n.parent != nil {
+		n.wanted = max(n.wanted, n.l.UpstreamWanted(now))
 	}
 	n.l.Allocate(now)
 }
@@ -82,7 +106,7 @@ func (n *treeNode) askParent(t *testing.T, set *config.Set, now int64) {
 			t.Fatal(err)
 		}
 		n.parent.settle(now)
-		resp := &allotpb.GetServerCapacityResponse{Term: 1}
+		resp := &allotpb.GetServerCapacityResponse{Term: n.parent.l.cfg.Term}
 		for _, s := range slots {
 			if !s.Served() || !ReadyServer([]ServerSlot{s}) {
 				continue
@@ -96,6 +120,9 @@ func (n *treeNode) askParent(t *testing.T, set *config.Set, now int64) {
 		n.l.SetUpstream(now, resp)
 	}
 }
+
+// minGap is the shortest refresh a simulated client keeps.
+var minGap = 50 * time.Millisecond
 
 func fairTemplate(capacity float64) *config.Set { return fairTemplateGen(capacity, 1) }
 

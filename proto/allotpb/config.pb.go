@@ -394,8 +394,17 @@ func (x *LeaseHorizon) GetComplete() bool {
 type ResourceSummary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Upper bound of the sum of unexpired leases.
-	Ceiling       float64                `protobuf:"fixed64,1,opt,name=ceiling,proto3" json:"ceiling,omitempty"`
-	LatestExpiry  *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=latest_expiry,json=latestExpiry,proto3" json:"latest_expiry,omitempty"`
+	Ceiling      float64                `protobuf:"fixed64,1,opt,name=ceiling,proto3" json:"ceiling,omitempty"`
+	LatestExpiry *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=latest_expiry,json=latestExpiry,proto3" json:"latest_expiry,omitempty"`
+	// A promise about who holds the resource's leases, present when
+	// holders_until is set: every client that may hold any of it is one of
+	// holders clients, whose ids' 64-bit FNV-1a hashes sum (mod 2^64) to
+	// holders_digest, and the leader grants no other client before
+	// holders_until. A successor that has heard from exactly these clients
+	// knows every outstanding lease and ends learning early.
+	Holders       uint32                 `protobuf:"varint,3,opt,name=holders,proto3" json:"holders,omitempty"`
+	HoldersDigest uint64                 `protobuf:"fixed64,4,opt,name=holders_digest,json=holdersDigest,proto3" json:"holders_digest,omitempty"`
+	HoldersUntil  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=holders_until,json=holdersUntil,proto3" json:"holders_until,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -444,6 +453,27 @@ func (x *ResourceSummary) GetLatestExpiry() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ResourceSummary) GetHolders() uint32 {
+	if x != nil {
+		return x.Holders
+	}
+	return 0
+}
+
+func (x *ResourceSummary) GetHoldersDigest() uint64 {
+	if x != nil {
+		return x.HoldersDigest
+	}
+	return 0
+}
+
+func (x *ResourceSummary) GetHoldersUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.HoldersUntil
+	}
+	return nil
+}
+
 var File_config_proto protoreflect.FileDescriptor
 
 const file_config_proto_rawDesc = "" +
@@ -483,10 +513,13 @@ const file_config_proto_rawDesc = "" +
 	"\bcomplete\x18\x06 \x01(\bR\bcomplete\x1aW\n" +
 	"\x0eResourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
-	"\x05value\x18\x02 \x01(\v2\x19.allot.v1.ResourceSummaryR\x05value:\x028\x01\"l\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.allot.v1.ResourceSummaryR\x05value:\x028\x01\"\xee\x01\n" +
 	"\x0fResourceSummary\x12\x18\n" +
 	"\aceiling\x18\x01 \x01(\x01R\aceiling\x12?\n" +
-	"\rlatest_expiry\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\flatestExpiryB.Z,github.com/allot/allot/proto/allotpb;allotpbb\x06proto3"
+	"\rlatest_expiry\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\flatestExpiry\x12\x18\n" +
+	"\aholders\x18\x03 \x01(\rR\aholders\x12%\n" +
+	"\x0eholders_digest\x18\x04 \x01(\x06R\rholdersDigest\x12?\n" +
+	"\rholders_until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fholdersUntilB.Z,github.com/allot/allot/proto/allotpb;allotpbb\x06proto3"
 
 var (
 	file_config_proto_rawDescOnce sync.Once
@@ -523,12 +556,13 @@ var file_config_proto_depIdxs = []int32{
 	8,  // 6: allot.v1.LeaseHorizon.horizon:type_name -> google.protobuf.Timestamp
 	6,  // 7: allot.v1.LeaseHorizon.resources:type_name -> allot.v1.LeaseHorizon.ResourcesEntry
 	8,  // 8: allot.v1.ResourceSummary.latest_expiry:type_name -> google.protobuf.Timestamp
-	5,  // 9: allot.v1.LeaseHorizon.ResourcesEntry.value:type_name -> allot.v1.ResourceSummary
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	8,  // 9: allot.v1.ResourceSummary.holders_until:type_name -> google.protobuf.Timestamp
+	5,  // 10: allot.v1.LeaseHorizon.ResourcesEntry.value:type_name -> allot.v1.ResourceSummary
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_config_proto_init() }

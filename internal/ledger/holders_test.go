@@ -1,0 +1,226 @@
+package ledger
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// holderHarness drives a ledger through whole rounds, committing every
+// proposal at once, and remembers the last committed record.
+type holderHarness struct {
+	t    *testing.T
+	l    *Ledger
+	set  *config.Set
+	now  int64
+	last *allotpb.LeaseHorizon
+}
+
+func newHolderHarness(t *testing.T, term uint64, now int64, prior Prior) *holderHarness {
+	tm := &config.Template{Name: "t", Glob: "*", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: 10 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 10 * time.Second}
+	h := &holderHarness{t: t, l: New(Config{Node: "n", ServerID: "s", Term: term}),
+		set: config.NewSet(1, []*config.Template{tm}, nil), now: now}
+	p, err := h.l.Start(now, prior)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.commit(p)
+	return h
+}
+
+func (h *holderHarness) commit(p *Proposal) {
+	if p != nil {
+		h.l.Commit(h.now, p, nil)
+		h.last = proto.Clone(p.Record).(*allotpb.LeaseHorizon)
+	}
+}
+
+// ask has client id ask for wants, reporting the lease has (expiring in
+// 10 s) if positive, and returns what it is granted.
+func (h *holderHarness) ask(id string, wants, has float64) float64 {
+	h.t.Helper()
+	rr := &allotpb.ResourceRequest{ResourceId: "r", Wants: wants}
+	if has > 0 {
+		rr.Has = &allotpb.Lease{Capacity: has, ExpiryTime: timestamppb.New(time.Unix(0, h.now+int64(10*time.Second)))}
+	}
+	slots, err := h.l.Get(h.now, h.set, &allotpb.GetCapacityRequest{ClientId: id, Resource: []*allotpb.ResourceRequest{rr}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for step := 0; ; step++ {
+		if step > 20 {
+			h.t.Fatalf("%s not answered", id)
+		}
+		h.commit(h.l.Propose(h.now))
+		h.l.Allocate(h.now)
+		h.l.EndRound()
+		if Ready(slots) {
+			return slots[0].Lease(h.now).Capacity
+		}
+		h.now += int64(10 * time.Millisecond)
+	}
+}
+
+// A successor that hears from exactly the holders its predecessor promised
+// ends learning at once: a newcomer gets all the rest of the capacity,
+// not the rest minus the predecessor's ceiling headroom. Anything else
+// (a holder missing, a stranger reporting a lease, no promise) keeps the
+// headroom back until learning ends.
+func TestHolderPromiseEndsLearning(t *testing.T) {
+	start := int64(1e18)
+	lead := newHolderHarness(t, 1, start, Prior{Kind: PriorNew})
+	if got := lead.ask("a", 30, 0); got != 30 {
+		t.Fatalf("a got %v", got)
+	}
+	if got := lead.ask("b", 20, 0); got != 20 {
+		t.Fatalf("b got %v", got)
+	}
+	rec := lead.last
+	e := rec.GetResources()["r"]
+	if e.GetHolders() != 2 || e.GetHoldersUntil() == nil || e.GetHoldersDigest() != holderHash("a")+holderHash("b") {
+		t.Fatalf("record entry %v does not promise holders a and b", e)
+	}
+	if e.GetCeiling() <= 50 {
+		t.Fatalf("ceiling %v has no headroom: the test would prove nothing", e.GetCeiling())
+	}
+	noPromise := proto.Clone(rec).(*allotpb.LeaseHorizon)
+	ne := noPromise.GetResources()["r"]
+	ne.Holders, ne.HoldersDigest, ne.HoldersUntil = 0, 0, nil
+
+	for _, tc := range []struct {
+		name    string
+		rec     *allotpb.LeaseHorizon
+		reports []report // first contacts, in order, before the newcomer
+		want    float64  // what newcomer c (wanting 50) gets
+	}{
+		{"all holders heard", rec, []report{{"a", 30}, {"b", 20}}, 50},
+		{"a holder missing", rec, []report{{"a", 30}}, 100 - e.GetCeiling()},
+		{"a stranger reports a lease", rec, []report{{"x", 0.001}, {"a", 30}, {"b", 20}}, 100 - e.GetCeiling()},
+		{"no promise", noPromise, []report{{"a", 30}, {"b", 20}}, 100 - e.GetCeiling()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			succ := newHolderHarness(t, 2, start+int64(time.Second), Prior{Kind: PriorRecord, Record: tc.rec})
+			for _, rp := range tc.reports {
+				if got := succ.ask(rp.id, rp.has, rp.has); got != rp.has {
+					t.Fatalf("%s reported %v, got %v", rp.id, rp.has, got)
+				}
+			}
+			got := succ.ask("c", 50, 0)
+			if diff := got - tc.want; diff > 1e-9 || diff < -1e-9 {
+				t.Fatalf("newcomer got %v, want %v", got, tc.want)
+			}
+			// Whatever happened, the leases out stay within the capacity.
+			var sum float64
+			for _, id := range []string{"a", "b", "x", "c"} {
+				if r := succ.l.resources["r"]; r != nil {
+					if i, ok := r.index[id]; ok {
+						sum += r.clients[i].exposure(succ.now)
+					}
+				}
+			}
+			if sum > 100+1e-9 {
+				t.Fatalf("%v leased out of 100", sum)
+			}
+		})
+	}
+}
+
+// A new client waits for a record that lists it while a holder promise
+// binds, and a failed write leaves grants bound by both the old promise
+// and the one that may have been stored.
+func TestHolderPromiseBindsNewClients(t *testing.T) {
+	h := newHolderHarness(t, 1, int64(1e18), Prior{Kind: PriorNew})
+	h.ask("a", 10, 0)
+	r := h.l.resources["r"]
+	if !r.promising(h.now) || r.mayHold("z", h.now) || !r.mayHold("a", h.now) {
+		t.Fatal("no promise binds after a committed write")
+	}
+	// b's record write fails.
+	if _, err := h.l.Get(h.now, h.set, &allotpb.GetCapacityRequest{ClientId: "b",
+		Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: 10}}}); err != nil {
+		t.Fatal(err)
+	}
+	p := h.l.Propose(h.now)
+	if p == nil || p.Record.GetResources()["r"].GetHolders() != 2 {
+		t.Fatalf("no record proposed listing b: %v", p)
+	}
+	h.l.Allocate(h.now)
+	h.l.EndRound()
+	h.l.Commit(h.now, p, errTest)
+	if r.mayHold("b", h.now) {
+		t.Fatal("b may hold after the write listing it failed")
+	}
+	if !r.mayHold("a", h.now) {
+		t.Fatal("a, in both promises, may not hold")
+	}
+}
+
+type report struct {
+	id  string
+	has float64
+}
+
+var errTest = errTestType{}
+
+type errTestType struct{}
+
+func (errTestType) Error() string { return "test: write failed" }
+
+// A successor does not keep its predecessor's holder promise, so its own
+// records must not carry it: its takeover record lists the predecessor's
+// ceiling without the promise.
+func TestTakeoverRecordDropsPromise(t *testing.T) {
+	start := int64(1e18)
+	lead := newHolderHarness(t, 1, start, Prior{Kind: PriorNew})
+	lead.ask("a", 30, 0)
+	if lead.last.GetResources()["r"].GetHoldersUntil() == nil {
+		t.Fatal("no promise recorded")
+	}
+	succ := newHolderHarness(t, 2, start+int64(time.Second), Prior{Kind: PriorRecord, Record: lead.last})
+	e := succ.last.GetResources()["r"]
+	if e == nil || e.GetCeiling() != lead.last.GetResources()["r"].GetCeiling() {
+		t.Fatalf("takeover record entry %v does not carry the predecessor's ceiling", e)
+	}
+	if e.GetHoldersUntil() != nil || e.GetHolders() != 0 {
+		t.Fatalf("takeover record entry %v carries the predecessor's promise", e)
+	}
+}
+
+// While a write that starts a promise is in flight, only the clients it
+// lists may be granted: the write may land.
+func TestPromiseInFlightBinds(t *testing.T) {
+	tm := &config.Template{Name: "t", Glob: "*", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: 10 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 10 * time.Second}
+	set := config.NewSet(1, []*config.Template{tm}, nil)
+	now := int64(1e18)
+	l := New(Config{Node: "n", ServerID: "s", Term: 1})
+	p, _ := l.Start(now, Prior{Kind: PriorNew})
+	l.Commit(now, p, nil)
+	get := func(id string) []Slot {
+		s, err := l.Get(now, set, &allotpb.GetCapacityRequest{ClientId: id, Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: 10}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	get("a")
+	p = l.Propose(now) // lists a; stays in flight
+	if p == nil {
+		t.Fatal("nothing proposed")
+	}
+	l.Allocate(now)
+	l.EndRound()
+	r := l.resources["r"]
+	if r.mayHold("b", now) {
+		t.Fatal("b may be granted while a write promising only a is in flight")
+	}
+	if !r.mayHold("a", now) {
+		t.Fatal("a is listed by the write in flight but may not be granted")
+	}
+}
