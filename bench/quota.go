@@ -229,7 +229,7 @@ func (r *QuotaBenchResult) Markdown() string {
 	var b strings.Builder
 	o := r.Options
 	fmt.Fprintf(&b, "### Quota: take decisions over TCP loopback\n\n")
-	fmt.Fprintf(&b, "%d callers (one bucket each, TOKEN_BUCKET never empty, in %d namespaces) on %d connections, %d takes in flight each (%d in flight), binary protobuf on allot.root.quota.take.<ns>.<name>; the echo answers the same payload on one subject. %v measured per target in %d alternating phases after %v warm-up each.\n\n",
+	fmt.Fprintf(&b, "%d callers (one bucket each, TOKEN_BUCKET never empty, in %d namespaces) on %d connections, %d in flight each (%d in all), binary protobuf on allot.root.quota.take.<ns>.<name>; the echo answers the same payload on one subject. %v measured per target in %d alternating phases after %v warm-up each.\n\n",
 		o.Clients, o.Namespaces, o.Conns, o.Pipeline, r.InFlight, o.Duration, o.Phases, o.Warmup)
 	var rows [][]string
 	for _, run := range r.Runs {
