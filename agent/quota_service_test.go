@@ -99,6 +99,31 @@ func TestTakeService(t *testing.T) {
 	}
 }
 
+// TestReportFlushedOnClose: reports still gathered when the agent closes
+// are sent by Close, not lost.
+func TestReportFlushedOnClose(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	quotatest.Start(t, natstest.Conn(t, s), map[string]string{
+		"batch": `{"default_bucket": {"size": 100, "fill_rate": 0.01, "max_tokens_per_request": 100}}`,
+	})
+	a := newAgent(t, natstest.Conn(t, s), WithQuotaReportInterval(time.Minute))
+	if err := a.Report("batch:x", 30); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Report("batch:y", 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := newAgent(t, natstest.Conn(t, s))
+	eventually(t, 5*time.Second, "both reports charged the shared default bucket", func() bool {
+		res, err := b.Take(context.Background(), "batch:z", 0)
+		return err == nil && res.Remaining == 65
+	})
+}
+
 // TestTakeFallbackRecovery: when the quota service goes away, Take falls
 // back to the local bucket and opens the circuit; once the service is
 // back, the probe after the cooldown closes it again.
