@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -174,5 +175,26 @@ func TestQuotaSlowService(t *testing.T) {
 	}
 	if st, _ := quotaStatusOf(a, "api"); st.QuotaFailures != 1 {
 		t.Errorf("a caller giving up counted as a failure: %+v", st)
+	}
+}
+
+// TestReportBounded: reports for ever more distinct buckets do not pile
+// up between flushes: at maxPendingReports buckets they are sent at once.
+func TestReportBounded(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	a := newAgent(t, nc, WithQuotaReportInterval(time.Minute))
+	n := maxPendingReports + 100
+	for i := range n {
+		if err := a.Report(fmt.Sprintf("logs:k%d", i), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.q.mu.Lock()
+	pending := len(a.q.pending)
+	a.q.mu.Unlock()
+	if pending >= maxPendingReports || nc.Stats().OutMsgs < maxPendingReports {
+		t.Errorf("%d reports pending, %d messages sent; want them sent at %d", pending, nc.Stats().OutMsgs, maxPendingReports)
 	}
 }
