@@ -233,6 +233,12 @@ func fieldSize(n int) int { return 1 + protowire.SizeVarint(uint64(n)) + n }
 // answered or have timed out. It reports the first part's error, if any.
 func (a *Agent) refresh(t time.Time) error {
 	a.mu.Lock()
+	if a.closed {
+		// Close has already listed what to release: a request now would
+		// bring a lease that nobody gives back.
+		a.mu.Unlock()
+		return nil
+	}
 	a.earlyAt = time.Time{}
 	sent := make([]*resource, 0, len(a.res))
 	for _, r := range a.res {
