@@ -571,14 +571,15 @@ func (a *Agent) reportLoop() {
 }
 
 // flushReports publishes the pending reports, one message per bucket so
-// that each reaches the partition that owns the bucket.
-func (a *Agent) flushReports() {
+// that each reaches the partition that owns the bucket, and returns how
+// many buckets it sent.
+func (a *Agent) flushReports() int {
 	q := &a.q
 	q.mu.Lock()
 	pending := q.pending
 	if len(pending) == 0 {
 		q.mu.Unlock()
-		return
+		return 0
 	}
 	q.pending = make(map[string]int64)
 	q.mu.Unlock()
@@ -602,6 +603,7 @@ func (a *Agent) flushReports() {
 	if firstErr != nil {
 		a.log.Warn("allot: quota reports not sent", "buckets", failed, "error", firstErr)
 	}
+	return len(pending) - failed
 }
 
 // closeQuota stops the report loop, sends the reports still pending and
@@ -613,10 +615,9 @@ func (a *Agent) closeQuota() {
 	q.mu.Unlock()
 	close(q.stop)
 	<-q.done
-	if a.nc.IsClosed() {
+	if a.nc.IsClosed() || a.flushReports() == 0 {
 		return
 	}
-	a.flushReports()
 	if err := a.nc.FlushTimeout(a.o.requestTimeout); err != nil {
 		a.log.Warn("allot: flushing quota reports", "error", err)
 	}
