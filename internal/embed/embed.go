@@ -49,6 +49,11 @@ type Options struct {
 	// put an internal/netcut relay on it: reloading the options to toggle
 	// this races with the server's own readers of them.)
 	LeafRemotesDisabled bool
+	// LeafNoAdvertise keeps the server from telling its leaf nodes the
+	// address of its leaf-node port: they then reconnect only to the URLs
+	// they were given (a relay, a load balancer, a NAT address), never
+	// around them to the address the server knows itself by.
+	LeafNoAdvertise bool
 	// Domain is the JetStream domain (allot uses the node name). Levels
 	// joined by leaf nodes need distinct domains, so that each keeps its
 	// own buckets: the server denies $JS and $KV traffic across a leaf
@@ -107,6 +112,7 @@ func serverOptions(o Options) (*server.Options, error) {
 	if o.LeafNodePort != 0 {
 		opts.LeafNode.Host = host
 		opts.LeafNode.Port = o.LeafNodePort
+		opts.LeafNode.NoAdvertise = o.LeafNoAdvertise
 	}
 	if len(o.LeafRemotes) > 0 {
 		urls, err := LeafURLs(o.LeafRemotes)
