@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 )
@@ -51,6 +52,9 @@ func TestQuotaInProcess(t *testing.T) {
 		}
 		if run.Statuses["OK"] == 0 || len(run.Statuses) != 1 {
 			t.Errorf("%d partitions: decisions sampled %v, want only OK", run.Partitions, run.Statuses)
+		}
+		if len(run.TakesPerPartition) != run.Partitions || slices.Contains(run.TakesPerPartition, 0) {
+			t.Errorf("%d partitions: takes per partition %v, want every partition deciding", run.Partitions, run.TakesPerPartition)
 		}
 	}
 	t.Log("\n" + r.Markdown())

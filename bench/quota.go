@@ -70,6 +70,9 @@ type QuotaRun struct {
 	// DecisionsPerCoreSecond is decisions per second of the quota
 	// process's CPU (the issue's "per core" figure).
 	DecisionsPerCoreSecond float64 `json:"decisions_per_core_second"`
+	// TakesPerPartition is each partition's count of decisions (from its
+	// micro STATS, warm-ups included): how the mapping spread the load.
+	TakesPerPartition []uint64 `json:"takes_per_partition,omitempty"`
 }
 
 // QuotaBenchResult is the outcome of RunQuota.
@@ -221,6 +224,9 @@ func runQuotaPartitions(ctx context.Context, env *Env, o QuotaOptions, partition
 	run.P99Ratio = safeDiv(run.Quota.P99us, run.Baseline.P99us)
 	run.CPURatio = safeDiv(run.Quota.CPUPerReqUs, run.Baseline.CPUPerReqUs)
 	run.DecisionsPerCoreSecond = safeDiv(float64(run.Quota.Requests), run.Quota.CPUSeconds)
+	if takes, err := fetchQuotaTakes(g.conns[0], partitions, 500*time.Millisecond); err == nil {
+		run.TakesPerPartition = takes
+	}
 	return run, nil
 }
 
@@ -240,11 +246,22 @@ func (r *QuotaBenchResult) Markdown() string {
 	b.WriteString(table([]string{"responder", "req/s", "p50 µs", "p99 µs", "p99.9 µs", "CPU µs/req", "RSS MiB", "errors"}, rows))
 	b.WriteString("\n")
 	for _, run := range r.Runs {
-		fmt.Fprintf(&b, "- **%d partition(s): quota / bare echo throughput %.2f× (target ≥ %.1f×: %s)**, p99 %.2f×, CPU per decision %.2f×; %.0f decisions per second of quota-process CPU; decisions seen: %s.\n",
-			run.Partitions, run.Ratio, r.TargetRatio, verdict(run.Ratio >= r.TargetRatio), run.P99Ratio, run.CPURatio, run.DecisionsPerCoreSecond, statusList(run.Statuses))
+		fmt.Fprintf(&b, "- **%d partition(s): quota / bare echo throughput %.2f× (target ≥ %.1f×: %s)**, p99 %.2f×, CPU per decision %.2f×; %.0f decisions per second of quota-process CPU; decisions seen: %s; decisions per partition: %s.\n",
+			run.Partitions, run.Ratio, r.TargetRatio, verdict(run.Ratio >= r.TargetRatio), run.P99Ratio, run.CPURatio, run.DecisionsPerCoreSecond, statusList(run.Statuses), partitionList(run.TakesPerPartition))
 	}
 	fmt.Fprintf(&b, "\nCPU and RSS: %s.\n", r.CPUScope)
 	return b.String()
+}
+
+func partitionList(takes []uint64) string {
+	if len(takes) == 0 {
+		return "unknown"
+	}
+	parts := make([]string, len(takes))
+	for p, n := range takes {
+		parts[p] = fmt.Sprintf("p%d %d", p, n)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func statusList(m map[string]int64) string {
