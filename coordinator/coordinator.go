@@ -185,6 +185,7 @@ type Coordinator struct {
 	stopOnce sync.Once
 	enqueued atomic.Uint64 // requests queued so far, to see when Stop may end
 	silenced atomic.Uint64 // replies withheld because Valid said no
+	calls    calls         // requests and error replies (see observe.go)
 
 	mu        sync.Mutex
 	closed    bool // Stop has ended the round loop
@@ -192,6 +193,11 @@ type Coordinator struct {
 	statsSnap stats // copy of stats for the STATS handler
 	failure   error // why the coordinator stopped serving on its own
 	wake      chan struct{}
+	// urge: a child node's request is queued. Its round runs at once
+	// rather than after the round interval: what a child asks for (or
+	// gives back) moves through every level of the tree, each level's
+	// batching delay adds up, and children's requests are few.
+	urge chan struct{}
 
 	svc     micro.Service
 	bulk    *bulkLane
@@ -297,6 +303,7 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 		term:  opts.Term,
 		round: opts.RoundInterval,
 		wake:  make(chan struct{}, 1),
+		urge:  make(chan struct{}, 1),
 		quit:  make(chan struct{}),
 		ledger: ledger.New(ledger.Config{
 			Node: opts.Node, ServerID: opts.ServerID, Term: opts.Term,
@@ -484,8 +491,12 @@ func (c *Coordinator) enqueue(r *request) {
 	c.pending = append(c.pending, r)
 	c.enqueued.Add(1)
 	c.mu.Unlock()
+	wake := c.wake
+	if r.kind == kindServer {
+		wake = c.urge
+	}
 	select {
-	case c.wake <- struct{}{}:
+	case wake <- struct{}{}:
 	default:
 	}
 }

@@ -87,12 +87,18 @@ func (c *Coordinator) loop() {
 		case res := <-upOut:
 			c.answered(res)
 			c.runRound()
+		case <-c.urge:
+			last = time.Now()
+			c.runRound()
 		case <-c.wake:
-			// Let the round interval fill up before answering.
+			// Let the round interval fill up before answering, unless a
+			// child node's request comes.
 			if wait := c.round - time.Since(last); c.round > 0 && wait > 0 {
 				timer.Reset(wait)
 				select {
 				case <-timer.C:
+				case <-c.urge:
+					timer.Stop()
 				case <-c.stop:
 					timer.Stop()
 					c.runRound()
@@ -307,6 +313,7 @@ func (c *Coordinator) sweep() {
 	now := c.now().UnixNano()
 	c.propose(c.ledger.Sweep(now))
 	c.stats.top = c.ledger.Top(now, topResources)
+	c.observeGauges(now)
 	c.publishStats()
 }
 
