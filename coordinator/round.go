@@ -75,6 +75,8 @@ func (c *Coordinator) loop() {
 			return
 		case <-sweep.C:
 			c.sweep()
+		case q := <-c.snapq:
+			c.snapshot(q)
 		case res := <-c.store.out:
 			c.stored(res)
 			c.runRound()

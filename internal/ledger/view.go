@@ -1,0 +1,171 @@
+package ledger
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxViewClaimants bounds the claimants one Detail lists, whatever is
+// asked: a page of them is for people, not a dump of the state.
+const MaxViewClaimants = 1000
+
+// ResourceView describes one resource for operators (the dashboard).
+type ResourceView struct {
+	ID string `json:"id"`
+	// Template names the template the resource was matched to, and
+	// Algorithm its algorithm.
+	Template  string `json:"template"`
+	Algorithm string `json:"algorithm"`
+	// Capacity is what the node divides now: the template's, or on a
+	// child node its lease from the parent.
+	Capacity float64 `json:"capacity"`
+	// Granted sums the leases the claimants hold now (lapsed ones
+	// excluded); Outstanding bounds what they may hold (earlier larger
+	// leases, safe capacities, a predecessor's leases while learning).
+	Granted     float64 `json:"granted"`
+	Outstanding float64 `json:"outstanding"`
+	// Wants sums what the claimants with a live lease ask for.
+	Wants float64 `json:"wants"`
+	// Claimants counts client records (a child node counts once per
+	// priority band), lapsed ones included.
+	Claimants int `json:"claimants"`
+	// Learning is set while the resource learns what a predecessor
+	// leased (until LearningUntil).
+	Learning      bool      `json:"learning"`
+	LearningUntil time.Time `json:"learning_until,omitzero"`
+	// Ceiling is the bound on what is outstanding published in the lease
+	// record for a successor, until CeilingExpiry; nil when the record
+	// bounds nothing (a per-client algorithm, or no room in the record).
+	Ceiling       *float64  `json:"ceiling,omitempty"`
+	CeilingExpiry time.Time `json:"ceiling_expiry,omitzero"`
+	// Lease and LeaseExpiry are a child node's lease from its parent;
+	// LeaseKnown is false until the parent has answered.
+	Lease       float64   `json:"lease,omitempty"`
+	LeaseExpiry time.Time `json:"lease_expiry,omitzero"`
+	LeaseKnown  bool      `json:"lease_known,omitempty"`
+}
+
+// ClaimantView describes one claimant of a resource.
+type ClaimantView struct {
+	// ID is the client id; for a child node's priority band, the child's
+	// node name (Node is then set).
+	ID   string `json:"id"`
+	Node bool   `json:"node,omitempty"`
+	// Has is the lease's capacity, Wants what the claimant asked for,
+	// Weight how many clients it stands for (1 but for a child's band).
+	Has      float64 `json:"has"`
+	Wants    float64 `json:"wants"`
+	Priority int32   `json:"priority"`
+	Weight   float64 `json:"weight"`
+	// Expiry is when the lease ends. A lapsed claimant holds nothing and
+	// is kept only to count it for the safe capacity until Expiry.
+	Expiry time.Time `json:"expiry"`
+	Lapsed bool      `json:"lapsed,omitempty"`
+}
+
+// ResourceDetail is a ResourceView with the claimants that hold most.
+type ResourceDetail struct {
+	ResourceView
+	// SafeCapacity is the per-client safe capacity of the last round.
+	SafeCapacity float64 `json:"safe_capacity"`
+	// Matching counts the claimants matching the search (all of them
+	// without one); Top lists at most the asked number of them, largest
+	// lease first (then largest wants, then id).
+	Matching int            `json:"matching"`
+	Top      []ClaimantView `json:"top"`
+}
+
+// Resources returns views of at most n resources, the ones with the most
+// outstanding first (then by id), and how many resources there are.
+func (l *Ledger) Resources(now int64, n int) ([]ResourceView, int) {
+	type ranked struct {
+		r   *resource
+		out float64
+	}
+	all := make([]ranked, 0, len(l.resources))
+	for _, r := range l.resources {
+		all = append(all, ranked{r, r.bound(now)})
+	}
+	slices.SortFunc(all, func(a, b ranked) int {
+		return cmp.Or(cmp.Compare(b.out, a.out), cmp.Compare(a.r.id, b.r.id))
+	})
+	out := make([]ResourceView, 0, min(max(n, 0), len(all)))
+	for _, a := range all[:min(max(n, 0), len(all))] {
+		out = append(out, a.r.view(now))
+	}
+	return out, len(all)
+}
+
+// Detail describes resource id with at most topN of its claimants
+// (bounded by MaxViewClaimants) whose id contains search, ignoring case.
+// It reports false if the node keeps no state for the resource.
+func (l *Ledger) Detail(now int64, id string, topN int, search string) (ResourceDetail, bool) {
+	r := l.resources[id]
+	if r == nil {
+		return ResourceDetail{}, false
+	}
+	d := ResourceDetail{ResourceView: r.view(now), SafeCapacity: r.safeCap}
+	search = strings.ToLower(search)
+	match := make([]int32, 0, len(r.clients))
+	for i := range r.clients {
+		if search == "" || strings.Contains(strings.ToLower(displayID(r.clients[i].id)), search) {
+			match = append(match, int32(i))
+		}
+	}
+	d.Matching = len(match)
+	slices.SortFunc(match, func(a, b int32) int {
+		ca, cb := &r.clients[a], &r.clients[b]
+		return cmp.Or(cmp.Compare(cb.has, ca.has), cmp.Compare(r.demands[b].Wants, r.demands[a].Wants), strings.Compare(ca.id, cb.id))
+	})
+	topN = min(max(topN, 0), MaxViewClaimants, len(match))
+	d.Top = make([]ClaimantView, 0, topN)
+	for _, i := range match[:topN] {
+		c, dm := &r.clients[i], &r.demands[i]
+		d.Top = append(d.Top, ClaimantView{ID: displayID(c.id), Node: c.node, Has: c.has, Wants: dm.Wants,
+			Priority: dm.Priority, Weight: dm.Weight, Expiry: time.Unix(0, c.expiry).UTC(), Lapsed: c.lapsed})
+	}
+	return d, true
+}
+
+// displayID names a child node's band by the child alone (its priority
+// is shown apart).
+func displayID(id string) string {
+	if child, prio, ok := strings.Cut(id, bandSep); ok {
+		if _, err := strconv.Atoi(prio); err == nil {
+			return child
+		}
+	}
+	return id
+}
+
+func (r *resource) view(now int64) ResourceView {
+	v := ResourceView{ID: r.id, Template: r.tmpl.Name, Algorithm: r.tmpl.Algorithm.String(),
+		Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: len(r.clients), Learning: r.learning(now)}
+	for i := range r.clients {
+		if c := &r.clients[i]; !c.lapsed && c.expiry > now {
+			v.Granted += c.has
+			v.Wants += r.demands[i].Wants
+		}
+	}
+	if v.Learning {
+		v.LearningUntil = time.Unix(0, r.learningUntil).UTC()
+	}
+	if !math.IsInf(r.ceiling, 1) && !r.unlisted && r.shared() {
+		c := r.ceiling
+		v.Ceiling = &c
+		if r.ceilingExpiry > 0 && r.ceilingExpiry != math.MaxInt64 {
+			v.CeilingExpiry = time.Unix(0, r.ceilingExpiry).UTC()
+		}
+	}
+	if r.up.child {
+		v.LeaseKnown = r.up.known
+		if r.up.known {
+			v.Lease, v.LeaseExpiry = r.up.cap, time.Unix(0, r.up.expiry).UTC()
+		}
+	}
+	return v
+}

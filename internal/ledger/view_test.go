@@ -1,0 +1,80 @@
+package ledger
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// TestDetailTopAndSearch: with 10,000 claimants a Detail lists only the
+// asked number, the largest leases first, counts every match of a
+// case-insensitive search, and sums grants and wants over all of them.
+func TestDetailTopAndSearch(t *testing.T) {
+	const n = 10_000
+	set := fairTemplate(1e6)
+	now := int64(1e18)
+	l := New(Config{Node: "root", ServerID: "root", Term: 1})
+	p, err := l.Start(now, Prior{Kind: PriorNew})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Commit(now, p, nil)
+	for i := range n {
+		req := &allotpb.GetCapacityRequest{ClientId: fmt.Sprintf("Client-%05d", i),
+			Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: float64(1 + i%100), Priority: int32(i % 3)}}}
+		if _, err := l.Get(now, set, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // the record, then the raised ceiling
+		if p := l.Propose(now); p != nil {
+			l.Commit(now, p, nil)
+		}
+	}
+	l.Allocate(now)
+	l.EndRound()
+
+	d, ok := l.Detail(now, "r", 20, "")
+	if !ok {
+		t.Fatal("no detail for r")
+	}
+	// Capacity 1e6 covers every want (sum 505,000): grants equal wants.
+	if d.Claimants != n || d.Matching != n || len(d.Top) != 20 || d.Granted != 505_000 || d.Wants != 505_000 || d.Capacity != 1e6 {
+		t.Fatalf("claimants %d matching %d top %d granted %v wants %v capacity %v", d.Claimants, d.Matching, len(d.Top), d.Granted, d.Wants, d.Capacity)
+	}
+	for k, c := range d.Top {
+		if c.Has != 100 || c.Wants != 100 || c.Expiry.UnixNano() <= now || c.Weight != 1 {
+			t.Fatalf("top[%d] = %+v, want a lease of 100", k, c)
+		}
+		if k > 0 && c.ID < d.Top[k-1].ID {
+			t.Fatalf("ties not ordered by id: %s after %s", c.ID, d.Top[k-1].ID)
+		}
+	}
+	if d.Top[0].ID != "Client-00099" || d.Top[0].Priority != 0 {
+		t.Fatalf("top[0] = %+v, want Client-00099 (priority 0)", d.Top[0])
+	}
+	// Search ignores case; ids 09000-09999 contain "t-09".
+	d, _ = l.Detail(now, "r", 5, "T-09")
+	if d.Matching != 1000 || len(d.Top) != 5 {
+		t.Fatalf("search: matching %d top %d, want 1000 and 5", d.Matching, len(d.Top))
+	}
+	// Asking for more than MaxViewClaimants gets MaxViewClaimants.
+	if d, _ = l.Detail(now, "r", 1<<20, ""); len(d.Top) != MaxViewClaimants {
+		t.Fatalf("top %d, want %d", len(d.Top), MaxViewClaimants)
+	}
+	if _, ok := l.Detail(now, "unknown", 10, ""); ok {
+		t.Fatal("detail of an unknown resource")
+	}
+	views, total := l.Resources(now, 10)
+	if total != 1 || len(views) != 1 || views[0].ID != "r" || views[0].Algorithm != "FAIR_SHARE" || views[0].Ceiling == nil {
+		t.Fatalf("resources %+v total %d", views, total)
+	}
+	// After the leases end, nothing is granted or wanted any more, though
+	// the lapsed records are still counted.
+	later := now + int64(time.Hour)
+	if v, _ := l.Resources(later, 1); v[0].Granted != 0 || v[0].Wants != 0 {
+		t.Fatalf("after expiry: %+v", v[0])
+	}
+}
