@@ -1,0 +1,154 @@
+package dashboard_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/allot/allot/dashboard"
+)
+
+// TestEventStream reads the server-sent events as a browser would: the
+// first carries the chart's history (reset), later ones only newer
+// samples, each with the coordinator's snapshot of the asked resource.
+func TestEventStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := startStack(t, ctx, 100*time.Millisecond, time.Minute)
+	client(t, st.nc, "alpha", 30)
+	time.Sleep(500 * time.Millisecond) // a few samples
+
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, st.url+"events?resource=db&top=5", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("content type %q", ct)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	var events []dashboard.Event
+	var last int64
+	for len(events) < 4 && sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev dashboard.Event
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ev.Points {
+			if p.T <= last {
+				t.Fatalf("event %d repeats or reorders samples: %d after %d", len(events), p.T, last)
+			}
+			last = p.T
+		}
+		events = append(events, ev)
+	}
+	if len(events) < 4 {
+		t.Fatalf("stream ended after %d events: %v", len(events), sc.Err())
+	}
+	first := events[0]
+	if !first.Reset || len(first.Points) < 2 || first.Top != 5 || first.HistoryMS != 60_000 || first.Quota == nil {
+		t.Fatalf("first event: reset %v, %d points, top %d, history %d, quota %v", first.Reset, len(first.Points), first.Top, first.HistoryMS, first.Quota)
+	}
+	for _, ev := range events[1:] {
+		if ev.Reset {
+			t.Fatal("a later event resets the chart")
+		}
+	}
+	r := events[3].Snapshot.Resource
+	if r == nil || r.Granted != 30 || len(r.Top) != 1 || r.Top[0].ID != "alpha" {
+		t.Fatalf("resource in the stream: %+v", r)
+	}
+	if p := events[3].Points; len(p) > 0 && p[len(p)-1].Granted != 30 {
+		t.Fatalf("chart sample %+v", p[len(p)-1])
+	}
+}
+
+// TestBadQuery: bad parameters get 400 with the reason.
+func TestBadQuery(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := startStack(t, ctx, time.Second, time.Minute)
+	for _, q := range []string{"top=-1", "top=1001", "top=x", "q=" + strings.Repeat("a", 300)} {
+		for _, path := range []string{"events", "snapshot"} {
+			resp, err := http.Get(st.url + path + "?" + q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || len(body) == 0 {
+				t.Fatalf("%s?%.20s: %d %s", path, q, resp.StatusCode, body)
+			}
+		}
+	}
+	resp, err := http.Get(st.url + "snapshot?resource=db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var ev dashboard.Event
+	if err := json.NewDecoder(resp.Body).Decode(&ev); err != nil || ev.Snapshot == nil || ev.Snapshot.Node != "root" {
+		t.Fatalf("snapshot: %v %+v", err, ev)
+	}
+}
+
+// TestQuotaNamespaces: namespaces reported in the STATS of a serving
+// quota server of the node (the allot-quota micro service) are listed with
+// their event counts; those of another node, or of a server not serving,
+// are not.
+func TestQuotaNamespaces(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := startStack(t, ctx, 100*time.Millisecond, time.Minute)
+	for _, data := range []string{
+		`{"node":"root","partition":1,"serving":true,"events":{"logins":{"served":5,"timeout":1},"api":{"served":2}}}`,
+		`{"node":"other","partition":0,"serving":true,"events":{"elsewhere":{"served":1}}}`,
+		`{"node":"root","partition":0,"serving":false,"events":{"stale":{"served":1}}}`,
+	} {
+		svc, err := micro.AddService(st.nc, micro.Config{Name: dashboard.QuotaService, Version: "0.1.0",
+			StatsHandler: func(*micro.Endpoint) any { return json.RawMessage(data) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := svc.AddEndpoint("take", micro.HandlerFunc(func(micro.Request) {})); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = svc.Stop() })
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(st.url + "snapshot")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev dashboard.Event
+		err = json.NewDecoder(resp.Body).Decode(&ev)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ev.Quota) == 2 {
+			if q := ev.Quota[0]; q.Name != "api" || q.Partition != 1 || q.Events["served"] != 2 || ev.Quota[1].Events["timeout"] != 1 {
+				t.Fatalf("quota namespaces %+v", ev.Quota)
+			}
+			return
+		}
+		if len(ev.Quota) > 2 || time.Now().After(deadline) {
+			t.Fatalf("quota namespaces %+v", ev.Quota)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
