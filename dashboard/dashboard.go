@@ -58,14 +58,15 @@ type Source interface {
 	Snapshot(ctx context.Context, resource string, topN int, search string) (*coordinator.Snapshot, error)
 }
 
-// Replicas is a Source over the replicas of one process: it answers with
-// the snapshot of the one that serves, else with the first one's.
-type Replicas []*coordinator.Replica
+// Replicas is a Source over the replicas a process runs now (replicas may
+// come and go): it answers with the snapshot of the one that serves, else
+// with the first one's.
+type Replicas func() []*coordinator.Replica
 
 // Snapshot implements Source.
 func (rs Replicas) Snapshot(ctx context.Context, resource string, topN int, search string) (*coordinator.Snapshot, error) {
 	var first *coordinator.Snapshot
-	for _, r := range rs {
+	for _, r := range rs() {
 		s, err := r.Snapshot(ctx, resource, topN, search)
 		if err != nil {
 			return nil, err
@@ -78,7 +79,7 @@ func (rs Replicas) Snapshot(ctx context.Context, resource string, topN int, sear
 		}
 	}
 	if first == nil {
-		return nil, errors.New("dashboard: no replica")
+		return nil, errors.New("dashboard: no coordinator replica runs yet")
 	}
 	return first, nil
 }
@@ -286,7 +287,8 @@ func (d *Dashboard) peers(ctx context.Context) {
 		d.log.Debug("dashboard: list replicas", "err", err)
 	} else {
 		for _, r := range rs {
-			if r.Node == node && r.Err == "" {
+			// A reply without a configuration status (Err) still names the replica.
+			if r.Node == node && r.ServerID != "" {
 				reps = append(reps, Replica{ServerID: r.ServerID, Role: r.Role, Term: r.Term, Serving: r.Serving})
 			}
 		}
