@@ -110,20 +110,53 @@ func (l *Ledger) Detail(now int64, id string, topN int, search string) (Resource
 	}
 	d := ResourceDetail{ResourceView: r.view(now), SafeCapacity: r.safeCap}
 	search = strings.ToLower(search)
-	match := make([]int32, 0, len(r.clients))
+	topN = min(max(topN, 0), MaxViewClaimants)
+	// before orders claimants for the list: larger lease, larger wants, id.
+	before := func(a, b int32) bool {
+		ca, cb := &r.clients[a], &r.clients[b]
+		return cmp.Or(cmp.Compare(cb.has, ca.has), cmp.Compare(r.demands[b].Wants, r.demands[a].Wants), strings.Compare(ca.id, cb.id)) < 0
+	}
+	// A heap of the topN best so far, the worst on top: one pass, and
+	// sorting only what is listed.
+	best := make([]int32, 0, min(topN, len(r.clients)))
 	for i := range r.clients {
-		if search == "" || strings.Contains(strings.ToLower(displayID(r.clients[i].id)), search) {
-			match = append(match, int32(i))
+		if search != "" && !strings.Contains(strings.ToLower(displayID(r.clients[i].id)), search) {
+			continue
+		}
+		d.Matching++
+		switch {
+		case topN == 0:
+		case len(best) < topN:
+			best = append(best, int32(i))
+			for k := len(best) - 1; k > 0 && before(best[(k-1)/2], best[k]); k = (k - 1) / 2 {
+				best[k], best[(k-1)/2] = best[(k-1)/2], best[k]
+			}
+		case before(int32(i), best[0]):
+			best[0] = int32(i)
+			for k := 0; ; {
+				w := k
+				for _, c := range []int{2*k + 1, 2*k + 2} {
+					if c < len(best) && before(best[w], best[c]) {
+						w = c
+					}
+				}
+				if w == k {
+					break
+				}
+				best[k], best[w] = best[w], best[k]
+				k = w
+			}
 		}
 	}
-	d.Matching = len(match)
-	slices.SortFunc(match, func(a, b int32) int {
-		ca, cb := &r.clients[a], &r.clients[b]
-		return cmp.Or(cmp.Compare(cb.has, ca.has), cmp.Compare(r.demands[b].Wants, r.demands[a].Wants), strings.Compare(ca.id, cb.id))
+	slices.SortFunc(best, func(a, b int32) int {
+		if before(a, b) {
+			return -1
+		}
+		return 1
 	})
-	topN = min(max(topN, 0), MaxViewClaimants, len(match))
+	topN = len(best)
 	d.Top = make([]ClaimantView, 0, topN)
-	for _, i := range match[:topN] {
+	for _, i := range best {
 		c, dm := &r.clients[i], &r.demands[i]
 		d.Top = append(d.Top, ClaimantView{ID: displayID(c.id), Node: c.node, Has: c.has, Wants: dm.Wants,
 			Priority: dm.Priority, Weight: dm.Weight, Expiry: time.Unix(0, c.expiry).UTC(), Lapsed: c.lapsed})
