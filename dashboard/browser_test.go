@@ -224,7 +224,7 @@ func screenshot(t *testing.T, ctx context.Context, b *headless.Browser, st *stac
 	for i, w := range []float64{5, 8, 12, 20} {
 		client(t, st.nc, fmt.Sprintf("checkout-%d", i+1), w)
 	}
-	time.Sleep(20 * time.Second)
+	time.Sleep(30 * time.Second)
 	png, err := b.Screenshot(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -220,11 +220,11 @@ function renderChart() {
   svg.innerHTML = parts.join("");
 }
 
-// niceCeil rounds v up to 1, 2 or 5 times a power of ten, so the axis
+// niceCeil rounds v up to a round multiple of a power of ten, so the axis
 // reads in round numbers.
 function niceCeil(v) {
   const p = Math.pow(10, Math.floor(Math.log10(v)));
-  for (const m of [1, 2, 5, 10]) if (m * p >= v) return m * p;
+  for (const m of [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10]) if (m * p >= v) return m * p;
   return 10 * p;
 }
 
