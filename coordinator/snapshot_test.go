@@ -8,6 +8,8 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/coordtest"
+	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -48,5 +50,44 @@ func TestSnapshot(t *testing.T) {
 	e.c.Stop()
 	if _, err := e.c.Snapshot(ctx, "db", 10, ""); !errors.Is(err, coordinator.ErrNotServing) {
 		t.Fatalf("after Stop: %v", err)
+	}
+}
+
+// TestSnapshotTree: a child node's snapshot shows its parent link and its
+// lease from the parent; the parent's lists the child's band as a claimant
+// named by the child.
+func TestSnapshotTree(t *testing.T) {
+	root := natstest.Root(t, "root")
+	child := natstest.Child(t, "child", root)
+	rnc, cnc := natstest.Conn(t, root.Server), natstest.Conn(t, child.Server)
+	rc := coordtest.Start(t, rnc, coordinator.Options{Node: "root", Templates: treeTemplates(100), RoundInterval: 5 * time.Millisecond})
+	cc := coordtest.Start(t, cnc, coordinator.Options{Node: "child", Parent: "root", Templates: treeTemplates(100), RoundInterval: 5 * time.Millisecond})
+	c := &treeClient{nc: cnc, node: "child", id: "c0"}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		c.ask(t, 50)
+		cs, err := cc.Snapshot(ctx, "r", 10, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := rc.Snapshot(ctx, "r", 10, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := cs.Resource
+		if r != nil && r.LeaseKnown && r.Lease == 50 && r.Granted == 50 && rs.Resource != nil && len(rs.Resource.Top) == 1 {
+			if cs.Parent != "root" || cs.ParentLastOK.IsZero() || cs.ParentError != "" || r.LeaseExpiry.Before(cs.Time) {
+				t.Fatalf("child's parent link: %+v", cs)
+			}
+			if b := rs.Resource.Top[0]; b.ID != "child" || !b.Node || b.Wants != 50 || b.Has != 50 {
+				t.Fatalf("parent's claimant %+v", b)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("child %+v, root %+v", cs.Resource, rs.Resource)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
