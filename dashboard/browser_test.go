@@ -36,6 +36,8 @@ type stack struct {
 	kv  jetstream.KeyValue
 	c   *coordinator.Coordinator
 	url string // the dashboard's page
+	// stopRun ends the dashboard's Run.
+	stopRun context.CancelFunc
 }
 
 func startStack(t *testing.T, ctx context.Context, interval, history time.Duration) *stack {
@@ -75,7 +77,7 @@ func startStack(t *testing.T, ctx context.Context, interval, history time.Durati
 		srv.CloseClientConnections()
 		srv.Close()
 	})
-	return &stack{nc: nc, kv: kv, c: c, url: srv.URL + "/dashboard/"}
+	return &stack{nc: nc, kv: kv, c: c, url: srv.URL + "/dashboard/", stopRun: cancel}
 }
 
 func putTemplate(t *testing.T, ctx context.Context, kv jetstream.KeyValue, value string) {

@@ -107,6 +107,10 @@ type Dashboard struct {
 	opts   Options
 	log    *slog.Logger
 	static http.Handler
+	// ended is closed when Run returns: open streams end with it, since
+	// http.Server.Shutdown waits for handlers and a stream never idles.
+	ended   chan struct{}
+	endOnce sync.Once
 
 	mu       sync.Mutex
 	hist     map[string]*series // per resource
@@ -219,13 +223,15 @@ func New(opts Options) (*Dashboard, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: assets: %w", err)
 	}
-	return &Dashboard{opts: opts, log: opts.Logger, static: http.FileServerFS(sub), hist: map[string]*series{}}, nil
+	return &Dashboard{opts: opts, log: opts.Logger, static: http.FileServerFS(sub), hist: map[string]*series{}, ended: make(chan struct{})}, nil
 }
 
 // Run samples the coordinator's resources for the chart every interval,
 // and the node's replicas and quota namespaces every few seconds, until
-// ctx ends. The handler serves without it, but its charts then stay empty.
+// ctx ends; then it ends the open event streams. The handler serves
+// without it, but its charts then stay empty.
 func (d *Dashboard) Run(ctx context.Context) error {
+	defer d.endOnce.Do(func() { close(d.ended) })
 	tick := time.NewTicker(d.opts.Interval)
 	defer tick.Stop()
 	var lastPeers time.Time
@@ -425,6 +431,8 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-r.Context().Done():
+			return
+		case <-d.ended:
 			return
 		case <-tick.C:
 		}

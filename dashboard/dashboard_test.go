@@ -152,3 +152,35 @@ func TestQuotaNamespaces(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestStreamsEndWithRun: when Run ends (the process shuts down), open
+// event streams end too, so that http.Server.Shutdown is not held up by
+// them.
+func TestStreamsEndWithRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := startStack(t, ctx, 100*time.Millisecond, time.Minute)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, st.url+"events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	st.stopRun()
+	ended := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, resp.Body)
+		ended <- err
+	}()
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("stream ended with %v, want a clean end", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the event stream outlived the dashboard's Run")
+	}
+}

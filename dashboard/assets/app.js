@@ -186,8 +186,10 @@ function tickCountdowns() {
   const now = serverNow();
   const rows = $("claimants").tBodies[0].rows;
   for (let i = 0; i < rows.length && i < state.claimants.length; i++) {
-    const left = Date.parse(state.claimants[i].expiry) - now;
-    rows[i].cells[5].textContent = left > 0 ? (left / 1000).toFixed(1) + "s" : "ended";
+    const c = state.claimants[i];
+    const left = Date.parse(c.expiry) - now;
+    // A lapsed claimant's expiry is when its record is forgotten.
+    rows[i].cells[5].textContent = c.lapsed ? "lapsed" : left > 0 ? (left / 1000).toFixed(1) + "s" : "ended";
   }
   text("clock", new Date(now).toLocaleTimeString());
 }
