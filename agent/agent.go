@@ -192,6 +192,7 @@ type resource struct {
 	err     error // this resource's own error in the last reply, if any
 	sent    bool  // named in a GetCapacity request: has to be released
 	closed  bool  // closed, alone or with the agent: no longer refreshed
+	use     usage // admitted, refused, time without a lease (usage.go)
 }
 
 // New starts an agent on nc. It does not contact the coordinator until the
@@ -601,6 +602,7 @@ func (a *Agent) applyLocked(r *resource, t time.Time) (Status, bool) {
 	if c == r.inForce && src == r.source {
 		return Status{}, false
 	}
+	r.sourceLocked(src, t)
 	r.inForce, r.source = c, src
 	if r.rate != nil {
 		lim := rate.Limit(c)

@@ -308,6 +308,7 @@ func (c *Coordinator) sweep() {
 	now := c.now().UnixNano()
 	c.propose(c.ledger.Sweep(now))
 	c.stats.top = c.ledger.Top(now, topResources)
+	c.observeGauges(now)
 	c.publishStats()
 }
 

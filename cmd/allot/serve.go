@@ -37,6 +37,7 @@ type coordFlags struct {
 	configBucket string
 	unmatched    config.UnmatchedPolicy
 	logLevel     string
+	logFormat    string
 	electionTTL  time.Duration
 	replicasKV   int
 	clockSkew    time.Duration
@@ -44,6 +45,11 @@ type coordFlags struct {
 	maxRes       int
 	// onServing, if set, is called when a replica starts or stops serving.
 	onServing func(term uint64, serving bool)
+	// metricsAddr serves /metrics, /healthz and /readyz ("" none); see
+	// ops.go. Set before register to change the flag's default.
+	metricsAddr string
+	// ops, if set, is told of the replicas serve runs.
+	ops *opsState
 }
 
 func (f *coordFlags) register(fs *flag.FlagSet) {
@@ -59,6 +65,8 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxRes, "max-resources", coordinator.DefaultMaxResources, "most resources a node keeps state for; requests naming more new ones get error 429")
 	fs.IntVar(&f.maxClients, "max-clients", coordinator.DefaultMaxClients, "most client records (one per client and resource) a node keeps; requests adding more get error 429")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (one JSON object a line)")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", f.metricsAddr, "HOST:PORT to serve Prometheus /metrics, /healthz and /readyz on over HTTP (empty: none; see docs/metrics.md)")
 	fs.DurationVar(&f.electionTTL, "election-ttl", election.DefaultTTL, "leader key TTL in bucket "+election.DefaultBucket+" (whole seconds); an abrupt leader loss costs about TTL+1s")
 	fs.IntVar(&f.replicasKV, "bucket-replicas", 1, "replicas of the election and state buckets when allot creates them (3 on a three-server cluster)")
 }
@@ -106,7 +114,11 @@ func (f *coordFlags) logger(env *cliEnv) (*slog.Logger, error) {
 	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
 	}
-	return slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: lvl})), nil
+	h, err := logHandler(env, f.logFormat, lvl)
+	if err != nil {
+		return nil, err
+	}
+	return slog.New(h), nil
 }
 
 // watchedTemplates adapts the configuration watcher to the coordinator's
@@ -188,6 +200,9 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	if err != nil {
 		return err
 	}
+	if cf.ops != nil {
+		defer cf.ops.add(nc, rep)()
+	}
 	return rep.Run(ctx)
 }
 
@@ -215,6 +230,16 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer nc.Close()
+	if cf.metricsAddr != "" {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		cf.ops = &opsState{}
+		url, err := startOps(ctx, cf.metricsAddr, false, cf.ops, log)
+		if err != nil {
+			return err
+		}
+		log.Info("serving metrics and health", "metrics", url+"/metrics", "healthz", url+"/healthz", "readyz", url+"/readyz")
+	}
 	if cf.parent != "" {
 		log.Info("coordinator under a parent", "node", cf.node, "parent", cf.parent,
 			"config", cf.configBucket+" mirrors "+cf.configBucket+" of JetStream domain "+cf.parent)
@@ -224,7 +249,7 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 
 func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "up", "[flags]")
-	var cf coordFlags
+	cf := coordFlags{metricsAddr: defaultUpMetricsAddr}
 	cf.register(fs)
 	host := fs.String("host", "127.0.0.1", "address the embedded NATS server listens on")
 	port := fs.Int("port", 4222, "NATS client port (0 picks a free one)")
@@ -274,6 +299,15 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 		return fmt.Errorf("connect to embedded server: %w", err)
 	}
 	defer nc.Close()
+	var opsURL string
+	if cf.metricsAddr != "" {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		cf.ops = &opsState{}
+		if opsURL, err = startOps(ctx, cf.metricsAddr, !flagSet(fs, "metrics-addr"), cf.ops, log); err != nil {
+			return err
+		}
+	}
 	// A child's templates come from the root through its mirror; seeding
 	// would write to the root's bucket through it.
 	if cf.parent == "" {
@@ -309,6 +343,9 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		if cf.parent != "" {
 			fmt.Fprintf(env.stdout, "  parent: node %q at %s; %s mirrors %s of domain %s\n", cf.parent, strings.Join(tree.remotes, ","), cf.configBucket, cf.configBucket, cf.parent)
+		}
+		if opsURL != "" {
+			fmt.Fprintf(env.stdout, "  metrics at %s/metrics, health at %s/healthz and %s/readyz\n", opsURL, opsURL, opsURL)
 		}
 		fmt.Fprintf(env.stdout, "try: go run ./cmd/allot get --nats %s --node %s db --wants 10\n     go run ./cmd/allot status --nats %s\n",
 			srv.ClientURL(), cf.node, srv.ClientURL())
