@@ -94,15 +94,24 @@ func TestBadQuery(t *testing.T) {
 			}
 		}
 	}
-	resp, err := http.Get(st.url + "snapshot?resource=db")
+	if ev := getEvent(t, st.url+"snapshot?resource=db"); ev.Snapshot == nil || ev.Snapshot.Node != "root" {
+		t.Fatalf("snapshot: %+v", ev)
+	}
+}
+
+// getEvent fetches one event from the snapshot endpoint at url.
+func getEvent(t *testing.T, url string) dashboard.Event {
+	t.Helper()
+	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	var ev dashboard.Event
-	if err := json.NewDecoder(resp.Body).Decode(&ev); err != nil || ev.Snapshot == nil || ev.Snapshot.Node != "root" {
-		t.Fatalf("snapshot: %v %+v", err, ev)
+	if err := json.NewDecoder(resp.Body).Decode(&ev); err != nil {
+		t.Fatalf("%s: %v", url, err)
 	}
+	return ev
 }
 
 // TestQuotaNamespaces: namespaces reported in the STATS of a serving
@@ -130,16 +139,7 @@ func TestQuotaNamespaces(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get(st.url + "snapshot")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ev dashboard.Event
-		err = json.NewDecoder(resp.Body).Decode(&ev)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		ev := getEvent(t, st.url+"snapshot")
 		if len(ev.Quota) == 2 {
 			if q := ev.Quota[0]; q.Name != "api" || q.Partition != 1 || q.Events["served"] != 2 || ev.Quota[1].Events["timeout"] != 1 {
 				t.Fatalf("quota namespaces %+v", ev.Quota)

@@ -2,8 +2,6 @@ package dashboard_test
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -51,39 +49,30 @@ func TestReplicas(t *testing.T) {
 		srv.Close()
 	})
 
+	// The replicas list is refreshed every 2s: wait until it has caught
+	// up with the election.
 	var ev dashboard.Event
+	var leader *coordinator.Snapshot
+	follower := ""
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		resp, err := http.Get(srv.URL + "/snapshot")
-		if err != nil {
-			t.Fatal(err)
+		ev = getEvent(t, srv.URL+"/snapshot")
+		roles := map[string]string{}
+		for _, r := range ev.Replicas {
+			roles[r.ServerID] = r.Role
 		}
-		ev = dashboard.Event{}
-		err = json.NewDecoder(resp.Body).Decode(&ev)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ev.Snapshot != nil && ev.Snapshot.Serving && len(ev.Replicas) == 2 {
+		if leader = ev.Snapshot; leader != nil && leader.Serving && len(roles) == 2 && roles[leader.ServerID] == "leader" {
+			follower = map[string]string{"rep-a": "rep-b", "rep-b": "rep-a"}[leader.ServerID]
+			if roles[follower] != "follower" {
+				t.Fatalf("replicas %+v", ev.Replicas)
+			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no leader serving with two replicas listed: %+v", ev)
+			t.Fatalf("no leader serving and listed as such: %+v", ev)
 		}
 	}
-	leader := ev.Snapshot
 	if leader.Role != "leader" || leader.Leader != leader.ServerID || leader.Term == 0 {
 		t.Fatalf("leader's snapshot %+v", leader)
-	}
-	roles := map[string]string{}
-	for _, r := range ev.Replicas {
-		roles[r.ServerID] = r.Role
-	}
-	follower := "rep-a"
-	if leader.ServerID == "rep-a" {
-		follower = "rep-b"
-	}
-	if roles[leader.ServerID] != "leader" || roles[follower] != "follower" {
-		t.Fatalf("replicas %+v", ev.Replicas)
 	}
 	for _, r := range reps {
 		fs, err := r.Snapshot(ctx, "", 0, "")
