@@ -80,24 +80,25 @@ type ResourceDetail struct {
 }
 
 // Resources returns views of at most n resources, the ones with the most
-// outstanding first (then by id), and how many resources there are.
+// outstanding first (then by id), and how many resources there are. It
+// sorts only what it lists: one pass over the resources.
 func (l *Ledger) Resources(now int64, n int) ([]ResourceView, int) {
 	type ranked struct {
 		r   *resource
 		out float64
 	}
-	all := make([]ranked, 0, len(l.resources))
-	for _, r := range l.resources {
-		all = append(all, ranked{r, r.bound(now)})
-	}
-	slices.SortFunc(all, func(a, b ranked) int {
-		return cmp.Or(cmp.Compare(b.out, a.out), cmp.Compare(a.r.id, b.r.id))
+	best := newTopK(min(max(n, 0), len(l.resources)), func(a, b ranked) bool {
+		return cmp.Or(cmp.Compare(b.out, a.out), cmp.Compare(a.r.id, b.r.id)) < 0
 	})
-	out := make([]ResourceView, 0, min(max(n, 0), len(all)))
-	for _, a := range all[:min(max(n, 0), len(all))] {
+	for _, r := range l.resources {
+		best.offer(ranked{r, r.bound(now)})
+	}
+	list := best.sorted()
+	out := make([]ResourceView, 0, len(list))
+	for _, a := range list {
 		out = append(out, a.r.view(now))
 	}
-	return out, len(all)
+	return out, len(l.resources)
 }
 
 // Detail describes resource id with at most topN of its claimants
@@ -111,52 +112,21 @@ func (l *Ledger) Detail(now int64, id string, topN int, search string) (Resource
 	d := ResourceDetail{ResourceView: r.view(now), SafeCapacity: r.safeCap}
 	search = strings.ToLower(search)
 	topN = min(max(topN, 0), MaxViewClaimants)
-	// before orders claimants for the list: larger lease, larger wants, id.
-	before := func(a, b int32) bool {
+	// Larger lease first, then larger wants, then id.
+	best := newTopK(min(topN, len(r.clients)), func(a, b int32) bool {
 		ca, cb := &r.clients[a], &r.clients[b]
 		return cmp.Or(cmp.Compare(cb.has, ca.has), cmp.Compare(r.demands[b].Wants, r.demands[a].Wants), strings.Compare(ca.id, cb.id)) < 0
-	}
-	// A heap of the topN best so far, the worst on top: one pass, and
-	// sorting only what is listed.
-	best := make([]int32, 0, min(topN, len(r.clients)))
+	})
 	for i := range r.clients {
 		if search != "" && !strings.Contains(strings.ToLower(displayID(r.clients[i].id)), search) {
 			continue
 		}
 		d.Matching++
-		switch {
-		case topN == 0:
-		case len(best) < topN:
-			best = append(best, int32(i))
-			for k := len(best) - 1; k > 0 && before(best[(k-1)/2], best[k]); k = (k - 1) / 2 {
-				best[k], best[(k-1)/2] = best[(k-1)/2], best[k]
-			}
-		case before(int32(i), best[0]):
-			best[0] = int32(i)
-			for k := 0; ; {
-				w := k
-				for _, c := range []int{2*k + 1, 2*k + 2} {
-					if c < len(best) && before(best[w], best[c]) {
-						w = c
-					}
-				}
-				if w == k {
-					break
-				}
-				best[k], best[w] = best[w], best[k]
-				k = w
-			}
-		}
+		best.offer(int32(i))
 	}
-	slices.SortFunc(best, func(a, b int32) int {
-		if before(a, b) {
-			return -1
-		}
-		return 1
-	})
-	topN = len(best)
-	d.Top = make([]ClaimantView, 0, topN)
-	for _, i := range best {
+	list := best.sorted()
+	d.Top = make([]ClaimantView, 0, len(list))
+	for _, i := range list {
 		c, dm := &r.clients[i], &r.demands[i]
 		d.Top = append(d.Top, ClaimantView{ID: displayID(c.id), Node: c.node, Has: c.has, Wants: dm.Wants,
 			Priority: dm.Priority, Weight: dm.Weight, Expiry: time.Unix(0, c.expiry).UTC(), Lapsed: c.lapsed})
@@ -201,4 +171,59 @@ func (r *resource) view(now int64) ResourceView {
 		}
 	}
 	return v
+}
+
+// topK keeps the k best of the values offered to it (by before, a strict
+// order), in a heap with the worst of them on top: one pass over n values
+// costs O(n log k), and only the k kept are sorted.
+type topK[T any] struct {
+	k      int
+	before func(a, b T) bool
+	heap   []T
+}
+
+func newTopK[T any](k int, before func(a, b T) bool) *topK[T] {
+	return &topK[T]{k: k, before: before, heap: make([]T, 0, k)}
+}
+
+func (t *topK[T]) offer(v T) {
+	h := t.heap
+	switch {
+	case t.k == 0:
+	case len(h) < t.k:
+		h = append(h, v)
+		for i := len(h) - 1; i > 0 && t.before(h[(i-1)/2], h[i]); i = (i - 1) / 2 {
+			h[i], h[(i-1)/2] = h[(i-1)/2], h[i]
+		}
+		t.heap = h
+	case t.before(v, h[0]):
+		h[0] = v
+		for i := 0; ; {
+			w := i
+			for _, c := range [2]int{2*i + 1, 2*i + 2} {
+				if c < len(h) && t.before(h[w], h[c]) {
+					w = c
+				}
+			}
+			if w == i {
+				break
+			}
+			h[i], h[w] = h[w], h[i]
+			i = w
+		}
+	}
+}
+
+// sorted returns the values kept, best first.
+func (t *topK[T]) sorted() []T {
+	slices.SortFunc(t.heap, func(a, b T) int {
+		switch {
+		case t.before(a, b):
+			return -1
+		case t.before(b, a):
+			return 1
+		}
+		return 0
+	})
+	return t.heap
 }

@@ -2,6 +2,8 @@ package ledger
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -108,5 +110,61 @@ func BenchmarkDetail10k(b *testing.B) {
 				l.Detail(now, "r", 50, q)
 			}
 		})
+	}
+}
+
+// TestTopK: the kept values are the k smallest, in order, whatever the
+// order they are offered in, for k from 0 past the number offered.
+func TestTopK(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 200 {
+		n := rng.IntN(60)
+		vals := make([]int, n)
+		for i := range vals {
+			vals[i] = rng.IntN(1000)*100 + i // distinct
+		}
+		k := rng.IntN(n + 5)
+		top := newTopK(min(k, n), func(a, b int) bool { return a < b })
+		for _, v := range vals {
+			top.offer(v)
+		}
+		want := slices.Clone(vals)
+		slices.Sort(want)
+		want = want[:min(k, n)]
+		if got := top.sorted(); !slices.Equal(got, want) {
+			t.Fatalf("trial %d: k %d of %v: got %v, want %v", trial, k, vals, got, want)
+		}
+	}
+}
+
+// TestResourcesMostOutstandingFirst: Resources lists the n resources with
+// the most outstanding, most first, and counts them all.
+func TestResourcesMostOutstandingFirst(t *testing.T) {
+	set := fairTemplate(1e6)
+	now := int64(1e18)
+	l := New(Config{Node: "root", ServerID: "root", Term: 1})
+	p, _ := l.Start(now, Prior{Kind: PriorNew})
+	l.Commit(now, p, nil)
+	for i := range 30 {
+		req := &allotpb.GetCapacityRequest{ClientId: "c", Resource: []*allotpb.ResourceRequest{{ResourceId: fmt.Sprintf("r%02d", i), Wants: float64(1 + (i*7)%30)}}}
+		if _, err := l.Get(now, set, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if p := l.Propose(now); p != nil {
+			l.Commit(now, p, nil)
+		}
+	}
+	l.Allocate(now)
+	l.EndRound()
+	views, total := l.Resources(now, 5)
+	if total != 30 || len(views) != 5 {
+		t.Fatalf("%d views of %d", len(views), total)
+	}
+	for k, v := range views {
+		if v.Outstanding != float64(30-k) || v.Granted != v.Outstanding {
+			t.Fatalf("views[%d] = %+v, want outstanding %d", k, v, 30-k)
+		}
 	}
 }
