@@ -17,12 +17,7 @@ func TestDetailTopAndSearch(t *testing.T) {
 	const n = 10_000
 	set := fairTemplate(1e6)
 	now := int64(1e18)
-	l := New(Config{Node: "root", ServerID: "root", Term: 1})
-	p, err := l.Start(now, Prior{Kind: PriorNew})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Commit(now, p, nil)
+	l := newViewLedger(now)
 	for i := range n {
 		req := &allotpb.GetCapacityRequest{ClientId: fmt.Sprintf("Client-%05d", i),
 			Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: float64(1 + i%100), Priority: int32(i % 3)}}}
@@ -30,13 +25,7 @@ func TestDetailTopAndSearch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for range 2 { // the record, then the raised ceiling
-		if p := l.Propose(now); p != nil {
-			l.Commit(now, p, nil)
-		}
-	}
-	l.Allocate(now)
-	l.EndRound()
+	settleRound(l, now)
 
 	d, ok := l.Detail(now, "r", 20, "")
 	if !ok {
@@ -87,9 +76,7 @@ func TestDetailTopAndSearch(t *testing.T) {
 func BenchmarkDetail10k(b *testing.B) {
 	set := fairTemplate(1e6)
 	now := int64(1e18)
-	l := New(Config{Node: "root", ServerID: "root", Term: 1})
-	p, _ := l.Start(now, Prior{Kind: PriorNew})
-	l.Commit(now, p, nil)
+	l := newViewLedger(now)
 	for i := range 10_000 {
 		req := &allotpb.GetCapacityRequest{ClientId: fmt.Sprintf("client-%05d", i),
 			Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: float64(1 + i%100)}}}
@@ -97,13 +84,7 @@ func BenchmarkDetail10k(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	for range 2 {
-		if p := l.Propose(now); p != nil {
-			l.Commit(now, p, nil)
-		}
-	}
-	l.Allocate(now)
-	l.EndRound()
+	settleRound(l, now)
 	for _, q := range []string{"", "-09"} {
 		b.Run("search="+q, func(b *testing.B) {
 			for b.Loop() {
@@ -142,22 +123,14 @@ func TestTopK(t *testing.T) {
 func TestResourcesMostOutstandingFirst(t *testing.T) {
 	set := fairTemplate(1e6)
 	now := int64(1e18)
-	l := New(Config{Node: "root", ServerID: "root", Term: 1})
-	p, _ := l.Start(now, Prior{Kind: PriorNew})
-	l.Commit(now, p, nil)
+	l := newViewLedger(now)
 	for i := range 30 {
 		req := &allotpb.GetCapacityRequest{ClientId: "c", Resource: []*allotpb.ResourceRequest{{ResourceId: fmt.Sprintf("r%02d", i), Wants: float64(1 + (i*7)%30)}}}
 		if _, err := l.Get(now, set, req); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for range 2 {
-		if p := l.Propose(now); p != nil {
-			l.Commit(now, p, nil)
-		}
-	}
-	l.Allocate(now)
-	l.EndRound()
+	settleRound(l, now)
 	views, total := l.Resources(now, 5)
 	if total != 30 || len(views) != 5 {
 		t.Fatalf("%d views of %d", len(views), total)
@@ -167,4 +140,24 @@ func TestResourcesMostOutstandingFirst(t *testing.T) {
 			t.Fatalf("views[%d] = %+v, want outstanding %d", k, v, 30-k)
 		}
 	}
+}
+
+// newViewLedger is a started ledger of a new deployment.
+func newViewLedger(now int64) *Ledger {
+	l := New(Config{Node: "root", ServerID: "root", Term: 1})
+	p, _ := l.Start(now, Prior{Kind: PriorNew})
+	l.Commit(now, p, nil)
+	return l
+}
+
+// settleRound ends a round whose requests were applied: the record is
+// stored at once (then the raised ceiling), and everything is allocated.
+func settleRound(l *Ledger, now int64) {
+	for range 2 {
+		if p := l.Propose(now); p != nil {
+			l.Commit(now, p, nil)
+		}
+	}
+	l.Allocate(now)
+	l.EndRound()
 }
