@@ -4,14 +4,17 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/dashboard"
 )
 
@@ -194,4 +197,65 @@ func TestStreamsEndWithRun(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the event stream outlived the dashboard's Run")
 	}
+}
+
+// TestTenThousandClaimants: with 10,000 claimants on a resource an event
+// lists only the asked top N (and a search's matches among all of them),
+// so what a page receives stays small.
+func TestTenThousandClaimants(t *testing.T) {
+	const n = 10_000
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := startStack(t, ctx, 200*time.Millisecond, time.Minute)
+	inbox := st.nc.NewRespInbox()
+	replies := make(chan *nats.Msg, n)
+	sub, err := st.nc.ChanSubscribe(inbox, replies)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	for i := range n {
+		body := fmt.Sprintf(`{"client_id":"client-%05d","resource":[{"resource_id":"db","wants":%d}]}`, i, 1+i%10)
+		if err := st.nc.PublishRequest(coordinator.Subject("root", "capacity.get"), inbox, []byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range n {
+		select {
+		case m := <-replies:
+			if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+				t.Fatalf("error %s: %s", code, m.Header.Get("Nats-Service-Error"))
+			}
+		case <-ctx.Done():
+			t.Fatal("not every request was answered")
+		}
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, st.url+"events?resource=db&top=50&q=CLIENT-09", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var ev dashboard.Event
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatal(err)
+		}
+		r := ev.Snapshot.Resource
+		// Capacity 100 among 10,000: the first ones got it all.
+		if r == nil || r.Claimants != n || r.Matching != 1000 || len(r.Top) != 50 || r.Granted != 100 {
+			t.Fatalf("resource %+v", r)
+		}
+		if len(line) > 64<<10 {
+			t.Fatalf("an event of %d bytes for 50 claimants", len(line))
+		}
+		return
+	}
+	t.Fatalf("no event: %v", sc.Err())
 }
