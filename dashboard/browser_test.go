@@ -174,6 +174,13 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Fatalf("node, configuration or quota panel: %+v", p)
 	}
 	gen := p.Gen
+	// A float sum of grants off by rounding noise reads as the round
+	// number, not 100.0.
+	var shown []string
+	if err := b.Eval(ctx, `[fmt(100.00000000000345), fmt(99.99999999999), fmt(17.5), fmt(12345)]`, &shown); err != nil ||
+		!slices.Equal(shown, []string{"100", "100", "17.50", "12.3k"}) {
+		t.Fatalf("number format: %v %q", err, shown)
+	}
 	waitPage(t, ctx, b, "a chart with several samples", func(p page) bool { return p.ChartPoints >= 3 })
 
 	// Search among the claimants, as typed into the page.

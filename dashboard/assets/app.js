@@ -22,7 +22,10 @@ function fmt(x) {
   const a = Math.abs(x);
   if (a >= 1e6) return (x / 1e6).toFixed(2) + "M";
   if (a >= 1e4) return (x / 1e3).toFixed(1) + "k";
-  if (Number.isInteger(x)) return String(x);
+  // Sums of float grants are off by rounding noise: 100.00000000000345
+  // reads as 100.
+  const r = Math.round(x * 100) / 100;
+  if (Number.isInteger(r)) return String(r);
   return x.toFixed(a >= 100 ? 1 : 2);
 }
 
