@@ -72,7 +72,9 @@
 //
 // Status, Capacity and Expiry report where each resource stands (capacity
 // in force and its Source, lease expiry, mode, last error); WithOnChange
-// registers a callback for every change of capacity.
+// registers a callback for every change of capacity. Usage adds what
+// each limiter admitted and refused and the time spent without a lease;
+// package agent/agentmetrics exposes it all to Prometheus.
 //
 // # Accuracy
 //

@@ -65,8 +65,9 @@ type Observation struct {
 	// ConfigRejected counts template puts rejected as invalid, when the
 	// templates come from a configuration watcher (else 0).
 	ConfigRejected uint64
-	// ConfigLoaded is false until the templates were read (a watcher's
-	// generation is 0 until then).
+	// ConfigLoaded is false until the templates were read: while the
+	// source's set has generation 0, as a configuration watcher's has
+	// before its first read.
 	ConfigLoaded bool
 }
 
@@ -76,7 +77,8 @@ type Call struct {
 	// Subject is the endpoint: "capacity.get", "capacity.release",
 	// "server.get" or "other" (an unknown operation).
 	Subject string
-	// Code is 0 for all requests received, else an error code sent.
+	// Code is 0 for all requests received, else an error code sent (-1:
+	// a code outside the documented ones).
 	Code int
 	N    uint64
 }
@@ -132,10 +134,11 @@ var (
 // calls counts requests and error replies from any goroutine.
 type calls [len(callSubjects)][len(callCodes) + 1]atomic.Uint64 // last code column: any other code
 
-func (c *Coordinator) subjectIndex(subject string) int {
-	op := strings.TrimPrefix(subject, "allot."+c.opts.Node+".")
+// subjectIndex maps a subject of the node (allot.<node>.<endpoint>, as
+// the subscriptions guarantee) to its endpoint, without allocating.
+func subjectIndex(subject string) int {
 	for i, s := range callSubjects[:len(callSubjects)-1] {
-		if op == s {
+		if n := len(subject) - len(s); n > 0 && subject[n-1] == '.' && subject[n:] == s && strings.Count(subject[:n-1], ".") == 1 {
 			return i
 		}
 	}
@@ -151,7 +154,7 @@ func (c *Coordinator) countCall(subject string, code int) {
 			break
 		}
 	}
-	c.calls[c.subjectIndex(subject)][j].Add(1)
+	c.calls[subjectIndex(subject)][j].Add(1)
 }
 
 func (c *Coordinator) callCounts() []Call {
@@ -177,9 +180,10 @@ func (c *Coordinator) observeGauges(now int64) {
 	c.stats.gauges, c.stats.rest = c.ledger.Gauges(now, MaxObservedResources)
 }
 
-// Observe returns a snapshot of the coordinator. It is safe to call from
-// any goroutine: it reads what the round loop last published (resource
-// gauges are at most a second old) and never touches the ledger.
+// Observe returns a snapshot of the coordinator; call it after Start. It
+// is safe to call from any goroutine: it reads what the round loop last
+// published (resource gauges are at most a second old) and never touches
+// the ledger.
 func (c *Coordinator) Observe() Observation {
 	c.mu.Lock()
 	s := c.statsSnap
@@ -188,7 +192,7 @@ func (c *Coordinator) Observe() Observation {
 	o := Observation{
 		Node: c.opts.Node, ServerID: c.opts.ServerID, Parent: c.opts.Parent,
 		Role: election.RoleLeader, Term: c.Term(), Leader: c.opts.ServerID,
-		Serving: c.stop != nil && !closed && failure == nil, Coordinator: true,
+		Serving: !closed && failure == nil, Coordinator: true,
 		Rounds: s.rounds, RoundSeconds: s.hist.snapshot(), Calls: c.callCounts(),
 		RecordWrites: s.ledger.RecordWrites, RecordErrors: s.ledger.RecordErrors, RecordWaits: s.ledger.Waits,
 		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords, Silenced: c.silenced.Load(),

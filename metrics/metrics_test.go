@@ -231,9 +231,12 @@ func TestCoordinatorMetrics(t *testing.T) {
 
 	// A release gives the capacity back; the idle resource is forgotten.
 	request(t, nc, "allot.root.capacity.release", []byte(`{"client_id":"c1","resource_id":["db"]}`))
-	waitFor(t, url, "db no longer outstanding after the release", func(f map[string]*dto.MetricFamily) bool {
+	fams = waitFor(t, url, "db no longer outstanding after the release", func(f map[string]*dto.MetricFamily) bool {
 		// An idle resource without claimants is forgotten.
 		v, ok := value(f, "allot_resource_outstanding", db)
 		return !ok || v == 0
 	})
+	if v, _ := value(fams, "allot_coordinator_requests_total", map[string]string{"subject": "capacity.release"}); v != 1 {
+		t.Errorf("requests of capacity.release = %v; want 1", v)
+	}
 }

@@ -31,9 +31,11 @@ const defaultUpMetricsAddr = "127.0.0.1:9464"
 // opsState is what the ops endpoints report on: the replicas this
 // process runs, each with its NATS connection.
 type opsState struct {
+	maxResources int // see metrics.Options
 	// conn is the process's NATS connection: the dashboard lists the
 	// node's replicas and quota namespaces over it (nil: it does not).
-	conn     *nats.Conn
+	conn *nats.Conn
+
 	mu       sync.Mutex
 	replicas []opsReplica
 }
@@ -118,7 +120,7 @@ func (s *opsState) ready() error {
 func opsRegistry(st *opsState) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		metrics.NewCoordinatorCollector(st.targets, metrics.Options{}),
+		metrics.NewCoordinatorCollector(st.targets, metrics.Options{MaxResources: st.maxResources}),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),

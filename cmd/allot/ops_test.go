@@ -19,10 +19,25 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"sigs.k8s.io/yaml"
 
+	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/metrics"
 )
+
+// opsURL is the base URL of the metrics and health endpoints that up
+// printed.
+func (u *upRun) opsURL(t *testing.T) string {
+	t.Helper()
+	m := regexp.MustCompile(`metrics at (http://127\.0\.0\.1:\d+)/metrics`).FindStringSubmatch(u.out.String())
+	if m == nil {
+		t.Fatalf("up does not print the metrics URL:\n%s", u.out.String())
+	}
+	return m[1]
+}
 
 // httpGet returns the status code and body of GET url.
 func httpGet(t *testing.T, url string) (int, string) {
@@ -93,12 +108,8 @@ func metricValue(fams map[string]*dto.MetricFamily, name string, want map[string
 // shows the lease outstanding and the request counted, and /healthz and
 // /readyz answer 200.
 func TestUpServesMetrics(t *testing.T) {
-	up := startUp(t, "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0")
-	m := regexp.MustCompile(`metrics at (http://127\.0\.0\.1:\d+)/metrics`).FindStringSubmatch(up.out.String())
-	if m == nil {
-		t.Fatalf("up does not print the metrics URL:\n%s", up.out.String())
-	}
-	base := m[1]
+	up := startUp(t, "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0", "--metrics-max-resources", "1")
+	base := up.opsURL(t)
 	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz: %d %s", code, body)
 	}
@@ -127,12 +138,62 @@ func TestUpServesMetrics(t *testing.T) {
 			if _, ok := fams["go_goroutines"]; !ok {
 				t.Error("no Go runtime metrics")
 			}
+			if v, _ := metricValue(fams, "allot_config_rejected_puts_total", map[string]string{"node": "root"}); v != 0 {
+				t.Errorf("rejected puts = %v before any", v)
+			}
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("outstanding of mysql/main is %v; want 7", out)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Past --metrics-max-resources, resources are summed as _other.
+	if code, out := runCtx(context.Background(), "get", "--nats", up.url, "db", "--wants", "3", "--client", "c1"); code != 0 {
+		t.Fatalf("get: %d %s", code, out)
+	}
+	other := map[string]string{"node": "root", "resource": metrics.OtherResource}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		fams := scrapeMetrics(t, base)
+		n, _ := metricValue(fams, "allot_coordinator_other_resources", map[string]string{"node": "root"})
+		if v, _ := metricValue(fams, "allot_resource_outstanding", other); n == 1 && v == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("db not summed as %s:\n%v", metrics.OtherResource, fams["allot_resource_outstanding"])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// A broken template put is counted.
+	nc, err := nats.Connect(up.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, config.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "templates.mysql-main", []byte("identifier_glob: mysql/main\ncapacity: [")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		v, _ := metricValue(scrapeMetrics(t, base), "allot_config_rejected_puts_total", map[string]string{"node": "root"})
+		if v == 1 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("rejected puts = %v after a broken put; want 1", v)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	up.wait(t)
 }
@@ -188,16 +249,25 @@ func TestCoordinatorReadyz(t *testing.T) {
 	}
 }
 
-// TestVersionAndLogFormat: `allot version` prints the module version
-// from the build information, and a bad --log-format is refused.
-func TestVersionAndLogFormat(t *testing.T) {
+// TestVersionAndOpsFlags: `allot version` prints the module version from
+// the build information, and bad --log-format and --metrics-max-resources
+// values are refused, naming the flag.
+func TestVersionAndOpsFlags(t *testing.T) {
 	code, out := runCtx(context.Background(), "version")
 	if code != 0 || !regexp.MustCompile(`^allot \S.* \(go1\.\d+`).MatchString(out) {
 		t.Fatalf("version: %d %q", code, out)
 	}
-	code, out = runCtx(context.Background(), "coordinator", "--nats", "nats://127.0.0.1:1", "--log-format", "xml")
-	if code == 0 || !strings.Contains(out, `--log-format "xml"`) {
-		t.Fatalf("bad --log-format: %d %s", code, out)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"coordinator", "--nats", "nats://127.0.0.1:1", "--log-format", "xml"}, `--log-format "xml"`},
+		{[]string{"coordinator", "--nats", "nats://127.0.0.1:1", "--metrics-max-resources", "101"}, "--metrics-max-resources 101"},
+		{[]string{"up", "--data-dir", t.TempDir(), "--metrics-max-resources", "0"}, "--metrics-max-resources 0"},
+	} {
+		if code, out := runCtx(context.Background(), tc.args...); code == 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("%q: code %d, %s; want an error with %q", tc.args, code, out, tc.want)
+		}
 	}
 }
 
@@ -273,4 +343,50 @@ type probe struct {
 type httpGetProbe struct {
 	Path string `json:"path"`
 	Port string `json:"port"`
+}
+
+// TestUpReplicasReady: with a leader and a follower in one process, both
+// replicas are reported, exactly one leads, and /readyz is 200 (a follower
+// of a known leader is ready).
+func TestUpReplicasReady(t *testing.T) {
+	up := startUp(t, "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0", "--replicas", "2")
+	base := up.opsURL(t)
+	waitStatus(t, base+"/readyz", http.StatusOK)
+	fams := scrapeMetrics(t, base)
+	leaders, n := 0.0, 0
+	for _, s := range fams["allot_coordinator_leader"].GetMetric() {
+		leaders += s.GetGauge().GetValue()
+		n++
+	}
+	if n != 2 || leaders != 1 {
+		t.Fatalf("%d replicas reported, %v leading; want 2 and 1", n, leaders)
+	}
+	if got := len(fams["allot_coordinator_rounds_total"].GetMetric()); got != 1 {
+		t.Fatalf("rounds reported %d times; want once, by the leader", got)
+	}
+	up.wait(t)
+}
+
+// TestUpMetricsPortBusy: when the default metrics port is taken, `allot
+// up` picks a free one and prints it; an explicit busy --metrics-addr is
+// an error naming the flag.
+func TestUpMetricsPortBusy(t *testing.T) {
+	l, err := net.Listen("tcp", defaultUpMetricsAddr)
+	if err == nil { // else someone else holds it: busy all the same
+		defer l.Close()
+	}
+	up := startUp(t, "--data-dir", t.TempDir())
+	base := up.opsURL(t)
+	if base == "http://"+defaultUpMetricsAddr {
+		t.Fatalf("up reports the busy default port: %s", base)
+	}
+	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz on the fallback port: %d %s", code, body)
+	}
+	up.wait(t)
+
+	code, out := runCtx(context.Background(), "up", "--port", "0", "--data-dir", t.TempDir(), "--metrics-addr", defaultUpMetricsAddr)
+	if code == 0 || !strings.Contains(out, "--metrics-addr "+defaultUpMetricsAddr) {
+		t.Fatalf("up on a busy --metrics-addr: %d %s", code, out)
+	}
 }

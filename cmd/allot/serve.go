@@ -25,6 +25,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/metrics"
 )
 
 // coordFlags are the flags shared by `allot up` and `allot coordinator`.
@@ -50,6 +51,8 @@ type coordFlags struct {
 	metricsAddr string
 	// ops, if set, is told of the replicas serve runs.
 	ops *opsState
+	// metricsMax bounds the resources metrics name per node.
+	metricsMax int
 }
 
 func (f *coordFlags) register(fs *flag.FlagSet) {
@@ -67,6 +70,7 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (one JSON object a line)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", f.metricsAddr, "HOST:PORT to serve Prometheus /metrics, /healthz and /readyz on over HTTP (empty: none; see docs/metrics.md)")
+	fs.IntVar(&f.metricsMax, "metrics-max-resources", metrics.DefaultMaxResources, fmt.Sprintf("most resources per node that metrics name (those with the most outstanding; the others are summed as resource=%q), 1-%d", metrics.OtherResource, coordinator.MaxObservedResources))
 	fs.DurationVar(&f.electionTTL, "election-ttl", election.DefaultTTL, "leader key TTL in bucket "+election.DefaultBucket+" (whole seconds); an abrupt leader loss costs about TTL+1s")
 	fs.IntVar(&f.replicasKV, "bucket-replicas", 1, "replicas of the election and state buckets when allot creates them (3 on a three-server cluster)")
 }
@@ -92,8 +96,11 @@ func skewOption(d time.Duration) time.Duration {
 // the level's JetStream domain.
 var nodeRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// validate checks the tree flags.
+// validate checks the tree flags and --metrics-max-resources.
 func (f *coordFlags) validate() error {
+	if f.metricsMax < 1 || f.metricsMax > coordinator.MaxObservedResources {
+		return fmt.Errorf("--metrics-max-resources %d: want 1-%d", f.metricsMax, coordinator.MaxObservedResources)
+	}
 	if !nodeRE.MatchString(f.node) {
 		return fmt.Errorf("--node %q: want 1-64 characters from [A-Za-z0-9_-]", f.node)
 	}
@@ -233,7 +240,7 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 	if cf.metricsAddr != "" {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		cf.ops = &opsState{conn: nc}
+		cf.ops = &opsState{maxResources: cf.metricsMax, conn: nc}
 		url, err := startOps(ctx, cf.metricsAddr, false, cf.ops, log)
 		if err != nil {
 			return err
@@ -303,7 +310,7 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	if cf.metricsAddr != "" {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		cf.ops = &opsState{conn: nc}
+		cf.ops = &opsState{maxResources: cf.metricsMax, conn: nc}
 		if opsURL, err = startOps(ctx, cf.metricsAddr, !flagSet(fs, "metrics-addr"), cf.ops, log); err != nil {
 			return err
 		}
