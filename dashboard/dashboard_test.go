@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -213,9 +212,13 @@ func TestTenThousandClaimants(t *testing.T) {
 	}
 	ev, size := openStream(t, ctx, st.url+"events?resource=db&top=50&q=CLIENT-09")()
 	r := ev.Snapshot.Resource
-	// Capacity 100 among 10,000: the first ones got it all.
-	if r == nil || r.Claimants != n || r.Matching != 1000 || len(r.Top) != 50 || math.Abs(r.Granted-100) > 1e-6 {
-		t.Fatalf("resource %+v", r)
+	if r == nil || r.Claimants != n || r.Matching != 1000 || len(r.Top) != 50 || r.Wants != 55_000 || r.Granted > 100+1e-6 {
+		t.Fatalf("resource: %d claimants, %d matching, %d listed, wants %v, granted %v", r.Claimants, r.Matching, len(r.Top), r.Wants, r.Granted)
+	}
+	for k, c := range r.Top {
+		if !strings.HasPrefix(c.ID, "client-09") || k > 0 && c.Has > r.Top[k-1].Has {
+			t.Fatalf("listed claimant %d: %+v after %+v", k, c, r.Top[max(k-1, 0)])
+		}
 	}
 	if size > 64<<10 {
 		t.Fatalf("an event of %d bytes for 50 claimants", size)

@@ -28,7 +28,8 @@ type ResourceView struct {
 	// leases, safe capacities, a predecessor's leases while learning).
 	Granted     float64 `json:"granted"`
 	Outstanding float64 `json:"outstanding"`
-	// Wants sums what the claimants with a live lease ask for.
+	// Wants sums what the claimants ask for, granted or not, but for
+	// those that have neither a live lease nor asked within a lease length.
 	Wants float64 `json:"wants"`
 	// Claimants counts client records (a child node counts once per
 	// priority band), lapsed ones included.
@@ -149,9 +150,14 @@ func (r *resource) view(now int64) ResourceView {
 	v := ResourceView{ID: r.id, Template: r.tmpl.Name, Algorithm: r.tmpl.Algorithm.String(),
 		Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: len(r.clients), Learning: r.learning(now)}
 	for i := range r.clients {
-		if c := &r.clients[i]; !c.lapsed && c.expiry > now {
+		c := &r.clients[i]
+		if c.lapsed || c.expiry <= now && now-c.seen > int64(r.tmpl.LeaseLength) {
+			continue // gone quiet: lapsed, or about to be at the next sweep
+		}
+		// A claimant granted nothing still wants: starvation shows.
+		v.Wants += r.demands[i].Wants
+		if c.expiry > now {
 			v.Granted += c.has
-			v.Wants += r.demands[i].Wants
 		}
 	}
 	if v.Learning {

@@ -161,3 +161,34 @@ func settleRound(l *Ledger, now int64) {
 	l.Allocate(now)
 	l.EndRound()
 }
+
+// TestViewCountsStarvedWants: claimants granted nothing yet still count
+// in Wants, so starvation shows: one whose share is held by another's
+// lease, and one whose first request waits for a record write.
+func TestViewCountsStarvedWants(t *testing.T) {
+	set := fairTemplate(10)
+	now := int64(1e18)
+	l := newViewLedger(now)
+	get := func(id string) {
+		req := &allotpb.GetCapacityRequest{ClientId: id, Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: 10}}}
+		if _, err := l.Get(now, set, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get("a")
+	settleRound(l, now)
+	now += int64(time.Millisecond)
+	get("b")
+	settleRound(l, now)
+	now += int64(time.Millisecond)
+	get("c")
+	if l.Propose(now) == nil { // the record is not stored yet
+		t.Fatal("no record to write for a new claimant")
+	}
+	l.Allocate(now)
+	l.EndRound()
+	d, _ := l.Detail(now, "r", 10, "")
+	if d.Granted != 10 || d.Wants != 30 || len(d.Top) != 3 || d.Top[1].Has != 0 || d.Top[2].Has != 0 {
+		t.Fatalf("granted %v wants %v top %+v", d.Granted, d.Wants, d.Top)
+	}
+}
