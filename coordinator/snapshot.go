@@ -20,6 +20,8 @@ type (
 	ResourceDetail = ledger.ResourceDetail
 	// ClaimantView describes one claimant of a resource.
 	ClaimantView = ledger.ClaimantView
+	// ChildView is a child node's claim on a resource, over its bands.
+	ChildView = ledger.ChildView
 )
 
 // Snapshot limits.

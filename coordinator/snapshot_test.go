@@ -83,6 +83,12 @@ func TestSnapshotTree(t *testing.T) {
 			if b := rs.Resource.Top[0]; b.ID != "child" || !b.Node || b.Wants != 50 || b.Has != 50 {
 				t.Fatalf("parent's claimant %+v", b)
 			}
+			if ch := rs.Resource.Children; len(ch) != 1 || ch[0] != (coordinator.ChildView{Node: "child", Has: 50, Wants: 50, Clients: 1, Bands: 1}) {
+				t.Fatalf("parent's children %+v", ch)
+			}
+			if len(r.Children) != 0 {
+				t.Fatalf("the child has children: %+v", r.Children)
+			}
 			return
 		}
 		if ctx.Err() != nil {

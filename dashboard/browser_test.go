@@ -21,6 +21,7 @@ import (
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/headless"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/proto/allotpb"
 )
 
 // watched adapts a configuration watcher to the coordinator's template
@@ -59,7 +60,15 @@ func startStack(t *testing.T, ctx context.Context, interval, history time.Durati
 	}
 	t.Cleanup(w.Stop)
 	c := coordtest.Start(t, nc, coordinator.Options{Templates: watched{w}, RoundInterval: 5 * time.Millisecond})
-	d, err := dashboard.New(dashboard.Options{Source: c, Conn: nc, Interval: interval, History: history})
+	url, stop := serveDashboard(t, dashboard.Options{Source: c, Conn: nc, Interval: interval, History: history})
+	return &stack{nc: nc, kv: kv, c: c, url: url, stopRun: stop}
+}
+
+// serveDashboard runs a dashboard and serves it over HTTP until the test
+// ends; it returns the page's URL and a function that ends its Run.
+func serveDashboard(t *testing.T, opts dashboard.Options) (string, context.CancelFunc) {
+	t.Helper()
+	d, err := dashboard.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +86,7 @@ func startStack(t *testing.T, ctx context.Context, interval, history time.Durati
 		srv.CloseClientConnections()
 		srv.Close()
 	})
-	return &stack{nc: nc, kv: kv, c: c, url: srv.URL + "/dashboard/", stopRun: cancel}
+	return srv.URL + "/dashboard/", cancel
 }
 
 func putTemplate(t *testing.T, ctx context.Context, kv jetstream.KeyValue, value string) {
@@ -140,27 +149,35 @@ func waitPage(t *testing.T, ctx context.Context, b *headless.Browser, what strin
 	}
 }
 
+// startBrowser starts a headless Chromium for the test, or skips the test
+// when there is none.
+func startBrowser(t *testing.T, ctx context.Context) *headless.Browser {
+	t.Helper()
+	bin := headless.Find()
+	if bin == "" {
+		t.Skip("no Chromium binary (chromium, chromium-browser, google-chrome or $ALLOT_CHROMIUM): apt-get install chromium")
+	}
+	b, err := headless.Start(ctx, bin, headless.Options{UserDataDir: t.TempDir(), Width: 1280, Height: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
 // TestDashboardInChromium loads the dashboard in a real headless Chromium
 // against an embedded coordinator, drives real agents and configuration
 // puts, and checks that the numbers on the page follow: the grants, the
 // claimants (and a search among them), the chart, a rejected put with its
 // error, a capacity change, and a client leaving.
 func TestDashboardInChromium(t *testing.T) {
-	bin := headless.Find()
-	if bin == "" {
-		t.Skip("no Chromium binary (chromium, chromium-browser, google-chrome or $ALLOT_CHROMIUM): apt-get install chromium")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	b := startBrowser(t, ctx)
 	st := startStack(t, ctx, 250*time.Millisecond, time.Minute)
 	client(t, st.nc, "alpha", 30)
 	beta := client(t, st.nc, "beta", 100)
 
-	b, err := headless.Start(ctx, bin, headless.Options{UserDataDir: t.TempDir(), Width: 1280, Height: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
 	if err := b.Navigate(ctx, st.url+"?resource=db"); err != nil {
 		t.Fatal(err)
 	}
@@ -242,4 +259,61 @@ func screenshot(t *testing.T, ctx context.Context, b *headless.Browser, st *stac
 		t.Fatal(err)
 	}
 	t.Logf("screenshot written to %s", out)
+}
+
+// TestTreeDashboardInChromium: over a real two-level tree (a child level
+// joined to the root by a leaf-node link), the child's page shows its
+// parent and its lease from it, and the root's page lists the child node
+// with what it holds and wants, as a real agent at the child asks.
+func TestTreeDashboardInChromium(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b := startBrowser(t, ctx)
+	root := natstest.Root(t, "root")
+	child := natstest.Child(t, "child", root)
+	rnc, cnc := natstest.Conn(t, root.Server), natstest.Conn(t, child.Server)
+	tm := &config.Template{Name: "db", Glob: "db", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: 10 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 10 * time.Second}
+	tmpls := coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil))
+	rc := coordtest.Start(t, rnc, coordinator.Options{Node: "root", Templates: tmpls, RoundInterval: 5 * time.Millisecond})
+	cc := coordtest.Start(t, cnc, coordinator.Options{Node: "child", Parent: "root", Templates: tmpls, RoundInterval: 5 * time.Millisecond})
+	rootURL, _ := serveDashboard(t, dashboard.Options{Source: rc, Conn: rnc, Interval: 250 * time.Millisecond})
+	childURL, _ := serveDashboard(t, dashboard.Options{Source: cc, Conn: cnc, Interval: 250 * time.Millisecond})
+	a, err := agent.New(cnc, agent.WithClientID("svc"), agent.WithNode("child"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.Rate("db", agent.WithWants(40)); err != nil {
+		t.Fatal(err)
+	}
+
+	type treePage struct{ Parent, Lease, Children, Rows string }
+	read := `(() => {
+	  const t = (id) => document.getElementById(id).textContent;
+	  return { Parent: t('parent'), Lease: t('res-lease'), Children: t('children'),
+	    Rows: [...document.querySelectorAll('#claimants tbody tr')].map((r) => r.cells[0].textContent).join(',') };
+	})()`
+	wait := func(url, what string, ok func(p treePage) bool) {
+		t.Helper()
+		if err := b.Navigate(ctx, url+"?resource=db"); err != nil {
+			t.Fatal(err)
+		}
+		var p treePage
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			p = treePage{}
+			if err := b.Eval(ctx, read, &p); err == nil && ok(p) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never showed %s: %+v", url, what, p)
+			}
+		}
+	}
+	wait(childURL, "its parent and lease", func(p treePage) bool {
+		return p.Parent == "root" && strings.HasPrefix(p.Lease, "40 (") && p.Rows == "svc" && p.Children == "none"
+	})
+	wait(rootURL, "the child node", func(p treePage) bool {
+		return p.Parent == "– (root)" && p.Children == "child · has 40 · wants 40 · 1 client in 1 band" && p.Rows == "child (child node)"
+	})
 }

@@ -157,6 +157,7 @@ function renderResource(r, s) {
   $("res-missing").hidden = !!r || !state.resource;
   if (!r) {
     for (const id of ["res-capacity", "res-granted", "res-wants", "res-outstanding", "res-claimants", "res-safe", "res-learning", "res-ceiling", "res-lease"]) text(id, "–");
+    renderChildren([]);
     state.claimants = [];
     $("claimants").tBodies[0].replaceChildren();
     text("claimants-note", "");
@@ -172,6 +173,7 @@ function renderResource(r, s) {
   text("res-learning", r.learning ? "until " + new Date(Date.parse(r.learning_until)).toLocaleTimeString() : "no");
   text("res-ceiling", r.ceiling === undefined ? "none" : fmt(r.ceiling));
   text("res-lease", r.lease_known ? fmt(r.lease) + " (" + ago(Date.parse(r.lease_expiry) - state.snapTime) + " left)" : s.parent ? "not yet" : "– (root node)");
+  renderChildren(r.children || []);
   state.claimants = r.top || [];
   const rows = state.claimants.map((c) => {
     const tr = document.createElement("tr");
@@ -183,6 +185,23 @@ function renderResource(r, s) {
   $("claimants").tBodies[0].replaceChildren(...rows);
   text("claimants-note", "(showing " + rows.length + " of " + r.matching + (state.q ? " matching “" + state.q + "”" : "") + ", " + r.claimants + " in all)");
   tickCountdowns();
+}
+
+// renderChildren lists the child nodes claiming the followed resource,
+// each over its priority bands.
+function renderChildren(children) {
+  const items = children.map((c) => {
+    const li = document.createElement("li");
+    li.textContent = c.node + " · has " + fmt(c.has) + " · wants " + fmt(c.wants) + " · " + fmt(c.clients) + " client" + (c.clients === 1 ? "" : "s") + " in " + c.bands + " band" + (c.bands === 1 ? "" : "s");
+    return li;
+  });
+  if (!items.length) {
+    const li = document.createElement("li");
+    li.className = "muted";
+    li.textContent = "none";
+    items.push(li);
+  }
+  $("children").replaceChildren(...items);
 }
 
 function tickCountdowns() {

@@ -78,6 +78,21 @@ type ResourceDetail struct {
 	// lease first (then largest wants, then id).
 	Matching int            `json:"matching"`
 	Top      []ClaimantView `json:"top"`
+	// Children are the child nodes among the claimants, each summed over
+	// its priority bands, by name (at most MaxViewClaimants).
+	Children []ChildView `json:"children,omitempty"`
+}
+
+// ChildView is a child node's claim on a resource, over its priority
+// bands.
+type ChildView struct {
+	Node string `json:"node"`
+	// Has and Wants sum the bands' leases and wants; Clients sums their
+	// weights (the clients the child serves), Bands counts them.
+	Has     float64 `json:"has"`
+	Wants   float64 `json:"wants"`
+	Clients float64 `json:"clients"`
+	Bands   int     `json:"bands"`
 }
 
 // Resources returns views of at most n resources, the ones with the most
@@ -126,6 +141,30 @@ func (l *Ledger) Detail(now int64, id string, topN int, search string) (Resource
 		best.offer(int32(i))
 	}
 	list := best.sorted()
+	children := map[string]*ChildView{}
+	for i := range r.clients {
+		c := &r.clients[i]
+		if !c.node || c.lapsed {
+			continue
+		}
+		name := displayID(c.id)
+		cv := children[name]
+		if cv == nil {
+			if len(children) == MaxViewClaimants {
+				continue
+			}
+			cv = &ChildView{Node: name}
+			children[name] = cv
+		}
+		cv.Has += c.has
+		cv.Wants += r.demands[i].Wants
+		cv.Clients += r.demands[i].Weight
+		cv.Bands++
+	}
+	for _, cv := range children {
+		d.Children = append(d.Children, *cv)
+	}
+	slices.SortFunc(d.Children, func(a, b ChildView) int { return strings.Compare(a.Node, b.Node) })
 	d.Top = make([]ClaimantView, 0, len(list))
 	for _, i := range list {
 		c, dm := &r.clients[i], &r.demands[i]

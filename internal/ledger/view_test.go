@@ -192,3 +192,30 @@ func TestViewCountsStarvedWants(t *testing.T) {
 		t.Fatalf("granted %v wants %v top %+v", d.Granted, d.Wants, d.Top)
 	}
 }
+
+// TestDetailChildren: a child node's priority bands are summed into one
+// child, listed by name beside the claimants.
+func TestDetailChildren(t *testing.T) {
+	set := fairTemplate(1000)
+	now := int64(1e18)
+	l := newViewLedger(now)
+	for _, child := range []string{"west", "east"} {
+		rr := &allotpb.ServerCapacityResourceRequest{ResourceId: "r", Wants: []*allotpb.PriorityBandAggregate{
+			{Priority: 0, NumClients: 3, Wants: 30}, {Priority: 2, NumClients: 2, Wants: 20}}}
+		if _, err := l.ServerGet(now, set, &allotpb.GetServerCapacityRequest{ServerId: child, Resource: []*allotpb.ServerCapacityResourceRequest{rr}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.Get(now, set, &allotpb.GetCapacityRequest{ClientId: "local", Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	settleRound(l, now)
+	d, _ := l.Detail(now, "r", 10, "")
+	want := []ChildView{{Node: "east", Has: 50, Wants: 50, Clients: 5, Bands: 2}, {Node: "west", Has: 50, Wants: 50, Clients: 5, Bands: 2}}
+	if !slices.Equal(d.Children, want) || d.Claimants != 5 {
+		t.Fatalf("children %+v, %d claimants", d.Children, d.Claimants)
+	}
+	if d, _ = l.Detail(now, "r", 10, "wes"); d.Matching != 2 || !d.Top[0].Node || d.Top[0].ID != "west" {
+		t.Fatalf("search for a child: %+v", d.Top)
+	}
+}
