@@ -75,7 +75,7 @@ func (c *Coordinator) loop() {
 			return
 		case <-sweep.C:
 			c.sweep()
-		case q := <-c.snapq:
+		case q := <-c.snap.q:
 			c.snapshot(q)
 		case res := <-c.store.out:
 			c.stored(res)
