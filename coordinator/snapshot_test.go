@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,5 +96,30 @@ func TestSnapshotTree(t *testing.T) {
 			t.Fatalf("child %+v, root %+v", cs.Resource, rs.Resource)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestSnapshotSharesTheList: snapshots within half a second share one
+// resource list (it costs a pass over every client record); a later one
+// lists anew. The resource asked for is always read anew.
+func TestSnapshotSharesTheList(t *testing.T) {
+	var offset atomic.Int64
+	base := time.Now()
+	now := func() time.Time { return base.Add(time.Duration(offset.Load())) } // frozen but for offset
+	e := start(t, coordinator.Options{Now: now, Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("*", 100, allotpb.Algorithm_FAIR_SHARE)}, nil))})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e.get("a", map[string]float64{"one": 10})
+	if s, err := e.c.Snapshot(ctx, "", 0, ""); err != nil || s.ResourceCount != 1 {
+		t.Fatalf("%v %+v", err, s)
+	}
+	e.get("a", map[string]float64{"two": 10})
+	s, err := e.c.Snapshot(ctx, "two", 5, "")
+	if err != nil || s.ResourceCount != 1 || len(s.Resources) != 1 || s.Resource == nil || s.Resource.Granted != 10 {
+		t.Fatalf("within half a second: %v %+v", err, s)
+	}
+	offset.Add(int64(600 * time.Millisecond))
+	if s, err = e.c.Snapshot(ctx, "", 0, ""); err != nil || s.ResourceCount != 2 || len(s.Resources) != 2 {
+		t.Fatalf("after half a second: %v %+v", err, s)
 	}
 }
