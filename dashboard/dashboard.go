@@ -232,18 +232,25 @@ func New(opts Options) (*Dashboard, error) {
 // without it, but its charts then stay empty.
 func (d *Dashboard) Run(ctx context.Context) error {
 	defer d.endOnce.Do(func() { close(d.ended) })
-	tick := time.NewTicker(d.opts.Interval)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if d.opts.Conn != nil {
+		// Apart from sampling: each round waits for replies a while.
+		wg.Go(func() { every(ctx, peersEvery, d.peers) })
+	}
+	every(ctx, d.opts.Interval, d.sample)
+	return nil
+}
+
+// every calls f at once and then every period until ctx ends.
+func every(ctx context.Context, period time.Duration, f func(context.Context)) {
+	tick := time.NewTicker(period)
 	defer tick.Stop()
-	var lastPeers time.Time
 	for {
-		d.sample(ctx)
-		if d.opts.Conn != nil && time.Since(lastPeers) >= peersEvery {
-			lastPeers = time.Now()
-			d.peers(ctx)
-		}
+		f(ctx)
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-tick.C:
 		}
 	}
