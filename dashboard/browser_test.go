@@ -115,6 +115,7 @@ type page struct {
 	Capacity, Granted, Wants, Claimants, Rejected, Gen, Quota, Note, Role string
 	Rows                                                                  []string
 	ChartPoints                                                           int
+	Missing                                                               bool
 }
 
 const readPage = `(() => {
@@ -126,6 +127,7 @@ const readPage = `(() => {
     Quota: document.getElementById('quota-empty').hidden ? '' : t('quota-empty'),
     Rows: [...document.querySelectorAll('#claimants tbody tr')].map((r) => [...r.cells].slice(0, 3).map((c) => c.textContent).join('|')),
     ChartPoints: line ? line.getAttribute('points').split(' ').filter((s) => s).length : 0,
+    Missing: !document.getElementById('res-missing').hidden,
   };
 })()`
 
@@ -238,6 +240,17 @@ func TestDashboardInChromium(t *testing.T) {
 	waitPage(t, ctx, b, "alpha alone", func(p page) bool {
 		return p.Granted == "30" && p.Wants == "30" && p.Claimants == "1" && slices.Equal(p.Rows, []string{"alpha|30|30"})
 	})
+
+	// Open a resource nobody asked for by id, then go back to db by
+	// clicking its row in the resource table.
+	if err := b.Eval(ctx, `(() => { document.getElementById('open-id').value = 'nobody/asked'; document.getElementById('open-form').requestSubmit(); })()`, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, b, "an unknown resource", func(p page) bool { return p.Missing && p.Capacity == "–" && len(p.Rows) == 0 })
+	if err := b.Eval(ctx, `document.querySelector('#resources tbody tr[data-id="db"]').click()`, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, ctx, b, "db again", func(p page) bool { return !p.Missing && p.Capacity == "60" && len(p.Rows) == 1 })
 
 	if out := os.Getenv("ALLOT_DASHBOARD_SCREENSHOT"); out != "" {
 		screenshot(t, ctx, b, st, out)

@@ -260,3 +260,28 @@ func openStream(t *testing.T, ctx context.Context, url string) func() (dashboard
 		return dashboard.Event{}, 0
 	}
 }
+
+// TestAssetsSelfContained: the page loads nothing from elsewhere (no CDN,
+// works offline): every asset is served from the binary, and none names
+// another host.
+func TestAssetsSelfContained(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := startStack(t, ctx, time.Second, time.Minute)
+	for _, name := range []string{"", "app.js", "style.css"} {
+		resp, err := http.Get(st.url + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || len(body) == 0 {
+			t.Fatalf("%q: %d", name, resp.StatusCode)
+		}
+		for _, ref := range []string{"http:", "https:", "//cdn", "@import"} {
+			if strings.Contains(string(body), ref) {
+				t.Errorf("%q refers to %q", name, ref)
+			}
+		}
+	}
+}
