@@ -27,15 +27,20 @@ const (
 	KindRate Kind = iota + 1
 	// KindGauge is a gauge resource: capacity is units in flight.
 	KindGauge
+	// KindQuota is a quota namespace, asked per request with Take; its
+	// Status describes the namespace's circuit.
+	KindQuota
 )
 
-// String returns "rate" or "gauge".
+// String returns "rate", "gauge" or "quota".
 func (k Kind) String() string {
 	switch k {
 	case KindRate:
 		return "rate"
 	case KindGauge:
 		return "gauge"
+	case KindQuota:
+		return "quota"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -55,9 +60,16 @@ const (
 	// SourcePessimistic is zero, used in Pessimistic mode without a valid
 	// lease.
 	SourcePessimistic
+	// SourceQuotaService is a quota namespace whose decisions come from
+	// the quota service.
+	SourceQuotaService
+	// SourceFallback is a quota namespace whose circuit is open: its
+	// decisions come from the local fallback bucket, or fail without one.
+	SourceFallback
 )
 
-// String returns "lease", "safe", "optimistic" or "pessimistic".
+// String returns "lease", "safe", "optimistic", "pessimistic",
+// "quota-service" or "fallback".
 func (s Source) String() string {
 	switch s {
 	case SourceLease:
@@ -68,18 +80,25 @@ func (s Source) String() string {
 		return "optimistic"
 	case SourcePessimistic:
 		return "pessimistic"
+	case SourceQuotaService:
+		return "quota-service"
+	case SourceFallback:
+		return "fallback"
 	}
 	return fmt.Sprintf("Source(%d)", int(s))
 }
 
-// Status describes one resource as the agent sees it.
+// Status describes one resource, or one quota namespace, as the agent sees
+// it.
 type Status struct {
-	// ResourceID identifies the resource.
+	// ResourceID identifies the resource, or names the quota namespace
+	// (Kind KindQuota).
 	ResourceID string
-	// Kind is KindRate or KindGauge.
+	// Kind is KindRate, KindGauge or KindQuota.
 	Kind Kind
 	// Capacity is the capacity in force: per second for rates, units in
-	// flight for gauges; +Inf when unlimited.
+	// flight for gauges; +Inf when unlimited. For a quota namespace it is
+	// the fallback bucket's rate per second, 0 without one.
 	Capacity float64
 	// Source says where Capacity comes from.
 	Source Source
@@ -99,13 +118,23 @@ type Status struct {
 	// estimated from demand.
 	Wants     float64
 	AutoWants bool
-	// LastRefresh is the time of the last successful GetCapacity.
+	// LastRefresh is the time of the last successful GetCapacity; for a
+	// quota namespace, of the last answer from the quota service.
 	LastRefresh time.Time
 	// LastError is the error of the last failed GetCapacity since the last
 	// successful one, or the error the coordinator gave for this resource
 	// alone in the last reply (a *ServiceError, e.g. 404 when it matches
-	// no template), or nil.
+	// no template), or nil. For a quota namespace it is the last failure
+	// to get an answer since the last answer.
 	LastError error
+	// QuotaFailures counts a quota namespace's consecutive requests the
+	// quota service did not answer. At WithQuotaCircuit's threshold
+	// CircuitOpen is set and Source is SourceFallback: Take decides
+	// locally without asking until CircuitRetry, when one request probes
+	// the service again.
+	QuotaFailures int
+	CircuitOpen   bool
+	CircuitRetry  time.Time
 }
 
 // ServiceError is an error reply from the coordinator (NATS micro
@@ -133,24 +162,33 @@ type Agent struct {
 	log     *slog.Logger
 	getSubj string
 	relSubj string
+	// quotaSubj is allot.<node>.quota; Take and Report add the rest.
+	quotaSubj string
+	q         quotaState
+	// pbHeader marks requests as binary protobuf; shared and never
+	// modified, so concurrent requests can all read it.
+	pbHeader nats.Header
 
 	kick chan struct{}
 	stop chan struct{}
 	done chan struct{}
 
-	mu        sync.Mutex
-	res       map[string]*resource
-	term      uint64
-	lastErr   error
-	lastOK    time.Time
-	failures  int
-	earlyAt   time.Time         // pending early refresh, zero if none
-	interval  time.Duration     // shortest refresh interval of the last response
-	notes     []Status          // changes the loop has yet to report to OnChange
-	releases  []*pendingRelease // resources closed on their own, to release
-	closed    bool
-	closeOnce sync.Once
-	closeErr  error
+	mu   sync.Mutex
+	res  map[string]*resource
+	term uint64
+	// staleRounds counts refreshes in a row answered only by terms below
+	// term (see staleTermLimit).
+	staleRounds int
+	lastErr     error
+	lastOK      time.Time
+	failures    int
+	earlyAt     time.Time         // pending early refresh, zero if none
+	interval    time.Duration     // shortest refresh interval of the last response
+	notes       []Status          // changes the loop has yet to report to OnChange
+	releases    []*pendingRelease // resources closed on their own, to release
+	closed      bool
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // pendingRelease is a resource closed on its own, waiting for the loop to
@@ -206,6 +244,11 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 		node:           DefaultNode,
 		requestTimeout: DefaultRequestTimeout,
 		minRefreshGap:  DefaultMinRefreshGap,
+
+		quotaTimeout:        DefaultQuotaTimeout,
+		quotaFailures:       DefaultQuotaFailures,
+		quotaCooldown:       DefaultQuotaCooldown,
+		quotaReportInterval: DefaultQuotaReportInterval,
 	}
 	for _, opt := range opts {
 		if opt == nil {
@@ -231,7 +274,11 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 		res:     make(map[string]*resource),
+
+		quotaSubj: "allot." + o.node + ".quota",
+		pbHeader:  nats.Header{wire.HeaderContentType: []string{wire.ContentProtobuf}},
 	}
+	a.initQuota()
 	go a.run()
 	return a, nil
 }
@@ -538,16 +585,18 @@ func bigChange(old, w float64) bool {
 	return d >= 1 && d > 0.25*old
 }
 
-// Status returns the status of every resource, ordered by id.
+// Status returns the status of every resource, ordered by id, followed by
+// that of every quota namespace Take was called for (Kind KindQuota),
+// ordered by name.
 func (a *Agent) Status() []Status {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	out := make([]Status, 0, len(a.res))
 	for _, r := range a.res {
 		out = append(out, r.statusLocked())
 	}
+	a.mu.Unlock()
 	slices.SortFunc(out, func(x, y Status) int { return cmp.Compare(x.ResourceID, y.ResourceID) })
-	return out
+	return append(out, a.quotaStatus()...)
 }
 
 // LastError returns the error of the last failed refresh since the last

@@ -29,7 +29,10 @@
 // refresh is split into several requests sent together. A new resource or
 // a large change in wants triggers an earlier request, at most one per
 // WithMinRefreshGap. Responses whose term is lower than the highest seen
-// are ignored.
+// are ignored, unless three refreshes in a row are answered only by lower
+// terms: then the higher term is gone or was never real (a forged reply),
+// and the agent follows the coordinator that answers. A lease is never
+// taken to last more than 24 hours, whatever a reply claims.
 //
 // Agent.Close releases all leases with ReleaseCapacity; a limiter's or
 // gauge's own Close releases that resource alone, so limiters can come
@@ -75,6 +78,24 @@
 // registers a callback for every change of capacity. Usage adds what
 // each limiter admitted and refused and the time spent without a lease;
 // package agent/agentmetrics exposes it all to Prometheus.
+//
+// # Per-request quota
+//
+// Limits per key asked for at the moment of use (logins per user, calls
+// per tenant) go to the coordinators' quota service instead of a lease:
+//
+//	res, err := a.Take(ctx, "logins:alice", 1) // waits an OK_WAIT's wait
+//	var qe *agent.QuotaError                    // REJECTED: qe.Reason, qe.RetryAfter
+//	err = a.Report("batch:job42", 480)          // charge after the fact, batched
+//
+// Each Take is one binary-protobuf request to
+// allot.<node>.quota.take.<namespace>.<name>. When the service does not
+// answer, a local fallback bucket per namespace decides
+// (WithQuotaFallback), or Take fails closed with ErrQuotaUnavailable;
+// after repeated failures a circuit breaker stops asking for a while
+// (WithQuotaCircuit), and Status lists each namespace's circuit (Kind
+// KindQuota). Package agent/quotahttp puts Take in front of an
+// http.Handler.
 //
 // # Accuracy
 //

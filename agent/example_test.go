@@ -18,23 +18,34 @@ import (
 	"github.com/allot/allot/proto/allotpb"
 )
 
-// demo starts an embedded NATS server and a coordinator that gives
-// "mysql/main" 100 per second, "mysql/connections" 10 in flight and each
-// "tenant/*" 50 per second. It returns a connection and a function that
-// stops everything.
-func demo() (*nats.Conn, func(), error) {
+// demoServer starts an embedded NATS server and connects to it; stop
+// closes the connection and stops the server.
+func demoServer() (nc *nats.Conn, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "allot-example")
 	if err != nil {
 		return nil, nil, err
 	}
 	s, err := embed.Start(embed.Options{StoreDir: dir})
 	if err != nil {
+		os.RemoveAll(dir)
 		return nil, nil, err
 	}
 	stopServer := func() { s.Shutdown(); s.WaitForShutdown(); os.RemoveAll(dir) }
-	nc, err := nats.Connect(s.ClientURL())
+	nc, err = nats.Connect(s.ClientURL())
 	if err != nil {
 		stopServer()
+		return nil, nil, err
+	}
+	return nc, func() { nc.Close(); stopServer() }, nil
+}
+
+// demo starts an embedded NATS server and a coordinator that gives
+// "mysql/main" 100 per second, "mysql/connections" 10 in flight and each
+// "tenant/*" 50 per second. It returns a connection and a function that
+// stops everything.
+func demo() (*nats.Conn, func(), error) {
+	nc, stopServer, err := demoServer()
+	if err != nil {
 		return nil, nil, err
 	}
 	tmpl := func(glob string, capacity float64) *config.Template {
@@ -50,11 +61,10 @@ func demo() (*nats.Conn, func(), error) {
 		err = c.Start(context.Background())
 	}
 	if err != nil {
-		nc.Close()
 		stopServer()
 		return nil, nil, err
 	}
-	return nc, func() { c.Stop(); nc.Close(); stopServer() }, nil
+	return nc, func() { c.Stop(); stopServer() }, nil
 }
 
 // demoAgent starts the demo and an agent on it; stop closes the agent and

@@ -233,6 +233,12 @@ func fieldSize(n int) int { return 1 + protowire.SizeVarint(uint64(n)) + n }
 // answered or have timed out. It reports the first part's error, if any.
 func (a *Agent) refresh(t time.Time) error {
 	a.mu.Lock()
+	if a.closed {
+		// Close has already listed what to release: a request now would
+		// bring a lease that nobody gives back.
+		a.mu.Unlock()
+		return nil
+	}
 	a.earlyAt = time.Time{}
 	sent := make([]*resource, 0, len(a.res))
 	for _, r := range a.res {
@@ -290,6 +296,21 @@ func (a *Agent) refresh(t time.Time) error {
 			term = max(term, resps[k].GetTerm())
 		}
 	}
+	if top := a.answeredTerm(errs, resps); top < term && term == a.term {
+		// Every answer is below the highest term seen. A deposed leader
+		// goes silent (its successor answers from then on), so answers
+		// that stay below it mean that term is gone, or was never real (a
+		// forged reply): after staleTermLimit refreshes, follow the
+		// coordinator that answers rather than refuse it for ever.
+		a.staleRounds++
+		if a.staleRounds >= staleTermLimit {
+			a.log.Warn("allot: coordinator term went back; following the coordinator that answers",
+				"subject", a.getSubj, "from", a.term, "to", top, "refreshes", a.staleRounds)
+			term, a.term = top, top
+		}
+	} else {
+		a.staleRounds = 0
+	}
 	var firstErr error
 	answered := false
 	for k, err := range errs {
@@ -325,6 +346,27 @@ func (a *Agent) refresh(t time.Time) error {
 	return nil
 }
 
+// staleTermLimit is how many refreshes in a row answered only by lower
+// terms make the agent follow the lower term: a single forged reply with a
+// huge term must not lock the agent out of its coordinator for ever.
+const staleTermLimit = 3
+
+// answeredTerm is the highest term among the parts that were answered (0
+// if none was).
+func (a *Agent) answeredTerm(errs []error, resps []*allotpb.GetCapacityResponse) uint64 {
+	var top uint64
+	answered := false
+	for k, err := range errs {
+		if err == nil {
+			top, answered = max(top, resps[k].GetTerm()), true
+		}
+	}
+	if !answered {
+		return a.term
+	}
+	return top
+}
+
 // installLocked installs the leases of resp, the answer to a request for
 // sent (sorted by id). Resources closed since are left alone.
 func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityResponse) {
@@ -351,7 +393,13 @@ func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityRespons
 			continue
 		}
 		r.leased, r.granted = true, c
+		// No coordinator issues a longer lease; a reply claiming one (a
+		// forged "until 2999") would otherwise be reported back for ever
+		// and refused as a bad request.
 		r.expiry = g.GetExpiryTime().AsTime()
+		if limit := now(a.o.clock).Add(wire.MaxLeaseLength); r.expiry.After(limit) {
+			r.expiry = limit
+		}
 		r.refresh = g.GetRefreshInterval().AsDuration()
 		if r.refresh <= 0 {
 			r.refresh = defaultRefresh
@@ -373,16 +421,27 @@ func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityRespons
 // cancelled by Close: Close waits for the answer, so that what it sends
 // next cannot overtake this request.
 func (a *Agent) call(subj string, req, resp proto.Message) error {
+	return a.request(context.Background(), a.o.requestTimeout, subj, req, resp)
+}
+
+// request is call with the caller's context and a timeout of its own:
+// Take's requests end with either.
+func (a *Agent) request(ctx context.Context, timeout time.Duration, subj string, req, resp proto.Message) error {
 	data, err := wire.Marshal(wire.Protobuf, req)
 	if err != nil {
 		return fmt.Errorf("agent: encode request for %s: %w", subj, err)
 	}
-	msg := nats.NewMsg(subj)
-	msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
-	msg.Data = data
-	ctx, cancel := context.WithTimeout(context.Background(), a.o.requestTimeout)
-	defer cancel()
-	reply, err := a.nc.RequestMsgWithContext(ctx, msg)
+	// The header map is shared, read-only: one map less per request.
+	msg := &nats.Msg{Subject: subj, Header: a.pbHeader, Data: data}
+	var reply *nats.Msg
+	if ctx.Done() == nil {
+		// Without a context to watch, a plain timeout costs less.
+		reply, err = a.nc.RequestMsg(msg, timeout)
+	} else {
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		reply, err = a.nc.RequestMsgWithContext(rctx, msg)
+		cancel()
+	}
 	if err != nil {
 		return fmt.Errorf("agent: request %s: %w", subj, err)
 	}
@@ -410,8 +469,9 @@ func (a *Agent) release(ids []string) error {
 	return firstErr
 }
 
-// Close closes all limiters and gauges (waiters return ErrClosed, Allow
-// reports false), stops refreshing, and gives every lease back with
+// Close sends the quota reports not yet sent, closes all limiters and
+// gauges (waiters return ErrClosed, Allow reports false; Take and Report
+// return ErrClosed), stops refreshing, and gives every lease back with
 // ReleaseCapacity (in several requests beyond wire.MaxResourcesPerReq
 // resources). A GetCapacity already in flight is not abandoned: Close waits
 // for its answer or its timeout before releasing, so the release cannot
@@ -420,6 +480,7 @@ func (a *Agent) release(ids []string) error {
 // is idempotent; it must not be called from an OnChange function.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
+		a.closeQuota()
 		a.mu.Lock()
 		a.closed = true
 		var ids []string

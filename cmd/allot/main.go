@@ -38,7 +38,7 @@ func commands() []command {
 		{"get", "ask a coordinator for capacity and print the lease", runGet},
 		{"release", "release leases held by a client id", runRelease},
 		{"config", "manage resource templates in the configuration bucket", runConfig},
-		{"bench", "run the benchmarks: load, scale, agent, sim, sim7 or all (see bench/README.md)", runBench},
+		{"bench", "run the benchmarks: load, quota, scale, agent, sim, sim7 or all (see bench/README.md)", runBench},
 		{"version", "print the version", runVersion},
 	}
 }
