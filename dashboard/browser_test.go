@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"slices"
@@ -21,7 +22,9 @@ import (
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/headless"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/proto/allotpb"
+	"github.com/allot/allot/quotaserver"
 )
 
 // watched adapts a configuration watcher to the coordinator's template
@@ -116,6 +119,7 @@ type page struct {
 	Rows                                                                  []string
 	ChartPoints                                                           int
 	Missing                                                               bool
+	QuotaRows                                                             []string
 }
 
 const readPage = `(() => {
@@ -128,6 +132,7 @@ const readPage = `(() => {
     Rows: [...document.querySelectorAll('#claimants tbody tr')].map((r) => [...r.cells].slice(0, 3).map((c) => c.textContent).join('|')),
     ChartPoints: line ? line.getAttribute('points').split(' ').filter((s) => s).length : 0,
     Missing: !document.getElementById('res-missing').hidden,
+    QuotaRows: [...document.querySelectorAll('#quota tbody tr')].map((r) => [...r.cells].map((c) => c.textContent).join('|')),
   };
 })()`
 
@@ -241,6 +246,18 @@ func TestDashboardInChromium(t *testing.T) {
 		return p.Granted == "30" && p.Wants == "30" && p.Claimants == "1" && slices.Equal(p.Rows, []string{"alpha|30|30"})
 	})
 
+	// A quota server starts serving namespace logins: the quota panel
+	// lists it with the takes it served.
+	startQuota(t, ctx, st.nc)
+	for range 2 {
+		if m, err := st.nc.Request(quotaserver.TakeSubject("root"), []byte(`{"bucket":"logins:alice"}`), 5*time.Second); err != nil || !strings.Contains(string(m.Data), `"status":"OK"`) {
+			t.Fatalf("take: %v %s", err, m.Data)
+		}
+	}
+	waitPage(t, ctx, b, "the quota namespace", func(p page) bool {
+		return p.Quota == "" && slices.Contains(p.QuotaRows, "0|logins|served 2, tokens 2")
+	})
+
 	// Open a resource nobody asked for by id, then go back to db by
 	// clicking its row in the resource table.
 	if err := b.Eval(ctx, `(() => { document.getElementById('open-id').value = 'nobody/asked'; document.getElementById('open-form').requestSubmit(); })()`, nil); err != nil {
@@ -329,4 +346,35 @@ func TestTreeDashboardInChromium(t *testing.T) {
 	wait(rootURL, "the child node", func(p treePage) bool {
 		return p.Parent == "– (root)" && p.Children == "child · has 40 · wants 40 · 1 client in 1 band" && p.Rows == "child (child node)"
 	})
+}
+
+// startQuota runs a quota server (one partition) with namespace logins
+// until the test ends, and waits until it serves.
+func startQuota(t *testing.T, ctx context.Context, nc *nats.Conn) {
+	t.Helper()
+	cfg := &quota.Config{Namespaces: map[string]*quota.Namespace{"logins": {Name: "logins", Buckets: map[string]*quota.Spec{
+		"alice": {Algorithm: quota.TokenBucket, Size: 5, FillRate: 1, MaxDebt: 10 * time.Second, MaxTokensPerRequest: 10}}}}}
+	r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
+		Options:     quotaserver.Options{ServerID: "quota-1", Partitions: 1, Config: func() *quota.Config { return cfg }, Logger: slog.New(slog.DiscardHandler)},
+		ElectionTTL: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(rctx)
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-done
+	})
+	for !r.Status().Serving {
+		if ctx.Err() != nil {
+			t.Fatal("the quota server never served")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

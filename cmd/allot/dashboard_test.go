@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/allot/allot/dashboard"
+	"github.com/allot/allot/quotaserver"
 )
 
 // TestUpServesDashboard: `allot up` prints the dashboard's URL, serves the
@@ -49,4 +52,42 @@ func TestUpServesDashboard(t *testing.T) {
 		}
 	}
 	up.wait(t)
+}
+
+// TestUpDashboardShowsQuota: the quota servers `allot up` runs report
+// their namespaces' events, and the dashboard lists them: after two takes
+// on a namespace put with `allot config put`, it shows them served.
+func TestUpDashboardShowsQuota(t *testing.T) {
+	up := startUp(t, "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0")
+	base := regexp.MustCompile(`dashboard at (http://127\.0\.0\.1:\d+)/`).FindStringSubmatch(up.out.String())
+	if base == nil {
+		t.Fatalf("up does not print the dashboard URL:\n%s", up.out.String())
+	}
+	nc, err := nats.Connect(up.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if code, out, errs := runCLI(t, `{"buckets": {"k": {"size": 5, "fill_rate": 0.01, "wait_timeout": "0s"}}}`,
+		"config", "put", "--nats", up.url, "namespaces.logins", "-"); code != 0 {
+		t.Fatalf("config put: exit %d: %s%s", code, out, errs)
+	}
+	served := func(r map[string]any) bool { return r["status"] == "OK" }
+	quotaTakeUntil(t, nc, quotaserver.BucketSubject("root", "take", "logins", "k"), `{}`, served)
+	quotaTakeUntil(t, nc, quotaserver.BucketSubject("root", "take", "logins", "k"), `{}`, served)
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		code, body := httpGet(t, base[1]+"/snapshot")
+		var ev dashboard.Event
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &ev) != nil {
+			t.Fatalf("/snapshot: %d %.300s", code, body)
+		}
+		for _, q := range ev.Quota {
+			if q.Name == "logins" && q.Events["served"] >= 2 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("quota namespaces on the dashboard: %+v", ev.Quota)
+		}
+	}
 }
