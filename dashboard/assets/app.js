@@ -270,6 +270,7 @@ $("resources").addEventListener("click", (e) => {
 $("open-form").addEventListener("submit", (e) => {
   e.preventDefault();
   const id = $("open-id").value.trim();
+  $("open-id").value = "";
   if (id) { state.resource = id; connect(); }
 });
 let searchTimer = 0;
