@@ -76,6 +76,8 @@ func (c *Coordinator) loop() {
 			return
 		case <-sweep.C:
 			c.sweep()
+		case q := <-c.snap.q:
+			c.snapshot(q)
 		case res := <-c.store.out:
 			c.stored(res)
 			c.runRound()
