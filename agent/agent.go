@@ -106,6 +106,18 @@ type Status struct {
 	// alone in the last reply (a *ServiceError, e.g. 404 when it matches
 	// no template), or nil.
 	LastError error
+	// Shadow reports that the coordinator's last answer put the resource
+	// in shadow mode: Capacity is then the wants (+Inf with automatic
+	// wants) and ShadowCapacity the capacity that would be in force, the
+	// grant or the failure mode's (Source says which).
+	Shadow         bool
+	ShadowCapacity float64
+	// ShadowAdmitted counts the events (tokens for rates, units for
+	// gauges) admitted in shadow mode since the resource was created, and
+	// WouldRefuse those of them that ShadowCapacity would have refused or,
+	// for a rate's Wait and Reserve, made wait. Both only grow.
+	ShadowAdmitted uint64
+	WouldRefuse    uint64
 }
 
 // ServiceError is an error reply from the coordinator (NATS micro
@@ -189,9 +201,12 @@ type resource struct {
 
 	inForce float64
 	source  Source
-	err     error // this resource's own error in the last reply, if any
-	sent    bool  // named in a GetCapacity request: has to be released
-	closed  bool  // closed, alone or with the agent: no longer refreshed
+	shadow  bool    // the last reply said shadow mode
+	shadowC float64 // capacity that would be in force, when shadowed
+	shadowI bool    // shadow as installed in the limiter
+	err     error   // this resource's own error in the last reply, if any
+	sent    bool    // named in a GetCapacity request: has to be released
+	closed  bool    // closed, alone or with the agent: no longer refreshed
 }
 
 // New starts an agent on nc. It does not contact the coordinator until the
@@ -516,6 +531,10 @@ func (r *resource) statusLocked() Status {
 	if r.leased {
 		st.Granted, st.Expiry, st.RefreshInterval = r.granted, r.expiry, r.refresh
 	}
+	if r.shadowI {
+		st.Shadow, st.ShadowCapacity = true, r.shadowC
+	}
+	st.ShadowAdmitted, st.WouldRefuse = r.shadowCountsLocked()
 	return st
 }
 
@@ -598,10 +617,18 @@ func (a *Agent) applyLocked(r *resource, t time.Time) (Status, bool) {
 	if c < 0 {
 		c = math.Inf(1) // -1 means unlimited
 	}
-	if c == r.inForce && src == r.source {
+	shadowC := c
+	if r.shadow {
+		c = r.shadowEnforcedLocked()
+	}
+	if c == r.inForce && src == r.source && r.shadow == r.shadowI && (!r.shadow || shadowC == r.shadowC) {
 		return Status{}, false
 	}
 	r.inForce, r.source = c, src
+	if r.shadow || r.shadowI {
+		r.shadowC, r.shadowI = shadowC, r.shadow
+		r.installShadowLocked(shadowC)
+	}
 	if r.rate != nil {
 		lim := rate.Limit(c)
 		if math.IsInf(c, 1) {

@@ -35,6 +35,7 @@ type Gauge struct {
 	peak    int       // highest held+waiting since the last sample
 	closed  bool
 	res     *resource
+	shadow  shadowGauge
 }
 
 type gaugeWaiter struct {
@@ -121,6 +122,7 @@ func (g *Gauge) Acquire(ctx context.Context, n int) error {
 		return ErrClosed
 	}
 	if !g.queuedAheadLocked() && g.fitsLocked(n) {
+		g.shadowTakeLocked(g.held, n)
 		g.held += n
 		g.notePeakLocked()
 		g.mu.Unlock()
@@ -178,6 +180,7 @@ func (g *Gauge) TryAcquire(n int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.closed && !g.queuedAheadLocked() && g.fitsLocked(n) {
+		g.shadowTakeLocked(g.held, n)
 		g.held += n
 		g.notePeakLocked()
 		return true
@@ -238,6 +241,7 @@ func (g *Gauge) notifyLocked() {
 		case !g.fitsLocked(w.n):
 			return
 		default:
+			g.shadowTakeLocked(g.held, w.n)
 			g.held += w.n
 			g.waiting -= w.n
 			g.waiters.Remove(e)

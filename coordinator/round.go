@@ -251,7 +251,7 @@ func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
 		l := s.Lease(now)
 		entries = append(entries, wire.LeaseReply{
 			ResourceID: l.ResourceID, Capacity: l.Capacity, Expiry: l.Expiry,
-			Refresh: l.Refresh, SafeCapacity: l.SafeCapacity,
+			Refresh: l.Refresh, SafeCapacity: l.SafeCapacity, Shadow: l.Shadow || c.opts.Shadow,
 		})
 	}
 	c.leaseBuf = entries
@@ -268,7 +268,7 @@ func (c *Coordinator) getResponse(req *request, now int64, term uint64) *allotpb
 			continue
 		}
 		l := s.Lease(now)
-		resp.Response[k] = &allotpb.ResourceResponse{ResourceId: l.ResourceID, Gets: leaseMsg(l), SafeCapacity: l.SafeCapacity}
+		resp.Response[k] = &allotpb.ResourceResponse{ResourceId: l.ResourceID, Gets: leaseMsg(l), SafeCapacity: l.SafeCapacity, Shadow: l.Shadow || c.opts.Shadow}
 	}
 	return resp
 }

@@ -1,0 +1,51 @@
+package coordinator_test
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// TestShadowReplies: a template with Shadow, or a coordinator with
+// Options.Shadow, marks its leases shadow in binary and JSON replies,
+// while the allocation itself is unchanged.
+func TestShadowReplies(t *testing.T) {
+	t.Parallel()
+	shadowed := tmpl("watched", 10, allotpb.Algorithm_FAIR_SHARE)
+	shadowed.Shadow = true
+	for _, global := range []bool{false, true} {
+		e := start(t, coordinator.Options{
+			Shadow:    global,
+			Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{shadowed, tmpl("strict", 10, allotpb.Algorithm_FAIR_SHARE)}, nil)),
+		})
+		resp := e.get("c1", map[string]float64{"watched": 50, "strict": 50})
+		for _, rr := range resp.GetResponse() {
+			want := global || rr.GetResourceId() == "watched"
+			if rr.GetShadow() != want {
+				t.Errorf("global %v: %s: shadow = %v, want %v", global, rr.GetResourceId(), rr.GetShadow(), want)
+			}
+			if got := rr.GetGets().GetCapacity(); got != 10 {
+				t.Errorf("global %v: %s: granted %g, want 10 (shadow does not change the allocation)", global, rr.GetResourceId(), got)
+			}
+		}
+		m := e.reqJSON(coordinator.Subject("root", "capacity.get"), `{"client_id":"c2","resource":[{"resource_id":"watched","wants":5},{"resource_id":"strict","wants":5}]}`)
+		var reply struct {
+			Response []struct {
+				ResourceID string `json:"resource_id"`
+				Shadow     *bool  `json:"shadow"`
+			} `json:"response"`
+		}
+		if err := json.Unmarshal(m.Data, &reply); err != nil {
+			t.Fatalf("%s: %v", m.Data, err)
+		}
+		for _, rr := range reply.Response {
+			want := global || rr.ResourceID == "watched"
+			if rr.Shadow == nil || *rr.Shadow != want {
+				t.Errorf("global %v: JSON %s: shadow %v, want %v present: %s", global, rr.ResourceID, rr.Shadow, want, m.Data)
+			}
+		}
+	}
+}
