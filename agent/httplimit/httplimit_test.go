@@ -2,51 +2,13 @@ package httplimit
 
 import (
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"github.com/allot/allot/agent"
-	"github.com/allot/allot/coordinator"
-	"github.com/allot/allot/internal/config"
-	"github.com/allot/allot/internal/coordtest"
-	"github.com/allot/allot/internal/natstest"
-	"github.com/allot/allot/proto/allotpb"
+	"github.com/allot/allot/agent/internal/limittest"
 )
-
-var quiet = slog.New(slog.DiscardHandler)
-
-func tmpl(glob string, capacity float64, shadow bool) *config.Template {
-	return &config.Template{Name: "t", Glob: glob, Capacity: capacity, Algorithm: allotpb.Algorithm_FAIR_SHARE,
-		LeaseLength: 2 * time.Second, RefreshInterval: 300 * time.Millisecond, Shadow: shadow}
-}
-
-// setup starts a server, a coordinator with tmpls and an agent on it.
-func setup(t *testing.T, tmpls ...*config.Template) *agent.Agent {
-	t.Helper()
-	s := natstest.Server(t)
-	coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{RoundInterval: 5 * time.Millisecond, Logger: quiet,
-		Templates: coordinator.StaticTemplates(config.NewSet(1, tmpls, nil))})
-	a, err := agent.New(natstest.Conn(t, s), agent.WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
-	return a
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 func get(t *testing.T, url string, header ...string) *http.Response {
 	t.Helper()
@@ -73,18 +35,18 @@ var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Writ
 // RateLimit fields.
 func TestRefuses(t *testing.T) {
 	t.Parallel()
-	a := setup(t, tmpl("api", 1, false))
+	a := limittest.Agent(t, limittest.Template("api", 1, false))
 	lim, err := a.Rate("api", agent.WithWants(10))
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := New(a, Options{Key: Fixed("api"), Logger: quiet})
+	mw, err := New(a, Options{Key: Fixed("api"), Logger: limittest.Quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(mw.Handler(ok))
 	defer srv.Close()
-	eventually(t, "a lease of 1/s and a token", func() bool { return lim.Status().Granted == 1 && lim.Tokens() >= 1 })
+	limittest.Eventually(t, "a lease of 1/s and a token", func() bool { return lim.Status().Granted == 1 && lim.Tokens() >= 1 })
 
 	resp := get(t, srv.URL)
 	if resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"api";q=1;w=1` || resp.Header.Get("RateLimit") == "" {
@@ -109,11 +71,11 @@ func TestRefuses(t *testing.T) {
 // to MaxKeys, then the overflow resource; "" is not limited.
 func TestKeys(t *testing.T) {
 	t.Parallel()
-	a := setup(t, tmpl("*", 100, false))
+	a := limittest.Agent(t, limittest.Template("*", 100, false))
 	mux := http.NewServeMux()
 	mux.Handle("GET /items/{id}", ok)
 	mux.Handle("/", ok)
-	mw, err := New(a, Options{Key: Route("http/", mux), Logger: quiet})
+	mw, err := New(a, Options{Key: Route("http/", mux), Logger: limittest.Quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +84,7 @@ func TestKeys(t *testing.T) {
 	get(t, srv.URL+"/items/7")
 	get(t, srv.URL+"/other")
 
-	tenants, err := New(a, Options{Key: Header("tenant/", "X-Tenant"), MaxKeys: 2, Overflow: "tenant-overflow", Logger: quiet})
+	tenants, err := New(a, Options{Key: Header("tenant/", "X-Tenant"), MaxKeys: 2, Overflow: "tenant-overflow", Logger: limittest.Quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,8 +125,8 @@ func TestKeys(t *testing.T) {
 // grant would have refused.
 func TestShadow(t *testing.T) {
 	t.Parallel()
-	a := setup(t, tmpl("watched", 1, true))
-	mw, err := New(a, Options{Key: Fixed("watched"), Logger: quiet})
+	a := limittest.Agent(t, limittest.Template("watched", 1, true))
+	mw, err := New(a, Options{Key: Fixed("watched"), Logger: limittest.Quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +134,7 @@ func TestShadow(t *testing.T) {
 	defer srv.Close()
 	get(t, srv.URL) // creates the resource; refused until its first lease
 	lim, _ := a.Rate("watched")
-	eventually(t, "shadow mode", func() bool { return lim.Status().Shadow })
+	limittest.Eventually(t, "shadow mode", func() bool { return lim.Status().Shadow })
 	for i := range 30 {
 		if resp := get(t, srv.URL); resp.StatusCode != 200 || resp.Header.Get("RateLimit") != "" {
 			t.Fatalf("request %d in shadow mode: %d %v", i, resp.StatusCode, resp.Header)
@@ -184,7 +146,7 @@ func TestShadow(t *testing.T) {
 }
 
 func TestBadOptions(t *testing.T) {
-	a := setup(t)
+	a := limittest.Agent(t)
 	for _, o := range []Options{{}, {Key: Fixed("x"), MaxKeys: -1}, {Key: Fixed("x"), Overflow: "has space"}} {
 		if _, err := New(a, o); err == nil {
 			t.Errorf("New(%+v) succeeded", o)
