@@ -156,3 +156,26 @@ func TestShadowEnds(t *testing.T) {
 		t.Errorf("ShadowAdmitted %d after shadow ended, want 200 (no longer counting)", got.ShadowAdmitted)
 	}
 }
+
+// TestShadowOutlivesLease: when the coordinator goes away, a shadowed
+// resource keeps enforcing its wants; what is measured is then the
+// failure mode's capacity (the safe capacity).
+func TestShadowOutlivesLease(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	watched := testTemplate("api", 10)
+	watched.Shadow, watched.SafeCapacity, watched.HasSafeCapacity = true, 4, true
+	c := startCoordinator(t, natstest.Conn(t, s), watched)
+	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"))
+	lim, err := a.Rate("api", WithWants(50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "a shadow lease", func() bool { st := lim.Status(); return st.Leased && st.Shadow })
+	c.Stop()
+	eventually(t, 10*time.Second, "the lease to expire", func() bool { return lim.Status().Source == SourceSafe })
+	st := lim.Status()
+	if !st.Shadow || st.Capacity != 50 || float64(lim.Limit()) != 50 || st.ShadowCapacity != 4 {
+		t.Errorf("after the lease: Shadow %v, Capacity %g, Limit %g, ShadowCapacity %g; want true, 50, 50, 4", st.Shadow, st.Capacity, float64(lim.Limit()), st.ShadowCapacity)
+	}
+}
