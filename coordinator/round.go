@@ -306,6 +306,9 @@ func (c *Coordinator) sweep() {
 	now := c.now().UnixNano()
 	c.propose(c.ledger.Sweep(now))
 	c.stats.top = c.ledger.Top(now, topResources)
+	for i := range c.stats.top {
+		c.stats.top[i].Shadow = c.stats.top[i].Shadow || c.opts.Shadow
+	}
 	c.publishStats()
 }
 

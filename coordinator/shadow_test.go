@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
@@ -11,7 +12,8 @@ import (
 
 // TestShadowReplies: a template with Shadow, or a coordinator with
 // Options.Shadow, marks its leases shadow in binary and JSON replies,
-// while the allocation itself is unchanged.
+// while the allocation itself is unchanged, and micro STATS say which
+// resources are shadow and whether the whole coordinator is.
 func TestShadowReplies(t *testing.T) {
 	t.Parallel()
 	shadowed := tmpl("watched", 10, allotpb.Algorithm_FAIR_SHARE)
@@ -47,5 +49,38 @@ func TestShadowReplies(t *testing.T) {
 				t.Errorf("global %v: JSON %s: shadow %v, want %v present: %s", global, rr.ResourceID, rr.Shadow, want, m.Data)
 			}
 		}
+
+		var st coordinator.Stats
+		deadline := time.Now().Add(10 * time.Second)
+		for len(st.TopResources) < 2 { // refreshed every second
+			if time.Now().After(deadline) {
+				t.Fatalf("global %v: top resources %+v", global, st.TopResources)
+			}
+			time.Sleep(50 * time.Millisecond)
+			st = e.stats()
+		}
+		if st.Shadow != global {
+			t.Errorf("Stats.Shadow = %v, want %v", st.Shadow, global)
+		}
+		for _, r := range st.TopResources {
+			if want := global || r.ID == "watched"; r.Shadow != want {
+				t.Errorf("global %v: STATS %s: shadow %v, want %v", global, r.ID, r.Shadow, want)
+			}
+		}
 	}
+}
+
+// stats reads the coordinator's micro STATS data (the first endpoint's).
+func (e *env) stats() coordinator.Stats {
+	e.t.Helper()
+	m := e.reqJSON("$SRV.STATS.allot", "")
+	var reply struct {
+		Endpoints []struct {
+			Data coordinator.Stats `json:"data"`
+		} `json:"endpoints"`
+	}
+	if err := json.Unmarshal(m.Data, &reply); err != nil || len(reply.Endpoints) == 0 {
+		e.t.Fatalf("STATS %s: %v", m.Data, err)
+	}
+	return reply.Endpoints[0].Data
 }
