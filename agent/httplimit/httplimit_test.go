@@ -65,6 +65,20 @@ func TestRefuses(t *testing.T) {
 	if st := lim.Status(); st.Shadow || st.WouldRefuse != 0 {
 		t.Errorf("status %+v: not in shadow mode", st)
 	}
+
+	// A Refused handler writes the refusal, after the headers are set.
+	custom, err := New(a, Options{Key: Fixed("api"), Refused: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv2 := httptest.NewServer(custom.Handler(ok))
+	defer srv2.Close()
+	resp = get(t, srv2.URL)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || resp.Header.Get("RateLimit-Policy") == "" {
+		t.Errorf("custom refusal: %d, headers %v", resp.StatusCode, resp.Header)
+	}
 }
 
 // TestKeys: Route names a resource per pattern, Header one per value up
