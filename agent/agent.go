@@ -150,19 +150,22 @@ type Agent struct {
 	stop chan struct{}
 	done chan struct{}
 
-	mu        sync.Mutex
-	res       map[string]*resource
-	term      uint64
-	lastErr   error
-	lastOK    time.Time
-	failures  int
-	earlyAt   time.Time         // pending early refresh, zero if none
-	interval  time.Duration     // shortest refresh interval of the last response
-	notes     []Status          // changes the loop has yet to report to OnChange
-	releases  []*pendingRelease // resources closed on their own, to release
-	closed    bool
-	closeOnce sync.Once
-	closeErr  error
+	mu   sync.Mutex
+	res  map[string]*resource
+	term uint64
+	// staleRounds counts refreshes in a row answered only by terms below
+	// term (see staleTermLimit).
+	staleRounds int
+	lastErr     error
+	lastOK      time.Time
+	failures    int
+	earlyAt     time.Time         // pending early refresh, zero if none
+	interval    time.Duration     // shortest refresh interval of the last response
+	notes       []Status          // changes the loop has yet to report to OnChange
+	releases    []*pendingRelease // resources closed on their own, to release
+	closed      bool
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 // pendingRelease is a resource closed on its own, waiting for the loop to

@@ -29,7 +29,10 @@
 // refresh is split into several requests sent together. A new resource or
 // a large change in wants triggers an earlier request, at most one per
 // WithMinRefreshGap. Responses whose term is lower than the highest seen
-// are ignored.
+// are ignored, unless three refreshes in a row are answered only by lower
+// terms: then the higher term is gone or was never real (a forged reply),
+// and the agent follows the coordinator that answers. A lease is never
+// taken to last more than 24 hours, whatever a reply claims.
 //
 // Agent.Close releases all leases with ReleaseCapacity; a limiter's or
 // gauge's own Close releases that resource alone, so limiters can come

@@ -290,6 +290,21 @@ func (a *Agent) refresh(t time.Time) error {
 			term = max(term, resps[k].GetTerm())
 		}
 	}
+	if top := a.answeredTerm(errs, resps); top < term && term == a.term {
+		// Every answer is below the highest term seen. A deposed leader
+		// goes silent (its successor answers from then on), so answers
+		// that stay below it mean that term is gone, or was never real (a
+		// forged reply): after staleTermLimit refreshes, follow the
+		// coordinator that answers rather than refuse it for ever.
+		a.staleRounds++
+		if a.staleRounds >= staleTermLimit {
+			a.log.Warn("allot: coordinator term went back; following the coordinator that answers",
+				"subject", a.getSubj, "from", a.term, "to", top, "refreshes", a.staleRounds)
+			term, a.term = top, top
+		}
+	} else {
+		a.staleRounds = 0
+	}
 	var firstErr error
 	answered := false
 	for k, err := range errs {
@@ -325,6 +340,27 @@ func (a *Agent) refresh(t time.Time) error {
 	return nil
 }
 
+// staleTermLimit is how many refreshes in a row answered only by lower
+// terms make the agent follow the lower term: a single forged reply with a
+// huge term must not lock the agent out of its coordinator for ever.
+const staleTermLimit = 3
+
+// answeredTerm is the highest term among the parts that were answered (0
+// if none was).
+func (a *Agent) answeredTerm(errs []error, resps []*allotpb.GetCapacityResponse) uint64 {
+	var top uint64
+	answered := false
+	for k, err := range errs {
+		if err == nil {
+			top, answered = max(top, resps[k].GetTerm()), true
+		}
+	}
+	if !answered {
+		return a.term
+	}
+	return top
+}
+
 // installLocked installs the leases of resp, the answer to a request for
 // sent (sorted by id). Resources closed since are left alone.
 func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityResponse) {
@@ -352,7 +388,13 @@ func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityRespons
 			continue
 		}
 		r.leased, r.granted = true, c
+		// No coordinator issues a longer lease; a reply claiming one (a
+		// forged "until 2999") would otherwise be reported back for ever
+		// and refused as a bad request.
 		r.expiry = g.GetExpiryTime().AsTime()
+		if limit := now(a.o.clock).Add(wire.MaxLeaseLength); r.expiry.After(limit) {
+			r.expiry = limit
+		}
 		r.refresh = g.GetRefreshInterval().AsDuration()
 		if r.refresh <= 0 {
 			r.refresh = defaultRefresh

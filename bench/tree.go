@@ -383,7 +383,9 @@ func startLevel(n *treeNode, parentLeafPort int) error {
 	n.dir = dir
 	n.opts = &server.Options{ServerName: n.name, Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
 		JetStreamDomain: n.name, StoreDir: dir, NoLog: true, NoSigs: true,
-		LeafNode: server.LeafNodeOpts{Host: "127.0.0.1", Port: server.RANDOM_PORT}}
+		// NoAdvertise: a child must not learn the parent's own leaf
+		// address and reconnect around the relay while it is cut.
+		LeafNode: server.LeafNodeOpts{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoAdvertise: true}}
 	if parentLeafPort > 0 {
 		// Through a relay that can be cut: reloading the server's options
 		// to disable the remote races with the server's readers of them.

@@ -28,6 +28,7 @@ import (
 
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/ledger"
+	"github.com/allot/allot/internal/reply"
 	"github.com/allot/allot/internal/wire"
 )
 
@@ -197,6 +198,11 @@ type Coordinator struct {
 	statsSnap stats // copy of stats for the STATS handler
 	failure   error // why the coordinator stopped serving on its own
 	wake      chan struct{}
+	// urge: a child node's request is queued. Its round runs at once
+	// rather than after the round interval: what a child asks for (or
+	// gives back) moves through every level of the tree, each level's
+	// batching delay adds up, and children's requests are few.
+	urge chan struct{}
 
 	svc     micro.Service
 	bulk    *bulkLane
@@ -302,6 +308,7 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 		term:  opts.Term,
 		round: opts.RoundInterval,
 		wake:  make(chan struct{}, 1),
+		urge:  make(chan struct{}, 1),
 		quit:  make(chan struct{}),
 		ledger: ledger.New(ledger.Config{
 			Node: opts.Node, ServerID: opts.ServerID, Term: opts.Term,
@@ -437,20 +444,7 @@ func (c *Coordinator) stopServing() {
 	c.store.cancel()
 	// Once the server has the unsubscriptions nothing new arrives; keep
 	// running rounds until the delivered requests have all been queued.
-	// Cut off from the server (a partition), nothing new can arrive
-	// anyway, and waiting on a flush would only delay the stop.
-	if c.nc.IsConnected() {
-		_ = c.nc.FlushTimeout(250 * time.Millisecond)
-	}
-	deadline := time.Now().Add(stopGrace)
-	for n := c.enqueued.Load(); time.Now().Before(deadline); {
-		time.Sleep(stopQuiet)
-		m := c.enqueued.Load()
-		if m == n {
-			break
-		}
-		n = m
-	}
+	reply.Settle(c.nc, c.enqueued.Load, stopQuiet, stopGrace)
 	c.bulk.close()
 	c.mu.Lock()
 	c.closed = true
@@ -502,8 +496,12 @@ func (c *Coordinator) enqueue(r *request) {
 	c.pending = append(c.pending, r)
 	c.enqueued.Add(1)
 	c.mu.Unlock()
+	wake := c.wake
+	if r.kind == kindServer {
+		wake = c.urge
+	}
 	select {
-	case c.wake <- struct{}{}:
+	case wake <- struct{}{}:
 	default:
 	}
 }

@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,20 +11,21 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/allot/allot/internal/ledger"
+	"github.com/allot/allot/internal/reply"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
 
 // Error codes in the Nats-Service-Error-Code header.
 const (
-	CodeBadRequest      = 400
-	CodeNoTemplate      = 404
-	CodeTooLarge        = 413
-	CodeTooMany         = 429
-	CodeInternal        = 500
-	CodeNotImplemented  = 501
-	CodeUnavailable     = 503
-	CodeUnknownEndpoint = 404
+	CodeBadRequest      = reply.CodeBadRequest
+	CodeNoTemplate      = reply.CodeNotFound
+	CodeTooLarge        = reply.CodeTooLarge
+	CodeTooMany         = reply.CodeTooMany
+	CodeInternal        = reply.CodeInternal
+	CodeNotImplemented  = reply.CodeNotImplemented
+	CodeUnavailable     = reply.CodeUnavailable
+	CodeUnknownEndpoint = reply.CodeUnknownEndpoint
 )
 
 type reqKind uint8
@@ -206,17 +206,9 @@ func (c *Coordinator) replyError(m micro.Request, enc wire.Encoding, code int, t
 		c.silenced.Add(1)
 		return
 	}
-	if err := m.Error(strconv.Itoa(code), text, errorBody(enc, code, text), micro.WithHeaders(micro.Headers{wire.HeaderContentType: {enc.ContentType()}})); err != nil && !errors.Is(err, micro.ErrRespond) {
+	if err := reply.Error(m, enc, code, text); err != nil {
 		c.log.Debug("error reply failed", "err", err)
 	}
-}
-
-func errorBody(enc wire.Encoding, code int, text string) []byte {
-	body, err := wire.Marshal(enc, &allotpb.ErrorReply{Code: int32(code), Error: text})
-	if err != nil {
-		return nil
-	}
-	return body
 }
 
 // The round loop answers requests after their micro handler has returned.
@@ -228,33 +220,22 @@ func errorBody(enc wire.Encoding, code int, text string) []byte {
 // roundError answers a queued request with an error, like replyError.
 func (c *Coordinator) roundError(m micro.Request, enc wire.Encoding, code int, text string) {
 	c.stats.errors++
-	c.publish(m, nats.Header{
-		micro.ErrorHeader:      {text},
-		micro.ErrorCodeHeader:  {strconv.Itoa(code)},
-		wire.HeaderContentType: {enc.ContentType()},
-	}, errorBody(enc, code, text))
+	c.publish(m, reply.ErrorMsg(m.Reply(), enc, code, text))
 }
 
-// reply answers with msg in the request's encoding. Binary replies carry
-// no headers (see wire.ReplyEncodingOf): encoding a header on every reply
-// costs measurable CPU here, at the server and at the client. JSON replies,
-// meant for people and tools, say Content-Type: application/json.
+// reply answers with msg in the request's encoding (see reply.Msg).
 func (c *Coordinator) reply(m micro.Request, enc wire.Encoding, msg proto.Message) {
-	data, err := wire.Marshal(enc, msg)
+	out, err := reply.Marshal(m.Reply(), enc, msg)
 	if err != nil {
-		c.roundError(m, enc, CodeInternal, "encoding reply: "+err.Error())
+		c.roundError(m, enc, CodeInternal, err.Error())
 		return
 	}
-	if enc == wire.JSON {
-		c.publish(m, nats.Header{wire.HeaderContentType: {wire.ContentJSON}}, data)
-		return
-	}
-	c.publish(m, nil, data)
+	c.publish(m, out)
 }
 
 // publish sends a reply to m's reply subject, unless this coordinator may
 // no longer answer (see mayAnswer).
-func (c *Coordinator) publish(m micro.Request, h nats.Header, data []byte) {
+func (c *Coordinator) publish(m micro.Request, out *nats.Msg) {
 	if m.Reply() == "" {
 		return // a publish, not a request: nobody to answer
 	}
@@ -262,7 +243,7 @@ func (c *Coordinator) publish(m micro.Request, h nats.Header, data []byte) {
 		c.silenced.Add(1)
 		return
 	}
-	if err := c.nc.PublishMsg(&nats.Msg{Subject: m.Reply(), Header: h, Data: data}); err != nil {
+	if err := c.nc.PublishMsg(out); err != nil {
 		c.log.Debug("reply failed", "err", err)
 	}
 }

@@ -149,13 +149,12 @@ func (r *Replica) Run(ctx context.Context) error {
 		return err
 	}
 	defer func() { _ = svc.Stop() }()
-	return el.Run(ctx, r.lead)
+	return el.Run(ctx, election.Serve("coordinator", r.start, r.changed))
 }
 
-// lead runs a coordinator for one term, until leadership ends or the
-// coordinator stops serving on its own (a newer leader's record, or its
-// validity lapsed); then it returns an error so the elector resigns.
-func (r *Replica) lead(ctx context.Context, term uint64) error {
+// start starts a coordinator for one term; it stops serving on its own
+// when a newer leader's record deposes it or its validity lapses.
+func (r *Replica) start(ctx context.Context, term uint64) (*Coordinator, error) {
 	r.mu.Lock()
 	el := r.el
 	r.mu.Unlock()
@@ -166,30 +165,27 @@ func (r *Replica) lead(ctx context.Context, term uint64) error {
 	opts.PriorLeader = func(ctx context.Context) (bool, error) { return el.Founded(ctx, term) }
 	c, err := New(r.nc, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := c.Start(startCtx); err != nil {
-		return fmt.Errorf("start coordinator for term %d: %w", term, err)
+		return nil, err
 	}
-	r.setServing(term, c)
+	return c, nil
+}
+
+// changed records the coordinator serving (or no longer) and tells
+// OnServing.
+func (r *Replica) changed(term uint64, c *Coordinator, serving bool) {
+	if serving {
+		r.setServing(term, c)
+	} else {
+		r.setServing(0, nil)
+	}
 	if r.opts.OnServing != nil {
-		r.opts.OnServing(term, true)
+		r.opts.OnServing(term, serving)
 	}
-	select {
-	case <-ctx.Done():
-	case <-c.Done():
-	}
-	c.Stop()
-	r.setServing(0, nil)
-	if r.opts.OnServing != nil {
-		r.opts.OnServing(term, false)
-	}
-	if err := c.Err(); err != nil {
-		return fmt.Errorf("coordinator of term %d stopped serving: %w", term, err)
-	}
-	return nil
 }
 
 func (r *Replica) setServing(term uint64, c *Coordinator) {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allot/allot/internal/ledger"
+	"github.com/allot/allot/internal/reply"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -86,12 +87,18 @@ func (c *Coordinator) loop() {
 		case res := <-upOut:
 			c.answered(res)
 			c.runRound()
+		case <-c.urge:
+			last = time.Now()
+			c.runRound()
 		case <-c.wake:
-			// Let the round interval fill up before answering.
+			// Let the round interval fill up before answering, unless a
+			// child node's request comes.
 			if wait := c.round - time.Since(last); c.round > 0 && wait > 0 {
 				timer.Reset(wait)
 				select {
 				case <-timer.C:
+				case <-c.urge:
+					timer.Stop()
 				case <-c.stop:
 					timer.Stop()
 					c.runRound()
@@ -256,7 +263,7 @@ func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
 	}
 	c.leaseBuf = entries
 	c.replyBuf = wire.AppendGetCapacityResponse(c.replyBuf[:0], term, entries)
-	c.publish(req.msg, nil, c.replyBuf)
+	c.publish(req.msg, reply.Msg(req.msg.Reply(), wire.Protobuf, c.replyBuf))
 }
 
 // getResponse builds the reply message for the JSON path.

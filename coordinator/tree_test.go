@@ -212,12 +212,18 @@ func TestThreeLevelsLeaderLossAndCutLink(t *testing.T) {
 	}
 	sample(3 * time.Second)
 	// Lose the middle level's leader abruptly: the other replica takes over.
+	// (On a loaded machine a leader may just have lapsed: wait for one.)
 	lost := false
-	for i, r := range reps {
-		if r.Status().Serving {
-			conns[i].Close()
-			lost = true
-			break
+	for end := time.Now().Add(10 * time.Second); !lost && time.Now().Before(end); {
+		for i, r := range reps {
+			if r.Status().Serving {
+				conns[i].Close()
+				lost = true
+				break
+			}
+		}
+		if !lost {
+			sample(50 * time.Millisecond)
 		}
 	}
 	if !lost {

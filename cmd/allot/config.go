@@ -18,6 +18,8 @@ import (
 
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/opstatus"
+	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/wire"
 )
 
 // configCommand is one `allot config` subcommand.
@@ -28,13 +30,13 @@ type configCommand struct {
 
 func configCommands() []configCommand {
 	return []configCommand{
-		{"put", "NAME FILE|-", "validate a template (JSON or YAML) and store it as templates.NAME", configPut},
-		{"get", "NAME", "print the stored template document", configGet},
-		{"list", "", "list templates with their revision, glob, algorithm and validity", configList},
-		{"delete", "NAME", "delete templates.NAME (its resources fall back to the next match)", configDelete},
-		{"history", "NAME", "print the stored revisions of templates.NAME", configHistory},
-		{"validate", "FILE|-", "check a template file offline and print its normalized form", configValidate},
-		{"explain", "RESOURCE_ID", "show which template a resource gets, and every candidate in precedence order", configExplain},
+		{"put", "KEY FILE|-", "validate a template or quota namespace (JSON or YAML) and store it under KEY", configPut},
+		{"get", "KEY", "print the stored document", configGet},
+		{"list", "", "list templates and quota namespaces with their revision and validity", configList},
+		{"delete", "KEY", "delete KEY (a template's resources fall back to the next match)", configDelete},
+		{"history", "KEY", "print the stored revisions of KEY", configHistory},
+		{"validate", "FILE|-", "check a template or namespace file offline and print its normalized form", configValidate},
+		{"explain", "ID|NS:NAME", "show which template a resource gets, or which bucket answers a quota bucket", configExplain},
 		{"status", "", "show which revision of each template every replica (leader and followers) serves", configStatus},
 	}
 }
@@ -59,7 +61,8 @@ func runConfig(ctx context.Context, env *cliEnv, args []string) error {
 
 func configUsage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: allot config <subcommand> [flags] [args]")
-	fmt.Fprintln(w, "\nTemplates live in the JetStream KV bucket "+config.DefaultBucket+", one per key "+config.KeyPrefix+"<name>.")
+	fmt.Fprintln(w, "\nTemplates and quota namespaces live in the JetStream KV bucket "+config.DefaultBucket+", one per key:")
+	fmt.Fprintln(w, "KEY is a template name (stored as "+config.KeyPrefix+"<name>) or "+config.NamespacePrefix+"<namespace>.")
 	fmt.Fprintln(w, "\nSubcommands:")
 	for _, c := range configCommands() {
 		fmt.Fprintf(w, "  %-9s %-12s %s\n", c.name, c.synopsis, c.summary)
@@ -167,6 +170,29 @@ func readInput(env *cliEnv, file string) ([]byte, error) {
 	return data, nil
 }
 
+// configKey is a KEY argument resolved: a template name ("mysql-main" or
+// "templates.mysql-main") or a quota namespace key ("namespaces.logins").
+type configKey struct {
+	key, name string
+	namespace bool
+}
+
+func parseConfigKey(arg string) configKey {
+	if ns, ok := strings.CutPrefix(arg, config.NamespacePrefix); ok {
+		return configKey{key: arg, name: ns, namespace: true}
+	}
+	name := strings.TrimPrefix(arg, config.KeyPrefix)
+	return configKey{key: config.Key(name), name: name}
+}
+
+// what names the kind of document k holds, for messages.
+func (k configKey) what() string {
+	if k.namespace {
+		return "namespace"
+	}
+	return "template"
+}
+
 func printNotes(w io.Writer, notes []string) {
 	for _, n := range notes {
 		fmt.Fprintf(w, "note: %s\n", n)
@@ -183,14 +209,14 @@ func configPut(ctx context.Context, env *cliEnv, args []string) error {
 	if err := parseConfigFlags(fs, args, 2); err != nil {
 		return err
 	}
-	name, file := fs.Arg(0), fs.Arg(1)
+	k, file := parseConfigKey(fs.Arg(0)), fs.Arg(1)
 	data, err := readInput(env, file)
 	if err != nil {
 		return err
 	}
-	t, notes, err := config.ParseAndCompile(name, 0, data)
+	notes, err := config.CheckValue(k.key, 0, data)
 	if err != nil {
-		return fmt.Errorf("refusing invalid template %s: %w", name, err)
+		return fmt.Errorf("refusing invalid %s %s: %w", k.what(), k.name, err)
 	}
 	printNotes(env.stderr, notes)
 	ctx, kv, domain, done, err := cf.connectOrigin(ctx, *createBucket)
@@ -198,7 +224,7 @@ func configPut(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer done()
-	key := config.Key(name)
+	key := k.key
 	var rev uint64
 	switch {
 	case *createOnly:
@@ -211,11 +237,46 @@ func configPut(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return fmt.Errorf("store %s: %w", key, err)
 	}
-	fmt.Fprintf(env.stdout, "stored %s revision %d (glob %q, %s, capacity %g)\n", key, rev, t.Glob, t.Algorithm, t.Capacity)
+	fmt.Fprintf(env.stdout, "stored %s revision %d (%s)\n", key, rev, summarize(k, data))
 	if domain != "" {
 		fmt.Fprintf(env.stdout, "in the root's bucket (JetStream domain %s); the levels below receive it through their mirrors\n", domain)
 	}
 	return nil
+}
+
+// summarize describes a valid document of key k in a few words.
+func summarize(k configKey, data []byte) string {
+	if k.namespace {
+		ns, _, err := config.ParseNamespace(k.name, 0, data)
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("quota namespace: %d named buckets, default bucket %v, dynamic buckets %v", len(ns.Buckets), ns.Default != nil, ns.Dynamic != nil)
+	}
+	t, _, err := config.ParseAndCompile(k.name, 0, data)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("glob %q, %s, capacity %g", t.Glob, t.Algorithm, t.Capacity)
+}
+
+// normalize returns a valid document of key k with every default
+// explicit.
+func normalize(k configKey, rev uint64, data []byte) ([]byte, []string, error) {
+	if k.namespace {
+		ns, notes, err := config.ParseNamespace(k.name, rev, data)
+		if err != nil {
+			return nil, nil, err
+		}
+		doc, err := config.MarshalNamespaceJSON(ns)
+		return doc, notes, err
+	}
+	t, notes, err := config.ParseAndCompile(k.name, rev, data)
+	if err != nil {
+		return nil, nil, err
+	}
+	doc, err := config.MarshalTemplateJSON(t)
+	return doc, notes, err
 }
 
 func configGet(ctx context.Context, env *cliEnv, args []string) error {
@@ -231,7 +292,8 @@ func configGet(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer done()
-	key := config.Key(fs.Arg(0))
+	k := parseConfigKey(fs.Arg(0))
+	key := k.key
 	e, err := kv.Get(ctx, key)
 	if err != nil {
 		return fmt.Errorf("get %s: %w", key, err)
@@ -244,15 +306,11 @@ func configGet(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		return err
 	}
-	t, notes, err := config.ParseAndCompile(fs.Arg(0), e.Revision(), e.Value())
+	doc, notes, err := normalize(k, e.Revision(), e.Value())
 	if err != nil {
 		return fmt.Errorf("%s revision %d is invalid (coordinators keep serving the previous valid revision): %w", key, e.Revision(), err)
 	}
 	printNotes(env.stderr, notes)
-	doc, err := config.MarshalTemplateJSON(t)
-	if err != nil {
-		return err
-	}
 	fmt.Fprintln(env.stdout, string(doc))
 	return nil
 }
@@ -279,7 +337,12 @@ func configList(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tREVISION\tGLOB\tALGORITHM\tCAPACITY\tLEASE\tREFRESH\tSTATE")
+	var namespaces []config.Entry
 	for _, e := range entries {
+		if e.IsNamespace() {
+			namespaces = append(namespaces, e)
+			continue
+		}
 		if e.Err != nil {
 			serving := "nothing serves in its name"
 			switch {
@@ -298,6 +361,33 @@ func configList(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%g\t%s\t%s\t%s\n", e.Name, e.Revision, t.Glob, t.Algorithm, t.Capacity, t.LeaseLength, t.RefreshInterval, state)
 	}
+	if len(namespaces) > 0 {
+		fmt.Fprintln(tw, "\nQUOTA NAMESPACE\tREVISION\tBUCKETS\tDEFAULT\tDYNAMIC\tSTATE")
+	}
+	for _, e := range namespaces {
+		ns, state := e.Namespace, "ok"
+		if e.Err != nil {
+			ns, state = e.ServingNamespace, fmt.Sprintf("INVALID: %v; ", e.Err)
+			if ns == nil {
+				state += "nothing serves in its name (its keys get the global default)"
+			} else {
+				state += fmt.Sprintf("revision %d serves", ns.Revision)
+			}
+		}
+		if ns == nil {
+			fmt.Fprintf(tw, "%s\t%d\t\t\t\t%s\n", e.Key, e.Revision, state)
+			continue
+		}
+		dynamic := "-"
+		if ns.Dynamic != nil {
+			dynamic = fmt.Sprintf("%s, at most %d", ns.Dynamic.Algorithm, ns.MaxDynamicBuckets)
+		}
+		def := "-"
+		if ns.Default != nil {
+			def = ns.Default.Algorithm.String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", e.Key, e.Revision, len(ns.Buckets), def, dynamic, state)
+	}
 	return tw.Flush()
 }
 
@@ -314,7 +404,7 @@ func configDelete(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer done()
-	key := config.Key(fs.Arg(0))
+	key := parseConfigKey(fs.Arg(0)).key
 	if _, err := kv.Get(ctx, key); err != nil {
 		return fmt.Errorf("delete %s: %w", key, err)
 	}
@@ -342,8 +432,7 @@ func configHistory(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer done()
-	name := fs.Arg(0)
-	key := config.Key(name)
+	key := parseConfigKey(fs.Arg(0)).key
 	entries, err := kv.History(ctx, key)
 	if err != nil {
 		return fmt.Errorf("history of %s: %w", key, err)
@@ -354,7 +443,7 @@ func configHistory(ctx context.Context, env *cliEnv, args []string) error {
 			fmt.Fprintln(env.stdout, strings.ToLower(strings.TrimPrefix(e.Operation().String(), "KeyValue")))
 			continue
 		}
-		if _, _, err := config.ParseAndCompile(name, e.Revision(), e.Value()); err != nil {
+		if _, err := config.CheckValue(key, e.Revision(), e.Value()); err != nil {
 			fmt.Fprintf(env.stdout, "put (INVALID: %v)\n", err)
 		} else {
 			fmt.Fprintln(env.stdout, "put")
@@ -368,14 +457,14 @@ func configHistory(ctx context.Context, env *cliEnv, args []string) error {
 
 func configValidate(_ context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "config validate", "FILE|-")
-	name := fs.String("name", "", "template name to check (default: the file name without extension)")
+	name := fs.String("name", "", "key to check it as: a template name, or namespaces.<namespace> for a quota namespace (default: the file name without extension)")
 	if err := parseConfigFlags(fs, args, 1); err != nil {
 		return err
 	}
 	file := fs.Arg(0)
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
-		if file == "-" || config.ValidateName(*name) != nil {
+		if k := parseConfigKey(*name); file == "-" || (k.namespace && config.ValidateNamespaceName(k.name) != nil) || (!k.namespace && config.ValidateName(k.name) != nil) {
 			*name = "validate"
 		}
 	}
@@ -383,16 +472,19 @@ func configValidate(_ context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	t, notes, err := config.ParseAndCompile(*name, 0, data)
+	k := parseConfigKey(*name)
+	doc, notes, err := normalize(k, 0, data)
 	if err != nil {
-		return fmt.Errorf("%s is invalid: %w", file, err)
-	}
-	printNotes(env.stderr, notes)
-	doc, err := config.MarshalTemplateJSON(t)
-	if err != nil {
+		err = fmt.Errorf("%s is invalid as %s %q: %w", file, k.what(), k.name, err)
+		if !k.namespace {
+			if _, _, nsErr := config.ParseNamespace("validate", 0, data); nsErr == nil {
+				err = fmt.Errorf("%w\n(it is a valid quota namespace: check it with -name %s<namespace>, store it with 'allot config put %s<namespace> %s')", err, config.NamespacePrefix, config.NamespacePrefix, file)
+			}
+		}
 		return err
 	}
-	fmt.Fprintf(env.stderr, "%s is valid; as template %q it is, with defaults applied:\n", file, *name)
+	printNotes(env.stderr, notes)
+	fmt.Fprintf(env.stderr, "%s is valid; as %s %q it is, with defaults applied:\n", file, k.what(), k.name)
 	fmt.Fprintln(env.stdout, string(doc))
 	return nil
 }
@@ -404,6 +496,7 @@ func configExplain(ctx context.Context, env *cliEnv, args []string) error {
 	unmatched := config.UnmatchedDefault
 	fs.Var(&unmatched, "unmatched", "the coordinators' policy for unmatched resources: default or reject (default: what the running replicas report, else default)")
 	wait := fs.Duration("wait", 500*time.Millisecond, "how long to collect what the running replicas serve (0: do not ask)")
+	asResource := fs.Bool("resource", false, "explain the argument as a resource id even if it looks like a quota bucket (it has a \":\" and no \"/\")")
 	if err := parseConfigFlags(fs, args, 1); err != nil {
 		return err
 	}
@@ -427,6 +520,14 @@ func configExplain(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	id := fs.Arg(0)
+	// "namespace:name" is a quota bucket; resource ids are usually paths
+	// ("mysql/main"), and --resource forces one that looks like a bucket.
+	if strings.Contains(id, ":") && !strings.Contains(id, "/") && !*asResource {
+		if _, _, err := wire.SplitBucket(id); err != nil {
+			return fmt.Errorf("%w (to explain %q as a resource id, add --resource)", err, id)
+		}
+		return explainBucket(env.stdout, id, entries, replicas, *wait > 0)
+	}
 	policyFrom := "--unmatched"
 	if !policySet {
 		policyFrom = "the default policy"
@@ -441,6 +542,74 @@ func configExplain(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if *wait > 0 {
 		return explainReplicas(ctx, env.stdout, kv, id, replicas)
+	}
+	return nil
+}
+
+// explainBucket reports which bucket answers quota bucket
+// ("namespace:name"), its effective configuration and the revisions it
+// comes from, as the bucket's entries hold them and as each running
+// replica reports serving them.
+func explainBucket(w io.Writer, bucket string, entries []config.Entry, replicas []opstatus.Replica, asked bool) error {
+	set := config.SetFromEntries(entries, nil)
+	m, err := config.ExplainBucket(set.Quota(), bucket)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "Quota bucket %s (lookup order: named, dynamic, namespace default, global default)\n", bucket)
+	fmt.Fprintf(w, "answered by: %s\n", m.Source)
+	fmt.Fprintln(w, m.String())
+	if m.Spec != nil {
+		doc, err := json.MarshalIndent(config.BucketDocument(m.Spec), "", "  ")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "\nEffective bucket (every default explicit):\n%s\n", doc)
+	}
+	fmt.Fprintln(w, "\nConfiguration revisions:")
+	for _, ns := range []string{m.Namespace, quota.GlobalDefault} {
+		key := config.NamespaceKey(ns)
+		state := "not stored"
+		for _, e := range entries {
+			if e.Key != key {
+				continue
+			}
+			switch {
+			case e.Err == nil:
+				state = fmt.Sprintf("revision %d", e.Revision)
+			case e.ServingNamespace != nil:
+				state = fmt.Sprintf("revision %d is INVALID (%v); replicas serve revision %d", e.Revision, e.Err, e.ServingNamespace.Revision)
+			default:
+				state = fmt.Sprintf("revision %d is INVALID (%v) and no valid revision is in its history: not served", e.Revision, e.Err)
+			}
+		}
+		fmt.Fprintf(w, "  %s: %s\n", key, state)
+		if ns == quota.GlobalDefault {
+			break
+		}
+	}
+	if !asked {
+		return nil
+	}
+	fmt.Fprintln(w, "\nRunning replicas (revisions of these keys each reports serving):")
+	if len(replicas) == 0 {
+		fmt.Fprintln(w, "  none answered; the above is what the bucket holds")
+	}
+	for _, r := range replicas {
+		if r.Config == nil {
+			fmt.Fprintf(w, "  %s: reports no configuration\n", r.ServerID)
+			continue
+		}
+		var revs []string
+		for _, k := range r.Config.Keys {
+			if k.Key == config.NamespaceKey(m.Namespace) || k.Key == config.NamespaceKey(quota.GlobalDefault) {
+				revs = append(revs, fmt.Sprintf("%s@%d", k.Key, k.Revision))
+			}
+		}
+		if len(revs) == 0 {
+			revs = append(revs, "neither key")
+		}
+		fmt.Fprintf(w, "  %s (generation %d): %s\n", r.ServerID, r.Config.Generation, strings.Join(revs, ", "))
 	}
 	return nil
 }
@@ -583,6 +752,7 @@ func reportedSet(ctx context.Context, kv jetstream.KeyValue, st *config.Status, 
 	var refusals []config.Refusal
 	for _, k := range st.Keys {
 		switch {
+		case k.Namespace: // quota namespaces take no part in template matching
 		case k.Revision > 0:
 			ck := fmt.Sprintf("%s@%d", k.Key, k.Revision)
 			t, ok := cache[ck]

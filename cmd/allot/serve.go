@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/quotaserver"
 )
 
 // coordFlags are the flags shared by `allot up` and `allot coordinator`.
@@ -43,6 +45,10 @@ type coordFlags struct {
 	clockSkew    time.Duration
 	maxClients   int
 	maxRes       int
+	// quotaParts is how many partitions share the quota namespaces;
+	// quotaServe which of them this process serves.
+	quotaParts int
+	quotaServe partitionList
 	// onServing, if set, is called when a replica starts or stops serving.
 	onServing func(term uint64, serving bool)
 }
@@ -63,6 +69,69 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.DurationVar(&f.electionTTL, "election-ttl", election.DefaultTTL, "leader key TTL in bucket "+election.DefaultBucket+" (whole seconds); an abrupt leader loss costs about TTL+1s")
 	fs.IntVar(&f.replicasKV, "bucket-replicas", 1, "replicas of the election and state buckets when allot creates them (3 on a three-server cluster)")
+	fs.IntVar(&f.quotaParts, "quota-partitions", 1, "quota partitions sharing the namespaces (allot.<node>.quota.*), each electing its own leader; above 1 the NATS server needs the subject mapping of deploy/nats/quota/partitions.conf (allot up sets it)")
+	f.quotaServe = partitionList{all: true}
+	fs.Var(&f.quotaServe, "quota-serve", "quota partitions this process serves: 'all', 'none', or a comma-separated list such as 0,2")
+}
+
+// partitionList is the value of --quota-serve.
+type partitionList struct {
+	all bool
+	ids []int
+}
+
+func (p *partitionList) String() string {
+	switch {
+	case p == nil || p.all:
+		return "all"
+	case len(p.ids) == 0:
+		return "none"
+	}
+	out := make([]string, len(p.ids))
+	for i, id := range p.ids {
+		out[i] = strconv.Itoa(id)
+	}
+	return strings.Join(out, ",")
+}
+
+func (p *partitionList) Set(v string) error {
+	switch v = strings.TrimSpace(v); v {
+	case "all":
+		*p = partitionList{all: true}
+		return nil
+	case "none", "":
+		*p = partitionList{}
+		return nil
+	}
+	var ids []int
+	for f := range strings.SplitSeq(v, ",") {
+		id, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || id < 0 {
+			return fmt.Errorf("%q: want 'all', 'none' or partition numbers like 0,2", v)
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	*p = partitionList{ids: ids}
+	return nil
+}
+
+// partitions returns the partitions to serve out of n.
+func (p *partitionList) partitions(n int) ([]int, error) {
+	if p.all {
+		out := make([]int, n)
+		for i := range out {
+			out[i] = i
+		}
+		return out, nil
+	}
+	for _, id := range p.ids {
+		if id >= n {
+			return nil, fmt.Errorf("--quota-serve %d: there are only %d partitions (0 to %d; see --quota-partitions)", id, n, n-1)
+		}
+	}
+	return p.ids, nil
 }
 
 func (f *coordFlags) options(log *slog.Logger) coordinator.Options {
@@ -90,6 +159,12 @@ var nodeRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 func (f *coordFlags) validate() error {
 	if !nodeRE.MatchString(f.node) {
 		return fmt.Errorf("--node %q: want 1-64 characters from [A-Za-z0-9_-]", f.node)
+	}
+	if f.quotaParts < 1 || f.quotaParts > quotaserver.MaxPartitions {
+		return fmt.Errorf("--quota-partitions %d: want 1 to %d", f.quotaParts, quotaserver.MaxPartitions)
+	}
+	if _, err := f.quotaServe.partitions(f.quotaParts); err != nil {
+		return err
 	}
 	if f.parent == "" {
 		return nil
@@ -193,7 +268,48 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	if err != nil {
 		return err
 	}
-	return rep.Run(ctx)
+	runs := []func(context.Context) error{rep.Run}
+	parts, err := cf.quotaServe.partitions(cf.quotaParts)
+	if err != nil {
+		return err
+	}
+	quotaConfig := quotaserver.WatchedConfig(w)
+	for _, p := range parts {
+		qr, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
+			Options: quotaserver.Options{Node: cf.node, ServerID: opts.ServerID, Partition: p, Partitions: cf.quotaParts,
+				Config: quotaConfig, Logger: log},
+			ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV,
+		})
+		if err != nil {
+			return err
+		}
+		runs = append(runs, qr.Run)
+	}
+	return runAll(ctx, runs)
+}
+
+// runAll runs each of runs until ctx ends or one fails; a failure stops
+// the others, and the first error is returned.
+func runAll(ctx context.Context, runs []func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(runs))
+	for _, run := range runs {
+		go func() {
+			err := run(ctx)
+			if err != nil {
+				cancel()
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for range runs {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
@@ -265,7 +381,7 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	defer lock.Release()
 	// Servers joined by leaf nodes need distinct names.
 	srv, err := embed.Start(embed.Options{Host: *host, Port: *port, StoreDir: *dataDir, Log: *natsLog, ServerName: "allot-" + cf.node,
-		LeafNodePort: tree.leafPort, LeafRemotes: tree.remotes, Domain: tree.domain})
+		LeafNodePort: tree.leafPort, LeafRemotes: tree.remotes, Domain: tree.domain, Mappings: quotaserver.Mappings(cf.node, cf.quotaParts)})
 	if err != nil {
 		return fmt.Errorf("%w (--port 0 and --leafnode-port -1 pick free ports)", err)
 	}
@@ -315,6 +431,8 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 		if cf.parent != "" {
 			fmt.Fprintf(env.stdout, "  parent: node %q at %s; %s mirrors %s of domain %s\n", cf.parent, strings.Join(tree.remotes, ","), cf.configBucket, cf.configBucket, cf.parent)
 		}
+		fmt.Fprintf(env.stdout, "  quota: %s (bucket in the payload) and %s, %d partition(s)\n",
+			quotaserver.TakeSubject(cf.node), quotaserver.BucketSubject(cf.node, "take", "NAMESPACE", "NAME"), cf.quotaParts)
 		fmt.Fprintf(env.stdout, "try: go run ./cmd/allot get --nats %s --node %s db --wants 10\n     go run ./cmd/allot status --nats %s\n",
 			srv.ClientURL(), cf.node, srv.ClientURL())
 	}()
@@ -386,7 +504,7 @@ func serveReplicas(ctx context.Context, url string, cf *coordFlags, n int, log *
 		host, _ := os.Hostname()
 		base = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
-	errs := make(chan error, n)
+	runs := make([]func(context.Context) error, n)
 	for i := range n {
 		rcf := *cf
 		rcf.serverID = fmt.Sprintf("%s-%d", base, i)
@@ -395,15 +513,9 @@ func serveReplicas(ctx context.Context, url string, cf *coordFlags, n int, log *
 			return err
 		}
 		defer nc.Close()
-		go func() { errs <- serve(ctx, nc, &rcf, log.With("replica", i)) }()
+		runs[i] = func(ctx context.Context) error { return serve(ctx, nc, &rcf, log.With("replica", i)) }
 	}
-	var first error
-	for range n {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
+	return runAll(ctx, runs)
 }
 
 // seedTemplates stores the example templates of deploy/templates in the

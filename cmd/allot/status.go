@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/quotaserver"
 )
 
 // nodeStatus is one line of `allot status`.
@@ -34,6 +37,46 @@ type nodeStatus struct {
 	// child, its lease from the parent), outstanding and claimants.
 	Parent  string             `json:"parent,omitempty"`
 	Serving *coordinator.Stats `json:"serving,omitempty"`
+	// Quota are the node's quota partitions, by partition number.
+	Quota []*quotaPartition `json:"quota,omitempty"`
+}
+
+// quotaPartition is one quota partition of a node in `allot status`.
+type quotaPartition struct {
+	Partition int `json:"partition"`
+	// Leader, Term and Since come from the election bucket.
+	Leader string    `json:"leader,omitempty"`
+	Term   uint64    `json:"term,omitempty"`
+	Since  time.Time `json:"since,omitzero"`
+	// Serving is the serving leader's STATS: buckets, takes and events
+	// per namespace.
+	Serving *quotaserver.Stats `json:"serving,omitempty"`
+}
+
+// quota returns n's partition p, adding it if needed.
+func (n *nodeStatus) quota(p int) *quotaPartition {
+	for _, q := range n.Quota {
+		if q.Partition == p {
+			return q
+		}
+	}
+	q := &quotaPartition{Partition: p}
+	n.Quota = append(n.Quota, q)
+	return q
+}
+
+// quotaElectionKey parses a quota partition's election key
+// (quotaserver.ElectionKey).
+func quotaElectionKey(key string) (node string, partition int, ok bool) {
+	node, rest, ok := strings.Cut(key, ".quota.")
+	if !ok {
+		return "", 0, false
+	}
+	p, err := strconv.Atoi(rest)
+	if err != nil || quotaserver.ElectionKey(node, p) != key {
+		return "", 0, false
+	}
+	return node, p, true
 }
 
 func runStatus(ctx context.Context, env *cliEnv, args []string) error {
@@ -102,7 +145,8 @@ func collectStatus(ctx context.Context, nc *nats.Conn, bucket string, wait time.
 			return nil, fmt.Errorf("list election keys: %w", err)
 		}
 		for key := range keys.Keys() {
-			if strings.Contains(key, ".") {
+			qnode, part, isQuota := quotaElectionKey(key)
+			if strings.Contains(key, ".") && !isQuota {
 				continue // not a node: e.g. election.FoundedKey
 			}
 			entry, err := kv.Get(kctx, key)
@@ -113,11 +157,17 @@ func collectStatus(ctx context.Context, nc *nats.Conn, bucket string, wait time.
 			if err := json.Unmarshal(entry.Value(), &v); err != nil {
 				continue
 			}
-			n := node(key)
-			n.Leader, n.Term, n.Since = v.ID, v.Term, v.Since
-			if n.Term == 0 {
-				n.Term = entry.Revision()
+			term := v.Term
+			if term == 0 {
+				term = entry.Revision()
 			}
+			if isQuota {
+				q := node(qnode).quota(part)
+				q.Leader, q.Term, q.Since = v.ID, term, v.Since
+				continue
+			}
+			n := node(key)
+			n.Leader, n.Term, n.Since = v.ID, term, v.Since
 		}
 	}
 
@@ -142,6 +192,13 @@ func collectStatus(ctx context.Context, nc *nats.Conn, bucket string, wait time.
 	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
 		return nil, fmt.Errorf("request %s: %w", subject, err)
 	}
+	// And the quota partitions' serving leaders.
+	if subject, err = micro.ControlSubject(micro.StatsVerb, quotaserver.ServiceName, ""); err != nil {
+		return nil, err
+	}
+	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
+		return nil, fmt.Errorf("request %s: %w", subject, err)
+	}
 	deadline := time.Now().Add(wait)
 	for {
 		m, err := sub.NextMsg(time.Until(deadline))
@@ -153,6 +210,13 @@ func collectStatus(ctx context.Context, nc *nats.Conn, bucket string, wait time.
 		}
 		var st micro.Stats
 		if json.Unmarshal(m.Data, &st) != nil {
+			continue
+		}
+		if st.Name == quotaserver.ServiceName && len(st.Endpoints) > 0 {
+			var qs quotaserver.Stats
+			if json.Unmarshal(st.Endpoints[0].Data, &qs) == nil && qs.Node != "" && qs.Serving {
+				node(qs.Node).quota(qs.Partition).Serving = &qs
+			}
 			continue
 		}
 		for _, ep := range st.Endpoints {
@@ -178,6 +242,12 @@ func collectStatus(ctx context.Context, nc *nats.Conn, bucket string, wait time.
 	}
 	out := make([]*nodeStatus, 0, len(byNode))
 	for _, n := range byNode {
+		slices.SortFunc(n.Quota, func(a, b *quotaPartition) int { return a.Partition - b.Partition })
+		for _, q := range n.Quota {
+			if q.Leader == "" && q.Serving != nil {
+				q.Leader, q.Term = q.Serving.ServerID, q.Serving.Term
+			}
+		}
 		slices.SortFunc(n.Replicas, func(a, b coordinator.ReplicaStatus) int { return strings.Compare(a.ServerID, b.ServerID) })
 		out = append(out, n)
 	}
@@ -233,6 +303,70 @@ func printStatus(w io.Writer, nodes []*nodeStatus, now time.Time) {
 	}
 	_ = tw.Flush()
 	printTree(w, nodes)
+	printQuota(w, nodes, now)
+}
+
+// printQuota lists each node's quota partitions: leader, term, buckets
+// in memory, decisions, and quotaservice's events per namespace.
+func printQuota(w io.Writer, nodes []*nodeStatus, now time.Time) {
+	if !slices.ContainsFunc(nodes, func(n *nodeStatus) bool { return len(n.Quota) > 0 }) {
+		return
+	}
+	fmt.Fprintln(w, "\nQUOTA")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tPARTITION\tLEADER\tTERM\tLEADING FOR\tBUCKETS\tTAKES\tREPORTS")
+	for _, n := range nodes {
+		for _, q := range n.Quota {
+			leader, term, since, buckets, takes, reports := "(none)", "-", "-", "-", "-", "-"
+			if q.Leader != "" {
+				leader, term = q.Leader, fmt.Sprint(q.Term)
+				if !q.Since.IsZero() {
+					since = now.Sub(q.Since).Round(time.Second).String()
+				}
+			}
+			if s := q.Serving; s != nil {
+				buckets, takes, reports = fmt.Sprint(s.Buckets), fmt.Sprint(s.Takes), fmt.Sprint(s.Reports)
+			} else if q.Leader != "" {
+				leader += " (not serving)"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, q.Partition, leader, term, since, buckets, takes, reports)
+		}
+	}
+	_ = tw.Flush()
+	for _, n := range nodes {
+		for _, q := range n.Quota {
+			if q.Serving == nil {
+				continue
+			}
+			for _, ns := range slices.Sorted(maps.Keys(q.Serving.Events)) {
+				fmt.Fprintf(w, "  %s/%d %s: %s\n", n.Node, q.Partition, ns, eventCounts(q.Serving.Events[ns]))
+			}
+		}
+	}
+}
+
+// eventCounts formats a namespace's event counters as name=count, the
+// non-zero ones, in the order of their JSON names.
+func eventCounts(ev any) string {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return err.Error()
+	}
+	var counts map[string]any
+	if err := json.Unmarshal(data, &counts); err != nil {
+		return string(data)
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		if v, ok := counts[k].(float64); ok && v == 0 {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s=%v", k, counts[k]))
+	}
+	if len(out) == 0 {
+		return "no events"
+	}
+	return strings.Join(out, " ")
 }
 
 // printTree draws the nodes from the root down, each with its parent,

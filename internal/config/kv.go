@@ -14,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"sigs.k8s.io/yaml"
+
+	"github.com/allot/allot/internal/quota"
 )
 
 // Names in the configuration bucket.
@@ -24,6 +26,9 @@ const (
 	KeyPrefix = "templates."
 	// WatchPattern matches every template key.
 	WatchPattern = KeyPrefix + ">"
+	// watchAll is what watchers and LoadAll read: templates and quota
+	// namespaces (keys of other forms are skipped).
+	watchAll = ">"
 	// DefaultTemplateName is the conventional name of the lowest-precedence
 	// template, stored under "templates.default" with glob "*".
 	DefaultTemplateName = "default"
@@ -72,16 +77,21 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, bucket string, crea
 	return kv, nil
 }
 
-// Entry is one template key as read from the bucket by LoadAll.
+// Entry is one template or namespace key as read from the bucket by
+// LoadAll.
 type Entry struct {
-	// Name is the template name, Key the KV key.
+	// Name is the template or namespace name, Key the KV key.
 	Name, Key string
 	// Revision is the KV revision of the value.
 	Revision uint64
 	// Value is the stored document.
 	Value []byte
-	// Template is the compiled template, nil if Err is set.
+	// Template is the compiled template, nil if Err is set or the key is
+	// a namespace key.
 	Template *Template
+	// Namespace is the parsed quota namespace of a namespace key
+	// (NamespacePrefix), nil if Err is set or the key is a template key.
+	Namespace *quota.Namespace
 	// Notes are Compile's normalization notes.
 	Notes []string
 	// Err is why the value was rejected.
@@ -90,16 +100,22 @@ type Entry struct {
 	// this one (from the key's history): what replicas serve instead. Nil
 	// if there is none.
 	Serving *Template
+	// ServingNamespace is Serving for a namespace key.
+	ServingNamespace *quota.Namespace
 	// Refusal is set when Err is set, Serving is nil and the value's
 	// identifier_glob can be read: replicas refuse the resources it wins.
 	Refusal *Refusal
 }
 
-// LoadAll reads every template key of kv and compiles it. Invalid values
-// are returned with Err set, not as an error, and with what replicas
-// serve in their place (Serving or Refusal).
+// IsNamespace reports whether e is a quota namespace key.
+func (e *Entry) IsNamespace() bool { return strings.HasPrefix(e.Key, NamespacePrefix) }
+
+// LoadAll reads every template and namespace key of kv and compiles it.
+// Invalid values are returned with Err set, not as an error, and with
+// what replicas serve in their place (Serving, ServingNamespace or
+// Refusal). Keys of other forms are skipped.
 func LoadAll(ctx context.Context, kv jetstream.KeyValue) ([]Entry, error) {
-	w, err := kv.Watch(ctx, WatchPattern, jetstream.IgnoreDeletes())
+	w, err := kv.Watch(ctx, watchAll, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("read template keys: %w", err)
 	}
@@ -115,7 +131,9 @@ loop:
 			if e == nil { // initial values done
 				break loop
 			}
-			out = append(out, compileEntry(e))
+			if ce, ok := compileEntry(e); ok {
+				out = append(out, ce)
+			}
 		case <-ctx.Done():
 			return nil, fmt.Errorf("read template keys: %w", ctx.Err())
 		}
@@ -126,44 +144,89 @@ loop:
 		if e.Err == nil || e.Name == "" {
 			continue
 		}
-		r := resolveInvalid(ctx, kv, e.Name, e.Revision, e.Value, e.Err)
+		r := resolveInvalid(ctx, kv, e.Key, e.Name, e.Revision, e.Value, e.Err)
 		if r.histErr != nil && ctx.Err() != nil {
 			return nil, fmt.Errorf("read template keys: %w", r.histErr)
 		}
-		e.Serving, e.Refusal = r.serving, r.refusal
+		e.Serving, e.ServingNamespace, e.Refusal = r.serving.tmpl, r.serving.ns, r.refusal
 	}
 	return out, nil
 }
 
-func compileEntry(e jetstream.KeyValueEntry) Entry {
-	out := Entry{Key: e.Key(), Revision: e.Revision(), Value: e.Value()}
-	name, ok := NameFromKey(e.Key())
+// compileEntry compiles a template or namespace entry; ok is false for
+// keys of other forms.
+func compileEntry(e jetstream.KeyValueEntry) (Entry, bool) {
+	name, c, ok := compileKey(e.Key(), e.Revision(), e.Value())
 	if !ok {
-		out.Err = fmt.Errorf("key %q is not of the form %s<name>", e.Key(), KeyPrefix)
-		return out
+		return Entry{}, false
 	}
-	out.Name = name
-	out.Template, out.Notes, out.Err = ParseAndCompile(name, e.Revision(), e.Value())
-	return out
+	return Entry{Key: e.Key(), Name: name, Revision: e.Revision(), Value: e.Value(),
+		Template: c.tmpl, Namespace: c.ns, Notes: c.notes, Err: c.err}, true
+}
+
+// compiled is one key's value compiled by the key's kind: a template or a
+// quota namespace.
+type compiled struct {
+	tmpl  *Template
+	ns    *quota.Namespace
+	notes []string
+	err   error
+}
+
+// valid reports whether c holds a template or namespace.
+func (c compiled) valid() bool { return c.tmpl != nil || c.ns != nil }
+
+// revision is the KV revision of the template or namespace c holds.
+func (c compiled) revision() uint64 {
+	switch {
+	case c.tmpl != nil:
+		return c.tmpl.Revision
+	case c.ns != nil:
+		return c.ns.Revision
+	}
+	return 0
+}
+
+// compileKey compiles revision rev of key: a template key ("templates.")
+// with ParseAndCompile, a namespace key ("namespaces.") with
+// ParseNamespace. It returns the template or namespace name, and ok false
+// for keys of other forms, which are not allot's configuration.
+func compileKey(key string, rev uint64, value []byte) (name string, c compiled, ok bool) {
+	switch {
+	case strings.HasPrefix(key, KeyPrefix):
+		name, _ = NameFromKey(key)
+		c.tmpl, c.notes, c.err = ParseAndCompile(name, rev, value)
+	case strings.HasPrefix(key, NamespacePrefix):
+		name, _ = NamespaceFromKey(key)
+		c.ns, c.notes, c.err = ParseNamespace(name, rev, value)
+	default:
+		return "", c, false
+	}
+	return name, c, true
 }
 
 // SetFromEntries builds a Set (generation 0) from the entries as replicas
 // serve them: valid ones, the last valid revision of invalid ones, and
-// refusals.
+// refusals; its Quota holds the namespaces served likewise.
 func SetFromEntries(entries []Entry, fallback *Template) *Set {
 	var ts []*Template
 	var refusals []Refusal
+	var nss []*quota.Namespace
 	for _, e := range entries {
 		switch {
 		case e.Template != nil:
 			ts = append(ts, e.Template)
 		case e.Serving != nil:
 			ts = append(ts, e.Serving)
+		case e.Namespace != nil:
+			nss = append(nss, e.Namespace)
+		case e.ServingNamespace != nil:
+			nss = append(nss, e.ServingNamespace)
 		case e.Refusal != nil:
 			refusals = append(refusals, *e.Refusal)
 		}
 	}
-	return NewSet(0, ts, fallback, refusals...)
+	return NewSet(0, ts, fallback, refusals...).WithQuota(NewQuotaConfig(nss...))
 }
 
 // historyTimeout bounds the history read behind an invalid revision.
@@ -171,24 +234,25 @@ const historyTimeout = 5 * time.Second
 
 // resolution is what an invalid revision of a key leaves serving.
 type resolution struct {
-	serving *Template // last valid revision, nil if none
-	notes   []string  // serving's normalization notes
-	refusal *Refusal  // when serving is nil and the glob can be read
-	histErr error     // the history could not be read
+	serving compiled // last valid revision (and its notes); none if !serving.valid()
+	refusal *Refusal // when nothing serves and the glob can be read
+	histErr error    // the history could not be read
 }
 
-// resolveInvalid decides what serves when revision rev of template name,
-// value, is invalid (cause): the newest valid revision older than rev in
-// the key's history, after its last delete; if there is none, a refusal
-// of the glob the value names, so that the resources meant for it are
-// not served by another template or the fallback.
-func resolveInvalid(ctx context.Context, kv jetstream.KeyValue, name string, rev uint64, value []byte, cause error) resolution {
+// resolveInvalid decides what serves when revision rev of key (template
+// or namespace name), value, is invalid (cause): the newest valid
+// revision older than rev in the key's history, after its last delete.
+// If there is none, a template key refuses the glob the value names, so
+// that the resources meant for it are not served by another template or
+// the fallback; a namespace key serves nothing, so its keys get what they
+// got before the key existed (the global default).
+func resolveInvalid(ctx context.Context, kv jetstream.KeyValue, key, name string, rev uint64, value []byte, cause error) resolution {
 	var r resolution
 	hctx, cancel := context.WithTimeout(ctx, historyTimeout)
 	defer cancel()
-	hist, err := kv.History(hctx, Key(name))
+	hist, err := kv.History(hctx, key)
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		r.histErr = fmt.Errorf("read history of %s: %w", Key(name), err)
+		r.histErr = fmt.Errorf("read history of %s: %w", key, err)
 	}
 	for i := len(hist) - 1; i >= 0; i-- {
 		h := hist[i]
@@ -198,10 +262,13 @@ func resolveInvalid(ctx context.Context, kv jetstream.KeyValue, name string, rev
 		if h.Operation() != jetstream.KeyValuePut {
 			break // deleted: what came before is not the operator's intent
 		}
-		if t, notes, err := ParseAndCompile(name, h.Revision(), h.Value()); err == nil {
-			r.serving, r.notes = t, notes
+		if _, c, _ := compileKey(key, h.Revision(), h.Value()); c.valid() {
+			r.serving = c
 			return r
 		}
+	}
+	if !strings.HasPrefix(key, KeyPrefix) {
+		return r
 	}
 	glob := readGlob(value)
 	if glob == "" {

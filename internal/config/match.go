@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/allot/allot/internal/quota"
 )
 
 // Set is an immutable collection of templates with a fallback, built by
@@ -20,6 +22,8 @@ type Set struct {
 	// refusals maps the placeholder templates of refusals (in exact and
 	// globs like any template) to why their ids are refused.
 	refusals map[*Template]string
+	// quota is the quota configuration (see Quota); nil is none.
+	quota *quota.Config
 }
 
 // Refusal is a template key that has no valid revision to serve: the

@@ -80,13 +80,16 @@ func OpenMirror(ctx context.Context, js jetstream.JetStream, bucket, parentDomai
 	// only after nats-server's setup request times out (30s) and its retry
 	// backoff passes (about 40s in all, up to minutes): wait a while for
 	// the origin first, then create the mirror in any case.
-	waitOrigin(ctx, js.Conn(), bucket, parentDomain, MirrorOriginWait)
+	source := &jetstream.StreamSource{Name: bucket, External: &jetstream.ExternalStream{APIPrefix: want}}
+	if waitOrigin(ctx, js.Conn(), bucket, parentDomain, MirrorOriginWait) {
+		source.Consumer = durableMirrorConsumer(ctx, js, bucket, parentDomain)
+	}
 	kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      bucket,
 		Description: "allot resource templates: mirror of " + bucket + " in domain " + parentDomain,
 		History:     BucketHistory,
 		Storage:     jetstream.FileStorage,
-		Mirror:      &jetstream.StreamSource{Name: bucket, External: &jetstream.ExternalStream{APIPrefix: want}},
+		Mirror:      source,
 	})
 	if errors.Is(err, jetstream.ErrBucketExists) { // lost a race with another creator
 		if kv, err = js.KeyValue(ctx, bucket); err == nil {
@@ -97,6 +100,43 @@ func OpenMirror(ctx context.Context, js jetstream.JetStream, bucket, parentDomai
 		return nil, fmt.Errorf("create configuration bucket %q as a mirror of domain %s: %w", bucket, parentDomain, err)
 	}
 	return kv, nil
+}
+
+// durableMirrorConsumer creates, at the parent, the durable consumer a
+// mirror of bucket in js's domain sources from, and returns it for the
+// mirror's config; nil if it cannot (a nats-server before 2.14, no
+// permission), and the mirror then uses nats-server's own consumer.
+//
+// Why: nats-server's own mirror consumer is ephemeral. A link cut for
+// more than its 10s health check makes the mirror set up a new one with
+// requests that time out and back off (up to 2 minutes): changes made at
+// the root reached a child minutes after the link came back. With a
+// durable consumer the mirror only repositions it, and a probe on its
+// delivery subject retries as soon as the link carries it again: changes
+// arrive within a second or so of the restore.
+func durableMirrorConsumer(ctx context.Context, js jetstream.JetStream, bucket, parentDomain string) *jetstream.StreamConsumerSource {
+	info, err := js.AccountInfo(ctx)
+	if err != nil || info.Domain == "" {
+		return nil
+	}
+	pjs, err := jetstream.NewWithDomain(js.Conn(), parentDomain)
+	if err != nil {
+		return nil
+	}
+	src := &jetstream.StreamConsumerSource{Name: "allot_mirror_" + info.Domain, DeliverSubject: "allot.mirror." + info.Domain + "." + bucket}
+	_, err = pjs.CreateOrUpdatePushConsumer(ctx, "KV_"+bucket, jetstream.ConsumerConfig{
+		Durable:        src.Name,
+		Description:    "allot: the configuration mirror of domain " + info.Domain + " sources through it",
+		DeliverSubject: src.DeliverSubject,
+		AckPolicy:      jetstream.AckFlowControlPolicy,
+		FlowControl:    true,
+		IdleHeartbeat:  time.Second, // what nats-server requires of sourcing consumers
+		MaxAckPending:  1024,
+	})
+	if err != nil {
+		return nil
+	}
+	return src
 }
 
 // checkMirror reports an error unless kv mirrors bucket through the API

@@ -204,14 +204,7 @@ func TestOpenMirrorRefusesPlainBucket(t *testing.T) {
 // and both forms sync. OpenMirror uses the explicit prefix either way.
 func TestMirrorDomainForm(t *testing.T) {
 	ctx := testCtx(t)
-	root := natstest.Root(t, "global")
-	rootKV, _ := bucket(t, root.Server)
-	put(t, rootKV, "mysql-main", mysqlMain)
-	region := natstest.Child(t, "eu", root)
-	js, err := jetstream.New(natstest.Conn(t, region.Server))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, js := rootAndRegion(t)
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: DefaultBucket, History: BucketHistory,
 		Mirror: &jetstream.StreamSource{Name: DefaultBucket, Domain: "global"}})
 	if err != nil {
@@ -225,4 +218,55 @@ func TestMirrorDomainForm(t *testing.T) {
 		_, err := kv.Get(ctx, Key("mysql-main"))
 		return err == nil
 	})
+}
+
+// TestMirrorCatchesUpAfterLongCut: a link cut for longer than nats-server's
+// 10s source health check. With its own ephemeral consumer the mirror
+// then backed off for minutes (a put made during a 15s cut had not arrived
+// 120s after the restore); through the durable consumer allot creates at
+// the parent it catches up within seconds.
+func TestMirrorCatchesUpAfterLongCut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cuts a link for 12s")
+	}
+	ctx := testCtx(t)
+	rootKV, region, js := rootAndRegion(t)
+	kv, err := OpenMirror(ctx, js, DefaultBucket, "global")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := mirrorOf(ctx, kv)
+	if err != nil || m == nil || m.Consumer == nil {
+		t.Fatalf("mirror source %+v (%v): want a durable consumer at the parent", m, err)
+	}
+	w := startWatcher(t, kv, nil)
+	waitFor(t, "the root's template", func() bool { return capacityOf(w, "mysql/main") == 500 })
+	region.Cut(t)
+	time.Sleep(12 * time.Second)
+	put(t, rootKV, "mysql-main", mysqlMain700)
+	restored := time.Now()
+	region.Restore(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for capacityOf(w, "mysql/main") != 700 {
+		if time.Now().After(deadline) {
+			t.Fatal("the put made during a 12s cut had not arrived 10s after the restore")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("the put made during the cut arrived %v after the restore", time.Since(restored))
+}
+
+// rootAndRegion starts a root level (domain global) whose bucket holds
+// mysql-main, and a region (domain eu) under it; js is the region's.
+func rootAndRegion(t *testing.T) (jetstream.KeyValue, *natstest.Level, jetstream.JetStream) {
+	t.Helper()
+	root := natstest.Root(t, "global")
+	rootKV, _ := bucket(t, root.Server)
+	put(t, rootKV, "mysql-main", mysqlMain)
+	region := natstest.Child(t, "eu", root)
+	js, err := jetstream.New(natstest.Conn(t, region.Server))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rootKV, region, js
 }

@@ -53,28 +53,9 @@ func parseErr(field, format string, args ...any) error {
 //
 // Parse checks only the document's shape; Compile checks the values.
 func Parse(data []byte) (*allotpb.ResourceTemplate, error) {
-	if len(data) > MaxTemplateSize {
-		return nil, parseErr("", "template is %d bytes; the limit is %d", len(data), MaxTemplateSize)
-	}
-	trimmed := bytes.TrimSpace(data)
-	if len(trimmed) == 0 {
-		return nil, parseErr("", "template is empty: write a JSON object or a YAML mapping")
-	}
-	jsonData := trimmed
-	if trimmed[0] != '{' && trimmed[0] != '[' {
-		var err error
-		jsonData, err = yaml.YAMLToJSON(trimmed)
-		if err != nil {
-			return nil, parseErr("", "invalid YAML: %v", err)
-		}
-	}
-	v, err := decodeJSON(jsonData)
+	obj, err := readDocument("template", data)
 	if err != nil {
 		return nil, err
-	}
-	obj, ok := v.(map[string]any)
-	if !ok {
-		return nil, parseErr("", "template must be a JSON object or YAML mapping, not %s", jsonKind(v))
 	}
 	pb := &allotpb.ResourceTemplate{}
 	norm, err := normalizeMessage("", obj, pb.ProtoReflect().Descriptor(), 0)
@@ -93,6 +74,37 @@ func Parse(data []byte) (*allotpb.ResourceTemplate, error) {
 	return pb, nil
 }
 
+// readDocument decodes a stored document (what: "template",
+// "namespace") written in JSON or YAML into a JSON object, with numbers as
+// json.Number, rejecting documents above MaxTemplateSize, duplicate keys
+// and anything but an object.
+func readDocument(what string, data []byte) (map[string]any, error) {
+	if len(data) > MaxTemplateSize {
+		return nil, parseErr("", "%s is %d bytes; the limit is %d", what, len(data), MaxTemplateSize)
+	}
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		return nil, parseErr("", "%s is empty: write a JSON object or a YAML mapping", what)
+	}
+	jsonData := trimmed
+	if trimmed[0] != '{' && trimmed[0] != '[' {
+		var err error
+		jsonData, err = yaml.YAMLToJSON(trimmed)
+		if err != nil {
+			return nil, parseErr("", "invalid YAML: %v", err)
+		}
+	}
+	v, err := decodeJSON(jsonData)
+	if err != nil {
+		return nil, err
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return nil, parseErr("", "%s must be a JSON object or YAML mapping, not %s", what, jsonKind(v))
+	}
+	return obj, nil
+}
+
 // decodeJSON decodes one JSON value, keeping numbers as json.Number and
 // rejecting duplicate object keys and trailing data.
 func decodeJSON(data []byte) (any, error) {
@@ -103,7 +115,7 @@ func decodeJSON(data []byte) (any, error) {
 		return nil, err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, parseErr("", "invalid JSON: unexpected data after the template object")
+		return nil, parseErr("", "invalid JSON: unexpected data after the object")
 	}
 	return v, nil
 }

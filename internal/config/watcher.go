@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/allot/allot/internal/quota"
 )
 
 // MaxRejectionsPerKey bounds how many rejected revisions Status keeps per
@@ -30,7 +32,8 @@ type Status struct {
 	Generation uint64 `json:"generation"`
 	// Updated is when the Set in use was built.
 	Updated time.Time `json:"updated"`
-	// Keys lists every template key with a value, sorted by key.
+	// Keys lists every template and namespace key with a value, sorted
+	// by key.
 	Keys []KeyStatus `json:"keys"`
 	// Fallback is the name of the template for unmatched resources
 	// (e.g. "builtin:default"), empty when they are rejected.
@@ -42,11 +45,14 @@ type Status struct {
 	Resyncs uint64 `json:"resyncs,omitempty"`
 }
 
-// KeyStatus is the state of one template key.
+// KeyStatus is the state of one template or namespace key.
 type KeyStatus struct {
-	// Key is the KV key ("templates.mysql-main"), Name the template name.
+	// Key is the KV key ("templates.mysql-main", "namespaces.logins"),
+	// Name the template or namespace name.
 	Key  string `json:"key"`
 	Name string `json:"name"`
+	// Namespace is set for a quota namespace key ("namespaces.<name>").
+	Namespace bool `json:"namespace,omitempty"`
 	// Revision is the KV revision serving: the latest, or when that is
 	// invalid the last valid one in the key's history; 0 if none.
 	Revision uint64 `json:"revision"`
@@ -100,16 +106,16 @@ type Watcher struct {
 
 type keyState struct {
 	name     string
-	tmpl     *Template // serving revision, nil if none
+	serving  compiled // serving revision and its notes; none if !serving.valid()
 	applied  time.Time
-	notes    []string
 	rejected []Rejection
 	lastRev  uint64   // newest revision seen, valid or not
-	refusal  *Refusal // when tmpl is nil and the glob could be read
+	refusal  *Refusal // when nothing serves and the glob could be read
 	state    string   // KeyStatus.State
 }
 
-// NewWatcher makes a watcher of kv's template keys. fallback is the
+// NewWatcher makes a watcher of kv's template and quota namespace keys
+// (keys of other forms are ignored). fallback is the
 // template for resources no template matches (nil: none, Match returns
 // nil); see UnmatchedPolicy.Fallback. logger may be nil.
 func NewWatcher(kv jetstream.KeyValue, fallback *Template, logger *slog.Logger) *Watcher {
@@ -165,11 +171,11 @@ func (w *Watcher) Start(ctx context.Context) error {
 	w.done = make(chan struct{})
 	w.mu.Unlock()
 
-	kw, err := w.kv.Watch(runCtx, WatchPattern)
+	kw, err := w.kv.Watch(runCtx, watchAll)
 	if err != nil {
 		cancel()
 		close(w.done)
-		return fmt.Errorf("config watcher: watch %s: %w", WatchPattern, err)
+		return fmt.Errorf("config watcher: watch %s: %w", watchAll, err)
 	}
 	ready := make(chan struct{})
 	go w.run(runCtx, kw, ready)
@@ -241,7 +247,7 @@ func (w *Watcher) run(ctx context.Context, kw jetstream.KeyWatcher, ready chan s
 			}
 			backoff = min(max(backoff*2, minBackoff), 5*time.Second)
 			var err error
-			kw, err = w.kv.Watch(ctx, WatchPattern)
+			kw, err = w.kv.Watch(ctx, watchAll)
 			if err == nil {
 				backoff = minBackoff
 				break
@@ -310,46 +316,48 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry) bool {
 		return false // already seen (watch re-established)
 	}
 	log := w.log.With("key", key, "revision", rev)
+	what := "template"
+	if strings.HasPrefix(key, NamespacePrefix) {
+		what = "namespace"
+	}
 	switch e.Operation() {
 	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
 		w.mu.Lock()
 		delete(w.keys, key)
 		w.mu.Unlock()
-		if ks != nil && (ks.tmpl != nil || ks.refusal != nil) {
-			log.Info("template deleted; its resources fall back to the next match", "op", e.Operation().String())
+		if ks != nil && (ks.serving.valid() || ks.refusal != nil) {
+			log.Info(what+" deleted; what it served falls back to the next match", "op", e.Operation().String())
 			return true
 		}
 		return false
 	}
-	name, ok := NameFromKey(key)
-	var (
-		t     *Template
-		notes []string
-		err   error
-	)
+	name, c, ok := compileKey(key, rev, e.Value())
 	if !ok {
-		err = fmt.Errorf("key %q is not of the form %s<name>", key, KeyPrefix)
-	} else {
-		t, notes, err = ParseAndCompile(name, rev, e.Value())
+		return false // not allot's configuration
 	}
-	if err == nil {
+	if c.err == nil {
 		w.mu.Lock()
 		ks = w.seen(key, name, rev)
-		ks.tmpl, ks.notes, ks.rejected, ks.applied, ks.refusal, ks.state = t, notes, nil, time.Now(), nil, "ok"
+		ks.serving, ks.rejected, ks.applied, ks.refusal, ks.state = c, nil, time.Now(), nil, "ok"
 		w.mu.Unlock()
-		log.Info("template applied", "glob", t.Glob, "algorithm", t.Algorithm.String(), "capacity", t.Capacity)
-		for _, n := range notes {
-			log.Info("template normalized", "note", n)
+		if t := c.tmpl; t != nil {
+			log.Info("template applied", "glob", t.Glob, "algorithm", t.Algorithm.String(), "capacity", t.Capacity)
+		} else {
+			log.Info("quota namespace applied", "buckets", len(c.ns.Buckets), "default", c.ns.Default != nil, "dynamic", c.ns.Dynamic != nil)
+		}
+		for _, n := range c.notes {
+			log.Info(what+" normalized", "note", n)
 		}
 		return true
 	}
+	err := c.err
 
 	// Invalid: serve the newest valid revision, from memory or from the
 	// key's history (a fresh watcher, or puts missed while the watch was
-	// down), else refuse the resources the value was meant for.
+	// down), else refuse the resources a template was meant for.
 	var res resolution
-	if ok {
-		res = resolveInvalid(ctx, w.kv, name, rev, e.Value(), err)
+	if name != "" {
+		res = resolveInvalid(ctx, w.kv, key, name, rev, e.Value(), err)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -358,21 +366,27 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry) bool {
 	if n := len(ks.rejected); n > MaxRejectionsPerKey {
 		ks.rejected = slices.Delete(ks.rejected, 0, n-MaxRejectionsPerKey)
 	}
-	old, oldRefusal := ks.tmpl, ks.refusal
-	if res.serving != nil && (old == nil || res.serving.Revision > old.Revision) {
-		ks.tmpl, ks.notes, ks.applied = res.serving, res.notes, time.Now()
+	old, oldRefusal := ks.serving, ks.refusal
+	if res.serving.valid() && (!old.valid() || res.serving.revision() > old.revision()) {
+		ks.serving, ks.applied = res.serving, time.Now()
 	}
-	if ks.tmpl != nil {
+	if ks.serving.valid() {
 		ks.refusal = nil
-		ks.state = fmt.Sprintf("serving revision %d because revision %d is invalid: %v", ks.tmpl.Revision, rev, err)
-		log.Warn("rejected invalid template; the last valid revision serves", "err", err, "serving_revision", ks.tmpl.Revision)
-		return ks.tmpl != old || oldRefusal != nil
+		ks.state = fmt.Sprintf("serving revision %d because revision %d is invalid: %v", ks.serving.revision(), rev, err)
+		log.Warn("rejected invalid "+what+"; the last valid revision serves", "err", err, "serving_revision", ks.serving.revision())
+		return ks.serving.revision() != old.revision() || oldRefusal != nil
 	}
 	ks.refusal = res.refusal
 	switch {
 	case ks.refusal != nil:
 		ks.state = "refusing resources matching " + strconv.Quote(ks.refusal.Glob) + ": " + ks.refusal.Reason
 		log.Error("rejected invalid template with no valid revision in its history; refusing the resources it names", "err", err, "glob", ks.refusal.Glob, "history_err", res.histErr)
+	case what == "namespace":
+		ks.state = fmt.Sprintf("revision %d is invalid (%v) and no valid revision is in the key's history: the namespace is not served, so its keys get the global default (namespaces.%s) as before it was written", rev, err, quota.GlobalDefault)
+		if res.histErr != nil {
+			ks.state += fmt.Sprintf(" (history: %v)", res.histErr)
+		}
+		log.Error("rejected invalid namespace with no valid revision in its history; its keys get the global default", "err", err, "history_err", res.histErr)
 	default:
 		ks.state = fmt.Sprintf("revision %d is invalid (%v) and no valid revision is in the key's history; its identifier_glob cannot be read, so nothing can be refused in its name: the resources it was meant for get the next matching template", rev, err)
 		if res.histErr != nil {
@@ -404,8 +418,8 @@ func (w *Watcher) removeUnseen(seen map[string]bool) bool {
 	for key, ks := range w.keys {
 		if !seen[key] {
 			delete(w.keys, key)
-			if ks.tmpl != nil || ks.refusal != nil {
-				w.log.Info("template gone after re-watch; its resources fall back to the next match", "key", key)
+			if ks.serving.valid() || ks.refusal != nil {
+				w.log.Info("key gone after re-watch; what it served falls back to the next match", "key", key)
 				changed = true
 			}
 		}
@@ -418,23 +432,26 @@ func (w *Watcher) publish(cause string) {
 	w.mu.Lock()
 	var ts []*Template
 	var refusals []Refusal
+	var nss []*quota.Namespace
 	for _, key := range slices.Sorted(maps.Keys(w.keys)) {
 		ks := w.keys[key]
 		switch {
-		case ks.tmpl != nil:
-			ts = append(ts, ks.tmpl)
+		case ks.serving.tmpl != nil:
+			ts = append(ts, ks.serving.tmpl)
+		case ks.serving.ns != nil:
+			nss = append(nss, ks.serving.ns)
 		case ks.refusal != nil:
 			refusals = append(refusals, *ks.refusal)
 		}
 	}
 	w.gen++
 	w.updated = time.Now()
-	set := NewSet(w.gen, ts, w.fallback, refusals...)
+	set := NewSet(w.gen, ts, w.fallback, refusals...).WithQuota(NewQuotaConfig(nss...))
 	w.cur.Store(set)
 	hooks := slices.Clone(w.onChange)
 	w.mu.Unlock()
 
-	w.log.Debug("configuration set published", "generation", set.Generation, "templates", len(ts), "cause", cause)
+	w.log.Debug("configuration set published", "generation", set.Generation, "templates", len(ts), "namespaces", len(nss), "cause", cause)
 	select {
 	case w.updates <- struct{}{}:
 	default:
@@ -461,10 +478,14 @@ func (w *Watcher) Status() Status {
 	}
 	for _, key := range slices.Sorted(maps.Keys(w.keys)) {
 		ks := w.keys[key]
-		k := KeyStatus{Key: key, Name: ks.name, State: ks.state, Notes: slices.Clone(ks.notes), Rejected: slices.Clone(ks.rejected)}
+		k := KeyStatus{Key: key, Name: ks.name, Namespace: strings.HasPrefix(key, NamespacePrefix), State: ks.state,
+			Notes: slices.Clone(ks.serving.notes), Rejected: slices.Clone(ks.rejected)}
 		switch {
-		case ks.tmpl != nil:
-			k.Revision, k.Glob, k.Applied = ks.tmpl.Revision, ks.tmpl.Glob, ks.applied
+		case ks.serving.valid():
+			k.Revision, k.Applied = ks.serving.revision(), ks.applied
+			if t := ks.serving.tmpl; t != nil {
+				k.Glob = t.Glob
+			}
 		case ks.refusal != nil:
 			k.Glob, k.Refused = ks.refusal.Glob, ks.refusal.Reason
 		}

@@ -6,8 +6,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,11 +49,21 @@ type Options struct {
 	// put an internal/netcut relay on it: reloading the options to toggle
 	// this races with the server's own readers of them.)
 	LeafRemotesDisabled bool
+	// LeafNoAdvertise keeps the server from telling its leaf nodes the
+	// address of its leaf-node port: they then reconnect only to the URLs
+	// they were given (a relay, a load balancer, a NAT address), never
+	// around them to the address the server knows itself by.
+	LeafNoAdvertise bool
 	// Domain is the JetStream domain (allot uses the node name). Levels
 	// joined by leaf nodes need distinct domains, so that each keeps its
 	// own buckets: the server denies $JS and $KV traffic across a leaf
 	// link whose sides have different domains.
 	Domain string
+	// Mappings are subject mappings (source → destination, with
+	// nats-server's mapping functions such as {{partition(n,1)}}) in the
+	// server's global account, where clients without accounts connect:
+	// the quota service's partitions (quotaserver.Mappings).
+	Mappings map[string]string
 }
 
 // RandomPort as LeafNodePort picks a free port.
@@ -100,6 +112,7 @@ func serverOptions(o Options) (*server.Options, error) {
 	if o.LeafNodePort != 0 {
 		opts.LeafNode.Host = host
 		opts.LeafNode.Port = o.LeafNodePort
+		opts.LeafNode.NoAdvertise = o.LeafNoAdvertise
 	}
 	if len(o.LeafRemotes) > 0 {
 		urls, err := LeafURLs(o.LeafRemotes)
@@ -176,6 +189,12 @@ func Start(o Options) (*server.Server, error) {
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embed: new server: %w", err)
+	}
+	for _, src := range slices.Sorted(maps.Keys(o.Mappings)) {
+		if err := s.GlobalAccount().AddMapping(src, o.Mappings[src]); err != nil {
+			s.Shutdown()
+			return nil, fmt.Errorf("embed: subject mapping %s -> %s: %w", src, o.Mappings[src], err)
+		}
 	}
 	// The server reports a failure to listen (a busy port) only through its
 	// logger's Fatalf, which would exit the process, and then never becomes

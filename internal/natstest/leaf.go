@@ -27,7 +27,7 @@ type Level struct {
 // Root starts a tree's root level with JetStream domain domain.
 func Root(tb testing.TB, domain string) *Level {
 	tb.Helper()
-	return startLevel(tb, embed.Options{StoreDir: tb.TempDir(), ServerName: domain, Domain: domain, LeafNodePort: embed.RandomPort})
+	return startLevel(tb, embed.Options{StoreDir: tb.TempDir(), ServerName: domain, Domain: domain, LeafNodePort: embed.RandomPort, LeafNoAdvertise: true})
 }
 
 // Child starts a level with JetStream domain domain, joined to parent as a
@@ -44,7 +44,7 @@ func Child(tb testing.TB, domain string, parent *Level) *Level {
 	}
 	tb.Cleanup(func() { _ = link.Close() })
 	l := startLevel(tb, embed.Options{StoreDir: tb.TempDir(), ServerName: domain, Domain: domain,
-		LeafNodePort: embed.RandomPort, LeafRemotes: []string{"nats-leaf://" + link.Addr()}})
+		LeafNodePort: embed.RandomPort, LeafNoAdvertise: true, LeafRemotes: []string{"nats-leaf://" + link.Addr()}})
 	l.link = link
 	l.WaitLinked(tb, true)
 	return l

@@ -82,12 +82,15 @@ type Spec struct {
 	Limit  int64
 	Window time.Duration
 	// WaitTimeout is the longest wait answered OK_WAIT; a request's
-	// max_wait can lower it, never raise it.
+	// max_wait can lower it, never raise it. FIXED_WINDOW and
+	// SLIDING_WINDOW_COUNTER look at most into the next window,
+	// SLIDING_WINDOW_LOG waits at most one Window, TOKEN_BUCKET at most
+	// MaxDebt.
 	WaitTimeout time.Duration
 	// MaxIdle drops a dynamic bucket unused this long; 0 never drops.
 	MaxIdle time.Duration
 	// MaxDebt is how far into the future a TokenBucket request may
-	// reserve tokens.
+	// reserve tokens, and the most debt (in fill time) reports can leave.
 	MaxDebt time.Duration
 	// MaxTokensPerRequest refuses larger requests (too_many_tokens).
 	MaxTokensPerRequest int64

@@ -23,7 +23,8 @@ import (
 // replies.
 func isRequest(m proto.Message) bool {
 	switch m.(type) {
-	case *allotpb.GetCapacityRequest, *allotpb.ReleaseCapacityRequest, *allotpb.GetServerCapacityRequest:
+	case *allotpb.GetCapacityRequest, *allotpb.ReleaseCapacityRequest, *allotpb.GetServerCapacityRequest,
+		*allotpb.QuotaTakeRequest:
 		return true
 	}
 	return false
@@ -38,6 +39,15 @@ func strictRequest(m proto.Message) error {
 		return unknownIn(r)
 	case *allotpb.GetServerCapacityRequest:
 		return strictGetServerCapacity(r)
+	case *allotpb.QuotaTakeRequest:
+		if err := unknownIn(r); err != nil {
+			return err
+		}
+		if d := r.GetMaxWait(); d != nil {
+			if err := unknownIn(d); err != nil {
+				return fmt.Errorf("max_wait: %w", err)
+			}
+		}
 	}
 	return nil
 }

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/allot/allot/quotaserver"
+)
+
+// quotaTake asks subject until some partition answers (partitions elect
+// their leaders after `allot up` reports it is up) and returns the reply.
+func quotaTake(t *testing.T, nc *nats.Conn, subject, body string) map[string]any {
+	t.Helper()
+	return quotaTakeUntil(t, nc, subject, body, func(map[string]any) bool { return true })
+}
+
+// quotaTakeUntil asks subject until the reply satisfies ok (e.g. a
+// configuration just put is in force) and returns it.
+func quotaTakeUntil(t *testing.T, nc *nats.Conn, subject, body string, ok func(map[string]any) bool) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		m, err := nc.Request(subject, []byte(body), time.Second)
+		if err == nil {
+			if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+				t.Fatalf("take %s %s: error %s: %s", subject, body, code, m.Header.Get("Nats-Service-Error"))
+			}
+			var r map[string]any
+			if err := json.Unmarshal(m.Data, &r); err != nil {
+				t.Fatalf("take reply %s: %v", m.Data, err)
+			}
+			if ok(r) {
+				return r
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("take %s %s: no satisfying answer after 15s (last error %v)", subject, body, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestUpServesQuotaPartitions: `allot up --quota-partitions 2` maps the
+// bucket subjects to two partitions on its embedded server and both elect
+// a leader; a namespace put with `allot config put` is then answered as
+// configured on the plain and the bucket subjects, and `allot status`
+// lists both partitions with their leader and term.
+func TestUpServesQuotaPartitions(t *testing.T) {
+	up := startUp(t, "--data-dir", t.TempDir(), "--quota-partitions", "2")
+	if !strings.Contains(up.out.String(), "2 partition(s)") {
+		t.Errorf("up does not announce the quota partitions:\n%s", up.out.String())
+	}
+	nc, err := nats.Connect(up.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	namespaces := []string{"a", "b", "c", "d", "e", "f"}
+	for _, ns := range namespaces {
+		r := quotaTake(t, nc, quotaserver.BucketSubject("root", "take", ns, "k"), `{}`)
+		if r["status"] != "REJECTED" || r["reason"] != "no_bucket" {
+			t.Fatalf("take %s:k with no namespaces configured: %v, want REJECTED no_bucket", ns, r)
+		}
+	}
+	for _, ns := range namespaces {
+		if code, out, errs := runCLI(t, `{"buckets": {"k": {"size": 2, "fill_rate": 0.01, "wait_timeout": "0s"}}}`,
+			"config", "put", "--nats", up.url, "namespaces."+ns, "-"); code != 0 {
+			t.Fatalf("config put namespaces.%s: exit %d: %s%s", ns, code, out, errs)
+		}
+	}
+	for _, ns := range namespaces {
+		var got []any
+		for _, subject := range []string{quotaserver.TakeSubject("root"), quotaserver.BucketSubject("root", "take", ns, "k"), quotaserver.TakeSubject("root")} {
+			r := quotaTakeUntil(t, nc, subject, `{"bucket":"`+ns+`:k"}`, func(r map[string]any) bool { return r["reason"] != "no_bucket" })
+			got = append(got, r["status"])
+		}
+		if fmt.Sprint(got) != "[OK OK REJECTED]" {
+			t.Fatalf("three takes of %s:k (size 2): %v, want OK, OK, REJECTED", ns, got)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	code, out := runCtx(ctx, "status", "--nats", up.url)
+	if code != 0 {
+		t.Fatalf("status exit %d: %s", code, out)
+	}
+	rows := regexp.MustCompile(`(?m)^root\s+([01])\s+\S+\s+\d+\s`).FindAllStringSubmatch(out, -1)
+	if !strings.Contains(out, "QUOTA") || len(rows) != 2 {
+		t.Fatalf("status does not list both quota partitions with a leader and term:\n%s", out)
+	}
+	t.Logf("\n%s", out)
+	up.wait(t)
+}
+
+func TestQuotaFlagsInvalid(t *testing.T) {
+	for _, args := range [][]string{
+		{"--quota-partitions", "0"},
+		{"--quota-partitions", "2", "--quota-serve", "2"},
+		{"--quota-serve", "x"},
+		{"--quota-serve", "-1"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		code, out := runCtx(ctx, append([]string{"coordinator", "--nats", "nats://127.0.0.1:1"}, args...)...)
+		cancel()
+		if code == 0 || !strings.Contains(out, "quota") {
+			t.Errorf("coordinator %v: exit %d, %s; want an error naming the quota flag", args, code, out)
+		}
+	}
+}
+
+// TestCoordinatorServesSomePartitions: `allot up` serves quota partition 0
+// of 2 only, and an `allot coordinator --quota-serve 1` joining the same
+// deployment leads partition 1, so namespaces of both are answered, and
+// each partition's leader is the process that serves it.
+func TestCoordinatorServesSomePartitions(t *testing.T) {
+	up := startUp(t, "--data-dir", t.TempDir(), "--quota-partitions", "2", "--quota-serve", "0", "--server-id", "up")
+	startCoordinator(t, []string{"--nats", up.url, "--server-id", "joined", "--quota-partitions", "2", "--quota-serve", "1"}, []string{"--nats", up.url})
+	nc, err := nats.Connect(up.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	for _, ns := range []string{"a", "b", "c", "d"} {
+		if r := quotaTake(t, nc, quotaserver.TakeSubject("root"), `{"bucket":"`+ns+`:k"}`); r["status"] != "REJECTED" {
+			t.Fatalf("take %s:k: %v", ns, r)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	code, out := runCtx(ctx, "status", "--nats", up.url)
+	p0 := regexp.MustCompile(`(?m)^root\s+0\s+up\s`).MatchString(out)
+	p1 := regexp.MustCompile(`(?m)^root\s+1\s+joined\s`).MatchString(out)
+	if code != 0 || !p0 || !p1 {
+		t.Fatalf("status (exit %d) does not show partition 0 led by up and 1 by joined:\n%s", code, out)
+	}
+}

@@ -1,0 +1,201 @@
+package quotaserver
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/quota"
+)
+
+// ReplicaOptions configure a Replica.
+type ReplicaOptions struct {
+	// Options configure the Server the replica runs while it leads. Term,
+	// Since and Valid are ignored: the election sets them.
+	Options
+	// ElectionBucket is the KV bucket of the election; the key is
+	// ElectionKey(Node, Partition). Default election.DefaultBucket.
+	ElectionBucket string
+	// ElectionTTL is how long a silent leader keeps its key: whole
+	// seconds, default 3s. An abrupt leader loss costs about TTL + 1s.
+	ElectionTTL time.Duration
+	// ElectionReplicas is the election bucket's replica count when this
+	// replica creates it. Default 1; use 3 on a three-server cluster.
+	ElectionReplicas int
+	// OnServing, if set, is called when the replica starts serving as
+	// leader (serving true) and when it has stopped (serving false).
+	OnServing func(term uint64, serving bool)
+}
+
+// ReplicaStatus describes a replica.
+type ReplicaStatus struct {
+	Node      string        `json:"node"`
+	Partition int           `json:"partition"`
+	ServerID  string        `json:"server_id"`
+	Role      election.Role `json:"role"`
+	// Term is this replica's term while it leads, else the current
+	// leader's as last seen (0 unknown).
+	Term   uint64 `json:"term"`
+	Leader string `json:"leader,omitempty"`
+	// Serving is true while this replica's server answers.
+	Serving bool `json:"serving"`
+}
+
+// Replica is one of several replicas of a quota partition. It campaigns
+// in the partition's election; while it leads it runs a fresh Server whose
+// buckets start drained at the term's start (full only for the
+// partition's first leader ever), and it stops that server before its
+// leadership can lapse.
+type Replica struct {
+	nc   *nats.Conn
+	opts ReplicaOptions
+
+	mu      sync.Mutex
+	el      *election.Elector
+	serving uint64
+	srv     *Server
+}
+
+// NewReplica validates opts and returns a Replica; Run it.
+func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("quotaserver: nil NATS connection")
+	}
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	if opts.ElectionReplicas == 0 {
+		opts.ElectionReplicas = 1
+	}
+	return &Replica{nc: nc, opts: opts}, nil
+}
+
+// Status returns the replica's role and term.
+func (r *Replica) Status() ReplicaStatus {
+	st := ReplicaStatus{Node: r.opts.Node, Partition: r.opts.Partition, ServerID: r.opts.ServerID, Role: election.RoleFollower}
+	r.mu.Lock()
+	el, serving, srv := r.el, r.serving, r.srv
+	r.mu.Unlock()
+	if el != nil {
+		es := el.Status()
+		st.Role, st.Term, st.Leader = es.Role, es.Term, es.Leader
+	}
+	st.Serving = serving != 0 && el != nil && el.Valid(serving) && srv != nil && srv.Err() == nil
+	return st
+}
+
+// Server returns the server of the current term, or nil when not leading.
+func (r *Replica) Server() *Server {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.srv
+}
+
+// Run campaigns and serves while leading until ctx ends; then it stops
+// serving and resigns so that a follower takes over at once. It returns
+// nil after ctx ends, or an error if the election cannot run.
+func (r *Replica) Run(ctx context.Context) error {
+	js, err := jetstream.New(r.nc)
+	if err != nil {
+		return fmt.Errorf("quotaserver: jetstream: %w", err)
+	}
+	el, err := election.New(js, election.Config{
+		Bucket:   r.opts.ElectionBucket,
+		Key:      ElectionKey(r.opts.Node, r.opts.Partition),
+		ID:       r.opts.ServerID,
+		TTL:      r.opts.ElectionTTL,
+		Replicas: r.opts.ElectionReplicas,
+		Logger:   r.opts.Logger.With("node", r.opts.Node, "quota_partition", r.opts.Partition),
+	})
+	if err != nil {
+		return fmt.Errorf("quotaserver: %w", err)
+	}
+	r.mu.Lock()
+	r.el = el
+	r.mu.Unlock()
+	return el.Run(ctx, election.Serve("quota partition "+strconv.Itoa(r.opts.Partition), r.start, r.changed))
+}
+
+// start starts the server of one term.
+func (r *Replica) start(ctx context.Context, term uint64) (*Server, error) {
+	r.mu.Lock()
+	el := r.el
+	r.mu.Unlock()
+	opts := r.opts.Options
+	opts.Term = term
+	opts.Valid = func() bool { return el.Valid(term) }
+	// Nothing is known of what the previous leader admitted, so buckets
+	// start as if drained when its last admissions took effect: its last
+	// decision was before this term began, and an OK_WAIT it answered
+	// takes effect up to the longest wait later. A failover so never
+	// admits more than a bucket's limit. Only the partition's very first
+	// leader, with no predecessor, starts them full.
+	opts.Since = time.Now().Add(longestWait(opts.Config()))
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	founded, err := el.Founded(fctx, term)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	if !founded {
+		opts.Since = time.Time{}
+	}
+	srv, err := New(r.nc, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return nil, err
+	}
+	return srv, nil
+}
+
+// changed records the server serving (or no longer) and tells OnServing.
+func (r *Replica) changed(term uint64, srv *Server, serving bool) {
+	r.mu.Lock()
+	if serving {
+		r.serving, r.srv = term, srv
+	} else {
+		r.serving, r.srv = 0, nil
+	}
+	r.mu.Unlock()
+	if r.opts.OnServing != nil {
+		r.opts.OnServing(term, serving)
+	}
+}
+
+// longestWait is the longest wait any bucket of cfg can answer OK_WAIT
+// with: its wait_timeout, and for a TOKEN_BUCKET no more than its
+// max_debt. A new leader counts its buckets as drained that long after
+// its term began, since its predecessor's last OK_WAIT answers take
+// effect until then.
+func longestWait(cfg *quota.Config) time.Duration {
+	var longest time.Duration
+	if cfg == nil {
+		return 0
+	}
+	wait := func(s *quota.Spec) {
+		if s == nil {
+			return
+		}
+		d := s.WaitTimeout
+		if s.Algorithm == quota.TokenBucket {
+			d = min(d, s.MaxDebt)
+		}
+		longest = max(longest, d)
+	}
+	for _, ns := range cfg.Namespaces {
+		wait(ns.Default)
+		wait(ns.Dynamic)
+		for _, s := range ns.Buckets {
+			wait(s)
+		}
+	}
+	return longest
+}

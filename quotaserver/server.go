@@ -1,0 +1,403 @@
+// Package quotaserver serves allot's per-request quota decisions over NATS:
+// allot.<node>.quota.take and allot.<node>.quota.report (see subjects.md),
+// answered at once from the memory of the partition's leader by the
+// decision core internal/quota.
+//
+// Buckets are partitioned by namespace across N groups. Each group is a set
+// of Replicas that elect one leader through the KV election bucket (as
+// coordinator replicas do); only the leader subscribes, and it checks that
+// its leadership is still valid before every reply. A NATS subject mapping
+// (Mappings) routes the partitionable subjects
+// allot.<node>.quota.take.<namespace>.<name> to the owning group; the plain
+// subject, with the bucket in the payload, is served by partition 0's
+// leader, which passes each request on, with its reply subject, to the
+// owner.
+package quotaserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/reply"
+)
+
+// Defaults and limits of Options.
+const (
+	// ServiceName is the NATS micro service a partition's serving leader
+	// registers; its STATS carry the per-namespace events.
+	ServiceName = "allot-quota"
+	// ServiceVersion is reported in the micro service INFO.
+	ServiceVersion = "0.1.0"
+	// DefaultSweepInterval is how often idle buckets are dropped.
+	DefaultSweepInterval = 5 * time.Second
+	// MaxPartitions bounds Options.Partitions.
+	MaxPartitions = 1024
+)
+
+var nodeRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// Options configure a Server: the serving side of one partition for one
+// leadership term.
+type Options struct {
+	// Node is the tree node; it names the subjects. Default "root".
+	Node string
+	// ServerID identifies this replica. Default host:pid.
+	ServerID string
+	// Partition is the partition served, in [0, Partitions).
+	Partition int
+	// Partitions is how many partitions share the namespaces. Default 1.
+	// It must match the NATS subject mapping (Mappings) for N > 1.
+	Partitions int
+	// Config returns the quota configuration in force; it is called on
+	// every request, so it must be cheap (an atomic load), and return the
+	// same pointer until the configuration changes (see WatchedConfig). A
+	// nil result means no namespaces: every take is REJECTED no_bucket.
+	// Required.
+	Config func() *quota.Config
+	// Since is passed to the decision table: buckets first used start as
+	// if drained at Since (a new leader's term start). Zero starts them
+	// full (the first leader of a fresh deployment).
+	Since time.Time
+	// Term is the leadership term, reported in STATS. Default 1.
+	Term uint64
+	// Valid, if set, reports whether this server may still answer: its
+	// leadership has not lapsed. It is checked before every reply; once
+	// false the server is silent and stops (Done).
+	Valid func() bool
+	// SweepInterval is how often idle buckets are swept. Default 5s.
+	SweepInterval time.Duration
+	// Logger receives the server's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// WatchedConfig adapts a configuration watcher to Options.Config: the
+// namespaces of the watcher's current Set, as the same pointer for as long
+// as the Set is the same, so that a server sees a change only when there
+// is one.
+func WatchedConfig(w *config.Watcher) func() *quota.Config {
+	type seen struct {
+		set *config.Set
+		cfg *quota.Config
+	}
+	var last atomic.Pointer[seen]
+	return func() *quota.Config {
+		set := w.Current()
+		if p := last.Load(); p != nil && p.set == set {
+			return p.cfg
+		}
+		p := &seen{set, set.Quota()}
+		last.Store(p)
+		return p.cfg
+	}
+}
+
+// Server answers one partition's quota requests. Create it with New, then
+// Start; Stop it when its leadership ends.
+type Server struct {
+	nc   *nats.Conn
+	opts Options
+	log  *slog.Logger
+	// prefix is PartitionSubject and a dot: what the mapping puts before
+	// <op>.<namespace>.<name>.
+	prefix string
+
+	// handled counts messages the handlers have taken up, to see when
+	// Stop may end; silenced counts replies withheld.
+	handled   atomic.Uint64
+	silenced  atomic.Uint64
+	forwarded atomic.Uint64
+	takes     atomic.Uint64
+	reports   atomic.Uint64
+	closed    atomic.Bool
+
+	// table is safe for concurrent use; cfg is the configuration it was
+	// last given, and cfgMu orders the hand-overs of new ones.
+	table *quota.Table
+	cfg   atomic.Pointer[quota.Config]
+	cfgMu sync.Mutex
+
+	svc      micro.Service
+	stop     chan struct{}
+	sweeper  sync.WaitGroup
+	stopOnce sync.Once
+	quit     chan struct{}
+	quitOnce sync.Once
+	failure  atomic.Pointer[error]
+}
+
+// New validates opts and returns a Server that is not yet serving.
+func New(nc *nats.Conn, opts Options) (*Server, error) {
+	if nc == nil {
+		return nil, errors.New("quotaserver: nil NATS connection")
+	}
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	s := &Server{nc: nc, opts: opts, quit: make(chan struct{}), prefix: PartitionSubject(opts.Node, opts.Partition) + ".",
+		log: opts.Logger.With("node", opts.Node, "quota_partition", opts.Partition, "server_id", opts.ServerID)}
+	cfg := opts.Config()
+	s.cfg.Store(cfg)
+	s.table = quota.NewTable(cfg, quota.Options{Since: opts.Since})
+	return s, nil
+}
+
+// fill validates o and fills its defaults.
+func (o *Options) fill() error {
+	if o.Node == "" {
+		o.Node = "root"
+	}
+	if !nodeRE.MatchString(o.Node) {
+		return fmt.Errorf("quotaserver: node name %q must be 1-64 of [A-Za-z0-9_-]", o.Node)
+	}
+	if o.ServerID == "" {
+		host, _ := os.Hostname()
+		o.ServerID = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
+	if o.Partitions == 0 {
+		o.Partitions = 1
+	}
+	if o.Partitions < 1 || o.Partitions > MaxPartitions {
+		return fmt.Errorf("quotaserver: %d partitions: want 1 to %d", o.Partitions, MaxPartitions)
+	}
+	if o.Partition < 0 || o.Partition >= o.Partitions {
+		return fmt.Errorf("quotaserver: partition %d: want 0 to %d", o.Partition, o.Partitions-1)
+	}
+	if o.Config == nil {
+		return errors.New("quotaserver: Options.Config is required")
+	}
+	if o.Term == 0 {
+		o.Term = 1
+	}
+	if o.SweepInterval == 0 {
+		o.SweepInterval = DefaultSweepInterval
+	}
+	if o.SweepInterval < 0 {
+		return fmt.Errorf("quotaserver: sweep interval %v is negative", o.SweepInterval)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return nil
+}
+
+// Start registers the micro service with the partition's endpoints and
+// starts sweeping idle buckets. It returns once the subscriptions are live
+// at the server.
+func (s *Server) Start(ctx context.Context) error {
+	if s.stop != nil {
+		return errors.New("quotaserver: already started")
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("quotaserver: start: %w", err)
+	}
+	svc, err := micro.AddService(s.nc, micro.Config{
+		Name:        ServiceName,
+		Version:     ServiceVersion,
+		Description: "allot quota decisions: node " + s.opts.Node + ", partition " + strconv.Itoa(s.opts.Partition) + " of " + strconv.Itoa(s.opts.Partitions),
+		Metadata: map[string]string{"node": s.opts.Node, "server_id": s.opts.ServerID,
+			"partition": strconv.Itoa(s.opts.Partition), "partitions": strconv.Itoa(s.opts.Partitions),
+			"term": strconv.FormatUint(s.opts.Term, 10)},
+		StatsHandler: func(*micro.Endpoint) any { return s.Stats() },
+	})
+	if err != nil {
+		return fmt.Errorf("quotaserver: register micro service: %w", err)
+	}
+	// No queue groups, as on the coordinator's subjects: every subscriber
+	// gets every request and only a valid leader answers, so a stale
+	// subscriber never takes a request away from the leader.
+	type endpoint struct {
+		name, subject string
+		h             micro.HandlerFunc
+	}
+	node := s.opts.Node
+	eps := []endpoint{{"partition", PartitionSubject(node, s.opts.Partition) + ".>", s.handlePartition}}
+	if s.opts.Partition == 0 {
+		eps = append(eps, endpoint{"take", TakeSubject(node), s.handlePlainTake}, endpoint{"report", ReportSubject(node), s.handlePlainReport})
+	}
+	if s.opts.Partitions == 1 {
+		// One partition owns every bucket: serve the bucket subjects
+		// without a mapping. (With one, they arrive on "partition".)
+		eps = append(eps, endpoint{"take_bucket", TakeSubject(node) + ".*.*", s.handleBucketTake},
+			endpoint{"report_bucket", ReportSubject(node) + ".*.*", s.handleBucketReport})
+	}
+	for _, e := range eps {
+		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.subject), micro.WithEndpointQueueGroupDisabled(),
+			micro.WithEndpointMetadata(map[string]string{"node": node, "partition": strconv.Itoa(s.opts.Partition)})); err != nil {
+			_ = svc.Stop()
+			return fmt.Errorf("quotaserver: add endpoint %s: %w", e.subject, err)
+		}
+	}
+	s.svc = svc
+	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
+		s.log.Warn("flush after registering endpoints", "err", err)
+	}
+	s.stop = make(chan struct{})
+	s.sweeper.Add(1)
+	go s.sweep()
+	s.log.Info("quota partition serving", "subjects", PartitionSubject(node, s.opts.Partition)+".>", "partitions", s.opts.Partitions,
+		"term", s.opts.Term, "buckets_start_full", s.opts.Since.IsZero())
+	return nil
+}
+
+// Stop unsubscribes, answers the requests already delivered (for at most
+// stopGrace) and stops sweeping. After it the server is silent.
+func (s *Server) Stop() {
+	if s.stop == nil {
+		return
+	}
+	s.stopOnce.Do(func() {
+		if err := s.svc.Stop(); err != nil {
+			s.log.Warn("stopping micro service", "err", err)
+		}
+		reply.Settle(s.nc, s.handled.Load, stopQuiet, stopGrace)
+		s.closed.Store(true)
+		close(s.stop)
+		s.sweeper.Wait()
+		s.log.Info("quota partition stopped")
+	})
+}
+
+// Stop waits for delivered requests to stop arriving for stopQuiet, and
+// for at most stopGrace in all.
+const (
+	stopQuiet = 20 * time.Millisecond
+	stopGrace = time.Second
+)
+
+// Done is closed when the server stops answering on its own: Valid turned
+// false. Err says why. Call Stop after it.
+func (s *Server) Done() <-chan struct{} { return s.quit }
+
+// Err returns why the server stopped answering on its own, or nil.
+func (s *Server) Err() error {
+	if p := s.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (s *Server) fail(err error) {
+	s.quitOnce.Do(func() {
+		s.failure.Store(&err)
+		s.log.Error("quota partition stops answering", "err", err)
+		close(s.quit)
+	})
+}
+
+// mayAnswer reports whether replies may be sent: not stopped, not failed,
+// and Valid (if set) still holds.
+func (s *Server) mayAnswer() bool {
+	if s.closed.Load() {
+		return false
+	}
+	select {
+	case <-s.quit:
+		return false
+	default:
+	}
+	if s.opts.Valid != nil && !s.opts.Valid() {
+		s.fail(errors.New("leadership lapsed (validity deadline passed)"))
+		return false
+	}
+	return true
+}
+
+// sweep drops idle buckets every SweepInterval until Stop.
+func (s *Server) sweep() {
+	defer s.sweeper.Done()
+	t := time.NewTicker(s.opts.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.refreshConfig()
+			n := s.table.Sweep(s.opts.Now())
+			if n > 0 {
+				s.log.Debug("swept idle buckets", "removed", n)
+			}
+		}
+	}
+}
+
+// refreshConfig hands the table a configuration published since the last
+// request (a hot reload). On the hot path it costs the source's atomic
+// load and a comparison.
+func (s *Server) refreshConfig() {
+	cfg := s.opts.Config()
+	if cfg == s.cfg.Load() {
+		return
+	}
+	s.cfgMu.Lock()
+	defer s.cfgMu.Unlock()
+	if cfg = s.opts.Config(); cfg != s.cfg.Load() {
+		s.table.SetConfig(cfg)
+		s.cfg.Store(cfg)
+	}
+}
+
+// Stats is the "data" of the quota service's micro STATS: one partition's
+// serving leader.
+type Stats struct {
+	Node       string `json:"node"`
+	ServerID   string `json:"server_id"`
+	Partition  int    `json:"partition"`
+	Partitions int    `json:"partitions"`
+	Term       uint64 `json:"term"`
+	// Serving is false once the server stopped or its leadership lapsed
+	// (Failure says why).
+	Serving bool   `json:"serving"`
+	Failure string `json:"failure,omitempty"`
+	// BucketsStartFull is true on the first leader of a fresh deployment;
+	// after a failover buckets start drained at Since (see
+	// docs/quota-deploy.md).
+	BucketsStartFull bool      `json:"buckets_start_full"`
+	Since            time.Time `json:"since,omitzero"`
+	// Buckets alive in memory.
+	Buckets int `json:"buckets"`
+	// Takes and Reports count decisions made and reports applied here.
+	Takes   uint64 `json:"takes"`
+	Reports uint64 `json:"reports"`
+	// Forwarded counts requests on the plain subjects passed on to the
+	// partition that owns their namespace.
+	Forwarded uint64 `json:"forwarded"`
+	// Silenced counts replies withheld because the server may no longer
+	// answer.
+	Silenced uint64 `json:"silenced"`
+	// Events are quotaservice's events counted per namespace.
+	Events map[string]quota.Events `json:"events,omitempty"`
+}
+
+// Stats returns the server's counters; safe for concurrent use.
+func (s *Server) Stats() Stats {
+	n, ev := s.table.Len(), s.table.Events()
+	st := Stats{
+		Node: s.opts.Node, ServerID: s.opts.ServerID, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
+		Term: s.opts.Term, Serving: !s.closed.Load() && s.Err() == nil, BucketsStartFull: s.opts.Since.IsZero(), Since: s.opts.Since,
+		Buckets: n, Takes: s.takes.Load(), Reports: s.reports.Load(), Forwarded: s.forwarded.Load(),
+		Silenced: s.silenced.Load(), Events: ev,
+	}
+	if err := s.Err(); err != nil {
+		st.Failure = err.Error()
+	}
+	return st
+}

@@ -1,0 +1,458 @@
+package quotaserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/proto/allotpb"
+	"github.com/allot/allot/quotaserver"
+)
+
+// tokenBucket is a TOKEN_BUCKET spec with quotaservice's shape.
+func tokenBucket(size int64, rate float64, waitTimeout time.Duration) *quota.Spec {
+	return &quota.Spec{Algorithm: quota.TokenBucket, Size: size, FillRate: rate, WaitTimeout: waitTimeout,
+		MaxDebt: 10 * time.Second, MaxTokensPerRequest: 10}
+}
+
+// staticConfig is a configuration source that never changes.
+type staticConfig struct{ cfg *quota.Config }
+
+func (s *staticConfig) get() *quota.Config { return s.cfg }
+
+func namespaces(ns ...*quota.Namespace) *quota.Config {
+	c := &quota.Config{Namespaces: map[string]*quota.Namespace{}}
+	for _, n := range ns {
+		c.Namespaces[n.Name] = n
+	}
+	return c
+}
+
+// takeReply is the JSON reply of a take.
+type takeReply struct {
+	Status     string `json:"status"`
+	Wait       string `json:"wait"`
+	Reason     string `json:"reason"`
+	Limit      int64  `json:"limit"`
+	Remaining  int64  `json:"remaining"`
+	RetryAfter string `json:"retry_after"`
+	Matched    string `json:"matched"`
+}
+
+// request sends a JSON request and returns the reply and its error code
+// header ("" on success).
+func request(t *testing.T, nc *nats.Conn, subject, body string) (*nats.Msg, string) {
+	t.Helper()
+	m, err := nc.Request(subject, []byte(body), 5*time.Second)
+	if err != nil {
+		t.Fatalf("request %s %s: %v", subject, body, err)
+	}
+	return m, m.Header.Get("Nats-Service-Error-Code")
+}
+
+func take(t *testing.T, nc *nats.Conn, subject, body string) takeReply {
+	t.Helper()
+	m, code := request(t, nc, subject, body)
+	if code != "" {
+		t.Fatalf("take %s %s: error %s: %s", subject, body, code, m.Header.Get("Nats-Service-Error"))
+	}
+	var r takeReply
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		t.Fatalf("take reply %s: %v", m.Data, err)
+	}
+	return r
+}
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// runReplica runs a replica of partition p until the test ends or the
+// returned cancel is called.
+func runReplica(t testing.TB, nc *nats.Conn, id string, p, n int, cfg func() *quota.Config) (*quotaserver.Replica, context.CancelFunc) {
+	t.Helper()
+	r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
+		Options:     quotaserver.Options{ServerID: id, Partition: p, Partitions: n, Config: cfg, Logger: quiet()},
+		ElectionTTL: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := r.Run(ctx); err != nil && ctx.Err() == nil {
+			t.Logf("replica %s: %v", id, err) // e.g. its connection was closed
+		}
+	}()
+	stop := func() {
+		cancel()
+		<-done
+	}
+	t.Cleanup(stop)
+	return r, stop
+}
+
+// waitServing waits until r's server answers.
+func waitServing(t testing.TB, rs ...*quotaserver.Replica) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, r := range rs {
+		for !r.Status().Serving {
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %+v not serving after 10s", r.Status())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// watchConfig opens the configuration bucket of s and watches it, as a
+// coordinator process does, and returns the bucket and the source.
+func watchConfig(t *testing.T, nc *nats.Conn) (jetstream.KeyValue, func() *quota.Config) {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := config.OpenBucket(ctx, js, config.DefaultBucket, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := config.NewWatcher(kv, nil, quiet())
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	return kv, quotaserver.WatchedConfig(w)
+}
+
+// putNamespace stores a namespace and waits until src serves revision.
+func putNamespace(t *testing.T, kv jetstream.KeyValue, src func() *quota.Config, ns, doc string) {
+	t.Helper()
+	rev, err := kv.Put(context.Background(), config.NamespaceKey(ns), []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if n := src().Namespaces[ns]; n != nil && n.Revision == rev {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("namespace %s revision %d not served after 10s", ns, rev)
+		}
+	}
+}
+
+func TestTakeAnswersAsConfigured(t *testing.T) {
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	kv, src := watchConfig(t, nc)
+	putNamespace(t, kv, src, "logins", `{"buckets": {"alice": {"size": 3, "fill_rate": 1, "wait_timeout": "5s"}}}`)
+	r, _ := runReplica(t, nc, "a", 0, 1, src)
+	waitServing(t, r)
+
+	subj := quotaserver.TakeSubject("root")
+	for i := range 3 {
+		if got := take(t, nc, subj, `{"bucket":"logins:alice"}`); got.Status != "OK" || got.Matched != "logins:alice" {
+			t.Fatalf("take %d: %+v, want OK from logins:alice (the first leader starts buckets full)", i, got)
+		}
+	}
+	got := take(t, nc, subj, `{"bucket":"logins:alice"}`)
+	if got.Status != "OK_WAIT" {
+		t.Fatalf("4th take: %+v, want OK_WAIT", got)
+	}
+	if w, err := time.ParseDuration(got.Wait); err != nil || w <= 800*time.Millisecond || w > time.Second {
+		t.Fatalf("4th take waits %q, want about 1s (one token at 1/s)", got.Wait)
+	}
+	// max_wait 0s: now or never. The bucket owes 1s already.
+	if got := take(t, nc, subj, `{"bucket":"logins:alice","max_wait":"0s"}`); got.Status != "REJECTED" || got.Reason != quota.ReasonTimeout {
+		t.Fatalf("take with max_wait 0s: %+v, want REJECTED timeout", got)
+	}
+	// The bucket subject answers too, for the same bucket.
+	if got := take(t, nc, quotaserver.BucketSubject("root", "take", "logins", "alice"), `{"max_wait":"0s"}`); got.Status != "REJECTED" {
+		t.Fatalf("take on the bucket subject: %+v, want REJECTED", got)
+	}
+	if got := take(t, nc, subj, `{"bucket":"nope:x"}`); got.Status != "REJECTED" || got.Reason != quota.ReasonNoBucket {
+		t.Fatalf("take of an unknown namespace: %+v, want REJECTED no_bucket", got)
+	}
+
+	// Hot reload: a new revision is in force at the next request.
+	putNamespace(t, kv, src, "logins", `{"buckets": {"bob": {"size": 1, "fill_rate": 1}}}`)
+	if got := take(t, nc, subj, `{"bucket":"logins:bob"}`); got.Status != "OK" || got.Matched != "logins:bob" {
+		t.Fatalf("take after reload: %+v, want OK from logins:bob", got)
+	}
+
+	st := r.Server().Stats()
+	if st.Takes != 8 || st.Partitions != 1 || !st.BucketsStartFull || st.Events["logins"] == (quota.Events{}) {
+		t.Fatalf("stats %+v: want 8 takes, 1 partition, buckets starting full, events for logins", st)
+	}
+}
+
+func TestReportCharges(t *testing.T) {
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "batch",
+		Buckets: map[string]*quota.Spec{"job": tokenBucket(10, 0.001, 0)}})}
+	r, _ := runReplica(t, nc, "a", 0, 1, src.get)
+	waitServing(t, r)
+
+	peek := func() int64 {
+		return take(t, nc, quotaserver.TakeSubject("root"), `{"bucket":"batch:job","tokens":0}`).Remaining
+	}
+	before := peek()
+	m, code := request(t, nc, quotaserver.ReportSubject("root"), `{"reports":[{"bucket":"batch:job","tokens":4},{"bucket":"bad name","tokens":1}]}`)
+	if code != "" || !strings.Contains(string(m.Data), `"accepted":1`) || !strings.Contains(string(m.Data), `"ignored":1`) {
+		t.Fatalf("report ack %s (code %q): want 1 accepted, 1 ignored", m.Data, code)
+	}
+	if after := peek(); after != before-4 {
+		t.Fatalf("remaining %d after reporting 4 of %d", after, before)
+	}
+	// A report without a reply subject is applied too (published, never
+	// answered), and so is one on the bucket's subject.
+	if err := nc.Publish(quotaserver.BucketSubject("root", "report", "batch", "job"), []byte(`{"reports":[{"tokens":3}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for peek() != before-7 {
+		if time.Now().After(deadline) {
+			t.Fatalf("published report of 3 not applied: remaining %d, want %d", peek(), before-7)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "logins", Dynamic: tokenBucket(5, 0.001, 0), MaxDynamicBuckets: 100})}
+	r, _ := runReplica(t, nc, "a", 0, 1, src.get)
+	waitServing(t, r)
+	plain := quotaserver.TakeSubject("root")
+	take(t, nc, plain, `{"bucket":"logins:alice"}`)
+	remaining := take(t, nc, plain, `{"bucket":"logins:alice","tokens":0}`).Remaining
+	buckets := r.Server().Stats().Buckets
+
+	cases := []struct{ subject, body, want string }{
+		{plain, `{"bucket":`, "quota take"},
+		{plain, `{"bucket":"logins:alice","tokens":NaN}`, "quota take"},
+		{plain, `{"bucket":"logins:alice","tokens":"NaN"}`, "quota take"},
+		{plain, `{"bucket":"logins:alice","tokens":-1}`, "tokens -1"},
+		{plain, `{"bucket":"logins:alice","max_wait":"360000000s"}`, "max_wait"},
+		{plain, `{"bucket":"logins:alice","max_wait":"-1s"}`, "max_wait"},
+		{plain, `{"bucket":"logins:al ice"}`, "quota take"},
+		{plain, `{"bucket":"logins"}`, "quota take"},
+		{plain, `{"bucket":"logins:bob","unknown":1}`, "quota take"},
+		{plain, `{}`, "bucket is empty"},
+		{quotaserver.BucketSubject("root", "take", "logins", "bob"), `{"bucket":"logins:alice"}`, "not \"logins:bob\" of the subject"},
+		{quotaserver.BucketSubject("root", "report", "logins", "bob"), `{"reports":[{"bucket":"logins:alice","tokens":1}]}`, "of the subject"},
+	}
+	for _, c := range cases {
+		m, code := request(t, nc, c.subject, c.body)
+		if code != "400" || !strings.Contains(m.Header.Get("Nats-Service-Error"), c.want) {
+			t.Errorf("%s %s: code %q, error %q; want 400 mentioning %q", c.subject, c.body, code, m.Header.Get("Nats-Service-Error"), c.want)
+		}
+	}
+	if m, code := request(t, nc, quotaserver.PartitionSubject("root", 0)+".peek.logins.alice", `{}`); code != "404" || !strings.Contains(m.Header.Get("Nats-Service-Error"), "take.NAMESPACE.NAME") {
+		t.Errorf("unknown operation on the partition subject: code %q, %q; want 404 naming the subjects", code, m.Header.Get("Nats-Service-Error"))
+	}
+	// A report is never refused: a malformed one is ignored and counted.
+	if m, code := request(t, nc, quotaserver.ReportSubject("root"), `[{"bucket"`); code != "" || !strings.Contains(string(m.Data), `"ignored":1`) {
+		t.Errorf("malformed report: code %q, %s; want an acknowledgement counting it ignored", code, m.Data)
+	}
+	if got := take(t, nc, plain, `{"bucket":"logins:alice","tokens":0}`).Remaining; got != remaining {
+		t.Fatalf("remaining %d after bad requests, was %d", got, remaining)
+	}
+	if got := r.Server().Stats().Buckets; got != buckets {
+		t.Fatalf("%d buckets after bad requests, was %d", got, buckets)
+	}
+}
+
+// startMapped starts a server with the subject mappings of n partitions.
+func startMapped(t *testing.T, n int) *server.Server {
+	t.Helper()
+	s, err := embed.Start(embed.Options{StoreDir: t.TempDir(), Mappings: quotaserver.Mappings("root", n)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+func TestPartitionsShareTheNamespaces(t *testing.T) {
+	s := startMapped(t, 2)
+	nc := natstest.Conn(t, s)
+	var spaces []*quota.Namespace
+	for i := range 8 {
+		spaces = append(spaces, &quota.Namespace{Name: fmt.Sprintf("ns%d", i), Dynamic: tokenBucket(100, 10, 0), MaxDynamicBuckets: 10})
+	}
+	src := &staticConfig{cfg: namespaces(spaces...)}
+	r0, _ := runReplica(t, nc, "p0", 0, 2, src.get)
+	r1, _ := runReplica(t, natstest.Conn(t, s), "p1", 1, 2, src.get)
+	waitServing(t, r0, r1)
+
+	for i := range 8 {
+		ns := fmt.Sprintf("ns%d", i)
+		if got := take(t, nc, quotaserver.BucketSubject("root", "take", ns, "k"), `{}`); got.Status != "OK" || got.Matched == "" {
+			t.Fatalf("take %s:k on its bucket subject: %+v", ns, got)
+		}
+	}
+	t0, t1 := r0.Server().Stats().Takes, r1.Server().Stats().Takes
+	if t0 == 0 || t1 == 0 || t0+t1 != 8 {
+		t.Fatalf("partition takes %d and %d: want 8 spread over both", t0, t1)
+	}
+	// The plain subject reaches every namespace: partition 0 passes the
+	// others' on, and their owner answers.
+	for i := range 8 {
+		ns := fmt.Sprintf("ns%d", i)
+		if got := take(t, nc, quotaserver.TakeSubject("root"), `{"bucket":"`+ns+`:k","tokens":0}`); got.Status != "OK" || got.Remaining != 99 {
+			t.Fatalf("peek %s:k on the plain subject: %+v, want OK with 99 remaining (its owner's bucket)", ns, got)
+		}
+	}
+	if f := r0.Server().Stats().Forwarded; f != 8 {
+		t.Fatalf("partition 0 forwarded %d plain takes, want all 8", f)
+	}
+	// Reports on the plain subject reach their owner too.
+	if _, code := request(t, nc, quotaserver.ReportSubject("root"), `{"reports":[{"bucket":"ns0:k","tokens":9},{"bucket":"ns1:k","tokens":9}]}`); code != "" {
+		t.Fatalf("report: error %s", code)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, ns := range []string{"ns0", "ns1"} {
+		for take(t, nc, quotaserver.BucketSubject("root", "take", ns, "k"), `{"tokens":0}`).Remaining != 90 {
+			if time.Now().After(deadline) {
+				t.Fatalf("report to %s:k not applied by its owner", ns)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// TestFailoverNeverAdmitsMoreThanTheLimit kills the leader abruptly while
+// a client takes as fast as it is answered: the follower takes over, and
+// the admissions of both terms together stay within what the bucket
+// allows over the whole run (size + fill rate × time). The new leader's
+// buckets start drained past the old leader's longest possible wait.
+func TestFailoverNeverAdmitsMoreThanTheLimit(t *testing.T) {
+	s := natstest.Server(t)
+	client := natstest.Conn(t, s)
+	const size, rate = 5, 2.0
+	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "api",
+		Buckets: map[string]*quota.Spec{"k": tokenBucket(size, rate, time.Second)}})}
+	ncA := natstest.Conn(t, s)
+	a, _ := runReplica(t, ncA, "a", 0, 1, src.get)
+	waitServing(t, a)
+	b, _ := runReplica(t, natstest.Conn(t, s), "b", 0, 1, src.get)
+
+	start := time.Now()
+	admitted, afterFailover := 0, 0
+	var killed, answered time.Time
+	var second *quotaserver.Server // the new leader's, once it admits
+	for time.Since(start) < 4*time.Second {
+		if killed.IsZero() && time.Since(start) > 500*time.Millisecond {
+			ncA.Close() // abrupt: no resignation, its key expires
+			killed = time.Now()
+		}
+		m, err := client.Request(quotaserver.TakeSubject("root"), []byte(`{"bucket":"api:k","max_wait":"0s"}`), 200*time.Millisecond)
+		if err == nil && m.Header.Get("Nats-Service-Error-Code") == "" {
+			var r takeReply
+			if err := json.Unmarshal(m.Data, &r); err != nil {
+				t.Fatal(err)
+			}
+			if !killed.IsZero() && answered.IsZero() {
+				answered = time.Now()
+			}
+			if r.Status == "OK" {
+				admitted++
+				if srv := b.Server(); srv != nil && b.Status().Serving {
+					afterFailover++
+					second = srv
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("abrupt leader loss: first answer %v later (election TTL 1s); %d admitted, %d by the new leader", answered.Sub(killed), admitted, afterFailover)
+	limit := size + int(rate*time.Since(start).Seconds())
+	if admitted > limit {
+		t.Fatalf("admitted %d across the failover, the bucket allows %d", admitted, limit)
+	}
+	if second == nil {
+		t.Fatalf("follower status %+v: it never admitted after the failover", b.Status())
+	}
+	// The old leader's OK_WAIT answers (up to the 1s wait_timeout) take
+	// effect until a second after its last decision.
+	if st := second.Stats(); st.BucketsStartFull || st.Since.Sub(killed) < time.Second {
+		t.Fatalf("the second leader starts buckets full, or drained at %v, less than the longest wait (1s) after the old leader was lost at %v", st.Since, killed)
+	}
+}
+
+// TestSweepAndProtobuf: idle dynamic buckets are swept (and counted as
+// removed), and a binary take gets a binary reply without headers.
+func TestSweepAndProtobuf(t *testing.T) {
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	spec := tokenBucket(5, 1, 0)
+	spec.MaxIdle = 100 * time.Millisecond
+	cfg := namespaces(&quota.Namespace{Name: "users", Dynamic: spec, MaxDynamicBuckets: 10})
+	r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{Options: quotaserver.Options{
+		ServerID: "a", SweepInterval: 50 * time.Millisecond, Config: func() *quota.Config { return cfg }, Logger: quiet()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	waitServing(t, r)
+
+	data, err := proto.Marshal(&allotpb.QuotaTakeRequest{Bucket: "users:u1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nc.RequestMsg(&nats.Msg{Subject: quotaserver.TakeSubject("root"), Data: data,
+		Header: nats.Header{wire.HeaderContentType: {wire.ContentProtobuf}}}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp allotpb.QuotaTakeResponse
+	if err := proto.Unmarshal(m.Data, &resp); err != nil || len(m.Header) != 0 ||
+		resp.GetStatus() != allotpb.QuotaTakeResponse_OK || resp.GetMatched() != "users:u1" || resp.GetRemaining() != 4 {
+		t.Fatalf("binary take: %v (headers %v), %v; want OK from users:u1 with 4 remaining, no headers", &resp, m.Header, err)
+	}
+	take(t, nc, quotaserver.TakeSubject("root"), `{"bucket":"users:u2"}`)
+	if n := r.Server().Stats().Buckets; n != 2 {
+		t.Fatalf("%d buckets after two users, want 2", n)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st := r.Server().Stats()
+		if st.Buckets == 0 && st.Events["users"].Removed == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("idle buckets not swept: %+v", st)
+		}
+	}
+}
