@@ -27,15 +27,20 @@ const (
 	KindRate Kind = iota + 1
 	// KindGauge is a gauge resource: capacity is units in flight.
 	KindGauge
+	// KindQuota is a quota namespace, asked per request with Take; its
+	// Status describes the namespace's circuit.
+	KindQuota
 )
 
-// String returns "rate" or "gauge".
+// String returns "rate", "gauge" or "quota".
 func (k Kind) String() string {
 	switch k {
 	case KindRate:
 		return "rate"
 	case KindGauge:
 		return "gauge"
+	case KindQuota:
+		return "quota"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -55,9 +60,16 @@ const (
 	// SourcePessimistic is zero, used in Pessimistic mode without a valid
 	// lease.
 	SourcePessimistic
+	// SourceQuotaService is a quota namespace whose decisions come from
+	// the quota service.
+	SourceQuotaService
+	// SourceFallback is a quota namespace whose circuit is open: its
+	// decisions come from the local fallback bucket, or fail without one.
+	SourceFallback
 )
 
-// String returns "lease", "safe", "optimistic" or "pessimistic".
+// String returns "lease", "safe", "optimistic", "pessimistic",
+// "quota-service" or "fallback".
 func (s Source) String() string {
 	switch s {
 	case SourceLease:
@@ -68,18 +80,25 @@ func (s Source) String() string {
 		return "optimistic"
 	case SourcePessimistic:
 		return "pessimistic"
+	case SourceQuotaService:
+		return "quota-service"
+	case SourceFallback:
+		return "fallback"
 	}
 	return fmt.Sprintf("Source(%d)", int(s))
 }
 
-// Status describes one resource as the agent sees it.
+// Status describes one resource, or one quota namespace, as the agent sees
+// it.
 type Status struct {
-	// ResourceID identifies the resource.
+	// ResourceID identifies the resource, or names the quota namespace
+	// (Kind KindQuota).
 	ResourceID string
-	// Kind is KindRate or KindGauge.
+	// Kind is KindRate, KindGauge or KindQuota.
 	Kind Kind
 	// Capacity is the capacity in force: per second for rates, units in
-	// flight for gauges; +Inf when unlimited.
+	// flight for gauges; +Inf when unlimited. For a quota namespace it is
+	// the fallback bucket's rate per second, 0 without one.
 	Capacity float64
 	// Source says where Capacity comes from.
 	Source Source
@@ -99,12 +118,14 @@ type Status struct {
 	// estimated from demand.
 	Wants     float64
 	AutoWants bool
-	// LastRefresh is the time of the last successful GetCapacity.
+	// LastRefresh is the time of the last successful GetCapacity; for a
+	// quota namespace, of the last answer from the quota service.
 	LastRefresh time.Time
 	// LastError is the error of the last failed GetCapacity since the last
 	// successful one, or the error the coordinator gave for this resource
 	// alone in the last reply (a *ServiceError, e.g. 404 when it matches
-	// no template), or nil.
+	// no template), or nil. For a quota namespace it is the last failure
+	// to get an answer since the last answer.
 	LastError error
 	// Shadow reports that the coordinator's last answer put the resource
 	// in shadow mode: Capacity is then the wants (+Inf with automatic
@@ -115,9 +136,20 @@ type Status struct {
 	// ShadowAdmitted counts the events (tokens for rates, units for
 	// gauges) admitted in shadow mode since the resource was created, and
 	// WouldRefuse those of them that ShadowCapacity would have refused or,
-	// for a rate's Wait and Reserve, made wait. Both only grow.
+	// for a rate's Wait and Reserve, made wait. Both only grow. For a
+	// quota namespace, Shadow says that the last answer was in shadow
+	// mode, ShadowAdmitted counts the tokens answered OK in shadow mode
+	// and WouldRefuse those of them its bucket refused or made wait.
 	ShadowAdmitted uint64
 	WouldRefuse    uint64
+	// QuotaFailures counts a quota namespace's consecutive requests the
+	// quota service did not answer. At WithQuotaCircuit's threshold
+	// CircuitOpen is set and Source is SourceFallback: Take decides
+	// locally without asking until CircuitRetry, when one request probes
+	// the service again.
+	QuotaFailures int
+	CircuitOpen   bool
+	CircuitRetry  time.Time
 }
 
 // ServiceError is an error reply from the coordinator (NATS micro
@@ -145,6 +177,12 @@ type Agent struct {
 	log     *slog.Logger
 	getSubj string
 	relSubj string
+	// quotaSubj is allot.<node>.quota; Take and Report add the rest.
+	quotaSubj string
+	q         quotaState
+	// pbHeader marks requests as binary protobuf; shared and never
+	// modified, so concurrent requests can all read it.
+	pbHeader nats.Header
 
 	kick chan struct{}
 	stop chan struct{}
@@ -210,6 +248,7 @@ type resource struct {
 	err     error   // this resource's own error in the last reply, if any
 	sent    bool    // named in a GetCapacity request: has to be released
 	closed  bool    // closed, alone or with the agent: no longer refreshed
+	use     usage   // admitted, refused, time without a lease (usage.go)
 }
 
 // New starts an agent on nc. It does not contact the coordinator until the
@@ -223,6 +262,11 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 		node:           DefaultNode,
 		requestTimeout: DefaultRequestTimeout,
 		minRefreshGap:  DefaultMinRefreshGap,
+
+		quotaTimeout:        DefaultQuotaTimeout,
+		quotaFailures:       DefaultQuotaFailures,
+		quotaCooldown:       DefaultQuotaCooldown,
+		quotaReportInterval: DefaultQuotaReportInterval,
 	}
 	for _, opt := range opts {
 		if opt == nil {
@@ -248,7 +292,11 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 		res:     make(map[string]*resource),
+
+		quotaSubj: "allot." + o.node + ".quota",
+		pbHeader:  nats.Header{wire.HeaderContentType: []string{wire.ContentProtobuf}},
 	}
+	a.initQuota()
 	go a.run()
 	return a, nil
 }
@@ -559,16 +607,18 @@ func bigChange(old, w float64) bool {
 	return d >= 1 && d > 0.25*old
 }
 
-// Status returns the status of every resource, ordered by id.
+// Status returns the status of every resource, ordered by id, followed by
+// that of every quota namespace Take was called for (Kind KindQuota),
+// ordered by name.
 func (a *Agent) Status() []Status {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	out := make([]Status, 0, len(a.res))
 	for _, r := range a.res {
 		out = append(out, r.statusLocked())
 	}
+	a.mu.Unlock()
 	slices.SortFunc(out, func(x, y Status) int { return cmp.Compare(x.ResourceID, y.ResourceID) })
-	return out
+	return append(out, a.quotaStatus()...)
 }
 
 // LastError returns the error of the last failed refresh since the last
@@ -627,6 +677,7 @@ func (a *Agent) applyLocked(r *resource, t time.Time) (Status, bool) {
 	if c == r.inForce && src == r.source && r.shadow == r.shadowI && (!r.shadow || shadowC == r.shadowC) {
 		return Status{}, false
 	}
+	r.sourceLocked(src, t)
 	r.inForce, r.source = c, src
 	if r.shadow || r.shadowI {
 		r.shadowC, r.shadowI = shadowC, r.shadow

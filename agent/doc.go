@@ -85,7 +85,27 @@
 //
 // Status, Capacity and Expiry report where each resource stands (capacity
 // in force and its Source, lease expiry, mode, last error); WithOnChange
-// registers a callback for every change of capacity.
+// registers a callback for every change of capacity. Usage adds what
+// each limiter admitted and refused and the time spent without a lease;
+// package agent/agentmetrics exposes it all to Prometheus.
+//
+// # Per-request quota
+//
+// Limits per key asked for at the moment of use (logins per user, calls
+// per tenant) go to the coordinators' quota service instead of a lease:
+//
+//	res, err := a.Take(ctx, "logins:alice", 1) // waits an OK_WAIT's wait
+//	var qe *agent.QuotaError                    // REJECTED: qe.Reason, qe.RetryAfter
+//	err = a.Report("batch:job42", 480)          // charge after the fact, batched
+//
+// Each Take is one binary-protobuf request to
+// allot.<node>.quota.take.<namespace>.<name>. When the service does not
+// answer, a local fallback bucket per namespace decides
+// (WithQuotaFallback), or Take fails closed with ErrQuotaUnavailable;
+// after repeated failures a circuit breaker stops asking for a while
+// (WithQuotaCircuit), and Status lists each namespace's circuit (Kind
+// KindQuota). Package agent/quotahttp puts Take in front of an
+// http.Handler.
 //
 // # Accuracy
 //

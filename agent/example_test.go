@@ -14,6 +14,12 @@ import (
 	demoserver "github.com/allot/allot/agent/internal/demo"
 )
 
+// demoServer starts an embedded NATS server and connects to it; stop
+// closes the connection and stops the server.
+func demoServer() (nc *nats.Conn, stop func(), err error) {
+	return demoserver.Server()
+}
+
 // demo starts an embedded NATS server and a coordinator that gives
 // "mysql/main" 100 per second, "mysql/connections" 10 in flight and each
 // "tenant/*" 50 per second. It returns a connection and a function that

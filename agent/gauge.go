@@ -109,7 +109,8 @@ func (g *Gauge) fitsLocked(n int) bool {
 // until ctx ends; it fails at once if ctx has already ended. On success
 // the caller must Release(n) later. A capacity
 // of 0 blocks until capacity is granted. Acquire(ctx, 0) returns nil.
-func (g *Gauge) Acquire(ctx context.Context, n int) error {
+func (g *Gauge) Acquire(ctx context.Context, n int) (err error) {
+	defer func() { g.res.count(n, err == nil) }()
 	if n <= 0 {
 		return nil
 	}
@@ -173,7 +174,8 @@ func (g *Gauge) isClosed() bool {
 // Like Acquire it does not overtake a queued waiter that could be served
 // at the current limit, even when n would fit; a waiter for more than the
 // whole limit does not hold it up. Failed attempts count as demand.
-func (g *Gauge) TryAcquire(n int) bool {
+func (g *Gauge) TryAcquire(n int) (ok bool) {
+	defer func() { g.res.count(n, ok) }()
 	if n <= 0 {
 		return true
 	}

@@ -233,6 +233,12 @@ func fieldSize(n int) int { return 1 + protowire.SizeVarint(uint64(n)) + n }
 // answered or have timed out. It reports the first part's error, if any.
 func (a *Agent) refresh(t time.Time) error {
 	a.mu.Lock()
+	if a.closed {
+		// Close has already listed what to release: a request now would
+		// bring a lease that nobody gives back.
+		a.mu.Unlock()
+		return nil
+	}
 	a.earlyAt = time.Time{}
 	sent := make([]*resource, 0, len(a.res))
 	for _, r := range a.res {
@@ -416,16 +422,27 @@ func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityRespons
 // cancelled by Close: Close waits for the answer, so that what it sends
 // next cannot overtake this request.
 func (a *Agent) call(subj string, req, resp proto.Message) error {
+	return a.request(context.Background(), a.o.requestTimeout, subj, req, resp)
+}
+
+// request is call with the caller's context and a timeout of its own:
+// Take's requests end with either.
+func (a *Agent) request(ctx context.Context, timeout time.Duration, subj string, req, resp proto.Message) error {
 	data, err := wire.Marshal(wire.Protobuf, req)
 	if err != nil {
 		return fmt.Errorf("agent: encode request for %s: %w", subj, err)
 	}
-	msg := nats.NewMsg(subj)
-	msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
-	msg.Data = data
-	ctx, cancel := context.WithTimeout(context.Background(), a.o.requestTimeout)
-	defer cancel()
-	reply, err := a.nc.RequestMsgWithContext(ctx, msg)
+	// The header map is shared, read-only: one map less per request.
+	msg := &nats.Msg{Subject: subj, Header: a.pbHeader, Data: data}
+	var reply *nats.Msg
+	if ctx.Done() == nil {
+		// Without a context to watch, a plain timeout costs less.
+		reply, err = a.nc.RequestMsg(msg, timeout)
+	} else {
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		reply, err = a.nc.RequestMsgWithContext(rctx, msg)
+		cancel()
+	}
 	if err != nil {
 		return fmt.Errorf("agent: request %s: %w", subj, err)
 	}
@@ -453,8 +470,9 @@ func (a *Agent) release(ids []string) error {
 	return firstErr
 }
 
-// Close closes all limiters and gauges (waiters return ErrClosed, Allow
-// reports false), stops refreshing, and gives every lease back with
+// Close sends the quota reports not yet sent, closes all limiters and
+// gauges (waiters return ErrClosed, Allow reports false; Take and Report
+// return ErrClosed), stops refreshing, and gives every lease back with
 // ReleaseCapacity (in several requests beyond wire.MaxResourcesPerReq
 // resources). A GetCapacity already in flight is not abandoned: Close waits
 // for its answer or its timeout before releasing, so the release cannot
@@ -463,6 +481,7 @@ func (a *Agent) release(ids []string) error {
 // is idempotent; it must not be called from an OnChange function.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
+		a.closeQuota()
 		a.mu.Lock()
 		a.closed = true
 		var ids []string

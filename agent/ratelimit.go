@@ -287,7 +287,8 @@ func (l *RateLimiter) noteStarvedLocked() bool {
 // AllowN reports whether n events may happen now, and if so takes n
 // tokens. Use it to drop or skip events that exceed the rate; otherwise use
 // Wait. AllowN(0) is always true. Rejected calls still count as demand.
-func (l *RateLimiter) AllowN(n int) bool {
+func (l *RateLimiter) AllowN(n int) (ok bool) {
+	defer func() { l.res.count(n, ok) }()
 	if n <= 0 {
 		return true
 	}
@@ -409,7 +410,8 @@ func (l *RateLimiter) Wait(ctx context.Context) error {
 // the capacity changes or the context ends; a caller already waiting is
 // rescheduled, keeping its place, whenever the capacity changes.
 // WaitN(ctx, 0) returns nil at once.
-func (l *RateLimiter) WaitN(ctx context.Context, n int) error {
+func (l *RateLimiter) WaitN(ctx context.Context, n int) (err error) {
+	defer func() { l.res.count(n, err == nil) }()
 	if n <= 0 {
 		return nil
 	}
@@ -510,7 +512,8 @@ func (l *RateLimiter) Reserve() *Reservation {
 // reservation is not OK if n exceeds the burst, the limit is 0, or the
 // agent is closed. Use it to slow down without dropping events when a
 // context is not at hand; otherwise prefer WaitN.
-func (l *RateLimiter) ReserveN(n int) *Reservation {
+func (l *RateLimiter) ReserveN(n int) (rv *Reservation) {
+	defer func() { l.res.count(n, rv.ok) }()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := now(l.clock)

@@ -9,20 +9,21 @@ import (
 
 // AllResult gathers the results of RunAll.
 type AllResult struct {
-	Machine Machine      `json:"machine"`
-	Seconds float64      `json:"seconds"`
-	Load    *LoadResult  `json:"load,omitempty"`
-	Scale   *ScaleResult `json:"scale,omitempty"`
-	Agent   *AgentResult `json:"agent,omitempty"`
-	Sim     *SimResult   `json:"sim,omitempty"`
-	Tree    *TreeOutcome `json:"sim7,omitempty"`
-	Errors  []string     `json:"errors,omitempty"`
+	Machine Machine           `json:"machine"`
+	Seconds float64           `json:"seconds"`
+	Load    *LoadResult       `json:"load,omitempty"`
+	Quota   *QuotaBenchResult `json:"quota,omitempty"`
+	Scale   *ScaleResult      `json:"scale,omitempty"`
+	Agent   *AgentResult      `json:"agent,omitempty"`
+	Sim     *SimResult        `json:"sim,omitempty"`
+	Tree    *TreeOutcome      `json:"sim7,omitempty"`
+	Errors  []string          `json:"errors,omitempty"`
 }
 
 // RunAll runs every benchmark in turn and writes summary.md and
 // summary.json next to their own results. A failing benchmark is reported
 // and the others still run.
-func RunAll(ctx context.Context, env *Env, lo LoadOptions) (*AllResult, error) {
+func RunAll(ctx context.Context, env *Env, lo LoadOptions, qo QuotaOptions) (*AllResult, error) {
 	start := time.Now()
 	res := &AllResult{Machine: DescribeMachine()}
 	var errs []error
@@ -35,6 +36,8 @@ func RunAll(ctx context.Context, env *Env, lo LoadOptions) (*AllResult, error) {
 	var err error
 	res.Load, err = RunLoad(ctx, env, lo)
 	note("load", err)
+	res.Quota, err = RunQuota(ctx, env, qo)
+	note("quota", err)
 	res.Scale, err = RunScale(ctx, env)
 	note("scale", err)
 	res.Agent, err = RunAgent(ctx, env)
@@ -61,7 +64,7 @@ func (r *AllResult) Markdown() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## allot benchmark results\n\nMachine: %s. Total time %.0fs.\n\n", r.Machine.Markdown(), r.Seconds)
 	b.WriteString(r.headline())
-	for _, s := range []interface{ Markdown() string }{r.Load, r.Scale, r.Agent, r.Sim, r.Tree} {
+	for _, s := range []interface{ Markdown() string }{r.Load, r.Quota, r.Scale, r.Agent, r.Sim, r.Tree} {
 		if s == nil || isNil(s) {
 			continue
 		}
@@ -76,6 +79,8 @@ func (r *AllResult) Markdown() string {
 func isNil(s interface{ Markdown() string }) bool {
 	switch v := s.(type) {
 	case *LoadResult:
+		return v == nil
+	case *QuotaBenchResult:
 		return v == nil
 	case *ScaleResult:
 		return v == nil
@@ -94,6 +99,11 @@ func (r *AllResult) headline() string {
 	var rows [][]string
 	if l := r.Load; l != nil {
 		rows = append(rows, []string{"coordinator throughput ÷ bare NATS echo, same concurrency", fmt.Sprintf("≥ %.1f×", l.TargetRatio), fmt.Sprintf("%.2f× (%.0f vs %.0f req/s)", l.Ratio, l.Coordinator.RPS, l.Baseline.RPS), verdict(l.Ratio >= l.TargetRatio)})
+	}
+	if q := r.Quota; q != nil {
+		for _, run := range q.Runs {
+			rows = append(rows, []string{fmt.Sprintf("quota decisions ÷ bare NATS echo, same concurrency, %d partition(s)", run.Partitions), fmt.Sprintf("≥ %.1f×", q.TargetRatio), fmt.Sprintf("%.2f× (%.0f vs %.0f req/s, p99 %.0f µs)", run.Ratio, run.Quota.RPS, run.Baseline.RPS, run.Quota.P99us), verdict(run.Ratio >= q.TargetRatio)})
+		}
 	}
 	if s := r.Scale; s != nil {
 		rows = append(rows, []string{"one FAIR_SHARE round over 100,000 clients", fmt.Sprintf("≤ %d ms", TargetFairShareMS), fmt.Sprintf("%.2f ms (%.2f× sorting them; coordinator round %.2f ms)", s.FairShare100kMS, sortRatio(s, 100_000), s.Coordinator100kMS), verdict(s.FairShare100kMS > 0 && s.FairShare100kMS <= TargetFairShareMS)})

@@ -30,6 +30,7 @@ type ChildFunc func(ctx context.Context, role string, args []string) *exec.Cmd
 const (
 	RoleCoordinator = "coordinator"
 	RoleEcho        = "echo"
+	RoleQuota       = "quota"
 )
 
 // ServeChild runs a helper role until ctx ends:
@@ -39,7 +40,10 @@ const (
 //     interval --round (0 answers at once);
 //   - "echo" is a bare NATS responder on --subject that answers every
 //     request with its own payload and content type: the baseline that the
-//     coordinator's throughput is compared with.
+//     coordinator's throughput is compared with;
+//   - "quota" serves the quota service, --partitions servers (the NATS
+//     server maps subjects to them) answering for --namespaces namespaces
+//     of never-empty dynamic token buckets.
 //
 // It prints "ready" on stdout once serving.
 func ServeChild(ctx context.Context, role string, args []string, stdout, stderr io.Writer) error {
@@ -51,6 +55,8 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 	capacity := fs.Float64("capacity", 1e6, "coordinator: capacity of every resource")
 	lease := fs.Duration("lease", time.Minute, "coordinator: lease length")
 	refresh := fs.Duration("refresh", 5*time.Second, "coordinator: refresh interval")
+	partitions := fs.Int("partitions", 1, "quota: partitions")
+	namespaces := fs.Int("namespaces", 8, "quota: namespaces qb0..qb<n-1>")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -79,8 +85,18 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 		<-ctx.Done()
 		c.Stop()
 		return nil
+	case RoleQuota:
+		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		stop, err := serveQuota(ctx, *url, *partitions, *namespaces, log)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "ready")
+		<-ctx.Done()
+		stop()
+		return nil
 	}
-	return fmt.Errorf("bench child: unknown role %q (want %s or %s)", role, RoleCoordinator, RoleEcho)
+	return fmt.Errorf("bench child: unknown role %q (want %s, %s or %s)", role, RoleCoordinator, RoleEcho, RoleQuota)
 }
 
 // serveEcho answers requests on subject with their own payload.

@@ -21,14 +21,14 @@ import (
 	"github.com/allot/allot/proto/allotpb"
 )
 
-// LoadOptions configure the load benchmark. Zero fields take the defaults
-// of DefaultLoadOptions.
-type LoadOptions struct {
+// ClosedLoop is the shape of a closed-loop load (the load and quota
+// benchmarks): how long, in how many phases, and at what concurrency.
+type ClosedLoop struct {
 	// Duration is the measured time per target, split over Phases.
 	Duration time.Duration `json:"duration_ns"`
 	// Warmup runs before each measured phase and is not recorded.
 	Warmup time.Duration `json:"warmup_ns"`
-	// Phases alternates baseline and coordinator this many times so slow
+	// Phases alternates baseline and responder this many times so slow
 	// drifts of a shared machine hit both alike.
 	Phases int `json:"phases"`
 	// Conns is the number of NATS connections the simulated clients share.
@@ -37,6 +37,22 @@ type LoadOptions struct {
 	Clients int `json:"clients"`
 	// Pipeline is the number of requests each client keeps in flight.
 	Pipeline int `json:"pipeline"`
+}
+
+// fill sets the unset fields of c from d.
+func (c *ClosedLoop) fill(d ClosedLoop) {
+	orDefault(&c.Duration, d.Duration)
+	orDefault(&c.Warmup, d.Warmup)
+	orDefault(&c.Phases, d.Phases)
+	orDefault(&c.Conns, d.Conns)
+	orDefault(&c.Clients, d.Clients)
+	orDefault(&c.Pipeline, d.Pipeline)
+}
+
+// LoadOptions configure the load benchmark. Zero fields take the defaults
+// of DefaultLoadOptions.
+type LoadOptions struct {
+	ClosedLoop
 	// Resources is the number of distinct resources (M).
 	Resources int `json:"resources"`
 	// PerRequest is the number of resources named in one request.
@@ -49,8 +65,8 @@ type LoadOptions struct {
 // Duration and Warmup.
 func DefaultLoadOptions(short bool) LoadOptions {
 	o := LoadOptions{
-		Duration: 20 * time.Second, Warmup: 2 * time.Second, Phases: 2,
-		Conns: 4, Clients: 256, Pipeline: 2, Resources: 8, PerRequest: 1,
+		ClosedLoop: ClosedLoop{Duration: 20 * time.Second, Warmup: 2 * time.Second, Phases: 2, Conns: 4, Clients: 256, Pipeline: 2},
+		Resources:  8, PerRequest: 1,
 	}
 	if short {
 		o.Duration, o.Warmup = 10*time.Second, time.Second
@@ -67,12 +83,7 @@ func orDefault[T int | time.Duration](v *T, def T) {
 
 func (o *LoadOptions) fill(short bool) {
 	d := DefaultLoadOptions(short)
-	orDefault(&o.Duration, d.Duration)
-	orDefault(&o.Warmup, d.Warmup)
-	orDefault(&o.Phases, d.Phases)
-	orDefault(&o.Conns, d.Conns)
-	orDefault(&o.Clients, d.Clients)
-	orDefault(&o.Pipeline, d.Pipeline)
+	o.ClosedLoop.fill(d.ClosedLoop)
 	orDefault(&o.Resources, d.Resources)
 	orDefault(&o.PerRequest, d.PerRequest)
 	o.PerRequest = min(o.PerRequest, o.Resources)
@@ -130,12 +141,16 @@ const echoSubject = "bench.echo"
 
 // startServer starts an embedded JetStream nats-server on a random
 // loopback port with its store under a new temporary directory.
-func startServer() (*server.Server, func(), error) {
+func startServer() (*server.Server, func(), error) { return startServerMapped(nil) }
+
+// startServerMapped is startServer with subject mappings (source →
+// destination) in the global account.
+func startServerMapped(mappings map[string]string) (*server.Server, func(), error) {
 	dir, err := os.MkdirTemp("", "allot-bench-*")
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench: temp dir: %w", err)
 	}
-	s, err := embed.Start(embed.Options{StoreDir: dir})
+	s, err := embed.Start(embed.Options{StoreDir: dir, Mappings: mappings})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, nil, fmt.Errorf("bench: %w", err)
@@ -174,55 +189,26 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 		res.CPUScope = "whole process: responder, load generator and nats-server together (in-process mode)"
 	}
 
-	g, err := newGenerator(url, o)
+	getSubj := coordinator.Subject(coordinator.DefaultNode, "capacity.get")
+	g, err := newGenerator(url, o.Conns, o.Clients, o.Pipeline, func(client int) ([]byte, []string, error) {
+		req := &allotpb.GetCapacityRequest{ClientId: fmt.Sprintf("load-client-%06d", client)}
+		for k := 0; k < o.PerRequest; k++ {
+			req.Resource = append(req.Resource, &allotpb.ResourceRequest{
+				ResourceId: fmt.Sprintf("load/resource-%03d", (client*o.PerRequest+k)%o.Resources),
+				Wants:      10,
+			})
+		}
+		data, err := wire.Marshal(wire.Protobuf, req)
+		return data, []string{echoSubject, getSubj}, err
+	})
 	if err != nil {
 		return nil, err
 	}
 	defer g.close()
 
-	targets := []struct {
-		t       *LoadTarget
-		h       *helper
-		subject string
-	}{
-		{&res.Baseline, echo, echoSubject},
-		{&res.Coordinator, coord, coordinator.Subject(coordinator.DefaultNode, "capacity.get")},
-	}
 	res.Baseline.Name, res.Coordinator.Name = "bare NATS echo", "coordinator"
-	hists := []*hdrhistogram.Histogram{newHist(), newHist()}
-	peak := []int64{0, 0}
-	for p := 0; p < o.Phases; p++ {
-		for k, tg := range targets {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			label := fmt.Sprintf("load %s phase %d/%d", tg.t.Name, p+1, o.Phases)
-			ph, err := g.phase(ctx, env, label, tg.subject, tg.h.pid, o.Warmup, o.Duration/time.Duration(o.Phases))
-			if err != nil {
-				return nil, fmt.Errorf("bench: %s: %w", label, err)
-			}
-			tg.t.Requests += ph.requests
-			tg.t.Errors += ph.errors
-			tg.t.Seconds += ph.seconds
-			tg.t.CPUSeconds += ph.cpu.Seconds()
-			tg.t.GeneratorCPUSeconds += ph.selfCPU.Seconds()
-			tg.t.RSSMiB = float64(ph.end.rssKiB) / 1024
-			peak[k] = max(peak[k], ph.end.hwmKiB)
-			tg.t.PeakRSSMiB = float64(peak[k]) / 1024
-			hists[k].Merge(ph.hist)
-		}
-	}
-	for k, tg := range targets {
-		t := tg.t
-		h := hists[k]
-		t.RPS = float64(t.Requests) / t.Seconds
-		t.P50us = float64(h.ValueAtQuantile(50))
-		t.P99us = float64(h.ValueAtQuantile(99))
-		t.P999us = float64(h.ValueAtQuantile(99.9))
-		t.MaxUs = float64(h.Max())
-		if t.Requests > 0 {
-			t.CPUPerReqUs = t.CPUSeconds * 1e6 / float64(t.Requests)
-		}
+	if _, err := g.alternate(ctx, env, "load", o.ClosedLoop, []*LoadTarget{&res.Baseline, &res.Coordinator}, []*helper{echo, coord}); err != nil {
+		return nil, err
 	}
 	res.Ratio = safeDiv(res.Coordinator.RPS, res.Baseline.RPS)
 	res.P99Ratio = safeDiv(res.Coordinator.P99us, res.Baseline.P99us)
@@ -234,6 +220,63 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 		return res, err
 	}
 	return res, env.writeFile("load.md", []byte(res.Markdown()))
+}
+
+// alternate runs o.Phases rounds of one phase per target, in order (the
+// index of the slots' subjects; hs are their responders), and fills in
+// the targets. It returns the decisions decoded from the replies of
+// targets after the first, by status.
+func (g *generator) alternate(ctx context.Context, env *Env, name string, o ClosedLoop, targets []*LoadTarget, hs []*helper) (map[string]int64, error) {
+	hists := make([]*hdrhistogram.Histogram, len(targets))
+	for k := range hists {
+		hists[k] = newHist()
+	}
+	statuses := map[string]int64{}
+	for p := 0; p < o.Phases; p++ {
+		for k, t := range targets {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			label := fmt.Sprintf("%s %s phase %d/%d", name, t.Name, p+1, o.Phases)
+			ph, err := g.phase(ctx, env, label, k, hs[k].pid, o.Warmup, o.Duration/time.Duration(o.Phases))
+			if err != nil {
+				return nil, fmt.Errorf("bench: %s: %w", label, err)
+			}
+			addPhase(t, ph)
+			hists[k].Merge(ph.hist)
+			for s, n := range ph.statuses {
+				statuses[s] += n
+			}
+		}
+	}
+	for k, t := range targets {
+		finishTarget(t, hists[k])
+	}
+	return statuses, nil
+}
+
+// addPhase adds a measured phase to t's totals.
+func addPhase(t *LoadTarget, ph *phaseResult) {
+	t.Requests += ph.requests
+	t.Errors += ph.errors
+	t.Seconds += ph.seconds
+	t.CPUSeconds += ph.cpu.Seconds()
+	t.GeneratorCPUSeconds += ph.selfCPU.Seconds()
+	t.RSSMiB = float64(ph.end.rssKiB) / 1024
+	t.PeakRSSMiB = max(t.PeakRSSMiB, float64(ph.end.hwmKiB)/1024)
+}
+
+// finishTarget computes t's rates and latency quantiles from its totals
+// and the phases' merged histogram h.
+func finishTarget(t *LoadTarget, h *hdrhistogram.Histogram) {
+	t.RPS = float64(t.Requests) / t.Seconds
+	t.P50us = float64(h.ValueAtQuantile(50))
+	t.P99us = float64(h.ValueAtQuantile(99))
+	t.P999us = float64(h.ValueAtQuantile(99.9))
+	t.MaxUs = float64(h.Max())
+	if t.Requests > 0 {
+		t.CPUPerReqUs = t.CPUSeconds * 1e6 / float64(t.Requests)
+	}
 }
 
 func safeDiv(a, b float64) float64 {
@@ -281,18 +324,23 @@ func roundLabel(d time.Duration) string {
 // one request in flight and sends the next as soon as its reply arrives,
 // from the connection's reply handler.
 type generator struct {
-	o     LoadOptions
 	conns []*nats.Conn
 	lanes []*lane
+	// decode, when set, samples replies of targets other than the first
+	// (the echo) and counts them by the quota decision's status.
+	decode bool
 }
+
+// decodeEvery is the sampling period of decoded replies.
+const decodeEvery = 64
 
 // lane is one connection's share of the slots.
 type lane struct {
-	nc      *nats.Conn
-	prefix  string
-	sub     *nats.Subscription
-	slots   []*loadSlot
-	subject atomic.Pointer[string]
+	nc     *nats.Conn
+	prefix string
+	sub    *nats.Subscription
+	slots  []*loadSlot
+	target atomic.Int32 // index into every slot's subjects
 
 	mu        sync.Mutex
 	hist      *hdrhistogram.Histogram
@@ -301,17 +349,24 @@ type lane struct {
 	requests  int64
 	errors    int64
 	inFlight  atomic.Int64
+	decode    bool
+	statuses  map[string]int64
 }
 
 type loadSlot struct {
-	sent atomic.Int64 // unix ns of the request in flight
-	msg  nats.Msg
+	sent     atomic.Int64 // unix ns of the request in flight
+	msg      nats.Msg
+	subjects []string // per target
 }
 
-func newGenerator(url string, o LoadOptions) (*generator, error) {
-	g := &generator{o: o}
+// newGenerator connects conns connections and spreads clients over them,
+// each keeping pipeline requests in flight. request returns a client's
+// binary protobuf payload and the subject it is sent to for each target,
+// the same number of targets for every client.
+func newGenerator(url string, conns, clients, pipeline int, request func(client int) ([]byte, []string, error)) (*generator, error) {
+	g := &generator{}
 	hdr := nats.Header{wire.HeaderContentType: []string{wire.ContentProtobuf}}
-	for c := 0; c < o.Conns; c++ {
+	for c := 0; c < conns; c++ {
 		nc, err := nats.Connect(url, nats.Name(fmt.Sprintf("allot bench load %d", c)))
 		if err != nil {
 			g.close()
@@ -327,21 +382,15 @@ func newGenerator(url string, o LoadOptions) (*generator, error) {
 		}
 		_ = l.sub.SetPendingLimits(-1, -1)
 	}
-	for client := 0; client < o.Clients; client++ {
-		req := &allotpb.GetCapacityRequest{ClientId: fmt.Sprintf("load-client-%06d", client)}
-		for k := 0; k < o.PerRequest; k++ {
-			req.Resource = append(req.Resource, &allotpb.ResourceRequest{
-				ResourceId: fmt.Sprintf("load/resource-%03d", (client*o.PerRequest+k)%o.Resources),
-				Wants:      10,
-			})
-		}
-		data, err := wire.Marshal(wire.Protobuf, req)
+	for client := 0; client < clients; client++ {
+		data, subjects, err := request(client)
 		if err != nil {
+			g.close()
 			return nil, err
 		}
-		l := g.lanes[client%o.Conns]
-		for p := 0; p < o.Pipeline; p++ {
-			s := &loadSlot{msg: nats.Msg{Reply: l.prefix + "." + strconv.Itoa(len(l.slots)), Header: hdr, Data: data}}
+		l := g.lanes[client%conns]
+		for p := 0; p < pipeline; p++ {
+			s := &loadSlot{msg: nats.Msg{Reply: l.prefix + "." + strconv.Itoa(len(l.slots)), Header: hdr, Data: data}, subjects: subjects}
 			l.slots = append(l.slots, s)
 		}
 	}
@@ -370,6 +419,9 @@ func (l *lane) onReply(m *nats.Msg) {
 			l.errors++
 		}
 		_ = l.hist.RecordValue(max(lat, 1))
+		if l.decode && l.requests%decodeEvery == 0 && l.target.Load() > 0 {
+			l.statuses[quotaStatus(m.Data)]++
+		}
 	}
 	stop := l.stopping
 	l.mu.Unlock()
@@ -381,7 +433,7 @@ func (l *lane) onReply(m *nats.Msg) {
 }
 
 func (l *lane) send(s *loadSlot) {
-	s.msg.Subject = *l.subject.Load()
+	s.msg.Subject = s.subjects[l.target.Load()]
 	s.sent.Store(time.Now().UnixNano())
 	if err := l.nc.PublishMsg(&s.msg); err != nil {
 		l.inFlight.Add(-1)
@@ -394,16 +446,19 @@ type phaseResult struct {
 	cpu, selfCPU     time.Duration
 	end              procSample
 	hist             *hdrhistogram.Histogram
+	statuses         map[string]int64 // sampled decisions, when decoding
 }
 
-// phase runs the load against subject for warmup+d and reports the
-// measured part; pid is the responder's process for CPU and RSS.
-func (g *generator) phase(ctx context.Context, env *Env, label, subject, pid string, warmup, d time.Duration) (*phaseResult, error) {
+// phase runs the load against target (the index of the slots' subjects)
+// for warmup+d and reports the measured part; pid is the responder's
+// process for CPU and RSS ("" measures none).
+func (g *generator) phase(ctx context.Context, env *Env, label string, target int, pid string, warmup, d time.Duration) (*phaseResult, error) {
 	for _, l := range g.lanes {
-		l.subject.Store(&subject)
+		l.target.Store(int32(target))
 		l.mu.Lock()
 		l.hist.Reset()
 		l.recording, l.stopping, l.requests, l.errors = false, false, 0, 0
+		l.decode, l.statuses = g.decode, map[string]int64{}
 		l.mu.Unlock()
 		l.inFlight.Store(int64(len(l.slots)))
 	}
@@ -447,7 +502,7 @@ wait:
 			last, lastT = n, t
 		}
 	}
-	r := &phaseResult{hist: newHist()}
+	r := &phaseResult{hist: newHist(), statuses: map[string]int64{}}
 	for _, l := range g.lanes {
 		l.mu.Lock()
 		l.recording = false
@@ -467,6 +522,9 @@ wait:
 		r.requests += l.requests
 		r.errors += l.errors
 		r.hist.Merge(l.hist)
+		for s, n := range l.statuses {
+			r.statuses[s] += n
+		}
 		l.mu.Unlock()
 	}
 	// Let the requests in flight drain before the next phase.

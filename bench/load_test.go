@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 )
@@ -10,7 +11,7 @@ import (
 // the plumbing (replies counted, no errors), not the speed.
 func TestLoadInProcess(t *testing.T) {
 	env := &Env{Short: true}
-	o := LoadOptions{Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Phases: 1, Conns: 2, Clients: 8, Pipeline: 2, Resources: 3, PerRequest: 2}
+	o := LoadOptions{ClosedLoop: ClosedLoop{Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Phases: 1, Conns: 2, Clients: 8, Pipeline: 2}, Resources: 3, PerRequest: 2}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	r, err := RunLoad(ctx, env, o)
@@ -24,6 +25,37 @@ func TestLoadInProcess(t *testing.T) {
 	}
 	if r.CoordinatorStats == nil || r.CoordinatorStats.Requests == 0 {
 		t.Errorf("coordinator stats: %+v", r.CoordinatorStats)
+	}
+	t.Log("\n" + r.Markdown())
+}
+
+// TestQuotaInProcess runs a tiny quota benchmark against in-process
+// helpers, with one and two partitions: every decision answered, none an
+// error, all OK (the buckets never run dry).
+func TestQuotaInProcess(t *testing.T) {
+	env := &Env{Short: true}
+	o := QuotaOptions{ClosedLoop: ClosedLoop{Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Phases: 1, Conns: 2, Clients: 8, Pipeline: 2}, Namespaces: 4, Partitions: []int{1, 2}}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := RunQuota(ctx, env, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Runs) != 2 {
+		t.Fatalf("%d runs, want 2", len(r.Runs))
+	}
+	for _, run := range r.Runs {
+		for _, tg := range []LoadTarget{run.Baseline, run.Quota} {
+			if tg.Requests == 0 || tg.Errors != 0 {
+				t.Errorf("%s: %d requests, %d errors", tg.Name, tg.Requests, tg.Errors)
+			}
+		}
+		if run.Statuses["OK"] == 0 || len(run.Statuses) != 1 {
+			t.Errorf("%d partitions: decisions sampled %v, want only OK", run.Partitions, run.Statuses)
+		}
+		if len(run.TakesPerPartition) != run.Partitions || slices.Contains(run.TakesPerPartition, 0) {
+			t.Errorf("%d partitions: takes per partition %v, want every partition deciding", run.Partitions, run.TakesPerPartition)
+		}
 	}
 	t.Log("\n" + r.Markdown())
 }

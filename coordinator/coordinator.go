@@ -191,6 +191,7 @@ type Coordinator struct {
 	stopOnce sync.Once
 	enqueued atomic.Uint64 // requests queued so far, to see when Stop may end
 	silenced atomic.Uint64 // replies withheld because Valid said no
+	calls    calls         // requests and error replies (see observe.go)
 
 	mu        sync.Mutex
 	closed    bool // Stop has ended the round loop

@@ -60,6 +60,7 @@ type request struct {
 // up everyone else's. A release while the bulk lane is busy goes through
 // it too: it may follow a large get of the same client.
 func (c *Coordinator) handleCapacity(m micro.Request) {
+	c.countCall(m.Subject(), 0)
 	var kind reqKind
 	switch op := m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]; op {
 	case "get":
@@ -178,6 +179,7 @@ func (b *bulkLane) close() {
 // handleServerGet serves allot.<node>.server.get: a child node asking
 // for capacity on behalf of its clients (see internal/ledger/tree.go).
 func (c *Coordinator) handleServerGet(m micro.Request) {
+	c.countCall(m.Subject(), 0)
 	enc := wire.EncodingOf(nats.Header(m.Headers()))
 	if err := wire.CheckSize(enc, len(m.Data())); err != nil {
 		c.replyError(m, enc, CodeTooLarge, err.Error())
@@ -202,6 +204,7 @@ func decode(enc wire.Encoding, m micro.Request, msg proto.Message, validate func
 // error headers and an ErrorReply body in the request's encoding; micro
 // counts it in the endpoint's STATS.
 func (c *Coordinator) replyError(m micro.Request, enc wire.Encoding, code int, text string) {
+	c.countCall(m.Subject(), code)
 	if !c.mayAnswer() {
 		c.silenced.Add(1)
 		return
@@ -220,6 +223,7 @@ func (c *Coordinator) replyError(m micro.Request, enc wire.Encoding, code int, t
 // roundError answers a queued request with an error, like replyError.
 func (c *Coordinator) roundError(m micro.Request, enc wire.Encoding, code int, text string) {
 	c.stats.errors++
+	c.countCall(m.Subject(), code)
 	c.publish(m, reply.ErrorMsg(m.Reply(), enc, code, text))
 }
 

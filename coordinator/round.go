@@ -316,6 +316,7 @@ func (c *Coordinator) sweep() {
 	for i := range c.stats.top {
 		c.stats.top[i].Shadow = c.stats.top[i].Shadow || c.opts.Shadow
 	}
+	c.observeGauges(now)
 	c.publishStats()
 }
 

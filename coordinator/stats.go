@@ -18,6 +18,7 @@ type stats struct {
 	parentOK       time.Time
 	parentErr      string
 	top            []ledger.ResourceStat
+	obs            // metrics (see observe.go)
 }
 
 func (s *stats) round(n int, d time.Duration) {
@@ -25,6 +26,7 @@ func (s *stats) round(n int, d time.Duration) {
 	s.requests += uint64(n)
 	s.lastRound = d
 	s.maxRound = max(s.maxRound, d)
+	s.hist.observe(d)
 }
 
 // Stats is the coordinator's entry in the micro STATS "data" field.

@@ -64,3 +64,34 @@ func TestBenchLoadInProcess(t *testing.T) {
 		t.Errorf("no ratio in output:\n%s", out)
 	}
 }
+
+// TestBenchQuotaInProcess runs a tiny quota benchmark through the command
+// with both partition counts and checks its results and ratios are
+// written; a bad --quota-partitions is refused before anything runs.
+func TestBenchQuotaInProcess(t *testing.T) {
+	dir := t.TempDir()
+	env, out := benchEnv()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	args := []string{"bench", "quota", "--in-process", "--out", dir, "--duration", "200ms", "--warmup", "100ms",
+		"--phases", "1", "--conns", "1", "--clients", "4", "--quota-partitions", "1,2"}
+	if code := run(ctx, env, args); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	for _, f := range []string{"quota.json", "quota.md"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("%s not written: %v", f, err)
+		}
+	}
+	for _, want := range []string{"1 partition(s): quota / bare echo throughput", "2 partition(s): quota / bare echo throughput"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, bad := range []string{"0", "1,x", "65", ""} {
+		env, out := benchEnv()
+		if code := run(ctx, env, []string{"bench", "quota", "--in-process", "--out", dir, "--quota-partitions", bad}); code == 0 {
+			t.Errorf("--quota-partitions %q accepted:\n%s", bad, out)
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 )
 
@@ -37,13 +38,14 @@ func commands() []command {
 		{"get", "ask a coordinator for capacity and print the lease", runGet},
 		{"release", "release leases held by a client id", runRelease},
 		{"config", "manage resource templates in the configuration bucket", runConfig},
-		{"bench", "run the benchmarks: load, scale, agent, sim, sim7 or all (see bench/README.md)", runBench},
+		{"bench", "run the benchmarks: load, quota, scale, agent, sim, sim7 or all (see bench/README.md)", runBench},
 		{"version", "print the version", runVersion},
 	}
 }
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "0.1.0-dev"
+// version may be set at build time with -ldflags "-X main.version=…";
+// otherwise the module version from the build information is reported.
+var version = ""
 
 func main() {
 	env := &cliEnv{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr,
@@ -83,7 +85,7 @@ func usage(w io.Writer) {
 }
 
 func runVersion(_ context.Context, env *cliEnv, _ []string) error {
-	fmt.Fprintln(env.stdout, "allot", version)
+	fmt.Fprintf(env.stdout, "allot %s (%s)\n", versionString(), runtime.Version())
 	return nil
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/metrics"
 	"github.com/allot/allot/quotaserver"
 )
 
@@ -40,6 +41,7 @@ type coordFlags struct {
 	unmatched    config.UnmatchedPolicy
 	shadow       bool
 	logLevel     string
+	logFormat    string
 	electionTTL  time.Duration
 	replicasKV   int
 	clockSkew    time.Duration
@@ -51,6 +53,13 @@ type coordFlags struct {
 	quotaServe partitionList
 	// onServing, if set, is called when a replica starts or stops serving.
 	onServing func(term uint64, serving bool)
+	// metricsAddr serves /metrics, /healthz and /readyz ("" none); see
+	// ops.go. Set before register to change the flag's default.
+	metricsAddr string
+	// ops, if set, is told of the replicas serve runs.
+	ops *opsState
+	// metricsMax bounds the resources metrics name per node.
+	metricsMax int
 }
 
 func (f *coordFlags) register(fs *flag.FlagSet) {
@@ -67,6 +76,9 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxRes, "max-resources", coordinator.DefaultMaxResources, "most resources a node keeps state for; requests naming more new ones get error 429")
 	fs.IntVar(&f.maxClients, "max-clients", coordinator.DefaultMaxClients, "most client records (one per client and resource) a node keeps; requests adding more get error 429")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (one JSON object a line)")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", f.metricsAddr, "HOST:PORT to serve Prometheus /metrics, /healthz and /readyz on over HTTP (empty: none; see docs/metrics.md)")
+	fs.IntVar(&f.metricsMax, "metrics-max-resources", metrics.DefaultMaxResources, fmt.Sprintf("most resources per node that metrics name (those with the most outstanding; the others are summed as resource=%q), 1-%d", metrics.OtherResource, coordinator.MaxObservedResources))
 	fs.DurationVar(&f.electionTTL, "election-ttl", election.DefaultTTL, "leader key TTL in bucket "+election.DefaultBucket+" (whole seconds); an abrupt leader loss costs about TTL+1s")
 	fs.IntVar(&f.replicasKV, "bucket-replicas", 1, "replicas of the election and state buckets when allot creates them (3 on a three-server cluster)")
 	fs.IntVar(&f.quotaParts, "quota-partitions", 1, "quota partitions sharing the namespaces (allot.<node>.quota.*), each electing its own leader; above 1 the NATS server needs the subject mapping of deploy/nats/quota/partitions.conf (allot up sets it)")
@@ -155,8 +167,11 @@ func skewOption(d time.Duration) time.Duration {
 // the level's JetStream domain.
 var nodeRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// validate checks the tree flags.
+// validate checks the tree flags and --metrics-max-resources.
 func (f *coordFlags) validate() error {
+	if f.metricsMax < 1 || f.metricsMax > coordinator.MaxObservedResources {
+		return fmt.Errorf("--metrics-max-resources %d: want 1-%d", f.metricsMax, coordinator.MaxObservedResources)
+	}
 	if !nodeRE.MatchString(f.node) {
 		return fmt.Errorf("--node %q: want 1-64 characters from [A-Za-z0-9_-]", f.node)
 	}
@@ -183,7 +198,11 @@ func (f *coordFlags) logger(env *cliEnv) (*slog.Logger, error) {
 	if err := lvl.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
 	}
-	return slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: lvl})), nil
+	h, err := logHandler(env, f.logFormat, lvl)
+	if err != nil {
+		return nil, err
+	}
+	return slog.New(h), nil
 }
 
 // watchedTemplates adapts the configuration watcher to the coordinator's
@@ -268,6 +287,9 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	if err != nil {
 		return err
 	}
+	if cf.ops != nil {
+		defer cf.ops.add(nc, rep)()
+	}
 	runs := []func(context.Context) error{rep.Run}
 	parts, err := cf.quotaServe.partitions(cf.quotaParts)
 	if err != nil {
@@ -336,6 +358,16 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer nc.Close()
+	if cf.metricsAddr != "" {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		cf.ops = &opsState{maxResources: cf.metricsMax}
+		url, err := startOps(ctx, cf.metricsAddr, false, cf.ops, log)
+		if err != nil {
+			return err
+		}
+		log.Info("serving metrics and health", "metrics", url+"/metrics", "healthz", url+"/healthz", "readyz", url+"/readyz")
+	}
 	if cf.parent != "" {
 		log.Info("coordinator under a parent", "node", cf.node, "parent", cf.parent,
 			"config", cf.configBucket+" mirrors "+cf.configBucket+" of JetStream domain "+cf.parent)
@@ -345,7 +377,7 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 
 func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "up", "[flags]")
-	var cf coordFlags
+	cf := coordFlags{metricsAddr: defaultUpMetricsAddr}
 	cf.register(fs)
 	host := fs.String("host", "127.0.0.1", "address the embedded NATS server listens on")
 	port := fs.Int("port", 4222, "NATS client port (0 picks a free one)")
@@ -395,6 +427,15 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 		return fmt.Errorf("connect to embedded server: %w", err)
 	}
 	defer nc.Close()
+	var opsURL string
+	if cf.metricsAddr != "" {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		cf.ops = &opsState{maxResources: cf.metricsMax}
+		if opsURL, err = startOps(ctx, cf.metricsAddr, !flagSet(fs, "metrics-addr"), cf.ops, log); err != nil {
+			return err
+		}
+	}
 	// A child's templates come from the root through its mirror; seeding
 	// would write to the root's bucket through it.
 	if cf.parent == "" {
@@ -433,6 +474,9 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		fmt.Fprintf(env.stdout, "  quota: %s (bucket in the payload) and %s, %d partition(s)\n",
 			quotaserver.TakeSubject(cf.node), quotaserver.BucketSubject(cf.node, "take", "NAMESPACE", "NAME"), cf.quotaParts)
+		if opsURL != "" {
+			fmt.Fprintf(env.stdout, "  metrics at %s/metrics, health at %s/healthz and %s/readyz\n", opsURL, opsURL, opsURL)
+		}
 		fmt.Fprintf(env.stdout, "try: go run ./cmd/allot get --nats %s --node %s db --wants 10\n     go run ./cmd/allot status --nats %s\n",
 			srv.ClientURL(), cf.node, srv.ClientURL())
 	}()

@@ -43,6 +43,9 @@ type Status struct {
 	Unmatched UnmatchedPolicy `json:"unmatched"`
 	// Resyncs counts how often the watch had to be re-established.
 	Resyncs uint64 `json:"resyncs,omitempty"`
+	// RejectedPuts counts the revisions this watcher rejected as invalid
+	// since it started.
+	RejectedPuts uint64 `json:"rejected_puts,omitempty"`
 }
 
 // KeyStatus is the state of one template or namespace key.
@@ -98,6 +101,7 @@ type Watcher struct {
 	gen      uint64
 	updated  time.Time
 	resyncs  uint64
+	rejected uint64 // revisions rejected, for Status.RejectedPuts
 	cancel   context.CancelFunc
 	done     chan struct{}
 	started  bool
@@ -363,6 +367,7 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry) bool {
 	defer w.mu.Unlock()
 	ks = w.seen(key, name, rev)
 	ks.rejected = append(ks.rejected, Rejection{Revision: rev, Error: err.Error(), Time: time.Now()})
+	w.rejected++
 	if n := len(ks.rejected); n > MaxRejectionsPerKey {
 		ks.rejected = slices.Delete(ks.rejected, 0, n-MaxRejectionsPerKey)
 	}
@@ -473,6 +478,7 @@ func (w *Watcher) Status() Status {
 		Unmatched:  UnmatchedReject,
 		Resyncs:    w.resyncs,
 	}
+	st.RejectedPuts = w.rejected
 	if w.fallback != nil {
 		st.Fallback, st.Unmatched = w.fallback.Name, UnmatchedDefault
 	}

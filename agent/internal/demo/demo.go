@@ -21,19 +21,8 @@ import (
 // gives each glob of rates its capacity, FAIR_SHARE. It returns a
 // connection to the server and a function that stops everything.
 func Start(rates map[string]float64) (*nats.Conn, func(), error) {
-	dir, err := os.MkdirTemp("", "allot-demo")
+	nc, stopServer, err := Server()
 	if err != nil {
-		return nil, nil, err
-	}
-	s, err := embed.Start(embed.Options{StoreDir: dir})
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	stopServer := func() { s.Shutdown(); s.WaitForShutdown(); os.RemoveAll(dir) }
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		stopServer()
 		return nil, nil, err
 	}
 	var tmpls []*config.Template
@@ -50,11 +39,31 @@ func Start(rates map[string]float64) (*nats.Conn, func(), error) {
 		err = c.Start(context.Background())
 	}
 	if err != nil {
-		nc.Close()
 		stopServer()
 		return nil, nil, err
 	}
-	return nc, func() { c.Stop(); nc.Close(); stopServer() }, nil
+	return nc, func() { c.Stop(); stopServer() }, nil
+}
+
+// Server starts an embedded NATS server in a temporary directory and
+// connects to it; stop closes the connection and stops the server.
+func Server() (nc *nats.Conn, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "allot-demo")
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := embed.Start(embed.Options{StoreDir: dir})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	stopServer := func() { s.Shutdown(); s.WaitForShutdown(); os.RemoveAll(dir) }
+	nc, err = nats.Connect(s.ClientURL())
+	if err != nil {
+		stopServer()
+		return nil, nil, err
+	}
+	return nc, func() { nc.Close(); stopServer() }, nil
 }
 
 // Agent starts the demo and an agent on it; stop closes the agent and

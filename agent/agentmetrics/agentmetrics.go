@@ -1,0 +1,69 @@
+// Package agentmetrics exposes an allot agent to Prometheus.
+//
+// A service registers the agent's collector in its own registry:
+//
+//	a, _ := agent.New(nc)
+//	prometheus.MustRegister(agentmetrics.New(a))
+//
+// Per resource the agent opened it reports the capacity in force, the
+// lease granted, the wants, what the limiter admitted and refused, and
+// the time spent without a lease (on the failure mode's capacity).
+// Resources are the ones the service names in code; client ids never
+// become labels. docs/metrics.md lists every metric.
+package agentmetrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/allot/allot/agent"
+)
+
+// New returns a collector of a's resources, read at each scrape.
+func New(a *agent.Agent) prometheus.Collector { return collector{a} }
+
+type collector struct{ a *agent.Agent }
+
+var (
+	labels = []string{"resource", "kind"}
+
+	descCapacity = prometheus.NewDesc("allot_agent_capacity",
+		"Capacity in force: per second for rate resources, units in flight for gauges; +Inf when unlimited.", labels, nil)
+	descGranted = prometheus.NewDesc("allot_agent_granted",
+		"Capacity of the lease held from the coordinator; 0 without a lease.", labels, nil)
+	descLeased = prometheus.NewDesc("allot_agent_leased",
+		"1 while a valid lease is held, 0 while the agent runs on its failure mode's capacity.", labels, nil)
+	descWants = prometheus.NewDesc("allot_agent_wants",
+		"Capacity asked for (explicit, or estimated from demand).", labels, nil)
+	descAdmitted = prometheus.NewDesc("allot_agent_admitted_total",
+		"Units the limiter let through: events of a rate resource, units of a gauge.", labels, nil)
+	descRefused = prometheus.NewDesc("allot_agent_refused_total",
+		"Units the limiter turned away (refused, reservation not OK, wait or acquire failed).", labels, nil)
+	descFallback = prometheus.NewDesc("allot_agent_fallback_seconds_total",
+		"Time the resource ran without a valid lease, on its failure mode's capacity.", labels, nil)
+	descTerm = prometheus.NewDesc("allot_agent_coordinator_term",
+		"Highest coordinator term the agent has seen.", nil, nil)
+)
+
+func (collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descCapacity, descGranted, descLeased, descWants, descAdmitted, descRefused, descFallback, descTerm} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	for _, u := range c.a.Usage() {
+		l := []string{u.ResourceID, u.Kind.String()}
+		leased := 0.0
+		if u.Leased {
+			leased = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, u.Capacity, l...)
+		ch <- prometheus.MustNewConstMetric(descGranted, prometheus.GaugeValue, u.Granted, l...)
+		ch <- prometheus.MustNewConstMetric(descLeased, prometheus.GaugeValue, leased, l...)
+		ch <- prometheus.MustNewConstMetric(descWants, prometheus.GaugeValue, u.Wants, l...)
+		ch <- prometheus.MustNewConstMetric(descAdmitted, prometheus.CounterValue, float64(u.Admitted), l...)
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(u.Refused), l...)
+		ch <- prometheus.MustNewConstMetric(descFallback, prometheus.CounterValue, u.Fallback.Seconds(), l...)
+	}
+	ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(c.a.Term()))
+}

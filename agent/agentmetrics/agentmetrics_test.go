@@ -1,0 +1,178 @@
+package agentmetrics_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/agentmetrics"
+	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/coordtest"
+	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// TestAgentCollector registers an agent's collector with a real
+// coordinator behind it and checks the granted capacity, the admitted and
+// refused counts of a rate and a gauge resource, and the time without a
+// lease.
+func TestAgentCollector(t *testing.T) {
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	quiet := slog.New(slog.DiscardHandler)
+	tmpl := &config.Template{Name: "api", Glob: "*", Capacity: 2, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: time.Minute, RefreshInterval: 10 * time.Second}
+	short := &config.Template{Name: "short", Glob: "short", Capacity: 10, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: 500 * time.Millisecond, RefreshInterval: 100 * time.Millisecond}
+	c := coordtest.Start(t, nc, coordinator.Options{
+		RoundInterval: coordinator.NoRoundInterval,
+		Templates:     coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl, short}, nil)),
+		Logger:        quiet,
+	})
+	a, err := agent.New(nc, agent.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(agentmetrics.New(a))
+
+	// Capacity 2 per second, burst 2: of 5 events at once, 2 pass.
+	lim, err := a.Rate("api", agent.WithWants(2), agent.WithBurst(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := a.Gauge("conns", agent.WithWants(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := a.Rate("short", agent.WithWants(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); lim.Capacity() != 2 || g.Capacity() != 2 || !sh.Status().Leased; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no lease of 2: rate %+v, gauge %+v", lim.Status(), g.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for deadline := time.Now().Add(5 * time.Second); lim.Tokens() < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("bucket not full: %v tokens", lim.Tokens())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 5 {
+		lim.Allow()
+	}
+	ok := 0
+	for range 3 {
+		if g.TryAcquire(1) {
+			ok++
+		}
+	}
+	if ok != 2 {
+		t.Fatalf("gauge of 2 admitted %d of 3", ok)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := g.Acquire(ctx, 1); err == nil {
+		t.Fatal("gauge at its limit admitted an Acquire")
+	}
+
+	check := func(name, resource, kind string, want float64) {
+		t.Helper()
+		if got, _ := sample(t, reg, name, resource, kind); got != want {
+			t.Errorf("%s{resource=%q} = %v; want %v", name, resource, got, want)
+		}
+	}
+	check("allot_agent_granted", "api", "rate", 2)
+	check("allot_agent_capacity", "api", "rate", 2)
+	check("allot_agent_leased", "api", "rate", 1)
+	check("allot_agent_admitted_total", "api", "rate", 2)
+	check("allot_agent_refused_total", "api", "rate", 3)
+	check("allot_agent_admitted_total", "conns", "gauge", 2)
+	check("allot_agent_refused_total", "conns", "gauge", 2) // TryAcquire and Acquire
+	if n := samples(t, reg); n != 3*7+1 {
+		t.Errorf("%d samples; want 22 (7 per resource and the term)", n)
+	}
+
+	// While leased, the time without a lease stands still (it counts the
+	// moments before the first lease).
+	leased := fallback(t, a, "short")
+	time.Sleep(50 * time.Millisecond)
+	if f := fallback(t, a, "short"); f != leased {
+		t.Fatalf("time without a lease moved from %v to %v while leased", leased, f)
+	}
+	// With the coordinator gone and the lease expired, the agent runs on
+	// its safe capacity, and the time counts.
+	c.Stop()
+	for deadline := time.Now().Add(5 * time.Second); sh.Status().Leased; {
+		if time.Now().After(deadline) {
+			t.Fatal("lease of short did not expire")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if f := fallback(t, a, "short"); f < leased+100*time.Millisecond {
+		t.Fatalf("time without a lease %v; want at least %v", f, leased+100*time.Millisecond)
+	}
+	check("allot_agent_leased", "short", "rate", 0)
+	if v, _ := sample(t, reg, "allot_agent_fallback_seconds_total", "short", "rate"); v < 0.1 {
+		t.Errorf("allot_agent_fallback_seconds_total{resource=short} = %v; want at least 0.1", v)
+	}
+}
+
+// sample returns the value of family name for resource and kind.
+func sample(t *testing.T, reg *prometheus.Registry, name, resource, kind string) (float64, bool) {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if l["resource"] == resource && l["kind"] == kind {
+				return m.GetGauge().GetValue() + m.GetCounter().GetValue(), true
+			}
+		}
+	}
+	return -1, false
+}
+
+// samples counts the samples reg gathers.
+func samples(t *testing.T, reg *prometheus.Registry) int {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range fams {
+		n += len(f.GetMetric())
+	}
+	return n
+}
+
+func fallback(t *testing.T, a *agent.Agent, id string) time.Duration {
+	t.Helper()
+	for _, u := range a.Usage() {
+		if u.ResourceID == id {
+			return u.Fallback
+		}
+	}
+	t.Fatalf("no usage of %s", id)
+	return 0
+}
