@@ -222,6 +222,7 @@ type Coordinator struct {
 	ledger  *ledger.Ledger
 	waiting []*request // applied, waiting for their resources' record
 	stats   stats
+	snap    snapState // Snapshot's requests to the round loop, and its cache
 }
 
 // New validates opts and returns a Coordinator that is not yet serving.
@@ -311,6 +312,7 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 		wake:  make(chan struct{}, 1),
 		urge:  make(chan struct{}, 1),
 		quit:  make(chan struct{}),
+		snap:  snapState{q: make(chan snapRequest)},
 		ledger: ledger.New(ledger.Config{
 			Node: opts.Node, ServerID: opts.ServerID, Term: opts.Term,
 			ClockSkew: skew, CeilingHeadroom: opts.CeilingHeadroom,

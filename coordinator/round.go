@@ -76,6 +76,8 @@ func (c *Coordinator) loop() {
 			return
 		case <-sweep.C:
 			c.sweep()
+		case q := <-c.snap.q:
+			c.snapshot(q)
 		case res := <-c.store.out:
 			c.stored(res)
 			c.runRound()
@@ -183,9 +185,9 @@ func (c *Coordinator) runRound() {
 		case ledger.AskNow:
 			c.askParent() // a new resource
 		case ledger.AskSoon:
-			// Demand or holdings moved: ask now, but not more than a few
-			// times per regular interval.
-			if time.Since(c.up.lastAsk) >= c.ledger.UpstreamRefresh()/4 {
+			// Demand or holdings moved, or the lease is short: ask now,
+			// but at most eight times per regular interval.
+			if time.Since(c.up.lastAsk) >= c.ledger.UpstreamRefresh()/8 {
 				c.askParent()
 			}
 		}

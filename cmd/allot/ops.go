@@ -32,6 +32,9 @@ const defaultUpMetricsAddr = "127.0.0.1:9464"
 // process runs, each with its NATS connection.
 type opsState struct {
 	maxResources int // see metrics.Options
+	// conn is the process's NATS connection: the dashboard lists the
+	// node's replicas and quota namespaces over it (nil: it does not).
+	conn *nats.Conn
 
 	mu       sync.Mutex
 	replicas []opsReplica
@@ -162,7 +165,10 @@ func startOps(ctx context.Context, addr string, fallback bool, st *opsState, log
 		return "", fmt.Errorf("--metrics-addr %s: %w", addr, err)
 	}
 	mux := opsMux(opsRegistry(st), st.ready)
-	// Further handlers (the dashboard at "/") mount on mux here.
+	if err := mountDashboard(ctx, mux, st.conn, st.Replicas, log); err != nil {
+		l.Close()
+		return "", err
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {

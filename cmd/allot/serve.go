@@ -361,12 +361,12 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 	if cf.metricsAddr != "" {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		cf.ops = &opsState{maxResources: cf.metricsMax}
+		cf.ops = &opsState{maxResources: cf.metricsMax, conn: nc}
 		url, err := startOps(ctx, cf.metricsAddr, false, cf.ops, log)
 		if err != nil {
 			return err
 		}
-		log.Info("serving metrics and health", "metrics", url+"/metrics", "healthz", url+"/healthz", "readyz", url+"/readyz")
+		log.Info("serving metrics and health", "metrics", url+"/metrics", "healthz", url+"/healthz", "readyz", url+"/readyz", "dashboard", url+"/")
 	}
 	if cf.parent != "" {
 		log.Info("coordinator under a parent", "node", cf.node, "parent", cf.parent,
@@ -431,7 +431,7 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	if cf.metricsAddr != "" {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		cf.ops = &opsState{maxResources: cf.metricsMax}
+		cf.ops = &opsState{maxResources: cf.metricsMax, conn: nc}
 		if opsURL, err = startOps(ctx, cf.metricsAddr, !flagSet(fs, "metrics-addr"), cf.ops, log); err != nil {
 			return err
 		}
@@ -475,6 +475,7 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintf(env.stdout, "  quota: %s (bucket in the payload) and %s, %d partition(s)\n",
 			quotaserver.TakeSubject(cf.node), quotaserver.BucketSubject(cf.node, "take", "NAMESPACE", "NAME"), cf.quotaParts)
 		if opsURL != "" {
+			fmt.Fprintf(env.stdout, "  dashboard at %s/\n", opsURL)
 			fmt.Fprintf(env.stdout, "  metrics at %s/metrics, health at %s/healthz and %s/readyz\n", opsURL, opsURL, opsURL)
 		}
 		fmt.Fprintf(env.stdout, "try: go run ./cmd/allot get --nats %s --node %s db --wants 10\n     go run ./cmd/allot status --nats %s\n",

@@ -10,6 +10,10 @@
 //
 //	go run ./examples/ratelimited-http -demo
 //
+// The demo also serves the embedded coordinator's live dashboard on
+// http://127.0.0.1:9464/ (-dashboard to move it): send requests to GET /
+// and watch the allocation move.
+//
 // GET / answers 200 within the share and 429 beyond it; GET /wait waits
 // for a token (up to 2s) instead of refusing; GET /status shows the lease.
 package main
@@ -22,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -32,6 +37,7 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/dashboard"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/proto/allotpb"
@@ -49,6 +55,7 @@ func run() error {
 	resource := flag.String("resource", "api/search", "allot resource id")
 	addr := flag.String("addr", "127.0.0.1:8080", "HTTP listen address")
 	demo := flag.Bool("demo", false, "run an embedded NATS server and coordinator (capacity 5/s)")
+	dashAddr := flag.String("dashboard", "127.0.0.1:9464", "with -demo: where to serve the embedded coordinator's live dashboard (empty: nowhere)")
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -57,12 +64,12 @@ func run() error {
 
 	url := *natsURL
 	if *demo {
-		u, cleanup, err := startDemo(ctx, *resource, log)
+		d, err := startDemo(ctx, *resource, *dashAddr, log)
 		if err != nil {
 			return err
 		}
-		defer cleanup()
-		url = u
+		defer d.stop()
+		url = d.natsURL
 	}
 	nc, err := nats.Connect(url, nats.Name("ratelimited-http"))
 	if err != nil {
@@ -134,23 +141,30 @@ func run() error {
 	return nil
 }
 
+// demo is the embedded deployment of -demo.
+type demo struct {
+	natsURL string
+	dashURL string // "" without a dashboard
+	stop    func()
+}
+
 // startDemo runs an embedded NATS server and a coordinator that gives
-// resource 5 requests per second, and returns the server's URL.
-func startDemo(ctx context.Context, resource string, log *slog.Logger) (string, func(), error) {
+// resource 5 requests per second, and serves its dashboard on dashAddr.
+func startDemo(ctx context.Context, resource, dashAddr string, log *slog.Logger) (*demo, error) {
 	dir, err := os.MkdirTemp("", "ratelimited-http")
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	s, err := embed.Start(embed.Options{StoreDir: dir})
 	if err != nil {
 		os.RemoveAll(dir)
-		return "", nil, err
+		return nil, err
 	}
 	stopServer := func() { s.Shutdown(); s.WaitForShutdown(); os.RemoveAll(dir) }
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		stopServer()
-		return "", nil, err
+		return nil, err
 	}
 	tmpl := &config.Template{
 		Name: "demo", Glob: resource, Capacity: 5, Algorithm: allotpb.Algorithm_FAIR_SHARE,
@@ -166,7 +180,47 @@ func startDemo(ctx context.Context, resource string, log *slog.Logger) (string, 
 	if err != nil {
 		nc.Close()
 		stopServer()
-		return "", nil, fmt.Errorf("start coordinator: %w", err)
+		return nil, fmt.Errorf("start coordinator: %w", err)
 	}
-	return s.ClientURL(), func() { c.Stop(); nc.Close(); stopServer() }, nil
+	dashURL, stopDash, err := serveDashboard(ctx, c, nc, dashAddr, log)
+	if err != nil {
+		c.Stop()
+		nc.Close()
+		stopServer()
+		return nil, err
+	}
+	return &demo{natsURL: s.ClientURL(), dashURL: dashURL, stop: func() { stopDash(); c.Stop(); nc.Close(); stopServer() }}, nil
+}
+
+// serveDashboard serves the live dashboard of c on addr ("" none) until
+// the returned function is called, and returns its URL.
+func serveDashboard(ctx context.Context, c *coordinator.Coordinator, nc *nats.Conn, addr string, log *slog.Logger) (string, func(), error) {
+	if addr == "" {
+		return "", func() {}, nil
+	}
+	d, err := dashboard.New(dashboard.Options{Source: c, Conn: nc, Logger: log})
+	if err != nil {
+		return "", nil, err
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("dashboard: %w (-dashboard to choose another address)", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	runDone := make(chan struct{})
+	go func() {
+		defer close(runDone)
+		_ = d.Run(ctx)
+	}()
+	srv := &http.Server{Handler: d.Handler(""), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	url := "http://" + l.Addr().String() + "/"
+	log.Info("dashboard", "url", url)
+	return url, func() {
+		cancel() // ends the event streams, so Shutdown does not wait on them
+		<-runDone
+		sctx, done := context.WithTimeout(context.Background(), 2*time.Second)
+		defer done()
+		_ = srv.Shutdown(sctx)
+	}, nil
 }

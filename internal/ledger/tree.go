@@ -250,9 +250,11 @@ const UpstreamJump = 0.001
 
 // UpstreamWanted reports how soon the parent should be asked, from the
 // resources of the round: at once when one waits for its first lease from
-// the parent, soon when demand grew or what the subtree holds fell by
+// the parent; soon when demand grew or what the subtree holds fell by
 // UpstreamJump of the lease (at least a hundredth of a unit) since the
-// last ask.
+// last ask, or when the subtree wants more than the lease (capacity the
+// parent frees or gains then reaches it within the caller's ask gap, not
+// the regular interval; children are few, so the extra asks are cheap).
 func (l *Ledger) UpstreamWanted(now int64) Ask {
 	ask := AskLater
 	for _, r := range l.touched {
@@ -263,9 +265,9 @@ func (l *Ledger) UpstreamWanted(now int64) Ask {
 			return AskNow
 		}
 		jump := max(r.up.cap*UpstreamJump, 0.01)
-		if r.demand() > r.up.asked+jump || r.bound(now)+jump < r.up.held {
-			// Demand grew, or the subtree gave back: the parent can pass
-			// that on only once it hears.
+		if d := r.demand(); d > r.up.asked+jump || r.bound(now)+jump < r.up.held || d > r.up.cap+jump {
+			// Demand grew, the subtree gave back, or it wants more than
+			// it has: the parent can act only once it hears.
 			ask = AskSoon
 		}
 	}

@@ -87,7 +87,7 @@ func (s *scenario7) tick() {
 			continue // the parent does not answer: serve on the lease held
 		}
 		refresh := int64(n.l.UpstreamRefresh())
-		if s.now >= s.nextAsk[k] || n.wanted == AskNow || n.wanted == AskSoon && s.now-s.lastAsk[k] >= refresh/4 {
+		if s.now >= s.nextAsk[k] || n.wanted == AskNow || n.wanted == AskSoon && s.now-s.lastAsk[k] >= refresh/8 {
 			n.askParent(s.t, s.set, s.now)
 			s.asks[n.wanted]++
 			n.wanted = AskLater

@@ -165,43 +165,52 @@ func sortReplicas(rs []Replica) {
 // collects the replies that arrive within wait (or until ctx ends), sorted
 // by node, server id and instance id.
 func Gather(ctx context.Context, nc *nats.Conn, service string, wait time.Duration) ([]Replica, error) {
-	inbox := nc.NewRespInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, fmt.Errorf("subscribe to replies: %w", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest("$SRV.STATS."+service, inbox, nil); err != nil {
-		return nil, fmt.Errorf("send stats request: %w", err)
-	}
-	if err := nc.Flush(); err != nil {
-		return nil, fmt.Errorf("send stats request: %w", err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
 	var out []Replica
-	for {
-		msg, err := sub.NextMsgWithContext(wctx)
-		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-				break // waited long enough
-			}
-			if errors.Is(err, nats.ErrNoResponders) {
-				break // nobody serves the subject
-			}
-			return out, fmt.Errorf("gather stats replies: %w", err)
-		}
-		if len(msg.Data) == 0 && msg.Header.Get("Status") == "503" {
-			continue // no responders
-		}
-		rs, err := DecodeStatsReply(msg.Data)
+	err := Collect(ctx, nc, service, wait, func(data []byte) {
+		rs, err := DecodeStatsReply(data)
 		if err != nil {
 			rs.Service, rs.Err = service, err.Error()
 		}
 		out = append(out, rs)
-	}
+	})
 	sortReplicas(out)
-	return out, nil
+	return out, err
+}
+
+// Collect sends one micro STATS request to every instance of service and
+// calls each with every reply's body that arrives within wait (or until
+// ctx ends). No instance answering is no call, not an error.
+func Collect(ctx context.Context, nc *nats.Conn, service string, wait time.Duration, each func(data []byte)) error {
+	inbox := nc.NewRespInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return fmt.Errorf("subscribe to replies: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest("$SRV.STATS."+service, inbox, nil); err != nil {
+		return fmt.Errorf("send stats request: %w", err)
+	}
+	if err := nc.Flush(); err != nil {
+		return fmt.Errorf("send stats request: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		msg, err := sub.NextMsgWithContext(wctx)
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				return nil // waited long enough
+			}
+			if errors.Is(err, nats.ErrNoResponders) {
+				return nil // nobody serves the subject
+			}
+			return fmt.Errorf("gather stats replies: %w", err)
+		}
+		if len(msg.Data) == 0 && msg.Header.Get("Status") == "503" {
+			continue // no responders
+		}
+		each(msg.Data)
+	}
 }
 
 // Format writes a human-readable report of replicas' statuses: per

@@ -1,0 +1,86 @@
+package dashboard_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/dashboard"
+	"github.com/allot/allot/internal/natstest"
+)
+
+// TestReplicas: over two replicas of one node, the dashboard shows the
+// leader's state; the follower's own snapshot names that leader and
+// serves nothing; the replicas list (from micro STATS) has both.
+func TestReplicas(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	var reps []*coordinator.Replica
+	done := make(chan struct{}, 2)
+	rctx, stop := context.WithCancel(ctx)
+	for _, id := range []string{"rep-a", "rep-b"} {
+		r, err := coordinator.NewReplica(natstest.Conn(t, s), coordinator.ReplicaOptions{Options: coordinator.Options{ServerID: id}, ElectionTTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps = append(reps, r)
+		go func() {
+			_ = r.Run(rctx)
+			done <- struct{}{}
+		}()
+	}
+	t.Cleanup(func() {
+		stop()
+		<-done
+		<-done
+	})
+	d, err := dashboard.New(dashboard.Options{Source: dashboard.Replicas(func() []*coordinator.Replica { return reps }), Conn: nc, Interval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = d.Run(rctx) }()
+	srv := httptest.NewServer(d.Handler(""))
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+
+	// The replicas list is refreshed every 2s: wait until it has caught
+	// up with the election.
+	var ev dashboard.Event
+	var leader *coordinator.Snapshot
+	follower := ""
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ev = getEvent(t, srv.URL+"/snapshot")
+		roles := map[string]string{}
+		for _, r := range ev.Replicas {
+			roles[r.ServerID] = r.Role
+		}
+		if leader = ev.Snapshot; leader != nil && leader.Serving && len(roles) == 2 && roles[leader.ServerID] == "leader" {
+			follower = map[string]string{"rep-a": "rep-b", "rep-b": "rep-a"}[leader.ServerID]
+			if roles[follower] != "follower" {
+				t.Fatalf("replicas %+v", ev.Replicas)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader serving and listed as such: %+v", ev)
+		}
+	}
+	if leader.Role != "leader" || leader.Leader != leader.ServerID || leader.Term == 0 {
+		t.Fatalf("leader's snapshot %+v", leader)
+	}
+	for _, r := range reps {
+		fs, err := r.Snapshot(ctx, "", 0, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fs.ServerID == follower && (fs.Serving || fs.Role != "follower" || fs.Leader != leader.ServerID || len(fs.Resources) != 0) {
+			t.Fatalf("follower's snapshot %+v", fs)
+		}
+	}
+}

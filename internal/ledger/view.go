@@ -1,0 +1,274 @@
+package ledger
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxViewClaimants bounds the claimants one Detail lists, whatever is
+// asked: a page of them is for people, not a dump of the state.
+const MaxViewClaimants = 1000
+
+// ResourceView describes one resource for operators (the dashboard).
+type ResourceView struct {
+	ID string `json:"id"`
+	// Template names the template the resource was matched to, and
+	// Algorithm its algorithm.
+	Template  string `json:"template"`
+	Algorithm string `json:"algorithm"`
+	// Capacity is what the node divides now: the template's, or on a
+	// child node its lease from the parent.
+	Capacity float64 `json:"capacity"`
+	// Granted sums the leases the claimants hold now (lapsed ones
+	// excluded); Outstanding bounds what they may hold (earlier larger
+	// leases, safe capacities, a predecessor's leases while learning).
+	Granted     float64 `json:"granted"`
+	Outstanding float64 `json:"outstanding"`
+	// Wants sums what the claimants ask for, granted or not, but for
+	// those that have neither a live lease nor asked within a lease length.
+	Wants float64 `json:"wants"`
+	// Claimants counts client records (a child node counts once per
+	// priority band), lapsed ones included.
+	Claimants int `json:"claimants"`
+	// Learning is set while the resource learns what a predecessor
+	// leased (until LearningUntil).
+	Learning      bool      `json:"learning"`
+	LearningUntil time.Time `json:"learning_until,omitzero"`
+	// Ceiling is the bound on what is outstanding published in the lease
+	// record for a successor, until CeilingExpiry; nil when the record
+	// bounds nothing (a per-client algorithm, or no room in the record).
+	Ceiling       *float64  `json:"ceiling,omitempty"`
+	CeilingExpiry time.Time `json:"ceiling_expiry,omitzero"`
+	// Lease and LeaseExpiry are a child node's lease from its parent;
+	// LeaseKnown is false until the parent has answered.
+	Lease       float64   `json:"lease,omitempty"`
+	LeaseExpiry time.Time `json:"lease_expiry,omitzero"`
+	LeaseKnown  bool      `json:"lease_known,omitempty"`
+}
+
+// ClaimantView describes one claimant of a resource.
+type ClaimantView struct {
+	// ID is the client id; for a child node's priority band, the child's
+	// node name (Node is then set).
+	ID   string `json:"id"`
+	Node bool   `json:"node,omitempty"`
+	// Has is the lease's capacity, Wants what the claimant asked for,
+	// Weight how many clients it stands for (1 but for a child's band).
+	Has      float64 `json:"has"`
+	Wants    float64 `json:"wants"`
+	Priority int32   `json:"priority"`
+	Weight   float64 `json:"weight"`
+	// Expiry is when the lease ends. A lapsed claimant holds nothing and
+	// is kept only to count it for the safe capacity until Expiry.
+	Expiry time.Time `json:"expiry"`
+	Lapsed bool      `json:"lapsed,omitempty"`
+}
+
+// ResourceDetail is a ResourceView with the claimants that hold most.
+type ResourceDetail struct {
+	ResourceView
+	// SafeCapacity is the per-client safe capacity of the last round.
+	SafeCapacity float64 `json:"safe_capacity"`
+	// Matching counts the claimants matching the search (all of them
+	// without one); Top lists at most the asked number of them, largest
+	// lease first (then largest wants, then id).
+	Matching int            `json:"matching"`
+	Top      []ClaimantView `json:"top"`
+	// Children are the child nodes among the claimants, each summed over
+	// its priority bands, by name (at most MaxViewClaimants).
+	Children []ChildView `json:"children,omitempty"`
+}
+
+// ChildView is a child node's claim on a resource, over its priority
+// bands.
+type ChildView struct {
+	Node string `json:"node"`
+	// Has and Wants sum the bands' leases and wants; Clients sums their
+	// weights (the clients the child serves), Bands counts them.
+	Has     float64 `json:"has"`
+	Wants   float64 `json:"wants"`
+	Clients float64 `json:"clients"`
+	Bands   int     `json:"bands"`
+}
+
+// Resources returns views of at most n resources, the ones with the most
+// outstanding first (then by id), and how many resources there are. It
+// sorts only what it lists: one pass over the resources.
+func (l *Ledger) Resources(now int64, n int) ([]ResourceView, int) {
+	type ranked struct {
+		r   *resource
+		out float64
+	}
+	best := newTopK(min(max(n, 0), len(l.resources)), func(a, b ranked) bool {
+		return cmp.Or(cmp.Compare(b.out, a.out), cmp.Compare(a.r.id, b.r.id)) < 0
+	})
+	for _, r := range l.resources {
+		best.offer(ranked{r, r.bound(now)})
+	}
+	list := best.sorted()
+	out := make([]ResourceView, 0, len(list))
+	for _, a := range list {
+		out = append(out, a.r.view(now))
+	}
+	return out, len(l.resources)
+}
+
+// Detail describes resource id with at most topN of its claimants
+// (bounded by MaxViewClaimants) whose id contains search, ignoring case.
+// It reports false if the node keeps no state for the resource.
+func (l *Ledger) Detail(now int64, id string, topN int, search string) (ResourceDetail, bool) {
+	r := l.resources[id]
+	if r == nil {
+		return ResourceDetail{}, false
+	}
+	d := ResourceDetail{ResourceView: r.view(now), SafeCapacity: r.safeCap}
+	search = strings.ToLower(search)
+	topN = min(max(topN, 0), MaxViewClaimants)
+	// Larger lease first, then larger wants, then id.
+	best := newTopK(min(topN, len(r.clients)), func(a, b int32) bool {
+		ca, cb := &r.clients[a], &r.clients[b]
+		return cmp.Or(cmp.Compare(cb.has, ca.has), cmp.Compare(r.demands[b].Wants, r.demands[a].Wants), strings.Compare(ca.id, cb.id)) < 0
+	})
+	for i := range r.clients {
+		if search != "" && !strings.Contains(strings.ToLower(displayID(r.clients[i].id)), search) {
+			continue
+		}
+		d.Matching++
+		best.offer(int32(i))
+	}
+	list := best.sorted()
+	children := map[string]*ChildView{}
+	for i := range r.clients {
+		c := &r.clients[i]
+		if !c.node || c.lapsed {
+			continue
+		}
+		name := displayID(c.id)
+		cv := children[name]
+		if cv == nil {
+			if len(children) == MaxViewClaimants {
+				continue
+			}
+			cv = &ChildView{Node: name}
+			children[name] = cv
+		}
+		cv.Has += c.has
+		cv.Wants += r.demands[i].Wants
+		cv.Clients += r.demands[i].Weight
+		cv.Bands++
+	}
+	for _, cv := range children {
+		d.Children = append(d.Children, *cv)
+	}
+	slices.SortFunc(d.Children, func(a, b ChildView) int { return strings.Compare(a.Node, b.Node) })
+	d.Top = make([]ClaimantView, 0, len(list))
+	for _, i := range list {
+		c, dm := &r.clients[i], &r.demands[i]
+		d.Top = append(d.Top, ClaimantView{ID: displayID(c.id), Node: c.node, Has: c.has, Wants: dm.Wants,
+			Priority: dm.Priority, Weight: dm.Weight, Expiry: time.Unix(0, c.expiry).UTC(), Lapsed: c.lapsed})
+	}
+	return d, true
+}
+
+// displayID names a child node's band by the child alone (its priority
+// is shown apart).
+func displayID(id string) string {
+	if child, prio, ok := strings.Cut(id, bandSep); ok {
+		if _, err := strconv.Atoi(prio); err == nil {
+			return child
+		}
+	}
+	return id
+}
+
+func (r *resource) view(now int64) ResourceView {
+	v := ResourceView{ID: r.id, Template: r.tmpl.Name, Algorithm: r.tmpl.Algorithm.String(),
+		Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: len(r.clients), Learning: r.learning(now)}
+	for i := range r.clients {
+		c := &r.clients[i]
+		if c.lapsed || c.expiry <= now && now-c.seen > int64(r.tmpl.LeaseLength) {
+			continue // gone quiet: lapsed, or about to be at the next sweep
+		}
+		// A claimant granted nothing still wants: starvation shows.
+		v.Wants += r.demands[i].Wants
+		if c.expiry > now {
+			v.Granted += c.has
+		}
+	}
+	if v.Learning {
+		v.LearningUntil = time.Unix(0, r.learningUntil).UTC()
+	}
+	if !math.IsInf(r.ceiling, 1) && !r.unlisted && r.shared() {
+		c := r.ceiling
+		v.Ceiling = &c
+		if r.ceilingExpiry > 0 && r.ceilingExpiry != math.MaxInt64 {
+			v.CeilingExpiry = time.Unix(0, r.ceilingExpiry).UTC()
+		}
+	}
+	if r.up.child {
+		v.LeaseKnown = r.up.known
+		if r.up.known {
+			v.Lease, v.LeaseExpiry = r.up.cap, time.Unix(0, r.up.expiry).UTC()
+		}
+	}
+	return v
+}
+
+// topK keeps the k best of the values offered to it (by before, a strict
+// order), in a heap with the worst of them on top: one pass over n values
+// costs O(n log k), and only the k kept are sorted.
+type topK[T any] struct {
+	k      int
+	before func(a, b T) bool
+	heap   []T
+}
+
+func newTopK[T any](k int, before func(a, b T) bool) *topK[T] {
+	return &topK[T]{k: k, before: before, heap: make([]T, 0, k)}
+}
+
+func (t *topK[T]) offer(v T) {
+	h := t.heap
+	switch {
+	case t.k == 0:
+	case len(h) < t.k:
+		h = append(h, v)
+		for i := len(h) - 1; i > 0 && t.before(h[(i-1)/2], h[i]); i = (i - 1) / 2 {
+			h[i], h[(i-1)/2] = h[(i-1)/2], h[i]
+		}
+		t.heap = h
+	case t.before(v, h[0]):
+		h[0] = v
+		for i := 0; ; {
+			w := i
+			for _, c := range [2]int{2*i + 1, 2*i + 2} {
+				if c < len(h) && t.before(h[w], h[c]) {
+					w = c
+				}
+			}
+			if w == i {
+				break
+			}
+			h[i], h[w] = h[w], h[i]
+			i = w
+		}
+	}
+}
+
+// sorted returns the values kept, best first.
+func (t *topK[T]) sorted() []T {
+	slices.SortFunc(t.heap, func(a, b T) int {
+		switch {
+		case t.before(a, b):
+			return -1
+		case t.before(b, a):
+			return 1
+		}
+		return 0
+	})
+	return t.heap
+}
