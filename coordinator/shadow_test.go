@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -13,7 +14,8 @@ import (
 // TestShadowReplies: a template with Shadow, or a coordinator with
 // Options.Shadow, marks its leases shadow in binary and JSON replies,
 // while the allocation itself is unchanged, and micro STATS say which
-// resources are shadow and whether the whole coordinator is.
+// resources are shadow and whether the whole coordinator is, as does the
+// dashboard's snapshot.
 func TestShadowReplies(t *testing.T) {
 	t.Parallel()
 	shadowed := tmpl("watched", 10, allotpb.Algorithm_FAIR_SHARE)
@@ -65,6 +67,19 @@ func TestShadowReplies(t *testing.T) {
 		for _, r := range st.TopResources {
 			if want := global || r.ID == "watched"; r.Shadow != want {
 				t.Errorf("global %v: STATS %s: shadow %v, want %v", global, r.ID, r.Shadow, want)
+			}
+		}
+		// The dashboard's snapshot says the same, in the list and in the
+		// followed resource's detail.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		snap, err := e.c.Snapshot(ctx, "strict", 10, "")
+		cancel()
+		if err != nil || snap.Resource == nil || snap.Resource.Shadow != global || len(snap.Resources) != 2 {
+			t.Fatalf("global %v: snapshot %+v, %v", global, snap, err)
+		}
+		for _, r := range snap.Resources {
+			if want := global || r.ID == "watched"; r.Shadow != want {
+				t.Errorf("global %v: snapshot %s: shadow %v, want %v", global, r.ID, r.Shadow, want)
 			}
 		}
 	}
