@@ -127,6 +127,21 @@ type Status struct {
 	// no template), or nil. For a quota namespace it is the last failure
 	// to get an answer since the last answer.
 	LastError error
+	// Shadow reports that the coordinator's last answer put the resource
+	// in shadow mode: Capacity is then the wants (+Inf with automatic
+	// wants) and ShadowCapacity the capacity that would be in force, the
+	// grant or the failure mode's (Source says which).
+	Shadow         bool
+	ShadowCapacity float64
+	// ShadowAdmitted counts the events (tokens for rates, units for
+	// gauges) admitted in shadow mode since the resource was created, and
+	// WouldRefuse those of them that ShadowCapacity would have refused or,
+	// for a rate's Wait and Reserve, made wait. Both only grow. For a
+	// quota namespace, Shadow says that the last answer was in shadow
+	// mode, ShadowAdmitted counts the tokens answered OK in shadow mode
+	// and WouldRefuse those of them its bucket refused or made wait.
+	ShadowAdmitted uint64
+	WouldRefuse    uint64
 	// QuotaFailures counts a quota namespace's consecutive requests the
 	// quota service did not answer. At WithQuotaCircuit's threshold
 	// CircuitOpen is set and Source is SourceFallback: Take decides
@@ -227,10 +242,13 @@ type resource struct {
 
 	inForce float64
 	source  Source
-	err     error // this resource's own error in the last reply, if any
-	sent    bool  // named in a GetCapacity request: has to be released
-	closed  bool  // closed, alone or with the agent: no longer refreshed
-	use     usage // admitted, refused, time without a lease (usage.go)
+	shadow  bool    // the last reply said shadow mode
+	shadowC float64 // capacity that would be in force, when shadowed
+	shadowI bool    // shadow as installed in the limiter
+	err     error   // this resource's own error in the last reply, if any
+	sent    bool    // named in a GetCapacity request: has to be released
+	closed  bool    // closed, alone or with the agent: no longer refreshed
+	use     usage   // admitted, refused, time without a lease (usage.go)
 }
 
 // New starts an agent on nc. It does not contact the coordinator until the
@@ -564,6 +582,10 @@ func (r *resource) statusLocked() Status {
 	if r.leased {
 		st.Granted, st.Expiry, st.RefreshInterval = r.granted, r.expiry, r.refresh
 	}
+	if r.shadowI {
+		st.Shadow, st.ShadowCapacity = true, r.shadowC
+	}
+	st.ShadowAdmitted, st.WouldRefuse = r.shadowCountsLocked()
 	return st
 }
 
@@ -648,11 +670,19 @@ func (a *Agent) applyLocked(r *resource, t time.Time) (Status, bool) {
 	if c < 0 {
 		c = math.Inf(1) // -1 means unlimited
 	}
-	if c == r.inForce && src == r.source {
+	shadowC := c
+	if r.shadow {
+		c = r.shadowEnforcedLocked()
+	}
+	if c == r.inForce && src == r.source && r.shadow == r.shadowI && (!r.shadow || shadowC == r.shadowC) {
 		return Status{}, false
 	}
 	r.sourceLocked(src, t)
 	r.inForce, r.source = c, src
+	if r.shadow || r.shadowI {
+		r.shadowC, r.shadowI = shadowC, r.shadow
+		r.installShadowLocked(shadowC)
+	}
 	if r.rate != nil {
 		lim := rate.Limit(c)
 		if math.IsInf(c, 1) {

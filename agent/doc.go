@@ -73,6 +73,16 @@
 // observed yet is unlimited. When a coordinator answers again, leases are
 // installed on the next refresh.
 //
+// # Shadow mode
+//
+// A coordinator can mark a resource's leases shadow (its template says
+// "shadow": true, or it runs with --shadow). The agent then enforces the
+// wants instead (no limit with automatic wants) and measures every
+// admission against the capacity it would have enforced: Status reports
+// Shadow, ShadowCapacity, ShadowAdmitted and WouldRefuse, the events the
+// grant would have refused. This is how a new limit is watched before it
+// refuses anything.
+//
 // Status, Capacity and Expiry report where each resource stands (capacity
 // in force and its Source, lease expiry, mode, last error); WithOnChange
 // registers a callback for every change of capacity. Usage adds what

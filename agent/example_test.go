@@ -6,37 +6,18 @@ import (
 	"log"
 	"log/slog"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
-	"github.com/allot/allot/coordinator"
-	"github.com/allot/allot/internal/config"
-	"github.com/allot/allot/internal/embed"
-	"github.com/allot/allot/proto/allotpb"
+	demoserver "github.com/allot/allot/agent/internal/demo"
 )
 
 // demoServer starts an embedded NATS server and connects to it; stop
 // closes the connection and stops the server.
 func demoServer() (nc *nats.Conn, stop func(), err error) {
-	dir, err := os.MkdirTemp("", "allot-example")
-	if err != nil {
-		return nil, nil, err
-	}
-	s, err := embed.Start(embed.Options{StoreDir: dir})
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	stopServer := func() { s.Shutdown(); s.WaitForShutdown(); os.RemoveAll(dir) }
-	nc, err = nats.Connect(s.ClientURL())
-	if err != nil {
-		stopServer()
-		return nil, nil, err
-	}
-	return nc, func() { nc.Close(); stopServer() }, nil
+	return demoserver.Server()
 }
 
 // demo starts an embedded NATS server and a coordinator that gives
@@ -44,27 +25,7 @@ func demoServer() (nc *nats.Conn, stop func(), err error) {
 // "tenant/*" 50 per second. It returns a connection and a function that
 // stops everything.
 func demo() (*nats.Conn, func(), error) {
-	nc, stopServer, err := demoServer()
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := func(glob string, capacity float64) *config.Template {
-		return &config.Template{Name: glob, Glob: glob, Capacity: capacity, Algorithm: allotpb.Algorithm_FAIR_SHARE,
-			LeaseLength: 10 * time.Second, RefreshInterval: time.Second}
-	}
-	c, err := coordinator.New(nc, coordinator.Options{
-		Templates: coordinator.StaticTemplates(config.NewSet(1,
-			[]*config.Template{tmpl("mysql/main", 100), tmpl("mysql/connections", 10), tmpl("tenant/*", 50)}, nil)),
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err == nil {
-		err = c.Start(context.Background())
-	}
-	if err != nil {
-		stopServer()
-		return nil, nil, err
-	}
-	return nc, func() { c.Stop(); stopServer() }, nil
+	return demoserver.Start(map[string]float64{"mysql/main": 100, "mysql/connections": 10, "tenant/*": 50})
 }
 
 // demoAgent starts the demo and an agent on it; stop closes the agent and

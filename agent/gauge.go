@@ -35,6 +35,7 @@ type Gauge struct {
 	peak    int       // highest held+waiting since the last sample
 	closed  bool
 	res     *resource
+	shadow  shadowGauge
 }
 
 type gaugeWaiter struct {
@@ -122,6 +123,7 @@ func (g *Gauge) Acquire(ctx context.Context, n int) (err error) {
 		return ErrClosed
 	}
 	if !g.queuedAheadLocked() && g.fitsLocked(n) {
+		g.shadowTakeLocked(g.held, n)
 		g.held += n
 		g.notePeakLocked()
 		g.mu.Unlock()
@@ -180,6 +182,7 @@ func (g *Gauge) TryAcquire(n int) (ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !g.closed && !g.queuedAheadLocked() && g.fitsLocked(n) {
+		g.shadowTakeLocked(g.held, n)
 		g.held += n
 		g.notePeakLocked()
 		return true
@@ -240,6 +243,7 @@ func (g *Gauge) notifyLocked() {
 		case !g.fitsLocked(w.n):
 			return
 		default:
+			g.shadowTakeLocked(g.held, w.n)
 			g.held += w.n
 			g.waiting -= w.n
 			g.waiters.Remove(e)

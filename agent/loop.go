@@ -386,6 +386,7 @@ func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityRespons
 			continue
 		}
 		r.err = nil
+		r.shadow = rr.GetShadow()
 		g := rr.GetGets()
 		c := g.GetCapacity()
 		if g == nil || g.GetExpiryTime() == nil || math.IsNaN(c) || math.IsInf(c, 0) || c < 0 {

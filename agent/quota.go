@@ -78,6 +78,12 @@ type QuotaResult struct {
 	// Fallback reports that the local fallback bucket decided, because
 	// the quota service did not answer or its circuit is open.
 	Fallback bool
+	// Shadow reports that the bucket is in shadow mode: the service
+	// answered OK whatever the bucket decided. WouldRefuse is set when
+	// it decided otherwise (REJECTED, with ShadowReason, or OK_WAIT).
+	Shadow       bool
+	WouldRefuse  bool
+	ShadowReason string
 }
 
 // QuotaError is a REJECTED decision: Take returns it (use errors.As) when
@@ -172,6 +178,7 @@ type quotaNS struct {
 	probing   bool      // one request is probing an open circuit
 	lastOK    time.Time
 	lastErr   error
+	shadow    quotaShadow // shadow-mode answers (shadow.go)
 }
 
 func (a *Agent) initQuota() {
@@ -267,6 +274,7 @@ func (a *Agent) Take(ctx context.Context, bucket string, n int64, opts ...TakeOp
 		switch {
 		case err == nil:
 			a.q.answered(a, st, now(a.o.clock))
+			a.q.noteShadow(st, res, n)
 			return a.proceed(ctx, res)
 		case errors.As(err, &qe):
 			a.q.answered(a, st, now(a.o.clock)) // REJECTED is an answer
@@ -305,6 +313,10 @@ func (a *Agent) askQuota(ctx context.Context, bucket, ns, name string, n int64, 
 	res := QuotaResult{
 		Bucket: cmp.Or(resp.GetMatched(), bucket), Wait: resp.GetWait().AsDuration(),
 		Limit: resp.GetLimit(), Remaining: resp.GetRemaining(), Warning: resp.GetWarning(),
+	}
+	if resp.GetShadow() {
+		res.Shadow, res.ShadowReason = true, resp.GetReason()
+		res.WouldRefuse = resp.GetShadowStatus() != allotpb.QuotaTakeResponse_OK
 	}
 	switch resp.GetStatus() {
 	case allotpb.QuotaTakeResponse_OK:
@@ -486,6 +498,7 @@ func (a *Agent) quotaStatus() []Status {
 			ResourceID: st.name, Kind: KindQuota, Source: SourceQuotaService, Mode: a.o.mode,
 			LastRefresh: st.lastOK, LastError: st.lastErr,
 			QuotaFailures: st.failures, CircuitOpen: !st.openUntil.IsZero(), CircuitRetry: st.openUntil,
+			Shadow: st.shadow.last, ShadowAdmitted: st.shadow.admitted, WouldRefuse: st.shadow.would,
 		}
 		if s.CircuitOpen {
 			s.Source = SourceFallback

@@ -77,6 +77,7 @@ type RateLimiter struct {
 	changed   chan struct{}
 	closed    bool
 	starved   bool // demand seen at limit 0 was reported to the agent
+	shadow    shadowRate
 
 	res *resource // nil for limiters built in tests
 }
@@ -294,12 +295,15 @@ func (l *RateLimiter) AllowN(n int) (ok bool) {
 	l.mu.Lock()
 	l.requested += int64(n)
 	if l.limit == rate.Inf {
+		l.shadowTakeLocked(time.Time{}, n)
 		l.mu.Unlock()
 		return true
 	}
-	l.advanceLocked(now(l.clock))
+	t := now(l.clock)
+	l.advanceLocked(t)
 	if n <= l.burst && l.tokens >= float64(n) {
 		l.tokens -= float64(n)
+		l.shadowTakeLocked(t, n)
 		l.mu.Unlock()
 		return true
 	}
@@ -333,6 +337,7 @@ func (l *RateLimiter) reserveLocked(t time.Time, n int, maxWait time.Duration) (
 		return resv{}, ErrClosed
 	}
 	if l.limit == rate.Inf {
+		l.shadowTakeLocked(t, n)
 		return resv{state: admitted}, nil
 	}
 	l.advanceLocked(t)
@@ -344,6 +349,7 @@ func (l *RateLimiter) reserveLocked(t time.Time, n int, maxWait time.Duration) (
 	}
 	if l.tokens >= float64(n) {
 		l.tokens -= float64(n)
+		l.shadowTakeLocked(t, n)
 		return resv{state: admitted}, nil
 	}
 	deficit := float64(n) - l.tokens
@@ -352,6 +358,7 @@ func (l *RateLimiter) reserveLocked(t time.Time, n int, maxWait time.Duration) (
 		return resv{}, fmt.Errorf("%w: n=%d needs %v at %g/s", ErrWouldExceedDeadline, n, wait, float64(l.limit))
 	}
 	l.tokens -= float64(n)
+	l.shadowTakeLocked(t, n)
 	due := mark{at: l.earnedLocked() + deficit, ep: l.epoch}
 	return resv{state: reserved, due: due, wait: wait, ch: l.changedLocked()}, nil
 }

@@ -154,6 +154,12 @@ type Options struct {
 	// before (and records that it now has). Without it, only the state
 	// bucket tells whether a missing lease record means a new deployment.
 	PriorLeader func(ctx context.Context) (bool, error)
+	// Shadow runs every resource in shadow mode, whatever its template
+	// says: leases are allocated and reported as usual, but every reply
+	// says shadow, so agents admit what they want and count what the
+	// grant would have refused. For introducing allot in front of a
+	// service without refusing anything.
+	Shadow bool
 	// Logger receives the coordinator's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock; tests may replace it. Default time.Now.

@@ -178,6 +178,12 @@ func (c *Coordinator) callCounts() []Call {
 // observeGauges refreshes the resource gauges; called by the round loop.
 func (c *Coordinator) observeGauges(now int64) {
 	c.stats.gauges, c.stats.rest = c.ledger.Gauges(now, MaxObservedResources)
+	if c.opts.Shadow { // every resource is shadow, whatever its template says
+		for i := range c.stats.gauges {
+			c.stats.gauges[i].Shadow = true
+		}
+		c.stats.rest.Shadow = c.stats.rest.Count
+	}
 }
 
 // Observe returns a snapshot of the coordinator; call it after Start. It

@@ -260,7 +260,7 @@ func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
 		l := s.Lease(now)
 		entries = append(entries, wire.LeaseReply{
 			ResourceID: l.ResourceID, Capacity: l.Capacity, Expiry: l.Expiry,
-			Refresh: l.Refresh, SafeCapacity: l.SafeCapacity,
+			Refresh: l.Refresh, SafeCapacity: l.SafeCapacity, Shadow: l.Shadow || c.opts.Shadow,
 		})
 	}
 	c.leaseBuf = entries
@@ -277,7 +277,7 @@ func (c *Coordinator) getResponse(req *request, now int64, term uint64) *allotpb
 			continue
 		}
 		l := s.Lease(now)
-		resp.Response[k] = &allotpb.ResourceResponse{ResourceId: l.ResourceID, Gets: leaseMsg(l), SafeCapacity: l.SafeCapacity}
+		resp.Response[k] = &allotpb.ResourceResponse{ResourceId: l.ResourceID, Gets: leaseMsg(l), SafeCapacity: l.SafeCapacity, Shadow: l.Shadow || c.opts.Shadow}
 	}
 	return resp
 }
@@ -315,6 +315,9 @@ func (c *Coordinator) sweep() {
 	now := c.now().UnixNano()
 	c.propose(c.ledger.Sweep(now))
 	c.stats.top = c.ledger.Top(now, topResources)
+	for i := range c.stats.top {
+		c.stats.top[i].Shadow = c.stats.top[i].Shadow || c.opts.Shadow
+	}
 	c.observeGauges(now)
 	c.publishStats()
 }

@@ -149,11 +149,17 @@ func (c *Coordinator) snapshot(q snapRequest) {
 	if l := &c.snap; l.at.IsZero() || now.Sub(l.at) >= snapshotListAge || now.Before(l.at) {
 		l.views, l.count = c.ledger.Resources(now.UnixNano(), SnapshotResources)
 		l.at = now
+		if c.opts.Shadow { // every resource is shadow, whatever its template says
+			for i := range l.views {
+				l.views[i].Shadow = true
+			}
+		}
 	}
 	s.Resources, s.ResourceCount = c.snap.views, c.snap.count
 	s.Clients = c.ledger.Stats().Clients
 	if q.resource != "" {
 		if d, ok := c.ledger.Detail(now.UnixNano(), q.resource, q.topN, q.search); ok {
+			d.Shadow = d.Shadow || c.opts.Shadow
 			s.Resource = &d
 		}
 	}

@@ -63,7 +63,10 @@ type Stats struct {
 	// unmatched resource). Errors found while decoding are in micro's own
 	// num_errors instead.
 	RoundErrors uint64 `json:"round_errors"`
-	Config      any    `json:"config,omitempty"`
+	// Shadow is set when the coordinator runs every resource in shadow
+	// mode (Options.Shadow).
+	Shadow bool `json:"shadow,omitempty"`
+	Config any  `json:"config,omitempty"`
 	// Parent is the parent node (empty on a root). ParentError is set
 	// while the parent cannot be reached: the node then serves on the
 	// leases it holds, then on the safe capacity the parent told it.
@@ -90,7 +93,7 @@ func (c *Coordinator) statsData() any {
 		HorizonErrors: s.ledger.RecordErrors, RecordWrites: s.ledger.RecordWrites, RecordWaits: s.ledger.Waits,
 		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords,
 		Silenced: c.silenced.Load(), Resources: s.ledger.Resources, Clients: s.ledger.Clients,
-		RoundErrors: s.errors,
+		RoundErrors: s.errors, Shadow: c.opts.Shadow,
 	}
 	if failure != nil {
 		out.Failure = failure.Error()

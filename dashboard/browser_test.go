@@ -115,11 +115,11 @@ func client(t *testing.T, nc *nats.Conn, id string, wants float64) *agent.Agent 
 
 // page is what the test reads off the rendered page.
 type page struct {
-	Capacity, Granted, Wants, Claimants, Rejected, Gen, Quota, Note, Role string
-	Rows                                                                  []string
-	ChartPoints                                                           int
-	Missing                                                               bool
-	QuotaRows                                                             []string
+	Capacity, Granted, Wants, Claimants, Rejected, Gen, Quota, Note, Role, Shadow string
+	Rows                                                                          []string
+	ChartPoints                                                                   int
+	Missing                                                                       bool
+	QuotaRows                                                                     []string
 }
 
 const readPage = `(() => {
@@ -127,7 +127,7 @@ const readPage = `(() => {
   const line = document.querySelector('#chart polyline.granted');
   return {
     Capacity: t('res-capacity'), Granted: t('res-granted'), Wants: t('res-wants'), Claimants: t('res-claimants'),
-    Rejected: t('config-rejected'), Gen: t('config-gen'), Note: t('claimants-note'), Role: t('role'),
+    Rejected: t('config-rejected'), Gen: t('config-gen'), Note: t('claimants-note'), Role: t('role'), Shadow: t('res-shadow'),
     Quota: document.getElementById('quota-empty').hidden ? '' : t('quota-empty'),
     Rows: [...document.querySelectorAll('#claimants tbody tr')].map((r) => [...r.cells].slice(0, 3).map((c) => c.textContent).join('|')),
     ChartPoints: line ? line.getAttribute('points').split(' ').filter((s) => s).length : 0,
@@ -194,7 +194,7 @@ func TestDashboardInChromium(t *testing.T) {
 		return p.Capacity == "100" && p.Granted == "100" && p.Wants == "130" && p.Claimants == "2" &&
 			slices.Equal(p.Rows, []string{"beta|70|100", "alpha|30|30"})
 	})
-	if p.Rejected != "none" || p.Gen == "–" || p.Role != "standalone (no election)" || p.Quota != "no quota namespaces" {
+	if p.Rejected != "none" || p.Gen == "–" || p.Role != "standalone (no election)" || p.Quota != "no quota namespaces" || p.Shadow != "no" {
 		t.Fatalf("node, configuration or quota panel: %+v", p)
 	}
 	gen := p.Gen
@@ -229,10 +229,11 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 
 	// A valid put lowers the capacity to 60: 30 and 30 (ties listed by
-	// larger wants first).
-	putTemplate(t, ctx, st.kv, `{"identifier_glob":"db","capacity":60,"algorithm":{"kind":"FAIR_SHARE","lease_length":"10s","refresh_interval":"1s"}}`)
-	p = waitPage(t, ctx, b, "capacity 60 shared 30/30", func(p page) bool {
-		return p.Capacity == "60" && p.Granted == "60" && slices.Equal(p.Rows, []string{"beta|30|100", "alpha|30|30"})
+	// larger wants first), in shadow mode, which allocates as usual.
+	putTemplate(t, ctx, st.kv, `{"identifier_glob":"db","capacity":60,"algorithm":{"kind":"FAIR_SHARE","lease_length":"10s","refresh_interval":"1s"},"shadow":true}`)
+	p = waitPage(t, ctx, b, "capacity 60 shared 30/30, in shadow mode", func(p page) bool {
+		return p.Capacity == "60" && p.Granted == "60" && slices.Equal(p.Rows, []string{"beta|30|100", "alpha|30|30"}) &&
+			p.Shadow == "yes: agents admit their wants"
 	})
 	if p.Gen == gen || p.Rejected != "none" {
 		t.Fatalf("after a valid put: %+v (generation was %s)", p, gen)

@@ -110,14 +110,14 @@ func getEvent(t *testing.T, url string) dashboard.Event {
 
 // TestQuotaNamespaces: namespaces reported in the STATS of a serving
 // quota server of the node (the allot-quota micro service) are listed with
-// their event counts; those of another node, or of a server not serving,
-// are not.
+// their event counts (and, in shadow mode, the takes the bucket would have
+// refused); those of another node, or of a server not serving, are not.
 func TestQuotaNamespaces(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	st := startStack(t, ctx, 100*time.Millisecond, time.Minute)
 	for _, data := range []string{
-		`{"node":"root","partition":1,"serving":true,"events":{"logins":{"served":5,"timeout":1},"api":{"served":2}}}`,
+		`{"node":"root","partition":1,"serving":true,"events":{"logins":{"served":5,"timeout":1},"api":{"served":2}},"shadow_would_refuse_by_namespace":{"logins":4}}`,
 		`{"node":"other","partition":0,"serving":true,"events":{"elsewhere":{"served":1}}}`,
 		`{"node":"root","partition":0,"serving":false,"events":{"stale":{"served":1}}}`,
 	} {
@@ -135,7 +135,8 @@ func TestQuotaNamespaces(t *testing.T) {
 	for {
 		ev := getEvent(t, st.url+"snapshot")
 		if len(ev.Quota) == 2 {
-			if q := ev.Quota[0]; q.Name != "api" || q.Partition != 1 || q.Events["served"] != 2 || ev.Quota[1].Events["timeout"] != 1 {
+			if q := ev.Quota[0]; q.Name != "api" || q.Partition != 1 || q.Events["served"] != 2 || ev.Quota[1].Events["timeout"] != 1 ||
+				ev.Quota[1].Events["shadow_would_refuse"] != 4 || q.Events["shadow_would_refuse"] != 0 {
 				t.Fatalf("quota namespaces %+v", ev.Quota)
 			}
 			return

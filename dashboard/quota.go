@@ -19,6 +19,9 @@ type quotaStats struct {
 	Partition int                          `json:"partition"`
 	Serving   bool                         `json:"serving"`
 	Events    map[string]map[string]uint64 `json:"events"`
+	// ShadowByNS counts, per namespace in shadow mode, the takes answered
+	// OK that the bucket refused or made wait.
+	ShadowByNS map[string]uint64 `json:"shadow_would_refuse_by_namespace"`
 }
 
 // gatherQuota asks every instance of QuotaService for its STATS and
@@ -46,6 +49,12 @@ func gatherQuota(ctx context.Context, nc *nats.Conn, node string, wait time.Dura
 				continue
 			}
 			for name, ev := range st.Events {
+				if n := st.ShadowByNS[name]; n > 0 {
+					if ev == nil {
+						ev = map[string]uint64{}
+					}
+					ev["shadow_would_refuse"] = n // listed with the events
+				}
 				out = append(out, QuotaNamespace{Name: name, Partition: st.Partition, Events: ev})
 			}
 			return // every endpoint carries the same data

@@ -121,13 +121,15 @@ var (
 		"Client records of the resource (a child node counts once per priority band).", resourceLabels...)
 	descLearning = desc("allot_resource_learning",
 		"1 while the resource is in learning mode after a takeover (grants echo what clients hold); for "+OtherResource+", the number of such resources.", resourceLabels...)
+	descShadow = desc("allot_resource_shadow",
+		"1 while the resource is in shadow mode (agents admit their wants and count what the grant would refuse); for "+OtherResource+", the number of such resources.", resourceLabels...)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLeader, descTerm, descConfigGen, descConfigRejected, descConfigLoaded,
 		descRounds, descRound, descRequests, descErrors, descWrites, descWriteErrors, descWaits, descForeign, descForged,
 		descSilenced, descResources, descClients, descOthers,
-		descCapacity, descOutstanding, descWants, descClaimants, descLearning} {
+		descCapacity, descOutstanding, descWants, descClaimants, descLearning, descShadow} {
 		ch <- d
 	}
 }
@@ -195,9 +197,9 @@ func (c *collector) collectCoordinator(ch chan<- prometheus.Metric, o coordinato
 	named, other := c.fold(o)
 	gauge(ch, descOthers, float64(other.Count), n)
 	for _, g := range named {
-		resourceGauges(ch, n, g.ID, g.Capacity, g.Outstanding, g.Wants, g.Claimants, b2f(g.Learning))
+		resourceGauges(ch, n, g.ID, g.Capacity, g.Outstanding, g.Wants, g.Claimants, b2f(g.Learning), b2f(g.Shadow))
 	}
-	resourceGauges(ch, n, OtherResource, other.Capacity, other.Outstanding, other.Wants, other.Claimants, float64(other.Learning))
+	resourceGauges(ch, n, OtherResource, other.Capacity, other.Outstanding, other.Wants, other.Claimants, float64(other.Learning), float64(other.Shadow))
 }
 
 // fold keeps the first c.max resources (most outstanding first) by name,
@@ -216,12 +218,13 @@ func (c *collector) fold(o coordinator.Observation) (named []ledger.ResourceGaug
 	return named, other
 }
 
-func resourceGauges(ch chan<- prometheus.Metric, node, id string, capacity, outstanding, wants float64, claimants int, learning float64) {
+func resourceGauges(ch chan<- prometheus.Metric, node, id string, capacity, outstanding, wants float64, claimants int, learning, shadow float64) {
 	gauge(ch, descCapacity, capacity, node, id)
 	gauge(ch, descOutstanding, outstanding, node, id)
 	gauge(ch, descWants, wants, node, id)
 	gauge(ch, descClaimants, float64(claimants), node, id)
 	gauge(ch, descLearning, learning, node, id)
+	gauge(ch, descShadow, shadow, node, id)
 }
 
 func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, labels ...string) {

@@ -240,3 +240,43 @@ func TestCoordinatorMetrics(t *testing.T) {
 		t.Errorf("requests of capacity.release = %v; want 1", v)
 	}
 }
+
+// TestResourceShadowMetric: a resource whose template is shadow reports
+// allot_resource_shadow 1, another 0; with Options.Shadow both are 1.
+func TestResourceShadowMetric(t *testing.T) {
+	for _, global := range []bool{false, true} {
+		s := natstest.Server(t)
+		nc := natstest.Conn(t, s)
+		watched := &config.Template{Name: "watched", Glob: "watched", Capacity: 10, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+			LeaseLength: time.Minute, RefreshInterval: 10 * time.Second, Shadow: true}
+		strict := &config.Template{Name: "strict", Glob: "strict", Capacity: 10, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+			LeaseLength: time.Minute, RefreshInterval: 10 * time.Second}
+		c := coordtest.Start(t, nc, coordinator.Options{
+			RoundInterval: coordinator.NoRoundInterval, Shadow: global,
+			Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{watched, strict}, nil)),
+			Logger:    slog.New(slog.DiscardHandler),
+		})
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(metrics.NewCoordinatorCollector(func() []metrics.Target { return []metrics.Target{c} }, metrics.Options{MaxResources: 10}))
+		srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		get(t, nc, "c1", "watched", 5)
+		get(t, nc, "c1", "strict", 5)
+		want := map[string]float64{"watched": 1, "strict": b2f(global)}
+		waitFor(t, srv.URL, "shadow gauges of both resources", func(f map[string]*dto.MetricFamily) bool {
+			for id, w := range want {
+				if v, ok := value(f, "allot_resource_shadow", map[string]string{"node": "root", "resource": id}); !ok || v != w {
+					return false
+				}
+			}
+			return true
+		})
+		srv.Close()
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -88,6 +88,7 @@ func (s *Server) take(m micro.Request, ns, name string, inSubject bool) {
 	now := s.opts.Now()
 	s.refreshConfig()
 	d, matched := s.table.Take(t.Namespace, t.Name, t.Request, now)
+	d = s.shadow(&t, d, matched)
 	s.takes.Add(1)
 	if m.Reply() == "" {
 		return

@@ -79,6 +79,11 @@ type Options struct {
 	Valid func() bool
 	// SweepInterval is how often idle buckets are swept. Default 5s.
 	SweepInterval time.Duration
+	// Shadow answers every take OK, whatever its bucket decides, and
+	// counts those the bucket would not have let proceed at once (see
+	// quota.Decision.Shadowed); a namespace's "shadow": true does the same
+	// for its buckets alone.
+	Shadow bool
 	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -124,6 +129,7 @@ type Server struct {
 	takes     atomic.Uint64
 	reports   atomic.Uint64
 	closed    atomic.Bool
+	shadowed  shadowCounts
 
 	// table is safe for concurrent use; cfg is the configuration it was
 	// last given, and cfgMu orders the hand-overs of new ones.
@@ -385,6 +391,13 @@ type Stats struct {
 	Silenced uint64 `json:"silenced"`
 	// Events are quotaservice's events counted per namespace.
 	Events map[string]quota.Events `json:"events,omitempty"`
+	// Shadow is set when the server runs in shadow mode (Options.Shadow).
+	// ShadowWouldRefuse counts takes answered OK in shadow mode that their
+	// bucket answered REJECTED or OK_WAIT, in all and per configured
+	// namespace (the server's or the namespace's shadow mode).
+	Shadow                bool              `json:"shadow,omitempty"`
+	ShadowWouldRefuse     uint64            `json:"shadow_would_refuse"`
+	ShadowWouldRefuseByNS map[string]uint64 `json:"shadow_would_refuse_by_namespace,omitempty"`
 }
 
 // Stats returns the server's counters; safe for concurrent use.
@@ -394,8 +407,9 @@ func (s *Server) Stats() Stats {
 		Node: s.opts.Node, ServerID: s.opts.ServerID, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
 		Term: s.opts.Term, Serving: !s.closed.Load() && s.Err() == nil, BucketsStartFull: s.opts.Since.IsZero(), Since: s.opts.Since,
 		Buckets: n, Takes: s.takes.Load(), Reports: s.reports.Load(), Forwarded: s.forwarded.Load(),
-		Silenced: s.silenced.Load(), Events: ev,
+		Silenced: s.silenced.Load(), Events: ev, Shadow: s.opts.Shadow,
 	}
+	st.ShadowWouldRefuse, st.ShadowWouldRefuseByNS = s.shadowed.counts()
 	if err := s.Err(); err != nil {
 		st.Failure = err.Error()
 	}

@@ -7,7 +7,8 @@
 //
 // Per resource the agent opened it reports the capacity in force, the
 // lease granted, the wants, what the limiter admitted and refused, and
-// the time spent without a lease (on the failure mode's capacity).
+// the time spent without a lease (on the failure mode's capacity), and in
+// shadow mode what the grant would have refused.
 // Resources are the ones the service names in code; client ids never
 // become labels. docs/metrics.md lists every metric.
 package agentmetrics
@@ -40,12 +41,21 @@ var (
 		"Units the limiter turned away (refused, reservation not OK, wait or acquire failed).", labels, nil)
 	descFallback = prometheus.NewDesc("allot_agent_fallback_seconds_total",
 		"Time the resource ran without a valid lease, on its failure mode's capacity.", labels, nil)
+	descShadow = prometheus.NewDesc("allot_agent_shadow",
+		"1 while the resource runs in shadow mode: the limiter enforces the wants, not the grant.", labels, nil)
+	descShadowCapacity = prometheus.NewDesc("allot_agent_shadow_capacity",
+		"In shadow mode, the capacity that would be in force (the grant, or the failure mode's); 0 otherwise.", labels, nil)
+	descShadowAdmitted = prometheus.NewDesc("allot_agent_shadow_admitted_total",
+		"Units admitted in shadow mode.", labels, nil)
+	descWouldRefuse = prometheus.NewDesc("allot_agent_would_refuse_total",
+		"Units admitted in shadow mode that the shadowed capacity would have refused or made wait.", labels, nil)
 	descTerm = prometheus.NewDesc("allot_agent_coordinator_term",
 		"Highest coordinator term the agent has seen.", nil, nil)
 )
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCapacity, descGranted, descLeased, descWants, descAdmitted, descRefused, descFallback, descTerm} {
+	for _, d := range []*prometheus.Desc{descCapacity, descGranted, descLeased, descWants, descAdmitted, descRefused, descFallback,
+		descShadow, descShadowCapacity, descShadowAdmitted, descWouldRefuse, descTerm} {
 		ch <- d
 	}
 }
@@ -64,6 +74,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descAdmitted, prometheus.CounterValue, float64(u.Admitted), l...)
 		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(u.Refused), l...)
 		ch <- prometheus.MustNewConstMetric(descFallback, prometheus.CounterValue, u.Fallback.Seconds(), l...)
+		shadow := 0.0
+		if u.Shadow {
+			shadow = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descShadow, prometheus.GaugeValue, shadow, l...)
+		ch <- prometheus.MustNewConstMetric(descShadowCapacity, prometheus.GaugeValue, u.ShadowCapacity, l...)
+		ch <- prometheus.MustNewConstMetric(descShadowAdmitted, prometheus.CounterValue, float64(u.ShadowAdmitted), l...)
+		ch <- prometheus.MustNewConstMetric(descWouldRefuse, prometheus.CounterValue, float64(u.WouldRefuse), l...)
 	}
 	ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(c.a.Term()))
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/agentmetrics"
+	"github.com/allot/allot/agent/internal/limittest"
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
@@ -98,9 +99,11 @@ func TestAgentCollector(t *testing.T) {
 	check("allot_agent_refused_total", "api", "rate", 3)
 	check("allot_agent_admitted_total", "conns", "gauge", 2)
 	check("allot_agent_refused_total", "conns", "gauge", 2) // TryAcquire and Acquire
-	if n := samples(t, reg); n != 3*7+1 {
-		t.Errorf("%d samples; want 22 (7 per resource and the term)", n)
+	if n := samples(t, reg); n != 3*11+1 {
+		t.Errorf("%d samples; want 34 (11 per resource and the term)", n)
 	}
+	check("allot_agent_shadow", "api", "rate", 0)
+	check("allot_agent_would_refuse_total", "api", "rate", 0)
 
 	// While leased, the time without a lease stands still (it counts the
 	// moments before the first lease).
@@ -175,4 +178,29 @@ func fallback(t *testing.T, a *agent.Agent, id string) time.Duration {
 	}
 	t.Fatalf("no usage of %s", id)
 	return 0
+}
+
+// TestAgentCollectorShadow: under a shadow template the collector says
+// shadow and counts what the grant would have refused.
+func TestAgentCollectorShadow(t *testing.T) {
+	a := limittest.Agent(t, limittest.Template("watched", 1, true))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(agentmetrics.New(a))
+	lim, err := a.Rate("watched", agent.WithWants(1e6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limittest.Eventually(t, "a shadow lease and tokens", func() bool { return lim.Status().Shadow && lim.Tokens() >= 10 })
+	for range 10 {
+		lim.Allow()
+	}
+	for name, want := range map[string]float64{"allot_agent_shadow": 1, "allot_agent_shadow_capacity": 1, "allot_agent_shadow_admitted_total": 10} {
+		if got, _ := sample(t, reg, name, "watched", "rate"); got != want {
+			t.Errorf("%s = %v; want %v", name, got, want)
+		}
+	}
+	// A burst of 1 at 1/s: the first passes the shadowed bucket.
+	if got, _ := sample(t, reg, "allot_agent_would_refuse_total", "watched", "rate"); got != 9 {
+		t.Errorf("allot_agent_would_refuse_total = %v; want 9", got)
+	}
 }

@@ -39,6 +39,7 @@ type coordFlags struct {
 	bucket       string
 	configBucket string
 	unmatched    config.UnmatchedPolicy
+	shadow       bool
 	logLevel     string
 	logFormat    string
 	electionTTL  time.Duration
@@ -70,6 +71,7 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.configBucket, "config-bucket", config.DefaultBucket, "KV bucket holding resource templates")
 	f.unmatched = config.UnmatchedDefault
 	fs.Var(&f.unmatched, "unmatched", "what to do with resources no template matches: 'default' (serve with the built-in default template) or 'reject' (answer 404; up then does not seed the catch-all example template)")
+	fs.BoolVar(&f.shadow, "shadow", false, "shadow mode for every resource and quota bucket: allocate and report leases as usual, but tell agents to admit what they want and count what the grant would have refused; answer every quota take OK and count what the bucket would have refused")
 	fs.DurationVar(&f.clockSkew, "clock-skew", coordinator.DefaultClockSkew, "most the clocks of this node's replicas may differ by; lease times from a predecessor are trusted only with this margin")
 	fs.IntVar(&f.maxRes, "max-resources", coordinator.DefaultMaxResources, "most resources a node keeps state for; requests naming more new ones get error 429")
 	fs.IntVar(&f.maxClients, "max-clients", coordinator.DefaultMaxClients, "most client records (one per client and resource) a node keeps; requests adding more get error 429")
@@ -149,7 +151,7 @@ func (f *coordFlags) options(log *slog.Logger) coordinator.Options {
 	if round == 0 {
 		round = coordinator.NoRoundInterval
 	}
-	return coordinator.Options{Node: f.node, Parent: f.parent, ServerID: f.serverID, RoundInterval: round, StateBucket: f.bucket, ClockSkew: skewOption(f.clockSkew), MaxResources: f.maxRes, MaxClients: f.maxClients, Logger: log}
+	return coordinator.Options{Node: f.node, Parent: f.parent, ServerID: f.serverID, RoundInterval: round, StateBucket: f.bucket, ClockSkew: skewOption(f.clockSkew), MaxResources: f.maxRes, MaxClients: f.maxClients, Shadow: f.shadow, Logger: log}
 }
 
 // skewOption maps --clock-skew 0 (replicas on one host) to the option's
@@ -276,6 +278,9 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	defer w.Stop()
 	opts := cf.options(log)
 	opts.Templates = watchedTemplates{w}
+	if cf.shadow {
+		log.Info("shadow mode: leases are allocated and reported but agents admit what they want, and quota takes are answered OK; both count what would have been refused")
+	}
 	// A replica: it serves only while it leads the node's election, and
 	// resigns when ctx ends so that another replica takes over at once.
 	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{Options: opts, ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV, OnServing: cf.onServing})
@@ -294,7 +299,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	for _, p := range parts {
 		qr, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
 			Options: quotaserver.Options{Node: cf.node, ServerID: opts.ServerID, Partition: p, Partitions: cf.quotaParts,
-				Config: quotaConfig, Logger: log},
+				Config: quotaConfig, Shadow: cf.shadow, Logger: log},
 			ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV,
 		})
 		if err != nil {

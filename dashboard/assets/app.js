@@ -145,7 +145,7 @@ function renderResources(s) {
     tr.dataset.id = r.id;
     if (r.id === state.resource) tr.className = "sel";
     tr.append(td(r.id), td(r.template), td(r.algorithm), td(fmt(r.capacity), "n"), td(fmt(r.granted), "n"),
-      td(fmt(r.wants), "n"), td(String(r.claimants), "n"), td(r.learning ? "yes" : ""));
+      td(fmt(r.wants), "n"), td(String(r.claimants), "n"), td(r.learning ? "yes" : ""), td(r.shadow ? "yes" : ""));
     return tr;
   });
   $("resources").tBodies[0].replaceChildren(...rows);
@@ -156,7 +156,7 @@ function renderResource(r, s) {
   text("res-id", state.resource || "–");
   $("res-missing").hidden = !!r || !state.resource;
   if (!r) {
-    for (const id of ["res-capacity", "res-granted", "res-wants", "res-outstanding", "res-claimants", "res-safe", "res-learning", "res-ceiling", "res-lease"]) text(id, "–");
+    for (const id of ["res-capacity", "res-granted", "res-wants", "res-outstanding", "res-claimants", "res-safe", "res-learning", "res-shadow", "res-ceiling", "res-lease"]) text(id, "–");
     renderChildren([]);
     state.claimants = [];
     $("claimants").tBodies[0].replaceChildren();
@@ -171,6 +171,7 @@ function renderResource(r, s) {
   text("res-claimants", String(r.claimants));
   text("res-safe", fmt(r.safe_capacity));
   text("res-learning", r.learning ? "until " + new Date(Date.parse(r.learning_until)).toLocaleTimeString() : "no");
+  text("res-shadow", r.shadow ? "yes: agents admit their wants" : "no");
   text("res-ceiling", r.ceiling === undefined ? "none" : fmt(r.ceiling));
   text("res-lease", r.lease_known ? fmt(r.lease) + " (" + ago(Date.parse(r.lease_expiry) - state.snapTime) + " left)" : s.parent ? "not yet" : "– (root node)");
   renderChildren(r.children || []);

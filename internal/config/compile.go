@@ -235,6 +235,7 @@ func Compile(name string, revision uint64, pb *allotpb.ResourceTemplate) (*Templ
 		}
 		t.SafeCapacity, t.HasSafeCapacity = sc, true
 	}
+	t.Shadow = pb.GetShadow()
 	return t, notes, nil
 }
 

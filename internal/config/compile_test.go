@@ -304,6 +304,7 @@ func TestProtoRoundTrip(t *testing.T) {
 			p.Description = "d"
 			p.Algorithm.LearningModeDuration = durationpb.New(0)
 		},
+		func(p *allotpb.ResourceTemplate) { p.Shadow = true },
 	} {
 		a, _, err := Compile("t", 1, tmpl(edit))
 		if err != nil {
@@ -323,5 +324,29 @@ func TestProtoRoundTrip(t *testing.T) {
 		if a.Algorithm != allotpb.Algorithm_NO_ALGORITHM && len(notes) != 0 {
 			t.Errorf("normalized form still normalizes: %q", notes)
 		}
+	}
+}
+
+// TestShadowTemplate checks that "shadow" is read from JSON and YAML
+// documents into the compiled template, and that a wrong type is refused.
+func TestShadowTemplate(t *testing.T) {
+	for _, doc := range []string{
+		`{"identifier_glob":"api/*","capacity":50,"shadow":true}`,
+		"identifier_glob: api/*\ncapacity: 50\nshadow: true\n",
+	} {
+		got, _, err := ParseAndCompile("api", 1, []byte(doc))
+		if err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+		if !got.Shadow {
+			t.Errorf("%s: Shadow = false", doc)
+		}
+	}
+	got, _, err := ParseAndCompile("api", 1, []byte(`{"identifier_glob":"api/*","capacity":50}`))
+	if err != nil || got.Shadow {
+		t.Errorf("template without shadow: %v, Shadow = %v", err, got != nil && got.Shadow)
+	}
+	if _, _, err := ParseAndCompile("api", 1, []byte(`{"identifier_glob":"api/*","capacity":50,"shadow":"yes"}`)); err == nil || !strings.Contains(err.Error(), "shadow") {
+		t.Errorf("shadow as a string: err = %v, want one naming the field", err)
 	}
 }

@@ -86,7 +86,7 @@ func ParseNamespace(name string, revision uint64, data []byte) (*quota.Namespace
 	if err != nil {
 		return nil, nil, err
 	}
-	fields, err := canonicalFields("", obj, "buckets", "default_bucket", "dynamic_bucket_template", "max_dynamic_buckets")
+	fields, err := canonicalFields("", obj, "buckets", "default_bucket", "dynamic_bucket_template", "max_dynamic_buckets", "shadow")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -130,6 +130,13 @@ func ParseNamespace(name string, revision uint64, data []byte) (*quota.Namespace
 	} else if ns.Dynamic != nil {
 		ns.MaxDynamicBuckets = DefaultMaxDynamicBuckets
 		notes = append(notes, fmt.Sprintf("max_dynamic_buckets: not set; at most %d dynamic buckets live at once", DefaultMaxDynamicBuckets))
+	}
+	if raw, ok := fields["shadow"]; ok {
+		b, ok := raw.(bool)
+		if !ok {
+			return nil, nil, parseErr("shadow", "want true or false, got %s", jsonKind(raw))
+		}
+		ns.Shadow = b
 	}
 	if name == quota.GlobalDefault {
 		switch {

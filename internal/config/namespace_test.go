@@ -96,6 +96,7 @@ func TestParseNamespaceErrors(t *testing.T) {
 		{"logins", ``, "namespace is empty"},
 		{"logins", `[]`, "must be a JSON object"},
 		{"logins", `{"bukets": {}}`, "bukets: unknown field"},
+		{"logins", `{"shadow": "yes"}`, "shadow: want true or false, got a string"},
 		{"logins", `{"buckets": {"a": {}}, "buckets": {}}`, "buckets: field appears twice"},
 		{"logins", `{"default_bucket": {}, "defaultBucket": {}}`, "field is set twice"},
 		{"logins", `{"buckets": []}`, "buckets: want an object"},
@@ -252,5 +253,23 @@ func TestParseNamespaceCoreRules(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.doc, err, c.want)
 		}
+	}
+}
+
+// TestParseNamespaceShadow: "shadow" reaches the compiled namespace, in
+// JSON and YAML, also in the global default.
+func TestParseNamespaceShadow(t *testing.T) {
+	for name, doc := range map[string]string{
+		"logins":   `{"shadow": true, "default_bucket": {}}`,
+		"tenants":  "shadow: true\ndefault_bucket: {}\n",
+		"_default": `{"shadow": true, "default_bucket": {}}`,
+	} {
+		ns, _, err := ParseNamespace(name, 1, []byte(doc))
+		if err != nil || !ns.Shadow {
+			t.Errorf("%s: %v, shadow %v", name, err, ns != nil && ns.Shadow)
+		}
+	}
+	if ns, _, err := ParseNamespace("logins", 1, []byte(`{"default_bucket": {}}`)); err != nil || ns.Shadow {
+		t.Errorf("without shadow: %v, shadow %v", err, ns != nil && ns.Shadow)
 	}
 }

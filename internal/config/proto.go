@@ -19,6 +19,7 @@ func (t *Template) Proto() *allotpb.ResourceTemplate {
 		IdentifierGlob: t.Glob,
 		Capacity:       t.Capacity,
 		Description:    t.Description,
+		Shadow:         t.Shadow,
 		Algorithm: &allotpb.Algorithm{
 			Kind:                 t.Algorithm,
 			LeaseLength:          durationpb.New(t.LeaseLength),

@@ -41,6 +41,9 @@ type Template struct {
 	HasSafeCapacity bool
 	// Description is free text for operators.
 	Description string
+	// Shadow puts the template's resources in shadow mode: leases are
+	// allocated as usual but replies tell agents not to enforce them.
+	Shadow bool
 	// Params are the algorithm's named parameters.
 	Params map[string]string
 }

@@ -15,13 +15,16 @@ type ResourceGauge struct {
 	Wants       float64
 	Claimants   int
 	Learning    bool
+	// Shadow is set when the resource's leases are shadow (its template's
+	// shadow mode): agents do not enforce them.
+	Shadow bool
 }
 
 // ResourceTotals sums the gauges of several resources.
 type ResourceTotals struct {
-	// Count is how many resources are summed; Learning how many of them
-	// are in learning mode.
-	Count, Learning              int
+	// Count is how many resources are summed; Learning and Shadow how
+	// many of them are in learning mode and in shadow mode.
+	Count, Learning, Shadow      int
 	Capacity, Outstanding, Wants float64
 	Claimants                    int
 }
@@ -31,6 +34,9 @@ func (t *ResourceTotals) Add(g ResourceGauge) {
 	t.Count++
 	if g.Learning {
 		t.Learning++
+	}
+	if g.Shadow {
+		t.Shadow++
 	}
 	t.Capacity += g.Capacity
 	t.Outstanding += g.Outstanding
@@ -46,7 +52,7 @@ func (l *Ledger) Gauges(now int64, n int) (top []ResourceGauge, rest ResourceTot
 	all := make([]ResourceGauge, 0, len(l.resources))
 	for id, r := range l.resources {
 		all = append(all, ResourceGauge{ID: id, Capacity: r.capacity(now), Outstanding: r.bound(now),
-			Wants: r.demand(), Claimants: len(r.clients), Learning: r.learning(now)})
+			Wants: r.demand(), Claimants: len(r.clients), Learning: r.learning(now), Shadow: r.tmpl.Shadow})
 	}
 	slices.SortFunc(all, func(a, b ResourceGauge) int {
 		if c := cmp.Compare(b.Outstanding, a.Outstanding); c != 0 {

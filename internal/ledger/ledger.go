@@ -330,13 +330,16 @@ type Lease struct {
 	Expiry       int64 // unix ns
 	Refresh      time.Duration
 	SafeCapacity float64
+	// Shadow is the template's shadow mode: the client is told not to
+	// enforce the lease.
+	Shadow bool
 }
 
 // Lease returns the lease of an allocated slot (Ready). A client whose
 // record is gone (released meanwhile) holds nothing.
 func (s Slot) Lease(now int64) Lease {
 	r := s.r
-	l := Lease{ResourceID: r.id, Expiry: now, SafeCapacity: r.safeCap, Refresh: r.tmpl.RefreshInterval}
+	l := Lease{ResourceID: r.id, Expiry: now, SafeCapacity: r.safeCap, Refresh: r.tmpl.RefreshInterval, Shadow: r.tmpl.Shadow}
 	if i, ok := r.index[s.client]; ok {
 		c := &r.clients[i]
 		l.Capacity, l.Expiry, l.Refresh = c.has, c.expiry, time.Duration(c.due-now)

@@ -311,13 +311,16 @@ type ResourceStat struct {
 	// Claimants counts client records (a child node counts once per band).
 	Claimants int  `json:"claimants"`
 	Learning  bool `json:"learning,omitempty"`
+	// Shadow is set when the resource's leases are shadow: agents do not
+	// enforce them.
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 // Top returns the n resources with the most outstanding, most first.
 func (l *Ledger) Top(now int64, n int) []ResourceStat {
 	out := make([]ResourceStat, 0, min(n, len(l.resources)))
 	for id, r := range l.resources {
-		st := ResourceStat{ID: id, Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: len(r.clients), Learning: r.learning(now)}
+		st := ResourceStat{ID: id, Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: len(r.clients), Learning: r.learning(now), Shadow: r.tmpl.Shadow}
 		if r.up.child && r.up.known {
 			st.Lease = r.up.cap
 			st.LeaseExpiry = time.Unix(0, r.up.expiry).UTC().Format(time.RFC3339Nano)

@@ -38,6 +38,9 @@ type ResourceView struct {
 	// leased (until LearningUntil).
 	Learning      bool      `json:"learning"`
 	LearningUntil time.Time `json:"learning_until,omitzero"`
+	// Shadow is set when the resource's leases are shadow: agents admit
+	// their wants and only count what the grant would refuse.
+	Shadow bool `json:"shadow"`
 	// Ceiling is the bound on what is outstanding published in the lease
 	// record for a successor, until CeilingExpiry; nil when the record
 	// bounds nothing (a per-client algorithm, or no room in the record).
@@ -187,7 +190,7 @@ func displayID(id string) string {
 
 func (r *resource) view(now int64) ResourceView {
 	v := ResourceView{ID: r.id, Template: r.tmpl.Name, Algorithm: r.tmpl.Algorithm.String(),
-		Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: len(r.clients), Learning: r.learning(now)}
+		Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: len(r.clients), Learning: r.learning(now), Shadow: r.tmpl.Shadow}
 	for i := range r.clients {
 		c := &r.clients[i]
 		if c.lapsed || c.expiry <= now && now-c.seen > int64(r.tmpl.LeaseLength) {

@@ -65,4 +65,8 @@ type Decision struct {
 	RetryAfter time.Duration
 	// Warning is WarningSoftLimit past the soft limit.
 	Warning string
+	// Shadow marks an answer in shadow mode (see Decision.Shadowed):
+	// Status is OK and ShadowStatus what the bucket decided.
+	Shadow       bool
+	ShadowStatus Status
 }

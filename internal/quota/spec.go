@@ -129,6 +129,10 @@ type Namespace struct {
 	MaxDynamicBuckets int
 	// Revision is the config revision the namespace came from.
 	Revision uint64
+	// Shadow puts the namespace's buckets in shadow mode: every take is
+	// answered OK while the buckets count what they decided
+	// (Decision.Shadowed).
+	Shadow bool
 }
 
 // Config is every namespace a quota service answers for. The namespace

@@ -20,6 +20,8 @@ type LeaseReply struct {
 	// fields but ResourceID are then ignored.
 	Error     string
 	ErrorCode int32
+	// Shadow marks a resource in shadow mode (ResourceResponse.shadow).
+	Shadow bool
 }
 
 // Field numbers from proto/allot.proto.
@@ -31,6 +33,7 @@ const (
 	fieldSafeCapacity = 3 // ResourceResponse.safe_capacity
 	fieldError        = 4 // ResourceResponse.error
 	fieldErrorCode    = 5 // ResourceResponse.error_code
+	fieldShadow       = 6 // ResourceResponse.shadow
 	fieldCapacity     = 1 // Lease.capacity
 	fieldExpiry       = 2 // Lease.expiry_time
 	fieldRefresh      = 3 // Lease.refresh_interval
@@ -62,6 +65,9 @@ func AppendGetCapacityResponse(b []byte, term uint64, entries []LeaseReply) []by
 		sec, nsec = splitNanos(int64(e.Refresh))
 		b = appendSecNanos(b, fieldRefresh, sec, nsec)
 		b = appendDouble(b, fieldSafeCapacity, e.SafeCapacity)
+		if e.Shadow {
+			b = appendVarint(b, fieldShadow, 1)
+		}
 	}
 	if term != 0 {
 		b = protowire.AppendTag(b, fieldTerm, protowire.VarintType)
@@ -88,7 +94,11 @@ func resourceResponseSize(e *LeaseReply) int {
 	}
 	l := leaseSize(e)
 	n += protowire.SizeTag(fieldGets) + protowire.SizeBytes(l)
-	return n + doubleSize(fieldSafeCapacity, e.SafeCapacity)
+	n += doubleSize(fieldSafeCapacity, e.SafeCapacity)
+	if e.Shadow {
+		n += varintSize(fieldShadow, 1)
+	}
+	return n
 }
 
 func leaseSize(e *LeaseReply) int {

@@ -37,6 +37,7 @@ func structResponse(term uint64, entries []LeaseReply) *allotpb.GetCapacityRespo
 				RefreshInterval: durationpb.New(e.Refresh),
 			},
 			SafeCapacity: plusZero(e.SafeCapacity),
+			Shadow:       e.Shadow,
 		})
 	}
 	return resp
@@ -57,6 +58,7 @@ func TestAppendGetCapacityResponse(t *testing.T) {
 				Expiry:       []int64{0, 1, int64(time.Second), time.Now().UnixNano(), 1e18 + 999}[rng.IntN(5)],
 				Refresh:      []time.Duration{0, time.Nanosecond, 50 * time.Millisecond, 5 * time.Second, time.Hour + 1}[rng.IntN(5)],
 				SafeCapacity: pick(0, math.Copysign(0, -1), -1, 7, math.MaxFloat64),
+				Shadow:       rng.IntN(3) == 0,
 			})
 			if rng.IntN(4) == 0 {
 				entries[len(entries)-1].Error = "resource matches no template"

@@ -313,11 +313,14 @@ func decisions() []quota.Decision {
 		{Status: quota.Rejected, Reason: quota.ReasonTimeout, RetryAfter: 1500*time.Millisecond + time.Nanosecond, Limit: 1},
 		{Status: quota.Rejected, Reason: "odd \"reason\"\n\\", RetryAfter: -time.Microsecond, Limit: math.MaxInt64, Remaining: math.MinInt64},
 		{},
+		{Status: quota.OK, Limit: 10, Shadow: true, ShadowStatus: quota.Rejected, Reason: quota.ReasonTimeout},
+		{Status: quota.OK, Limit: 10, Shadow: true, ShadowStatus: quota.OKWait},
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 200 {
 		ds = append(ds, quota.Decision{Status: quota.Status(rng.IntN(4)), Wait: time.Duration(rng.Int64N(int64(time.Hour))),
-			RetryAfter: time.Duration(rng.Int64N(1e6)) * time.Duration([]int64{1, 1e3, 1e6, 1e9}[rng.IntN(4)]), Limit: rng.Int64(), Remaining: rng.Int64() - math.MaxInt64/2})
+			RetryAfter: time.Duration(rng.Int64N(1e6)) * time.Duration([]int64{1, 1e3, 1e6, 1e9}[rng.IntN(4)]), Limit: rng.Int64(), Remaining: rng.Int64() - math.MaxInt64/2,
+			Shadow: rng.IntN(3) == 0, ShadowStatus: quota.Status(rng.IntN(4))})
 	}
 	return ds
 }
@@ -353,7 +356,7 @@ func TestAppendQuotaTakeResponse(t *testing.T) {
 		}
 	}
 	got := string(AppendQuotaTakeResponse(nil, JSON, &quota.Decision{Status: quota.OKWait, Wait: 200 * time.Millisecond, Limit: 100}, "logins:alice"))
-	if want := `{"status":"OK_WAIT","wait":"0.200s","reason":"","limit":100,"remaining":0,"retry_after":"0s","warning":"","matched":"logins:alice"}`; got != want {
+	if want := `{"status":"OK_WAIT","wait":"0.200s","reason":"","limit":100,"remaining":0,"retry_after":"0s","warning":"","matched":"logins:alice","shadow":false,"shadow_status":"STATUS_UNSPECIFIED"}`; got != want {
 		t.Errorf("JSON reply\n got %s\nwant %s", got, want)
 	}
 }

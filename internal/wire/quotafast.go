@@ -308,6 +308,8 @@ const (
 	fieldTakeRetryAfter = 6
 	fieldTakeWarning    = 7
 	fieldTakeMatched    = 8
+	fieldTakeShadow     = 9
+	fieldTakeShadowStat = 10
 )
 
 // QuotaTakeResponseProto returns the reply message for decision d of
@@ -315,14 +317,16 @@ const (
 // set, to 0s when there is none, so JSON readers always find them.
 func QuotaTakeResponseProto(d *quota.Decision, matched string) *allotpb.QuotaTakeResponse {
 	return &allotpb.QuotaTakeResponse{
-		Status:     allotpb.QuotaTakeResponse_Status(d.Status),
-		Wait:       durationpb.New(d.Wait),
-		Reason:     d.Reason,
-		Limit:      d.Limit,
-		Remaining:  d.Remaining,
-		RetryAfter: durationpb.New(d.RetryAfter),
-		Warning:    d.Warning,
-		Matched:    matched,
+		Status:       allotpb.QuotaTakeResponse_Status(d.Status),
+		Wait:         durationpb.New(d.Wait),
+		Reason:       d.Reason,
+		Limit:        d.Limit,
+		Remaining:    d.Remaining,
+		RetryAfter:   durationpb.New(d.RetryAfter),
+		Warning:      d.Warning,
+		Matched:      matched,
+		Shadow:       d.Shadow,
+		ShadowStatus: allotpb.QuotaTakeResponse_Status(d.ShadowStatus),
 	}
 }
 
@@ -334,7 +338,7 @@ func QuotaTakeResponseProto(d *quota.Decision, matched string) *allotpb.QuotaTak
 // status by name, durations in protojson syntax ("1.500s") and limit and
 // remaining as JSON numbers:
 //
-//	{"status":"OK_WAIT","wait":"0.200s","reason":"","limit":100,"remaining":0,"retry_after":"0s","warning":"","matched":"logins:alice"}
+//	{"status":"OK_WAIT","wait":"0.200s","reason":"","limit":100,"remaining":0,"retry_after":"0s","warning":"","matched":"logins:alice","shadow":false,"shadow_status":"STATUS_UNSPECIFIED"}
 func AppendQuotaTakeResponse(b []byte, e Encoding, d *quota.Decision, matched string) []byte {
 	if e == JSON {
 		return appendTakeJSON(b, d, matched)
@@ -346,7 +350,11 @@ func AppendQuotaTakeResponse(b []byte, e Encoding, d *quota.Decision, matched st
 	b = appendVarint(b, fieldTakeRemaining, uint64(d.Remaining))
 	b = appendDuration(b, fieldTakeRetryAfter, d.RetryAfter)
 	b = appendString(b, fieldTakeWarning, d.Warning)
-	return appendString(b, fieldTakeMatched, matched)
+	b = appendString(b, fieldTakeMatched, matched)
+	if d.Shadow {
+		b = appendVarint(b, fieldTakeShadow, 1)
+	}
+	return appendVarint(b, fieldTakeShadowStat, uint64(d.ShadowStatus))
 }
 
 // appendDuration writes a google.protobuf.Duration field, present even
@@ -373,7 +381,11 @@ func appendTakeJSON(b []byte, d *quota.Decision, matched string) []byte {
 	b = appendJSONString(b, d.Warning)
 	b = append(b, `,"matched":`...)
 	b = appendJSONString(b, matched)
-	return append(b, '}')
+	b = append(b, `,"shadow":`...)
+	b = strconv.AppendBool(b, d.Shadow)
+	b = append(b, `,"shadow_status":"`...)
+	b = append(b, takeStatusName(d.ShadowStatus)...)
+	return append(b, `"}`...)
 }
 
 // takeStatusName is the protojson name of status s, without the

@@ -240,8 +240,14 @@ type ResourceResponse struct {
 	// request were (for example, it matches no template, 404, or the node's
 	// resource limit is reached, 429); gets is then absent. A request none of
 	// whose resources can be served gets a whole-request error instead.
-	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
-	ErrorCode     int32  `protobuf:"varint,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	Error     string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	ErrorCode int32  `protobuf:"varint,5,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// True when the resource runs in shadow mode (its template says
+	// "shadow": true, or the coordinator runs with --shadow): gets is
+	// allocated and reported as usual, but the client should not enforce
+	// it. It admits what it wants and counts what gets would have refused,
+	// so a new limit can be watched before it is put in force.
+	Shadow        bool `protobuf:"varint,6,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,6 +315,13 @@ func (x *ResourceResponse) GetErrorCode() int32 {
 		return x.ErrorCode
 	}
 	return 0
+}
+
+func (x *ResourceResponse) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
 }
 
 // GetCapacityResponse answers a GetCapacityRequest.
@@ -846,7 +859,7 @@ const file_allot_proto_rawDesc = "" +
 	"\x05wants\x18\x04 \x01(\x01R\x05wants\"h\n" +
 	"\x12GetCapacityRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x125\n" +
-	"\bresource\x18\x02 \x03(\v2\x19.allot.v1.ResourceRequestR\bresource\"\xb2\x01\n" +
+	"\bresource\x18\x02 \x03(\v2\x19.allot.v1.ResourceRequestR\bresource\"\xca\x01\n" +
 	"\x10ResourceResponse\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x01(\tR\n" +
 	"resourceId\x12#\n" +
@@ -854,7 +867,8 @@ const file_allot_proto_rawDesc = "" +
 	"\rsafe_capacity\x18\x03 \x01(\x01R\fsafeCapacity\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\x05 \x01(\x05R\terrorCode\"a\n" +
+	"error_code\x18\x05 \x01(\x05R\terrorCode\x12\x16\n" +
+	"\x06shadow\x18\x06 \x01(\bR\x06shadow\"a\n" +
 	"\x13GetCapacityResponse\x126\n" +
 	"\bresponse\x18\x01 \x03(\v2\x1a.allot.v1.ResourceResponseR\bresponse\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\"V\n" +

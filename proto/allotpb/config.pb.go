@@ -228,8 +228,13 @@ type ResourceTemplate struct {
 	// Per-client capacity to use when a lease has expired and the
 	// coordinator is unreachable; -1 unlimited, 0 blocked. Unset: capacity
 	// divided by the number of clients.
-	SafeCapacity  *float64 `protobuf:"fixed64,4,opt,name=safe_capacity,json=safeCapacity,proto3,oneof" json:"safe_capacity,omitempty"`
-	Description   string   `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	SafeCapacity *float64 `protobuf:"fixed64,4,opt,name=safe_capacity,json=safeCapacity,proto3,oneof" json:"safe_capacity,omitempty"`
+	Description  string   `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	// Shadow mode: leases are allocated and reported as usual, but replies
+	// say shadow and agents admit what they want instead of what they are
+	// granted, counting what the grant would have refused. A way to watch
+	// a new limit before it refuses anything.
+	Shadow        bool `protobuf:"varint,6,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -297,6 +302,13 @@ func (x *ResourceTemplate) GetDescription() string {
 		return x.Description
 	}
 	return ""
+}
+
+func (x *ResourceTemplate) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
 }
 
 // LeaseHorizon is what a coordinator leader records in the state bucket
@@ -496,13 +508,14 @@ const file_config_proto_rawDesc = "" +
 	"\x06STATIC\x10\x01\x12\x16\n" +
 	"\x12PROPORTIONAL_SHARE\x10\x02\x12\x0e\n" +
 	"\n" +
-	"FAIR_SHARE\x10\x03\"\xe8\x01\n" +
+	"FAIR_SHARE\x10\x03\"\x80\x02\n" +
 	"\x10ResourceTemplate\x12'\n" +
 	"\x0fidentifier_glob\x18\x01 \x01(\tR\x0eidentifierGlob\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x01R\bcapacity\x121\n" +
 	"\talgorithm\x18\x03 \x01(\v2\x13.allot.v1.AlgorithmR\talgorithm\x12(\n" +
 	"\rsafe_capacity\x18\x04 \x01(\x01H\x00R\fsafeCapacity\x88\x01\x01\x12 \n" +
-	"\vdescription\x18\x05 \x01(\tR\vdescriptionB\x10\n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescription\x12\x16\n" +
+	"\x06shadow\x18\x06 \x01(\bR\x06shadowB\x10\n" +
 	"\x0e_safe_capacity\"\xc3\x02\n" +
 	"\fLeaseHorizon\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +

@@ -234,7 +234,15 @@ type QuotaTakeResponse struct {
 	// "soft_limit" when the bucket is past its soft limit.
 	Warning string `protobuf:"bytes,7,opt,name=warning,proto3" json:"warning,omitempty"`
 	// The bucket that answered ("namespace:name"), after lookup.
-	Matched       string `protobuf:"bytes,8,opt,name=matched,proto3" json:"matched,omitempty"`
+	Matched string `protobuf:"bytes,8,opt,name=matched,proto3" json:"matched,omitempty"`
+	// True when the bucket is in shadow mode (its namespace says
+	// "shadow": true, or the server runs with --shadow): status is then OK
+	// whatever the bucket decided, and shadow_status is what it decided
+	// (OK, OK_WAIT or REJECTED, with reason set for REJECTED; wait and
+	// retry_after are 0). The bucket counts what it decided, so the limit
+	// can be watched before it refuses anything.
+	Shadow        bool                     `protobuf:"varint,9,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	ShadowStatus  QuotaTakeResponse_Status `protobuf:"varint,10,opt,name=shadow_status,json=shadowStatus,proto3,enum=allot.v1.QuotaTakeResponse_Status" json:"shadow_status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -323,6 +331,20 @@ func (x *QuotaTakeResponse) GetMatched() string {
 		return x.Matched
 	}
 	return ""
+}
+
+func (x *QuotaTakeResponse) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
+func (x *QuotaTakeResponse) GetShadowStatus() QuotaTakeResponse_Status {
+	if x != nil {
+		return x.ShadowStatus
+	}
+	return QuotaTakeResponse_STATUS_UNSPECIFIED
 }
 
 // QuotaReport charges tokens after the fact.
@@ -506,7 +528,7 @@ const file_quota_proto_rawDesc = "" +
 	"\bmax_wait\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\amaxWait\x12\x1b\n" +
 	"\tclient_id\x18\x04 \x01(\tR\bclientId\x127\n" +
 	"\vcriticality\x18\x05 \x01(\x0e2\x15.allot.v1.CriticalityR\vcriticalityB\t\n" +
-	"\a_tokens\"\xff\x02\n" +
+	"\a_tokens\"\xe0\x03\n" +
 	"\x11QuotaTakeResponse\x12:\n" +
 	"\x06status\x18\x01 \x01(\x0e2\".allot.v1.QuotaTakeResponse.StatusR\x06status\x12-\n" +
 	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x16\n" +
@@ -516,7 +538,10 @@ const file_quota_proto_rawDesc = "" +
 	"\vretry_after\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x18\n" +
 	"\awarning\x18\a \x01(\tR\awarning\x12\x18\n" +
-	"\amatched\x18\b \x01(\tR\amatched\"C\n" +
+	"\amatched\x18\b \x01(\tR\amatched\x12\x16\n" +
+	"\x06shadow\x18\t \x01(\bR\x06shadow\x12G\n" +
+	"\rshadow_status\x18\n" +
+	" \x01(\x0e2\".allot.v1.QuotaTakeResponse.StatusR\fshadowStatus\"C\n" +
 	"\x06Status\x12\x16\n" +
 	"\x12STATUS_UNSPECIFIED\x10\x00\x12\x06\n" +
 	"\x02OK\x10\x01\x12\v\n" +
@@ -567,12 +592,13 @@ var file_quota_proto_depIdxs = []int32{
 	1, // 2: allot.v1.QuotaTakeResponse.status:type_name -> allot.v1.QuotaTakeResponse.Status
 	7, // 3: allot.v1.QuotaTakeResponse.wait:type_name -> google.protobuf.Duration
 	7, // 4: allot.v1.QuotaTakeResponse.retry_after:type_name -> google.protobuf.Duration
-	4, // 5: allot.v1.QuotaReportBatch.reports:type_name -> allot.v1.QuotaReport
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	1, // 5: allot.v1.QuotaTakeResponse.shadow_status:type_name -> allot.v1.QuotaTakeResponse.Status
+	4, // 6: allot.v1.QuotaReportBatch.reports:type_name -> allot.v1.QuotaReport
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_quota_proto_init() }

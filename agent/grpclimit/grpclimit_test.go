@@ -1,0 +1,196 @@
+package grpclimit
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/internal/limittest"
+)
+
+// serve starts a gRPC server with the health service on a random port,
+// with opts, and returns a client connection to it with copts.
+func serve(t *testing.T, opts []grpc.ServerOption, copts ...grpc.DialOption) healthpb.HealthClient {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(opts...)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	cc, err := grpc.NewClient(ln.Addr().String(), append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, copts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return healthpb.NewHealthClient(cc)
+}
+
+// granted waits until id has a lease of want per second and a token.
+func granted(t *testing.T, a *agent.Agent, id string, want float64) *agent.RateLimiter {
+	t.Helper()
+	lim, err := a.Rate(id, agent.WithWants(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	limittest.Eventually(t, id+": no lease with a token", func() bool { return lim.Status().Granted == want && lim.Tokens() >= 1 })
+	return lim
+}
+
+// checkExhausted checks that err is ResourceExhausted with a RetryInfo
+// of at most a second (the limiter earns 1 token per second).
+func checkExhausted(t *testing.T, what string, err error) {
+	t.Helper()
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.ResourceExhausted {
+		t.Fatalf("%s: %v, want ResourceExhausted", what, err)
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			if dl := ri.GetRetryDelay().AsDuration(); dl <= 0 || dl > time.Second {
+				t.Errorf("%s: retry delay %v, want within (0, 1s]", what, dl)
+			}
+			return
+		}
+	}
+	t.Errorf("%s: no RetryInfo in %v", what, st.Details())
+}
+
+func callUnary(c healthpb.HealthClient) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := c.Check(ctx, &healthpb.HealthCheckRequest{})
+	return err
+}
+
+// callStream opens a Watch stream and reads its first message.
+func callStream(c healthpb.HealthClient) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := c.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return err
+	}
+	_, err = s.Recv()
+	return err
+}
+
+// TestServerInterceptors: through a real coordinator granting 1/s per
+// method, each kind of call gets its one token and the next is refused
+// with ResourceExhausted and RetryInfo.
+func TestServerInterceptors(t *testing.T) {
+	t.Parallel()
+	a := limittest.Agent(t, limittest.Template("grpc/*", 1, false))
+	l, err := New(a, Options{Key: Method("grpc/"), Resource: []agent.ResourceOption{agent.WithWants(10)}, Logger: limittest.Quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := serve(t, []grpc.ServerOption{grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(l.StreamServerInterceptor())})
+	for _, tc := range []struct {
+		id   string
+		call func(healthpb.HealthClient) error
+	}{{"grpc/grpc.health.v1.Health/Check", callUnary}, {"grpc/grpc.health.v1.Health/Watch", callStream}} {
+		_ = tc.call(c) // creates the resource; refused until its first lease
+		lim := granted(t, a, tc.id, 1)
+		if err := tc.call(c); err != nil {
+			t.Fatalf("%s within the limit: %v", tc.id, err)
+		}
+		checkExhausted(t, tc.id, tc.call(c))
+		if st := lim.Status(); st.Shadow || st.WouldRefuse != 0 {
+			t.Errorf("%s: %+v, not in shadow mode", tc.id, st)
+		}
+	}
+}
+
+// TestClientInterceptors: the client refuses calls beyond its share
+// before sending them, or with Wait waits for the next token.
+func TestClientInterceptors(t *testing.T) {
+	t.Parallel()
+	a := limittest.Agent(t, limittest.Template("out", 1, false), limittest.Template("out-wait", 1, false))
+	fast, err := New(a, Options{Key: Fixed("out"), Resource: []agent.ResourceOption{agent.WithWants(10)}, Logger: limittest.Quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := serve(t, nil, grpc.WithChainUnaryInterceptor(fast.UnaryClientInterceptor()), grpc.WithChainStreamInterceptor(fast.StreamClientInterceptor()))
+	_ = callUnary(c)
+	granted(t, a, "out", 1)
+	if err := callUnary(c); err != nil {
+		t.Fatal(err)
+	}
+	checkExhausted(t, "client unary", callUnary(c))
+	checkExhausted(t, "client stream", callStream(c))
+
+	waiting, err := New(a, Options{Key: Fixed("out-wait"), Wait: true, Resource: []agent.ResourceOption{agent.WithWants(10)}, Logger: limittest.Quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cw := serve(t, nil, grpc.WithChainUnaryInterceptor(waiting.UnaryClientInterceptor()), grpc.WithChainStreamInterceptor(waiting.StreamClientInterceptor()))
+	if err := callUnary(cw); err != nil { // waits for the first lease
+		t.Fatal(err)
+	}
+	if err := callStream(cw); err != nil { // waits up to a second for a token
+		t.Fatal(err)
+	}
+	// A deadline the next token cannot meet fails at once.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err = cw.Check(ctx, &healthpb.HealthCheckRequest{})
+	checkExhausted(t, "client wait beyond the deadline", err)
+}
+
+// TestShadow: under a shadow template every call passes, and the agent
+// counts those the grant would have refused.
+func TestShadow(t *testing.T) {
+	t.Parallel()
+	a := limittest.Agent(t, limittest.Template("watched", 1, true))
+	l, err := New(a, Options{Key: Fixed("watched"), Logger: limittest.Quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := serve(t, []grpc.ServerOption{grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor())})
+	_ = callUnary(c) // creates the resource; refused until its first lease
+	lim, _ := a.Rate("watched")
+	limittest.Eventually(t, "no shadow lease", func() bool { return lim.Status().Shadow })
+	for i := range 20 {
+		if err := callUnary(c); err != nil {
+			t.Fatalf("call %d in shadow mode: %v", i, err)
+		}
+	}
+	if st := lim.Status(); st.ShadowAdmitted != 20 || st.WouldRefuse < 15 {
+		t.Errorf("ShadowAdmitted %d, WouldRefuse %d; want 20 and at least 15 at 1/s", st.ShadowAdmitted, st.WouldRefuse)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	a := limittest.Agent(t)
+	for _, o := range []Options{{}, {Key: Fixed("x"), MaxKeys: -1}, {Key: Fixed("x"), Overflow: "bad id"}} {
+		if _, err := New(a, o); err == nil {
+			t.Errorf("New(%+v) succeeded", o)
+		}
+	}
+	if _, err := New(nil, Options{Key: Fixed("x")}); err == nil {
+		t.Error("New(nil agent) succeeded")
+	}
+	// A closed agent makes no limiters: the call fails as the service's
+	// fault, not as a limit.
+	l, err := New(a, Options{Key: Fixed("x"), Logger: limittest.Quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if err := l.admit(context.Background(), "/s/m"); status.Code(err) != codes.Internal {
+		t.Errorf("closed agent: %v, want Internal", err)
+	}
+}

@@ -1,0 +1,172 @@
+package httplimit
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/internal/limittest"
+)
+
+func get(t *testing.T, url string, header ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+var ok = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+
+// TestRefuses: through a real coordinator granting 1/s, the first request
+// takes the one token and the next ones get 429 with Retry-After and the
+// RateLimit fields.
+func TestRefuses(t *testing.T) {
+	t.Parallel()
+	a := limittest.Agent(t, limittest.Template("api", 1, false))
+	lim, err := a.Rate("api", agent.WithWants(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := New(a, Options{Key: Fixed("api"), Logger: limittest.Quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw.Handler(ok))
+	defer srv.Close()
+	limittest.Eventually(t, "a lease of 1/s and a token", func() bool { return lim.Status().Granted == 1 && lim.Tokens() >= 1 })
+
+	resp := get(t, srv.URL)
+	if resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"api";q=1;w=1` || resp.Header.Get("RateLimit") == "" {
+		t.Fatalf("first request: %d, headers %v", resp.StatusCode, resp.Header)
+	}
+	resp = get(t, srv.URL)
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("second request within the second: %d, want 429", resp.StatusCode)
+	}
+	if got := resp.Header.Get("Retry-After"); got != "1" {
+		t.Errorf("Retry-After %q, want 1", got)
+	}
+	if got := resp.Header.Get("RateLimit"); got != `"api";r=0;t=1` {
+		t.Errorf("RateLimit %q", got)
+	}
+	if st := lim.Status(); st.Shadow || st.WouldRefuse != 0 {
+		t.Errorf("status %+v: not in shadow mode", st)
+	}
+
+	// A Refused handler writes the refusal, after the headers are set.
+	custom, err := New(a, Options{Key: Fixed("api"), Refused: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv2 := httptest.NewServer(custom.Handler(ok))
+	defer srv2.Close()
+	resp = get(t, srv2.URL)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || resp.Header.Get("RateLimit-Policy") == "" {
+		t.Errorf("custom refusal: %d, headers %v", resp.StatusCode, resp.Header)
+	}
+}
+
+// TestKeys: Route names a resource per pattern, Header one per value up
+// to MaxKeys, then the overflow resource; "" is not limited.
+func TestKeys(t *testing.T) {
+	t.Parallel()
+	a := limittest.Agent(t, limittest.Template("*", 100, false))
+	mux := http.NewServeMux()
+	mux.Handle("GET /items/{id}", ok)
+	mux.Handle("/", ok)
+	mw, err := New(a, Options{Key: Route("http/", mux), Logger: limittest.Quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw.Handler(mux))
+	defer srv.Close()
+	get(t, srv.URL+"/items/7")
+	get(t, srv.URL+"/other")
+
+	tenants, err := New(a, Options{Key: Header("tenant/", "X-Tenant"), MaxKeys: 2, Overflow: "tenant-overflow", Logger: limittest.Quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv2 := httptest.NewServer(tenants.Handler(ok))
+	defer srv2.Close()
+	get(t, srv2.URL, "X-Tenant", "acme corp")
+	get(t, srv2.URL, "X-Tenant", "globex")
+	get(t, srv2.URL, "X-Tenant", "initech")
+	get(t, srv2.URL)
+
+	exempt, err := New(a, Options{Key: func(*http.Request) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv3 := httptest.NewServer(exempt.Handler(ok))
+	defer srv3.Close()
+	if resp := get(t, srv3.URL); resp.StatusCode != 200 || resp.Header.Get("RateLimit") != "" {
+		t.Errorf("exempt request: %d %v", resp.StatusCode, resp.Header)
+	}
+
+	var ids []string
+	for _, st := range a.Status() {
+		ids = append(ids, st.ResourceID)
+	}
+	want := []string{"http//", "http/GET_/items/{id}", "tenant-overflow", "tenant/acme_corp", "tenant/globex"}
+	if len(ids) != len(want) {
+		t.Fatalf("resources %q, want %q", ids, want)
+	}
+	for i := range want {
+		if ids[i] != want[i] {
+			t.Fatalf("resources %q, want %q", ids, want)
+		}
+	}
+}
+
+// TestShadow: a shadow template lets every request through, with no
+// RateLimit fields (nothing is enforced), and the agent counts what the
+// grant would have refused.
+func TestShadow(t *testing.T) {
+	t.Parallel()
+	a := limittest.Agent(t, limittest.Template("watched", 1, true))
+	mw, err := New(a, Options{Key: Fixed("watched"), Logger: limittest.Quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw.Handler(ok))
+	defer srv.Close()
+	get(t, srv.URL) // creates the resource; refused until its first lease
+	lim, _ := a.Rate("watched")
+	limittest.Eventually(t, "shadow mode", func() bool { return lim.Status().Shadow })
+	for i := range 30 {
+		if resp := get(t, srv.URL); resp.StatusCode != 200 || resp.Header.Get("RateLimit") != "" {
+			t.Fatalf("request %d in shadow mode: %d %v", i, resp.StatusCode, resp.Header)
+		}
+	}
+	if st := lim.Status(); st.ShadowAdmitted != 30 || st.WouldRefuse < 25 {
+		t.Errorf("ShadowAdmitted %d, WouldRefuse %d; want 30 and at least 25 at 1/s", st.ShadowAdmitted, st.WouldRefuse)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	a := limittest.Agent(t)
+	for _, o := range []Options{{}, {Key: Fixed("x"), MaxKeys: -1}, {Key: Fixed("x"), Overflow: "has space"}} {
+		if _, err := New(a, o); err == nil {
+			t.Errorf("New(%+v) succeeded", o)
+		}
+	}
+	if _, err := New(nil, Options{Key: Fixed("x")}); err == nil {
+		t.Error("New(nil agent) succeeded")
+	}
+}

@@ -1,0 +1,153 @@
+// Package keyed maps request keys to an agent's rate limiters, for the
+// HTTP and gRPC integrations: one limiter per resource id, created on
+// first use, with a bound on how many a process creates.
+package keyed
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/time/rate"
+
+	"github.com/allot/allot/agent"
+	"github.com/allot/allot/internal/wire"
+)
+
+// DefaultMaxKeys bounds the distinct resource ids one Set creates: every
+// id is a resource the coordinator keeps state for, so ids taken from
+// requests must not grow without limit.
+const DefaultMaxKeys = 1000
+
+// Set hands out the rate limiter of each resource id.
+type Set struct {
+	a        *agent.Agent
+	opts     []agent.ResourceOption
+	maxKeys  int
+	overflow string
+
+	mu   sync.Mutex
+	lims map[string]*agent.RateLimiter
+}
+
+// New returns a Set over a. Ids beyond maxKeys distinct ones share the
+// resource overflow; opts apply to every limiter created.
+func New(a *agent.Agent, maxKeys int, overflow string, opts []agent.ResourceOption) (*Set, error) {
+	if a == nil {
+		return nil, errors.New("nil agent")
+	}
+	if maxKeys < 1 {
+		return nil, fmt.Errorf("max keys %d: want at least 1", maxKeys)
+	}
+	if err := wire.ValidateID("overflow resource id", overflow); err != nil {
+		return nil, err
+	}
+	return &Set{a: a, opts: opts, maxKeys: maxKeys, overflow: overflow, lims: make(map[string]*agent.RateLimiter)}, nil
+}
+
+// Limiter returns the limiter of resource id, creating it on first use.
+func (s *Set) Limiter(id string) (*agent.RateLimiter, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.lims[id]; ok {
+		return l, nil
+	}
+	if len(s.lims) >= s.maxKeys {
+		id = s.overflow
+		if l, ok := s.lims[id]; ok {
+			return l, nil
+		}
+	}
+	l, err := s.a.Rate(id, s.opts...)
+	if err != nil {
+		return nil, err
+	}
+	s.lims[id] = l
+	return l, nil
+}
+
+// ID turns a request attribute into a valid resource id: prefix followed
+// by v, with spaces and control characters replaced by '_' and cut to
+// the longest id allowed. An empty v gives prefix followed by "-".
+func ID(prefix, v string) string {
+	if v == "" {
+		v = "-"
+	}
+	id := prefix + strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || unicode.IsSpace(r) || unicode.IsControl(r) || !unicode.IsPrint(r) {
+			return '_'
+		}
+		return r
+	}, v)
+	for len(id) > wire.MaxIDLen {
+		_, n := utf8.DecodeLastRuneInString(id)
+		id = id[:len(id)-n]
+	}
+	return id
+}
+
+// Decision is the outcome of one admission, with what the integrations
+// tell the client.
+type Decision struct {
+	// Allowed reports whether the request may proceed.
+	Allowed bool
+	// RetryAfter is how long until the limiter has a token again; 0 when
+	// one is available.
+	RetryAfter time.Duration
+	// Limited is false when no finite limit is in force (unlimited, or
+	// shadow mode with automatic wants): Quota, Window and Remaining are
+	// then meaningless.
+	Limited bool
+	// Quota requests per Window (whole seconds), Remaining now.
+	Quota     int64
+	Window    int64
+	Remaining int64
+}
+
+// Decide takes one token from l if it has one.
+func Decide(l *agent.RateLimiter) Decision {
+	ok := l.Allow()
+	return Describe(l, ok)
+}
+
+// Describe reports l's state after an admission decided as allowed.
+func Describe(l *agent.RateLimiter, allowed bool) Decision {
+	d := Decision{Allowed: allowed}
+	if l.Limit() == rate.Inf {
+		return d
+	}
+	lim := float64(l.Limit())
+	d.Limited = true
+	tokens := l.Tokens()
+	d.Remaining = int64(math.Max(math.Floor(tokens), 0))
+	// The quota is stated over the shortest whole-second window in which
+	// at least one request is allowed.
+	d.Window = 1
+	if lim > 0 && lim < 1 {
+		d.Window = int64(math.Ceil(1 / lim))
+	}
+	d.Quota = int64(math.Floor(lim * float64(d.Window)))
+	if tokens < 1 {
+		if lim <= 0 {
+			d.RetryAfter = time.Second // blocked: no token will come before a lease does
+			if st := l.Status(); st.RefreshInterval > 0 {
+				d.RetryAfter = st.RefreshInterval
+			}
+		} else {
+			d.RetryAfter = time.Duration((1 - tokens) / lim * float64(time.Second))
+		}
+	}
+	return d
+}
+
+// Seconds rounds d up to whole seconds, at least 1: Retry-After and the
+// reset of the RateLimit header field are whole seconds, and 0 would
+// invite an immediate retry that is refused again.
+func Seconds(d time.Duration) int64 {
+	return max(int64(math.Ceil(d.Seconds())), 1)
+}

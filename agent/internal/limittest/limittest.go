@@ -1,0 +1,52 @@
+// Package limittest runs the integrations' tests against a real embedded
+// NATS server, coordinator and agent.
+package limittest
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/allot/allot/agent"
+	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/coordtest"
+	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// Quiet discards logs.
+var Quiet = slog.New(slog.DiscardHandler)
+
+// Template is a FAIR_SHARE template with short leases.
+func Template(glob string, capacity float64, shadow bool) *config.Template {
+	return &config.Template{Name: "t-" + glob, Glob: glob, Capacity: capacity, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: 2 * time.Second, RefreshInterval: 300 * time.Millisecond, Shadow: shadow}
+}
+
+// Agent starts a NATS server, a coordinator serving tmpls and an agent on
+// it, all stopped when the test ends.
+func Agent(t *testing.T, tmpls ...*config.Template) *agent.Agent {
+	t.Helper()
+	s := natstest.Server(t)
+	coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{RoundInterval: 5 * time.Millisecond, Logger: Quiet,
+		Templates: coordinator.StaticTemplates(config.NewSet(1, tmpls, nil))})
+	a, err := agent.New(natstest.Conn(t, s), agent.WithLogger(Quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
+
+// Eventually polls cond every 10ms for up to 10s, failing with what.
+func Eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

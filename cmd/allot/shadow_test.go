@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/allot/allot/quotaserver"
+)
+
+// TestUpShadow: `allot up --shadow` serves every resource and quota
+// bucket in shadow mode: the lease is granted as usual and the reply says
+// shadow; a quota take is answered OK, saying what the bucket decided.
+func TestUpShadow(t *testing.T) {
+	up := startUp(t, "--data-dir", t.TempDir(), "--shadow", "--log-level", "info")
+	if !strings.Contains(up.out.String(), "shadow mode") {
+		t.Errorf("startup log does not mention shadow mode:\n%s", up.out.String())
+	}
+	code, out := runCtx(context.Background(), "get", "--nats", up.url, "mysql/main", "--wants", "600", "--client", "c1")
+	if code != 0 || !strings.Contains(out, `"shadow": true`) || !strings.Contains(out, `"capacity": 500`) {
+		t.Errorf("get under --shadow: exit %d, %s", code, out)
+	}
+	// The quota service is shadowed too: a take no bucket answers is OK.
+	nc, err := nats.Connect(up.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var reply []byte
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		m, err := nc.Request(quotaserver.TakeSubject("root"), []byte(`{"bucket":"nope:x"}`), time.Second)
+		if err == nil {
+			reply = m.Data
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no quota answer: %v", err)
+		}
+	}
+	if s := string(reply); !strings.Contains(s, `"status":"OK"`) || !strings.Contains(s, `"shadow":true`) || !strings.Contains(s, `"shadow_status":"REJECTED"`) {
+		t.Errorf("quota take under --shadow: %s", s)
+	}
+	up.wait(t)
+}
