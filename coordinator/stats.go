@@ -54,6 +54,9 @@ type Stats struct {
 	// ForgedRecords counts records ignored at takeover because their term
 	// is above any the election can have issued.
 	ForgedRecords uint64 `json:"forged_records"`
+	// PriorityCapped counts requests served at their template's
+	// max_priority instead of the higher priority they asked for.
+	PriorityCapped uint64 `json:"priority_capped"`
 	// Silenced counts replies withheld because the coordinator may no
 	// longer answer (stopped, deposed, leadership lapsed).
 	Silenced  uint64 `json:"silenced"`
@@ -91,7 +94,7 @@ func (c *Coordinator) statsData() any {
 		Rounds:  s.rounds, Requests: s.requests,
 		LastRoundMS: float64(s.lastRound) / 1e6, MaxRoundMS: float64(s.maxRound) / 1e6,
 		HorizonErrors: s.ledger.RecordErrors, RecordWrites: s.ledger.RecordWrites, RecordWaits: s.ledger.Waits,
-		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords,
+		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords, PriorityCapped: s.ledger.PriorityCapped,
 		Silenced: c.silenced.Load(), Resources: s.ledger.Resources, Clients: s.ledger.Clients,
 		RoundErrors: s.errors, Shadow: c.opts.Shadow,
 	}

@@ -236,6 +236,9 @@ func Compile(name string, revision uint64, pb *allotpb.ResourceTemplate) (*Templ
 		t.SafeCapacity, t.HasSafeCapacity = sc, true
 	}
 	t.Shadow = pb.GetShadow()
+	if pb.MaxPriority != nil {
+		t.MaxPriority, t.HasMaxPriority = pb.GetMaxPriority(), true
+	}
 	return t, notes, nil
 }
 

@@ -44,6 +44,10 @@ type Template struct {
 	// Shadow puts the template's resources in shadow mode: leases are
 	// allocated as usual but replies tell agents not to enforce them.
 	Shadow bool
+	// MaxPriority, if HasMaxPriority, is the highest priority a request
+	// is served at: higher ones are capped to it.
+	MaxPriority    int32
+	HasMaxPriority bool
 	// Params are the algorithm's named parameters.
 	Params map[string]string
 }

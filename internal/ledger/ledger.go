@@ -140,8 +140,11 @@ type Stats struct {
 	RecordErrors  uint64 // record writes that failed
 	ForgedRecords uint64 // records ignored as impossible (term above the election's)
 	Waits         uint64 // resource rounds that waited for a record write
-	Resources     int
-	Clients       int // client records
+	// PriorityCapped counts requests (and child bands) served at their
+	// template's max_priority instead of the higher one they asked for.
+	PriorityCapped uint64
+	Resources      int
+	Clients        int // client records
 }
 
 // New returns an empty ledger; Start it before use.
@@ -211,11 +214,21 @@ func (l *Ledger) Get(now int64, set *config.Set, req *allotpb.GetCapacityRequest
 			hasExpiry = e.AsTime().UnixNano()
 		}
 		before := r.records()
-		r.upsert(id, rr.GetWants(), 1, rr.GetPriority(), rr.GetHas().GetCapacity(), hasExpiry, now)
+		r.upsert(id, rr.GetWants(), 1, l.priority(tmpls[k], rr.GetPriority()), rr.GetHas().GetCapacity(), hasExpiry, now)
 		l.records += r.records() - before
 		slots[k] = Slot{r: r, client: id}
 	}
 	return slots, nil
+}
+
+// priority is the band a request for t's resource is served at: what it
+// asks for, capped at the template's max_priority (counted).
+func (l *Ledger) priority(t *config.Template, asked int32) int32 {
+	if t.HasMaxPriority && asked > t.MaxPriority {
+		l.stats.PriorityCapped++
+		return t.MaxPriority
+	}
+	return asked
 }
 
 // resolve finds the template serving resource rid and its state (nil if

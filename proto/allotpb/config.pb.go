@@ -234,7 +234,11 @@ type ResourceTemplate struct {
 	// say shadow and agents admit what they want instead of what they are
 	// granted, counting what the grant would have refused. A way to watch
 	// a new limit before it refuses anything.
-	Shadow        bool `protobuf:"varint,6,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	Shadow bool `protobuf:"varint,6,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// The highest priority band a client may claim for these resources: a
+	// request (or a child node's band) above it is served at it, so no
+	// client can put itself ahead of the others by asking. Unset: any.
+	MaxPriority   *int32 `protobuf:"varint,7,opt,name=max_priority,json=maxPriority,proto3,oneof" json:"max_priority,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,6 +313,13 @@ func (x *ResourceTemplate) GetShadow() bool {
 		return x.Shadow
 	}
 	return false
+}
+
+func (x *ResourceTemplate) GetMaxPriority() int32 {
+	if x != nil && x.MaxPriority != nil {
+		return *x.MaxPriority
+	}
+	return 0
 }
 
 // LeaseHorizon is what a coordinator leader records in the state bucket
@@ -508,15 +519,17 @@ const file_config_proto_rawDesc = "" +
 	"\x06STATIC\x10\x01\x12\x16\n" +
 	"\x12PROPORTIONAL_SHARE\x10\x02\x12\x0e\n" +
 	"\n" +
-	"FAIR_SHARE\x10\x03\"\x80\x02\n" +
+	"FAIR_SHARE\x10\x03\"\xb9\x02\n" +
 	"\x10ResourceTemplate\x12'\n" +
 	"\x0fidentifier_glob\x18\x01 \x01(\tR\x0eidentifierGlob\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x01R\bcapacity\x121\n" +
 	"\talgorithm\x18\x03 \x01(\v2\x13.allot.v1.AlgorithmR\talgorithm\x12(\n" +
 	"\rsafe_capacity\x18\x04 \x01(\x01H\x00R\fsafeCapacity\x88\x01\x01\x12 \n" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\x12\x16\n" +
-	"\x06shadow\x18\x06 \x01(\bR\x06shadowB\x10\n" +
-	"\x0e_safe_capacity\"\xc3\x02\n" +
+	"\x06shadow\x18\x06 \x01(\bR\x06shadow\x12&\n" +
+	"\fmax_priority\x18\a \x01(\x05H\x01R\vmaxPriority\x88\x01\x01B\x10\n" +
+	"\x0e_safe_capacityB\x0f\n" +
+	"\r_max_priority\"\xc3\x02\n" +
 	"\fLeaseHorizon\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x1b\n" +
