@@ -238,6 +238,10 @@ func (c *Coordinator) answer(req *request, now int64, term uint64) {
 
 func (c *Coordinator) publishStats() {
 	ls := c.ledger.Stats()
+	if n := ls.OverClaims - c.stats.ledger.OverClaims; n > 0 {
+		c.log.Warn("clients reported holding more than the lease record allows: reports capped (a lying or broken client)",
+			"reports", n, "total", ls.OverClaims)
+	}
 	c.stats.ledger = ls
 	if c.up != nil {
 		c.stats.parentOK, c.stats.parentErr = c.up.lastOK, c.up.lastErr

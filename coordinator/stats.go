@@ -57,6 +57,9 @@ type Stats struct {
 	// PriorityCapped counts requests served at their template's
 	// max_priority instead of the higher priority they asked for.
 	PriorityCapped uint64 `json:"priority_capped"`
+	// OverClaims counts clients that reported, in learning mode, holding
+	// more than the predecessor's lease record allows; they were capped.
+	OverClaims uint64 `json:"over_claims"`
 	// Silenced counts replies withheld because the coordinator may no
 	// longer answer (stopped, deposed, leadership lapsed).
 	Silenced  uint64 `json:"silenced"`
@@ -94,7 +97,7 @@ func (c *Coordinator) statsData() any {
 		Rounds:  s.rounds, Requests: s.requests,
 		LastRoundMS: float64(s.lastRound) / 1e6, MaxRoundMS: float64(s.maxRound) / 1e6,
 		HorizonErrors: s.ledger.RecordErrors, RecordWrites: s.ledger.RecordWrites, RecordWaits: s.ledger.Waits,
-		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords, PriorityCapped: s.ledger.PriorityCapped,
+		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords, PriorityCapped: s.ledger.PriorityCapped, OverClaims: s.ledger.OverClaims,
 		Silenced: c.silenced.Load(), Resources: s.ledger.Resources, Clients: s.ledger.Clients,
 		RoundErrors: s.errors, Shadow: c.opts.Shadow,
 	}

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"hash/fnv"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -59,6 +60,7 @@ type holders struct {
 	// Successor side: the predecessor's promise (track), and what first
 	// contacts in learning have added up to.
 	track      bool
+	predIDs    map[string]struct{} // the promised holders, if listed
 	predN      uint32
 	predDigest uint64
 	seenN      uint32
@@ -157,6 +159,56 @@ func (r *resource) trackPredecessor(pred *allotpb.ResourceSummary) {
 		return
 	}
 	r.hold.track, r.hold.predN, r.hold.predDigest = true, pred.GetHolders(), pred.GetHoldersDigest()
+	if ids := pred.GetHolderIds(); len(ids) > 0 && len(ids) == int(pred.GetHolders()) {
+		r.hold.predIDs = make(map[string]struct{}, len(ids))
+		for _, id := range ids {
+			r.hold.predIDs[id] = struct{}{}
+		}
+	}
+}
+
+// predHolder reports whether client id may hold a predecessor's lease:
+// true unless the predecessor's promise lists its holders and id is not
+// one of them.
+func (r *resource) predHolder(id string) bool {
+	if r.hold.predIDs == nil {
+		return true
+	}
+	_, ok := r.hold.predIDs[id]
+	return ok
+}
+
+// maxHolderIDBytes bounds the holder ids one record lists, in all.
+const maxHolderIDBytes = 64 << 10
+
+// listHolderIDs adds the holders' ids to the entries that carry a promise,
+// in resource order, while the record has room for them.
+func listHolderIDs(entries map[string]*allotpb.ResourceSummary, snaps map[string]holderSnapshot) {
+	ids := make([]string, 0, len(snaps))
+	for id := range snaps {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	budget := maxHolderIDBytes
+	for _, rid := range ids {
+		s, e := snaps[rid], entries[rid]
+		if s.until == 0 || e == nil {
+			continue
+		}
+		n := 0
+		for id := range s.set {
+			n += len(id) + 4
+		}
+		if n > budget {
+			continue
+		}
+		budget -= n
+		e.HolderIds = make([]string, 0, len(s.set))
+		for id := range s.set {
+			e.HolderIds = append(e.HolderIds, id)
+		}
+		slices.Sort(e.HolderIds)
+	}
 }
 
 // heard counts a first contact in learning that reports a lease of the

@@ -86,9 +86,14 @@ func TestHolderPromiseEndsLearning(t *testing.T) {
 	if e.GetHolders() != 2 || e.GetHoldersUntil() == nil || e.GetHoldersDigest() != holderHash("a")+holderHash("b") {
 		t.Fatalf("record entry %v does not promise holders a and b", e)
 	}
+	if ids := e.GetHolderIds(); len(ids) != 2 || ids[0] != "a" || ids[1] != "b" {
+		t.Fatalf("record entry lists holders %v, want [a b]", ids)
+	}
 	if e.GetCeiling() <= 50 {
 		t.Fatalf("ceiling %v has no headroom: the test would prove nothing", e.GetCeiling())
 	}
+	noIDs := proto.Clone(rec).(*allotpb.LeaseHorizon)
+	noIDs.GetResources()["r"].HolderIds = nil
 	noPromise := proto.Clone(rec).(*allotpb.LeaseHorizon)
 	ne := noPromise.GetResources()["r"]
 	ne.Holders, ne.HoldersDigest, ne.HoldersUntil = 0, 0, nil
@@ -101,7 +106,12 @@ func TestHolderPromiseEndsLearning(t *testing.T) {
 	}{
 		{"all holders heard", rec, []report{{"a", 30}, {"b", 20}}, 50},
 		{"a holder missing", rec, []report{{"a", 30}}, 100 - e.GetCeiling()},
-		{"a stranger reports a lease", rec, []report{{"x", 0.001}, {"a", 30}, {"b", 20}}, 100 - e.GetCeiling()},
+		// The record lists the holders: the stranger's claim is refused
+		// (it never held a lease) and cannot hold learning up.
+		{"a stranger reports a lease", rec, []report{{"x", 0.001}, {"a", 30}, {"b", 20}}, 50 - 0.001},
+		// Without the list only the digest tells: the sets differ, and
+		// learning runs its course.
+		{"a stranger reports a lease, no ids", noIDs, []report{{"x", 0.001}, {"a", 30}, {"b", 20}}, 100 - e.GetCeiling()},
 		{"no promise", noPromise, []report{{"a", 30}, {"b", 20}}, 100 - e.GetCeiling()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,6 +120,9 @@ func TestHolderPromiseEndsLearning(t *testing.T) {
 				if got := succ.ask(rp.id, rp.has, rp.has); got != rp.has {
 					t.Fatalf("%s reported %v, got %v", rp.id, rp.has, got)
 				}
+			}
+			if stranger := tc.rec.GetResources()["r"].GetHolderIds() != nil && tc.reports[0].id == "x"; stranger != (succ.l.Stats().OverClaims == 1) {
+				t.Fatalf("over-claims %d", succ.l.Stats().OverClaims)
 			}
 			got := succ.ask("c", 50, 0)
 			if diff := got - tc.want; diff > 1e-9 || diff < -1e-9 {

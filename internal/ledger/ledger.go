@@ -143,6 +143,10 @@ type Stats struct {
 	// PriorityCapped counts requests (and child bands) served at their
 	// template's max_priority instead of the higher one they asked for.
 	PriorityCapped uint64
+	// OverClaims counts clients that, at first contact in learning mode,
+	// reported holding more than the predecessor's record allows (its
+	// ceiling for the resource, or the capacity); the report was capped.
+	OverClaims uint64
 	Resources      int
 	Clients        int // client records
 }
@@ -312,7 +316,7 @@ func (l *Ledger) resourceFor(now int64, id string, t *config.Template, gen uint6
 // Allocate runs the algorithm of every resource of the round that is not
 // waiting for the record, and settles its clients.
 func (l *Ledger) Allocate(now int64) {
-	p := roundParams{now: now, horizon: l.rec.until, minFresh: l.cfg.MinRefresh, scratch: &l.scratch}
+	p := roundParams{now: now, horizon: l.rec.until, minFresh: l.cfg.MinRefresh, scratch: &l.scratch, stats: &l.stats}
 	for _, r := range l.touched {
 		if r.waitSince != 0 {
 			continue

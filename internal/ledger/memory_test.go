@@ -30,7 +30,7 @@ func BenchmarkLeaseMemory(b *testing.B) {
 			runtime.ReadMemStats(&before)
 			r := newResource("r", tm, 1)
 			var scratch alloc.Scratch
-			p := roundParams{now: 1, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, scratch: &scratch}
+			p := roundParams{now: 1, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, scratch: &scratch, stats: &Stats{}}
 			for i, id := range ids {
 				r.upsert(id, float64(i%20), 1, 0, 0, 0, 1)
 			}

@@ -444,14 +444,17 @@ func (l *Ledger) buildRecord(now, until int64, pending []pendingSummary) *allotp
 	}
 	// Holder promises of the listed resources; from now until the write's
 	// outcome, grants keep to them as well (see holders.go).
+	snaps := make(map[string]holderSnapshot)
 	for id, r := range l.resources {
 		snap := holderSnapshot{}
 		if e, listed := rec.Resources[id]; listed {
 			snap = r.snapshotHolders(now)
 			snap.summary(e)
+			snaps[id] = snap
 		}
 		r.hold.inflight, r.hold.pendSet, r.hold.pendUntil = true, snap.set, snap.until
 	}
+	listHolderIDs(rec.Resources, snaps)
 	return rec
 }
 

@@ -349,6 +349,7 @@ type roundParams struct {
 	horizon  int64         // leases may not expire after this
 	minFresh time.Duration // shortest refresh interval handed out
 	scratch  *alloc.Scratch
+	stats    *Stats
 }
 
 // allocate runs the resource's algorithm over its whole state and settles
@@ -510,6 +511,21 @@ func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i in
 		r.learnedSeen[c.id] = struct{}{}
 		c.credit = 0
 		if c.reported > 0 && c.reportedExpiry-r.skew > r.learnStart {
+			// No client held more than the predecessor's recorded ceiling
+			// or the capacity, and none outside the holders it listed: a
+			// report beyond that is a lie (or a bug), capped, counted and
+			// logged by the caller.
+			limit := min(r.predCeiling, r.tmpl.Capacity)
+			if !r.predHolder(c.id) {
+				limit = 0
+			}
+			if c.reported > limit {
+				c.reported = limit
+				p.stats.OverClaims++
+			}
+			if c.reported == 0 {
+				continue
+			}
 			cr := max(min(c.reported, r.predCeiling-r.credited), 0)
 			r.credited += cr
 			c.credit = cr

@@ -73,7 +73,7 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 				r.upsert(id, wants[i], 1, prio[i], 0, 0, now)
 			}
 		}
-		p := roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond, scratch: &scratch}
+		p := roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond, scratch: &scratch, stats: &Stats{}}
 		if len(r.batch) > 0 {
 			r.allocate(&p)
 		}
@@ -124,7 +124,7 @@ func TestExpiryHeap(t *testing.T) {
 		}
 		id := string(rune('a' + rng.IntN(50)))
 		r.upsert(id, 1, 1, 0, 0, 0, now)
-		r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, scratch: &scratch})
+		r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, scratch: &scratch, stats: &Stats{}})
 		for k, i := range r.heap {
 			if int(r.clients[i].heapIdx) != k {
 				t.Fatalf("step %d: heap index mismatch", step)
@@ -225,7 +225,7 @@ func learningTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, tr
 			r.upsert(id, wants[id], 1, 0, has, exp, now)
 		}
 		if len(r.batch) > 0 {
-			r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, scratch: &scratch})
+			r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, scratch: &scratch, stats: &Stats{}})
 		}
 		r.dropReleased()
 		total := 0.0
@@ -254,7 +254,7 @@ func TestLearningHandsOutWhatIsFree(t *testing.T) {
 	now := int64(1e18)
 	r.ceiling, r.predCeiling, r.learnStart, r.learningUntil = 100, 40, now, now+int64(time.Minute)
 	var scratch alloc.Scratch
-	p := &roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, scratch: &scratch}
+	p := &roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, scratch: &scratch, stats: &Stats{}}
 	r.upsert("new", 100, 1, 0, 0, 0, now)
 	r.allocate(p)
 	if got := r.clients[r.index["new"]].has; got != 60 {

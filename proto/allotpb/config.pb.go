@@ -428,6 +428,10 @@ type ResourceSummary struct {
 	Holders       uint32                 `protobuf:"varint,3,opt,name=holders,proto3" json:"holders,omitempty"`
 	HoldersDigest uint64                 `protobuf:"fixed64,4,opt,name=holders_digest,json=holdersDigest,proto3" json:"holders_digest,omitempty"`
 	HoldersUntil  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=holders_until,json=holdersUntil,proto3" json:"holders_until,omitempty"`
+	// The holders' ids, sorted, when the record has room for them (64 KiB
+	// of ids in all): a successor then credits reported leases only to
+	// them, so a client that never held one cannot claim one.
+	HolderIds     []string `protobuf:"bytes,6,rep,name=holder_ids,json=holderIds,proto3" json:"holder_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -497,6 +501,13 @@ func (x *ResourceSummary) GetHoldersUntil() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ResourceSummary) GetHolderIds() []string {
+	if x != nil {
+		return x.HolderIds
+	}
+	return nil
+}
+
 var File_config_proto protoreflect.FileDescriptor
 
 const file_config_proto_rawDesc = "" +
@@ -539,13 +550,15 @@ const file_config_proto_rawDesc = "" +
 	"\bcomplete\x18\x06 \x01(\bR\bcomplete\x1aW\n" +
 	"\x0eResourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
-	"\x05value\x18\x02 \x01(\v2\x19.allot.v1.ResourceSummaryR\x05value:\x028\x01\"\xee\x01\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.allot.v1.ResourceSummaryR\x05value:\x028\x01\"\x8d\x02\n" +
 	"\x0fResourceSummary\x12\x18\n" +
 	"\aceiling\x18\x01 \x01(\x01R\aceiling\x12?\n" +
 	"\rlatest_expiry\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\flatestExpiry\x12\x18\n" +
 	"\aholders\x18\x03 \x01(\rR\aholders\x12%\n" +
 	"\x0eholders_digest\x18\x04 \x01(\x06R\rholdersDigest\x12?\n" +
-	"\rholders_until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fholdersUntilB.Z,github.com/allot/allot/proto/allotpb;allotpbb\x06proto3"
+	"\rholders_until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fholdersUntil\x12\x1d\n" +
+	"\n" +
+	"holder_ids\x18\x06 \x03(\tR\tholderIdsB.Z,github.com/allot/allot/proto/allotpb;allotpbb\x06proto3"
 
 var (
 	file_config_proto_rawDescOnce sync.Once
