@@ -147,8 +147,8 @@ type Stats struct {
 	// reported holding more than the predecessor's record allows (its
 	// ceiling for the resource, or the capacity); the report was capped.
 	OverClaims uint64
-	Resources      int
-	Clients        int // client records
+	Resources  int
+	Clients    int // client records
 }
 
 // New returns an empty ledger; Start it before use.
