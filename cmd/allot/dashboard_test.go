@@ -20,11 +20,7 @@ import (
 // and the lease a get took, with the configuration's status.
 func TestUpServesDashboard(t *testing.T) {
 	up := startUp(t, "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0")
-	m := regexp.MustCompile(`dashboard at (http://127\.0\.0\.1:\d+)/`).FindStringSubmatch(up.out.String())
-	if m == nil {
-		t.Fatalf("up does not print the dashboard URL:\n%s", up.out.String())
-	}
-	base := m[1]
+	base := up.printed(t, regexp.MustCompile(`dashboard at (http://127\.0\.0\.1:\d+)/`), "the dashboard URL")[1]
 	if code, body := httpGet(t, base+"/"); code != http.StatusOK || !strings.Contains(body, "<title>allot dashboard</title>") {
 		t.Fatalf("/: %d %.200s", code, body)
 	}
@@ -59,10 +55,7 @@ func TestUpServesDashboard(t *testing.T) {
 // on a namespace put with `allot config put`, it shows them served.
 func TestUpDashboardShowsQuota(t *testing.T) {
 	up := startUp(t, "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0")
-	base := regexp.MustCompile(`dashboard at (http://127\.0\.0\.1:\d+)/`).FindStringSubmatch(up.out.String())
-	if base == nil {
-		t.Fatalf("up does not print the dashboard URL:\n%s", up.out.String())
-	}
+	base := up.printed(t, regexp.MustCompile(`dashboard at (http://127\.0\.0\.1:\d+)/`), "the dashboard URL")
 	nc, err := nats.Connect(up.url)
 	if err != nil {
 		t.Fatal(err)

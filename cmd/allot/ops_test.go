@@ -32,11 +32,21 @@ import (
 // printed.
 func (u *upRun) opsURL(t *testing.T) string {
 	t.Helper()
-	m := regexp.MustCompile(`metrics at (http://127\.0\.0\.1:\d+)/metrics`).FindStringSubmatch(u.out.String())
-	if m == nil {
-		t.Fatalf("up does not print the metrics URL:\n%s", u.out.String())
+	return u.printed(t, regexp.MustCompile(`metrics at (http://127\.0\.0\.1:\d+)/metrics`), "the metrics URL")[1]
+}
+
+// printed waits until up's output matches re and returns the match: the
+// lines after "allot is up" may still be on their way when startUp returns.
+func (u *upRun) printed(t *testing.T, re *regexp.Regexp, what string) []string {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if m := re.FindStringSubmatch(u.out.String()); m != nil {
+			return m
+		}
+		if time.Now().After(end) {
+			t.Fatalf("up did not print %s:\n%s", what, u.out.String())
+		}
 	}
-	return m[1]
 }
 
 // httpGet returns the status code and body of GET url.

@@ -54,9 +54,7 @@ func quotaTakeUntil(t *testing.T, nc *nats.Conn, subject, body string, ok func(m
 // lists both partitions with their leader and term.
 func TestUpServesQuotaPartitions(t *testing.T) {
 	up := startUp(t, "--data-dir", t.TempDir(), "--quota-partitions", "2")
-	if !strings.Contains(up.out.String(), "2 partition(s)") {
-		t.Errorf("up does not announce the quota partitions:\n%s", up.out.String())
-	}
+	up.printed(t, regexp.MustCompile(regexp.QuoteMeta("2 partition(s)")), "the quota partitions")
 	nc, err := nats.Connect(up.url)
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +17,7 @@ import (
 // shadow; a quota take is answered OK, saying what the bucket decided.
 func TestUpShadow(t *testing.T) {
 	up := startUp(t, "--data-dir", t.TempDir(), "--shadow", "--log-level", "info")
-	if !strings.Contains(up.out.String(), "shadow mode") {
-		t.Errorf("startup log does not mention shadow mode:\n%s", up.out.String())
-	}
+	up.printed(t, regexp.MustCompile("shadow mode"), "a mention of shadow mode")
 	code, out := runCtx(context.Background(), "get", "--nats", up.url, "mysql/main", "--wants", "600", "--client", "c1")
 	if code != 0 || !strings.Contains(out, `"shadow": true`) || !strings.Contains(out, `"capacity": 500`) {
 		t.Errorf("get under --shadow: exit %d, %s", code, out)

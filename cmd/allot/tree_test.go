@@ -19,11 +19,7 @@ var leafURLRE = regexp.MustCompile(`accepting child levels at (nats-leaf://\S+)`
 // leafURL is the leaf-node URL an `allot up` printed.
 func (u *upRun) leafURL(t *testing.T) string {
 	t.Helper()
-	m := leafURLRE.FindStringSubmatch(u.out.String())
-	if m == nil {
-		t.Fatalf("up printed no leaf-node URL: %s", u.out.String())
-	}
-	return m[1]
+	return u.printed(t, leafURLRE, "a leaf-node URL")[1]
 }
 
 // waitApplied waits until the replicas of node, asked through url, serve

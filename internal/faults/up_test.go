@@ -58,7 +58,7 @@ func startProcess(t *testing.T, name, bin string, args ...string) (cmd *exec.Cmd
 // startUp starts `allot up` on dataDir with a random port.
 func startUp(t *testing.T, bin, dataDir, name string) (*exec.Cmd, <-chan struct{}, *os.File) {
 	t.Helper()
-	return startProcess(t, name, bin, "up", "--data-dir", dataDir, "--port", "0", "--election-ttl", ElectionTTL.String(), "--server-id", name)
+	return startProcess(t, name, bin, "up", "--data-dir", dataDir, "--port", "0", "--metrics-addr", "", "--election-ttl", ElectionTTL.String(), "--server-id", name)
 }
 
 var upURL = regexp.MustCompile(`allot is up: NATS at (nats://\S+),`)
