@@ -182,22 +182,21 @@ func (r *resource) predHolder(id string) bool {
 const maxHolderIDBytes = 64 << 10
 
 // listHolderIDs adds the holders' ids to the entries that carry a promise,
-// in resource order, while the record has room for them.
-func listHolderIDs(entries map[string]*allotpb.ResourceSummary, snaps map[string]holderSnapshot) {
+// in resource order, while they fit in budget bytes (as protojson).
+func listHolderIDs(entries map[string]*allotpb.ResourceSummary, snaps map[string]holderSnapshot, budget int) {
 	ids := make([]string, 0, len(snaps))
 	for id := range snaps {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	budget := maxHolderIDBytes
 	for _, rid := range ids {
 		s, e := snaps[rid], entries[rid]
 		if s.until == 0 || e == nil {
 			continue
 		}
-		n := 0
+		n := 16 // "holderIds":[],
 		for id := range s.set {
-			n += len(id) + 4
+			n += jsonStringBytes(id) + 3
 		}
 		if n > budget {
 			continue

@@ -152,7 +152,12 @@ type pendingSummary struct {
 // "holdersDigest":"<uint64>","holdersUntil":"<RFC 3339 ns>"},` in
 // protojson, with the id escaped.
 func entryBytes(id string) int {
-	n := 176 // with a holder promise
+	return 176 + jsonStringBytes(id) // 176: the rest, with a holder promise
+}
+
+// jsonStringBytes bounds the bytes of id inside a JSON string.
+func jsonStringBytes(id string) int {
+	n := 0
 	for _, r := range id {
 		switch {
 		case r < 0x20 || r == utf8.RuneError:
@@ -454,7 +459,9 @@ func (l *Ledger) buildRecord(now, until int64, pending []pendingSummary) *allotp
 		}
 		r.hold.inflight, r.hold.pendSet, r.hold.pendUntil = true, snap.set, snap.until
 	}
-	listHolderIDs(rec.Resources, snaps)
+	// The ids go in only while the record stays within its limit: the
+	// entries' estimate, what the ids take, and a margin for the rest.
+	listHolderIDs(rec.Resources, snaps, min(maxHolderIDBytes, l.cfg.MaxRecordBytes-l.rec.bytes-4096))
 	return rec
 }
 
