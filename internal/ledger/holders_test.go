@@ -1,9 +1,12 @@
 package ledger
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -236,4 +239,45 @@ func TestPromiseInFlightBinds(t *testing.T) {
 	if !r.mayHold("a", now) {
 		t.Fatal("a is listed by the write in flight but may not be granted")
 	}
+}
+
+// However many resources and holders, the record a ledger proposes stays
+// within MaxRecordBytes as protojson (the store refuses larger ones, and a
+// leader that cannot write holds its grants): entry estimates cover the
+// holder promise, and holder ids go in only while there is room.
+func TestRecordWithPromisesStaysWithinLimit(t *testing.T) {
+	tm := &config.Template{Name: "t", Glob: "*", Capacity: 1e12 / 3, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: 10 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 10 * time.Second}
+	set := config.NewSet(1, []*config.Template{tm}, nil)
+	const limit = 64 << 10
+	now := int64(1e18) + 123456789
+	l := New(Config{Node: "n", ServerID: "s", Term: 1, MaxRecordBytes: limit})
+	p, _ := l.Start(now, Prior{Kind: PriorNew})
+	l.Commit(now, p, nil)
+	pad := strings.Repeat("\\u00e9", 40)
+	var last *allotpb.LeaseHorizon
+	for k := range 400 {
+		req := &allotpb.GetCapacityRequest{ClientId: fmt.Sprintf("%s-client-%d", pad, k)}
+		req.Resource = append(req.Resource, &allotpb.ResourceRequest{ResourceId: fmt.Sprintf("%s/%d", strings.Repeat("r", 200), k), Wants: 1e12 / 7})
+		if _, err := l.Get(now, set, req); err != nil {
+			break // no room for more resources: refused, as it should be
+		}
+		if p := l.Propose(now); p != nil {
+			l.Commit(now, p, nil)
+			last = p.Record
+		}
+		l.Allocate(now)
+		l.EndRound()
+	}
+	if last == nil {
+		t.Fatal("no record proposed")
+	}
+	data, err := protojson.Marshal(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > limit {
+		t.Fatalf("record of %d bytes, limit %d (%d resources listed)", len(data), limit, len(last.GetResources()))
+	}
+	t.Logf("record of %d bytes with %d resources listed", len(data), len(last.GetResources()))
 }

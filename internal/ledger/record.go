@@ -152,7 +152,7 @@ type pendingSummary struct {
 // "holdersDigest":"<uint64>","holdersUntil":"<RFC 3339 ns>"},` in
 // protojson, with the id escaped.
 func entryBytes(id string) int {
-	return 176 + jsonStringBytes(id) // 176: the rest, with a holder promise
+	return 200 + jsonStringBytes(id) // 200: the rest, with a holder promise
 }
 
 // jsonStringBytes bounds the bytes of id inside a JSON string.
