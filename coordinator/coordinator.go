@@ -123,9 +123,9 @@ type Options struct {
 	// MaxResources bounds how many resources the node keeps state for, so
 	// that clients naming ever new resources cannot exhaust memory. A
 	// request that would pass it gets error 429. Default 100,000
-	// (DefaultMaxResources). The lease record's size (512 KiB) bounds the
-	// resources in use too: a new resource whose summary would not fit in
-	// it is refused with 429 the same way.
+	// (DefaultMaxResources). The lease record's size (512 KiB, about 200
+	// bytes plus the id per resource) bounds the resources it summarizes:
+	// the others are served unlisted, in a record marked incomplete.
 	MaxResources int
 	// SafeRetention is how long after a client's lease ends it still
 	// counts as running on its safe capacity: its record is kept and the
