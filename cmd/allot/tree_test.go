@@ -57,15 +57,11 @@ var storedRE = regexp.MustCompile(`stored templates\.\S+ revision (\d+)`)
 // of all three levels apply it through the mirrors.
 func TestUpTree(t *testing.T) {
 	root := startUp(t, "--data-dir", t.TempDir(), "--leafnode-port", "-1")
-	if !strings.Contains(root.out.String(), "JetStream domain: root") {
-		t.Fatalf("root does not print its domain: %s", root.out.String())
-	}
+	root.printed(t, regexp.MustCompile("JetStream domain: root"), "its domain")
 	region := startUp(t, "--data-dir", t.TempDir(), "--leafnode-port", "-1", "--node", "eu", "--parent-node", "root", "--parent-url", root.leafURL(t))
 	cluster := startUp(t, "--data-dir", t.TempDir(), "--node", "eu-1", "--parent-node", "eu", "--parent-url", region.leafURL(t))
 	for _, want := range []string{"JetStream domain: eu-1", `parent: node "eu" at ` + region.leafURL(t), "allot_config mirrors allot_config of domain eu"} {
-		if !strings.Contains(cluster.out.String(), want) {
-			t.Fatalf("cluster's up output lacks %q: %s", want, cluster.out.String())
-		}
+		cluster.printed(t, regexp.MustCompile(regexp.QuoteMeta(want)), want)
 	}
 
 	file := filepath.Join(t.TempDir(), "t.json")
