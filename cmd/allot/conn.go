@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/allot/allot/agent"
 )
 
 // connFlags are the connection flags of every command that connects to an
@@ -88,7 +90,9 @@ func (c *connFlags) dial(name string, extra ...nats.Option) (*nats.Conn, error) 
 	if err != nil {
 		return nil, err
 	}
-	opts = append(append(opts, nats.Name(name)), extra...)
+	// A refused permission reaches a client only asynchronously: log it
+	// with its subject rather than leave a bare time-out.
+	opts = append(append(opts, nats.Name(name), nats.ErrorHandler(agent.ErrorHandler(nil))), extra...)
 	nc, err := nats.Connect(c.url, opts...)
 	var unknownCA x509.UnknownAuthorityError
 	switch {

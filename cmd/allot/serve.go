@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/allot/allot/agent"
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/deploy/templates"
 	"github.com/allot/allot/internal/config"
@@ -667,6 +668,7 @@ func connect(conn *connFlags, name string, log *slog.Logger) (*nats.Conn, error)
 		nats.ReconnectWait(250*time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrl()) }),
+		nats.ErrorHandler(agent.ErrorHandler(log)),
 	)
 }
 

@@ -1,0 +1,50 @@
+package agent
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// A user may not subscribe to coordinator subjects: the refusal reaches
+// the client only asynchronously, and ErrorHandler logs it as an error that
+// names the subject, instead of leaving a silent time-out.
+func TestErrorHandlerLogsPermissionViolation(t *testing.T) {
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+		Users: []*server.User{{Username: "tenant", Password: "pw", Permissions: &server.Permissions{
+			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(s.Shutdown)
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	var logs lockedBuffer
+	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("tenant", "pw"),
+		nats.ErrorHandler(ErrorHandler(slog.New(slog.NewTextHandler(&logs, nil)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if _, err := nc.SubscribeSync("allot.root.capacity.get"); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), "allot.root.capacity.get") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log naming the refused subject: %q", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "permission") {
+		t.Fatalf("the refusal is not logged as a permission error: %q", logs.String())
+	}
+}
