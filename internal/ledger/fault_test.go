@@ -397,19 +397,12 @@ const faultSeeds = 60
 // MaxRecordWait: then it is made within what is recorded. Grants within
 // the recorded bounds never wait.
 func TestRecordWaitIsBounded(t *testing.T) {
-	tm := &config.Template{Name: "t", Glob: "*", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
-		LeaseLength: 10 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 10 * time.Second}
-	set := config.NewSet(1, []*config.Template{tm}, nil)
-	now := int64(1e18)
-	l := New(Config{Node: "n", ServerID: "s", Term: 1})
-	p, _ := l.Start(now, Prior{Kind: PriorNew})
-	l.Commit(now, p, nil)
+	h := newHolderHarness(t, 1, int64(1e18), Prior{Kind: PriorNew})
+	l, now := h.l, h.now
+	var p *Proposal
 	ask := func(id string, wants float64) []Slot {
-		s, err := l.Get(now, set, &allotpb.GetCapacityRequest{ClientId: id, Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: wants}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
+		h.now = now
+		return h.enqueue(id, wants)
 	}
 	// First grant: the resource must be listed first.
 	a := ask("a", 30)

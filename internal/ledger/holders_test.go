@@ -44,6 +44,17 @@ func (h *holderHarness) commit(p *Proposal) {
 	}
 }
 
+// enqueue has client id ask for wants of resource r in the next round,
+// without running it.
+func (h *holderHarness) enqueue(id string, wants float64) []Slot {
+	h.t.Helper()
+	s, err := h.l.Get(h.now, h.set, &allotpb.GetCapacityRequest{ClientId: id, Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: wants}}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return s
+}
+
 // ask has client id ask for wants, reporting the lease has (expiring in
 // 10 s) if positive, and returns what it is granted.
 func (h *holderHarness) ask(id string, wants, has float64) float64 {
@@ -158,10 +169,7 @@ func TestHolderPromiseBindsNewClients(t *testing.T) {
 		t.Fatal("no promise binds after a committed write")
 	}
 	// b's record write fails.
-	if _, err := h.l.Get(h.now, h.set, &allotpb.GetCapacityRequest{ClientId: "b",
-		Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: 10}}}); err != nil {
-		t.Fatal(err)
-	}
+	h.enqueue("b", 10)
 	p := h.l.Propose(h.now)
 	if p == nil || p.Record.GetResources()["r"].GetHolders() != 2 {
 		t.Fatalf("no record proposed listing b: %v", p)
@@ -211,22 +219,10 @@ func TestTakeoverRecordDropsPromise(t *testing.T) {
 // While a write that starts a promise is in flight, only the clients it
 // lists may be granted: the write may land.
 func TestPromiseInFlightBinds(t *testing.T) {
-	tm := &config.Template{Name: "t", Glob: "*", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
-		LeaseLength: 10 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 10 * time.Second}
-	set := config.NewSet(1, []*config.Template{tm}, nil)
-	now := int64(1e18)
-	l := New(Config{Node: "n", ServerID: "s", Term: 1})
-	p, _ := l.Start(now, Prior{Kind: PriorNew})
-	l.Commit(now, p, nil)
-	get := func(id string) []Slot {
-		s, err := l.Get(now, set, &allotpb.GetCapacityRequest{ClientId: id, Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: 10}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	get("a")
-	p = l.Propose(now) // lists a; stays in flight
+	h := newHolderHarness(t, 1, int64(1e18), Prior{Kind: PriorNew})
+	l, now := h.l, h.now
+	h.enqueue("a", 10)
+	p := l.Propose(now) // lists a; stays in flight
 	if p == nil {
 		t.Fatal("nothing proposed")
 	}
