@@ -290,13 +290,15 @@ func (a *Agent) refresh(t time.Time) error {
 	defer a.mu.Unlock()
 	// A part answered by a lower term than another (or than seen before)
 	// comes from a deposed coordinator.
-	term := a.term
+	var top uint64 // the highest term among the replies
+	replied := false
 	for k, err := range errs {
 		if err == nil {
-			term = max(term, resps[k].GetTerm())
+			top, replied = max(top, resps[k].GetTerm()), true
 		}
 	}
-	if top := a.answeredTerm(errs, resps); top < term && term == a.term {
+	term := max(a.term, top)
+	if replied && top < a.term {
 		// Every answer is below the highest term seen. A deposed leader
 		// goes silent (its successor answers from then on), so answers
 		// that stay below it mean that term is gone, or was never real (a
@@ -351,25 +353,13 @@ func (a *Agent) refresh(t time.Time) error {
 // huge term must not lock the agent out of its coordinator for ever.
 const staleTermLimit = 3
 
-// answeredTerm is the highest term among the parts that were answered (0
-// if none was).
-func (a *Agent) answeredTerm(errs []error, resps []*allotpb.GetCapacityResponse) uint64 {
-	var top uint64
-	answered := false
-	for k, err := range errs {
-		if err == nil {
-			top, answered = max(top, resps[k].GetTerm()), true
-		}
-	}
-	if !answered {
-		return a.term
-	}
-	return top
-}
-
 // installLocked installs the leases of resp, the answer to a request for
 // sent (sorted by id). Resources closed since are left alone.
 func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityResponse) {
+	// No coordinator issues a longer lease; a reply claiming one (a forged
+	// "until 2999") would otherwise be reported back for ever and refused
+	// as a bad request.
+	longest := now(a.o.clock).Add(wire.MaxLeaseLength)
 	for _, rr := range resp.GetResponse() {
 		i, ok := slices.BinarySearchFunc(sent, rr.GetResourceId(), func(r *resource, id string) int { return strings.Compare(r.id, id) })
 		if !ok || sent[i].closed {
@@ -394,12 +384,9 @@ func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityRespons
 			continue
 		}
 		r.leased, r.granted = true, c
-		// No coordinator issues a longer lease; a reply claiming one (a
-		// forged "until 2999") would otherwise be reported back for ever
-		// and refused as a bad request.
 		r.expiry = g.GetExpiryTime().AsTime()
-		if limit := now(a.o.clock).Add(wire.MaxLeaseLength); r.expiry.After(limit) {
-			r.expiry = limit
+		if r.expiry.After(longest) {
+			r.expiry = longest
 		}
 		r.refresh = g.GetRefreshInterval().AsDuration()
 		if r.refresh <= 0 {
