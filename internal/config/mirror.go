@@ -228,6 +228,11 @@ func OpenOrigin(ctx context.Context, nc *nats.Conn, bucket string, create bool) 
 // ends: then it returns ctx's error, and the mirror keeps filling once the
 // parent is reachable. A bucket that is not a mirror is synced at once.
 func WaitMirrorSynced(ctx context.Context, kv jetstream.KeyValue) error {
+	// A mirror reports no lag before its first message has arrived, too:
+	// an empty mirror counts as synced only once it has stayed so for
+	// emptySettle (an empty origin costs that much at startup).
+	const emptySettle = time.Second
+	var emptySince time.Time
 	for {
 		st, err := kv.Status(ctx)
 		if err != nil {
@@ -238,7 +243,16 @@ func WaitMirrorSynced(ctx context.Context, kv jetstream.KeyValue) error {
 			return nil
 		}
 		if m := kst.StreamInfo().Mirror; m != nil && m.Active >= 0 && m.Lag == 0 && m.Error == nil {
-			return nil
+			if kst.StreamInfo().State.LastSeq > 0 {
+				return nil
+			}
+			if emptySince.IsZero() {
+				emptySince = time.Now()
+			} else if time.Since(emptySince) >= emptySettle {
+				return nil
+			}
+		} else {
+			emptySince = time.Time{}
 		}
 		select {
 		case <-ctx.Done():
