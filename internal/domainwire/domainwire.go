@@ -1,0 +1,196 @@
+// Package domainwire holds the wire contract of allot's domain limits
+// (Charon-style rate-limited and copy-limited resources, see
+// docs/domains.md): the subjects and the JSON messages that agents and the
+// domain server exchange, and their validation. Both sides import it, so
+// they cannot drift apart.
+//
+// Every message is JSON, so the nats CLI speaks it directly:
+//
+//	nats req allot.root.domain.request.api.search '{"domain":"acme","copies":1}'
+package domainwire
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Operations: the fourth token of a domain subject.
+const (
+	OpRequest  = "request"  // rate-limited: apply hits
+	OpReserve  = "reserve"  // copy-limited: take a hold
+	OpRelease  = "release"  // give copies of a hold back
+	OpRefresh  = "refresh"  // keep a client's holds alive
+	OpTransfer = "transfer" // stage copies of a hold for another process
+	OpSeize    = "seize"    // claim staged copies
+)
+
+// Ops lists every operation.
+var Ops = []string{OpRequest, OpReserve, OpRelease, OpRefresh, OpTransfer, OpSeize}
+
+// Limits of the messages.
+const (
+	// MaxNameLen bounds a namespace or resource name (a subject token).
+	MaxNameLen = 64
+	// MaxDomainLen bounds a domain, a group and a client id.
+	MaxDomainLen = 256
+	// MaxCopies bounds copies, min_copies and every amount.
+	MaxCopies = 1_000_000_000_000
+	// MaxHoldsPerRefresh bounds the holds one refresh lists.
+	MaxHoldsPerRefresh = 10_000
+	// MaxTransferTTL bounds a transfer's ttl.
+	MaxTransferTTL = 24 * time.Hour
+	// Unlimited is how a reply writes a limit that is not configured.
+	Unlimited int64 = -1
+)
+
+// Error codes, in the Nats-Service-Error-Code header of an error reply
+// and in ErrorReply.Code.
+const (
+	CodeBadRequest = 400 // malformed or invalid request
+	CodeForbidden  = 403 // the hold belongs to another client
+	CodeNotFound   = 404 // unknown resource, hold or transfer
+	CodeConflict   = 409 // wrong kind of resource, or more copies released than held
+	CodeInternal   = 500
+)
+
+// ErrBadRequest is wrapped by every validation error.
+var ErrBadRequest = errors.New("bad request")
+
+// Subject is allot.<node>.domain.<op>.<namespace>.<resource>.
+func Subject(node, op, namespace, resource string) string {
+	return "allot." + node + ".domain." + op + "." + namespace + "." + resource
+}
+
+// PartitionSubject is the prefix partition i of N > 1 subscribes to with
+// ".>": mapped subjects arrive as allot.<node>.domain.p.<i>.<op>.<namespace>.<resource>.
+func PartitionSubject(node string, i int) string {
+	return "allot." + node + ".domain.p." + strconv.Itoa(i)
+}
+
+// Mappings returns the NATS subject mappings that spread a node's domain
+// subjects over n partitions by namespace and resource, so that every
+// operation on one resource reaches the same partition. n ≤ 1 needs none.
+func Mappings(node string, n int) map[string]string {
+	if n <= 1 {
+		return nil
+	}
+	out := make(map[string]string, len(Ops))
+	for _, op := range Ops {
+		out["allot."+node+".domain."+op+".*.*"] = fmt.Sprintf("allot.%s.domain.p.{{partition(%d,1,2)}}.%s.{{wildcard(1)}}.{{wildcard(2)}}", node, n, op)
+	}
+	return out
+}
+
+// ParseSubject returns the operation, namespace and resource of a domain
+// subject in either form (plain or partitioned).
+func ParseSubject(subject string) (op, namespace, resource string, err error) {
+	t := strings.Split(subject, ".")
+	switch {
+	case len(t) == 6 && t[0] == "allot" && t[2] == "domain":
+		op, namespace, resource = t[3], t[4], t[5]
+	case len(t) == 8 && t[0] == "allot" && t[2] == "domain" && t[3] == "p":
+		op, namespace, resource = t[5], t[6], t[7]
+	default:
+		return "", "", "", badf("subject %q is not allot.<node>.domain.<op>.<namespace>.<resource>", clip(subject))
+	}
+	if err := ValidateName("namespace", namespace); err != nil {
+		return "", "", "", err
+	}
+	if err := ValidateName("resource", resource); err != nil {
+		return "", "", "", err
+	}
+	return op, namespace, resource, nil
+}
+
+// SplitResource splits "namespace:resource", the form the agent API takes.
+func SplitResource(s string) (namespace, resource string, err error) {
+	namespace, resource, ok := strings.Cut(s, ":")
+	if !ok {
+		return "", "", badf("resource %q is not of the form \"namespace:resource\"", clip(s))
+	}
+	if err := ValidateName("namespace", namespace); err != nil {
+		return "", "", err
+	}
+	if err := ValidateName("resource", resource); err != nil {
+		return "", "", err
+	}
+	return namespace, resource, nil
+}
+
+// ValidateName checks a namespace or resource name: 1 to MaxNameLen
+// characters of [A-Za-z0-9_-], as it is a subject token.
+func ValidateName(what, s string) error {
+	if s == "" {
+		return badf("%s is empty", what)
+	}
+	if len(s) > MaxNameLen {
+		return badf("%s is %d characters long; the limit is %d", what, len(s), MaxNameLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return badf("%s %q contains %q; use only letters, digits, '_' and '-'", what, clip(s), string(rune(c)))
+		}
+	}
+	return nil
+}
+
+// ValidateID checks a domain, group, client, hold or transfer id: 1 to
+// MaxDomainLen bytes of printable characters without spaces.
+func ValidateID(what, s string) error {
+	if s == "" {
+		return badf("%s is empty", what)
+	}
+	if len(s) > MaxDomainLen {
+		return badf("%s is %d bytes long; the limit is %d", what, len(s), MaxDomainLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c == 0x7f {
+			return badf("%s %q contains a space or control character", what, clip(s))
+		}
+	}
+	return nil
+}
+
+// validateCopies fills min_copies (default: copies, all or nothing) and
+// checks both.
+func validateCopies(copies, minCopies *int64) error {
+	if *copies == 0 {
+		*copies = 1
+	}
+	if *copies < 0 || *copies > MaxCopies {
+		return badf("copies %d is outside [1, %d]", *copies, int64(MaxCopies))
+	}
+	if *minCopies == 0 {
+		*minCopies = *copies
+	}
+	if *minCopies < 0 || *minCopies > *copies {
+		return badf("min_copies %d is outside [1, copies = %d]", *minCopies, *copies)
+	}
+	return nil
+}
+
+// Limit writes a limit of the decision core for a reply: not configured
+// (math.MaxInt64) is Unlimited.
+func Limit(v int64) int64 {
+	if v == math.MaxInt64 {
+		return Unlimited
+	}
+	return v
+}
+
+func badf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, args...))
+}
+
+// clip shortens s for an error message.
+func clip(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
+}

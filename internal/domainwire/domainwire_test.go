@@ -1,0 +1,116 @@
+package domainwire
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestValidate(t *testing.T) {
+	long := strings.Repeat("x", MaxDomainLen+1)
+	cases := []struct {
+		name string
+		v    interface{ Validate() error }
+		ok   bool
+	}{
+		{"request defaults", &Request{Domain: "acme"}, true},
+		{"request empty domain", &Request{}, false},
+		{"request space in domain", &Request{Domain: "a b"}, false},
+		{"request long domain", &Request{Domain: long}, false},
+		{"request negative copies", &Request{Domain: "a", Copies: -1}, false},
+		{"request huge copies", &Request{Domain: "a", Copies: MaxCopies + 1}, false},
+		{"request min above copies", &Request{Domain: "a", Copies: 2, MinCopies: 3}, false},
+		{"request min negative", &Request{Domain: "a", Copies: 2, MinCopies: -1}, false},
+		{"reserve needs client", &Reserve{Domain: "a"}, false},
+		{"reserve", &Reserve{Domain: "a", ClientID: "c", Copies: 3, MinCopies: 1}, true},
+		{"release", &Release{ClientID: "c", HoldID: "h"}, true},
+		{"release negative", &Release{ClientID: "c", HoldID: "h", Copies: -2}, false},
+		{"release no hold", &Release{ClientID: "c"}, false},
+		{"refresh empty", &Refresh{ClientID: "c"}, true},
+		{"refresh dup", &Refresh{ClientID: "c", Holds: []Hold{{HoldID: "h", Domain: "d", Copies: 1}, {HoldID: "h", Domain: "d", Copies: 1}}}, false},
+		{"refresh zero copies", &Refresh{ClientID: "c", Holds: []Hold{{HoldID: "h", Domain: "d"}}}, false},
+		{"refresh bad group", &Refresh{ClientID: "c", Holds: []Hold{{HoldID: "h", Domain: "d", Copies: 1, Groups: []string{""}}}}, false},
+		{"seize", &Seize{ClientID: "c", TransferID: "ns.r.x"}, true},
+		{"seize no id", &Seize{ClientID: "c"}, false},
+	}
+	for _, c := range cases {
+		err := c.v.Validate()
+		if (err == nil) != c.ok {
+			t.Errorf("%s: err = %v, want ok = %v", c.name, err, c.ok)
+		}
+		if err != nil && !errors.Is(err, ErrBadRequest) {
+			t.Errorf("%s: %v does not wrap ErrBadRequest", c.name, err)
+		}
+	}
+	r := Request{Domain: "a", Copies: 5}
+	if err := r.Validate(); err != nil || r.MinCopies != 5 {
+		t.Errorf("min_copies defaults to copies: %+v %v", r, err)
+	}
+}
+
+func TestTransferValidate(t *testing.T) {
+	for _, c := range []struct {
+		ttl string
+		ok  bool
+	}{{"", true}, {"30s", true}, {"0s", false}, {"-1s", false}, {"25h", false}, {"soon", false}} {
+		_, err := (&Transfer{ClientID: "c", HoldID: "h", TTL: c.ttl}).Validate()
+		if (err == nil) != c.ok {
+			t.Errorf("ttl %q: %v", c.ttl, err)
+		}
+	}
+}
+
+func TestSubjects(t *testing.T) {
+	s := Subject("root", OpReserve, "jobs", "sandbox")
+	op, ns, res, err := ParseSubject(s)
+	if err != nil || op != OpReserve || ns != "jobs" || res != "sandbox" {
+		t.Fatalf("ParseSubject(%s) = %s %s %s %v", s, op, ns, res, err)
+	}
+	op, ns, res, err = ParseSubject(PartitionSubject("root", 3) + ".seize.jobs.sandbox")
+	if err != nil || op != OpSeize || ns != "jobs" || res != "sandbox" {
+		t.Fatalf("partitioned: %s %s %s %v", op, ns, res, err)
+	}
+	for _, bad := range []string{"allot.root.domain.reserve.jobs", "allot.root.quota.take.a.b", "allot.root.domain.reserve.j*bs.x"} {
+		if _, _, _, err := ParseSubject(bad); err == nil {
+			t.Errorf("ParseSubject(%s) accepted", bad)
+		}
+	}
+	if ns, res, err := TransferResource("jobs.sandbox.abc.def"); err != nil || ns != "jobs" || res != "sandbox" {
+		t.Errorf("TransferResource: %s %s %v", ns, res, err)
+	}
+	if _, _, err := TransferResource("nodots"); err == nil {
+		t.Error("TransferResource accepted an id without resource")
+	}
+	if got := len(Mappings("root", 4)); got != len(Ops) {
+		t.Errorf("Mappings: %d, want %d", got, len(Ops))
+	}
+}
+
+func TestDecodeStrict(t *testing.T) {
+	var r Request
+	for _, bad := range []string{`{"domain":"a","bogus":1}`, `{"domain":"a"} {}`, `{"copies":"x"}`, `[`, `{"copies":1e400}`} {
+		if err := Decode([]byte(bad), &r); err == nil || !errors.Is(err, ErrBadRequest) {
+			t.Errorf("Decode(%s) = %v", bad, err)
+		}
+	}
+	if err := Decode(nil, &Seize{}); err != nil {
+		t.Errorf("empty body: %v", err)
+	}
+}
+
+func FuzzDecodeValidate(f *testing.F) {
+	f.Add([]byte(`{"domain":"acme","copies":3,"min_copies":1}`))
+	f.Add([]byte(`{"client_id":"c","holds":[{"hold_id":"h","domain":"d","copies":2,"groups":["g"]}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var r Request
+		if Decode(data, &r) == nil && r.Validate() == nil {
+			if r.MinCopies < 1 || r.MinCopies > r.Copies || r.Copies > MaxCopies {
+				t.Fatalf("valid request out of range: %+v", r)
+			}
+		}
+		var rf Refresh
+		if Decode(data, &rf) == nil {
+			_ = rf.Validate()
+		}
+	})
+}

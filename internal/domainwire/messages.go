@@ -1,0 +1,323 @@
+package domainwire
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// MaxPayload bounds a request body (a refresh listing many holds is the
+// largest).
+const MaxPayload = 1 << 20
+
+// Request is the body of allot.<node>.domain.request.<ns>.<resource>:
+// apply the largest n in [min_copies, copies] hits for domain, or none.
+type Request struct {
+	Domain string `json:"domain"`
+	// Copies defaults to 1, MinCopies to Copies (all or nothing).
+	Copies    int64 `json:"copies,omitempty"`
+	MinCopies int64 `json:"min_copies,omitempty"`
+	// ClientID is optional: it names the caller in logs.
+	ClientID string `json:"client_id,omitempty"`
+}
+
+// Validate fills the defaults and checks r.
+func (r *Request) Validate() error {
+	if err := ValidateID("domain", r.Domain); err != nil {
+		return err
+	}
+	if r.ClientID != "" {
+		if err := ValidateID("client_id", r.ClientID); err != nil {
+			return err
+		}
+	}
+	return validateCopies(&r.Copies, &r.MinCopies)
+}
+
+// RateReply answers a Request, with the context data of the Charon paper
+// (section 3.1). Granted is 0 on rejection. Limits not configured are
+// Unlimited (-1).
+type RateReply struct {
+	Granted              int64 `json:"granted"`
+	HardLimit            int64 `json:"hard_limit"`
+	GlobalLimit          int64 `json:"global_limit"`
+	TierLimit            int64 `json:"tier_limit"`
+	DomainHitsLastSecond int64 `json:"domain_hits_last_second"`
+	GlobalHitsLastSecond int64 `json:"global_hits_last_second"`
+	TierHits             int64 `json:"tier_hits"`
+	Tier                 int   `json:"tier"`
+	Burst                bool  `json:"burst"`
+	HardLimited          bool  `json:"hard_limited"`
+	GlobalLimited        bool  `json:"global_limited"`
+	// Ignored: the namespace ignores its configured limits; granted
+	// regardless, still counted.
+	Ignored bool `json:"ignored,omitempty"`
+	// Unconfigured: the resource is not configured and the namespace
+	// allows unconfigured resources with the most permissive limits.
+	Unconfigured bool `json:"unconfigured,omitempty"`
+}
+
+// Reserve is the body of allot.<node>.domain.reserve.<ns>.<resource>:
+// hold the largest n in [min_copies, copies] copies for domain, or none.
+type Reserve struct {
+	Domain    string `json:"domain"`
+	Copies    int64  `json:"copies,omitempty"`
+	MinCopies int64  `json:"min_copies,omitempty"`
+	// ClientID owns the hold: only it may release, refresh or transfer it,
+	// and the hold lives as long as it refreshes (Refresh). Required.
+	ClientID string `json:"client_id"`
+}
+
+// Validate fills the defaults and checks r.
+func (r *Reserve) Validate() error {
+	if err := ValidateID("domain", r.Domain); err != nil {
+		return err
+	}
+	if err := ValidateID("client_id", r.ClientID); err != nil {
+		return err
+	}
+	return validateCopies(&r.Copies, &r.MinCopies)
+}
+
+// GroupHolds is one domain group's pool in a reply.
+type GroupHolds struct {
+	Name  string `json:"name"`
+	Limit int64  `json:"limit"`
+	Holds int64  `json:"holds"`
+}
+
+// ReserveReply answers a Reserve (and a Seize, for the hold it makes).
+// Granted is 0 on rejection, and then HoldID is empty.
+type ReserveReply struct {
+	Granted int64  `json:"granted"`
+	HoldID  string `json:"hold_id"`
+	// Groups are the domain's groups when the copies were reserved; the
+	// hold releases into them.
+	Groups      []string     `json:"groups"`
+	DomainLimit int64        `json:"domain_limit"`
+	GlobalLimit int64        `json:"global_limit"`
+	DomainHolds int64        `json:"domain_holds"`
+	GlobalHolds int64        `json:"global_holds"`
+	GroupHolds  []GroupHolds `json:"group_holds"`
+	// TTLMillis is how long the hold lives without a refresh.
+	TTLMillis int64 `json:"ttl_ms"`
+	// Learning: a new leader is still learning the holds that exist from
+	// their holders' refreshes and grants nothing until then; retry after
+	// RetryAfterMillis.
+	Learning         bool  `json:"learning,omitempty"`
+	RetryAfterMillis int64 `json:"retry_after_ms,omitempty"`
+	Ignored          bool  `json:"ignored,omitempty"`
+	Unconfigured     bool  `json:"unconfigured,omitempty"`
+}
+
+// Release is the body of allot.<node>.domain.release.<ns>.<resource>:
+// give copies of a hold back (partial releases allowed).
+type Release struct {
+	ClientID string `json:"client_id"`
+	HoldID   string `json:"hold_id"`
+	// Copies defaults to every copy the hold has left.
+	Copies int64 `json:"copies,omitempty"`
+}
+
+// Validate checks r.
+func (r *Release) Validate() error {
+	if err := ValidateID("client_id", r.ClientID); err != nil {
+		return err
+	}
+	if err := ValidateID("hold_id", r.HoldID); err != nil {
+		return err
+	}
+	if r.Copies < 0 || r.Copies > MaxCopies {
+		return badf("copies %d is outside [0, %d] (0: all)", r.Copies, int64(MaxCopies))
+	}
+	return nil
+}
+
+// ReleaseReply answers a Release.
+type ReleaseReply struct {
+	// Remaining is what the hold still has.
+	Remaining int64 `json:"remaining"`
+}
+
+// Hold is one hold a client lists in a Refresh.
+type Hold struct {
+	HoldID string   `json:"hold_id"`
+	Domain string   `json:"domain"`
+	Groups []string `json:"groups"`
+	Copies int64    `json:"copies"`
+}
+
+// Refresh is the body of allot.<node>.domain.refresh.<ns>.<resource>: the
+// client's holds of the resource, which live on for another TTL. A new
+// leader rebuilds its hold counts from these.
+type Refresh struct {
+	ClientID string `json:"client_id"`
+	Holds    []Hold `json:"holds"`
+}
+
+// Validate checks r.
+func (r *Refresh) Validate() error {
+	if err := ValidateID("client_id", r.ClientID); err != nil {
+		return err
+	}
+	if len(r.Holds) > MaxHoldsPerRefresh {
+		return badf("%d holds in one refresh; the limit is %d", len(r.Holds), MaxHoldsPerRefresh)
+	}
+	seen := make(map[string]bool, len(r.Holds))
+	for i, h := range r.Holds {
+		if err := ValidateID(fmt.Sprintf("holds[%d].hold_id", i), h.HoldID); err != nil {
+			return err
+		}
+		if seen[h.HoldID] {
+			return badf("hold %q is listed twice", clip(h.HoldID))
+		}
+		seen[h.HoldID] = true
+		if err := ValidateID(fmt.Sprintf("holds[%d].domain", i), h.Domain); err != nil {
+			return err
+		}
+		for j, g := range h.Groups {
+			if err := ValidateID(fmt.Sprintf("holds[%d].groups[%d]", i, j), g); err != nil {
+				return err
+			}
+		}
+		if h.Copies < 1 || h.Copies > MaxCopies {
+			return badf("holds[%d].copies %d is outside [1, %d]", i, h.Copies, int64(MaxCopies))
+		}
+	}
+	return nil
+}
+
+// RefreshReply answers a Refresh.
+type RefreshReply struct {
+	TTLMillis int64 `json:"ttl_ms"`
+	// Lost lists holds of the refresh the server no longer has (they
+	// expired, or were released); their copies are no longer held.
+	Lost []string `json:"lost"`
+}
+
+// Transfer is the body of allot.<node>.domain.transfer.<ns>.<resource>:
+// move copies of a hold into a staging area for ttl.
+type Transfer struct {
+	ClientID string `json:"client_id"`
+	HoldID   string `json:"hold_id"`
+	// Copies defaults to every copy the hold has left.
+	Copies int64 `json:"copies,omitempty"`
+	// TTL is a Go duration ("30s"), in (0, 24h]; default 30s.
+	TTL string `json:"ttl,omitempty"`
+}
+
+// DefaultTransferTTL is a Transfer's ttl when none is given.
+const DefaultTransferTTL = 30 * time.Second
+
+// Validate checks r and returns its ttl.
+func (r *Transfer) Validate() (time.Duration, error) {
+	if err := ValidateID("client_id", r.ClientID); err != nil {
+		return 0, err
+	}
+	if err := ValidateID("hold_id", r.HoldID); err != nil {
+		return 0, err
+	}
+	if r.Copies < 0 || r.Copies > MaxCopies {
+		return 0, badf("copies %d is outside [0, %d] (0: all)", r.Copies, int64(MaxCopies))
+	}
+	if r.TTL == "" {
+		return DefaultTransferTTL, nil
+	}
+	ttl, err := time.ParseDuration(r.TTL)
+	if err != nil || ttl <= 0 || ttl > MaxTransferTTL {
+		return 0, badf("ttl %q is not a duration in (0, %v]", clip(r.TTL), MaxTransferTTL)
+	}
+	return ttl, nil
+}
+
+// TransferReply answers a Transfer.
+type TransferReply struct {
+	// TransferID names the staged copies for Seize: "<ns>.<resource>.<id>",
+	// so that a seizer knows the subject to send it to.
+	TransferID string `json:"transfer_id"`
+	// Remaining is what the hold still has.
+	Remaining int64 `json:"remaining"`
+}
+
+// Seize is the body of allot.<node>.domain.seize.<ns>.<resource>: claim
+// staged copies as a new hold of ClientID.
+type Seize struct {
+	ClientID   string `json:"client_id"`
+	TransferID string `json:"transfer_id"`
+}
+
+// Validate checks r.
+func (r *Seize) Validate() error {
+	if err := ValidateID("client_id", r.ClientID); err != nil {
+		return err
+	}
+	return ValidateID("transfer_id", r.TransferID)
+}
+
+// SeizeReply answers a Seize: the new hold, with what a client needs to
+// treat it as if it had reserved it.
+type SeizeReply struct {
+	HoldID    string   `json:"hold_id"`
+	Namespace string   `json:"namespace"`
+	Resource  string   `json:"resource"`
+	Domain    string   `json:"domain"`
+	Groups    []string `json:"groups"`
+	Copies    int64    `json:"copies"`
+	TTLMillis int64    `json:"ttl_ms"`
+}
+
+// TransferResource returns the namespace and resource a transfer id
+// names.
+func TransferResource(transferID string) (namespace, resource string, err error) {
+	if err := ValidateID("transfer_id", transferID); err != nil {
+		return "", "", err
+	}
+	var rest string
+	var ok bool
+	namespace, rest, ok = cut(transferID)
+	if ok {
+		resource, _, ok = cut(rest)
+	}
+	if !ok {
+		return "", "", badf("transfer_id %q is not <namespace>.<resource>.<id>", clip(transferID))
+	}
+	if err := ValidateName("namespace", namespace); err != nil {
+		return "", "", err
+	}
+	if err := ValidateName("resource", resource); err != nil {
+		return "", "", err
+	}
+	return namespace, resource, nil
+}
+
+func cut(s string) (before, after string, ok bool) { return strings.Cut(s, ".") }
+
+// ErrorReply is the body of an error reply; its headers are those of a
+// NATS micro error (Nats-Service-Error-Code, Nats-Service-Error).
+type ErrorReply struct {
+	Code  int    `json:"code"`
+	Error string `json:"error"`
+}
+
+// Decode decodes a JSON body into v strictly: unknown fields, trailing
+// data and bodies above MaxPayload are errors wrapping ErrBadRequest.
+func Decode(data []byte, v any) error {
+	if len(data) > MaxPayload {
+		return badf("body of %d bytes; the limit is %d", len(data), MaxPayload)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		data = []byte("{}")
+	}
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return badf("invalid JSON: %v", err)
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return badf("invalid JSON: data after the object")
+	}
+	return nil
+}
