@@ -180,6 +180,7 @@ type Agent struct {
 	// quotaSubj is allot.<node>.quota; Take and Report add the rest.
 	quotaSubj string
 	q         quotaState
+	d         domainState // domain limits (domain.go, hold.go)
 	// pbHeader marks requests as binary protobuf; shared and never
 	// modified, so concurrent requests can all read it.
 	pbHeader nats.Header
@@ -267,6 +268,8 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 		quotaFailures:       DefaultQuotaFailures,
 		quotaCooldown:       DefaultQuotaCooldown,
 		quotaReportInterval: DefaultQuotaReportInterval,
+
+		domain: domainOptions{timeout: DefaultDomainTimeout},
 	}
 	for _, opt := range opts {
 		if opt == nil {
@@ -297,6 +300,7 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 		pbHeader:  nats.Header{wire.HeaderContentType: []string{wire.ContentProtobuf}},
 	}
 	a.initQuota()
+	a.initDomain()
 	go a.run()
 	return a, nil
 }

@@ -457,7 +457,9 @@ func (a *Agent) release(ids []string) error {
 	return firstErr
 }
 
-// Close sends the quota reports not yet sent, closes all limiters and
+// Close gives back every domain hold (Reserve, Seize) within twice the
+// domain timeout, logging those it could not (they expire at the service
+// within their ttl), sends the quota reports not yet sent, closes all limiters and
 // gauges (waiters return ErrClosed, Allow reports false; Take and Report
 // return ErrClosed), stops refreshing, and gives every lease back with
 // ReleaseCapacity (in several requests beyond wire.MaxResourcesPerReq
@@ -468,6 +470,7 @@ func (a *Agent) release(ids []string) error {
 // is idempotent; it must not be called from an OnChange function.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
+		a.closeDomain()
 		a.closeQuota()
 		a.mu.Lock()
 		a.closed = true

@@ -66,6 +66,8 @@ type options struct {
 	quotaCooldown       time.Duration
 	quotaReportInterval time.Duration
 	quotaFallback       map[string]quotaFallback
+
+	domain domainOptions // domain.go
 }
 
 // An Option configures an Agent in New.

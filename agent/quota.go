@@ -129,7 +129,8 @@ type takeOptions struct {
 // WithMaxWait sets the longest wait this Take accepts: the bucket answers
 // REJECTED "timeout" rather than OK_WAIT beyond it. It lowers the bucket's
 // wait_timeout, never raises it; 0 means now or REJECTED. A context
-// deadline lowers it too.
+// deadline lowers it too. It is also a DomainOption: how long Request,
+// Reserve and AcquireAll retry rejections (the Charon paper's max_wait).
 func WithMaxWait(d time.Duration) TakeOption {
 	return func(o *takeOptions) error {
 		if d < 0 {
