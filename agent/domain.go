@@ -292,6 +292,10 @@ type DomainStatus struct {
 	LocalCopies int64
 	// Lost counts holds the service no longer had (they expired unrefreshed).
 	Lost uint64
+	// UnansweredReleases counts releases (Release, Close) the service did
+	// not answer: given back here, they reach it with the next refresh or
+	// by the hold's expiry.
+	UnansweredReleases uint64
 	// LastAnswer is when the service last answered; LastError the last
 	// failure to get an answer since then, or nil.
 	LastAnswer time.Time
@@ -391,7 +395,7 @@ func (a *Agent) unanswered(r *domainRes, err error) {
 	r.st.LastError = err
 	if !r.failing {
 		r.failing = true
-		a.log.Warn("allot: domain service not answering; failing open", "resource", r.name, "error", err)
+		a.log.Warn("allot: domain service not answering; failing open, holds kept for a new leader to learn", "resource", r.name, "error", err)
 	}
 }
 

@@ -216,6 +216,7 @@ func (f *fakeDomain) handle(m *nats.Msg) {
 				continue
 			}
 			h.expires = time.Now().Add(f.ttl)
+			h.copies = min(h.copies, x.Copies) // a release it missed
 		}
 		f.respondLocked(m, rep)
 	case domainwire.OpTransfer:

@@ -247,23 +247,37 @@ func TestDomainFailOpen(t *testing.T) {
 	if g, err := a.Request(ctx, "api:search", "acme", 3); err != nil || !g.Degraded {
 		t.Fatalf("Request not answered = %+v, %v; want degraded", g, err)
 	}
-	// A hold made while the service answers cannot be released while it
-	// does not: the error says so and the hold is unchanged.
-	f.set(func(f *fakeDomain) { f.silent = false })
-	h2, err := a.Reserve(ctx, "jobs:sandbox", "acme", 2)
+	// A release the service does not answer is applied here, and the
+	// next refresh carries it; the last copy's is carried by expiry.
+	f.set(func(f *fakeDomain) { f.silent, f.ttl = false, time.Second })
+	h2, err := a.Reserve(ctx, "jobs:sandbox", "acme", 3)
 	if err != nil || h2.Degraded() {
 		t.Fatal(err)
 	}
+	h3, err := a.Reserve(ctx, "jobs:sandbox", "acme", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	f.set(func(f *fakeDomain) { f.silent = true })
-	if err := h2.Release(ctx, 1); !errors.Is(err, ErrDomainUnavailable) || h2.Copies() != 2 {
-		t.Fatalf("Release without an answer = %v, %d left", err, h2.Copies())
+	if err := h2.Release(ctx, 2); err != nil || h2.Copies() != 1 {
+		t.Fatalf("Release without an answer = %v, %d left; want applied here", err, h2.Copies())
+	}
+	if err := h3.Close(); err != nil || h3.Copies() != 0 {
+		t.Fatalf("Close without an answer = %v", err)
+	}
+	if f.held("jobs:sandbox") != 4 {
+		t.Fatalf("the silent service changed its holds: %d", f.held("jobs:sandbox"))
 	}
 	f.set(func(f *fakeDomain) { f.silent = false })
-	if err := h2.Release(ctx, 1); err != nil || h2.Copies() != 1 {
+	eventually(t, 5*time.Second, "the refresh to carry the unanswered releases", func() bool { return f.held("jobs:sandbox") == 1 })
+	if err := h2.Release(ctx, 1); err != nil || h2.Copies() != 0 {
 		t.Fatalf("Release once answered again = %v, %d left", err, h2.Copies())
 	}
 	if st := statsOf(a, "api:search"); st.Degraded != 3 || st.LastError == nil {
 		t.Errorf("stats: %+v", st)
+	}
+	if st := statsOf(a, "jobs:sandbox"); st.UnansweredReleases != 2 {
+		t.Errorf("stats: %+v; want 2 unanswered releases", st)
 	}
 	// A cancelled context is an error, not a reason to fail open.
 	cctx, cancel := context.WithCancel(ctx)
@@ -420,11 +434,8 @@ func TestDomainRefresh(t *testing.T) {
 	}
 	// The service loses one: the next refresh says so.
 	f.set(func(f *fakeDomain) { delete(f.holds, hs[0].ID()) })
-	deadline := time.Now().Add(5 * time.Second)
-	for !hs[0].Lost() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !hs[0].Lost() || !errors.Is(hs[0].Err(), ErrHoldLost) || hs[1].Lost() {
+	eventually(t, 5*time.Second, "the lost hold", hs[0].Lost)
+	if !errors.Is(hs[0].Err(), ErrHoldLost) || hs[1].Lost() {
 		t.Fatalf("lost hold not marked: %v %v", hs[0].Lost(), hs[1].Lost())
 	}
 	if err := hs[0].Release(ctx, 1); !errors.Is(err, ErrHoldLost) {

@@ -22,6 +22,8 @@ var ErrHoldLost = errors.New("agent: hold lost")
 // whose copies were all released or transferred.
 var ErrHoldClosed = errors.New("agent: hold closed")
 
+var errNilHold = errors.New("agent: nil hold (Reserve or Seize failed)")
+
 // A Hold is copies of a copy-limited resource held for a domain, made by
 // Reserve or Seize. It belongs to the agent that made it, which refreshes
 // it in the background so that it lives until it is released; if the
@@ -275,11 +277,18 @@ func (h *Hold) markLost(why string) {
 
 // Release gives n of the hold's copies back, in [1, Copies()]; the rest
 // stay held. Releasing the last copy closes the hold. Asking for more
-// than the hold has, or releasing a closed or lost hold, is an error and
-// nothing is sent. When the service does not answer, the error wraps
-// ErrDomainUnavailable and the hold is unchanged (retry, or Close it). A
-// local hold (Degraded or Shadow) is released locally.
+// than the hold has, releasing a closed or lost hold, or a ctx already
+// ended is an error and nothing is sent; once sent, the release is seen
+// through whatever ctx does. When the service does not answer, the copies
+// are given back here all the same and the next refresh carries the
+// lower count to the service, which takes it as the truth (or, for the
+// last copy, the hold is no longer refreshed and expires within its
+// ttl); DomainStats counts it in UnansweredReleases. A local hold
+// (Degraded or Shadow) is released locally.
 func (h *Hold) Release(ctx context.Context, n int64) error {
+	if h == nil {
+		return errNilHold
+	}
 	h.op.Lock()
 	defer h.op.Unlock()
 	h.mu.Lock()
@@ -296,25 +305,47 @@ func (h *Hold) Release(ctx context.Context, n int64) error {
 		h.shrinkLocal(n)
 		return nil
 	}
-	var rep domainwire.ReleaseReply
-	if err := h.exchange(ctx, domainwire.OpRelease, &domainwire.Release{ClientID: h.a.o.clientID, HoldID: h.id, Copies: n}, &rep); err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	h.settle(rep.Remaining)
+	// Once sent, a release is seen through (within the domain timeout):
+	// abandoned half-way it might count at the service and not here.
+	var rep domainwire.ReleaseReply
+	err = h.exchange(context.WithoutCancel(ctx), domainwire.OpRelease, &domainwire.Release{ClientID: h.a.o.clientID, HoldID: h.id, Copies: n}, &rep)
+	switch {
+	case err == nil:
+		h.settle(rep.Remaining)
+	case errors.Is(err, ErrDomainUnavailable):
+		h.unansweredRelease(err)
+		h.settle(have - n)
+	default:
+		return err
+	}
 	return nil
+}
+
+// unansweredRelease counts and logs a release the service did not answer,
+// which the next refresh carries instead: the service takes the lower
+// count a refresh lists as the truth, and a hold no longer refreshed
+// expires.
+func (h *Hold) unansweredRelease(err error) {
+	h.a.log.Debug("allot: domain release not answered; the next refresh carries it", "resource", h.resource, "hold", h.id, "error", err)
+	h.a.note(h.ns, h.res, func(r *domainRes) {
+		r.st.UnansweredReleases++
+		r.st.LastError = err
+	})
 }
 
 // shrinkLocal takes n copies off a local hold.
 func (h *Hold) shrinkLocal(n int64) {
 	h.mu.Lock()
 	h.copies -= n
-	if h.copies == 0 {
-		h.closed = true
-	}
+	done := h.copies == 0
+	h.closed = done
 	h.mu.Unlock()
 	h.a.note(h.ns, h.res, func(r *domainRes) {
 		r.st.LocalCopies -= n
-		if h.copies == 0 {
+		if done {
 			r.st.LocalHolds--
 		}
 	})
@@ -363,10 +394,14 @@ func (h *Hold) settle(left int64) {
 // It is idempotent, and returns nil for a hold with nothing left to give
 // back (closed, released, transferred, already lost, or local), so it
 // suits defer. When the service does not answer, the hold is no longer
-// refreshed, so the service drops it within its ttl; the error wraps
-// ErrDomainUnavailable. When the service no longer had the hold, it is
-// marked lost and the error wraps ErrHoldLost.
+// refreshed, so the service drops it within its ttl; Close returns nil
+// and DomainStats counts it in UnansweredReleases. When the service no
+// longer had the hold, it is marked lost and the error wraps ErrHoldLost. Close of a nil hold does
+// nothing, so a defer placed before checking Reserve's error is safe.
 func (h *Hold) Close() error {
+	if h == nil {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*h.a.o.domain.timeout)
 	defer cancel()
 	return h.close(ctx)
@@ -390,8 +425,11 @@ func (h *Hold) close(ctx context.Context) error {
 	h.mu.Unlock()
 	err := h.exchange(ctx, domainwire.OpRelease, &domainwire.Release{ClientID: h.a.o.clientID, HoldID: h.id}, &domainwire.ReleaseReply{})
 	h.a.dropHold(h, false)
-	if err != nil {
-		return fmt.Errorf("agent: close hold %s of %s (no longer refreshed; the service drops it within its ttl): %w", h.id, h.resource, err)
+	switch {
+	case errors.Is(err, ErrDomainUnavailable) || err != nil && ctx.Err() != nil:
+		h.unansweredRelease(err) // out of time: the same as no answer
+	case err != nil:
+		return fmt.Errorf("agent: close hold %s of %s: %w", h.id, h.resource, err)
 	}
 	return nil
 }
@@ -410,6 +448,9 @@ func (a *Agent) releaseOrphan(h *Hold) {
 // the last copy closes it. A local hold cannot be transferred, and the
 // bad input errors of Release apply; nothing is sent then.
 func (h *Hold) Transfer(ctx context.Context, n int64, ttl time.Duration) (string, error) {
+	if h == nil {
+		return "", errNilHold
+	}
 	if ttl < 0 || ttl > domainwire.MaxTransferTTL {
 		return "", fmt.Errorf("agent: transfer ttl %v is outside (0, %v] (0: the service's default)", ttl, domainwire.MaxTransferTTL)
 	}
@@ -582,8 +623,7 @@ func (a *Agent) refreshRes(r *domainRes) {
 	next := ttl / 3
 	if failed != nil {
 		next /= 2
-		r.st.LastError = failed
-		a.log.Warn("allot: refreshing domain holds failed", "resource", r.name, "holds", len(holds), "error", failed)
+		a.unanswered(r, failed)
 	} else {
 		a.answered(r)
 	}
