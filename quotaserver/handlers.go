@@ -26,7 +26,7 @@ func (s *Server) handlePartition(m micro.Request) {
 	case ok && op == "report" && !strings.Contains(name, "."):
 		s.report(m, ns, name, true)
 	default:
-		s.handled.Add(1)
+		s.gate.Handled.Add(1)
 		s.replyError(m, wire.EncodingOf(nats.Header(m.Headers())), reply.CodeUnknownEndpoint,
 			fmt.Sprintf("unknown quota subject %q: want %stake.NAMESPACE.NAME or %sreport.NAMESPACE.NAME", m.Subject(), s.prefix, s.prefix))
 	}
@@ -94,7 +94,7 @@ func (s *Server) take(m micro.Request, ns, name string, inSubject bool) {
 		return
 	}
 	if !s.mayAnswer() {
-		s.silenced.Add(1)
+		s.gate.Silenced.Add(1)
 		return
 	}
 	// One reply buffer per request: the handlers of the endpoints run on
@@ -179,7 +179,7 @@ func (s *Server) forwardReports(enc wire.Encoding, q *wire.QuotaReports) int {
 			continue
 		}
 		if !s.mayAnswer() {
-			s.silenced.Add(1)
+			s.gate.Silenced.Add(1)
 			return n
 		}
 		if err := s.nc.PublishMsg(&nats.Msg{Subject: BucketSubject(s.opts.Node, "report", r.Namespace, r.Name), Header: h, Data: data}); err != nil {
@@ -196,9 +196,9 @@ func (s *Server) forwardReports(enc wire.Encoding, q *wire.QuotaReports) int {
 // server has stopped (a request still delivered to a drained
 // subscription), which leaves it to the new leader.
 func (s *Server) begin(m micro.Request) (wire.Encoding, bool) {
-	s.handled.Add(1)
-	if s.closed.Load() {
-		s.silenced.Add(1)
+	s.gate.Handled.Add(1)
+	if s.gate.Closed() {
+		s.gate.Silenced.Add(1)
 		return 0, false
 	}
 	return wire.EncodingOf(nats.Header(m.Headers())), true
@@ -208,7 +208,7 @@ func (s *Server) begin(m micro.Request) (wire.Encoding, bool) {
 // headers, so that the owning partition answers the requester directly.
 func (s *Server) forward(subject string, m micro.Request, data []byte) {
 	if !s.mayAnswer() {
-		s.silenced.Add(1)
+		s.gate.Silenced.Add(1)
 		return
 	}
 	// Counted first: the owner may answer before PublishMsg returns.
@@ -230,7 +230,7 @@ func (s *Server) respond(m micro.Request, enc wire.Encoding, msg proto.Message) 
 		return
 	}
 	if !s.mayAnswer() {
-		s.silenced.Add(1)
+		s.gate.Silenced.Add(1)
 		return
 	}
 	if err := s.nc.PublishMsg(out); err != nil {
@@ -241,7 +241,7 @@ func (s *Server) respond(m micro.Request, enc wire.Encoding, msg proto.Message) 
 // replyError answers with an error reply that micro counts in STATS.
 func (s *Server) replyError(m micro.Request, enc wire.Encoding, code int, text string) {
 	if !s.mayAnswer() {
-		s.silenced.Add(1)
+		s.gate.Silenced.Add(1)
 		return
 	}
 	if err := reply.Error(m, enc, code, text); err != nil {

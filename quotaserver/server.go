@@ -121,14 +121,11 @@ type Server struct {
 	// <op>.<namespace>.<name>.
 	prefix string
 
-	// handled counts messages the handlers have taken up, to see when
-	// Stop may end; silenced counts replies withheld.
-	handled   atomic.Uint64
-	silenced  atomic.Uint64
+	// gate says whether replies may still be sent.
+	gate      *reply.Gate
 	forwarded atomic.Uint64
 	takes     atomic.Uint64
 	reports   atomic.Uint64
-	closed    atomic.Bool
 	shadowed  shadowCounts
 
 	// table is safe for concurrent use; cfg is the configuration it was
@@ -141,9 +138,6 @@ type Server struct {
 	stop     chan struct{}
 	sweeper  sync.WaitGroup
 	stopOnce sync.Once
-	quit     chan struct{}
-	quitOnce sync.Once
-	failure  atomic.Pointer[error]
 }
 
 // New validates opts and returns a Server that is not yet serving.
@@ -154,8 +148,9 @@ func New(nc *nats.Conn, opts Options) (*Server, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
-	s := &Server{nc: nc, opts: opts, quit: make(chan struct{}), prefix: PartitionSubject(opts.Node, opts.Partition) + ".",
+	s := &Server{nc: nc, opts: opts, prefix: PartitionSubject(opts.Node, opts.Partition) + ".",
 		log: opts.Logger.With("node", opts.Node, "quota_partition", opts.Partition, "server_id", opts.ServerID)}
+	s.gate = reply.NewGate(opts.Valid, s.log, "quota partition")
 	cfg := opts.Config()
 	s.cfg.Store(cfg)
 	s.table = quota.NewTable(cfg, quota.Options{Since: opts.Since})
@@ -273,8 +268,8 @@ func (s *Server) Stop() {
 		if err := s.svc.Stop(); err != nil {
 			s.log.Warn("stopping micro service", "err", err)
 		}
-		reply.Settle(s.nc, s.handled.Load, stopQuiet, stopGrace)
-		s.closed.Store(true)
+		reply.Settle(s.nc, s.gate.Handled.Load, stopQuiet, stopGrace)
+		s.gate.Close()
 		close(s.stop)
 		s.sweeper.Wait()
 		s.log.Info("quota partition stopped")
@@ -290,41 +285,14 @@ const (
 
 // Done is closed when the server stops answering on its own: Valid turned
 // false. Err says why. Call Stop after it.
-func (s *Server) Done() <-chan struct{} { return s.quit }
+func (s *Server) Done() <-chan struct{} { return s.gate.Done() }
 
 // Err returns why the server stopped answering on its own, or nil.
-func (s *Server) Err() error {
-	if p := s.failure.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-func (s *Server) fail(err error) {
-	s.quitOnce.Do(func() {
-		s.failure.Store(&err)
-		s.log.Error("quota partition stops answering", "err", err)
-		close(s.quit)
-	})
-}
+func (s *Server) Err() error { return s.gate.Err() }
 
 // mayAnswer reports whether replies may be sent: not stopped, not failed,
 // and Valid (if set) still holds.
-func (s *Server) mayAnswer() bool {
-	if s.closed.Load() {
-		return false
-	}
-	select {
-	case <-s.quit:
-		return false
-	default:
-	}
-	if s.opts.Valid != nil && !s.opts.Valid() {
-		s.fail(errors.New("leadership lapsed (validity deadline passed)"))
-		return false
-	}
-	return true
-}
+func (s *Server) mayAnswer() bool { return s.gate.Open() }
 
 // sweep drops idle buckets every SweepInterval until Stop.
 func (s *Server) sweep() {
@@ -405,9 +373,9 @@ func (s *Server) Stats() Stats {
 	n, ev := s.table.Len(), s.table.Events()
 	st := Stats{
 		Node: s.opts.Node, ServerID: s.opts.ServerID, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
-		Term: s.opts.Term, Serving: !s.closed.Load() && s.Err() == nil, BucketsStartFull: s.opts.Since.IsZero(), Since: s.opts.Since,
+		Term: s.opts.Term, Serving: s.gate.Serving(), BucketsStartFull: s.opts.Since.IsZero(), Since: s.opts.Since,
 		Buckets: n, Takes: s.takes.Load(), Reports: s.reports.Load(), Forwarded: s.forwarded.Load(),
-		Silenced: s.silenced.Load(), Events: ev, Shadow: s.opts.Shadow,
+		Silenced: s.gate.Silenced.Load(), Events: ev, Shadow: s.opts.Shadow,
 	}
 	st.ShadowWouldRefuse, st.ShadowWouldRefuseByNS = s.shadowed.counts()
 	if err := s.Err(); err != nil {

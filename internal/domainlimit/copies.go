@@ -1,0 +1,232 @@
+package domainlimit
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// CopyResult is the answer to a reserve (paper 3.1, reserve).
+type CopyResult struct {
+	// Granted is n, the copies reserved; 0 on rejection.
+	Granted int64
+	// DomainLimit is the domain's effective limit, GlobalLimit the
+	// resource's.
+	DomainLimit, GlobalLimit int64
+	// DomainHolds and GlobalHolds are the holds after this reservation.
+	DomainHolds, GlobalHolds int64
+	// Groups lists each group the domain belongs to now, sorted by name:
+	// release and transfer name them.
+	Groups []GroupHolds
+}
+
+// GroupHolds is a group's limit and holds (after the reservation).
+type GroupHolds struct {
+	Name         string
+	Limit, Holds int64
+}
+
+// GroupNames returns the names of res.Groups, as release takes them.
+func (res CopyResult) GroupNames() []string {
+	out := make([]string, len(res.Groups))
+	for i, g := range res.Groups {
+		out[i] = g.Name
+	}
+	return out
+}
+
+// holdKey identifies the copies a domain holds in one set of groups
+// (comma-joined sorted names: names cannot contain a comma).
+type holdKey struct {
+	domain, groups string
+}
+
+// Copies is the copy log of one copy-limited resource: holds per
+// (domain, groups) key, per domain, per group and globally. It is not
+// safe for concurrent use.
+type Copies struct {
+	spec       CopySpec
+	groupLimit map[string]int64
+	groupsOf   map[string][]string // domain → sorted names of its groups
+	joinedOf   map[string]string   // domain → holdKey.groups
+
+	keys    map[holdKey]int64
+	domains map[string]int64
+	groups  map[string]int64
+	global  int64
+}
+
+// NewCopies returns an empty copy log for spec, which is normalized
+// first.
+func NewCopies(spec CopySpec) (*Copies, error) {
+	c := &Copies{keys: make(map[holdKey]int64), domains: make(map[string]int64), groups: make(map[string]int64)}
+	if err := c.SetSpec(spec); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// SetSpec replaces the configuration (hot reload). Holds are kept: a
+// domain, group or the resource over its new limit just cannot reserve
+// more until releases bring it under. Holds keep the groups they were
+// reserved under, so releases name those. On error nothing changes.
+func (c *Copies) SetSpec(spec CopySpec) error {
+	n, err := spec.Normalize()
+	if err != nil {
+		return err
+	}
+	limits := make(map[string]int64, len(n.Groups))
+	of := make(map[string][]string)
+	for _, g := range n.Groups {
+		limits[g.Name] = g.Limit
+		for _, d := range g.Domains {
+			of[d] = append(of[d], g.Name)
+		}
+	}
+	joined := make(map[string]string, len(of))
+	for d, gs := range of {
+		slices.Sort(gs)
+		joined[d] = strings.Join(gs, ",")
+	}
+	c.spec, c.groupLimit, c.groupsOf, c.joinedOf = n, limits, of, joined
+	return nil
+}
+
+// Spec returns the normalized configuration in use.
+func (c *Copies) Spec() CopySpec { return c.spec }
+
+// DomainLimit returns domain's effective limit.
+func (c *Copies) DomainLimit(domain string) int64 {
+	if l, ok := c.spec.Domains[domain]; ok {
+		return l
+	}
+	return c.spec.DomainLimit
+}
+
+// Reserve holds the largest n in [minCopies, copies] copies for domain
+// that the domain limit, the global limit and the limit of every group
+// the domain belongs to allow, or nothing (paper 3.1, reserve). A
+// domain in several groups takes one copy from each group's pool per
+// copy. Bad input is an error wrapping ErrInvalid and changes nothing.
+func (c *Copies) Reserve(domain string, copies, minCopies int64) (CopyResult, error) {
+	if err := ValidateDomain(domain); err != nil {
+		return CopyResult{}, err
+	}
+	if err := checkCopies(copies, minCopies); err != nil {
+		return CopyResult{}, err
+	}
+	limit := c.DomainLimit(domain)
+	gs := c.groupsOf[domain]
+	n := min(copies, room(limit, c.domains[domain]), room(c.spec.GlobalLimit, c.global))
+	for _, g := range gs {
+		n = min(n, room(c.groupLimit[g], c.groups[g]))
+	}
+	res := CopyResult{DomainLimit: limit, GlobalLimit: c.spec.GlobalLimit}
+	if n >= minCopies {
+		c.add(holdKey{domain, c.joinedOf[domain]}, gs, n)
+		res.Granted = n
+	}
+	res.DomainHolds, res.GlobalHolds = c.domains[domain], c.global
+	if len(gs) > 0 {
+		res.Groups = make([]GroupHolds, len(gs))
+		for i, g := range gs {
+			res.Groups[i] = GroupHolds{Name: g, Limit: c.groupLimit[g], Holds: c.groups[g]}
+		}
+	}
+	return res, nil
+}
+
+// add records n copies under k, whose groups are gs.
+func (c *Copies) add(k holdKey, gs []string, n int64) {
+	c.keys[k] += n
+	c.domains[k.domain] += n
+	for _, g := range gs {
+		c.groups[g] += n
+	}
+	c.global += n
+}
+
+// key validates a release or restore and returns its hold key and
+// sorted groups.
+func (c *Copies) key(domain string, groups []string, copies int64) (holdKey, []string, error) {
+	if err := ValidateDomain(domain); err != nil {
+		return holdKey{}, nil, err
+	}
+	if copies < 1 || copies > MaxLimit {
+		return holdKey{}, nil, invalidf("copies %d is outside [1, %d]", copies, MaxLimit)
+	}
+	gs := groups
+	if !slices.IsSorted(gs) {
+		gs = slices.Sorted(slices.Values(groups))
+	}
+	for i, g := range gs {
+		if err := ValidateName("group", g); err != nil {
+			return holdKey{}, nil, err
+		}
+		if i > 0 && gs[i-1] == g {
+			return holdKey{}, nil, invalidf("group %q is named twice", g)
+		}
+	}
+	return holdKey{domain, strings.Join(gs, ",")}, gs, nil
+}
+
+// Release gives back copies held by domain under groups (the groups its
+// reserve returned; any order). Partial releases are fine; releasing
+// more than the (domain, groups) key holds is an error wrapping
+// ErrNotHeld, and bad input one wrapping ErrInvalid; neither changes
+// anything.
+func (c *Copies) Release(domain string, groups []string, copies int64) error {
+	k, gs, err := c.key(domain, groups, copies)
+	if err != nil {
+		return err
+	}
+	held := c.keys[k]
+	if held < copies {
+		return fmt.Errorf("%w: release of %d copies: domain %q holds %d under groups [%s]", ErrNotHeld, copies, domain, held, k.groups)
+	}
+	dec := func(m map[string]int64, name string) {
+		if m[name] -= copies; m[name] == 0 {
+			delete(m, name)
+		}
+	}
+	if c.keys[k] -= copies; c.keys[k] == 0 {
+		delete(c.keys, k)
+	}
+	dec(c.domains, domain)
+	for _, g := range gs {
+		dec(c.groups, g)
+	}
+	c.global -= copies
+	return nil
+}
+
+// Restore adds a hold without any limit check: a new leader rebuilding
+// the holds from their holders' refreshes must count what is held, even
+// above a limit lowered meanwhile. Input is validated as for Release.
+func (c *Copies) Restore(domain string, groups []string, copies int64) error {
+	k, gs, err := c.key(domain, groups, copies)
+	if err != nil {
+		return err
+	}
+	c.add(k, gs, copies)
+	return nil
+}
+
+// Holds returns the copies domain holds (all groups).
+func (c *Copies) Holds(domain string) int64 { return c.domains[domain] }
+
+// Global returns the copies held across all domains.
+func (c *Copies) Global() int64 { return c.global }
+
+// GroupHolds returns the copies held in group name's pool.
+func (c *Copies) GroupHolds(name string) int64 { return c.groups[name] }
+
+// KeyHolds returns the copies domain holds under groups (any order); 0
+// for bad input.
+func (c *Copies) KeyHolds(domain string, groups []string) int64 {
+	k, _, err := c.key(domain, groups, 1)
+	if err != nil {
+		return 0
+	}
+	return c.keys[k]
+}
