@@ -177,7 +177,7 @@ func (s RateSpec) Normalize() (RateSpec, error) {
 		out.Domains = make(map[string][]Tier, len(s.Domains))
 		for _, d := range slices.Sorted(maps.Keys(s.Domains)) { // deterministic errors
 			if err := ValidateDomain(d); err != nil {
-				return RateSpec{}, fmt.Errorf("domains: %w", err)
+				return RateSpec{}, invalidf("domains: %s", trimInvalid(err))
 			}
 			if out.Domains[d], err = normalizeTiers("domains."+d+".tiers", s.Domains[d]); err != nil {
 				return RateSpec{}, err
@@ -233,7 +233,7 @@ func (s CopySpec) Normalize() (CopySpec, error) {
 		out.Domains = make(map[string]int64, len(s.Domains))
 		for _, d := range slices.Sorted(maps.Keys(s.Domains)) {
 			if err := ValidateDomain(d); err != nil {
-				return CopySpec{}, fmt.Errorf("domains: %w", err)
+				return CopySpec{}, invalidf("domains: %s", trimInvalid(err))
 			}
 			if err := checkLimit("domains."+d+".domain_limit", s.Domains[d]); err != nil {
 				return CopySpec{}, err
@@ -258,7 +258,7 @@ func (s CopySpec) Normalize() (CopySpec, error) {
 		slices.Sort(ds)
 		for j, d := range ds {
 			if err := ValidateDomain(d); err != nil {
-				return CopySpec{}, fmt.Errorf("%s.domains: %w", at, err)
+				return CopySpec{}, invalidf("%s.domains: %s", at, trimInvalid(err))
 			}
 			if j > 0 && ds[j-1] == d {
 				return CopySpec{}, invalidf("%s.domains: domain %q is listed twice", at, d)

@@ -74,7 +74,7 @@ func TestCopySpecNormalize(t *testing.T) {
 		{CopySpec{DomainLimit: -1, GlobalLimit: Unlimited}, "domain_limit"},
 		{CopySpec{DomainLimit: 1, GlobalLimit: MaxLimit + 1}, "global_limit"},
 		{CopySpec{DomainLimit: 1, GlobalLimit: 1, Domains: map[string]int64{"x": -5}}, "domains.x.domain_limit"},
-		{CopySpec{DomainLimit: 1, GlobalLimit: 1, Domains: map[string]int64{"a b": 5}}, "domains: invalid: domain"},
+		{CopySpec{DomainLimit: 1, GlobalLimit: 1, Domains: map[string]int64{"a b": 5}}, "domains: domain \"a b\""},
 		{CopySpec{DomainLimit: 1, GlobalLimit: 1, Groups: []Group{{Name: "a.b", Limit: 1}}}, "groups[0].name"},
 		{CopySpec{DomainLimit: 1, GlobalLimit: 1, Groups: []Group{{Name: "g", Limit: 1}, {Name: "g", Limit: 2}}}, "groups[1].name: group \"g\" is defined twice"},
 		{CopySpec{DomainLimit: 1, GlobalLimit: 1, Groups: []Group{{Name: "g", Limit: -1}}}, "groups[0].limit"},
