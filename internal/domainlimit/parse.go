@@ -134,7 +134,7 @@ func ParseNamespace(name string, data []byte) (*Namespace, error) {
 	for _, rn := range slices.Sorted(maps.Keys(res)) {
 		path := "resources." + rn
 		if err := ValidateName("resource name", rn); err != nil {
-			return nil, pathErr("resources", "%s", trimInvalid(err))
+			return nil, pathErr("resources", "%s", err)
 		}
 		if ns.Resources[rn], err = parseResource(path, rn, res[rn]); err != nil {
 			return nil, err
@@ -171,11 +171,7 @@ func normalized(path string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return pathErr("", "%s.%s", path, trimInvalid(err))
-}
-
-func trimInvalid(err error) string {
-	return strings.TrimPrefix(err.Error(), ErrInvalid.Error()+": ")
+	return pathErr("", "%s.%s", path, err)
 }
 
 func parseRate(path string, obj map[string]any) (RateSpec, error) {

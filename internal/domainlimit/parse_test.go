@@ -65,6 +65,13 @@ func TestParseNamespace(t *testing.T) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: got %+v\nwant %+v", name, got, want)
 		}
+		doc, err := MarshalNamespace(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, err := ParseNamespace("shop", doc); err != nil || !reflect.DeepEqual(again, want) {
+			t.Fatalf("%s: normalized document %s reads back as %+v, %v", name, doc, again, err)
+		}
 	}
 	// Absent limits are Unlimited; an empty namespace is valid.
 	ns, err := ParseNamespace("x", []byte(`{"resources": {"r": {"kind": "copies"}, "s": {"kind": "rate", "tiers": [{"window": "1s", "active": "1s"}]}}}`))
@@ -174,6 +181,14 @@ func FuzzParseNamespace(f *testing.F) {
 				t.Fatalf("error %v does not wrap ErrInvalid", err)
 			}
 			return
+		}
+		doc, err := MarshalNamespace(ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := ParseNamespace("fuzz", doc)
+		if err != nil || !reflect.DeepEqual(again, ns) {
+			t.Fatalf("MarshalNamespace does not round-trip: %s\n%+v\n%+v, %v", doc, ns, again, err)
 		}
 		for name, r := range ns.Resources {
 			switch r.Kind {
