@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/opstatus"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/wire"
@@ -30,9 +31,9 @@ type configCommand struct {
 
 func configCommands() []configCommand {
 	return []configCommand{
-		{"put", "KEY FILE|-", "validate a template or quota namespace (JSON or YAML) and store it under KEY", configPut},
+		{"put", "KEY FILE|-", "validate a template, quota namespace or domains namespace (JSON or YAML) and store it under KEY", configPut},
 		{"get", "KEY", "print the stored document", configGet},
-		{"list", "", "list templates and quota namespaces with their revision and validity", configList},
+		{"list", "", "list templates, quota and domains namespaces with their revision and validity", configList},
 		{"delete", "KEY", "delete KEY (a template's resources fall back to the next match)", configDelete},
 		{"history", "KEY", "print the stored revisions of KEY", configHistory},
 		{"validate", "FILE|-", "check a template or namespace file offline and print its normalized form", configValidate},
@@ -61,8 +62,9 @@ func runConfig(ctx context.Context, env *cliEnv, args []string) error {
 
 func configUsage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: allot config <subcommand> [flags] [args]")
-	fmt.Fprintln(w, "\nTemplates and quota namespaces live in the JetStream KV bucket "+config.DefaultBucket+", one per key:")
-	fmt.Fprintln(w, "KEY is a template name (stored as "+config.KeyPrefix+"<name>) or "+config.NamespacePrefix+"<namespace>.")
+	fmt.Fprintln(w, "\nTemplates and namespaces live in the JetStream KV bucket "+config.DefaultBucket+", one per key:")
+	fmt.Fprintln(w, "KEY is a template name (stored as "+config.KeyPrefix+"<name>), "+config.NamespacePrefix+"<namespace> (quota)")
+	fmt.Fprintln(w, "or "+config.DomainsPrefix+"<namespace> (domain limits, docs/domains.md).")
 	fmt.Fprintln(w, "\nSubcommands:")
 	for _, c := range configCommands() {
 		fmt.Fprintf(w, "  %-9s %-12s %s\n", c.name, c.synopsis, c.summary)
@@ -163,7 +165,7 @@ func readInput(env *cliEnv, file string) ([]byte, error) {
 		defer f.Close()
 		r = f
 	}
-	data, err := io.ReadAll(io.LimitReader(r, config.MaxTemplateSize+1))
+	data, err := io.ReadAll(io.LimitReader(r, max(config.MaxTemplateSize, domainlimit.MaxDocumentSize)+1))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", file, err)
 	}
@@ -171,15 +173,20 @@ func readInput(env *cliEnv, file string) ([]byte, error) {
 }
 
 // configKey is a KEY argument resolved: a template name ("mysql-main" or
-// "templates.mysql-main") or a quota namespace key ("namespaces.logins").
+// "templates.mysql-main"), a quota namespace key ("namespaces.logins") or
+// a domains namespace key ("domains.shop").
 type configKey struct {
 	key, name string
 	namespace bool
+	domains   bool
 }
 
 func parseConfigKey(arg string) configKey {
 	if ns, ok := strings.CutPrefix(arg, config.NamespacePrefix); ok {
 		return configKey{key: arg, name: ns, namespace: true}
+	}
+	if ns, ok := strings.CutPrefix(arg, config.DomainsPrefix); ok {
+		return configKey{key: arg, name: ns, domains: true}
 	}
 	name := strings.TrimPrefix(arg, config.KeyPrefix)
 	return configKey{key: config.Key(name), name: name}
@@ -189,6 +196,9 @@ func parseConfigKey(arg string) configKey {
 func (k configKey) what() string {
 	if k.namespace {
 		return "namespace"
+	}
+	if k.domains {
+		return "domains namespace"
 	}
 	return "template"
 }
@@ -246,6 +256,13 @@ func configPut(ctx context.Context, env *cliEnv, args []string) error {
 
 // summarize describes a valid document of key k in a few words.
 func summarize(k configKey, data []byte) string {
+	if k.domains {
+		ns, _, err := config.ParseDomains(k.name, 0, data)
+		if err != nil {
+			return err.Error()
+		}
+		return "domains namespace: " + describeDomains(ns)
+	}
 	if k.namespace {
 		ns, _, err := config.ParseNamespace(k.name, 0, data)
 		if err != nil {
@@ -263,6 +280,14 @@ func summarize(k configKey, data []byte) string {
 // normalize returns a valid document of key k with every default
 // explicit.
 func normalize(k configKey, rev uint64, data []byte) ([]byte, []string, error) {
+	if k.domains {
+		ns, notes, err := config.ParseDomains(k.name, rev, data)
+		if err != nil {
+			return nil, nil, err
+		}
+		doc, err := domainlimit.MarshalNamespace(ns)
+		return doc, notes, err
+	}
 	if k.namespace {
 		ns, notes, err := config.ParseNamespace(k.name, rev, data)
 		if err != nil {
@@ -337,10 +362,14 @@ func configList(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tREVISION\tGLOB\tALGORITHM\tCAPACITY\tLEASE\tREFRESH\tSTATE")
-	var namespaces []config.Entry
+	var namespaces, domains []config.Entry
 	for _, e := range entries {
 		if e.IsNamespace() {
 			namespaces = append(namespaces, e)
+			continue
+		}
+		if e.IsDomains() {
+			domains = append(domains, e)
 			continue
 		}
 		if e.Err != nil {
@@ -365,15 +394,7 @@ func configList(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintln(tw, "\nQUOTA NAMESPACE\tREVISION\tBUCKETS\tDEFAULT\tDYNAMIC\tSTATE")
 	}
 	for _, e := range namespaces {
-		ns, state := e.Namespace, "ok"
-		if e.Err != nil {
-			ns, state = e.ServingNamespace, fmt.Sprintf("INVALID: %v; ", e.Err)
-			if ns == nil {
-				state += "nothing serves in its name (its keys get the global default)"
-			} else {
-				state += fmt.Sprintf("revision %d serves", ns.Revision)
-			}
-		}
+		ns, state := servingOf(e.Namespace, e.ServingNamespace, e.Err, func(n *quota.Namespace) uint64 { return n.Revision }, "its keys get the global default")
 		if ns == nil {
 			fmt.Fprintf(tw, "%s\t%d\t\t\t\t%s\n", e.Key, e.Revision, state)
 			continue
@@ -388,7 +409,57 @@ func configList(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", e.Key, e.Revision, len(ns.Buckets), def, dynamic, state)
 	}
+	listDomains(tw, domains)
 	return tw.Flush()
+}
+
+// servingOf returns what a namespace entry serves and its state for
+// `allot config list`: the valid namespace ("ok"), or when the entry is
+// invalid (err) the revision serving in its place, or none (then what
+// happens instead).
+func servingOf[T any](valid, fallback *T, err error, revision func(*T) uint64, none string) (*T, string) {
+	switch {
+	case err == nil:
+		return valid, "ok"
+	case fallback == nil:
+		return nil, fmt.Sprintf("INVALID: %v; nothing serves in its name (%s)", err, none)
+	}
+	return fallback, fmt.Sprintf("INVALID: %v; revision %d serves", err, revision(fallback))
+}
+
+// listDomains adds the domains namespaces to `allot config list`.
+func listDomains(tw io.Writer, entries []config.Entry) {
+	if len(entries) > 0 {
+		fmt.Fprintln(tw, "\nDOMAINS NAMESPACE\tREVISION\tRESOURCES\tSTATE")
+	}
+	for _, e := range entries {
+		ns, state := servingOf(e.Domains, e.ServingDomains, e.Err, func(n *domainlimit.Namespace) uint64 { return n.Revision }, "its resources are unknown")
+		desc := ""
+		if ns != nil {
+			desc = describeDomains(ns)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", e.Key, e.Revision, desc, state)
+	}
+}
+
+// describeDomains summarizes a domains namespace in a few words.
+func describeDomains(ns *domainlimit.Namespace) string {
+	var rate, copies int
+	for _, r := range ns.Resources {
+		if r.Kind == domainlimit.KindRate {
+			rate++
+		} else {
+			copies++
+		}
+	}
+	s := fmt.Sprintf("%d rate-limited, %d copy-limited resources", rate, copies)
+	if ns.IgnoreConfigured {
+		s += ", ignore_configured (limits off)"
+	}
+	if ns.AllowUnconfigured {
+		s += ", allow_unconfigured"
+	}
+	return s
 }
 
 func configDelete(ctx context.Context, env *cliEnv, args []string) error {
@@ -457,14 +528,19 @@ func configHistory(ctx context.Context, env *cliEnv, args []string) error {
 
 func configValidate(_ context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "config validate", "FILE|-")
-	name := fs.String("name", "", "key to check it as: a template name, or namespaces.<namespace> for a quota namespace (default: the file name without extension)")
+	name := fs.String("name", "", "key to check it as: a template name, namespaces.<namespace> for a quota namespace or domains.<namespace> for a domains namespace (default: the file name without extension)")
 	if err := parseConfigFlags(fs, args, 1); err != nil {
 		return err
 	}
 	file := fs.Arg(0)
 	if *name == "" {
 		*name = strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
-		if k := parseConfigKey(*name); file == "-" || (k.namespace && config.ValidateNamespaceName(k.name) != nil) || (!k.namespace && config.ValidateName(k.name) != nil) {
+		k := parseConfigKey(*name)
+		switch {
+		case file == "-",
+			k.namespace && config.ValidateNamespaceName(k.name) != nil,
+			k.domains && !domainlimit.ValidName(k.name),
+			!k.namespace && !k.domains && config.ValidateName(k.name) != nil:
 			*name = "validate"
 		}
 	}
@@ -476,7 +552,7 @@ func configValidate(_ context.Context, env *cliEnv, args []string) error {
 	doc, notes, err := normalize(k, 0, data)
 	if err != nil {
 		err = fmt.Errorf("%s is invalid as %s %q: %w", file, k.what(), k.name, err)
-		if !k.namespace {
+		if !k.namespace && !k.domains {
 			if _, _, nsErr := config.ParseNamespace("validate", 0, data); nsErr == nil {
 				err = fmt.Errorf("%w\n(it is a valid quota namespace: check it with -name %s<namespace>, store it with 'allot config put %s<namespace> %s')", err, config.NamespacePrefix, config.NamespacePrefix, file)
 			}
@@ -752,7 +828,7 @@ func reportedSet(ctx context.Context, kv jetstream.KeyValue, st *config.Status, 
 	var refusals []config.Refusal
 	for _, k := range st.Keys {
 		switch {
-		case k.Namespace: // quota namespaces take no part in template matching
+		case k.Namespace, k.Domains: // namespaces take no part in template matching
 		case k.Revision > 0:
 			ck := fmt.Sprintf("%s@%d", k.Key, k.Revision)
 			t, ok := cache[ck]

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"sigs.k8s.io/yaml"
 
+	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/quota"
 )
 
@@ -102,6 +103,10 @@ type Entry struct {
 	Serving *Template
 	// ServingNamespace is Serving for a namespace key.
 	ServingNamespace *quota.Namespace
+	// Domains is the parsed namespace of a domains key (DomainsPrefix),
+	// nil if Err is set or the key is of another kind; ServingDomains is
+	// Serving for a domains key.
+	Domains, ServingDomains *domainlimit.Namespace
 	// Refusal is set when Err is set, Serving is nil and the value's
 	// identifier_glob can be read: replicas refuse the resources it wins.
 	Refusal *Refusal
@@ -109,6 +114,9 @@ type Entry struct {
 
 // IsNamespace reports whether e is a quota namespace key.
 func (e *Entry) IsNamespace() bool { return strings.HasPrefix(e.Key, NamespacePrefix) }
+
+// IsDomains reports whether e is a domains namespace key.
+func (e *Entry) IsDomains() bool { return strings.HasPrefix(e.Key, DomainsPrefix) }
 
 // LoadAll reads every template and namespace key of kv and compiles it.
 // Invalid values are returned with Err set, not as an error, and with
@@ -148,7 +156,7 @@ loop:
 		if r.histErr != nil && ctx.Err() != nil {
 			return nil, fmt.Errorf("read template keys: %w", r.histErr)
 		}
-		e.Serving, e.ServingNamespace, e.Refusal = r.serving.tmpl, r.serving.ns, r.refusal
+		e.Serving, e.ServingNamespace, e.ServingDomains, e.Refusal = r.serving.tmpl, r.serving.ns, r.serving.dom, r.refusal
 	}
 	return out, nil
 }
@@ -161,20 +169,21 @@ func compileEntry(e jetstream.KeyValueEntry) (Entry, bool) {
 		return Entry{}, false
 	}
 	return Entry{Key: e.Key(), Name: name, Revision: e.Revision(), Value: e.Value(),
-		Template: c.tmpl, Namespace: c.ns, Notes: c.notes, Err: c.err}, true
+		Template: c.tmpl, Namespace: c.ns, Domains: c.dom, Notes: c.notes, Err: c.err}, true
 }
 
-// compiled is one key's value compiled by the key's kind: a template or a
-// quota namespace.
+// compiled is one key's value compiled by the key's kind: a template, a
+// quota namespace or a domains namespace.
 type compiled struct {
 	tmpl  *Template
 	ns    *quota.Namespace
+	dom   *domainlimit.Namespace
 	notes []string
 	err   error
 }
 
 // valid reports whether c holds a template or namespace.
-func (c compiled) valid() bool { return c.tmpl != nil || c.ns != nil }
+func (c compiled) valid() bool { return c.tmpl != nil || c.ns != nil || c.dom != nil }
 
 // revision is the KV revision of the template or namespace c holds.
 func (c compiled) revision() uint64 {
@@ -183,14 +192,17 @@ func (c compiled) revision() uint64 {
 		return c.tmpl.Revision
 	case c.ns != nil:
 		return c.ns.Revision
+	case c.dom != nil:
+		return c.dom.Revision
 	}
 	return 0
 }
 
 // compileKey compiles revision rev of key: a template key ("templates.")
 // with ParseAndCompile, a namespace key ("namespaces.") with
-// ParseNamespace. It returns the template or namespace name, and ok false
-// for keys of other forms, which are not allot's configuration.
+// ParseNamespace, a domains key ("domains.") with ParseDomains. It
+// returns the template or namespace name, and ok false for keys of other
+// forms, which are not allot's configuration.
 func compileKey(key string, rev uint64, value []byte) (name string, c compiled, ok bool) {
 	switch {
 	case strings.HasPrefix(key, KeyPrefix):
@@ -199,6 +211,9 @@ func compileKey(key string, rev uint64, value []byte) (name string, c compiled, 
 	case strings.HasPrefix(key, NamespacePrefix):
 		name, _ = NamespaceFromKey(key)
 		c.ns, c.notes, c.err = ParseNamespace(name, rev, value)
+	case strings.HasPrefix(key, DomainsPrefix):
+		name, _ = DomainsFromKey(key)
+		c.dom, c.notes, c.err = ParseDomains(name, rev, value)
 	default:
 		return "", c, false
 	}
@@ -207,11 +222,12 @@ func compileKey(key string, rev uint64, value []byte) (name string, c compiled, 
 
 // SetFromEntries builds a Set (generation 0) from the entries as replicas
 // serve them: valid ones, the last valid revision of invalid ones, and
-// refusals; its Quota holds the namespaces served likewise.
+// refusals; its Quota and Domains hold the namespaces served likewise.
 func SetFromEntries(entries []Entry, fallback *Template) *Set {
 	var ts []*Template
 	var refusals []Refusal
 	var nss []*quota.Namespace
+	var doms []*domainlimit.Namespace
 	for _, e := range entries {
 		switch {
 		case e.Template != nil:
@@ -222,11 +238,15 @@ func SetFromEntries(entries []Entry, fallback *Template) *Set {
 			nss = append(nss, e.Namespace)
 		case e.ServingNamespace != nil:
 			nss = append(nss, e.ServingNamespace)
+		case e.Domains != nil:
+			doms = append(doms, e.Domains)
+		case e.ServingDomains != nil:
+			doms = append(doms, e.ServingDomains)
 		case e.Refusal != nil:
 			refusals = append(refusals, *e.Refusal)
 		}
 	}
-	return NewSet(0, ts, fallback, refusals...).WithQuota(NewQuotaConfig(nss...))
+	return NewSet(0, ts, fallback, refusals...).WithQuota(NewQuotaConfig(nss...)).WithDomains(doms...)
 }
 
 // historyTimeout bounds the history read behind an invalid revision.

@@ -3,6 +3,7 @@ package config
 import (
 	"cmp"
 	"fmt"
+	"github.com/allot/allot/internal/domainlimit"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -24,6 +25,8 @@ type Set struct {
 	refusals map[*Template]string
 	// quota is the quota configuration (see Quota); nil is none.
 	quota *quota.Config
+	// domains are the domain-limit namespaces (see Domains); nil is none.
+	domains map[string]*domainlimit.Namespace
 }
 
 // Refusal is a template key that has no valid revision to serve: the

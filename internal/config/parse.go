@@ -1,11 +1,9 @@
 package config
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"time"
@@ -13,16 +11,13 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"sigs.k8s.io/yaml"
 
+	"github.com/allot/allot/internal/strictjson"
 	"github.com/allot/allot/proto/allotpb"
 )
 
 // MaxTemplateSize is the largest template document Parse accepts.
 const MaxTemplateSize = 64 << 10
-
-// maxNesting bounds how deeply Parse follows nested JSON values.
-const maxNesting = 32
 
 // ParseError is an error in a template document. Field is the dotted path
 // of the offending field ("algorithm.lease_length"), empty when the
@@ -79,126 +74,29 @@ func Parse(data []byte) (*allotpb.ResourceTemplate, error) {
 // json.Number, rejecting documents above MaxTemplateSize, duplicate keys
 // and anything but an object.
 func readDocument(what string, data []byte) (map[string]any, error) {
-	if len(data) > MaxTemplateSize {
-		return nil, parseErr("", "%s is %d bytes; the limit is %d", what, len(data), MaxTemplateSize)
-	}
-	trimmed := bytes.TrimSpace(data)
-	if len(trimmed) == 0 {
-		return nil, parseErr("", "%s is empty: write a JSON object or a YAML mapping", what)
-	}
-	jsonData := trimmed
-	if trimmed[0] != '{' && trimmed[0] != '[' {
-		var err error
-		jsonData, err = yaml.YAMLToJSON(trimmed)
-		if err != nil {
-			return nil, parseErr("", "invalid YAML: %v", err)
-		}
-	}
-	v, err := decodeJSON(jsonData)
-	if err != nil {
-		return nil, err
-	}
-	obj, ok := v.(map[string]any)
-	if !ok {
-		return nil, parseErr("", "%s must be a JSON object or YAML mapping, not %s", what, jsonKind(v))
-	}
-	return obj, nil
+	obj, err := strictjson.ReadObject(what, data, MaxTemplateSize)
+	return obj, asParseError(err)
 }
 
 // decodeJSON decodes one JSON value, keeping numbers as json.Number and
 // rejecting duplicate object keys and trailing data.
 func decodeJSON(data []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	v, err := decodeValue(dec, "", 0)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, parseErr("", "invalid JSON: unexpected data after the object")
-	}
-	return v, nil
+	v, err := strictjson.Decode(data)
+	return v, asParseError(err)
 }
 
-func decodeValue(dec *json.Decoder, path string, depth int) (any, error) {
-	if depth > maxNesting {
-		return nil, parseErr("", "nested too deeply (more than %d levels)", maxNesting)
+// asParseError turns a strictjson error into a *ParseError.
+func asParseError(err error) error {
+	var e *strictjson.Error
+	if errors.As(err, &e) {
+		return parseErr(e.Path, "%s", e.Msg)
 	}
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, parseErr("", "invalid JSON: %v", err)
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			obj := make(map[string]any)
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, parseErr("", "invalid JSON: %v", err)
-				}
-				k, ok := kt.(string)
-				if !ok {
-					return nil, parseErr(path, "invalid JSON: object key is not a string")
-				}
-				if _, dup := obj[k]; dup {
-					return nil, parseErr(join(path, k), "field appears twice")
-				}
-				val, err := decodeValue(dec, join(path, k), depth+1)
-				if err != nil {
-					return nil, err
-				}
-				obj[k] = val
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, parseErr("", "invalid JSON: %v", err)
-			}
-			return obj, nil
-		case '[':
-			arr := []any{}
-			for dec.More() {
-				val, err := decodeValue(dec, fmt.Sprintf("%s[%d]", path, len(arr)), depth+1)
-				if err != nil {
-					return nil, err
-				}
-				arr = append(arr, val)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, parseErr("", "invalid JSON: %v", err)
-			}
-			return arr, nil
-		}
-		return nil, parseErr(path, "invalid JSON: unexpected %q", t)
-	default:
-		return t, nil
-	}
+	return err
 }
 
-func join(path, field string) string {
-	if path == "" {
-		return field
-	}
-	return path + "." + field
-}
+func join(path, field string) string { return strictjson.Join(path, field) }
 
-func jsonKind(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "a boolean"
-	case json.Number:
-		return "a number"
-	case string:
-		return "a string"
-	case []any:
-		return "a list"
-	case map[string]any:
-		return "an object"
-	}
-	return fmt.Sprintf("%T", v)
-}
+func jsonKind(v any) string { return strictjson.Kind(v) }
 
 var durationName = (&durationpb.Duration{}).ProtoReflect().Descriptor().FullName()
 

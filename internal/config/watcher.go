@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/quota"
 )
 
@@ -56,6 +57,8 @@ type KeyStatus struct {
 	Name string `json:"name"`
 	// Namespace is set for a quota namespace key ("namespaces.<name>").
 	Namespace bool `json:"namespace,omitempty"`
+	// Domains is set for a domains namespace key ("domains.<name>").
+	Domains bool `json:"domains,omitempty"`
 	// Revision is the KV revision serving: the latest, or when that is
 	// invalid the last valid one in the key's history; 0 if none.
 	Revision uint64 `json:"revision"`
@@ -118,10 +121,10 @@ type keyState struct {
 	state    string   // KeyStatus.State
 }
 
-// NewWatcher makes a watcher of kv's template and quota namespace keys
-// (keys of other forms are ignored). fallback is the
-// template for resources no template matches (nil: none, Match returns
-// nil); see UnmatchedPolicy.Fallback. logger may be nil.
+// NewWatcher makes a watcher of kv's template, quota namespace and
+// domains namespace keys (keys of other forms are ignored). fallback is
+// the template for resources no template matches (nil: none, Match
+// returns nil); see UnmatchedPolicy.Fallback. logger may be nil.
 func NewWatcher(kv jetstream.KeyValue, fallback *Template, logger *slog.Logger) *Watcher {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -321,8 +324,11 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry) bool {
 	}
 	log := w.log.With("key", key, "revision", rev)
 	what := "template"
-	if strings.HasPrefix(key, NamespacePrefix) {
+	switch {
+	case strings.HasPrefix(key, NamespacePrefix):
 		what = "namespace"
+	case strings.HasPrefix(key, DomainsPrefix):
+		what = "domains namespace"
 	}
 	switch e.Operation() {
 	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
@@ -344,10 +350,14 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry) bool {
 		ks = w.seen(key, name, rev)
 		ks.serving, ks.rejected, ks.applied, ks.refusal, ks.state = c, nil, time.Now(), nil, "ok"
 		w.mu.Unlock()
-		if t := c.tmpl; t != nil {
+		switch {
+		case c.tmpl != nil:
+			t := c.tmpl
 			log.Info("template applied", "glob", t.Glob, "algorithm", t.Algorithm.String(), "capacity", t.Capacity)
-		} else {
+		case c.ns != nil:
 			log.Info("quota namespace applied", "buckets", len(c.ns.Buckets), "default", c.ns.Default != nil, "dynamic", c.ns.Dynamic != nil)
+		default:
+			log.Info("domains namespace applied", "resources", len(c.dom.Resources), "ignore_configured", c.dom.IgnoreConfigured, "allow_unconfigured", c.dom.AllowUnconfigured)
 		}
 		for _, n := range c.notes {
 			log.Info(what+" normalized", "note", n)
@@ -392,6 +402,12 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry) bool {
 			ks.state += fmt.Sprintf(" (history: %v)", res.histErr)
 		}
 		log.Error("rejected invalid namespace with no valid revision in its history; its keys get the global default", "err", err, "history_err", res.histErr)
+	case what == "domains namespace":
+		ks.state = fmt.Sprintf("revision %d is invalid (%v) and no valid revision is in the key's history: the domains namespace is not served, so its resources are unknown as before it was written", rev, err)
+		if res.histErr != nil {
+			ks.state += fmt.Sprintf(" (history: %v)", res.histErr)
+		}
+		log.Error("rejected invalid domains namespace with no valid revision in its history; it is not served", "err", err, "history_err", res.histErr)
 	default:
 		ks.state = fmt.Sprintf("revision %d is invalid (%v) and no valid revision is in the key's history; its identifier_glob cannot be read, so nothing can be refused in its name: the resources it was meant for get the next matching template", rev, err)
 		if res.histErr != nil {
@@ -438,6 +454,7 @@ func (w *Watcher) publish(cause string) {
 	var ts []*Template
 	var refusals []Refusal
 	var nss []*quota.Namespace
+	var doms []*domainlimit.Namespace
 	for _, key := range slices.Sorted(maps.Keys(w.keys)) {
 		ks := w.keys[key]
 		switch {
@@ -445,18 +462,20 @@ func (w *Watcher) publish(cause string) {
 			ts = append(ts, ks.serving.tmpl)
 		case ks.serving.ns != nil:
 			nss = append(nss, ks.serving.ns)
+		case ks.serving.dom != nil:
+			doms = append(doms, ks.serving.dom)
 		case ks.refusal != nil:
 			refusals = append(refusals, *ks.refusal)
 		}
 	}
 	w.gen++
 	w.updated = time.Now()
-	set := NewSet(w.gen, ts, w.fallback, refusals...).WithQuota(NewQuotaConfig(nss...))
+	set := NewSet(w.gen, ts, w.fallback, refusals...).WithQuota(NewQuotaConfig(nss...)).WithDomains(doms...)
 	w.cur.Store(set)
 	hooks := slices.Clone(w.onChange)
 	w.mu.Unlock()
 
-	w.log.Debug("configuration set published", "generation", set.Generation, "templates", len(ts), "namespaces", len(nss), "cause", cause)
+	w.log.Debug("configuration set published", "generation", set.Generation, "templates", len(ts), "namespaces", len(nss), "domains", len(doms), "cause", cause)
 	select {
 	case w.updates <- struct{}{}:
 	default:
@@ -484,7 +503,7 @@ func (w *Watcher) Status() Status {
 	}
 	for _, key := range slices.Sorted(maps.Keys(w.keys)) {
 		ks := w.keys[key]
-		k := KeyStatus{Key: key, Name: ks.name, Namespace: strings.HasPrefix(key, NamespacePrefix), State: ks.state,
+		k := KeyStatus{Key: key, Name: ks.name, Namespace: strings.HasPrefix(key, NamespacePrefix), Domains: strings.HasPrefix(key, DomainsPrefix), State: ks.state,
 			Notes: slices.Clone(ks.serving.notes), Rejected: slices.Clone(ks.rejected)}
 		switch {
 		case ks.serving.valid():

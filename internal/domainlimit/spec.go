@@ -46,8 +46,15 @@ var (
 	ErrNotHeld = errors.New("not held")
 )
 
+// invalidError is bad input; it wraps ErrInvalid without repeating
+// "invalid" in every message.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string { return e.msg }
+func (e *invalidError) Unwrap() error { return ErrInvalid }
+
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+	return &invalidError{fmt.Sprintf(format, args...)}
 }
 
 // Tier is one burst tier (L_i, T_i^w, T_i^a, T_i^c, S_i) of paper 2.1.
@@ -177,7 +184,7 @@ func (s RateSpec) Normalize() (RateSpec, error) {
 		out.Domains = make(map[string][]Tier, len(s.Domains))
 		for _, d := range slices.Sorted(maps.Keys(s.Domains)) { // deterministic errors
 			if err := ValidateDomain(d); err != nil {
-				return RateSpec{}, fmt.Errorf("domains: %w", err)
+				return RateSpec{}, invalidf("domains: %v", err)
 			}
 			if out.Domains[d], err = normalizeTiers("domains."+d+".tiers", s.Domains[d]); err != nil {
 				return RateSpec{}, err
@@ -233,7 +240,7 @@ func (s CopySpec) Normalize() (CopySpec, error) {
 		out.Domains = make(map[string]int64, len(s.Domains))
 		for _, d := range slices.Sorted(maps.Keys(s.Domains)) {
 			if err := ValidateDomain(d); err != nil {
-				return CopySpec{}, fmt.Errorf("domains: %w", err)
+				return CopySpec{}, invalidf("domains: %v", err)
 			}
 			if err := checkLimit("domains."+d+".domain_limit", s.Domains[d]); err != nil {
 				return CopySpec{}, err
@@ -258,7 +265,7 @@ func (s CopySpec) Normalize() (CopySpec, error) {
 		slices.Sort(ds)
 		for j, d := range ds {
 			if err := ValidateDomain(d); err != nil {
-				return CopySpec{}, fmt.Errorf("%s.domains: %w", at, err)
+				return CopySpec{}, invalidf("%s.domains: %v", at, err)
 			}
 			if j > 0 && ds[j-1] == d {
 				return CopySpec{}, invalidf("%s.domains: domain %q is listed twice", at, d)

@@ -1,0 +1,143 @@
+package domainlimit
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+func mustCopies(t *testing.T, spec CopySpec) *Copies {
+	t.Helper()
+	c, err := NewCopies(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestCopiesGroups: a domain in several groups takes one copy from each
+// group's pool; a reserve needs room in the domain, the global pool and
+// every group (paper 2.2, "Bulkheads").
+func TestCopiesGroups(t *testing.T) {
+	c := mustCopies(t, CopySpec{DomainLimit: 5, GlobalLimit: 100, Domains: map[string]int64{"big": 20},
+		Groups: []Group{{Name: "free", Limit: 6, Domains: []string{"a", "b"}}, {Name: "eu", Limit: 4, Domains: []string{"b", "big"}}}})
+	res, err := c.Reserve("b", 10, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b: domain limit 5, free 6, eu 4 → 4.
+	want := CopyResult{Granted: 4, DomainLimit: 5, GlobalLimit: 100, DomainHolds: 4, GlobalHolds: 4,
+		Groups: []GroupHolds{{"eu", 4, 4}, {"free", 6, 4}}}
+	if !equalCopyResult(res, want) {
+		t.Fatalf("reserve b: %+v, want %+v", res, want)
+	}
+	// eu is full: big (limit 20) gets nothing; a (free only) gets 2.
+	if res, _ := c.Reserve("big", 1, 1); res.Granted != 0 || res.DomainLimit != 20 {
+		t.Fatalf("reserve big with eu full: %+v", res)
+	}
+	if res, _ := c.Reserve("a", 5, 2); res.Granted != 2 || res.Groups[0].Holds != 6 {
+		t.Fatalf("reserve a: %+v", res)
+	}
+	// Partial releases under b's groups, in any order.
+	if err := c.Release("b", []string{"free", "eu"}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release("b", []string{"eu", "free"}, 2); err != nil {
+		t.Fatal(err)
+	}
+	if c.Holds("b") != 1 || c.GroupHolds("eu") != 1 || c.GroupHolds("free") != 3 || c.Global() != 3 {
+		t.Fatalf("after releases: b %d eu %d free %d global %d", c.Holds("b"), c.GroupHolds("eu"), c.GroupHolds("free"), c.Global())
+	}
+	// Over-release, or under the wrong groups: ErrNotHeld, nothing changes.
+	for _, gs := range [][]string{{"eu", "free"}, {"eu"}, nil} {
+		if err := c.Release("b", gs, 2); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("Release(b, %v, 2) = %v, want ErrNotHeld", gs, err)
+		}
+	}
+	if c.Holds("b") != 1 || c.Global() != 3 {
+		t.Fatal("a refused release changed the counts")
+	}
+}
+
+func equalCopyResult(a, b CopyResult) bool {
+	return a.Granted == b.Granted && a.DomainLimit == b.DomainLimit && a.GlobalLimit == b.GlobalLimit &&
+		a.DomainHolds == b.DomainHolds && a.GlobalHolds == b.GlobalHolds && slices.Equal(a.Groups, b.Groups)
+}
+
+// TestCopiesGroupChangeWhileHeld: a domain moved out of a group keeps
+// its old holds under the old groups (release names them); new holds
+// take the new groups (paper 3.1, release).
+func TestCopiesGroupChangeWhileHeld(t *testing.T) {
+	spec := CopySpec{DomainLimit: Unlimited, GlobalLimit: Unlimited, Groups: []Group{{Name: "probation", Limit: 2, Domains: []string{"new"}}}}
+	c := mustCopies(t, spec)
+	if res, _ := c.Reserve("new", 2, 2); res.Granted != 2 {
+		t.Fatalf("reserve: %+v", res)
+	}
+	spec.Groups[0].Domains = nil // trusted now
+	if err := c.SetSpec(spec); err != nil {
+		t.Fatal(err)
+	}
+	res, _ := c.Reserve("new", 3, 3)
+	if res.Granted != 3 || len(res.Groups) != 0 || res.DomainHolds != 5 {
+		t.Fatalf("reserve after leaving the group: %+v", res)
+	}
+	if err := c.Release("new", nil, 4); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("release of 4 without groups: %v", err)
+	}
+	if err := c.Release("new", []string{"probation"}, 2); err != nil || c.GroupHolds("probation") != 0 {
+		t.Fatalf("release under the old group: %v, group holds %d", err, c.GroupHolds("probation"))
+	}
+}
+
+// TestCopiesReloadBelowHolds: a domain over its new, lower limit keeps
+// its holds and cannot reserve more; Restore counts holds past limits.
+func TestCopiesReloadBelowHolds(t *testing.T) {
+	c := mustCopies(t, CopySpec{DomainLimit: 10, GlobalLimit: Unlimited})
+	c.Reserve("a", 8, 8)
+	if err := c.SetSpec(CopySpec{DomainLimit: 5, GlobalLimit: Unlimited}); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := c.Reserve("a", 1, 1); res.Granted != 0 || res.DomainHolds != 8 {
+		t.Fatalf("reserve over the new limit: %+v", res)
+	}
+	if err := c.Restore("a", nil, 3); err != nil || c.Holds("a") != 11 {
+		t.Fatalf("Restore: %v, holds %d", err, c.Holds("a"))
+	}
+	if err := c.Release("a", nil, 7); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := c.Reserve("a", 5, 1); res.Granted != 1 {
+		t.Fatalf("reserve once back under the limit: %+v", res)
+	}
+}
+
+func TestCopiesBadInput(t *testing.T) {
+	c := mustCopies(t, CopySpec{DomainLimit: 5, GlobalLimit: Unlimited, Groups: []Group{{Name: "g", Limit: 3, Domains: []string{"a"}}}})
+	c.Reserve("a", 2, 2)
+	for _, r := range []struct {
+		domain      string
+		copies, min int64
+	}{{"", 1, 1}, {"a b", 1, 1}, {"a", 0, 1}, {"a", 1, 2}, {"a", -1, -1}, {"a", MaxLimit + 1, 1}, {"a", 2, 0}} {
+		if res, err := c.Reserve(r.domain, r.copies, r.min); !errors.Is(err, ErrInvalid) || res.Granted != 0 {
+			t.Errorf("Reserve(%q, %d, %d) = %+v, %v; want ErrInvalid", r.domain, r.copies, r.min, res, err)
+		}
+	}
+	for _, r := range []struct {
+		domain string
+		groups []string
+		copies int64
+	}{{"", []string{"g"}, 1}, {"a", []string{"g", "g"}, 1}, {"a", []string{"g.x"}, 1}, {"a", []string{""}, 1}, {"a", []string{"g"}, 0}, {"a", []string{"g"}, -2}} {
+		if err := c.Release(r.domain, r.groups, r.copies); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Release(%q, %q, %d) = %v; want ErrInvalid", r.domain, r.groups, r.copies, err)
+		}
+		if err := c.Restore(r.domain, r.groups, r.copies); !errors.Is(err, ErrInvalid) {
+			t.Errorf("Restore(%q, %q, %d) = %v; want ErrInvalid", r.domain, r.groups, r.copies, err)
+		}
+	}
+	if c.Holds("a") != 2 || c.GroupHolds("g") != 2 || c.Global() != 2 {
+		t.Fatal("bad input changed the counts")
+	}
+	if err := c.SetSpec(CopySpec{DomainLimit: -3}); !errors.Is(err, ErrInvalid) || c.Spec().DomainLimit != 5 {
+		t.Fatalf("SetSpec(bad) = %v, spec now %+v", err, c.Spec())
+	}
+}
