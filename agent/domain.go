@@ -338,7 +338,7 @@ type domainRes struct {
 func (a *Agent) initDomain() {
 	a.d.kill.Store(a.o.domain.killSwitch)
 	a.d.res = make(map[string]*domainRes)
-	a.d.other = &domainRes{name: "*"}
+	a.d.other = &domainRes{name: "*", st: DomainStatus{Resource: "*"}}
 	a.d.kick = make(chan struct{}, 1)
 	a.d.stop = make(chan struct{})
 	a.d.done = make(chan struct{})
@@ -400,18 +400,18 @@ func (a *Agent) unanswered(r *domainRes, err error) {
 }
 
 // DomainStats returns the counters of every resource of a domain-limit
-// call, ordered by resource.
+// call, ordered by resource, then those counted together under "*".
 func (a *Agent) DomainStats() []DomainStatus {
 	a.d.mu.Lock()
+	defer a.d.mu.Unlock()
 	out := make([]DomainStatus, 0, len(a.d.res)+1)
 	for _, r := range a.d.res {
 		out = append(out, r.status())
 	}
+	slices.SortFunc(out, func(x, y DomainStatus) int { return cmp.Compare(x.Resource, y.Resource) })
 	if a.d.other.st.Calls > 0 {
 		out = append(out, a.d.other.st)
 	}
-	a.d.mu.Unlock()
-	slices.SortFunc(out, func(x, y DomainStatus) int { return cmp.Compare(x.Resource, y.Resource) })
 	return out
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -562,4 +563,65 @@ func TestBackoffJitter(t *testing.T) {
 	if lo < 750*time.Millisecond || hi > 1250*time.Millisecond || lo > 800*time.Millisecond || hi < 1200*time.Millisecond {
 		t.Errorf("jitter(1s) ranged over [%v, %v]; want about [750ms, 1250ms]", lo, hi)
 	}
+}
+
+// TestDomainStatsBounded: beyond maxDomainStats resources the counters
+// are shared under "*", so a caller inventing names cannot grow them.
+func TestDomainStatsBounded(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	a := newAgent(t, natstest.Conn(t, s)) // no service: every call fails open
+	ctx := context.Background()
+	for i := range maxDomainStats + 2 {
+		if g, err := a.Request(ctx, fmt.Sprintf("ns:r%d", i), "acme", 1); err != nil || !g.Degraded {
+			t.Fatalf("request %d = %+v, %v", i, g, err)
+		}
+	}
+	st := a.DomainStats()
+	if len(st) != maxDomainStats+1 || st[len(st)-1].Resource != "*" || st[len(st)-1].Calls != 2 || st[len(st)-1].Degraded != 2 {
+		t.Fatalf("%d entries, last %+v; want %d and \"*\" with 2 calls", len(st), st[len(st)-1], maxDomainStats+1)
+	}
+}
+
+// TestDomainRefreshChunks: a resource with more holds than one refresh
+// lists is refreshed in several messages, every hold in one of them.
+func TestDomainRefreshChunks(t *testing.T) {
+	t.Parallel()
+	f, a, _ := domainSetup(t, map[string]int64{"jobs:sandbox": holdsPerRefresh + 10})
+	f.set(func(f *fakeDomain) { f.ttl = 3 * time.Second })
+	ctx := context.Background()
+	for range holdsPerRefresh + 1 {
+		if _, err := a.Reserve(ctx, "jobs:sandbox", "acme", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A round that started after the last reserve lists every hold in two
+	// consecutive messages, none above the bound.
+	eventually(t, 10*time.Second, "a refresh round of every hold", func() bool {
+		var ids [][]string
+		for _, m := range f.received(domainwire.OpRefresh) {
+			var r domainwire.Refresh
+			if err := json.Unmarshal(m.data, &r); err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Holds) > holdsPerRefresh {
+				t.Fatalf("one refresh lists %d holds", len(r.Holds))
+			}
+			var l []string
+			for _, h := range r.Holds {
+				l = append(l, h.HoldID)
+			}
+			ids = append(ids, l)
+		}
+		for i := 0; i+1 < len(ids); i++ {
+			seen := map[string]bool{}
+			for _, id := range append(ids[i], ids[i+1]...) {
+				seen[id] = true
+			}
+			if len(seen) == holdsPerRefresh+1 {
+				return true
+			}
+		}
+		return false
+	})
 }
