@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -624,4 +625,68 @@ func TestDomainRefreshChunks(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// TestDomainConcurrent: holds reserved, released, transferred, seized and
+// closed from many goroutines while the refresh loop runs and stats are
+// read; afterwards the service's count is exactly what the agent holds.
+func TestDomainConcurrent(t *testing.T) {
+	t.Parallel()
+	f, a, _ := domainSetup(t, map[string]int64{"jobs:sandbox": 1000, "jobs:gpu": 1000})
+	f.set(func(f *fakeDomain) { f.ttl = 150 * time.Millisecond })
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	kept := make([]*Hold, 8)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := []string{"jobs:sandbox", "jobs:gpu"}[w%2]
+			for i := range 30 {
+				h, err := a.Reserve(ctx, res, "acme", 4)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := h.Release(ctx, 1); err != nil {
+					t.Error(err)
+				}
+				if i%3 == 0 {
+					tid, err := h.Transfer(ctx, 1, time.Minute)
+					if err != nil {
+						t.Error(err)
+					} else if g, err := a.Seize(ctx, tid); err != nil {
+						t.Error(err)
+					} else {
+						_ = g.Close()
+					}
+				}
+				_ = a.DomainStats()
+				if i == 29 {
+					kept[w] = h
+					continue
+				}
+				if err := h.Close(); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	time.Sleep(300 * time.Millisecond) // two ttls: only refreshed holds survive
+	var want int64
+	for _, h := range kept {
+		if h != nil {
+			want += h.Copies()
+		}
+	}
+	if got := f.held("jobs:sandbox") + f.held("jobs:gpu"); got != want || want != 8*3 {
+		t.Fatalf("service holds %d, the agent %d; want 24", got, want)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.held("jobs:sandbox") + f.held("jobs:gpu"); got != 0 {
+		t.Fatalf("after Close the service holds %d", got)
+	}
 }
