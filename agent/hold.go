@@ -446,7 +446,11 @@ func (a *Agent) releaseOrphan(h *Hold) {
 // id; copies not seized within ttl are released (ttl in (0, 24h]; 0 means
 // the service's default, 30s). The rest stay in this hold; transferring
 // the last copy closes it. A local hold cannot be transferred, and the
-// bad input errors of Release apply; nothing is sent then.
+// bad input errors of Release apply; nothing is sent then. When the
+// service does not answer, the error wraps ErrDomainUnavailable and the
+// hold keeps its copies here; the service may have staged them all the
+// same (the answer was lost), in which case they return to the pool after
+// ttl, and Close still gives back what the hold has left at the service.
 func (h *Hold) Transfer(ctx context.Context, n int64, ttl time.Duration) (string, error) {
 	if h == nil {
 		return "", errNilHold
