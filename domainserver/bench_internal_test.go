@@ -1,6 +1,7 @@
 package domainserver
 
 import (
+	"container/list"
 	"log/slog"
 	"strconv"
 	"testing"
@@ -47,7 +48,7 @@ func benchServer(b *testing.B) *Server {
 		b.Fatal(err)
 	}
 	return &Server{opts: o, log: o.Logger, gate: reply.NewGate(nil, o.Logger, "bench"),
-		resources: map[string]*resource{}, holds: map[string]*hold{}, transfers: map[string]*transfer{}}
+		resources: map[string]*resource{}, holds: map[string]*hold{}, byExpiry: list.New(), transfers: map[string]*transfer{}}
 }
 
 // BenchmarkHandle measures one decision's handling: decode, decide,

@@ -198,8 +198,8 @@ func (s *Server) reserve(data []byte, ns, name string) (any, error) {
 		s.counts.ReservesRefused++
 		return &out, nil
 	}
-	h := &hold{id: newID(), clientID: in.ClientID, res: r, domain: in.Domain, groups: out.Groups, copies: res.Granted, expires: now.Add(s.opts.HoldTTL)}
-	s.holds[h.id] = h
+	h := &hold{id: newID(), clientID: in.ClientID, res: r, domain: in.Domain, groups: out.Groups, copies: res.Granted}
+	s.addHold(h, now)
 	s.counts.CopiesGranted += uint64(res.Granted)
 	out.HoldID = h.id
 	return &out, nil
@@ -279,12 +279,12 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 				out.Lost = append(out.Lost, l.HoldID)
 				continue
 			}
-			s.holds[l.HoldID] = &hold{id: l.HoldID, clientID: in.ClientID, res: r, domain: l.Domain, groups: l.Groups, copies: l.Copies, expires: now.Add(s.opts.HoldTTL)}
+			s.addHold(&hold{id: l.HoldID, clientID: in.ClientID, res: r, domain: l.Domain, groups: l.Groups, copies: l.Copies}, now)
 			s.counts.Restored++
 		case h == nil || h.clientID != in.ClientID || h.res.ns != ns || h.res.name != name:
 			out.Lost = append(out.Lost, l.HoldID)
 		default:
-			h.expires = now.Add(s.opts.HoldTTL)
+			s.touchHold(h, now)
 			// The client gave copies back that this server did not hear
 			// of (a release whose reply was lost): its count is the truth.
 			if l.Copies < h.copies {
@@ -334,7 +334,7 @@ func (s *Server) transfer(data []byte, ns, name string) (any, error) {
 	// The copies stay counted in the core: they are held by the transfer.
 	h.copies -= n
 	if h.copies == 0 {
-		delete(s.holds, h.id)
+		s.forgetHold(h)
 	}
 	full := ns + "." + name + "." + t.id
 	s.transfers[full] = t
@@ -372,8 +372,8 @@ func (s *Server) seize(data []byte, ns, name string) (any, error) {
 		}
 	}
 	delete(s.transfers, in.TransferID)
-	h := &hold{id: newID(), clientID: in.ClientID, res: t.res, domain: t.domain, groups: t.groups, copies: t.copies, expires: now.Add(s.opts.HoldTTL)}
-	s.holds[h.id] = h
+	h := &hold{id: newID(), clientID: in.ClientID, res: t.res, domain: t.domain, groups: t.groups, copies: t.copies}
+	s.addHold(h, now)
 	s.counts.Seized++
 	groups := h.groups
 	if groups == nil {

@@ -1,6 +1,7 @@
 package domainserver
 
 import (
+	"container/list"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
@@ -40,6 +41,8 @@ type hold struct {
 	groups   []string
 	copies   int64
 	expires  time.Time
+	// elem is h in Server.byExpiry.
+	elem *list.Element
 }
 
 // transfer is copies staged by a transfer, waiting to be seized.
@@ -143,9 +146,31 @@ func (s *Server) dropHold(h *hold, n int64) error {
 	}
 	h.copies -= n
 	if h.copies == 0 {
-		delete(s.holds, h.id)
+		s.forgetHold(h)
 	}
 	return nil
+}
+
+// addHold files a new hold that expires one TTL from now. Every hold's
+// expiry is its last refresh plus the same TTL, so appending keeps
+// byExpiry in expiry order and a sweep reads only what expired. Called
+// with s.mu held.
+func (s *Server) addHold(h *hold, now time.Time) {
+	h.expires = now.Add(s.opts.HoldTTL)
+	s.holds[h.id] = h
+	h.elem = s.byExpiry.PushBack(h)
+}
+
+// touchHold extends a refreshed hold by one TTL. Called with s.mu held.
+func (s *Server) touchHold(h *hold, now time.Time) {
+	h.expires = now.Add(s.opts.HoldTTL)
+	s.byExpiry.MoveToBack(h.elem)
+}
+
+// forgetHold drops an empty hold. Called with s.mu held.
+func (s *Server) forgetHold(h *hold) {
+	delete(s.holds, h.id)
+	s.byExpiry.Remove(h.elem)
 }
 
 // expire releases holds and transfers past their expiry and forgets idle
@@ -153,16 +178,18 @@ func (s *Server) dropHold(h *hold, n int64) error {
 func (s *Server) expire(now time.Time) {
 	s.mu.Lock()
 	var gone []string
-	for _, h := range s.holds {
-		if now.After(h.expires) {
-			if err := s.dropHold(h, h.copies); err != nil {
-				s.log.Error("releasing an expired hold", "hold", h.id, "err", err)
-				delete(s.holds, h.id)
-			}
-			s.counts.Expired++
-			s.log.Debug("hold expired: its client stopped refreshing it", "hold", h.id, "client_id", h.clientID,
-				"resource", h.res.ns+":"+h.res.name, "domain", h.domain)
+	for e := s.byExpiry.Front(); e != nil; e = s.byExpiry.Front() {
+		h := e.Value.(*hold)
+		if !now.After(h.expires) {
+			break
 		}
+		if err := s.dropHold(h, h.copies); err != nil {
+			s.log.Error("releasing an expired hold", "hold", h.id, "err", err)
+			s.forgetHold(h)
+		}
+		s.counts.Expired++
+		s.log.Debug("hold expired: its client stopped refreshing it", "hold", h.id, "client_id", h.clientID,
+			"resource", h.res.ns+":"+h.res.name, "domain", h.domain)
 	}
 	for id, t := range s.transfers {
 		if now.After(t.expires) {
@@ -174,8 +201,10 @@ func (s *Server) expire(now time.Time) {
 			s.counts.TransfersExpired++
 		}
 	}
+	// A copy resource with nothing held has no hold or transfer left
+	// (both count in Global).
 	for key, r := range s.resources {
-		if r.rate != nil && r.rate.Sweep(now) == 0 || r.copies != nil && r.copies.Global() == 0 && !s.inUse(r) {
+		if r.rate != nil && r.rate.Sweep(now) == 0 || r.copies != nil && r.copies.Global() == 0 {
 			delete(s.resources, key)
 		}
 	}
@@ -183,23 +212,6 @@ func (s *Server) expire(now time.Time) {
 	for _, id := range gone {
 		s.deleteTransfer(id)
 	}
-}
-
-// inUse reports whether a hold or transfer refers to r (whose counts may
-// be zero under a permissive spec that does not count). Called with s.mu
-// held.
-func (s *Server) inUse(r *resource) bool {
-	for _, h := range s.holds {
-		if h.res == r {
-			return true
-		}
-	}
-	for _, t := range s.transfers {
-		if t.res == r {
-			return true
-		}
-	}
-	return false
 }
 
 // storedTransfer is a transfer as the state bucket keeps it.

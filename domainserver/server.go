@@ -16,6 +16,7 @@
 package domainserver
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -143,6 +144,7 @@ type Server struct {
 	mu        sync.Mutex
 	resources map[string]*resource
 	holds     map[string]*hold
+	byExpiry  *list.List // of *hold, soonest expiry first
 	transfers map[string]*transfer
 	kv        jetstream.KeyValue
 	counts    Counts
@@ -166,7 +168,7 @@ func New(nc *nats.Conn, opts Options) (*Server, error) {
 	}
 	log := opts.Logger.With("node", opts.Node, "domain_partition", opts.Partition, "server_id", opts.ServerID)
 	return &Server{nc: nc, opts: opts, log: log, gate: reply.NewGate(opts.Valid, log, "domain partition"),
-		resources: map[string]*resource{}, holds: map[string]*hold{}, transfers: map[string]*transfer{}}, nil
+		resources: map[string]*resource{}, holds: map[string]*hold{}, byExpiry: list.New(), transfers: map[string]*transfer{}}, nil
 }
 
 // Start loads the staged transfers, registers the micro service and
