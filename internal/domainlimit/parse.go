@@ -56,6 +56,10 @@ type Resource struct {
 	Kind   Kind
 	Rate   RateSpec // when Kind is KindRate
 	Copies CopySpec // when Kind is KindCopies
+	// Permissive is set by Resolve when the spec is the most permissive
+	// one instead of a configured one (ignore_configured or
+	// allow_unconfigured).
+	Permissive bool
 }
 
 // Errors of Resolve, the paper's client errors 2 and 3 (section 3.1).
@@ -67,24 +71,30 @@ var (
 	ErrWrongKind = errors.New("wrong kind of resource")
 )
 
-// Resolve returns the configuration of resource for an operation of
-// kind: the configured one, or with AllowUnconfigured the most
-// permissive one for an unknown resource. Errors wrap
-// ErrUnknownResource, ErrWrongKind or (bad name) ErrInvalid.
+// Resolve returns the spec an operation of kind on resource is decided
+// by (paper 4.3): the configured one; with IgnoreConfigured the most
+// permissive one instead (limits off, hits and holds still counted); for
+// a resource the namespace does not list, with AllowUnconfigured the
+// most permissive one. The two switches are independent. Errors wrap
+// ErrWrongKind (a configured resource of the other kind),
+// ErrUnknownResource or (bad name) ErrInvalid.
 func (ns *Namespace) Resolve(resource string, kind Kind) (Resource, error) {
 	if err := ValidateName("resource", resource); err != nil {
 		return Resource{}, err
+	}
+	if kind != KindRate && kind != KindCopies {
+		return Resource{}, invalidf("kind %v is neither rate nor copies", kind)
 	}
 	r, ok := ns.Resources[resource]
 	switch {
 	case ok && r.Kind != kind:
 		return Resource{}, fmt.Errorf("%w: resource %s of namespace %s is a %s resource, not %s", ErrWrongKind, resource, ns.Name, r.Kind, kind)
-	case ok:
+	case ok && !ns.IgnoreConfigured:
 		return r, nil
-	case !ns.AllowUnconfigured:
+	case !ok && !ns.AllowUnconfigured:
 		return Resource{}, fmt.Errorf("%w: namespace %s has no resource %s", ErrUnknownResource, ns.Name, resource)
 	}
-	r = Resource{Name: resource, Kind: kind}
+	r = Resource{Name: resource, Kind: kind, Permissive: true}
 	if kind == KindRate {
 		r.Rate = PermissiveRate()
 	} else {

@@ -147,9 +147,23 @@ func TestResolve(t *testing.T) {
 		t.Fatalf("request on a copy resource: %v", err)
 	}
 	r, err := ns.Resolve("new", KindRate) // allow_unconfigured
-	if err != nil || !reflect.DeepEqual(r.Rate, PermissiveRate()) {
+	if err != nil || !reflect.DeepEqual(r.Rate, PermissiveRate()) || !r.Permissive {
 		t.Fatalf("unconfigured resource: %+v, %v", r, err)
 	}
+	if r, err := ns.Resolve("sandboxes", KindCopies); err != nil || r.Permissive || r.Copies.DomainLimit != 5 {
+		t.Fatalf("configured resource: %+v, %v", r, err)
+	}
+	ns.IgnoreConfigured = true
+	if r, err := ns.Resolve("sandboxes", KindCopies); err != nil || !r.Permissive || r.Copies.DomainLimit != Unlimited {
+		t.Fatalf("ignore_configured: %+v, %v", r, err)
+	}
+	if _, err := ns.Resolve("sandboxes", KindRate); !errors.Is(err, ErrWrongKind) {
+		t.Fatalf("ignore_configured keeps the kind check: %v", err)
+	}
+	if _, err := ns.Resolve("api", 0); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("kind 0: %v", err)
+	}
+	ns.IgnoreConfigured = false
 	ns.AllowUnconfigured = false
 	if _, err := ns.Resolve("new", KindRate); !errors.Is(err, ErrUnknownResource) {
 		t.Fatalf("unknown resource: %v", err)

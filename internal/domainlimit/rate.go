@@ -85,9 +85,13 @@ func NewRate(spec RateSpec) (*Rate, error) {
 }
 
 // SetSpec replaces the configuration (hot reload) and keeps the hit
-// history: each domain keeps the state and window of its tiers by index;
-// tiers beyond the new count are dropped, new ones start inactive. On
-// error nothing changes.
+// history: the last-second counts, and each domain's tiers by index,
+// with the hits in their windows and, if active or cooling down, their
+// activation time, now judged by the new durations. A longer window does
+// not bring back hits the old one had let go, nor does a longer active
+// time revive an inactive tier, so the outcome does not depend on when
+// idle domains were swept. Tiers beyond the new count are dropped, new
+// ones start inactive. On error nothing changes.
 func (r *Rate) SetSpec(spec RateSpec) error {
 	n, err := spec.Normalize()
 	if err != nil {
@@ -95,6 +99,12 @@ func (r *Rate) SetSpec(spec RateSpec) error {
 	}
 	r.spec = n
 	for name, d := range r.domains {
+		d.expire(r.last) // under the old windows
+		for i := range d.st {
+			if d.st[i].phase(&d.tiers[i], r.last) == inactive {
+				d.st[i].entered = false
+			}
+		}
 		d.setTiers(r.tiersOf(name))
 	}
 	return nil
