@@ -177,14 +177,12 @@ func (d *domainRate) walk(now int64, cur int, want int64, apply bool) (placed in
 	}
 	for j := cur + 1; j <= len(d.tiers) && placed < want; j++ {
 		t, s := &d.tiers[j-1], &d.st[j-1]
-		free := room(t.Limit, s.hits.sum)
-		if s.phase(t, now) == cooldown || free == 0 {
-			if t.Skippable {
-				continue
-			}
-			if s.phase(t, now) == cooldown {
-				break
-			}
+		free, cooling := room(t.Limit, s.hits.sum), s.phase(t, now) == cooldown
+		if (cooling || free == 0) && t.Skippable {
+			continue
+		}
+		if cooling {
+			break
 		}
 		take := min(want-placed, free)
 		if apply {
