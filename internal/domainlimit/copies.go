@@ -167,6 +167,9 @@ func (c *Copies) key(domain string, groups []string, copies int64) (holdKey, []s
 			return holdKey{}, nil, invalidf("group %q is named twice", g)
 		}
 	}
+	if cur := c.groupsOf[domain]; slices.Equal(gs, cur) {
+		return holdKey{domain, c.joinedOf[domain]}, gs, nil // the common case, without allocating
+	}
 	return holdKey{domain, strings.Join(gs, ",")}, gs, nil
 }
 
