@@ -106,9 +106,9 @@ func classify(err error) *opError {
 	switch {
 	case errors.Is(err, domainwire.ErrBadRequest), errors.Is(err, domainlimit.ErrInvalid):
 		code = domainwire.CodeBadRequest
-	case errors.Is(err, errNoConfig):
+	case errors.Is(err, errNoConfig), errors.Is(err, domainlimit.ErrUnknownResource):
 		code = domainwire.CodeNotFound
-	case errors.Is(err, errWrongKind), errors.Is(err, domainlimit.ErrNotHeld):
+	case errors.Is(err, domainlimit.ErrWrongKind), errors.Is(err, domainlimit.ErrNotHeld):
 		code = domainwire.CodeConflict
 	}
 	return &opError{code, err.Error()}

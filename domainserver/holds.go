@@ -55,12 +55,8 @@ type transfer struct {
 	expires time.Time
 }
 
-// errNoConfig is a resource that is neither configured nor allowed
-// unconfigured; errWrongKind a request of the other kind of resource.
-var (
-	errNoConfig  = errors.New("not configured")
-	errWrongKind = errors.New("wrong kind of resource")
-)
+// errNoConfig is a namespace without configuration.
+var errNoConfig = errors.New("not configured")
 
 // resolve returns the state of ns/name for kind, creating it on first use
 // and handing it a changed configuration. Called with s.mu held.
@@ -71,32 +67,25 @@ func (s *Server) resolve(ns, name string, kind domainlimit.Kind) (*resource, err
 	r := s.resources[key]
 	if r != nil && r.src == nsc && nsc != nil {
 		if r.kind != kind {
-			return nil, fmt.Errorf("%w: %s:%s is a %s resource", errWrongKind, ns, name, r.kind)
+			return nil, fmt.Errorf("%w: %s:%s is a %s resource", domainlimit.ErrWrongKind, ns, name, r.kind)
 		}
 		return r, nil
 	}
 	if nsc == nil {
 		return nil, fmt.Errorf("%w: namespace %q has no configuration (domains.%s in the configuration bucket)", errNoConfig, ns, ns)
 	}
-	spec, ok := nsc.Resources[name]
-	unconfigured := !ok
-	if unconfigured && !nsc.AllowUnconfigured {
-		return nil, fmt.Errorf("%w: resource %q is not configured in namespace %q, which does not allow unconfigured resources", errNoConfig, name, ns)
+	spec, err := nsc.Resolve(name, kind)
+	if err != nil {
+		return nil, err
 	}
-	if !unconfigured && spec.Kind != kind {
-		return nil, fmt.Errorf("%w: %s:%s is a %s resource", errWrongKind, ns, name, spec.Kind)
-	}
-	permissive := unconfigured || nsc.IgnoreConfigured
+	_, configured := nsc.Resources[name]
+	unconfigured, permissive := !configured, spec.Permissive
 	if r != nil && r.kind != kind {
 		// The resource lives on with its holds under its old kind until
 		// they are gone; a request of the new kind waits for that.
-		return nil, fmt.Errorf("%w: %s:%s still has %s state", errWrongKind, ns, name, r.kind)
+		return nil, fmt.Errorf("%w: %s:%s still has %s state", domainlimit.ErrWrongKind, ns, name, r.kind)
 	}
 	rateSpec, copySpec := spec.Rate, spec.Copies
-	if permissive {
-		rateSpec, copySpec = domainlimit.PermissiveRate(), domainlimit.PermissiveCopies()
-	}
-	var err error
 	switch {
 	case r == nil && kind == domainlimit.KindRate:
 		r = &resource{ns: ns, name: name, kind: kind}
