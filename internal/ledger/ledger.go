@@ -182,12 +182,18 @@ var ErrNothingServed = errors.New("no resource of the request can be served")
 // slot per resource. A resource that cannot be served (no template, a
 // limit reached) gets an error in its slot and changes nothing; the others
 // are applied. If none can be, the returned error says so and nothing is
-// applied.
+// applied. The request comes from a plain subject (see GetAs).
 func (l *Ledger) Get(now int64, set *config.Set, req *allotpb.GetCapacityRequest) ([]Slot, error) {
+	return l.GetAs(now, set, Claimant{}, req)
+}
+
+// GetAs is Get for a request sent by who: its client id names a record of
+// who's own.
+func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.GetCapacityRequest) ([]Slot, error) {
 	res := req.GetResource()
 	tmpls := make([]*config.Template, len(res))
 	slots := make([]Slot, len(res))
-	id := req.GetClientId()
+	id := who.key(req.GetClientId())
 	served, addRes, addClients := 0, 0, 0
 	for k, rr := range res {
 		var r *resource
@@ -261,8 +267,16 @@ func (l *Ledger) resolve(set *config.Set, rid string, addRes *int) (*config.Temp
 }
 
 // Release ends the named client's leases on the named resources at once
-// and returns how many it held.
+// and returns how many it held. The request comes from a plain subject
+// (see ReleaseAs).
 func (l *Ledger) Release(now int64, client string, resources []string) int32 {
+	return l.ReleaseAs(now, Claimant{}, client, resources)
+}
+
+// ReleaseAs is Release for a request sent by who: it ends only who's own
+// client's leases, whoever else uses the same client id.
+func (l *Ledger) ReleaseAs(now int64, who Claimant, client string, resources []string) int32 {
+	client = who.key(client)
 	var n int32
 	for _, id := range resources {
 		if r := l.resources[id]; r != nil && r.markReleased(client) {
