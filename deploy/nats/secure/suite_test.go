@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"strings"
@@ -178,7 +180,7 @@ func TestPlainClientRefused(t *testing.T) {
 // victim keeps its genuine lease and term.
 func TestTenantCannotImpersonateCoordinator(t *testing.T) {
 	d := startDeployment(t)
-	victim, _ := d.dial(t, d.srv, "admin")
+	victim, _ := d.dial(t, d.srv, "tenant_b")
 	a, lim := leaseOf(t, victim)
 	term := a.Term()
 	nc, errs := d.dial(t, d.srv, "tenant_a")
@@ -335,5 +337,69 @@ func TestCoordinatorCannotWriteConfiguration(t *testing.T) {
 	admin, _ := d.dial(t, d.srv, "admin")
 	if err := putTemplate(t, admin, "b", false); err != nil {
 		t.Fatalf("admin cannot write the configuration: %v", err)
+	}
+}
+
+// TestTenantAgentsGetTheirLeases: agents with tenant credentials and
+// their private inbox prefix work unchanged: each of two tenants wanting
+// 40 of 100 gets its 40.
+func TestTenantAgentsGetTheirLeases(t *testing.T) {
+	d := startDeployment(t)
+	for _, user := range []string{"tenant_a", "tenant_b"} {
+		nc, errs := d.dial(t, d.srv, user)
+		leaseOf(t, nc)
+		if e := errs.all(); len(e) > 0 {
+			t.Fatalf("%s was refused: %v", user, e)
+		}
+	}
+}
+
+// TestTenantCannotReleaseAnothersLease: the probe of a release or
+// `wants: 0` sent with a victim's client_id on the tenant's own, allowed
+// subject. The coordinator binds client ids to (tenant, user), so it
+// releases nothing of the victim's (it says so: released 0) and the
+// thief gets no more than what the victim leaves.
+func TestTenantCannotReleaseAnothersLease(t *testing.T) {
+	d := startDeployment(t)
+	victim, _ := d.dial(t, d.srv, "tenant_b")
+	va, vlim := leaseOf(t, victim)
+	nc, _ := d.dial(t, d.srv, "tenant_a")
+	var rel struct {
+		Released int32 `json:"released"`
+	}
+	request(t, nc, "allot.root.capacity.release", fmt.Sprintf(`{"client_id":%q,"resource_id":[%q]}`, va.ClientID(), resource), &rel)
+	if rel.Released != 0 {
+		t.Fatalf("a release under the victim's id released %d leases", rel.Released)
+	}
+	var g struct {
+		Response []struct {
+			Gets struct {
+				Capacity float64 `json:"capacity"`
+			} `json:"gets"`
+		} `json:"response"`
+	}
+	request(t, nc, "allot.root.capacity.get", fmt.Sprintf(`{"client_id":%q,"resource":[{"resource_id":%q,"wants":0}]}`, va.ClientID(), resource), &g)
+	request(t, nc, "allot.root.capacity.get", fmt.Sprintf(`{"client_id":"thief","resource":[{"resource_id":%q,"wants":100}]}`, resource), &g)
+	if got := g.Response[0].Gets.Capacity; got+vlim.Capacity() > 100 {
+		t.Fatalf("the thief got %v while the victim holds %v of 100", got, vlim.Capacity())
+	}
+	if vlim.Capacity() != 40 {
+		t.Fatalf("the victim's capacity is %v, not 40", vlim.Capacity())
+	}
+}
+
+// request sends a JSON request and decodes the reply into out, failing
+// on an error reply.
+func request(t *testing.T, nc *nats.Conn, subject, body string, out any) {
+	t.Helper()
+	m, err := nc.Request(subject, []byte(body), wait)
+	if err != nil {
+		t.Fatalf("%s %s: %v", subject, body, err)
+	}
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		t.Fatalf("%s %s: error %s: %s", subject, body, code, m.Header.Get("Nats-Service-Error"))
+	}
+	if err := json.Unmarshal(m.Data, out); err != nil {
+		t.Fatalf("%s reply %s: %v", subject, m.Data, err)
 	}
 }
