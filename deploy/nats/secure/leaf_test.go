@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 )
 
@@ -62,21 +61,10 @@ func TestLeafTenantAgentsGetTheirLeases(t *testing.T) {
 func TestLeafAttacksRefused(t *testing.T) {
 	d := startDeployment(t)
 	child := d.startChild(t)
-	victim, _ := d.dial(t, child, "tenant_b")
-	a, lim := leaseOf(t, victim)
-	term := a.Term()
-	nc, errs := d.dial(t, child, "tenant_a")
-	for _, s := range []string{"allot.root.capacity.get", "allot.t.*.root.capacity.get", "allot.>", "_INBOX.>", "_INBOX_tenant_b.>", "_R_.>", "$JS.>", "$KV.>", "$SYS.>", ">"} {
-		refusedSub(t, nc, errs, s)
-	}
-	for _, s := range []string{"_INBOX_tenant_b.forged", "_R_.forged", "$KV.allot_election.root", "$KV.allot_state.root.leases", "$KV.allot_config.templates.a",
-		"$JS.API.INFO", "$JS.API.STREAM.INFO.KV_allot_config", "$SYS.REQ.SERVER.PING", "allot.t.TENANT_B.root.capacity.release"} {
-		refusedPub(t, nc, errs, &nats.Msg{Subject: s, Data: forgedReply(t)})
-	}
-	time.Sleep(2 * time.Second) // two refreshes of the victim
-	if st := lim.Status(); st.Capacity != 40 || a.Term() != term {
-		t.Fatalf("victim changed: capacity %v term %d (was 40, %d)", st.Capacity, a.Term(), term)
-	}
+	d.attack(t, child,
+		[]string{"allot.root.capacity.get", "allot.t.*.root.capacity.get", "allot.>", "_INBOX.>", "_INBOX_tenant_b.>", "_R_.>", "$JS.>", "$KV.>", "$SYS.>", ">"},
+		[]string{"_INBOX_tenant_b.forged", "_R_.forged", "$KV.allot_election.root", "$KV.allot_state.root.leases", "$KV.allot_config.templates.a",
+			"$JS.API.INFO", "$JS.API.STREAM.INFO.KV_allot_config", "$SYS.REQ.SERVER.PING", "allot.t.TENANT_B.root.capacity.release"})
 }
 
 // TestLeafLinkEnforcedAtRoot: a hostile child, which does not apply the

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
@@ -180,14 +181,24 @@ func TestPlainClientRefused(t *testing.T) {
 // victim keeps its genuine lease and term.
 func TestTenantCannotImpersonateCoordinator(t *testing.T) {
 	d := startDeployment(t)
-	victim, _ := d.dial(t, d.srv, "tenant_b")
+	d.attack(t, d.srv,
+		[]string{"allot.root.capacity.get", "allot.*.capacity.get", "allot.t.*.root.capacity.get", "allot.t.TENANT_A.root.capacity.get", "allot.>", ">"},
+		[]string{"_INBOX.forged", "_INBOX_tenant_b.forged", "_R_.forged", "_INBOX_allot_coordinator.forged"})
+}
+
+// attack has tenant_a, connected to srv, subscribe to each of subs and
+// publish the forged reply on each of pubs, sees each refused, and checks
+// that tenant_b's agent, connected to srv too, kept its lease and term.
+func (d *deployment) attack(t *testing.T, srv *server.Server, subs, pubs []string) {
+	t.Helper()
+	victim, _ := d.dial(t, srv, "tenant_b")
 	a, lim := leaseOf(t, victim)
 	term := a.Term()
-	nc, errs := d.dial(t, d.srv, "tenant_a")
-	for _, s := range []string{"allot.root.capacity.get", "allot.*.capacity.get", "allot.t.*.root.capacity.get", "allot.t.TENANT_A.root.capacity.get", "allot.>", ">"} {
+	nc, errs := d.dial(t, srv, "tenant_a")
+	for _, s := range subs {
 		refusedSub(t, nc, errs, s)
 	}
-	for _, s := range []string{"_INBOX.forged", "_INBOX_tenant_b.forged", "_R_.forged", "_INBOX_allot_coordinator.forged"} {
+	for _, s := range pubs {
 		refusedPub(t, nc, errs, &nats.Msg{Subject: s, Data: forgedReply(t)})
 	}
 	time.Sleep(2 * time.Second) // two refreshes of the victim
