@@ -19,6 +19,7 @@ import (
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/secureinit"
 )
 
@@ -81,32 +82,11 @@ func containsAll(s string, parts []string) bool {
 }
 
 // startConfig starts a server from the shipped file with the variables
-// env (on top of the setup's) and stops it when the test ends.
+// env, keeping its log.
 func startConfig(t *testing.T, file string, env map[string]string) (*server.Server, *serverLog) {
 	t.Helper()
-	for k, v := range env {
-		t.Setenv(k, v)
-	}
-	opts, err := server.ProcessConfigFile(file)
-	if err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
-	opts.NoSigs = true
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
 	log := &serverLog{}
-	srv.SetLoggerV2(log, true, false, false)
-	go srv.Start()
-	t.Cleanup(func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	})
-	if !srv.ReadyForConnections(wait) {
-		t.Fatalf("%s: server not ready: %q", file, log.lines)
-	}
-	return srv, log
+	return natstest.ConfigServer(t, file, env, log), log
 }
 
 // deployment is a root server started from root.conf with the
