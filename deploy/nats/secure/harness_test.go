@@ -97,6 +97,10 @@ type deployment struct {
 	srv     *server.Server
 	log     *serverLog
 	leafURL string
+	// coordErrs are the coordinator connection's asynchronous errors;
+	// stopCoord stops the replica (it resigns) and waits for it.
+	coordErrs *asyncErrors
+	stopCoord func()
 }
 
 // rootEnv is the setup's environment with free ports and a temporary
@@ -203,16 +207,22 @@ func (d *deployment) startCoordinator(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- rep.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("coordinator: %v", err)
-		}
-		w.Stop()
-	})
+	var stopOnce sync.Once
+	d.coordErrs = errs
+	d.stopCoord = func() {
+		stopOnce.Do(func() {
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("coordinator: %v", err)
+			}
+			w.Stop()
+		})
+	}
+	t.Cleanup(d.stopCoord)
 	select {
 	case <-serving:
 	case err := <-done:
+		done <- err // for stopCoord
 		t.Fatalf("coordinator stopped: %v (refused: %v)", err, errs.all())
 	case <-time.After(wait):
 		t.Fatalf("coordinator not serving (refused: %v)", errs.all())

@@ -351,6 +351,27 @@ func TestCoordinatorCannotWriteConfiguration(t *testing.T) {
 	}
 }
 
+// TestCoordinatorServesWithItsRights: with only the coordinator user's
+// rights a replica campaigns, renews its leadership, records leases,
+// follows a template change and resigns, and nothing it does is refused.
+func TestCoordinatorServesWithItsRights(t *testing.T) {
+	d := startDeployment(t)
+	nc, _ := d.dial(t, d.srv, "tenant_a")
+	_, lim := leaseOf(t, nc)
+	admin, _ := d.dial(t, d.srv, "admin")
+	if err := putTemplate(t, admin, resource, false); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond) // leadership renewals, lease refreshes and records
+	if !lim.Status().Leased {
+		t.Fatalf("lease lost: %+v", lim.Status())
+	}
+	d.stopCoord()
+	if e := d.coordErrs.all(); len(e) > 0 {
+		t.Fatalf("the coordinator user was refused: %v", e)
+	}
+}
+
 // TestTenantAgentsGetTheirLeases: agents with tenant credentials and
 // their private inbox prefix work unchanged: each of two tenants wanting
 // 40 of 100 gets its 40.
