@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/secureinit"
@@ -61,9 +62,38 @@ func TestSecureInit(t *testing.T) {
 	if code, out := runCtx(ctx, append([]string{"config", "put", "--timeout", "1s", "db", tmpl}, conn("coordinator")...)...); code == 0 {
 		t.Fatalf("the coordinator's credentials stored a template: %s", out)
 	}
-	startCoordinator(t, conn("coordinator"), conn("tenant_a"))
-	if code, out := runCtx(ctx, append([]string{"get", "db", "--wants", "10"}, conn("tenant_b")...)...); code != 0 || !strings.Contains(out, "10") {
-		t.Fatalf("tenant_b get: exit %d: %s", code, out)
+	// The coordinator (with its quota service) runs on the coordinator
+	// user's rights alone: its log shows no refused permission.
+	cctx, cancel := context.WithCancel(ctx)
+	coordOut := make(chan string, 1)
+	go func() {
+		_, out := runCtx(cctx, append([]string{"coordinator", "--log-level", "info", "--election-ttl", "1s"}, conn("coordinator")...)...)
+		coordOut <- out
+	}()
+	defer func() {
+		cancel()
+		<-coordOut
+	}()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if code, o := runCtx(ctx, append([]string{"get", "db", "--wants", "10", "--timeout", "1s"}, conn("tenant_a")...)...); code == 0 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("tenant_a get: exit %d: %s", code, o)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if code, o := runCtx(ctx, append([]string{"get", "db", "--wants", "10"}, conn("tenant_b")...)...); code != 0 || !strings.Contains(o, "10") {
+		t.Fatalf("tenant_b get: exit %d: %s", code, o)
+	}
+	if code, o := runCtx(ctx, append([]string{"status"}, conn("admin")...)...); code != 0 {
+		t.Fatalf("admin status: exit %d: %s", code, o)
+	}
+	time.Sleep(1500 * time.Millisecond) // leadership renewals
+	cancel()
+	out = <-coordOut
+	coordOut <- out // for the deferred wait
+	if strings.Contains(out, "refused a permission") || !strings.Contains(out, "coordinator serving") {
+		t.Fatalf("coordinator log:\n%s", out)
 	}
 }
 

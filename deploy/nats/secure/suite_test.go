@@ -353,7 +353,8 @@ func TestCoordinatorCannotWriteConfiguration(t *testing.T) {
 
 // TestCoordinatorServesWithItsRights: with only the coordinator user's
 // rights a replica campaigns, renews its leadership, records leases,
-// follows a template change and resigns, and nothing it does is refused.
+// follows a template change, answers discovery from each of its
+// services, and resigns, and nothing it does is refused.
 func TestCoordinatorServesWithItsRights(t *testing.T) {
 	d := startDeployment(t)
 	nc, _ := d.dial(t, d.srv, "tenant_a")
@@ -361,6 +362,20 @@ func TestCoordinatorServesWithItsRights(t *testing.T) {
 	admin, _ := d.dial(t, d.srv, "admin")
 	if err := putTemplate(t, admin, resource, false); err != nil {
 		t.Fatal(err)
+	}
+	// Discovery, as allot status and nats micro ls ask: every micro
+	// service of the coordinator's connection answers the one request.
+	sub, err := admin.SubscribeSync(admin.NewInbox())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.PublishRequest("$SRV.PING", sub.Subject, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 { // allot-replica and allot-coordinator
+		if _, err := sub.NextMsg(wait); err != nil {
+			t.Fatalf("discovery answer %d: %v", i+1, err)
+		}
 	}
 	time.Sleep(2500 * time.Millisecond) // leadership renewals, lease refreshes and records
 	if !lim.Status().Leased {
