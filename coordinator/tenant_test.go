@@ -22,9 +22,8 @@ import (
 // tenantEnv is a server with the tenant accounts of subjects.md and a
 // coordinator in the allot account.
 type tenantEnv struct {
-	t *testing.T
-	s *server.Server
-	c *coordinator.Coordinator
+	*env // the coordinator's connection
+	s    *server.Server
 }
 
 func startTenants(t *testing.T, tenants map[string][]string, tmpls ...*config.Template) *tenantEnv {
@@ -36,7 +35,28 @@ func startTenants(t *testing.T, tenants map[string][]string, tmpls ...*config.Te
 		Templates:     coordinator.StaticTemplates(config.NewSet(1, tmpls, nil)),
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	return &tenantEnv{t: t, s: s, c: c}
+	return &tenantEnv{env: &env{t: t, nc: nc, c: c}, s: s}
+}
+
+// agentHolding starts an agent of user with client id and a limiter of
+// "db" (opts), and waits until it holds want.
+func (e *tenantEnv) agentHolding(user, id string, want float64, opts ...agent.ResourceOption) *agent.RateLimiter {
+	e.t.Helper()
+	a, err := agent.New(e.as(user), agent.WithClientID(id), agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = a.Close() })
+	lim, err := a.Rate("db", opts...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); lim.Capacity() != want; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s's agent %s got %v, want %v (%v)", user, id, lim.Capacity(), want, a.LastError())
+		}
+	}
+	return lim
 }
 
 // as connects as user (TenantServer's password is the user name).
@@ -84,22 +104,7 @@ func TestClientIDBoundToTenantIdentity(t *testing.T) {
 	tm.LeaseLength, tm.RefreshInterval = time.Minute, 30*time.Second
 	e := startTenants(t, map[string][]string{"TENANT_A": {"a1", "a2"}, "TENANT_B": {"b1"}}, tm)
 
-	a, err := agent.New(e.as("a1"), agent.WithClientID("victim"), agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	lim, err := a.Rate("db", agent.WithWants(100))
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for lim.Capacity() != 100 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the victim's agent got %v, want 100 (%v)", lim.Capacity(), a.LastError())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	lim := e.agentHolding("a1", "victim", 100, agent.WithWants(100))
 
 	for _, attacker := range []struct{ name, user, pass string }{
 		{"another tenant", "b1", "b1"},
