@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/coordinator"
@@ -22,9 +23,8 @@ import (
 // tenantEnv is a server with the tenant accounts of subjects.md and a
 // coordinator in the allot account.
 type tenantEnv struct {
-	t *testing.T
-	s *server.Server
-	c *coordinator.Coordinator
+	*env // the coordinator's connection
+	s    *server.Server
 }
 
 func startTenants(t *testing.T, tenants map[string][]string, tmpls ...*config.Template) *tenantEnv {
@@ -36,7 +36,28 @@ func startTenants(t *testing.T, tenants map[string][]string, tmpls ...*config.Te
 		Templates:     coordinator.StaticTemplates(config.NewSet(1, tmpls, nil)),
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	return &tenantEnv{t: t, s: s, c: c}
+	return &tenantEnv{env: &env{t: t, nc: nc, c: c}, s: s}
+}
+
+// agentHolding starts an agent of user with client id and a limiter of
+// "db" (opts), and waits until it holds want.
+func (e *tenantEnv) agentHolding(user, id string, want float64, opts ...agent.ResourceOption) *agent.RateLimiter {
+	e.t.Helper()
+	a, err := agent.New(e.as(user), agent.WithClientID(id), agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = a.Close() })
+	lim, err := a.Rate("db", opts...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); lim.Capacity() != want; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s's agent %s got %v, want %v (%v)", user, id, lim.Capacity(), want, a.LastError())
+		}
+	}
+	return lim
 }
 
 // as connects as user (TenantServer's password is the user name).
@@ -84,22 +105,7 @@ func TestClientIDBoundToTenantIdentity(t *testing.T) {
 	tm.LeaseLength, tm.RefreshInterval = time.Minute, 30*time.Second
 	e := startTenants(t, map[string][]string{"TENANT_A": {"a1", "a2"}, "TENANT_B": {"b1"}}, tm)
 
-	a, err := agent.New(e.as("a1"), agent.WithClientID("victim"), agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	lim, err := a.Rate("db", agent.WithWants(100))
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for lim.Capacity() != 100 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the victim's agent got %v, want 100 (%v)", lim.Capacity(), a.LastError())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	lim := e.agentHolding("a1", "victim", 100, agent.WithWants(100))
 
 	for _, attacker := range []struct{ name, user, pass string }{
 		{"another tenant", "b1", "b1"},
@@ -136,4 +142,50 @@ func TestClientIDBoundToTenantIdentity(t *testing.T) {
 		}
 	}
 	t.Fatalf("the victim's lease of 100 is gone: %+v", snap.Resource.Top)
+}
+
+// The binding holds for what clients report in learning mode too: after a
+// takeover, another user of the tenant who reports the victim's lease
+// under the victim's client id is not credited with it (it is not among
+// the recorded holders: over_claims), while the victim's own report is.
+func TestTenantReportsBoundInLearning(t *testing.T) {
+	s := natstest.TenantServer(t, map[string][]string{"TENANT_A": {"a1", "a2"}})
+	nc := natstest.Conn(t, s, nats.UserInfo("allot", "allot"))
+	tm := tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)
+	tm.LearningModeDuration = 10 * time.Second
+	opts := coordinator.Options{Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil)),
+		RoundInterval: coordinator.NoRoundInterval, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	first := coordtest.Start(t, nc, opts)
+	victim, thief := natstest.Conn(t, s, nats.UserInfo("a1", "a1")), natstest.Conn(t, s, nats.UserInfo("a2", "a2"))
+	ask := func(nc *nats.Conn, wants float64, has *allotpb.Lease) *allotpb.Lease {
+		t.Helper()
+		body, err := protojson.Marshal(&allotpb.GetCapacityRequest{ClientId: "victim", Resource: []*allotpb.ResourceRequest{{ResourceId: "db", Wants: wants, Has: has}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp allotpb.GetCapacityResponse
+		m, err := nc.Request(coordinator.Subject("root", "capacity.get"), body, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := protojson.Unmarshal(m.Data, &resp); err != nil {
+			t.Fatalf("%v: %s", err, m.Data)
+		}
+		return resp.GetResponse()[0].GetGets()
+	}
+	lease := ask(victim, 70, nil)
+	if lease.GetCapacity() != 70 {
+		t.Fatalf("the victim got %v, want 70", lease.GetCapacity())
+	}
+	first.Stop()
+	second := coordtest.Start(t, nc, opts)
+	stolen := ask(thief, 100, lease)
+	mine := ask(victim, 70, lease)
+	if stolen.GetCapacity() > 30 || mine.GetCapacity() != 70 {
+		t.Fatalf("after the takeover the thief reporting the victim's lease got %v, the victim %v (of 100)", stolen.GetCapacity(), mine.GetCapacity())
+	}
+	e := &env{t: t, nc: nc, c: second}
+	if got := e.stats().OverClaims; got != 1 {
+		t.Fatalf("over_claims = %d, want 1", got)
+	}
 }

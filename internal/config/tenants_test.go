@@ -1,6 +1,7 @@
 package config
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -12,6 +13,7 @@ func TestTenantPolicyCompiles(t *testing.T) {
 identifier_glob: "api/*"
 capacity: 100
 algorithm: {kind: FAIR_SHARE}
+max_priority: 7
 tenants:
   fair: true
   default_max_priority: 0
@@ -40,6 +42,20 @@ tenants:
 		if w := p.Weight(c.tenant); w != c.weight || b != c.bound || has != c.has {
 			t.Errorf("%q: weight %v, bound %v %v; want %v, %v %v", c.tenant, w, b, has, c.weight, c.bound, c.has)
 		}
+	}
+	// The normalized form (allot config get --normalized) compiles back
+	// into the same policy and template max_priority (which it used to
+	// drop).
+	out, err := MarshalTemplateJSON(tm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _, err := ParseAndCompile("api", 1, out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !reflect.DeepEqual(again.Tenants, tm.Tenants) || !again.HasMaxPriority || again.MaxPriority != 7 {
+		t.Fatalf("round trip: %+v, want %+v\n%s", again.Tenants, tm.Tenants, out)
 	}
 	if tm, _, err := ParseAndCompile("api", 1, []byte(`{"identifier_glob":"a","capacity":1,"algorithm":{"kind":"FAIR_SHARE"}}`)); err != nil || tm.Tenants != nil {
 		t.Fatalf("a template without tenants: %v %v", tm.Tenants, err)

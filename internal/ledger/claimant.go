@@ -1,10 +1,12 @@
 package ledger
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/allot/allot/internal/wire"
 )
@@ -41,7 +43,7 @@ const tenantSep = "\x1e"
 // NewClaimant validates a tenant and user as they came from a tenant
 // subject and the Nats-Request-Info header. The tenant must be a valid
 // id (1 to 256 bytes, no space or control character) and not a subject
-// wildcard; the user at most MaxUserLen bytes of anything.
+// wildcard; the user at most MaxUserLen bytes of UTF-8.
 func NewClaimant(tenant, user string) (Claimant, error) {
 	if err := wire.ValidateID("tenant", tenant); err != nil {
 		return Claimant{}, err
@@ -51,6 +53,10 @@ func NewClaimant(tenant, user string) (Claimant, error) {
 	}
 	if len(user) > MaxUserLen {
 		return Claimant{}, fmt.Errorf("bad request: the user name is %d bytes long; the limit is %d", len(user), MaxUserLen)
+	}
+	if !utf8.ValidString(user) {
+		// Keys go into the lease record's protobuf strings.
+		return Claimant{}, errors.New("bad request: the user name is not valid UTF-8")
 	}
 	return Claimant{Tenant: tenant, User: user}, nil
 }

@@ -38,6 +38,7 @@ func TestNewClaimantRefusesBadNames(t *testing.T) {
 		{"A\x1eB", "u", "control"},
 		{"*", "u", "not an account name"},
 		{"A", strings.Repeat("u", MaxUserLen+1), "the limit is 1024"},
+		{"A", "u\xff", "not valid UTF-8"},
 	} {
 		if _, err := NewClaimant(tc.tenant, tc.user); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("NewClaimant(%q, %d bytes): %v, want an error saying %q", tc.tenant, len(tc.user), err, tc.err)
@@ -45,5 +46,18 @@ func TestNewClaimantRefusesBadNames(t *testing.T) {
 	}
 	if who, err := NewClaimant("TENANT_A", ""); err != nil || who != (Claimant{Tenant: "TENANT_A"}) {
 		t.Fatalf("a tenant without a user: %v %v", who, err)
+	}
+}
+
+// Views show a tenant client by tenant, a hash of the user and its id,
+// never the raw user name.
+func TestDisplayHidesUserNames(t *testing.T) {
+	key := Claimant{Tenant: "TENANT_A", User: "alice@example.com"}.key("web-1")
+	got := displayID(key)
+	if strings.Contains(got, "alice") || !strings.HasPrefix(got, "TENANT_A/u") || !strings.HasSuffix(got, "/web-1") {
+		t.Fatalf("shown as %q", got)
+	}
+	if other := displayID(Claimant{Tenant: "TENANT_A", User: "bob"}.key("web-1")); other == got {
+		t.Fatalf("two users' clients are shown alike: %q", got)
 	}
 }

@@ -131,6 +131,9 @@ type Ledger struct {
 	rec       recordState
 	touched   []*resource
 	upTerm    uint64 // highest parent term seen (child nodes)
+	// tenantRes counts, per tenant, the resources it has clients on.
+	tenantRes map[string]int
+	tenantBuf tenantScratch
 	stats     Stats
 }
 
@@ -143,6 +146,9 @@ type Stats struct {
 	// PriorityCapped counts requests (and child bands) served at their
 	// template's max_priority instead of the higher one they asked for.
 	PriorityCapped uint64
+	// TenantCapped counts resources of requests refused for a tenant cap
+	// (tenants.max_clients or tenants.max_resources).
+	TenantCapped uint64
 	// OverClaims counts clients that, at first contact in learning mode,
 	// reported holding more than the predecessor's record allows (its
 	// ceiling for the resource, or the capacity); the report was capped.
@@ -154,7 +160,7 @@ type Stats struct {
 // New returns an empty ledger; Start it before use.
 func New(cfg Config) *Ledger {
 	cfg.fill()
-	return &Ledger{cfg: cfg, resources: make(map[string]*resource)}
+	return &Ledger{cfg: cfg, resources: make(map[string]*resource), tenantRes: make(map[string]int)}
 }
 
 // Stats returns the counters.
@@ -194,7 +200,7 @@ func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.Ge
 	tmpls := make([]*config.Template, len(res))
 	slots := make([]Slot, len(res))
 	id := who.key(req.GetClientId())
-	served, addRes, addClients := 0, 0, 0
+	served, addRes, addClients, addTenantRes := 0, 0, 0, 0
 	for k, rr := range res {
 		var r *resource
 		if tmpls[k], r, slots[k].Code, slots[k].Err = l.resolve(set, rr.GetResourceId(), &addRes); tmpls[k] == nil {
@@ -204,6 +210,12 @@ func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.Ge
 			if l.records+addClients >= l.cfg.MaxClients {
 				tmpls[k] = nil
 				slots[k] = Slot{Code: CodeTooMany, Err: fmt.Sprintf("this node keeps %d client records (one per client and resource) and the limit is %d (--max-clients)", l.records+addClients, l.cfg.MaxClients)}
+				continue
+			}
+			if why := l.tenantCap(tmpls[k], r, rr.GetResourceId(), who, &addTenantRes); why != "" {
+				tmpls[k] = nil
+				slots[k] = Slot{Code: CodeTooMany, Err: why}
+				l.stats.TenantCapped++
 				continue
 			}
 			addClients++
@@ -224,21 +236,15 @@ func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.Ge
 			hasExpiry = e.AsTime().UnixNano()
 		}
 		before := r.records()
-		r.upsert(id, rr.GetWants(), 1, l.priority(tmpls[k], rr.GetPriority()), rr.GetHas().GetCapacity(), hasExpiry, now)
+		i := r.upsert(id, rr.GetWants(), 1, l.priority(tmpls[k], who, rr.GetPriority()), rr.GetHas().GetCapacity(), hasExpiry, now)
+		if r.records() > before {
+			r.clients[i].tenant = who.Tenant
+			r.track(who.Tenant)
+		}
 		l.records += r.records() - before
 		slots[k] = Slot{r: r, client: id}
 	}
 	return slots, nil
-}
-
-// priority is the band a request for t's resource is served at: what it
-// asks for, capped at the template's max_priority (counted).
-func (l *Ledger) priority(t *config.Template, asked int32) int32 {
-	if t.HasMaxPriority && asked > t.MaxPriority {
-		l.stats.PriorityCapped++
-		return t.MaxPriority
-	}
-	return asked
 }
 
 // resolve finds the template serving resource rid and its state (nil if
@@ -309,6 +315,7 @@ func (l *Ledger) resourceFor(now int64, id string, t *config.Template, gen uint6
 	r := l.resources[id]
 	if r == nil {
 		r = l.newResource(now, id, t, gen)
+		r.tenants.resources = l.tenantRes
 		l.resources[id] = r
 		if eb := entryBytes(id); l.rec.bytes+eb <= l.cfg.MaxRecordBytes {
 			l.rec.bytes += eb
@@ -330,7 +337,7 @@ func (l *Ledger) resourceFor(now int64, id string, t *config.Template, gen uint6
 // Allocate runs the algorithm of every resource of the round that is not
 // waiting for the record, and settles its clients.
 func (l *Ledger) Allocate(now int64) {
-	p := roundParams{now: now, horizon: l.rec.until, minFresh: l.cfg.MinRefresh, scratch: &l.scratch, stats: &l.stats}
+	p := roundParams{now: now, horizon: l.rec.until, minFresh: l.cfg.MinRefresh, scratch: &l.scratch, tenants: &l.tenantBuf, stats: &l.stats}
 	for _, r := range l.touched {
 		if r.waitSince != 0 {
 			continue
