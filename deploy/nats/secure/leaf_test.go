@@ -73,7 +73,8 @@ func TestLeafAttacksRefused(t *testing.T) {
 // client of the root. nats-server >= 2.14.0 checks every inbound leaf
 // message against the link user's permissions: the root refuses it,
 // logs the violation, drops the link, and the victim receives nothing.
-// (Before 2.14.0 the message was delivered.)
+// (Servers before 2.14.0, 2.12.7, 2.11.16 did not check inbound leaf
+// messages: see TestServerVersionEnforcesLeafPermissions.)
 func TestLeafLinkEnforcedAtRoot(t *testing.T) {
 	d := startDeployment(t)
 	victim, _ := d.dial(t, d.srv, "tenant_a")
