@@ -848,7 +848,7 @@ func configStatus(ctx context.Context, env *cliEnv, args []string) error {
 		err = opstatus.Format(env.stdout, rs)
 	}
 	if err == nil && len(rs) == 0 {
-		err = fmt.Errorf("no coordinator replica answered on %s within %s (none running, another account, or try a longer --wait)", cf.conn.url, *wait)
+		err = fmt.Errorf("no coordinator replica answered on %s within %s (none running, another account, or try a longer --wait)", redactURLs(cf.conn.url), *wait)
 	}
 	return err
 }
