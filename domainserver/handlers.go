@@ -1,12 +1,10 @@
 package domainserver
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go/micro"
 
@@ -323,12 +321,16 @@ func (s *Server) transfer(data []byte, ns, name string) (any, error) {
 	if n > h.copies {
 		return nil, errorf(domainwire.CodeConflict, "transfer of %d copies: hold %q has %d", n, h.id, h.copies)
 	}
+	if len(s.transfers) >= MaxTransfers {
+		return nil, errorf(domainwire.CodeTooMany, "%d transfers are staged and not yet seized or expired; the limit is %d", len(s.transfers), MaxTransfers)
+	}
 	t := &transfer{id: newID(), res: h.res, domain: h.domain, groups: h.groups, copies: n, expires: now.Add(ttl)}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
+	full := ns + "." + name + "." + t.id
 	// Written before the reply, so that a new leader still has it; if it
 	// cannot be, the hold stays as it was.
-	if err := s.storeTransfer(ctx, t); err != nil {
+	s.transfers[full] = t
+	if err := s.saveTransfers(); err != nil {
+		delete(s.transfers, full)
 		return nil, errorf(domainwire.CodeInternal, "store the transfer in the state bucket: %v (the hold is unchanged)", err)
 	}
 	// The copies stay counted in the core: they are held by the transfer.
@@ -336,8 +338,6 @@ func (s *Server) transfer(data []byte, ns, name string) (any, error) {
 	if h.copies == 0 {
 		s.forgetHold(h)
 	}
-	full := ns + "." + name + "." + t.id
-	s.transfers[full] = t
 	s.counts.Transfers++
 	return domainwire.TransferReply{TransferID: full, Remaining: h.copies}, nil
 }
@@ -361,17 +361,13 @@ func (s *Server) seize(data []byte, ns, name string) (any, error) {
 	if t == nil || now.After(t.expires) {
 		return nil, errorf(domainwire.CodeNotFound, "transfer %q does not exist or has expired", in.TransferID)
 	}
-	if s.opts.JetStream != nil && s.kv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := s.kv.Delete(ctx, s.transferKey(t.id))
-		cancel()
-		if err != nil {
-			// Seizing anyway would let a new leader restore the transfer
-			// beside the new hold: count the copies twice.
-			return nil, errorf(domainwire.CodeInternal, "remove the transfer from the state bucket: %v (not seized; retry)", err)
-		}
-	}
 	delete(s.transfers, in.TransferID)
+	if err := s.saveTransfers(); err != nil {
+		// Seizing anyway would let a new leader restore the transfer
+		// beside the new hold: count the copies twice.
+		s.transfers[in.TransferID] = t
+		return nil, errorf(domainwire.CodeInternal, "remove the transfer from the state bucket: %v (not seized; retry)", err)
+	}
 	h := &hold{id: newID(), clientID: in.ClientID, res: t.res, domain: t.domain, groups: t.groups, copies: t.copies}
 	s.addHold(h, now)
 	s.counts.Seized++

@@ -2,17 +2,11 @@ package domainserver
 
 import (
 	"container/list"
-	"context"
 	"crypto/rand"
 	"encoding/base32"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/domainlimit"
 )
@@ -109,6 +103,7 @@ func (s *Server) resolve(ns, name string, kind domainlimit.Kind) (*resource, err
 }
 
 // idEncoding writes ids in lower-case base32: subject- and key-safe.
+// idEncoding is never modified: an Encoding is immutable once made.
 var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
 // newID returns 20 random characters for a hold or transfer id.
@@ -166,7 +161,6 @@ func (s *Server) forgetHold(h *hold) {
 // rate domains and unused resources.
 func (s *Server) expire(now time.Time) {
 	s.mu.Lock()
-	var gone []string
 	for e := s.byExpiry.Front(); e != nil; e = s.byExpiry.Front() {
 		h := e.Value.(*hold)
 		if !now.After(h.expires) {
@@ -180,15 +174,19 @@ func (s *Server) expire(now time.Time) {
 		s.log.Debug("hold expired: its client stopped refreshing it", "hold", h.id, "client_id", h.clientID,
 			"resource", h.res.ns+":"+h.res.name, "domain", h.domain)
 	}
+	expired := false
 	for id, t := range s.transfers {
 		if now.After(t.expires) {
 			if err := t.res.copies.Release(t.domain, t.groups, t.copies); err != nil {
 				s.log.Error("releasing an expired transfer", "transfer", id, "err", err)
 			}
 			delete(s.transfers, id)
-			gone = append(gone, id)
 			s.counts.TransfersExpired++
+			expired = true
 		}
+	}
+	if expired {
+		s.saveTransfers()
 	}
 	// A copy resource with nothing held has no hold or transfer left
 	// (both count in Global).
@@ -198,126 +196,4 @@ func (s *Server) expire(now time.Time) {
 		}
 	}
 	s.mu.Unlock()
-	for _, id := range gone {
-		s.deleteTransfer(id)
-	}
-}
-
-// storedTransfer is a transfer as the state bucket keeps it.
-type storedTransfer struct {
-	Namespace string    `json:"namespace"`
-	Resource  string    `json:"resource"`
-	Domain    string    `json:"domain"`
-	Groups    []string  `json:"groups"`
-	Copies    int64     `json:"copies"`
-	Expires   time.Time `json:"expires"`
-}
-
-// transferKey is the state bucket key of a transfer: the partition is in
-// it, so that a new leader loads only its own.
-func (s *Server) transferKey(id string) string {
-	return s.opts.Node + ".domain." + strconv.Itoa(s.opts.Partition) + ".transfer." + id
-}
-
-// openState opens (or creates) the state bucket.
-func (s *Server) openState(ctx context.Context) (jetstream.KeyValue, error) {
-	if s.kv != nil {
-		return s.kv, nil
-	}
-	js := s.opts.JetStream
-	kv, err := js.KeyValue(ctx, s.opts.StateBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: s.opts.StateBucket,
-			Description: "allot coordinator state: lease records per node, staged domain transfers", Storage: jetstream.FileStorage})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, s.opts.StateBucket)
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("domainserver: state bucket %q: %w", s.opts.StateBucket, err)
-	}
-	s.kv = kv
-	return kv, nil
-}
-
-// loadTransfers adopts the staged transfers a predecessor wrote: their
-// copies count as held until seized or expired.
-func (s *Server) loadTransfers(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	kv, err := s.openState(ctx)
-	if err != nil {
-		return err
-	}
-	prefix := s.transferKey("")
-	lister, err := kv.ListKeysFiltered(ctx, prefix+">")
-	if err != nil {
-		return fmt.Errorf("domainserver: list transfers: %w", err)
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-	}
-	now := s.opts.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, k := range keys {
-		e, err := kv.Get(ctx, k)
-		if err != nil {
-			if errors.Is(err, jetstream.ErrKeyNotFound) {
-				continue
-			}
-			return fmt.Errorf("domainserver: read transfer %s: %w", k, err)
-		}
-		var st storedTransfer
-		if err := json.Unmarshal(e.Value(), &st); err != nil || !now.Before(st.Expires) {
-			_ = kv.Delete(ctx, k)
-			continue
-		}
-		r, err := s.resolve(st.Namespace, st.Resource, domainlimit.KindCopies)
-		if err == nil {
-			err = r.copies.Restore(st.Domain, st.Groups, st.Copies)
-		}
-		if err != nil {
-			s.log.Warn("dropping a staged transfer that cannot be restored", "key", k, "err", err)
-			_ = kv.Delete(ctx, k)
-			continue
-		}
-		id := strings.TrimPrefix(k, prefix)
-		s.transfers[st.Namespace+"."+st.Resource+"."+id] = &transfer{id: id, res: r, domain: st.Domain, groups: st.Groups,
-			copies: st.Copies, expires: st.Expires}
-	}
-	return nil
-}
-
-// storeTransfer writes t to the state bucket, if there is one.
-func (s *Server) storeTransfer(ctx context.Context, t *transfer) error {
-	if s.opts.JetStream == nil {
-		return nil
-	}
-	kv, err := s.openState(ctx)
-	if err != nil {
-		return err
-	}
-	b, err := json.Marshal(storedTransfer{Namespace: t.res.ns, Resource: t.res.name, Domain: t.domain, Groups: t.groups,
-		Copies: t.copies, Expires: t.expires})
-	if err != nil {
-		return err
-	}
-	_, err = kv.Put(ctx, s.transferKey(t.id), b)
-	return err
-}
-
-// deleteTransfer removes a seized or expired transfer from the state
-// bucket; a failure only leaves a key that a successor drops as expired.
-func (s *Server) deleteTransfer(fullID string) {
-	if s.opts.JetStream == nil || s.kv == nil {
-		return
-	}
-	id := fullID[strings.LastIndexByte(fullID, '.')+1:]
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := s.kv.Delete(ctx, s.transferKey(id)); err != nil {
-		s.log.Warn("deleting a transfer from the state bucket", "transfer", fullID, "err", err)
-	}
 }

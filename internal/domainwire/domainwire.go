@@ -54,6 +54,7 @@ const (
 	CodeForbidden  = 403 // the hold belongs to another client
 	CodeNotFound   = 404 // unknown resource, hold or transfer
 	CodeConflict   = 409 // wrong kind of resource, or more copies released than held
+	CodeTooMany    = 429 // too many staged transfers
 	CodeInternal   = 500
 )
 
