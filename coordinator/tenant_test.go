@@ -136,12 +136,21 @@ func TestClientIDBoundToTenantIdentity(t *testing.T) {
 	if snap.Resource == nil || snap.Resource.Granted > 100 {
 		t.Fatalf("granted in all: %+v", snap.Resource)
 	}
+	found := false
 	for _, cv := range snap.Resource.Top {
-		if cv.Has == 100 && strings.HasPrefix(cv.ID, "TENANT_A/u") && strings.HasSuffix(cv.ID, "/victim") {
-			return // the victim's record, shown as tenant/user hash/id
+		// The victim's record, shown as tenant/user hash/id.
+		found = found || cv.Has == 100 && strings.HasPrefix(cv.ID, "TENANT_A/u") && strings.HasSuffix(cv.ID, "/victim")
+	}
+	if !found {
+		t.Fatalf("the victim's lease of 100 is gone: %+v", snap.Resource.Top)
+	}
+	// Tenant requests count under their endpoint (metrics labels stay
+	// the fixed set; no tenant or user becomes one).
+	for _, call := range e.c.Observe().Calls {
+		if call.Subject == "other" {
+			t.Fatalf("requests counted as other: %+v", e.c.Observe().Calls)
 		}
 	}
-	t.Fatalf("the victim's lease of 100 is gone: %+v", snap.Resource.Top)
 }
 
 // The binding holds for what clients report in learning mode too: after a
