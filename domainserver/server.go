@@ -183,6 +183,7 @@ func (s *Server) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	staged := len(s.transfers) // before the handlers may change it
 	node, part := s.opts.Node, strconv.Itoa(s.opts.Partition)
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:        ServiceName,
@@ -216,7 +217,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.sweeper.Add(1)
 	go s.sweep()
 	s.log.Info("domain partition serving", "subjects", subject, "term", s.opts.Term, "hold_ttl", s.opts.HoldTTL,
-		"learning_until", s.opts.LearnUntil, "transfers", len(s.transfers))
+		"learning_until", s.opts.LearnUntil, "transfers", staged)
 	return nil
 }
 
