@@ -107,6 +107,30 @@
 // KindQuota). Package agent/quotahttp puts Take in front of an
 // http.Handler.
 //
+// # Connecting to a secure deployment
+//
+// The agent uses the *nats.Conn the service gives it, so credentials and
+// TLS are the connection's options. Against the shipped secure
+// configuration (deploy/nats/secure, docs/security.md) a tenant's service
+// connects with its nkey seed (or nats.UserCredentials for a JWT
+// credentials file, nats.UserInfo for a password), the CA that signed
+// the server's certificate (and a client certificate if the server
+// verifies clients), and its private reply prefix, the only one its user
+// may subscribe to; agent.ErrorHandler logs any refused permission with
+// its subject, which NATS reports in no other way:
+//
+//	nkey, err := nats.NkeyOptionFromSeed("/etc/allot/nkeys/tenant_a.nk")
+//	nc, err := nats.Connect("tls://nats.example:4222", nkey,
+//		nats.RootCAs("/etc/allot/tls/ca.pem"),
+//		nats.ClientCert("/etc/allot/tls/client-cert.pem", "/etc/allot/tls/client-key.pem"),
+//		nats.CustomInboxPrefix("_INBOX_tenant_a"),
+//		nats.ErrorHandler(agent.ErrorHandler(nil)))
+//	a, err := agent.New(nc)
+//
+// Nothing else changes: the agent publishes the ordinary subjects in the
+// tenant's account, and the account's import delivers them to the
+// coordinators as the tenant's.
+//
 // # Accuracy
 //
 // A RateLimiter reads the clock inside its lock, so concurrent callers

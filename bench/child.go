@@ -31,6 +31,7 @@ const (
 	RoleCoordinator = "coordinator"
 	RoleEcho        = "echo"
 	RoleQuota       = "quota"
+	RoleDomain      = "domain"
 )
 
 // ServeChild runs a helper role until ctx ends:
@@ -43,7 +44,8 @@ const (
 //     coordinator's throughput is compared with;
 //   - "quota" serves the quota service, --partitions servers (the NATS
 //     server maps subjects to them) answering for --namespaces namespaces
-//     of never-empty dynamic token buckets.
+//     of never-empty dynamic token buckets;
+//   - "domain" serves the domain limits of the charon benchmark.
 //
 // It prints "ready" on stdout once serving.
 func ServeChild(ctx context.Context, role string, args []string, stdout, stderr io.Writer) error {
@@ -85,6 +87,16 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 		<-ctx.Done()
 		c.Stop()
 		return nil
+	case RoleDomain:
+		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		stop, err := serveDomain(ctx, *url, log)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "ready")
+		<-ctx.Done()
+		stop()
+		return nil
 	case RoleQuota:
 		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		stop, err := serveQuota(ctx, *url, *partitions, *namespaces, log)
@@ -96,7 +108,7 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 		stop()
 		return nil
 	}
-	return fmt.Errorf("bench child: unknown role %q (want %s, %s or %s)", role, RoleCoordinator, RoleEcho, RoleQuota)
+	return fmt.Errorf("bench child: unknown role %q (want %s, %s, %s or %s)", role, RoleCoordinator, RoleEcho, RoleQuota, RoleDomain)
 }
 
 // serveEcho answers requests on subject with their own payload.

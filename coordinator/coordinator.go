@@ -4,7 +4,8 @@
 //
 // A Coordinator serves one tree node. It registers the NATS micro service
 // "allot" with endpoints on allot.<node>.capacity.get,
-// allot.<node>.capacity.release and allot.<node>.server.get (see
+// allot.<node>.capacity.release and allot.<node>.server.get, and on the
+// tenant subjects allot.t.<tenant>.<node>.capacity.get and .release (see
 // subjects.md), queues the requests that arrive during a round interval,
 // runs each touched resource's algorithm once over its whole state, and
 // answers every waiting requester.
@@ -328,6 +329,14 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 // "capacity.release" or "server.get") for node.
 func Subject(node, endpoint string) string { return "allot." + node + "." + endpoint }
 
+// TenantSubject returns the subject on which tenant's requests for
+// endpoint ("capacity.get" or "capacity.release") of node arrive in the
+// allot account, once its service import has mapped them (see
+// subjects.md).
+func TenantSubject(tenant, node, endpoint string) string {
+	return tenantPrefix + tenant + "." + node + "." + endpoint
+}
+
 // Start prepares the state bucket, reads the lease record to decide on
 // learning mode, writes the record under its own term, registers the
 // micro service and starts the round loop. It returns once the
@@ -380,6 +389,17 @@ func (c *Coordinator) Start(ctx context.Context) error {
 			c.bulk.close()
 			return fmt.Errorf("coordinator: add endpoint %s: %w", e.subject, err)
 		}
+	}
+	// A tenant's requests arrive on allot.t.<tenant>.<node>.capacity.*
+	// through its account's service import: one subscription for all
+	// tenants, so each client's get and release keep their order. Never
+	// server.get: child nodes are coordinators inside the allot account.
+	if err := svc.AddEndpoint("tenant_capacity", micro.HandlerFunc(c.handleTenantCapacity),
+		micro.WithEndpointSubject(TenantSubject("*", c.opts.Node, "capacity.*")), micro.WithEndpointQueueGroupDisabled(),
+		micro.WithEndpointMetadata(map[string]string{"node": c.opts.Node})); err != nil {
+		_ = svc.Stop()
+		c.bulk.close()
+		return fmt.Errorf("coordinator: add tenant endpoint: %w", err)
 	}
 	c.svc = svc
 	// Serving means the subscriptions are live at the server: make sure

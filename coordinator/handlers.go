@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +46,8 @@ type request struct {
 	get  *allotpb.GetCapacityRequest
 	rel  *allotpb.ReleaseCapacityRequest
 	srv  *allotpb.GetServerCapacityRequest
+	// who sent it: a tenant's identity on the tenant subjects.
+	who ledger.Claimant
 
 	// Filled by the round.
 	slots    []ledger.Slot
@@ -60,6 +64,54 @@ type request struct {
 // up everyone else's. A release while the bulk lane is busy goes through
 // it too: it may follow a large get of the same client.
 func (c *Coordinator) handleCapacity(m micro.Request) {
+	c.serveCapacity(m, ledger.Claimant{})
+}
+
+// handleTenantCapacity serves allot.t.<tenant>.<node>.capacity.get and
+// .release, which a tenant's clients reach through their account's
+// service import (see subjects.md): the server puts the importing
+// account's name in the tenant token (account_token_position) and the
+// authenticated user in the Nats-Request-Info header, overwriting any a
+// client sets. The request's client id is bound to that identity.
+func (c *Coordinator) handleTenantCapacity(m micro.Request) {
+	tenant := tenantOf(m.Subject())
+	var info struct {
+		User string `json:"user"`
+	}
+	var err error
+	if h := nats.Header(m.Headers()).Get(headerRequestInfo); h != "" {
+		if jerr := json.Unmarshal([]byte(h), &info); jerr != nil {
+			err = fmt.Errorf("bad request: header %s is not JSON: %w", headerRequestInfo, jerr)
+		}
+	}
+	var who ledger.Claimant
+	if err == nil {
+		who, err = ledger.NewClaimant(tenant, info.User)
+	}
+	if err != nil {
+		c.countCall(m.Subject(), 0)
+		c.replyError(m, wire.EncodingOf(nats.Header(m.Headers())), CodeBadRequest, err.Error())
+		return
+	}
+	c.serveCapacity(m, who)
+}
+
+// headerRequestInfo is the header in which nats-server tells the exporting
+// account who sent a request across a service import.
+const headerRequestInfo = "Nats-Request-Info"
+
+// tenantOf returns the tenant token of allot.t.<tenant>.<node>.<op>...
+func tenantOf(subject string) string {
+	rest := strings.TrimPrefix(subject, tenantPrefix)
+	tenant, _, _ := strings.Cut(rest, ".")
+	return tenant
+}
+
+// tenantPrefix starts the tenant subjects.
+const tenantPrefix = "allot.t."
+
+// serveCapacity serves a capacity request sent by who.
+func (c *Coordinator) serveCapacity(m micro.Request, who ledger.Claimant) {
 	c.countCall(m.Subject(), 0)
 	var kind reqKind
 	switch op := m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]; op {
@@ -78,18 +130,19 @@ func (c *Coordinator) handleCapacity(m micro.Request) {
 		return
 	}
 	if !wire.DecodeInline(enc, n) || kind == kindRelease && c.bulk.busy() {
-		if !c.bulk.submit(m, kind) {
+		if !c.bulk.submit(bulkItem{m, kind, who}) {
 			c.replyError(m, enc, CodeUnavailable, "too many large requests queued; retry shortly")
 		}
 		return
 	}
-	c.decode(m, kind)
+	c.decode(bulkItem{m, kind, who})
 }
 
 // decode decodes and validates a request and queues it for a round.
-func (c *Coordinator) decode(m micro.Request, kind reqKind) {
+func (c *Coordinator) decode(it bulkItem) {
+	m, kind := it.m, it.kind
 	enc := wire.EncodingOf(nats.Header(m.Headers()))
-	r := &request{kind: kind, enc: enc, msg: m}
+	r := &request{kind: kind, enc: enc, msg: m, who: it.who}
 	var err error
 	if kind == kindGet {
 		r.get = &allotpb.GetCapacityRequest{}
@@ -118,6 +171,7 @@ type bulkLane struct {
 type bulkItem struct {
 	m    micro.Request
 	kind reqKind
+	who  ledger.Claimant
 }
 
 // bulkQueue bounds the large requests waiting to be decoded.
@@ -135,7 +189,7 @@ func (b *bulkLane) run() {
 	for {
 		select {
 		case it := <-b.queue:
-			b.c.decode(it.m, it.kind)
+			b.c.decode(it)
 			b.queued.Add(-1)
 		case <-b.done:
 			return
@@ -145,10 +199,10 @@ func (b *bulkLane) run() {
 
 func (b *bulkLane) busy() bool { return b.queued.Load() > 0 }
 
-func (b *bulkLane) submit(m micro.Request, kind reqKind) bool {
+func (b *bulkLane) submit(it bulkItem) bool {
 	b.queued.Add(1)
 	select {
-	case b.queue <- bulkItem{m, kind}:
+	case b.queue <- it:
 		return true
 	default:
 		b.queued.Add(-1)
@@ -167,7 +221,7 @@ func (b *bulkLane) close() {
 		for {
 			select {
 			case it := <-b.queue:
-				b.c.decode(it.m, it.kind)
+				b.c.decode(it)
 				b.queued.Add(-1)
 			default:
 				return

@@ -134,11 +134,17 @@ var (
 // calls counts requests and error replies from any goroutine.
 type calls [len(callSubjects)][len(callCodes) + 1]atomic.Uint64 // last code column: any other code
 
-// subjectIndex maps a subject of the node (allot.<node>.<endpoint>, as
-// the subscriptions guarantee) to its endpoint, without allocating.
+// subjectIndex maps a subject of the node (allot.<node>.<endpoint> or
+// allot.t.<tenant>.<node>.<endpoint>, as the subscriptions guarantee) to
+// its endpoint, without allocating. Tenant requests count with the plain
+// ones: no tenant or user becomes a label.
 func subjectIndex(subject string) int {
+	dots := 1
+	if strings.HasPrefix(subject, tenantPrefix) {
+		dots = 3
+	}
 	for i, s := range callSubjects[:len(callSubjects)-1] {
-		if n := len(subject) - len(s); n > 0 && subject[n-1] == '.' && subject[n:] == s && strings.Count(subject[:n-1], ".") == 1 {
+		if n := len(subject) - len(s); n > 0 && subject[n-1] == '.' && subject[n:] == s && strings.Count(subject[:n-1], ".") == dots {
 			return i
 		}
 	}

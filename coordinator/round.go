@@ -164,13 +164,13 @@ func (c *Coordinator) runRound() {
 	for _, req := range batch {
 		switch req.kind {
 		case kindGet:
-			slots, err := c.ledger.Get(now, set, req.get)
+			slots, err := c.ledger.GetAs(now, set, req.who, req.get)
 			req.slots = slots
 			if err != nil {
 				req.errCode, req.errText = int(slots[0].Code), slots[0].Err
 			}
 		case kindRelease:
-			req.released = c.ledger.Release(now, req.rel.GetClientId(), req.rel.GetResourceId())
+			req.released = c.ledger.ReleaseAs(now, req.who, req.rel.GetClientId(), req.rel.GetResourceId())
 		case kindServer:
 			slots, err := c.ledger.ServerGet(now, set, req.srv)
 			req.sslots = slots

@@ -55,8 +55,12 @@ type Stats struct {
 	// is above any the election can have issued.
 	ForgedRecords uint64 `json:"forged_records"`
 	// PriorityCapped counts requests served at their template's
-	// max_priority instead of the higher priority they asked for.
+	// max_priority (or their tenant's bound) instead of the higher
+	// priority they asked for.
 	PriorityCapped uint64 `json:"priority_capped"`
+	// TenantCapped counts resources of requests refused (429) for a
+	// tenant cap: tenants.max_clients or tenants.max_resources.
+	TenantCapped uint64 `json:"tenant_capped"`
 	// OverClaims counts clients that reported, in learning mode, holding
 	// more than the predecessor's lease record allows; they were capped.
 	OverClaims uint64 `json:"over_claims"`
@@ -97,7 +101,7 @@ func (c *Coordinator) statsData() any {
 		Rounds:  s.rounds, Requests: s.requests,
 		LastRoundMS: float64(s.lastRound) / 1e6, MaxRoundMS: float64(s.maxRound) / 1e6,
 		HorizonErrors: s.ledger.RecordErrors, RecordWrites: s.ledger.RecordWrites, RecordWaits: s.ledger.Waits,
-		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords, PriorityCapped: s.ledger.PriorityCapped, OverClaims: s.ledger.OverClaims,
+		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords, PriorityCapped: s.ledger.PriorityCapped, TenantCapped: s.ledger.TenantCapped, OverClaims: s.ledger.OverClaims,
 		Silenced: c.silenced.Load(), Resources: s.ledger.Resources, Clients: s.ledger.Clients,
 		RoundErrors: s.errors, Shadow: c.opts.Shadow,
 	}

@@ -19,8 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -30,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/reply"
 )
@@ -46,8 +45,6 @@ const (
 	// MaxPartitions bounds Options.Partitions.
 	MaxPartitions = 1024
 )
-
-var nodeRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // Options configure a Server: the serving side of one partition for one
 // leadership term.
@@ -159,24 +156,8 @@ func New(nc *nats.Conn, opts Options) (*Server, error) {
 
 // fill validates o and fills its defaults.
 func (o *Options) fill() error {
-	if o.Node == "" {
-		o.Node = "root"
-	}
-	if !nodeRE.MatchString(o.Node) {
-		return fmt.Errorf("quotaserver: node name %q must be 1-64 of [A-Za-z0-9_-]", o.Node)
-	}
-	if o.ServerID == "" {
-		host, _ := os.Hostname()
-		o.ServerID = fmt.Sprintf("%s:%d", host, os.Getpid())
-	}
-	if o.Partitions == 0 {
-		o.Partitions = 1
-	}
-	if o.Partitions < 1 || o.Partitions > MaxPartitions {
-		return fmt.Errorf("quotaserver: %d partitions: want 1 to %d", o.Partitions, MaxPartitions)
-	}
-	if o.Partition < 0 || o.Partition >= o.Partitions {
-		return fmt.Errorf("quotaserver: partition %d: want 0 to %d", o.Partition, o.Partitions-1)
+	if err := election.FillPartition("quotaserver", &o.Node, &o.ServerID, o.Partition, &o.Partitions, MaxPartitions); err != nil {
+		return err
 	}
 	if o.Config == nil {
 		return errors.New("quotaserver: Options.Config is required")

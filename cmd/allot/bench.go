@@ -15,7 +15,7 @@ import (
 	"github.com/allot/allot/bench"
 )
 
-// runBench runs allot's benchmarks: `allot bench load|quota|scale|agent|sim|sim7|all`
+// runBench runs allot's benchmarks: `allot bench load|quota|charon|scale|agent|sim|sim7|all`
 // (sim runs the one-level scenarios and then scenario 7, sim7 only the latter).
 // `allot bench child ROLE` is the helper process the load benchmark
 // starts (a coordinator or a bare echo responder).
@@ -26,7 +26,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		return bench.ServeChild(ctx, args[1], args[2:], env.stdout, env.stderr)
 	}
-	fs := newFlags(env, "bench", "load|quota|scale|agent|sim|sim7|all [flags]")
+	fs := newFlags(env, "bench", "load|quota|charon|scale|agent|sim|sim7|all [flags]")
 	out := fs.String("out", "", "directory for the JSON, markdown and SVG results (default: a new directory under "+os.TempDir()+"; the committed results are bench/results)")
 	short := fs.Bool("short", false, "run the short variant (what `task bench` runs, under 5 minutes in all)")
 	inProcess := fs.Bool("in-process", false, "load: run the coordinator and echo in this process instead of child processes (CPU and RSS then cover everything)")
@@ -48,10 +48,10 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
-		return errors.New("name one of load, quota, scale, agent, sim, sim7 or all")
+		return errors.New("name one of load, quota, charon, scale, agent, sim, sim7 or all")
 	}
-	if what := fs.Arg(0); !slices.Contains([]string{"load", "quota", "scale", "agent", "sim", "sim7", "all"}, what) {
-		return fmt.Errorf("unknown benchmark %q: want load, quota, scale, agent, sim, sim7 or all", what)
+	if what := fs.Arg(0); !slices.Contains([]string{"load", "quota", "charon", "scale", "agent", "sim", "sim7", "all"}, what) {
+		return fmt.Errorf("unknown benchmark %q: want load, quota, charon, scale, agent, sim, sim7 or all", what)
 	}
 	// The quota benchmark shares the load benchmark's concurrency flags.
 	qo := bench.QuotaOptions{ClosedLoop: lo.ClosedLoop, Namespaces: *namespaces}
@@ -97,6 +97,11 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	case "quota":
 		var r *bench.QuotaBenchResult
 		if r, err = bench.RunQuota(ctx, benv, qo); r != nil {
+			fmt.Fprintln(env.stdout, r.Markdown())
+		}
+	case "charon":
+		var r *bench.CharonBenchResult
+		if r, err = bench.RunCharon(ctx, benv, bench.CharonOptions{ClosedLoop: qo.ClosedLoop}); r != nil {
 			fmt.Fprintln(env.stdout, r.Markdown())
 		}
 	case "scale":

@@ -427,41 +427,6 @@ func servingOf[T any](valid, fallback *T, err error, revision func(*T) uint64, n
 	return fallback, fmt.Sprintf("INVALID: %v; revision %d serves", err, revision(fallback))
 }
 
-// listDomains adds the domains namespaces to `allot config list`.
-func listDomains(tw io.Writer, entries []config.Entry) {
-	if len(entries) > 0 {
-		fmt.Fprintln(tw, "\nDOMAINS NAMESPACE\tREVISION\tRESOURCES\tSTATE")
-	}
-	for _, e := range entries {
-		ns, state := servingOf(e.Domains, e.ServingDomains, e.Err, func(n *domainlimit.Namespace) uint64 { return n.Revision }, "its resources are unknown")
-		desc := ""
-		if ns != nil {
-			desc = describeDomains(ns)
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", e.Key, e.Revision, desc, state)
-	}
-}
-
-// describeDomains summarizes a domains namespace in a few words.
-func describeDomains(ns *domainlimit.Namespace) string {
-	var rate, copies int
-	for _, r := range ns.Resources {
-		if r.Kind == domainlimit.KindRate {
-			rate++
-		} else {
-			copies++
-		}
-	}
-	s := fmt.Sprintf("%d rate-limited, %d copy-limited resources", rate, copies)
-	if ns.IgnoreConfigured {
-		s += ", ignore_configured (limits off)"
-	}
-	if ns.AllowUnconfigured {
-		s += ", allow_unconfigured"
-	}
-	return s
-}
-
 func configDelete(ctx context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "config delete", "NAME")
 	var cf configFlags
@@ -883,7 +848,7 @@ func configStatus(ctx context.Context, env *cliEnv, args []string) error {
 		err = opstatus.Format(env.stdout, rs)
 	}
 	if err == nil && len(rs) == 0 {
-		err = fmt.Errorf("no coordinator replica answered on %s within %s (none running, another account, or try a longer --wait)", cf.conn.url, *wait)
+		err = fmt.Errorf("no coordinator replica answered on %s within %s (none running, another account, or try a longer --wait)", redactURLs(cf.conn.url), *wait)
 	}
 	return err
 }

@@ -48,7 +48,9 @@ func TestConfigDomainsCLI(t *testing.T) {
 	}
 	// Normalized: window 5s shortened to the active 3s; the domain limit
 	// lowered to the global limit.
-	run(true, []string{`as domains namespace "shop"`, `"window": "3s"`, `"domain_limit": 4`}, "", "config", "validate", file)
+	run(true, []string{`as domains namespace "shop"`, `"window": "3s"`, `"domain_limit": 4`,
+		"note: resources.api.tiers[0].window: 5s shortened to the active time 3s",
+		"note: resources.sandboxes.domain_limit: 5 lowered to the global limit 4"}, "", "config", "validate", file)
 	run(true, []string{`as domains namespace "x"`}, cliShop, "config", "validate", "-name", "domains.x", "-")
 	run(false, []string{"resources.api.tiers[0].window: \"5 s\" is not a duration"}, strings.Replace(cliShop, "5s", "5 s", 1), "config", "validate", "-name", "domains.shop", "-")
 

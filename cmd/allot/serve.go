@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -24,7 +25,9 @@ import (
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/deploy/templates"
+	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/metrics"
@@ -52,6 +55,8 @@ type coordFlags struct {
 	// quotaServe which of them this process serves.
 	quotaParts int
 	quotaServe partitionList
+	// holdTTL is how long a domain hold lives without a refresh.
+	holdTTL time.Duration
 	// onServing, if set, is called when a replica starts or stops serving.
 	onServing func(term uint64, serving bool)
 	// metricsAddr serves /metrics, /healthz and /readyz ("" none); see
@@ -84,6 +89,7 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.replicasKV, "bucket-replicas", 1, "replicas of the election and state buckets when allot creates them (3 on a three-server cluster)")
 	fs.IntVar(&f.quotaParts, "quota-partitions", 1, "quota partitions sharing the namespaces (allot.<node>.quota.*), each electing its own leader; above 1 the NATS server needs the subject mapping of deploy/nats/quota/partitions.conf (allot up sets it)")
 	f.quotaServe = partitionList{all: true}
+	fs.DurationVar(&f.holdTTL, "hold-ttl", domainserver.DefaultHoldTTL, "domain limits: how long a hold of a copy-limited resource lives without its client's refresh (agents refresh every third of it); a crashed client's holds are released after it, and a new leader learns the live holds for as long before it grants more")
 	fs.Var(&f.quotaServe, "quota-serve", "quota partitions this process serves: 'all', 'none', or a comma-separated list such as 0,2")
 }
 
@@ -297,6 +303,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 		return err
 	}
 	quotaConfig := quotaserver.WatchedConfig(w)
+	domainConfig := domainserver.WatchedConfig(w)
 	for _, p := range parts {
 		qr, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
 			Options: quotaserver.Options{Node: cf.node, ServerID: opts.ServerID, Partition: p, Partitions: cf.quotaParts,
@@ -307,8 +314,27 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 			return err
 		}
 		runs = append(runs, qr.Run)
+		// Domain limits share the quota partitions: a partition's replica
+		// group serves both, each with an election of its own.
+		dr, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{
+			Options: domainserver.Options{Node: cf.node, ServerID: opts.ServerID, Partition: p, Partitions: cf.quotaParts,
+				Config: domainConfig, HoldTTL: cf.holdTTL, StateBucket: opts.StateBucket, Logger: log},
+			ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV,
+		})
+		if err != nil {
+			return err
+		}
+		runs = append(runs, dr.Run)
 	}
 	return runAll(ctx, runs)
+}
+
+// partitionMappings are the subject mappings of n quota and domain
+// partitions of node (none for one).
+func partitionMappings(node string, n int) map[string]string {
+	m := quotaserver.Mappings(node, n)
+	maps.Copy(m, domainwire.Mappings(node, n))
+	return m
 }
 
 // runAll runs each of runs until ctx ends or one fails; a failure stops
@@ -414,7 +440,7 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	defer lock.Release()
 	// Servers joined by leaf nodes need distinct names.
 	srv, err := embed.Start(embed.Options{Host: *host, Port: *port, StoreDir: *dataDir, Log: *natsLog, ServerName: "allot-" + cf.node,
-		LeafNodePort: tree.leafPort, LeafRemotes: tree.remotes, Domain: tree.domain, Mappings: quotaserver.Mappings(cf.node, cf.quotaParts)})
+		LeafNodePort: tree.leafPort, LeafRemotes: tree.remotes, Domain: tree.domain, Mappings: partitionMappings(cf.node, cf.quotaParts)})
 	if err != nil {
 		return fmt.Errorf("%w (--port 0 and --leafnode-port -1 pick free ports)", err)
 	}
@@ -475,6 +501,8 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		fmt.Fprintf(env.stdout, "  quota: %s (bucket in the payload) and %s, %d partition(s)\n",
 			quotaserver.TakeSubject(cf.node), quotaserver.BucketSubject(cf.node, "take", "NAMESPACE", "NAME"), cf.quotaParts)
+		fmt.Fprintf(env.stdout, "  domain limits: %s (request, reserve, release, refresh, transfer, seize)\n",
+			domainwire.Subject(cf.node, "OP", "NAMESPACE", "RESOURCE"))
 		if opsURL != "" {
 			fmt.Fprintf(env.stdout, "  dashboard at %s/\n", opsURL)
 			fmt.Fprintf(env.stdout, "  metrics at %s/metrics, health at %s/healthz and %s/readyz\n", opsURL, opsURL, opsURL)

@@ -113,7 +113,7 @@ func runStatus(ctx context.Context, env *cliEnv, args []string) error {
 	// Scripts and health checks rely on the exit code: no replica
 	// answering is a failure even if the election bucket names a leader.
 	if !slices.ContainsFunc(nodes, func(n *nodeStatus) bool { return len(n.Replicas) > 0 }) {
-		return fmt.Errorf("no coordinator replica answered on %s within %v: is a coordinator running against this NATS deployment?", conn.url, *wait)
+		return fmt.Errorf("no coordinator replica answered on %s within %v: is a coordinator running against this NATS deployment?", redactURLs(conn.url), *wait)
 	}
 	return nil
 }

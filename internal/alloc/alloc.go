@@ -44,6 +44,15 @@ type Scratch struct {
 	idx   []int32
 	order []ratio
 	seed  uint64 // pivot choice; any value works
+
+	// ByTenant's: the tenants as demands, and the claimants grouped by
+	// tenant (copies, their indices, each tenant's first position and
+	// the next free one).
+	tenants []Demand
+	group   []Demand
+	member  []int32
+	start   []int32
+	next    []int32
 }
 
 type ratio struct {

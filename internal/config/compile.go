@@ -239,6 +239,9 @@ func Compile(name string, revision uint64, pb *allotpb.ResourceTemplate) (*Templ
 	if pb.MaxPriority != nil {
 		t.MaxPriority, t.HasMaxPriority = pb.GetMaxPriority(), true
 	}
+	if t.Tenants, err = compileTenants(pb.GetTenants(), kind); err != nil {
+		return nil, nil, err
+	}
 	return t, notes, nil
 }
 

@@ -26,15 +26,15 @@ func DomainsFromKey(key string) (string, bool) {
 }
 
 // ParseDomains parses and validates a domains namespace document stored
-// under DomainsKey(name) at revision (domainlimit.ParseNamespace). The
-// notes say which limits normalization changed.
+// under DomainsKey(name) at revision (domainlimit.ParseNamespaceNotes).
+// The notes say what normalization changed.
 func ParseDomains(name string, revision uint64, data []byte) (*domainlimit.Namespace, []string, error) {
-	ns, err := domainlimit.ParseNamespace(name, data)
+	ns, notes, err := domainlimit.ParseNamespaceNotes(name, data)
 	if err != nil {
 		return nil, nil, err
 	}
 	ns.Revision = revision
-	return ns, nil, nil
+	return ns, notes, nil
 }
 
 // WithDomains returns a copy of s whose Domains are nss, keyed by name.

@@ -34,6 +34,42 @@ func (t *Template) Proto() *allotpb.ResourceTemplate {
 	for _, k := range slices.Sorted(maps.Keys(t.Params)) {
 		pb.Algorithm.Parameters = append(pb.Algorithm.Parameters, &allotpb.NamedParameter{Name: k, Value: t.Params[k]})
 	}
+	if t.HasMaxPriority {
+		mp := t.MaxPriority
+		pb.MaxPriority = &mp
+	}
+	pb.Tenants = t.Tenants.proto()
+	return pb
+}
+
+// proto returns the policy in its stored form (nil for nil), tenants by
+// name.
+func (p *TenantPolicy) proto() *allotpb.TenantPolicy {
+	if p == nil {
+		return nil
+	}
+	pb := &allotpb.TenantPolicy{Fair: p.Fair, MaxClients: uint32(p.MaxClients), MaxResources: uint32(p.MaxResources)}
+	if p.HasDefaultMaxPriority {
+		d := p.DefaultMaxPriority
+		pb.DefaultMaxPriority = &d
+	}
+	names := slices.Sorted(maps.Keys(p.Weights))
+	for name := range p.MaxPriority {
+		if _, ok := p.Weights[name]; !ok {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		s := &allotpb.TenantSettings{Name: name}
+		if w, ok := p.Weights[name]; ok {
+			s.Weight = &w
+		}
+		if mp, ok := p.MaxPriority[name]; ok {
+			s.MaxPriority = &mp
+		}
+		pb.Accounts = append(pb.Accounts, s)
+	}
 	return pb
 }
 

@@ -48,6 +48,8 @@ type Template struct {
 	// is served at: higher ones are capped to it.
 	MaxPriority    int32
 	HasMaxPriority bool
+	// Tenants is the tenant policy; nil when the template sets none.
+	Tenants *TenantPolicy
 	// Params are the algorithm's named parameters.
 	Params map[string]string
 }

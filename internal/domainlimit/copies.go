@@ -167,6 +167,9 @@ func (c *Copies) key(domain string, groups []string, copies int64) (holdKey, []s
 			return holdKey{}, nil, invalidf("group %q is named twice", g)
 		}
 	}
+	if cur := c.groupsOf[domain]; slices.Equal(gs, cur) {
+		return holdKey{domain, c.joinedOf[domain]}, gs, nil // the common case, without allocating
+	}
 	return holdKey{domain, strings.Join(gs, ",")}, gs, nil
 }
 
@@ -184,20 +187,27 @@ func (c *Copies) Release(domain string, groups []string, copies int64) error {
 	if held < copies {
 		return fmt.Errorf("%w: release of %d copies: domain %q holds %d under groups [%s]", ErrNotHeld, copies, domain, held, k.groups)
 	}
-	dec := func(m map[string]int64, name string) {
-		if m[name] -= copies; m[name] == 0 {
-			delete(m, name)
-		}
-	}
-	if c.keys[k] -= copies; c.keys[k] == 0 {
+	if held == copies {
 		delete(c.keys, k)
+	} else {
+		c.keys[k] = held - copies
 	}
-	dec(c.domains, domain)
+	decrement(c.domains, domain, copies)
 	for _, g := range gs {
-		dec(c.groups, g)
+		decrement(c.groups, g, copies)
 	}
 	c.global -= copies
 	return nil
+}
+
+// decrement takes n from m[name], dropping the entry at 0 so that maps
+// do not grow with every domain ever seen.
+func decrement(m map[string]int64, name string, n int64) {
+	if v := m[name] - n; v != 0 {
+		m[name] = v
+	} else {
+		delete(m, name)
+	}
 }
 
 // Restore adds a hold without any limit check: a new leader rebuilding

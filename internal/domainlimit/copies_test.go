@@ -3,6 +3,7 @@ package domainlimit
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -140,4 +141,44 @@ func TestCopiesBadInput(t *testing.T) {
 	if err := c.SetSpec(CopySpec{DomainLimit: -3}); !errors.Is(err, ErrInvalid) || c.Spec().DomainLimit != 5 {
 		t.Fatalf("SetSpec(bad) = %v, spec now %+v", err, c.Spec())
 	}
+}
+
+// FuzzOperations: no input panics; bad input is ErrInvalid (or
+// ErrNotHeld for a release) and changes nothing; a grant is in
+// [minCopies, copies].
+func FuzzOperations(f *testing.F) {
+	f.Add("alice", int64(3), int64(1), "free", int64(2))
+	f.Add("", int64(0), int64(-1), "", int64(-5))
+	f.Add("a b", int64(1e13), int64(1), "g,h", int64(1))
+	f.Fuzz(func(t *testing.T, domain string, copies, minCopies int64, group string, release int64) {
+		r, _ := NewRate(RateSpec{Hard: 10, Global: Unlimited, Tiers: figureTiers})
+		res, err := r.Request(epoch, domain, copies, minCopies)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) || res != (RateResult{}) || r.Domains() != 0 {
+				t.Fatalf("Request error %v, result %+v, %d domains", err, res, r.Domains())
+			}
+		} else if res.Granted != 0 && (res.Granted < minCopies || res.Granted > copies) {
+			t.Fatalf("granted %d outside [%d, %d]", res.Granted, minCopies, copies)
+		}
+		c, _ := NewCopies(CopySpec{DomainLimit: 5, GlobalLimit: 8, Groups: []Group{{Name: "free", Limit: 3, Domains: []string{"alice"}}}})
+		cres, err := c.Reserve(domain, copies, minCopies)
+		if err != nil && (!errors.Is(err, ErrInvalid) || c.Global() != 0) {
+			t.Fatalf("Reserve error %v, global %d", err, c.Global())
+		}
+		if err == nil && cres.Granted != 0 && (cres.Granted < minCopies || cres.Granted > min(copies, 5)) {
+			t.Fatalf("reserved %d outside [%d, %d]", cres.Granted, minCopies, copies)
+		}
+		before := c.Global()
+		var groups []string
+		if group != "" {
+			groups = strings.Split(group, ",")
+		}
+		if err := c.Release(domain, groups, release); err != nil {
+			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrNotHeld) || c.Global() != before {
+				t.Fatalf("Release error %v, global %d (was %d)", err, c.Global(), before)
+			}
+		} else if c.Global() != before-release || c.Global() < 0 {
+			t.Fatalf("released %d: global %d (was %d)", release, c.Global(), before)
+		}
+	})
 }

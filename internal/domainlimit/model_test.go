@@ -30,6 +30,42 @@ type rateModel struct {
 	spec  RateSpec // normalized
 	hits  []modelHit
 	tiers map[string][]modelTier
+	last  time.Time // newest time seen
+}
+
+// setSpec is a hot reload: tier hits outside their old windows and
+// tiers inactive under the old spec (at the newest time seen) are
+// forgotten; tiers are kept by index; hits of dropped tiers count only
+// for the hard and global limits.
+func (m *rateModel) setSpec(spec RateSpec) {
+	for i, h := range m.hits {
+		if h.tier <= 0 {
+			continue
+		}
+		if h.t.Before(m.last.Add(-m.tiersOf(h.domain)[h.tier-1].Window)) {
+			m.hits[i].tier = -1
+		}
+	}
+	for d, ts := range m.tiers {
+		for i := range ts {
+			if m.phaseOf(d, i+1, m.last) == "inactive" {
+				ts[i] = modelTier{}
+			}
+		}
+	}
+	m.spec = spec
+	for i, h := range m.hits {
+		if h.tier > len(m.tiersOf(h.domain)) {
+			m.hits[i].tier = -1
+		}
+	}
+	for d, ts := range m.tiers {
+		n := len(m.tiersOf(d))
+		for len(ts) < n {
+			ts = append(ts, modelTier{})
+		}
+		m.tiers[d] = ts[:n]
+	}
 }
 
 func (m *rateModel) tiersOf(d string) []Tier {
@@ -76,7 +112,7 @@ func (m *rateModel) current(d string, now time.Time) int {
 func under(limit, n int64) bool { return limit == Unlimited || n < limit }
 
 func (m *rateModel) clone() *rateModel {
-	c := &rateModel{spec: m.spec, hits: slices.Clone(m.hits), tiers: map[string][]modelTier{}}
+	c := &rateModel{spec: m.spec, hits: slices.Clone(m.hits), tiers: map[string][]modelTier{}, last: m.last}
 	for d, ts := range m.tiers {
 		c.tiers[d] = slices.Clone(ts)
 	}
@@ -200,10 +236,20 @@ func TestRateMatchesModel(t *testing.T) {
 			}
 			if rng.IntN(15) == 0 {
 				r.Sweep(now) // forgetting idle domains must not change any answer
+				m.last = now
+			}
+			if rng.IntN(25) == 0 {
+				spec := randomRateSpec(rng)
+				if err := r.SetSpec(spec); err != nil {
+					t.Fatal(err)
+				}
+				norm, _ = spec.Normalize()
+				m.setSpec(norm)
 			}
 			d := []string{"a", "b", "c"}[rng.IntN(3)]
 			copies := 1 + rng.Int64N(8)
 			minCopies := 1 + rng.Int64N(copies)
+			m.last = now
 			got, err := r.Request(now, d, copies, minCopies)
 			if err != nil {
 				t.Fatalf("seq %d step %d: %v", seq, step, err)

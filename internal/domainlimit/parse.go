@@ -56,6 +56,10 @@ type Resource struct {
 	Kind   Kind
 	Rate   RateSpec // when Kind is KindRate
 	Copies CopySpec // when Kind is KindCopies
+	// Permissive is set by Resolve when the spec is the most permissive
+	// one instead of a configured one (ignore_configured or
+	// allow_unconfigured).
+	Permissive bool
 }
 
 // Errors of Resolve, the paper's client errors 2 and 3 (section 3.1).
@@ -67,24 +71,30 @@ var (
 	ErrWrongKind = errors.New("wrong kind of resource")
 )
 
-// Resolve returns the configuration of resource for an operation of
-// kind: the configured one, or with AllowUnconfigured the most
-// permissive one for an unknown resource. Errors wrap
-// ErrUnknownResource, ErrWrongKind or (bad name) ErrInvalid.
+// Resolve returns the spec an operation of kind on resource is decided
+// by (paper 4.3): the configured one; with IgnoreConfigured the most
+// permissive one instead (limits off, hits and holds still counted); for
+// a resource the namespace does not list, with AllowUnconfigured the
+// most permissive one. The two switches are independent. Errors wrap
+// ErrWrongKind (a configured resource of the other kind),
+// ErrUnknownResource or (bad name) ErrInvalid.
 func (ns *Namespace) Resolve(resource string, kind Kind) (Resource, error) {
 	if err := ValidateName("resource", resource); err != nil {
 		return Resource{}, err
+	}
+	if kind != KindRate && kind != KindCopies {
+		return Resource{}, invalidf("kind %v is neither rate nor copies", kind)
 	}
 	r, ok := ns.Resources[resource]
 	switch {
 	case ok && r.Kind != kind:
 		return Resource{}, fmt.Errorf("%w: resource %s of namespace %s is a %s resource, not %s", ErrWrongKind, resource, ns.Name, r.Kind, kind)
-	case ok:
+	case ok && !ns.IgnoreConfigured:
 		return r, nil
-	case !ns.AllowUnconfigured:
+	case !ok && !ns.AllowUnconfigured:
 		return Resource{}, fmt.Errorf("%w: namespace %s has no resource %s", ErrUnknownResource, ns.Name, resource)
 	}
-	r = Resource{Name: resource, Kind: kind}
+	r = Resource{Name: resource, Kind: kind, Permissive: true}
 	if kind == KindRate {
 		r.Rate = PermissiveRate()
 	} else {
@@ -109,38 +119,54 @@ func pathErr(path, format string, args ...any) error {
 // field ("resources.api.tiers[0].window") and wrapping ErrInvalid. Every
 // spec is normalized (RateSpec.Normalize, CopySpec.Normalize).
 func ParseNamespace(name string, data []byte) (*Namespace, error) {
+	ns, _, err := ParseNamespaceNotes(name, data)
+	return ns, err
+}
+
+// ParseNamespaceNotes is ParseNamespace, and also says what
+// normalization changed, one note per change, naming the field as the
+// document wrote it ("resources.api.tiers[1].window: 5s shortened to the
+// active time 3s").
+func ParseNamespaceNotes(name string, data []byte) (*Namespace, []string, error) {
 	if err := ValidateName("namespace name", name); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	obj, err := readDocument(data)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	f, err := fields("", obj, "ignore_configured", "allow_unconfigured", "resources")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ns := &Namespace{Name: name, Resources: map[string]Resource{}}
+	var notes []string
 	if ns.IgnoreConfigured, err = boolean("ignore_configured", f["ignore_configured"]); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if ns.AllowUnconfigured, err = boolean("allow_unconfigured", f["allow_unconfigured"]); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	res, err := object("resources", f["resources"])
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, rn := range slices.Sorted(maps.Keys(res)) {
 		path := "resources." + rn
 		if err := ValidateName("resource name", rn); err != nil {
-			return nil, pathErr("resources", "%s", err)
+			return nil, nil, pathErr("resources", "%s", err)
 		}
-		if ns.Resources[rn], err = parseResource(path, rn, res[rn]); err != nil {
-			return nil, err
+		r, err := parseResource(path, rn, res[rn])
+		if err != nil {
+			return nil, nil, err
 		}
+		var rnotes []string
+		if ns.Resources[rn], rnotes, err = normalizeResource(path, r); err != nil {
+			return nil, nil, err
+		}
+		notes = append(notes, rnotes...)
 	}
-	return ns, nil
+	return ns, notes, nil
 }
 
 func parseResource(path, name string, raw any) (Resource, error) {
@@ -166,12 +192,26 @@ func parseResource(path, name string, raw any) (Resource, error) {
 	return r, err
 }
 
-// normalized prefixes a Normalize error with the resource's path.
-func normalized(path string, err error) error {
-	if err == nil {
-		return nil
+// normalizeResource normalizes r's spec, with errors and notes naming
+// fields under path.
+func normalizeResource(path string, r Resource) (Resource, []string, error) {
+	var notes []string
+	var err error
+	if r.Kind == KindRate {
+		before := r.Rate
+		if r.Rate, err = before.Normalize(); err == nil {
+			notes = rateNotes(path, before, r.Rate)
+		}
+	} else {
+		before := r.Copies
+		if r.Copies, err = before.Normalize(); err == nil {
+			notes = copyNotes(path, before, r.Copies)
+		}
 	}
-	return pathErr("", "%s.%s", path, err)
+	if err != nil {
+		return Resource{}, nil, pathErr("", "%s.%s", path, err)
+	}
+	return r, notes, nil
 }
 
 func parseRate(path string, obj map[string]any) (RateSpec, error) {
@@ -210,8 +250,7 @@ func parseRate(path string, obj map[string]any) (RateSpec, error) {
 			return RateSpec{}, err
 		}
 	}
-	n, err := s.Normalize()
-	return n, normalized(path, err)
+	return s, nil
 }
 
 func parseTiers(path string, raw any) ([]Tier, error) {
@@ -299,8 +338,7 @@ func parseCopies(path string, obj map[string]any) (CopySpec, error) {
 			s.Groups = append(s.Groups, g)
 		}
 	}
-	n, err := s.Normalize()
-	return n, normalized(path, err)
+	return s, nil
 }
 
 func parseGroup(at string, v any) (Group, error) {

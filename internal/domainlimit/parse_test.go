@@ -57,10 +57,15 @@ func TestParseNamespace(t *testing.T) {
 			Domains: map[string]int64{"bigcustomer": 100}, // lowered to the global limit
 			Groups:  []Group{{Name: "free", Limit: 10, Domains: []string{"a", "b"}}}}},
 	}}
+	wantNotes := []string{"resources.api.tiers[1].window: 5s shortened to the active time 3s",
+		"resources.sandboxes.domains.bigcustomer.domain_limit: 200 lowered to the global limit 100"}
 	for name, doc := range map[string]string{"json": exampleJSON, "yaml": exampleYAML} {
-		got, err := ParseNamespace("shop", []byte(doc))
+		got, notes, err := ParseNamespaceNotes("shop", []byte(doc))
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
+		}
+		if !reflect.DeepEqual(notes, wantNotes) {
+			t.Fatalf("%s: notes %q, want %q", name, notes, wantNotes)
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("%s: got %+v\nwant %+v", name, got, want)
@@ -86,6 +91,26 @@ func TestParseNamespace(t *testing.T) {
 	}
 	if _, err := ParseNamespace("x", []byte("{}")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestNormalizationNotes(t *testing.T) {
+	_, notes, err := ParseNamespaceNotes("x", []byte(`{"resources": {
+		"r": {"kind": "rate", "tiers": [{"window": "1s", "active": "0s"}, {"window": "2s", "active": "7s"}],
+		      "domains": {"d": {"tiers": [{"window": "1m", "active": "10s"}]}}},
+		"c": {"kind": "copies", "global_limit": 10, "domain_limit": 20, "groups": [{"name": "g", "limit": 11}, {"name": "h"}]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"resources.c.domain_limit: 20 lowered to the global limit 10",
+		"resources.c.groups[0].limit: 11 lowered to the global limit 10",
+		"resources.r.tiers[0]: dropped: with an active time of 0s it can never be entered",
+		"resources.r.tiers[1].active: 7s trimmed to 6s, a whole number of 2s windows",
+		"resources.r.domains.d.tiers[0].window: 1m0s shortened to the active time 10s",
+	}
+	if !reflect.DeepEqual(notes, want) {
+		t.Fatalf("notes\n%q\nwant\n%q", notes, want)
 	}
 }
 
@@ -147,9 +172,23 @@ func TestResolve(t *testing.T) {
 		t.Fatalf("request on a copy resource: %v", err)
 	}
 	r, err := ns.Resolve("new", KindRate) // allow_unconfigured
-	if err != nil || !reflect.DeepEqual(r.Rate, PermissiveRate()) {
+	if err != nil || !reflect.DeepEqual(r.Rate, PermissiveRate()) || !r.Permissive {
 		t.Fatalf("unconfigured resource: %+v, %v", r, err)
 	}
+	if r, err := ns.Resolve("sandboxes", KindCopies); err != nil || r.Permissive || r.Copies.DomainLimit != 5 {
+		t.Fatalf("configured resource: %+v, %v", r, err)
+	}
+	ns.IgnoreConfigured = true
+	if r, err := ns.Resolve("sandboxes", KindCopies); err != nil || !r.Permissive || r.Copies.DomainLimit != Unlimited {
+		t.Fatalf("ignore_configured: %+v, %v", r, err)
+	}
+	if _, err := ns.Resolve("sandboxes", KindRate); !errors.Is(err, ErrWrongKind) {
+		t.Fatalf("ignore_configured keeps the kind check: %v", err)
+	}
+	if _, err := ns.Resolve("api", 0); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("kind 0: %v", err)
+	}
+	ns.IgnoreConfigured = false
 	ns.AllowUnconfigured = false
 	if _, err := ns.Resolve("new", KindRate); !errors.Is(err, ErrUnknownResource) {
 		t.Fatalf("unknown resource: %v", err)

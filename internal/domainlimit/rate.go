@@ -85,9 +85,13 @@ func NewRate(spec RateSpec) (*Rate, error) {
 }
 
 // SetSpec replaces the configuration (hot reload) and keeps the hit
-// history: each domain keeps the state and window of its tiers by index;
-// tiers beyond the new count are dropped, new ones start inactive. On
-// error nothing changes.
+// history: the last-second counts, and each domain's tiers by index,
+// with the hits in their windows and, if active or cooling down, their
+// activation time, now judged by the new durations. A longer window does
+// not bring back hits the old one had let go, nor does a longer active
+// time revive an inactive tier, so the outcome does not depend on when
+// idle domains were swept. Tiers beyond the new count are dropped, new
+// ones start inactive. On error nothing changes.
 func (r *Rate) SetSpec(spec RateSpec) error {
 	n, err := spec.Normalize()
 	if err != nil {
@@ -95,6 +99,12 @@ func (r *Rate) SetSpec(spec RateSpec) error {
 	}
 	r.spec = n
 	for name, d := range r.domains {
+		d.expire(r.last) // under the old windows
+		for i := range d.st {
+			if d.st[i].phase(&d.tiers[i], r.last) == inactive {
+				d.st[i].entered = false
+			}
+		}
 		d.setTiers(r.tiersOf(name))
 	}
 	return nil
@@ -167,14 +177,12 @@ func (d *domainRate) walk(now int64, cur int, want int64, apply bool) (placed in
 	}
 	for j := cur + 1; j <= len(d.tiers) && placed < want; j++ {
 		t, s := &d.tiers[j-1], &d.st[j-1]
-		free := room(t.Limit, s.hits.sum)
-		if s.phase(t, now) == cooldown || free == 0 {
-			if t.Skippable {
-				continue
-			}
-			if s.phase(t, now) == cooldown {
-				break
-			}
+		free, cooling := room(t.Limit, s.hits.sum), s.phase(t, now) == cooldown
+		if (cooling || free == 0) && t.Skippable {
+			continue
+		}
+		if cooling {
+			break
 		}
 		take := min(want-placed, free)
 		if apply {

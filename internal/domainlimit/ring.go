@@ -57,7 +57,7 @@ func (r *ring) add(t, n int64) {
 	if r.size > 0 {
 		last := &r.buf[(r.head+r.size-1)%len(r.buf)]
 		if last.t == t {
-			last.n += n
+			last.n = satAdd(last.n, n)
 			return
 		}
 	}

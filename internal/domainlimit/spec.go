@@ -96,7 +96,7 @@ type Group struct {
 // still counted.
 func PermissiveRate() RateSpec {
 	return RateSpec{Hard: Unlimited, Global: Unlimited,
-		Tiers: []Tier{{Limit: Unlimited, Window: time.Second, Active: MaxDuration - MaxDuration%time.Second}}}
+		Tiers: []Tier{{Limit: Unlimited, Window: time.Second, Active: MaxDuration}}}
 }
 
 // PermissiveCopies is the most permissive copy spec: no limit at all.

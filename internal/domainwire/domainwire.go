@@ -54,6 +54,7 @@ const (
 	CodeForbidden  = 403 // the hold belongs to another client
 	CodeNotFound   = 404 // unknown resource, hold or transfer
 	CodeConflict   = 409 // wrong kind of resource, or more copies released than held
+	CodeTooMany    = 429 // too many staged transfers
 	CodeInternal   = 500
 )
 
@@ -88,13 +89,26 @@ func Mappings(node string, n int) map[string]string {
 // ParseSubject returns the operation, namespace and resource of a domain
 // subject in either form (plain or partitioned).
 func ParseSubject(subject string) (op, namespace, resource string, err error) {
-	t := strings.Split(subject, ".")
+	// Tokens cut one by one: no allocation on the hot path.
+	var t [8]string
+	n, rest := 0, subject
+	for n < len(t) {
+		tok, after, more := strings.Cut(rest, ".")
+		t[n], rest = tok, after
+		n++
+		if !more {
+			break
+		}
+	}
 	switch {
-	case len(t) == 6 && t[0] == "allot" && t[2] == "domain":
+	case rest != "" && n == len(t):
+		// more than 8 tokens
+	case n == 6 && t[0] == "allot" && t[2] == "domain":
 		op, namespace, resource = t[3], t[4], t[5]
-	case len(t) == 8 && t[0] == "allot" && t[2] == "domain" && t[3] == "p":
+	case n == 8 && t[0] == "allot" && t[2] == "domain" && t[3] == "p":
 		op, namespace, resource = t[5], t[6], t[7]
-	default:
+	}
+	if op == "" {
 		return "", "", "", badf("subject %q is not allot.<node>.domain.<op>.<namespace>.<resource>", clip(subject))
 	}
 	if err := ValidateName("namespace", namespace); err != nil {

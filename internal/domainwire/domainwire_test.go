@@ -70,7 +70,7 @@ func TestSubjects(t *testing.T) {
 	if err != nil || op != OpSeize || ns != "jobs" || res != "sandbox" {
 		t.Fatalf("partitioned: %s %s %s %v", op, ns, res, err)
 	}
-	for _, bad := range []string{"allot.root.domain.reserve.jobs", "allot.root.quota.take.a.b", "allot.root.domain.reserve.j*bs.x"} {
+	for _, bad := range []string{"allot.root.domain.reserve.jobs", "allot.root.domain.p.1.reserve.jobs.sandbox.extra", "allot.root.domain.reserve.jobs.sandbox.extra", "allot.root.quota.take.a.b", "allot.root.domain.reserve.j*bs.x"} {
 		if _, _, _, err := ParseSubject(bad); err == nil {
 			t.Errorf("ParseSubject(%s) accepted", bad)
 		}

@@ -131,6 +131,9 @@ type Ledger struct {
 	rec       recordState
 	touched   []*resource
 	upTerm    uint64 // highest parent term seen (child nodes)
+	// tenantRes counts, per tenant, the resources it has clients on.
+	tenantRes map[string]int
+	tenantBuf tenantScratch
 	stats     Stats
 }
 
@@ -143,6 +146,9 @@ type Stats struct {
 	// PriorityCapped counts requests (and child bands) served at their
 	// template's max_priority instead of the higher one they asked for.
 	PriorityCapped uint64
+	// TenantCapped counts resources of requests refused for a tenant cap
+	// (tenants.max_clients or tenants.max_resources).
+	TenantCapped uint64
 	// OverClaims counts clients that, at first contact in learning mode,
 	// reported holding more than the predecessor's record allows (its
 	// ceiling for the resource, or the capacity); the report was capped.
@@ -154,7 +160,7 @@ type Stats struct {
 // New returns an empty ledger; Start it before use.
 func New(cfg Config) *Ledger {
 	cfg.fill()
-	return &Ledger{cfg: cfg, resources: make(map[string]*resource)}
+	return &Ledger{cfg: cfg, resources: make(map[string]*resource), tenantRes: make(map[string]int)}
 }
 
 // Stats returns the counters.
@@ -182,13 +188,19 @@ var ErrNothingServed = errors.New("no resource of the request can be served")
 // slot per resource. A resource that cannot be served (no template, a
 // limit reached) gets an error in its slot and changes nothing; the others
 // are applied. If none can be, the returned error says so and nothing is
-// applied.
+// applied. The request comes from a plain subject (see GetAs).
 func (l *Ledger) Get(now int64, set *config.Set, req *allotpb.GetCapacityRequest) ([]Slot, error) {
+	return l.GetAs(now, set, Claimant{}, req)
+}
+
+// GetAs is Get for a request sent by who: its client id names a record of
+// who's own.
+func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.GetCapacityRequest) ([]Slot, error) {
 	res := req.GetResource()
 	tmpls := make([]*config.Template, len(res))
 	slots := make([]Slot, len(res))
-	id := req.GetClientId()
-	served, addRes, addClients := 0, 0, 0
+	id := who.key(req.GetClientId())
+	served, addRes, addClients, addTenantRes := 0, 0, 0, 0
 	for k, rr := range res {
 		var r *resource
 		if tmpls[k], r, slots[k].Code, slots[k].Err = l.resolve(set, rr.GetResourceId(), &addRes); tmpls[k] == nil {
@@ -198,6 +210,12 @@ func (l *Ledger) Get(now int64, set *config.Set, req *allotpb.GetCapacityRequest
 			if l.records+addClients >= l.cfg.MaxClients {
 				tmpls[k] = nil
 				slots[k] = Slot{Code: CodeTooMany, Err: fmt.Sprintf("this node keeps %d client records (one per client and resource) and the limit is %d (--max-clients)", l.records+addClients, l.cfg.MaxClients)}
+				continue
+			}
+			if why := l.tenantCap(tmpls[k], r, rr.GetResourceId(), who, &addTenantRes); why != "" {
+				tmpls[k] = nil
+				slots[k] = Slot{Code: CodeTooMany, Err: why}
+				l.stats.TenantCapped++
 				continue
 			}
 			addClients++
@@ -218,21 +236,15 @@ func (l *Ledger) Get(now int64, set *config.Set, req *allotpb.GetCapacityRequest
 			hasExpiry = e.AsTime().UnixNano()
 		}
 		before := r.records()
-		r.upsert(id, rr.GetWants(), 1, l.priority(tmpls[k], rr.GetPriority()), rr.GetHas().GetCapacity(), hasExpiry, now)
+		i := r.upsert(id, rr.GetWants(), 1, l.priority(tmpls[k], who, rr.GetPriority()), rr.GetHas().GetCapacity(), hasExpiry, now)
+		if r.records() > before {
+			r.clients[i].tenant = who.Tenant
+			r.track(who.Tenant)
+		}
 		l.records += r.records() - before
 		slots[k] = Slot{r: r, client: id}
 	}
 	return slots, nil
-}
-
-// priority is the band a request for t's resource is served at: what it
-// asks for, capped at the template's max_priority (counted).
-func (l *Ledger) priority(t *config.Template, asked int32) int32 {
-	if t.HasMaxPriority && asked > t.MaxPriority {
-		l.stats.PriorityCapped++
-		return t.MaxPriority
-	}
-	return asked
 }
 
 // resolve finds the template serving resource rid and its state (nil if
@@ -261,8 +273,16 @@ func (l *Ledger) resolve(set *config.Set, rid string, addRes *int) (*config.Temp
 }
 
 // Release ends the named client's leases on the named resources at once
-// and returns how many it held.
+// and returns how many it held. The request comes from a plain subject
+// (see ReleaseAs).
 func (l *Ledger) Release(now int64, client string, resources []string) int32 {
+	return l.ReleaseAs(now, Claimant{}, client, resources)
+}
+
+// ReleaseAs is Release for a request sent by who: it ends only who's own
+// client's leases, whoever else uses the same client id.
+func (l *Ledger) ReleaseAs(now int64, who Claimant, client string, resources []string) int32 {
+	client = who.key(client)
 	var n int32
 	for _, id := range resources {
 		if r := l.resources[id]; r != nil && r.markReleased(client) {
@@ -295,6 +315,7 @@ func (l *Ledger) resourceFor(now int64, id string, t *config.Template, gen uint6
 	r := l.resources[id]
 	if r == nil {
 		r = l.newResource(now, id, t, gen)
+		r.tenants.resources = l.tenantRes
 		l.resources[id] = r
 		if eb := entryBytes(id); l.rec.bytes+eb <= l.cfg.MaxRecordBytes {
 			l.rec.bytes += eb
@@ -316,7 +337,7 @@ func (l *Ledger) resourceFor(now int64, id string, t *config.Template, gen uint6
 // Allocate runs the algorithm of every resource of the round that is not
 // waiting for the record, and settles its clients.
 func (l *Ledger) Allocate(now int64) {
-	p := roundParams{now: now, horizon: l.rec.until, minFresh: l.cfg.MinRefresh, scratch: &l.scratch, stats: &l.stats}
+	p := roundParams{now: now, horizon: l.rec.until, minFresh: l.cfg.MinRefresh, scratch: &l.scratch, tenants: &l.tenantBuf, stats: &l.stats}
 	for _, r := range l.touched {
 		if r.waitSince != 0 {
 			continue

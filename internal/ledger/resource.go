@@ -37,6 +37,8 @@ type client struct {
 	safe, safePrev float64
 	// node: the record is a band of a child node (see ServerGet).
 	node bool
+	// tenant is the client's tenant ("" plain; see tenants.go).
+	tenant string
 	// reported is what the client said it holds (learning mode echoes it)
 	// and reportedExpiry when that lease ends (unix ns, 0 unknown).
 	reported       float64
@@ -98,11 +100,13 @@ type resource struct {
 	learnedSeen map[string]struct{}
 	// hold is the resource's holder promise (see holders.go).
 	hold holders
+	// tenants counts the tenants' records (see tenants.go).
+	tenants tenantCounts
 }
 
 func newResource(id string, tmpl *config.Template, gen uint64) *resource {
 	return &resource{id: id, tmpl: tmpl, gen: gen, index: make(map[string]int32),
-		ceiling: math.Inf(1), ceilingExpiry: math.MaxInt64}
+		ceiling: math.Inf(1), ceilingExpiry: math.MaxInt64, tenants: tenantCounts{resources: make(map[string]int)}}
 }
 
 // shared reports whether the resource's algorithm divides a global
@@ -199,6 +203,7 @@ func (c *client) exposure(now int64) float64 {
 func (r *resource) remove(i int32) {
 	c := &r.clients[i]
 	delete(r.index, c.id)
+	r.untrack(c.tenant)
 	r.heapDelete(int(c.heapIdx))
 	last := int32(len(r.clients) - 1)
 	if i != last {
@@ -349,6 +354,7 @@ type roundParams struct {
 	horizon  int64         // leases may not expire after this
 	minFresh time.Duration // shortest refresh interval handed out
 	scratch  *alloc.Scratch
+	tenants  *tenantScratch
 	stats    *Stats
 }
 
@@ -361,7 +367,7 @@ type roundParams struct {
 func (r *resource) allocate(p *roundParams) {
 	t := r.tmpl
 	capacity := r.capacity(p.now)
-	alloc.Run(t.Algorithm, capacity, r.demands, p.scratch)
+	r.targets(capacity, p)
 
 	// No lease may outlive the recorded horizon (see horizon.go) or the
 	// resource's published latest expiry (summary.go).
@@ -470,94 +476,6 @@ func (r *resource) allocate(p *roundParams) {
 		r.clients[i].touched = false
 	}
 	r.batch = r.batch[:0]
-}
-
-// learn allocates a share resource in learning mode. A predecessor's
-// leases may be outstanding; all that is known is predCeiling, an upper
-// bound on their total at learnStart (the predecessor's published ceiling,
-// or the capacity when unknown).
-//
-// Invariant: own + (predCeiling − credited) ≥ the true outstanding total,
-// where own is the sum of the leases this coordinator issued. Proof
-// sketch: a client's first request in learning mode reports the lease it
-// holds (has, expiry). If that lease was unexpired at learnStart (expiry
-// − clock skew margin > learnStart) it was counted in predCeiling, and the
-// client's new lease replaces it, so up to has may move from the
-// predecessor's remainder to the client: the credit, capped so that
-// credited never exceeds predCeiling. Leases unexpired at learnStart that
-// are not yet replaced sum to at most predCeiling − credited. Leases
-// expire, never grow, so the bound holds at every later time.
-//
-// Allocation: each first-contact client gets its credit back, up to what
-// it wants (Doorman's echo, never more than was credited); a returning
-// client keeps its lease up to what it wants. Then whatever is free, that
-// is min(capacity, ceiling) − own − (predCeiling − credited), goes to the
-// clients of the round up to their algorithm targets. So own +
-// remainder never rises above min(capacity, ceiling) through new grants,
-// and a new client gets capacity at once when the predecessor held less
-// than the capacity, instead of nothing for the whole learning period.
-// Trust: like Doorman, this relies on clients reporting the lease they
-// hold; a lying client can take at most the remainder of predCeiling.
-func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i int32, capacity float64, fresh time.Duration)) {
-	if r.learnedSeen == nil {
-		r.learnedSeen = make(map[string]struct{})
-	}
-	for _, i := range r.batch {
-		c := &r.clients[i]
-		c.credit = -1 // returning client
-		if _, seen := r.learnedSeen[c.id]; seen {
-			continue
-		}
-		r.learnedSeen[c.id] = struct{}{}
-		c.credit = 0
-		if c.reported > 0 && c.reportedExpiry-r.skew > r.learnStart {
-			// No client held more than the predecessor's recorded ceiling
-			// or the capacity, and none outside the holders it listed: a
-			// report beyond that is a lie (or a bug), capped, counted and
-			// logged by the caller.
-			limit := min(r.predCeiling, r.tmpl.Capacity)
-			if !r.predHolder(c.id) {
-				limit = 0
-			}
-			if c.reported > limit {
-				c.reported = limit
-				p.stats.OverClaims++
-			}
-			if c.reported == 0 {
-				continue
-			}
-			cr := max(min(c.reported, r.predCeiling-r.credited), 0)
-			r.credited += cr
-			c.credit = cr
-			r.heard(p.now, c.id)
-		}
-	}
-	free := min(r.capacity(p.now), r.ceiling) - r.outstanding(p.now) - r.predOutstanding(p.now)
-	base := make([]float64, len(r.batch))
-	for k, i := range r.batch {
-		c := &r.clients[i]
-		before := c.exposure(p.now)
-		base[k] = min(r.demands[i].Wants, c.has)
-		if c.credit > 0 {
-			// The credited predecessor lease is held until our reply
-			// replaces it: it counts as ours from now on.
-			base[k] = min(r.demands[i].Wants, c.credit+c.has)
-			c.held = max(c.held, c.credit)
-			c.heldUntil = max(c.heldUntil, min(c.reportedExpiry, p.now+r.retention+int64(r.tmpl.LeaseLength)))
-		}
-		free -= max(base[k], c.exposure(p.now)) - before
-	}
-	for k, i := range r.batch {
-		c := &r.clients[i]
-		before := max(base[k], c.exposure(p.now))
-		extra := max(min(r.demands[i].Target-base[k], free), 0)
-		if !r.mayHold(c.id, p.now) {
-			extra = 0 // a new client waits for a record that lists it
-		}
-		settle(i, base[k]+extra, refresh)
-		free -= c.exposure(p.now) - before
-		c.credit = 0
-	}
 }
 
 // nextFree returns the earliest time a client holding more than its target

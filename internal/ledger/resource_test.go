@@ -21,18 +21,25 @@ import (
 // rounds in which each client refreshes once more.
 func TestLeaseInvariants(t *testing.T) {
 	for _, kind := range []allotpb.Algorithm_Kind{allotpb.Algorithm_FAIR_SHARE, allotpb.Algorithm_PROPORTIONAL_SHARE} {
-		t.Run(kind.String(), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(7, uint64(kind)))
-			for trial := range 200 {
-				checkTrial(t, rng, kind, trial)
-			}
-		})
+		// With tenants, the capacity is divided between three tenants
+		// (weights 1, 2, 1) before their clients.
+		for _, tenants := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/tenants=%v", kind, tenants), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(7, uint64(kind)))
+				for trial := range 200 {
+					checkTrial(t, rng, kind, trial, tenants)
+				}
+			})
+		}
 	}
 }
 
-func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial int) {
+func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial int, tenants bool) {
 	tm := &config.Template{Name: "t", Glob: "r", Capacity: float64(10 + rng.IntN(500)), Algorithm: kind,
 		LeaseLength: 10 * time.Second, RefreshInterval: time.Second}
+	if tenants {
+		tm.Tenants = &config.TenantPolicy{Fair: true, Weights: map[string]float64{"T1": 2}}
+	}
 	r := newResource("r", tm, 1)
 	var scratch alloc.Scratch
 	now := int64(1e18)
@@ -70,10 +77,15 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 				continue
 			}
 			if steady || rng.IntN(5) == 0 {
-				r.upsert(id, wants[i], 1, prio[i], 0, 0, now)
+				before := r.records()
+				k := r.upsert(id, wants[i], 1, prio[i], 0, 0, now)
+				if tenants && r.records() > before {
+					r.clients[k].tenant = fmt.Sprintf("T%d", i%3)
+					r.track(r.clients[k].tenant)
+				}
 			}
 		}
-		p := roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond, scratch: &scratch, stats: &Stats{}}
+		p := roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond, scratch: &scratch, tenants: &tenantScratch{}, stats: &Stats{}}
 		if len(r.batch) > 0 {
 			r.allocate(&p)
 		}

@@ -108,7 +108,7 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 			}
 			ids[j] = bandID(child, b.GetPriority())
 			before := r.records()
-			i := r.upsert(ids[j], b.GetWants(), float64(b.GetNumClients()), l.priority(tmpls[k], b.GetPriority()), share, expiry, now)
+			i := r.upsert(ids[j], b.GetWants(), float64(b.GetNumClients()), l.priority(tmpls[k], Claimant{}, b.GetPriority()), share, expiry, now)
 			l.records += r.records() - before
 			// A child node is trusted with what its subtree holds: its
 			// leases, and the safe capacity its clients may fall back to,

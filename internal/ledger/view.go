@@ -180,6 +180,9 @@ func (l *Ledger) Detail(now int64, id string, topN int, search string) (Resource
 // displayID names a child node's band by the child alone (its priority
 // is shown apart).
 func displayID(id string) string {
+	if strings.HasPrefix(id, tenantSep) {
+		return displayTenantKey(id)
+	}
 	if child, prio, ok := strings.Cut(id, bandSep); ok {
 		if _, err := strconv.Atoi(prio); err == nil {
 			return child

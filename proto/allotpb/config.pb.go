@@ -238,7 +238,12 @@ type ResourceTemplate struct {
 	// The highest priority band a client may claim for these resources: a
 	// request (or a child node's band) above it is served at it, so no
 	// client can put itself ahead of the others by asking. Unset: any.
-	MaxPriority   *int32 `protobuf:"varint,7,opt,name=max_priority,json=maxPriority,proto3,oneof" json:"max_priority,omitempty"`
+	MaxPriority *int32 `protobuf:"varint,7,opt,name=max_priority,json=maxPriority,proto3,oneof" json:"max_priority,omitempty"`
+	// How tenants (NATS accounts whose clients reach the coordinator through
+	// their service import, see subjects.md) share these resources: their
+	// priority bounds, caps, and optionally a fairness level between them.
+	// Unset: tenants' clients are claimants like any other.
+	Tenants       *TenantPolicy `protobuf:"bytes,8,opt,name=tenants,proto3" json:"tenants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -322,6 +327,177 @@ func (x *ResourceTemplate) GetMaxPriority() int32 {
 	return 0
 }
 
+func (x *ResourceTemplate) GetTenants() *TenantPolicy {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
+}
+
+// TenantPolicy configures tenants for the resources of one template. The
+// claimants that come through the plain subjects (clients inside the allot
+// account, child nodes) form one more tenant, named "" (the empty name,
+// which no tenant subject can carry).
+type TenantPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Divide each resource's capacity between the tenants that ask for it
+	// first (weighted max-min fairness: a tenant never gets more than its
+	// clients want, and what one leaves goes to the others), then among
+	// each tenant's clients with the template's algorithm and priority bands
+	// on the tenant's share. So a tenant opening many client ids gets no
+	// more than its share. Only for FAIR_SHARE and PROPORTIONAL_SHARE.
+	Fair bool `protobuf:"varint,1,opt,name=fair,proto3" json:"fair,omitempty"`
+	// Settings of single tenants, by account name; at most 1000, each named
+	// once.
+	Accounts []*TenantSettings `protobuf:"bytes,2,rep,name=accounts,proto3" json:"accounts,omitempty"`
+	// The highest priority band a client of a tenant not in accounts (or in
+	// it without max_priority) may claim; higher is served at it. Unset: no
+	// bound beyond the template's max_priority. Not applied to the plain
+	// tenant "", which is bounded only by an entry of its own.
+	DefaultMaxPriority *int32 `protobuf:"varint,3,opt,name=default_max_priority,json=defaultMaxPriority,proto3,oneof" json:"default_max_priority,omitempty"`
+	// The most client ids one tenant may have on one resource; a request
+	// that would add one more gets 429 for that resource. 0: no limit. Not
+	// applied to the plain tenant.
+	MaxClients uint32 `protobuf:"varint,4,opt,name=max_clients,json=maxClients,proto3" json:"max_clients,omitempty"`
+	// The most resources of the node one tenant may have clients on; a
+	// request for a further one of this template's resources gets 429 for
+	// it. 0: no limit. Not applied to the plain tenant.
+	MaxResources  uint32 `protobuf:"varint,5,opt,name=max_resources,json=maxResources,proto3" json:"max_resources,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantPolicy) Reset() {
+	*x = TenantPolicy{}
+	mi := &file_config_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantPolicy) ProtoMessage() {}
+
+func (x *TenantPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_config_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantPolicy.ProtoReflect.Descriptor instead.
+func (*TenantPolicy) Descriptor() ([]byte, []int) {
+	return file_config_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TenantPolicy) GetFair() bool {
+	if x != nil {
+		return x.Fair
+	}
+	return false
+}
+
+func (x *TenantPolicy) GetAccounts() []*TenantSettings {
+	if x != nil {
+		return x.Accounts
+	}
+	return nil
+}
+
+func (x *TenantPolicy) GetDefaultMaxPriority() int32 {
+	if x != nil && x.DefaultMaxPriority != nil {
+		return *x.DefaultMaxPriority
+	}
+	return 0
+}
+
+func (x *TenantPolicy) GetMaxClients() uint32 {
+	if x != nil {
+		return x.MaxClients
+	}
+	return 0
+}
+
+func (x *TenantPolicy) GetMaxResources() uint32 {
+	if x != nil {
+		return x.MaxResources
+	}
+	return 0
+}
+
+// TenantSettings are one tenant's settings in a TenantPolicy.
+type TenantSettings struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tenant's account name, or "" for the plain tenant.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The tenant's weight in the division between tenants (fair): shares
+	// are in proportion to weights. Unset: 1. Must be in (0, 1e6].
+	Weight *float64 `protobuf:"fixed64,2,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
+	// The highest priority band the tenant's clients may claim (in place of
+	// default_max_priority); the template's max_priority still applies.
+	MaxPriority   *int32 `protobuf:"varint,3,opt,name=max_priority,json=maxPriority,proto3,oneof" json:"max_priority,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantSettings) Reset() {
+	*x = TenantSettings{}
+	mi := &file_config_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantSettings) ProtoMessage() {}
+
+func (x *TenantSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_config_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantSettings.ProtoReflect.Descriptor instead.
+func (*TenantSettings) Descriptor() ([]byte, []int) {
+	return file_config_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TenantSettings) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TenantSettings) GetWeight() float64 {
+	if x != nil && x.Weight != nil {
+		return *x.Weight
+	}
+	return 0
+}
+
+func (x *TenantSettings) GetMaxPriority() int32 {
+	if x != nil && x.MaxPriority != nil {
+		return *x.MaxPriority
+	}
+	return 0
+}
+
 // LeaseHorizon is what a coordinator leader records in the state bucket
 // (key "<node>.leases") before it hands out leases: no lease it issued
 // expires after horizon. A successor that finds no record, or a horizon in
@@ -343,7 +519,7 @@ type LeaseHorizon struct {
 
 func (x *LeaseHorizon) Reset() {
 	*x = LeaseHorizon{}
-	mi := &file_config_proto_msgTypes[3]
+	mi := &file_config_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -355,7 +531,7 @@ func (x *LeaseHorizon) String() string {
 func (*LeaseHorizon) ProtoMessage() {}
 
 func (x *LeaseHorizon) ProtoReflect() protoreflect.Message {
-	mi := &file_config_proto_msgTypes[3]
+	mi := &file_config_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -368,7 +544,7 @@ func (x *LeaseHorizon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseHorizon.ProtoReflect.Descriptor instead.
 func (*LeaseHorizon) Descriptor() ([]byte, []int) {
-	return file_config_proto_rawDescGZIP(), []int{3}
+	return file_config_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LeaseHorizon) GetNode() string {
@@ -438,7 +614,7 @@ type ResourceSummary struct {
 
 func (x *ResourceSummary) Reset() {
 	*x = ResourceSummary{}
-	mi := &file_config_proto_msgTypes[4]
+	mi := &file_config_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -450,7 +626,7 @@ func (x *ResourceSummary) String() string {
 func (*ResourceSummary) ProtoMessage() {}
 
 func (x *ResourceSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_config_proto_msgTypes[4]
+	mi := &file_config_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -463,7 +639,7 @@ func (x *ResourceSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceSummary.ProtoReflect.Descriptor instead.
 func (*ResourceSummary) Descriptor() ([]byte, []int) {
-	return file_config_proto_rawDescGZIP(), []int{4}
+	return file_config_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ResourceSummary) GetCeiling() float64 {
@@ -530,7 +706,7 @@ const file_config_proto_rawDesc = "" +
 	"\x06STATIC\x10\x01\x12\x16\n" +
 	"\x12PROPORTIONAL_SHARE\x10\x02\x12\x0e\n" +
 	"\n" +
-	"FAIR_SHARE\x10\x03\"\xb9\x02\n" +
+	"FAIR_SHARE\x10\x03\"\xeb\x02\n" +
 	"\x10ResourceTemplate\x12'\n" +
 	"\x0fidentifier_glob\x18\x01 \x01(\tR\x0eidentifierGlob\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x01R\bcapacity\x121\n" +
@@ -538,8 +714,23 @@ const file_config_proto_rawDesc = "" +
 	"\rsafe_capacity\x18\x04 \x01(\x01H\x00R\fsafeCapacity\x88\x01\x01\x12 \n" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\x12\x16\n" +
 	"\x06shadow\x18\x06 \x01(\bR\x06shadow\x12&\n" +
-	"\fmax_priority\x18\a \x01(\x05H\x01R\vmaxPriority\x88\x01\x01B\x10\n" +
+	"\fmax_priority\x18\a \x01(\x05H\x01R\vmaxPriority\x88\x01\x01\x120\n" +
+	"\atenants\x18\b \x01(\v2\x16.allot.v1.TenantPolicyR\atenantsB\x10\n" +
 	"\x0e_safe_capacityB\x0f\n" +
+	"\r_max_priority\"\xee\x01\n" +
+	"\fTenantPolicy\x12\x12\n" +
+	"\x04fair\x18\x01 \x01(\bR\x04fair\x124\n" +
+	"\baccounts\x18\x02 \x03(\v2\x18.allot.v1.TenantSettingsR\baccounts\x125\n" +
+	"\x14default_max_priority\x18\x03 \x01(\x05H\x00R\x12defaultMaxPriority\x88\x01\x01\x12\x1f\n" +
+	"\vmax_clients\x18\x04 \x01(\rR\n" +
+	"maxClients\x12#\n" +
+	"\rmax_resources\x18\x05 \x01(\rR\fmaxResourcesB\x17\n" +
+	"\x15_default_max_priority\"\x85\x01\n" +
+	"\x0eTenantSettings\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\x06weight\x18\x02 \x01(\x01H\x00R\x06weight\x88\x01\x01\x12&\n" +
+	"\fmax_priority\x18\x03 \x01(\x05H\x01R\vmaxPriority\x88\x01\x01B\t\n" +
+	"\a_weightB\x0f\n" +
 	"\r_max_priority\"\xc3\x02\n" +
 	"\fLeaseHorizon\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
@@ -573,35 +764,39 @@ func file_config_proto_rawDescGZIP() []byte {
 }
 
 var file_config_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_config_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_config_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_config_proto_goTypes = []any{
 	(Algorithm_Kind)(0),           // 0: allot.v1.Algorithm.Kind
 	(*NamedParameter)(nil),        // 1: allot.v1.NamedParameter
 	(*Algorithm)(nil),             // 2: allot.v1.Algorithm
 	(*ResourceTemplate)(nil),      // 3: allot.v1.ResourceTemplate
-	(*LeaseHorizon)(nil),          // 4: allot.v1.LeaseHorizon
-	(*ResourceSummary)(nil),       // 5: allot.v1.ResourceSummary
-	nil,                           // 6: allot.v1.LeaseHorizon.ResourcesEntry
-	(*durationpb.Duration)(nil),   // 7: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*TenantPolicy)(nil),          // 4: allot.v1.TenantPolicy
+	(*TenantSettings)(nil),        // 5: allot.v1.TenantSettings
+	(*LeaseHorizon)(nil),          // 6: allot.v1.LeaseHorizon
+	(*ResourceSummary)(nil),       // 7: allot.v1.ResourceSummary
+	nil,                           // 8: allot.v1.LeaseHorizon.ResourcesEntry
+	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
 }
 var file_config_proto_depIdxs = []int32{
 	0,  // 0: allot.v1.Algorithm.kind:type_name -> allot.v1.Algorithm.Kind
-	7,  // 1: allot.v1.Algorithm.lease_length:type_name -> google.protobuf.Duration
-	7,  // 2: allot.v1.Algorithm.refresh_interval:type_name -> google.protobuf.Duration
+	9,  // 1: allot.v1.Algorithm.lease_length:type_name -> google.protobuf.Duration
+	9,  // 2: allot.v1.Algorithm.refresh_interval:type_name -> google.protobuf.Duration
 	1,  // 3: allot.v1.Algorithm.parameters:type_name -> allot.v1.NamedParameter
-	7,  // 4: allot.v1.Algorithm.learning_mode_duration:type_name -> google.protobuf.Duration
+	9,  // 4: allot.v1.Algorithm.learning_mode_duration:type_name -> google.protobuf.Duration
 	2,  // 5: allot.v1.ResourceTemplate.algorithm:type_name -> allot.v1.Algorithm
-	8,  // 6: allot.v1.LeaseHorizon.horizon:type_name -> google.protobuf.Timestamp
-	6,  // 7: allot.v1.LeaseHorizon.resources:type_name -> allot.v1.LeaseHorizon.ResourcesEntry
-	8,  // 8: allot.v1.ResourceSummary.latest_expiry:type_name -> google.protobuf.Timestamp
-	8,  // 9: allot.v1.ResourceSummary.holders_until:type_name -> google.protobuf.Timestamp
-	5,  // 10: allot.v1.LeaseHorizon.ResourcesEntry.value:type_name -> allot.v1.ResourceSummary
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	4,  // 6: allot.v1.ResourceTemplate.tenants:type_name -> allot.v1.TenantPolicy
+	5,  // 7: allot.v1.TenantPolicy.accounts:type_name -> allot.v1.TenantSettings
+	10, // 8: allot.v1.LeaseHorizon.horizon:type_name -> google.protobuf.Timestamp
+	8,  // 9: allot.v1.LeaseHorizon.resources:type_name -> allot.v1.LeaseHorizon.ResourcesEntry
+	10, // 10: allot.v1.ResourceSummary.latest_expiry:type_name -> google.protobuf.Timestamp
+	10, // 11: allot.v1.ResourceSummary.holders_until:type_name -> google.protobuf.Timestamp
+	7,  // 12: allot.v1.LeaseHorizon.ResourcesEntry.value:type_name -> allot.v1.ResourceSummary
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_config_proto_init() }
@@ -610,13 +805,15 @@ func file_config_proto_init() {
 		return
 	}
 	file_config_proto_msgTypes[2].OneofWrappers = []any{}
+	file_config_proto_msgTypes[3].OneofWrappers = []any{}
+	file_config_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_config_proto_rawDesc), len(file_config_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

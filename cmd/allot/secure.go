@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/allot/allot/internal/secureinit"
+)
+
+func runSecure(ctx context.Context, env *cliEnv, args []string) error {
+	if len(args) == 0 || args[0] != "init" {
+		fmt.Fprintln(env.stderr, "Usage: allot secure init --dir DIR [--host NAME,...] [--valid DURATION]")
+		fmt.Fprintln(env.stderr, "\nWrites development credentials for deploy/nats/secure (see docs/security.md).")
+		if len(args) == 0 {
+			return errors.New("missing subcommand init")
+		}
+		return fmt.Errorf("unknown subcommand %q", args[0])
+	}
+	fs := newFlags(env, "secure init", "--dir DIR [flags]")
+	dir := fs.String("dir", "", "directory to write the credentials to (created; refused if it already holds an env file)")
+	hosts := fs.String("host", "", "extra comma-separated host names or IP addresses for the server certificate (127.0.0.1, ::1 and localhost are always in it)")
+	valid := fs.Duration("valid", 365*24*time.Hour, "how long the certificates are valid")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *dir == "" {
+		return errors.New("--dir is required")
+	}
+	if *valid <= 0 {
+		return fmt.Errorf("--valid %v: want a positive duration", *valid)
+	}
+	var extra []string
+	for h := range strings.SplitSeq(*hosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			extra = append(extra, h)
+		}
+	}
+	set, err := secureinit.Init(*dir, *valid, extra...)
+	if err != nil {
+		return err
+	}
+	printSecureUsage(env.stdout, set)
+	return nil
+}
+
+// printSecureUsage says what was written and how to start the shipped
+// configuration and allot with it.
+func printSecureUsage(w io.Writer, set *secureinit.Setup) {
+	d := set.Dir
+	rel := func(p string) string {
+		if r, err := filepath.Rel(d, p); err == nil {
+			return r
+		}
+		return p
+	}
+	fmt.Fprintf(w, "wrote development credentials to %s:\n", d)
+	fmt.Fprintf(w, "  %s, %s, %s, %s, %s\n", rel(set.Certs.CA), rel(set.Certs.ServerCert), rel(set.Certs.ServerKey), rel(set.Certs.ClientCert), rel(set.Certs.ClientKey))
+	fmt.Fprintf(w, "  nkeys/USER.nk for users %s (seeds: keep them secret)\n", strings.Join(secureinit.Users(), ", "))
+	fmt.Fprintf(w, "  %s: the variables of deploy/nats/secure/*.conf (secret: it holds the leaf links' seeds)\n", secureinit.EnvFile)
+	conn := fmt.Sprintf("--nats tls://127.0.0.1:%s --tls-ca %s", set.Env["CLIENT_PORT"], set.Certs.CA)
+	fmt.Fprintf(w, "\nstart the root NATS server (nats-server >= 2.14.0) from the repository root:\n")
+	fmt.Fprintf(w, "  set -a; . %s; set +a\n", filepath.Join(d, secureinit.EnvFile))
+	fmt.Fprintf(w, "  nats-server -c deploy/nats/secure/root.conf\n")
+	fmt.Fprintf(w, "\nthen, as the operator, store templates (the only user that can):\n")
+	fmt.Fprintf(w, "  allot config put --create-bucket %s --nkey %s NAME FILE\n", conn, set.Seed("admin"))
+	fmt.Fprintf(w, "run a coordinator:\n")
+	fmt.Fprintf(w, "  allot coordinator %s --nkey %s --inbox-prefix %s\n", conn, set.Seed("coordinator"), secureinit.InboxPrefix("coordinator"))
+	fmt.Fprintf(w, "and ask for capacity as tenant TENANT_A:\n")
+	fmt.Fprintf(w, "  allot get %s --nkey %s --inbox-prefix %s db --wants 10\n", conn, set.Seed("tenant_a"), secureinit.InboxPrefix("tenant_a"))
+	fmt.Fprintf(w, "\nthese are development credentials; docs/security.md says how to make and rotate real ones.\n")
+}

@@ -1,0 +1,200 @@
+package coordinator_test
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/allot/allot/agent"
+	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/coordtest"
+	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// tenantEnv is a server with the tenant accounts of subjects.md and a
+// coordinator in the allot account.
+type tenantEnv struct {
+	*env // the coordinator's connection
+	s    *server.Server
+}
+
+func startTenants(t *testing.T, tenants map[string][]string, tmpls ...*config.Template) *tenantEnv {
+	t.Helper()
+	s := natstest.TenantServer(t, tenants)
+	nc := natstest.Conn(t, s, nats.UserInfo("allot", "allot"))
+	c := coordtest.Start(t, nc, coordinator.Options{
+		RoundInterval: 5 * time.Millisecond,
+		Templates:     coordinator.StaticTemplates(config.NewSet(1, tmpls, nil)),
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	return &tenantEnv{env: &env{t: t, nc: nc, c: c}, s: s}
+}
+
+// agentHolding starts an agent of user with client id and a limiter of
+// "db" (opts), and waits until it holds want.
+func (e *tenantEnv) agentHolding(user, id string, want float64, opts ...agent.ResourceOption) *agent.RateLimiter {
+	e.t.Helper()
+	a, err := agent.New(e.as(user), agent.WithClientID(id), agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = a.Close() })
+	lim, err := a.Rate("db", opts...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); lim.Capacity() != want; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s's agent %s got %v, want %v (%v)", user, id, lim.Capacity(), want, a.LastError())
+		}
+	}
+	return lim
+}
+
+// as connects as user (TenantServer's password is the user name).
+func (e *tenantEnv) as(user string) *nats.Conn {
+	return natstest.Conn(e.t, e.s, nats.UserInfo(user, user))
+}
+
+// request sends a JSON request on the plain subject of endpoint and
+// decodes the reply into out, failing on an error reply.
+func request(t *testing.T, nc *nats.Conn, endpoint, body string, out any) {
+	t.Helper()
+	m, err := nc.Request(coordinator.Subject("root", endpoint), []byte(body), 5*time.Second)
+	if err != nil {
+		t.Fatalf("%s %s: %v", endpoint, body, err)
+	}
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		t.Fatalf("%s %s: error %s: %s", endpoint, body, code, m.Header.Get("Nats-Service-Error"))
+	}
+	if err := json.Unmarshal(m.Data, out); err != nil {
+		t.Fatalf("%s reply %s: %v", endpoint, m.Data, err)
+	}
+}
+
+// jsonGrant is the part of a JSON GetCapacity reply the tests read.
+type jsonGrant struct {
+	Response []struct {
+		Gets struct {
+			Capacity float64 `json:"capacity"`
+		} `json:"gets"`
+	} `json:"response"`
+}
+
+// A client id is bound to the identity that sent it (issue 13: a release
+// or `wants: 0` sent with a victim's client_id freed its lease, and the
+// capacity was granted twice: 200 of 100). An agent of TENANT_A holds
+// the whole capacity; another tenant, another user of TENANT_A, and a
+// client of the allot account itself each release and ask for nothing
+// under the victim's client id, then ask for the whole capacity under
+// their own: they reach records of their own, the victim's lease stays,
+// and nothing more is granted than the capacity.
+func TestClientIDBoundToTenantIdentity(t *testing.T) {
+	tm := tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)
+	// The victim does not come back during the test: its lease is what
+	// it was granted first.
+	tm.LeaseLength, tm.RefreshInterval = time.Minute, 30*time.Second
+	e := startTenants(t, map[string][]string{"TENANT_A": {"a1", "a2"}, "TENANT_B": {"b1"}}, tm)
+
+	lim := e.agentHolding("a1", "victim", 100, agent.WithWants(100))
+
+	for _, attacker := range []struct{ name, user, pass string }{
+		{"another tenant", "b1", "b1"},
+		{"another user of the tenant", "a2", "a2"},
+		{"the allot account", "allot", "allot"},
+	} {
+		t.Run(attacker.name, func(t *testing.T) {
+			nc := natstest.Conn(t, e.s, nats.UserInfo(attacker.user, attacker.pass))
+			var rel struct {
+				Released int32 `json:"released"`
+			}
+			request(t, nc, "capacity.release", `{"client_id":"victim","resource_id":["db"]}`, &rel)
+			if rel.Released != 0 {
+				t.Fatalf("a release under the victim's id released %d leases", rel.Released)
+			}
+			var g jsonGrant
+			request(t, nc, "capacity.get", `{"client_id":"victim","resource":[{"resource_id":"db","wants":0}]}`, &g)
+			request(t, nc, "capacity.get", `{"client_id":"thief","resource":[{"resource_id":"db","wants":100}]}`, &g)
+			if got := g.Response[0].Gets.Capacity; got+lim.Capacity() > 100 {
+				t.Fatalf("the thief got %v while the victim holds %v of 100", got, lim.Capacity())
+			}
+		})
+	}
+	snap, err := e.c.Snapshot(t.Context(), "db", 10, "victim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Resource == nil || snap.Resource.Granted > 100 {
+		t.Fatalf("granted in all: %+v", snap.Resource)
+	}
+	found := false
+	for _, cv := range snap.Resource.Top {
+		// The victim's record, shown as tenant/user hash/id.
+		found = found || cv.Has == 100 && strings.HasPrefix(cv.ID, "TENANT_A/u") && strings.HasSuffix(cv.ID, "/victim")
+	}
+	if !found {
+		t.Fatalf("the victim's lease of 100 is gone: %+v", snap.Resource.Top)
+	}
+	// Tenant requests count under their endpoint (metrics labels stay
+	// the fixed set; no tenant or user becomes one).
+	for _, call := range e.c.Observe().Calls {
+		if call.Subject == "other" {
+			t.Fatalf("requests counted as other: %+v", e.c.Observe().Calls)
+		}
+	}
+}
+
+// The binding holds for what clients report in learning mode too: after a
+// takeover, another user of the tenant who reports the victim's lease
+// under the victim's client id is not credited with it (it is not among
+// the recorded holders: over_claims), while the victim's own report is.
+func TestTenantReportsBoundInLearning(t *testing.T) {
+	s := natstest.TenantServer(t, map[string][]string{"TENANT_A": {"a1", "a2"}})
+	nc := natstest.Conn(t, s, nats.UserInfo("allot", "allot"))
+	tm := tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)
+	tm.LearningModeDuration = 10 * time.Second
+	opts := coordinator.Options{Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil)),
+		RoundInterval: coordinator.NoRoundInterval, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	first := coordtest.Start(t, nc, opts)
+	victim, thief := natstest.Conn(t, s, nats.UserInfo("a1", "a1")), natstest.Conn(t, s, nats.UserInfo("a2", "a2"))
+	ask := func(nc *nats.Conn, wants float64, has *allotpb.Lease) *allotpb.Lease {
+		t.Helper()
+		body, err := protojson.Marshal(&allotpb.GetCapacityRequest{ClientId: "victim", Resource: []*allotpb.ResourceRequest{{ResourceId: "db", Wants: wants, Has: has}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp allotpb.GetCapacityResponse
+		m, err := nc.Request(coordinator.Subject("root", "capacity.get"), body, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := protojson.Unmarshal(m.Data, &resp); err != nil {
+			t.Fatalf("%v: %s", err, m.Data)
+		}
+		return resp.GetResponse()[0].GetGets()
+	}
+	lease := ask(victim, 70, nil)
+	if lease.GetCapacity() != 70 {
+		t.Fatalf("the victim got %v, want 70", lease.GetCapacity())
+	}
+	first.Stop()
+	second := coordtest.Start(t, nc, opts)
+	stolen := ask(thief, 100, lease)
+	mine := ask(victim, 70, lease)
+	if stolen.GetCapacity() > 30 || mine.GetCapacity() != 70 {
+		t.Fatalf("after the takeover the thief reporting the victim's lease got %v, the victim %v (of 100)", stolen.GetCapacity(), mine.GetCapacity())
+	}
+	e := &env{t: t, nc: nc, c: second}
+	if got := e.stats().OverClaims; got != 1 {
+		t.Fatalf("over_claims = %d, want 1", got)
+	}
+}

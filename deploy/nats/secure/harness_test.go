@@ -1,0 +1,335 @@
+package secure_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/allot/allot/agent"
+	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/secureinit"
+)
+
+// wait bounds every wait of the suite: a refusal, a lease, a server.
+const wait = 10 * time.Second
+
+// template is the one resource template of the suite: two tenants
+// wanting 40 each both get their 40.
+const (
+	resource = "db"
+	template = `{"identifier_glob": "db", "capacity": 100, "algorithm": {"kind": "FAIR_SHARE", "lease_length": "30s", "refresh_interval": "1s"}}`
+)
+
+// serverLog keeps a server's log lines so that a test can see the
+// server's own account of a refusal (a leaf link's violation is logged
+// there, not sent to any client).
+type serverLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *serverLog) add(format string, v ...any) {
+	l.mu.Lock()
+	l.lines = append(l.lines, fmt.Sprintf(format, v...))
+	l.mu.Unlock()
+}
+func (l *serverLog) Noticef(format string, v ...any) { l.add(format, v...) }
+func (l *serverLog) Warnf(format string, v ...any)   { l.add(format, v...) }
+func (l *serverLog) Fatalf(format string, v ...any)  { l.add(format, v...) }
+func (l *serverLog) Errorf(format string, v ...any)  { l.add(format, v...) }
+func (l *serverLog) Debugf(format string, v ...any)  { l.add(format, v...) }
+func (l *serverLog) Tracef(format string, v ...any)  {}
+
+// waitFor waits for a line containing every one of parts.
+func (l *serverLog) waitFor(t *testing.T, parts ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		l.mu.Lock()
+		for _, line := range l.lines {
+			if containsAll(line, parts) {
+				l.mu.Unlock()
+				return line
+			}
+		}
+		l.mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("server never logged a line with %q", parts)
+	return ""
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// startConfig starts a server from the shipped file with the variables
+// env, keeping its log.
+func startConfig(t *testing.T, file string, env map[string]string) (*server.Server, *serverLog) {
+	t.Helper()
+	log := &serverLog{}
+	return natstest.ConfigServer(t, file, env, log), log
+}
+
+// deployment is a root server started from root.conf with the
+// credentials of secureinit, a coordinator replica of node root on the
+// coordinator user's connection, and the suite's template put by admin.
+type deployment struct {
+	set     *secureinit.Setup
+	srv     *server.Server
+	log     *serverLog
+	leafURL string
+	// coordErrs are the coordinator connection's asynchronous errors;
+	// stopCoord stops the replica (it resigns) and waits for it.
+	coordErrs *asyncErrors
+	stopCoord func()
+}
+
+// rootEnv is the setup's environment with free ports and a temporary
+// store: what the suite changes of what `allot secure init` writes.
+func rootEnv(t *testing.T, set *secureinit.Setup, verify bool) map[string]string {
+	env := map[string]string{}
+	for k, v := range set.Env {
+		env[k] = v
+	}
+	env["CLIENT_PORT"], env["LEAF_PORT"], env["HTTP_LISTEN"] = "-1", "-1", "127.0.0.1:-1"
+	env["STORE_DIR"] = t.TempDir()
+	env["TLS_VERIFY"] = fmt.Sprint(verify)
+	return env
+}
+
+// newSetup writes fresh credentials for one test.
+func newSetup(t *testing.T) *secureinit.Setup {
+	t.Helper()
+	set, err := secureinit.Init(t.TempDir(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// startRoot starts the root server alone.
+func startRoot(t *testing.T, verify bool) *deployment {
+	t.Helper()
+	d := &deployment{set: newSetup(t)}
+	d.srv, d.log = startConfig(t, "root.conf", rootEnv(t, d.set, verify))
+	v, err := d.srv.Varz(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.leafURL = fmt.Sprintf("tls://127.0.0.1:%d", v.LeafNode.Port)
+	return d
+}
+
+// startDeployment starts the root server, puts the template as admin and
+// runs a coordinator replica until it serves.
+func startDeployment(t *testing.T) *deployment {
+	t.Helper()
+	d := startRoot(t, false)
+	admin, _ := d.dial(t, d.srv, "admin")
+	if err := putTemplate(t, admin, resource, true); err != nil {
+		t.Fatal(err)
+	}
+	d.startCoordinator(t)
+	return d
+}
+
+// putTemplate puts the suite's template under name in allot_config
+// (created if create) on nc, and returns the error.
+func putTemplate(t *testing.T, nc *nats.Conn, name string, create bool) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	kv, err := config.OpenBucket(ctx, js, "", create)
+	if err != nil {
+		return err
+	}
+	_, err = kv.Put(ctx, config.Key(name), []byte(template))
+	return err
+}
+
+// startCoordinator runs a replica of node root the way `allot
+// coordinator` does, on the coordinator user's connection, and waits
+// until it serves.
+func (d *deployment) startCoordinator(t *testing.T) {
+	t.Helper()
+	nc, errs := d.dial(t, d.srv, "coordinator")
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, cancel := context.WithCancel(context.Background())
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	octx, ocancel := context.WithTimeout(ctx, wait)
+	defer ocancel()
+	kv, err := config.OpenBucket(octx, js, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := config.NewWatcher(kv, config.UnmatchedDefault.Fallback(), log)
+	if err := w.Start(octx); err != nil {
+		t.Fatal(err)
+	}
+	serving := make(chan struct{})
+	var once sync.Once
+	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{
+		Options: coordinator.Options{Node: "root", ServerID: "secure-1", Templates: w, Logger: log},
+		OnServing: func(_ uint64, on bool) {
+			if on {
+				once.Do(func() { close(serving) })
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- rep.Run(ctx) }()
+	var stopOnce sync.Once
+	d.coordErrs = errs
+	d.stopCoord = func() {
+		stopOnce.Do(func() {
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("coordinator: %v", err)
+			}
+			w.Stop()
+		})
+	}
+	t.Cleanup(d.stopCoord)
+	select {
+	case <-serving:
+	case err := <-done:
+		done <- err // for stopCoord
+		t.Fatalf("coordinator stopped: %v (refused: %v)", err, errs.all())
+	case <-time.After(wait):
+		t.Fatalf("coordinator not serving (refused: %v)", errs.all())
+	}
+	// A coordinator whose rights miss something it needs shows it here.
+	if e := errs.all(); len(e) > 0 {
+		t.Fatalf("the coordinator user was refused: %v", e)
+	}
+}
+
+// testWriter sends log output to the test's log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// asyncErrors collects a connection's asynchronous errors: how NATS tells
+// a client that a publish or subscription was refused.
+type asyncErrors struct {
+	mu   sync.Mutex
+	errs []error
+	seen chan struct{}
+}
+
+func newAsyncErrors() *asyncErrors { return &asyncErrors{seen: make(chan struct{}, 1)} }
+
+func (a *asyncErrors) handler(log nats.ErrHandler) nats.ErrHandler {
+	return func(nc *nats.Conn, sub *nats.Subscription, err error) {
+		log(nc, sub, err)
+		a.mu.Lock()
+		a.errs = append(a.errs, err)
+		a.mu.Unlock()
+		select {
+		case a.seen <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (a *asyncErrors) all() []error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]error(nil), a.errs...)
+}
+
+// refused waits for the server's permission violation naming subject on
+// this connection, the proof that the attempt was refused (rather than
+// lost or timed out).
+func (a *asyncErrors) refused(t *testing.T, op, subject string) {
+	t.Helper()
+	want := fmt.Sprintf("permissions violation for %s to %q", op, subject)
+	deadline := time.After(wait)
+	for {
+		for _, err := range a.all() {
+			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(strings.ToLower(err.Error()), strings.ToLower(want)) {
+				return
+			}
+		}
+		select {
+		case <-a.seen:
+		case <-time.After(20 * time.Millisecond):
+		case <-deadline:
+			t.Fatalf("no refusal %q; errors: %v", want, a.all())
+		}
+	}
+}
+
+// clientURL is srv's client URL on the loopback address its certificate
+// names (the shipped configs listen on every interface).
+func clientURL(t *testing.T, srv *server.Server) string {
+	t.Helper()
+	addr, ok := srv.Addr().(*net.TCPAddr)
+	if !ok {
+		t.Fatalf("server has no client listener")
+	}
+	return fmt.Sprintf("tls://127.0.0.1:%d", addr.Port)
+}
+
+// dial connects to srv as user (a seed file of the setup), over TLS with
+// the setup's CA and the user's private inbox prefix, logging refusals
+// with agent.ErrorHandler as every allot connection does.
+func (d *deployment) dial(t *testing.T, srv *server.Server, user string, extra ...nats.Option) (*nats.Conn, *asyncErrors) {
+	t.Helper()
+	errs := newAsyncErrors()
+	log := slog.New(slog.NewTextHandler(testWriter{t}, nil)).With("user", user)
+	nkey, err := nats.NkeyOptionFromSeed(d.set.Seed(user))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []nats.Option{nkey, nats.RootCAs(d.set.Certs.CA), nats.Name("secure suite " + user),
+		nats.ErrorHandler(errs.handler(agent.ErrorHandler(log))), nats.Timeout(wait)}
+	if p := secureinit.InboxPrefix(user); p != "" {
+		opts = append(opts, nats.CustomInboxPrefix(p))
+	}
+	nc, err := nats.Connect(clientURL(t, srv), append(opts, extra...)...)
+	if err != nil {
+		t.Fatalf("connect as %s: %v", user, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc, errs
+}
+
+func writeFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,78 @@
+package domainserver
+
+import (
+	"container/list"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/allot/allot/internal/domainlimit"
+	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/reply"
+)
+
+// fakeRequest is a micro.Request that keeps the reply: the handler's cost
+// without NATS.
+type fakeRequest struct {
+	subject string
+	data    []byte
+	out     []byte
+}
+
+func (r *fakeRequest) Respond(b []byte, _ ...micro.RespondOpt) error { r.out = b; return nil }
+func (r *fakeRequest) RespondJSON(any, ...micro.RespondOpt) error    { return nil }
+func (r *fakeRequest) Error(_, _ string, b []byte, _ ...micro.RespondOpt) error {
+	r.out = b
+	return nil
+}
+func (r *fakeRequest) Data() []byte           { return r.data }
+func (r *fakeRequest) Headers() micro.Headers { return nil }
+func (r *fakeRequest) Subject() string        { return r.subject }
+func (r *fakeRequest) Reply() string          { return "_INBOX.x" }
+
+// benchServer is a server, not subscribed, over a rate resource with three
+// unreachable tiers and a copy resource without limits.
+func benchServer(b *testing.B) *Server {
+	nss := map[string]*domainlimit.Namespace{"cb": {Name: "cb", Resources: map[string]domainlimit.Resource{
+		"api": {Name: "api", Kind: domainlimit.KindRate, Rate: domainlimit.RateSpec{Hard: domainlimit.Unlimited, Global: domainlimit.Unlimited,
+			Tiers: []domainlimit.Tier{{Limit: 1e9, Window: time.Second, Active: time.Hour, Cooldown: time.Second},
+				{Limit: 1e9, Window: time.Second, Active: time.Hour, Cooldown: time.Second},
+				{Limit: 1e9, Window: time.Second, Active: time.Hour, Cooldown: time.Second}}}},
+		"pool": {Name: "pool", Kind: domainlimit.KindCopies, Copies: domainlimit.PermissiveCopies()},
+	}}}
+	o := Options{Config: func() map[string]*domainlimit.Namespace { return nss }, Logger: slog.New(slog.DiscardHandler)}
+	if err := o.fill(); err != nil {
+		b.Fatal(err)
+	}
+	return &Server{opts: o, log: o.Logger, gate: reply.NewGate(nil, o.Logger, "bench"),
+		resources: map[string]*resource{}, holds: map[string]*hold{}, byExpiry: list.New(), transfers: map[string]*transfer{}}
+}
+
+// BenchmarkHandle measures one decision's handling: decode, decide,
+// encode (what the domain server spends beside NATS).
+func BenchmarkHandle(b *testing.B) {
+	for _, op := range []string{domainwire.OpRequest, domainwire.OpReserve} {
+		b.Run(op, func(b *testing.B) {
+			s := benchServer(b)
+			reqs := make([]*fakeRequest, 64)
+			for i := range reqs {
+				res, body := "api", `{"domain":"d`+strconv.Itoa(i)+`","copies":1}`
+				if op == domainwire.OpReserve {
+					res, body = "pool", `{"domain":"d`+strconv.Itoa(i)+`","copies":1,"client_id":"bench-`+strconv.Itoa(i)+`"}`
+				}
+				reqs[i] = &fakeRequest{subject: domainwire.Subject("root", op, "cb", res), data: []byte(body)}
+			}
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				r := reqs[i%len(reqs)]
+				s.handle(r)
+				if i%1024 == 0 {
+					s.expire(time.Now().Add(time.Hour)) // holds do not pile up
+				}
+			}
+		})
+	}
+}

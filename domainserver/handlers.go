@@ -1,0 +1,380 @@
+package domainserver
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/allot/allot/internal/domainlimit"
+	"github.com/allot/allot/internal/domainwire"
+)
+
+// handle serves every domain subject of the partition.
+func (s *Server) handle(m micro.Request) {
+	s.gate.Handled.Add(1)
+	op, ns, name, err := domainwire.ParseSubject(m.Subject())
+	if err != nil {
+		s.replyError(m, domainwire.CodeBadRequest, err.Error())
+		return
+	}
+	var out any
+	switch op {
+	case domainwire.OpRequest:
+		out, err = s.request(m.Data(), ns, name)
+	case domainwire.OpReserve:
+		out, err = s.reserve(m.Data(), ns, name)
+	case domainwire.OpRelease:
+		out, err = s.release(m.Data(), ns, name)
+	case domainwire.OpRefresh:
+		out, err = s.refresh(m.Data(), ns, name)
+	case domainwire.OpTransfer:
+		out, err = s.transfer(m.Data(), ns, name)
+	case domainwire.OpSeize:
+		out, err = s.seize(m.Data(), ns, name)
+	default:
+		err = &opError{domainwire.CodeBadRequest, fmt.Sprintf("unknown operation %q: use one of %v", op, domainwire.Ops)}
+	}
+	if err != nil {
+		var oe *opError
+		if !errors.As(err, &oe) {
+			oe = classify(err)
+		}
+		s.replyError(m, oe.code, oe.text)
+		return
+	}
+	var b []byte
+	switch r := out.(type) {
+	case *domainwire.RateReply:
+		b = domainwire.AppendRateReply(make([]byte, 0, 320), r)
+	case *domainwire.ReserveReply:
+		b = domainwire.AppendReserveReply(make([]byte, 0, 320), r)
+	default:
+		if b, err = json.Marshal(out); err != nil {
+			s.replyError(m, domainwire.CodeInternal, "encode reply: "+err.Error())
+			return
+		}
+	}
+	if !s.mayAnswer() {
+		s.gate.Silenced.Add(1)
+		return
+	}
+	if err := m.Respond(b); err != nil {
+		s.log.Debug("reply", "subject", m.Subject(), "err", err)
+	}
+}
+
+// decoded decodes a request body with decode and validates it.
+func decoded[T any, P interface {
+	*T
+	Validate() error
+}](data []byte, decode func([]byte, *T) error) (*T, error) {
+	v := new(T)
+	if err := decode(data, v); err != nil {
+		return nil, err
+	}
+	if err := P(v).Validate(); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// strict is domainwire.Decode for one type: the decoder of the bodies
+// without a fast path.
+func strict[T any](data []byte, v *T) error { return domainwire.Decode(data, v) }
+
+// opError is an error reply: a code of domainwire and a sentence.
+type opError struct {
+	code int
+	text string
+}
+
+func (e *opError) Error() string { return e.text }
+
+func errorf(code int, format string, args ...any) error {
+	return &opError{code, fmt.Sprintf(format, args...)}
+}
+
+// classify maps an error of validation or of the decision core to its
+// reply code.
+func classify(err error) *opError {
+	code := domainwire.CodeInternal
+	switch {
+	case errors.Is(err, domainwire.ErrBadRequest), errors.Is(err, domainlimit.ErrInvalid):
+		code = domainwire.CodeBadRequest
+	case errors.Is(err, errNoConfig), errors.Is(err, domainlimit.ErrUnknownResource):
+		code = domainwire.CodeNotFound
+	case errors.Is(err, domainlimit.ErrWrongKind), errors.Is(err, domainlimit.ErrNotHeld):
+		code = domainwire.CodeConflict
+	}
+	return &opError{code, err.Error()}
+}
+
+func (s *Server) replyError(m micro.Request, code int, text string) {
+	s.mu.Lock()
+	s.counts.Errors++
+	s.mu.Unlock()
+	if !s.mayAnswer() {
+		s.gate.Silenced.Add(1)
+		return
+	}
+	body, _ := json.Marshal(domainwire.ErrorReply{Code: code, Error: text})
+	if err := m.Error(strconv.Itoa(code), text, body); err != nil {
+		s.log.Debug("error reply", "subject", m.Subject(), "err", err)
+	}
+}
+
+// request applies hits to a rate-limited resource.
+func (s *Server) request(data []byte, ns, name string) (any, error) {
+	in, err := decoded[domainwire.Request](data, domainwire.DecodeRequest)
+	if err != nil {
+		return nil, err
+	}
+	now := s.opts.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.resolve(ns, name, domainlimit.KindRate)
+	if err != nil {
+		return nil, err
+	}
+	res, err := r.rate.Request(now, in.Domain, in.Copies, in.MinCopies)
+	if err != nil {
+		return nil, err
+	}
+	s.counts.Requests++
+	if res.Granted == 0 {
+		s.counts.Rejected++
+	}
+	s.counts.HitsGranted += uint64(res.Granted)
+	return &domainwire.RateReply{Granted: res.Granted, HardLimit: domainwire.Limit(res.HardLimit), GlobalLimit: domainwire.Limit(res.GlobalLimit),
+		TierLimit: domainwire.Limit(res.TierLimit), DomainHitsLastSecond: res.DomainLastSecond, GlobalHitsLastSecond: res.GlobalLastSecond,
+		TierHits: res.TierHits, Tier: res.Tier, Burst: res.Burst, HardLimited: res.HardLimited, GlobalLimited: res.GlobalLimited,
+		Ignored: r.permissive && !r.unconfigured, Unconfigured: r.unconfigured}, nil
+}
+
+// copyReply fills the context data of a reserve or seize reply.
+func (s *Server) copyReply(res domainlimit.CopyResult, r *resource) domainwire.ReserveReply {
+	out := domainwire.ReserveReply{Granted: res.Granted, DomainLimit: domainwire.Limit(res.DomainLimit), GlobalLimit: domainwire.Limit(res.GlobalLimit),
+		DomainHolds: res.DomainHolds, GlobalHolds: res.GlobalHolds, Groups: res.GroupNames(), GroupHolds: make([]domainwire.GroupHolds, len(res.Groups)),
+		TTLMillis: s.opts.HoldTTL.Milliseconds(), Ignored: r.permissive && !r.unconfigured, Unconfigured: r.unconfigured}
+	for i, g := range res.Groups {
+		out.GroupHolds[i] = domainwire.GroupHolds{Name: g.Name, Limit: domainwire.Limit(g.Limit), Holds: g.Holds}
+	}
+	return out
+}
+
+// reserve takes a hold of a copy-limited resource.
+func (s *Server) reserve(data []byte, ns, name string) (any, error) {
+	in, err := decoded[domainwire.Reserve](data, domainwire.DecodeReserve)
+	if err != nil {
+		return nil, err
+	}
+	now := s.opts.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.resolve(ns, name, domainlimit.KindCopies)
+	if err != nil {
+		return nil, err
+	}
+	s.counts.Reserves++
+	if learning, left := s.learning(now); learning {
+		// Holds granted by the previous leader are still being heard of:
+		// granting now could exceed a limit.
+		s.counts.LearningRefusals++
+		return &domainwire.ReserveReply{Groups: []string{}, GroupHolds: []domainwire.GroupHolds{}, DomainLimit: domainwire.Limit(r.copies.DomainLimit(in.Domain)),
+			GlobalLimit: domainwire.Limit(r.copies.Spec().GlobalLimit), DomainHolds: r.copies.Holds(in.Domain), GlobalHolds: r.copies.Global(),
+			TTLMillis: s.opts.HoldTTL.Milliseconds(), Learning: true, RetryAfterMillis: max(1, left.Milliseconds())}, nil
+	}
+	res, err := r.copies.Reserve(in.Domain, in.Copies, in.MinCopies)
+	if err != nil {
+		return nil, err
+	}
+	out := s.copyReply(res, r)
+	if res.Granted == 0 {
+		s.counts.ReservesRefused++
+		return &out, nil
+	}
+	h := &hold{id: newID(), clientID: in.ClientID, res: r, domain: in.Domain, groups: out.Groups, copies: res.Granted}
+	s.addHold(h, now)
+	s.counts.CopiesGranted += uint64(res.Granted)
+	out.HoldID = h.id
+	return &out, nil
+}
+
+// ownHold returns the hold id of client on ns/name, or an error saying
+// why not. Called with s.mu held.
+func (s *Server) ownHold(id, clientID, ns, name string) (*hold, error) {
+	h := s.holds[id]
+	switch {
+	case h == nil:
+		return nil, errorf(domainwire.CodeNotFound, "hold %q is not held: it was released, or it expired because its client stopped refreshing it", id)
+	case h.res.ns != ns || h.res.name != name:
+		return nil, errorf(domainwire.CodeNotFound, "hold %q is a hold of %s:%s, not of %s:%s", id, h.res.ns, h.res.name, ns, name)
+	case h.clientID != clientID:
+		return nil, errorf(domainwire.CodeForbidden, "hold %q belongs to another client", id)
+	}
+	return h, nil
+}
+
+// release gives copies of a hold back.
+func (s *Server) release(data []byte, ns, name string) (any, error) {
+	in, err := decoded[domainwire.Release](data, strict[domainwire.Release])
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.holds[in.HoldID] == nil {
+		if learning, _ := s.learning(s.opts.Now()); learning {
+			// Not heard of yet: the client gives it up before this leader
+			// learnt it, and will not list it in a refresh again.
+			s.counts.Releases++
+			return domainwire.ReleaseReply{}, nil
+		}
+	}
+	h, err := s.ownHold(in.HoldID, in.ClientID, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	n := in.Copies
+	if n == 0 {
+		n = h.copies
+	}
+	if n > h.copies {
+		return nil, errorf(domainwire.CodeConflict, "release of %d copies: hold %q has %d", n, h.id, h.copies)
+	}
+	if err := s.dropHold(h, n); err != nil {
+		return nil, err
+	}
+	s.counts.Releases++
+	return domainwire.ReleaseReply{Remaining: h.copies}, nil
+}
+
+// refresh keeps a client's holds alive; while learning it adopts the
+// holds it has not heard of.
+func (s *Server) refresh(data []byte, ns, name string) (any, error) {
+	in, err := decoded[domainwire.Refresh](data, strict[domainwire.Refresh])
+	if err != nil {
+		return nil, err
+	}
+	now := s.opts.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	learning, _ := s.learning(now)
+	out := domainwire.RefreshReply{TTLMillis: s.opts.HoldTTL.Milliseconds(), Lost: []string{}}
+	for _, l := range in.Holds {
+		h := s.holds[l.HoldID]
+		switch {
+		case h == nil && learning:
+			r, err := s.resolve(ns, name, domainlimit.KindCopies)
+			if err == nil {
+				err = r.copies.Restore(l.Domain, l.Groups, l.Copies)
+			}
+			if err != nil {
+				s.log.Warn("cannot adopt a hold from a refresh", "hold", l.HoldID, "client_id", in.ClientID, "err", err)
+				out.Lost = append(out.Lost, l.HoldID)
+				continue
+			}
+			s.addHold(&hold{id: l.HoldID, clientID: in.ClientID, res: r, domain: l.Domain, groups: l.Groups, copies: l.Copies}, now)
+			s.counts.Restored++
+		case h == nil || h.clientID != in.ClientID || h.res.ns != ns || h.res.name != name:
+			out.Lost = append(out.Lost, l.HoldID)
+		default:
+			s.touchHold(h, now)
+			// The client gave copies back that this server did not hear
+			// of (a release whose reply was lost): its count is the truth.
+			if l.Copies < h.copies {
+				if err := s.dropHold(h, h.copies-l.Copies); err != nil {
+					s.log.Error("reconciling a hold with its refresh", "hold", h.id, "err", err)
+				}
+			}
+		}
+	}
+	s.counts.Refreshes++
+	s.counts.Lost += uint64(len(out.Lost))
+	return out, nil
+}
+
+// transfer stages copies of a hold for another process to seize.
+func (s *Server) transfer(data []byte, ns, name string) (any, error) {
+	var in domainwire.Transfer
+	if err := domainwire.Decode(data, &in); err != nil {
+		return nil, err
+	}
+	ttl, err := in.Validate()
+	if err != nil {
+		return nil, err
+	}
+	now := s.opts.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, err := s.ownHold(in.HoldID, in.ClientID, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	n := in.Copies
+	if n == 0 {
+		n = h.copies
+	}
+	if n > h.copies {
+		return nil, errorf(domainwire.CodeConflict, "transfer of %d copies: hold %q has %d", n, h.id, h.copies)
+	}
+	if len(s.transfers) >= MaxTransfers {
+		return nil, errorf(domainwire.CodeTooMany, "%d transfers are staged and not yet seized or expired; the limit is %d", len(s.transfers), MaxTransfers)
+	}
+	t := &transfer{id: newID(), res: h.res, domain: h.domain, groups: h.groups, copies: n, expires: now.Add(ttl)}
+	full := ns + "." + name + "." + t.id
+	// Written before the reply, so that a new leader still has it; if it
+	// cannot be, the hold stays as it was.
+	s.transfers[full] = t
+	if err := s.saveTransfers(); err != nil {
+		delete(s.transfers, full)
+		return nil, errorf(domainwire.CodeInternal, "store the transfer in the state bucket: %v (the hold is unchanged)", err)
+	}
+	// The copies stay counted in the core: they are held by the transfer.
+	h.copies -= n
+	if h.copies == 0 {
+		s.forgetHold(h)
+	}
+	s.counts.Transfers++
+	return domainwire.TransferReply{TransferID: full, Remaining: h.copies}, nil
+}
+
+// seize claims staged copies as a new hold of the seizer.
+func (s *Server) seize(data []byte, ns, name string) (any, error) {
+	in, err := decoded[domainwire.Seize](data, strict[domainwire.Seize])
+	if err != nil {
+		return nil, err
+	}
+	if tns, tname, err := domainwire.TransferResource(in.TransferID); err != nil {
+		return nil, err
+	} else if tns != ns || tname != name {
+		return nil, errorf(domainwire.CodeBadRequest, "transfer %q is of %s:%s; send it to %s", in.TransferID, tns, tname,
+			domainwire.Subject(s.opts.Node, domainwire.OpSeize, tns, tname))
+	}
+	now := s.opts.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.transfers[in.TransferID]
+	if t == nil || now.After(t.expires) {
+		return nil, errorf(domainwire.CodeNotFound, "transfer %q does not exist or has expired", in.TransferID)
+	}
+	delete(s.transfers, in.TransferID)
+	if err := s.saveTransfers(); err != nil {
+		// Seizing anyway would let a new leader restore the transfer
+		// beside the new hold: count the copies twice.
+		s.transfers[in.TransferID] = t
+		return nil, errorf(domainwire.CodeInternal, "remove the transfer from the state bucket: %v (not seized; retry)", err)
+	}
+	h := &hold{id: newID(), clientID: in.ClientID, res: t.res, domain: t.domain, groups: t.groups, copies: t.copies}
+	s.addHold(h, now)
+	s.counts.Seized++
+	groups := h.groups
+	if groups == nil {
+		groups = []string{}
+	}
+	return domainwire.SeizeReply{HoldID: h.id, Namespace: ns, Resource: name, Domain: h.domain, Groups: groups, Copies: h.copies,
+		TTLMillis: s.opts.HoldTTL.Milliseconds()}, nil
+}

@@ -1,0 +1,199 @@
+package domainserver
+
+import (
+	"container/list"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/allot/allot/internal/domainlimit"
+)
+
+// resource is the state of one (namespace, resource): its decision core,
+// and the configuration it was last given.
+type resource struct {
+	ns, name string
+	kind     domainlimit.Kind
+	rate     *domainlimit.Rate
+	copies   *domainlimit.Copies
+	// src is the namespace configuration the spec came from, and
+	// permissive whether the most permissive spec is in force (the
+	// resource is unconfigured, or its namespace ignores its limits).
+	src          *domainlimit.Namespace
+	permissive   bool
+	unconfigured bool
+}
+
+// hold is copies of a copy-limited resource held by one client.
+type hold struct {
+	id       string
+	clientID string
+	res      *resource
+	domain   string
+	groups   []string
+	copies   int64
+	expires  time.Time
+	// elem is h in Server.byExpiry.
+	elem *list.Element
+}
+
+// transfer is copies staged by a transfer, waiting to be seized.
+type transfer struct {
+	id      string
+	res     *resource
+	domain  string
+	groups  []string
+	copies  int64
+	expires time.Time
+}
+
+// errNoConfig is a namespace without configuration.
+var errNoConfig = errors.New("not configured")
+
+// resolve returns the state of ns/name for kind, creating it on first use
+// and handing it a changed configuration. Called with s.mu held.
+func (s *Server) resolve(ns, name string, kind domainlimit.Kind) (*resource, error) {
+	cfg := s.opts.Config()
+	nsc := cfg[ns]
+	key := ns + "/" + name
+	r := s.resources[key]
+	if r != nil && r.src == nsc && nsc != nil {
+		if r.kind != kind {
+			return nil, fmt.Errorf("%w: %s:%s is a %s resource", domainlimit.ErrWrongKind, ns, name, r.kind)
+		}
+		return r, nil
+	}
+	if nsc == nil {
+		return nil, fmt.Errorf("%w: namespace %q has no configuration (domains.%s in the configuration bucket)", errNoConfig, ns, ns)
+	}
+	spec, err := nsc.Resolve(name, kind)
+	if err != nil {
+		return nil, err
+	}
+	_, configured := nsc.Resources[name]
+	unconfigured, permissive := !configured, spec.Permissive
+	if r != nil && r.kind != kind {
+		// The resource lives on with its holds under its old kind until
+		// they are gone; a request of the new kind waits for that.
+		return nil, fmt.Errorf("%w: %s:%s still has %s state", domainlimit.ErrWrongKind, ns, name, r.kind)
+	}
+	rateSpec, copySpec := spec.Rate, spec.Copies
+	switch {
+	case r == nil && kind == domainlimit.KindRate:
+		r = &resource{ns: ns, name: name, kind: kind}
+		r.rate, err = domainlimit.NewRate(rateSpec)
+	case r == nil:
+		r = &resource{ns: ns, name: name, kind: kind}
+		r.copies, err = domainlimit.NewCopies(copySpec)
+	case kind == domainlimit.KindRate:
+		err = r.rate.SetSpec(rateSpec)
+	default:
+		err = r.copies.SetSpec(copySpec)
+	}
+	if err != nil {
+		// The configuration was validated when it was read: a failure here
+		// is a bug, and the old state stays.
+		return nil, fmt.Errorf("configuration of %s:%s: %w", ns, name, err)
+	}
+	r.src, r.permissive, r.unconfigured = nsc, permissive, unconfigured
+	s.resources[key] = r
+	return r, nil
+}
+
+// idEncoding writes ids in lower-case base32: subject- and key-safe.
+// idEncoding is never modified: an Encoding is immutable once made.
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// newID returns 20 random characters for a hold or transfer id.
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return idEncoding.EncodeToString(b[:])
+}
+
+// learning reports whether the server is still rebuilding holds, and for
+// how much longer.
+func (s *Server) learning(now time.Time) (bool, time.Duration) {
+	if s.opts.LearnUntil.IsZero() || !now.Before(s.opts.LearnUntil) {
+		return false, 0
+	}
+	return true, s.opts.LearnUntil.Sub(now)
+}
+
+// dropHold releases n copies of h in the core and forgets h once empty.
+// Called with s.mu held.
+func (s *Server) dropHold(h *hold, n int64) error {
+	if err := h.res.copies.Release(h.domain, h.groups, n); err != nil {
+		return err
+	}
+	h.copies -= n
+	if h.copies == 0 {
+		s.forgetHold(h)
+	}
+	return nil
+}
+
+// addHold files a new hold that expires one TTL from now. Every hold's
+// expiry is its last refresh plus the same TTL, so appending keeps
+// byExpiry in expiry order and a sweep reads only what expired. Called
+// with s.mu held.
+func (s *Server) addHold(h *hold, now time.Time) {
+	h.expires = now.Add(s.opts.HoldTTL)
+	s.holds[h.id] = h
+	h.elem = s.byExpiry.PushBack(h)
+}
+
+// touchHold extends a refreshed hold by one TTL. Called with s.mu held.
+func (s *Server) touchHold(h *hold, now time.Time) {
+	h.expires = now.Add(s.opts.HoldTTL)
+	s.byExpiry.MoveToBack(h.elem)
+}
+
+// forgetHold drops an empty hold. Called with s.mu held.
+func (s *Server) forgetHold(h *hold) {
+	delete(s.holds, h.id)
+	s.byExpiry.Remove(h.elem)
+}
+
+// expire releases holds and transfers past their expiry and forgets idle
+// rate domains and unused resources.
+func (s *Server) expire(now time.Time) {
+	s.mu.Lock()
+	for e := s.byExpiry.Front(); e != nil; e = s.byExpiry.Front() {
+		h := e.Value.(*hold)
+		if !now.After(h.expires) {
+			break
+		}
+		if err := s.dropHold(h, h.copies); err != nil {
+			s.log.Error("releasing an expired hold", "hold", h.id, "err", err)
+			s.forgetHold(h)
+		}
+		s.counts.Expired++
+		s.log.Debug("hold expired: its client stopped refreshing it", "hold", h.id, "client_id", h.clientID,
+			"resource", h.res.ns+":"+h.res.name, "domain", h.domain)
+	}
+	expired := false
+	for id, t := range s.transfers {
+		if now.After(t.expires) {
+			if err := t.res.copies.Release(t.domain, t.groups, t.copies); err != nil {
+				s.log.Error("releasing an expired transfer", "transfer", id, "err", err)
+			}
+			delete(s.transfers, id)
+			s.counts.TransfersExpired++
+			expired = true
+		}
+	}
+	if expired {
+		s.saveTransfers()
+	}
+	// A copy resource with nothing held has no hold or transfer left
+	// (both count in Global).
+	for key, r := range s.resources {
+		if r.rate != nil && r.rate.Sweep(now) == 0 || r.copies != nil && r.copies.Global() == 0 {
+			delete(s.resources, key)
+		}
+	}
+	s.mu.Unlock()
+}

@@ -1,0 +1,137 @@
+package domainserver
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/allot/allot/internal/election"
+)
+
+// ElectionKey is the election key of a node's domain partition i:
+// <node>.domain.<i>.
+func ElectionKey(node string, i int) string { return node + ".domain." + strconv.Itoa(i) }
+
+// ReplicaOptions configure a Replica.
+type ReplicaOptions struct {
+	// Options configure the Server the replica runs while it leads. Term,
+	// LearnUntil, Valid and JetStream are set by the replica.
+	Options
+	// ElectionBucket is the KV bucket of the election. Default
+	// election.DefaultBucket.
+	ElectionBucket string
+	// ElectionTTL is how long a silent leader keeps its key. Default 3s.
+	ElectionTTL time.Duration
+	// ElectionReplicas is the election bucket's replica count when this
+	// replica creates it. Default 1.
+	ElectionReplicas int
+	// OnServing, if set, is called when the replica starts serving as
+	// leader (true) and when it has stopped (false).
+	OnServing func(term uint64, serving bool)
+}
+
+// Replica is one of several replicas of a domain partition. It campaigns
+// in the partition's election; while it leads it runs a Server. A leader
+// that follows another one learns the live holds from their holders'
+// refreshes for one hold TTL before it grants new copies.
+type Replica struct {
+	nc   *nats.Conn
+	opts ReplicaOptions
+
+	mu  sync.Mutex
+	el  *election.Elector
+	srv *Server
+}
+
+// NewReplica validates opts and returns a Replica; Run it.
+func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("domainserver: nil NATS connection")
+	}
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	if opts.ElectionReplicas == 0 {
+		opts.ElectionReplicas = 1
+	}
+	return &Replica{nc: nc, opts: opts}, nil
+}
+
+// Server returns the server of the current term, or nil when not leading.
+func (r *Replica) Server() *Server {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.srv
+}
+
+// Run campaigns and serves while leading until ctx ends; then it stops
+// serving and resigns. It returns nil after ctx ends, or an error if the
+// election cannot run.
+func (r *Replica) Run(ctx context.Context) error {
+	js, err := jetstream.New(r.nc)
+	if err != nil {
+		return fmt.Errorf("domainserver: jetstream: %w", err)
+	}
+	el, err := election.New(js, election.Config{
+		Bucket:   r.opts.ElectionBucket,
+		Key:      ElectionKey(r.opts.Node, r.opts.Partition),
+		ID:       r.opts.ServerID,
+		TTL:      r.opts.ElectionTTL,
+		Replicas: r.opts.ElectionReplicas,
+		Logger:   r.opts.Logger.With("node", r.opts.Node, "domain_partition", r.opts.Partition),
+	})
+	if err != nil {
+		return fmt.Errorf("domainserver: %w", err)
+	}
+	r.mu.Lock()
+	r.el = el
+	r.mu.Unlock()
+	start := func(ctx context.Context, term uint64) (*Server, error) { return r.start(ctx, js, el, term) }
+	return el.Run(ctx, election.Serve("domain partition "+strconv.Itoa(r.opts.Partition), start, r.changed))
+}
+
+// start starts the server of one term.
+func (r *Replica) start(ctx context.Context, js jetstream.JetStream, el *election.Elector, term uint64) (*Server, error) {
+	opts := r.opts.Options
+	opts.Term, opts.JetStream = term, js
+	opts.Valid = func() bool { return el.Valid(term) }
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	founded, err := el.Founded(fctx, term)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	if founded {
+		// A predecessor may have granted holds that are still alive: hear
+		// every holder's refresh (each refreshes three times per TTL)
+		// before granting more.
+		opts.LearnUntil = time.Now().Add(opts.HoldTTL)
+	}
+	srv, err := New(r.nc, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return nil, err
+	}
+	return srv, nil
+}
+
+// changed records the server serving (or no longer) and tells OnServing.
+func (r *Replica) changed(term uint64, srv *Server, serving bool) {
+	r.mu.Lock()
+	if serving {
+		r.srv = srv
+	} else {
+		r.srv = nil
+	}
+	r.mu.Unlock()
+	if r.opts.OnServing != nil {
+		r.opts.OnServing(term, serving)
+	}
+}

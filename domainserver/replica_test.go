@@ -1,0 +1,176 @@
+package domainserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/allot/allot/domainserver"
+	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/natstest"
+)
+
+// ask sends body to op on app:sandbox with a short time-out; ok is false
+// on a time-out or no responders (no leader serving).
+func ask(nc *nats.Conn, op, body string, out any) (ok bool, code string) {
+	m, err := nc.Request(domainwire.Subject("root", op, "app", "sandbox"), []byte(body), 300*time.Millisecond)
+	if err != nil {
+		return false, ""
+	}
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		return true, code
+	}
+	if out != nil {
+		_ = json.Unmarshal(m.Data, out)
+	}
+	return true, ""
+}
+
+// eventually polls cond every 20ms for up to d.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestDeadClientLosesItsHolds(t *testing.T) {
+	e := start(t, func(o *domainserver.Options) { o.Now, o.HoldTTL = time.Now, 300*time.Millisecond })
+	var dead, alive domainwire.ReserveReply
+	ask(e.nc, domainwire.OpReserve, `{"domain":"a","copies":3,"client_id":"dead"}`, &dead)
+	ask(e.nc, domainwire.OpReserve, `{"domain":"b","copies":2,"client_id":"alive"}`, &alive)
+	if dead.Granted != 3 || alive.Granted != 2 || e.srv.Stats().CopiesHeld != 5 {
+		t.Fatalf("reserves: %+v %+v", dead, alive)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // the live client refreshes every third of the TTL
+		body := `{"client_id":"alive","holds":[{"hold_id":"` + alive.HoldID + `","domain":"b","groups":["free"],"copies":2}]}`
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+				ask(e.nc, domainwire.OpRefresh, body, nil)
+			}
+		}
+	}()
+	eventually(t, 5*time.Second, "the dead client's hold to expire", func() bool { return e.srv.Stats().CopiesHeld == 2 })
+	time.Sleep(500 * time.Millisecond) // longer than the TTL: the refreshed hold lives on
+	if st := e.srv.Stats(); st.CopiesHeld != 2 || st.Expired != 1 {
+		t.Fatalf("after the expiry: %+v", st)
+	}
+	var rf domainwire.RefreshReply
+	ask(e.nc, domainwire.OpRefresh, `{"client_id":"dead","holds":[{"hold_id":"`+dead.HoldID+`","domain":"a","groups":["free"],"copies":3}]}`, &rf)
+	if len(rf.Lost) != 1 || rf.Lost[0] != dead.HoldID {
+		t.Errorf("a late refresh of an expired hold says it is lost: %+v", rf)
+	}
+}
+
+// TestLeaderFailoverKeepsLiveHolds kills the leader (its connection drops
+// without resigning) while clients hold copies: the new leader rebuilds
+// the live holds from their refreshes and the staged transfer from the
+// state bucket, forgets the hold nobody refreshes, and grants exactly
+// what is left.
+func TestLeaderFailoverKeepsLiveHolds(t *testing.T) {
+	s := natstest.Server(t)
+	cfg := &config{}
+	cfg.set(testNamespace())
+	type replica struct {
+		nc *nats.Conn
+		r  *domainserver.Replica
+	}
+	var reps []replica
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for _, id := range []string{"r1", "r2"} {
+		nc := natstest.Conn(t, s)
+		r, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{Options: domainserver.Options{ServerID: id, Config: cfg.get,
+			HoldTTL: time.Second, Logger: slog.New(slog.DiscardHandler)}, ElectionTTL: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps = append(reps, replica{nc, r})
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = r.Run(ctx) }()
+	}
+	leader := func() int {
+		for i, r := range reps {
+			if srv := r.r.Server(); srv != nil && srv.Err() == nil && !reps[i].nc.IsClosed() {
+				return i
+			}
+		}
+		return -1
+	}
+	eventually(t, 10*time.Second, "a leader", func() bool { return leader() >= 0 })
+	first := leader()
+
+	cl := natstest.Conn(t, s)
+	var a, b, gone domainwire.ReserveReply
+	eventually(t, 5*time.Second, "the first reserve", func() bool {
+		ok, _ := ask(cl, domainwire.OpReserve, `{"domain":"a","copies":3,"client_id":"c1"}`, &a)
+		return ok && a.Granted == 3
+	})
+	ask(cl, domainwire.OpReserve, `{"domain":"b","copies":2,"client_id":"c1"}`, &b)
+	ask(cl, domainwire.OpReserve, `{"domain":"x","copies":1,"client_id":"crashed"}`, &gone)
+	var tr domainwire.TransferReply
+	ask(cl, domainwire.OpTransfer, `{"client_id":"c1","hold_id":"`+a.HoldID+`","copies":1,"ttl":"1m"}`, &tr)
+	if b.Granted != 2 || gone.Granted != 1 || tr.TransferID == "" || tr.Remaining != 2 {
+		t.Fatalf("setup: %+v %+v %+v", b, gone, tr)
+	}
+	// c1 refreshes its holds (as the agent does, every third of the TTL)
+	// whoever leads.
+	stop := make(chan struct{})
+	var rwg sync.WaitGroup
+	rwg.Add(1)
+	go func() {
+		defer rwg.Done()
+		body := `{"client_id":"c1","holds":[{"hold_id":"` + a.HoldID + `","domain":"a","groups":["free"],"copies":2},` +
+			`{"hold_id":"` + b.HoldID + `","domain":"b","groups":["free"],"copies":2}]}`
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(300 * time.Millisecond):
+				ask(cl, domainwire.OpRefresh, body, nil)
+			}
+		}
+	}()
+	defer func() { close(stop); rwg.Wait() }()
+
+	reps[first].nc.Close() // the leader dies: no resignation
+	eventually(t, 15*time.Second, "a new leader", func() bool { i := leader(); return i >= 0 && i != first })
+	next := reps[leader()].r.Server()
+	var r domainwire.ReserveReply
+	// While learning it grants nothing; afterwards exactly what is left
+	// of the global 8: 2 + 2 held, 1 staged.
+	eventually(t, 10*time.Second, "learning to end", func() bool {
+		r = domainwire.ReserveReply{}
+		ok, code := ask(cl, domainwire.OpReserve, `{"domain":"c","copies":1,"client_id":"c2"}`, &r)
+		return ok && code == "" && !r.Learning
+	})
+	if r.Granted != 1 {
+		t.Fatalf("first grant after learning: %+v", r)
+	}
+	if st := next.Stats(); st.CopiesHeld != 2+2+1+1 || st.Restored != 2 || st.Transfers != 1 {
+		t.Fatalf("new leader's counts: %+v", st)
+	}
+	ask(cl, domainwire.OpReserve, `{"domain":"c","copies":8,"min_copies":1,"client_id":"c2"}`, &r)
+	if r.Granted != 2 || r.GlobalHolds != 8 {
+		t.Fatalf("the rest of the global limit: %+v", r)
+	}
+	var sz domainwire.SeizeReply
+	if ok, code := ask(cl, domainwire.OpSeize, `{"client_id":"c3","transfer_id":"`+tr.TransferID+`"}`, &sz); !ok || code != "" || sz.Copies != 1 {
+		t.Fatalf("seize after the failover: %v %s %+v", ok, code, sz)
+	}
+}

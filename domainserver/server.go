@@ -1,0 +1,329 @@
+// Package domainserver serves allot's domain limits over NATS: the
+// Charon-style rate-limited resources (burst tiers) and copy-limited
+// resources (holds with domain groups, transfer and seize) of
+// docs/domains.md, on the subjects allot.<node>.domain.<op>.<ns>.<resource>
+// of internal/domainwire and subjects.md.
+//
+// Decisions come from the memory of the partition's elected leader, made
+// by the decision core internal/domainlimit. A hold belongs to the client
+// that made it and lives as long as that client refreshes it, so a client
+// that dies loses its holds within the hold TTL. Hold counts are not
+// written anywhere on the hot path: a new leader rebuilds them from the
+// holders' refreshes, and grants no new copies until it has heard from
+// every live holder (it is "learning" for one hold TTL). Transfers, which
+// no holder refreshes, are written to the KV state bucket, so a failover
+// keeps them too. docs/domains.md explains the choice.
+package domainserver
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/domainlimit"
+	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/reply"
+)
+
+// Defaults and limits of Options.
+const (
+	// ServiceName is the NATS micro service a partition's leader registers.
+	ServiceName = "allot-domain"
+	// ServiceVersion is reported in the micro service INFO.
+	ServiceVersion = "0.1.0"
+	// DefaultHoldTTL is how long a hold lives without a refresh.
+	DefaultHoldTTL = 10 * time.Second
+	// MinHoldTTL and MaxHoldTTL bound Options.HoldTTL.
+	MinHoldTTL = 100 * time.Millisecond
+	MaxHoldTTL = time.Hour
+	// DefaultStateBucket keeps staged transfers (the coordinators' state
+	// bucket).
+	DefaultStateBucket = "allot_state"
+	// MaxPartitions bounds Options.Partitions.
+	MaxPartitions = 1024
+)
+
+// Config is the domain configuration in force: namespaces by name. A
+// function returning it is called on every request, so it must be cheap;
+// a namespace whose pointer changed is re-read (hot reload).
+type Config func() map[string]*domainlimit.Namespace
+
+// WatchedConfig adapts a configuration watcher to a Config: the
+// domains.<namespace> keys of its current Set.
+func WatchedConfig(w *config.Watcher) Config {
+	return func() map[string]*domainlimit.Namespace { return w.Current().Domains() }
+}
+
+// Options configure a Server: the serving side of one partition for one
+// leadership term.
+type Options struct {
+	// Node is the tree node; it names the subjects. Default "root".
+	Node string
+	// ServerID identifies this replica. Default host:pid.
+	ServerID string
+	// Partition is the partition served, in [0, Partitions).
+	Partition int
+	// Partitions is how many partitions share the resources. Default 1.
+	// For N > 1 the NATS server needs domainwire.Mappings.
+	Partitions int
+	// Config returns the configuration in force. Required.
+	Config Config
+	// HoldTTL is how long a hold lives without a refresh; agents refresh
+	// every third of it. Default DefaultHoldTTL.
+	HoldTTL time.Duration
+	// LearnUntil: until then the server grants no copies, and adopts the
+	// holds its clients' refreshes list (a new leader rebuilding what its
+	// predecessor granted). Zero: no learning (a fresh deployment).
+	LearnUntil time.Time
+	// JetStream, if set, keeps staged transfers in StateBucket so that a
+	// new leader finds them. Without it they live in memory only.
+	JetStream jetstream.JetStream
+	// StateBucket is the KV bucket for transfers. Default
+	// DefaultStateBucket.
+	StateBucket string
+	// Term is the leadership term, reported in STATS. Default 1.
+	Term uint64
+	// Valid, if set, reports whether this server may still answer; it is
+	// checked before every reply. Once false the server is silent (Done).
+	Valid func() bool
+	// Logger receives the server's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// fill validates o and fills its defaults.
+func (o *Options) fill() error {
+	if err := election.FillPartition("domainserver", &o.Node, &o.ServerID, o.Partition, &o.Partitions, MaxPartitions); err != nil {
+		return err
+	}
+	if o.Config == nil {
+		return errors.New("domainserver: Options.Config is required")
+	}
+	if o.HoldTTL == 0 {
+		o.HoldTTL = DefaultHoldTTL
+	}
+	if o.HoldTTL < MinHoldTTL || o.HoldTTL > MaxHoldTTL {
+		return fmt.Errorf("domainserver: hold TTL %v: want %v to %v", o.HoldTTL, MinHoldTTL, MaxHoldTTL)
+	}
+	if o.StateBucket == "" {
+		o.StateBucket = DefaultStateBucket
+	}
+	if o.Term == 0 {
+		o.Term = 1
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return nil
+}
+
+// Server answers one partition's domain requests. Create it with New,
+// then Start; Stop it when its leadership ends.
+type Server struct {
+	nc   *nats.Conn
+	opts Options
+	log  *slog.Logger
+
+	// mu guards the state: the handlers run on one subscription each and
+	// the sweeper on its own goroutine.
+	mu        sync.Mutex
+	resources map[string]*resource
+	holds     map[string]*hold
+	byExpiry  *list.List // of *hold, soonest expiry first
+	transfers map[string]*transfer
+	kv        jetstream.KeyValue
+	counts    Counts
+
+	// gate says whether replies may still be sent.
+	gate *reply.Gate
+
+	svc      micro.Service
+	stop     chan struct{}
+	sweeper  sync.WaitGroup
+	stopOnce sync.Once
+}
+
+// New validates opts and returns a Server that is not yet serving.
+func New(nc *nats.Conn, opts Options) (*Server, error) {
+	if nc == nil {
+		return nil, errors.New("domainserver: nil NATS connection")
+	}
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	log := opts.Logger.With("node", opts.Node, "domain_partition", opts.Partition, "server_id", opts.ServerID)
+	return &Server{nc: nc, opts: opts, log: log, gate: reply.NewGate(opts.Valid, log, "domain partition"),
+		resources: map[string]*resource{}, holds: map[string]*hold{}, byExpiry: list.New(), transfers: map[string]*transfer{}}, nil
+}
+
+// Start loads the staged transfers, registers the micro service and
+// starts sweeping expired holds. It returns once the subscriptions are
+// live at the server.
+func (s *Server) Start(ctx context.Context) error {
+	if s.stop != nil {
+		return errors.New("domainserver: already started")
+	}
+	if s.opts.JetStream != nil {
+		if err := s.loadTransfers(ctx); err != nil {
+			return err
+		}
+	}
+	staged := len(s.transfers) // before the handlers may change it
+	node, part := s.opts.Node, strconv.Itoa(s.opts.Partition)
+	svc, err := micro.AddService(s.nc, micro.Config{
+		Name:        ServiceName,
+		Version:     ServiceVersion,
+		Description: "allot domain limits: node " + node + ", partition " + part + " of " + strconv.Itoa(s.opts.Partitions),
+		Metadata: map[string]string{"node": node, "server_id": s.opts.ServerID, "partition": part,
+			"partitions": strconv.Itoa(s.opts.Partitions), "term": strconv.FormatUint(s.opts.Term, 10)},
+		StatsHandler: func(*micro.Endpoint) any { return s.Stats() },
+	})
+	if err != nil {
+		return fmt.Errorf("domainserver: register micro service: %w", err)
+	}
+	// With one partition the plain subjects are served directly; with more
+	// the NATS server maps them onto the partitions' subjects. No queue
+	// group: only a valid leader answers, so a stale subscriber never takes
+	// a request away from it.
+	subject := "allot." + node + ".domain.*.*.*"
+	if s.opts.Partitions > 1 {
+		subject = domainwire.PartitionSubject(node, s.opts.Partition) + ".*.*.*"
+	}
+	if err := svc.AddEndpoint("domain", micro.HandlerFunc(s.handle), micro.WithEndpointSubject(subject), micro.WithEndpointQueueGroupDisabled(),
+		micro.WithEndpointMetadata(map[string]string{"node": node, "partition": part})); err != nil {
+		_ = svc.Stop()
+		return fmt.Errorf("domainserver: add endpoint %s: %w", subject, err)
+	}
+	s.svc = svc
+	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
+		s.log.Warn("flush after registering endpoints", "err", err)
+	}
+	s.stop = make(chan struct{})
+	s.sweeper.Add(1)
+	go s.sweep()
+	s.log.Info("domain partition serving", "subjects", subject, "term", s.opts.Term, "hold_ttl", s.opts.HoldTTL,
+		"learning_until", s.opts.LearnUntil, "transfers", staged)
+	return nil
+}
+
+// Stop unsubscribes, answers the requests already delivered (for at most
+// a second) and stops sweeping. After it the server is silent.
+func (s *Server) Stop() {
+	if s.stop == nil {
+		return
+	}
+	s.stopOnce.Do(func() {
+		if err := s.svc.Stop(); err != nil {
+			s.log.Warn("stopping micro service", "err", err)
+		}
+		reply.Settle(s.nc, s.gate.Handled.Load, 20*time.Millisecond, time.Second)
+		s.gate.Close()
+		close(s.stop)
+		s.sweeper.Wait()
+		s.log.Info("domain partition stopped")
+	})
+}
+
+// Done is closed when the server stops answering on its own: Valid turned
+// false. Err says why. Call Stop after it.
+func (s *Server) Done() <-chan struct{} { return s.gate.Done() }
+
+// Err returns why the server stopped answering on its own, or nil.
+func (s *Server) Err() error { return s.gate.Err() }
+
+// mayAnswer reports whether replies may be sent: not stopped, not failed,
+// and Valid (if set) still holds.
+func (s *Server) mayAnswer() bool { return s.gate.Open() }
+
+// sweep releases expired holds and transfers every quarter hold TTL.
+func (s *Server) sweep() {
+	defer s.sweeper.Done()
+	t := time.NewTicker(s.opts.HoldTTL / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.expire(s.opts.Now())
+		}
+	}
+}
+
+// Counts are the server's event counters.
+type Counts struct {
+	Requests        uint64 `json:"requests"`
+	HitsGranted     uint64 `json:"hits_granted"`
+	Rejected        uint64 `json:"requests_rejected"`
+	Reserves        uint64 `json:"reserves"`
+	CopiesGranted   uint64 `json:"copies_granted"`
+	ReservesRefused uint64 `json:"reserves_refused"`
+	// LearningRefusals counts reserves answered "learning".
+	LearningRefusals uint64 `json:"learning_refusals"`
+	Releases         uint64 `json:"releases"`
+	Refreshes        uint64 `json:"refreshes"`
+	// Restored counts holds adopted from refreshes while learning; Lost
+	// the holds refreshes listed that the server no longer had.
+	Restored  uint64 `json:"restored"`
+	Lost      uint64 `json:"lost"`
+	Expired   uint64 `json:"holds_expired"`
+	Transfers uint64 `json:"transfers"`
+	Seized    uint64 `json:"seized"`
+	// TransfersExpired counts staged transfers released after their ttl.
+	TransfersExpired uint64 `json:"transfers_expired"`
+	Errors           uint64 `json:"errors"`
+}
+
+// Stats is the "data" of the domain service's micro STATS.
+type Stats struct {
+	Node       string    `json:"node"`
+	ServerID   string    `json:"server_id"`
+	Partition  int       `json:"partition"`
+	Partitions int       `json:"partitions"`
+	Term       uint64    `json:"term"`
+	Serving    bool      `json:"serving"`
+	Failure    string    `json:"failure,omitempty"`
+	LearnUntil time.Time `json:"learning_until,omitzero"`
+	Resources  int       `json:"resources"`
+	Holds      int       `json:"holds"`
+	// CopiesHeld sums every live hold's copies, staged transfers included.
+	CopiesHeld int64  `json:"copies_held"`
+	Transfers  int    `json:"transfers"`
+	Silenced   uint64 `json:"silenced"`
+	Counts
+}
+
+// Stats returns the server's state and counters; safe for concurrent use.
+func (s *Server) Stats() Stats {
+	st := Stats{Node: s.opts.Node, ServerID: s.opts.ServerID, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
+		Term: s.opts.Term, Serving: s.gate.Serving(), LearnUntil: s.opts.LearnUntil, Silenced: s.gate.Silenced.Load()}
+	if err := s.Err(); err != nil {
+		st.Failure = err.Error()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st.Counts = s.counts
+	st.Resources, st.Holds, st.Transfers = len(s.resources), len(s.holds), len(s.transfers)
+	for _, h := range s.holds {
+		st.CopiesHeld += h.copies
+	}
+	for _, t := range s.transfers {
+		st.CopiesHeld += t.copies
+	}
+	return st
+}

@@ -1,0 +1,284 @@
+package domainserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/allot/allot/domainserver"
+	"github.com/allot/allot/internal/domainlimit"
+	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/natstest"
+)
+
+// clock is a settable clock for deterministic decisions.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// config is a settable configuration source: set swaps the namespaces as a
+// watcher publishing a new generation would.
+type config struct {
+	mu  sync.Mutex
+	nss map[string]*domainlimit.Namespace
+}
+
+func (c *config) get() map[string]*domainlimit.Namespace {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nss
+}
+func (c *config) set(nss ...*domainlimit.Namespace) {
+	m := map[string]*domainlimit.Namespace{}
+	for _, ns := range nss {
+		m[ns.Name] = ns
+	}
+	c.mu.Lock()
+	c.nss = m
+	c.mu.Unlock()
+}
+
+// testNamespace is namespace "app": a rate resource "api" (hard 5/s, one
+// tier of 3 per second active 10s cooldown 10s, a second tier of 2 more)
+// and a copy resource "sandbox" (domain limit 5, global 8, group "free"
+// of domains a and b limited to 6).
+func testNamespace() *domainlimit.Namespace {
+	return &domainlimit.Namespace{Name: "app", Resources: map[string]domainlimit.Resource{
+		"api": {Name: "api", Kind: domainlimit.KindRate, Rate: domainlimit.RateSpec{Hard: 5, Global: domainlimit.Unlimited,
+			Tiers: []domainlimit.Tier{{Limit: 3, Window: time.Second, Active: 10 * time.Second, Cooldown: 10 * time.Second},
+				{Limit: 5, Window: time.Second, Active: 2 * time.Second, Cooldown: 10 * time.Second}}}},
+		"sandbox": {Name: "sandbox", Kind: domainlimit.KindCopies, Copies: domainlimit.CopySpec{DomainLimit: 5, GlobalLimit: 8,
+			Groups: []domainlimit.Group{{Name: "free", Limit: 6, Domains: []string{"a", "b"}}}}},
+	}}
+}
+
+type env struct {
+	nc  *nats.Conn
+	srv *domainserver.Server
+	clk *clock
+	cfg *config
+}
+
+func start(t *testing.T, mod func(*domainserver.Options)) *env {
+	t.Helper()
+	s := natstest.Server(t)
+	e := &env{nc: natstest.Conn(t, s), clk: &clock{t: time.Unix(1_800_000_000, 0)}, cfg: &config{}}
+	e.cfg.set(testNamespace())
+	opts := domainserver.Options{Config: e.cfg.get, Now: e.clk.now, HoldTTL: time.Hour, Logger: slog.New(slog.DiscardHandler)}
+	if mod != nil {
+		mod(&opts)
+	}
+	srv, err := domainserver.New(natstest.Conn(t, s), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	e.srv = srv
+	return e
+}
+
+// call sends a JSON body to op on app:res and decodes the reply into out;
+// it returns the error code header ("" on success).
+func (e *env) call(t *testing.T, op, res, body string, out any) string {
+	t.Helper()
+	m, err := e.nc.Request(domainwire.Subject("root", op, "app", res), []byte(body), 5*time.Second)
+	if err != nil {
+		t.Fatalf("%s %s %s: %v", op, res, body, err)
+	}
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		var er domainwire.ErrorReply
+		if err := json.Unmarshal(m.Data, &er); err != nil || er.Error == "" {
+			t.Fatalf("error reply without an ErrorReply body: %s", m.Data)
+		}
+		return code
+	}
+	if out != nil {
+		// Fields left out of a reply (omitempty) must not keep a previous
+		// reply's values.
+		switch v := out.(type) {
+		case *domainwire.RateReply:
+			*v = domainwire.RateReply{}
+		case *domainwire.ReserveReply:
+			*v = domainwire.ReserveReply{}
+		}
+		if err := json.Unmarshal(m.Data, out); err != nil {
+			t.Fatalf("reply %s: %v", m.Data, err)
+		}
+	}
+	return ""
+}
+
+func TestRequestBurstsThroughTiers(t *testing.T) {
+	e := start(t, nil)
+	var r domainwire.RateReply
+	// Tier 1 (3 per second) then a burst into tier 2; the hard limit of 5
+	// per second binds the sixth hit.
+	for i, want := range []int64{1, 1, 1, 1, 1, 0} {
+		if code := e.call(t, domainwire.OpRequest, "api", `{"domain":"a"}`, &r); code != "" {
+			t.Fatalf("request %d: error %s", i, code)
+		}
+		if r.Granted != want {
+			t.Fatalf("request %d: granted %d, want %d (%+v)", i, r.Granted, want, r)
+		}
+		if i == 3 && (!r.Burst || r.Tier != 2) {
+			t.Errorf("request 4 should burst into tier 2: %+v", r)
+		}
+	}
+	if !r.HardLimited || r.HardLimit != 5 || r.GlobalLimit != domainwire.Unlimited || r.DomainHitsLastSecond != 5 {
+		t.Errorf("last reply %+v: want hard-limited, hard 5, global unlimited, 5 hits in the last second", r)
+	}
+	// Another domain has a log of its own.
+	if e.call(t, domainwire.OpRequest, "api", `{"domain":"b","copies":3}`, &r); r.Granted != 3 || r.GlobalHitsLastSecond != 8 {
+		t.Errorf("domain b: %+v", r)
+	}
+	// min_copies: 4 asked, at least 1: the largest n allowed is granted.
+	e.clk.add(1100 * time.Millisecond)
+	if e.call(t, domainwire.OpRequest, "api", `{"domain":"b","copies":9,"min_copies":1}`, &r); r.Granted < 1 || r.Granted > 5 {
+		t.Errorf("copies 9 min 1: granted %d", r.Granted)
+	}
+}
+
+func TestHoldLifecycle(t *testing.T) {
+	e := start(t, nil)
+	var r domainwire.ReserveReply
+	if code := e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"a","copies":3,"client_id":"c1"}`, &r); code != "" || r.Granted != 3 || r.HoldID == "" {
+		t.Fatalf("reserve 3: %s %+v", code, r)
+	}
+	if len(r.Groups) != 1 || r.Groups[0] != "free" || r.GroupHolds[0].Holds != 3 || r.GroupHolds[0].Limit != 6 || r.DomainLimit != 5 || r.GlobalLimit != 8 {
+		t.Errorf("context data: %+v", r)
+	}
+	h1 := r.HoldID
+	// a may hold 5: 3 more asked, at least 1, gets 2.
+	if e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"a","copies":3,"min_copies":1,"client_id":"c1"}`, &r); r.Granted != 2 {
+		t.Fatalf("reserve 3 min 1: %+v", r)
+	}
+	h2 := r.HoldID
+	// All or nothing by default: nothing, and no hold.
+	if e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"a","copies":1,"client_id":"c1"}`, &r); r.Granted != 0 || r.HoldID != "" {
+		t.Fatalf("reserve above the domain limit: %+v", r)
+	}
+	// b shares the group's 6: 1 left.
+	if e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"b","copies":2,"min_copies":1,"client_id":"c2"}`, &r); r.Granted != 1 {
+		t.Fatalf("group pool: %+v", r)
+	}
+	var rel domainwire.ReleaseReply
+	if code := e.call(t, domainwire.OpRelease, "sandbox", `{"client_id":"c2","hold_id":"`+h1+`"}`, nil); code != "403" {
+		t.Errorf("release of another client's hold: %q, want 403", code)
+	}
+	if code := e.call(t, domainwire.OpRelease, "sandbox", `{"client_id":"c1","hold_id":"`+h1+`","copies":4}`, nil); code != "409" {
+		t.Errorf("over-release: %q, want 409", code)
+	}
+	if code := e.call(t, domainwire.OpRelease, "sandbox", `{"client_id":"c1","hold_id":"`+h1+`","copies":1}`, &rel); code != "" || rel.Remaining != 2 {
+		t.Errorf("partial release: %s %+v", code, rel)
+	}
+	// Transfer 2 of h2 (all it has) and seize them as another client.
+	var tr domainwire.TransferReply
+	if code := e.call(t, domainwire.OpTransfer, "sandbox", `{"client_id":"c1","hold_id":"`+h2+`","ttl":"1m"}`, &tr); code != "" || tr.Remaining != 0 {
+		t.Fatalf("transfer: %s %+v", code, tr)
+	}
+	if code := e.call(t, domainwire.OpRelease, "sandbox", `{"client_id":"c1","hold_id":"`+h2+`"}`, nil); code != "404" {
+		t.Errorf("release of a fully transferred hold: %q, want 404", code)
+	}
+	if st := e.srv.Stats(); st.CopiesHeld != 2+2+1 || st.Transfers != 1 {
+		t.Errorf("staged copies stay held: %+v", st)
+	}
+	var sz domainwire.SeizeReply
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c3","transfer_id":"`+tr.TransferID+`"}`, &sz); code != "" ||
+		sz.Copies != 2 || sz.Domain != "a" || sz.Namespace != "app" || sz.Resource != "sandbox" || len(sz.Groups) != 1 {
+		t.Fatalf("seize: %s %+v", code, sz)
+	}
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c3","transfer_id":"`+tr.TransferID+`"}`, nil); code != "404" {
+		t.Errorf("second seize: %q, want 404", code)
+	}
+	if code := e.call(t, domainwire.OpRelease, "sandbox", `{"client_id":"c3","hold_id":"`+sz.HoldID+`"}`, &rel); code != "" || rel.Remaining != 0 {
+		t.Errorf("release of the seized hold: %s %+v", code, rel)
+	}
+	if st := e.srv.Stats(); st.CopiesHeld != 3 || st.Holds != 2 {
+		t.Errorf("after the releases: %+v", st)
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	e := start(t, nil)
+	var r domainwire.ReserveReply
+	e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"a","copies":2,"client_id":"c1"}`, &r)
+	before := e.srv.Stats()
+	for _, c := range []struct {
+		op, res, body, code string
+	}{
+		{domainwire.OpReserve, "nope", `{"domain":"a","client_id":"c"}`, "404"},
+		{domainwire.OpRequest, "sandbox", `{"domain":"a"}`, "409"},
+		{domainwire.OpReserve, "api", `{"domain":"a","client_id":"c"}`, "409"},
+		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":-1,"client_id":"c"}`, "400"},
+		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":2,"min_copies":3,"client_id":"c"}`, "400"},
+		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":NaN,"client_id":"c"}`, "400"},
+		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":1e300,"client_id":"c"}`, "400"},
+		{domainwire.OpReserve, "sandbox", `{"domain":"a","client_id":"c","extra":1}`, "400"},
+		{domainwire.OpReserve, "sandbox", `{"domain":"","client_id":"c"}`, "400"},
+		{domainwire.OpRequest, "api", `{"domain":"a","copies":6}`, ""}, // above the hard limit: refused, not an error
+		{domainwire.OpRelease, "sandbox", `{"client_id":"c1","hold_id":"nosuchhold"}`, "404"},
+		{domainwire.OpRelease, "sandbox", `{"client_id":"c1","hold_id":"` + r.HoldID + `","copies":3}`, "409"},
+		{domainwire.OpTransfer, "sandbox", `{"client_id":"c1","hold_id":"` + r.HoldID + `","ttl":"-1s"}`, "400"},
+		{domainwire.OpSeize, "sandbox", `{"client_id":"c1","transfer_id":"app.sandbox.nosuch"}`, "404"},
+		{domainwire.OpSeize, "sandbox", `{"client_id":"c1","transfer_id":"app.api.nosuch"}`, "400"},
+		{"grab", "sandbox", `{}`, "400"},
+	} {
+		if code := e.call(t, c.op, c.res, c.body, nil); code != c.code {
+			t.Errorf("%s %s %s: code %q, want %q", c.op, c.res, c.body, code, c.code)
+		}
+	}
+	after := e.srv.Stats()
+	if after.CopiesHeld != before.CopiesHeld || after.Holds != before.Holds || after.HitsGranted != before.HitsGranted || after.Transfers != 0 {
+		t.Errorf("bad input changed state: before %+v, after %+v", before, after)
+	}
+	if code := e.call(t, domainwire.OpReserve, "nope", `{"domain":"a","client_id":"c"}`, nil); code != "404" {
+		t.Error("unknown namespace resource")
+	}
+	m, err := e.nc.Request(domainwire.Subject("root", domainwire.OpReserve, "other", "x"), []byte(`{"domain":"a","client_id":"c"}`), 5*time.Second)
+	if err != nil || m.Header.Get("Nats-Service-Error-Code") != "404" {
+		t.Errorf("unknown namespace: %v %v", m, err)
+	}
+}
+
+func TestNamespaceSwitches(t *testing.T) {
+	e := start(t, nil)
+	ns := testNamespace()
+	ns.IgnoreConfigured = true
+	e.cfg.set(ns)
+	var r domainwire.RateReply
+	if e.call(t, domainwire.OpRequest, "api", `{"domain":"a","copies":50}`, &r); r.Granted != 50 || !r.Ignored {
+		t.Errorf("ignore_configured: %+v", r)
+	}
+	if code := e.call(t, domainwire.OpRequest, "unknown", `{"domain":"a"}`, nil); code != "404" {
+		t.Errorf("unconfigured resource without allow_unconfigured: %q", code)
+	}
+	ns = testNamespace()
+	ns.AllowUnconfigured = true
+	e.cfg.set(ns)
+	if e.call(t, domainwire.OpRequest, "api", `{"domain":"c","copies":50}`, &r); r.Granted != 0 || r.Ignored {
+		t.Errorf("limits back on after the reload: %+v", r)
+	}
+	if e.call(t, domainwire.OpRequest, "unknown", `{"domain":"a","copies":1000}`, &r); r.Granted != 1000 || !r.Unconfigured || r.DomainHitsLastSecond != 1000 {
+		t.Errorf("allow_unconfigured: granted and counted: %+v", r)
+	}
+	var res domainwire.ReserveReply
+	if e.call(t, domainwire.OpReserve, "pool", `{"domain":"a","copies":1000,"client_id":"c"}`, &res); res.Granted != 1000 || !res.Unconfigured || res.GlobalHolds != 1000 {
+		t.Errorf("allow_unconfigured copies: %+v", res)
+	}
+}

@@ -1,0 +1,129 @@
+package domainserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/allot/allot/internal/domainlimit"
+)
+
+// MaxTransfers bounds the staged transfers of one partition: they are
+// kept together in one state-bucket key, below NATS's default payload
+// limit.
+const MaxTransfers = 4096
+
+// storedTransfer is a transfer as the state bucket keeps it.
+type storedTransfer struct {
+	ID        string    `json:"id"`
+	Namespace string    `json:"namespace"`
+	Resource  string    `json:"resource"`
+	Domain    string    `json:"domain"`
+	Groups    []string  `json:"groups"`
+	Copies    int64     `json:"copies"`
+	Expires   time.Time `json:"expires"`
+}
+
+// transfersKey is the state bucket key that holds the partition's staged
+// transfers. One key, read with a plain get, needs no consumer: the
+// coordinators' permissions (deploy/nats/secure) allow gets and puts of
+// allot_state only.
+func (s *Server) transfersKey() string {
+	return s.opts.Node + ".domain." + strconv.Itoa(s.opts.Partition) + ".transfers"
+}
+
+// openState opens (or creates) the state bucket.
+func (s *Server) openState(ctx context.Context) (jetstream.KeyValue, error) {
+	if s.kv != nil {
+		return s.kv, nil
+	}
+	js := s.opts.JetStream
+	kv, err := js.KeyValue(ctx, s.opts.StateBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: s.opts.StateBucket,
+			Description: "allot coordinator state: lease records per node, staged domain transfers", Storage: jetstream.FileStorage})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, s.opts.StateBucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("domainserver: state bucket %q: %w", s.opts.StateBucket, err)
+	}
+	s.kv = kv
+	return kv, nil
+}
+
+// loadTransfers adopts the staged transfers a predecessor wrote: their
+// copies count as held until seized or expired.
+func (s *Server) loadTransfers(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	kv, err := s.openState(ctx)
+	if err != nil {
+		return err
+	}
+	e, err := kv.Get(ctx, s.transfersKey())
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("domainserver: read the staged transfers: %w", err)
+	}
+	var stored []storedTransfer
+	if err := json.Unmarshal(e.Value(), &stored); err != nil {
+		// Not written by allot: refusing to serve would not make it valid.
+		s.log.Error("the staged transfers in the state bucket are unreadable; starting without them", "key", s.transfersKey(), "err", err)
+		return nil
+	}
+	now := s.opts.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range stored {
+		if !now.Before(st.Expires) {
+			continue
+		}
+		r, err := s.resolve(st.Namespace, st.Resource, domainlimit.KindCopies)
+		if err == nil {
+			err = r.copies.Restore(st.Domain, st.Groups, st.Copies)
+		}
+		if err != nil {
+			s.log.Warn("dropping a staged transfer that cannot be restored", "transfer", st.ID, "err", err)
+			continue
+		}
+		s.transfers[st.ID] = &transfer{id: st.ID, res: r, domain: st.Domain, groups: st.Groups, copies: st.Copies, expires: st.Expires}
+	}
+	return nil
+}
+
+// saveTransfers writes the staged transfers to the state bucket, if there
+// is one. Called with s.mu held, so that writes follow the changes in
+// order.
+func (s *Server) saveTransfers() error {
+	if s.opts.JetStream == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	kv, err := s.openState(ctx)
+	if err != nil {
+		return err
+	}
+	stored := make([]storedTransfer, 0, len(s.transfers))
+	for id, t := range s.transfers {
+		stored = append(stored, storedTransfer{ID: id, Namespace: t.res.ns, Resource: t.res.name, Domain: t.domain, Groups: t.groups,
+			Copies: t.copies, Expires: t.expires})
+	}
+	b, err := json.Marshal(stored)
+	if err == nil {
+		_, err = kv.Put(ctx, s.transfersKey(), b)
+	}
+	if err != nil {
+		s.log.Warn("writing the staged transfers to the state bucket", "err", err)
+	}
+	return err
+}

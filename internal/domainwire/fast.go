@@ -1,0 +1,284 @@
+package domainwire
+
+import (
+	"encoding/json"
+	"strconv"
+	"unicode/utf8"
+)
+
+// The hot path of the domain server is request and reserve. encoding/json
+// spends most of a decision's CPU on them, so their common shapes are
+// decoded and their replies encoded by hand here. A body the fast
+// decoder does not recognize (escapes, other types, unknown or
+// differently cased keys) goes to the strict Decode, so both accept and
+// refuse the same bodies with the same result; fuzz tests check it, and
+// that the encoders write what json.Marshal writes.
+
+// DecodeRequest decodes the body of a request into r (not validated).
+func DecodeRequest(data []byte, r *Request) error {
+	f, ok := scanCopies(data)
+	if !ok {
+		return Decode(data, r)
+	}
+	*r = Request{Domain: f.domain, ClientID: f.clientID, Copies: f.copies, MinCopies: f.minCopies}
+	return nil
+}
+
+// DecodeReserve decodes the body of a reserve into r (not validated).
+func DecodeReserve(data []byte, r *Reserve) error {
+	f, ok := scanCopies(data)
+	if !ok {
+		return Decode(data, r)
+	}
+	*r = Reserve{Domain: f.domain, ClientID: f.clientID, Copies: f.copies, MinCopies: f.minCopies}
+	return nil
+}
+
+// copiesFields are the fields Request and Reserve share.
+type copiesFields struct {
+	domain, clientID  string
+	copies, minCopies int64
+}
+
+// scanCopies reads a request or reserve body of the common shape.
+func scanCopies(data []byte) (copiesFields, bool) {
+	var f copiesFields
+	ok := scanObject(data, func(key string, s []byte, n int64, isStr bool) bool {
+		switch {
+		case key == "domain" && isStr:
+			f.domain = string(s)
+		case key == "client_id" && isStr:
+			f.clientID = string(s)
+		case key == "copies" && !isStr:
+			f.copies = n
+		case key == "min_copies" && !isStr:
+			f.minCopies = n
+		default:
+			return false
+		}
+		return true
+	})
+	return f, ok
+}
+
+// scanObject walks a flat JSON object whose values are strings without
+// escapes or integers, calling field for each member; it returns false
+// (nothing decided) for anything else, or when field does.
+func scanObject(b []byte, field func(key string, s []byte, n int64, isStr bool) bool) bool {
+	if len(b) > MaxPayload {
+		return false
+	}
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return skipSpace(b, i+1) == len(b)
+	}
+	for {
+		key, j, ok := scanString(b, i)
+		if !ok {
+			return false
+		}
+		i = skipSpace(b, j)
+		if i >= len(b) || b[i] != ':' {
+			return false
+		}
+		i = skipSpace(b, i+1)
+		if i >= len(b) {
+			return false
+		}
+		if b[i] == '"' {
+			s, j, ok := scanString(b, i)
+			if !ok || !field(string(key), s, 0, true) {
+				return false
+			}
+			i = j
+		} else {
+			n, j, ok := scanInt(b, i)
+			if !ok || !field(string(key), nil, n, false) {
+				return false
+			}
+			i = j
+		}
+		i = skipSpace(b, i)
+		if i >= len(b) {
+			return false
+		}
+		switch b[i] {
+		case ',':
+			i = skipSpace(b, i+1)
+		case '}':
+			return skipSpace(b, i+1) == len(b)
+		default:
+			return false
+		}
+	}
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// scanString reads a string at b[i] ('"') with no escapes, no control
+// characters and valid UTF-8; it returns its bytes and the index after it.
+func scanString(b []byte, i int) ([]byte, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return nil, 0, false
+	}
+	ascii := true
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			s := b[i+1 : j]
+			if !ascii && !utf8.Valid(s) {
+				return nil, 0, false
+			}
+			return s, j + 1, true
+		case c == '\\' || c < 0x20:
+			return nil, 0, false
+		case c >= 0x80:
+			ascii = false
+		}
+	}
+	return nil, 0, false
+}
+
+// scanInt reads a JSON integer (no fraction or exponent) that fits an
+// int64.
+func scanInt(b []byte, i int) (int64, int, bool) {
+	j := i
+	if j < len(b) && b[j] == '-' {
+		j++
+	}
+	start := j
+	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+		j++
+	}
+	if j == start || b[start] == '0' && j-start > 1 {
+		return 0, 0, false
+	}
+	if j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E') {
+		return 0, 0, false
+	}
+	n, err := strconv.ParseInt(string(b[i:j]), 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	return n, j, true
+}
+
+// AppendRateReply appends r as json.Marshal writes it.
+func AppendRateReply(b []byte, r *RateReply) []byte {
+	b = append(b, `{"granted":`...)
+	b = strconv.AppendInt(b, r.Granted, 10)
+	b = append(b, `,"hard_limit":`...)
+	b = strconv.AppendInt(b, r.HardLimit, 10)
+	b = append(b, `,"global_limit":`...)
+	b = strconv.AppendInt(b, r.GlobalLimit, 10)
+	b = append(b, `,"tier_limit":`...)
+	b = strconv.AppendInt(b, r.TierLimit, 10)
+	b = append(b, `,"domain_hits_last_second":`...)
+	b = strconv.AppendInt(b, r.DomainHitsLastSecond, 10)
+	b = append(b, `,"global_hits_last_second":`...)
+	b = strconv.AppendInt(b, r.GlobalHitsLastSecond, 10)
+	b = append(b, `,"tier_hits":`...)
+	b = strconv.AppendInt(b, r.TierHits, 10)
+	b = append(b, `,"tier":`...)
+	b = strconv.AppendInt(b, int64(r.Tier), 10)
+	b = append(b, `,"burst":`...)
+	b = strconv.AppendBool(b, r.Burst)
+	b = append(b, `,"hard_limited":`...)
+	b = strconv.AppendBool(b, r.HardLimited)
+	b = append(b, `,"global_limited":`...)
+	b = strconv.AppendBool(b, r.GlobalLimited)
+	if r.Ignored {
+		b = append(b, `,"ignored":true`...)
+	}
+	if r.Unconfigured {
+		b = append(b, `,"unconfigured":true`...)
+	}
+	return append(b, '}')
+}
+
+// AppendReserveReply appends r as json.Marshal writes it.
+func AppendReserveReply(b []byte, r *ReserveReply) []byte {
+	b = append(b, `{"granted":`...)
+	b = strconv.AppendInt(b, r.Granted, 10)
+	b = append(b, `,"hold_id":`...)
+	b = appendString(b, r.HoldID)
+	b = append(b, `,"groups":`...)
+	if r.Groups == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, g := range r.Groups {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, g)
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"domain_limit":`...)
+	b = strconv.AppendInt(b, r.DomainLimit, 10)
+	b = append(b, `,"global_limit":`...)
+	b = strconv.AppendInt(b, r.GlobalLimit, 10)
+	b = append(b, `,"domain_holds":`...)
+	b = strconv.AppendInt(b, r.DomainHolds, 10)
+	b = append(b, `,"global_holds":`...)
+	b = strconv.AppendInt(b, r.GlobalHolds, 10)
+	b = append(b, `,"group_holds":`...)
+	if r.GroupHolds == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, g := range r.GroupHolds {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"name":`...)
+			b = appendString(b, g.Name)
+			b = append(b, `,"limit":`...)
+			b = strconv.AppendInt(b, g.Limit, 10)
+			b = append(b, `,"holds":`...)
+			b = strconv.AppendInt(b, g.Holds, 10)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"ttl_ms":`...)
+	b = strconv.AppendInt(b, r.TTLMillis, 10)
+	if r.Learning {
+		b = append(b, `,"learning":true`...)
+	}
+	if r.RetryAfterMillis != 0 {
+		b = append(b, `,"retry_after_ms":`...)
+		b = strconv.AppendInt(b, r.RetryAfterMillis, 10)
+	}
+	if r.Ignored {
+		b = append(b, `,"ignored":true`...)
+	}
+	if r.Unconfigured {
+		b = append(b, `,"unconfigured":true`...)
+	}
+	return append(b, '}')
+}
+
+// appendString appends s as a JSON string: plain ASCII as it is, anything
+// that json.Marshal would escape through json.Marshal.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}

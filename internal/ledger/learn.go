@@ -1,0 +1,91 @@
+package ledger
+
+import "time"
+
+// learn allocates a share resource in learning mode. A predecessor's
+// leases may be outstanding; all that is known is predCeiling, an upper
+// bound on their total at learnStart (the predecessor's published ceiling,
+// or the capacity when unknown).
+//
+// Invariant: own + (predCeiling − credited) ≥ the true outstanding total,
+// where own is the sum of the leases this coordinator issued. Proof
+// sketch: a client's first request in learning mode reports the lease it
+// holds (has, expiry). If that lease was unexpired at learnStart (expiry
+// − clock skew margin > learnStart) it was counted in predCeiling, and the
+// client's new lease replaces it, so up to has may move from the
+// predecessor's remainder to the client: the credit, capped so that
+// credited never exceeds predCeiling. Leases unexpired at learnStart that
+// are not yet replaced sum to at most predCeiling − credited. Leases
+// expire, never grow, so the bound holds at every later time.
+//
+// Allocation: each first-contact client gets its credit back, up to what
+// it wants (Doorman's echo, never more than was credited); a returning
+// client keeps its lease up to what it wants. Then whatever is free, that
+// is min(capacity, ceiling) − own − (predCeiling − credited), goes to the
+// clients of the round up to their algorithm targets. So own +
+// remainder never rises above min(capacity, ceiling) through new grants,
+// and a new client gets capacity at once when the predecessor held less
+// than the capacity, instead of nothing for the whole learning period.
+// Trust: like Doorman, this relies on clients reporting the lease they
+// hold; a lying client can take at most the remainder of predCeiling.
+func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i int32, capacity float64, fresh time.Duration)) {
+	if r.learnedSeen == nil {
+		r.learnedSeen = make(map[string]struct{})
+	}
+	for _, i := range r.batch {
+		c := &r.clients[i]
+		c.credit = -1 // returning client
+		if _, seen := r.learnedSeen[c.id]; seen {
+			continue
+		}
+		r.learnedSeen[c.id] = struct{}{}
+		c.credit = 0
+		if c.reported > 0 && c.reportedExpiry-r.skew > r.learnStart {
+			// No client held more than the predecessor's recorded ceiling
+			// or the capacity, and none outside the holders it listed: a
+			// report beyond that is a lie (or a bug), capped, counted and
+			// logged by the caller.
+			limit := min(r.predCeiling, r.tmpl.Capacity)
+			if !r.predHolder(c.id) {
+				limit = 0
+			}
+			if c.reported > limit {
+				c.reported = limit
+				p.stats.OverClaims++
+			}
+			if c.reported == 0 {
+				continue
+			}
+			cr := max(min(c.reported, r.predCeiling-r.credited), 0)
+			r.credited += cr
+			c.credit = cr
+			r.heard(p.now, c.id)
+		}
+	}
+	free := min(r.capacity(p.now), r.ceiling) - r.outstanding(p.now) - r.predOutstanding(p.now)
+	base := make([]float64, len(r.batch))
+	for k, i := range r.batch {
+		c := &r.clients[i]
+		before := c.exposure(p.now)
+		base[k] = min(r.demands[i].Wants, c.has)
+		if c.credit > 0 {
+			// The credited predecessor lease is held until our reply
+			// replaces it: it counts as ours from now on.
+			base[k] = min(r.demands[i].Wants, c.credit+c.has)
+			c.held = max(c.held, c.credit)
+			c.heldUntil = max(c.heldUntil, min(c.reportedExpiry, p.now+r.retention+int64(r.tmpl.LeaseLength)))
+		}
+		free -= max(base[k], c.exposure(p.now)) - before
+	}
+	for k, i := range r.batch {
+		c := &r.clients[i]
+		before := max(base[k], c.exposure(p.now))
+		extra := max(min(r.demands[i].Target-base[k], free), 0)
+		if !r.mayHold(c.id, p.now) {
+			extra = 0 // a new client waits for a record that lists it
+		}
+		settle(i, base[k]+extra, refresh)
+		free -= c.exposure(p.now) - before
+		c.credit = 0
+	}
+}

@@ -1,0 +1,131 @@
+// Package secureinit writes the development credentials of the shipped
+// secure NATS configuration (deploy/nats/secure): a CA with server and
+// client certificates, an nkey seed file per user, and an environment
+// file that sets every variable the configuration files reference. `allot
+// secure init` and the security test suite use it, so the suite runs the
+// same files operators start from.
+package secureinit
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/allot/allot/internal/devcerts"
+)
+
+// Users of the shipped configuration, each with a seed file
+// nkeys/<user>.nk. The *_leaf users are the child servers' leaf-node
+// links of each tenant.
+var users = []string{"coordinator", "admin", "sys", "tenant_a", "tenant_b", "tenant_a_leaf", "tenant_b_leaf"}
+
+// Users returns the users Init writes seeds for.
+func Users() []string { return slices.Clone(users) }
+
+// EnvFile is the environment file Init writes in its directory.
+const EnvFile = "env"
+
+// Setup is what Init wrote.
+type Setup struct {
+	// Dir is the directory, absolute.
+	Dir string
+	// Certs are the TLS files (in Dir/tls).
+	Certs devcerts.Files
+	// Env holds the variables of the configuration files, as written to
+	// Dir/env.
+	Env map[string]string
+}
+
+// Seed returns the path of user's nkey seed file.
+func (s *Setup) Seed(user string) string { return filepath.Join(s.Dir, "nkeys", user+".nk") }
+
+// InboxPrefix returns the reply-subject prefix user may subscribe to in
+// the shipped configuration (for nats.CustomInboxPrefix or
+// --inbox-prefix); "" for users without one (admin, sys).
+func InboxPrefix(user string) string {
+	switch user {
+	case "coordinator":
+		return "_INBOX_allot_coordinator"
+	case "tenant_a", "tenant_b":
+		return "_INBOX_" + user
+	}
+	return ""
+}
+
+// Init generates certificates valid for validFor (for the extra server
+// hosts too), a seed per user, and the environment file, under dir. It
+// refuses a directory that already holds an environment file, so that
+// credentials in use are never overwritten.
+func Init(dir string, validFor time.Duration, hosts ...string) (*Setup, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("secure init: %w", err)
+	}
+	if strings.ContainsAny(dir, "'\n") {
+		return nil, fmt.Errorf("secure init: %q: a quote or newline in the directory would break the environment file", dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, EnvFile)); err == nil {
+		return nil, fmt.Errorf("secure init: %s already holds credentials (%s); remove it or choose another directory", dir, EnvFile)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("secure init: %w", err)
+	}
+	s := &Setup{Dir: dir, Env: map[string]string{}}
+	if s.Certs, err = devcerts.Write(filepath.Join(dir, "tls"), validFor, hosts...); err != nil {
+		return nil, fmt.Errorf("secure init: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "nkeys"), 0o700); err != nil {
+		return nil, fmt.Errorf("secure init: %w", err)
+	}
+	for _, u := range users {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			return nil, fmt.Errorf("secure init: nkey of %s: %w", u, err)
+		}
+		seed, _ := kp.Seed()
+		pub, _ := kp.PublicKey()
+		if err := os.WriteFile(s.Seed(u), append(seed, '\n'), 0o600); err != nil {
+			return nil, fmt.Errorf("secure init: %w", err)
+		}
+		s.Env[strings.ToUpper(u)+"_NKEY"] = pub
+		if strings.HasSuffix(u, "_leaf") {
+			// A child server's link authenticates with the seed itself.
+			s.Env[strings.ToUpper(u)+"_SEED"] = string(seed)
+		}
+	}
+	for k, v := range map[string]string{
+		"SERVER_NAME": "allot-root", "STORE_DIR": filepath.Join(dir, "jetstream"),
+		"CLIENT_PORT": "4222", "LEAF_PORT": "7422", "HTTP_LISTEN": "127.0.0.1:8222",
+		"TLS_CERT": s.Certs.ServerCert, "TLS_KEY": s.Certs.ServerKey, "TLS_CA": s.Certs.CA, "TLS_VERIFY": "false",
+		"PARENT_LEAF_URLS": "[tls://127.0.0.1:7422]",
+	} {
+		s.Env[k] = v
+	}
+	if err := os.WriteFile(filepath.Join(dir, EnvFile), []byte(s.envText()), 0o600); err != nil {
+		return nil, fmt.Errorf("secure init: %w", err)
+	}
+	return s, nil
+}
+
+// envText is the environment file: NAME='value' lines, sorted, which a
+// POSIX shell (set -a; . env) and systemd's EnvironmentFile both read.
+func (s *Setup) envText() string {
+	var b strings.Builder
+	b.WriteString("# Variables of deploy/nats/secure/*.conf, written by allot secure init.\n")
+	b.WriteString("# Secret: the *_LEAF_SEED values are credentials. Load with: set -a; . ./env; set +a\n")
+	names := make([]string, 0, len(s.Env))
+	for k := range s.Env {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		fmt.Fprintf(&b, "%s='%s'\n", k, s.Env[k])
+	}
+	return b.String()
+}
