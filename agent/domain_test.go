@@ -633,7 +633,7 @@ func TestDomainRefreshChunks(t *testing.T) {
 func TestDomainConcurrent(t *testing.T) {
 	t.Parallel()
 	f, a, _ := domainSetup(t, map[string]int64{"jobs:sandbox": 1000, "jobs:gpu": 1000})
-	f.set(func(f *fakeDomain) { f.ttl = 150 * time.Millisecond })
+	f.set(func(f *fakeDomain) { f.ttl = 600 * time.Millisecond })
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	kept := make([]*Hold, 8)
@@ -673,7 +673,7 @@ func TestDomainConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	time.Sleep(300 * time.Millisecond) // two ttls: only refreshed holds survive
+	time.Sleep(1200 * time.Millisecond) // two ttls: only refreshed holds survive
 	var want int64
 	for _, h := range kept {
 		if h != nil {

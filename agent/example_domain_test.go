@@ -5,72 +5,122 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/domainserver"
+	"github.com/allot/allot/internal/domainlimit"
 )
 
-// Request asks for hits of a rate-limited resource for one domain (here a
-// tenant), retrying a rejection for up to five seconds (Figure 4 of the
-// Charon paper). With no domain service reachable the agent fails open
-// and grants the min copies itself.
+// shopConfig is the "shop" namespace of the examples (docs/domains.md):
+// 3 API calls per tenant per second, and up to 10 sandboxes per tenant,
+// 20 in all.
+const shopConfig = `
+resources:
+  api:
+    kind: rate
+    hard_limit: 3
+    tiers:
+      - {limit: 3, window: 1s, active: 1h}
+  sandboxes: {kind: copies, domain_limit: 10, global_limit: 20}
+`
+
+// demoDomain starts an embedded NATS server and a domain server for the
+// shop namespace. It returns a connection and a function that stops
+// everything.
+func demoDomain() (*nats.Conn, func()) {
+	nc, stopServer, err := demoServer()
+	if err != nil {
+		log.Fatal(err)
+	}
+	ns, err := domainlimit.ParseNamespace("shop", []byte(shopConfig))
+	if err != nil {
+		log.Fatal(err)
+	}
+	cfg := map[string]*domainlimit.Namespace{"shop": ns}
+	srv, err := domainserver.New(nc, domainserver.Options{
+		Config: func() map[string]*domainlimit.Namespace { return cfg },
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err == nil {
+		err = srv.Start(context.Background())
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	return nc, func() { srv.Stop(); stopServer() }
+}
+
+func quietAgent(nc *nats.Conn) *agent.Agent {
+	a, err := agent.New(nc, agent.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	return a
+}
+
+// Request asks for hits of a rate-limited resource for one domain (here
+// a tenant). A rejection is an error carrying the answer's context data;
+// agent.WithMaxWait would retry it with backoff (Figure 4 of the Charon
+// paper). With no domain service reachable the agent fails open and
+// grants the min copies itself (Grant.Degraded).
 func ExampleAgent_Request() {
-	nc, err := nats.Connect(nats.DefaultURL)
-	if err != nil {
-		log.Fatal(err)
-	}
-	a, err := agent.New(nc)
-	if err != nil {
-		log.Fatal(err)
-	}
+	nc, stop := demoDomain()
+	defer stop()
+	a := quietAgent(nc)
 	defer a.Close()
 
 	ctx := context.Background()
-	g, err := a.Request(ctx, "api:search", "acme", 1, agent.WithMaxWait(5*time.Second))
-	var rej *agent.RejectedError
-	switch {
-	case errors.As(err, &rej):
-		fmt.Printf("over the limit (hard limit %d/s, %d hits in the last second)\n", rej.Grant.HardLimit, rej.Grant.DomainHitsLastSecond)
-	case err != nil:
-		log.Fatal(err) // bad input, or a client error from the service
-	case g.Degraded:
-		fmt.Println("no domain service; proceeding on a degraded grant:", g.Cause)
-	default:
-		fmt.Printf("granted in tier %d (burst: %v)\n", g.Tier, g.Burst)
+	for i := 1; i <= 4; i++ {
+		g, err := a.Request(ctx, "shop:api", "acme", 1)
+		var rej *agent.RejectedError
+		switch {
+		case errors.As(err, &rej):
+			fmt.Printf("call %d: over the limit (%d of %d/s used)\n", i, rej.Grant.DomainHitsLastSecond, rej.Grant.HardLimit)
+		case err != nil:
+			log.Fatal(err) // bad input, or a client error from the service
+		case g.Degraded:
+			fmt.Println("no domain service; proceeding on a degraded grant:", g.Cause)
+		default:
+			fmt.Printf("call %d: granted\n", i)
+		}
 	}
+	// Output:
+	// call 1: granted
+	// call 2: granted
+	// call 3: granted
+	// call 4: over the limit (3 of 3/s used)
 }
 
 // Reserve holds copies of a copy-limited resource; Release gives part of
 // them back and Close, deferred, the rest (Figure 5 of the Charon paper).
 // The agent keeps the hold alive in the background until then.
 func ExampleAgent_Reserve() {
-	nc, err := nats.Connect(nats.DefaultURL)
-	if err != nil {
-		log.Fatal(err)
-	}
-	a, err := agent.New(nc)
-	if err != nil {
-		log.Fatal(err)
-	}
+	nc, stop := demoDomain()
+	defer stop()
+	a := quietAgent(nc)
 	defer a.Close()
 
 	ctx := context.Background()
-	h, err := a.Reserve(ctx, "jobs:sandbox", "acme", 10, agent.WithMinCopies(5))
+	h, err := a.Reserve(ctx, "shop:sandboxes", "acme", 15, agent.WithMinCopies(5))
 	if err != nil {
 		log.Fatal(err) // a *agent.RejectedError when refused
 	}
 	defer h.Close()
-	fmt.Println("holding", h.Copies(), "sandboxes") // 5 to 10
-	// … step 1 uses them all …
-	if err := h.Release(ctx, h.Copies()/2); err != nil {
+	fmt.Println("holding", h.Copies(), "sandboxes")
+	if err := h.Release(ctx, 4); err != nil {
 		log.Fatal(err)
 	}
-	// … step 2 uses the rest; Close gives them back.
+	fmt.Println("holding", h.Copies(), "sandboxes")
 	if h.Lost() {
 		log.Print(h.Err()) // the service dropped the hold: its copies are not held
 	}
+	// Output:
+	// holding 10 sandboxes
+	// holding 6 sandboxes
 }
 
 // Transfer stages copies of a hold for another process, which Seize
@@ -78,61 +128,56 @@ func ExampleAgent_Reserve() {
 // agents can be on different machines; only the transfer id travels
 // between them.
 func ExampleHold_Transfer() {
-	nc, err := nats.Connect(nats.DefaultURL)
-	if err != nil {
-		log.Fatal(err)
-	}
+	nc, stop := demoDomain()
+	defer stop()
 	ctx := context.Background()
 
 	// Process 1.
-	p1, err := agent.New(nc)
-	if err != nil {
-		log.Fatal(err)
-	}
+	p1 := quietAgent(nc)
 	defer p1.Close()
-	h, err := p1.Reserve(ctx, "jobs:sandbox", "acme", 15)
+	h, err := p1.Reserve(ctx, "shop:sandboxes", "acme", 10)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer h.Close()
-	tid, err := h.Transfer(ctx, 10, 30*time.Second) // seize within 30s
+	tid, err := h.Transfer(ctx, 6, 30*time.Second) // to be seized within 30s
 	if err != nil {
 		log.Fatal(err)
 	}
-	// send(tid) to process 2; h keeps 5 copies.
+	fmt.Println("process 1 keeps", h.Copies())
+	// send(tid) to process 2.
 
 	// Process 2.
-	p2, err := agent.New(nc)
-	if err != nil {
-		log.Fatal(err)
-	}
+	p2 := quietAgent(nc)
 	defer p2.Close()
 	got, err := p2.Seize(ctx, tid)
 	if err != nil {
 		log.Fatal(err) // a 404 *agent.ServiceError: unknown or expired id
 	}
 	defer got.Close()
-	fmt.Println("seized", got.Copies(), "copies for", got.Domain())
+	fmt.Println("process 2 seized", got.Copies(), "for", got.Domain())
+	// Output:
+	// process 1 keeps 4
+	// process 2 seized 6 for acme
 }
 
 // AcquireAll holds the same number of copies of several resources,
-// requesting the rate-limited one last (Figure 7 of the Charon paper).
+// requesting the rate-limited one last (Figure 7 of the Charon paper):
+// here up to 5 sandboxes, but only 3 API calls are left this second, so
+// 3 of each.
 func ExampleAgent_AcquireAll() {
-	nc, err := nats.Connect(nats.DefaultURL)
-	if err != nil {
-		log.Fatal(err)
-	}
-	a, err := agent.New(nc)
-	if err != nil {
-		log.Fatal(err)
-	}
+	nc, stop := demoDomain()
+	defer stop()
+	a := quietAgent(nc)
 	defer a.Close()
 
 	ctx := context.Background()
-	x, err := a.AcquireAll(ctx, "acme", []string{"jobs:sandbox"}, "api:search", 10, 1, agent.WithMaxWait(5*time.Second))
+	x, err := a.AcquireAll(ctx, "acme", []string{"shop:sandboxes"}, "shop:api", 5, 1, agent.WithMaxWait(5*time.Second))
 	if err != nil {
 		log.Fatal(err) // nothing is held
 	}
 	defer x.Close()
-	fmt.Println("processing", x.Copies, "items")
+	fmt.Println("processing", x.Copies, "items, holding", x.Holds[0].Copies(), "sandboxes")
+	// Output:
+	// processing 3 items, holding 3 sandboxes
 }
