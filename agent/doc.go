@@ -131,6 +131,26 @@
 // tenant's account, and the account's import delivers them to the
 // coordinators as the tenant's.
 //
+// # Domain limits
+//
+// Limits per domain (a tenant, a user) in the style of Charon — rate
+// limits with burst tiers, and copies held at once — are asked of the
+// domain service at the moment of use, one JSON request each:
+//
+//	g, err := a.Request(ctx, "api:search", "acme", 1, agent.WithMaxWait(5*time.Second))
+//	h, err := a.Reserve(ctx, "jobs:sandbox", "acme", 10, agent.WithMinCopies(5))
+//	defer h.Close()                      // h.Release(ctx, n) gives part back
+//	tid, err := h.Transfer(ctx, 5, time.Minute) // another process: a.Seize(ctx, tid)
+//
+// A rejection is a *RejectedError, retried with jittered exponential
+// backoff within WithMaxWait. Holds are refreshed in the background, one
+// message per resource, so a process that dies loses them within the
+// service's hold ttl and a new leader learns them after a failover. When
+// no domain service answers, Request and Reserve fail open with the min
+// copies (Degraded); SetDomainKillSwitch turns rejections into grants
+// marked Shadow. AcquireAll takes several resources pseudo-atomically.
+// DomainStats counts it all. See docs/domains-client.md.
+//
 // # Accuracy
 //
 // A RateLimiter reads the clock inside its lock, so concurrent callers

@@ -238,6 +238,14 @@ func TestDomainFailOpen(t *testing.T) {
 	if _, err := a.Seize(ctx, "jobs.sandbox.x1"); !errors.Is(err, ErrDomainUnavailable) {
 		t.Errorf("Seize without a service = %v; want ErrDomainUnavailable", err)
 	}
+	// AcquireAll fails open step by step: min copies of each.
+	x, err := a.AcquireAll(ctx, "acme", []string{"jobs:sandbox", "jobs:gpu"}, "api:search", 5, 2)
+	if err != nil || x.Copies != 2 || !x.Holds[0].Degraded() || x.Holds[1].Copies() != 2 || !x.Rate.Degraded {
+		t.Fatalf("AcquireAll without a service = %+v, %v; want 2 of each, degraded", x, err)
+	}
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
 
 	// A service that answers 500, then one that does not answer.
 	f := newFakeDomain(t, natstest.Conn(t, s), map[string]int64{"rate:api:search": 5, "jobs:sandbox": 5})
@@ -275,7 +283,7 @@ func TestDomainFailOpen(t *testing.T) {
 	if err := h2.Release(ctx, 1); err != nil || h2.Copies() != 0 {
 		t.Fatalf("Release once answered again = %v, %d left", err, h2.Copies())
 	}
-	if st := statsOf(a, "api:search"); st.Degraded != 3 || st.LastError == nil {
+	if st := statsOf(a, "api:search"); st.Degraded != 4 || st.LastError == nil {
 		t.Errorf("stats: %+v", st)
 	}
 	if st := statsOf(a, "jobs:sandbox"); st.UnansweredReleases != 2 {
