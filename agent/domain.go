@@ -585,7 +585,9 @@ func jitter(d time.Duration) time.Duration {
 // min copies above copies) is an error and nothing is sent; so is an error
 // reply for the request itself (a *ServiceError: 404 unknown resource,
 // 409 a copy-limited resource, 400), which is never failed open. If ctx
-// ends first, Request returns its error.
+// is cancelled, or its deadline passes before any answer, Request returns
+// ctx's error; a deadline passing during the retries ends them with the
+// last rejection.
 func (a *Agent) Request(ctx context.Context, resource, domain string, copies int64, opts ...DomainOption) (Grant, error) {
 	ns, res, o, err := a.prepare(resource, domain, copies, opts)
 	if err != nil {
