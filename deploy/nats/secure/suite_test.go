@@ -307,7 +307,8 @@ func TestTenantCannotCallJetStreamOrSystem(t *testing.T) {
 func TestTenantCannotUseAnotherTenantsSubject(t *testing.T) {
 	d := startDeployment(t)
 	nc, errs := d.dial(t, d.srv, "tenant_a")
-	for _, s := range []string{"allot.t.TENANT_B.root.capacity.get", "allot.t.TENANT_B.root.capacity.release", "allot.root.server.get", "allot.root.quota.take"} {
+	for _, s := range []string{"allot.t.TENANT_B.root.capacity.get", "allot.t.TENANT_B.root.capacity.release", "allot.root.server.get",
+		"allot.t.TENANT_B.root.quota.take", "allot.t.TENANT_B.root.domain.reserve.app.pool"} {
 		refusedPub(t, nc, errs, &nats.Msg{Subject: s, Reply: "_INBOX_tenant_a.x", Data: []byte("{}")})
 	}
 }
