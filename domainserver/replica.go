@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -42,10 +41,7 @@ type ReplicaOptions struct {
 type Replica struct {
 	nc   *nats.Conn
 	opts ReplicaOptions
-
-	mu  sync.Mutex
-	el  *election.Elector
-	srv *Server
+	seat election.Seat[*Server]
 }
 
 // NewReplica validates opts and returns a Replica; Run it.
@@ -64,9 +60,8 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 
 // Server returns the server of the current term, or nil when not leading.
 func (r *Replica) Server() *Server {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.srv
+	srv, _ := r.seat.Current()
+	return srv
 }
 
 // Run campaigns and serves while leading until ctx ends; then it stops
@@ -77,22 +72,21 @@ func (r *Replica) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("domainserver: jetstream: %w", err)
 	}
-	el, err := election.New(js, election.Config{
+	start := func(ctx context.Context, el *election.Elector, term uint64) (*Server, error) {
+		return r.start(ctx, js, el, term)
+	}
+	err = r.seat.Run(ctx, js, election.Config{
 		Bucket:   r.opts.ElectionBucket,
 		Key:      ElectionKey(r.opts.Node, r.opts.Partition),
 		ID:       r.opts.ServerID,
 		TTL:      r.opts.ElectionTTL,
 		Replicas: r.opts.ElectionReplicas,
 		Logger:   r.opts.Logger.With("node", r.opts.Node, "domain_partition", r.opts.Partition),
-	})
+	}, "domain partition "+strconv.Itoa(r.opts.Partition), start, r.opts.OnServing)
 	if err != nil {
 		return fmt.Errorf("domainserver: %w", err)
 	}
-	r.mu.Lock()
-	r.el = el
-	r.mu.Unlock()
-	start := func(ctx context.Context, term uint64) (*Server, error) { return r.start(ctx, js, el, term) }
-	return el.Run(ctx, election.Serve("domain partition "+strconv.Itoa(r.opts.Partition), start, r.changed))
+	return nil
 }
 
 // start starts the server of one term.
@@ -120,18 +114,4 @@ func (r *Replica) start(ctx context.Context, js jetstream.JetStream, el *electio
 		return nil, err
 	}
 	return srv, nil
-}
-
-// changed records the server serving (or no longer) and tells OnServing.
-func (r *Replica) changed(term uint64, srv *Server, serving bool) {
-	r.mu.Lock()
-	if serving {
-		r.srv = srv
-	} else {
-		r.srv = nil
-	}
-	r.mu.Unlock()
-	if r.opts.OnServing != nil {
-		r.opts.OnServing(term, serving)
-	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -55,11 +54,7 @@ type ReplicaStatus struct {
 type Replica struct {
 	nc   *nats.Conn
 	opts ReplicaOptions
-
-	mu      sync.Mutex
-	el      *election.Elector
-	serving uint64
-	srv     *Server
+	seat election.Seat[*Server]
 }
 
 // NewReplica validates opts and returns a Replica; Run it.
@@ -79,9 +74,8 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 // Status returns the replica's role and term.
 func (r *Replica) Status() ReplicaStatus {
 	st := ReplicaStatus{Node: r.opts.Node, Partition: r.opts.Partition, ServerID: r.opts.ServerID, Role: election.RoleFollower}
-	r.mu.Lock()
-	el, serving, srv := r.el, r.serving, r.srv
-	r.mu.Unlock()
+	el := r.seat.Elector()
+	srv, serving := r.seat.Current()
 	if el != nil {
 		es := el.Status()
 		st.Role, st.Term, st.Leader = es.Role, es.Term, es.Leader
@@ -92,9 +86,8 @@ func (r *Replica) Status() ReplicaStatus {
 
 // Server returns the server of the current term, or nil when not leading.
 func (r *Replica) Server() *Server {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.srv
+	srv, _ := r.seat.Current()
+	return srv
 }
 
 // Run campaigns and serves while leading until ctx ends; then it stops
@@ -105,28 +98,22 @@ func (r *Replica) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("quotaserver: jetstream: %w", err)
 	}
-	el, err := election.New(js, election.Config{
+	err = r.seat.Run(ctx, js, election.Config{
 		Bucket:   r.opts.ElectionBucket,
 		Key:      ElectionKey(r.opts.Node, r.opts.Partition),
 		ID:       r.opts.ServerID,
 		TTL:      r.opts.ElectionTTL,
 		Replicas: r.opts.ElectionReplicas,
 		Logger:   r.opts.Logger.With("node", r.opts.Node, "quota_partition", r.opts.Partition),
-	})
+	}, "quota partition "+strconv.Itoa(r.opts.Partition), r.start, r.opts.OnServing)
 	if err != nil {
 		return fmt.Errorf("quotaserver: %w", err)
 	}
-	r.mu.Lock()
-	r.el = el
-	r.mu.Unlock()
-	return el.Run(ctx, election.Serve("quota partition "+strconv.Itoa(r.opts.Partition), r.start, r.changed))
+	return nil
 }
 
 // start starts the server of one term.
-func (r *Replica) start(ctx context.Context, term uint64) (*Server, error) {
-	r.mu.Lock()
-	el := r.el
-	r.mu.Unlock()
+func (r *Replica) start(ctx context.Context, el *election.Elector, term uint64) (*Server, error) {
 	opts := r.opts.Options
 	opts.Term = term
 	opts.Valid = func() bool { return el.Valid(term) }
@@ -154,20 +141,6 @@ func (r *Replica) start(ctx context.Context, term uint64) (*Server, error) {
 		return nil, err
 	}
 	return srv, nil
-}
-
-// changed records the server serving (or no longer) and tells OnServing.
-func (r *Replica) changed(term uint64, srv *Server, serving bool) {
-	r.mu.Lock()
-	if serving {
-		r.serving, r.srv = term, srv
-	} else {
-		r.serving, r.srv = 0, nil
-	}
-	r.mu.Unlock()
-	if r.opts.OnServing != nil {
-		r.opts.OnServing(term, serving)
-	}
 }
 
 // longestWait is the longest wait any bucket of cfg can answer OK_WAIT
