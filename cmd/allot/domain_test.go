@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,5 +73,24 @@ func TestUpServesDomainLimits(t *testing.T) {
 	ask(domainwire.OpReserve, "sandbox", `{"domain":"zeta","copies":4,"min_copies":1,"client_id":"w3"}`, &other)
 	if other.Granted != 1 || other.GlobalHolds != 4 {
 		t.Errorf("the global limit of 4 leaves 1: %+v", other)
+	}
+	// allot status lists both domain partitions, the one owning
+	// app:sandbox with its 3 holds and 4 copies.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	code, out := runCtx(ctx, "status", "--nats", up.url)
+	_, domains, ok := strings.Cut(out, "DOMAIN LIMITS")
+	rows := regexp.MustCompile(`(?m)^root\s+([01])\s+\S+.*\s(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$`).FindAllStringSubmatch(domains, -1)
+	if code != 0 || !ok || len(rows) != 2 {
+		t.Fatalf("status does not list both domain partitions:\n%s", out)
+	}
+	holds, copies := 0, 0
+	for _, r := range rows {
+		h, _ := strconv.Atoi(r[2])
+		c, _ := strconv.Atoi(r[3])
+		holds, copies = holds+h, copies+c
+	}
+	if holds != 3 || copies != 4 {
+		t.Errorf("status shows %d holds of %d copies, want 3 of 4:\n%s", holds, copies, out)
 	}
 }

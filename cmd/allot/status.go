@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/quotaserver"
 )
@@ -38,42 +39,46 @@ type nodeStatus struct {
 	Parent  string             `json:"parent,omitempty"`
 	Serving *coordinator.Stats `json:"serving,omitempty"`
 	// Quota are the node's quota partitions, by partition number.
-	Quota []*quotaPartition `json:"quota,omitempty"`
+	Quota []*partitionStatus[quotaserver.Stats] `json:"quota,omitempty"`
+	// Domain are the node's domain-limit partitions.
+	Domain []*partitionStatus[domainserver.Stats] `json:"domain,omitempty"`
 }
 
-// quotaPartition is one quota partition of a node in `allot status`.
-type quotaPartition struct {
+// partitionStatus is one quota or domain-limit partition of a node in
+// `allot status`.
+type partitionStatus[S any] struct {
 	Partition int `json:"partition"`
 	// Leader, Term and Since come from the election bucket.
 	Leader string    `json:"leader,omitempty"`
 	Term   uint64    `json:"term,omitempty"`
 	Since  time.Time `json:"since,omitzero"`
-	// Serving is the serving leader's STATS: buckets, takes and events
-	// per namespace.
-	Serving *quotaserver.Stats `json:"serving,omitempty"`
+	// Serving is the serving leader's STATS (quotaserver.Stats: buckets,
+	// takes and events per namespace; domainserver.Stats: holds, copies,
+	// transfers, learning and counters).
+	Serving *S `json:"serving,omitempty"`
 }
 
-// quota returns n's partition p, adding it if needed.
-func (n *nodeStatus) quota(p int) *quotaPartition {
-	for _, q := range n.Quota {
+// partition returns partition p of list, adding it if needed.
+func partition[S any](list *[]*partitionStatus[S], p int) *partitionStatus[S] {
+	for _, q := range *list {
 		if q.Partition == p {
 			return q
 		}
 	}
-	q := &quotaPartition{Partition: p}
-	n.Quota = append(n.Quota, q)
+	q := &partitionStatus[S]{Partition: p}
+	*list = append(*list, q)
 	return q
 }
 
-// quotaElectionKey parses a quota partition's election key
-// (quotaserver.ElectionKey).
-func quotaElectionKey(key string) (node string, partition int, ok bool) {
-	node, rest, ok := strings.Cut(key, ".quota.")
+// partitionElectionKey parses the election key of a partition of kind
+// ("quota" or "domain"), which key(node, partition) writes.
+func partitionElectionKey(k, kind string, key func(string, int) string) (node string, partition int, ok bool) {
+	node, rest, ok := strings.Cut(k, "."+kind+".")
 	if !ok {
 		return "", 0, false
 	}
 	p, err := strconv.Atoi(rest)
-	if err != nil || quotaserver.ElectionKey(node, p) != key {
+	if err != nil || key(node, p) != k {
 		return "", 0, false
 	}
 	return node, p, true
@@ -145,8 +150,9 @@ func collectStatus(ctx context.Context, nc *nats.Conn, bucket string, wait time.
 			return nil, fmt.Errorf("list election keys: %w", err)
 		}
 		for key := range keys.Keys() {
-			qnode, part, isQuota := quotaElectionKey(key)
-			if strings.Contains(key, ".") && !isQuota {
+			qnode, part, isQuota := partitionElectionKey(key, "quota", quotaserver.ElectionKey)
+			dnode, dpart, isDomain := partitionElectionKey(key, "domain", domainserver.ElectionKey)
+			if strings.Contains(key, ".") && !isQuota && !isDomain {
 				continue // not a node: e.g. election.FoundedKey
 			}
 			entry, err := kv.Get(kctx, key)
@@ -162,8 +168,13 @@ func collectStatus(ctx context.Context, nc *nats.Conn, bucket string, wait time.
 				term = entry.Revision()
 			}
 			if isQuota {
-				q := node(qnode).quota(part)
+				q := partition(&node(qnode).Quota, part)
 				q.Leader, q.Term, q.Since = v.ID, term, v.Since
+				continue
+			}
+			if isDomain {
+				d := partition(&node(dnode).Domain, dpart)
+				d.Leader, d.Term, d.Since = v.ID, term, v.Since
 				continue
 			}
 			n := node(key)
@@ -192,12 +203,14 @@ func collectStatus(ctx context.Context, nc *nats.Conn, bucket string, wait time.
 	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
 		return nil, fmt.Errorf("request %s: %w", subject, err)
 	}
-	// And the quota partitions' serving leaders.
-	if subject, err = micro.ControlSubject(micro.StatsVerb, quotaserver.ServiceName, ""); err != nil {
-		return nil, err
-	}
-	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
-		return nil, fmt.Errorf("request %s: %w", subject, err)
+	// And the quota and domain-limit partitions' serving leaders.
+	for _, svc := range []string{quotaserver.ServiceName, domainserver.ServiceName} {
+		if subject, err = micro.ControlSubject(micro.StatsVerb, svc, ""); err != nil {
+			return nil, err
+		}
+		if err := nc.PublishRequest(subject, inbox, nil); err != nil {
+			return nil, fmt.Errorf("request %s: %w", subject, err)
+		}
 	}
 	deadline := time.Now().Add(wait)
 	for {
@@ -215,7 +228,14 @@ func collectStatus(ctx context.Context, nc *nats.Conn, bucket string, wait time.
 		if st.Name == quotaserver.ServiceName && len(st.Endpoints) > 0 {
 			var qs quotaserver.Stats
 			if json.Unmarshal(st.Endpoints[0].Data, &qs) == nil && qs.Node != "" && qs.Serving {
-				node(qs.Node).quota(qs.Partition).Serving = &qs
+				partition(&node(qs.Node).Quota, qs.Partition).Serving = &qs
+			}
+			continue
+		}
+		if st.Name == domainserver.ServiceName && len(st.Endpoints) > 0 {
+			var ds domainserver.Stats
+			if json.Unmarshal(st.Endpoints[0].Data, &ds) == nil && ds.Node != "" && ds.Serving {
+				partition(&node(ds.Node).Domain, ds.Partition).Serving = &ds
 			}
 			continue
 		}
@@ -242,10 +262,16 @@ func collectStatus(ctx context.Context, nc *nats.Conn, bucket string, wait time.
 	}
 	out := make([]*nodeStatus, 0, len(byNode))
 	for _, n := range byNode {
-		slices.SortFunc(n.Quota, func(a, b *quotaPartition) int { return a.Partition - b.Partition })
+		slices.SortFunc(n.Quota, func(a, b *partitionStatus[quotaserver.Stats]) int { return a.Partition - b.Partition })
 		for _, q := range n.Quota {
 			if q.Leader == "" && q.Serving != nil {
 				q.Leader, q.Term = q.Serving.ServerID, q.Serving.Term
+			}
+		}
+		slices.SortFunc(n.Domain, func(a, b *partitionStatus[domainserver.Stats]) int { return a.Partition - b.Partition })
+		for _, d := range n.Domain {
+			if d.Leader == "" && d.Serving != nil {
+				d.Leader, d.Term = d.Serving.ServerID, d.Serving.Term
 			}
 		}
 		slices.SortFunc(n.Replicas, func(a, b coordinator.ReplicaStatus) int { return strings.Compare(a.ServerID, b.ServerID) })
@@ -304,6 +330,50 @@ func printStatus(w io.Writer, nodes []*nodeStatus, now time.Time) {
 	_ = tw.Flush()
 	printTree(w, nodes)
 	printQuota(w, nodes, now)
+	printDomain(w, nodes, now)
+}
+
+// printDomain lists each node's domain-limit partitions: leader, term,
+// learning, holds, copies held, staged transfers and decisions.
+func printDomain(w io.Writer, nodes []*nodeStatus, now time.Time) {
+	if !slices.ContainsFunc(nodes, func(n *nodeStatus) bool { return len(n.Domain) > 0 }) {
+		return
+	}
+	fmt.Fprintln(w, "\nDOMAIN LIMITS")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tPARTITION\tLEADER\tTERM\tLEADING FOR\tHOLDS\tCOPIES HELD\tTRANSFERS\tREQUESTS\tRESERVES")
+	for _, n := range nodes {
+		for _, d := range n.Domain {
+			leader, term, since := partitionLeader(d.Leader, d.Term, d.Since, d.Serving != nil, now)
+			holds, copies, transfers, requests, reserves := "-", "-", "-", "-", "-"
+			if s := d.Serving; s != nil {
+				holds, copies, transfers = fmt.Sprint(s.Holds), fmt.Sprint(s.CopiesHeld), fmt.Sprint(s.Transfers)
+				requests, reserves = fmt.Sprint(s.Requests), fmt.Sprint(s.Reserves)
+				if now.Before(s.LearnUntil) {
+					leader += fmt.Sprintf(" (learning holds for %v more)", s.LearnUntil.Sub(now).Round(100*time.Millisecond))
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, d.Partition, leader, term, since, holds, copies, transfers, requests, reserves)
+		}
+	}
+	_ = tw.Flush()
+}
+
+// partitionLeader formats a partition's leader, term and time leading;
+// a leader whose STATS did not come is "(not serving)".
+func partitionLeader(id string, term uint64, since time.Time, serving bool, now time.Time) (leader, termText, leading string) {
+	leader, termText, leading = "(none)", "-", "-"
+	if id == "" {
+		return leader, termText, leading
+	}
+	leader, termText = id, fmt.Sprint(term)
+	if !since.IsZero() {
+		leading = now.Sub(since).Round(time.Second).String()
+	}
+	if !serving {
+		leader += " (not serving)"
+	}
+	return leader, termText, leading
 }
 
 // printQuota lists each node's quota partitions: leader, term, buckets
@@ -317,17 +387,10 @@ func printQuota(w io.Writer, nodes []*nodeStatus, now time.Time) {
 	fmt.Fprintln(tw, "NODE\tPARTITION\tLEADER\tTERM\tLEADING FOR\tBUCKETS\tTAKES\tREPORTS")
 	for _, n := range nodes {
 		for _, q := range n.Quota {
-			leader, term, since, buckets, takes, reports := "(none)", "-", "-", "-", "-", "-"
-			if q.Leader != "" {
-				leader, term = q.Leader, fmt.Sprint(q.Term)
-				if !q.Since.IsZero() {
-					since = now.Sub(q.Since).Round(time.Second).String()
-				}
-			}
+			leader, term, since := partitionLeader(q.Leader, q.Term, q.Since, q.Serving != nil, now)
+			buckets, takes, reports := "-", "-", "-"
 			if s := q.Serving; s != nil {
 				buckets, takes, reports = fmt.Sprint(s.Buckets), fmt.Sprint(s.Takes), fmt.Sprint(s.Reports)
-			} else if q.Leader != "" {
-				leader += " (not serving)"
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, q.Partition, leader, term, since, buckets, takes, reports)
 		}
