@@ -56,6 +56,9 @@ const (
 	CodeConflict   = 409 // wrong kind of resource, or more copies released than held
 	CodeTooMany    = 429 // too many staged transfers
 	CodeInternal   = 500
+	// CodeUnavailable: a new leader is still learning the holds and has
+	// not heard of this one yet; retry after the client's next refresh.
+	CodeUnavailable = 503
 )
 
 // ErrBadRequest is wrapped by every validation error.
