@@ -76,3 +76,33 @@ func TestTransferWhileLearningKeepsTheHold(t *testing.T) {
 		t.Fatalf("transfer once learnt: %v; hold %d, server %d", err, h.Copies(), copiesHeld(srv))
 	}
 }
+
+// TestReleaseAfterUnansweredRelease: a release the service never got is
+// applied here and carried by the next refresh; a transfer and a release
+// answered before that refresh must not bring its copies back (the
+// service, not yet told, answers with more than the hold has here).
+func TestReleaseAfterUnansweredRelease(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	srv := startDomainServer(t, s, learningTTL, false)
+	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"))
+	ctx := context.Background()
+	h, err := a.Reserve(ctx, "app:sandbox", "acme", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A release of 1 the service never received, as Release applies it
+	// when no answer comes.
+	h.settle(3)
+	if _, err := h.Transfer(ctx, 1, time.Minute); err != nil || h.Copies() != 2 {
+		t.Fatalf("transfer of 1 of 3: %v; the hold has %d copies, want 2", err, h.Copies())
+	}
+	if err := h.Release(ctx, 1); err != nil || h.Copies() != 1 {
+		t.Fatalf("release of 1 of 2: %v; the hold has %d copies, want 1", err, h.Copies())
+	}
+	refreshes := srv.Stats().Refreshes
+	eventually(t, 2*learningTTL, "a refresh", func() bool { return srv.Stats().Refreshes > refreshes })
+	if got := copiesHeld(srv); got != 2 {
+		t.Fatalf("after the refresh the service holds %d copies; want 2 (1 held, 1 staged)", got)
+	}
+}
