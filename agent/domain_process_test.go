@@ -77,7 +77,10 @@ func TestTransferAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSeizeHelperProcess$", "-test.v")
-	cmd.Env = append(os.Environ(), seizeHelperEnv+"="+id, "NATS_URL="+s.ClientURL())
+	// Under -race a process sleeps a second at exit (GORACE
+	// atexit_sleep_ms), longer than the hold's ttl: the seized hold would
+	// expire before the service could be seen counting it.
+	cmd.Env = append(os.Environ(), seizeHelperEnv+"="+id, "NATS_URL="+s.ClientURL(), "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "seized acme holding 2") {
 		t.Fatalf("second process: %v\n%s", err, out)

@@ -85,6 +85,8 @@ func TestDomainBadInput(t *testing.T) {
 		{"dot in name", func() error { _, err := a.Request(ctx, "api:se.arch", "acme", 1); return err }},
 		{"empty domain", func() error { _, err := a.Request(ctx, "api:search", "", 1); return err }},
 		{"space in domain", func() error { _, err := a.Reserve(ctx, "jobs:sandbox", "a b", 1); return err }},
+		{"invalid UTF-8 domain", func() error { _, err := a.Request(ctx, "api:search", "a\xffb", 1); return err }},
+		{"no-break space in domain", func() error { _, err := a.Reserve(ctx, "jobs:sandbox", "a\u00a0b", 1); return err }},
 		{"zero copies", func() error { _, err := a.Request(ctx, "api:search", "acme", 0); return err }},
 		{"negative copies", func() error { _, err := a.Reserve(ctx, "jobs:sandbox", "acme", -3); return err }},
 		{"huge copies", func() error { _, err := a.Reserve(ctx, "jobs:sandbox", "acme", domainwire.MaxCopies+1); return err }},

@@ -312,10 +312,13 @@ func (h *Hold) Release(ctx context.Context, n int64) error {
 	var rep domainwire.ReleaseReply
 	err = h.exchange(context.WithoutCancel(ctx), domainwire.OpRelease, &domainwire.Release{ClientID: h.a.o.clientID, HoldID: h.id, Copies: n}, &rep)
 	switch {
-	case err == nil:
-		h.settle(rep.Remaining)
-	case errors.Is(err, ErrDomainUnavailable):
-		h.unansweredRelease(err)
+	case err == nil, errors.Is(err, ErrDomainUnavailable):
+		if err != nil {
+			h.unansweredRelease(err)
+		}
+		// What is left is what this hold had less n, whatever the reply
+		// says: a service that has not had an earlier unanswered release
+		// yet (the next refresh carries it) answers with more.
 		h.settle(have - n)
 	default:
 		return err
@@ -483,7 +486,7 @@ func (h *Hold) Transfer(ctx context.Context, n int64, ttl time.Duration) (string
 	if _, _, err := domainwire.TransferResource(rep.TransferID); err != nil {
 		return "", fmt.Errorf("%w: transfer reply: %w", ErrDomainUnavailable, err)
 	}
-	h.settle(rep.Remaining)
+	h.settle(have - n) // not rep.Remaining: see Release
 	return rep.TransferID, nil
 }
 

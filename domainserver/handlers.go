@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/micro"
 
@@ -218,6 +219,22 @@ func (s *Server) ownHold(id, clientID, ns, name string) (*hold, error) {
 	return h, nil
 }
 
+// learntHold is ownHold for a release or transfer of part of a hold.
+// While learning, a hold not heard of yet may well be alive: its count is
+// unknown, so the operation is refused as unavailable (the agent applies
+// a release locally and its next refresh carries the lower count; a
+// transfer is retried) rather than as not held, which would make the
+// client drop copies it still holds. Called with s.mu held.
+func (s *Server) learntHold(id, clientID, ns, name, op string) (*hold, error) {
+	if s.holds[id] == nil {
+		if learning, left := s.learning(s.opts.Now()); learning {
+			return nil, errorf(domainwire.CodeUnavailable, "%s of hold %q: this leader took over recently and has not heard of the hold yet "+
+				"(it learns the live holds from their refreshes for another %v); retry after the hold's next refresh", op, id, left.Round(time.Millisecond))
+		}
+	}
+	return s.ownHold(id, clientID, ns, name)
+}
+
 // release gives copies of a hold back.
 func (s *Server) release(data []byte, ns, name string) (any, error) {
 	in, err := decoded[domainwire.Release](data, strict[domainwire.Release])
@@ -226,15 +243,15 @@ func (s *Server) release(data []byte, ns, name string) (any, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.holds[in.HoldID] == nil {
+	if s.holds[in.HoldID] == nil && in.Copies == 0 {
 		if learning, _ := s.learning(s.opts.Now()); learning {
-			// Not heard of yet: the client gives it up before this leader
-			// learnt it, and will not list it in a refresh again.
+			// Not heard of yet: the client gives it all up before this
+			// leader learnt it, and will not list it in a refresh again.
 			s.counts.Releases++
 			return domainwire.ReleaseReply{}, nil
 		}
 	}
-	h, err := s.ownHold(in.HoldID, in.ClientID, ns, name)
+	h, err := s.learntHold(in.HoldID, in.ClientID, ns, name, "release")
 	if err != nil {
 		return nil, err
 	}
@@ -310,7 +327,7 @@ func (s *Server) transfer(data []byte, ns, name string) (any, error) {
 	now := s.opts.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h, err := s.ownHold(in.HoldID, in.ClientID, ns, name)
+	h, err := s.learntHold(in.HoldID, in.ClientID, ns, name, "transfer")
 	if err != nil {
 		return nil, err
 	}

@@ -147,7 +147,13 @@ type Server struct {
 	byExpiry  *list.List // of *hold, soonest expiry first
 	transfers map[string]*transfer
 	kv        jetstream.KeyValue
-	counts    Counts
+	// rev is the revision of the transfers key this server last read or
+	// wrote (0: create it), and written the value it last tried to
+	// write: writes compare and set on rev, so that a deposed leader
+	// cannot overwrite its successor's transfers.
+	rev     uint64
+	written []byte
+	counts  Counts
 
 	// gate says whether replies may still be sent.
 	gate *reply.Gate

@@ -78,10 +78,18 @@ func start(t *testing.T, mod func(*domainserver.Options)) *env {
 	e := &env{nc: natstest.Conn(t, s), clk: &clock{t: time.Unix(1_800_000_000, 0)}, cfg: &config{}}
 	e.cfg.set(testNamespace())
 	opts := domainserver.Options{Config: e.cfg.get, Now: e.clk.now, HoldTTL: time.Hour, Logger: slog.New(slog.DiscardHandler)}
+	e.srv = run(t, natstest.Conn(t, s), opts, mod)
+	return e
+}
+
+// run starts a server with opts changed by mod, stopped when the test
+// ends.
+func run(t *testing.T, nc *nats.Conn, opts domainserver.Options, mod func(*domainserver.Options)) *domainserver.Server {
+	t.Helper()
 	if mod != nil {
 		mod(&opts)
 	}
-	srv, err := domainserver.New(natstest.Conn(t, s), opts)
+	srv, err := domainserver.New(nc, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +97,7 @@ func start(t *testing.T, mod func(*domainserver.Options)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Stop)
-	e.srv = srv
-	return e
+	return srv
 }
 
 // call sends a JSON body to op on app:res and decodes the reply into out;

@@ -1,6 +1,7 @@
 package domainserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,7 +60,9 @@ func (s *Server) openState(ctx context.Context) (jetstream.KeyValue, error) {
 }
 
 // loadTransfers adopts the staged transfers a predecessor wrote: their
-// copies count as held until seized or expired.
+// copies count as held until seized or expired. It first claims the key
+// by writing it back on the revision read, so that a write of a
+// predecessor that has not noticed it was deposed fails from then on.
 func (s *Server) loadTransfers(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -67,15 +70,30 @@ func (s *Server) loadTransfers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e, err := kv.Get(ctx, s.transfersKey())
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("domainserver: read the staged transfers: %w", err)
+	var value []byte
+	for attempt := 0; ; attempt++ {
+		var e jetstream.KeyValueEntry
+		e, err = kv.Get(ctx, s.transfersKey())
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			value, s.rev = []byte("[]"), 0
+		case err != nil:
+			return fmt.Errorf("domainserver: read the staged transfers: %w", err)
+		default:
+			value, s.rev = e.Value(), e.Revision()
+		}
+		s.mu.Lock()
+		err = s.putTransfers(ctx, kv, value)
+		s.mu.Unlock()
+		if err == nil {
+			break
+		}
+		if !isMismatch(err) || attempt == 2 {
+			return fmt.Errorf("domainserver: claim the staged transfers: %w", err)
+		}
 	}
 	var stored []storedTransfer
-	if err := json.Unmarshal(e.Value(), &stored); err != nil {
+	if err := json.Unmarshal(value, &stored); err != nil {
 		// Not written by allot: refusing to serve would not make it valid.
 		s.log.Error("the staged transfers in the state bucket are unreadable; starting without them", "key", s.transfersKey(), "err", err)
 		return nil
@@ -120,10 +138,51 @@ func (s *Server) saveTransfers() error {
 	}
 	b, err := json.Marshal(stored)
 	if err == nil {
-		_, err = kv.Put(ctx, s.transfersKey(), b)
+		err = s.putTransfers(ctx, kv, b)
+	}
+	if isMismatch(err) {
+		// Another server has written the key since this one read or
+		// wrote it: a successor. This one is deposed and goes silent.
+		err = fmt.Errorf("the staged transfers were written by another server (a new leader): %w", err)
+		s.gate.Fail(err)
 	}
 	if err != nil {
 		s.log.Warn("writing the staged transfers to the state bucket", "err", err)
 	}
 	return err
+}
+
+// putTransfers writes value on the revision this server last read or
+// wrote. On a mismatch, a key holding what this server last tried to
+// write means that write landed though its answer was lost: it writes
+// again on that revision. Called with s.mu held.
+func (s *Server) putTransfers(ctx context.Context, kv jetstream.KeyValue, value []byte) error {
+	prev := s.written
+	s.written = value
+	for retried := false; ; retried = true {
+		var rev uint64
+		var err error
+		if s.rev == 0 {
+			rev, err = kv.Create(ctx, s.transfersKey(), value)
+		} else {
+			rev, err = kv.Update(ctx, s.transfersKey(), value, s.rev)
+		}
+		if err == nil {
+			s.rev = rev
+			return nil
+		}
+		if !isMismatch(err) || retried || prev == nil {
+			return err
+		}
+		e, gerr := kv.Get(ctx, s.transfersKey())
+		if gerr != nil || !bytes.Equal(e.Value(), prev) {
+			return err
+		}
+		s.rev = e.Revision()
+	}
+}
+
+// isMismatch reports a compare-and-set that lost: the key changed since.
+func isMismatch(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
 }

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Operations: the fourth token of a domain subject.
@@ -56,6 +58,9 @@ const (
 	CodeConflict   = 409 // wrong kind of resource, or more copies released than held
 	CodeTooMany    = 429 // too many staged transfers
 	CodeInternal   = 500
+	// CodeUnavailable: a new leader is still learning the holds and has
+	// not heard of this one yet; retry after the client's next refresh.
+	CodeUnavailable = 503
 )
 
 // ErrBadRequest is wrapped by every validation error.
@@ -153,7 +158,9 @@ func ValidateName(what, s string) error {
 }
 
 // ValidateID checks a domain, group, client, hold or transfer id: 1 to
-// MaxDomainLen bytes of printable characters without spaces.
+// MaxDomainLen bytes of UTF-8 without spaces or control characters. A
+// client must check it before encoding: JSON would turn invalid UTF-8
+// into U+FFFD, and the service would see another id.
 func ValidateID(what, s string) error {
 	if s == "" {
 		return badf("%s is empty", what)
@@ -162,8 +169,25 @@ func ValidateID(what, s string) error {
 		return badf("%s is %d bytes long; the limit is %d", what, len(s), MaxDomainLen)
 	}
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= ' ' || c == 0x7f {
+		c := s[i]
+		if c <= ' ' || c == 0x7f {
 			return badf("%s %q contains a space or control character", what, clip(s))
+		}
+		if c >= utf8.RuneSelf {
+			return validateUnicodeID(what, s)
+		}
+	}
+	return nil
+}
+
+// validateUnicodeID is ValidateID's check of an id that is not ASCII.
+func validateUnicodeID(what, s string) error {
+	if !utf8.ValidString(s) {
+		return badf("%s %q is not valid UTF-8", what, clip(s))
+	}
+	for _, r := range s {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return badf("%s %q contains a space or control character (%U)", what, clip(s), r)
 		}
 	}
 	return nil

@@ -1,0 +1,120 @@
+package domainserver_test
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/allot/allot/domainserver"
+	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/natstest"
+)
+
+// startStateful starts a server of namespace "app" that keeps its staged
+// transfers in the state bucket of s.
+func startStateful(t *testing.T, s *server.Server, id string, mod func(*domainserver.Options)) *domainserver.Server {
+	t.Helper()
+	cfg := &config{}
+	cfg.set(testNamespace())
+	nc := natstest.Conn(t, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := domainserver.Options{ServerID: id, Config: cfg.get, HoldTTL: time.Hour, JetStream: js, Logger: slog.New(slog.DiscardHandler)}
+	return run(t, nc, opts, mod)
+}
+
+// stage reserves 2 copies for domain and stages 1 of them; it returns
+// the transfer id.
+func stage(t *testing.T, e *env, domain string) string {
+	t.Helper()
+	var r domainwire.ReserveReply
+	if code := e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"`+domain+`","copies":2,"client_id":"c-`+domain+`"}`, &r); code != "" || r.Granted != 2 {
+		t.Fatalf("reserve for %s: %s %+v", domain, code, r)
+	}
+	var tr domainwire.TransferReply
+	if code := e.call(t, domainwire.OpTransfer, "sandbox", `{"client_id":"c-`+domain+`","hold_id":"`+r.HoldID+`","copies":1,"ttl":"1h"}`, &tr); code != "" {
+		t.Fatalf("transfer for %s: %s", domain, code)
+	}
+	return tr.TransferID
+}
+
+// TestDeposedLeaderKeepsOffTheTransfers: a leader whose term has lapsed
+// but which has not been stopped yet (frozen, or its owner slow to
+// notice) still sweeps. Its view of the staged transfers is stale, and
+// writing it would drop those its successor staged since (and bring back
+// ones seized since); the successor's transfers must survive it, and
+// reach the leader after.
+func TestDeposedLeaderKeepsOffTheTransfers(t *testing.T) {
+	s := natstest.Server(t)
+	clk := &clock{t: time.Now()}
+	var valid atomic.Bool
+	valid.Store(true)
+	old := startStateful(t, s, "old", func(o *domainserver.Options) { o.Now, o.Valid, o.HoldTTL = clk.now, valid.Load, 200*time.Millisecond })
+	e := &env{nc: natstest.Conn(t, s)}
+	first := stage(t, e, "a")
+
+	valid.Store(false) // the old leader's term lapses
+	next := startStateful(t, s, "next", nil)
+	if st := next.Stats(); st.Transfers != 1 {
+		t.Fatalf("the successor found %d staged transfers; want 1", st.Transfers)
+	}
+	second := stage(t, e, "b")
+
+	// The deposed leader's sweeper finds the first transfer expired by
+	// its clock and writes what it has left.
+	clk.add(2 * time.Hour)
+	eventually(t, 5*time.Second, "the deposed leader's sweep", func() bool { return old.Stats().TransfersExpired == 1 })
+	old.Stop()
+
+	next.Stop()
+	last := startStateful(t, s, "last", nil)
+	if st := last.Stats(); st.Transfers != 2 || st.CopiesHeld != 2 {
+		t.Fatalf("after the deposed leader's sweep the next leader finds %d transfers (%d copies); want both staged ones: %s, %s",
+			st.Transfers, st.CopiesHeld, first, second)
+	}
+	var sz domainwire.SeizeReply
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c3","transfer_id":"`+second+`"}`, &sz); code != "" || sz.Copies != 1 {
+		t.Fatalf("seize of the successor's transfer: %s %+v", code, sz)
+	}
+}
+
+// TestTransfersWriteWhoseAnswerWasLost: the key holding exactly what the
+// leader last wrote, at a revision it did not see (its write landed but
+// the answer was lost), is the leader's own: it keeps serving and
+// writing, rather than taking itself for deposed.
+func TestTransfersWriteWhoseAnswerWasLost(t *testing.T) {
+	s := natstest.Server(t)
+	srv := startStateful(t, s, "leader", nil)
+	e := &env{nc: natstest.Conn(t, s)}
+	stage(t, e, "a")
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(context.Background(), domainserver.DefaultStateBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "root.domain.0.transfers"
+	cur, err := kv.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), key, cur.Value()); err != nil {
+		t.Fatal(err)
+	}
+	stage(t, e, "b")
+	if st := srv.Stats(); st.Transfers != 2 || !st.Serving {
+		t.Fatalf("after its own write landed unseen: %+v", st)
+	}
+	if got, err := kv.Get(context.Background(), key); err != nil || got.Revision() != cur.Revision()+2 {
+		t.Fatalf("the second transfer was not written after the unseen one: %v", err)
+	}
+}
