@@ -2,6 +2,7 @@ package secure_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -25,9 +26,20 @@ type level struct {
 }
 
 // startLevel starts level.conf joined to d's root over region1's link,
-// waits for the link, and runs a coordinator replica of node region1
-// (parent root) on its configuration mirror until it serves.
+// after the root's admin created the link's mirror consumer, and runs a
+// coordinator replica of node region1 (parent root) on its configuration
+// mirror until it serves.
 func (d *deployment) startLevel(t *testing.T) *level {
+	t.Helper()
+	d.createMirrorConsumer(t)
+	l := d.startLevelServer(t)
+	l.coordErrs, _ = d.runCoordinator(t, l.srv, "region1_coordinator", "region1", "root")
+	return l
+}
+
+// startLevelServer starts level.conf joined to d's root over region1's
+// link and waits for the link.
+func (d *deployment) startLevelServer(t *testing.T) *level {
 	t.Helper()
 	env := map[string]string{}
 	for k, v := range d.set.Env {
@@ -46,8 +58,59 @@ func (d *deployment) startLevel(t *testing.T) *level {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	l.coordErrs, _ = d.runCoordinator(t, l.srv, "region1_coordinator", "region1", "root")
 	return l
+}
+
+// TestLevelWithoutMirrorConsumer: if the root's admin has not created
+// the mirror consumer, the child's coordinator cannot create it (nor a
+// mirror consumer of nats-server's own): opening the mirror fails, and
+// the refusal names the consumer, so the operator sees what is missing.
+func TestLevelWithoutMirrorConsumer(t *testing.T) {
+	d := startDeployment(t)
+	l := d.startLevelServer(t)
+	nc, errs := d.dial(t, l.srv, "region1_coordinator")
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := config.OpenMirror(ctx, js, "", "root"); err == nil {
+		t.Fatal("the mirror opened without its consumer at the root")
+	}
+	errs.refused(t, "publish", "$JS.root.API.CONSUMER.CREATE.KV_allot_config.allot_mirror_region1")
+}
+
+// mirrorConsumerRequest is the operator's request, as the root's admin,
+// that creates the durable consumer region1's configuration mirror
+// sources through (docs/security.md gives it as a `nats req`): the link
+// may find it but not create it.
+const (
+	mirrorConsumerSubject = "$JS.API.CONSUMER.CREATE.KV_allot_config.allot_mirror_region1"
+	mirrorConsumerRequest = `{"stream_name":"KV_allot_config","config":{"durable_name":"allot_mirror_region1","deliver_subject":"allot.mirror.region1.allot_config","ack_policy":"flow_control","flow_control":true,"idle_heartbeat":1000000000,"max_ack_pending":1024}}`
+)
+
+// createMirrorConsumer sends mirrorConsumerRequest as the root's admin.
+func (d *deployment) createMirrorConsumer(t *testing.T) {
+	t.Helper()
+	admin, _ := d.dial(t, d.srv, "admin")
+	m, err := admin.Request(mirrorConsumerSubject, []byte(mirrorConsumerRequest), wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp struct {
+		Error *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+		Config jetstream.ConsumerConfig `json:"config"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil || resp.Error != nil {
+		t.Fatalf("create the mirror consumer: %s (%v)", m.Data, err)
+	}
+	want := config.MirrorConsumer("", "region1")
+	if got := resp.Config; got.DeliverSubject != want.DeliverSubject || got.AckPolicy != want.AckPolicy || got.MaxAckPending != want.MaxAckPending {
+		t.Fatalf("the documented consumer is not the one allot creates: %+v, want %+v", got, want)
+	}
 }
 
 // noViolations fails the test if a server logged a permission violation:
@@ -209,7 +272,8 @@ func TestLevelLinkRefusedAtRoot(t *testing.T) {
 		"$KV.allot_state.root.leases", "$JS.root.API.$KV.allot_state.root.leases",
 		"$JS.root.API.STREAM.PURGE.KV_allot_config", "$JS.root.API.STREAM.DELETE.KV_allot_config",
 		"$JS.root.API.STREAM.INFO.KV_allot_state", "$JS.root.API.DIRECT.GET.KV_allot_state.$KV.allot_state.root",
-		"$JS.root.API.CONSUMER.CREATE.KV_allot_state.x", "$JS.root.API.CONSUMER.CREATE.KV_allot_config.allot_mirror_region2",
+		"$JS.root.API.CONSUMER.CREATE.KV_allot_state.x", "$JS.root.API.CONSUMER.CREATE.KV_allot_config.allot_mirror_region1",
+		"$JS.root.API.CONSUMER.CREATE.KV_allot_config.allot_mirror_region2", "$JS.root.API.CONSUMER.INFO.KV_allot_config.allot_mirror_region2",
 		"$JS.root.API.CONSUMER.DELETE.KV_allot_config.allot_mirror_region1", "$JS.root.API.INFO", "$JS.API.INFO",
 		"allot.root.capacity.get", "allot.t.TENANT_A.root.capacity.get", "allot.t.TENANT_A.root.quota.take.a.b",
 		"allot.root.replica.status", "_INBOX_allot_coordinator.x", "_INBOX_tenant_a.x", "$SRV.PING",
