@@ -395,6 +395,23 @@ func TestCoordinatorServesWithItsRights(t *testing.T) {
 	}
 }
 
+// TestCoordinatorTakesOverWithItsRights: a successor replica takes over
+// from the lease record its predecessor left, reading the record's
+// history to compare it with the one before (a KV history is a
+// consumer on the state bucket), with only the coordinator user's
+// rights; any refusal fails the test.
+func TestCoordinatorTakesOverWithItsRights(t *testing.T) {
+	d := startDeployment(t)
+	nc, _ := d.dial(t, d.srv, "tenant_a")
+	leaseOf(t, nc)
+	d.stopCoord()
+	d.startCoordinator(t)
+	d.stopCoord()
+	if e := d.coordErrs.all(); len(e) > 0 {
+		t.Fatalf("the successor was refused: %v", e)
+	}
+}
+
 // TestTenantAgentsGetTheirLeases: agents with tenant credentials and
 // their private inbox prefix work unchanged: each of two tenants wanting
 // 40 of 100 gets its 40.
