@@ -24,8 +24,9 @@ import (
 // its `allot coordinator`, after the root's admin created the level's
 // mirror consumer, `allot coordinator --node region1 --parent-node root`
 // runs with region1's seed and inbox prefix against level.conf, a
-// tenant's `allot get --node region1` there is answered, and neither
-// coordinator (with its quota and domain services) is refused anything.
+// tenant's `allot get --node region1` there is answered, the level's
+// admin sees its level with `allot status`, and neither coordinator
+// (with its quota and domain services) is refused anything.
 func TestSecureLevel(t *testing.T) {
 	set, err := secureinit.Init(filepath.Join(t.TempDir(), "sec"), time.Hour)
 	if err != nil {
@@ -66,6 +67,10 @@ func TestSecureLevel(t *testing.T) {
 		append(conn(levelURL, "tenant_a"), "--node", "region1"))
 	if code, o := runCtx(ctx, append([]string{"get", "db", "--wants", "10", "--node", "region1"}, conn(levelURL, "tenant_b")...)...); code != 0 || !strings.Contains(o, "10") {
 		t.Fatalf("tenant_b get at region1: exit %d: %s", code, o)
+	}
+	// Discovery does not cross the link: each level's admin sees its own.
+	if code, o := runCtx(ctx, append([]string{"status"}, conn(levelURL, "region1_admin")...)...); code != 0 || !strings.Contains(o, "region1 (under root)") {
+		t.Fatalf("region1_admin status: exit %d: %s", code, o)
 	}
 	for name, stop := range map[string]func() string{"root": stopRoot, "region1": stopLevel} {
 		if out := stop(); strings.Contains(out, "refused a permission") {
