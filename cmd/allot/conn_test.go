@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,8 +100,10 @@ func runCtx(ctx context.Context, args ...string) (int, string) {
 }
 
 // startCoordinator runs `allot coordinator` with args until the test ends
-// and waits until `allot get` with getArgs is answered.
-func startCoordinator(t *testing.T, args, getArgs []string) {
+// and waits until `allot get` with getArgs is answered. The function it
+// returns stops the coordinator and returns its output (warnings and
+// errors).
+func startCoordinator(t *testing.T, args, getArgs []string) func() string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan string, 1)
@@ -111,17 +114,23 @@ func startCoordinator(t *testing.T, args, getArgs []string) {
 		}
 		done <- out
 	}()
-	t.Cleanup(func() {
-		cancel()
-		if out := <-done; strings.HasPrefix(out, "coordinator exited") {
-			t.Error(out)
-		}
-	})
+	var once sync.Once
+	var output string
+	stop := func() string {
+		once.Do(func() {
+			cancel()
+			if output = <-done; strings.HasPrefix(output, "coordinator exited") {
+				t.Error(output)
+			}
+		})
+		return output
+	}
+	t.Cleanup(func() { stop() })
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		code, out := runCtx(context.Background(), append([]string{"get", "db", "--wants", "1", "--client", "probe", "--timeout", "1s"}, getArgs...)...)
 		if code == 0 {
-			return
+			return stop
 		}
 		select {
 		case out := <-done:
@@ -130,7 +139,7 @@ func startCoordinator(t *testing.T, args, getArgs []string) {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no coordinator answers within 30s; last get: %s", out)
+			t.Fatalf("no coordinator answers within 30s; last get: %s; coordinator: %s", out, stop())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -75,5 +75,7 @@ func printSecureUsage(w io.Writer, set *secureinit.Setup) {
 	fmt.Fprintf(w, "  allot coordinator %s --nkey %s --inbox-prefix %s\n", conn, set.Seed("coordinator"), secureinit.InboxPrefix("coordinator"))
 	fmt.Fprintf(w, "and ask for capacity as tenant TENANT_A:\n")
 	fmt.Fprintf(w, "  allot get %s --nkey %s --inbox-prefix %s db --wants 10\n", conn, set.Seed("tenant_a"), secureinit.InboxPrefix("tenant_a"))
+	fmt.Fprintf(w, "\na child level with its own coordinators (node region1) starts from deploy/nats/secure/level.conf\n")
+	fmt.Fprintf(w, "(its coordinator: --node region1 --parent-node root --nkey %s --inbox-prefix %s); docs/security.md says how.\n", set.Seed("region1_coordinator"), secureinit.InboxPrefix("region1_coordinator"))
 	fmt.Fprintf(w, "\nthese are development credentials; docs/security.md says how to make and rotate real ones.\n")
 }

@@ -27,7 +27,7 @@ func TestSecureInit(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("secure init: exit %d: %s", code, out)
 	}
-	for _, want := range []string{"nats-server -c deploy/nats/secure/root.conf", "--nkey " + filepath.Join(dir, "nkeys", "coordinator.nk"), "--inbox-prefix _INBOX_tenant_a"} {
+	for _, want := range []string{"nats-server -c deploy/nats/secure/root.conf", "--nkey " + filepath.Join(dir, "nkeys", "coordinator.nk"), "--inbox-prefix _INBOX_tenant_a", "deploy/nats/secure/level.conf", "--inbox-prefix _INBOX_allot_region1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("secure init output lacks %q:\n%s", want, out)
 		}

@@ -102,10 +102,34 @@ func OpenMirror(ctx context.Context, js jetstream.JetStream, bucket, parentDomai
 	return kv, nil
 }
 
-// durableMirrorConsumer creates, at the parent, the durable consumer a
-// mirror of bucket in js's domain sources from, and returns it for the
-// mirror's config; nil if it cannot (a nats-server before 2.14, no
-// permission), and the mirror then uses nats-server's own consumer.
+// MirrorConsumer is the durable consumer, on the parent's stream of
+// bucket, through which the configuration mirror of the child level in
+// JetStream domain child sources: durable allot_mirror_<child>, delivering
+// to allot.mirror.<child>.<bucket>, acknowledged by flow control. The
+// child's coordinator creates it when it creates the mirror, unless the
+// parent's operator did beforehand (a secure tree, where the child's link
+// may read this consumer's info but not create consumers).
+func MirrorConsumer(bucket, child string) jetstream.ConsumerConfig {
+	if bucket == "" {
+		bucket = DefaultBucket
+	}
+	return jetstream.ConsumerConfig{
+		Durable:        "allot_mirror_" + child,
+		Description:    "allot: the configuration mirror of domain " + child + " sources through it",
+		DeliverSubject: "allot.mirror." + child + "." + bucket,
+		AckPolicy:      jetstream.AckFlowControlPolicy,
+		FlowControl:    true,
+		IdleHeartbeat:  time.Second, // what nats-server requires of sourcing consumers
+		MaxAckPending:  1024,
+	}
+}
+
+// durableMirrorConsumer returns the durable consumer at the parent that
+// a mirror of bucket in js's domain sources from (MirrorConsumer), for the
+// mirror's config: the one that exists if it delivers where the mirror
+// listens with flow-control acknowledgements, else one it creates or
+// updates; nil if neither (a nats-server before 2.14, no permission), and
+// the mirror then uses nats-server's own consumer.
 //
 // Why: nats-server's own mirror consumer is ephemeral. A link cut for
 // more than its 10s health check makes the mirror set up a new one with
@@ -123,17 +147,14 @@ func durableMirrorConsumer(ctx context.Context, js jetstream.JetStream, bucket, 
 	if err != nil {
 		return nil
 	}
-	src := &jetstream.StreamConsumerSource{Name: "allot_mirror_" + info.Domain, DeliverSubject: "allot.mirror." + info.Domain + "." + bucket}
-	_, err = pjs.CreateOrUpdatePushConsumer(ctx, "KV_"+bucket, jetstream.ConsumerConfig{
-		Durable:        src.Name,
-		Description:    "allot: the configuration mirror of domain " + info.Domain + " sources through it",
-		DeliverSubject: src.DeliverSubject,
-		AckPolicy:      jetstream.AckFlowControlPolicy,
-		FlowControl:    true,
-		IdleHeartbeat:  time.Second, // what nats-server requires of sourcing consumers
-		MaxAckPending:  1024,
-	})
-	if err != nil {
+	cfg := MirrorConsumer(bucket, info.Domain)
+	src := &jetstream.StreamConsumerSource{Name: cfg.Durable, DeliverSubject: cfg.DeliverSubject}
+	if c, err := pjs.PushConsumer(ctx, "KV_"+bucket, cfg.Durable); err == nil {
+		if got := c.CachedInfo().Config; got.DeliverSubject == cfg.DeliverSubject && got.AckPolicy == jetstream.AckFlowControlPolicy {
+			return src
+		}
+	}
+	if _, err := pjs.CreateOrUpdatePushConsumer(ctx, "KV_"+bucket, cfg); err != nil {
 		return nil
 	}
 	return src

@@ -22,9 +22,12 @@ import (
 )
 
 // Users of the shipped configuration, each with a seed file
-// nkeys/<user>.nk. The *_leaf users are the child servers' leaf-node
-// links of each tenant.
-var users = []string{"coordinator", "admin", "sys", "tenant_a", "tenant_b", "tenant_a_leaf", "tenant_b_leaf"}
+// nkeys/<user>.nk. The *_leaf users are leaf-node links: a child
+// server's for each tenant (leaf.conf), and child level region1's for its
+// ALLOT account (level.conf); region1_coordinator and region1_admin are
+// that level's own users.
+var users = []string{"coordinator", "admin", "sys", "tenant_a", "tenant_b", "tenant_a_leaf", "tenant_b_leaf",
+	"region1_coordinator", "region1_admin", "region1_leaf"}
 
 // Users returns the users Init writes seeds for.
 func Users() []string { return slices.Clone(users) }
@@ -53,6 +56,10 @@ func InboxPrefix(user string) string {
 	switch user {
 	case "coordinator":
 		return "_INBOX_allot_coordinator"
+	case "region1_coordinator":
+		// Distinct from the root coordinator's: the root lets level
+		// region1's link receive replies on this prefix only.
+		return "_INBOX_allot_region1"
 	case "tenant_a", "tenant_b":
 		return "_INBOX_" + user
 	}

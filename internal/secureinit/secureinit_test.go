@@ -36,6 +36,22 @@ func TestInit(t *testing.T) {
 			t.Errorf("%s seed file: %v %v", u, st.Mode(), err)
 		}
 	}
+	// A leaf link authenticates with its seed: the child's variable
+	// holds the seed of the root's public key.
+	for _, u := range []string{"tenant_a_leaf", "tenant_b_leaf", "region1_leaf"} {
+		kp, err := nkeys.FromSeed([]byte(s.Env[strings.ToUpper(u)+"_SEED"]))
+		if err != nil {
+			t.Fatalf("%s seed: %v", u, err)
+		}
+		if pub, _ := kp.PublicKey(); pub != s.Env[strings.ToUpper(u)+"_NKEY"] {
+			t.Errorf("%s: seed's key %q, env %q", u, pub, s.Env[strings.ToUpper(u)+"_NKEY"])
+		}
+	}
+	// The two coordinators' inboxes differ: the root lets region1's link
+	// receive replies on its own prefix only.
+	if InboxPrefix("region1_coordinator") == InboxPrefix("coordinator") || InboxPrefix("region1_coordinator") == "" {
+		t.Errorf("inbox prefixes: root %q, region1 %q", InboxPrefix("coordinator"), InboxPrefix("region1_coordinator"))
+	}
 	envFile := filepath.Join(dir, EnvFile)
 	data, err := os.ReadFile(envFile)
 	if err != nil {

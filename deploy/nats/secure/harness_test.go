@@ -46,11 +46,11 @@ func (l *serverLog) add(format string, v ...any) {
 	l.lines = append(l.lines, fmt.Sprintf(format, v...))
 	l.mu.Unlock()
 }
-func (l *serverLog) Noticef(format string, v ...any) { l.add(format, v...) }
-func (l *serverLog) Warnf(format string, v ...any)   { l.add(format, v...) }
-func (l *serverLog) Fatalf(format string, v ...any)  { l.add(format, v...) }
-func (l *serverLog) Errorf(format string, v ...any)  { l.add(format, v...) }
-func (l *serverLog) Debugf(format string, v ...any)  { l.add(format, v...) }
+func (l *serverLog) Noticef(format string, v ...any) { l.add("[INF] "+format, v...) }
+func (l *serverLog) Warnf(format string, v ...any)   { l.add("[WRN] "+format, v...) }
+func (l *serverLog) Fatalf(format string, v ...any)  { l.add("[FTL] "+format, v...) }
+func (l *serverLog) Errorf(format string, v ...any)  { l.add("[ERR] "+format, v...) }
+func (l *serverLog) Debugf(format string, v ...any)  { l.add("[DBG] "+format, v...) }
 func (l *serverLog) Tracef(format string, v ...any)  {}
 
 // waitFor waits for a line containing every one of parts.
@@ -175,8 +175,21 @@ func putTemplate(t *testing.T, nc *nats.Conn, name string, create bool) error {
 // until it serves.
 func (d *deployment) startCoordinator(t *testing.T) {
 	t.Helper()
-	nc, errs := d.dial(t, d.srv, "coordinator")
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d.coordErrs, d.stopCoord = d.runCoordinator(t, d.srv, "coordinator", "root", "")
+}
+
+// runCoordinator runs a replica of node on srv as user, the way `allot
+// coordinator` does: at the root (parent "") on the configuration
+// bucket, under a parent on the configuration mirror of the parent's
+// bucket (created if missing, waited for until in sync), as
+// cmd/allot's startTemplates does. It waits until the replica serves and
+// fails the test if the user was refused anything on the way; it
+// returns the connection's asynchronous errors and the function that
+// stops the replica (it resigns) and waits for it.
+func (d *deployment) runCoordinator(t *testing.T, srv *server.Server, user, node, parent string) (*asyncErrors, func()) {
+	t.Helper()
+	nc, errs := d.dial(t, srv, user)
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", node)
 	ctx, cancel := context.WithCancel(context.Background())
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -184,9 +197,14 @@ func (d *deployment) startCoordinator(t *testing.T) {
 	}
 	octx, ocancel := context.WithTimeout(ctx, wait)
 	defer ocancel()
-	kv, err := config.OpenBucket(octx, js, "", false)
+	var kv jetstream.KeyValue
+	if parent == "" {
+		kv, err = config.OpenBucket(octx, js, "", false)
+	} else if kv, err = config.OpenMirror(octx, js, "", parent); err == nil {
+		err = config.WaitMirrorSynced(octx, kv)
+	}
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("configuration of node %s: %v (refused: %v)", node, err, errs.all())
 	}
 	w := config.NewWatcher(kv, config.UnmatchedDefault.Fallback(), log)
 	if err := w.Start(octx); err != nil {
@@ -195,7 +213,7 @@ func (d *deployment) startCoordinator(t *testing.T) {
 	serving := make(chan struct{})
 	var once sync.Once
 	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{
-		Options: coordinator.Options{Node: "root", ServerID: "secure-1", Templates: w, Logger: log},
+		Options: coordinator.Options{Node: node, Parent: parent, ServerID: node + "-1", Templates: w, Logger: log},
 		OnServing: func(_ uint64, on bool) {
 			if on {
 				once.Do(func() { close(serving) })
@@ -208,29 +226,29 @@ func (d *deployment) startCoordinator(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- rep.Run(ctx) }()
 	var stopOnce sync.Once
-	d.coordErrs = errs
-	d.stopCoord = func() {
+	stop := func() {
 		stopOnce.Do(func() {
 			cancel()
 			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("coordinator: %v", err)
+				t.Errorf("coordinator of node %s: %v", node, err)
 			}
 			w.Stop()
 		})
 	}
-	t.Cleanup(d.stopCoord)
+	t.Cleanup(stop)
 	select {
 	case <-serving:
 	case err := <-done:
-		done <- err // for stopCoord
-		t.Fatalf("coordinator stopped: %v (refused: %v)", err, errs.all())
+		done <- err // for stop
+		t.Fatalf("coordinator of node %s stopped: %v (refused: %v)", node, err, errs.all())
 	case <-time.After(wait):
-		t.Fatalf("coordinator not serving (refused: %v)", errs.all())
+		t.Fatalf("coordinator of node %s not serving (refused: %v)", node, errs.all())
 	}
 	// A coordinator whose rights miss something it needs shows it here.
 	if e := errs.all(); len(e) > 0 {
-		t.Fatalf("the coordinator user was refused: %v", e)
+		t.Fatalf("the %s user was refused: %v", user, e)
 	}
+	return errs, stop
 }
 
 // testWriter sends log output to the test's log.

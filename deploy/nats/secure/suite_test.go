@@ -67,25 +67,32 @@ func forgedReply(t *testing.T) []byte {
 
 // leaseOf starts an agent on nc wanting 40 of the resource and waits
 // for the coordinator's lease of 40.
-func leaseOf(t *testing.T, nc *nats.Conn) (*agent.Agent, *agent.RateLimiter) {
+func leaseOf(t *testing.T, nc *nats.Conn, opts ...agent.Option) (*agent.Agent, *agent.RateLimiter) {
 	t.Helper()
-	a, err := agent.New(nc, agent.WithRequestTimeout(2*time.Second))
+	return leaseOfWants(t, nc, 40, 40, opts...)
+}
+
+// leaseOfWants starts an agent on nc (with opts) wanting wants of the
+// resource and waits for a lease of capacity.
+func leaseOfWants(t *testing.T, nc *nats.Conn, wants, capacity float64, opts ...agent.Option) (*agent.Agent, *agent.RateLimiter) {
+	t.Helper()
+	a, err := agent.New(nc, append([]agent.Option{agent.WithRequestTimeout(2 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	lim, err := a.Rate(resource, agent.WithWants(40))
+	lim, err := a.Rate(resource, agent.WithWants(wants))
 	if err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(wait)
 	for {
 		st := lim.Status()
-		if st.Leased && st.Capacity == 40 && st.Source == agent.SourceLease {
+		if st.Leased && st.Capacity == capacity && st.Source == agent.SourceLease {
 			return a, lim
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no lease of 40: %+v (last error %v)", st, a.LastError())
+			t.Fatalf("no lease of %v: %+v (last error %v)", capacity, st, a.LastError())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -385,6 +392,23 @@ func TestCoordinatorServesWithItsRights(t *testing.T) {
 	d.stopCoord()
 	if e := d.coordErrs.all(); len(e) > 0 {
 		t.Fatalf("the coordinator user was refused: %v", e)
+	}
+}
+
+// TestCoordinatorTakesOverWithItsRights: a successor replica takes over
+// from the lease record its predecessor left, reading the record's
+// history to compare it with the one before (a KV history is a
+// consumer on the state bucket), with only the coordinator user's
+// rights; any refusal fails the test.
+func TestCoordinatorTakesOverWithItsRights(t *testing.T) {
+	d := startDeployment(t)
+	nc, _ := d.dial(t, d.srv, "tenant_a")
+	leaseOf(t, nc)
+	d.stopCoord()
+	d.startCoordinator(t)
+	d.stopCoord()
+	if e := d.coordErrs.all(); len(e) > 0 {
+		t.Fatalf("the successor was refused: %v", e)
 	}
 }
 
