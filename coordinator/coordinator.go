@@ -381,6 +381,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	}{
 		{"capacity", "capacity.*", c.handleCapacity},
 		{"server_get", "server.get", c.handleServerGet},
+		{"server_get_child", "server.get.*", c.handleServerGet},
 	}
 	for _, e := range endpoints {
 		if err := g.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.subject), micro.WithEndpointQueueGroupDisabled(),

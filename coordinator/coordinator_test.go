@@ -211,6 +211,7 @@ func TestBadInput(t *testing.T) {
 		{"unmatched", "capacity.get", `{"client_id":"x","resource":[{"resource_id":"other","wants":1},{"resource_id":"more","wants":1}]}`, "404", "matches no template"},
 		{"release no client", "capacity.release", `{"resource_id":["db"]}`, "400", "client_id is empty"},
 		{"server get bad band", "server.get", `{"server_id":"s","resource":[{"resource_id":"db","wants":[{"num_clients":0,"wants":5}]}]}`, "400", "num_clients"},
+		{"server get as another child", "server.get.eu", `{"server_id":"us","resource":[{"resource_id":"db","wants":[{"num_clients":1,"wants":5}]}]}`, "400", "asks for itself only"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -255,7 +256,7 @@ func TestBadInput(t *testing.T) {
 	}
 	// A valid server.get is served (docs/tree.md): the child is answered
 	// with a lease, nothing while the lone client holds everything.
-	sm := e.reqJSON("allot.root.server.get", `{"server_id":"s","resource":[{"resource_id":"db","wants":[{"priority":0,"num_clients":2,"wants":5}]}]}`)
+	sm := e.reqJSON("allot.root.server.get.s", `{"server_id":"s","resource":[{"resource_id":"db","wants":[{"priority":0,"num_clients":2,"wants":5}]}]}`)
 	var sr allotpb.GetServerCapacityResponse
 	if err := wire.Unmarshal(wire.ReplyEncodingOf(sm.Header), sm.Data, &sr); err != nil || sm.Header.Get("Nats-Service-Error-Code") != "" ||
 		len(sr.GetResponse()) != 1 || sr.GetResponse()[0].GetGets() == nil || sr.GetTerm() != 1 {

@@ -230,8 +230,9 @@ func (b *bulkLane) close() {
 	})
 }
 
-// handleServerGet serves allot.<node>.server.get: a child node asking
-// for capacity on behalf of its clients (see internal/ledger/tree.go).
+// handleServerGet serves allot.<node>.server.get and
+// allot.<node>.server.get.<child>: a child node asking for capacity on
+// behalf of its clients (see internal/ledger/tree.go).
 func (c *Coordinator) handleServerGet(m micro.Request) {
 	c.countCall(m.Subject(), 0)
 	enc := wire.EncodingOf(nats.Header(m.Headers()))
@@ -242,6 +243,14 @@ func (c *Coordinator) handleServerGet(m micro.Request) {
 	r := &request{kind: kindServer, enc: enc, msg: m, srv: &allotpb.GetServerCapacityRequest{}}
 	if err := decode(enc, m, r.srv, func() error { return wire.ValidateGetServerCapacity(r.srv) }); err != nil {
 		c.replyError(m, enc, CodeBadRequest, err.Error())
+		return
+	}
+	// On allot.<node>.server.get.<child> the subject names the child, and
+	// NATS permissions may allow a child's link that subject alone: the
+	// request must then speak for that child only.
+	if child, ok := strings.CutPrefix(m.Subject(), Subject(c.opts.Node, "server.get.")); ok && r.srv.GetServerId() != child {
+		c.replyError(m, enc, CodeBadRequest, "server_id "+strconv.Quote(r.srv.GetServerId())+" does not match the child "+
+			strconv.Quote(child)+" the subject names: a child node asks for itself only")
 		return
 	}
 	c.enqueue(r)

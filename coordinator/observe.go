@@ -143,6 +143,10 @@ func subjectIndex(subject string) int {
 	if strings.HasPrefix(subject, tenantPrefix) {
 		dots = 3
 	}
+	// allot.<node>.server.get.<child> counts as server.get.
+	if i := strings.LastIndexByte(subject, '.'); i > 0 && strings.Count(subject, ".") == 4 && strings.HasSuffix(subject[:i], ".server.get") {
+		subject = subject[:i]
+	}
 	for i, s := range callSubjects[:len(callSubjects)-1] {
 		if n := len(subject) - len(s); n > 0 && subject[n-1] == '.' && subject[n:] == s && strings.Count(subject[:n-1], ".") == dots {
 			return i

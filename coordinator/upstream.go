@@ -37,7 +37,7 @@ const upstreamTimeout = 2 * time.Second
 
 func newUpstream(c *Coordinator) *upstream {
 	ctx, cancel := context.WithCancel(context.Background())
-	u := &upstream{link: tree.NewLink(c.nc, c.opts.Parent), in: make(chan []*allotpb.GetServerCapacityRequest, 1),
+	u := &upstream{link: tree.NewLink(c.nc, c.opts.Parent, c.opts.Node), in: make(chan []*allotpb.GetServerCapacityRequest, 1),
 		out: make(chan upstreamResult, 1), ctx: ctx, stop: cancel}
 	u.wg.Add(1)
 	go u.run()

@@ -21,15 +21,22 @@ import (
 
 // Link asks one parent node.
 type Link struct {
-	nc     *nats.Conn
-	parent string
+	nc            *nats.Conn
+	parent, child string
 }
 
-// NewLink returns a link to the coordinator of node parent.
-func NewLink(nc *nats.Conn, parent string) *Link { return &Link{nc: nc, parent: parent} }
+// NewLink returns the link of node child to the coordinator of node
+// parent.
+func NewLink(nc *nats.Conn, parent, child string) *Link {
+	return &Link{nc: nc, parent: parent, child: child}
+}
 
-// Subject is the subject the link asks on.
-func (l *Link) Subject() string { return "allot." + l.parent + ".server.get" }
+// Subject is the subject the link asks on:
+// allot.<parent>.server.get.<child>. The child's name in the subject lets
+// a deployment allow each child's link only its own subject (see
+// docs/security.md); the parent answers only requests whose server_id is
+// that name.
+func (l *Link) Subject() string { return "allot." + l.parent + ".server.get." + l.child }
 
 // ErrNoParent means no coordinator of the parent node answered: the leaf
 // link is cut, or the parent has no serving leader.

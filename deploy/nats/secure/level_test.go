@@ -257,7 +257,7 @@ func TestLevelConfigReachesChild(t *testing.T) {
 // violation and drops the link) when it writes the root's
 // configuration, election or state bucket (directly or through the
 // domain's API prefix), calls any other JetStream API, asks the root's
-// coordinators anything but server.get, publishes as a tenant or into
+// coordinators anything but server.get for region1, publishes as a tenant or into
 // an inbox, or subscribes to a subject it may not receive; a wildcard
 // subscription is accepted but receives nothing it may not (tenants'
 // replies, the coordinator's inbox and subjects).
@@ -277,6 +277,8 @@ func TestLevelLinkRefusedAtRoot(t *testing.T) {
 		"$JS.root.API.CONSUMER.DELETE.KV_allot_config.allot_mirror_region1", "$JS.root.API.INFO", "$JS.API.INFO",
 		"allot.root.capacity.get", "allot.t.TENANT_A.root.capacity.get", "allot.t.TENANT_A.root.quota.take.a.b",
 		"allot.root.replica.status", "_INBOX_allot_coordinator.x", "_INBOX_tenant_a.x", "$SRV.PING",
+		// Asking as another child, or on the subject without a child.
+		"allot.root.server.get", "allot.root.server.get.region2",
 	} {
 		t.Run("publish "+subject, func(t *testing.T) {
 			leaf := dialLeaf(t, d, "region1_leaf")
