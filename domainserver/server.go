@@ -312,12 +312,16 @@ type Stats struct {
 	Transfers  int    `json:"transfers"`
 	Silenced   uint64 `json:"silenced"`
 	Counts
+	// Learning is true while the server learns the live holds from
+	// refreshes (until LearnUntil) and grants no copies.
+	Learning bool `json:"learning"`
 }
 
 // Stats returns the server's state and counters; safe for concurrent use.
 func (s *Server) Stats() Stats {
 	st := Stats{Node: s.opts.Node, ServerID: s.opts.ServerID, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
 		Term: s.opts.Term, Serving: s.gate.Serving(), LearnUntil: s.opts.LearnUntil, Silenced: s.gate.Silenced.Load()}
+	st.Learning = s.opts.Now().Before(s.opts.LearnUntil)
 	if err := s.Err(); err != nil {
 		st.Failure = err.Error()
 	}

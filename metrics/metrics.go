@@ -12,7 +12,8 @@
 // resources by name (those with the most outstanding); the others are
 // summed under the resource label OtherResource.
 //
-// The agent's collector is in package agent/agentmetrics.
+// NewDomainCollector does the same for the domain-limit partitions a
+// process leads. The agent's collector is in package agent/agentmetrics.
 package metrics
 
 import (

@@ -93,4 +93,16 @@ func TestUpServesDomainLimits(t *testing.T) {
 	if holds != 3 || copies != 4 {
 		t.Errorf("status shows %d holds of %d copies, want 3 of 4:\n%s", holds, copies, out)
 	}
+	// So do the metrics, per partition.
+	fams := scrapeMetrics(t, up.opsURL(t))
+	var mholds, mcopies, reserves float64
+	for _, p := range []string{"0", "1"} {
+		h, _ := metricValue(fams, "allot_domain_holds", map[string]string{"node": "root", "partition": p})
+		c, _ := metricValue(fams, "allot_domain_copies_held", map[string]string{"node": "root", "partition": p})
+		r, _ := metricValue(fams, "allot_domain_reserves_total", map[string]string{"node": "root", "partition": p})
+		mholds, mcopies, reserves = mholds+h, mcopies+c, reserves+r
+	}
+	if mholds != 3 || mcopies != 4 || reserves != 2 {
+		t.Errorf("metrics: %v holds of %v copies, %v reserves; want 3 of 4, 2", mholds, mcopies, reserves)
+	}
 }

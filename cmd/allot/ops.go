@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/metrics"
 )
@@ -38,6 +39,7 @@ type opsState struct {
 
 	mu       sync.Mutex
 	replicas []opsReplica
+	domains  []*domainserver.Replica
 }
 
 type opsReplica struct {
@@ -56,6 +58,34 @@ func (s *opsState) add(nc *nats.Conn, rep *coordinator.Replica) (remove func()) 
 		defer s.mu.Unlock()
 		s.replicas = slices.DeleteFunc(s.replicas, func(r opsReplica) bool { return r.rep == rep })
 	}
+}
+
+// addDomain registers a domain-limit replica until the returned function
+// is called.
+func (s *opsState) addDomain(rep *domainserver.Replica) (remove func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.domains = append(s.domains, rep)
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.domains = slices.DeleteFunc(s.domains, func(r *domainserver.Replica) bool { return r == rep })
+	}
+}
+
+// domainStats returns the STATS of the domain-limit partitions this
+// process leads now.
+func (s *opsState) domainStats() []domainserver.Stats {
+	s.mu.Lock()
+	reps := slices.Clone(s.domains)
+	s.mu.Unlock()
+	var out []domainserver.Stats
+	for _, r := range reps {
+		if srv := r.Server(); srv != nil {
+			out = append(out, srv.Stats())
+		}
+	}
+	return out
 }
 
 // Replicas returns the replicas the process runs now.
@@ -121,6 +151,7 @@ func opsRegistry(st *opsState) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		metrics.NewCoordinatorCollector(st.targets, metrics.Options{MaxResources: st.maxResources}),
+		metrics.NewDomainCollector(st.domainStats),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),

@@ -316,6 +316,9 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 		if err != nil {
 			return err
 		}
+		if cf.ops != nil {
+			defer cf.ops.addDomain(dr)()
+		}
 		runs = append(runs, dr.Run)
 	}
 	return runAll(ctx, runs)
