@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -137,6 +138,17 @@ func (m Machine) Markdown() string {
 }
 
 // table renders a markdown table.
+// targetTable is the table of closed-loop targets (a baseline and the
+// responders measured against it): throughput, latency, CPU, memory and
+// errors per target.
+func targetTable(targets ...LoadTarget) string {
+	rows := make([][]string, len(targets))
+	for i, t := range targets {
+		rows[i] = []string{t.Name, f0(t.RPS), f0(t.P50us), f0(t.P99us), f0(t.P999us), f2(t.CPUPerReqUs), f1(t.RSSMiB), strconv.FormatInt(t.Errors, 10)}
+	}
+	return table([]string{"responder", "req/s", "p50 µs", "p99 µs", "p99.9 µs", "CPU µs/req", "RSS MiB", "errors"}, rows)
+}
+
 func table(header []string, rows [][]string) string {
 	var b strings.Builder
 	b.WriteString("| " + strings.Join(header, " | ") + " |\n|")

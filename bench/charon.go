@@ -183,13 +183,11 @@ func (r *CharonBenchResult) Markdown() string {
 	fmt.Fprintf(&b, "### Domain limits: request and reserve decisions over TCP loopback\n\n")
 	fmt.Fprintf(&b, "%d callers (one domain each) on %d connections, %d in flight each (%d in all), JSON on allot.root.domain.<op>.cb.<resource>: request on a rate resource with three burst tiers, reserve of one copy (released by the %v hold expiry, as nobody refreshes it); the echo answers the same payload. %v measured per target in %d alternating phases after %v warm-up each.\n\n",
 		o.Clients, o.Conns, o.Pipeline, r.InFlight, charonBenchHoldTTL, o.Duration, o.Phases, o.Warmup)
-	var rows [][]string
+	var targets []LoadTarget
 	for _, run := range r.Runs {
-		for _, t := range []LoadTarget{run.Baseline, run.Domain} {
-			rows = append(rows, []string{t.Name, f0(t.RPS), f0(t.P50us), f0(t.P99us), f0(t.P999us), f2(t.CPUPerReqUs), f1(t.RSSMiB), strconv.FormatInt(t.Errors, 10)})
-		}
+		targets = append(targets, run.Baseline, run.Domain)
 	}
-	b.WriteString(table([]string{"responder", "req/s", "p50 µs", "p99 µs", "p99.9 µs", "CPU µs/req", "RSS MiB", "errors"}, rows))
+	b.WriteString(targetTable(targets...))
 	b.WriteString("\n")
 	for _, run := range r.Runs {
 		fmt.Fprintf(&b, "- **%s: domain server / bare echo throughput %.2f× (target ≥ %.1f×: %s)**, p99 %.2f×, CPU per decision %.2f×.\n",

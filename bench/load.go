@@ -298,11 +298,7 @@ func (r *LoadResult) Markdown() string {
 	fmt.Fprintf(&b, "### Load: GetCapacity over TCP loopback\n\n")
 	fmt.Fprintf(&b, "%d simulated clients on %d connections, %d requests in flight each (%d in flight), %d resources, %d per request, binary protobuf; round interval %v; %v measured per target in %d alternating phases after %v warm-up each.\n\n",
 		o.Clients, o.Conns, o.Pipeline, r.InFlight, o.Resources, o.PerRequest, roundLabel(o.Round), o.Duration, o.Phases, o.Warmup)
-	row := func(t LoadTarget) []string {
-		return []string{t.Name, f0(t.RPS), f0(t.P50us), f0(t.P99us), f0(t.P999us), f2(t.CPUPerReqUs), f1(t.RSSMiB), strconv.FormatInt(t.Errors, 10)}
-	}
-	b.WriteString(table([]string{"responder", "req/s", "p50 µs", "p99 µs", "p99.9 µs", "CPU µs/req", "RSS MiB", "errors"},
-		[][]string{row(r.Baseline), row(r.Coordinator)}))
+	b.WriteString(targetTable(r.Baseline, r.Coordinator))
 	fmt.Fprintf(&b, "\n**coordinator / bare echo: throughput %.2f× (target ≥ %.1f×: %s), p99 latency %.2f×, CPU per request %.2f×.**\n\n",
 		r.Ratio, r.TargetRatio, verdict(r.Ratio >= r.TargetRatio), r.P99Ratio, r.CPURatio)
 	fmt.Fprintf(&b, "CPU and RSS: %s.\n", r.CPUScope)

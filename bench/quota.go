@@ -237,13 +237,11 @@ func (r *QuotaBenchResult) Markdown() string {
 	fmt.Fprintf(&b, "### Quota: take decisions over TCP loopback\n\n")
 	fmt.Fprintf(&b, "%d callers (one bucket each, TOKEN_BUCKET never empty, in %d namespaces) on %d connections, %d in flight each (%d in all), binary protobuf on allot.root.quota.take.<ns>.<name>; the echo answers the same payload on one subject. %v measured per target in %d alternating phases after %v warm-up each.\n\n",
 		o.Clients, o.Namespaces, o.Conns, o.Pipeline, r.InFlight, o.Duration, o.Phases, o.Warmup)
-	var rows [][]string
+	var targets []LoadTarget
 	for _, run := range r.Runs {
-		for _, t := range []LoadTarget{run.Baseline, run.Quota} {
-			rows = append(rows, []string{t.Name, f0(t.RPS), f0(t.P50us), f0(t.P99us), f0(t.P999us), f2(t.CPUPerReqUs), f1(t.RSSMiB), strconv.FormatInt(t.Errors, 10)})
-		}
+		targets = append(targets, run.Baseline, run.Quota)
 	}
-	b.WriteString(table([]string{"responder", "req/s", "p50 µs", "p99 µs", "p99.9 µs", "CPU µs/req", "RSS MiB", "errors"}, rows))
+	b.WriteString(targetTable(targets...))
 	b.WriteString("\n")
 	for _, run := range r.Runs {
 		fmt.Fprintf(&b, "- **%d partition(s): quota / bare echo throughput %.2f× (target ≥ %.1f×: %s)**, p99 %.2f×, CPU per decision %.2f×; %.0f decisions per second of quota-process CPU; decisions seen: %s; decisions per partition: %s.\n",
