@@ -40,17 +40,21 @@ func TestUpAgentTake(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	// Partitions elect their leaders and load the namespace after `up`
-	// reports it is up: ask until a peek is answered as configured.
-	for {
-		res, err := a.Take(ctx, "logins:alice", 0)
-		if err == nil && res.Limit == 2 {
-			break
+	// Partitions elect their leaders and load the namespaces after `up`
+	// reports it is up, each on its own schedule: peek every key the test
+	// uses (they may sit on different partitions) until it is answered as
+	// configured.
+	for _, key := range []string{"logins:alice", "api:203_0_113_5"} {
+		for {
+			res, err := a.Take(ctx, key, 0)
+			if err == nil && res.Limit == 2 {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s not served: %+v, %v", key, res, err)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("logins not served: %+v, %v", res, err)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	for i := range 2 {
 		if res, err := a.Take(ctx, "logins:alice", 1); err != nil || res.Remaining != int64(1-i) || res.Fallback {
