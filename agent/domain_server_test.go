@@ -13,6 +13,7 @@ import (
 
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/domainlimit"
+	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/natstest"
 )
 
@@ -229,8 +230,14 @@ func TestDomainServerTransfer(t *testing.T) {
 	if err != nil || got.Copies() != 3 || got.Domain() != "acme" || got.Resource() != "app:sandbox" {
 		t.Fatalf("Seize = %+v, %v", got, err)
 	}
-	if _, err := p2.Seize(ctx, tid); err == nil {
-		t.Error("second Seize of the same id accepted")
+	// A retry by the seizer is answered with its hold; another client is
+	// refused.
+	if again, err := p2.Seize(ctx, tid); err != nil || again != got || copiesHeld(srv) != 5 {
+		t.Errorf("the seizer's second Seize = %p, %v, want %p; server holds %d", again, err, got, copiesHeld(srv))
+	}
+	var se *ServiceError
+	if _, err := p1.Seize(ctx, tid); !errors.As(err, &se) || se.Code != 409 {
+		t.Errorf("Seize by another client of a seized id = %v, want 409", err)
 	}
 	// The seized hold is p2's: p1 cannot release it through its own id.
 	if err := got.Release(ctx, 1); err != nil || copiesHeld(srv) != 4 {
@@ -241,6 +248,43 @@ func TestDomainServerTransfer(t *testing.T) {
 	}
 	if err := h.Close(); err != nil || copiesHeld(srv) != 0 {
 		t.Fatalf("Close: %v; server holds %d", err, copiesHeld(srv))
+	}
+}
+
+// TestDomainServerSeizeLostReply: a seize whose reply never reached the
+// agent (sent here on a plain connection with the agent's client id) is
+// asked again by the agent: it gets the same copies, and keeps them alive
+// past the hold TTL by refreshing them, until it closes.
+func TestDomainServerSeizeLostReply(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	srv := startDomainServer(t, s, time.Second, false)
+	ctx := context.Background()
+	p1 := newAgent(t, natstest.Conn(t, s), WithClientID("p1"))
+	h, err := p1.Reserve(ctx, "app:sandbox", "acme", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tid, err := h.Transfer(ctx, 2, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Conn(t, s)
+	if _, err := nc.Request(domainwire.Subject("root", domainwire.OpSeize, "app", "sandbox"),
+		[]byte(`{"client_id":"p2","transfer_id":"`+tid+`"}`), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p2 := newAgent(t, natstest.Conn(t, s), WithClientID("p2"))
+	got, err := p2.Seize(ctx, tid)
+	if err != nil || got.Copies() != 2 {
+		t.Fatalf("Seize after the lost reply = %+v, %v; want the 2 copies", got, err)
+	}
+	time.Sleep(2500 * time.Millisecond) // past the 1s hold TTL, twice
+	if copiesHeld(srv) != 4 {
+		t.Errorf("the seized hold was not kept alive: server holds %d, want 4", copiesHeld(srv))
+	}
+	if err := p2.Close(); err != nil || copiesHeld(srv) != 2 {
+		t.Fatalf("seizer's Close: %v; server holds %d, want 2", err, copiesHeld(srv))
 	}
 }
 

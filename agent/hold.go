@@ -493,10 +493,14 @@ func (h *Hold) Transfer(ctx context.Context, n int64, ttl time.Duration) (string
 // Seize claims the copies another process staged with Hold.Transfer, as a
 // new hold of this agent, refreshed like a reserved one. The request goes
 // to the seize subject of the resource the id names. An unknown or
-// expired transfer id is an error (a *ServiceError with code 404); a
-// malformed one is an error and nothing is sent. When the service does
-// not answer, the error wraps ErrDomainUnavailable: a seize never fails
-// open, as the copies are someone else's until it succeeds.
+// expired transfer id is an error (a *ServiceError with code 404), and so
+// is one another client seized (409); a malformed one is an error and
+// nothing is sent. When the service does not answer, the error wraps
+// ErrDomainUnavailable: a seize never fails open, as the copies are
+// someone else's until it succeeds. Calling Seize again with the same id
+// is then safe: for one hold TTL the service answers the seizer's retry
+// with the hold it made, even across a leader change, and a second Seize
+// that succeeds returns the Hold the first one returned.
 func (a *Agent) Seize(ctx context.Context, transferID string) (*Hold, error) {
 	ns, res, err := domainwire.TransferResource(transferID)
 	if err != nil {
@@ -524,6 +528,9 @@ func (a *Agent) Seize(ctx context.Context, transferID string) (*Hold, error) {
 		return nil, err
 	}
 	a.answered(r)
+	if h := r.holds[rep.HoldID]; h != nil {
+		return h, nil // a retry answered with the hold this agent has
+	}
 	r.st.Granted++
 	h := &Hold{a: a, ns: ns, res: res, resource: ns + ":" + res, domain: rep.Domain,
 		id: rep.HoldID, copies: rep.Copies, groups: slices.Clone(rep.Groups)}

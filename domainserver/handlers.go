@@ -247,6 +247,9 @@ func (s *Server) release(data []byte, ns, name string) (any, error) {
 		if learning, _ := s.learning(s.opts.Now()); learning {
 			// Not heard of yet: the client gives it all up before this
 			// leader learnt it, and will not list it in a refresh again.
+			if t := s.seized[in.HoldID]; t != nil {
+				t.gone = true
+			}
 			s.counts.Releases++
 			return domainwire.ReleaseReply{}, nil
 		}
@@ -339,7 +342,7 @@ func (s *Server) transfer(data []byte, ns, name string) (any, error) {
 		return nil, errorf(domainwire.CodeConflict, "transfer of %d copies: hold %q has %d", n, h.id, h.copies)
 	}
 	if len(s.transfers) >= MaxTransfers {
-		return nil, errorf(domainwire.CodeTooMany, "%d transfers are staged and not yet seized or expired; the limit is %d", len(s.transfers), MaxTransfers)
+		return nil, errorf(domainwire.CodeTooMany, "%d transfers are staged or recently seized; the limit is %d", len(s.transfers), MaxTransfers)
 	}
 	t := &transfer{id: newID(), res: h.res, domain: h.domain, groups: h.groups, copies: n, expires: now.Add(ttl)}
 	full := ns + "." + name + "." + t.id
@@ -378,20 +381,66 @@ func (s *Server) seize(data []byte, ns, name string) (any, error) {
 	if t == nil || now.After(t.expires) {
 		return nil, errorf(domainwire.CodeNotFound, "transfer %q does not exist or has expired", in.TransferID)
 	}
-	delete(s.transfers, in.TransferID)
+	if !t.staged() {
+		return s.reseize(t, in.ClientID, ns, name, now)
+	}
+	// The record stays one hold TTL, naming the new hold: a seizer whose
+	// reply was lost asks again and gets the same hold.
+	seized := *t
+	seized.res, seized.seizedBy, seized.holdID, seized.expires = nil, in.ClientID, newID(), now.Add(s.opts.HoldTTL)
+	s.transfers[in.TransferID] = &seized
 	if err := s.saveTransfers(); err != nil {
 		// Seizing anyway would let a new leader restore the transfer
 		// beside the new hold: count the copies twice.
 		s.transfers[in.TransferID] = t
-		return nil, errorf(domainwire.CodeInternal, "remove the transfer from the state bucket: %v (not seized; retry)", err)
+		return nil, errorf(domainwire.CodeInternal, "record the seize in the state bucket: %v (not seized; retry)", err)
 	}
-	h := &hold{id: newID(), clientID: in.ClientID, res: t.res, domain: t.domain, groups: t.groups, copies: t.copies}
+	s.seized[seized.holdID] = &seized
+	h := &hold{id: seized.holdID, clientID: in.ClientID, res: t.res, domain: t.domain, groups: t.groups, copies: t.copies}
 	s.addHold(h, now)
 	s.counts.Seized++
+	return seizeReply(h, s.opts.HoldTTL), nil
+}
+
+// reseize answers a seize of a transfer already seized: the seizer asking
+// again (its reply was lost) gets its hold as it is now. A new leader
+// that has not heard of that hold from a refresh while it learns makes it
+// again from the record: the predecessor counted it, and nobody else
+// could have been granted its copies since. Called with s.mu held.
+func (s *Server) reseize(t *transfer, clientID, ns, name string, now time.Time) (any, error) {
+	if t.seizedBy != clientID {
+		return nil, errorf(domainwire.CodeConflict, "transfer %q was already seized by another client", t.id)
+	}
+	h := s.holds[t.holdID]
+	if h == nil {
+		learning, _ := s.learning(now)
+		if t.gone || !learning {
+			return nil, errorf(domainwire.CodeNotFound, "transfer %q was seized by this client as hold %q, which has since been released or expired",
+				t.id, t.holdID)
+		}
+		r, err := s.resolve(ns, name, domainlimit.KindCopies)
+		if err == nil {
+			err = r.copies.Restore(t.domain, t.groups, t.copies)
+		}
+		if err != nil {
+			return nil, err
+		}
+		h = &hold{id: t.holdID, clientID: clientID, res: r, domain: t.domain, groups: t.groups, copies: t.copies}
+		s.addHold(h, now)
+		s.counts.Restored++
+	} else {
+		s.touchHold(h, now)
+	}
+	s.counts.Seized++
+	return seizeReply(h, s.opts.HoldTTL), nil
+}
+
+// seizeReply describes h, made by a seize.
+func seizeReply(h *hold, ttl time.Duration) domainwire.SeizeReply {
 	groups := h.groups
 	if groups == nil {
 		groups = []string{}
 	}
-	return domainwire.SeizeReply{HoldID: h.id, Namespace: ns, Resource: name, Domain: h.domain, Groups: groups, Copies: h.copies,
-		TTLMillis: s.opts.HoldTTL.Milliseconds()}, nil
+	return domainwire.SeizeReply{HoldID: h.id, Namespace: h.res.ns, Resource: h.res.name, Domain: h.domain, Groups: groups, Copies: h.copies,
+		TTLMillis: ttl.Milliseconds()}
 }

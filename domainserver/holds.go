@@ -39,15 +39,25 @@ type hold struct {
 	elem *list.Element
 }
 
-// transfer is copies staged by a transfer, waiting to be seized.
+// transfer is copies staged by a transfer, waiting to be seized; or,
+// once seized (holdID set), the record that answers a retry of the seize
+// with the same hold until one hold TTL after it.
 type transfer struct {
 	id      string
-	res     *resource
+	res     *resource // nil for a seized record a predecessor wrote
 	domain  string
 	groups  []string
 	copies  int64
 	expires time.Time
+	// seizedBy and holdID name the hold the copies became; gone is set
+	// once this server forgot that hold (released, expired, or
+	// transferred away).
+	seizedBy, holdID string
+	gone             bool
 }
+
+// staged reports whether t still holds its copies, waiting for a seize.
+func (t *transfer) staged() bool { return t.holdID == "" }
 
 // errNoConfig is a namespace without configuration.
 var errNoConfig = errors.New("not configured")
@@ -155,6 +165,9 @@ func (s *Server) touchHold(h *hold, now time.Time) {
 func (s *Server) forgetHold(h *hold) {
 	delete(s.holds, h.id)
 	s.byExpiry.Remove(h.elem)
+	if t := s.seized[h.id]; t != nil {
+		t.gone = true
+	}
 }
 
 // expire releases holds and transfers past their expiry and forgets idle
@@ -176,14 +189,20 @@ func (s *Server) expire(now time.Time) {
 	}
 	expired := false
 	for id, t := range s.transfers {
-		if now.After(t.expires) {
-			if err := t.res.copies.Release(t.domain, t.groups, t.copies); err != nil {
-				s.log.Error("releasing an expired transfer", "transfer", id, "err", err)
-			}
-			delete(s.transfers, id)
-			s.counts.TransfersExpired++
-			expired = true
+		if !now.After(t.expires) {
+			continue
 		}
+		expired = true
+		delete(s.transfers, id)
+		if !t.staged() {
+			// Its copies are the seizer's hold's: a retry is too late now.
+			delete(s.seized, t.holdID)
+			continue
+		}
+		if err := t.res.copies.Release(t.domain, t.groups, t.copies); err != nil {
+			s.log.Error("releasing an expired transfer", "transfer", id, "err", err)
+		}
+		s.counts.TransfersExpired++
 	}
 	if expired {
 		s.saveTransfers()

@@ -146,7 +146,9 @@ type Server struct {
 	holds     map[string]*hold
 	byExpiry  *list.List // of *hold, soonest expiry first
 	transfers map[string]*transfer
-	kv        jetstream.KeyValue
+	// seized maps a hold made by a seize to its transfer's record.
+	seized map[string]*transfer
+	kv     jetstream.KeyValue
 	// rev is the revision of the transfers key this server last read or
 	// wrote (0: create it), and written the value it last tried to
 	// write: writes compare and set on rev, so that a deposed leader
@@ -174,7 +176,7 @@ func New(nc *nats.Conn, opts Options) (*Server, error) {
 	}
 	log := opts.Logger.With("node", opts.Node, "domain_partition", opts.Partition, "server_id", opts.ServerID)
 	return &Server{nc: nc, opts: opts, log: log, gate: reply.NewGate(opts.Valid, log, "domain partition"),
-		resources: map[string]*resource{}, holds: map[string]*hold{}, byExpiry: list.New(), transfers: map[string]*transfer{}}, nil
+		resources: map[string]*resource{}, holds: map[string]*hold{}, byExpiry: list.New(), transfers: map[string]*transfer{}, seized: map[string]*transfer{}}, nil
 }
 
 // Start loads the staged transfers, registers the micro service and
@@ -189,7 +191,7 @@ func (s *Server) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	staged := len(s.transfers) // before the handlers may change it
+	staged := s.stagedLocked() // before the handlers may change it
 	node, part := s.opts.Node, strconv.Itoa(s.opts.Partition)
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:        ServiceName,
@@ -308,9 +310,10 @@ type Stats struct {
 	Resources  int       `json:"resources"`
 	Holds      int       `json:"holds"`
 	// CopiesHeld sums every live hold's copies, staged transfers included.
-	CopiesHeld int64  `json:"copies_held"`
-	Transfers  int    `json:"transfers"`
-	Silenced   uint64 `json:"silenced"`
+	CopiesHeld int64 `json:"copies_held"`
+	// Transfers counts staged transfers, not yet seized.
+	Transfers int    `json:"transfers"`
+	Silenced  uint64 `json:"silenced"`
 	Counts
 	// Learning is true while the server learns the live holds from
 	// refreshes (until LearnUntil) and grants no copies.
@@ -328,12 +331,26 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st.Counts = s.counts
-	st.Resources, st.Holds, st.Transfers = len(s.resources), len(s.holds), len(s.transfers)
+	st.Resources, st.Holds, st.Transfers = len(s.resources), len(s.holds), s.stagedLocked()
 	for _, h := range s.holds {
 		st.CopiesHeld += h.copies
 	}
 	for _, t := range s.transfers {
-		st.CopiesHeld += t.copies
+		if t.staged() {
+			st.CopiesHeld += t.copies
+		}
 	}
 	return st
+}
+
+// stagedLocked counts the transfers not yet seized. Called with s.mu held
+// (or before the server answers).
+func (s *Server) stagedLocked() int {
+	n := 0
+	for _, t := range s.transfers {
+		if t.staged() {
+			n++
+		}
+	}
+	return n
 }

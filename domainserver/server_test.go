@@ -210,11 +210,24 @@ func TestHoldLifecycle(t *testing.T) {
 		sz.Copies != 2 || sz.Domain != "a" || sz.Namespace != "app" || sz.Resource != "sandbox" || len(sz.Groups) != 1 {
 		t.Fatalf("seize: %s %+v", code, sz)
 	}
-	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c3","transfer_id":"`+tr.TransferID+`"}`, nil); code != "404" {
-		t.Errorf("second seize: %q, want 404", code)
+	// A seize is idempotent for its seizer (whose reply may have been
+	// lost), and refused to anyone else.
+	var again domainwire.SeizeReply
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c3","transfer_id":"`+tr.TransferID+`"}`, &again); code != "" ||
+		again.HoldID != sz.HoldID || again.Copies != 2 || again.Resource != "sandbox" {
+		t.Errorf("the seizer's second seize: %q %+v, want the same hold %+v", code, again, sz)
+	}
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c4","transfer_id":"`+tr.TransferID+`"}`, nil); code != "409" {
+		t.Errorf("another client's seize of a seized transfer: %q, want 409", code)
+	}
+	if st := e.srv.Stats(); st.CopiesHeld != 2+2+1 || st.Transfers != 0 || st.Holds != 3 {
+		t.Errorf("after the seize: %+v", st)
 	}
 	if code := e.call(t, domainwire.OpRelease, "sandbox", `{"client_id":"c3","hold_id":"`+sz.HoldID+`"}`, &rel); code != "" || rel.Remaining != 0 {
 		t.Errorf("release of the seized hold: %s %+v", code, rel)
+	}
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c3","transfer_id":"`+tr.TransferID+`"}`, nil); code != "404" {
+		t.Errorf("seize again after releasing the seized hold: %q, want 404", code)
 	}
 	if st := e.srv.Stats(); st.CopiesHeld != 3 || st.Holds != 2 {
 		t.Errorf("after the releases: %+v", st)

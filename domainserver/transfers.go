@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/domainlimit"
+	"github.com/allot/allot/internal/domainwire"
 )
 
 // MaxTransfers bounds the staged transfers of one partition: they are
@@ -28,6 +29,10 @@ type storedTransfer struct {
 	Groups    []string  `json:"groups"`
 	Copies    int64     `json:"copies"`
 	Expires   time.Time `json:"expires"`
+	// SeizedBy and HoldID are set once the transfer is seized: the
+	// record then answers a retry of the seize until Expires.
+	SeizedBy string `json:"seized_by,omitempty"`
+	HoldID   string `json:"hold_id,omitempty"`
 }
 
 // transfersKey is the state bucket key that holds the partition's staged
@@ -105,6 +110,14 @@ func (s *Server) loadTransfers(ctx context.Context) error {
 		if !now.Before(st.Expires) {
 			continue
 		}
+		if st.HoldID != "" {
+			// The hold is the seizer's: its refreshes bring it back, and
+			// the record lets a retry of the seize find it.
+			t := &transfer{id: st.ID, domain: st.Domain, groups: st.Groups, copies: st.Copies, expires: st.Expires,
+				seizedBy: st.SeizedBy, holdID: st.HoldID}
+			s.transfers[st.ID], s.seized[st.HoldID] = t, t
+			continue
+		}
 		r, err := s.resolve(st.Namespace, st.Resource, domainlimit.KindCopies)
 		if err == nil {
 			err = r.copies.Restore(st.Domain, st.Groups, st.Copies)
@@ -133,8 +146,9 @@ func (s *Server) saveTransfers() error {
 	}
 	stored := make([]storedTransfer, 0, len(s.transfers))
 	for id, t := range s.transfers {
-		stored = append(stored, storedTransfer{ID: id, Namespace: t.res.ns, Resource: t.res.name, Domain: t.domain, Groups: t.groups,
-			Copies: t.copies, Expires: t.expires})
+		ns, name, _ := domainwire.TransferResource(id) // valid: the handlers made or checked it
+		stored = append(stored, storedTransfer{ID: id, Namespace: ns, Resource: name, Domain: t.domain, Groups: t.groups,
+			Copies: t.copies, Expires: t.expires, SeizedBy: t.seizedBy, HoldID: t.holdID})
 	}
 	b, err := json.Marshal(stored)
 	if err == nil {

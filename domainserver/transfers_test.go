@@ -118,3 +118,53 @@ func TestTransfersWriteWhoseAnswerWasLost(t *testing.T) {
 		t.Fatalf("the second transfer was not written after the unseen one: %v", err)
 	}
 }
+
+// TestSeizeRetryAcrossFailover: a seizer whose reply was lost asks again
+// after a failover. The new leader, still learning, has not heard of the
+// seized hold (its holder does not know it, so nothing refreshes it) and
+// makes it again from the record in the state bucket; anyone else is
+// refused, and a leader that is no longer learning answers 404 (the hold
+// has expired with its predecessor by then).
+func TestSeizeRetryAcrossFailover(t *testing.T) {
+	s := natstest.Server(t)
+	old := startStateful(t, s, "old", nil)
+	e := &env{nc: natstest.Conn(t, s)}
+	id := stage(t, e, "a")
+	var first domainwire.SeizeReply
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c3","transfer_id":"`+id+`"}`, &first); code != "" || first.Copies != 1 {
+		t.Fatalf("seize: %s %+v", code, first)
+	}
+	old.Stop() // and the reply is taken as lost
+
+	next := startStateful(t, s, "next", func(o *domainserver.Options) { o.LearnUntil = time.Now().Add(time.Hour) })
+	if st := next.Stats(); st.Transfers != 0 || st.CopiesHeld != 0 {
+		t.Fatalf("the seized transfer counts as staged at the successor: %+v", st)
+	}
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c4","transfer_id":"`+id+`"}`, nil); code != "409" {
+		t.Errorf("another client's seize: %q, want 409", code)
+	}
+	var again domainwire.SeizeReply
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c3","transfer_id":"`+id+`"}`, &again); code != "" ||
+		again.HoldID != first.HoldID || again.Copies != 1 || again.Domain != "a" {
+		t.Fatalf("the seizer's retry at the new leader: %s %+v, want %+v", code, again, first)
+	}
+	if st := next.Stats(); st.Holds != 1 || st.CopiesHeld != 1 {
+		t.Errorf("the seized hold is not counted at the new leader: %+v", st)
+	}
+	var rel domainwire.ReleaseReply
+	if code := e.call(t, domainwire.OpRelease, "sandbox", `{"client_id":"c3","hold_id":"`+first.HoldID+`"}`, &rel); code != "" {
+		t.Fatalf("release of the seized hold: %s", code)
+	}
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c3","transfer_id":"`+id+`"}`, nil); code != "404" {
+		t.Errorf("seize after releasing its hold: %q, want 404", code)
+	}
+	next.Stop()
+
+	last := startStateful(t, s, "last", nil)
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c3","transfer_id":"`+id+`"}`, nil); code != "404" {
+		t.Errorf("retry at a leader that is not learning: %q, want 404", code)
+	}
+	if st := last.Stats(); st.CopiesHeld != 0 {
+		t.Errorf("copies counted at the last leader: %+v", st)
+	}
+}
