@@ -15,7 +15,7 @@ import (
 )
 
 // Every request delivered before Stop is answered: Stop keeps running
-// rounds until micro has handed over what it had received.
+// rounds until micro has handed over what its connection had received.
 func TestStopAnswersDeliveredRequests(t *testing.T) {
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
@@ -41,6 +41,16 @@ func TestStopAnswersDeliveredRequests(t *testing.T) {
 	}
 	if err := cl.Flush(); err != nil {
 		t.Fatal(err)
+	}
+	// The server hands the requests to the coordinator's connection
+	// asynchronously; on a busy machine some may still be on their way
+	// after Flush. Stop once all have reached it (nothing else is sent
+	// to that connection).
+	for deadline := time.Now().Add(10 * time.Second); nc.Stats().InMsgs < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d requests reached the coordinator's connection", nc.Stats().InMsgs, n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 	c.Stop()
 	for deadline := time.Now().Add(10 * time.Second); got.Load() < n && time.Now().Before(deadline); {
