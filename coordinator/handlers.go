@@ -1,8 +1,6 @@
 package coordinator
 
 import (
-	"encoding/json"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/allot/allot/internal/ledger"
 	"github.com/allot/allot/internal/reply"
+	"github.com/allot/allot/internal/reqinfo"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -75,15 +74,7 @@ func (c *Coordinator) handleCapacity(m micro.Request) {
 // client sets. The request's client id is bound to that identity.
 func (c *Coordinator) handleTenantCapacity(m micro.Request) {
 	tenant := tenantOf(m.Subject())
-	var info struct {
-		User string `json:"user"`
-	}
-	var err error
-	if h := nats.Header(m.Headers()).Get(headerRequestInfo); h != "" {
-		if jerr := json.Unmarshal([]byte(h), &info); jerr != nil {
-			err = fmt.Errorf("bad request: header %s is not JSON: %w", headerRequestInfo, jerr)
-		}
-	}
+	info, _, err := reqinfo.Parse(nats.Header(m.Headers()))
 	var who ledger.Claimant
 	if err == nil {
 		who, err = ledger.NewClaimant(tenant, info.User)
@@ -95,10 +86,6 @@ func (c *Coordinator) handleTenantCapacity(m micro.Request) {
 	}
 	c.serveCapacity(m, who)
 }
-
-// headerRequestInfo is the header in which nats-server tells the exporting
-// account who sent a request across a service import.
-const headerRequestInfo = "Nats-Request-Info"
 
 // tenantOf returns the tenant token of allot.t.<tenant>.<node>.<op>...
 func tenantOf(subject string) string {
