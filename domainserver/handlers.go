@@ -7,10 +7,12 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/reqinfo"
 )
 
 // handle serves every domain subject of the partition.
@@ -19,6 +21,14 @@ func (s *Server) handle(m micro.Request) {
 	op, ns, name, err := domainwire.ParseSubject(m.Subject())
 	if err != nil {
 		s.replyError(m, domainwire.CodeBadRequest, err.Error())
+		return
+	}
+	if err := s.checkTenant(m, ns); err != nil {
+		code := domainwire.CodeForbidden
+		if errors.Is(err, reqinfo.ErrMalformed) {
+			code = domainwire.CodeBadRequest
+		}
+		s.replyError(m, code, err.Error())
 		return
 	}
 	var out any
@@ -65,6 +75,16 @@ func (s *Server) handle(m micro.Request) {
 	if err := m.Respond(b); err != nil {
 		s.log.Debug("reply", "subject", m.Subject(), "err", err)
 	}
+}
+
+// checkTenant refuses a tenant's request on a namespace that lists other
+// tenants only.
+func (s *Server) checkTenant(m micro.Request, ns string) error {
+	nsc := s.opts.Config()[ns]
+	if nsc == nil || len(nsc.Tenants) == 0 {
+		return nil
+	}
+	return reqinfo.CheckTenant(nats.Header(m.Headers()), nsc.Tenants, "namespace "+strconv.Quote(ns))
 }
 
 // decoded decodes a request body with decode and validates it.

@@ -302,3 +302,48 @@ func TestNamespaceSwitches(t *testing.T) {
 		t.Errorf("allow_unconfigured copies: %+v", res)
 	}
 }
+
+// TestTenantsOfANamespace: a namespace that lists its tenants refuses
+// (403) the requests of any other tenant, as nats-server names it in the
+// Nats-Request-Info header of a request crossing a service import, and
+// changes nothing for them; requests without the header (the service's
+// own account) and from a listed tenant are served.
+func TestTenantsOfANamespace(t *testing.T) {
+	e := start(t, nil)
+	ns := testNamespace()
+	ns.Tenants = []string{"TENANT_A"}
+	e.cfg.set(ns)
+	ask := func(info string) string {
+		t.Helper()
+		msg := nats.NewMsg(domainwire.Subject("root", domainwire.OpReserve, "app", "sandbox"))
+		msg.Data = []byte(`{"domain":"a","copies":1,"client_id":"c"}`)
+		if info != "" {
+			msg.Header.Set("Nats-Request-Info", info)
+		}
+		m, err := e.nc.RequestMsg(msg, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Header.Get("Nats-Service-Error-Code")
+	}
+	for _, c := range []struct{ info, code string }{
+		{`{"acc":"TENANT_B","user":"UB"}`, "403"},
+		{`{"user":"UB"}`, "403"},
+		{`{"acc":`, "400"},
+	} {
+		if code := ask(c.info); code != c.code {
+			t.Errorf("reserve with request info %s: code %q, want %s", c.info, code, c.code)
+		}
+	}
+	if st := e.srv.Stats(); st.CopiesHeld != 0 || st.Reserves != 0 {
+		t.Fatalf("refused requests changed the state: %+v", st)
+	}
+	for _, info := range []string{`{"acc":"TENANT_A","user":"UA"}`, ""} {
+		if code := ask(info); code != "" {
+			t.Errorf("reserve with request info %q: code %s, want served", info, code)
+		}
+	}
+	if st := e.srv.Stats(); st.CopiesHeld != 2 {
+		t.Fatalf("served requests: %+v", st)
+	}
+}

@@ -3,13 +3,16 @@ package quotaserver
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/reply"
+	"github.com/allot/allot/internal/reqinfo"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -81,6 +84,14 @@ func (s *Server) take(m micro.Request, ns, name string, inSubject bool) {
 		s.replyError(m, enc, code, "quota take: "+strings.TrimPrefix(err.Error(), wire.ErrBadRequest.Error()+": "))
 		return
 	}
+	if err := s.checkTenant(nats.Header(m.Headers()), t.Namespace); err != nil {
+		code := reply.CodeForbidden
+		if errors.Is(err, reqinfo.ErrMalformed) {
+			code = reply.CodeBadRequest
+		}
+		s.replyError(m, enc, code, "quota take: "+err.Error())
+		return
+	}
 	if !inSubject && s.opts.Partitions > 1 {
 		s.forward(BucketSubject(s.opts.Node, "take", t.Namespace, t.Name), m, m.Data())
 		return
@@ -126,6 +137,7 @@ func (s *Server) report(m micro.Request, ns, name string, inSubject bool) {
 	} else {
 		q = wire.DecodeQuotaReports(enc, m.Data())
 	}
+	s.dropClosedReports(nats.Header(m.Headers()), &q)
 	var applied int
 	if !inSubject && s.opts.Partitions > 1 {
 		applied = s.forwardReports(enc, &q)
@@ -150,6 +162,49 @@ func (s *Server) report(m micro.Request, ns, name string, inSubject bool) {
 		ack.Accepted = int32(applied)
 		s.respond(m, enc, ack)
 	}
+}
+
+// checkTenant refuses a tenant's take or report on a namespace that lists
+// other tenants only. Requests without request info (from the service's
+// own account) skip the lookup.
+func (s *Server) checkTenant(h nats.Header, ns string) error {
+	if h.Get(reqinfo.Header) == "" {
+		return nil
+	}
+	s.refreshConfig()
+	cfg := s.cfg.Load()
+	if cfg == nil {
+		return nil
+	}
+	n := cfg.Namespaces[ns]
+	if n == nil {
+		n = cfg.Namespaces[quota.GlobalDefault] // its bucket answers
+	}
+	if n == nil {
+		return nil
+	}
+	return reqinfo.CheckTenant(h, n.Tenants, "quota namespace "+strconv.Quote(ns))
+}
+
+// dropClosedReports removes from q the reports of namespaces not open to
+// the tenant that sent them, counting them as ignored. Forwarded reports
+// lose the sender's request info, so this runs before forwarding.
+func (s *Server) dropClosedReports(h nats.Header, q *wire.QuotaReports) {
+	if h.Get(reqinfo.Header) == "" {
+		return
+	}
+	kept := q.Reports[:0]
+	for _, r := range q.Reports {
+		if err := s.checkTenant(h, r.Namespace); err != nil {
+			q.Ignored++
+			if q.Error == "" {
+				q.Error = fmt.Sprintf("report for %q: %v", r.Bucket, err)
+			}
+			continue
+		}
+		kept = append(kept, r)
+	}
+	q.Reports = kept
 }
 
 // forwardReports publishes the reports of q, one message per bucket, to

@@ -86,7 +86,7 @@ func ParseNamespace(name string, revision uint64, data []byte) (*quota.Namespace
 	if err != nil {
 		return nil, nil, err
 	}
-	fields, err := canonicalFields("", obj, "buckets", "default_bucket", "dynamic_bucket_template", "max_dynamic_buckets", "shadow")
+	fields, err := canonicalFields("", obj, "buckets", "default_bucket", "dynamic_bucket_template", "max_dynamic_buckets", "shadow", "tenants")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -137,6 +137,11 @@ func ParseNamespace(name string, revision uint64, data []byte) (*quota.Namespace
 			return nil, nil, parseErr("shadow", "want true or false, got %s", jsonKind(raw))
 		}
 		ns.Shadow = b
+	}
+	if raw, ok := fields["tenants"]; ok {
+		if ns.Tenants, err = parseTenantList("tenants", raw); err != nil {
+			return nil, nil, err
+		}
 	}
 	if name == quota.GlobalDefault {
 		switch {

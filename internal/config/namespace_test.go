@@ -97,6 +97,12 @@ func TestParseNamespaceErrors(t *testing.T) {
 		{"logins", `[]`, "must be a JSON object"},
 		{"logins", `{"bukets": {}}`, "bukets: unknown field"},
 		{"logins", `{"shadow": "yes"}`, "shadow: want true or false, got a string"},
+		{"logins", `{"tenants": "A"}`, "tenants: want a list of tenant"},
+		{"logins", `{"tenants": []}`, "tenants: lists 0 tenants"},
+		{"logins", `{"tenants": ["A", 2]}`, "tenants[1]: want a tenant name"},
+		{"logins", `{"tenants": [""]}`, "tenants[0]: is empty"},
+		{"logins", `{"tenants": ["A.B"]}`, "tenants[0]: \"A.B\" is not an account name"},
+		{"logins", `{"tenants": ["A", "A"]}`, "tenants[1]: tenant \"A\" is listed twice"},
 		{"logins", `{"buckets": {"a": {}}, "buckets": {}}`, "buckets: field appears twice"},
 		{"logins", `{"default_bucket": {}, "defaultBucket": {}}`, "field is set twice"},
 		{"logins", `{"buckets": []}`, "buckets: want an object"},
@@ -222,7 +228,8 @@ func TestExplainBucket(t *testing.T) {
 // the same namespace.
 func TestMarshalNamespaceRoundTrip(t *testing.T) {
 	for _, doc := range []string{loginsJSON, `{"default_bucket": {"algorithm": "GCRA", "limit": 10, "window": "1s", "size": 3}}`, `{}`,
-		`{"buckets": {"x": {"algorithm": "LEAKY_BUCKET", "fill_rate": 0.25}}, "dynamic_bucket_template": {"algorithm": "SLIDING_WINDOW_COUNTER", "limit": 5, "window": "1h"}, "max_dynamic_buckets": 7}`} {
+		`{"buckets": {"x": {"algorithm": "LEAKY_BUCKET", "fill_rate": 0.25}}, "dynamic_bucket_template": {"algorithm": "SLIDING_WINDOW_COUNTER", "limit": 5, "window": "1h"}, "max_dynamic_buckets": 7}`,
+		`{"default_bucket": {"size": 3}, "shadow": true, "tenants": ["TENANT_A", "TENANT_B"]}`} {
 		ns, _, err := ParseNamespace("n", 2, []byte(doc))
 		if err != nil {
 			t.Fatal(err)

@@ -177,6 +177,12 @@ func MarshalNamespaceJSON(ns *quota.Namespace) ([]byte, error) {
 		doc["dynamic_bucket_template"] = BucketDocument(ns.Dynamic)
 		doc["max_dynamic_buckets"] = ns.MaxDynamicBuckets
 	}
+	if ns.Shadow {
+		doc["shadow"] = true
+	}
+	if len(ns.Tenants) > 0 {
+		doc["tenants"] = ns.Tenants
+	}
 	return json.MarshalIndent(doc, "", "  ") // sorted keys: stable for diffs
 }
 

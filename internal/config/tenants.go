@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/allot/allot/internal/wire"
@@ -145,6 +146,37 @@ func checkTenantName(name string) error {
 		return fmt.Errorf("%q is not an account name", name)
 	}
 	return nil
+}
+
+// parseTenantList reads a list of tenant (NATS account) names, each
+// once: the tenants a namespace is open to.
+func parseTenantList(field string, raw any) ([]string, error) {
+	arr, ok := raw.([]any)
+	if !ok {
+		return nil, parseErr(field, "want a list of tenant (NATS account) names, got %s", jsonKind(raw))
+	}
+	if len(arr) == 0 || len(arr) > MaxTenantSettings {
+		return nil, invalid(field, "lists %d tenants; want 1 to %d (leave it out to open the namespace to every tenant)", len(arr), MaxTenantSettings)
+	}
+	out := make([]string, 0, len(arr))
+	for i, v := range arr {
+		at := fmt.Sprintf("%s[%d]", field, i)
+		name, ok := v.(string)
+		if !ok {
+			return nil, parseErr(at, "want a tenant name, got %s", jsonKind(v))
+		}
+		if name == PlainTenant {
+			return nil, invalid(at, "is empty: requests outside tenant accounts are always served")
+		}
+		if err := checkTenantName(name); err != nil {
+			return nil, invalid(at, "%v", err)
+		}
+		if slices.Contains(out, name) {
+			return nil, invalid(at, "tenant %q is listed twice", name)
+		}
+		out = append(out, name)
+	}
+	return out, nil
 }
 
 func checkPriority(field string, p int32) error {

@@ -15,6 +15,9 @@ func MarshalNamespace(ns *Namespace) ([]byte, error) {
 		}
 	}
 	doc := map[string]any{"ignore_configured": ns.IgnoreConfigured, "allow_unconfigured": ns.AllowUnconfigured, "resources": res}
+	if len(ns.Tenants) > 0 {
+		doc["tenants"] = ns.Tenants
+	}
 	return json.MarshalIndent(doc, "", "  ") // sorted keys: stable for diffs
 }
 

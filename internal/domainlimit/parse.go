@@ -48,6 +48,10 @@ type Namespace struct {
 	AllowUnconfigured bool
 	// Resources by name; each spec is normalized.
 	Resources map[string]Resource
+	// Tenants, when set, are the only tenants (NATS accounts whose
+	// requests cross a service import) that may use the namespace;
+	// requests from the service's own account always may.
+	Tenants []string
 }
 
 // Resource is one configured resource of a namespace.
@@ -135,7 +139,7 @@ func ParseNamespaceNotes(name string, data []byte) (*Namespace, []string, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := fields("", obj, "ignore_configured", "allow_unconfigured", "resources")
+	f, err := fields("", obj, "ignore_configured", "allow_unconfigured", "resources", "tenants")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -145,6 +149,9 @@ func ParseNamespaceNotes(name string, data []byte) (*Namespace, []string, error)
 		return nil, nil, err
 	}
 	if ns.AllowUnconfigured, err = boolean("allow_unconfigured", f["allow_unconfigured"]); err != nil {
+		return nil, nil, err
+	}
+	if ns.Tenants, err = parseTenants(f["tenants"]); err != nil {
 		return nil, nil, err
 	}
 	res, err := object("resources", f["resources"])
@@ -372,6 +379,39 @@ func parseGroup(at string, v any) (Group, error) {
 		}
 	}
 	return g, nil
+}
+
+// MaxTenants bounds a namespace's tenant list.
+const MaxTenants = 1000
+
+// parseTenants reads the tenants list: account names, each once.
+func parseTenants(raw any) ([]string, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	arr, ok := raw.([]any)
+	if !ok {
+		return nil, pathErr("tenants", "want a list of tenant (NATS account) names, got %s", jsonKind(raw))
+	}
+	if len(arr) == 0 || len(arr) > MaxTenants {
+		return nil, pathErr("tenants", "lists %d tenants; want 1 to %d (leave it out to open the namespace to every tenant)", len(arr), MaxTenants)
+	}
+	out := make([]string, 0, len(arr))
+	for i, v := range arr {
+		at := fmt.Sprintf("tenants[%d]", i)
+		s, ok := v.(string)
+		if !ok {
+			return nil, pathErr(at, "want a tenant name, got %s", jsonKind(v))
+		}
+		if err := ValidateName("tenant name", s); err != nil {
+			return nil, pathErr(at, "%s", err)
+		}
+		if slices.Contains(out, s) {
+			return nil, pathErr(at, "tenant %q is listed twice", s)
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }
 
 // fields checks obj's keys against known and returns obj without null

@@ -11,6 +11,7 @@ import (
 const exampleJSON = `{
   "ignore_configured": false,
   "allow_unconfigured": true,
+  "tenants": ["TENANT_A"],
   "resources": {
     "api": {"kind": "rate", "hard_limit": 100, "global_limit": 1000,
             "tiers": [{"limit": 10, "window": "1s", "active": "10s", "cooldown": "20s"},
@@ -24,6 +25,7 @@ const exampleJSON = `{
 
 const exampleYAML = `
 allow_unconfigured: true
+tenants: [TENANT_A]
 resources:
   api:
     kind: rate
@@ -47,7 +49,7 @@ resources:
 `
 
 func TestParseNamespace(t *testing.T) {
-	want := &Namespace{Name: "shop", AllowUnconfigured: true, Resources: map[string]Resource{
+	want := &Namespace{Name: "shop", AllowUnconfigured: true, Tenants: []string{"TENANT_A"}, Resources: map[string]Resource{
 		"api": {Name: "api", Kind: KindRate, Rate: RateSpec{Hard: 100, Global: 1000,
 			Tiers: []Tier{{Limit: 10, Window: time.Second, Active: 10 * time.Second, Cooldown: 20 * time.Second},
 				// window 5s shortened to the active 3s
@@ -145,6 +147,11 @@ func TestParseNamespaceErrors(t *testing.T) {
 		{`{"resources": {"s": {"kind": "copies", "domains": {"x": {"domain_limit": -2}}}}}`, "resources.s.domains.x.domain_limit: -2 is outside"},
 		{`{"resources": {"s": {"kind": "copies"}, "s": {"kind": "rate"}}}`, "resources.s: field appears twice"},
 		{"resources:\n  s: [unclosed", "invalid YAML"},
+		{`{"tenants": "A"}`, "tenants: want a list of tenant"},
+		{`{"tenants": []}`, "tenants: lists 0 tenants"},
+		{`{"tenants": ["A", 1]}`, "tenants[1]: want a tenant name"},
+		{`{"tenants": ["A", "B.C"]}`, "tenants[1]: tenant name \"B.C\" contains"},
+		{`{"tenants": ["A", "A"]}`, "tenants[1]: tenant \"A\" is listed twice"},
 		{strings.Repeat("[", 100), "nested too deeply"},
 	} {
 		_, err := ParseNamespace("ns", []byte(c.doc))

@@ -53,7 +53,7 @@ const (
 // and in ErrorReply.Code.
 const (
 	CodeBadRequest = 400 // malformed or invalid request
-	CodeForbidden  = 403 // the hold belongs to another client
+	CodeForbidden  = 403 // the hold belongs to another client, or the namespace is not open to the tenant
 	CodeNotFound   = 404 // unknown resource, hold or transfer
 	CodeConflict   = 409 // wrong kind of resource, or more copies released than held
 	CodeTooMany    = 429 // too many staged transfers

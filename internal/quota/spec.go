@@ -133,6 +133,11 @@ type Namespace struct {
 	// answered OK while the buckets count what they decided
 	// (Decision.Shadowed).
 	Shadow bool
+	// Tenants, when set, are the only tenants (NATS accounts whose
+	// requests cross a service import) whose takes and reports the
+	// namespace answers; requests from the service's own account always
+	// are. The quota service checks it; the table does not.
+	Tenants []string
 }
 
 // Config is every namespace a quota service answers for. The namespace

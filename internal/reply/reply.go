@@ -22,6 +22,7 @@ import (
 // Error codes in the Nats-Service-Error-Code header.
 const (
 	CodeBadRequest      = 400
+	CodeForbidden       = 403
 	CodeNotFound        = 404
 	CodeTooLarge        = 413
 	CodeTooMany         = 429

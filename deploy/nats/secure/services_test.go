@@ -3,9 +3,13 @@ package secure_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/domainserver"
@@ -18,13 +22,16 @@ import (
 // startServices runs a quota and a domain-limits server of node root on
 // the coordinator user's connection, as `allot coordinator` does, with a
 // quota namespace "api" (5 tokens per bucket) and a domain namespace "app"
-// (copies resource "pool", 2 per domain).
+// (copies resource "pool", 2 per domain), each open to every tenant, and
+// the same as "own" in both, open to TENANT_A only.
 func (d *deployment) startServices(t *testing.T) {
 	t.Helper()
 	nc, errs := d.dial(t, d.srv, "coordinator")
 	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	qcfg := &quota.Config{Namespaces: map[string]*quota.Namespace{"api": {Name: "api",
-		Dynamic: &quota.Spec{Algorithm: quota.TokenBucket, Size: 5, FillRate: 0.001, MaxTokensPerRequest: 5}, MaxDynamicBuckets: 100}}}
+	bucket := &quota.Spec{Algorithm: quota.TokenBucket, Size: 5, FillRate: 0.001, MaxTokensPerRequest: 5}
+	qcfg := &quota.Config{Namespaces: map[string]*quota.Namespace{
+		"api": {Name: "api", Dynamic: bucket, MaxDynamicBuckets: 100},
+		"own": {Name: "own", Dynamic: bucket, MaxDynamicBuckets: 100, Tenants: []string{"TENANT_A"}}}}
 	qs, err := quotaserver.New(nc, quotaserver.Options{Config: func() *quota.Config { return qcfg }, Logger: log})
 	if err == nil {
 		err = qs.Start(context.Background())
@@ -33,8 +40,10 @@ func (d *deployment) startServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(qs.Stop)
-	dcfg := map[string]*domainlimit.Namespace{"app": {Name: "app", Resources: map[string]domainlimit.Resource{
-		"pool": {Name: "pool", Kind: domainlimit.KindCopies, Copies: domainlimit.CopySpec{DomainLimit: 2, GlobalLimit: domainlimit.Unlimited}}}}}
+	pool := map[string]domainlimit.Resource{
+		"pool": {Name: "pool", Kind: domainlimit.KindCopies, Copies: domainlimit.CopySpec{DomainLimit: 2, GlobalLimit: domainlimit.Unlimited}}}
+	dcfg := map[string]*domainlimit.Namespace{"app": {Name: "app", Resources: pool},
+		"own": {Name: "own", Resources: pool, Tenants: []string{"TENANT_A"}}}
 	ds, err := domainserver.New(nc, domainserver.Options{Config: func() map[string]*domainlimit.Namespace { return dcfg }, Logger: log})
 	if err == nil {
 		err = ds.Start(context.Background())
@@ -79,6 +88,57 @@ func TestTenantQuotaAndDomainLimits(t *testing.T) {
 	var r domainwire.ReserveReply
 	if err := json.Unmarshal(m.Data, &r); err != nil || r.Granted != 2 || r.HoldID == "" {
 		t.Fatalf("reserve through the import: %s %v", m.Data, err)
+	}
+	if e := errs.all(); len(e) > 0 {
+		t.Fatalf("tenant_a was refused: %v", e)
+	}
+}
+
+// TestTenantOnlyNamespaces: namespaces open to TENANT_A only refuse
+// TENANT_B's takes and reserves with 403 naming the tenant (nats-server
+// names the account in the Nats-Request-Info header of the import,
+// through the ALLOT account's mappings), change nothing for them, and
+// serve TENANT_A.
+func TestTenantOnlyNamespaces(t *testing.T) {
+	d := startDeployment(t)
+	d.startServices(t)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	reserve := func(nc *nats.Conn) *nats.Msg {
+		t.Helper()
+		m, err := nc.Request(domainwire.Subject("root", domainwire.OpReserve, "own", "pool"), []byte(`{"domain":"acme","copies":1,"client_id":"w1"}`), wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+
+	ncB, _ := d.dial(t, d.srv, "tenant_b")
+	b, err := agent.New(ncB, agent.WithQuotaTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var se *agent.ServiceError
+	if _, err := b.Take(ctx, "own:k", 1); !errors.As(err, &se) || se.Code != 403 || !strings.Contains(se.Description, `"TENANT_B"`) {
+		t.Errorf("TENANT_B's take from own: %v; want 403 naming TENANT_B", err)
+	}
+	if m := reserve(ncB); m.Header.Get("Nats-Service-Error-Code") != "403" {
+		t.Errorf("TENANT_B's reserve in own: %s %v; want 403", m.Data, m.Header)
+	}
+
+	ncA, errs := d.dial(t, d.srv, "tenant_a")
+	a, err := agent.New(ncA, agent.WithQuotaTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if res, err := a.Take(ctx, "own:k", 1); err != nil || res.Fallback || res.Remaining != 4 {
+		t.Errorf("TENANT_A's take from own: %+v, %v; want 4 left (TENANT_B took none)", res, err)
+	}
+	var r domainwire.ReserveReply
+	if m := reserve(ncA); json.Unmarshal(m.Data, &r) != nil || r.Granted != 1 || r.DomainHolds != 1 {
+		t.Errorf("TENANT_A's reserve in own: %s; want the first hold of acme", m.Data)
 	}
 	if e := errs.all(); len(e) > 0 {
 		t.Fatalf("tenant_a was refused: %v", e)
