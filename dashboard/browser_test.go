@@ -18,8 +18,11 @@ import (
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/dashboard"
+	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
+	"github.com/allot/allot/internal/domainlimit"
+	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/headless"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/quota"
@@ -115,11 +118,11 @@ func client(t *testing.T, nc *nats.Conn, id string, wants float64) *agent.Agent 
 
 // page is what the test reads off the rendered page.
 type page struct {
-	Capacity, Granted, Wants, Claimants, Rejected, Gen, Quota, Note, Role, Shadow string
-	Rows                                                                          []string
-	ChartPoints                                                                   int
-	Missing                                                                       bool
-	QuotaRows                                                                     []string
+	Capacity, Granted, Wants, Claimants, Rejected, Gen, Quota, Domain, Note, Role, Shadow string
+	Rows                                                                                  []string
+	ChartPoints                                                                           int
+	Missing                                                                               bool
+	QuotaRows, DomainRows                                                                 []string
 }
 
 const readPage = `(() => {
@@ -129,10 +132,12 @@ const readPage = `(() => {
     Capacity: t('res-capacity'), Granted: t('res-granted'), Wants: t('res-wants'), Claimants: t('res-claimants'),
     Rejected: t('config-rejected'), Gen: t('config-gen'), Note: t('claimants-note'), Role: t('role'), Shadow: t('res-shadow'),
     Quota: document.getElementById('quota-empty').hidden ? '' : t('quota-empty'),
+    Domain: document.getElementById('domain-empty').hidden ? '' : t('domain-empty'),
     Rows: [...document.querySelectorAll('#claimants tbody tr')].map((r) => [...r.cells].slice(0, 3).map((c) => c.textContent).join('|')),
     ChartPoints: line ? line.getAttribute('points').split(' ').filter((s) => s).length : 0,
     Missing: !document.getElementById('res-missing').hidden,
     QuotaRows: [...document.querySelectorAll('#quota tbody tr')].map((r) => [...r.cells].map((c) => c.textContent).join('|')),
+    DomainRows: [...document.querySelectorAll('#domain tbody tr')].map((r) => [...r.cells].map((c) => c.textContent).join('|')),
   };
 })()`
 
@@ -194,8 +199,9 @@ func TestDashboardInChromium(t *testing.T) {
 		return p.Capacity == "100" && p.Granted == "100" && p.Wants == "130" && p.Claimants == "2" &&
 			slices.Equal(p.Rows, []string{"beta|70|100", "alpha|30|30"})
 	})
-	if p.Rejected != "none" || p.Gen == "–" || p.Role != "standalone (no election)" || p.Quota != "no quota namespaces" || p.Shadow != "no" {
-		t.Fatalf("node, configuration or quota panel: %+v", p)
+	if p.Rejected != "none" || p.Gen == "–" || p.Role != "standalone (no election)" || p.Quota != "no quota namespaces" || p.Shadow != "no" ||
+		p.Domain != "no domain partitions" || len(p.DomainRows) != 0 {
+		t.Fatalf("node, configuration, quota or domain panel: %+v", p)
 	}
 	gen := p.Gen
 	// A float sum of grants off by rounding noise reads as the round
@@ -257,6 +263,25 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	waitPage(t, ctx, b, "the quota namespace", func(p page) bool {
 		return p.Quota == "" && slices.Contains(p.QuotaRows, "0|logins|served 2, tokens 2")
+	})
+
+	// A domain partition's leader serves namespace app: a hit granted, a
+	// hold of 2 copies granted and one more refused (the domain's limit
+	// is 2). The domain panel lists the partition with its hold.
+	term := startDomain(t, ctx, st.nc)
+	for _, c := range []struct{ op, res, body, want string }{
+		{domainwire.OpRequest, "api", `{"domain":"a"}`, `"granted":1`},
+		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":2,"client_id":"c1"}`, `"granted":2`},
+		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":1,"client_id":"c2"}`, `"domain_holds":2`},
+	} {
+		m, err := st.nc.Request(domainwire.Subject("root", c.op, "app", c.res), []byte(c.body), 5*time.Second)
+		if err != nil || !strings.Contains(string(m.Data), c.want) || m.Header.Get("Nats-Service-Error-Code") != "" {
+			t.Fatalf("%s %s %s: %v %s", c.op, c.res, c.body, err, m.Data)
+		}
+	}
+	want := fmt.Sprintf("0|domain-1|%d|serving|1|2|0|requests 1/0 · reserves 1/1 · expired 0", term)
+	waitPage(t, ctx, b, "the domain partition with its hold", func(p page) bool {
+		return p.Domain == "" && slices.Equal(p.DomainRows, []string{want})
 	})
 
 	// Open a resource nobody asked for by id, then go back to db by
@@ -362,20 +387,60 @@ func startQuota(t *testing.T, ctx context.Context, nc *nats.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runServing(t, ctx, "the quota server", r.Run, func() bool { return r.Status().Serving })
+}
+
+// runServing runs run until the test ends and waits until serving
+// reports true.
+func runServing(t *testing.T, ctx context.Context, what string, run func(context.Context) error, serving func() bool) {
+	t.Helper()
 	rctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = r.Run(rctx)
+		_ = run(rctx)
 	}()
 	t.Cleanup(func() {
 		stop()
 		<-done
 	})
-	for !r.Status().Serving {
+	for !serving() {
 		if ctx.Err() != nil {
-			t.Fatal("the quota server never served")
+			t.Fatal(what + " never served")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// startDomain runs a domain partition's replica (one partition, node
+// root) with namespace app until the test ends, waits until it serves and
+// returns its term. Namespace app has a rate resource api and a copy
+// resource sandbox, of which a domain holds at most 2 copies.
+func startDomain(t *testing.T, ctx context.Context, nc *nats.Conn) uint64 {
+	t.Helper()
+	nss := map[string]*domainlimit.Namespace{"app": {Name: "app", Resources: map[string]domainlimit.Resource{
+		"api": {Name: "api", Kind: domainlimit.KindRate, Rate: domainlimit.RateSpec{Hard: 5, Global: domainlimit.Unlimited,
+			Tiers: []domainlimit.Tier{{Limit: 5, Window: time.Second, Active: 10 * time.Second, Cooldown: 10 * time.Second}}}},
+		"sandbox": {Name: "sandbox", Kind: domainlimit.KindCopies, Copies: domainlimit.CopySpec{DomainLimit: 2, GlobalLimit: domainlimit.Unlimited}},
+	}}}
+	// No client refreshes the hold: it lives longer than the test.
+	r, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{
+		Options: domainserver.Options{ServerID: "domain-1", HoldTTL: 5 * time.Minute,
+			Config: func() map[string]*domainlimit.Namespace { return nss }, Logger: slog.New(slog.DiscardHandler)},
+		ElectionTTL: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var term uint64
+	runServing(t, ctx, "the domain partition", r.Run, func() bool {
+		srv := r.Server()
+		if srv == nil {
+			return false
+		}
+		st := srv.Stats()
+		term = st.Term
+		return st.Serving
+	})
+	return term
 }

@@ -3,7 +3,8 @@
 // minutes, the largest claimants with their leases counting down, learning
 // mode and the lease record's ceiling, the node's leader, term and
 // followers, its parent link, the configuration version and the last
-// rejected put, and quota namespaces with their event counts.
+// rejected put, quota namespaces with their event counts, and the domain
+// limits' partitions with their holds and counters.
 //
 // The page is a single embedded HTML file with plain JavaScript and SVG
 // (no CDN, works offline). It follows a server-sent event stream
@@ -89,9 +90,11 @@ type Options struct {
 	// Source supplies the coordinator's state; required.
 	Source Source
 	// Conn, if set, is used to list the node's replicas (leader and
-	// followers, from their micro STATS) and quota namespaces (from the
-	// STATS of QuotaService) every few seconds. Without it the page shows
-	// only the local replica and no quota namespaces.
+	// followers, from their micro STATS), quota namespaces (from the
+	// STATS of QuotaService) and domain partitions (from the STATS of
+	// domainserver.ServiceName) every few seconds. Without it the page
+	// shows only the local replica, no quota namespaces and no domain
+	// partitions.
 	Conn *nats.Conn
 	// Interval is how often the page is updated and the chart sampled.
 	// Default 1s.
@@ -116,6 +119,7 @@ type Dashboard struct {
 	hist     map[string]*series // per resource
 	replicas []Replica
 	quota    []QuotaNamespace
+	domain   []DomainPartition
 }
 
 // Point is one sample of a resource for the chart.
@@ -157,6 +161,9 @@ type Event struct {
 	Replicas []Replica `json:"replicas"`
 	// Quota lists quota namespaces; empty when no quota server answers.
 	Quota []QuotaNamespace `json:"quota"`
+	// Domain lists the node's serving domain partitions; empty when no
+	// domain partition's leader answers.
+	Domain []DomainPartition `json:"domain"`
 	// Top is the number of claimants asked for; HistoryMS how far back
 	// the chart goes (Options.History).
 	Top       int   `json:"top"`
@@ -227,9 +234,9 @@ func New(opts Options) (*Dashboard, error) {
 }
 
 // Run samples the coordinator's resources for the chart every interval,
-// and the node's replicas and quota namespaces every few seconds, until
-// ctx ends; then it ends the open event streams. The handler serves
-// without it, but its charts then stay empty.
+// and the node's replicas, quota namespaces and domain partitions every
+// few seconds, until ctx ends; then it ends the open event streams. The
+// handler serves without it, but its charts then stay empty.
 func (d *Dashboard) Run(ctx context.Context) error {
 	defer d.endOnce.Do(func() { close(d.ended) })
 	var wg sync.WaitGroup
@@ -256,7 +263,8 @@ func every(ctx context.Context, period time.Duration, f func(context.Context)) {
 	}
 }
 
-// peersEvery is how often replicas and quota servers are asked.
+// peersEvery is how often replicas, quota servers and domain partitions
+// are asked.
 const peersEvery = 2 * time.Second
 
 // sample records one point per listed resource and forgets resources
@@ -289,7 +297,8 @@ func (d *Dashboard) sample(ctx context.Context) {
 	}
 }
 
-// peers asks the node's replicas and the quota servers for their STATS.
+// peers asks the node's replicas, the quota servers and the domain
+// partitions' leaders for their STATS.
 func (d *Dashboard) peers(ctx context.Context) {
 	node := ""
 	if s, err := d.opts.Source.Snapshot(ctx, "", 0, ""); err == nil {
@@ -310,8 +319,12 @@ func (d *Dashboard) peers(ctx context.Context) {
 	if err != nil {
 		d.log.Debug("dashboard: list quota namespaces", "err", err)
 	}
+	domain, err := gatherDomain(ctx, d.opts.Conn, node, peerWait)
+	if err != nil {
+		d.log.Debug("dashboard: list domain partitions", "err", err)
+	}
 	d.mu.Lock()
-	d.replicas, d.quota = reps, quota
+	d.replicas, d.quota, d.domain = reps, quota, domain
 	d.mu.Unlock()
 }
 
@@ -375,13 +388,16 @@ func (d *Dashboard) event(ctx context.Context, q query, since int64) Event {
 	if h := d.hist[q.resource]; h != nil {
 		ev.Points = h.since(since)
 	}
-	ev.Replicas, ev.Quota = d.replicas, d.quota
+	ev.Replicas, ev.Quota, ev.Domain = d.replicas, d.quota, d.domain
 	d.mu.Unlock()
 	if ev.Points == nil {
 		ev.Points = []Point{}
 	}
 	if ev.Quota == nil {
 		ev.Quota = []QuotaNamespace{}
+	}
+	if ev.Domain == nil {
+		ev.Domain = []DomainPartition{}
 	}
 	return ev
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/dashboard"
+	"github.com/allot/allot/domainserver"
 )
 
 // TestEventStream reads the server-sent events as a browser would: the
@@ -51,8 +52,8 @@ func TestEventStream(t *testing.T) {
 		events = append(events, ev)
 	}
 	first := events[0]
-	if !first.Reset || len(first.Points) < 2 || first.Top != 5 || first.HistoryMS != 60_000 || first.Quota == nil {
-		t.Fatalf("first event: reset %v, %d points, top %d, history %d, quota %v", first.Reset, len(first.Points), first.Top, first.HistoryMS, first.Quota)
+	if !first.Reset || len(first.Points) < 2 || first.Top != 5 || first.HistoryMS != 60_000 || first.Quota == nil || first.Domain == nil {
+		t.Fatalf("first event: reset %v, %d points, top %d, history %d, quota %v, domain %v", first.Reset, len(first.Points), first.Top, first.HistoryMS, first.Quota, first.Domain)
 	}
 	for _, ev := range events[1:] {
 		if ev.Reset {
@@ -121,15 +122,7 @@ func TestQuotaNamespaces(t *testing.T) {
 		`{"node":"other","partition":0,"serving":true,"events":{"elsewhere":{"served":1}}}`,
 		`{"node":"root","partition":0,"serving":false,"events":{"stale":{"served":1}}}`,
 	} {
-		svc, err := micro.AddService(st.nc, micro.Config{Name: dashboard.QuotaService, Version: "0.1.0",
-			StatsHandler: func(*micro.Endpoint) any { return json.RawMessage(data) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := svc.AddEndpoint("take", micro.HandlerFunc(func(micro.Request) {})); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = svc.Stop() })
+		fakeStats(t, st.nc, dashboard.QuotaService, data)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -146,6 +139,64 @@ func TestQuotaNamespaces(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// TestDomainPartitions: the partitions reported in the STATS of the
+// domain service (domainserver.ServiceName) that serve on the node are
+// listed, sorted by partition, with their leader, term, learning state,
+// holds and counters; those of another node, or of a leader no longer
+// serving, are not.
+func TestDomainPartitions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := startStack(t, ctx, 100*time.Millisecond, time.Minute)
+	for _, data := range []string{
+		`{"node":"root","server_id":"b","partition":1,"term":3,"serving":true,"resources":2,"holds":4,"copies_held":7,"transfers":1,"requests":9,"requests_rejected":2,"reserves":5,"reserves_refused":1,"holds_expired":3,"learning":false}`,
+		`{"node":"root","server_id":"a","partition":0,"term":2,"serving":true,"learning":true,"learning_until":"2026-11-23T14:28:01Z"}`,
+		`{"node":"other","server_id":"c","partition":2,"term":1,"serving":true}`,
+		`{"node":"root","server_id":"d","partition":3,"term":1,"serving":false}`,
+	} {
+		fakeStats(t, st.nc, domainserver.ServiceName, data)
+	}
+	want := []dashboard.DomainPartition{
+		{Partition: 0, ServerID: "a", Term: 2, Learning: true, LearningUntil: time.Date(2026, 11, 23, 14, 28, 1, 0, time.UTC)},
+		{Partition: 1, ServerID: "b", Term: 3, Resources: 2, Holds: 4, CopiesHeld: 7, Transfers: 1,
+			Counts: domainserver.Counts{Requests: 9, Rejected: 2, Reserves: 5, ReservesRefused: 1, Expired: 3}},
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		ev := getEvent(t, st.url+"snapshot")
+		if len(ev.Domain) == len(want) {
+			for i := range want {
+				got := ev.Domain[i]
+				if got.LearningUntil.Equal(want[i].LearningUntil) {
+					got.LearningUntil = want[i].LearningUntil // the same instant, whatever its location
+				}
+				if got != want[i] {
+					t.Fatalf("domain partition %d: got %+v, want %+v", i, got, want[i])
+				}
+			}
+			return
+		}
+		if len(ev.Domain) > len(want) || time.Now().After(deadline) {
+			t.Fatalf("domain partitions %+v", ev.Domain)
+		}
+	}
+}
+
+// fakeStats registers, until the test ends, an instance of the micro
+// service named service whose STATS carry data (JSON) in its one
+// endpoint's data.
+func fakeStats(t *testing.T, nc *nats.Conn, service, data string) {
+	t.Helper()
+	svc, err := micro.AddService(nc, micro.Config{Name: service, Version: "0.1.0",
+		StatsHandler: func(*micro.Endpoint) any { return json.RawMessage(data) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.AddEndpoint("op", micro.HandlerFunc(func(micro.Request) {})); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
 }
 
 // TestStreamsEndWithRun: when Run ends (the process shuts down), open

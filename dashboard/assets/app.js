@@ -96,6 +96,7 @@ function render(ev) {
   while (state.points.length && state.points[0].t < cut) state.points.shift();
   renderChart();
   renderQuota(ev.quota || []);
+  renderDomain(ev.domain || []);
 }
 
 function renderNode(s, replicas) {
@@ -260,6 +261,29 @@ function renderQuota(ns) {
     const tr = document.createElement("tr");
     const ev = Object.entries(n.events || {}).filter(([, v]) => v).map(([k, v]) => k + " " + v).join(", ");
     tr.append(td(String(n.partition)), td(n.name), td(ev || "no events yet"));
+    return tr;
+  }));
+}
+
+// renderDomain lists the domain partitions, one row each: its leader and
+// term, whether it still learns the live holds (it grants no copies until
+// then), holds, copies and staged transfers, and its counters since the
+// term began.
+function renderDomain(parts) {
+  $("domain-empty").hidden = parts.length > 0;
+  $("domain").hidden = parts.length === 0;
+  $("domain").tBodies[0].replaceChildren(...parts.map((p) => {
+    const c = p.counts || {};
+    const reqs = c.requests || 0, rejected = c.requests_rejected || 0;
+    const reserves = c.reserves || 0, refused = (c.reserves_refused || 0) + (c.learning_refusals || 0);
+    const counters = "requests " + (reqs - rejected) + "/" + rejected + " · reserves " + (reserves - refused) + "/" + refused +
+      " · expired " + (c.holds_expired || 0);
+    const tr = document.createElement("tr");
+    tr.append(td(String(p.partition)), td(p.server_id), td(String(p.term), "n"),
+      td(p.learning ? "learning until " + new Date(Date.parse(p.learning_until)).toLocaleTimeString() : "serving"),
+      td(String(p.holds), "n"), td(String(p.copies_held), "n"), td(String(p.transfers), "n"), td(counters));
+    tr.cells[7].title = (c.hits_granted || 0) + " hits and " + (c.copies_granted || 0) + " copies granted, " + (c.learning_refusals || 0) +
+      " reserves refused while learning, " + (c.releases || 0) + " releases, " + (c.seized || 0) + " transfers seized";
     return tr;
   }));
 }
