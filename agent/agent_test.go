@@ -484,20 +484,13 @@ func TestManyResources(t *testing.T) {
 // refresh and the release are split by size as well as by count.
 func TestRequestsFitMaxPayload(t *testing.T) {
 	t.Parallel()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, MaxPayload: 16 << 10, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
+	s := smallPayloadServer(t, 16<<10)
 	f := &fakeCoordinator{capacity: 1, term: 1}
 	f.serve(t, natstest.Conn(t, s))
 	a := newAgent(t, natstest.Conn(t, s))
 	const n = 200 // 200-byte ids: about 45 KB of resources
 	lims := make([]*RateLimiter, n)
+	var err error
 	for i := range lims {
 		if lims[i], err = a.Rate(fmt.Sprintf("%0200d", i), WithWants(1)); err != nil {
 			t.Fatal(err)
@@ -913,4 +906,20 @@ func TestRefusedResourceDoesNotBlockOthers(t *testing.T) {
 	if st := db.Status(); st.LastError != nil {
 		t.Fatalf("served resource reports %v", st.LastError)
 	}
+}
+
+// smallPayloadServer starts a nats-server (without JetStream) whose
+// max_payload is maxPayload bytes.
+func smallPayloadServer(t *testing.T, maxPayload int32) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, MaxPayload: maxPayload, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	return s
 }

@@ -32,7 +32,8 @@ const (
 	// beyond it they are counted together under "*".
 	maxDomainStats = 1024
 	// holdsPerRefresh bounds the holds one refresh message lists, well
-	// under domainwire.MaxHoldsPerRefresh and MaxPayload.
+	// under domainwire.MaxHoldsPerRefresh; refreshBatches also keeps each
+	// message within the connection's max_payload.
 	holdsPerRefresh = 1000
 )
 

@@ -3,7 +3,10 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -385,5 +388,62 @@ func TestDomainServerReplicaFailover(t *testing.T) {
 	}
 	if err := ha.Release(ctx, 4); err != nil || copiesHeld(next) != 4 {
 		t.Fatalf("release to the new leader: %v; it holds %d", err, copiesHeld(next))
+	}
+}
+
+// TestDomainServerRefreshFitsMaxPayload: holds with long domain names,
+// more of them than one message of the server's max_payload can list,
+// are refreshed in several messages and all outlive the hold ttl.
+func TestDomainServerRefreshFitsMaxPayload(t *testing.T) {
+	t.Parallel()
+	s := smallPayloadServer(t, 32<<10)
+	srv := startDomainServer(t, s, time.Second, false)
+	a := newAgent(t, natstest.Conn(t, s))
+	ctx := context.Background()
+	const n = 200 // about 300 bytes each: 60 KB, twice the max_payload
+	for i := range n {
+		if _, err := a.Reserve(ctx, "app:gpu", fmt.Sprintf("%0250d", i), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2500 * time.Millisecond) // past the 1s hold ttl, twice
+	if st := srv.Stats(); st.Holds != n || st.Lost != 0 {
+		t.Fatalf("after two ttls the server has %d holds (%d refreshed as lost); want all %d", st.Holds, st.Lost, n)
+	}
+}
+
+func TestRefreshBatches(t *testing.T) {
+	mk := func(n, domainLen int) []domainwire.Hold {
+		hs := make([]domainwire.Hold, n)
+		for i := range hs {
+			hs[i] = domainwire.Hold{HoldID: fmt.Sprint("h", i), Domain: strings.Repeat("d", domainLen), Groups: []string{"g<1>"}, Copies: int64(i + 1)}
+		}
+		return hs
+	}
+	for _, c := range []struct {
+		holds    []domainwire.Hold
+		maxBytes int
+		batches  int
+	}{
+		{nil, 1000, 0},
+		{mk(3, 10), 1 << 20, 1},
+		{mk(2500, 1), 1 << 20, 3}, // by count
+		{mk(100, 250), 8000, 5},   // by size: 24 of about 330 bytes each
+		{mk(3, 5000), 1000, 3},    // each too large alone: one per message
+	} {
+		got := refreshBatches("client-1", c.holds, c.maxBytes)
+		var all []domainwire.Hold
+		for _, b := range got {
+			all = append(all, b...)
+			if len(b) > holdsPerRefresh {
+				t.Errorf("a batch of %d holds", len(b))
+			}
+			if size := jsonLen(domainwire.Refresh{ClientID: "client-1", Holds: b}); size > c.maxBytes && len(b) > 1 {
+				t.Errorf("a batch of %d bytes, limit %d", size, c.maxBytes)
+			}
+		}
+		if len(got) != c.batches || len(all) != len(c.holds) || (len(all) > 0 && !slices.EqualFunc(all, c.holds, func(a, b domainwire.Hold) bool { return a.HoldID == b.HoldID })) {
+			t.Errorf("%d holds, limit %d: %d batches holding %d, want %d batches holding every hold in order", len(c.holds), c.maxBytes, len(got), len(all), c.batches)
+		}
 	}
 }

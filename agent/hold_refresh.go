@@ -3,7 +3,7 @@ package agent
 import (
 	"cmp"
 	"context"
-	"slices"
+	"encoding/json"
 	"sync"
 	"time"
 
@@ -14,7 +14,7 @@ import (
 // Close.
 
 // refreshLoop refreshes every resource's holds when due, each resource in
-// one message (or a few beyond holdsPerRefresh holds) with all its holds.
+// one message with all its holds (or a few: refreshBatches).
 func (a *Agent) refreshLoop() {
 	defer close(a.d.done)
 	var wg sync.WaitGroup
@@ -67,16 +67,15 @@ func (a *Agent) refreshRes(r *domainRes) {
 	a.d.mu.Unlock()
 	var lost []string
 	var failed error
-	for chunk := range slices.Chunk(holds, holdsPerRefresh) {
-		req := domainwire.Refresh{ClientID: a.o.clientID, Holds: make([]domainwire.Hold, 0, len(chunk))}
-		for _, h := range chunk {
-			if c := h.Copies(); c > 0 {
-				req.Holds = append(req.Holds, domainwire.Hold{HoldID: h.id, Domain: h.domain, Groups: h.groups, Copies: c})
-			}
+	listed := make([]domainwire.Hold, 0, len(holds))
+	for _, h := range holds {
+		if c := h.Copies(); c > 0 {
+			listed = append(listed, domainwire.Hold{HoldID: h.id, Domain: h.domain, Groups: h.groups, Copies: c})
 		}
-		if len(req.Holds) == 0 {
-			continue
-		}
+	}
+	maxBytes := int(min(int64(domainwire.MaxPayload), a.nc.MaxPayload())) - refreshSlack
+	for _, batch := range refreshBatches(a.o.clientID, listed, maxBytes) {
+		req := domainwire.Refresh{ClientID: a.o.clientID, Holds: batch}
 		ctx, cancel := context.WithTimeout(context.Background(), a.o.domain.timeout)
 		var rep domainwire.RefreshReply
 		err := a.domainCall(ctx, domainwire.OpRefresh, r.ns, r.res, &req, &rep)
@@ -116,6 +115,42 @@ func (a *Agent) refreshRes(r *domainRes) {
 	case a.d.kick <- struct{}{}:
 	default:
 	}
+}
+
+// refreshSlack is room left in a refresh message for what NATS adds to
+// the payload it counts against max_payload (headers, if any).
+const refreshSlack = 1024
+
+// refreshBatches splits the holds of one refresh into messages of at most
+// holdsPerRefresh holds and maxBytes of JSON each, so that long domain
+// and group names cannot make a refresh exceed the server's max_payload
+// (the holds it lists would expire). A hold larger than maxBytes on its
+// own goes alone.
+func refreshBatches(clientID string, holds []domainwire.Hold, maxBytes int) [][]domainwire.Hold {
+	base := jsonLen(domainwire.Refresh{ClientID: clientID, Holds: []domainwire.Hold{}})
+	var out [][]domainwire.Hold
+	start, size := 0, base
+	for i, h := range holds {
+		n := jsonLen(h) + 1 // and a comma
+		if i > start && (i-start == holdsPerRefresh || size+n > maxBytes) {
+			out = append(out, holds[start:i])
+			start, size = i, base
+		}
+		size += n
+	}
+	if start < len(holds) {
+		out = append(out, holds[start:])
+	}
+	return out
+}
+
+// jsonLen is the length of v in JSON.
+func jsonLen(v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0 // not for the types above
+	}
+	return len(b)
 }
 
 // closeDomain stops the refresh loop and gives back every hold the agent
