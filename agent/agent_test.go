@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -484,7 +483,7 @@ func TestManyResources(t *testing.T) {
 // refresh and the release are split by size as well as by count.
 func TestRequestsFitMaxPayload(t *testing.T) {
 	t.Parallel()
-	s := smallPayloadServer(t, 16<<10)
+	s := natstest.MaxPayloadServer(t, 16<<10)
 	f := &fakeCoordinator{capacity: 1, term: 1}
 	f.serve(t, natstest.Conn(t, s))
 	a := newAgent(t, natstest.Conn(t, s))
@@ -906,20 +905,4 @@ func TestRefusedResourceDoesNotBlockOthers(t *testing.T) {
 	if st := db.Status(); st.LastError != nil {
 		t.Fatalf("served resource reports %v", st.LastError)
 	}
-}
-
-// smallPayloadServer starts a nats-server (without JetStream) whose
-// max_payload is maxPayload bytes.
-func smallPayloadServer(t *testing.T, maxPayload int32) *server.Server {
-	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, MaxPayload: maxPayload, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	return s
 }

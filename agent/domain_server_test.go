@@ -396,7 +396,7 @@ func TestDomainServerReplicaFailover(t *testing.T) {
 // are refreshed in several messages and all outlive the hold ttl.
 func TestDomainServerRefreshFitsMaxPayload(t *testing.T) {
 	t.Parallel()
-	s := smallPayloadServer(t, 32<<10)
+	s := natstest.MaxPayloadServer(t, 32<<10)
 	srv := startDomainServer(t, s, time.Second, false)
 	a := newAgent(t, natstest.Conn(t, s))
 	ctx := context.Background()

@@ -198,3 +198,28 @@ func TestTenantReportsBoundInLearning(t *testing.T) {
 		t.Fatalf("over_claims = %d, want 1", got)
 	}
 }
+
+// A second Nats-Request-Info header, smuggled past nats-server by a
+// client writing the protocol by hand (a line after a bare "\n", which
+// nats-server does not take for a header line and nats.go does), names
+// another user of the tenant; the coordinator refuses the request (400)
+// instead of reading the first value, and the victim's lease stays.
+func TestSmuggledRequestInfoRefused(t *testing.T) {
+	tm := tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)
+	tm.LeaseLength, tm.RefreshInterval = time.Minute, 30*time.Second
+	e := startTenants(t, map[string][]string{"TENANT_A": {"a1", "a2"}}, tm)
+	lim := e.agentHolding("a1", "victim", 100, agent.WithWants(100))
+	hdr := "NATS/1.0\r\nX-A: 1\nNats-Request-Info: {\"acc\":\"TENANT_A\",\"user\":\"a1\"}\r\n\r\n"
+	if code := natstest.RawRequest(t, e.s.Addr(), "a2", coordinator.Subject("root", "capacity.release"), hdr,
+		`{"client_id":"victim","resource_id":["db"]}`); code != "400" {
+		t.Fatalf("release with a smuggled request info: code %q, want 400", code)
+	}
+	time.Sleep(50 * time.Millisecond) // a round, had the release been applied
+	if got := lim.Capacity(); got != 100 {
+		t.Fatalf("the victim holds %v after the smuggled release, want 100", got)
+	}
+	snap, err := e.c.Snapshot(t.Context(), "db", 10, "victim")
+	if err != nil || snap.Resource == nil || len(snap.Resource.Top) != 1 || snap.Resource.Top[0].Has != 100 {
+		t.Fatalf("the victim's record: %+v, %v", snap.Resource, err)
+	}
+}

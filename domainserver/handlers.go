@@ -4,31 +4,26 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
-	"github.com/allot/allot/internal/reqinfo"
 )
 
 // handle serves every domain subject of the partition.
 func (s *Server) handle(m micro.Request) {
 	s.gate.Handled.Add(1)
-	op, ns, name, err := domainwire.ParseSubject(m.Subject())
+	tenant, op, ns, name, err := domainwire.ParseTenantSubject(m.Subject())
 	if err != nil {
 		s.replyError(m, domainwire.CodeBadRequest, err.Error())
 		return
 	}
-	if err := s.checkTenant(m, ns); err != nil {
-		code := domainwire.CodeForbidden
-		if errors.Is(err, reqinfo.ErrMalformed) {
-			code = domainwire.CodeBadRequest
-		}
-		s.replyError(m, code, err.Error())
+	if nsc := s.opts.Config()[ns]; tenant != "" && nsc != nil && len(nsc.Tenants) > 0 && !slices.Contains(nsc.Tenants, tenant) {
+		s.replyError(m, domainwire.CodeForbidden, fmt.Sprintf("namespace %q is not open to tenant %q (its tenants are %q)", ns, tenant, nsc.Tenants))
 		return
 	}
 	var out any
@@ -75,16 +70,6 @@ func (s *Server) handle(m micro.Request) {
 	if err := m.Respond(b); err != nil {
 		s.log.Debug("reply", "subject", m.Subject(), "err", err)
 	}
-}
-
-// checkTenant refuses a tenant's request on a namespace that lists other
-// tenants only.
-func (s *Server) checkTenant(m micro.Request, ns string) error {
-	nsc := s.opts.Config()[ns]
-	if nsc == nil || len(nsc.Tenants) == 0 {
-		return nil
-	}
-	return reqinfo.CheckTenant(nats.Header(m.Headers()), nsc.Tenants, "namespace "+strconv.Quote(ns))
 }
 
 // decoded decodes a request body with decode and validates it.
@@ -364,14 +349,30 @@ func (s *Server) transfer(data []byte, ns, name string) (any, error) {
 	if len(s.transfers) >= MaxTransfers {
 		return nil, errorf(domainwire.CodeTooMany, "%d transfers are staged or recently seized; the limit is %d", len(s.transfers), MaxTransfers)
 	}
-	t := &transfer{id: newID(), res: h.res, domain: h.domain, groups: h.groups, copies: n, expires: now.Add(ttl)}
-	full := ns + "." + name + "." + t.id
+	full := ns + "." + name + "." + newID()
+	t := &transfer{id: full, res: h.res, domain: h.domain, groups: h.groups, copies: n, expires: now.Add(ttl)}
 	// Written before the reply, so that a new leader still has it; if it
-	// cannot be, the hold stays as it was.
+	// cannot be, the hold stays as it was. A hold made by a seize loses
+	// its seize record: its holder has it (it transfers from it), and a
+	// new leader must not make it again from the record beside the
+	// copies moving on.
 	s.transfers[full] = t
+	rec := s.seized[h.id]
+	if rec != nil {
+		delete(s.transfers, rec.id)
+	}
 	if err := s.saveTransfers(); err != nil {
 		delete(s.transfers, full)
+		if rec != nil {
+			s.transfers[rec.id] = rec
+		}
+		if errors.Is(err, errStateFull) {
+			return nil, errorf(domainwire.CodeTooMany, "%v: seize staged transfers or let them expire (the hold is unchanged)", err)
+		}
 		return nil, errorf(domainwire.CodeInternal, "store the transfer in the state bucket: %v (the hold is unchanged)", err)
+	}
+	if rec != nil {
+		delete(s.seized, h.id)
 	}
 	// The copies stay counted in the core: they are held by the transfer.
 	h.copies -= n
@@ -409,13 +410,22 @@ func (s *Server) seize(data []byte, ns, name string) (any, error) {
 	seized := *t
 	seized.res, seized.seizedBy, seized.holdID, seized.expires = nil, in.ClientID, newID(), now.Add(s.opts.HoldTTL)
 	s.transfers[in.TransferID] = &seized
-	if err := s.saveTransfers(); err != nil {
+	err = s.saveTransfers()
+	if errors.Is(err, errStateFull) {
+		// A seize must not fail for room: it then forgets the transfer
+		// instead of keeping its record, and is not idempotent.
+		delete(s.transfers, in.TransferID)
+		err = s.saveTransfers()
+	}
+	if err != nil {
 		// Seizing anyway would let a new leader restore the transfer
 		// beside the new hold: count the copies twice.
 		s.transfers[in.TransferID] = t
 		return nil, errorf(domainwire.CodeInternal, "record the seize in the state bucket: %v (not seized; retry)", err)
 	}
-	s.seized[seized.holdID] = &seized
+	if s.transfers[in.TransferID] != nil {
+		s.seized[seized.holdID] = &seized
+	}
 	h := &hold{id: seized.holdID, clientID: in.ClientID, res: t.res, domain: t.domain, groups: t.groups, copies: t.copies}
 	s.addHold(h, now)
 	s.counts.Seized++
@@ -447,11 +457,10 @@ func (s *Server) reseize(t *transfer, clientID, ns, name string, now time.Time) 
 		}
 		h = &hold{id: t.holdID, clientID: clientID, res: r, domain: t.domain, groups: t.groups, copies: t.copies}
 		s.addHold(h, now)
-		s.counts.Restored++
 	} else {
 		s.touchHold(h, now)
 	}
-	s.counts.Seized++
+	// Not counted again: Seized counts transfers seized.
 	return seizeReply(h, s.opts.HoldTTL), nil
 }
 

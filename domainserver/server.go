@@ -208,14 +208,19 @@ func (s *Server) Start(ctx context.Context) error {
 	// the NATS server maps them onto the partitions' subjects. No queue
 	// group: only a valid leader answers, so a stale subscriber never takes
 	// a request away from it.
-	subject := "allot." + node + ".domain.*.*.*"
+	// Tenants' requests arrive through their service imports on
+	// allot.t.<tenant>.<node>.domain.… (TenantSubject), mapped the same way.
+	subject, tenants := "allot."+node+".domain.*.*.*", "allot.t.*."+node+".domain.*.*.*"
 	if s.opts.Partitions > 1 {
-		subject = domainwire.PartitionSubject(node, s.opts.Partition) + ".*.*.*"
+		p := domainwire.PartitionSubject(node, s.opts.Partition)
+		subject, tenants = p+".*.*.*", p+".t.*.*.*.*"
 	}
-	if err := svc.AddEndpoint("domain", micro.HandlerFunc(s.handle), micro.WithEndpointSubject(subject), micro.WithEndpointQueueGroupDisabled(),
-		micro.WithEndpointMetadata(map[string]string{"node": node, "partition": part})); err != nil {
-		_ = svc.Stop()
-		return fmt.Errorf("domainserver: add endpoint %s: %w", subject, err)
+	for _, ep := range []struct{ name, subject string }{{"domain", subject}, {"domain-tenants", tenants}} {
+		if err := svc.AddEndpoint(ep.name, micro.HandlerFunc(s.handle), micro.WithEndpointSubject(ep.subject), micro.WithEndpointQueueGroupDisabled(),
+			micro.WithEndpointMetadata(map[string]string{"node": node, "partition": part})); err != nil {
+			_ = svc.Stop()
+			return fmt.Errorf("domainserver: add endpoint %s: %w", ep.subject, err)
+		}
 	}
 	s.svc = svc
 	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {

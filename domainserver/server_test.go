@@ -3,6 +3,7 @@ package domainserver_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/internal/natstest"
 )
 
@@ -304,46 +306,96 @@ func TestNamespaceSwitches(t *testing.T) {
 }
 
 // TestTenantsOfANamespace: a namespace that lists its tenants refuses
-// (403) the requests of any other tenant, as nats-server names it in the
-// Nats-Request-Info header of a request crossing a service import, and
-// changes nothing for them; requests without the header (the service's
-// own account) and from a listed tenant are served.
+// (403) the requests of any other tenant, as the tenant's subject names
+// it (allot.t.<tenant>.…, which its service import fills with its account
+// name), and changes nothing for them; a Nats-Request-Info header naming
+// a listed tenant changes nothing either. Requests on the plain subjects
+// (the service's own account) and from a listed tenant are served.
 func TestTenantsOfANamespace(t *testing.T) {
 	e := start(t, nil)
 	ns := testNamespace()
 	ns.Tenants = []string{"TENANT_A"}
 	e.cfg.set(ns)
-	ask := func(info string) string {
+	ask := func(subject string) string {
 		t.Helper()
-		msg := nats.NewMsg(domainwire.Subject("root", domainwire.OpReserve, "app", "sandbox"))
+		msg := nats.NewMsg(subject)
 		msg.Data = []byte(`{"domain":"a","copies":1,"client_id":"c"}`)
-		if info != "" {
-			msg.Header.Set("Nats-Request-Info", info)
-		}
+		msg.Header.Set("Nats-Request-Info", `{"acc":"TENANT_A","user":"forged"}`)
 		m, err := e.nc.RequestMsg(msg, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return m.Header.Get("Nats-Service-Error-Code")
 	}
-	for _, c := range []struct{ info, code string }{
-		{`{"acc":"TENANT_B","user":"UB"}`, "403"},
-		{`{"user":"UB"}`, "403"},
-		{`{"acc":`, "400"},
-	} {
-		if code := ask(c.info); code != c.code {
-			t.Errorf("reserve with request info %s: code %q, want %s", c.info, code, c.code)
-		}
+	if code := ask(domainwire.TenantSubject("TENANT_B", "root", domainwire.OpReserve, "app", "sandbox")); code != "403" {
+		t.Errorf("TENANT_B's reserve: code %q, want 403", code)
 	}
 	if st := e.srv.Stats(); st.CopiesHeld != 0 || st.Reserves != 0 {
-		t.Fatalf("refused requests changed the state: %+v", st)
+		t.Fatalf("a refused request changed the state: %+v", st)
 	}
-	for _, info := range []string{`{"acc":"TENANT_A","user":"UA"}`, ""} {
-		if code := ask(info); code != "" {
-			t.Errorf("reserve with request info %q: code %s, want served", info, code)
+	for _, subject := range []string{domainwire.TenantSubject("TENANT_A", "root", domainwire.OpReserve, "app", "sandbox"),
+		domainwire.Subject("root", domainwire.OpReserve, "app", "sandbox")} {
+		if code := ask(subject); code != "" {
+			t.Errorf("reserve on %s: code %s, want served", subject, code)
 		}
 	}
 	if st := e.srv.Stats(); st.CopiesHeld != 2 {
 		t.Fatalf("served requests: %+v", st)
+	}
+}
+
+// TestTenantSubjectsReachTheSamePartition: with three partitions behind
+// the subject mappings, a tenant's operations on a resource reach the
+// partition that serves the plain subjects of that resource, so one
+// leader counts both.
+func TestTenantSubjectsReachTheSamePartition(t *testing.T) {
+	s, err := embed.Start(embed.Options{StoreDir: t.TempDir(), Mappings: domainwire.Mappings("root", 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	cfg := &config{}
+	ns := testNamespace()
+	ns.AllowUnconfigured = true
+	cfg.set(ns)
+	var parts []*domainserver.Server
+	for i := range 3 {
+		parts = append(parts, run(t, natstest.Conn(t, s), domainserver.Options{Partition: i, Partitions: 3, Config: cfg.get,
+			HoldTTL: time.Hour, Logger: slog.New(slog.DiscardHandler)}, nil))
+	}
+	nc := natstest.Conn(t, s)
+	// which reports the partition whose count a reserve raised.
+	held := func() []int64 {
+		var out []int64
+		for _, p := range parts {
+			out = append(out, p.Stats().CopiesHeld)
+		}
+		return out
+	}
+	seen := map[int]bool{}
+	for r := range 12 {
+		res := fmt.Sprint("pool", r)
+		got := []int{}
+		for _, subject := range []string{domainwire.Subject("root", domainwire.OpReserve, "app", res),
+			domainwire.TenantSubject("TENANT_A", "root", domainwire.OpReserve, "app", res)} {
+			before := held()
+			m, err := nc.Request(subject, []byte(`{"domain":"a","copies":1,"client_id":"c"}`), 5*time.Second)
+			if err != nil || m.Header.Get("Nats-Service-Error-Code") != "" {
+				t.Fatalf("reserve on %s: %v %s", subject, err, m.Data)
+			}
+			after := held()
+			for i := range after {
+				if after[i] != before[i] {
+					got = append(got, i)
+				}
+			}
+		}
+		if len(got) != 2 || got[0] != got[1] {
+			t.Fatalf("%s: the plain and the tenant reserve raised partitions %v; want one partition twice", res, got)
+		}
+		seen[got[0]] = true
+	}
+	if len(seen) < 2 {
+		t.Fatalf("12 resources all on partitions %v: the mapping does not spread them", seen)
 	}
 }

@@ -15,9 +15,10 @@ import (
 	"github.com/allot/allot/internal/domainwire"
 )
 
-// MaxTransfers bounds the staged transfers of one partition: they are
-// kept together in one state-bucket key, below NATS's default payload
-// limit.
+// MaxTransfers bounds the staged transfers (and seize records) of one
+// partition. They are kept together in one state-bucket key, which must
+// also fit in one message: a transfer that would make it larger than the
+// connection's max_payload is refused (errStateFull).
 const MaxTransfers = 4096
 
 // storedTransfer is a transfer as the state bucket keeps it.
@@ -34,6 +35,12 @@ type storedTransfer struct {
 	SeizedBy string `json:"seized_by,omitempty"`
 	HoldID   string `json:"hold_id,omitempty"`
 }
+
+// stateSlack is room left under max_payload for what a KV put adds.
+const stateSlack = 1024
+
+// errStateFull is a transfers key that would not fit in one message.
+var errStateFull = errors.New("the partition's transfers key is full")
 
 // transfersKey is the state bucket key that holds the partition's staged
 // transfers. One key, read with a plain get, needs no consumer: the
@@ -151,6 +158,10 @@ func (s *Server) saveTransfers() error {
 			Copies: t.copies, Expires: t.expires, SeizedBy: t.seizedBy, HoldID: t.holdID})
 	}
 	b, err := json.Marshal(stored)
+	if limit := s.nc.MaxPayload() - stateSlack; err == nil && int64(len(b)) > limit {
+		// NATS would refuse the put; nothing is written.
+		return fmt.Errorf("%w: the staged transfers take %d bytes; the connection's max_payload allows %d", errStateFull, len(b), limit)
+	}
 	if err == nil {
 		err = s.putTransfers(ctx, kv, b)
 	}

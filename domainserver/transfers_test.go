@@ -2,7 +2,9 @@ package domainserver_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -166,5 +168,86 @@ func TestSeizeRetryAcrossFailover(t *testing.T) {
 	}
 	if st := last.Stats(); st.CopiesHeld != 0 {
 		t.Errorf("copies counted at the last leader: %+v", st)
+	}
+}
+
+// TestReseizeAfterTransferAway: a seized hold transferred on loses its
+// seize record, so a new leader still learning cannot make the hold
+// again from the record beside the copies that moved on (counting them
+// twice).
+func TestReseizeAfterTransferAway(t *testing.T) {
+	s := natstest.Server(t)
+	old := startStateful(t, s, "old", nil)
+	e := &env{nc: natstest.Conn(t, s)}
+	t1 := stage(t, e, "a")
+	var h1 domainwire.SeizeReply
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"S","transfer_id":"`+t1+`"}`, &h1); code != "" {
+		t.Fatalf("seize: %s", code)
+	}
+	var tr domainwire.TransferReply
+	if code := e.call(t, domainwire.OpTransfer, "sandbox", `{"client_id":"S","hold_id":"`+h1.HoldID+`","ttl":"1h"}`, &tr); code != "" {
+		t.Fatalf("transfer on: %s", code)
+	}
+	var h2 domainwire.SeizeReply
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"X","transfer_id":"`+tr.TransferID+`"}`, &h2); code != "" {
+		t.Fatalf("second seize: %s", code)
+	}
+	old.Stop()
+	next := startStateful(t, s, "next", func(o *domainserver.Options) { o.LearnUntil = time.Now().Add(time.Hour) })
+	e.call(t, domainwire.OpRefresh, "sandbox", `{"client_id":"X","holds":[{"hold_id":"`+h2.HoldID+`","domain":"a","groups":["free"],"copies":1}]}`, nil)
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"S","transfer_id":"`+t1+`"}`, nil); code != "404" {
+		t.Errorf("S seizing its first transfer again: code %q, want 404", code)
+	}
+	if st := next.Stats(); st.CopiesHeld != 1 {
+		t.Fatalf("the new leader holds %d copies; want 1 (X's)", st.CopiesHeld)
+	}
+}
+
+// TestTransfersKeyFull: the staged transfers live in one KV value, which
+// must fit in one NATS message. A transfer that would not fit is refused
+// with 429 and changes nothing; seizes always succeed (a seize that
+// cannot keep its record forgets the transfer instead).
+func TestTransfersKeyFull(t *testing.T) {
+	s := natstest.MaxPayloadServer(t, 32<<10)
+	srv := startStateful(t, s, "leader", func(o *domainserver.Options) {
+		cfg := &config{}
+		ns := testNamespace()
+		ns.AllowUnconfigured = true
+		cfg.set(ns)
+		o.Config = cfg.get
+	})
+	e := &env{nc: natstest.Conn(t, s)}
+	owner := strings.Repeat("o", 200)
+	var ids []string
+	full := false
+	for i := 0; i < 400 && !full; i++ {
+		var r domainwire.ReserveReply
+		if code := e.call(t, domainwire.OpReserve, "free", fmt.Sprintf(`{"domain":"d%d","copies":1,"client_id":%q}`, i, owner), &r); code != "" {
+			t.Fatalf("reserve %d: %s", i, code)
+		}
+		var tr domainwire.TransferReply
+		switch code := e.call(t, domainwire.OpTransfer, "free", `{"client_id":"`+owner+`","hold_id":"`+r.HoldID+`","ttl":"1h"}`, &tr); code {
+		case "":
+			ids = append(ids, tr.TransferID)
+		case "429":
+			full = true
+			if st := srv.Stats(); st.Holds != 1 || st.Transfers != len(ids) || !st.Serving {
+				t.Fatalf("a refused transfer changed the state: %+v", st)
+			}
+		default:
+			t.Fatalf("transfer %d: code %s", i, code)
+		}
+	}
+	if !full {
+		t.Fatal("400 transfers of about 300 bytes each fit in 32 KiB")
+	}
+	seizer := strings.Repeat("w", 200)
+	for i, id := range ids {
+		if code := e.call(t, domainwire.OpSeize, "free", `{"client_id":"`+seizer+`","transfer_id":"`+id+`"}`, nil); code != "" {
+			t.Fatalf("seize %d of %d: code %s", i, len(ids), code)
+		}
+	}
+	if st := srv.Stats(); st.Transfers != 0 || st.Holds != len(ids)+1 || !st.Serving {
+		t.Fatalf("after the seizes: %+v", st)
 	}
 }

@@ -3,7 +3,7 @@ package quotaserver
 import (
 	"errors"
 	"fmt"
-	"strconv"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -12,7 +12,6 @@ import (
 
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/reply"
-	"github.com/allot/allot/internal/reqinfo"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -21,13 +20,17 @@ import (
 // where the subject mapping delivers the bucket subjects.
 func (s *Server) handlePartition(m micro.Request) {
 	rest := strings.TrimPrefix(m.Subject(), s.prefix)
+	var tenant string
+	if after, ok := strings.CutPrefix(rest, "t."); ok {
+		tenant, rest, _ = strings.Cut(after, ".")
+	}
 	op, bucket, _ := strings.Cut(rest, ".")
 	ns, name, ok := strings.Cut(bucket, ".")
 	switch {
 	case ok && op == "take" && !strings.Contains(name, "."):
-		s.take(m, ns, name, true)
+		s.take(m, tenant, ns, name, true)
 	case ok && op == "report" && !strings.Contains(name, "."):
-		s.report(m, ns, name, true)
+		s.report(m, tenant, ns, name, true)
 	default:
 		s.gate.Handled.Add(1)
 		s.replyError(m, wire.EncodingOf(nats.Header(m.Headers())), reply.CodeUnknownEndpoint,
@@ -39,21 +42,23 @@ func (s *Server) handlePartition(m micro.Request) {
 // one partition owns every bucket.
 func (s *Server) handleBucketTake(m micro.Request) {
 	ns, name := bucketTokens(m.Subject())
-	s.take(m, ns, name, true)
+	s.take(m, tenantOf(m.Subject()), ns, name, true)
 }
 
 // handleBucketReport serves allot.<node>.quota.report.<namespace>.<name>
 // when one partition owns every bucket.
 func (s *Server) handleBucketReport(m micro.Request) {
 	ns, name := bucketTokens(m.Subject())
-	s.report(m, ns, name, true)
+	s.report(m, tenantOf(m.Subject()), ns, name, true)
 }
 
 // handlePlainTake serves allot.<node>.quota.take (bucket in the payload).
-func (s *Server) handlePlainTake(m micro.Request) { s.take(m, "", "", false) }
+func (s *Server) handlePlainTake(m micro.Request) { s.take(m, tenantOf(m.Subject()), "", "", false) }
 
 // handlePlainReport serves allot.<node>.quota.report.
-func (s *Server) handlePlainReport(m micro.Request) { s.report(m, "", "", false) }
+func (s *Server) handlePlainReport(m micro.Request) {
+	s.report(m, tenantOf(m.Subject()), "", "", false)
+}
 
 // bucketTokens returns the last two tokens of subject.
 func bucketTokens(subject string) (ns, name string) {
@@ -62,9 +67,10 @@ func bucketTokens(subject string) (ns, name string) {
 	return subject[j+1 : i], subject[i+1:]
 }
 
-// take decides one take. inSubject says the bucket is named by the subject
-// (ns, name); a bucket in the payload must then agree with it.
-func (s *Server) take(m micro.Request, ns, name string, inSubject bool) {
+// take decides one take for tenant ("" outside tenant subjects).
+// inSubject says the bucket is named by the subject (ns, name); a bucket
+// in the payload must then agree with it.
+func (s *Server) take(m micro.Request, tenant, ns, name string, inSubject bool) {
 	enc, ok := s.begin(m)
 	if !ok {
 		return
@@ -84,12 +90,8 @@ func (s *Server) take(m micro.Request, ns, name string, inSubject bool) {
 		s.replyError(m, enc, code, "quota take: "+strings.TrimPrefix(err.Error(), wire.ErrBadRequest.Error()+": "))
 		return
 	}
-	if err := s.checkTenant(nats.Header(m.Headers()), t.Namespace); err != nil {
-		code := reply.CodeForbidden
-		if errors.Is(err, reqinfo.ErrMalformed) {
-			code = reply.CodeBadRequest
-		}
-		s.replyError(m, enc, code, "quota take: "+err.Error())
+	if err := s.checkTenant(tenant, t.Namespace, t.Name); err != nil {
+		s.replyError(m, enc, reply.CodeForbidden, "quota take: "+err.Error())
 		return
 	}
 	if !inSubject && s.opts.Partitions > 1 {
@@ -122,7 +124,7 @@ func (s *Server) take(m micro.Request, ns, name string, inSubject bool) {
 // which is sent only when the publisher asked for one. A message on a
 // bucket's subject that names another bucket is a 400, and nothing of it
 // is applied.
-func (s *Server) report(m micro.Request, ns, name string, inSubject bool) {
+func (s *Server) report(m micro.Request, tenant, ns, name string, inSubject bool) {
 	enc, ok := s.begin(m)
 	if !ok {
 		return
@@ -137,7 +139,7 @@ func (s *Server) report(m micro.Request, ns, name string, inSubject bool) {
 	} else {
 		q = wire.DecodeQuotaReports(enc, m.Data())
 	}
-	s.dropClosedReports(nats.Header(m.Headers()), &q)
+	s.dropClosedReports(tenant, &q)
 	var applied int
 	if !inSubject && s.opts.Partitions > 1 {
 		applied = s.forwardReports(enc, &q)
@@ -164,11 +166,13 @@ func (s *Server) report(m micro.Request, ns, name string, inSubject bool) {
 	}
 }
 
-// checkTenant refuses a tenant's take or report on a namespace that lists
-// other tenants only. Requests without request info (from the service's
-// own account) skip the lookup.
-func (s *Server) checkTenant(h nats.Header, ns string) error {
-	if h.Get(reqinfo.Header) == "" {
+// checkTenant refuses a tenant's take or report of bucket ns:name when
+// the namespace lists other tenants only, or when the global default
+// bucket would answer and namespace _default lists other tenants only.
+// Requests outside tenant subjects (the service's own account) are not
+// checked.
+func (s *Server) checkTenant(tenant, ns, name string) error {
+	if tenant == "" {
 		return nil
 	}
 	s.refreshConfig()
@@ -177,25 +181,29 @@ func (s *Server) checkTenant(h nats.Header, ns string) error {
 		return nil
 	}
 	n := cfg.Namespaces[ns]
-	if n == nil {
-		n = cfg.Namespaces[quota.GlobalDefault] // its bucket answers
+	if n != nil && len(n.Tenants) > 0 && !slices.Contains(n.Tenants, tenant) {
+		return fmt.Errorf("quota namespace %q is not open to tenant %q (its tenants are %q)", ns, tenant, n.Tenants)
 	}
-	if n == nil {
-		return nil
+	if n != nil && (n.Buckets[name] != nil || n.Dynamic != nil || n.Default != nil) {
+		return nil // the namespace's own bucket answers
 	}
-	return reqinfo.CheckTenant(h, n.Tenants, "quota namespace "+strconv.Quote(ns))
+	if d := cfg.Namespaces[quota.GlobalDefault]; d != nil && len(d.Tenants) > 0 && !slices.Contains(d.Tenants, tenant) {
+		return fmt.Errorf("the global default bucket (namespace %s), which answers for %s:%s, is not open to tenant %q (its tenants are %q)",
+			quota.GlobalDefault, ns, name, tenant, d.Tenants)
+	}
+	return nil
 }
 
-// dropClosedReports removes from q the reports of namespaces not open to
-// the tenant that sent them, counting them as ignored. Forwarded reports
-// lose the sender's request info, so this runs before forwarding.
-func (s *Server) dropClosedReports(h nats.Header, q *wire.QuotaReports) {
-	if h.Get(reqinfo.Header) == "" {
+// dropClosedReports removes from q the reports of buckets not open to
+// tenant, counting them as ignored. Forwarded reports are published on
+// the plain bucket subjects, so this runs before forwarding.
+func (s *Server) dropClosedReports(tenant string, q *wire.QuotaReports) {
+	if tenant == "" {
 		return
 	}
 	kept := q.Reports[:0]
 	for _, r := range q.Reports {
-		if err := s.checkTenant(h, r.Namespace); err != nil {
+		if err := s.checkTenant(tenant, r.Namespace, r.Name); err != nil {
 			q.Ignored++
 			if q.Error == "" {
 				q.Error = fmt.Sprintf("report for %q: %v", r.Bucket, err)

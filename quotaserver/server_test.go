@@ -458,14 +458,18 @@ func TestSweepAndProtobuf(t *testing.T) {
 }
 
 // TestTenantsOfANamespace: a namespace that lists its tenants refuses
-// (403) the takes of any other tenant, as nats-server names it in the
-// Nats-Request-Info header of a request crossing a service import, on
-// the plain and the bucket subjects of either partition, and ignores its
-// reports; the listed tenant and the service's own account are served.
+// (403) the takes of any other tenant, as the tenant's subject names it
+// (allot.t.<tenant>.…, filled by its service import), on the plain and
+// the bucket subjects of either partition, and ignores its reports; a
+// forged Nats-Request-Info header changes nothing. The listed tenant and
+// the service's own account are served. A namespace without a bucket for
+// a key is answered by the global default, whose own tenants list then
+// applies.
 func TestTenantsOfANamespace(t *testing.T) {
 	s := startMapped(t, 2)
 	nc := natstest.Conn(t, s)
-	var spaces []*quota.Namespace
+	spaces := []*quota.Namespace{{Name: quota.GlobalDefault, Default: tokenBucket(100, 0.001, 0), Tenants: []string{"TENANT_A"}},
+		{Name: "open", Buckets: map[string]*quota.Spec{"x": tokenBucket(100, 0.001, 0)}}}
 	for _, name := range []string{"ns0", "ns1"} { // on partitions 0 and 1
 		spaces = append(spaces, &quota.Namespace{Name: name, Dynamic: tokenBucket(100, 0.001, 0), MaxDynamicBuckets: 10,
 			Tenants: []string{"TENANT_A"}})
@@ -475,38 +479,43 @@ func TestTenantsOfANamespace(t *testing.T) {
 	r1, _ := runReplica(t, natstest.Conn(t, s), "p1", 1, 2, src.get)
 	waitServing(t, r0, r1)
 
-	send := func(subject, body, info string) (*nats.Msg, string) {
+	send := func(subject, body string) (*nats.Msg, string) {
 		t.Helper()
 		msg := nats.NewMsg(subject)
 		msg.Data = []byte(body)
-		if info != "" {
-			msg.Header.Set("Nats-Request-Info", info)
-		}
+		msg.Header.Set("Nats-Request-Info", `{"acc":"TENANT_A","user":"forged"}`)
 		m, err := nc.RequestMsg(msg, 5*time.Second)
 		if err != nil {
 			t.Fatalf("%s %s: %v", subject, body, err)
 		}
 		return m, m.Header.Get("Nats-Service-Error-Code")
 	}
-	const tenantA, tenantB = `{"acc":"TENANT_A","user":"UA"}`, `{"acc":"TENANT_B","user":"UB"}`
+	a, b := func(s string) string { return quotaserver.TenantSubject("TENANT_A", s) }, func(s string) string { return quotaserver.TenantSubject("TENANT_B", s) }
 	for _, ns := range []string{"ns0", "ns1"} {
-		for _, c := range []struct{ subject, body, info, code string }{
-			{quotaserver.TakeSubject("root"), `{"bucket":"` + ns + `:k","tokens":5}`, tenantB, "403"},
-			{quotaserver.BucketSubject("root", "take", ns, "k"), `{"tokens":5}`, tenantB, "403"},
-			{quotaserver.BucketSubject("root", "take", ns, "k"), `{"tokens":5}`, `{"acc":`, "400"},
-			{quotaserver.TakeSubject("root"), `{"bucket":"` + ns + `:k","tokens":5}`, tenantA, ""},
-			{quotaserver.BucketSubject("root", "take", ns, "k"), `{"tokens":5}`, "", ""},
+		bucket := quotaserver.BucketSubject("root", "take", ns, "k")
+		for _, c := range []struct{ subject, body, code string }{
+			{b(quotaserver.TakeSubject("root")), `{"bucket":"` + ns + `:k","tokens":5}`, "403"},
+			{b(bucket), `{"tokens":5}`, "403"},
+			{a(quotaserver.TakeSubject("root")), `{"bucket":"` + ns + `:k","tokens":5}`, ""},
+			{a(bucket), `{"tokens":1}`, ""},
+			{bucket, `{"tokens":4}`, ""},
 		} {
-			if m, code := send(c.subject, c.body, c.info); code != c.code {
-				t.Errorf("%s %s from %s: code %q (%s), want %q", c.subject, c.body, c.info, code, m.Data, c.code)
+			if m, code := send(c.subject, c.body); code != c.code {
+				t.Errorf("%s %s: code %q (%s), want %q", c.subject, c.body, code, m.Data, c.code)
 			}
 		}
-		m, code := send(quotaserver.ReportSubject("root"), `{"reports":[{"bucket":"`+ns+`:k","tokens":50}]}`, tenantB)
+		m, code := send(b(quotaserver.ReportSubject("root")), `{"reports":[{"bucket":"`+ns+`:k","tokens":50}]}`)
 		if code != "" || !strings.Contains(string(m.Data), `"accepted":0`) || !strings.Contains(string(m.Data), "not open to") {
 			t.Errorf("report from TENANT_B to %s: %s (code %q), want ignored", ns, m.Data, code)
 		}
-		if got := take(t, nc, quotaserver.BucketSubject("root", "take", ns, "k"), `{"tokens":0}`); got.Remaining != 90 {
+		if got := take(t, nc, bucket, `{"tokens":0}`); got.Remaining != 90 {
 			t.Errorf("%s:k has %d left; want 90 (only TENANT_A's and the own account's takes)", ns, got.Remaining)
+		}
+	}
+	// open:x is open:x's own; open:k falls to the global default.
+	for _, c := range []struct{ bucket, code string }{{"open:x", ""}, {"open:k", "403"}, {"nope:k", "403"}} {
+		if m, code := send(b(quotaserver.TakeSubject("root")), `{"bucket":"`+c.bucket+`"}`); code != c.code {
+			t.Errorf("TENANT_B's take of %s: code %q (%s), want %q", c.bucket, code, m.Data, c.code)
 		}
 	}
 }

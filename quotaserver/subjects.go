@@ -3,6 +3,7 @@ package quotaserver
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // TakeSubject is allot.<node>.quota.take: a take whose bucket is named in
@@ -43,10 +44,33 @@ func Mappings(node string, n int) map[string]string {
 	if n <= 1 {
 		return nil
 	}
-	out := make(map[string]string, 2)
+	out := make(map[string]string, 4)
 	for _, op := range []string{"take", "report"} {
 		src := "allot." + node + ".quota." + op + ".*.*"
 		out[src] = fmt.Sprintf("allot.%s.quota.p.{{partition(%d,1)}}.%s.{{wildcard(1)}}.{{wildcard(2)}}", node, n, op)
+		// Tenants' subjects (TenantSubject), to the same partition, with
+		// the tenant: allot.<node>.quota.p.<i>.t.<tenant>.<op>.<ns>.<name>.
+		src = "allot.t.*." + node + ".quota." + op + ".*.*"
+		out[src] = fmt.Sprintf("allot.%s.quota.p.{{partition(%d,2)}}.t.{{wildcard(1)}}.%s.{{wildcard(2)}}.{{wildcard(3)}}", node, n, op)
 	}
 	return out
+}
+
+// TenantSubject is subject (TakeSubject, ReportSubject or a
+// BucketSubject) as a tenant's request arrives in the allot account
+// through its service import: allot.t.<tenant>.<rest after "allot.">.
+// The tenant token is the importing account's name
+// (account_token_position), so it cannot be forged.
+func TenantSubject(tenant, subject string) string {
+	return "allot.t." + tenant + "." + strings.TrimPrefix(subject, "allot.")
+}
+
+// tenantOf returns the tenant of a tenant's subject, "" for the others.
+func tenantOf(subject string) string {
+	rest, ok := strings.CutPrefix(subject, "allot.t.")
+	if !ok {
+		return ""
+	}
+	tenant, _, _ := strings.Cut(rest, ".")
+	return tenant
 }

@@ -77,25 +77,46 @@ func PartitionSubject(node string, i int) string {
 	return "allot." + node + ".domain.p." + strconv.Itoa(i)
 }
 
+// TenantSubject is a domain subject as a tenant's request arrives in the
+// allot account through the tenant's service import:
+// allot.t.<tenant>.<node>.domain.<op>.<namespace>.<resource>. The tenant
+// token is the importing account's name (account_token_position), so it
+// cannot be forged.
+func TenantSubject(tenant, node, op, namespace, resource string) string {
+	return "allot.t." + tenant + "." + node + ".domain." + op + "." + namespace + "." + resource
+}
+
 // Mappings returns the NATS subject mappings that spread a node's domain
 // subjects over n partitions by namespace and resource, so that every
-// operation on one resource reaches the same partition. n ≤ 1 needs none.
+// operation on one resource reaches the same partition; tenants' subjects
+// go to the same partition as the plain ones, keeping the tenant token:
+// allot.<node>.domain.p.<i>.t.<tenant>.<op>.<namespace>.<resource>. n ≤ 1
+// needs none.
 func Mappings(node string, n int) map[string]string {
 	if n <= 1 {
 		return nil
 	}
-	out := make(map[string]string, len(Ops))
+	out := make(map[string]string, 2*len(Ops))
 	for _, op := range Ops {
 		out["allot."+node+".domain."+op+".*.*"] = fmt.Sprintf("allot.%s.domain.p.{{partition(%d,1,2)}}.%s.{{wildcard(1)}}.{{wildcard(2)}}", node, n, op)
+		out["allot.t.*."+node+".domain."+op+".*.*"] = fmt.Sprintf("allot.%s.domain.p.{{partition(%d,2,3)}}.t.{{wildcard(1)}}.%s.{{wildcard(2)}}.{{wildcard(3)}}", node, n, op)
 	}
 	return out
 }
 
 // ParseSubject returns the operation, namespace and resource of a domain
-// subject in either form (plain or partitioned).
+// subject in any form (plain, partitioned, a tenant's).
 func ParseSubject(subject string) (op, namespace, resource string, err error) {
+	_, op, namespace, resource, err = ParseTenantSubject(subject)
+	return op, namespace, resource, err
+}
+
+// ParseTenantSubject is ParseSubject, and also returns the tenant of a
+// tenant's subject (TenantSubject, or its partitioned form), "" for the
+// others.
+func ParseTenantSubject(subject string) (tenant, op, namespace, resource string, err error) {
 	// Tokens cut one by one: no allocation on the hot path.
-	var t [8]string
+	var t [10]string
 	n, rest := 0, subject
 	for n < len(t) {
 		tok, after, more := strings.Cut(rest, ".")
@@ -107,22 +128,31 @@ func ParseSubject(subject string) (op, namespace, resource string, err error) {
 	}
 	switch {
 	case rest != "" && n == len(t):
-		// more than 8 tokens
-	case n == 6 && t[0] == "allot" && t[2] == "domain":
+		// more than 10 tokens
+	case t[0] != "allot":
+	case n == 8 && t[1] == "t" && t[4] == "domain":
+		if t[2] != "" {
+			tenant, op, namespace, resource = t[2], t[5], t[6], t[7]
+		}
+	case n == 10 && t[2] == "domain" && t[3] == "p" && t[5] == "t":
+		if t[6] != "" {
+			tenant, op, namespace, resource = t[6], t[7], t[8], t[9]
+		}
+	case n == 6 && t[2] == "domain":
 		op, namespace, resource = t[3], t[4], t[5]
-	case n == 8 && t[0] == "allot" && t[2] == "domain" && t[3] == "p":
+	case n == 8 && t[2] == "domain" && t[3] == "p":
 		op, namespace, resource = t[5], t[6], t[7]
 	}
 	if op == "" {
-		return "", "", "", badf("subject %q is not allot.<node>.domain.<op>.<namespace>.<resource>", clip(subject))
+		return "", "", "", "", badf("subject %q is not allot.<node>.domain.<op>.<namespace>.<resource>", clip(subject))
 	}
 	if err := ValidateName("namespace", namespace); err != nil {
-		return "", "", "", err
+		return "", "", "", "", err
 	}
 	if err := ValidateName("resource", resource); err != nil {
-		return "", "", "", err
+		return "", "", "", "", err
 	}
-	return op, namespace, resource, nil
+	return tenant, op, namespace, resource, nil
 }
 
 // SplitResource splits "namespace:resource", the form the agent API takes.

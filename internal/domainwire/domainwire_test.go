@@ -74,7 +74,19 @@ func TestSubjects(t *testing.T) {
 	if err != nil || op != OpSeize || ns != "jobs" || res != "sandbox" {
 		t.Fatalf("partitioned: %s %s %s %v", op, ns, res, err)
 	}
-	for _, bad := range []string{"allot.root.domain.reserve.jobs", "allot.root.domain.p.1.reserve.jobs.sandbox.extra", "allot.root.domain.reserve.jobs.sandbox.extra", "allot.root.quota.take.a.b", "allot.root.domain.reserve.j*bs.x"} {
+	for _, c := range []struct{ subject, tenant string }{
+		{Subject("root", OpRelease, "jobs", "sandbox"), ""},
+		{TenantSubject("TENANT_A", "root", OpRelease, "jobs", "sandbox"), "TENANT_A"},
+		{PartitionSubject("root", 2) + ".t.TENANT_B.release.jobs.sandbox", "TENANT_B"},
+	} {
+		tenant, op, ns, res, err := ParseTenantSubject(c.subject)
+		if err != nil || tenant != c.tenant || op != OpRelease || ns != "jobs" || res != "sandbox" {
+			t.Errorf("ParseTenantSubject(%s) = %q %s %s %s %v", c.subject, tenant, op, ns, res, err)
+		}
+	}
+	for _, bad := range []string{"allot.t..root.domain.reserve.jobs.sandbox", "allot.root.domain.p.1.t..reserve.jobs.sandbox",
+		"allot.root.domain.p.1.x.T.reserve.jobs.sandbox", "allot.t.T.root.domain.reserve.jobs.sandbox.x",
+		"allot.root.domain.reserve.jobs", "allot.root.domain.p.1.reserve.jobs.sandbox.extra", "allot.root.domain.reserve.jobs.sandbox.extra", "allot.root.quota.take.a.b", "allot.root.domain.reserve.j*bs.x"} {
 		if _, _, _, err := ParseSubject(bad); err == nil {
 			t.Errorf("ParseSubject(%s) accepted", bad)
 		}
@@ -85,8 +97,8 @@ func TestSubjects(t *testing.T) {
 	if _, _, err := TransferResource("nodots"); err == nil {
 		t.Error("TransferResource accepted an id without resource")
 	}
-	if got := len(Mappings("root", 4)); got != len(Ops) {
-		t.Errorf("Mappings: %d, want %d", got, len(Ops))
+	if got := len(Mappings("root", 4)); got != 2*len(Ops) {
+		t.Errorf("Mappings: %d, want %d (plain and tenant subjects)", got, 2*len(Ops))
 	}
 }
 

@@ -37,3 +37,20 @@ func Conn(tb testing.TB, s *server.Server, opts ...nats.Option) *nats.Conn {
 	tb.Cleanup(nc.Close)
 	return nc
 }
+
+// MaxPayloadServer starts a JetStream-enabled server on a random loopback
+// port whose max_payload is maxPayload bytes.
+func MaxPayloadServer(tb testing.TB, maxPayload int32) *server.Server {
+	tb.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, MaxPayload: maxPayload, JetStream: true, StoreDir: tb.TempDir(),
+		NoLog: true, NoSigs: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go s.Start()
+	tb.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		tb.Fatal("nats-server not ready for connections")
+	}
+	return s
+}
