@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -174,8 +173,6 @@ const NoClockSkew = time.Duration(-1)
 // NoRoundInterval, as Options.RoundInterval, answers each request at once.
 const NoRoundInterval = time.Duration(-1)
 
-var nodeRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
 // Coordinator serves one tree node. Create it with New, then Start.
 type Coordinator struct {
 	nc    *nats.Conn
@@ -234,8 +231,8 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 	if opts.Node == "" {
 		opts.Node = DefaultNode
 	}
-	if !nodeRE.MatchString(opts.Node) {
-		return nil, fmt.Errorf("coordinator: node name %q must be 1-64 of [A-Za-z0-9_-]", opts.Node)
+	if err := wire.ValidateNode(opts.Node); err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
 	}
 	if opts.ServerID == "" {
 		host, _ := os.Hostname()
@@ -252,8 +249,8 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 	if opts.Templates == nil {
 		opts.Templates = DefaultTemplates()
 	}
-	if opts.Parent != "" && (!nodeRE.MatchString(opts.Parent) || opts.Parent == opts.Node) {
-		return nil, fmt.Errorf("coordinator: parent node %q must be 1-64 of [A-Za-z0-9_-] and not the node itself", opts.Parent)
+	if opts.Parent != "" && (wire.ValidateNode(opts.Parent) != nil || opts.Parent == opts.Node) {
+		return nil, fmt.Errorf("coordinator: parent node %q must be a valid node name (1-64 of [A-Za-z0-9_-], not t) and not the node itself", opts.Parent)
 	}
 	if opts.StateBucket == "" {
 		opts.StateBucket = DefaultStateBucket

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/quotaserver"
 )
@@ -25,8 +27,9 @@ const (
 )
 
 // TestQuotaMappingMatchesCode: the shipped snippet is what
-// quotaserver.Mappings writes for node root and 4 partitions, so the docs
-// and `allot up` route alike.
+// quotaserver.Mappings and domainwire.Mappings write for node root and 4
+// partitions (allot coordinator --quota-partitions serves both), so the
+// docs and `allot up` route alike.
 func TestQuotaMappingMatchesCode(t *testing.T) {
 	data, err := os.ReadFile(quotaSnippet)
 	if err != nil {
@@ -37,6 +40,7 @@ func TestQuotaMappingMatchesCode(t *testing.T) {
 		got[m[1]] = m[2]
 	}
 	want := quotaserver.Mappings("root", quotaPartitions)
+	maps.Copy(want, domainwire.Mappings("root", quotaPartitions))
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("%s maps\n%v\nwant (quotaserver.Mappings)\n%v", quotaSnippet, got, want)
 	}

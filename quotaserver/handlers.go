@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -42,21 +43,39 @@ func (s *Server) handlePartition(m micro.Request) {
 // one partition owns every bucket.
 func (s *Server) handleBucketTake(m micro.Request) {
 	ns, name := bucketTokens(m.Subject())
-	s.take(m, tenantOf(m.Subject()), ns, name, true)
+	s.take(m, "", ns, name, true)
 }
 
 // handleBucketReport serves allot.<node>.quota.report.<namespace>.<name>
 // when one partition owns every bucket.
 func (s *Server) handleBucketReport(m micro.Request) {
 	ns, name := bucketTokens(m.Subject())
+	s.report(m, "", ns, name, true)
+}
+
+// handleTenantBucketTake and handleTenantBucketReport serve a tenant's
+// bucket subjects (TenantSubject) when one partition owns every bucket.
+func (s *Server) handleTenantBucketTake(m micro.Request) {
+	ns, name := bucketTokens(m.Subject())
+	s.take(m, tenantOf(m.Subject()), ns, name, true)
+}
+
+func (s *Server) handleTenantBucketReport(m micro.Request) {
+	ns, name := bucketTokens(m.Subject())
 	s.report(m, tenantOf(m.Subject()), ns, name, true)
 }
 
 // handlePlainTake serves allot.<node>.quota.take (bucket in the payload).
-func (s *Server) handlePlainTake(m micro.Request) { s.take(m, tenantOf(m.Subject()), "", "", false) }
+func (s *Server) handlePlainTake(m micro.Request) { s.take(m, "", "", "", false) }
 
 // handlePlainReport serves allot.<node>.quota.report.
-func (s *Server) handlePlainReport(m micro.Request) {
+func (s *Server) handlePlainReport(m micro.Request) { s.report(m, "", "", "", false) }
+
+// handleTenantTake and handleTenantReport serve a tenant's
+// allot.t.<tenant>.<node>.quota.take and .report.
+func (s *Server) handleTenantTake(m micro.Request) { s.take(m, tenantOf(m.Subject()), "", "", false) }
+
+func (s *Server) handleTenantReport(m micro.Request) {
 	s.report(m, tenantOf(m.Subject()), "", "", false)
 }
 
@@ -95,7 +114,11 @@ func (s *Server) take(m micro.Request, tenant, ns, name string, inSubject bool) 
 		return
 	}
 	if !inSubject && s.opts.Partitions > 1 {
-		s.forward(BucketSubject(s.opts.Node, "take", t.Namespace, t.Name), m, m.Data())
+		if tenant != "" {
+			s.relay(BucketSubject(s.opts.Node, "take", t.Namespace, t.Name), m, enc)
+		} else {
+			s.forward(BucketSubject(s.opts.Node, "take", t.Namespace, t.Name), m, m.Data())
+		}
 		return
 	}
 	now := s.opts.Now()
@@ -279,6 +302,42 @@ func (s *Server) forward(subject string, m micro.Request, data []byte) {
 	if err := s.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: m.Reply(), Header: nats.Header(m.Headers()), Data: data}); err != nil {
 		s.log.Debug("forward failed", "subject", subject, "err", err)
 	}
+}
+
+// relayTimeout bounds how long partition 0 waits for the owner's answer
+// to a relayed take.
+const relayTimeout = 2 * time.Second
+
+// relay asks subject's owner on the requester's behalf and passes the
+// answer back: a tenant's reply subject (_R_.… of its import) may only be
+// answered by the subscriber that received the request, so the request
+// cannot be forwarded with it as forward does. It does not wait: the
+// answer is passed on from its own goroutine.
+func (s *Server) relay(subject string, m micro.Request, enc wire.Encoding) {
+	if !s.mayAnswer() {
+		s.gate.Silenced.Add(1)
+		return
+	}
+	if m.Reply() == "" {
+		s.forward(subject, m, m.Data()) // nobody to answer
+		return
+	}
+	s.forwarded.Add(1)
+	req := &nats.Msg{Subject: subject, Header: nats.Header(m.Headers()), Data: m.Data()}
+	go func() {
+		resp, err := s.nc.RequestMsg(req, relayTimeout)
+		if err != nil {
+			s.replyError(m, enc, reply.CodeUnavailable, "quota take: the partition owning the namespace did not answer: "+err.Error())
+			return
+		}
+		if !s.mayAnswer() {
+			s.gate.Silenced.Add(1)
+			return
+		}
+		if err := m.Respond(resp.Data, micro.WithHeaders(micro.Headers(resp.Header))); err != nil {
+			s.log.Debug("relayed reply failed", "err", err)
+		}
+	}()
 }
 
 // respond sends a successful reply in the request's encoding, unless the

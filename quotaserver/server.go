@@ -217,15 +217,15 @@ func (s *Server) Start(ctx context.Context) error {
 	tenants := "allot.t.*." + node + ".quota."
 	if s.opts.Partition == 0 {
 		eps = append(eps, endpoint{"take", TakeSubject(node), s.handlePlainTake}, endpoint{"report", ReportSubject(node), s.handlePlainReport},
-			endpoint{"tenant_take", tenants + "take", s.handlePlainTake}, endpoint{"tenant_report", tenants + "report", s.handlePlainReport})
+			endpoint{"tenant_take", tenants + "take", s.handleTenantTake}, endpoint{"tenant_report", tenants + "report", s.handleTenantReport})
 	}
 	if s.opts.Partitions == 1 {
 		// One partition owns every bucket: serve the bucket subjects
 		// without a mapping. (With one, they arrive on "partition".)
 		eps = append(eps, endpoint{"take_bucket", TakeSubject(node) + ".*.*", s.handleBucketTake},
 			endpoint{"report_bucket", ReportSubject(node) + ".*.*", s.handleBucketReport},
-			endpoint{"tenant_take_bucket", tenants + "take.*.*", s.handleBucketTake},
-			endpoint{"tenant_report_bucket", tenants + "report.*.*", s.handleBucketReport})
+			endpoint{"tenant_take_bucket", tenants + "take.*.*", s.handleTenantBucketTake},
+			endpoint{"tenant_report_bucket", tenants + "report.*.*", s.handleTenantBucketReport})
 	}
 	for _, e := range eps {
 		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.subject), micro.WithEndpointQueueGroupDisabled(),

@@ -519,3 +519,27 @@ func TestTenantsOfANamespace(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantPlainTakeAcrossPartitions: with accounts and two partitions,
+// a tenant's take on the plain subject whose bucket another partition
+// owns is answered: partition 0 cannot forward it with the tenant's reply
+// subject (the import's _R_.…, which only it may answer), so it asks the
+// owner and passes the answer back.
+func TestTenantPlainTakeAcrossPartitions(t *testing.T) {
+	s := natstest.MappedTenantServer(t, map[string][]string{"TENANT_A": {"a"}}, quotaserver.Mappings("root", 2))
+	nc := natstest.Conn(t, s, nats.UserInfo("allot", "allot"))
+	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "ns0", Dynamic: tokenBucket(100, 0.001, 0), MaxDynamicBuckets: 10},
+		&quota.Namespace{Name: "ns1", Dynamic: tokenBucket(100, 0.001, 0), MaxDynamicBuckets: 10})}
+	r0, _ := runReplica(t, nc, "p0", 0, 2, src.get)
+	r1, _ := runReplica(t, natstest.Conn(t, s, nats.UserInfo("allot", "allot")), "p1", 1, 2, src.get)
+	waitServing(t, r0, r1)
+	tenant := natstest.Conn(t, s, nats.UserInfo("a", "a"))
+	for _, ns := range []string{"ns0", "ns1"} { // ns1 is partition 1's
+		if got := take(t, tenant, quotaserver.TakeSubject("root"), `{"bucket":"`+ns+`:k","tokens":3}`); got.Status != "OK" || got.Remaining != 97 {
+			t.Fatalf("the tenant's plain take of %s:k: %+v", ns, got)
+		}
+	}
+	if r1.Server().Stats().Takes != 1 {
+		t.Fatalf("partition 1 decided %d takes, want ns1's", r1.Server().Stats().Takes)
+	}
+}

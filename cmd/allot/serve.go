@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/metrics"
 	"github.com/allot/allot/quotaserver"
 )
@@ -162,17 +162,13 @@ func skewOption(d time.Duration) time.Duration {
 	return d
 }
 
-// nodeRE is what a node name may be: it names subjects and, in a tree,
-// the level's JetStream domain.
-var nodeRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
 // validate checks the tree flags and --metrics-max-resources.
 func (f *coordFlags) validate() error {
 	if f.metricsMax < 1 || f.metricsMax > coordinator.MaxObservedResources {
 		return fmt.Errorf("--metrics-max-resources %d: want 1-%d", f.metricsMax, coordinator.MaxObservedResources)
 	}
-	if !nodeRE.MatchString(f.node) {
-		return fmt.Errorf("--node %q: want 1-64 characters from [A-Za-z0-9_-]", f.node)
+	if err := wire.ValidateNode(f.node); err != nil {
+		return fmt.Errorf("--node %q: %w", f.node, err)
 	}
 	if f.quotaParts < 1 || f.quotaParts > quotaserver.MaxPartitions {
 		return fmt.Errorf("--quota-partitions %d: want 1 to %d", f.quotaParts, quotaserver.MaxPartitions)
@@ -183,8 +179,8 @@ func (f *coordFlags) validate() error {
 	if f.parent == "" {
 		return nil
 	}
-	if !nodeRE.MatchString(f.parent) {
-		return fmt.Errorf("--parent-node %q: want 1-64 characters from [A-Za-z0-9_-]", f.parent)
+	if err := wire.ValidateNode(f.parent); err != nil {
+		return fmt.Errorf("--parent-node %q: %w", f.parent, err)
 	}
 	if f.parent == f.node {
 		return fmt.Errorf("--parent-node %q is the node itself: a node's parent is the level above it", f.parent)

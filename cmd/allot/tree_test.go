@@ -119,6 +119,7 @@ func TestTreeFlagsInvalid(t *testing.T) {
 		{[]string{"up", "--data-dir", dir, "--parent-url", "nats-leaf://127.0.0.1:7422"}, "--parent-url needs --parent-node"},
 		{[]string{"up", "--data-dir", dir, "--node", "eu", "--parent-node", "eu", "--parent-url", "nats-leaf://h:1"}, "is the node itself"},
 		{[]string{"up", "--data-dir", dir, "--node", "e.u"}, `--node "e.u"`},
+		{[]string{"up", "--data-dir", dir, "--node", "t"}, `node name "t" is reserved`},
 		{[]string{"up", "--data-dir", dir, "--node", "eu", "--parent-node", "a b", "--parent-url", "nats-leaf://h:1"}, `--parent-node "a b"`},
 		{[]string{"up", "--data-dir", dir, "--node", "eu", "--parent-node", "root", "--parent-url", "http://h:1"}, "--parent-url: "},
 		{[]string{"up", "--data-dir", dir, "--node", "eu", "--parent-node", "root", "--parent-url", "nats-leaf://h"}, "host and port"},

@@ -3,10 +3,9 @@ package election
 import (
 	"fmt"
 	"os"
-	"regexp"
-)
 
-var nodeRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	"github.com/allot/allot/internal/wire"
+)
 
 // FillPartition fills and checks what identifies one replica of a
 // partitioned service (service names it in errors: "quotaserver"): the
@@ -17,8 +16,8 @@ func FillPartition(service string, node, serverID *string, partition int, partit
 	if *node == "" {
 		*node = "root"
 	}
-	if !nodeRE.MatchString(*node) {
-		return fmt.Errorf("%s: node name %q must be 1-64 of [A-Za-z0-9_-]", service, *node)
+	if err := wire.ValidateNode(*node); err != nil {
+		return fmt.Errorf("%s: %w", service, err)
 	}
 	if *serverID == "" {
 		host, _ := os.Hostname()

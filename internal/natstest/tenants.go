@@ -2,6 +2,7 @@ package natstest
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,11 +25,27 @@ const AllotAccount = "ALLOT"
 // The configuration is written to a file and loaded like a deployed one.
 func TenantServer(tb testing.TB, tenants map[string][]string) *server.Server {
 	tb.Helper()
+	return MappedTenantServer(tb, tenants, nil)
+}
+
+// MappedTenantServer is TenantServer with subject mappings (source →
+// destination) in the ALLOT account, such as the quota and domain
+// partitions' (quotaserver.Mappings, domainwire.Mappings).
+func MappedTenantServer(tb testing.TB, tenants map[string][]string, mappings map[string]string) *server.Server {
+	tb.Helper()
 	dir := tb.TempDir()
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: \"127.0.0.1:-1\"\njetstream { store_dir: %q }\naccounts {\n", filepath.Join(dir, "js"))
 	fmt.Fprintf(&b, "  %s {\n    jetstream: enabled\n    users [{user: allot, password: allot}]\n", AllotAccount)
-	b.WriteString("    exports [{service: \"allot.t.*.>\", account_token_position: 3}]\n  }\n")
+	b.WriteString("    exports [{service: \"allot.t.*.>\", account_token_position: 3}]\n")
+	if len(mappings) > 0 {
+		b.WriteString("    mappings {\n")
+		for _, src := range slices.Sorted(maps.Keys(mappings)) {
+			fmt.Fprintf(&b, "      %q: %q\n", src, mappings[src])
+		}
+		b.WriteString("    }\n")
+	}
+	b.WriteString("  }\n")
 	names := make([]string, 0, len(tenants))
 	for name := range tenants {
 		names = append(names, name)

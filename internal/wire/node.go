@@ -1,0 +1,23 @@
+package wire
+
+import "fmt"
+
+// ValidateNode checks a tree node's name: 1 to 64 of [A-Za-z0-9_-], as it
+// names subjects and a level's JetStream domain, and not "t": subjects
+// allot.t.… are tenants' (allot.t.<tenant>.<node>.…), and a node named t
+// would make its own subjects look like a tenant's and a tenant's like
+// its own.
+func ValidateNode(name string) error {
+	ok := len(name) >= 1 && len(name) <= 64
+	for i := 0; ok && i < len(name); i++ {
+		c := name[i]
+		ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+	}
+	switch {
+	case !ok:
+		return fmt.Errorf("node name %q must be 1-64 of [A-Za-z0-9_-]", name)
+	case name == "t":
+		return fmt.Errorf("node name %q is reserved: subjects allot.t.<tenant>.… are tenants'", name)
+	}
+	return nil
+}
