@@ -331,7 +331,7 @@ func Subject(node, endpoint string) string { return "allot." + node + "." + endp
 // allot account, once its service import has mapped them (see
 // subjects.md).
 func TenantSubject(tenant, node, endpoint string) string {
-	return tenantPrefix + tenant + "." + node + "." + endpoint
+	return wire.TenantPrefix + tenant + "." + node + "." + endpoint
 }
 
 // Start prepares the state bucket, reads the lease record to decide on

@@ -73,7 +73,7 @@ func (c *Coordinator) handleCapacity(m micro.Request) {
 // authenticated user in the Nats-Request-Info header, overwriting any a
 // client sets. The request's client id is bound to that identity.
 func (c *Coordinator) handleTenantCapacity(m micro.Request) {
-	tenant := tenantOf(m.Subject())
+	tenant := wire.TenantOf(m.Subject())
 	info, _, err := reqinfo.Parse(nats.Header(m.Headers()))
 	var who ledger.Claimant
 	if err == nil {
@@ -86,16 +86,6 @@ func (c *Coordinator) handleTenantCapacity(m micro.Request) {
 	}
 	c.serveCapacity(m, who)
 }
-
-// tenantOf returns the tenant token of allot.t.<tenant>.<node>.<op>...
-func tenantOf(subject string) string {
-	rest := strings.TrimPrefix(subject, tenantPrefix)
-	tenant, _, _ := strings.Cut(rest, ".")
-	return tenant
-}
-
-// tenantPrefix starts the tenant subjects.
-const tenantPrefix = "allot.t."
 
 // serveCapacity serves a capacity request sent by who.
 func (c *Coordinator) serveCapacity(m micro.Request, who ledger.Claimant) {

@@ -22,9 +22,11 @@ func (s *Server) handle(m micro.Request) {
 		s.replyError(m, domainwire.CodeBadRequest, err.Error())
 		return
 	}
-	if nsc := s.opts.Config()[ns]; tenant != "" && nsc != nil && len(nsc.Tenants) > 0 && !slices.Contains(nsc.Tenants, tenant) {
-		s.replyError(m, domainwire.CodeForbidden, fmt.Sprintf("namespace %q is not open to tenant %q (its tenants are %q)", ns, tenant, nsc.Tenants))
-		return
+	if tenant != "" {
+		if nsc := s.opts.Config()[ns]; nsc != nil && len(nsc.Tenants) > 0 && !slices.Contains(nsc.Tenants, tenant) {
+			s.replyError(m, domainwire.CodeForbidden, fmt.Sprintf("namespace %q is not open to tenant %q (its tenants are %q)", ns, tenant, nsc.Tenants))
+			return
+		}
 	}
 	var out any
 	switch op {

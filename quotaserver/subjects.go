@@ -3,7 +3,8 @@ package quotaserver
 import (
 	"fmt"
 	"strconv"
-	"strings"
+
+	"github.com/allot/allot/internal/wire"
 )
 
 // TakeSubject is allot.<node>.quota.take: a take whose bucket is named in
@@ -61,16 +62,4 @@ func Mappings(node string, n int) map[string]string {
 // through its service import: allot.t.<tenant>.<rest after "allot.">.
 // The tenant token is the importing account's name
 // (account_token_position), so it cannot be forged.
-func TenantSubject(tenant, subject string) string {
-	return "allot.t." + tenant + "." + strings.TrimPrefix(subject, "allot.")
-}
-
-// tenantOf returns the tenant of a tenant's subject, "" for the others.
-func tenantOf(subject string) string {
-	rest, ok := strings.CutPrefix(subject, "allot.t.")
-	if !ok {
-		return ""
-	}
-	tenant, _, _ := strings.Cut(rest, ".")
-	return tenant
-}
+func TenantSubject(tenant, subject string) string { return wire.TenantSubject(tenant, subject) }
