@@ -87,7 +87,31 @@ func TestTwoUpOneDataDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	PutTemplate(t, nc, "twoup", Template(resource+"*", capacity, stdLease, stdRefresh, ""))
+	// The coordinator is already serving: until it has applied the
+	// template, the agents would be leased under the default one.
+	const safe = 3
+	PutTemplate(t, nc, "twoup", Template(resource+"*", capacity, stdLease, stdRefresh, fmt.Sprintf(`,"safe_capacity":%d`, safe)))
+	var warmErr error
+	if !Eventually(10*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		resp, err := Get(ctx, nc, "warm", resource+"-warm", 1)
+		if err == nil {
+			_, err = Granted(resp)
+		}
+		if err == nil && resp.GetResponse()[0].GetSafeCapacity() != safe {
+			err = fmt.Errorf("safe capacity %g, want %d", resp.GetResponse()[0].GetSafeCapacity(), safe)
+		}
+		warmErr = err
+		return err == nil
+	}) {
+		t.Fatalf("the template twoup was not applied: %v", warmErr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	if err := Release(ctx, nc, "warm", resource+"-warm"); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
 	load := StartLoad(t, nc, "agent", stdAgents, resource, capacity, stdWants)
 	s := load.Sampler
 
