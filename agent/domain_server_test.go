@@ -52,7 +52,9 @@ func appConfig(t *testing.T) domainserver.Config {
 // makes it a new leader that learns the holds for one ttl.
 func startDomainServer(t *testing.T, s *server.Server, ttl time.Duration, learn bool) *domainserver.Server {
 	t.Helper()
-	o := domainserver.Options{Config: appConfig(t), HoldTTL: ttl, Logger: slog.New(slog.DiscardHandler)}
+	// The servers of a test share a seal key, as replicas of a node share
+	// the one in the state bucket.
+	o := domainserver.Options{Config: appConfig(t), HoldTTL: ttl, SealKey: []byte("the seal key of the agent's tests"), Logger: slog.New(slog.DiscardHandler)}
 	if learn {
 		o.LearnUntil = time.Now().Add(ttl)
 	}

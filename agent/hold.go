@@ -46,6 +46,7 @@ type Hold struct {
 	id     string
 	copies int64
 	groups []string
+	seal   string // the service's latest seal, listed in refreshes
 	lost   bool
 	closed bool
 	err    error
@@ -178,7 +179,7 @@ func (a *Agent) reserve(ctx context.Context, ns, res, resource, domain string, c
 	switch {
 	case granted:
 		r.st.Granted++
-		h.id, h.copies, h.groups = last.HoldID, last.Granted, slices.Clone(last.Groups)
+		h.id, h.copies, h.groups, h.seal = last.HoldID, last.Granted, slices.Clone(last.Groups), last.Seal
 		if a.d.closed {
 			// Close ran meanwhile and will not release it: give it back.
 			go a.releaseOrphan(h)
@@ -533,7 +534,7 @@ func (a *Agent) Seize(ctx context.Context, transferID string) (*Hold, error) {
 	}
 	r.st.Granted++
 	h := &Hold{a: a, ns: ns, res: res, resource: ns + ":" + res, domain: rep.Domain,
-		id: rep.HoldID, copies: rep.Copies, groups: slices.Clone(rep.Groups)}
+		id: rep.HoldID, copies: rep.Copies, groups: slices.Clone(rep.Groups), seal: rep.Seal}
 	if a.d.closed {
 		go a.releaseOrphan(h)
 		return nil, ErrClosed

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"maps"
 	"sync"
 	"time"
 
@@ -69,10 +70,11 @@ func (a *Agent) refreshRes(r *domainRes) {
 	var failed error
 	listed := make([]domainwire.Hold, 0, len(holds))
 	for _, h := range holds {
-		if c := h.Copies(); c > 0 {
-			listed = append(listed, domainwire.Hold{HoldID: h.id, Domain: h.domain, Groups: h.groups, Copies: c})
+		if c, seal := h.listing(); c > 0 {
+			listed = append(listed, domainwire.Hold{HoldID: h.id, Domain: h.domain, Groups: h.groups, Copies: c, Seal: seal})
 		}
 	}
+	seals := map[string]string{}
 	maxBytes := int(min(int64(domainwire.MaxPayload), a.nc.MaxPayload())) - refreshSlack
 	for _, batch := range refreshBatches(a.o.clientID, listed, maxBytes) {
 		req := domainwire.Refresh{ClientID: a.o.clientID, Holds: batch}
@@ -85,6 +87,7 @@ func (a *Agent) refreshRes(r *domainRes) {
 			continue
 		}
 		lost = append(lost, rep.Lost...)
+		maps.Copy(seals, rep.Seals)
 		if rep.TTLMillis > 0 {
 			ttl = time.Duration(rep.TTLMillis) * time.Millisecond
 		}
@@ -94,9 +97,14 @@ func (a *Agent) refreshRes(r *domainRes) {
 	for _, h := range holds {
 		byID[h.id] = h
 	}
+	for id, seal := range seals {
+		if h := byID[id]; h != nil {
+			h.setSeal(seal)
+		}
+	}
 	for _, id := range lost {
 		if h := byID[id]; h != nil {
-			h.markLost("expired at the service without a refresh")
+			h.markLost("the service no longer has it: it expired without a refresh, or a new leader could not adopt it")
 		}
 	}
 	a.d.mu.Lock()
@@ -115,6 +123,24 @@ func (a *Agent) refreshRes(r *domainRes) {
 	case a.d.kick <- struct{}{}:
 	default:
 	}
+}
+
+// listing returns what a refresh lists of h: the copies it has (0 once
+// closed or lost) and its seal.
+func (h *Hold) listing() (int64, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lost || h.closed {
+		return 0, ""
+	}
+	return h.copies, h.seal
+}
+
+// setSeal keeps the seal a refresh answered for h.
+func (h *Hold) setSeal(seal string) {
+	h.mu.Lock()
+	h.seal = seal
+	h.mu.Unlock()
 }
 
 // refreshSlack is room left in a refresh message for what NATS adds to

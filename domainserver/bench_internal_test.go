@@ -48,7 +48,7 @@ func benchServer(b *testing.B) *Server {
 		b.Fatal(err)
 	}
 	return &Server{opts: o, log: o.Logger, gate: reply.NewGate(nil, o.Logger, "bench"),
-		resources: map[string]*resource{}, holds: map[string]*hold{}, byExpiry: list.New(), transfers: map[string]*transfer{}}
+		resources: map[string]*resource{}, holds: map[string]*hold{}, byExpiry: list.New(), transfers: map[string]*transfer{}, sealKey: newSealKey()}
 }
 
 // BenchmarkHandle measures one decision's handling: decode, decide,

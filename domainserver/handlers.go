@@ -207,7 +207,7 @@ func (s *Server) reserve(data []byte, ns, name string) (any, error) {
 	h := &hold{id: newID(), clientID: in.ClientID, res: r, domain: in.Domain, groups: out.Groups, copies: res.Granted}
 	s.addHold(h, now)
 	s.counts.CopiesGranted += uint64(res.Granted)
-	out.HoldID = h.id
+	out.HoldID, out.Seal = h.id, s.seal(h, now)
 	return &out, nil
 }
 
@@ -295,19 +295,28 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 		h := s.holds[l.HoldID]
 		switch {
 		case h == nil && learning:
-			r, err := s.resolve(ns, name, domainlimit.KindCopies)
+			err := s.checkSeal(&l, in.ClientID, ns, name, now)
+			var r *resource
+			if err == nil {
+				r, err = s.resolve(ns, name, domainlimit.KindCopies)
+			}
 			if err == nil {
 				err = r.copies.Restore(l.Domain, l.Groups, l.Copies)
 			}
 			if err != nil {
 				s.log.Warn("cannot adopt a hold from a refresh", "hold", l.HoldID, "client_id", in.ClientID, "err", err)
+				if errors.Is(err, errSeal) {
+					s.counts.Unsealed++
+				}
 				out.Lost = append(out.Lost, l.HoldID)
 				continue
 			}
-			s.addHold(&hold{id: l.HoldID, clientID: in.ClientID, res: r, domain: l.Domain, groups: l.Groups, copies: l.Copies}, now)
+			h = &hold{id: l.HoldID, clientID: in.ClientID, res: r, domain: l.Domain, groups: l.Groups, copies: l.Copies}
+			s.addHold(h, now)
 			s.counts.Restored++
 		case h == nil || h.clientID != in.ClientID || h.res.ns != ns || h.res.name != name:
 			out.Lost = append(out.Lost, l.HoldID)
+			continue
 		default:
 			s.touchHold(h, now)
 			// The client gave copies back that this server did not hear
@@ -317,6 +326,12 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 					s.log.Error("reconciling a hold with its refresh", "hold", h.id, "err", err)
 				}
 			}
+		}
+		if h.copies > 0 {
+			if out.Seals == nil {
+				out.Seals = make(map[string]string, len(in.Holds))
+			}
+			out.Seals[h.id] = s.seal(h, now)
 		}
 	}
 	s.counts.Refreshes++
@@ -431,7 +446,7 @@ func (s *Server) seize(data []byte, ns, name string) (any, error) {
 	h := &hold{id: seized.holdID, clientID: in.ClientID, res: t.res, domain: t.domain, groups: t.groups, copies: t.copies}
 	s.addHold(h, now)
 	s.counts.Seized++
-	return seizeReply(h, s.opts.HoldTTL), nil
+	return seizeReply(h, s.seal(h, now), s.opts.HoldTTL), nil
 }
 
 // reseize answers a seize of a transfer already seized: the seizer asking
@@ -463,15 +478,15 @@ func (s *Server) reseize(t *transfer, clientID, ns, name string, now time.Time) 
 		s.touchHold(h, now)
 	}
 	// Not counted again: Seized counts transfers seized.
-	return seizeReply(h, s.opts.HoldTTL), nil
+	return seizeReply(h, s.seal(h, now), s.opts.HoldTTL), nil
 }
 
-// seizeReply describes h, made by a seize.
-func seizeReply(h *hold, ttl time.Duration) domainwire.SeizeReply {
+// seizeReply describes h, made by a seize, sealed with seal.
+func seizeReply(h *hold, seal string, ttl time.Duration) domainwire.SeizeReply {
 	groups := h.groups
 	if groups == nil {
 		groups = []string{}
 	}
-	return domainwire.SeizeReply{HoldID: h.id, Namespace: h.res.ns, Resource: h.res.name, Domain: h.domain, Groups: groups, Copies: h.copies,
+	return domainwire.SeizeReply{HoldID: h.id, Seal: seal, Namespace: h.res.ns, Resource: h.res.name, Domain: h.domain, Groups: groups, Copies: h.copies,
 		TTLMillis: ttl.Milliseconds()}
 }

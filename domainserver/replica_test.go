@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -135,14 +136,20 @@ func TestLeaderFailoverKeepsLiveHolds(t *testing.T) {
 	rwg.Add(1)
 	go func() {
 		defer rwg.Done()
-		body := `{"client_id":"c1","holds":[{"hold_id":"` + a.HoldID + `","domain":"a","groups":["free"],"copies":2},` +
-			`{"hold_id":"` + b.HoldID + `","domain":"b","groups":["free"],"copies":2}]}`
+		// Each hold is listed with the seal of its latest reply.
+		seals := map[string]string{a.HoldID: a.Seal, b.HoldID: b.Seal}
 		for {
 			select {
 			case <-stop:
 				return
 			case <-time.After(300 * time.Millisecond):
-				ask(cl, domainwire.OpRefresh, body, nil)
+				body, _ := json.Marshal(domainwire.Refresh{ClientID: "c1", Holds: []domainwire.Hold{
+					{HoldID: a.HoldID, Domain: "a", Groups: []string{"free"}, Copies: 2, Seal: seals[a.HoldID]},
+					{HoldID: b.HoldID, Domain: "b", Groups: []string{"free"}, Copies: 2, Seal: seals[b.HoldID]}}})
+				var rep domainwire.RefreshReply
+				if ok, code := ask(cl, domainwire.OpRefresh, string(body), &rep); ok && code == "" {
+					maps.Copy(seals, rep.Seals)
+				}
 			}
 		}
 	}()

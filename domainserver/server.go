@@ -18,8 +18,10 @@ package domainserver
 import (
 	"container/list"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -52,6 +54,8 @@ const (
 	DefaultStateBucket = "allot_state"
 	// MaxPartitions bounds Options.Partitions.
 	MaxPartitions = 1024
+	// MinSealTTL is the shortest default Options.SealTTL.
+	MinSealTTL = time.Minute
 )
 
 // Config is the domain configuration in force: namespaces by name. A
@@ -92,6 +96,16 @@ type Options struct {
 	// StateBucket is the KV bucket for transfers. Default
 	// DefaultStateBucket.
 	StateBucket string
+	// SealKey is the key that seals holds (see Hold.Seal in
+	// internal/domainwire); a node's replicas must share it. Default: the
+	// key kept in StateBucket (created by the first replica) with
+	// JetStream, a random one without.
+	SealKey []byte
+	// SealTTL is how long a seal vouches for its hold to a new leader. It
+	// must cover a failover: the last refresh before the old leader died,
+	// the election, and the first refresh to the new one. Default three
+	// hold TTLs, at least MinSealTTL.
+	SealTTL time.Duration
 	// Term is the leadership term, reported in STATS. Default 1.
 	Term uint64
 	// Valid, if set, reports whether this server may still answer; it is
@@ -119,6 +133,15 @@ func (o *Options) fill() error {
 	}
 	if o.StateBucket == "" {
 		o.StateBucket = DefaultStateBucket
+	}
+	if o.SealKey != nil && len(o.SealKey) < SealKeyLen/2 {
+		return fmt.Errorf("domainserver: seal key of %d bytes: want at least %d", len(o.SealKey), SealKeyLen/2)
+	}
+	if o.SealTTL == 0 {
+		o.SealTTL = max(3*o.HoldTTL, MinSealTTL)
+	}
+	if o.SealTTL < o.HoldTTL {
+		return fmt.Errorf("domainserver: seal TTL %v is shorter than the hold TTL %v", o.SealTTL, o.HoldTTL)
 	}
 	if o.Term == 0 {
 		o.Term = 1
@@ -156,6 +179,12 @@ type Server struct {
 	rev     uint64
 	written []byte
 	counts  Counts
+	// sealKey seals holds (seal.go); mac, macIn and macOut are the HMAC
+	// state and buffers sealMAC reuses.
+	sealKey []byte
+	mac     hash.Hash
+	macIn   []byte
+	macOut  [sha256.Size]byte
 
 	// gate says whether replies may still be sent.
 	gate *reply.Gate
@@ -186,10 +215,19 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.stop != nil {
 		return errors.New("domainserver: already started")
 	}
+	s.sealKey = s.opts.SealKey
 	if s.opts.JetStream != nil {
 		if err := s.loadTransfers(ctx); err != nil {
 			return err
 		}
+		if s.sealKey == nil {
+			if err := s.loadSealKey(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	if s.sealKey == nil {
+		s.sealKey = newSealKey()
 	}
 	staged := s.stagedLocked() // before the handlers may change it
 	node, part := s.opts.Node, strconv.Itoa(s.opts.Partition)
@@ -292,7 +330,11 @@ type Counts struct {
 	Refreshes        uint64 `json:"refreshes"`
 	// Restored counts holds adopted from refreshes while learning; Lost
 	// the holds refreshes listed that the server no longer had.
-	Restored  uint64 `json:"restored"`
+	Restored uint64 `json:"restored"`
+	// Unsealed counts holds a learning leader refused to adopt because
+	// their seal did not vouch for them (a client claiming copies it was
+	// not granted, or a seal older than the seal TTL); they count in Lost.
+	Unsealed  uint64 `json:"unsealed"`
 	Lost      uint64 `json:"lost"`
 	Expired   uint64 `json:"holds_expired"`
 	Transfers uint64 `json:"transfers"`

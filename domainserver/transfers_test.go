@@ -194,7 +194,7 @@ func TestReseizeAfterTransferAway(t *testing.T) {
 	}
 	old.Stop()
 	next := startStateful(t, s, "next", func(o *domainserver.Options) { o.LearnUntil = time.Now().Add(time.Hour) })
-	e.call(t, domainwire.OpRefresh, "sandbox", `{"client_id":"X","holds":[{"hold_id":"`+h2.HoldID+`","domain":"a","groups":["free"],"copies":1}]}`, nil)
+	e.call(t, domainwire.OpRefresh, "sandbox", `{"client_id":"X","holds":[{"hold_id":"`+h2.HoldID+`","domain":"a","groups":["free"],"copies":1,"seal":"`+h2.Seal+`"}]}`, nil)
 	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"S","transfer_id":"`+t1+`"}`, nil); code != "404" {
 		t.Errorf("S seizing its first transfer again: code %q, want 404", code)
 	}

@@ -42,6 +42,7 @@ var (
 		{desc("allot_domain_releases_total", "Releases applied.", domainLabels...), func(c domainserver.Counts) uint64 { return c.Releases }},
 		{desc("allot_domain_refreshes_total", "Hold refreshes.", domainLabels...), func(c domainserver.Counts) uint64 { return c.Refreshes }},
 		{desc("allot_domain_holds_restored_total", "Holds adopted from refreshes while learning.", domainLabels...), func(c domainserver.Counts) uint64 { return c.Restored }},
+		{desc("allot_domain_holds_unsealed_total", "Holds a new leader refused to adopt for want of a valid seal (claimed copies never granted, or a seal too old).", domainLabels...), func(c domainserver.Counts) uint64 { return c.Unsealed }},
 		{desc("allot_domain_holds_lost_total", "Holds a refresh listed that the server no longer had.", domainLabels...), func(c domainserver.Counts) uint64 { return c.Lost }},
 		{desc("allot_domain_holds_expired_total", "Holds released because their client stopped refreshing them.", domainLabels...), func(c domainserver.Counts) uint64 { return c.Expired }},
 		{desc("allot_domain_transfers_total", "Transfers staged.", domainLabels...), func(c domainserver.Counts) uint64 { return c.Transfers }},

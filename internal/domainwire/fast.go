@@ -211,6 +211,10 @@ func AppendReserveReply(b []byte, r *ReserveReply) []byte {
 	b = strconv.AppendInt(b, r.Granted, 10)
 	b = append(b, `,"hold_id":`...)
 	b = appendString(b, r.HoldID)
+	if r.Seal != "" {
+		b = append(b, `,"seal":`...)
+		b = appendString(b, r.Seal)
+	}
 	b = append(b, `,"groups":`...)
 	if r.Groups == nil {
 		b = append(b, "null"...)

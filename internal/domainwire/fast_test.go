@@ -49,7 +49,11 @@ func FuzzFastEncoders(f *testing.F) {
 		} else if b1 {
 			groups, gh = []string{}, []GroupHolds{}
 		}
-		res := ReserveReply{Granted: n, HoldID: id, Groups: groups, GroupHolds: gh, DomainLimit: lim, TTLMillis: 10000,
+		seal := ""
+		if b2 {
+			seal = g2 + id
+		}
+		res := ReserveReply{Granted: n, HoldID: id, Seal: seal, Groups: groups, GroupHolds: gh, DomainLimit: lim, TTLMillis: 10000,
 			Learning: b1, RetryAfterMillis: n, Ignored: b2, Unconfigured: b1}
 		want, _ = json.Marshal(&res)
 		if got := AppendReserveReply(nil, &res); string(got) != string(want) {

@@ -94,6 +94,9 @@ type GroupHolds struct {
 type ReserveReply struct {
 	Granted int64  `json:"granted"`
 	HoldID  string `json:"hold_id"`
+	// Seal vouches for the hold to a new leader: the client lists it with
+	// the hold in its refreshes (see Hold.Seal).
+	Seal string `json:"seal,omitempty"`
 	// Groups are the domain's groups when the copies were reserved; the
 	// hold releases into them.
 	Groups      []string     `json:"groups"`
@@ -148,7 +151,15 @@ type Hold struct {
 	Domain string   `json:"domain"`
 	Groups []string `json:"groups"`
 	Copies int64    `json:"copies"`
+	// Seal is the seal of the last reply that described the hold (reserve,
+	// seize, refresh). A leader that took over recently adopts a hold it
+	// has not heard of only with a valid seal, so that nobody can claim
+	// copies they were never granted.
+	Seal string `json:"seal,omitempty"`
 }
+
+// MaxSealLen bounds a Hold's seal.
+const MaxSealLen = 128
 
 // Refresh is the body of allot.<node>.domain.refresh.<ns>.<resource>: the
 // client's holds of the resource, which live on for another TTL. A new
@@ -186,6 +197,9 @@ func (r *Refresh) Validate() error {
 		if h.Copies < 1 || h.Copies > MaxCopies {
 			return badf("holds[%d].copies %d is outside [1, %d]", i, h.Copies, int64(MaxCopies))
 		}
+		if len(h.Seal) > MaxSealLen {
+			return badf("holds[%d].seal is %d bytes; a seal has at most %d", i, len(h.Seal), MaxSealLen)
+		}
 	}
 	return nil
 }
@@ -196,6 +210,9 @@ type RefreshReply struct {
 	// Lost lists holds of the refresh the server no longer has (they
 	// expired, or were released); their copies are no longer held.
 	Lost []string `json:"lost"`
+	// Seals are the holds' new seals, by hold id: the client lists each
+	// with its hold from now on.
+	Seals map[string]string `json:"seals,omitempty"`
 }
 
 // Transfer is the body of allot.<node>.domain.transfer.<ns>.<resource>:
@@ -261,6 +278,7 @@ func (r *Seize) Validate() error {
 // treat it as if it had reserved it.
 type SeizeReply struct {
 	HoldID    string   `json:"hold_id"`
+	Seal      string   `json:"seal,omitempty"`
 	Namespace string   `json:"namespace"`
 	Resource  string   `json:"resource"`
 	Domain    string   `json:"domain"`

@@ -1,0 +1,160 @@
+package domainserver
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/allot/allot/internal/domainwire"
+)
+
+// Seals. A new leader learns the live holds from their holders' refreshes
+// and must not take a client's word for a hold it has not heard of: a
+// client could list copies it was never granted. Every reply that
+// describes a hold (reserve, seize, refresh) carries a seal, an HMAC over
+// the hold's identity and copies under a key the node's replicas share in
+// the state bucket; a learning leader adopts a listed hold only with a
+// seal that verifies, that is not older than Options.SealTTL, and that
+// covers at least the copies listed (a client lists fewer after a
+// release whose reply it lost).
+
+// SealKeyLen is the length of the key a node's replicas seal holds with.
+const SealKeyLen = 32
+
+// sealMACLen is how much of the HMAC-SHA256 a seal carries: 128 bits.
+const sealMACLen = 16
+
+// sealKeyName is the state bucket key of the node's seal key.
+func (s *Server) sealKeyName() string { return s.opts.Node + ".domain.seal" }
+
+// loadSealKey reads the node's seal key from the state bucket, creating
+// it if no replica has yet. A key that is not one allot wrote is
+// replaced: holds sealed under it are then not adopted by this leader
+// (their clients see them lost), which is better than not serving.
+func (s *Server) loadSealKey(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	kv, err := s.openState(ctx)
+	if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		e, err := kv.Get(ctx, s.sealKeyName())
+		switch {
+		case err == nil && len(e.Value()) == SealKeyLen:
+			s.sealKey = e.Value()
+			return nil
+		case err == nil:
+			s.log.Error("the seal key in the state bucket is not one allot wrote; replacing it", "key", s.sealKeyName(), "bytes", len(e.Value()))
+			key := newSealKey()
+			if _, err = kv.Update(ctx, s.sealKeyName(), key, e.Revision()); err == nil {
+				s.sealKey = key
+				return nil
+			}
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			key := newSealKey()
+			if _, err = kv.Create(ctx, s.sealKeyName(), key); err == nil {
+				s.sealKey = key
+				return nil
+			}
+		}
+		if !isMismatch(err) || attempt == 2 {
+			return fmt.Errorf("domainserver: read the seal key %s: %w", s.sealKeyName(), err)
+		}
+		// Another replica wrote it meanwhile: read theirs.
+	}
+}
+
+// newSealKey returns a random seal key.
+func newSealKey() []byte {
+	k := make([]byte, SealKeyLen)
+	_, _ = rand.Read(k) // never fails (crypto/rand)
+	return k
+}
+
+// seal returns h's seal, valid until SealTTL from now. Called with s.mu
+// held.
+func (s *Server) seal(h *hold, now time.Time) string {
+	expires := now.Add(s.opts.SealTTL).UnixMilli()
+	mac := s.sealMAC(h.id, h.clientID, h.res.ns, h.res.name, h.domain, h.groups, h.copies, expires)
+	b := make([]byte, 0, 64)
+	b = strconv.AppendInt(b, h.copies, 10)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, expires, 10)
+	b = append(b, '.')
+	return string(base64.RawURLEncoding.AppendEncode(b, mac))
+}
+
+// sealMAC is the MAC of a hold's fields, each length-prefixed so that no
+// two holds share an input. Called with s.mu held: the HMAC state and the
+// buffer are reused (a fresh HMAC costs more than the decision it seals).
+func (s *Server) sealMAC(id, clientID, ns, name, domain string, groups []string, copies, expires int64) []byte {
+	if s.mac == nil {
+		s.mac = hmac.New(sha256.New, s.sealKey)
+	}
+	m := s.mac
+	m.Reset()
+	b := s.macIn[:0]
+	field := func(v string) {
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
+	}
+	field(id)
+	field(clientID)
+	field(ns)
+	field(name)
+	field(domain)
+	b = binary.AppendUvarint(b, uint64(len(groups)))
+	for _, g := range groups {
+		field(g)
+	}
+	b = binary.AppendVarint(b, copies)
+	b = binary.AppendVarint(b, expires)
+	m.Write(b)
+	s.macIn = b
+	return m.Sum(s.macOut[:0])[:sealMACLen]
+}
+
+// errSeal is a listed hold whose seal does not vouch for it.
+var errSeal = errors.New("no valid seal")
+
+// checkSeal reports whether l's seal vouches for it as clientID's hold of
+// ns/name at now. Called with s.mu held.
+func (s *Server) checkSeal(l *domainwire.Hold, clientID, ns, name string, now time.Time) error {
+	if l.Seal == "" {
+		return fmt.Errorf("%w: the hold was listed without one", errSeal)
+	}
+	parts := strings.Split(l.Seal, ".")
+	if len(parts) != 3 {
+		return fmt.Errorf("%w: malformed seal", errSeal)
+	}
+	copies, err1 := strconv.ParseInt(parts[0], 10, 64)
+	expires, err2 := strconv.ParseInt(parts[1], 10, 64)
+	mac, err3 := base64.RawURLEncoding.Strict().DecodeString(parts[2])
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return fmt.Errorf("%w: malformed seal: %w", errSeal, err)
+	}
+	if strconv.FormatInt(copies, 10) != parts[0] || strconv.FormatInt(expires, 10) != parts[1] {
+		return fmt.Errorf("%w: malformed seal: numbers not as the server writes them", errSeal)
+	}
+	if !hmac.Equal(mac, s.sealMAC(l.HoldID, clientID, ns, name, l.Domain, l.Groups, copies, expires)) {
+		return fmt.Errorf("%w: the seal was not made for this hold, client and copies", errSeal)
+	}
+	if now.UnixMilli() > expires {
+		return fmt.Errorf("%w: the seal expired at %s", errSeal, time.UnixMilli(expires).UTC().Format(time.RFC3339Nano))
+	}
+	if l.Copies > copies {
+		return fmt.Errorf("%w: %d copies listed; the seal covers %d", errSeal, l.Copies, copies)
+	}
+	return nil
+}

@@ -1,0 +1,50 @@
+package domainserver
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allot/allot/internal/domainwire"
+)
+
+// FuzzCheckSeal: no listed seal but the one made for the hold verifies,
+// and none makes checkSeal fail other than with errSeal.
+func FuzzCheckSeal(f *testing.F) {
+	s := &Server{sealKey: []byte("0123456789abcdef0123456789abcdef"), opts: Options{SealTTL: time.Hour}}
+	now := time.Unix(1_800_000_000, 0)
+	h := &hold{id: "h1", clientID: "c1", res: &resource{ns: "app", name: "sandbox"}, domain: "a", groups: []string{"free"}, copies: 3}
+	genuine := s.seal(h, now)
+	f.Add(genuine)
+	f.Add("3.1800003600000.AAAAAAAAAAAAAAAAAAAAAA")
+	f.Add("..")
+	f.Add("-1.-1.")
+	f.Fuzz(func(t *testing.T, seal string) {
+		l := domainwire.Hold{HoldID: "h1", Domain: "a", Groups: []string{"free"}, Copies: 3, Seal: seal}
+		err := s.checkSeal(&l, "c1", "app", "sandbox", now)
+		if (err == nil) != (seal == genuine) {
+			t.Fatalf("seal %q: %v", seal, err)
+		}
+	})
+}
+
+// TestSealIsCanonical: a seal verifies only as the server wrote it.
+func TestSealIsCanonical(t *testing.T) {
+	s := &Server{sealKey: []byte("0123456789abcdef0123456789abcdef"), opts: Options{SealTTL: time.Hour}}
+	now := time.Unix(1_800_000_000, 0)
+	h := &hold{id: "h1", clientID: "c1", res: &resource{ns: "app", name: "sandbox"}, domain: "a", copies: 3}
+	genuine := s.seal(h, now)
+	parts := strings.Split(genuine, ".")
+	last := parts[2][len(parts[2])-1]
+	flip := map[byte]byte{'A': 'B', 'B': 'A'}[last]
+	if flip == 0 {
+		flip = last ^ 1 // another letter or digit of the same group
+	}
+	for _, seal := range []string{genuine, "0" + genuine, "+" + genuine, parts[0] + ".0" + parts[1] + "." + parts[2],
+		parts[0] + "." + parts[1] + "." + parts[2][:len(parts[2])-1] + string(flip)} {
+		l := domainwire.Hold{HoldID: "h1", Domain: "a", Copies: 3, Seal: seal}
+		if err := s.checkSeal(&l, "c1", "app", "sandbox", now); (err == nil) != (seal == genuine) {
+			t.Errorf("seal %q: %v", seal, err)
+		}
+	}
+}

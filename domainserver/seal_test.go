@@ -1,0 +1,149 @@
+package domainserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/allot/allot/domainserver"
+	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/natstest"
+)
+
+// refreshOf lists one hold of client in a refresh and returns the reply.
+func refreshOf(t *testing.T, e *env, client string, h domainwire.Hold) domainwire.RefreshReply {
+	t.Helper()
+	body, err := json.Marshal(domainwire.Refresh{ClientID: client, Holds: []domainwire.Hold{h}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep domainwire.RefreshReply
+	if code := e.call(t, domainwire.OpRefresh, "sandbox", string(body), &rep); code != "" {
+		t.Fatalf("refresh %s: code %s", body, code)
+	}
+	return rep
+}
+
+// TestLearningLeaderAdoptsOnlySealedHolds: a new leader learns the live
+// holds from refreshes, and adopts a hold it has not heard of only if the
+// seal of a reply of its predecessor vouches for it. Claims of holds
+// never granted, of another client's hold, of more copies than granted,
+// or under a forged seal are refused (lost) and change nothing; the
+// holder's own refresh is adopted.
+func TestLearningLeaderAdoptsOnlySealedHolds(t *testing.T) {
+	s := natstest.Server(t)
+	old := startStateful(t, s, "old", nil)
+	e := &env{nc: natstest.Conn(t, s)}
+	var r domainwire.ReserveReply
+	if code := e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"a","copies":2,"client_id":"c1"}`, &r); code != "" || r.Granted != 2 || r.Seal == "" {
+		t.Fatalf("reserve: %s %+v", code, r)
+	}
+	old.Stop()
+	next := startStateful(t, s, "next", func(o *domainserver.Options) { o.LearnUntil = time.Now().Add(time.Hour) })
+
+	genuine := domainwire.Hold{HoldID: r.HoldID, Domain: "a", Groups: []string{"free"}, Copies: 2, Seal: r.Seal}
+	forged := strings.Split(r.Seal, ".")
+	forged[0] = "5" // the copies the seal covers
+	for _, c := range []struct {
+		name   string
+		client string
+		hold   func(h *domainwire.Hold)
+	}{
+		{"a hold never granted, without a seal", "thief", func(h *domainwire.Hold) { h.HoldID, h.Seal, h.Copies = "made-up", "", 5 }},
+		{"a hold never granted, under another hold's seal", "thief", func(h *domainwire.Hold) { h.HoldID = "made-up" }},
+		{"another client's hold with its seal", "thief", func(*domainwire.Hold) {}},
+		{"more copies than the seal covers", "c1", func(h *domainwire.Hold) { h.Copies = 3 }},
+		{"a seal whose copies were raised", "c1", func(h *domainwire.Hold) { h.Copies, h.Seal = 5, strings.Join(forged, ".") }},
+		{"another domain", "c1", func(h *domainwire.Hold) { h.Domain = "b" }},
+		{"other groups", "c1", func(h *domainwire.Hold) { h.Groups = nil }},
+		{"a malformed seal", "c1", func(h *domainwire.Hold) { h.Seal = "2.x.y" }},
+	} {
+		h := genuine
+		h.Groups = slices.Clone(genuine.Groups)
+		c.hold(&h)
+		rep := refreshOf(t, e, c.client, h)
+		if !slices.Equal(rep.Lost, []string{h.HoldID}) || len(rep.Seals) != 0 {
+			t.Errorf("%s: reply %+v; want the hold lost and no seal", c.name, rep)
+		}
+		if st := next.Stats(); st.CopiesHeld != 0 || st.Restored != 0 {
+			t.Fatalf("%s: the new leader holds %d copies, restored %d holds; want none", c.name, st.CopiesHeld, st.Restored)
+		}
+	}
+	if st := next.Stats(); st.Unsealed != 8 {
+		t.Errorf("unsealed %d holds; want 8", st.Unsealed)
+	}
+	rep := refreshOf(t, e, "c1", genuine)
+	if len(rep.Lost) != 0 || rep.Seals[r.HoldID] == "" {
+		t.Fatalf("the holder's refresh: %+v; want the hold kept with a new seal", rep)
+	}
+	if st := next.Stats(); st.CopiesHeld != 2 || st.Restored != 1 {
+		t.Fatalf("after the holder's refresh the new leader holds %d copies, restored %d; want 2 and 1", st.CopiesHeld, st.Restored)
+	}
+	// A release (whose reply was lost) leaves fewer copies than sealed:
+	// the next leader adopts what the holder lists.
+	genuine.Copies, genuine.Seal = 1, rep.Seals[r.HoldID]
+	next.Stop()
+	third := startStateful(t, s, "third", func(o *domainserver.Options) { o.LearnUntil = time.Now().Add(time.Hour) })
+	if rep := refreshOf(t, e, "c1", genuine); len(rep.Lost) != 0 {
+		t.Fatalf("listing fewer copies than sealed: %+v", rep)
+	}
+	if st := third.Stats(); st.CopiesHeld != 1 {
+		t.Fatalf("the third leader holds %d copies; want 1", st.CopiesHeld)
+	}
+}
+
+// TestSealExpires: a seal vouches for its hold for the seal TTL only.
+func TestSealExpires(t *testing.T) {
+	s := natstest.Server(t)
+	old := startStateful(t, s, "old", func(o *domainserver.Options) { o.SealTTL = time.Hour })
+	e := &env{nc: natstest.Conn(t, s)}
+	var r domainwire.ReserveReply
+	if code := e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"a","copies":2,"client_id":"c1"}`, &r); code != "" || r.Granted != 2 {
+		t.Fatalf("reserve: %s %+v", code, r)
+	}
+	old.Stop()
+	later := time.Now().Add(2 * time.Hour)
+	next := startStateful(t, s, "next", func(o *domainserver.Options) {
+		o.Now = func() time.Time { return later }
+		o.LearnUntil = later.Add(time.Hour)
+	})
+	rep := refreshOf(t, e, "c1", domainwire.Hold{HoldID: r.HoldID, Domain: "a", Groups: []string{"free"}, Copies: 2, Seal: r.Seal})
+	if len(rep.Lost) != 1 || next.Stats().Unsealed != 1 || next.Stats().CopiesHeld != 0 {
+		t.Fatalf("a seal two hours old with a one hour TTL: %+v, %+v", rep, next.Stats())
+	}
+}
+
+// TestSealKeyInTheStateBucket: replicas share the key through the state
+// bucket; a value there that allot did not write is replaced, not used.
+func TestSealKeyInTheStateBucket(t *testing.T) {
+	s := natstest.Server(t)
+	js, err := jetstream.New(natstest.Conn(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: domainserver.DefaultStateBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "root.domain.seal", []byte("short")); err != nil {
+		t.Fatal(err)
+	}
+	startStateful(t, s, "first", nil)
+	e, err := kv.Get(ctx, "root.domain.seal")
+	if err != nil || len(e.Value()) != domainserver.SealKeyLen {
+		t.Fatalf("seal key after the first replica started: %v, %d bytes", err, len(e.Value()))
+	}
+	startStateful(t, s, "second", nil)
+	if again, err := kv.Get(ctx, "root.domain.seal"); err != nil || again.Revision() != e.Revision() {
+		t.Fatalf("the second replica changed the seal key: %v", err)
+	}
+	if _, err := domainserver.New(natstest.Conn(t, s), domainserver.Options{Config: (&config{}).get, SealKey: []byte("short")}); err == nil {
+		t.Fatal("a seal key of 5 bytes was accepted")
+	}
+}
