@@ -203,10 +203,12 @@ type Coordinator struct {
 	// batching delay adds up, and children's requests are few.
 	urge chan struct{}
 
-	svc     micro.Service
-	bulk    *bulkLane
-	started time.Time
-	stop    chan struct{}
+	svc micro.Service
+	// tenantSub receives the tenants' requests (not a micro endpoint).
+	tenantSub *nats.Subscription
+	bulk      *bulkLane
+	started   time.Time
+	stop      chan struct{}
 	// quit is closed when the coordinator stops serving on its own
 	// (deposed, leadership lapsed); see Done.
 	quit     chan struct{}
@@ -392,14 +394,15 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	// through its account's service import: one subscription for all
 	// tenants, so each client's get and release keep their order. Never
 	// server.get: child nodes are coordinators inside the allot account.
-	if err := svc.AddEndpoint("tenant_capacity", micro.HandlerFunc(c.handleTenantCapacity),
-		micro.WithEndpointSubject(TenantSubject("*", c.opts.Node, "capacity.*")), micro.WithEndpointQueueGroupDisabled(),
-		micro.WithEndpointMetadata(map[string]string{"node": c.opts.Node})); err != nil {
+	// A plain subscription, not a micro endpoint: the handler needs the
+	// message (msgrequest.go).
+	tsub, err := c.nc.Subscribe(TenantSubject("*", c.opts.Node, "capacity.*"), c.handleTenantMsg)
+	if err != nil {
 		_ = svc.Stop()
 		c.bulk.close()
-		return fmt.Errorf("coordinator: add tenant endpoint: %w", err)
+		return fmt.Errorf("coordinator: subscribe to the tenant subjects: %w", err)
 	}
-	c.svc = svc
+	c.svc, c.tenantSub = svc, tsub
 	// Serving means the subscriptions are live at the server: make sure
 	// before reporting it, so a request sent right after Start is answered.
 	if err := c.nc.FlushTimeout(5 * time.Second); err != nil {
@@ -460,6 +463,11 @@ func (c *Coordinator) stopServing() {
 		// micro still hands us the messages it had already received.
 		if err := c.svc.Stop(); err != nil {
 			c.log.Warn("stopping micro service", "err", err)
+		}
+	}
+	if c.tenantSub != nil {
+		if err := c.tenantSub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			c.log.Warn("draining the tenant subscription", "err", err)
 		}
 	}
 	c.store.cancel()

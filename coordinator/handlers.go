@@ -66,15 +66,22 @@ func (c *Coordinator) handleCapacity(m micro.Request) {
 	c.serveCapacity(m, ledger.Claimant{})
 }
 
-// handleTenantCapacity serves allot.t.<tenant>.<node>.capacity.get and
+// handleTenantMsg serves allot.t.<tenant>.<node>.capacity.get and
 // .release, which a tenant's clients reach through their account's
 // service import (see subjects.md): the server puts the importing
 // account's name in the tenant token (account_token_position) and the
 // authenticated user in the Nats-Request-Info header, overwriting any a
-// client sets. The request's client id is bound to that identity.
-func (c *Coordinator) handleTenantCapacity(m micro.Request) {
+// client sets. The request's client id is bound to that identity. A
+// header block that nats.go may not read as nats-server wrote it is
+// refused (reqinfo.CheckBlock): it could hide the server's header.
+func (c *Coordinator) handleTenantMsg(msg *nats.Msg) {
+	m := msgRequest{msg}
 	tenant := wire.TenantOf(m.Subject())
-	info, _, err := reqinfo.Parse(nats.Header(m.Headers()))
+	err := reqinfo.CheckBlock(msg.Header, reqinfo.HeaderLen(msg))
+	var info reqinfo.Info
+	if err == nil {
+		info, _, err = reqinfo.Parse(msg.Header)
+	}
 	var who ledger.Claimant
 	if err == nil {
 		who, err = ledger.NewClaimant(tenant, info.User)

@@ -199,20 +199,32 @@ func TestTenantReportsBoundInLearning(t *testing.T) {
 	}
 }
 
-// A second Nats-Request-Info header, smuggled past nats-server by a
-// client writing the protocol by hand (a line after a bare "\n", which
-// nats-server does not take for a header line and nats.go does), names
-// another user of the tenant; the coordinator refuses the request (400)
-// instead of reading the first value, and the victim's lease stays.
+// A client writing the protocol by hand forges a Nats-Request-Info header
+// naming another user of its tenant, on a line after a bare "\n" (which
+// nats-server does not take for a header line and nats.go does), and
+// either leaves the server's header beside it, hides it after an early
+// end of the block, or glues it to a line of its own. The coordinator
+// refuses each request (400) and the victim's lease stays.
 func TestSmuggledRequestInfoRefused(t *testing.T) {
 	tm := tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)
 	tm.LeaseLength, tm.RefreshInterval = time.Minute, 30*time.Second
 	e := startTenants(t, map[string][]string{"TENANT_A": {"a1", "a2"}}, tm)
 	lim := e.agentHolding("a1", "victim", 100, agent.WithWants(100))
-	hdr := "NATS/1.0\r\nX-A: 1\nNats-Request-Info: {\"acc\":\"TENANT_A\",\"user\":\"a1\"}\r\n\r\n"
-	if code := natstest.RawRequest(t, e.s.Addr(), "a2", coordinator.Subject("root", "capacity.release"), hdr,
-		`{"client_id":"victim","resource_id":["db"]}`); code != "400" {
-		t.Fatalf("release with a smuggled request info: code %q, want 400", code)
+	forged := "Nats-Request-Info: {\"acc\":\"TENANT_A\",\"user\":\"a1\"}"
+	for _, hdr := range []string{
+		// a second header, which nats-server does not replace
+		"NATS/1.0\r\nX-A: 1\n" + forged + "\r\n\r\n",
+		// an early end: nats.go stops before the server's header
+		"NATS/1.0\r\nX-A: 1\n" + forged + "\n\nX-B: 2\r\n\r\n",
+		"NATS/1.0\n" + forged + "\n\n\r\n",
+		// no "\r\n" at the end: the server's header is glued to X-B
+		"NATS/1.0\r\nX-A: 1\n" + forged + "\nX-B: 2\n\n",
+		"NATS/1.0\r\nX-A: 1\n" + forged + "\nX-B\n\n",
+	} {
+		if code := natstest.RawRequest(t, e.s.Addr(), "a2", coordinator.Subject("root", "capacity.release"), hdr,
+			`{"client_id":"victim","resource_id":["db"]}`); code != "400" {
+			t.Fatalf("release with the forged header block %q: code %q, want 400", hdr, code)
+		}
 	}
 	time.Sleep(50 * time.Millisecond) // a round, had the release been applied
 	if got := lim.Capacity(); got != 100 {

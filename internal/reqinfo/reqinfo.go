@@ -12,13 +12,15 @@
 // line at a bare "\n"; a client writing the protocol by hand can thus add
 // a header nats-server leaves alone, or end the block early so that
 // nats.go never reads the server's. Parse refuses two values, which the
-// first way produces; the second cannot be seen from the parsed headers.
+// first way produces; CheckBlock refuses a block with bytes nats.go did
+// not read, which the second way produces.
 package reqinfo
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 )
@@ -54,4 +56,66 @@ func Parse(h nats.Header) (Info, bool, error) {
 		return Info{}, true, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	return info, true, nil
+}
+
+// MaxValues bounds the header values CheckBlock accepts. A block written
+// with bare "\n" line ends and no space after the colons is up to
+// 2+2*MaxValues bytes shorter than the canonical one; the server's own
+// line, which an early end hides, is longer than that (at least
+// len("Nats-Request-Info: {\"acc\":\"A\"}\r\n") = 32 bytes), so hidden
+// bytes cannot be made up for by short lines.
+const MaxValues = 8
+
+// ErrHidden is a header block that may hide the server's request info
+// from nats.go.
+var ErrHidden = errors.New("bad request: a header block that nats.go does not read as nats-server wrote it (bare \\n line ends?), or not in the form NATS clients write")
+
+// CheckBlock checks that h is all of a header block of wireLen bytes,
+// and that the server's Nats-Request-Info line is not glued to another:
+//   - A block nats.go stopped reading early, at a blank line ending in a
+//     bare "\n", is longer than what it read; the rest, where nats-server
+//     put its line, is hidden. So the block may be no longer than the
+//     canonical encoding of h ("NATS/1.0\r\n", a "Key: value\r\n" line
+//     per value, "\r\n"), with at most MaxValues values and no status (a
+//     request has none).
+//   - nats-server appends its line where the client's block ends, less
+//     its last two bytes, which it takes for "\r\n": a block ending
+//     without them glues the server's line to the client's last one. So
+//     no other key or value may contain the header's name.
+//
+// wireLen is the length of the message's header block on the wire
+// (HeaderLen).
+func CheckBlock(h nats.Header, wireLen int) error {
+	if len(h) == 0 && wireLen == 0 {
+		return nil
+	}
+	canonical, values := len("NATS/1.0\r\n\r\n"), 0
+	for k, vs := range h {
+		if k == "Status" || k == "Description" {
+			return fmt.Errorf("%w: a request with a status line", ErrHidden)
+		}
+		if k != Header && strings.Contains(k, Header) {
+			return fmt.Errorf("%w: header %q", ErrHidden, k)
+		}
+		for _, v := range vs {
+			if strings.Contains(v, Header) {
+				return fmt.Errorf("%w: %s in the value of %q", ErrHidden, Header, k)
+			}
+			canonical += len(k) + len(": ") + len(v) + len("\r\n")
+			values++
+		}
+	}
+	switch {
+	case values > MaxValues:
+		return fmt.Errorf("%w: %d header values; at most %d", ErrHidden, values, MaxValues)
+	case wireLen > canonical:
+		return fmt.Errorf("%w: %d bytes on the wire, %d read", ErrHidden, wireLen, canonical)
+	}
+	return nil
+}
+
+// HeaderLen returns the length of m's header block on the wire, for a
+// message received by nats.go.
+func HeaderLen(m *nats.Msg) int {
+	return m.Size() - len(m.Subject) - len(m.Reply) - len(m.Data)
 }
