@@ -34,12 +34,15 @@ func TestUpServesDomainLimits(t *testing.T) {
 		t.Fatalf("config put domains.app: exit %d: %s%s", code, out, errs)
 	}
 	// ask retries until a leader answers without an error: partitions
-	// elect their leaders, and the configuration arrives, after `up`.
+	// elect their leaders, and the configuration arrives, after `up`. A
+	// partition not serving yet is no responders at once; a serving one
+	// may take over a second to answer under -race on a loaded machine,
+	// and a reserve retried after it was granted would be granted twice.
 	ask := func(op, res, body string, out any) {
 		t.Helper()
 		deadline := time.Now().Add(15 * time.Second)
 		for {
-			m, err := nc.Request(domainwire.Subject("root", op, "app", res), []byte(body), time.Second)
+			m, err := nc.Request(domainwire.Subject("root", op, "app", res), []byte(body), 5*time.Second)
 			if err == nil && m.Header.Get("Nats-Service-Error-Code") == "" {
 				if err := json.Unmarshal(m.Data, out); err != nil {
 					t.Fatalf("%s reply %s: %v", op, m.Data, err)

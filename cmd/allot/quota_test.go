@@ -22,12 +22,15 @@ func quotaTake(t *testing.T, nc *nats.Conn, subject, body string) map[string]any
 }
 
 // quotaTakeUntil asks subject until the reply satisfies ok (e.g. a
-// configuration just put is in force) and returns it.
+// configuration just put is in force) and returns it. A partition not
+// serving yet is no responders at once; a serving one must answer, and
+// may take over a second to under -race on a loaded machine: a take
+// retried after it was decided would be taken twice.
 func quotaTakeUntil(t *testing.T, nc *nats.Conn, subject, body string, ok func(map[string]any) bool) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		m, err := nc.Request(subject, []byte(body), time.Second)
+		m, err := nc.Request(subject, []byte(body), 5*time.Second)
 		if err == nil {
 			if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
 				t.Fatalf("take %s %s: error %s: %s", subject, body, code, m.Header.Get("Nats-Service-Error"))
