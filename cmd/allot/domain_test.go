@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"regexp"
 	"strconv"
@@ -79,14 +78,16 @@ func TestUpServesDomainLimits(t *testing.T) {
 	}
 	// allot status lists both domain partitions, the one owning
 	// app:sandbox with its 3 holds and 4 copies.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	code, out := runCtx(ctx, "status", "--nats", up.url)
-	_, domains, ok := strings.Cut(out, "DOMAIN LIMITS")
-	rows := regexp.MustCompile(`(?m)^root\s+([01])\s+\S+.*\s(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$`).FindAllStringSubmatch(domains, -1)
-	if code != 0 || !ok || len(rows) != 2 {
-		t.Fatalf("status does not list both domain partitions:\n%s", out)
-	}
+	rowRE := regexp.MustCompile(`(?m)^root\s+([01])\s+\S+.*\s(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$`)
+	var rows [][]string
+	out := statusUntil(t, up.url, func(code int, out string) string {
+		_, domains, ok := strings.Cut(out, "DOMAIN LIMITS")
+		rows = rowRE.FindAllStringSubmatch(domains, -1)
+		if code != 0 || !ok || len(rows) != 2 {
+			return "status does not list both domain partitions:\n" + out
+		}
+		return ""
+	})
 	holds, copies := 0, 0
 	for _, r := range rows {
 		h, _ := strconv.Atoi(r[2])

@@ -86,17 +86,17 @@ func TestUpServesQuotaPartitions(t *testing.T) {
 			t.Fatalf("three takes of %s:k (size 2): %v, want OK, OK, REJECTED", ns, got)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	code, out := runCtx(ctx, "status", "--nats", up.url)
-	if code != 0 {
-		t.Fatalf("status exit %d: %s", code, out)
-	}
-	quotaPart, _, _ := strings.Cut(out, "DOMAIN LIMITS")
-	rows := regexp.MustCompile(`(?m)^root\s+([01])\s+\S+\s+\d+\s`).FindAllStringSubmatch(quotaPart, -1)
-	if !strings.Contains(out, "QUOTA") || len(rows) != 2 {
-		t.Fatalf("status does not list both quota partitions with a leader and term:\n%s", out)
-	}
+	out := statusUntil(t, up.url, func(code int, out string) string {
+		if code != 0 {
+			return fmt.Sprintf("status exit %d: %s", code, out)
+		}
+		quotaPart, _, _ := strings.Cut(out, "DOMAIN LIMITS")
+		rows := regexp.MustCompile(`(?m)^root\s+([01])\s+\S+\s+\d+\s`).FindAllStringSubmatch(quotaPart, -1)
+		if !strings.Contains(out, "QUOTA") || len(rows) != 2 {
+			return "status does not list both quota partitions with a leader and term:\n" + out
+		}
+		return ""
+	})
 	t.Logf("\n%s", out)
 	up.wait(t)
 }
@@ -134,12 +134,12 @@ func TestCoordinatorServesSomePartitions(t *testing.T) {
 			t.Fatalf("take %s:k: %v", ns, r)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	code, out := runCtx(ctx, "status", "--nats", up.url)
-	p0 := regexp.MustCompile(`(?m)^root\s+0\s+up\s`).MatchString(out)
-	p1 := regexp.MustCompile(`(?m)^root\s+1\s+joined\s`).MatchString(out)
-	if code != 0 || !p0 || !p1 {
-		t.Fatalf("status (exit %d) does not show partition 0 led by up and 1 by joined:\n%s", code, out)
-	}
+	statusUntil(t, up.url, func(code int, out string) string {
+		p0 := regexp.MustCompile(`(?m)^root\s+0\s+up\s`).MatchString(out)
+		p1 := regexp.MustCompile(`(?m)^root\s+1\s+joined\s`).MatchString(out)
+		if code != 0 || !p0 || !p1 {
+			return fmt.Sprintf("status (exit %d) does not show partition 0 led by up and 1 by joined:\n%s", code, out)
+		}
+		return ""
+	})
 }

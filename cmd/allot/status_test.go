@@ -117,3 +117,25 @@ func TestStatusNothingAnswers(t *testing.T) {
 		}
 	}
 }
+
+// statusUntil runs `allot status --nats url` until problem, given its exit
+// code and output, returns "" and returns that output; after 20s it fails
+// the test with the last problem. status shows what the partitions and
+// replicas answer within its --wait: under -race on a loaded machine one
+// may answer later than that, and a call must not be read as the whole
+// answer.
+func statusUntil(t *testing.T, url string, problem func(code int, out string) string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		code, out := runCtx(ctx, "status", "--nats", url)
+		p := problem(code, out)
+		if p == "" {
+			return out
+		}
+		if ctx.Err() != nil {
+			t.Fatal(p)
+		}
+	}
+}
