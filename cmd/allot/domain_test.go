@@ -80,14 +80,14 @@ func TestUpServesDomainLimits(t *testing.T) {
 	// app:sandbox with its 3 holds and 4 copies.
 	rowRE := regexp.MustCompile(`(?m)^root\s+([01])\s+\S+.*\s(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s*$`)
 	var rows [][]string
-	out := statusUntil(t, up.url, func(code int, out string) string {
+	out := statusUntil(t, func(code int, out string) string {
 		_, domains, ok := strings.Cut(out, "DOMAIN LIMITS")
 		rows = rowRE.FindAllStringSubmatch(domains, -1)
 		if code != 0 || !ok || len(rows) != 2 {
 			return "status does not list both domain partitions:\n" + out
 		}
 		return ""
-	})
+	}, "--nats", up.url)
 	holds, copies := 0, 0
 	for _, r := range rows {
 		h, _ := strconv.Atoi(r[2])

@@ -86,7 +86,7 @@ func TestUpServesQuotaPartitions(t *testing.T) {
 			t.Fatalf("three takes of %s:k (size 2): %v, want OK, OK, REJECTED", ns, got)
 		}
 	}
-	out := statusUntil(t, up.url, func(code int, out string) string {
+	out := statusUntil(t, func(code int, out string) string {
 		if code != 0 {
 			return fmt.Sprintf("status exit %d: %s", code, out)
 		}
@@ -96,7 +96,7 @@ func TestUpServesQuotaPartitions(t *testing.T) {
 			return "status does not list both quota partitions with a leader and term:\n" + out
 		}
 		return ""
-	})
+	}, "--nats", up.url)
 	t.Logf("\n%s", out)
 	up.wait(t)
 }
@@ -134,12 +134,12 @@ func TestCoordinatorServesSomePartitions(t *testing.T) {
 			t.Fatalf("take %s:k: %v", ns, r)
 		}
 	}
-	statusUntil(t, up.url, func(code int, out string) string {
+	statusUntil(t, func(code int, out string) string {
 		p0 := regexp.MustCompile(`(?m)^root\s+0\s+up\s`).MatchString(out)
 		p1 := regexp.MustCompile(`(?m)^root\s+1\s+joined\s`).MatchString(out)
 		if code != 0 || !p0 || !p1 {
 			return fmt.Sprintf("status (exit %d) does not show partition 0 led by up and 1 by joined:\n%s", code, out)
 		}
 		return ""
-	})
+	}, "--nats", up.url)
 }

@@ -118,18 +118,18 @@ func TestStatusNothingAnswers(t *testing.T) {
 	}
 }
 
-// statusUntil runs `allot status --nats url` until problem, given its exit
-// code and output, returns "" and returns that output; after 20s it fails
-// the test with the last problem. status shows what the partitions and
+// statusUntil runs `allot status` with args (the connection's) until
+// problem, given its exit code and output, returns "" and returns that
+// output; after 20s it fails the test with the last problem. status shows what the partitions and
 // replicas answer within its --wait: under -race on a loaded machine one
 // may answer later than that, and a call must not be read as the whole
 // answer.
-func statusUntil(t *testing.T, url string, problem func(code int, out string) string) string {
+func statusUntil(t *testing.T, problem func(code int, out string) string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for {
-		code, out := runCtx(ctx, "status", "--nats", url)
+		code, out := runCtx(ctx, append([]string{"status"}, args...)...)
 		p := problem(code, out)
 		if p == "" {
 			return out
