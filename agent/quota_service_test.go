@@ -17,9 +17,9 @@ import (
 )
 
 // serviceTimeout sets the quota timeout of agents whose test needs the
-// service's answer: the default (250ms) is the service's answer time on
-// an idle machine, and a request under -race on a loaded one may take
-// longer, which would turn the answer under test into a fallback.
+// service's answer: the default (250ms) is ample on an idle machine, but
+// a request under -race on a loaded one may take longer, which would turn
+// the answer under test into a fallback.
 func serviceTimeout() Option { return WithQuotaTimeout(10 * time.Second) }
 
 // TestTakeService drives Take and Report through the real quota service,
