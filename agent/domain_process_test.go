@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -21,8 +22,9 @@ const seizeHelperEnv = "ALLOT_TEST_SEIZE_TRANSFER"
 // TestSeizeHelperProcess is the second process of
 // TestTransferAcrossProcesses; it does nothing in a normal test run. It
 // seizes the transfer named in the environment with an agent of its own,
-// releases one copy, prints what it holds and exits while holding it
-// (without Close), so that only the hold's expiry gives it back.
+// releases one copy, prints what it holds, keeps it (refreshing) until
+// its standard input is closed, and then exits while holding it (without
+// Close), so that only the hold's expiry gives it back.
 func TestSeizeHelperProcess(t *testing.T) {
 	id := os.Getenv(seizeHelperEnv)
 	if id == "" {
@@ -46,6 +48,8 @@ func TestSeizeHelperProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Printf("seized %s holding %d\n", h.Domain(), h.Copies())
+	// Alive until the first process has seen the service count the hold.
+	_, _ = io.Copy(io.Discard, os.Stdin)
 	nc.Close() // dies holding: no release, no refresh
 }
 
@@ -81,12 +85,34 @@ func TestTransferAcrossProcesses(t *testing.T) {
 	// atexit_sleep_ms), longer than the hold's ttl: the seized hold would
 	// expire before the service could be seen counting it.
 	cmd.Env = append(os.Environ(), seizeHelperEnv+"="+id, "NATS_URL="+s.ClientURL(), "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "seized acme holding 2") {
-		t.Fatalf("second process: %v\n%s", err, out)
+	// The second process holds on until its stdin is closed: the count of
+	// both holds is read while it lives, not after its exit, which on a
+	// loaded machine may come later than the hold's ttl after its last
+	// refresh.
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for !strings.Contains(out.String(), "seized acme holding 2") {
+		select {
+		case err := <-exited:
+			t.Fatalf("second process: %v\n%s", err, out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	if st := srv.Stats(); st.CopiesHeld != 4 || st.Seized != 1 || st.Transfers != 0 {
 		t.Fatalf("after the seize in the other process: %+v", st)
+	}
+	_ = stdin.Close()
+	if err := <-exited; err != nil {
+		t.Fatalf("second process: %v\n%s", err, out.String())
 	}
 	for deadline := time.Now().Add(10 * time.Second); srv.Stats().CopiesHeld != 2; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -71,13 +71,19 @@ func startDomainServer(t *testing.T, s *server.Server, ttl time.Duration, learn 
 
 func copiesHeld(srv *domainserver.Server) int64 { return srv.Stats().CopiesHeld }
 
+// domainWait sets the domain timeout of agents whose test needs the
+// serving domain service's answers: past the default (500ms), which a
+// request may take under -race on a loaded machine, Request and Reserve
+// fail open and the counts under test are not the service's.
+func domainWait() Option { return WithDomainTimeout(10 * time.Second) }
+
 // TestDomainServerRequestReserve: grants, rejections with the context
 // data, the wrong kind of resource and an unknown one as client errors.
 func TestDomainServerRequestReserve(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
 	srv := startDomainServer(t, s, time.Second, false)
-	a := newAgent(t, natstest.Conn(t, s))
+	a := newAgent(t, natstest.Conn(t, s), domainWait())
 	ctx := context.Background()
 
 	g, err := a.Request(ctx, "app:api", "acme", 8, WithMinCopies(2))
@@ -125,8 +131,8 @@ func TestDomainServerClientDies(t *testing.T) {
 	ctx := context.Background()
 
 	doomedConn := natstest.Conn(t, s)
-	doomed := newAgent(t, doomedConn, WithClientID("doomed"))
-	live := newAgent(t, natstest.Conn(t, s), WithClientID("live"))
+	doomed := newAgent(t, doomedConn, WithClientID("doomed"), domainWait())
+	live := newAgent(t, natstest.Conn(t, s), WithClientID("live"), domainWait())
 	if _, err := doomed.Reserve(ctx, "app:sandbox", "acme", 4); err != nil {
 		t.Fatal(err)
 	}
@@ -217,8 +223,8 @@ func TestDomainServerTransfer(t *testing.T) {
 	s := natstest.Server(t)
 	srv := startDomainServer(t, s, time.Second, false)
 	ctx := context.Background()
-	p1 := newAgent(t, natstest.Conn(t, s), WithClientID("p1"))
-	p2 := newAgent(t, natstest.Conn(t, s), WithClientID("p2"))
+	p1 := newAgent(t, natstest.Conn(t, s), WithClientID("p1"), domainWait())
+	p2 := newAgent(t, natstest.Conn(t, s), WithClientID("p2"), domainWait())
 
 	h, err := p1.Reserve(ctx, "app:sandbox", "acme", 5)
 	if err != nil {
@@ -265,7 +271,7 @@ func TestDomainServerSeizeLostReply(t *testing.T) {
 	s := natstest.Server(t)
 	srv := startDomainServer(t, s, time.Second, false)
 	ctx := context.Background()
-	p1 := newAgent(t, natstest.Conn(t, s), WithClientID("p1"))
+	p1 := newAgent(t, natstest.Conn(t, s), WithClientID("p1"), domainWait())
 	h, err := p1.Reserve(ctx, "app:sandbox", "acme", 4)
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +285,7 @@ func TestDomainServerSeizeLostReply(t *testing.T) {
 		[]byte(`{"client_id":"p2","transfer_id":"`+tid+`"}`), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	p2 := newAgent(t, natstest.Conn(t, s), WithClientID("p2"))
+	p2 := newAgent(t, natstest.Conn(t, s), WithClientID("p2"), domainWait())
 	got, err := p2.Seize(ctx, tid)
 	if err != nil || got.Copies() != 2 {
 		t.Fatalf("Seize after the lost reply = %+v, %v; want the 2 copies", got, err)
@@ -299,7 +305,7 @@ func TestDomainServerAcquireAll(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
 	srv := startDomainServer(t, s, time.Second, false)
-	a := newAgent(t, natstest.Conn(t, s))
+	a := newAgent(t, natstest.Conn(t, s), domainWait())
 	ctx := context.Background()
 	x, err := a.AcquireAll(ctx, "acme", []string{"app:sandbox", "app:gpu"}, "app:api", 5, 1)
 	if err != nil || x.Copies != 3 || x.Rate.Granted != 3 || copiesHeld(srv) != 6 {
@@ -400,7 +406,7 @@ func TestDomainServerRefreshFitsMaxPayload(t *testing.T) {
 	t.Parallel()
 	s := natstest.MaxPayloadServer(t, 32<<10)
 	srv := startDomainServer(t, s, time.Second, false)
-	a := newAgent(t, natstest.Conn(t, s))
+	a := newAgent(t, natstest.Conn(t, s), domainWait())
 	ctx := context.Background()
 	const n = 200 // about 300 bytes each: 60 KB, twice the max_payload
 	for i := range n {

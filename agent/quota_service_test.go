@@ -16,6 +16,12 @@ import (
 	"github.com/allot/allot/quotaserver"
 )
 
+// serviceTimeout sets the quota timeout of agents whose test needs the
+// service's answer: the default (250ms) is ample on an idle machine, but
+// a request under -race on a loaded one may take longer, which would turn
+// the answer under test into a fallback.
+func serviceTimeout() Option { return WithQuotaTimeout(10 * time.Second) }
+
 // TestTakeService drives Take and Report through the real quota service,
 // configured by namespaces put into the KV configuration bucket: OK,
 // OK_WAIT (Take waits), REJECTED as a *QuotaError, no_bucket, a peek, and
@@ -28,7 +34,7 @@ func TestTakeService(t *testing.T) {
 		"batch":  `{"default_bucket": {"size": 100, "fill_rate": 0.01, "max_tokens_per_request": 100}}`,
 		"shed":   `{"default_bucket": {"size": 4, "fill_rate": 0.01, "max_tokens_per_request": 4, "soft_limit": 0.25, "critical_reserve": 0.5}}`,
 	})
-	a := newAgent(t, natstest.Conn(t, s), WithQuotaReportInterval(20*time.Millisecond))
+	a := newAgent(t, natstest.Conn(t, s), WithQuotaReportInterval(20*time.Millisecond), serviceTimeout())
 	ctx := context.Background()
 
 	for i := range 2 {
@@ -55,12 +61,15 @@ func TestTakeService(t *testing.T) {
 		t.Fatalf("take with max wait 0 = %v; want REJECTED timeout with a retry_after", err)
 	}
 	// A context that cannot wait the answer is REJECTED rather than
-	// answered with a wait it cannot sit out.
-	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	// answered with a wait it cannot sit out. The next token is about 1s
+	// away; the deadline leaves the request time to be answered (a
+	// deadline of a few ms ended before the answer came on a loaded
+	// machine, and Take then rightly returned the context's error).
+	short, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
 	_, err = a.Take(short, "logins:alice", 1)
 	cancel()
 	if !errors.As(err, &qe) || qe.Reason != "timeout" {
-		t.Fatalf("take under a 20ms deadline = %v; want REJECTED timeout", err)
+		t.Fatalf("take under a 400ms deadline = %v; want REJECTED timeout", err)
 	}
 	if _, err := a.Take(ctx, "nosuch:x", 1); !errors.As(err, &qe) || qe.Reason != "no_bucket" {
 		t.Fatalf("unknown namespace: %v; want REJECTED no_bucket", err)
@@ -107,7 +116,7 @@ func TestReportFlushedOnClose(t *testing.T) {
 	quotatest.Start(t, natstest.Conn(t, s), map[string]string{
 		"batch": `{"default_bucket": {"size": 100, "fill_rate": 0.01, "max_tokens_per_request": 100}}`,
 	})
-	a := newAgent(t, natstest.Conn(t, s), WithQuotaReportInterval(time.Minute))
+	a := newAgent(t, natstest.Conn(t, s), WithQuotaReportInterval(time.Minute), serviceTimeout())
 	if err := a.Report("batch:x", 30); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +126,7 @@ func TestReportFlushedOnClose(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b := newAgent(t, natstest.Conn(t, s))
+	b := newAgent(t, natstest.Conn(t, s), serviceTimeout())
 	eventually(t, 5*time.Second, "both reports charged the shared default bucket", func() bool {
 		res, err := b.Take(context.Background(), "batch:z", 0)
 		return err == nil && res.Remaining == 65
@@ -133,7 +142,7 @@ func TestTakeFallbackRecovery(t *testing.T) {
 	svc := quotatest.Start(t, natstest.Conn(t, s), map[string]string{
 		"api": `{"dynamic_bucket_template": {"size": 1000, "fill_rate": 1000}}`,
 	})
-	a := newAgent(t, natstest.Conn(t, s), WithQuotaFallback("api", 100, 10), WithQuotaCircuit(2, 200*time.Millisecond))
+	a := newAgent(t, natstest.Conn(t, s), WithQuotaFallback("api", 100, 10), WithQuotaCircuit(2, 200*time.Millisecond), serviceTimeout())
 	ctx := context.Background()
 	if res, err := a.Take(ctx, "api:k", 1); err != nil || res.Fallback || res.Limit != 1000 {
 		t.Fatalf("service up: %+v, %v", res, err)
@@ -179,7 +188,7 @@ func TestTakePartitioned(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(svc.Close)
-	a := newAgent(t, natstest.Conn(t, srv), WithQuotaReportInterval(10*time.Millisecond))
+	a := newAgent(t, natstest.Conn(t, srv), WithQuotaReportInterval(10*time.Millisecond), serviceTimeout())
 	ctx := context.Background()
 	for _, b := range []string{"qb0:x", "qb1:x"} {
 		if res, err := a.Take(ctx, b, 2); err != nil || res.Remaining != 3 || res.Fallback {

@@ -190,7 +190,7 @@ func TestQuotaShadow(t *testing.T) {
 	quotatest.Start(t, natstest.Conn(t, s), map[string]string{
 		"logins": `{"shadow": true, "buckets": {"alice": {"size": 2, "fill_rate": 0.01, "wait_timeout": "0s", "max_tokens_per_request": 2}}}`,
 	})
-	a := newAgent(t, natstest.Conn(t, s))
+	a := newAgent(t, natstest.Conn(t, s), serviceTimeout())
 	for i := range 5 {
 		res, err := a.Take(context.Background(), "logins:alice", 1)
 		if err != nil || !res.Shadow || res.Wait != 0 || res.WouldRefuse != (i >= 2) {

@@ -19,7 +19,19 @@ import (
 // ask sends body to op on app:sandbox with a short time-out; ok is false
 // on a time-out or no responders (no leader serving).
 func ask(nc *nats.Conn, op, body string, out any) (ok bool, code string) {
-	m, err := nc.Request(domainwire.Subject("root", op, "app", "sandbox"), []byte(body), 300*time.Millisecond)
+	return askWithin(nc, 300*time.Millisecond, op, body, out)
+}
+
+// answer is ask for a request that a serving leader must answer: under
+// -race on a loaded machine a reply may take longer than ask's time-out,
+// and a reserve taken for unanswered, then retried, is granted twice.
+func answer(nc *nats.Conn, op, body string, out any) (ok bool, code string) {
+	return askWithin(nc, 5*time.Second, op, body, out)
+}
+
+// askWithin is ask with time-out d.
+func askWithin(nc *nats.Conn, d time.Duration, op, body string, out any) (ok bool, code string) {
+	m, err := nc.Request(domainwire.Subject("root", op, "app", "sandbox"), []byte(body), d)
 	if err != nil {
 		return false, ""
 	}
@@ -47,8 +59,8 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 func TestDeadClientLosesItsHolds(t *testing.T) {
 	e := start(t, func(o *domainserver.Options) { o.Now, o.HoldTTL = time.Now, 300*time.Millisecond })
 	var dead, alive domainwire.ReserveReply
-	ask(e.nc, domainwire.OpReserve, `{"domain":"a","copies":3,"client_id":"dead"}`, &dead)
-	ask(e.nc, domainwire.OpReserve, `{"domain":"b","copies":2,"client_id":"alive"}`, &alive)
+	answer(e.nc, domainwire.OpReserve, `{"domain":"a","copies":3,"client_id":"dead"}`, &dead)
+	answer(e.nc, domainwire.OpReserve, `{"domain":"b","copies":2,"client_id":"alive"}`, &alive)
 	if dead.Granted != 3 || alive.Granted != 2 || e.srv.Stats().CopiesHeld != 5 {
 		t.Fatalf("reserves: %+v %+v", dead, alive)
 	}
@@ -71,7 +83,7 @@ func TestDeadClientLosesItsHolds(t *testing.T) {
 		t.Fatalf("after the expiry: %+v", st)
 	}
 	var rf domainwire.RefreshReply
-	ask(e.nc, domainwire.OpRefresh, `{"client_id":"dead","holds":[{"hold_id":"`+dead.HoldID+`","domain":"a","groups":["free"],"copies":3}]}`, &rf)
+	answer(e.nc, domainwire.OpRefresh, `{"client_id":"dead","holds":[{"hold_id":"`+dead.HoldID+`","domain":"a","groups":["free"],"copies":3}]}`, &rf)
 	if len(rf.Lost) != 1 || rf.Lost[0] != dead.HoldID {
 		t.Errorf("a late refresh of an expired hold says it is lost: %+v", rf)
 	}
@@ -119,13 +131,13 @@ func TestLeaderFailoverKeepsLiveHolds(t *testing.T) {
 	cl := natstest.Conn(t, s)
 	var a, b, gone domainwire.ReserveReply
 	eventually(t, 5*time.Second, "the first reserve", func() bool {
-		ok, _ := ask(cl, domainwire.OpReserve, `{"domain":"a","copies":3,"client_id":"c1"}`, &a)
+		ok, _ := answer(cl, domainwire.OpReserve, `{"domain":"a","copies":3,"client_id":"c1"}`, &a)
 		return ok && a.Granted == 3
 	})
-	ask(cl, domainwire.OpReserve, `{"domain":"b","copies":2,"client_id":"c1"}`, &b)
-	ask(cl, domainwire.OpReserve, `{"domain":"x","copies":1,"client_id":"crashed"}`, &gone)
+	answer(cl, domainwire.OpReserve, `{"domain":"b","copies":2,"client_id":"c1"}`, &b)
+	answer(cl, domainwire.OpReserve, `{"domain":"x","copies":1,"client_id":"crashed"}`, &gone)
 	var tr domainwire.TransferReply
-	ask(cl, domainwire.OpTransfer, `{"client_id":"c1","hold_id":"`+a.HoldID+`","copies":1,"ttl":"1m"}`, &tr)
+	answer(cl, domainwire.OpTransfer, `{"client_id":"c1","hold_id":"`+a.HoldID+`","copies":1,"ttl":"1m"}`, &tr)
 	if b.Granted != 2 || gone.Granted != 1 || tr.TransferID == "" || tr.Remaining != 2 {
 		t.Fatalf("setup: %+v %+v %+v", b, gone, tr)
 	}
@@ -163,7 +175,7 @@ func TestLeaderFailoverKeepsLiveHolds(t *testing.T) {
 	// of the global 8: 2 + 2 held, 1 staged.
 	eventually(t, 10*time.Second, "learning to end", func() bool {
 		r = domainwire.ReserveReply{}
-		ok, code := ask(cl, domainwire.OpReserve, `{"domain":"c","copies":1,"client_id":"c2"}`, &r)
+		ok, code := answer(cl, domainwire.OpReserve, `{"domain":"c","copies":1,"client_id":"c2"}`, &r)
 		return ok && code == "" && !r.Learning
 	})
 	if r.Granted != 1 {
@@ -172,12 +184,12 @@ func TestLeaderFailoverKeepsLiveHolds(t *testing.T) {
 	if st := next.Stats(); st.CopiesHeld != 2+2+1+1 || st.Restored != 2 || st.Transfers != 1 {
 		t.Fatalf("new leader's counts: %+v", st)
 	}
-	ask(cl, domainwire.OpReserve, `{"domain":"c","copies":8,"min_copies":1,"client_id":"c2"}`, &r)
+	answer(cl, domainwire.OpReserve, `{"domain":"c","copies":8,"min_copies":1,"client_id":"c2"}`, &r)
 	if r.Granted != 2 || r.GlobalHolds != 8 {
 		t.Fatalf("the rest of the global limit: %+v", r)
 	}
 	var sz domainwire.SeizeReply
-	if ok, code := ask(cl, domainwire.OpSeize, `{"client_id":"c3","transfer_id":"`+tr.TransferID+`"}`, &sz); !ok || code != "" || sz.Copies != 1 {
+	if ok, code := answer(cl, domainwire.OpSeize, `{"client_id":"c3","transfer_id":"`+tr.TransferID+`"}`, &sz); !ok || code != "" || sz.Copies != 1 {
 		t.Fatalf("seize after the failover: %v %s %+v", ok, code, sz)
 	}
 }

@@ -147,7 +147,10 @@ func TestService(t *testing.T) {
 		"slow": `{"default_bucket": {"size": 1, "fill_rate": 1, "wait_timeout": "2s"}}`,
 		"shed": `{"default_bucket": {"size": 4, "fill_rate": 0.01, "max_tokens_per_request": 4, "critical_reserve": 0.5}}`,
 	})
-	a, err := agent.New(natstest.Conn(t, s), agent.WithLogger(slog.New(slog.DiscardHandler)))
+	// Every decision below must be the service's: the default quota
+	// timeout (250ms) may pass under -race on a loaded machine, and the
+	// middleware would then answer 503.
+	a, err := agent.New(natstest.Conn(t, s), agent.WithLogger(slog.New(slog.DiscardHandler)), agent.WithQuotaTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

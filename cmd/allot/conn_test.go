@@ -202,8 +202,14 @@ func TestInboxPrefix(t *testing.T) {
 	s := natstest.Server(t)
 	url := []string{"--nats", s.ClientURL()}
 	startCoordinator(t, url, url)
-	sub, err := natstest.Conn(t, s).SubscribeSync("_ALLOT_TEST.>")
+	watcher := natstest.Conn(t, s)
+	sub, err := watcher.SubscribeSync("_ALLOT_TEST.>")
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The replies go out on the commands' own connections: the watcher's
+	// subscription must be at the server before they do.
+	if err := watcher.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	runConnecting(t, "--nats", s.ClientURL(), "--inbox-prefix", "_ALLOT_TEST")

@@ -361,8 +361,21 @@ type httpGetProbe struct {
 func TestUpReplicasReady(t *testing.T) {
 	up := startUp(t, "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0", "--replicas", "2")
 	base := up.opsURL(t)
+	// Each replica registers with the ops endpoints once its templates
+	// are loaded, on its own goroutine: the leader may be up (and /readyz
+	// 200 for it alone) before the follower is registered. Wait for both,
+	// then for /readyz to be 200 with both.
+	var fams map[string]*dto.MetricFamily
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		fams = scrapeMetrics(t, base)
+		if n := len(fams["allot_coordinator_leader"].GetMetric()); n == 2 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%d replicas reported after 15s; want 2", n)
+		}
+	}
 	waitStatus(t, base+"/readyz", http.StatusOK)
-	fams := scrapeMetrics(t, base)
+	fams = scrapeMetrics(t, base)
 	leaders, n := 0.0, 0
 	for _, s := range fams["allot_coordinator_leader"].GetMetric() {
 		leaders += s.GetGauge().GetValue()

@@ -32,7 +32,10 @@ func TestUpAgentTake(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	a, err := agent.New(nc, agent.WithLogger(slog.New(slog.DiscardHandler)))
+	// The takes below must be the service's answers: the default quota
+	// timeout (250ms) may pass under -race on a loaded machine, and the
+	// agent would then decide without it.
+	a, err := agent.New(nc, agent.WithLogger(slog.New(slog.DiscardHandler)), agent.WithQuotaTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,12 +22,15 @@ func quotaTake(t *testing.T, nc *nats.Conn, subject, body string) map[string]any
 }
 
 // quotaTakeUntil asks subject until the reply satisfies ok (e.g. a
-// configuration just put is in force) and returns it.
+// configuration just put is in force) and returns it. A partition not
+// serving yet is no responders at once; a serving one must answer, and
+// may take over a second to under -race on a loaded machine: a take
+// retried after it was decided would be taken twice.
 func quotaTakeUntil(t *testing.T, nc *nats.Conn, subject, body string, ok func(map[string]any) bool) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		m, err := nc.Request(subject, []byte(body), time.Second)
+		m, err := nc.Request(subject, []byte(body), 5*time.Second)
 		if err == nil {
 			if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
 				t.Fatalf("take %s %s: error %s: %s", subject, body, code, m.Header.Get("Nats-Service-Error"))
@@ -83,17 +86,17 @@ func TestUpServesQuotaPartitions(t *testing.T) {
 			t.Fatalf("three takes of %s:k (size 2): %v, want OK, OK, REJECTED", ns, got)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	code, out := runCtx(ctx, "status", "--nats", up.url)
-	if code != 0 {
-		t.Fatalf("status exit %d: %s", code, out)
-	}
-	quotaPart, _, _ := strings.Cut(out, "DOMAIN LIMITS")
-	rows := regexp.MustCompile(`(?m)^root\s+([01])\s+\S+\s+\d+\s`).FindAllStringSubmatch(quotaPart, -1)
-	if !strings.Contains(out, "QUOTA") || len(rows) != 2 {
-		t.Fatalf("status does not list both quota partitions with a leader and term:\n%s", out)
-	}
+	out := statusUntil(t, func(code int, out string) string {
+		if code != 0 {
+			return fmt.Sprintf("status exit %d: %s", code, out)
+		}
+		quotaPart, _, _ := strings.Cut(out, "DOMAIN LIMITS")
+		rows := regexp.MustCompile(`(?m)^root\s+([01])\s+\S+\s+\d+\s`).FindAllStringSubmatch(quotaPart, -1)
+		if !strings.Contains(out, "QUOTA") || len(rows) != 2 {
+			return "status does not list both quota partitions with a leader and term:\n" + out
+		}
+		return ""
+	}, "--nats", up.url)
 	t.Logf("\n%s", out)
 	up.wait(t)
 }
@@ -131,12 +134,12 @@ func TestCoordinatorServesSomePartitions(t *testing.T) {
 			t.Fatalf("take %s:k: %v", ns, r)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	code, out := runCtx(ctx, "status", "--nats", up.url)
-	p0 := regexp.MustCompile(`(?m)^root\s+0\s+up\s`).MatchString(out)
-	p1 := regexp.MustCompile(`(?m)^root\s+1\s+joined\s`).MatchString(out)
-	if code != 0 || !p0 || !p1 {
-		t.Fatalf("status (exit %d) does not show partition 0 led by up and 1 by joined:\n%s", code, out)
-	}
+	statusUntil(t, func(code int, out string) string {
+		p0 := regexp.MustCompile(`(?m)^root\s+0\s+up\s`).MatchString(out)
+		p1 := regexp.MustCompile(`(?m)^root\s+1\s+joined\s`).MatchString(out)
+		if code != 0 || !p0 || !p1 {
+			return fmt.Sprintf("status (exit %d) does not show partition 0 led by up and 1 by joined:\n%s", code, out)
+		}
+		return ""
+	}, "--nats", up.url)
 }

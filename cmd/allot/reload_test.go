@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -74,11 +75,13 @@ func TestHotReload(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	put := func(v string) {
+	put := func(v string) uint64 {
 		t.Helper()
-		if _, err := kv.Put(ctx, "templates.mysql-main", []byte(v)); err != nil {
+		rev, err := kv.Put(ctx, "templates.mysql-main", []byte(v))
+		if err != nil {
 			t.Fatal(err)
 		}
+		return rev
 	}
 	put(`{"identifier_glob":"mysql/main","capacity":500,"algorithm":{"kind":"FAIR_SHARE","lease_length":"60s","refresh_interval":"5s"}}`)
 	t.Logf("put → first grant reflecting it: %v", waitFor(500))
@@ -86,18 +89,26 @@ func TestHotReload(t *testing.T) {
 	t.Logf("capacity cut → first grant reflecting it: %v", waitFor(200))
 
 	// A broken put (YAML syntax error, then NaN capacity) changes nothing.
+	// The coordinator applies puts asynchronously: wait until its status
+	// reports the NaN revision rejected (the syntax error, put before it,
+	// was seen first), so that the grant below is asked after both.
 	put("identifier_glob: mysql/main\ncapacity: [")
-	put(`{"identifier_glob":"mysql/main","capacity":"NaN"}`)
-	time.Sleep(200 * time.Millisecond)
+	nanRev := put(`{"identifier_glob":"mysql/main","capacity":"NaN"}`)
+	rejected := fmt.Sprintf("rejected templates.mysql-main revision %d ", nanRev)
+	var out syncBuffer
+	for {
+		out = syncBuffer{}
+		code := run(ctx, testEnv(&out), []string{"config", "status", "--nats", s.ClientURL()})
+		if st := out.String(); code == 0 && strings.Contains(st, rejected) && strings.Contains(strings.ToLower(st), "nan") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("config status never showed the rejected NaN revision %d (exit %d):\n%s", nanRev, code, out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if got, e := get(); got != 200 {
 		t.Fatalf("after broken puts capacity is %v (%s), want 200", got, e)
-	}
-	var out syncBuffer
-	if code := run(ctx, testEnv(&out), []string{"config", "status", "--nats", s.ClientURL()}); code != 0 {
-		t.Fatalf("config status exited %d: %s", code, out.String())
-	}
-	if st := out.String(); !strings.Contains(st, "mysql-main") || !strings.Contains(strings.ToLower(st), "nan") {
-		t.Fatalf("config status does not show the rejected version:\n%s", st)
 	}
 	t.Logf("allot config status:\n%s", out.String())
 

@@ -69,9 +69,12 @@ func TestSecureLevel(t *testing.T) {
 		t.Fatalf("tenant_b get at region1: exit %d: %s", code, o)
 	}
 	// Discovery does not cross the link: each level's admin sees its own.
-	if code, o := runCtx(ctx, append([]string{"status"}, conn(levelURL, "region1_admin")...)...); code != 0 || !strings.Contains(o, "region1 (under root)") {
-		t.Fatalf("region1_admin status: exit %d: %s", code, o)
-	}
+	statusUntil(t, func(code int, o string) string {
+		if code != 0 || !strings.Contains(o, "region1 (under root)") {
+			return fmt.Sprintf("region1_admin status: exit %d: %s", code, o)
+		}
+		return ""
+	}, conn(levelURL, "region1_admin")...)
 	for name, stop := range map[string]func() string{"root": stopRoot, "region1": stopLevel} {
 		if out := stop(); strings.Contains(out, "refused a permission") {
 			t.Errorf("the %s coordinator was refused:\n%s", name, out)

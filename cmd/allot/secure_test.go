@@ -85,9 +85,12 @@ func TestSecureInit(t *testing.T) {
 	if code, o := runCtx(ctx, append([]string{"get", "db", "--wants", "10"}, conn("tenant_b")...)...); code != 0 || !strings.Contains(o, "10") {
 		t.Fatalf("tenant_b get: exit %d: %s", code, o)
 	}
-	if code, o := runCtx(ctx, append([]string{"status"}, conn("admin")...)...); code != 0 {
-		t.Fatalf("admin status: exit %d: %s", code, o)
-	}
+	statusUntil(t, func(code int, o string) string {
+		if code != 0 {
+			return fmt.Sprintf("admin status: exit %d: %s", code, o)
+		}
+		return ""
+	}, conn("admin")...)
 	time.Sleep(1500 * time.Millisecond) // leadership renewals
 	cancel()
 	out = <-coordOut
