@@ -358,15 +358,17 @@ func TestDomainRetry(t *testing.T) {
 		t.Fatalf("Reserve rejected once, no max wait = %v", err)
 	}
 	// The schedule: base 100ms, max wait 1s sleeps about 100, 200, 400
-	// (±25%), then what is left: 5 attempts, and Waited about 1s.
+	// (±25%), then what is left: 5 attempts, and Waited about 1s. (4 when
+	// the round trips took more than the least that is left, 125ms: a
+	// loaded machine under -race.)
 	f.set(func(f *fakeDomain) { f.rejectFirst = 1000 })
 	_, err = a.Reserve(ctx, "jobs:sandbox", "acme", 1, WithMaxWait(time.Second), WithBackoffBase(100*time.Millisecond))
 	var rej *RejectedError
-	if !errors.As(err, &rej) || rej.Attempts != 5 || rej.Waited < time.Second || rej.Info == nil {
+	if !errors.As(err, &rej) || rej.Attempts < 4 || rej.Attempts > 5 || rej.Waited < time.Second || rej.Info == nil {
 		t.Fatalf("rejected throughout = %v (%+v); want 5 attempts over 1s", err, rej)
 	}
 	msgs := f.received(domainwire.OpReserve)
-	msgs = msgs[len(msgs)-5:]
+	msgs = msgs[len(msgs)-rej.Attempts:]
 	for i, lo := range []time.Duration{75, 150, 300} {
 		if gap := msgs[i+1].at.Sub(msgs[i].at); gap < lo*time.Millisecond {
 			t.Errorf("sleep %d was %v; want at least %v", i, gap, lo*time.Millisecond)
