@@ -254,9 +254,7 @@ func (s *Server) release(data []byte, ns, name string) (any, error) {
 		if learning, _ := s.learning(s.opts.Now()); learning {
 			// Not heard of yet: the client gives it all up before this
 			// leader learnt it, and will not list it in a refresh again.
-			if t := s.seized[in.HoldID]; t != nil {
-				t.gone = true
-			}
+			s.dropSeizeRecord(in.HoldID)
 			s.counts.Releases++
 			return domainwire.ReleaseReply{}, nil
 		}
@@ -461,7 +459,7 @@ func (s *Server) reseize(t *transfer, clientID, ns, name string, now time.Time) 
 	h := s.holds[t.holdID]
 	if h == nil {
 		learning, _ := s.learning(now)
-		if t.gone || !learning {
+		if !learning {
 			return nil, errorf(domainwire.CodeNotFound, "transfer %q was seized by this client as hold %q, which has since been released or expired",
 				t.id, t.holdID)
 		}

@@ -49,11 +49,9 @@ type transfer struct {
 	groups  []string
 	copies  int64
 	expires time.Time
-	// seizedBy and holdID name the hold the copies became; gone is set
-	// once this server forgot that hold (released, expired, or
-	// transferred away).
+	// seizedBy and holdID name the hold the copies became. The record is
+	// dropped once that hold is gone (dropSeizeRecord).
 	seizedBy, holdID string
-	gone             bool
 }
 
 // staged reports whether t still holds its copies, waiting for a seize.
@@ -165,8 +163,28 @@ func (s *Server) touchHold(h *hold, now time.Time) {
 func (s *Server) forgetHold(h *hold) {
 	delete(s.holds, h.id)
 	s.byExpiry.Remove(h.elem)
-	if t := s.seized[h.id]; t != nil {
-		t.gone = true
+	s.dropSeizeRecord(h.id)
+}
+
+// dropSeizeRecord drops the seize record of a hold that is gone
+// (released, expired, transferred away), from the state bucket too: a
+// retry of the seize is then answered 404, and a new leader still
+// learning cannot make the hold again from the record. Called with s.mu
+// held.
+func (s *Server) dropSeizeRecord(holdID string) {
+	t := s.seized[holdID]
+	if t == nil {
+		return
+	}
+	delete(s.seized, holdID)
+	if s.transfers[t.id] != t {
+		return
+	}
+	delete(s.transfers, t.id)
+	if err := s.saveTransfers(); err != nil {
+		// This leader forgets it all the same; only a successor that reads
+		// the key could still make the hold again while it learns.
+		s.log.Warn("dropping a seize record from the state bucket", "transfer", t.id, "hold", holdID, "err", err)
 	}
 }
 

@@ -203,6 +203,43 @@ func TestReseizeAfterTransferAway(t *testing.T) {
 	}
 }
 
+// TestReseizeAfterRelease: a seizer that released its seized hold cannot
+// seize the same transfer again, from this leader or from a new one still
+// learning (which would otherwise make the hold again from the seize
+// record, without a limit check). The release drops the record from the
+// state bucket.
+func TestReseizeAfterRelease(t *testing.T) {
+	for _, viaLearning := range []bool{false, true} {
+		s := natstest.Server(t)
+		old := startStateful(t, s, "old", nil)
+		e := &env{nc: natstest.Conn(t, s)}
+		t1 := stage(t, e, "a")
+		var h domainwire.SeizeReply
+		if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"S","transfer_id":"`+t1+`"}`, &h); code != "" {
+			t.Fatalf("seize: %s", code)
+		}
+		if viaLearning {
+			// The release reaches a new leader that has not heard of the
+			// hold yet.
+			old.Stop()
+			old = startStateful(t, s, "next", func(o *domainserver.Options) { o.LearnUntil = time.Now().Add(time.Hour) })
+		}
+		if code := e.call(t, domainwire.OpRelease, "sandbox", `{"client_id":"S","hold_id":"`+h.HoldID+`"}`, nil); code != "" {
+			t.Fatalf("release: %s", code)
+		}
+		old.Stop()
+		next := startStateful(t, s, "third", func(o *domainserver.Options) { o.LearnUntil = time.Now().Add(time.Hour) })
+		if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"S","transfer_id":"`+t1+`"}`, nil); code != "404" {
+			t.Errorf("released first at a learning leader %v: seizing the transfer again at a learning leader: code %q, want 404", viaLearning, code)
+		}
+		// c-a's reserve of 2 staged 1; its other copy is a hold that
+		// nobody refreshes here.
+		if st := next.Stats(); st.CopiesHeld != 0 {
+			t.Errorf("released first at a learning leader %v: the new leader holds %d copies; want 0", viaLearning, st.CopiesHeld)
+		}
+	}
+}
+
 // TestTransfersKeyFull: the staged transfers live in one KV value, which
 // must fit in one NATS message. A transfer that would not fit is refused
 // with 429 and changes nothing; seizes always succeed (a seize that
