@@ -95,5 +95,14 @@ func TestQuotaConfigDrivesDecisions(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "global default removed", func() bool { return w.Current().Quota().Namespaces[quota.GlobalDefault] == nil })
+	// The table hears of it in the watcher's OnChange, after Current.
+	waitFor(t, "the table to drop the global default", func() bool {
+		var q wire.QuotaTake
+		if err := wire.DecodeQuotaTake(wire.JSON, []byte(`{"bucket":"probe:p","tokens":0}`), &q); err != nil {
+			t.Fatal(err)
+		}
+		_, matched := table.Take(q.Namespace, q.Name, q.Request, now)
+		return matched == ""
+	})
 	expect(`{"bucket":"other:x"}`, `"reason":"no_bucket"`)
 }
