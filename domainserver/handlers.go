@@ -253,8 +253,11 @@ func (s *Server) release(data []byte, ns, name string) (any, error) {
 	if s.holds[in.HoldID] == nil && in.Copies == 0 {
 		if learning, _ := s.learning(s.opts.Now()); learning {
 			// Not heard of yet: the client gives it all up before this
-			// leader learnt it, and will not list it in a refresh again.
-			s.dropSeizeRecord(in.HoldID)
+			// leader learnt it, and may not list it in a refresh again.
+			s.ended[in.HoldID] = struct{}{}
+			if t := s.seized[in.HoldID]; t != nil && t.seizedBy == in.ClientID {
+				s.dropSeizeRecord(in.HoldID)
+			}
 			s.counts.Releases++
 			return domainwire.ReleaseReply{}, nil
 		}
@@ -293,13 +296,19 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 		h := s.holds[l.HoldID]
 		switch {
 		case h == nil && learning:
-			err := s.checkSeal(&l, in.ClientID, ns, name, now)
+			// A hold listed with more copies than its seal covers (a
+			// transfer whose reply was lost) is adopted with the seal's.
+			sealed, err := s.checkSeal(&l, in.ClientID, ns, name, now)
+			if _, gone := s.ended[l.HoldID]; gone && err == nil {
+				err = fmt.Errorf("%w: the hold was released, transferred or expired at this leader", errSeal)
+			}
+			copies := min(l.Copies, sealed)
 			var r *resource
 			if err == nil {
 				r, err = s.resolve(ns, name, domainlimit.KindCopies)
 			}
 			if err == nil {
-				err = r.copies.Restore(l.Domain, l.Groups, l.Copies)
+				err = r.copies.Restore(l.Domain, l.Groups, copies)
 			}
 			if err != nil {
 				s.log.Warn("cannot adopt a hold from a refresh", "hold", l.HoldID, "client_id", in.ClientID, "err", err)
@@ -309,7 +318,7 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 				out.Lost = append(out.Lost, l.HoldID)
 				continue
 			}
-			h = &hold{id: l.HoldID, clientID: in.ClientID, res: r, domain: l.Domain, groups: l.Groups, copies: l.Copies}
+			h = &hold{id: l.HoldID, clientID: in.ClientID, res: r, domain: l.Domain, groups: l.Groups, copies: copies}
 			s.addHold(h, now)
 			s.counts.Restored++
 		case h == nil || h.clientID != in.ClientID || h.res.ns != ns || h.res.name != name:

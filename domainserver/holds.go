@@ -159,11 +159,16 @@ func (s *Server) touchHold(h *hold, now time.Time) {
 	s.byExpiry.MoveToBack(h.elem)
 }
 
-// forgetHold drops an empty hold. Called with s.mu held.
+// forgetHold drops an empty hold. While learning it remembers the id, so
+// that a refresh listing it again with its seal cannot bring the copies
+// back (seal.go). Called with s.mu held.
 func (s *Server) forgetHold(h *hold) {
 	delete(s.holds, h.id)
 	s.byExpiry.Remove(h.elem)
 	s.dropSeizeRecord(h.id)
+	if learning, _ := s.learning(s.opts.Now()); learning {
+		s.ended[h.id] = struct{}{}
+	}
 }
 
 // dropSeizeRecord drops the seize record of a hold that is gone
@@ -224,6 +229,9 @@ func (s *Server) expire(now time.Time) {
 	}
 	if expired {
 		s.saveTransfers()
+	}
+	if learning, _ := s.learning(now); !learning && len(s.ended) > 0 {
+		clear(s.ended) // nothing is adopted any more
 	}
 	// A copy resource with nothing held has no hold or transfer left
 	// (both count in Global).

@@ -129,32 +129,29 @@ func (s *Server) sealMAC(id, clientID, ns, name, domain string, groups []string,
 var errSeal = errors.New("no valid seal")
 
 // checkSeal reports whether l's seal vouches for it as clientID's hold of
-// ns/name at now. Called with s.mu held.
-func (s *Server) checkSeal(l *domainwire.Hold, clientID, ns, name string, now time.Time) error {
+// ns/name at now, and returns the copies it covers. Called with s.mu held.
+func (s *Server) checkSeal(l *domainwire.Hold, clientID, ns, name string, now time.Time) (int64, error) {
 	if l.Seal == "" {
-		return fmt.Errorf("%w: the hold was listed without one", errSeal)
+		return 0, fmt.Errorf("%w: the hold was listed without one", errSeal)
 	}
 	parts := strings.Split(l.Seal, ".")
 	if len(parts) != 3 {
-		return fmt.Errorf("%w: malformed seal", errSeal)
+		return 0, fmt.Errorf("%w: malformed seal", errSeal)
 	}
 	copies, err1 := strconv.ParseInt(parts[0], 10, 64)
 	expires, err2 := strconv.ParseInt(parts[1], 10, 64)
 	mac, err3 := base64.RawURLEncoding.Strict().DecodeString(parts[2])
 	if err := errors.Join(err1, err2, err3); err != nil {
-		return fmt.Errorf("%w: malformed seal: %w", errSeal, err)
+		return 0, fmt.Errorf("%w: malformed seal: %w", errSeal, err)
 	}
 	if strconv.FormatInt(copies, 10) != parts[0] || strconv.FormatInt(expires, 10) != parts[1] {
-		return fmt.Errorf("%w: malformed seal: numbers not as the server writes them", errSeal)
+		return 0, fmt.Errorf("%w: malformed seal: numbers not as the server writes them", errSeal)
 	}
 	if !hmac.Equal(mac, s.sealMAC(l.HoldID, clientID, ns, name, l.Domain, l.Groups, copies, expires)) {
-		return fmt.Errorf("%w: the seal was not made for this hold, client and copies", errSeal)
+		return 0, fmt.Errorf("%w: the seal was not made for this hold, client and copies", errSeal)
 	}
 	if now.UnixMilli() > expires {
-		return fmt.Errorf("%w: the seal expired at %s", errSeal, time.UnixMilli(expires).UTC().Format(time.RFC3339Nano))
+		return 0, fmt.Errorf("%w: the seal expired at %s", errSeal, time.UnixMilli(expires).UTC().Format(time.RFC3339Nano))
 	}
-	if l.Copies > copies {
-		return fmt.Errorf("%w: %d copies listed; the seal covers %d", errSeal, l.Copies, copies)
-	}
-	return nil
+	return copies, nil
 }

@@ -21,7 +21,7 @@ func FuzzCheckSeal(f *testing.F) {
 	f.Add("-1.-1.")
 	f.Fuzz(func(t *testing.T, seal string) {
 		l := domainwire.Hold{HoldID: "h1", Domain: "a", Groups: []string{"free"}, Copies: 3, Seal: seal}
-		err := s.checkSeal(&l, "c1", "app", "sandbox", now)
+		_, err := s.checkSeal(&l, "c1", "app", "sandbox", now)
 		if (err == nil) != (seal == genuine) {
 			t.Fatalf("seal %q: %v", seal, err)
 		}
@@ -43,7 +43,7 @@ func TestSealIsCanonical(t *testing.T) {
 	for _, seal := range []string{genuine, "0" + genuine, "+" + genuine, parts[0] + ".0" + parts[1] + "." + parts[2],
 		parts[0] + "." + parts[1] + "." + parts[2][:len(parts[2])-1] + string(flip)} {
 		l := domainwire.Hold{HoldID: "h1", Domain: "a", Copies: 3, Seal: seal}
-		if err := s.checkSeal(&l, "c1", "app", "sandbox", now); (err == nil) != (seal == genuine) {
+		if _, err := s.checkSeal(&l, "c1", "app", "sandbox", now); (err == nil) != (seal == genuine) {
 			t.Errorf("seal %q: %v", seal, err)
 		}
 	}

@@ -34,7 +34,7 @@ func refreshOf(t *testing.T, e *env, client string, h domainwire.Hold) domainwir
 // seal of a reply of its predecessor vouches for it. Claims of holds
 // never granted, of another client's hold, of more copies than granted,
 // or under a forged seal are refused (lost) and change nothing; the
-// holder's own refresh is adopted.
+// holder's own refresh is adopted, with at most the copies sealed.
 func TestLearningLeaderAdoptsOnlySealedHolds(t *testing.T) {
 	s := natstest.Server(t)
 	old := startStateful(t, s, "old", nil)
@@ -57,7 +57,6 @@ func TestLearningLeaderAdoptsOnlySealedHolds(t *testing.T) {
 		{"a hold never granted, without a seal", "thief", func(h *domainwire.Hold) { h.HoldID, h.Seal, h.Copies = "made-up", "", 5 }},
 		{"a hold never granted, under another hold's seal", "thief", func(h *domainwire.Hold) { h.HoldID = "made-up" }},
 		{"another client's hold with its seal", "thief", func(*domainwire.Hold) {}},
-		{"more copies than the seal covers", "c1", func(h *domainwire.Hold) { h.Copies = 3 }},
 		{"a seal whose copies were raised", "c1", func(h *domainwire.Hold) { h.Copies, h.Seal = 5, strings.Join(forged, ".") }},
 		{"another domain", "c1", func(h *domainwire.Hold) { h.Domain = "b" }},
 		{"other groups", "c1", func(h *domainwire.Hold) { h.Groups = nil }},
@@ -74,12 +73,16 @@ func TestLearningLeaderAdoptsOnlySealedHolds(t *testing.T) {
 			t.Fatalf("%s: the new leader holds %d copies, restored %d holds; want none", c.name, st.CopiesHeld, st.Restored)
 		}
 	}
-	if st := next.Stats(); st.Unsealed != 8 {
-		t.Errorf("unsealed %d holds; want 8", st.Unsealed)
+	if st := next.Stats(); st.Unsealed != 7 {
+		t.Errorf("unsealed %d holds; want 7", st.Unsealed)
 	}
-	rep := refreshOf(t, e, "c1", genuine)
+	// Listing more copies than the seal covers (as after a transfer whose
+	// reply was lost) gets the seal's.
+	more := genuine
+	more.Copies = 3
+	rep := refreshOf(t, e, "c1", more)
 	if len(rep.Lost) != 0 || rep.Seals[r.HoldID] == "" {
-		t.Fatalf("the holder's refresh: %+v; want the hold kept with a new seal", rep)
+		t.Fatalf("the holder's refresh listing 3 copies: %+v; want the hold kept with a new seal", rep)
 	}
 	if st := next.Stats(); st.CopiesHeld != 2 || st.Restored != 1 {
 		t.Fatalf("after the holder's refresh the new leader holds %d copies, restored %d; want 2 and 1", st.CopiesHeld, st.Restored)
@@ -145,5 +148,46 @@ func TestSealKeyInTheStateBucket(t *testing.T) {
 	}
 	if _, err := domainserver.New(natstest.Conn(t, s), domainserver.Options{Config: (&config{}).get, SealKey: []byte("short")}); err == nil {
 		t.Fatal("a seal key of 5 bytes was accepted")
+	}
+}
+
+// TestLearningLeaderAdoptsAHoldOnce: a hold that ended at a learning
+// leader (transferred away, released) is not adopted again from a refresh
+// listing it with its seal: else a client granted 5 copies once could
+// list, transfer and seize them over and over.
+func TestLearningLeaderAdoptsAHoldOnce(t *testing.T) {
+	s := natstest.Server(t)
+	old := startStateful(t, s, "old", nil)
+	e := &env{nc: natstest.Conn(t, s)}
+	reserve := func(domain string) domainwire.Hold {
+		var r domainwire.ReserveReply
+		if code := e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"`+domain+`","copies":2,"client_id":"c1"}`, &r); code != "" || r.Granted != 2 {
+			t.Fatalf("reserve: %s %+v", code, r)
+		}
+		return domainwire.Hold{HoldID: r.HoldID, Domain: domain, Groups: []string{"free"}, Copies: 2, Seal: r.Seal}
+	}
+	x, y := reserve("a"), reserve("b")
+	old.Stop()
+	next := startStateful(t, s, "next", func(o *domainserver.Options) { o.LearnUntil = time.Now().Add(time.Hour) })
+	// x is adopted, then transferred away and seized by its own client.
+	refreshOf(t, e, "c1", x)
+	var tr domainwire.TransferReply
+	if code := e.call(t, domainwire.OpTransfer, "sandbox", `{"client_id":"c1","hold_id":"`+x.HoldID+`","ttl":"1h"}`, &tr); code != "" {
+		t.Fatalf("transfer: %s", code)
+	}
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c1","transfer_id":"`+tr.TransferID+`"}`, nil); code != "" {
+		t.Fatalf("seize: %s", code)
+	}
+	// y is released before this leader heard of it.
+	if code := e.call(t, domainwire.OpRelease, "sandbox", `{"client_id":"c1","hold_id":"`+y.HoldID+`"}`, nil); code != "" {
+		t.Fatalf("release: %s", code)
+	}
+	for _, h := range []domainwire.Hold{x, y} {
+		if rep := refreshOf(t, e, "c1", h); len(rep.Lost) != 1 {
+			t.Errorf("listing hold %s again after it ended: %+v; want it lost", h.Domain, rep)
+		}
+	}
+	if st := next.Stats(); st.CopiesHeld != 2 {
+		t.Fatalf("the learning leader holds %d copies; want 2 (the seized ones)", st.CopiesHeld)
 	}
 }

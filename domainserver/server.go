@@ -171,7 +171,10 @@ type Server struct {
 	transfers map[string]*transfer
 	// seized maps a hold made by a seize to its transfer's record.
 	seized map[string]*transfer
-	kv     jetstream.KeyValue
+	// ended holds the ids of holds forgotten while learning: they are not
+	// adopted again.
+	ended map[string]struct{}
+	kv    jetstream.KeyValue
 	// rev is the revision of the transfers key this server last read or
 	// wrote (0: create it), and written the value it last tried to
 	// write: writes compare and set on rev, so that a deposed leader
@@ -205,7 +208,7 @@ func New(nc *nats.Conn, opts Options) (*Server, error) {
 	}
 	log := opts.Logger.With("node", opts.Node, "domain_partition", opts.Partition, "server_id", opts.ServerID)
 	return &Server{nc: nc, opts: opts, log: log, gate: reply.NewGate(opts.Valid, log, "domain partition"),
-		resources: map[string]*resource{}, holds: map[string]*hold{}, byExpiry: list.New(), transfers: map[string]*transfer{}, seized: map[string]*transfer{}}, nil
+		resources: map[string]*resource{}, holds: map[string]*hold{}, byExpiry: list.New(), transfers: map[string]*transfer{}, seized: map[string]*transfer{}, ended: map[string]struct{}{}}, nil
 }
 
 // Start loads the staged transfers, registers the micro service and
