@@ -254,9 +254,14 @@ func (s *Server) release(data []byte, ns, name string) (any, error) {
 		if learning, _ := s.learning(s.opts.Now()); learning {
 			// Not heard of yet: the client gives it all up before this
 			// leader learnt it, and may not list it in a refresh again.
-			s.ended[in.HoldID] = struct{}{}
+			if len(s.ended) >= maxEnded {
+				return nil, errorf(domainwire.CodeUnavailable, "release of hold %q: this leader took over recently and has not heard of the hold; retry after it has learnt the holds", in.HoldID)
+			}
+			s.ended[endedKey(ns, name, in.ClientID, in.HoldID)] = struct{}{}
 			if t := s.seized[in.HoldID]; t != nil && t.seizedBy == in.ClientID {
-				s.dropSeizeRecord(in.HoldID)
+				if tns, tname, _ := domainwire.TransferResource(t.id); tns == ns && tname == name {
+					s.dropSeizeRecord(in.HoldID)
+				}
 			}
 			s.counts.Releases++
 			return domainwire.ReleaseReply{}, nil
@@ -287,9 +292,10 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := s.opts.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Read under the lock: the sweeper clears s.ended once learning ends.
+	now := s.opts.Now()
 	learning, _ := s.learning(now)
 	out := domainwire.RefreshReply{TTLMillis: s.opts.HoldTTL.Milliseconds(), Lost: []string{}}
 	for _, l := range in.Holds {
@@ -299,13 +305,21 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 			// A hold listed with more copies than its seal covers (a
 			// transfer whose reply was lost) is adopted with the seal's.
 			sealed, err := s.checkSeal(&l, in.ClientID, ns, name, now)
-			if _, gone := s.ended[l.HoldID]; gone && err == nil {
-				err = fmt.Errorf("%w: the hold was released, transferred or expired at this leader", errSeal)
+			if _, gone := s.ended[endedKey(ns, name, in.ClientID, l.HoldID)]; gone && err == nil {
+				err = errors.New("the hold was released, transferred or expired at this leader")
 			}
 			copies := min(l.Copies, sealed)
 			var r *resource
 			if err == nil {
 				r, err = s.resolve(ns, name, domainlimit.KindCopies)
+			}
+			// A seal vouches that the hold was granted, not that it is
+			// still held: a client could list holds it has given back to
+			// the old leader. Adopted holds never exceed the limits.
+			if room := int64(0); err == nil {
+				if room = r.copies.Room(l.Domain, l.Groups); room < copies {
+					err = fmt.Errorf("its %d copies do not fit in the limits (room for %d)", copies, room)
+				}
 			}
 			if err == nil {
 				err = r.copies.Restore(l.Domain, l.Groups, copies)
@@ -419,9 +433,9 @@ func (s *Server) seize(data []byte, ns, name string) (any, error) {
 		return nil, errorf(domainwire.CodeBadRequest, "transfer %q is of %s:%s; send it to %s", in.TransferID, tns, tname,
 			domainwire.Subject(s.opts.Node, domainwire.OpSeize, tns, tname))
 	}
-	now := s.opts.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.opts.Now() // under the lock, as in refresh
 	t := s.transfers[in.TransferID]
 	if t == nil || now.After(t.expires) {
 		return nil, errorf(domainwire.CodeNotFound, "transfer %q does not exist or has expired", in.TransferID)

@@ -167,8 +167,18 @@ func (s *Server) forgetHold(h *hold) {
 	s.byExpiry.Remove(h.elem)
 	s.dropSeizeRecord(h.id)
 	if learning, _ := s.learning(s.opts.Now()); learning {
-		s.ended[h.id] = struct{}{}
+		s.ended[endedKey(h.res.ns, h.res.name, h.clientID, h.id)] = struct{}{}
 	}
+}
+
+// maxEnded bounds Server.ended: a learning leader refuses (503) a release
+// of a hold it has not heard of beyond it, rather than grow without bound.
+const maxEnded = 1 << 16
+
+// endedKey is a hold's key in Server.ended: a release naming someone
+// else's hold id does not keep its owner's hold from being adopted.
+func endedKey(ns, name, clientID, holdID string) string {
+	return ns + "\x00" + name + "\x00" + clientID + "\x00" + holdID
 }
 
 // dropSeizeRecord drops the seize record of a hold that is gone

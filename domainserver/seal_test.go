@@ -191,3 +191,65 @@ func TestLearningLeaderAdoptsAHoldOnce(t *testing.T) {
 		t.Fatalf("the learning leader holds %d copies; want 2 (the seized ones)", st.CopiesHeld)
 	}
 }
+
+// TestLearningLeaderKeepsTheLimits: seals vouch that holds were granted,
+// not that they are still held. A client that moved its copies along a
+// chain of its own transfers and seizes before a failover has a valid
+// seal for every hold of the chain; listing them all to the new leader
+// gets it no more than the limits allow (domain limit 5 here).
+func TestLearningLeaderKeepsTheLimits(t *testing.T) {
+	s := natstest.Server(t)
+	old := startStateful(t, s, "old", nil)
+	e := &env{nc: natstest.Conn(t, s)}
+	var r domainwire.ReserveReply
+	if code := e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"a","copies":5,"client_id":"c1"}`, &r); code != "" || r.Granted != 5 {
+		t.Fatalf("reserve: %s %+v", code, r)
+	}
+	holds := []domainwire.Hold{{HoldID: r.HoldID, Domain: "a", Groups: []string{"free"}, Copies: 5, Seal: r.Seal}}
+	for range 4 {
+		var tr domainwire.TransferReply
+		if code := e.call(t, domainwire.OpTransfer, "sandbox", `{"client_id":"c1","hold_id":"`+holds[len(holds)-1].HoldID+`","ttl":"1h"}`, &tr); code != "" {
+			t.Fatalf("transfer: %s", code)
+		}
+		var sz domainwire.SeizeReply
+		if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c1","transfer_id":"`+tr.TransferID+`"}`, &sz); code != "" {
+			t.Fatalf("seize: %s", code)
+		}
+		holds = append(holds, domainwire.Hold{HoldID: sz.HoldID, Domain: "a", Groups: []string{"free"}, Copies: 5, Seal: sz.Seal})
+	}
+	old.Stop()
+	next := startStateful(t, s, "next", func(o *domainserver.Options) { o.LearnUntil = time.Now().Add(time.Hour) })
+	body, err := json.Marshal(domainwire.Refresh{ClientID: "c1", Holds: holds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep domainwire.RefreshReply
+	if code := e.call(t, domainwire.OpRefresh, "sandbox", string(body), &rep); code != "" {
+		t.Fatalf("refresh: %s", code)
+	}
+	if st := next.Stats(); st.CopiesHeld != 5 || len(rep.Lost) != 4 {
+		t.Fatalf("the chain of 5 holds of 5 copies listed at once: %d copies held, %d holds lost; want 5 and 4", st.CopiesHeld, len(rep.Lost))
+	}
+}
+
+// TestReleaseOfAnotherClientsHold: at a learning leader, a release naming
+// a hold id the leader has not heard of, sent by another client, does not
+// keep the hold's owner from having it adopted.
+func TestReleaseOfAnotherClientsHold(t *testing.T) {
+	s := natstest.Server(t)
+	old := startStateful(t, s, "old", nil)
+	e := &env{nc: natstest.Conn(t, s)}
+	var r domainwire.ReserveReply
+	if code := e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"a","copies":2,"client_id":"victim"}`, &r); code != "" || r.Granted != 2 {
+		t.Fatalf("reserve: %s %+v", code, r)
+	}
+	old.Stop()
+	next := startStateful(t, s, "next", func(o *domainserver.Options) { o.LearnUntil = time.Now().Add(time.Hour) })
+	if code := e.call(t, domainwire.OpRelease, "sandbox", `{"client_id":"thief","hold_id":"`+r.HoldID+`"}`, nil); code != "" {
+		t.Fatalf("the thief's release: %s", code)
+	}
+	rep := refreshOf(t, e, "victim", domainwire.Hold{HoldID: r.HoldID, Domain: "a", Groups: []string{"free"}, Copies: 2, Seal: r.Seal})
+	if len(rep.Lost) != 0 || next.Stats().CopiesHeld != 2 {
+		t.Fatalf("the victim's refresh after the thief's release: %+v, %d copies held", rep, next.Stats().CopiesHeld)
+	}
+}

@@ -211,8 +211,9 @@ func decrement(m map[string]int64, name string, n int64) {
 }
 
 // Restore adds a hold without any limit check: a new leader rebuilding
-// the holds from their holders' refreshes must count what is held, even
-// above a limit lowered meanwhile. Input is validated as for Release.
+// what its predecessor recorded (staged transfers) must count it, even
+// above a limit lowered meanwhile; one adopting a hold a client lists
+// checks Room first. Input is validated as for Release.
 func (c *Copies) Restore(domain string, groups []string, copies int64) error {
 	k, gs, err := c.key(domain, groups, copies)
 	if err != nil {
@@ -220,6 +221,21 @@ func (c *Copies) Restore(domain string, groups []string, copies int64) error {
 	}
 	c.add(k, gs, copies)
 	return nil
+}
+
+// Room returns how many more copies domain could take under groups (a
+// hold's groups, which may differ from the domain's groups now; groups
+// no longer configured have no limit) within the domain, global and
+// group limits in force. A new leader adopts a hold it learns from a
+// refresh only if it fits.
+func (c *Copies) Room(domain string, groups []string) int64 {
+	n := min(room(c.DomainLimit(domain), c.domains[domain]), room(c.spec.GlobalLimit, c.global))
+	for _, g := range groups {
+		if l, ok := c.groupLimit[g]; ok {
+			n = min(n, room(l, c.groups[g]))
+		}
+	}
+	return n
 }
 
 // Holds returns the copies domain holds (all groups).

@@ -182,3 +182,40 @@ func FuzzOperations(f *testing.F) {
 		}
 	})
 }
+
+// TestCopiesRoom: Room under a domain's own groups is what a reserve of
+// as many copies as possible would get; groups no longer configured have
+// no limit.
+func TestCopiesRoom(t *testing.T) {
+	spec := CopySpec{DomainLimit: 5, GlobalLimit: 9, Domains: map[string]int64{"big": 20},
+		Groups: []Group{{Name: "free", Limit: 6, Domains: []string{"a", "b"}}, {Name: "eu", Limit: 4, Domains: []string{"b", "big"}}}}
+	for _, steps := range [][]string{{}, {"a"}, {"b", "a"}, {"big", "b"}, {"big", "big", "a", "a"}} {
+		c := mustCopies(t, spec)
+		for _, d := range steps {
+			if _, err := c.Reserve(d, 2, 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, d := range []string{"a", "b", "big", "lone"} {
+			want := c.Room(d, c.groupsOf[d])
+			probe := mustCopies(t, spec)
+			for _, x := range steps {
+				_, _ = probe.Reserve(x, 2, 1)
+			}
+			res, err := probe.Reserve(d, MaxLimit, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Granted != want {
+				t.Errorf("after %v: Room(%s) = %d, a reserve gets %d", steps, d, want, res.Granted)
+			}
+		}
+	}
+	c := mustCopies(t, spec)
+	if got := c.Room("lone", []string{"gone"}); got != 5 {
+		t.Errorf("Room under a group no longer configured = %d, want the domain limit 5", got)
+	}
+	if got := mustCopies(t, CopySpec{DomainLimit: Unlimited, GlobalLimit: Unlimited}).Room("x", nil); got != Unlimited {
+		t.Errorf("Room without limits = %d", got)
+	}
+}
