@@ -3,6 +3,7 @@ package domainserver_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,18 @@ import (
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/natstest"
 )
+
+// reserveSealed reserves copies for domain as client and returns the
+// hold as the client lists it in a refresh.
+func reserveSealed(t *testing.T, e *env, client, domain string, copies int64) domainwire.Hold {
+	t.Helper()
+	var r domainwire.ReserveReply
+	body := fmt.Sprintf(`{"domain":%q,"copies":%d,"client_id":%q}`, domain, copies, client)
+	if code := e.call(t, domainwire.OpReserve, "sandbox", body, &r); code != "" || r.Granted != copies || r.Seal == "" {
+		t.Fatalf("reserve %s: %s %+v", body, code, r)
+	}
+	return domainwire.Hold{HoldID: r.HoldID, Domain: domain, Groups: []string{"free"}, Copies: copies, Seal: r.Seal}
+}
 
 // refreshOf lists one hold of client in a refresh and returns the reply.
 func refreshOf(t *testing.T, e *env, client string, h domainwire.Hold) domainwire.RefreshReply {
@@ -159,14 +172,7 @@ func TestLearningLeaderAdoptsAHoldOnce(t *testing.T) {
 	s := natstest.Server(t)
 	old := startStateful(t, s, "old", nil)
 	e := &env{nc: natstest.Conn(t, s)}
-	reserve := func(domain string) domainwire.Hold {
-		var r domainwire.ReserveReply
-		if code := e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"`+domain+`","copies":2,"client_id":"c1"}`, &r); code != "" || r.Granted != 2 {
-			t.Fatalf("reserve: %s %+v", code, r)
-		}
-		return domainwire.Hold{HoldID: r.HoldID, Domain: domain, Groups: []string{"free"}, Copies: 2, Seal: r.Seal}
-	}
-	x, y := reserve("a"), reserve("b")
+	x, y := reserveSealed(t, e, "c1", "a", 2), reserveSealed(t, e, "c1", "b", 2)
 	old.Stop()
 	next := startStateful(t, s, "next", func(o *domainserver.Options) { o.LearnUntil = time.Now().Add(time.Hour) })
 	// x is adopted, then transferred away and seized by its own client.
@@ -201,11 +207,7 @@ func TestLearningLeaderKeepsTheLimits(t *testing.T) {
 	s := natstest.Server(t)
 	old := startStateful(t, s, "old", nil)
 	e := &env{nc: natstest.Conn(t, s)}
-	var r domainwire.ReserveReply
-	if code := e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"a","copies":5,"client_id":"c1"}`, &r); code != "" || r.Granted != 5 {
-		t.Fatalf("reserve: %s %+v", code, r)
-	}
-	holds := []domainwire.Hold{{HoldID: r.HoldID, Domain: "a", Groups: []string{"free"}, Copies: 5, Seal: r.Seal}}
+	holds := []domainwire.Hold{reserveSealed(t, e, "c1", "a", 5)}
 	for range 4 {
 		var tr domainwire.TransferReply
 		if code := e.call(t, domainwire.OpTransfer, "sandbox", `{"client_id":"c1","hold_id":"`+holds[len(holds)-1].HoldID+`","ttl":"1h"}`, &tr); code != "" {
@@ -239,16 +241,13 @@ func TestReleaseOfAnotherClientsHold(t *testing.T) {
 	s := natstest.Server(t)
 	old := startStateful(t, s, "old", nil)
 	e := &env{nc: natstest.Conn(t, s)}
-	var r domainwire.ReserveReply
-	if code := e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"a","copies":2,"client_id":"victim"}`, &r); code != "" || r.Granted != 2 {
-		t.Fatalf("reserve: %s %+v", code, r)
-	}
+	h := reserveSealed(t, e, "victim", "a", 2)
 	old.Stop()
 	next := startStateful(t, s, "next", func(o *domainserver.Options) { o.LearnUntil = time.Now().Add(time.Hour) })
-	if code := e.call(t, domainwire.OpRelease, "sandbox", `{"client_id":"thief","hold_id":"`+r.HoldID+`"}`, nil); code != "" {
+	if code := e.call(t, domainwire.OpRelease, "sandbox", `{"client_id":"thief","hold_id":"`+h.HoldID+`"}`, nil); code != "" {
 		t.Fatalf("the thief's release: %s", code)
 	}
-	rep := refreshOf(t, e, "victim", domainwire.Hold{HoldID: r.HoldID, Domain: "a", Groups: []string{"free"}, Copies: 2, Seal: r.Seal})
+	rep := refreshOf(t, e, "victim", h)
 	if len(rep.Lost) != 0 || next.Stats().CopiesHeld != 2 {
 		t.Fatalf("the victim's refresh after the thief's release: %+v, %d copies held", rep, next.Stats().CopiesHeld)
 	}
