@@ -316,9 +316,11 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 			// A seal vouches that the hold was granted, not that it is
 			// still held: a client could list holds it has given back to
 			// the old leader. Adopted holds never exceed the limits.
-			if room := int64(0); err == nil {
-				if room = r.copies.Room(l.Domain, l.Groups); room < copies {
-					err = fmt.Errorf("its %d copies do not fit in the limits (room for %d)", copies, room)
+			// What does not fit is not adopted (a hold whose transfer
+			// reply was lost lists copies a restored transfer counts).
+			if err == nil {
+				if copies = min(copies, r.copies.Room(l.Domain, l.Groups)); copies < 1 {
+					err = errors.New("no room left for it in the limits")
 				}
 			}
 			if err == nil {
@@ -482,11 +484,17 @@ func (s *Server) reseize(t *transfer, clientID, ns, name string, now time.Time) 
 	h := s.holds[t.holdID]
 	if h == nil {
 		learning, _ := s.learning(now)
-		if !learning {
+		_, gone := s.ended[endedKey(ns, name, clientID, t.holdID)]
+		if !learning || gone {
 			return nil, errorf(domainwire.CodeNotFound, "transfer %q was seized by this client as hold %q, which has since been released or expired",
 				t.id, t.holdID)
 		}
 		r, err := s.resolve(ns, name, domainlimit.KindCopies)
+		if err == nil && r.copies.Room(t.domain, t.groups) < t.copies {
+			// Holds adopted meanwhile took the room (a client listing
+			// older seals): the limits come first.
+			err = errorf(domainwire.CodeConflict, "transfer %q: its hold %q does not fit in the limits any more", t.id, t.holdID)
+		}
 		if err == nil {
 			err = r.copies.Restore(t.domain, t.groups, t.copies)
 		}

@@ -252,3 +252,48 @@ func TestReleaseOfAnotherClientsHold(t *testing.T) {
 		t.Fatalf("the victim's refresh after the thief's release: %+v, %d copies held", rep, next.Stats().CopiesHeld)
 	}
 }
+
+// TestReseizeKeepsTheLimits: a seize retried at a learning leader makes
+// the hold again from its record only if it fits in the limits: a client
+// that first had an older hold of the same copies adopted (its seal is
+// still valid) does not get them twice.
+func TestReseizeKeepsTheLimits(t *testing.T) {
+	s := natstest.Server(t)
+	old := startStateful(t, s, "old", nil)
+	e := &env{nc: natstest.Conn(t, s)}
+	h1 := reserveSealed(t, e, "c1", "a", 5) // domain limit 5
+	var tr domainwire.TransferReply
+	if code := e.call(t, domainwire.OpTransfer, "sandbox", `{"client_id":"c1","hold_id":"`+h1.HoldID+`","ttl":"1h"}`, &tr); code != "" {
+		t.Fatalf("transfer: %s", code)
+	}
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c1","transfer_id":"`+tr.TransferID+`"}`, nil); code != "" {
+		t.Fatalf("seize: %s", code)
+	}
+	old.Stop()
+	next := startStateful(t, s, "next", func(o *domainserver.Options) { o.LearnUntil = time.Now().Add(time.Hour) })
+	refreshOf(t, e, "c1", h1)
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c1","transfer_id":"`+tr.TransferID+`"}`, nil); code != "409" {
+		t.Errorf("seize retried after the older hold was adopted: code %q, want 409", code)
+	}
+	if st := next.Stats(); st.CopiesHeld > 5 {
+		t.Fatalf("the learning leader counts %d copies; the domain limit is 5", st.CopiesHeld)
+	}
+}
+
+// TestLostTransferReplyAcrossFailover: an agent whose transfer reply was
+// lost lists its hold with the count before the transfer; a new leader
+// that restored the staged transfer adopts what is left.
+func TestLostTransferReplyAcrossFailover(t *testing.T) {
+	s := natstest.Server(t)
+	old := startStateful(t, s, "old", nil)
+	e := &env{nc: natstest.Conn(t, s)}
+	h1 := reserveSealed(t, e, "c1", "a", 5)
+	if code := e.call(t, domainwire.OpTransfer, "sandbox", `{"client_id":"c1","hold_id":"`+h1.HoldID+`","copies":2,"ttl":"1h"}`, nil); code != "" {
+		t.Fatalf("transfer: %s", code)
+	}
+	old.Stop()
+	next := startStateful(t, s, "next", func(o *domainserver.Options) { o.LearnUntil = time.Now().Add(time.Hour) })
+	if rep := refreshOf(t, e, "c1", h1); len(rep.Lost) != 0 || next.Stats().CopiesHeld != 5 {
+		t.Fatalf("the hold listed with 5 after a transfer of 2: %+v, %d copies counted; want it kept, 5 counted", rep, next.Stats().CopiesHeld)
+	}
+}
