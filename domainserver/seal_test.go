@@ -177,13 +177,7 @@ func TestLearningLeaderAdoptsAHoldOnce(t *testing.T) {
 	next := startStateful(t, s, "next", func(o *domainserver.Options) { o.LearnUntil = time.Now().Add(time.Hour) })
 	// x is adopted, then transferred away and seized by its own client.
 	refreshOf(t, e, "c1", x)
-	var tr domainwire.TransferReply
-	if code := e.call(t, domainwire.OpTransfer, "sandbox", `{"client_id":"c1","hold_id":"`+x.HoldID+`","ttl":"1h"}`, &tr); code != "" {
-		t.Fatalf("transfer: %s", code)
-	}
-	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c1","transfer_id":"`+tr.TransferID+`"}`, nil); code != "" {
-		t.Fatalf("seize: %s", code)
-	}
+	seized(t, e, "c1", transferred(t, e, "c1", x.HoldID))
 	// y is released before this leader heard of it.
 	if code := e.call(t, domainwire.OpRelease, "sandbox", `{"client_id":"c1","hold_id":"`+y.HoldID+`"}`, nil); code != "" {
 		t.Fatalf("release: %s", code)
@@ -209,14 +203,7 @@ func TestLearningLeaderKeepsTheLimits(t *testing.T) {
 	e := &env{nc: natstest.Conn(t, s)}
 	holds := []domainwire.Hold{reserveSealed(t, e, "c1", "a", 5)}
 	for range 4 {
-		var tr domainwire.TransferReply
-		if code := e.call(t, domainwire.OpTransfer, "sandbox", `{"client_id":"c1","hold_id":"`+holds[len(holds)-1].HoldID+`","ttl":"1h"}`, &tr); code != "" {
-			t.Fatalf("transfer: %s", code)
-		}
-		var sz domainwire.SeizeReply
-		if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c1","transfer_id":"`+tr.TransferID+`"}`, &sz); code != "" {
-			t.Fatalf("seize: %s", code)
-		}
+		sz := seized(t, e, "c1", transferred(t, e, "c1", holds[len(holds)-1].HoldID))
 		holds = append(holds, domainwire.Hold{HoldID: sz.HoldID, Domain: "a", Groups: []string{"free"}, Copies: 5, Seal: sz.Seal})
 	}
 	old.Stop()
@@ -262,17 +249,12 @@ func TestReseizeKeepsTheLimits(t *testing.T) {
 	old := startStateful(t, s, "old", nil)
 	e := &env{nc: natstest.Conn(t, s)}
 	h1 := reserveSealed(t, e, "c1", "a", 5) // domain limit 5
-	var tr domainwire.TransferReply
-	if code := e.call(t, domainwire.OpTransfer, "sandbox", `{"client_id":"c1","hold_id":"`+h1.HoldID+`","ttl":"1h"}`, &tr); code != "" {
-		t.Fatalf("transfer: %s", code)
-	}
-	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c1","transfer_id":"`+tr.TransferID+`"}`, nil); code != "" {
-		t.Fatalf("seize: %s", code)
-	}
+	tid := transferred(t, e, "c1", h1.HoldID)
+	seized(t, e, "c1", tid)
 	old.Stop()
 	next := startStateful(t, s, "next", func(o *domainserver.Options) { o.LearnUntil = time.Now().Add(time.Hour) })
 	refreshOf(t, e, "c1", h1)
-	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c1","transfer_id":"`+tr.TransferID+`"}`, nil); code != "409" {
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c1","transfer_id":"`+tid+`"}`, nil); code != "409" {
 		t.Errorf("seize retried after the older hold was adopted: code %q, want 409", code)
 	}
 	if st := next.Stats(); st.CopiesHeld > 5 {

@@ -47,6 +47,27 @@ func stage(t *testing.T, e *env, domain string) string {
 	return tr.TransferID
 }
 
+// seized seizes transferID as client and returns the reply.
+func seized(t *testing.T, e *env, client, transferID string) domainwire.SeizeReply {
+	t.Helper()
+	var sz domainwire.SeizeReply
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"`+client+`","transfer_id":"`+transferID+`"}`, &sz); code != "" {
+		t.Fatalf("seize of %s by %s: %s", transferID, client, code)
+	}
+	return sz
+}
+
+// transferred transfers all of holdID (client's) for an hour and returns
+// the transfer id.
+func transferred(t *testing.T, e *env, client, holdID string) string {
+	t.Helper()
+	var tr domainwire.TransferReply
+	if code := e.call(t, domainwire.OpTransfer, "sandbox", `{"client_id":"`+client+`","hold_id":"`+holdID+`","ttl":"1h"}`, &tr); code != "" {
+		t.Fatalf("transfer of %s: %s", holdID, code)
+	}
+	return tr.TransferID
+}
+
 // TestDeposedLeaderKeepsOffTheTransfers: a leader whose term has lapsed
 // but which has not been stopped yet (frozen, or its owner slow to
 // notice) still sweeps. Its view of the staged transfers is stale, and
@@ -180,18 +201,8 @@ func TestReseizeAfterTransferAway(t *testing.T) {
 	old := startStateful(t, s, "old", nil)
 	e := &env{nc: natstest.Conn(t, s)}
 	t1 := stage(t, e, "a")
-	var h1 domainwire.SeizeReply
-	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"S","transfer_id":"`+t1+`"}`, &h1); code != "" {
-		t.Fatalf("seize: %s", code)
-	}
-	var tr domainwire.TransferReply
-	if code := e.call(t, domainwire.OpTransfer, "sandbox", `{"client_id":"S","hold_id":"`+h1.HoldID+`","ttl":"1h"}`, &tr); code != "" {
-		t.Fatalf("transfer on: %s", code)
-	}
-	var h2 domainwire.SeizeReply
-	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"X","transfer_id":"`+tr.TransferID+`"}`, &h2); code != "" {
-		t.Fatalf("second seize: %s", code)
-	}
+	h1 := seized(t, e, "S", t1)
+	h2 := seized(t, e, "X", transferred(t, e, "S", h1.HoldID))
 	old.Stop()
 	next := startStateful(t, s, "next", func(o *domainserver.Options) { o.LearnUntil = time.Now().Add(time.Hour) })
 	e.call(t, domainwire.OpRefresh, "sandbox", `{"client_id":"X","holds":[{"hold_id":"`+h2.HoldID+`","domain":"a","groups":["free"],"copies":1,"seal":"`+h2.Seal+`"}]}`, nil)
@@ -214,10 +225,7 @@ func TestReseizeAfterRelease(t *testing.T) {
 		old := startStateful(t, s, "old", nil)
 		e := &env{nc: natstest.Conn(t, s)}
 		t1 := stage(t, e, "a")
-		var h domainwire.SeizeReply
-		if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"S","transfer_id":"`+t1+`"}`, &h); code != "" {
-			t.Fatalf("seize: %s", code)
-		}
+		h := seized(t, e, "S", t1)
 		if viaLearning {
 			// The release reaches a new leader that has not heard of the
 			// hold yet.
