@@ -248,6 +248,12 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{domainwire.OpRequest, "sandbox", `{"domain":"a"}`, "409"},
 		{domainwire.OpReserve, "api", `{"domain":"a","client_id":"c"}`, "409"},
 		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":-1,"client_id":"c"}`, "400"},
+		// An explicit copies of 0 asks for nothing: both decoders (the
+		// escape sends the second body to the strict one) refuse it.
+		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":0,"client_id":"c"}`, "400"},
+		{domainwire.OpReserve, "sandbox", `{"domain":"\u0061","copies":0,"client_id":"c"}`, "400"},
+		{domainwire.OpRequest, "api", `{"domain":"a","copies":0}`, "400"},
+		{domainwire.OpRequest, "api", `{"domain":"\u0061","copies":0,"min_copies":0}`, "400"},
 		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":2,"min_copies":3,"client_id":"c"}`, "400"},
 		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":NaN,"client_id":"c"}`, "400"},
 		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":1e300,"client_id":"c"}`, "400"},
