@@ -233,8 +233,11 @@ const (
 )
 
 // validateCopies fills the defaults of copies (1) and min_copies
-// (copies, all or nothing) and checks both. An explicit copies of 0 asks
-// for nothing: a bad request.
+// (copies, all or nothing) when they were not given, and checks both.
+// An explicit copies of 0 asks for nothing: a bad request. An explicit
+// min_copies of 0 is the paper's range [0, copies]: the largest n that
+// fits, 0 when none does (which applies nothing, so it decides as 1
+// does).
 func validateCopies(copies, minCopies *int64, g given) error {
 	if *copies == 0 && g&givenCopies == 0 {
 		*copies = 1
@@ -242,11 +245,11 @@ func validateCopies(copies, minCopies *int64, g given) error {
 	if *copies < 1 || *copies > MaxCopies {
 		return badf("copies %d is outside [1, %d]", *copies, int64(MaxCopies))
 	}
-	if *minCopies == 0 {
+	if *minCopies == 0 && g&givenMinCopies == 0 {
 		*minCopies = *copies
 	}
 	if *minCopies < 0 || *minCopies > *copies {
-		return badf("min_copies %d is outside [1, copies = %d]", *minCopies, *copies)
+		return badf("min_copies %d is outside [0, copies = %d]", *minCopies, *copies)
 	}
 	return nil
 }

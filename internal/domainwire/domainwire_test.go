@@ -53,9 +53,9 @@ func TestValidate(t *testing.T) {
 }
 
 // TestExplicitCounts: a body that leaves copies or min_copies out gets
-// the defaults; one that names copies is taken at its word, through both
-// decoders: copies 0 is a bad request. A null is a field left out, and so
-// is a Go value's 0.
+// the defaults; one that names them is taken at its word, through both
+// decoders: copies 0 is a bad request, min_copies 0 the range [0, copies].
+// A null is a field left out, and so is a Go value's 0.
 func TestExplicitCounts(t *testing.T) {
 	cases := []struct {
 		body        string
@@ -64,6 +64,8 @@ func TestExplicitCounts(t *testing.T) {
 	}{
 		{`{"domain":"a"}`, 1, 1, true},
 		{`{"domain":"a","copies":5}`, 5, 5, true},
+		{`{"domain":"a","copies":5,"min_copies":0}`, 5, 0, true},
+		{`{"domain":"a","min_copies":0}`, 1, 0, true},
 		{`{"domain":"a","copies":null,"min_copies":null}`, 1, 1, true},
 		{`{"domain":"a","copies":0}`, 0, 0, false},
 		{`{"domain":"a","copies":-0}`, 0, 0, false},
@@ -173,7 +175,7 @@ func FuzzDecodeValidate(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var r Request
 		if Decode(data, &r) == nil && r.Validate() == nil {
-			if r.Copies < 1 || r.MinCopies < 1 || r.MinCopies > r.Copies || r.Copies > MaxCopies {
+			if r.Copies < 1 || r.MinCopies < 0 || r.MinCopies > r.Copies || r.Copies > MaxCopies {
 				t.Fatalf("valid request out of range: %+v", r)
 			}
 		}

@@ -18,9 +18,10 @@ const MaxPayload = 1 << 20
 // apply the largest n in [min_copies, copies] hits for domain, or none.
 //
 // Copies defaults to 1 and MinCopies to Copies (all or nothing) when the
-// body leaves them out. A body that names copies explicitly is taken at
-// its word: "copies":0 is a bad request. In a Go value 0 means left out,
-// as in a proto3 scalar: only a decoded body can tell the two apart.
+// body leaves them out. A body that names them explicitly is taken at its
+// word: "copies":0 is a bad request, "min_copies":0 asks for the largest
+// n in [0, copies] (see Validate). In a Go value 0 means left out, as in
+// a proto3 scalar: only a decoded body can tell the two apart.
 type Request struct {
 	Domain    string `json:"domain"`
 	Copies    int64  `json:"copies,omitempty"`
