@@ -74,7 +74,8 @@ func (m *gcraModel) take(now, n, maxWait int64) (bool, int64) {
 }
 
 // fwModel: a count per aligned window; in arrival order, a request takes
-// effect in the window of max(now, last admission) or the one after.
+// effect in the window of max(now, last admission) or the one after, and
+// never after the window that follows its arrival's.
 type fwModel struct {
 	count      map[int64]int64
 	last, w, l int64
@@ -85,7 +86,7 @@ func (m *fwModel) take(now, n, maxWait int64) (bool, int64) {
 	k := t0 / m.w
 	for _, c := range []struct{ k, at int64 }{{k, t0}, {k + 1, (k + 1) * m.w}} {
 		if m.count[c.k]+n <= m.l {
-			if c.at-now > maxWait {
+			if c.at-now > maxWait || c.k > now/m.w+1 {
 				return false, 0
 			}
 			m.count[c.k] += n
@@ -288,6 +289,40 @@ func TestAlgorithmsMatchModels(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFixedWindowLooksOneWindowAhead: a request waits at most for the
+// window after the one it arrives in, even when an earlier request
+// already waits for that window (the bucket's clock is then in it).
+// retry_after is when asking again can succeed.
+func TestFixedWindowLooksOneWindowAhead(t *testing.T) {
+	tab := oneBucket(Spec{Algorithm: FixedWindow, Limit: 1, Window: 2 * time.Second, WaitTimeout: 10 * time.Second, MaxTokensPerRequest: 1}, Options{})
+	w := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC) // a window start
+	ms := time.Millisecond
+	for i, s := range []struct {
+		at     time.Duration
+		status Status
+		wait   time.Duration // or retry_after when REJECTED
+	}{
+		{300 * ms, OK, 0},
+		{300 * ms, OKWait, 1700 * ms},   // the next window, W+2s
+		{300 * ms, Rejected, 1700 * ms}, // W+4s is two windows ahead: ask again at W+2s
+		{1999 * ms, Rejected, 1 * ms},
+		{2 * time.Second, OKWait, 2 * time.Second}, // now W+4s is the next window
+		{2 * time.Second, Rejected, 2 * time.Second},
+	} {
+		d := take(tab, "p:b", 1, w.Add(s.at))
+		got := d.Wait
+		if d.Status == Rejected {
+			got = d.RetryAfter
+			if d.Reason != ReasonTimeout {
+				t.Errorf("step %d: reason %q, want timeout", i, d.Reason)
+			}
+		}
+		if d.Status != s.status || got != s.wait {
+			t.Errorf("step %d at W+%v: %v %v (%+v), want %v %v", i, s.at, d.Status, got, d, s.status, s.wait)
+		}
 	}
 }
 
