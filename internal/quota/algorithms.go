@@ -156,12 +156,14 @@ func (b *bucket) place(n, t int64) (wait int64, ok bool) {
 }
 
 // earliestArrival is the earliest arrival time of a request that may be
-// given a time to take effect at: a FIXED_WINDOW request takes effect in
-// the window it arrives in or the next, never further ahead, even when
-// the bucket's clock is already in that next window (an earlier request
-// waits for it). Other algorithms have no such bound: math.MinInt64.
+// given a time to take effect at: a FIXED_WINDOW or SLIDING_WINDOW_COUNTER
+// request takes effect in the window it arrives in or the next, never
+// further ahead, even when the bucket's clock is already in that next
+// window (an earlier request waits for it). Other algorithms have no such
+// bound: math.MinInt64.
 func (b *bucket) earliestArrival(at int64) int64 {
-	if b.c.spec.Algorithm == FixedWindow {
+	switch b.c.spec.Algorithm {
+	case FixedWindow, SlidingWindowCounter:
 		return (floorDiv(at, b.c.window) - 1) * b.c.window
 	}
 	return math.MinInt64
