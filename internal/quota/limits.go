@@ -6,8 +6,9 @@ import (
 )
 
 // ReasonBadRequest rejects a request whose token count is negative, or
-// that names a dynamic bucket with a malformed name (callers normally
-// catch both first: see SplitBucket).
+// that names a dynamic bucket with a malformed name. It is for callers of
+// the Table that skip validation: the quota server answers both with a
+// 400 before asking it (see SplitBucket), so it never reaches the wire.
 const ReasonBadRequest = "bad_request"
 
 // maxBanKeys bounds the ban trackers a Table keeps (about 80 bytes each).
