@@ -182,6 +182,7 @@ func (s *Server) reserve(data []byte, ns, name string) (any, error) {
 	now := s.opts.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.expireTransfers(now)
 	r, err := s.resolve(ns, name, domainlimit.KindCopies)
 	if err != nil {
 		return nil, err
@@ -250,6 +251,7 @@ func (s *Server) release(data []byte, ns, name string) (any, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.expireTransfers(s.opts.Now())
 	if s.holds[in.HoldID] == nil && in.Copies == 0 {
 		if learning, _ := s.learning(s.opts.Now()); learning {
 			// Not heard of yet: the client gives it all up before this
@@ -296,6 +298,7 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 	defer s.mu.Unlock()
 	// Read under the lock: the sweeper clears s.ended once learning ends.
 	now := s.opts.Now()
+	s.expireTransfers(now)
 	learning, _ := s.learning(now)
 	out := domainwire.RefreshReply{TTLMillis: s.opts.HoldTTL.Milliseconds(), Lost: []string{}}
 	for _, l := range in.Holds {
@@ -375,6 +378,7 @@ func (s *Server) transfer(data []byte, ns, name string) (any, error) {
 	now := s.opts.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.expireTransfers(now)
 	h, err := s.learntHold(in.HoldID, in.ClientID, ns, name, "transfer")
 	if err != nil {
 		return nil, err
@@ -396,7 +400,7 @@ func (s *Server) transfer(data []byte, ns, name string) (any, error) {
 	// its seize record: its holder has it (it transfers from it), and a
 	// new leader must not make it again from the record beside the
 	// copies moving on.
-	s.transfers[full] = t
+	s.stage(t)
 	rec := s.seized[h.id]
 	if rec != nil {
 		delete(s.transfers, rec.id)
@@ -404,7 +408,7 @@ func (s *Server) transfer(data []byte, ns, name string) (any, error) {
 	if err := s.saveTransfers(); err != nil {
 		delete(s.transfers, full)
 		if rec != nil {
-			s.transfers[rec.id] = rec
+			s.stage(rec)
 		}
 		if errors.Is(err, errStateFull) {
 			return nil, errorf(domainwire.CodeTooMany, "%v: seize staged transfers or let them expire (the hold is unchanged)", err)
@@ -438,6 +442,7 @@ func (s *Server) seize(data []byte, ns, name string) (any, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.opts.Now() // under the lock, as in refresh
+	s.expireTransfers(now)
 	t := s.transfers[in.TransferID]
 	if t == nil || now.After(t.expires) {
 		return nil, errorf(domainwire.CodeNotFound, "transfer %q does not exist or has expired", in.TransferID)
@@ -449,7 +454,7 @@ func (s *Server) seize(data []byte, ns, name string) (any, error) {
 	// reply was lost asks again and gets the same hold.
 	seized := *t
 	seized.res, seized.seizedBy, seized.holdID, seized.expires = nil, in.ClientID, newID(), now.Add(s.opts.HoldTTL)
-	s.transfers[in.TransferID] = &seized
+	s.stage(&seized)
 	err = s.saveTransfers()
 	if errors.Is(err, errStateFull) {
 		// A seize must not fail for room: it then forgets the transfer
@@ -460,7 +465,7 @@ func (s *Server) seize(data []byte, ns, name string) (any, error) {
 	if err != nil {
 		// Seizing anyway would let a new leader restore the transfer
 		// beside the new hold: count the copies twice.
-		s.transfers[in.TransferID] = t
+		s.stage(t)
 		return nil, errorf(domainwire.CodeInternal, "record the seize in the state bucket: %v (not seized; retry)", err)
 	}
 	if s.transfers[in.TransferID] != nil {

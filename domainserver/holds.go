@@ -220,26 +220,7 @@ func (s *Server) expire(now time.Time) {
 		s.log.Debug("hold expired: its client stopped refreshing it", "hold", h.id, "client_id", h.clientID,
 			"resource", h.res.ns+":"+h.res.name, "domain", h.domain)
 	}
-	expired := false
-	for id, t := range s.transfers {
-		if !now.After(t.expires) {
-			continue
-		}
-		expired = true
-		delete(s.transfers, id)
-		if !t.staged() {
-			// Its copies are the seizer's hold's: a retry is too late now.
-			delete(s.seized, t.holdID)
-			continue
-		}
-		if err := t.res.copies.Release(t.domain, t.groups, t.copies); err != nil {
-			s.log.Error("releasing an expired transfer", "transfer", id, "err", err)
-		}
-		s.counts.TransfersExpired++
-	}
-	if expired {
-		s.saveTransfers()
-	}
+	s.expireTransfers(now)
 	if learning, _ := s.learning(now); !learning && len(s.ended) > 0 {
 		clear(s.ended) // nothing is adopted any more
 	}

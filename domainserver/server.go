@@ -169,6 +169,9 @@ type Server struct {
 	holds     map[string]*hold
 	byExpiry  *list.List // of *hold, soonest expiry first
 	transfers map[string]*transfer
+	// transfersDue: no transfer expires before it (zero: none staged);
+	// see expireTransfers.
+	transfersDue time.Time
 	// seized maps a hold made by a seize to its transfer's record.
 	seized map[string]*transfer
 	// ended holds the ids of holds forgotten while learning: they are not
@@ -380,6 +383,7 @@ func (s *Server) Stats() Stats {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.expireTransfers(s.opts.Now())
 	st.Counts = s.counts
 	st.Resources, st.Holds, st.Transfers = len(s.resources), len(s.holds), s.stagedLocked()
 	for _, h := range s.holds {

@@ -163,6 +163,49 @@ func TestRequestBurstsThroughTiers(t *testing.T) {
 	}
 }
 
+// TestMinCopiesZero: an explicit min_copies of 0 is the paper's range
+// [0, copies]: the largest n that fits is granted, where leaving
+// min_copies out is all or nothing.
+func TestMinCopiesZero(t *testing.T) {
+	e := start(t, nil)
+	var r domainwire.ReserveReply
+	// Domain c (no group) takes 5 of the global 8: 3 left.
+	if e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"c","copies":5,"client_id":"c1"}`, &r); r.Granted != 5 {
+		t.Fatalf("reserve 5: %+v", r)
+	}
+	if e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"d","copies":5,"client_id":"c2"}`, &r); r.Granted != 0 || r.GlobalHolds != 5 {
+		t.Fatalf("all or nothing by default: %+v", r)
+	}
+	// Through both decoders (the escape sends the second body to the
+	// strict one); the first hold is released before the second try.
+	for i, body := range []string{`{"domain":"d","copies":5,"min_copies":0,"client_id":"c2"}`, `{"domain":"\u0064","copies":5,"min_copies":0,"client_id":"c2"}`} {
+		if code := e.call(t, domainwire.OpReserve, "sandbox", body, &r); code != "" || r.Granted != 3 || r.HoldID == "" || r.GlobalHolds != 8 {
+			t.Fatalf("reserve %s with 3 left: %s %+v; want 3 granted", body, code, r)
+		}
+		if i == 0 {
+			if code := e.call(t, domainwire.OpRelease, "sandbox", `{"client_id":"c2","hold_id":"`+r.HoldID+`"}`, nil); code != "" {
+				t.Fatalf("release: %s", code)
+			}
+		}
+	}
+	// Nothing left: granted 0 and no hold, as with min_copies 1.
+	if code := e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"d","copies":5,"min_copies":0,"client_id":"c2"}`, &r); code != "" ||
+		r.Granted != 0 || r.HoldID != "" || r.GlobalHolds != 8 {
+		t.Fatalf("reserve with nothing left: %s %+v", code, r)
+	}
+	// Hits: the hard limit of 5 per second leaves 2 after 3.
+	var rr domainwire.RateReply
+	if e.call(t, domainwire.OpRequest, "api", `{"domain":"a","copies":3}`, &rr); rr.Granted != 3 {
+		t.Fatalf("request 3: %+v", rr)
+	}
+	if e.call(t, domainwire.OpRequest, "api", `{"domain":"a","copies":5}`, &rr); rr.Granted != 0 {
+		t.Fatalf("all or nothing by default: %+v", rr)
+	}
+	if code := e.call(t, domainwire.OpRequest, "api", `{"domain":"a","copies":5,"min_copies":0}`, &rr); code != "" || rr.Granted != 2 || rr.DomainHitsLastSecond != 5 {
+		t.Fatalf("request 5 min 0 with 2 left: %s %+v; want 2 granted", code, rr)
+	}
+}
+
 func TestHoldLifecycle(t *testing.T) {
 	e := start(t, nil)
 	var r domainwire.ReserveReply
@@ -248,6 +291,12 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{domainwire.OpRequest, "sandbox", `{"domain":"a"}`, "409"},
 		{domainwire.OpReserve, "api", `{"domain":"a","client_id":"c"}`, "409"},
 		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":-1,"client_id":"c"}`, "400"},
+		// An explicit copies of 0 asks for nothing: both decoders (the
+		// escape sends the second body to the strict one) refuse it.
+		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":0,"client_id":"c"}`, "400"},
+		{domainwire.OpReserve, "sandbox", `{"domain":"\u0061","copies":0,"client_id":"c"}`, "400"},
+		{domainwire.OpRequest, "api", `{"domain":"a","copies":0}`, "400"},
+		{domainwire.OpRequest, "api", `{"domain":"\u0061","copies":0,"min_copies":0}`, "400"},
 		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":2,"min_copies":3,"client_id":"c"}`, "400"},
 		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":NaN,"client_id":"c"}`, "400"},
 		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":1e300,"client_id":"c"}`, "400"},

@@ -122,7 +122,8 @@ func (s *Server) loadTransfers(ctx context.Context) error {
 			// the record lets a retry of the seize find it.
 			t := &transfer{id: st.ID, domain: st.Domain, groups: st.Groups, copies: st.Copies, expires: st.Expires,
 				seizedBy: st.SeizedBy, holdID: st.HoldID}
-			s.transfers[st.ID], s.seized[st.HoldID] = t, t
+			s.seized[st.HoldID] = t
+			s.stage(t)
 			continue
 		}
 		r, err := s.resolve(st.Namespace, st.Resource, domainlimit.KindCopies)
@@ -133,9 +134,57 @@ func (s *Server) loadTransfers(ctx context.Context) error {
 			s.log.Warn("dropping a staged transfer that cannot be restored", "transfer", st.ID, "err", err)
 			continue
 		}
-		s.transfers[st.ID] = &transfer{id: st.ID, res: r, domain: st.Domain, groups: st.Groups, copies: st.Copies, expires: st.Expires}
+		s.stage(&transfer{id: st.ID, res: r, domain: st.Domain, groups: st.Groups, copies: st.Copies, expires: st.Expires})
 	}
 	return nil
+}
+
+// stage files t (a staged transfer or a seize record) under its id.
+// Called with s.mu held.
+func (s *Server) stage(t *transfer) {
+	s.transfers[t.id] = t
+	if s.transfersDue.IsZero() || t.expires.Before(s.transfersDue) {
+		s.transfersDue = t.expires
+	}
+}
+
+// expireTransfers releases the staged transfers whose ttl has ended by
+// now, drops the seize records past theirs, and writes what is left to
+// the state bucket. Every operation on copies calls it first, so staged
+// copies come back the moment their ttl ends (paper 3.1, transfer), not
+// at the sweeper's next round a quarter hold TTL later; it reads nothing
+// until the earliest expiry has passed. Called with s.mu held.
+func (s *Server) expireTransfers(now time.Time) {
+	if s.transfersDue.IsZero() || !now.After(s.transfersDue) {
+		return
+	}
+	var next time.Time
+	expired := false
+	for id, t := range s.transfers {
+		if !now.After(t.expires) {
+			if next.IsZero() || t.expires.Before(next) {
+				next = t.expires
+			}
+			continue
+		}
+		expired = true
+		delete(s.transfers, id)
+		if !t.staged() {
+			// Its copies are the seizer's hold's: a retry is too late now.
+			delete(s.seized, t.holdID)
+			continue
+		}
+		if err := t.res.copies.Release(t.domain, t.groups, t.copies); err != nil {
+			s.log.Error("releasing an expired transfer", "transfer", id, "err", err)
+		}
+		s.counts.TransfersExpired++
+	}
+	s.transfersDue = next
+	if expired {
+		// A failed write is logged: this leader has let the copies go all
+		// the same, and a successor skips what has expired by its clock.
+		_ = s.saveTransfers()
+	}
 }
 
 // saveTransfers writes the staged transfers to the state bucket, if there

@@ -296,3 +296,66 @@ func TestTransfersKeyFull(t *testing.T) {
 		t.Fatalf("after the seizes: %+v", st)
 	}
 }
+
+// TestUnseizedTransferEndsWithItsTTL: staged copies nobody seizes are
+// released when the transfer's ttl ends (paper 3.1, transfer), whatever
+// the hold TTL that paces the sweeper: the copies come back at the very
+// moment a seize is answered 404, for a reserve as for the STATS.
+func TestUnseizedTransferEndsWithItsTTL(t *testing.T) {
+	e := start(t, nil) // hold TTL 1h: the sweeper does not run during the test
+	var r domainwire.ReserveReply
+	if e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"c","copies":5,"client_id":"c1"}`, &r); r.Granted != 5 {
+		t.Fatalf("reserve 5: %+v", r)
+	}
+	var tr domainwire.TransferReply
+	if code := e.call(t, domainwire.OpTransfer, "sandbox", `{"client_id":"c1","hold_id":"`+r.HoldID+`","copies":3,"ttl":"1s"}`, &tr); code != "" || tr.Remaining != 2 {
+		t.Fatalf("transfer 3 for 1s: %s %+v", code, tr)
+	}
+	// At the end of the ttl the copies are still staged (a seize then
+	// would succeed): 3 of the global 8 are free.
+	e.clk.add(time.Second)
+	if e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"d","copies":5,"client_id":"c2"}`, &r); r.Granted != 0 || r.GlobalHolds != 5 {
+		t.Fatalf("reserve 5 at the end of the ttl: %+v; want refused, 5 held", r)
+	}
+	if st := e.srv.Stats(); st.Transfers != 1 || st.CopiesHeld != 5 {
+		t.Fatalf("stats at the end of the ttl: %+v", st)
+	}
+	// Just after it, the transfer is gone and so are its copies.
+	e.clk.add(time.Nanosecond)
+	if code := e.call(t, domainwire.OpSeize, "sandbox", `{"client_id":"c3","transfer_id":"`+tr.TransferID+`"}`, nil); code != "404" {
+		t.Fatalf("seize after the ttl: %q, want 404", code)
+	}
+	if st := e.srv.Stats(); st.Transfers != 0 || st.CopiesHeld != 2 || st.TransfersExpired != 1 {
+		t.Fatalf("stats after the ttl: %+v; want no transfer, 2 copies held", st)
+	}
+	if e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"d","copies":5,"client_id":"c2"}`, &r); r.Granted != 5 || r.GlobalHolds != 7 {
+		t.Fatalf("reserve 5 after the ttl: %+v; want the staged copies back", r)
+	}
+}
+
+// TestExpiredTransferReachesTheStateBucket: a transfer released at
+// decision time is dropped from the state bucket too, so a successor
+// (whatever its clock) does not count it.
+func TestExpiredTransferReachesTheStateBucket(t *testing.T) {
+	s := natstest.Server(t)
+	clk := &clock{t: time.Now()}
+	old := startStateful(t, s, "old", func(o *domainserver.Options) { o.Now = clk.now })
+	e := &env{nc: natstest.Conn(t, s)}
+	var r domainwire.ReserveReply
+	if e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"c","copies":2,"client_id":"c1"}`, &r); r.Granted != 2 {
+		t.Fatalf("reserve: %+v", r)
+	}
+	if code := e.call(t, domainwire.OpTransfer, "sandbox", `{"client_id":"c1","hold_id":"`+r.HoldID+`","copies":1,"ttl":"1s"}`, nil); code != "" {
+		t.Fatalf("transfer: %s", code)
+	}
+	clk.add(2 * time.Second)
+	if e.call(t, domainwire.OpReserve, "sandbox", `{"domain":"d","copies":1,"client_id":"c2"}`, &r); r.GlobalHolds != 2 {
+		t.Fatalf("reserve after the ttl: %+v; want 1 + 1 held", r)
+	}
+	old.Stop()
+	// The successor's clock is behind: by it the transfer would still run.
+	next := startStateful(t, s, "next", func(o *domainserver.Options) { o.Now = func() time.Time { return clk.now().Add(-time.Hour) } })
+	if st := next.Stats(); st.Transfers != 0 {
+		t.Fatalf("the successor restored an expired transfer: %+v", st)
+	}
+}

@@ -1,10 +1,8 @@
 package quotaserver_test
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -82,16 +80,7 @@ func TestShadowServer(t *testing.T) {
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
 	cfg := namespaces(&quota.Namespace{Name: "logins", Buckets: map[string]*quota.Spec{"alice": tokenBucket(1, 1, 0)}})
-	srv, err := quotaserver.New(nc, quotaserver.Options{Config: func() *quota.Config { return cfg }, Shadow: true, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := srv.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv := serve(t, nc, quotaserver.Options{Config: func() *quota.Config { return cfg }, Shadow: true, Logger: quiet()})
 	for _, tc := range []struct{ bucket, shadowStatus, reason string }{
 		{"logins:alice", "OK", ""},
 		{"logins:alice", "REJECTED", quota.ReasonTimeout},

@@ -107,12 +107,14 @@ func (c *Copies) DomainLimit(domain string) int64 {
 // that the domain limit, the global limit and the limit of every group
 // the domain belongs to allow, or nothing (paper 3.1, reserve). A
 // domain in several groups takes one copy from each group's pool per
-// copy. Bad input is an error wrapping ErrInvalid and changes nothing.
+// copy. A minCopies of 0 decides as 1 does (see Rate.Request). Bad
+// input is an error wrapping ErrInvalid and changes nothing.
 func (c *Copies) Reserve(domain string, copies, minCopies int64) (CopyResult, error) {
 	if err := ValidateDomain(domain); err != nil {
 		return CopyResult{}, err
 	}
-	if err := checkCopies(copies, minCopies); err != nil {
+	minCopies, err := checkCopies(copies, minCopies)
+	if err != nil {
 		return CopyResult{}, err
 	}
 	limit := c.DomainLimit(domain)

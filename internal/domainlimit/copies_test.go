@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func mustCopies(t *testing.T, spec CopySpec) *Copies {
@@ -118,7 +119,7 @@ func TestCopiesBadInput(t *testing.T) {
 	for _, r := range []struct {
 		domain      string
 		copies, min int64
-	}{{"", 1, 1}, {"a b", 1, 1}, {"a", 0, 1}, {"a", 1, 2}, {"a", -1, -1}, {"a", MaxLimit + 1, 1}, {"a", 2, 0}} {
+	}{{"", 1, 1}, {"a b", 1, 1}, {"a", 0, 1}, {"a", 1, 2}, {"a", -1, -1}, {"a", MaxLimit + 1, 1}, {"a", 2, -1}, {"a", 0, 0}} {
 		if res, err := c.Reserve(r.domain, r.copies, r.min); !errors.Is(err, ErrInvalid) || res.Granted != 0 {
 			t.Errorf("Reserve(%q, %d, %d) = %+v, %v; want ErrInvalid", r.domain, r.copies, r.min, res, err)
 		}
@@ -140,6 +141,37 @@ func TestCopiesBadInput(t *testing.T) {
 	}
 	if err := c.SetSpec(CopySpec{DomainLimit: -3}); !errors.Is(err, ErrInvalid) || c.Spec().DomainLimit != 5 {
 		t.Fatalf("SetSpec(bad) = %v, spec now %+v", err, c.Spec())
+	}
+}
+
+// TestMinCopiesZero: a min_copies of 0 is the paper's range [0, copies]:
+// the largest n that fits is granted (not all or nothing), and when none
+// fits the answer is 0 and nothing changes, as with min_copies 1.
+func TestMinCopiesZero(t *testing.T) {
+	c := mustCopies(t, CopySpec{DomainLimit: Unlimited, GlobalLimit: 10})
+	if res, _ := c.Reserve("a", 7, 7); res.Granted != 7 {
+		t.Fatalf("reserve 7 of 10: %+v", res)
+	}
+	for _, s := range []struct{ copies, min, want, global int64 }{
+		{5, 5, 0, 7}, // all or nothing: refused
+		{5, 0, 3, 10},
+		{5, 0, 0, 10}, // nothing left: 0, as min_copies 1 would answer
+		{5, 1, 0, 10},
+	} {
+		res, err := c.Reserve("b", s.copies, s.min)
+		if err != nil || res.Granted != s.want || res.GlobalHolds != s.global {
+			t.Fatalf("Reserve(b, %d, %d) = %+v, %v; want %d granted, %d held", s.copies, s.min, res, err, s.want, s.global)
+		}
+	}
+	r, _ := NewRate(RateSpec{Hard: 10, Global: Unlimited, Tiers: []Tier{{Limit: Unlimited, Window: time.Second, Active: time.Hour}}})
+	if res, _ := r.Request(epoch, "a", 7, 7); res.Granted != 7 {
+		t.Fatalf("request 7 of 10: %+v", res)
+	}
+	for _, s := range []struct{ copies, min, want, hits int64 }{{5, 5, 0, 7}, {5, 0, 3, 10}, {5, 0, 0, 10}} {
+		res, err := r.Request(epoch, "a", s.copies, s.min)
+		if err != nil || res.Granted != s.want || res.DomainLastSecond != s.hits {
+			t.Fatalf("Request(a, %d, %d) = %+v, %v; want %d granted, %d hits", s.copies, s.min, res, err, s.want, s.hits)
+		}
 	}
 }
 

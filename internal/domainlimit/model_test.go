@@ -248,7 +248,7 @@ func TestRateMatchesModel(t *testing.T) {
 			}
 			d := []string{"a", "b", "c"}[rng.IntN(3)]
 			copies := 1 + rng.Int64N(8)
-			minCopies := 1 + rng.Int64N(copies)
+			minCopies := rng.Int64N(copies + 1) // 0: the paper's best effort
 			m.last = now
 			got, err := r.Request(now, d, copies, minCopies)
 			if err != nil {
@@ -380,7 +380,7 @@ func TestCopiesMatchesModel(t *testing.T) {
 			where := fmt.Sprintf("seq %d step %d", seq, step)
 			switch op := rng.IntN(10); {
 			case op < 5:
-				minCopies := 1 + rng.Int64N(copies)
+				minCopies := rng.Int64N(copies + 1)
 				res, err := c.Reserve(d, copies, minCopies)
 				if err != nil {
 					t.Fatalf("%s: %v", where, err)

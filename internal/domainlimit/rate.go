@@ -197,16 +197,17 @@ func (d *domainRate) walk(now int64, cur int, want int64, apply bool) (placed in
 
 // Request applies the largest n in [minCopies, copies] hits for domain
 // at now that the hard limit, the global limit and the domain's burst
-// tiers allow, or nothing (paper 3.1, request). minCopies must be at
-// least 1 (a grant of 0 would read as a rejection) and at most copies;
-// copies at most MaxLimit. A minCopies above the hard limit always
-// fails. Bad input is an error wrapping ErrInvalid and changes nothing.
+// tiers allow, or nothing (paper 3.1, request). 0 ≤ minCopies ≤ copies
+// ≤ MaxLimit; a minCopies of 0 is the paper's best effort, the largest n
+// in [0, copies], and decides as 1 does (n = 0 applies nothing and is a
+// rejection). A minCopies above the hard limit always fails. Bad input is an error wrapping ErrInvalid and changes nothing.
 // A domain is remembered only once it is granted a hit.
 func (r *Rate) Request(now time.Time, domain string, copies, minCopies int64) (RateResult, error) {
 	if err := ValidateDomain(domain); err != nil {
 		return RateResult{}, err
 	}
-	if err := checkCopies(copies, minCopies); err != nil {
+	minCopies, err := checkCopies(copies, minCopies)
+	if err != nil {
 		return RateResult{}, err
 	}
 	t := r.clock(now)

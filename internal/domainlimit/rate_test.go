@@ -245,7 +245,7 @@ func TestRequestBadInput(t *testing.T) {
 		copies, min int64
 	}{
 		{"", 1, 1}, {"a b", 1, 1}, {"a\x00", 1, 1}, {string(make([]byte, 257)), 1, 1}, {"\xff", 1, 1},
-		{"a", 0, 1}, {"a", -1, 1}, {"a", 1, 0}, {"a", 2, 3}, {"a", MaxLimit + 1, 1}, {"a", 5, -5},
+		{"a", 0, 1}, {"a", -1, 1}, {"a", 1, -1}, {"a", 0, 0}, {"a", 2, 3}, {"a", MaxLimit + 1, 1}, {"a", 5, -5},
 	} {
 		res, err := r.Request(epoch, c.domain, c.copies, c.min)
 		if !errors.Is(err, ErrInvalid) || res != (RateResult{}) {

@@ -276,13 +276,17 @@ func (s CopySpec) Normalize() (CopySpec, error) {
 	return out, nil
 }
 
-// checkCopies validates the copies and min_copies of a request.
-func checkCopies(copies, minCopies int64) error {
+// checkCopies validates the copies and min_copies of a request and
+// returns the fewest copies that are a grant: min_copies, or 1 for a
+// min_copies of 0. The paper's range [min_copies, copies] allows 0, and
+// n = 0 applies nothing, so [0, copies] and [1, copies] decide alike:
+// the largest n that fits, and a reply of 0 when none does.
+func checkCopies(copies, minCopies int64) (int64, error) {
 	switch {
 	case copies < 1 || copies > MaxLimit:
-		return invalidf("copies %d is outside [1, %d]", copies, MaxLimit)
-	case minCopies < 1 || minCopies > copies:
-		return invalidf("min_copies %d is outside [1, copies=%d]", minCopies, copies)
+		return 0, invalidf("copies %d is outside [1, %d]", copies, MaxLimit)
+	case minCopies < 0 || minCopies > copies:
+		return 0, invalidf("min_copies %d is outside [0, copies=%d]", minCopies, copies)
 	}
-	return nil
+	return max(minCopies, 1), nil
 }

@@ -223,20 +223,33 @@ func validateUnicodeID(what, s string) error {
 	return nil
 }
 
-// validateCopies fills min_copies (default: copies, all or nothing) and
-// checks both.
-func validateCopies(copies, minCopies *int64) error {
-	if *copies == 0 {
+// given records which of copies and min_copies a decoded body named, so
+// that an explicit 0 is told from a field left out.
+type given uint8
+
+const (
+	givenCopies given = 1 << iota
+	givenMinCopies
+)
+
+// validateCopies fills the defaults of copies (1) and min_copies
+// (copies, all or nothing) when they were not given, and checks both.
+// An explicit copies of 0 asks for nothing: a bad request. An explicit
+// min_copies of 0 is the paper's range [0, copies]: the largest n that
+// fits, 0 when none does (which applies nothing, so it decides as 1
+// does).
+func validateCopies(copies, minCopies *int64, g given) error {
+	if *copies == 0 && g&givenCopies == 0 {
 		*copies = 1
 	}
-	if *copies < 0 || *copies > MaxCopies {
+	if *copies < 1 || *copies > MaxCopies {
 		return badf("copies %d is outside [1, %d]", *copies, int64(MaxCopies))
 	}
-	if *minCopies == 0 {
+	if *minCopies == 0 && g&givenMinCopies == 0 {
 		*minCopies = *copies
 	}
 	if *minCopies < 0 || *minCopies > *copies {
-		return badf("min_copies %d is outside [1, copies = %d]", *minCopies, *copies)
+		return badf("min_copies %d is outside [0, copies = %d]", *minCopies, *copies)
 	}
 	return nil
 }

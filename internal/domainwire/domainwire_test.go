@@ -52,6 +52,61 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestExplicitCounts: a body that leaves copies or min_copies out gets
+// the defaults; one that names them is taken at its word, through both
+// decoders: copies 0 is a bad request, min_copies 0 the range [0, copies].
+// A null is a field left out, and so is a Go value's 0.
+func TestExplicitCounts(t *testing.T) {
+	cases := []struct {
+		body        string
+		copies, min int64
+		ok          bool
+	}{
+		{`{"domain":"a"}`, 1, 1, true},
+		{`{"domain":"a","copies":5}`, 5, 5, true},
+		{`{"domain":"a","copies":5,"min_copies":0}`, 5, 0, true},
+		{`{"domain":"a","min_copies":0}`, 1, 0, true},
+		{`{"domain":"a","copies":null,"min_copies":null}`, 1, 1, true},
+		{`{"domain":"a","copies":0}`, 0, 0, false},
+		{`{"domain":"a","copies":-0}`, 0, 0, false},
+		{`{"domain":"a","copies":0,"min_copies":0}`, 0, 0, false},
+		{`{"domain":"a","copies":5,"min_copies":-1}`, 0, 0, false},
+	}
+	for _, c := range cases {
+		for name, decode := range map[string]func([]byte) (int64, int64, error){
+			"request": func(b []byte) (int64, int64, error) {
+				var r Request
+				if err := DecodeRequest(b, &r); err != nil {
+					return 0, 0, err
+				}
+				err := r.Validate()
+				return r.Copies, r.MinCopies, err
+			},
+			"reserve": func(b []byte) (int64, int64, error) {
+				var r Reserve
+				if err := Decode(b, &r); err != nil {
+					return 0, 0, err
+				}
+				r.ClientID = "c"
+				err := r.Validate()
+				return r.Copies, r.MinCopies, err
+			},
+		} {
+			copies, min, err := decode([]byte(c.body))
+			if (err == nil) != c.ok || c.ok && (copies != c.copies || min != c.min) {
+				t.Errorf("%s %s: copies %d, min_copies %d, %v; want %d, %d, ok %v", name, c.body, copies, min, err, c.copies, c.min, c.ok)
+			}
+			if err != nil && !errors.Is(err, ErrBadRequest) {
+				t.Errorf("%s %s: %v does not wrap ErrBadRequest", name, c.body, err)
+			}
+		}
+	}
+	r := Request{Domain: "a"}
+	if err := r.Validate(); err != nil || r.Copies != 1 || r.MinCopies != 1 {
+		t.Errorf("a Go value's zero counts are the defaults: %+v %v", r, err)
+	}
+}
+
 func TestTransferValidate(t *testing.T) {
 	for _, c := range []struct {
 		ttl string
@@ -120,7 +175,7 @@ func FuzzDecodeValidate(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var r Request
 		if Decode(data, &r) == nil && r.Validate() == nil {
-			if r.MinCopies < 1 || r.MinCopies > r.Copies || r.Copies > MaxCopies {
+			if r.Copies < 1 || r.MinCopies < 0 || r.MinCopies > r.Copies || r.Copies > MaxCopies {
 				t.Fatalf("valid request out of range: %+v", r)
 			}
 		}

@@ -20,7 +20,7 @@ func DecodeRequest(data []byte, r *Request) error {
 	if !ok {
 		return Decode(data, r)
 	}
-	*r = Request{Domain: f.domain, ClientID: f.clientID, Copies: f.copies, MinCopies: f.minCopies}
+	*r = Request{Domain: f.domain, ClientID: f.clientID, Copies: f.copies, MinCopies: f.minCopies, given: f.given}
 	return nil
 }
 
@@ -30,7 +30,7 @@ func DecodeReserve(data []byte, r *Reserve) error {
 	if !ok {
 		return Decode(data, r)
 	}
-	*r = Reserve{Domain: f.domain, ClientID: f.clientID, Copies: f.copies, MinCopies: f.minCopies}
+	*r = Reserve{Domain: f.domain, ClientID: f.clientID, Copies: f.copies, MinCopies: f.minCopies, given: f.given}
 	return nil
 }
 
@@ -38,6 +38,7 @@ func DecodeReserve(data []byte, r *Reserve) error {
 type copiesFields struct {
 	domain, clientID  string
 	copies, minCopies int64
+	given             given
 }
 
 // scanCopies reads a request or reserve body of the common shape.
@@ -50,9 +51,9 @@ func scanCopies(data []byte) (copiesFields, bool) {
 		case key == "client_id" && isStr:
 			f.clientID = string(s)
 		case key == "copies" && !isStr:
-			f.copies = n
+			f.copies, f.given = n, f.given|givenCopies
 		case key == "min_copies" && !isStr:
-			f.minCopies = n
+			f.minCopies, f.given = n, f.given|givenMinCopies
 		default:
 			return false
 		}

@@ -9,7 +9,7 @@ import (
 // accepts, with the same result.
 func FuzzFastDecoders(f *testing.F) {
 	for _, s := range []string{
-		`{"domain":"acme"}`, `{"domain":"a","copies":3,"min_copies":1,"client_id":"c"}`, ` { } `, `{"copies":-0}`,
+		`{"domain":"acme"}`, `{"domain":"a","copies":3,"min_copies":1,"client_id":"c"}`, ` { } `, `{"copies":-0}`, `{"copies":0,"min_copies":0}`, `{"min_copies":null}`, `{"copies":1,"copies":null}`,
 		`{"domain":"a\u0062"}`, `{"Domain":"a"}`, `{"copies":1e3}`, `{"copies":01}`, `{"domain":"a","domain":"b"}`,
 		`{"copies":9223372036854775808}`, `{"domain":"é"}`, "{\"domain\":\"\xff\"}", `{"domain":null}`, `{"x":1}`, `[]`, `{"domain":"a"} x`,
 	} {

@@ -3,6 +3,7 @@ package domainwire
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -15,13 +16,28 @@ const MaxPayload = 1 << 20
 
 // Request is the body of allot.<node>.domain.request.<ns>.<resource>:
 // apply the largest n in [min_copies, copies] hits for domain, or none.
+//
+// Copies defaults to 1 and MinCopies to Copies (all or nothing) when the
+// body leaves them out. A body that names them explicitly is taken at its
+// word: "copies":0 is a bad request, "min_copies":0 asks for the largest
+// n in [0, copies] (see Validate). In a Go value 0 means left out, as in
+// a proto3 scalar: only a decoded body can tell the two apart.
 type Request struct {
-	Domain string `json:"domain"`
-	// Copies defaults to 1, MinCopies to Copies (all or nothing).
-	Copies    int64 `json:"copies,omitempty"`
-	MinCopies int64 `json:"min_copies,omitempty"`
+	Domain    string `json:"domain"`
+	Copies    int64  `json:"copies,omitempty"`
+	MinCopies int64  `json:"min_copies,omitempty"`
 	// ClientID is optional: it names the caller in logs.
 	ClientID string `json:"client_id,omitempty"`
+	// given records which counts the decoded body named.
+	given given
+}
+
+// UnmarshalJSON decodes r strictly (unknown fields are errors), noting
+// which counts the body names.
+func (r *Request) UnmarshalJSON(data []byte) error {
+	f, err := decodeCopies(data)
+	*r = Request{Domain: f.domain, ClientID: f.clientID, Copies: f.copies, MinCopies: f.minCopies, given: f.given}
+	return err
 }
 
 // Validate fills the defaults and checks r.
@@ -34,7 +50,7 @@ func (r *Request) Validate() error {
 			return err
 		}
 	}
-	return validateCopies(&r.Copies, &r.MinCopies)
+	return validateCopies(&r.Copies, &r.MinCopies, r.given)
 }
 
 // RateReply answers a Request, with the context data of the Charon paper
@@ -62,6 +78,7 @@ type RateReply struct {
 
 // Reserve is the body of allot.<node>.domain.reserve.<ns>.<resource>:
 // hold the largest n in [min_copies, copies] copies for domain, or none.
+// Copies and MinCopies are as in Request.
 type Reserve struct {
 	Domain    string `json:"domain"`
 	Copies    int64  `json:"copies,omitempty"`
@@ -69,6 +86,16 @@ type Reserve struct {
 	// ClientID owns the hold: only it may release, refresh or transfer it,
 	// and the hold lives as long as it refreshes (Refresh). Required.
 	ClientID string `json:"client_id"`
+	// given records which counts the decoded body named.
+	given given
+}
+
+// UnmarshalJSON decodes r strictly (unknown fields are errors), noting
+// which counts the body names.
+func (r *Reserve) UnmarshalJSON(data []byte) error {
+	f, err := decodeCopies(data)
+	*r = Reserve{Domain: f.domain, ClientID: f.clientID, Copies: f.copies, MinCopies: f.minCopies, given: f.given}
+	return err
 }
 
 // Validate fills the defaults and checks r.
@@ -79,7 +106,7 @@ func (r *Reserve) Validate() error {
 	if err := ValidateID("client_id", r.ClientID); err != nil {
 		return err
 	}
-	return validateCopies(&r.Copies, &r.MinCopies)
+	return validateCopies(&r.Copies, &r.MinCopies, r.given)
 }
 
 // GroupHolds is one domain group's pool in a reply.
@@ -329,13 +356,45 @@ func Decode(data []byte, v any) error {
 	if len(bytes.TrimSpace(data)) == 0 {
 		data = []byte("{}")
 	}
+	if err := decodeStrict(data, v); err != nil {
+		return badf("invalid JSON: %v", err)
+	}
+	return nil
+}
+
+// decodeCopies decodes a request or reserve body strictly, noting which
+// counts it names (pointers tell a count left out, or null, from a 0).
+func decodeCopies(data []byte) (copiesFields, error) {
+	var w struct {
+		Domain    string `json:"domain"`
+		Copies    *int64 `json:"copies"`
+		MinCopies *int64 `json:"min_copies"`
+		ClientID  string `json:"client_id"`
+	}
+	if err := decodeStrict(data, &w); err != nil {
+		return copiesFields{}, err
+	}
+	f := copiesFields{domain: w.Domain, clientID: w.ClientID}
+	if w.Copies != nil {
+		f.copies, f.given = *w.Copies, f.given|givenCopies
+	}
+	if w.MinCopies != nil {
+		f.minCopies, f.given = *w.MinCopies, f.given|givenMinCopies
+	}
+	return f, nil
+}
+
+// decodeStrict decodes one JSON value into v: unknown fields and data
+// after it are errors. A type's UnmarshalJSON uses it too, as the strict
+// decoder's options do not reach into it.
+func decodeStrict(data []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.DisallowUnknownFields()
 	if err := d.Decode(v); err != nil {
-		return badf("invalid JSON: %v", err)
+		return err
 	}
 	if _, err := d.Token(); err != io.EOF {
-		return badf("invalid JSON: data after the object")
+		return errors.New("data after the object")
 	}
 	return nil
 }

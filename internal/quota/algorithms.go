@@ -1,6 +1,9 @@
 package quota
 
-import "math/bits"
+import (
+	"math"
+	"math/bits"
+)
 
 // bucket is one bucket's state. Times are Unix nanoseconds. The state of
 // every algorithm fits in s, except SLIDING_WINDOW_LOG's log, so a bucket
@@ -150,6 +153,20 @@ func (b *bucket) place(n, t int64) (wait int64, ok bool) {
 		}
 	}
 	return 0, false
+}
+
+// earliestArrival is the earliest arrival time of a request that may be
+// given a time to take effect at: a FIXED_WINDOW or SLIDING_WINDOW_COUNTER
+// request takes effect in the window it arrives in or the next, never
+// further ahead, even when the bucket's clock is already in that next
+// window (an earlier request waits for it). Other algorithms have no such
+// bound: math.MinInt64.
+func (b *bucket) earliestArrival(at int64) int64 {
+	switch b.c.spec.Algorithm {
+	case FixedWindow, SlidingWindowCounter:
+		return (floorDiv(at, b.c.window) - 1) * b.c.window
+	}
+	return math.MinInt64
 }
 
 // swcEarliest returns the earliest offset x into a window at which the

@@ -74,7 +74,8 @@ func (m *gcraModel) take(now, n, maxWait int64) (bool, int64) {
 }
 
 // fwModel: a count per aligned window; in arrival order, a request takes
-// effect in the window of max(now, last admission) or the one after.
+// effect in the window of max(now, last admission) or the one after, and
+// never after the window that follows its arrival's.
 type fwModel struct {
 	count      map[int64]int64
 	last, w, l int64
@@ -85,7 +86,7 @@ func (m *fwModel) take(now, n, maxWait int64) (bool, int64) {
 	k := t0 / m.w
 	for _, c := range []struct{ k, at int64 }{{k, t0}, {k + 1, (k + 1) * m.w}} {
 		if m.count[c.k]+n <= m.l {
-			if c.at-now > maxWait {
+			if c.at-now > maxWait || c.k > now/m.w+1 {
 				return false, 0
 			}
 			m.count[c.k] += n
@@ -132,8 +133,8 @@ func (m *swlModel) take(now, n, maxWait int64) (bool, int64) {
 }
 
 // swcModel: counts per window; the estimate prev×(end−t)/W + cur,
-// binary-searched for the earliest t in the window of
-// max(now, last) or the next one.
+// binary-searched for the earliest t in the window of max(now, last) or
+// the next one, and never after the window that follows now's.
 type swcModel struct {
 	count      map[int64]int64
 	last, w, l int64
@@ -161,7 +162,7 @@ func (m *swcModel) take(now, n, maxWait int64) (bool, int64) {
 				lo = mid + 1
 			}
 		}
-		if lo-now > maxWait {
+		if lo-now > maxWait || k > now/m.w+1 {
 			return false, 0
 		}
 		m.count[k] += n
@@ -288,6 +289,56 @@ func TestAlgorithmsMatchModels(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestWindowsLookOneWindowAhead: a FIXED_WINDOW or SLIDING_WINDOW_COUNTER
+// request waits at most for the window after the one it arrives in, even
+// when an earlier request already waits for that window (the bucket's
+// clock is then in it). retry_after is when asking again can succeed.
+func TestWindowsLookOneWindowAhead(t *testing.T) {
+	type step struct {
+		at     time.Duration
+		n      int64
+		status Status
+		wait   time.Duration // or retry_after when REJECTED
+	}
+	w := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC) // a window start
+	ms := time.Millisecond
+	for _, c := range []struct {
+		spec  Spec
+		steps []step
+	}{
+		{Spec{Algorithm: FixedWindow, Limit: 1}, []step{
+			{300 * ms, 1, OK, 0},
+			{300 * ms, 1, OKWait, 1700 * ms},   // the next window, W+2s
+			{300 * ms, 1, Rejected, 1700 * ms}, // W+4s is two windows ahead: ask again at W+2s
+			{1999 * ms, 1, Rejected, 1 * ms},
+			{2 * time.Second, 1, OKWait, 2 * time.Second}, // now W+4s is the next window
+			{2 * time.Second, 1, Rejected, 2 * time.Second},
+		}},
+		{Spec{Algorithm: SlidingWindowCounter, Limit: 2}, []step{
+			{300 * ms, 2, OK, 0},
+			{300 * ms, 1, OKWait, 2700 * ms},   // halfway into the next window: 1 + 2 × ½ = 2
+			{300 * ms, 1, Rejected, 1700 * ms}, // W+4s is two windows ahead: ask again at W+2s
+			{3 * time.Second, 1, OKWait, time.Second},
+		}},
+	} {
+		c.spec.Window, c.spec.WaitTimeout, c.spec.MaxTokensPerRequest = 2*time.Second, 10*time.Second, c.spec.Limit
+		tab := oneBucket(c.spec, Options{})
+		for i, s := range c.steps {
+			d := take(tab, "p:b", s.n, w.Add(s.at))
+			got := d.Wait
+			if d.Status == Rejected {
+				got = d.RetryAfter
+				if d.Reason != ReasonTimeout {
+					t.Errorf("%v step %d: reason %q, want timeout", c.spec.Algorithm, i, d.Reason)
+				}
+			}
+			if d.Status != s.status || got != s.wait {
+				t.Errorf("%v step %d at W+%v: %v %v (%+v), want %v %v", c.spec.Algorithm, i, s.at, d.Status, got, d, s.status, s.wait)
+			}
+		}
 	}
 }
 

@@ -41,6 +41,12 @@ func TestDocExamples(t *testing.T) {
 			{min(0, 45), 2, OKWait, 15 * time.Second, 1, false},
 			{min(0, 50), 1, OKWait, 10 * time.Second, 0, false},
 		}},
+		{Spec{Algorithm: FixedWindow, Limit: 1, Window: 2 * time.Second, WaitTimeout: 10 * time.Second, MaxTokensPerRequest: 1}, []step{
+			{300 * ms, 1, OK, 0, 0, false},
+			{300 * ms, 1, OKWait, 1700 * ms, 0, false},
+			{300 * ms, 1, Rejected, 1700 * ms, 0, false},
+			{2 * time.Second, 1, OKWait, 2 * time.Second, 0, false},
+		}},
 		{Spec{Algorithm: SlidingWindowLog, Limit: 2, Window: time.Minute, WaitTimeout: time.Second, MaxTokensPerRequest: 2}, []step{
 			{min(0, 1), 1, OK, 0, 1, false},
 			{min(0, 30), 1, OK, 0, 0, false},

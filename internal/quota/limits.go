@@ -6,8 +6,9 @@ import (
 )
 
 // ReasonBadRequest rejects a request whose token count is negative, or
-// that names a dynamic bucket with a malformed name (callers normally
-// catch both first: see SplitBucket).
+// that names a dynamic bucket with a malformed name. It is for callers of
+// the Table that skip validation: the quota server answers both with a
+// 400 before asking it (see SplitBucket), so it never reaches the wire.
 const ReasonBadRequest = "bad_request"
 
 // maxBanKeys bounds the ban trackers a Table keeps (about 80 bytes each).
@@ -121,12 +122,19 @@ func (t *Table) decide(b *bucket, ev *Events, req Request, now int64) Decision {
 		}
 	}
 	w, ok := b.place(n, tt)
-	if !ok || lead+w > maxWait {
+	// from is the earliest arrival that may take effect at tt+w.
+	from := b.earliestArrival(tt + w)
+	if !ok || from > now || lead+w > maxWait {
 		ev.Timeout++
 		d.Reason = ReasonTimeout
 		if ok {
-			// Asking again then is answered with a wait of maxWait.
-			d.RetryAfter = time.Duration(lead + w - maxWait)
+			// Asking again then is answered with a wait of maxWait, and
+			// from on, the tokens' window is the next one at most.
+			r := lead + w - maxWait
+			if from > now {
+				r = max(r, from-now)
+			}
+			d.RetryAfter = time.Duration(r)
 		} else {
 			d.RetryAfter = time.Duration(max(lead+w, 1))
 		}
