@@ -66,10 +66,15 @@ const (
 	// SourceFallback is a quota namespace whose circuit is open: its
 	// decisions come from the local fallback bucket, or fail without one.
 	SourceFallback
+	// SourceNone is nothing, in Safe mode once the lease and then the
+	// safe capacity have both ended unrefreshed: a client cut off from
+	// every coordinator for longer than its floor lease uses nothing,
+	// since nobody counts it any more.
+	SourceNone
 )
 
 // String returns "lease", "safe", "optimistic", "pessimistic",
-// "quota-service" or "fallback".
+// "quota-service", "fallback" or "none".
 func (s Source) String() string {
 	switch s {
 	case SourceLease:
@@ -84,6 +89,8 @@ func (s Source) String() string {
 		return "quota-service"
 	case SourceFallback:
 		return "fallback"
+	case SourceNone:
+		return "none"
 	}
 	return fmt.Sprintf("Source(%d)", int(s))
 }
@@ -111,8 +118,11 @@ type Status struct {
 	Expiry          time.Time
 	RefreshInterval time.Duration
 	// SafeCapacity is the last safe capacity the coordinator reported (-1
-	// unlimited); SafeKnown is false until it reported one.
+	// unlimited): what Safe mode uses once the lease ends unrefreshed,
+	// until SafeUntil (zero: no end, from a coordinator before floors).
+	// SafeKnown is false until it reported one.
 	SafeCapacity float64
+	SafeUntil    time.Time
 	SafeKnown    bool
 	// Wants is the capacity asked for; AutoWants reports whether it is
 	// estimated from demand.
@@ -234,22 +244,25 @@ type resource struct {
 	sentWants  float64
 	initialCap float64
 
-	leased   bool
-	granted  float64
-	expiry   time.Time
-	refresh  time.Duration
-	safe     float64
-	safeKnwn bool
+	leased  bool
+	granted float64
+	expiry  time.Time
+	refresh time.Duration
+	// safe is the safe capacity last reported (the floor), until
+	// safeUntil (zero: no end).
+	safe      float64
+	safeUntil time.Time
+	safeKnown bool
 
-	inForce float64
-	source  Source
-	shadow  bool    // the last reply said shadow mode
-	shadowC float64 // capacity that would be in force, when shadowed
-	shadowI bool    // shadow as installed in the limiter
-	err     error   // this resource's own error in the last reply, if any
-	sent    bool    // named in a GetCapacity request: has to be released
-	closed  bool    // closed, alone or with the agent: no longer refreshed
-	use     usage   // admitted, refused, time without a lease (usage.go)
+	inForce         float64
+	source          Source
+	shadow          bool    // the last reply said shadow mode
+	shadowCap       float64 // capacity that would be in force, when shadowed
+	shadowInstalled bool    // shadow as installed in the limiter
+	err             error   // this resource's own error in the last reply, if any
+	sent            bool    // named in a GetCapacity request: has to be released
+	closed          bool    // closed, alone or with the agent: no longer refreshed
+	use             usage   // admitted, refused, time without a lease (usage.go)
 }
 
 // New starts an agent on nc. It does not contact the coordinator until the
@@ -576,7 +589,7 @@ func (r *resource) statusLocked() Status {
 	a := r.a
 	st := Status{
 		ResourceID: r.id, Kind: r.kind, Capacity: r.inForce, Source: r.source, Mode: a.o.mode,
-		Leased: r.leased, SafeCapacity: r.safe, SafeKnown: r.safeKnwn,
+		Leased: r.leased, SafeCapacity: r.safe, SafeUntil: r.safeUntil, SafeKnown: r.safeKnown,
 		Wants: r.currentWantsLocked(), AutoWants: r.auto,
 		LastRefresh: a.lastOK, LastError: a.lastErr,
 	}
@@ -586,8 +599,8 @@ func (r *resource) statusLocked() Status {
 	if r.leased {
 		st.Granted, st.Expiry, st.RefreshInterval = r.granted, r.expiry, r.refresh
 	}
-	if r.shadowI {
-		st.Shadow, st.ShadowCapacity = true, r.shadowC
+	if r.shadowInstalled {
+		st.Shadow, st.ShadowCapacity = true, r.shadowCap
 	}
 	st.ShadowAdmitted, st.WouldRefuse = r.shadowCountsLocked()
 	return st
@@ -664,28 +677,31 @@ func (a *Agent) applyLocked(r *resource, t time.Time) (Status, bool) {
 		}
 	case a.o.mode == Pessimistic:
 		c, src = 0, SourcePessimistic
+	case r.safeKnown && !r.safeUntil.IsZero() && !t.Before(r.safeUntil):
+		// The floor ended too: the coordinator no longer counts it.
+		c, src = 0, SourceNone
 	default:
 		src = SourceSafe
 		c = r.initialCap
-		if r.safeKnwn {
+		if r.safeKnown {
 			c = r.safe
 		}
 	}
 	if c < 0 {
 		c = math.Inf(1) // -1 means unlimited
 	}
-	shadowC := c
+	shadowCap := c
 	if r.shadow {
 		c = r.shadowEnforcedLocked()
 	}
-	if c == r.inForce && src == r.source && r.shadow == r.shadowI && (!r.shadow || shadowC == r.shadowC) {
+	if c == r.inForce && src == r.source && r.shadow == r.shadowInstalled && (!r.shadow || shadowCap == r.shadowCap) {
 		return Status{}, false
 	}
 	r.sourceLocked(src, t)
 	r.inForce, r.source = c, src
-	if r.shadow || r.shadowI {
-		r.shadowC, r.shadowI = shadowC, r.shadow
-		r.installShadowLocked(shadowC)
+	if r.shadow || r.shadowInstalled {
+		r.shadowCap, r.shadowInstalled = shadowCap, r.shadow
+		r.installShadowLocked(shadowCap)
 	}
 	if r.rate != nil {
 		lim := rate.Limit(c)

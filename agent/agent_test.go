@@ -130,7 +130,7 @@ func TestFairShares(t *testing.T) {
 func TestOutage(t *testing.T) {
 	t.Parallel()
 	tmpl := testTemplate("res", 100)
-	tmpl.SafeCapacity, tmpl.HasSafeCapacity = 7, true
+	tmpl.Floor = config.FloorPolicy{Absolute: 7, HasAbsolute: true, Lease: time.Minute}
 	for _, tc := range []struct {
 		mode Mode
 		src  Source
@@ -186,6 +186,48 @@ func TestOutage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSafeCapacityEnds: in Safe mode, once the lease has ended without an
+// answer, the agent runs on its safe capacity (the floor) until the end
+// the coordinator told, then on nothing: the coordinator counts the floor
+// only until then, so a client cut off for longer must not use it. A new
+// coordinator brings a lease back, and the agent reports the floor it
+// holds.
+func TestSafeCapacityEnds(t *testing.T) {
+	t.Parallel()
+	tmpl := testTemplate("res", 100)
+	tmpl.Floor = config.FloorPolicy{Share: 0.5, Lease: 3 * time.Second}
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	c := startCoordinator(t, nc, tmpl)
+	a := newAgent(t, natstest.Conn(t, s))
+	r, err := a.Rate("res", WithWants(40))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "first lease", func() bool { return r.Status().Source == SourceLease })
+	st := r.Status()
+	// Alone, its fair share is the capacity: its floor is half of it, but
+	// never more than its lease.
+	if st.SafeCapacity != 40 || st.SafeUntil.IsZero() || !st.SafeUntil.After(st.Expiry) {
+		t.Fatalf("safe capacity %v until %v (lease until %v), want 40 until after the lease", st.SafeCapacity, st.SafeUntil, st.Expiry)
+	}
+	c.Stop()
+	eventually(t, 10*time.Second, "the safe capacity after the lease", func() bool { return r.Status().Source == SourceSafe })
+	until := r.Status().SafeUntil
+	eventually(t, 10*time.Second, "nothing after the safe capacity", func() bool {
+		st := r.Status()
+		return st.Source == SourceNone && st.Capacity == 0
+	})
+	if now := time.Now(); now.Before(until) {
+		t.Errorf("the safe capacity ended at %v, before its end %v", now, until)
+	}
+	if r.Allow() {
+		t.Error("Allow after the safe capacity ended = true")
+	}
+	startCoordinator(t, nc, tmpl)
+	eventually(t, 10*time.Second, "a lease again", func() bool { return r.Status().Source == SourceLease })
 }
 
 // TestGaugeNeverExceedsLimit runs 16 goroutines against a gauge of 5

@@ -61,8 +61,11 @@
 // capped exponential backoff and jitter. Once a lease has expired the
 // resource's capacity follows the agent's Mode:
 //
-//   - Safe (default): the safe capacity the coordinator last reported
-//     (-1 unlimited, 0 blocked).
+//   - Safe (default): the safe capacity (the floor) the coordinator last
+//     reported (-1 unlimited, 0 blocked), until the end it reported with
+//     it (Status.SafeUntil), then 0 (SourceNone): the coordinator counts
+//     the floor as held until then, so a client cut off for longer uses
+//     nothing that anyone counts.
 //   - Optimistic: the wants.
 //   - Pessimistic: 0.
 //

@@ -88,6 +88,9 @@ func (a *Agent) run() {
 				if r.leased && r.expiry.Before(wake) {
 					wake = r.expiry
 				}
+				if !r.leased && !r.safeUntil.IsZero() && t.Before(r.safeUntil) && r.safeUntil.Before(wake) {
+					wake = r.safeUntil // the floor ends: nothing after it
+				}
 			}
 		}
 		a.mu.Unlock()
@@ -197,10 +200,6 @@ func (a *Agent) sendReleases() {
 // requests are cut to the server's maximum payload.
 const batchReserve = 4 << 10
 
-// safeReportFor is the expiry an agent in Safe mode reports for the safe
-// capacity it runs on: it has no end, so a day (the longest lease).
-const safeReportFor = 24 * time.Hour
-
 // batches cuts n items into consecutive runs [lo, hi) of at most
 // wire.MaxResourcesPerReq items, the most a coordinator accepts in one
 // request, whose encoded sizes add up to no more than the connection's
@@ -258,11 +257,12 @@ func (a *Agent) refresh(t time.Time) error {
 				ExpiryTime:      timestamppb.New(r.expiry),
 				RefreshInterval: durationpb.New(r.refresh),
 			}
-		case a.o.mode == Safe && r.safeKnwn && r.safe > 0:
-			// Running on the safe capacity, for as long as no answer
-			// comes: a coordinator counts it as held (a new leader credits
-			// it, as it does a lease a predecessor issued).
-			rr.Has = &allotpb.Lease{Capacity: r.safe, ExpiryTime: timestamppb.New(t.Add(safeReportFor))}
+		}
+		if r.safeKnown && r.safe > 0 && !r.safeUntil.IsZero() && t.Before(r.safeUntil) {
+			// The floor it falls back to: a coordinator counts it as held
+			// (a new leader credits it, as it does a lease a predecessor
+			// issued), and a lower one than last told confirms a shrink.
+			rr.Safe = &allotpb.Lease{Capacity: r.safe, ExpiryTime: timestamppb.New(r.safeUntil)}
 		}
 		rrs[i] = rr
 	}
@@ -396,9 +396,15 @@ func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityRespons
 			a.interval = r.refresh
 		}
 		if sc := rr.GetSafeCapacity(); !math.IsNaN(sc) {
-			r.safe, r.safeKnwn = sc, true
+			r.safe, r.safeKnown, r.safeUntil = sc, true, time.Time{}
 			if sc < 0 {
 				r.safe = -1
+			}
+			if e := rr.GetSafeExpiryTime(); e != nil && sc >= 0 {
+				r.safeUntil = e.AsTime()
+				if r.safeUntil.After(longest) {
+					r.safeUntil = longest
+				}
 			}
 		}
 	}

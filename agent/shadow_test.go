@@ -165,7 +165,7 @@ func TestShadowOutlivesLease(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
 	watched := testTemplate("api", 10)
-	watched.Shadow, watched.SafeCapacity, watched.HasSafeCapacity = true, 4, true
+	watched.Shadow, watched.Floor = true, config.FloorPolicy{Absolute: 4, HasAbsolute: true, Lease: time.Minute}
 	c := startCoordinator(t, natstest.Conn(t, s), watched)
 	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"))
 	lim, err := a.Rate("api", WithWants(50))

@@ -139,6 +139,9 @@ func benchTemplate(capacity float64, lease, refresh time.Duration) *config.Templ
 		// A fresh deployment has no lease horizon and skips learning mode
 		// anyway; a restarted one learns for one lease length.
 		LearningModeDuration: lease,
+		// Floors keep production's ratio of floor lease to lease length
+		// (5 min to 60 s), compressed like the rest.
+		Floor: config.FloorPolicy{Share: config.DefaultFloorShare, Lease: 5 * lease},
 	}
 }
 

@@ -43,10 +43,9 @@ const (
 	treeSpike  = 100.0 // added to a spiking client's wants
 	treeWarmup = 3 * time.Second
 	treeLevels = 3 // root → regions, regions → clusters, clusters → clients
-	// treeRetention keeps production's ratio of safe retention to lease
-	// length (30 s to 60 s), compressed like the rest.
-	treeRetention = treeLease / 2
-	treeInbox     = "_INBOX.sim7"
+	// treeFloorLease is the floor lease of benchTemplate.
+	treeFloorLease = 5 * treeLease
+	treeInbox      = "_INBOX.sim7"
 )
 
 // treeLevelNames names the lease levels, from the root down.
@@ -543,7 +542,7 @@ func SimulateTree(ctx context.Context, env *Env, sc TreeScenario) (*TreeOutcome,
 		inbox := nats.CustomInboxPrefix(treeInbox + "." + n.name + ".up")
 		if n.name == sc.ReplicaNode {
 			for _, id := range []string{n.name + "-a", n.name + "-b"} {
-				r, err := startReplica(ctx, url, coordinator.Options{Node: n.name, Parent: n.parent, ServerID: id, Templates: tmpls, Logger: log, SafeRetention: treeRetention}, inbox)
+				r, err := startReplica(ctx, url, coordinator.Options{Node: n.name, Parent: n.parent, ServerID: id, Templates: tmpls, Logger: log}, inbox)
 				if err != nil {
 					return nil, err
 				}

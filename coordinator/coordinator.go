@@ -41,8 +41,6 @@ const (
 	ServiceName = "allot"
 	// DefaultMaxResources is the default Options.MaxResources.
 	DefaultMaxResources = ledger.DefaultMaxResources
-	// DefaultSafeRetention is the default Options.SafeRetention.
-	DefaultSafeRetention = ledger.DefaultSafeRetention
 	// DefaultMaxClients is the default Options.MaxClients.
 	DefaultMaxClients = ledger.DefaultMaxClients
 	// MaxRoundInterval bounds Options.RoundInterval.
@@ -123,16 +121,10 @@ type Options struct {
 	// MaxResources bounds how many resources the node keeps state for, so
 	// that clients naming ever new resources cannot exhaust memory. A
 	// request that would pass it gets error 429. Default 100,000
-	// (DefaultMaxResources). The lease record's size (512 KiB, about 200
+	// (DefaultMaxResources). The lease record's size (512 KiB, about 280
 	// bytes plus the id per resource) bounds the resources it summarizes:
 	// the others are served unlisted, in a record marked incomplete.
 	MaxResources int
-	// SafeRetention is how long after a client's lease ends it still
-	// counts as running on its safe capacity: its record is kept and the
-	// lease record covers it, so a successor learns for up to a lease
-	// length plus this after a takeover. Default 30s
-	// (DefaultSafeRetention).
-	SafeRetention time.Duration
 	// MaxClients bounds the client records the node keeps (one per client
 	// and resource; a record lives until a lease length after the client
 	// was last seen). A request that would pass it gets 429. Default
@@ -269,9 +261,6 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 	case opts.MaxResources < 0:
 		return nil, fmt.Errorf("coordinator: max resources %d is negative", opts.MaxResources)
 	}
-	if opts.SafeRetention < 0 {
-		return nil, fmt.Errorf("coordinator: safe retention %v is negative", opts.SafeRetention)
-	}
 	switch {
 	case opts.MaxClients == 0:
 		opts.MaxClients = DefaultMaxClients
@@ -318,7 +307,7 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 			ClockSkew: skew, CeilingHeadroom: opts.CeilingHeadroom,
 			MaxResources: opts.MaxResources, MaxClients: opts.MaxClients,
 			MinRefresh: max(opts.RoundInterval, ledger.DefaultMinRefresh),
-			Child:      opts.Parent != "", SafeRetention: opts.SafeRetention,
+			Child:      opts.Parent != "",
 		}),
 	}
 	return c, nil

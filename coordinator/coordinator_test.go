@@ -25,7 +25,7 @@ import (
 func tmpl(glob string, capacity float64, kind allotpb.Algorithm_Kind) *config.Template {
 	return &config.Template{
 		Name: "t-" + glob, Glob: glob, Capacity: capacity, Algorithm: kind,
-		LeaseLength: 10 * time.Second, RefreshInterval: time.Second,
+		LeaseLength: 10 * time.Second, RefreshInterval: time.Second, Floor: config.DefaultFloor(),
 	}
 }
 
@@ -91,9 +91,10 @@ func TestJSONRoundTrip(t *testing.T) {
 	}
 	var got struct {
 		Response []struct {
-			ResourceID   string  `json:"resource_id"`
-			SafeCapacity float64 `json:"safe_capacity"`
-			Gets         struct {
+			ResourceID     string  `json:"resource_id"`
+			SafeCapacity   float64 `json:"safe_capacity"`
+			SafeExpiryTime string  `json:"safe_expiry_time"`
+			Gets           struct {
 				Capacity        float64 `json:"capacity"`
 				ExpiryTime      string  `json:"expiry_time"`
 				RefreshInterval string  `json:"refresh_interval"`
@@ -104,12 +105,16 @@ func TestJSONRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &got); err != nil {
 		t.Fatalf("%v: %s", err, m.Data)
 	}
-	// Dynamic safe capacity: capacity ÷ clients, never more than the lease.
+	// The floor: half the fair share (capacity ÷ clients), never more than
+	// the lease, until the floor lease (5 minutes) ends.
 	if len(got.Response) != 1 || got.Response[0].ResourceID != "db" || got.Response[0].Gets.Capacity != 10 {
 		t.Fatalf("unexpected reply %s", m.Data)
 	}
 	if got.Term != "1" || got.Response[0].Gets.RefreshInterval != "1s" || got.Response[0].SafeCapacity != 10 {
 		t.Fatalf("unexpected reply %s", m.Data)
+	}
+	if se, err := time.Parse(time.RFC3339Nano, got.Response[0].SafeExpiryTime); err != nil || se.Before(time.Now().Add(4*time.Minute)) {
+		t.Fatalf("safe_expiry_time %q (%v): want the floor lease, 5 minutes ahead", got.Response[0].SafeExpiryTime, err)
 	}
 	if _, err := time.Parse(time.RFC3339Nano, got.Response[0].Gets.ExpiryTime); err != nil {
 		t.Fatalf("expiry_time: %v", err)

@@ -319,7 +319,7 @@ func TestRecordStaysBounded(t *testing.T) {
 		return err == nil && h.GetResources()["db"] != nil
 	})
 	entry, _ := kv.Get(context.Background(), "root.leases")
-	if n := len(entry.Value()); n > 512<<10 || h.GetComplete() || len(h.GetResources()) < 1000 {
+	if n := len(entry.Value()); n > 512<<10 || h.GetComplete() || len(h.GetResources()) < 900 {
 		t.Fatalf("record: %d bytes, complete %v, %d resources listed", n, h.GetComplete(), len(h.GetResources()))
 	}
 }

@@ -264,7 +264,7 @@ func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
 		l := s.Lease(now)
 		entries = append(entries, wire.LeaseReply{
 			ResourceID: l.ResourceID, Capacity: l.Capacity, Expiry: l.Expiry,
-			Refresh: l.Refresh, SafeCapacity: l.SafeCapacity, Shadow: l.Shadow || c.opts.Shadow,
+			Refresh: l.Refresh, SafeCapacity: l.SafeCapacity, SafeExpiry: l.SafeExpiry, Shadow: l.Shadow || c.opts.Shadow,
 		})
 	}
 	c.leaseBuf = entries
@@ -281,9 +281,18 @@ func (c *Coordinator) getResponse(req *request, now int64, term uint64) *allotpb
 			continue
 		}
 		l := s.Lease(now)
-		resp.Response[k] = &allotpb.ResourceResponse{ResourceId: l.ResourceID, Gets: leaseMsg(l), SafeCapacity: l.SafeCapacity, Shadow: l.Shadow || c.opts.Shadow}
+		resp.Response[k] = &allotpb.ResourceResponse{ResourceId: l.ResourceID, Gets: leaseMsg(l), SafeCapacity: l.SafeCapacity,
+			SafeExpiryTime: safeExpiryMsg(l), Shadow: l.Shadow || c.opts.Shadow}
 	}
 	return resp
+}
+
+// safeExpiryMsg is the wire form of a lease's floor's end (nil: none).
+func safeExpiryMsg(l ledger.Lease) *timestamppb.Timestamp {
+	if l.SafeExpiry == 0 {
+		return nil
+	}
+	return timestamppb.New(time.Unix(0, l.SafeExpiry))
 }
 
 // leaseMsg is the wire form of a ledger lease.
@@ -308,7 +317,8 @@ func (c *Coordinator) serverResponse(req *request, now int64, term uint64) *allo
 			continue
 		}
 		l := s.Lease(now)
-		resp.Response[k] = &allotpb.ServerCapacityResourceResponse{ResourceId: l.ResourceID, Gets: leaseMsg(l), SafeCapacity: l.SafeCapacity}
+		resp.Response[k] = &allotpb.ServerCapacityResourceResponse{ResourceId: l.ResourceID, Gets: leaseMsg(l), SafeCapacity: l.SafeCapacity,
+			SafeExpiryTime: safeExpiryMsg(l)}
 	}
 	return resp
 }
@@ -318,12 +328,29 @@ func (c *Coordinator) serverResponse(req *request, now int64, term uint64) *allo
 func (c *Coordinator) sweep() {
 	now := c.now().UnixNano()
 	c.propose(c.ledger.Sweep(now))
+	c.logEvents()
 	c.stats.top = c.ledger.Top(now, topResources)
 	for i := range c.stats.top {
 		c.stats.top[i].Shadow = c.stats.top[i].Shadow || c.opts.Shadow
 	}
 	c.observeGauges(now)
 	c.publishStats()
+}
+
+// logEvents logs what the ledger noticed of its child nodes: one whose
+// lease ended unrefreshed (it runs on its floor, if it is alive), one
+// whose floor ended (no longer counted). Clients are only counted
+// (STATS unheard).
+func (c *Coordinator) logEvents() {
+	for _, e := range c.ledger.Events() {
+		switch e.Kind {
+		case ledger.EventUnheard:
+			c.log.Warn("child node unheard: its lease ended unrefreshed; counting its floor until it ends",
+				"child", e.Claimant, "resource", e.Resource, "floor", e.Floor, "floor_until", time.Unix(0, e.FloorUntil).UTC())
+		case ledger.EventForgotten:
+			c.log.Warn("child node no longer counted: its floor ended (or it released)", "child", e.Claimant, "resource", e.Resource)
+		}
+	}
 }
 
 // topResources bounds the resources listed in STATS.

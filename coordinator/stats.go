@@ -64,6 +64,13 @@ type Stats struct {
 	// OverClaims counts clients that reported, in learning mode, holding
 	// more than the predecessor's lease record allows; they were capped.
 	OverClaims uint64 `json:"over_claims"`
+	// Unheard counts claimants whose lease ended unrefreshed while they
+	// had a floor (each now runs on its floor, if alive; a child node is
+	// also logged), and Forgotten child nodes no longer counted once their
+	// floor ended. top_resources says, per resource, how many claimants
+	// are on their floor and, on a child node, which regime it is in.
+	Unheard   uint64 `json:"unheard"`
+	Forgotten uint64 `json:"forgotten"`
 	// Silenced counts replies withheld because the coordinator may no
 	// longer answer (stopped, deposed, leadership lapsed).
 	Silenced  uint64 `json:"silenced"`
@@ -102,6 +109,7 @@ func (c *Coordinator) statsData() any {
 		LastRoundMS: float64(s.lastRound) / 1e6, MaxRoundMS: float64(s.maxRound) / 1e6,
 		HorizonErrors: s.ledger.RecordErrors, RecordWrites: s.ledger.RecordWrites, RecordWaits: s.ledger.Waits,
 		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords, PriorityCapped: s.ledger.PriorityCapped, TenantCapped: s.ledger.TenantCapped, OverClaims: s.ledger.OverClaims,
+		Unheard: s.ledger.Unheard, Forgotten: s.ledger.Forgotten,
 		Silenced: c.silenced.Load(), Resources: s.ledger.Resources, Clients: s.ledger.Clients,
 		RoundErrors: s.errors, Shadow: c.opts.Shadow,
 	}

@@ -37,6 +37,7 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	dataDir := fs.String("data-dir", defaultDataDir(), "JetStream store directory (keeps configuration and lease horizons across restarts)")
 	natsLog := fs.Bool("nats-log", false, "show the embedded NATS server's own log")
 	leafPort := fs.Int("leafnode-port", 0, "also accept leaf-node connections from child levels of the tree on this port (-1 picks a free one; 0: none)")
+	noAdvertise := fs.Bool("no-advertise", false, "with --leafnode-port: do not tell child levels this server's own leaf-node address, so they reconnect only to the URLs they were given (a proxy, a load balancer, a NAT address)")
 	parentURL := fs.String("parent-url", "", "with --parent-node: the parent level's leaf-node URL(s), nats-leaf://HOST:PORT, comma-separated; the embedded server joins it as a leaf node")
 	replicas := fs.Int("replicas", 1, "coordinator replicas to run, each on its own NATS connection; one leads, the others follow (see 'allot status')")
 	if err := fs.Parse(args); err != nil {
@@ -52,6 +53,9 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *noAdvertise && *leafPort == 0 {
+		return fmt.Errorf("--no-advertise needs --leafnode-port: it only changes what child levels are told")
+	}
 	log, err := cf.logger(env)
 	if err != nil {
 		return err
@@ -66,7 +70,7 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	defer lock.Release()
 	// Servers joined by leaf nodes need distinct names.
 	srv, err := embed.Start(embed.Options{Host: *host, Port: *port, StoreDir: *dataDir, Log: *natsLog, ServerName: "allot-" + cf.node,
-		LeafNodePort: tree.leafPort, LeafRemotes: tree.remotes, Domain: tree.domain, Mappings: partitionMappings(cf.node, cf.quotaParts)})
+		LeafNodePort: tree.leafPort, LeafNoAdvertise: *noAdvertise, LeafRemotes: tree.remotes, Domain: tree.domain, Mappings: partitionMappings(cf.node, cf.quotaParts)})
 	if err != nil {
 		return fmt.Errorf("%w (--port 0 and --leafnode-port -1 pick free ports)", err)
 	}

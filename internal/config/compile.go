@@ -218,22 +218,9 @@ func Compile(name string, revision uint64, pb *allotpb.ResourceTemplate) (*Templ
 	}
 	t.LearningModeDuration = learning
 
-	// safe_capacity
-	if pb.SafeCapacity != nil {
-		sc := pb.GetSafeCapacity()
-		switch {
-		case sc == UnlimitedSafeCapacity:
-		case math.IsNaN(sc) || math.IsInf(sc, 0):
-			return nil, nil, invalid("safe_capacity", "%g is not a number; use -1 (unlimited), 0 (blocked) or a capacity", sc)
-		case sc < 0:
-			return nil, nil, invalid("safe_capacity", "%g is negative; use -1 (unlimited), 0 (blocked) or a capacity up to capacity", sc)
-		case sc > MaxCapacity:
-			return nil, nil, invalid("safe_capacity", "%g is above the limit of %g", sc, float64(MaxCapacity))
-		case sc > t.Capacity && kind != allotpb.Algorithm_NO_ALGORITHM:
-			note("safe_capacity: %g exceeds capacity; a client can never safely use more than the capacity, using %g", sc, t.Capacity)
-			sc = t.Capacity
-		}
-		t.SafeCapacity, t.HasSafeCapacity = sc, true
+	// safe_capacity and partition
+	if t.Floor, err = compileFloor(pb, t, note); err != nil {
+		return nil, nil, err
 	}
 	t.Shadow = pb.GetShadow()
 	if pb.MaxPriority != nil {
@@ -243,6 +230,74 @@ func Compile(name string, revision uint64, pb *allotpb.ResourceTemplate) (*Templ
 		return nil, nil, err
 	}
 	return t, notes, nil
+}
+
+// compileFloor works out the floor policy from safe_capacity (the
+// legacy spelling of an absolute floor, or -1 for none) and partition.
+func compileFloor(pb *allotpb.ResourceTemplate, t *Template, note func(string, ...any)) (FloorPolicy, error) {
+	f := DefaultFloor()
+	pp := pb.GetPartition()
+	if pp == nil {
+		pp = &allotpb.PartitionPolicy{}
+	}
+	if pb.SafeCapacity != nil {
+		if pp.Floor != nil || pp.FloorShare != nil {
+			return f, invalid("safe_capacity", "is set together with partition.floor or partition.floor_share; write the floor once (partition.floor is the same as safe_capacity)")
+		}
+		sc := pb.GetSafeCapacity()
+		switch {
+		case sc == UnlimitedSafeCapacity:
+			f.Unlimited = true
+		case math.IsNaN(sc) || math.IsInf(sc, 0):
+			return f, invalid("safe_capacity", "%g is not a number; use -1 (unlimited), 0 (blocked) or a capacity", sc)
+		case sc < 0:
+			return f, invalid("safe_capacity", "%g is negative; use -1 (unlimited), 0 (blocked) or a capacity up to capacity", sc)
+		case sc > MaxCapacity:
+			return f, invalid("safe_capacity", "%g is above the limit of %g", sc, float64(MaxCapacity))
+		case sc > t.Capacity && t.Algorithm != allotpb.Algorithm_NO_ALGORITHM:
+			note("safe_capacity: %g exceeds capacity; a client can never safely use more than the capacity, using %g", sc, t.Capacity)
+			sc = t.Capacity
+		}
+		t.SafeCapacity, t.HasSafeCapacity = sc, true
+		if !f.Unlimited {
+			f.Absolute, f.HasAbsolute = sc, true
+		}
+	}
+	switch {
+	case pp.Floor != nil && pp.FloorShare != nil:
+		return f, invalid("partition", "floor and floor_share are both set; write one (an absolute figure, or a fraction of the fair share)")
+	case pp.Floor != nil:
+		v := pp.GetFloor()
+		if err := checkAmount("partition.floor", v); err != nil {
+			return f, err
+		}
+		if v > t.Capacity && t.Algorithm != allotpb.Algorithm_NO_ALGORITHM {
+			note("partition.floor: %g exceeds capacity; using %g", v, t.Capacity)
+			v = t.Capacity
+		}
+		f.Absolute, f.HasAbsolute = v, true
+	case pp.FloorShare != nil:
+		v := pp.GetFloorShare()
+		if math.IsNaN(v) || v < 0 || v > 1 {
+			return f, invalid("partition.floor_share", "%g is not a fraction of the fair share; write a number from 0 to 1", v)
+		}
+		f.Share = v
+	}
+	lease, set, err := duration("partition.floor_lease", pp.GetFloorLease())
+	switch {
+	case err != nil:
+		return f, err
+	case !set:
+		f.Lease = max(f.Lease, t.LeaseLength)
+	case lease > MaxFloorLease:
+		return f, invalid("partition.floor_lease", "%s is longer than the limit of %s", lease, MaxFloorLease)
+	case lease < t.LeaseLength:
+		note("partition.floor_lease: %s is shorter than lease_length; a floor lasts at least as long as the lease it follows, using %s", lease, t.LeaseLength)
+		f.Lease = t.LeaseLength
+	default:
+		f.Lease = lease
+	}
+	return f, nil
 }
 
 func checkAmount(field string, v float64) error {

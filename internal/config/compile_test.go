@@ -80,6 +80,22 @@ func TestCompileErrors(t *testing.T) {
 		{"safe capacity Inf", "t", func(p *allotpb.ResourceTemplate) { p.SafeCapacity = ptr(math.Inf(1)) }, "safe_capacity", "not a number"},
 		{"safe capacity huge", "t", func(p *allotpb.ResourceTemplate) { p.SafeCapacity = ptr(1e16) }, "safe_capacity", "limit"},
 		{"description too long", "t", func(p *allotpb.ResourceTemplate) { p.Description = strings.Repeat("d", MaxDescriptionLen+1) }, "description", "limit"},
+		{"safe capacity and floor", "t", func(p *allotpb.ResourceTemplate) {
+			p.SafeCapacity, p.Partition = ptr(5.0), &allotpb.PartitionPolicy{Floor: ptr(3.0)}
+		}, "safe_capacity", "together with partition.floor"},
+		{"floor and floor share", "t", func(p *allotpb.ResourceTemplate) {
+			p.Partition = &allotpb.PartitionPolicy{Floor: ptr(3.0), FloorShare: ptr(0.5)}
+		}, "partition", "both set"},
+		{"floor negative", "t", func(p *allotpb.ResourceTemplate) { p.Partition = &allotpb.PartitionPolicy{Floor: ptr(-1.0)} }, "partition.floor", "negative"},
+		{"floor NaN", "t", func(p *allotpb.ResourceTemplate) { p.Partition = &allotpb.PartitionPolicy{Floor: ptr(math.NaN())} }, "partition.floor", "NaN"},
+		{"floor share above 1", "t", func(p *allotpb.ResourceTemplate) { p.Partition = &allotpb.PartitionPolicy{FloorShare: ptr(1.5)} }, "partition.floor_share", "from 0 to 1"},
+		{"floor share NaN", "t", func(p *allotpb.ResourceTemplate) { p.Partition = &allotpb.PartitionPolicy{FloorShare: ptr(math.NaN())} }, "partition.floor_share", "from 0 to 1"},
+		{"floor lease negative", "t", func(p *allotpb.ResourceTemplate) {
+			p.Partition = &allotpb.PartitionPolicy{FloorLease: durationpb.New(-time.Second)}
+		}, "partition.floor_lease", "negative"},
+		{"floor lease too long", "t", func(p *allotpb.ResourceTemplate) {
+			p.Partition = &allotpb.PartitionPolicy{FloorLease: durationpb.New(25 * time.Hour)}
+		}, "partition.floor_lease", "limit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -211,6 +227,51 @@ func TestCompileDefaultsAndNormalization(t *testing.T) {
 			},
 		},
 		{
+			name: "default floor",
+			check: func(t *testing.T, tp *Template) {
+				eq(t, "floor", tp.Floor, FloorPolicy{Share: DefaultFloorShare, Lease: DefaultFloorLease})
+			},
+		},
+		{
+			name: "safe capacity is an absolute floor",
+			edit: func(p *allotpb.ResourceTemplate) { p.SafeCapacity = ptr(7.0) },
+			check: func(t *testing.T, tp *Template) {
+				eq(t, "floor", tp.Floor, FloorPolicy{Absolute: 7, HasAbsolute: true, Share: DefaultFloorShare, Lease: DefaultFloorLease})
+			},
+		},
+		{
+			name:  "unlimited safe capacity has no floor",
+			edit:  func(p *allotpb.ResourceTemplate) { p.SafeCapacity = ptr(-1.0) },
+			check: func(t *testing.T, tp *Template) { eq(t, "unlimited", tp.Floor.Unlimited, true) },
+		},
+		{
+			name: "floor share and lease",
+			edit: func(p *allotpb.ResourceTemplate) {
+				p.Partition = &allotpb.PartitionPolicy{FloorShare: ptr(0.25), FloorLease: durationpb.New(10 * time.Minute)}
+			},
+			check: func(t *testing.T, tp *Template) {
+				eq(t, "floor", tp.Floor, FloorPolicy{Share: 0.25, Lease: 10 * time.Minute})
+			},
+		},
+		{
+			name: "floor above capacity",
+			edit: func(p *allotpb.ResourceTemplate) { p.Partition = &allotpb.PartitionPolicy{Floor: ptr(1000.0)} },
+			check: func(t *testing.T, tp *Template) {
+				eq(t, "floor", tp.Floor.Absolute, 500.0)
+			},
+			notes: 1, noteWant: "partition.floor",
+		},
+		{
+			name: "floor lease shorter than the lease",
+			edit: func(p *allotpb.ResourceTemplate) {
+				p.Partition = &allotpb.PartitionPolicy{FloorLease: durationpb.New(10 * time.Second)}
+			},
+			check: func(t *testing.T, tp *Template) {
+				eq(t, "floor lease", tp.Floor.Lease, 60*time.Second)
+			},
+			notes: 1, noteWant: "partition.floor_lease",
+		},
+		{
 			name:  "unset safe capacity",
 			check: func(t *testing.T, tp *Template) { eq(t, "has safe", tp.HasSafeCapacity, false) },
 		},
@@ -263,7 +324,7 @@ func TestParseAndCompileDocument(t *testing.T) {
 		t.Errorf("notes: %q", notes)
 	}
 	want := Template{Name: "mysql-main", Revision: 3, Glob: "mysql/main", Capacity: 500, Algorithm: allotpb.Algorithm_FAIR_SHARE,
-		LeaseLength: time.Minute, RefreshInterval: 5 * time.Second, LearningModeDuration: time.Minute}
+		LeaseLength: time.Minute, RefreshInterval: 5 * time.Second, LearningModeDuration: time.Minute, Floor: DefaultFloor()}
 	if got.Params != nil {
 		t.Errorf("params = %v", got.Params)
 	}

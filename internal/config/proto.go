@@ -27,9 +27,17 @@ func (t *Template) Proto() *allotpb.ResourceTemplate {
 			LearningModeDuration: durationpb.New(t.LearningModeDuration),
 		},
 	}
-	if t.HasSafeCapacity {
+	pb.Partition = &allotpb.PartitionPolicy{FloorLease: durationpb.New(t.Floor.Lease)}
+	switch {
+	case t.HasSafeCapacity:
 		sc := t.SafeCapacity
 		pb.SafeCapacity = &sc
+	case t.Floor.HasAbsolute:
+		v := t.Floor.Absolute
+		pb.Partition.Floor = &v
+	default:
+		v := t.Floor.Share
+		pb.Partition.FloorShare = &v
 	}
 	for _, k := range slices.Sorted(maps.Keys(t.Params)) {
 		pb.Algorithm.Parameters = append(pb.Algorithm.Parameters, &allotpb.NamedParameter{Name: k, Value: t.Params[k]})

@@ -36,9 +36,14 @@ type Template struct {
 	// LearningModeDuration is how long a fresh leader only echoes reported
 	// leases for resources of this template; 0 disables learning mode.
 	LearningModeDuration time.Duration
-	// SafeCapacity is the configured safe capacity if HasSafeCapacity.
+	// SafeCapacity is the configured safe capacity if HasSafeCapacity
+	// (the template's safe_capacity, kept as written so that Proto gives
+	// it back); Floor is what it means.
 	SafeCapacity    float64
 	HasSafeCapacity bool
+	// Floor is what a claimant cut off from the coordinator may go on
+	// using once its lease ends, and for how long.
+	Floor FloorPolicy
 	// Description is free text for operators.
 	Description string
 	// Shadow puts the template's resources in shadow mode: leases are
@@ -54,6 +59,47 @@ type Template struct {
 	Params map[string]string
 }
 
+// Defaults of FloorPolicy.
+const (
+	// DefaultFloorShare is the floor as a fraction of the fair share when
+	// a template says nothing: half of it. A cut-off claimant keeps half
+	// its fair share for the floor lease; a claimant that vanished without
+	// releasing keeps that much reserved as long.
+	DefaultFloorShare = 0.5
+	// DefaultFloorLease is how long a floor lasts after the reply that
+	// carried it when a template says nothing.
+	DefaultFloorLease = 5 * time.Minute
+	// MaxFloorLease bounds floor_lease.
+	MaxFloorLease = 24 * time.Hour
+)
+
+// FloorPolicy is what a claimant (a client, or a child node's priority
+// band) may use once its lease has ended while it cannot reach the
+// coordinator: its floor, told with every lease, until the floor lease
+// ends, then nothing. The coordinator counts every floor as held until it
+// ends, so whatever the length of a cut, the capacity in force stays
+// within capacity.
+type FloorPolicy struct {
+	// Unlimited: the template's safe_capacity is -1. A cut-off claimant
+	// may use anything; nothing is counted, so the template opts out of
+	// the capacity promise.
+	Unlimited bool
+	// Absolute, if HasAbsolute, is the floor per unit of weight (a client
+	// weighs 1, a child's band its number of clients); otherwise the
+	// floor is Share times the fair share (capacity over the weight of
+	// every client record). Either way never above the claimant's lease.
+	Absolute    float64
+	HasAbsolute bool
+	Share       float64
+	// Lease is how long a floor lasts after the reply that carried it.
+	Lease time.Duration
+}
+
+// DefaultFloor is the floor policy of a template that sets none.
+func DefaultFloor() FloorPolicy {
+	return FloorPolicy{Share: DefaultFloorShare, Lease: DefaultFloorLease}
+}
+
 // DefaultTemplate is the template for resources that match nothing when
 // no other fallback is configured: FAIR_SHARE over a capacity of 100 per
 // second, 60s leases refreshed every 5s. It is deliberately finite, so an
@@ -67,6 +113,7 @@ func DefaultTemplate() *Template {
 		LeaseLength:          DefaultLeaseLength,
 		RefreshInterval:      DefaultRefreshInterval,
 		LearningModeDuration: DefaultLeaseLength,
+		Floor:                DefaultFloor(),
 		Description:          "built-in default for resources that match no template",
 	}
 }

@@ -40,10 +40,10 @@ const SampleEvery = 15 * time.Millisecond
 
 // InForce is the capacity a client may use at now for the resource st
 // describes: its lease while unexpired, else what its mode allows (the
-// safe capacity the coordinator reported in Safe mode, nothing before
-// one was reported, since the agents here keep the default initial
-// capacity of 0; the wants in Optimistic mode; nothing in Pessimistic
-// mode). Unlimited is +Inf.
+// safe capacity the coordinator reported in Safe mode until it ends,
+// nothing before one was reported, since the agents here keep the
+// default initial capacity of 0; the wants in Optimistic mode; nothing in
+// Pessimistic mode). Unlimited is +Inf.
 func InForce(st agent.Status, now time.Time) float64 {
 	if st.Leased && now.Before(st.Expiry) {
 		return st.Granted
@@ -55,6 +55,9 @@ func InForce(st agent.Status, now time.Time) float64 {
 		}
 		if st.SafeCapacity < 0 {
 			return math.Inf(1)
+		}
+		if !st.SafeUntil.IsZero() && !now.Before(st.SafeUntil) {
+			return 0 // the floor ended
 		}
 		return st.SafeCapacity
 	case agent.Optimistic:
@@ -84,18 +87,32 @@ type Sampler struct {
 	resource string
 	capacity float64
 
-	mu     sync.Mutex
-	agents []*agent.Agent
-	res    Result
-	start  time.Time
-	stop   chan struct{}
-	done   chan struct{}
+	mu sync.Mutex
+	// lowered, once set, is the capacity samples are measured against
+	// from loweredFrom on (see Lower).
+	lowered     float64
+	loweredFrom time.Time
+	agents      []*agent.Agent
+	res         Result
+	start       time.Time
+	stop        chan struct{}
+	done        chan struct{}
 }
 
 // NewSampler returns a sampler of resource, whose capacity is capacity;
 // add agents and Start it.
 func NewSampler(resource string, capacity float64) *Sampler {
 	return &Sampler{resource: resource, capacity: capacity}
+}
+
+// Lower says the capacity was lowered to capacity now: samples taken
+// after grace are measured against it (leases granted before the change
+// stay out until they are refreshed or end, so give a lease length and
+// two refresh intervals), those before against the old capacity.
+func (s *Sampler) Lower(capacity float64, grace time.Duration) {
+	s.mu.Lock()
+	s.lowered, s.loweredFrom = capacity, time.Now().Add(grace)
+	s.mu.Unlock()
 }
 
 // Add includes agents in the samples from now on.
@@ -175,9 +192,13 @@ func (s *Sampler) sample() {
 			p.sum += c
 		}
 	}
-	ratio := total / s.capacity
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	capacity := s.capacity
+	if s.lowered > 0 && !time.Now().Before(s.loweredFrom) {
+		capacity = s.lowered
+	}
+	ratio := total / capacity
 	s.res.Samples++
 	if ratio > s.res.Max || s.res.Samples == 1 {
 		s.res.Max = ratio

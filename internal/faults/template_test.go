@@ -91,7 +91,10 @@ func runBadPut(t *testing.T, scenario string, startFresh func(t *testing.T, url 
 	}
 	rr := resp.GetResponse()[0]
 	Report(t, scenario, s.Stop(), fmt.Sprintf("granted=%g safe_capacity=%g refresh_interval=%s", got, rr.GetSafeCapacity(), rr.GetGets().GetRefreshInterval().AsDuration()))
-	if rr.GetSafeCapacity() != safe || rr.GetGets().GetRefreshInterval().AsDuration() != 2*time.Second {
+	// The refresh interval tells the revision (the default template's is
+	// 5s); the safe capacity, never above the lease, may be 0 while the
+	// successor learns.
+	if rr.GetSafeCapacity() > safe || rr.GetGets().GetRefreshInterval().AsDuration() != 2*time.Second {
 		t.Errorf("%s: after the restart %q is served with capacity %g, safe capacity %g, refresh %s: not the last valid revision (capacity %d, safe %d, refresh 2s)",
 			scenario, resource, got, rr.GetSafeCapacity(), rr.GetGets().GetRefreshInterval().AsDuration(), capacity, safe)
 	}

@@ -95,7 +95,9 @@ func TestTwoUpOneDataDir(t *testing.T) {
 	if !Eventually(10*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		resp, err := Get(ctx, nc, "warm", resource+"-warm", 1)
+		// Wants at least the safe capacity: a floor is never above the
+		// lease.
+		resp, err := Get(ctx, nc, "warm", resource+"-warm", 2*safe)
 		if err == nil {
 			_, err = Granted(resp)
 		}

@@ -50,7 +50,27 @@ type simClient struct {
 	has    float64 // as answered
 	expiry int64
 	safe   float64 // safe capacity as answered: used once the lease ends
-	next   int64   // when it asks again
+	// safeUntil is when the safe capacity ends, as answered (0: never,
+	// the protocol before floors).
+	safeUntil int64
+	next      int64 // when it asks again
+}
+
+// inForce is what an agent in Safe mode may use at now: its lease while
+// it lasts, then its safe capacity until that ends.
+func (c *simClient) inForce(now int64) float64 {
+	switch {
+	case c.expiry > now:
+		return c.has
+	case c.safeUntil == 0 || c.safeUntil > now:
+		return c.safe
+	}
+	return 0
+}
+
+// answered installs a reply's lease.
+func (c *simClient) answered(ls Lease) {
+	c.has, c.expiry, c.safe, c.safeUntil = ls.Capacity, ls.Expiry, ls.SafeCapacity, ls.SafeExpiry
 }
 
 type simNode struct {
@@ -63,16 +83,14 @@ type simNode struct {
 	l        *Ledger
 	inflight *Proposal // handed to the store, not yet landed
 	lostAck  bool      // the next write lands, but the leader hears it failed
-	// retention is the ledger's SafeRetention (0: the default).
-	retention time.Duration
-	clients   []*simClient
-	now       int64
-	log       []string
+	clients  []*simClient
+	now      int64
+	log      []string
 }
 
 func (n *simNode) elect() {
 	n.term++
-	n.l = New(Config{Node: "n", ServerID: fmt.Sprint("s", n.term), Term: n.term, ClockSkew: time.Second, SafeRetention: n.retention})
+	n.l = New(Config{Node: "n", ServerID: fmt.Sprint("s", n.term), Term: n.term, ClockSkew: time.Second})
 	n.inflight = nil
 	for attempt := 0; ; attempt++ {
 		p, err := n.l.Start(n.now, n.store.prior(n.term))
@@ -119,7 +137,7 @@ func (n *simNode) round() {
 			continue
 		}
 		req := &allotpb.GetCapacityRequest{ClientId: c.id, Resource: []*allotpb.ResourceRequest{{
-			ResourceId: "r", Wants: c.wants, Has: c.report(n.now),
+			ResourceId: "r", Wants: c.wants, Has: c.report(n.now), Safe: c.reportSafe(n.now),
 		}}}
 		s, err := n.l.Get(n.now, n.set, req)
 		if err != nil {
@@ -137,9 +155,8 @@ func (n *simNode) round() {
 			c.next = n.now + int64(100*time.Millisecond) // waits; modelled as asking again
 			continue
 		}
-		ls := slots[k][0].Lease(n.now)
-		c.has, c.expiry, c.safe = ls.Capacity, ls.Expiry, ls.SafeCapacity
-		c.next = n.now + int64(max(ls.Refresh, 50*time.Millisecond))
+		c.answered(slots[k][0].Lease(n.now))
+		c.next = n.now + int64(max(c.refreshOf(slots[k][0].Lease(n.now)), 50*time.Millisecond))
 	}
 	n.l.EndRound()
 }
@@ -165,27 +182,31 @@ func (n *simNode) finishWrite() {
 }
 
 // held is the capacity in force: each client's lease while it lasts,
-// then its safe capacity (an agent in Safe mode).
+// then its safe capacity until that ends (an agent in Safe mode).
 func (n *simNode) held() float64 {
 	sum := 0.0
 	for _, c := range n.clients {
-		if c.expiry > n.now {
-			sum += c.has
-		} else {
-			sum += c.safe
-		}
+		sum += c.inForce(n.now)
 	}
 	return sum
 }
 
-// report is what an agent says it holds: its lease, or in Safe mode the
-// safe capacity it runs on, for as long as no answer comes.
+// refreshOf is the refresh interval a reply asks for.
+func (c *simClient) refreshOf(ls Lease) time.Duration { return ls.Refresh }
+
+// report is what an agent says it holds: its lease while it lasts.
 func (c *simClient) report(now int64) *allotpb.Lease {
 	if c.expiry > now {
 		return &allotpb.Lease{Capacity: c.has, ExpiryTime: timestamppb.New(time.Unix(0, c.expiry))}
 	}
-	if c.safe > 0 {
-		return &allotpb.Lease{Capacity: c.safe, ExpiryTime: timestamppb.New(time.Unix(0, now+int64(time.Hour)))}
+	return nil
+}
+
+// reportSafe is what an agent says of its safe capacity: what it falls
+// back to, and until when.
+func (c *simClient) reportSafe(now int64) *allotpb.Lease {
+	if c.safe > 0 && c.safeUntil > now {
+		return &allotpb.Lease{Capacity: c.safe, ExpiryTime: timestamppb.New(time.Unix(0, c.safeUntil))}
 	}
 	return nil
 }
@@ -212,13 +233,9 @@ func faultTrial(t *testing.T, seed uint64, tamper bool) {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	capacity := float64(20 + rng.IntN(200))
 	tm := &config.Template{Name: "t", Glob: "*", Capacity: capacity, Algorithm: allotpb.Algorithm_FAIR_SHARE,
-		LeaseLength: 3 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 3 * time.Second}
+		LeaseLength: 3 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 3 * time.Second,
+		Floor: config.FloorPolicy{Share: 0.5, Lease: 8 * time.Second}}
 	n := &simNode{t: t, rng: rng, set: config.NewSet(1, []*config.Template{tm}, nil), capacity: capacity, now: int64(1e18)}
-	if !tamper {
-		// Learning ends within seconds, so most crashes find a sound
-		// record written after it.
-		n.retention = 2 * time.Second
-	}
 	for i := range 3 + rng.IntN(8) {
 		n.clients = append(n.clients, &simClient{id: fmt.Sprint("c", i), wants: rng.Float64() * capacity / 2})
 	}
@@ -268,6 +285,14 @@ func faultTrial(t *testing.T, seed uint64, tamper bool) {
 				}
 			case 11:
 				n.lostAck = true // the next write lands but is reported failed
+			case 12, 13:
+				// A client is cut off from every coordinator for a while,
+				// longer than its lease and its floor: it runs on its
+				// floor until that ends, then on nothing, and must be
+				// counted as long as it may use anything.
+				c := n.clients[rng.IntN(len(n.clients))]
+				quiet := n.now + int64(time.Duration(steps-400-step)*20*time.Millisecond)
+				c.next = max(c.next, min(n.now+int64(time.Duration(1+rng.IntN(60))*time.Second), quiet))
 			}
 		} else {
 			n.store.failing = false
@@ -298,12 +323,13 @@ func faultTrial(t *testing.T, seed uint64, tamper bool) {
 		if h := n.held(); h > capacity*(1+1e-9)+1e-9 {
 			if r := n.l.resources["r"]; r != nil {
 				for _, c := range r.clients {
-					t.Logf("ledger: %s has %v until %dms lapsed %v", c.id, c.has, (c.expiry-1e18)/1e6, c.lapsed)
+					t.Logf("ledger: %s has %v until %dms lapsed %v held %v until %dms floor %v until %dms prev %v until %dms", c.id, c.has, (c.expiry-1e18)/1e6, c.lapsed,
+						c.held, (c.heldUntil-1e18)/1e6, c.floor, (c.floorEnd-1e18)/1e6, c.floorPrev, (c.floorPrevEnd-1e18)/1e6)
 				}
-				t.Logf("ledger: ceiling %v learning until %dms pred %v credited %v", r.ceiling, (r.learningUntil-1e18)/1e6, r.predCeiling, r.credited)
+				t.Logf("ledger: ceiling %v learning until %dms pred %v credited %v floors %+v", r.ceiling, (r.learningUntil-1e18)/1e6, r.predCeiling, r.credited, r.floors)
 			}
 			for _, c := range n.clients {
-				t.Logf("%s has %v until %dms wants %v", c.id, c.has, (c.expiry-1e18)/1e6, c.wants)
+				t.Logf("%s has %v until %dms safe %v until %dms in force %v wants %v", c.id, c.has, (c.expiry-1e18)/1e6, c.safe, (c.safeUntil-1e18)/1e6, c.inForce(n.now), c.wants)
 			}
 			t.Fatalf("step %d t=%dms term %d: clients hold %v of capacity %v; events:\n%s", step, (n.now-1e18)/1e6, n.term, h, capacity, strings.Join(n.log, "\n"))
 		}
@@ -319,7 +345,7 @@ func faultTrial(t *testing.T, seed uint64, tamper bool) {
 		}
 		t.Logf("ledger: inflight %v (sim %v) retry %dms wait %d batch %d", n.l.rec.inflight != nil, n.inflight != nil, (n.l.rec.retryAt-1e18)/1e6, r.waitSince, len(r.batch))
 		for _, c := range r.clients {
-			r.upsert(c.id, 50, 1, 0, 0, 0, n.now)
+			r.upsert(c.id, 50, 1, 0, holding{}, n.now)
 		}
 		ps, raise := n.l.needs(n.now, r, n.l.rec.until)
 		t.Logf("needs: %+v %v bound %v unlisted %v published %v", ps, raise, r.bound(n.now), r.unlisted, r.published)
@@ -338,14 +364,15 @@ func faultTrial(t *testing.T, seed uint64, tamper bool) {
 // the round (issue 9, item 1: 600 in force against 60).
 func TestSafeCapacityCountsLapsedClients(t *testing.T) {
 	tm := &config.Template{Name: "t", Glob: "*", Capacity: 60, Algorithm: allotpb.Algorithm_FAIR_SHARE,
-		LeaseLength: 5 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 5 * time.Second}
+		LeaseLength: 5 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 5 * time.Second,
+		Floor: config.FloorPolicy{Share: 1, Lease: time.Minute}}
 	n := &simNode{t: t, set: config.NewSet(1, []*config.Template{tm}, nil), capacity: 60, now: int64(1e18)}
 	for i := range 10 {
 		n.clients = append(n.clients, &simClient{id: fmt.Sprint("c", i), wants: 10})
 	}
 	n.elect()
 	n.store.failing = true
-	safe := map[string]float64{}
+	safe := map[string]*simClient{}
 	for range 400 {
 		n.now += int64(50 * time.Millisecond)
 		n.expireAll()
@@ -354,7 +381,8 @@ func TestSafeCapacityCountsLapsedClients(t *testing.T) {
 			if c.next > n.now {
 				continue
 			}
-			s, err := n.l.Get(n.now, n.set, &allotpb.GetCapacityRequest{ClientId: c.id, Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: c.wants}}})
+			s, err := n.l.Get(n.now, n.set, &allotpb.GetCapacityRequest{ClientId: c.id, Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: c.wants,
+				Has: c.report(n.now), Safe: c.reportSafe(n.now)}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -364,23 +392,15 @@ func TestSafeCapacityCountsLapsedClients(t *testing.T) {
 			n.l.Allocate(n.now)
 			if Ready(s) {
 				ls := s[0].Lease(n.now)
-				c.has, c.expiry, safe[c.id] = ls.Capacity, ls.Expiry, ls.SafeCapacity
+				c.answered(ls)
+				safe[c.id] = c
 				c.next = n.now + int64(ls.Refresh)
 			} else {
 				c.next = n.now + int64(100*time.Millisecond)
 			}
 			n.l.EndRound()
-			// Capacity in force: the lease while it lasts, else safe.
-			sum := 0.0
-			for _, c := range n.clients {
-				if c.expiry > n.now {
-					sum += c.has
-				} else {
-					sum += safe[c.id]
-				}
-			}
-			if sum > 60*(1+1e-9) {
-				t.Fatalf("capacity in force %v of 60 (safe capacities %v)", sum, safe)
+			if sum := n.held(); sum > 60*(1+1e-9) {
+				t.Fatalf("capacity in force %v of 60", sum)
 			}
 		}
 	}

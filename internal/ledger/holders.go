@@ -26,8 +26,7 @@ import (
 // instead of a lease length or more.
 //
 // Proof sketch. Let S be the recorded set and U the promise's end. Every
-// client the leader gave a positive lease or safe capacity to while
-// before U is in S (grants to others wait, and a record that drops the
+// client the leader gave a positive lease to while before U is in S (grants to others wait, and a record that drops the
 // promise or changes S must be durable before a grant it does not cover).
 // The predecessor answered nobody after the successor's takeover (its
 // replies stop when its leadership lapses), so if the takeover began
@@ -113,7 +112,9 @@ func (r *resource) snapshotHolders(now int64) holderSnapshot {
 	set := make(map[string]struct{})
 	for i := range r.clients {
 		c := &r.clients[i]
-		if c.exposure(now) > 0 || c.touched && r.demands[i].Wants > 0 {
+		// Floors are not promised: a successor counts them apart (the
+		// record's floor ceiling, less what clients report).
+		if c.leaseExposure(now) > 0 || c.touched && r.demands[i].Wants > 0 {
 			if len(set) == MaxRecordedHolders {
 				return holderSnapshot{}
 			}

@@ -73,7 +73,7 @@ func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i in
 			// replaces it: it counts as ours from now on.
 			base[k] = min(r.demands[i].Wants, c.credit+c.has)
 			c.held = max(c.held, c.credit)
-			c.heldUntil = max(c.heldUntil, min(c.reportedExpiry, p.now+r.retention+int64(r.tmpl.LeaseLength)))
+			c.heldUntil = max(c.heldUntil, min(c.reportedExpiry, p.now+int64(r.tmpl.LeaseLength))+r.skew)
 		}
 		free -= max(base[k], c.exposure(p.now)) - before
 	}

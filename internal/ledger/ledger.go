@@ -42,7 +42,6 @@ const (
 	DefaultMaxRecordBytes = 512 << 10
 	DefaultMinRefresh     = 50 * time.Millisecond
 	DefaultMaxRecordWait  = 500 * time.Millisecond
-	DefaultSafeRetention  = 30 * time.Second
 )
 
 // Error codes of refused resources, as in the wire protocol.
@@ -85,11 +84,6 @@ type Config struct {
 	// Child: the node has a parent; each resource's capacity is its
 	// lease from the parent (SetUpstream), not the template's.
 	Child bool
-	// SafeRetention is how long after a client's last lease it still
-	// counts as running on its safe capacity (its record is kept, and the
-	// lease record covers it). A client cut off from every coordinator
-	// for longer is forgotten. Default 30s.
-	SafeRetention time.Duration
 }
 
 func (c *Config) fill() {
@@ -117,9 +111,6 @@ func (c *Config) fill() {
 	if c.MaxRecordWait <= 0 {
 		c.MaxRecordWait = DefaultMaxRecordWait
 	}
-	if c.SafeRetention <= 0 {
-		c.SafeRetention = DefaultSafeRetention
-	}
 }
 
 // Ledger is the lease state of one node. Create it with New, then Start.
@@ -135,6 +126,8 @@ type Ledger struct {
 	tenantRes map[string]int
 	tenantBuf tenantScratch
 	stats     Stats
+	// sink keeps events for the caller to log (Events).
+	sink eventSink
 }
 
 // Stats count what the ledger did.
@@ -153,8 +146,13 @@ type Stats struct {
 	// reported holding more than the predecessor's record allows (its
 	// ceiling for the resource, or the capacity); the report was capped.
 	OverClaims uint64
-	Resources  int
-	Clients    int // client records
+	// Unheard counts claimants whose lease ended unrefreshed while they
+	// had a floor, and Forgotten child nodes whose record ended (their
+	// floor with it): see Events.
+	Unheard   uint64
+	Forgotten uint64
+	Resources int
+	Clients   int // client records
 }
 
 // New returns an empty ledger; Start it before use.
@@ -167,6 +165,7 @@ func New(cfg Config) *Ledger {
 func (l *Ledger) Stats() Stats {
 	s := l.stats
 	s.Resources, s.Clients = len(l.resources), l.records
+	s.Unheard, s.Forgotten = l.sink.unheard, l.sink.forgotten
 	return s
 }
 
@@ -235,13 +234,18 @@ func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.Ge
 		if e := rr.GetHas().GetExpiryTime(); e != nil {
 			hasExpiry = e.AsTime().UnixNano()
 		}
+		rep := holding{capacity: rr.GetHas().GetCapacity(), expiry: hasExpiry, floor: rr.GetSafe().GetCapacity()}
+		if e := rr.GetSafe().GetExpiryTime(); e != nil {
+			rep.floorEnd = e.AsTime().UnixNano()
+		}
 		before := r.records()
-		i := r.upsert(id, rr.GetWants(), 1, l.priority(tmpls[k], who, rr.GetPriority()), rr.GetHas().GetCapacity(), hasExpiry, now)
+		i := r.upsert(id, rr.GetWants(), 1, l.priority(tmpls[k], who, rr.GetPriority()), rep, now)
 		if r.records() > before {
 			r.clients[i].tenant = who.Tenant
 			r.track(who.Tenant)
 		}
 		l.records += r.records() - before
+		r.creditFloor(i, now)
 		slots[k] = Slot{r: r, client: id}
 	}
 	return slots, nil
@@ -326,6 +330,7 @@ func (l *Ledger) resourceFor(now int64, id string, t *config.Template, gen uint6
 			// record stays bounded and nobody is refused for it.
 			r.unlisted = true
 			r.ceiling, r.ceilingExpiry = math.Inf(1), math.MaxInt64
+			r.floors.ceiling, r.floors.ceilingExpiry = math.Inf(1), math.MaxInt64
 			l.rec.unlisted++
 		}
 		return r
@@ -345,8 +350,6 @@ func (l *Ledger) Allocate(now int64) {
 		if len(r.batch) > 0 {
 			r.allocate(&p)
 		}
-		r.safeAt = now
-		r.safeCap = r.safeCapacity()
 	}
 }
 
@@ -363,11 +366,14 @@ func Ready(slots []Slot) bool {
 
 // Lease is what one slot's client holds.
 type Lease struct {
-	ResourceID   string
-	Capacity     float64
-	Expiry       int64 // unix ns
-	Refresh      time.Duration
+	ResourceID string
+	Capacity   float64
+	Expiry     int64 // unix ns
+	Refresh    time.Duration
+	// SafeCapacity is the floor (-1 unlimited) and SafeExpiry when it ends
+	// (unix ns; 0 for none).
 	SafeCapacity float64
+	SafeExpiry   int64
 	// Shadow is the template's shadow mode: the client is told not to
 	// enforce the lease.
 	Shadow bool
@@ -377,30 +383,27 @@ type Lease struct {
 // record is gone (released meanwhile) holds nothing.
 func (s Slot) Lease(now int64) Lease {
 	r := s.r
-	l := Lease{ResourceID: r.id, Expiry: now, SafeCapacity: r.safeCap, Refresh: r.tmpl.RefreshInterval, Shadow: r.tmpl.Shadow}
+	l := Lease{ResourceID: r.id, Expiry: now, Refresh: r.tmpl.RefreshInterval, Shadow: r.tmpl.Shadow}
+	if r.tmpl.Floor.Unlimited {
+		l.SafeCapacity = -1
+	}
 	if i, ok := r.index[s.client]; ok {
 		c := &r.clients[i]
 		l.Capacity, l.Expiry, l.Refresh = c.has, c.expiry, time.Duration(c.due-now)
 		if c.lapsed {
 			l.Capacity, l.Expiry = 0, now
 		}
-		if r.shared() && !r.tmpl.HasSafeCapacity {
-			// Dynamic safe capacity: never more than the lease, so that
-			// what clients run on when no coordinator answers sums to at
-			// most what they were leased. It counts as held from now on.
-			safe := max(min(r.safeCap*r.demands[i].Weight, l.Capacity), 0)
-			if c.node {
-				// A child node's clients may fall back to safe capacities
-				// summing to its whole lease: it keeps its lease's level.
-				safe = max(l.Capacity, 0)
-			}
-			if safe < c.safe {
-				c.safePrev = max(c.safePrev, c.safe)
-			}
-			c.safe, l.SafeCapacity = safe, safe
-		}
+		l.SafeCapacity, l.SafeExpiry = r.toldFloor(c)
 	}
 	return l
+}
+
+// Events returns what happened to claimants since the last call, for the
+// caller to log (child nodes unheard and forgotten), and forgets them.
+func (l *Ledger) Events() []Event {
+	ev := l.sink.list
+	l.sink.list = nil
+	return ev
 }
 
 // Served reports whether the slot refers to a served resource (else Code
@@ -443,7 +446,10 @@ func (l *Ledger) Sweep(now int64) *Proposal {
 		if !r.learning(now) {
 			r.learnedSeen = nil
 		}
-		if len(r.clients) == 0 && !r.learning(now) && (r.ceilingExpiry <= now || r.unlisted) {
+		if r.predFloorOutstanding(now) == 0 {
+			r.floors.seen = nil
+		}
+		if len(r.clients) == 0 && !r.learning(now) && r.predFloorOutstanding(now) == 0 && (r.ceilingExpiry <= now || r.unlisted) {
 			delete(l.resources, id)
 			if r.unlisted {
 				l.rec.unlisted--

@@ -32,7 +32,7 @@ func BenchmarkLeaseMemory(b *testing.B) {
 			var scratch alloc.Scratch
 			p := roundParams{now: 1, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, scratch: &scratch, stats: &Stats{}}
 			for i, id := range ids {
-				r.upsert(id, float64(i%20), 1, 0, 0, 0, 1)
+				r.upsert(id, float64(i%20), 1, 0, holding{}, 1)
 			}
 			r.allocate(&p)
 			runtime.GC()
@@ -45,7 +45,7 @@ func BenchmarkLeaseMemory(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
 				// One client refreshes, then the round runs over everyone.
-				r.upsert(ids[i%n], float64(i%20), 1, 0, 0, 0, 1)
+				r.upsert(ids[i%n], float64(i%20), 1, 0, holding{}, 1)
 				r.allocate(&p)
 			}
 			b.ReportMetric(perLease, "B/lease")

@@ -145,14 +145,18 @@ type pendingSummary struct {
 	r       *resource
 	ceiling float64
 	expiry  int64
+	// floorCeiling and floorExpiry bound the resource's floors.
+	floorCeiling float64
+	floorExpiry  int64
 }
 
 // entryBytes bounds the encoded size of resource id's record entry:
 // `"<id>":{"ceiling":<float>,"latestExpiry":"<RFC 3339 ns>","holders":<n>,
-// "holdersDigest":"<uint64>","holdersUntil":"<RFC 3339 ns>"},` in
-// protojson, with the id escaped.
+// "holdersDigest":"<uint64>","holdersUntil":"<RFC 3339 ns>",
+// "floorCeiling":<float>,"floorExpiry":"<RFC 3339 ns>"},` in protojson,
+// with the id escaped.
 func entryBytes(id string) int {
-	return 200 + jsonStringBytes(id) // 200: the rest, with a holder promise
+	return 280 + jsonStringBytes(id) // 280: the rest, with a holder promise and floors
 }
 
 // jsonStringBytes bounds the bytes of id inside a JSON string.
@@ -213,7 +217,7 @@ func (l *Ledger) Start(now int64, p Prior) (*Proposal, error) {
 			l.rec.complete = h.GetComplete()
 			l.rec.pred = make(map[string]*allotpb.ResourceSummary, len(h.GetResources()))
 			for id, s := range h.GetResources() {
-				if s.GetLatestExpiry() != nil && s.GetLatestExpiry().AsTime().UnixNano()+skew > now {
+				if summaryLive(s, now, skew) {
 					l.rec.pred[id] = s
 					l.rec.bytes += entryBytes(id)
 				}
@@ -289,6 +293,8 @@ func (l *Ledger) Commit(now int64, p *Proposal, err error) {
 		}
 		ps.r.ceiling = ps.ceiling
 		ps.r.ceilingExpiry = max(ps.r.ceilingExpiry, ps.expiry)
+		ps.r.floors.ceiling = ps.floorCeiling
+		ps.r.floors.ceilingExpiry = max(ps.r.floors.ceilingExpiry, ps.floorExpiry)
 		ps.r.published = true
 	}
 }
@@ -298,22 +304,21 @@ func (l *Ledger) Commit(now int64, p *Proposal, err error) {
 // is needed or one is already in flight) and marks the resources that
 // wait for it. Grants within the recorded bounds do not wait.
 func (l *Ledger) Propose(now int64) *Proposal {
-	var leaseMax time.Duration
+	// The horizon covers leases and the floors that follow them: span is
+	// the longest of either among the round's resources.
+	var span int64
 	for _, r := range l.touched {
 		if len(r.batch) > 0 {
-			leaseMax = max(leaseMax, r.tmpl.LeaseLength)
+			span = max(span, r.span())
 		}
 	}
 	until := l.rec.until
-	// The horizon covers leases and the safe capacity clients may run on
-	// for the retention after them.
-	ret := int64(l.cfg.SafeRetention)
-	needHorizon := leaseMax > 0 && now+int64(leaseMax)+ret > until
+	needHorizon := span > 0 && now+span > until
 	// Extend early, so a write that fails has time to be retried before
-	// leases shorten; by twice the longest lease so writes are rare.
-	extend := needHorizon || leaseMax > 0 && now+int64(leaseMax)*3/2+ret > until || l.rec.rewrite
+	// leases and floors shorten; by twice the span so writes are rare.
+	extend := needHorizon || span > 0 && now+span*3/2 > until || l.rec.rewrite
 	if extend {
-		until = max(until, now+2*int64(leaseMax)+ret)
+		until = max(until, now+2*span)
 	}
 	canWrite := l.rec.inflight == nil && now >= l.rec.retryAt
 	var pending []pendingSummary
@@ -336,7 +341,7 @@ func (l *Ledger) Propose(now int64) *Proposal {
 			}
 		}
 		ps, raise := l.needs(now, r, until)
-		need := raise || now+int64(r.tmpl.LeaseLength)+ret > l.rec.until
+		need := raise || now+r.span() > l.rec.until
 		switch {
 		case !need:
 			r.waitSince = 0
@@ -366,15 +371,18 @@ func (l *Ledger) Propose(now int64) *Proposal {
 // needs works out the raise r's round needs: listing it, covering its
 // leases' expiry, raising its ceiling to what the round could grant.
 func (l *Ledger) needs(now int64, r *resource, until int64) (pendingSummary, bool) {
-	ll := int64(r.tmpl.LeaseLength) + r.retention
-	p := pendingSummary{r: r, ceiling: r.ceiling, expiry: r.ceilingExpiry}
+	ll := int64(r.tmpl.LeaseLength)
+	p := pendingSummary{r: r, ceiling: r.ceiling, expiry: r.ceilingExpiry, floorCeiling: r.floors.ceiling, floorExpiry: r.floors.ceilingExpiry}
 	if r.unlisted {
 		// Nothing to list; a committed record must say it is incomplete.
 		return p, !l.rec.incomplete
 	}
 	raise := !r.published || now+ll > r.ceilingExpiry
 	if raise {
-		p.expiry = max(r.ceilingExpiry, min(now+ll+int64(r.tmpl.LeaseLength), max(until, now+ll)))
+		p.expiry = max(r.ceilingExpiry, min(now+2*ll, max(until, now+ll)))
+	}
+	if r.shared() && l.needsFloors(now, r, until, &p) {
+		raise = true
 	}
 	if r.shared() && r.needsHolders(now) {
 		raise = true // a new client waits for a record that lists it
@@ -424,17 +432,19 @@ func (l *Ledger) buildRecord(now, until int64, pending []pendingSummary) *allotp
 	rec.Complete = (l.rec.complete || now >= l.rec.learningCap) && l.rec.unlisted == 0
 	skew := int64(l.cfg.ClockSkew)
 	for id, s := range l.rec.pred {
-		if s.GetLatestExpiry().AsTime().UnixNano()+skew > now {
+		if summaryLive(s, now, skew) {
 			// Without the predecessor's holder promise: this leader does
 			// not keep it.
-			rec.Resources[id] = summaryOf(s.GetCeiling(), s.GetLatestExpiry().AsTime().UnixNano())
+			rec.Resources[id] = summaryOf(s.GetCeiling(), s.GetLatestExpiry().AsTime().UnixNano(),
+				s.GetFloorCeiling(), s.GetFloorExpiry().AsTime().UnixNano())
 		}
 	}
-	// A zero ceiling means no leases: a complete record need not list it
-	// (and an incomplete one makes a successor assume the worst anyway).
+	// A zero ceiling means no leases and no floors: a complete record need
+	// not list it (and an incomplete one makes a successor assume the
+	// worst anyway).
 	for id, r := range l.resources {
 		if r.published && r.ceiling != 0 && !r.unlisted {
-			rec.Resources[id] = summaryOf(r.ceiling, r.summaryExpiry())
+			rec.Resources[id] = summaryOf(r.ceiling, r.summaryExpiry(), r.floors.ceiling, r.floorSummaryExpiry())
 		}
 	}
 	for _, p := range pending {
@@ -445,7 +455,7 @@ func (l *Ledger) buildRecord(now, until int64, pending []pendingSummary) *allotp
 			delete(rec.Resources, p.r.id)
 			continue
 		}
-		rec.Resources[p.r.id] = summaryOf(p.ceiling, max(p.expiry, p.r.summaryExpiry()))
+		rec.Resources[p.r.id] = summaryOf(p.ceiling, max(p.expiry, p.r.summaryExpiry()), p.floorCeiling, max(p.floorExpiry, p.r.floorSummaryExpiry()))
 	}
 	// Holder promises of the listed resources; from now until the write's
 	// outcome, grants keep to them as well (see holders.go).
@@ -490,9 +500,77 @@ func (l *Ledger) settleHolders(now int64, ok bool) {
 	}
 }
 
-// summaryOf is the record entry of a resource.
-func summaryOf(ceiling float64, expiry int64) *allotpb.ResourceSummary {
-	return &allotpb.ResourceSummary{Ceiling: ceiling, LatestExpiry: timestamppb.New(time.Unix(0, expiry))}
+// summaryOf is the record entry of a resource: its ceiling until expiry,
+// and the floors' ceiling until floorExpiry (none when 0).
+func summaryOf(ceiling float64, expiry int64, floorCeiling float64, floorExpiry int64) *allotpb.ResourceSummary {
+	s := &allotpb.ResourceSummary{Ceiling: ceiling, LatestExpiry: timestamppb.New(time.Unix(0, expiry))}
+	if floorExpiry > 0 && !math.IsInf(floorCeiling, 0) {
+		s.FloorCeiling, s.FloorExpiry = floorCeiling, timestamppb.New(time.Unix(0, floorExpiry))
+	}
+	return s
+}
+
+// summaryLive reports whether a record entry may still bound something
+// at now: a lease, or a floor.
+func summaryLive(s *allotpb.ResourceSummary, now, skew int64) bool {
+	return s.GetLatestExpiry() != nil && s.GetLatestExpiry().AsTime().UnixNano()+skew > now ||
+		s.GetFloorExpiry() != nil && s.GetFloorExpiry().AsTime().UnixNano()+skew > now
+}
+
+// span is how long what the resource hands out may last: its leases, and
+// the floors that follow them.
+func (r *resource) span() int64 {
+	return max(int64(r.tmpl.LeaseLength), int64(floorLeaseOf(r)))
+}
+
+// needsFloors works out the raise of r's floor bounds its round needs:
+// covering the floors' end, and their sum with what the round may grant
+// (at most the policy's floor for each client of the round).
+func (l *Ledger) needsFloors(now int64, r *resource, until int64, p *pendingSummary) bool {
+	fl := int64(floorLeaseOf(r))
+	if fl == 0 {
+		return false
+	}
+	raise := false
+	if !r.published || now+fl > r.floors.ceilingExpiry {
+		p.floorExpiry = max(r.floors.ceilingExpiry, min(now+2*fl, max(until, now+fl)))
+		raise = true
+	}
+	fb, fcap, per := r.floorBound(now), r.floorCap(now), r.floorPer(now)
+	inc := 0.0
+	for _, i := range r.batch {
+		c := &r.clients[i]
+		inc += max(min(per*r.demands[i].Weight, r.demands[i].Wants, fcap)-c.floorExposure(now), 0)
+	}
+	if want := min(fb+inc, max(fcap, fb)); want > r.floors.ceiling*(1+1e-12) || !r.published {
+		hr := 0.0
+		if want > 0 {
+			hr = floorHeadroom * fcap
+		}
+		p.floorCeiling = max(fb, min(fcap, want+hr), floorCeilingOrZero(r.floors.ceiling))
+		raise = true
+	}
+	return raise
+}
+
+func floorCeilingOrZero(c float64) float64 {
+	if math.IsInf(c, 1) {
+		return 0
+	}
+	return c
+}
+
+// floorSummaryExpiry is the floor expiry to publish for r: its own bound
+// and the predecessor's.
+func (r *resource) floorSummaryExpiry() int64 {
+	e := r.floors.ceilingExpiry
+	if e == math.MaxInt64 {
+		e = 0
+	}
+	if r.floors.predEnd > 0 {
+		e = max(e, r.floors.predEnd-r.skew)
+	}
+	return e
 }
 
 // summaryExpiry is the latest expiry to publish for r: its own bound and,
@@ -529,7 +607,7 @@ func (l *Ledger) shrink(now int64) *Proposal {
 	changed := l.rec.rewrite
 	skew := int64(l.cfg.ClockSkew)
 	for id, s := range l.rec.pred {
-		if s.GetLatestExpiry().AsTime().UnixNano()+skew <= now {
+		if !summaryLive(s, now, skew) {
 			delete(l.rec.pred, id)
 			l.rec.bytes -= entryBytes(id)
 			changed = true
@@ -544,6 +622,11 @@ func (l *Ledger) shrink(now int64) *Proposal {
 			r.ceiling = b + h
 			changed = true
 		}
+		fb, fh := r.floorBound(now), floorHeadroom*r.floorCap(now)
+		if r.floors.ceiling > fb+2*fh {
+			r.floors.ceiling = fb + fh
+			changed = true
+		}
 	}
 	if !changed || l.rec.inflight != nil || now < l.rec.retryAt {
 		return nil
@@ -556,9 +639,12 @@ func (l *Ledger) shrink(now int64) *Proposal {
 // mode from the predecessor's record (see resource.learn).
 func (l *Ledger) newResource(now int64, id string, t *config.Template, gen uint64) *resource {
 	r := newResource(id, t, gen)
-	r.retention = int64(l.cfg.SafeRetention)
+	r.skew = int64(l.cfg.ClockSkew)
 	r.up.child = l.cfg.Child
+	r.floors.sink = &l.sink
 	r.ceiling, r.ceilingExpiry = 0, 0 // nothing published for it yet
+	r.floors.ceiling, r.floors.ceilingExpiry = 0, 0
+	r.learnStart = l.rec.started
 	pred, listed := l.rec.pred[id]
 	if listed {
 		// Carried over into our record at takeover: it binds us too.
@@ -568,6 +654,12 @@ func (l *Ledger) newResource(now int64, id string, t *config.Template, gen uint6
 		r.ceiling = pred.GetCeiling()
 		r.predExpiry = pred.GetLatestExpiry().AsTime().UnixNano()
 		r.ceilingExpiry = r.predExpiry
+		if fe := pred.GetFloorExpiry(); fe != nil && pred.GetFloorCeiling() >= 0 && !math.IsNaN(pred.GetFloorCeiling()) {
+			// The predecessor's floors: held back, less what clients
+			// report, until they end (they outlast learning).
+			r.floors.ceiling, r.floors.ceilingExpiry = pred.GetFloorCeiling(), fe.AsTime().UnixNano()
+			r.floors.pred, r.floors.predEnd = pred.GetFloorCeiling(), r.floors.ceilingExpiry+r.skew
+		}
 	}
 	// No predecessor leases can exist, or the operator disabled learning.
 	if l.rec.learningCap == 0 || now >= l.rec.learningCap || t.LearningModeDuration <= 0 {
@@ -576,11 +668,9 @@ func (l *Ledger) newResource(now int64, id string, t *config.Template, gen uint6
 	// The predecessor's bound is worked out whatever this template's
 	// algorithm, so that a template change during learning (STATIC to
 	// FAIR_SHARE, say) still counts the predecessor's leases.
-	r.learnStart = l.rec.started
-	r.skew = int64(l.cfg.ClockSkew)
 	switch {
 	case listed && !math.IsInf(pred.GetCeiling(), 0) && !math.IsNaN(pred.GetCeiling()) && pred.GetCeiling() >= 0:
-		r.predCeiling = pred.GetCeiling()
+		r.predCeiling, r.predBounded = pred.GetCeiling(), true
 		// Learn until the predecessor's leases for it have expired. The
 		// current template's lease length does not shorten this: the
 		// predecessor may have issued longer leases before a change.
@@ -598,9 +688,15 @@ func (l *Ledger) newResource(now int64, id string, t *config.Template, gen uint6
 	default:
 		// Not in the record (an incomplete record, or none where one was
 		// expected): Doorman's rule, learn for learning_mode_duration and
-		// assume the predecessor leased out up to the capacity.
+		// assume the predecessor leased out up to the capacity. Its
+		// floors are unknown too: up to the capacity, for as long as a
+		// floor of this template lasts.
 		r.predCeiling = t.Capacity
 		r.learningUntil = min(l.rec.learningCap, l.rec.started+int64(t.LearningModeDuration))
+		if fl := int64(floorLeaseOf(r)); fl > 0 {
+			r.floors.pred = t.Capacity
+			r.floors.predEnd = min(l.rec.learningCap, l.rec.started+fl+r.skew)
+		}
 	}
 	return r
 }

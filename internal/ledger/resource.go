@@ -18,31 +18,37 @@ type client struct {
 	expiry int64   // unix ns; the lease ends here
 	due    int64   // unix ns; when the client is expected back
 	// seen is when the client last asked (unix ns). A record outlives its
-	// lease (lapsed) until seen + the lease length, so that the dynamic
-	// safe capacity counts clients that may be using it (see expire).
+	// lease (lapsed) until its floors end, and at least until seen + the
+	// lease length, so that the fair share floors are cut from counts the
+	// clients that may come back (see expire).
 	seen   int64
 	lapsed bool
-	// held, until heldUntil (unix ns), bounds an earlier lease the client
-	// may still hold: a reply that shrank its lease may never have
-	// reached it (a time-out, a lost reply, a leader that went silent),
-	// and leases replace each other only when received. The client's
-	// next request says what it holds and settles it. See exposure.
+	// held, until heldUntil (unix ns, the clock skew included), bounds an
+	// earlier lease the client may still hold: a reply that shrank its
+	// lease may never have reached it (a time-out, a lost reply, a leader
+	// that went silent), and leases replace each other only when
+	// received. The client's next request says what it holds and settles
+	// it. See exposure.
 	held      float64
 	heldUntil int64
-	// safe is the dynamic safe capacity last told (see Slot.Lease), and
-	// safePrev a larger one told before that the client may not have
-	// replaced yet. A client uses its safe capacity once its lease has
-	// ended and no coordinator answers, so both count as held until the
-	// record is forgotten (see exposure).
-	safe, safePrev float64
+	// floor is the safe capacity last told (see floor.go), counted as
+	// held until floorEnd: the end told plus the clock skew. floorPrev,
+	// until floorPrevEnd, is an earlier larger one the client may still
+	// hold (a reply that lowered it may not have reached it), or what its
+	// last request reported holding.
+	floor, floorPrev       float64
+	floorEnd, floorPrevEnd int64
 	// node: the record is a band of a child node (see ServerGet).
 	node bool
 	// tenant is the client's tenant ("" plain; see tenants.go).
 	tenant string
 	// reported is what the client said it holds (learning mode echoes it)
-	// and reportedExpiry when that lease ends (unix ns, 0 unknown).
-	reported       float64
-	reportedExpiry int64
+	// and reportedExpiry when that lease ends (unix ns, 0 unknown);
+	// reportedFloor and reportedFloorEnd the same for its floor.
+	reported         float64
+	reportedExpiry   int64
+	reportedFloor    float64
+	reportedFloorEnd int64
 	// credit is what this round credited from the predecessor's ceiling
 	// to the client on its first contact in learning mode (see learn).
 	credit   float64
@@ -67,15 +73,11 @@ type resource struct {
 	// up is the capacity a parent node leased this node (child nodes
 	// only; see Ledger.SetUpstream).
 	up upstream
-	// retention is how long a client record outlives the client's last
-	// lease (ns): a client may run on its safe capacity that long, and it
-	// counts until then.
-	retention int64
 	// waitSince is when the resource began waiting for a record write
 	// (unix ns; 0 not waiting): its batch is allocated after the write.
 	waitSince int64
-	safeCap   float64 // computed once per round
-	safeAt    int64   // the round's time, for safeCapacity
+	// floors is the state of the resource's floors (floor.go).
+	floors floorState
 
 	// Write-ahead summary (see summary.go). ceiling is the published upper
 	// bound on this resource's outstanding capacity that this coordinator
@@ -94,9 +96,14 @@ type resource struct {
 	// predExpiry is the predecessor's latest expiry for the resource.
 	predCeiling float64
 	credited    float64
+	// predBounded: predCeiling is the predecessor's recorded ceiling,
+	// which also bounds its floors once learning is over (floorState).
+	predBounded bool
 	learnStart  int64
-	skew        int64 // Options.ClockSkew in ns
 	predExpiry  int64
+	// skew is Config.ClockSkew in ns: what is told to end at t is counted
+	// until t + skew, and a predecessor's times are trusted with it.
+	skew        int64
 	learnedSeen map[string]struct{}
 	// hold is the resource's holder promise (see holders.go).
 	hold holders
@@ -117,10 +124,11 @@ func (r *resource) shared() bool {
 }
 
 // predOutstanding bounds the capacity still held under a predecessor's
-// leases by clients that have not yet been seen in learning mode.
+// leases by clients that have not yet been seen in learning mode, and
+// once learning is over, what its floors may still hold.
 func (r *resource) predOutstanding(now int64) float64 {
 	if !r.learning(now) {
-		return 0
+		return r.predFloorOutstanding(now)
 	}
 	return max(r.predCeiling-r.credited, 0)
 }
@@ -142,7 +150,7 @@ func (r *resource) lookup(id string) (int32, bool) {
 }
 
 // upsert records a client's request and marks it for this round.
-func (r *resource) upsert(id string, wants, weight float64, priority int32, reported float64, reportedExpiry, now int64) int32 {
+func (r *resource) upsert(id string, wants, weight float64, priority int32, rep holding, now int64) int32 {
 	i, ok := r.index[id]
 	if !ok {
 		i = int32(len(r.clients))
@@ -156,20 +164,24 @@ func (r *resource) upsert(id string, wants, weight float64, priority int32, repo
 	r.demands[i] = alloc.Demand{Wants: wants, Weight: weight, Priority: priority}
 	c := &r.clients[i]
 	// The client says what it holds now: never more than we may have
-	// given it (a lie cannot lock others out), and whatever it does not
-	// report it has replaced or let go.
-	rep := 0.0
-	if reportedExpiry > now {
-		rep = max(reported, 0)
+	// given it (a lie cannot lock others out), and never for longer;
+	// whatever it does not report it has replaced or let go. The latest
+	// lease and floor told still count: a reply may be on its way.
+	held := 0.0
+	if rep.expiry > now {
+		held = max(rep.capacity, 0)
 	}
-	// Once its lease ends it runs on the safe capacity that came with it,
-	// which is never more: the report covers that too, for the retention.
-	c.held = min(rep, c.exposure(now))
-	c.heldUntil = min(reportedExpiry, max(c.expiry, c.heldUntil, now+r.retention)) + r.retention
-	c.safePrev = 0 // the report says what it runs on
+	c.held = min(held, max(c.has, c.held))
+	c.heldUntil = min(rep.expiry+r.skew, max(c.expiry+r.skew, c.heldUntil))
+	floor := 0.0
+	if rep.floorEnd > now {
+		floor = max(rep.floor, 0)
+	}
+	c.floorPrev = min(floor, c.floorExposure(now))
+	c.floorPrevEnd = min(rep.floorEnd+r.skew, max(c.floorEnd, c.floorPrevEnd))
 	c.seen = now
-	r.clients[i].reported = reported
-	r.clients[i].reportedExpiry = reportedExpiry
+	c.reported, c.reportedExpiry = rep.capacity, rep.expiry
+	c.reportedFloor, c.reportedFloorEnd = rep.floor, rep.floorEnd
 	// A request after a release in the same round revives the record: the
 	// client will hold the lease this round grants (dropReleased skips it).
 	r.clients[i].released = false
@@ -180,21 +192,45 @@ func (r *resource) upsert(id string, wants, weight float64, priority int32, repo
 	return i
 }
 
-// sat adds d to t, saturating at the int64 range (MaxInt64 means none).
-func sat(t, d int64) int64 {
-	if t == math.MaxInt64 {
-		return t
-	}
-	return t + d
+// holding is what a request says its client holds: a lease (capacity
+// until expiry, unix ns) and a floor (until floorEnd, unix ns); zero
+// times for none.
+type holding struct {
+	capacity float64
+	expiry   int64
+	floor    float64
+	floorEnd int64
 }
 
 // exposure is the most the client may be holding at now under leases of
-// ours: its latest lease, or an earlier larger one it may not have
-// replaced yet.
+// ours: its latest lease, an earlier larger one it may not have replaced
+// yet, or a floor it may fall back to.
 func (c *client) exposure(now int64) float64 {
-	e := max(c.has, c.safe, c.safePrev)
+	e := c.has
 	if c.heldUntil > now && c.held > e {
 		e = c.held
+	}
+	return max(e, c.floorExposure(now))
+}
+
+// leaseExposure is the most the client may be holding at now under a
+// lease of ours, its floor aside.
+func (c *client) leaseExposure(now int64) float64 {
+	if c.heldUntil > now && c.held > c.has {
+		return c.held
+	}
+	return c.has
+}
+
+// floorExposure is the most the client may be holding at now once its
+// lease has ended: the floor last told, or an earlier larger one.
+func (c *client) floorExposure(now int64) float64 {
+	e := 0.0
+	if c.floorEnd > now {
+		e = c.floor
+	}
+	if c.floorPrevEnd > now && c.floorPrev > e {
+		e = c.floorPrev
 	}
 	return e
 }
@@ -228,7 +264,8 @@ func (r *resource) markReleased(id string) bool {
 	r.clients[i].released = true
 	r.clients[i].has = 0
 	r.clients[i].held, r.clients[i].heldUntil = 0, 0
-	r.clients[i].safe, r.clients[i].safePrev = 0, 0
+	r.clients[i].floor, r.clients[i].floorPrev = 0, 0
+	r.clients[i].floorEnd, r.clients[i].floorPrevEnd = 0, 0
 	r.demands[i].Wants = 0
 	r.releasedIDs = append(r.releasedIDs, id)
 	return true
@@ -244,16 +281,20 @@ func (r *resource) dropReleased() {
 	r.releasedIDs = r.releasedIDs[:0]
 }
 
-// expire drops every client whose lease has ended, cheapest first: the
-// heap top is the earliest expiry, so this costs O(k log n) for k expired.
+// expire drops every client whose lease and floors have ended, cheapest
+// first: the heap top is the earliest expiry, so this costs O(k log n)
+// for k expired.
 //
-// A client whose lease ends is not forgotten at once: its record lapses
-// (nothing held, nothing wanted) and stays until the lease length after
-// it was last seen. The client may be running on the safe capacity it was
-// last told, so the dynamic safe capacity must go on counting it: a
-// coordinator that cannot record its leases hands out zero-length ones,
-// and counting only the clients of the current round would tell each of
-// them it may use the whole capacity.
+// A client whose lease ends (counted until its expiry plus the clock
+// skew) is not forgotten at once: its record lapses (no lease, nothing
+// wanted) and stays until its floors end (see floor.go), and at least a
+// lease length after it was last seen. While it lasts the floor it may
+// be running on counts as held, and its weight counts in the fair share
+// that floors are cut from.
+//
+// The heap is ordered by expiry, which is the lease's end for a live
+// record and the time to forget it for a lapsed one: a lapsed record may
+// so be forgotten up to the clock skew late, never early.
 //
 // Never called while the resource has a batch pending: batch entries
 // are indices into clients.
@@ -261,24 +302,32 @@ func (r *resource) expire(now int64) {
 	for len(r.heap) > 0 {
 		i := r.heap[0]
 		c := &r.clients[i]
-		if c.expiry > now {
-			return
-		}
-		if c.heldUntil > now {
-			// An earlier lease may still be held: lapse then.
-			c.expiry, c.has = c.heldUntil, 0
-			r.heapFix(int(c.heapIdx))
-			continue
-		}
 		if !c.lapsed {
+			if c.expiry+r.skew > now {
+				return
+			}
+			if c.heldUntil > now {
+				// An earlier lease may still be held: lapse then.
+				c.expiry, c.has = c.heldUntil-r.skew, 0
+				r.heapFix(int(c.heapIdx))
+				continue
+			}
 			c.lapsed = true
 			c.has = 0
 			r.demands[i].Wants = 0
-			c.expiry = max(c.expiry, c.seen) + max(int64(r.tmpl.LeaseLength), r.retention)
+			c.expiry = max(c.floorEnd, c.floorPrevEnd, c.seen+int64(r.tmpl.LeaseLength))
+			if c.floorExposure(now) > 0 {
+				r.floors.event(now, r.id, c, EventUnheard)
+			}
 			if c.expiry > now {
 				r.heapFix(int(c.heapIdx))
 				continue
 			}
+		} else if c.expiry > now {
+			return
+		}
+		if c.node {
+			r.floors.event(now, r.id, c, EventForgotten)
 		}
 		r.remove(i)
 	}
@@ -298,54 +347,71 @@ func (r *resource) outstanding(now int64) float64 {
 
 // upstream is what a child node holds of a resource from its parent.
 type upstream struct {
-	child   bool    // capacity comes from the parent, not the template
-	known   bool    // the parent has answered for this resource
-	cap     float64 // the lease's capacity
-	expiry  int64   // unix ns; the lease ends here
-	safe    float64 // the parent's safe capacity for us
-	refresh time.Duration
-	asked   float64 // the demand in the last ask
-	held    float64 // what the subtree held (bound) at the last ask
+	child  bool    // capacity comes from the parent, not the template
+	known  bool    // the parent has answered for this resource
+	cap    float64 // the lease's capacity
+	expiry int64   // unix ns; the lease ends here
+	safe   float64 // the parent's safe capacity for us: our floor
+	// safeUntil is when the floor ends (unix ns; MaxInt64 for a parent
+	// that sets no end).
+	safeUntil int64
+	refresh   time.Duration
+	asked     float64 // the demand in the last ask
+	held      float64 // what the subtree held (bound) at the last ask
+}
+
+// Regimes of a child's capacity for a resource (see capacity).
+const (
+	RegimeLease = "lease"    // its lease from the parent
+	RegimeFloor = "floor"    // the lease ended unrefreshed: its floor
+	RegimeNone  = "none"     // the floor ended too, or nothing known yet
+	RegimeOwn   = "capacity" // a root: the template's capacity
+)
+
+// regime says what a resource's capacity comes from at now.
+func (r *resource) regime(now int64) string {
+	switch {
+	case !r.up.child:
+		return RegimeOwn
+	case !r.up.known:
+		return RegimeNone
+	case now < r.up.expiry:
+		return RegimeLease
+	case now < r.up.safeUntil:
+		return RegimeFloor
+	}
+	return RegimeNone
 }
 
 // capacity is what the resource's algorithm divides at now: the
-// template's, or on a child node its lease from the parent (the safe
-// capacity the parent told once that lease ended, as a client would).
+// template's, or on a child node its lease from the parent, then the
+// floor the parent told once that lease ended, as a client would, then
+// nothing.
 func (r *resource) capacity(now int64) float64 {
-	switch {
-	case !r.up.child:
+	switch r.regime(now) {
+	case RegimeOwn:
 		return r.tmpl.Capacity
-	case !r.up.known:
-		return 0
-	case now < r.up.expiry:
+	case RegimeLease:
 		return min(r.up.cap, r.tmpl.Capacity)
+	case RegimeFloor:
+		return max(min(r.up.safe, r.tmpl.Capacity), 0)
 	}
-	return max(min(r.up.safe, r.tmpl.Capacity), 0)
+	return 0
 }
 
 // leaseEnd bounds the expiry of the leases a child hands out: never
-// after its own lease from the parent, while it has one.
+// after its own lease from the parent while it has one, then never after
+// its floor.
 func (r *resource) leaseEnd(now int64) int64 {
-	if r.up.child && r.up.known && now < r.up.expiry {
+	switch r.regime(now) {
+	case RegimeLease:
 		return r.up.expiry
+	case RegimeFloor:
+		return r.up.safeUntil
+	case RegimeNone:
+		return now
 	}
 	return math.MaxInt64
-}
-
-// safeCapacity is the configured value, else capacity per client
-// (weighted); a client is told at most its lease of that (see Slot.Lease).
-func (r *resource) safeCapacity() float64 {
-	if r.tmpl.HasSafeCapacity {
-		return r.tmpl.SafeCapacity
-	}
-	var w float64
-	for i := range r.demands {
-		w += r.demands[i].Weight
-	}
-	if w < 1 {
-		return r.capacity(r.safeAt)
-	}
-	return r.capacity(r.safeAt) / w
 }
 
 // roundParams are the coordinator-wide inputs to a round.
@@ -367,13 +433,14 @@ type roundParams struct {
 func (r *resource) allocate(p *roundParams) {
 	t := r.tmpl
 	capacity := r.capacity(p.now)
-	r.targets(capacity, p)
+	r.beginFloors(p.now)
+	// Floors that claimants outside the round may be running on are not
+	// the algorithm's to divide.
+	r.targets(max(capacity-r.floors.reserved, 0), p)
 
-	// No lease may outlive the recorded horizon (see horizon.go) or the
-	// resource's published latest expiry (summary.go).
-	// A client may run on its safe capacity for the retention after its
-	// lease, so the record must cover that too.
-	expiry := max(min(p.now+int64(t.LeaseLength), p.horizon-r.retention, sat(r.ceilingExpiry, -r.retention), r.leaseEnd(p.now)), p.now)
+	// No lease may outlive the recorded horizon (record.go) or the
+	// resource's published latest expiry.
+	expiry := max(min(p.now+int64(t.LeaseLength), p.horizon, r.ceilingExpiry, r.leaseEnd(p.now)), p.now)
 	refresh := t.RefreshInterval
 	if r.up.child && r.up.refresh > 0 {
 		// Lower levels converge first: clients of a child come back twice
@@ -392,13 +459,14 @@ func (r *resource) allocate(p *roundParams) {
 			if c.heldUntil <= p.now || c.held < c.has {
 				c.held = c.has
 			}
-			c.heldUntil = max(c.heldUntil, c.expiry)
+			c.heldUntil = max(c.heldUntil, c.expiry+r.skew)
 			fresh = min(fresh, p.minFresh)
 		}
 		c.has = capacity
 		c.lapsed = false
 		c.expiry = expiry
 		c.due = p.now + int64(fresh)
+		r.grantFloor(i, p)
 		r.heapFix(int(c.heapIdx))
 	}
 
@@ -422,7 +490,7 @@ func (r *resource) allocate(p *roundParams) {
 		}
 	default:
 		// Grants stay within the published ceiling (write-ahead).
-		free := min(capacity, r.ceiling) - r.outstanding(p.now)
+		free := min(capacity, r.ceiling) - r.bound(p.now)
 		// Shrinkers first: what they confirm giving back goes to growers.
 		for _, i := range r.batch {
 			c := &r.clients[i]

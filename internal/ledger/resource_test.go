@@ -78,7 +78,7 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 			}
 			if steady || rng.IntN(5) == 0 {
 				before := r.records()
-				k := r.upsert(id, wants[i], 1, prio[i], 0, 0, now)
+				k := r.upsert(id, wants[i], 1, prio[i], holding{}, now)
 				if tenants && r.records() > before {
 					r.clients[k].tenant = fmt.Sprintf("T%d", i%3)
 					r.track(r.clients[k].tenant)
@@ -135,7 +135,7 @@ func TestExpiryHeap(t *testing.T) {
 			}
 		}
 		id := string(rune('a' + rng.IntN(50)))
-		r.upsert(id, 1, 1, 0, 0, 0, now)
+		r.upsert(id, 1, 1, 0, holding{}, now)
 		r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, scratch: &scratch, stats: &Stats{}})
 		for k, i := range r.heap {
 			if int(r.clients[i].heapIdx) != k {
@@ -234,7 +234,7 @@ func learningTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, tr
 			} else if i, ok := r.index[id]; ok {
 				has, exp = r.clients[i].has, r.clients[i].expiry
 			}
-			r.upsert(id, wants[id], 1, 0, has, exp, now)
+			r.upsert(id, wants[id], 1, 0, holding{capacity: has, expiry: exp}, now)
 		}
 		if len(r.batch) > 0 {
 			r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, scratch: &scratch, stats: &Stats{}})
@@ -267,12 +267,12 @@ func TestLearningHandsOutWhatIsFree(t *testing.T) {
 	r.ceiling, r.predCeiling, r.learnStart, r.learningUntil = 100, 40, now, now+int64(time.Minute)
 	var scratch alloc.Scratch
 	p := &roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, scratch: &scratch, stats: &Stats{}}
-	r.upsert("new", 100, 1, 0, 0, 0, now)
+	r.upsert("new", 100, 1, 0, holding{}, now)
 	r.allocate(p)
 	if got := r.clients[r.index["new"]].has; got != 60 {
 		t.Fatalf("new client got %v, want the 60 outside the predecessor's ceiling", got)
 	}
-	r.upsert("old", 100, 1, 0, 40, now+int64(5*time.Second), now)
+	r.upsert("old", 100, 1, 0, holding{capacity: 40, expiry: now + int64(5*time.Second)}, now)
 	r.allocate(p)
 	if got := r.clients[r.index["old"]].has; got != 40 {
 		t.Fatalf("predecessor client kept %v of its 40", got)

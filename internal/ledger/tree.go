@@ -92,31 +92,48 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 				total += granted[j]
 			}
 		}
+		// The subtree's leases end with the child's lease; once that has
+		// ended (the child runs on its floor) with its floor. A child that
+		// says neither (an older one) is counted for a day.
+		var floorEnd int64
+		if e := rr.GetSafeExpiryTime(); e != nil {
+			floorEnd = e.AsTime().UnixNano()
+		}
 		expiry := now + int64(24*time.Hour)
-		if e := rr.GetHas().GetExpiryTime(); e != nil {
+		switch e := rr.GetHas().GetExpiryTime(); {
+		case e != nil:
 			expiry = e.AsTime().UnixNano()
+		case floorEnd > 0:
+			expiry = floorEnd
 		}
 		out := max(rr.GetOutstanding(), rr.GetHas().GetCapacity())
+		fout := max(rr.GetSafeOutstanding(), 0)
 		ids := make([]string, len(bands))
 		for j, b := range bands {
-			share := 0.0
+			frac := 0.0
 			switch {
 			case total > 0:
-				share = out * granted[j] / total
+				frac = granted[j] / total
 			case j == 0:
-				share = out
+				frac = 1
 			}
+			share, fshare := out*frac, fout*frac
 			ids[j] = bandID(child, b.GetPriority())
 			before := r.records()
-			i := r.upsert(ids[j], b.GetWants(), float64(b.GetNumClients()), l.priority(tmpls[k], Claimant{}, b.GetPriority()), share, expiry, now)
+			i := r.upsert(ids[j], b.GetWants(), float64(b.GetNumClients()), l.priority(tmpls[k], Claimant{}, b.GetPriority()),
+				holding{capacity: share, expiry: expiry, floor: fshare, floorEnd: floorEnd}, now)
 			l.records += r.records() - before
-			// A child node is trusted with what its subtree holds: its
-			// leases, and the safe capacity its clients may fall back to,
-			// until its lease plus the retention (unlike a client, whose
-			// report is capped by what it was given).
+			// A child node is trusted with what its subtree holds (unlike
+			// a client, whose report is capped by what it was given): its
+			// leases until its lease ends, and the floors its clients may
+			// fall back to until they end.
 			c := &r.clients[i]
 			c.node = true
-			c.held, c.heldUntil = share, max(c.heldUntil, expiry+r.retention)
+			c.held, c.heldUntil = share, max(c.heldUntil, expiry+r.skew)
+			if floorEnd > now {
+				c.floorPrev, c.floorPrevEnd = fshare, floorEnd+r.skew
+			}
+			r.creditFloor(i, now)
 		}
 		slots[k] = ServerSlot{r: r, bands: ids}
 	}
@@ -136,16 +153,27 @@ func ReadyServer(slots []ServerSlot) bool {
 // Lease returns what the child holds of the slot's resource: the sum of
 // its bands' leases.
 func (s ServerSlot) Lease(now int64) Lease {
-	out := Lease{ResourceID: s.r.id, Expiry: math.MaxInt64, Refresh: s.r.tmpl.RefreshInterval}
+	out := Lease{ResourceID: s.r.id, Expiry: math.MaxInt64, Refresh: s.r.tmpl.RefreshInterval, SafeExpiry: math.MaxInt64}
 	for _, id := range s.bands {
 		b := Slot{r: s.r, client: id}.Lease(now)
 		out.Capacity += b.Capacity
-		out.SafeCapacity += b.SafeCapacity
 		out.Expiry = min(out.Expiry, b.Expiry)
 		out.Refresh = min(out.Refresh, b.Refresh)
+		switch {
+		case b.SafeCapacity < 0 || out.SafeCapacity < 0:
+			out.SafeCapacity = -1
+		case b.SafeCapacity > 0:
+			// The child's floor is its bands' floors, until the first of
+			// them ends.
+			out.SafeCapacity += b.SafeCapacity
+			out.SafeExpiry = min(out.SafeExpiry, b.SafeExpiry)
+		}
 	}
 	if out.Expiry == math.MaxInt64 {
 		out.Expiry = now
+	}
+	if out.SafeCapacity <= 0 {
+		out.SafeExpiry = 0
 	}
 	return out
 }
@@ -169,6 +197,12 @@ func (l *Ledger) UpstreamRequests(now int64, node string) []*allotpb.GetServerCa
 		r := l.resources[id]
 		rr := &allotpb.ServerCapacityResourceRequest{ResourceId: id, Outstanding: r.bound(now), Wants: r.bandDemand()}
 		r.up.asked, r.up.held = r.demand(), rr.Outstanding
+		if fb := r.floorBound(now); fb > 0 {
+			// What the subtree may hold once our lease ends: the parent
+			// counts it while it is more than the floor it told us.
+			rr.SafeOutstanding = fb
+			rr.SafeExpiryTime = timestamppb.New(time.Unix(0, r.latestFloorEnd(now)))
+		}
 		if r.up.known && now < r.up.expiry {
 			rr.Has = &allotpb.Lease{Capacity: r.up.cap, ExpiryTime: timestamppb.New(time.Unix(0, r.up.expiry)),
 				RefreshInterval: durationpb.New(r.up.refresh)}
@@ -222,6 +256,15 @@ func (l *Ledger) SetUpstream(now int64, resp *allotpb.GetServerCapacityResponse)
 		// asked and held stay: they describe the ask this answers.
 		r.up.known, r.up.cap = true, max(g.GetCapacity(), 0)
 		r.up.expiry, r.up.safe = g.GetExpiryTime().AsTime().UnixNano(), rr.GetSafeCapacity()
+		r.up.safeUntil = noFloorEnd
+		if e := rr.GetSafeExpiryTime(); e != nil {
+			r.up.safeUntil = e.AsTime().UnixNano()
+		}
+		if r.up.safe < 0 {
+			// Unlimited: the parent's template opts out of floors; its
+			// capacity bounds ours.
+			r.up.safe = r.tmpl.Capacity
+		}
 		r.up.refresh = g.GetRefreshInterval().AsDuration()
 	}
 	return true
@@ -308,9 +351,21 @@ type ResourceStat struct {
 	LeaseExpiry string  `json:"lease_expiry,omitempty"`
 	// Outstanding bounds what the node's claimants hold.
 	Outstanding float64 `json:"outstanding"`
+	// Floors sums the floors claimants may fall back to (counted until
+	// they end), and OnFloor counts the claimants whose lease ended
+	// unrefreshed while their floor lasts (cut off, or gone).
+	Floors  float64 `json:"floors,omitempty"`
+	OnFloor int     `json:"on_floor,omitempty"`
 	// Claimants counts client records (a child node counts once per band).
 	Claimants int  `json:"claimants"`
 	Learning  bool `json:"learning,omitempty"`
+	// Regime is, on a child node, what its capacity comes from now: its
+	// lease from the parent ("lease"), the floor the parent told once
+	// that lease ended unrefreshed ("floor", until FloorUntil), or
+	// nothing ("none"). Floor is that floor.
+	Regime     string  `json:"regime,omitempty"`
+	Floor      float64 `json:"floor,omitempty"`
+	FloorUntil string  `json:"floor_until,omitempty"`
 	// Shadow is set when the resource's leases are shadow: agents do not
 	// enforce them.
 	Shadow bool `json:"shadow,omitempty"`
@@ -321,9 +376,24 @@ func (l *Ledger) Top(now int64, n int) []ResourceStat {
 	out := make([]ResourceStat, 0, min(n, len(l.resources)))
 	for id, r := range l.resources {
 		st := ResourceStat{ID: id, Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: len(r.clients), Learning: r.learning(now), Shadow: r.tmpl.Shadow}
+		for i := range r.clients {
+			if c := &r.clients[i]; c.floorExposure(now) > 0 {
+				st.Floors += c.floorExposure(now)
+				if c.lapsed {
+					st.OnFloor++
+				}
+			}
+		}
+		if r.up.child {
+			st.Regime = r.regime(now)
+		}
 		if r.up.child && r.up.known {
 			st.Lease = r.up.cap
 			st.LeaseExpiry = time.Unix(0, r.up.expiry).UTC().Format(time.RFC3339Nano)
+			st.Floor = r.up.safe
+			if r.up.safeUntil != noFloorEnd {
+				st.FloorUntil = time.Unix(0, r.up.safeUntil).UTC().Format(time.RFC3339Nano)
+			}
 		}
 		out = append(out, st)
 	}

@@ -64,7 +64,7 @@ func (n *treeNode) round(t *testing.T, set *config.Set, now int64) {
 			continue
 		}
 		s, err := n.l.Get(now, set, &allotpb.GetCapacityRequest{ClientId: c.id,
-			Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: c.wants, Has: c.report(now)}}})
+			Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: c.wants, Has: c.report(now), Safe: c.reportSafe(now)}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +77,7 @@ func (n *treeNode) round(t *testing.T, set *config.Set, now int64) {
 			continue
 		}
 		ls := slots[k][0].Lease(now)
-		c.has, c.expiry, c.safe = ls.Capacity, ls.Expiry, ls.SafeCapacity
+		c.answered(ls)
 		c.next = now + int64(max(ls.Refresh, minGap))
 	}
 	n.l.EndRound()
@@ -114,7 +114,7 @@ func (n *treeNode) askParent(t *testing.T, set *config.Set, now int64) {
 			ls := s.Lease(now)
 			resp.Response = append(resp.Response, &allotpb.ServerCapacityResourceResponse{ResourceId: ls.ResourceID,
 				Gets:         &allotpb.Lease{Capacity: ls.Capacity, ExpiryTime: timestamppb.New(time.Unix(0, ls.Expiry)), RefreshInterval: durationpb.New(ls.Refresh)},
-				SafeCapacity: ls.SafeCapacity})
+				SafeCapacity: ls.SafeCapacity, SafeExpiryTime: safeExpiry(ls)})
 		}
 		n.parent.l.EndRound()
 		n.l.SetUpstream(now, resp)
@@ -128,8 +128,17 @@ func fairTemplate(capacity float64) *config.Set { return fairTemplateGen(capacit
 
 func fairTemplateGen(capacity float64, gen uint64) *config.Set {
 	tm := &config.Template{Name: "t", Glob: "*", Capacity: capacity, Algorithm: allotpb.Algorithm_FAIR_SHARE,
-		LeaseLength: 5 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 5 * time.Second}
+		LeaseLength: 5 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 5 * time.Second,
+		Floor: config.FloorPolicy{Share: 0.5, Lease: 20 * time.Second}}
 	return config.NewSet(gen, []*config.Template{tm}, nil)
+}
+
+// safeExpiry is the wire form of a lease's safe capacity's end.
+func safeExpiry(ls Lease) *timestamppb.Timestamp {
+	if ls.SafeExpiry == 0 {
+		return nil
+	}
+	return timestamppb.New(time.Unix(0, ls.SafeExpiry))
 }
 
 // Issue 10's example: capacity 100, two clients at the root and three at
@@ -220,11 +229,7 @@ func treeTrial(t *testing.T, seed uint64) {
 		}
 		held := 0.0
 		for _, c := range all {
-			if c.expiry > now {
-				held += c.has
-			} else {
-				held += c.safe
-			}
+			held += c.inForce(now)
 		}
 		// After a capacity cut, leases already issued stay out (and a
 		// node may still grant within a lease it holds) until they are
@@ -239,15 +244,11 @@ func treeTrial(t *testing.T, seed uint64) {
 				}
 				sum := 0.0
 				for _, c := range n.clients {
-					if c.expiry > now {
-						sum += c.has
-					} else {
-						sum += c.safe
-					}
+					sum += c.inForce(now)
 				}
 				t.Logf("%s (parent %v): clients hold %.1f; ledger outstanding %.1f cap %.1f up %+v", n.name, n.parent != nil, sum, r.outstanding(now), r.capacity(now), r.up)
 				for _, c := range r.clients {
-					t.Logf("   rec %q has %.1f exp %+dms held %.1f until %+dms safe %.1f/%.1f lapsed %v", c.id, c.has, (c.expiry-now)/1e6, c.held, (c.heldUntil-now)/1e6, c.safe, c.safePrev, c.lapsed)
+					t.Logf("   rec %q has %.1f exp %+dms held %.1f until %+dms floor %.1f/%.1f lapsed %v", c.id, c.has, (c.expiry-now)/1e6, c.held, (c.heldUntil-now)/1e6, c.floor, c.floorPrev, c.lapsed)
 				}
 			}
 			t.Fatalf("step %d: clients of the tree hold %v of the root's %v", step, held, capacity)

@@ -74,7 +74,8 @@ type ClaimantView struct {
 // ResourceDetail is a ResourceView with the claimants that hold most.
 type ResourceDetail struct {
 	ResourceView
-	// SafeCapacity is the per-client safe capacity of the last round.
+	// SafeCapacity is the floor per client (per unit of weight) of the
+	// last round; -1 unlimited.
 	SafeCapacity float64 `json:"safe_capacity"`
 	// Matching counts the claimants matching the search (all of them
 	// without one); Top lists at most the asked number of them, largest
@@ -128,7 +129,7 @@ func (l *Ledger) Detail(now int64, id string, topN int, search string) (Resource
 	if r == nil {
 		return ResourceDetail{}, false
 	}
-	d := ResourceDetail{ResourceView: r.view(now), SafeCapacity: r.safeCap}
+	d := ResourceDetail{ResourceView: r.view(now), SafeCapacity: r.floors.per}
 	search = strings.ToLower(search)
 	topN = min(max(topN, 0), MaxViewClaimants)
 	// Larger lease first, then larger wants, then id.

@@ -16,6 +16,8 @@ type LeaseReply struct {
 	Expiry       int64 // unix nanoseconds
 	Refresh      time.Duration
 	SafeCapacity float64
+	// SafeExpiry is when SafeCapacity ends (unix nanoseconds; 0 none).
+	SafeExpiry int64
 	// Error, when set, says why this resource was not served; the other
 	// fields but ResourceID are then ignored.
 	Error     string
@@ -34,6 +36,7 @@ const (
 	fieldError        = 4 // ResourceResponse.error
 	fieldErrorCode    = 5 // ResourceResponse.error_code
 	fieldShadow       = 6 // ResourceResponse.shadow
+	fieldSafeExpiry   = 7 // ResourceResponse.safe_expiry_time
 	fieldCapacity     = 1 // Lease.capacity
 	fieldExpiry       = 2 // Lease.expiry_time
 	fieldRefresh      = 3 // Lease.refresh_interval
@@ -68,6 +71,10 @@ func AppendGetCapacityResponse(b []byte, term uint64, entries []LeaseReply) []by
 		if e.Shadow {
 			b = appendVarint(b, fieldShadow, 1)
 		}
+		if e.SafeExpiry != 0 {
+			sec, nsec = splitNanos(e.SafeExpiry)
+			b = appendSecNanos(b, fieldSafeExpiry, sec, nsec)
+		}
 	}
 	if term != 0 {
 		b = protowire.AppendTag(b, fieldTerm, protowire.VarintType)
@@ -97,6 +104,10 @@ func resourceResponseSize(e *LeaseReply) int {
 	n += doubleSize(fieldSafeCapacity, e.SafeCapacity)
 	if e.Shadow {
 		n += varintSize(fieldShadow, 1)
+	}
+	if e.SafeExpiry != 0 {
+		sec, nsec := splitNanos(e.SafeExpiry)
+		n += secNanosSize(fieldSafeExpiry, sec, nsec)
 	}
 	return n
 }

@@ -39,6 +39,9 @@ func structResponse(term uint64, entries []LeaseReply) *allotpb.GetCapacityRespo
 			SafeCapacity: plusZero(e.SafeCapacity),
 			Shadow:       e.Shadow,
 		})
+		if e.SafeExpiry != 0 {
+			resp.Response[len(resp.Response)-1].SafeExpiryTime = timestamppb.New(time.Unix(0, e.SafeExpiry))
+		}
 	}
 	return resp
 }
@@ -58,6 +61,7 @@ func TestAppendGetCapacityResponse(t *testing.T) {
 				Expiry:       []int64{0, 1, int64(time.Second), time.Now().UnixNano(), 1e18 + 999}[rng.IntN(5)],
 				Refresh:      []time.Duration{0, time.Nanosecond, 50 * time.Millisecond, 5 * time.Second, time.Hour + 1}[rng.IntN(5)],
 				SafeCapacity: pick(0, math.Copysign(0, -1), -1, 7, math.MaxFloat64),
+				SafeExpiry:   []int64{0, 1, int64(time.Second), time.Now().UnixNano(), 1e18 + 999}[rng.IntN(5)],
 				Shadow:       rng.IntN(3) == 0,
 			})
 			if rng.IntN(4) == 0 {

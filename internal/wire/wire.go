@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -270,34 +271,49 @@ func validatePriority(p int32) error {
 // clock type.
 const maxExpirySeconds = math.MaxInt64/int64(time.Second) - 1
 
-// validateLease checks the lease a client says it holds ("has") and
-// normalises its capacity. Errors name the field below the lease.
-func validateLease(l *allotpb.Lease) error {
+// validateLease checks the lease a client says it holds ("has", or its
+// floor, "safe") and normalises its capacity. Errors name the field below
+// the lease.
+func validateLease(name string, l *allotpb.Lease) error {
 	if l == nil {
 		return nil
 	}
-	if err := amount("has.capacity", &l.Capacity); err != nil {
+	capField := "has.capacity"
+	if name == "safe" {
+		capField = "safe.capacity" // constants: this runs for every request
+	}
+	if err := amount(capField, &l.Capacity); err != nil {
 		return err
 	}
-	if t := l.GetExpiryTime(); t != nil {
-		if err := t.CheckValid(); err != nil {
-			return badf("has.expiry_time: %v", err)
-		}
-		if t.GetSeconds() < 0 || t.GetSeconds() > maxExpirySeconds {
-			return badf("has.expiry_time %s is outside [%s, %s]", t.AsTime().Format(time.RFC3339Nano),
-				time.Unix(0, 0).UTC().Format(time.RFC3339), time.Unix(maxExpirySeconds, 0).UTC().Format(time.RFC3339))
-		}
+	if err := validateTime(name, ".expiry_time", l.GetExpiryTime()); err != nil {
+		return err
 	}
 	if d := l.GetRefreshInterval(); d != nil {
 		if err := d.CheckValid(); err != nil {
-			return badf("has.refresh_interval: %v", err)
+			return badf("%s.refresh_interval: %v", name, err)
 		}
 		switch {
 		case d.GetSeconds() < 0 || d.GetNanos() < 0:
-			return badf("has.refresh_interval %s is negative", d.AsDuration())
+			return badf("%s.refresh_interval %s is negative", name, d.AsDuration())
 		case d.AsDuration() > MaxLeaseLength:
-			return badf("has.refresh_interval %s is longer than the limit of %s", d.AsDuration(), MaxLeaseLength)
+			return badf("%s.refresh_interval %s is longer than the limit of %s", name, d.AsDuration(), MaxLeaseLength)
 		}
+	}
+	return nil
+}
+
+// validateTime checks a time a request carries (nil is fine), the field
+// name+suffix, joined only on the error path.
+func validateTime(name, suffix string, t *timestamppb.Timestamp) error {
+	if t == nil {
+		return nil
+	}
+	if err := t.CheckValid(); err != nil {
+		return badf("%s%s: %v", name, suffix, err)
+	}
+	if t.GetSeconds() < 0 || t.GetSeconds() > maxExpirySeconds {
+		return badf("%s%s %s is outside [%s, %s]", name, suffix, t.AsTime().Format(time.RFC3339Nano),
+			time.Unix(0, 0).UTC().Format(time.RFC3339), time.Unix(maxExpirySeconds, 0).UTC().Format(time.RFC3339))
 	}
 	return nil
 }
@@ -344,7 +360,10 @@ func validateResource(res *allotpb.ResourceRequest) error {
 	if err := validatePriority(res.GetPriority()); err != nil {
 		return err
 	}
-	return validateLease(res.GetHas())
+	if err := validateLease("has", res.GetHas()); err != nil {
+		return err
+	}
+	return validateLease("safe", res.GetSafe())
 }
 
 // duplicate finds two requests for the same resource. Small requests (the
@@ -422,7 +441,13 @@ func validateServerResource(res *allotpb.ServerCapacityResourceRequest) error {
 	if err := amount("outstanding", &res.Outstanding); err != nil {
 		return err
 	}
-	if err := validateLease(res.GetHas()); err != nil {
+	if err := amount("safe_outstanding", &res.SafeOutstanding); err != nil {
+		return err
+	}
+	if err := validateTime("safe_expiry_time", "", res.GetSafeExpiryTime()); err != nil {
+		return err
+	}
+	if err := validateLease("has", res.GetHas()); err != nil {
 		return err
 	}
 	if len(res.GetWants()) == 0 {

@@ -109,7 +109,12 @@ type ResourceRequest struct {
 	// The lease the client currently holds, if any. Used in learning mode.
 	Has *Lease `protobuf:"bytes,3,opt,name=has,proto3" json:"has,omitempty"`
 	// Capacity the client would like to have. Finite, 0 <= wants <= 1e15.
-	Wants         float64 `protobuf:"fixed64,4,opt,name=wants,proto3" json:"wants,omitempty"`
+	Wants float64 `protobuf:"fixed64,4,opt,name=wants,proto3" json:"wants,omitempty"`
+	// The safe capacity (floor) the client holds and until when: what it
+	// falls back to once its lease ends while no coordinator answers. A new
+	// leader credits it like has; a lower floor than the one last told
+	// confirms a shrink.
+	Safe          *Lease `protobuf:"bytes,5,opt,name=safe,proto3" json:"safe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -170,6 +175,13 @@ func (x *ResourceRequest) GetWants() float64 {
 		return x.Wants
 	}
 	return 0
+}
+
+func (x *ResourceRequest) GetSafe() *Lease {
+	if x != nil {
+		return x.Safe
+	}
+	return nil
 }
 
 // GetCapacityRequest asks for leases on one or more resources.
@@ -234,7 +246,9 @@ type ResourceResponse struct {
 	// The new lease; it replaces any lease the client held.
 	Gets *Lease `protobuf:"bytes,2,opt,name=gets,proto3" json:"gets,omitempty"`
 	// Capacity the client may use when its lease has expired and the
-	// coordinator cannot be reached ("safe mode"). -1 means unlimited.
+	// coordinator cannot be reached ("safe mode", the floor), until
+	// safe_expiry_time; after that it may use nothing. -1 means unlimited
+	// (the template opted out of the floor; then no expiry is set).
 	SafeCapacity float64 `protobuf:"fixed64,3,opt,name=safe_capacity,json=safeCapacity,proto3" json:"safe_capacity,omitempty"`
 	// Set when this resource could not be served while others in the same
 	// request were (for example, it matches no template, 404, or the node's
@@ -247,9 +261,14 @@ type ResourceResponse struct {
 	// allocated and reported as usual, but the client should not enforce
 	// it. It admits what it wants and counts what gets would have refused,
 	// so a new limit can be watched before it is put in force.
-	Shadow        bool `protobuf:"varint,6,opt,name=shadow,proto3" json:"shadow,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Shadow bool `protobuf:"varint,6,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// When safe_capacity ends: the coordinator counts it as held until then
+	// (plus the configured clock skew), so a client cut off for longer falls
+	// to nothing. Absent from coordinators before floors: the safe capacity
+	// then has no end.
+	SafeExpiryTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=safe_expiry_time,json=safeExpiryTime,proto3" json:"safe_expiry_time,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ResourceResponse) Reset() {
@@ -322,6 +341,13 @@ func (x *ResourceResponse) GetShadow() bool {
 		return x.Shadow
 	}
 	return false
+}
+
+func (x *ResourceResponse) GetSafeExpiryTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SafeExpiryTime
+	}
+	return nil
 }
 
 // GetCapacityResponse answers a GetCapacityRequest.
@@ -556,10 +582,15 @@ type ServerCapacityResourceRequest struct {
 	ResourceId string                 `protobuf:"bytes,1,opt,name=resource_id,json=resourceId,proto3" json:"resource_id,omitempty"`
 	Has        *Lease                 `protobuf:"bytes,2,opt,name=has,proto3" json:"has,omitempty"`
 	// Capacity the asking coordinator has leased out to its own clients.
-	Outstanding   float64                  `protobuf:"fixed64,3,opt,name=outstanding,proto3" json:"outstanding,omitempty"`
-	Wants         []*PriorityBandAggregate `protobuf:"bytes,4,rep,name=wants,proto3" json:"wants,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Outstanding float64                  `protobuf:"fixed64,3,opt,name=outstanding,proto3" json:"outstanding,omitempty"`
+	Wants       []*PriorityBandAggregate `protobuf:"bytes,4,rep,name=wants,proto3" json:"wants,omitempty"`
+	// What the asking coordinator's subtree may hold once its lease has
+	// ended (its clients' safe capacities), and until when: the parent
+	// counts it in place of the safe capacity it told while it is larger.
+	SafeOutstanding float64                `protobuf:"fixed64,5,opt,name=safe_outstanding,json=safeOutstanding,proto3" json:"safe_outstanding,omitempty"`
+	SafeExpiryTime  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=safe_expiry_time,json=safeExpiryTime,proto3" json:"safe_expiry_time,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ServerCapacityResourceRequest) Reset() {
@@ -620,6 +651,20 @@ func (x *ServerCapacityResourceRequest) GetWants() []*PriorityBandAggregate {
 	return nil
 }
 
+func (x *ServerCapacityResourceRequest) GetSafeOutstanding() float64 {
+	if x != nil {
+		return x.SafeOutstanding
+	}
+	return 0
+}
+
+func (x *ServerCapacityResourceRequest) GetSafeExpiryTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SafeExpiryTime
+	}
+	return nil
+}
+
 // GetServerCapacityRequest is sent by a coordinator to its parent.
 type GetServerCapacityRequest struct {
 	state         protoimpl.MessageState           `protogen:"open.v1"`
@@ -675,12 +720,15 @@ func (x *GetServerCapacityRequest) GetResource() []*ServerCapacityResourceReques
 
 // ServerCapacityResourceResponse is the parent's answer for one resource.
 type ServerCapacityResourceResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ResourceId    string                 `protobuf:"bytes,1,opt,name=resource_id,json=resourceId,proto3" json:"resource_id,omitempty"`
-	Gets          *Lease                 `protobuf:"bytes,2,opt,name=gets,proto3" json:"gets,omitempty"`
-	SafeCapacity  float64                `protobuf:"fixed64,3,opt,name=safe_capacity,json=safeCapacity,proto3" json:"safe_capacity,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ResourceId string                 `protobuf:"bytes,1,opt,name=resource_id,json=resourceId,proto3" json:"resource_id,omitempty"`
+	Gets       *Lease                 `protobuf:"bytes,2,opt,name=gets,proto3" json:"gets,omitempty"`
+	// The child's floor: what its subtree may hold once gets has ended and
+	// the parent cannot be reached, until safe_expiry_time.
+	SafeCapacity   float64                `protobuf:"fixed64,3,opt,name=safe_capacity,json=safeCapacity,proto3" json:"safe_capacity,omitempty"`
+	SafeExpiryTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=safe_expiry_time,json=safeExpiryTime,proto3" json:"safe_expiry_time,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ServerCapacityResourceResponse) Reset() {
@@ -732,6 +780,13 @@ func (x *ServerCapacityResourceResponse) GetSafeCapacity() float64 {
 		return x.SafeCapacity
 	}
 	return 0
+}
+
+func (x *ServerCapacityResourceResponse) GetSafeExpiryTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SafeExpiryTime
+	}
+	return nil
 }
 
 // GetServerCapacityResponse answers a GetServerCapacityRequest.
@@ -850,16 +905,17 @@ const file_allot_proto_rawDesc = "" +
 	"\bcapacity\x18\x01 \x01(\x01R\bcapacity\x12;\n" +
 	"\vexpiry_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"expiryTime\x12D\n" +
-	"\x10refresh_interval\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x0frefreshInterval\"\x87\x01\n" +
+	"\x10refresh_interval\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x0frefreshInterval\"\xac\x01\n" +
 	"\x0fResourceRequest\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x01(\tR\n" +
 	"resourceId\x12\x1a\n" +
 	"\bpriority\x18\x02 \x01(\x05R\bpriority\x12!\n" +
 	"\x03has\x18\x03 \x01(\v2\x0f.allot.v1.LeaseR\x03has\x12\x14\n" +
-	"\x05wants\x18\x04 \x01(\x01R\x05wants\"h\n" +
+	"\x05wants\x18\x04 \x01(\x01R\x05wants\x12#\n" +
+	"\x04safe\x18\x05 \x01(\v2\x0f.allot.v1.LeaseR\x04safe\"h\n" +
 	"\x12GetCapacityRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x125\n" +
-	"\bresource\x18\x02 \x03(\v2\x19.allot.v1.ResourceRequestR\bresource\"\xca\x01\n" +
+	"\bresource\x18\x02 \x03(\v2\x19.allot.v1.ResourceRequestR\bresource\"\x90\x02\n" +
 	"\x10ResourceResponse\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x01(\tR\n" +
 	"resourceId\x12#\n" +
@@ -868,7 +924,8 @@ const file_allot_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x05 \x01(\x05R\terrorCode\x12\x16\n" +
-	"\x06shadow\x18\x06 \x01(\bR\x06shadow\"a\n" +
+	"\x06shadow\x18\x06 \x01(\bR\x06shadow\x12D\n" +
+	"\x10safe_expiry_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x0esafeExpiryTime\"a\n" +
 	"\x13GetCapacityResponse\x126\n" +
 	"\bresponse\x18\x01 \x03(\v2\x1a.allot.v1.ResourceResponseR\bresponse\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\"V\n" +
@@ -883,21 +940,24 @@ const file_allot_proto_rawDesc = "" +
 	"\bpriority\x18\x01 \x01(\x05R\bpriority\x12\x1f\n" +
 	"\vnum_clients\x18\x02 \x01(\x03R\n" +
 	"numClients\x12\x14\n" +
-	"\x05wants\x18\x03 \x01(\x01R\x05wants\"\xbc\x01\n" +
+	"\x05wants\x18\x03 \x01(\x01R\x05wants\"\xad\x02\n" +
 	"\x1dServerCapacityResourceRequest\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x01(\tR\n" +
 	"resourceId\x12!\n" +
 	"\x03has\x18\x02 \x01(\v2\x0f.allot.v1.LeaseR\x03has\x12 \n" +
 	"\voutstanding\x18\x03 \x01(\x01R\voutstanding\x125\n" +
-	"\x05wants\x18\x04 \x03(\v2\x1f.allot.v1.PriorityBandAggregateR\x05wants\"|\n" +
+	"\x05wants\x18\x04 \x03(\v2\x1f.allot.v1.PriorityBandAggregateR\x05wants\x12)\n" +
+	"\x10safe_outstanding\x18\x05 \x01(\x01R\x0fsafeOutstanding\x12D\n" +
+	"\x10safe_expiry_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0esafeExpiryTime\"|\n" +
 	"\x18GetServerCapacityRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12C\n" +
-	"\bresource\x18\x02 \x03(\v2'.allot.v1.ServerCapacityResourceRequestR\bresource\"\x8b\x01\n" +
+	"\bresource\x18\x02 \x03(\v2'.allot.v1.ServerCapacityResourceRequestR\bresource\"\xd1\x01\n" +
 	"\x1eServerCapacityResourceResponse\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x01(\tR\n" +
 	"resourceId\x12#\n" +
 	"\x04gets\x18\x02 \x01(\v2\x0f.allot.v1.LeaseR\x04gets\x12#\n" +
-	"\rsafe_capacity\x18\x03 \x01(\x01R\fsafeCapacity\"u\n" +
+	"\rsafe_capacity\x18\x03 \x01(\x01R\fsafeCapacity\x12D\n" +
+	"\x10safe_expiry_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x0esafeExpiryTime\"u\n" +
 	"\x19GetServerCapacityResponse\x12D\n" +
 	"\bresponse\x18\x01 \x03(\v2(.allot.v1.ServerCapacityResourceResponseR\bresponse\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\"6\n" +
@@ -940,19 +1000,23 @@ var file_allot_proto_depIdxs = []int32{
 	13, // 0: allot.v1.Lease.expiry_time:type_name -> google.protobuf.Timestamp
 	14, // 1: allot.v1.Lease.refresh_interval:type_name -> google.protobuf.Duration
 	0,  // 2: allot.v1.ResourceRequest.has:type_name -> allot.v1.Lease
-	1,  // 3: allot.v1.GetCapacityRequest.resource:type_name -> allot.v1.ResourceRequest
-	0,  // 4: allot.v1.ResourceResponse.gets:type_name -> allot.v1.Lease
-	3,  // 5: allot.v1.GetCapacityResponse.response:type_name -> allot.v1.ResourceResponse
-	0,  // 6: allot.v1.ServerCapacityResourceRequest.has:type_name -> allot.v1.Lease
-	7,  // 7: allot.v1.ServerCapacityResourceRequest.wants:type_name -> allot.v1.PriorityBandAggregate
-	8,  // 8: allot.v1.GetServerCapacityRequest.resource:type_name -> allot.v1.ServerCapacityResourceRequest
-	0,  // 9: allot.v1.ServerCapacityResourceResponse.gets:type_name -> allot.v1.Lease
-	10, // 10: allot.v1.GetServerCapacityResponse.response:type_name -> allot.v1.ServerCapacityResourceResponse
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	0,  // 3: allot.v1.ResourceRequest.safe:type_name -> allot.v1.Lease
+	1,  // 4: allot.v1.GetCapacityRequest.resource:type_name -> allot.v1.ResourceRequest
+	0,  // 5: allot.v1.ResourceResponse.gets:type_name -> allot.v1.Lease
+	13, // 6: allot.v1.ResourceResponse.safe_expiry_time:type_name -> google.protobuf.Timestamp
+	3,  // 7: allot.v1.GetCapacityResponse.response:type_name -> allot.v1.ResourceResponse
+	0,  // 8: allot.v1.ServerCapacityResourceRequest.has:type_name -> allot.v1.Lease
+	7,  // 9: allot.v1.ServerCapacityResourceRequest.wants:type_name -> allot.v1.PriorityBandAggregate
+	13, // 10: allot.v1.ServerCapacityResourceRequest.safe_expiry_time:type_name -> google.protobuf.Timestamp
+	8,  // 11: allot.v1.GetServerCapacityRequest.resource:type_name -> allot.v1.ServerCapacityResourceRequest
+	0,  // 12: allot.v1.ServerCapacityResourceResponse.gets:type_name -> allot.v1.Lease
+	13, // 13: allot.v1.ServerCapacityResourceResponse.safe_expiry_time:type_name -> google.protobuf.Timestamp
+	10, // 14: allot.v1.GetServerCapacityResponse.response:type_name -> allot.v1.ServerCapacityResourceResponse
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_allot_proto_init() }

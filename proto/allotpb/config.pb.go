@@ -226,8 +226,10 @@ type ResourceTemplate struct {
 	Capacity  float64    `protobuf:"fixed64,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	Algorithm *Algorithm `protobuf:"bytes,3,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
 	// Per-client capacity to use when a lease has expired and the
-	// coordinator is unreachable; -1 unlimited, 0 blocked. Unset: capacity
-	// divided by the number of clients.
+	// coordinator is unreachable: an absolute floor (as partition.floor);
+	// -1 unlimited (not counted: opts out of the capacity promise), 0
+	// blocked. Unset: partition decides. Not together with partition.floor
+	// or partition.floor_share.
 	SafeCapacity *float64 `protobuf:"fixed64,4,opt,name=safe_capacity,json=safeCapacity,proto3,oneof" json:"safe_capacity,omitempty"`
 	Description  string   `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
 	// Shadow mode: leases are allocated and reported as usual, but replies
@@ -243,7 +245,10 @@ type ResourceTemplate struct {
 	// their service import, see subjects.md) share these resources: their
 	// priority bounds, caps, and optionally a fairness level between them.
 	// Unset: tenants' clients are claimants like any other.
-	Tenants       *TenantPolicy `protobuf:"bytes,8,opt,name=tenants,proto3" json:"tenants,omitempty"`
+	Tenants *TenantPolicy `protobuf:"bytes,8,opt,name=tenants,proto3" json:"tenants,omitempty"`
+	// What a claimant cut off from its coordinator may go on using, and for
+	// how long: see PartitionPolicy. Unset: the defaults.
+	Partition     *PartitionPolicy `protobuf:"bytes,9,opt,name=partition,proto3" json:"partition,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -334,6 +339,88 @@ func (x *ResourceTemplate) GetTenants() *TenantPolicy {
 	return nil
 }
 
+func (x *ResourceTemplate) GetPartition() *PartitionPolicy {
+	if x != nil {
+		return x.Partition
+	}
+	return nil
+}
+
+// PartitionPolicy bounds what a client or child node cut off from its
+// coordinator may use. Once its lease ends unrefreshed it falls to its
+// floor (the safe capacity its last reply carried) until the floor lease
+// ends, then to nothing; the coordinator keeps every floor reserved until
+// then, so the capacity in force never exceeds capacity however long the
+// cut lasts. At most one of floor and floor_share.
+type PartitionPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The floor as an absolute figure per client (a child node's band
+	// counts its clients), never above the client's lease.
+	Floor *float64 `protobuf:"fixed64,1,opt,name=floor,proto3,oneof" json:"floor,omitempty"`
+	// The floor as a fraction of the fair share (capacity divided by the
+	// weight of every client record), never above the client's lease. In
+	// [0, 1]. Default 0.5.
+	FloorShare *float64 `protobuf:"fixed64,2,opt,name=floor_share,json=floorShare,proto3,oneof" json:"floor_share,omitempty"`
+	// How long a floor lasts after the reply that carried it: a client cut
+	// off for longer falls to nothing, and a client that vanished without
+	// releasing keeps its floor reserved that long. Default 5m, at least the
+	// lease length, at most 24h.
+	FloorLease    *durationpb.Duration `protobuf:"bytes,3,opt,name=floor_lease,json=floorLease,proto3" json:"floor_lease,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionPolicy) Reset() {
+	*x = PartitionPolicy{}
+	mi := &file_config_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionPolicy) ProtoMessage() {}
+
+func (x *PartitionPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_config_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionPolicy.ProtoReflect.Descriptor instead.
+func (*PartitionPolicy) Descriptor() ([]byte, []int) {
+	return file_config_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PartitionPolicy) GetFloor() float64 {
+	if x != nil && x.Floor != nil {
+		return *x.Floor
+	}
+	return 0
+}
+
+func (x *PartitionPolicy) GetFloorShare() float64 {
+	if x != nil && x.FloorShare != nil {
+		return *x.FloorShare
+	}
+	return 0
+}
+
+func (x *PartitionPolicy) GetFloorLease() *durationpb.Duration {
+	if x != nil {
+		return x.FloorLease
+	}
+	return nil
+}
+
 // TenantPolicy configures tenants for the resources of one template. The
 // claimants that come through the plain subjects (clients inside the allot
 // account, child nodes) form one more tenant, named "" (the empty name,
@@ -369,7 +456,7 @@ type TenantPolicy struct {
 
 func (x *TenantPolicy) Reset() {
 	*x = TenantPolicy{}
-	mi := &file_config_proto_msgTypes[3]
+	mi := &file_config_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -381,7 +468,7 @@ func (x *TenantPolicy) String() string {
 func (*TenantPolicy) ProtoMessage() {}
 
 func (x *TenantPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_config_proto_msgTypes[3]
+	mi := &file_config_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -394,7 +481,7 @@ func (x *TenantPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantPolicy.ProtoReflect.Descriptor instead.
 func (*TenantPolicy) Descriptor() ([]byte, []int) {
-	return file_config_proto_rawDescGZIP(), []int{3}
+	return file_config_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TenantPolicy) GetFair() bool {
@@ -449,7 +536,7 @@ type TenantSettings struct {
 
 func (x *TenantSettings) Reset() {
 	*x = TenantSettings{}
-	mi := &file_config_proto_msgTypes[4]
+	mi := &file_config_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -461,7 +548,7 @@ func (x *TenantSettings) String() string {
 func (*TenantSettings) ProtoMessage() {}
 
 func (x *TenantSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_config_proto_msgTypes[4]
+	mi := &file_config_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -474,7 +561,7 @@ func (x *TenantSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantSettings.ProtoReflect.Descriptor instead.
 func (*TenantSettings) Descriptor() ([]byte, []int) {
-	return file_config_proto_rawDescGZIP(), []int{4}
+	return file_config_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TenantSettings) GetName() string {
@@ -519,7 +606,7 @@ type LeaseHorizon struct {
 
 func (x *LeaseHorizon) Reset() {
 	*x = LeaseHorizon{}
-	mi := &file_config_proto_msgTypes[5]
+	mi := &file_config_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -531,7 +618,7 @@ func (x *LeaseHorizon) String() string {
 func (*LeaseHorizon) ProtoMessage() {}
 
 func (x *LeaseHorizon) ProtoReflect() protoreflect.Message {
-	mi := &file_config_proto_msgTypes[5]
+	mi := &file_config_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -544,7 +631,7 @@ func (x *LeaseHorizon) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseHorizon.ProtoReflect.Descriptor instead.
 func (*LeaseHorizon) Descriptor() ([]byte, []int) {
-	return file_config_proto_rawDescGZIP(), []int{5}
+	return file_config_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LeaseHorizon) GetNode() string {
@@ -607,14 +694,21 @@ type ResourceSummary struct {
 	// The holders' ids, sorted, when the record has room for them (64 KiB
 	// of ids in all): a successor then credits reported leases only to
 	// them, so a client that never held one cannot claim one.
-	HolderIds     []string `protobuf:"bytes,6,rep,name=holder_ids,json=holderIds,proto3" json:"holder_ids,omitempty"`
+	HolderIds []string `protobuf:"bytes,6,rep,name=holder_ids,json=holderIds,proto3" json:"holder_ids,omitempty"`
+	// Upper bound of the sum of the safe capacities (floors) clients and
+	// child nodes may fall back to, all of which end by floor_expiry. Once
+	// latest_expiry has passed, only floors can be outstanding: a successor
+	// keeps floor_ceiling, less the floors clients report, reserved until
+	// floor_expiry.
+	FloorCeiling  float64                `protobuf:"fixed64,7,opt,name=floor_ceiling,json=floorCeiling,proto3" json:"floor_ceiling,omitempty"`
+	FloorExpiry   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=floor_expiry,json=floorExpiry,proto3" json:"floor_expiry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResourceSummary) Reset() {
 	*x = ResourceSummary{}
-	mi := &file_config_proto_msgTypes[6]
+	mi := &file_config_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +720,7 @@ func (x *ResourceSummary) String() string {
 func (*ResourceSummary) ProtoMessage() {}
 
 func (x *ResourceSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_config_proto_msgTypes[6]
+	mi := &file_config_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +733,7 @@ func (x *ResourceSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceSummary.ProtoReflect.Descriptor instead.
 func (*ResourceSummary) Descriptor() ([]byte, []int) {
-	return file_config_proto_rawDescGZIP(), []int{6}
+	return file_config_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ResourceSummary) GetCeiling() float64 {
@@ -684,6 +778,20 @@ func (x *ResourceSummary) GetHolderIds() []string {
 	return nil
 }
 
+func (x *ResourceSummary) GetFloorCeiling() float64 {
+	if x != nil {
+		return x.FloorCeiling
+	}
+	return 0
+}
+
+func (x *ResourceSummary) GetFloorExpiry() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FloorExpiry
+	}
+	return nil
+}
+
 var File_config_proto protoreflect.FileDescriptor
 
 const file_config_proto_rawDesc = "" +
@@ -706,7 +814,7 @@ const file_config_proto_rawDesc = "" +
 	"\x06STATIC\x10\x01\x12\x16\n" +
 	"\x12PROPORTIONAL_SHARE\x10\x02\x12\x0e\n" +
 	"\n" +
-	"FAIR_SHARE\x10\x03\"\xeb\x02\n" +
+	"FAIR_SHARE\x10\x03\"\xa4\x03\n" +
 	"\x10ResourceTemplate\x12'\n" +
 	"\x0fidentifier_glob\x18\x01 \x01(\tR\x0eidentifierGlob\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x01R\bcapacity\x121\n" +
@@ -715,9 +823,18 @@ const file_config_proto_rawDesc = "" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\x12\x16\n" +
 	"\x06shadow\x18\x06 \x01(\bR\x06shadow\x12&\n" +
 	"\fmax_priority\x18\a \x01(\x05H\x01R\vmaxPriority\x88\x01\x01\x120\n" +
-	"\atenants\x18\b \x01(\v2\x16.allot.v1.TenantPolicyR\atenantsB\x10\n" +
+	"\atenants\x18\b \x01(\v2\x16.allot.v1.TenantPolicyR\atenants\x127\n" +
+	"\tpartition\x18\t \x01(\v2\x19.allot.v1.PartitionPolicyR\tpartitionB\x10\n" +
 	"\x0e_safe_capacityB\x0f\n" +
-	"\r_max_priority\"\xee\x01\n" +
+	"\r_max_priority\"\xa8\x01\n" +
+	"\x0fPartitionPolicy\x12\x19\n" +
+	"\x05floor\x18\x01 \x01(\x01H\x00R\x05floor\x88\x01\x01\x12$\n" +
+	"\vfloor_share\x18\x02 \x01(\x01H\x01R\n" +
+	"floorShare\x88\x01\x01\x12:\n" +
+	"\vfloor_lease\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"floorLeaseB\b\n" +
+	"\x06_floorB\x0e\n" +
+	"\f_floor_share\"\xee\x01\n" +
 	"\fTenantPolicy\x12\x12\n" +
 	"\x04fair\x18\x01 \x01(\bR\x04fair\x124\n" +
 	"\baccounts\x18\x02 \x03(\v2\x18.allot.v1.TenantSettingsR\baccounts\x125\n" +
@@ -741,7 +858,7 @@ const file_config_proto_rawDesc = "" +
 	"\bcomplete\x18\x06 \x01(\bR\bcomplete\x1aW\n" +
 	"\x0eResourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
-	"\x05value\x18\x02 \x01(\v2\x19.allot.v1.ResourceSummaryR\x05value:\x028\x01\"\x8d\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.allot.v1.ResourceSummaryR\x05value:\x028\x01\"\xf1\x02\n" +
 	"\x0fResourceSummary\x12\x18\n" +
 	"\aceiling\x18\x01 \x01(\x01R\aceiling\x12?\n" +
 	"\rlatest_expiry\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\flatestExpiry\x12\x18\n" +
@@ -749,7 +866,9 @@ const file_config_proto_rawDesc = "" +
 	"\x0eholders_digest\x18\x04 \x01(\x06R\rholdersDigest\x12?\n" +
 	"\rholders_until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fholdersUntil\x12\x1d\n" +
 	"\n" +
-	"holder_ids\x18\x06 \x03(\tR\tholderIdsB.Z,github.com/allot/allot/proto/allotpb;allotpbb\x06proto3"
+	"holder_ids\x18\x06 \x03(\tR\tholderIds\x12#\n" +
+	"\rfloor_ceiling\x18\a \x01(\x01R\ffloorCeiling\x12=\n" +
+	"\ffloor_expiry\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vfloorExpiryB.Z,github.com/allot/allot/proto/allotpb;allotpbb\x06proto3"
 
 var (
 	file_config_proto_rawDescOnce sync.Once
@@ -764,39 +883,43 @@ func file_config_proto_rawDescGZIP() []byte {
 }
 
 var file_config_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_config_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_config_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_config_proto_goTypes = []any{
 	(Algorithm_Kind)(0),           // 0: allot.v1.Algorithm.Kind
 	(*NamedParameter)(nil),        // 1: allot.v1.NamedParameter
 	(*Algorithm)(nil),             // 2: allot.v1.Algorithm
 	(*ResourceTemplate)(nil),      // 3: allot.v1.ResourceTemplate
-	(*TenantPolicy)(nil),          // 4: allot.v1.TenantPolicy
-	(*TenantSettings)(nil),        // 5: allot.v1.TenantSettings
-	(*LeaseHorizon)(nil),          // 6: allot.v1.LeaseHorizon
-	(*ResourceSummary)(nil),       // 7: allot.v1.ResourceSummary
-	nil,                           // 8: allot.v1.LeaseHorizon.ResourcesEntry
-	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*PartitionPolicy)(nil),       // 4: allot.v1.PartitionPolicy
+	(*TenantPolicy)(nil),          // 5: allot.v1.TenantPolicy
+	(*TenantSettings)(nil),        // 6: allot.v1.TenantSettings
+	(*LeaseHorizon)(nil),          // 7: allot.v1.LeaseHorizon
+	(*ResourceSummary)(nil),       // 8: allot.v1.ResourceSummary
+	nil,                           // 9: allot.v1.LeaseHorizon.ResourcesEntry
+	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_config_proto_depIdxs = []int32{
 	0,  // 0: allot.v1.Algorithm.kind:type_name -> allot.v1.Algorithm.Kind
-	9,  // 1: allot.v1.Algorithm.lease_length:type_name -> google.protobuf.Duration
-	9,  // 2: allot.v1.Algorithm.refresh_interval:type_name -> google.protobuf.Duration
+	10, // 1: allot.v1.Algorithm.lease_length:type_name -> google.protobuf.Duration
+	10, // 2: allot.v1.Algorithm.refresh_interval:type_name -> google.protobuf.Duration
 	1,  // 3: allot.v1.Algorithm.parameters:type_name -> allot.v1.NamedParameter
-	9,  // 4: allot.v1.Algorithm.learning_mode_duration:type_name -> google.protobuf.Duration
+	10, // 4: allot.v1.Algorithm.learning_mode_duration:type_name -> google.protobuf.Duration
 	2,  // 5: allot.v1.ResourceTemplate.algorithm:type_name -> allot.v1.Algorithm
-	4,  // 6: allot.v1.ResourceTemplate.tenants:type_name -> allot.v1.TenantPolicy
-	5,  // 7: allot.v1.TenantPolicy.accounts:type_name -> allot.v1.TenantSettings
-	10, // 8: allot.v1.LeaseHorizon.horizon:type_name -> google.protobuf.Timestamp
-	8,  // 9: allot.v1.LeaseHorizon.resources:type_name -> allot.v1.LeaseHorizon.ResourcesEntry
-	10, // 10: allot.v1.ResourceSummary.latest_expiry:type_name -> google.protobuf.Timestamp
-	10, // 11: allot.v1.ResourceSummary.holders_until:type_name -> google.protobuf.Timestamp
-	7,  // 12: allot.v1.LeaseHorizon.ResourcesEntry.value:type_name -> allot.v1.ResourceSummary
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	5,  // 6: allot.v1.ResourceTemplate.tenants:type_name -> allot.v1.TenantPolicy
+	4,  // 7: allot.v1.ResourceTemplate.partition:type_name -> allot.v1.PartitionPolicy
+	10, // 8: allot.v1.PartitionPolicy.floor_lease:type_name -> google.protobuf.Duration
+	6,  // 9: allot.v1.TenantPolicy.accounts:type_name -> allot.v1.TenantSettings
+	11, // 10: allot.v1.LeaseHorizon.horizon:type_name -> google.protobuf.Timestamp
+	9,  // 11: allot.v1.LeaseHorizon.resources:type_name -> allot.v1.LeaseHorizon.ResourcesEntry
+	11, // 12: allot.v1.ResourceSummary.latest_expiry:type_name -> google.protobuf.Timestamp
+	11, // 13: allot.v1.ResourceSummary.holders_until:type_name -> google.protobuf.Timestamp
+	11, // 14: allot.v1.ResourceSummary.floor_expiry:type_name -> google.protobuf.Timestamp
+	8,  // 15: allot.v1.LeaseHorizon.ResourcesEntry.value:type_name -> allot.v1.ResourceSummary
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_config_proto_init() }
@@ -807,13 +930,14 @@ func file_config_proto_init() {
 	file_config_proto_msgTypes[2].OneofWrappers = []any{}
 	file_config_proto_msgTypes[3].OneofWrappers = []any{}
 	file_config_proto_msgTypes[4].OneofWrappers = []any{}
+	file_config_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_config_proto_rawDesc), len(file_config_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
