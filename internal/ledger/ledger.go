@@ -234,7 +234,7 @@ func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.Ge
 		if e := rr.GetHas().GetExpiryTime(); e != nil {
 			hasExpiry = e.AsTime().UnixNano()
 		}
-		rep := holding{capacity: rr.GetHas().GetCapacity(), expiry: hasExpiry, floor: rr.GetSafe().GetCapacity()}
+		rep := holding{capacity: rr.GetHas().GetCapacity(), expiry: hasExpiry, floor: rr.GetSafe().GetCapacity(), any: rr.GetHas() != nil}
 		if e := rr.GetSafe().GetExpiryTime(); e != nil {
 			rep.floorEnd = e.AsTime().UnixNano()
 		}
