@@ -116,7 +116,7 @@ type resource struct {
 
 func newResource(id string, tmpl *config.Template, gen uint64) *resource {
 	return &resource{id: id, tmpl: tmpl, gen: gen, index: make(map[string]int32),
-		ceiling: math.Inf(1), ceilingExpiry: math.MaxInt64, tenants: tenantCounts{resources: make(map[string]int)}}
+		ceiling: math.Inf(1), ceilingExpiry: math.MaxInt64, tenants: tenantCounts{resources: make(map[string]int), records: make(map[string]int)}}
 }
 
 // shared reports whether the resource's algorithm divides a global

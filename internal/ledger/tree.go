@@ -120,7 +120,7 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 			share, fshare := out*frac, fout*frac
 			ids[j] = bandID(child, b.GetPriority())
 			before := r.records()
-			i := r.upsert(ids[j], b.GetWants(), float64(b.GetNumClients()), l.priority(tmpls[k], Claimant{}, b.GetPriority()),
+			i := r.upsert(ids[j], b.GetWants(), float64(l.childClients(child, b.GetNumClients())), l.priority(tmpls[k], Claimant{}, b.GetPriority()),
 				holding{capacity: share, expiry: expiry, floor: fshare, floorEnd: floorEnd, any: rr.GetHas() != nil}, now)
 			l.records += r.records() - before
 			// A child node is trusted with what its subtree holds (unlike
@@ -138,6 +138,20 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 		slots[k] = ServerSlot{r: r, bands: ids}
 	}
 	return slots, nil
+}
+
+// childClients is how many clients a band of child is counted for: what
+// it claims, at most its bound (Config.ChildMaxClients, ChildClients).
+func (l *Ledger) childClients(child string, claimed int64) int64 {
+	bound, ok := l.cfg.ChildClients[child]
+	if !ok {
+		bound = l.cfg.ChildMaxClients
+	}
+	if claimed > bound {
+		l.stats.ChildCapped++
+		return bound
+	}
+	return claimed
 }
 
 // ReadyServer reports whether every resource of slots has been allocated.
