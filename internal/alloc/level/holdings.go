@@ -37,7 +37,7 @@ func (x Holding) Exposure(now int64) float64 {
 // suffix sum of a tree ordered by HeldUntil. Time may go back and forth:
 // nothing is dropped when a HeldUntil passes.
 type holdings struct {
-	held      treap[int64] // a node per handle: key HeldUntil, a Held − base; only while positive
+	held      btree[int64] // an entry per handle: key HeldUntil, a Held − base; only while positive
 	heldRoot  int32
 	hold      []hold // by handle
 	has, base Sum
@@ -85,8 +85,7 @@ func (hs *holdings) setHolding(h Handle, x Holding) {
 	hs.has.Add(x.Has)
 	hs.base.Add(base)
 	if o.listed {
-		n := &hs.held.n[h]
-		n.key, n.a = x.HeldUntil, x.Held-base
+		hs.held.set(int32(h), x.HeldUntil, x.Held-base, 0)
 		hs.heldRoot = hs.held.insert(hs.heldRoot, int32(h))
 	}
 }

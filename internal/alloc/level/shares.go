@@ -2,7 +2,6 @@ package level
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -15,7 +14,7 @@ func (s *State) Target(h Handle) (float64, error) {
 	if !s.known(h) {
 		return 0, fmt.Errorf("%w: %d", ErrUnknownHandle, h)
 	}
-	n := &s.claims.n[h]
+	n := s.claims.val(int32(h))
 	switch s.kind {
 	case allotpb.Algorithm_FAIR_SHARE, allotpb.Algorithm_PROPORTIONAL_SHARE:
 	case allotpb.Algorithm_STATIC:
@@ -58,8 +57,7 @@ func (s *State) cascade(t int32) {
 	for _, b := range s.tenants[t].bands {
 		bd := &s.bands[b]
 		bd.ver = s.ver
-		root := &s.claims.n[bd.root]
-		total := root.sa
+		total, weight := s.claims.sums(bd.root)
 		if total <= c {
 			bd.fits = true
 			c = max(c-total, 0)
@@ -73,7 +71,7 @@ func (s *State) cascade(t int32) {
 		case s.kind == allotpb.Algorithm_FAIR_SHARE:
 			bd.level = fairLevel(&s.claims, bd.root, c)
 		default:
-			bd.unit = c / root.sb
+			bd.unit = c / weight
 			leA, leB, gtA, gtB := s.claims.split(bd.root, bd.unit)
 			bd.leftover = max(bd.unit*leB-leA, 0)
 			bd.excess = gtA - bd.unit*gtB
@@ -89,44 +87,15 @@ func (s *State) tenantShare(t int32) float64 {
 	if s.tenantVer != s.ver {
 		s.tenantVer = s.ver
 		c := max(s.capacity, 0)
-		s.tenantFits = s.tenantTree.n[s.tenantRoot].sa <= c
+		total, _ := s.tenantTree.sums(s.tenantRoot)
+		s.tenantFits = total <= c
 		if !s.tenantFits {
 			s.tenantLevel = fairLevel(&s.tenantTree, s.tenantRoot, c)
 		}
 	}
-	n := &s.tenantTree.n[t]
+	n := s.tenantTree.val(t)
 	if s.tenantFits {
 		return n.a
 	}
 	return min(n.b*s.tenantLevel, n.a)
-}
-
-// fairLevel returns the water level of the tree at root, whose nodes are
-// claims (a Wants, b Weight, key a/b) wanting more than capacity in all:
-// the L at which min(Wants, Weight·L) over the claims sums to capacity.
-//
-// Handing out at the level of node x's key gives the claims up to x their
-// wants (a prefix sum) and the others Weight·key (a suffix sum); that is
-// nondecreasing in x, so one descent finds the last x at whose level no
-// more than capacity is handed out, and L follows from the sums at x as
-// in alloc's waterLevel: (capacity − wants below) / weight above.
-func fairLevel(t *treap[float64], root int32, capacity float64) float64 {
-	var before, after float64 // wants of the claims before the subtree; weight of those after
-	fixed, above := 0.0, t.n[root].sb
-	for x := root; x != 0; {
-		n := &t.n[x]
-		le := before + t.n[n.c[0]].sa + n.a
-		gt := after + t.n[n.c[1]].sb
-		if le+gt*n.key <= capacity {
-			fixed, above, before = le, gt, le
-			x = n.c[1]
-		} else {
-			after = gt + n.b
-			x = n.c[0]
-		}
-	}
-	if above == 0 {
-		return math.Inf(1)
-	}
-	return (capacity - fixed) / above
 }
