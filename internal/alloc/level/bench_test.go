@@ -3,6 +3,7 @@ package level
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/allot/allot/internal/alloc"
@@ -159,6 +160,46 @@ func BenchmarkOutstanding(b *testing.B) {
 				}
 				_ = bs.s.Outstanding(now)
 			}
+		})
+	}
+}
+
+// BenchmarkBuild: adding n claims with their holdings, per claim, and the
+// heap the State keeps per claim (B/claim). Every other client holds a
+// shrink not yet confirmed, so the tree of those is half the size.
+func BenchmarkBuild(b *testing.B) {
+	for _, n := range []int{10_000, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(9, 10))
+			var bytes float64
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				s, err := New(Config{Kind: allotpb.Algorithm_FAIR_SHARE})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i := range n {
+					h, err := s.Add(Claim{Wants: rng.Float64() * 20, Weight: 1})
+					if err != nil {
+						b.Fatal(err)
+					}
+					x := Holding{Has: rng.Float64() * 5}
+					if i%2 == 0 {
+						x.Held, x.HeldUntil = 10, int64(rng.IntN(1000))
+					}
+					if err := s.SetHolding(h, x); err != nil {
+						b.Fatal(err)
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				bytes = float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+				runtime.KeepAlive(s)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/claim")
+			b.ReportMetric(bytes, "B/claim")
 		})
 	}
 }
