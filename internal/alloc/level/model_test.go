@@ -179,9 +179,18 @@ func (m *model) compare(s *State, nows []int64) error {
 	if !near(s.Wants(), wants, wants) || !near(s.Weight(), weight, weight) || !near(s.Has(), has, has) {
 		return fmt.Errorf("sums: wants %v weight %v has %v, model %v %v %v", s.Wants(), s.Weight(), s.Has(), wants, weight, has)
 	}
+	// What may be granted: as the ledger's allocate (no ceiling, nothing
+	// learnt) and learn (a ceiling, a predecessor's remainder) work it out.
+	ceiling, pred := m.capacity/2, float64(len(m.order))
 	for _, now := range nows {
 		if got, want := s.Outstanding(now), m.outstanding(now); !near(got, want, hold) {
 			return fmt.Errorf("Outstanding(%d) = %v, model %v", now, got, want)
+		}
+		if got, want := s.Free(now, math.Inf(1), 0), m.capacity-m.outstanding(now); !near(got, want, hold+math.Abs(m.capacity)) {
+			return fmt.Errorf("Free(%d) = %v, model %v", now, got, want)
+		}
+		if got, want := s.Free(now, ceiling, pred), min(m.capacity, ceiling)-m.outstanding(now)-pred; !near(got, want, hold+math.Abs(m.capacity)+pred) {
+			return fmt.Errorf("Free(%d, %v, %v) = %v, model %v", now, ceiling, pred, got, want)
 		}
 	}
 	got, wantBands := s.Bands(), m.bands()
