@@ -21,7 +21,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/election"
-	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/metrics"
 	"github.com/allot/allot/quotaserver"
 )
@@ -167,7 +167,7 @@ func (f *coordFlags) validate() error {
 	if f.metricsMax < 1 || f.metricsMax > coordinator.MaxObservedResources {
 		return fmt.Errorf("--metrics-max-resources %d: want 1-%d", f.metricsMax, coordinator.MaxObservedResources)
 	}
-	if err := wire.ValidateNode(f.node); err != nil {
+	if err := subjects.ValidateNode(f.node); err != nil {
 		return fmt.Errorf("--node %q: %w", f.node, err)
 	}
 	if f.quotaParts < 1 || f.quotaParts > quotaserver.MaxPartitions {
@@ -179,7 +179,7 @@ func (f *coordFlags) validate() error {
 	if f.parent == "" {
 		return nil
 	}
-	if err := wire.ValidateNode(f.parent); err != nil {
+	if err := subjects.ValidateNode(f.parent); err != nil {
 		return fmt.Errorf("--parent-node %q: %w", f.parent, err)
 	}
 	if f.parent == f.node {

@@ -98,15 +98,6 @@ func TestReplyEncodingOf(t *testing.T) {
 	}
 }
 
-func TestValidateNode(t *testing.T) {
-	for name, ok := range map[string]bool{"root": true, "eu-west_1": true, "T": true, "tt": true, "t": false, "": false,
-		"a.b": false, "a*": false, "é": false, string(make([]byte, 65)): false} {
-		if err := ValidateNode(name); (err == nil) != ok {
-			t.Errorf("ValidateNode(%q) = %v", name, err)
-		}
-	}
-}
-
 func TestTenantSubject(t *testing.T) {
 	s := TenantSubject("TENANT_A", "allot.root.quota.take")
 	if s != "allot.t.TENANT_A.root.quota.take" || TenantOf(s) != "TENANT_A" || TenantOf("allot.root.quota.take") != "" {
