@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/opstatus"
 	"github.com/allot/allot/internal/quota"
@@ -61,7 +62,7 @@ func runConfig(ctx context.Context, env *cliEnv, args []string) error {
 
 func configUsage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: allot config <subcommand> [flags] [args]")
-	fmt.Fprintln(w, "\nTemplates and namespaces live in the JetStream KV bucket "+config.DefaultBucket+", one per key:")
+	fmt.Fprintln(w, "\nTemplates and namespaces live in the JetStream KV bucket "+configkv.DefaultBucket+", one per key:")
 	fmt.Fprintln(w, "KEY is a template name (stored as "+config.KeyPrefix+"<name>), "+config.NamespacePrefix+"<namespace> (quota)")
 	fmt.Fprintln(w, "or "+config.DomainsPrefix+"<namespace> (domain limits, docs/domains.md).")
 	fmt.Fprintln(w, "\nSubcommands:")
@@ -80,7 +81,7 @@ type configFlags struct {
 
 func (c *configFlags) register(fs *flag.FlagSet) {
 	c.conn.register(fs)
-	fs.StringVar(&c.bucket, "bucket", config.DefaultBucket, "KV bucket holding resource templates")
+	fs.StringVar(&c.bucket, "bucket", configkv.DefaultBucket, "KV bucket holding resource templates")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "timeout for NATS operations")
 }
 
@@ -118,7 +119,7 @@ func (c *configFlags) connectOrigin(ctx context.Context, create bool) (_ context
 		cancel()
 		return nil, nil, "", nil, err
 	}
-	kv, domain, err = config.OpenOrigin(ctx, nc, c.bucket, create)
+	kv, domain, err = configkv.OpenOrigin(ctx, nc, c.bucket, create)
 	if err != nil {
 		nc.Close()
 		cancel()
@@ -146,7 +147,7 @@ func (c *configFlags) open(ctx context.Context, create bool) (kv jetstream.KeyVa
 		nc.Close()
 		return nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
-	kv, err = config.OpenBucket(ctx, js, c.bucket, create)
+	kv, err = configkv.OpenBucket(ctx, js, c.bucket, create)
 	if err != nil {
 		nc.Close()
 		return nil, nil, bucketError(err)
@@ -351,7 +352,7 @@ func configList(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer done()
-	entries, err := config.LoadAll(ctx, kv)
+	entries, err := configkv.LoadAll(ctx, kv)
 	if err != nil {
 		return err
 	}
@@ -361,7 +362,7 @@ func configList(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tREVISION\tGLOB\tALGORITHM\tCAPACITY\tLEASE\tREFRESH\tSTATE")
-	var namespaces, domains []config.Entry
+	var namespaces, domains []configkv.Entry
 	for _, e := range entries {
 		if e.IsNamespace() {
 			namespaces = append(namespaces, e)

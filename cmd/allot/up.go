@@ -23,6 +23,7 @@ import (
 
 	"github.com/allot/allot/deploy/templates"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/quotaserver"
@@ -234,7 +235,7 @@ func seedTemplates(ctx context.Context, nc *nats.Conn, bucket string, unmatched 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	kv, err := config.OpenBucket(ctx, js, bucket, true)
+	kv, err := configkv.OpenBucket(ctx, js, bucket, true)
 	if err != nil {
 		return err
 	}
@@ -247,7 +248,7 @@ func seedTemplates(ctx context.Context, nc *nats.Conn, bucket string, unmatched 
 		}
 		log.Info("--unmatched reject: not seeding the catch-all example template", "templates", skipped)
 	}
-	names, err := config.SeedTemplates(ctx, kv, examples)
+	names, err := configkv.SeedTemplates(ctx, kv, examples)
 	if err != nil {
 		return fmt.Errorf("seed example templates: %w", err)
 	}
@@ -257,7 +258,7 @@ func seedTemplates(ctx context.Context, nc *nats.Conn, bucket string, unmatched 
 	if !reject {
 		return nil
 	}
-	entries, err := config.LoadAll(ctx, kv)
+	entries, err := configkv.LoadAll(ctx, kv)
 	if err != nil {
 		return err
 	}
