@@ -79,7 +79,7 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.metricsAddr, "metrics-addr", f.metricsAddr, "HOST:PORT to serve Prometheus /metrics, /healthz and /readyz on over HTTP (empty: none; see docs/metrics.md)")
 	fs.IntVar(&f.metricsMax, "metrics-max-resources", metrics.DefaultMaxResources, fmt.Sprintf("most resources per node that metrics name (those with the most outstanding; the others are summed as resource=%q), 1-%d", metrics.OtherResource, coordinator.MaxObservedResources))
 	fs.DurationVar(&f.electionTTL, "election-ttl", election.DefaultTTL, "leader key TTL in bucket "+election.DefaultBucket+" (whole seconds); an abrupt leader loss costs about TTL+1s")
-	fs.IntVar(&f.replicasKV, "bucket-replicas", 1, "replicas of the election and state buckets when allot creates them (3 on a three-server cluster)")
+	fs.IntVar(&f.replicasKV, "bucket-replicas", 1, "replicas of the configuration, election and state buckets when allot creates them (3 on a three-server cluster)")
 	fs.IntVar(&f.quotaParts, "quota-partitions", 1, "quota partitions sharing the namespaces (allot.<node>.quota.*), each electing its own leader; above 1 the NATS server needs the subject mapping of deploy/nats/quota/partitions.conf (allot up sets it)")
 	f.quotaServe = partitionList{all: true}
 	fs.DurationVar(&f.holdTTL, "hold-ttl", domainserver.DefaultHoldTTL, "domain limits: how long a hold of a copy-limited resource lives without its client's refresh (agents refresh every third of it); a crashed client's holds are released after it, and a new leader learns the live holds for as long before it grants more")
@@ -220,7 +220,7 @@ func startTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slo
 	if cf.parent != "" {
 		kv, err = openMirror(ctx, js, cf, log)
 	} else {
-		kv, err = configkv.OpenBucket(ctx, js, cf.configBucket, true)
+		kv, err = configkv.OpenBucket(ctx, js, cf.configBucket, true, configkv.Replicas(cf.replicasKV))
 	}
 	if err != nil {
 		return nil, err
@@ -248,7 +248,7 @@ const mirrorSyncWait = 5 * time.Second
 // root's templates; if the parent cannot be reached it serves what the
 // mirror holds (after a cut: the last templates received).
 func openMirror(ctx context.Context, js jetstream.JetStream, cf *coordFlags, log *slog.Logger) (jetstream.KeyValue, error) {
-	kv, err := configkv.OpenMirror(ctx, js, cf.configBucket, cf.parent)
+	kv, err := configkv.OpenMirror(ctx, js, cf.configBucket, cf.parent, configkv.Replicas(cf.replicasKV))
 	if err != nil {
 		return nil, err
 	}

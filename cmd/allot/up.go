@@ -97,7 +97,7 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	// A child's templates come from the root through its mirror; seeding
 	// would write to the root's bucket through it.
 	if cf.parent == "" {
-		if err := seedTemplates(ctx, nc, cf.configBucket, cf.unmatched, log); err != nil {
+		if err := seedTemplates(ctx, nc, &cf, log); err != nil {
 			return err
 		}
 	}
@@ -224,18 +224,19 @@ func serveReplicas(ctx context.Context, url string, cf *coordFlags, n int, log *
 }
 
 // seedTemplates stores the example templates of deploy/templates in the
-// configuration bucket, leaving keys that exist or existed alone. Under
-// --unmatched reject the catch-all example (glob "*") is left out, since
-// no resource would be unmatched while it exists; one stored earlier is
-// reported.
-func seedTemplates(ctx context.Context, nc *nats.Conn, bucket string, unmatched config.UnmatchedPolicy, log *slog.Logger) error {
+// configuration bucket (creating it as a coordinator would), leaving keys
+// that exist or existed alone. Under --unmatched reject the catch-all
+// example (glob "*") is left out, since no resource would be unmatched
+// while it exists; one stored earlier is reported.
+func seedTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger) error {
+	bucket, unmatched := cf.configBucket, cf.unmatched
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	kv, err := configkv.OpenBucket(ctx, js, bucket, true)
+	kv, err := configkv.OpenBucket(ctx, js, bucket, true, configkv.Replicas(cf.replicasKV))
 	if err != nil {
 		return err
 	}

@@ -36,10 +36,22 @@ const (
 	BucketHistory = 10
 )
 
+// BucketOption sets how OpenBucket and OpenMirror create a missing
+// bucket. An existing bucket is used as it is: allot never changes a
+// bucket's configuration.
+type BucketOption func(*jetstream.KeyValueConfig)
+
+// Replicas sets the replica count of a bucket allot creates (default 1):
+// 3 on a three-server cluster, as for the election and state buckets, so
+// that the configuration survives the loss of a server.
+func Replicas(n int) BucketOption {
+	return func(c *jetstream.KeyValueConfig) { c.Replicas = n }
+}
+
 // OpenBucket returns the configuration bucket. With create, a missing
-// bucket is created (file storage, BucketHistory revisions per key); an
-// existing bucket is used as it is.
-func OpenBucket(ctx context.Context, js jetstream.JetStream, bucket string, create bool) (jetstream.KeyValue, error) {
+// bucket is created (file storage, BucketHistory revisions per key, opts);
+// an existing bucket is used as it is.
+func OpenBucket(ctx context.Context, js jetstream.JetStream, bucket string, create bool, opts ...BucketOption) (jetstream.KeyValue, error) {
 	if bucket == "" {
 		bucket = DefaultBucket
 	}
@@ -50,12 +62,16 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, bucket string, crea
 	if !create || !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("open configuration bucket %q: %w", bucket, err)
 	}
-	kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+	cfg := jetstream.KeyValueConfig{
 		Bucket:      bucket,
 		Description: "allot resource templates, one per key templates.<name>",
 		History:     BucketHistory,
 		Storage:     jetstream.FileStorage,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	kv, err = js.CreateKeyValue(ctx, cfg)
 	if errors.Is(err, jetstream.ErrBucketExists) { // lost a race with another creator
 		kv, err = js.KeyValue(ctx, bucket)
 	}
