@@ -112,14 +112,15 @@ func (c *configFlags) connect(ctx context.Context, create bool) (context.Context
 // connectOrigin is connect for writes: at a child level of the tree, whose
 // bucket is a mirror, it opens the root's bucket (following mirrors), where
 // templates are written; domain names the root's JetStream domain then.
-func (c *configFlags) connectOrigin(ctx context.Context, create bool) (_ context.Context, kv jetstream.KeyValue, domain string, done func(), err error) {
+// opts say how a bucket created (create) is made.
+func (c *configFlags) connectOrigin(ctx context.Context, create bool, opts ...configkv.BucketOption) (_ context.Context, kv jetstream.KeyValue, domain string, done func(), err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	nc, err := c.conn.dial("allot config", nats.Timeout(c.timeout))
 	if err != nil {
 		cancel()
 		return nil, nil, "", nil, err
 	}
-	kv, domain, err = configkv.OpenOrigin(ctx, nc, c.bucket, create)
+	kv, domain, err = configkv.OpenOrigin(ctx, nc, c.bucket, create, opts...)
 	if err != nil {
 		nc.Close()
 		cancel()
@@ -216,8 +217,12 @@ func configPut(ctx context.Context, env *cliEnv, args []string) error {
 	expect := fs.Uint64("revision", 0, "store only if the key's current revision is this (0: any); with -create-only, ignored")
 	createOnly := fs.Bool("create-only", false, "store only if the key does not exist")
 	createBucket := fs.Bool("create-bucket", false, "create the bucket if it does not exist (otherwise a missing bucket, e.g. a typo in --bucket, is an error)")
+	replicas := fs.Int("bucket-replicas", 1, "with --create-bucket: replicas of the bucket created (3 on a three-server cluster, as the coordinators' --bucket-replicas)")
 	if err := parseConfigFlags(fs, args, 2); err != nil {
 		return err
+	}
+	if *replicas < 1 {
+		return fmt.Errorf("--bucket-replicas %d: want at least 1", *replicas)
 	}
 	k, file := parseConfigKey(fs.Arg(0)), fs.Arg(1)
 	data, err := readInput(env, file)
@@ -229,7 +234,7 @@ func configPut(ctx context.Context, env *cliEnv, args []string) error {
 		return fmt.Errorf("refusing invalid %s %s: %w", k.what(), k.name, err)
 	}
 	printNotes(env.stderr, notes)
-	ctx, kv, domain, done, err := cf.connectOrigin(ctx, *createBucket)
+	ctx, kv, domain, done, err := cf.connectOrigin(ctx, *createBucket, configkv.Replicas(*replicas))
 	if err != nil {
 		return err
 	}

@@ -204,8 +204,9 @@ func mirrorOf(ctx context.Context, kv jetstream.KeyValue) (*jetstream.StreamSour
 // bucket, where templates are written: a put through a mirror two levels
 // down would reach only the mirror in the level above, which stores
 // nothing. If the bucket is not a mirror, it is returned as it is. The
-// second result names the origin's domain ("" for nc's own).
-func OpenOrigin(ctx context.Context, nc *nats.Conn, bucket string, create bool) (jetstream.KeyValue, string, error) {
+// second result names the origin's domain ("" for nc's own). create and
+// opts are OpenBucket's, for the bucket reached through nc.
+func OpenOrigin(ctx context.Context, nc *nats.Conn, bucket string, create bool, opts ...BucketOption) (jetstream.KeyValue, string, error) {
 	if bucket == "" {
 		bucket = DefaultBucket
 	}
@@ -213,7 +214,7 @@ func OpenOrigin(ctx context.Context, nc *nats.Conn, bucket string, create bool) 
 	if err != nil {
 		return nil, "", fmt.Errorf("jetstream: %w", err)
 	}
-	kv, err := OpenBucket(ctx, js, bucket, create)
+	kv, err := OpenBucket(ctx, js, bucket, create, opts...)
 	if err != nil {
 		return nil, "", err
 	}
