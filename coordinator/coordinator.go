@@ -29,6 +29,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/ledger"
 	"github.com/allot/allot/internal/reply"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/wire"
 )
 
@@ -225,7 +226,7 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 	if opts.Node == "" {
 		opts.Node = DefaultNode
 	}
-	if err := wire.ValidateNode(opts.Node); err != nil {
+	if err := subjects.ValidateNode(opts.Node); err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
 	if opts.ServerID == "" {
@@ -243,7 +244,7 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 	if opts.Templates == nil {
 		opts.Templates = DefaultTemplates()
 	}
-	if opts.Parent != "" && (wire.ValidateNode(opts.Parent) != nil || opts.Parent == opts.Node) {
+	if opts.Parent != "" && (subjects.ValidateNode(opts.Parent) != nil || opts.Parent == opts.Node) {
 		return nil, fmt.Errorf("coordinator: parent node %q must be a valid node name (1-64 of [A-Za-z0-9_-], not t) and not the node itself", opts.Parent)
 	}
 	if opts.StateBucket == "" {

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/ledger"
 	"github.com/allot/allot/internal/wire"
@@ -230,7 +230,7 @@ func observeConfig(o *Observation, src TemplateSource) {
 	o.ConfigGeneration = src.Current().Generation
 	o.ConfigLoaded = o.ConfigGeneration > 0
 	if st, ok := src.(StatusSource); ok {
-		if cs, ok := st.Status().(config.Status); ok {
+		if cs, ok := st.Status().(configkv.Status); ok {
 			o.ConfigRejected = cs.RejectedPuts
 		}
 	}

@@ -66,7 +66,7 @@ type Snapshot struct {
 	// Resource is the resource asked for, nil if none was or the node
 	// keeps no state for it.
 	Resource *ResourceDetail `json:"resource,omitempty"`
-	// Config is the template source's status (a *config.Status under
+	// Config is the template source's status (a configkv.Status under
 	// `allot up` and `allot coordinator`), nil if it reports none.
 	Config any `json:"config,omitempty"`
 }

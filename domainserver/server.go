@@ -31,7 +31,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/election"
@@ -65,7 +65,7 @@ type Config func() map[string]*domainlimit.Namespace
 
 // WatchedConfig adapts a configuration watcher to a Config: the
 // domains.<namespace> keys of its current Set.
-func WatchedConfig(w *config.Watcher) Config {
+func WatchedConfig(w *configkv.Watcher) Config {
 	return func() map[string]*domainlimit.Namespace { return w.Current().Domains() }
 }
 

@@ -34,7 +34,7 @@ func (s *Server) handlePartition(m micro.Request) {
 		s.report(m, tenant, ns, name, true)
 	default:
 		s.gate.Handled.Add(1)
-		s.replyError(m, wire.EncodingOf(nats.Header(m.Headers())), reply.CodeUnknownEndpoint,
+		s.replyError(m, wire.EncodingOf(m.Headers()), reply.CodeUnknownEndpoint,
 			fmt.Sprintf("unknown quota subject %q: want %stake.NAMESPACE.NAME or %sreport.NAMESPACE.NAME", m.Subject(), s.prefix, s.prefix))
 	}
 }
@@ -289,7 +289,7 @@ func (s *Server) begin(m micro.Request) (wire.Encoding, bool) {
 		s.gate.Silenced.Add(1)
 		return 0, false
 	}
-	return wire.EncodingOf(nats.Header(m.Headers())), true
+	return wire.EncodingOf(m.Headers()), true
 }
 
 // forward passes a request on to subject with its reply subject and

@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/reply"
@@ -91,7 +92,7 @@ type Options struct {
 // namespaces of the watcher's current Set, as the same pointer for as long
 // as the Set is the same, so that a server sees a change only when there
 // is one.
-func WatchedConfig(w *config.Watcher) func() *quota.Config {
+func WatchedConfig(w *configkv.Watcher) func() *quota.Config {
 	type seen struct {
 		set *config.Set
 		cfg *quota.Config

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/internal/subjects"
 )
 
 // FillPartition fills and checks what identifies one replica of a
@@ -16,7 +16,7 @@ func FillPartition(service string, node, serverID *string, partition int, partit
 	if *node == "" {
 		*node = "root"
 	}
-	if err := wire.ValidateNode(*node); err != nil {
+	if err := subjects.ValidateNode(*node); err != nil {
 		return fmt.Errorf("%s: %w", service, err)
 	}
 	if *serverID == "" {
