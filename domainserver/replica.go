@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/leader"
 )
 
 // ElectionKey is the election key of a node's domain partition i:
@@ -41,7 +42,7 @@ type ReplicaOptions struct {
 type Replica struct {
 	nc   *nats.Conn
 	opts ReplicaOptions
-	seat election.Seat[*Server]
+	seat leader.Seat[*Server]
 }
 
 // NewReplica validates opts and returns a Replica; Run it.
@@ -75,14 +76,18 @@ func (r *Replica) Run(ctx context.Context) error {
 	start := func(ctx context.Context, el *election.Elector, term uint64) (*Server, error) {
 		return r.start(ctx, js, el, term)
 	}
-	err = r.seat.Run(ctx, js, election.Config{
-		Bucket:   r.opts.ElectionBucket,
-		Key:      ElectionKey(r.opts.Node, r.opts.Partition),
-		ID:       r.opts.ServerID,
-		TTL:      r.opts.ElectionTTL,
-		Replicas: r.opts.ElectionReplicas,
-		Logger:   r.opts.Logger.With("node", r.opts.Node, "domain_partition", r.opts.Partition),
-	}, "domain partition "+strconv.Itoa(r.opts.Partition), start, r.opts.OnServing)
+	err = r.seat.Run(ctx, r.nc, leader.SeatConfig{
+		Election: election.Config{
+			Bucket:   r.opts.ElectionBucket,
+			Key:      ElectionKey(r.opts.Node, r.opts.Partition),
+			ID:       r.opts.ServerID,
+			TTL:      r.opts.ElectionTTL,
+			Replicas: r.opts.ElectionReplicas,
+			Logger:   r.opts.Logger.With("node", r.opts.Node, "domain_partition", r.opts.Partition),
+		},
+		What:      "domain partition " + strconv.Itoa(r.opts.Partition),
+		OnServing: r.opts.OnServing,
+	}, start)
 	if err != nil {
 		return fmt.Errorf("domainserver: %w", err)
 	}

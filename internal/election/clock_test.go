@@ -2,89 +2,23 @@ package election_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/election/electiontest"
 	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
 )
-
-// manualClock is an election.Clock that moves only when the test says.
-type manualClock struct {
-	mu     sync.Mutex
-	now    time.Time
-	timers []*manualTimer
-}
-
-type manualTimer struct {
-	c  chan time.Time
-	at time.Time
-	// done: fired or stopped.
-	done bool
-	clk  *manualClock
-}
-
-func newManualClock() *manualClock {
-	return &manualClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *manualClock) NewTimer(d time.Duration) election.Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &manualTimer{c: make(chan time.Time, 1), at: c.now.Add(d), clk: c}
-	c.timers = append(c.timers, t)
-	c.fireLocked()
-	return t
-}
-
-// Advance moves the clock by d and fires the timers due.
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	c.fireLocked()
-}
-
-func (c *manualClock) fireLocked() {
-	kept := c.timers[:0]
-	for _, t := range c.timers {
-		if !t.done && !t.at.After(c.now) {
-			t.done = true
-			t.c <- c.now
-		}
-		if !t.done {
-			kept = append(kept, t)
-		}
-	}
-	c.timers = kept
-}
-
-func (t *manualTimer) C() <-chan time.Time { return t.c }
-
-func (t *manualTimer) Stop() bool {
-	t.clk.mu.Lock()
-	defer t.clk.mu.Unlock()
-	was := !t.done
-	t.done = true
-	return was
-}
 
 // clocked is one candidate on a manual clock, with a long TTL so that the
 // server never expires its key while the test holds the clock still.
 type clocked struct {
 	el    *election.Elector
 	kv    jetstream.KeyValue
-	clock *manualClock
+	clock *electiontest.ManualClock
 	cfg   election.Config
 	won   chan uint64
 	ended chan uint64
@@ -97,7 +31,7 @@ func runClocked(t *testing.T) *clocked {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &clocked{clock: newManualClock(), won: make(chan uint64, 4), ended: make(chan uint64, 4)}
+	c := &clocked{clock: electiontest.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)), won: make(chan uint64, 4), ended: make(chan uint64, 4)}
 	c.cfg = election.Config{Key: "root", ID: "a", TTL: 30 * time.Second, Clock: c.clock}
 	if c.el, err = election.New(js, c.cfg); err != nil {
 		t.Fatal(err)
