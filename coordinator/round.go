@@ -127,7 +127,7 @@ func (c *Coordinator) stored(res storeResult) {
 	}
 	switch {
 	case errors.Is(res.err, errDeposed):
-		c.fail(res.err)
+		c.gate.Fail(res.err)
 	case res.err != nil && res.p != nil:
 		c.log.Error("cannot record the lease record; grants are held to the recorded ceilings and leases cut to the recorded horizon", "err", res.err)
 	case res.err != nil:

@@ -222,62 +222,79 @@ func (t *Term) Stop() {
 }
 
 // drain stops the subscriptions and returns once the requests they had
-// delivered have all been handled, or once none was handled for grace.
+// delivered have all been handled; early if the term may no longer
+// answer (a lapsed or deposed leader has nothing to wait for: its
+// successor answers the retries), or once none was handled for grace.
 //
 // micro drains its endpoints' subscriptions on Stop but keeps them to
-// itself, and reports Stopped as soon as the drain has begun. So: once
-// the server has the unsubscriptions (a flush), nothing more arrives, and
-// every message it had sent is on its subscription's queue; a barrier
-// then runs once every queue of the connection has been worked down to
-// it, that is once the last handler of a delivered request has returned.
-// The plain subscriptions, which are ours, say so themselves: a drained
-// subscription turns closed after its last handler returned.
+// itself, and reports Stopped as soon as the drain has begun; nats.go
+// marks a drained subscription closed only after polling (every 100ms,
+// and after a flush that waits out a reconnect). So: once the server has
+// the unsubscriptions (a flush), nothing more arrives and every message it
+// had sent is on its subscription's queue; a barrier then runs once every
+// queue of the connection, micro's and ours, has been worked down to it,
+// that is once the last handler of a delivered request has returned.
 func (t *Term) drain(grace time.Duration) {
-	closed := make([]<-chan nats.SubStatus, 0, len(t.subs))
-	for _, sub := range t.subs {
-		closed = append(closed, sub.StatusChanged(nats.SubscriptionClosed))
-	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		t.watchDrain(ctx, cancel, grace)
+	}()
+	defer func() {
+		cancel()
+		<-watched
+	}()
 	t.unsubscribe()
 	if t.nc.IsConnected() {
-		ctx, cancel := context.WithTimeout(context.Background(), grace)
-		if err := t.nc.FlushWithContext(ctx); err != nil {
+		fctx, fcancel := context.WithTimeout(ctx, grace)
+		if err := t.nc.FlushWithContext(fctx); err != nil && ctx.Err() == nil {
 			t.log.Warn("flush after unsubscribing", "err", err)
 		}
-		cancel()
+		fcancel()
 	}
 	barrier := make(chan struct{})
 	if err := t.nc.Barrier(func() { close(barrier) }); err != nil {
 		close(barrier) // closed: the connection delivers nothing more
 	}
-	// Wait as long as requests are being handled.
-	tk := time.NewTicker(grace)
+	select {
+	case <-barrier:
+	case <-ctx.Done():
+	}
+	if d, h := t.Counts(); d != h {
+		t.log.Warn("stopped with delivered requests not yet handled", "delivered", d, "handled", h,
+			"serving", t.gate.Open(), "grace", grace)
+	}
+}
+
+// drainPoll is how often a drain checks the gate and its progress.
+const drainPoll = 25 * time.Millisecond
+
+// watchDrain cancels the drain once the gate no longer opens (its
+// validity lapsed, or it failed), or once no request was handled for
+// grace. It returns when ctx ends.
+func (t *Term) watchDrain(ctx context.Context, cancel context.CancelFunc, grace time.Duration) {
+	tk := time.NewTicker(drainPoll)
 	defer tk.Stop()
-	last, stalled := t.handled.Load(), false
-	tick := func() {
-		h := t.handled.Load()
-		stalled, last = h == last, h
-	}
-	for done := false; !done && !stalled; {
+	last, since := t.handled.Load(), time.Now()
+	for {
 		select {
-		case <-barrier:
-			done = true
+		case <-ctx.Done():
+			return
 		case <-tk.C:
-			tick()
 		}
-	}
-	for _, c := range closed {
-		for done := false; !done && !stalled; {
-			select {
-			case <-c:
-				done = true
-			case <-tk.C:
-				tick()
-			}
+		if !t.gate.Open() {
+			cancel()
+			return
 		}
-	}
-	if d, h := t.Counts(); d != h || stalled {
-		t.log.Warn("stopped before the drain completed: no request was handled for the stop grace",
-			"delivered", d, "handled", h, "grace", grace)
+		if h := t.handled.Load(); h != last {
+			last, since = h, time.Now()
+		} else if time.Since(since) >= grace {
+			t.log.Warn("the drain stalled: no request handled for the stop grace", "grace", grace)
+			cancel()
+			return
+		}
 	}
 }
 

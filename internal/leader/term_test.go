@@ -276,3 +276,56 @@ func TestStartErrors(t *testing.T) {
 		t.Fatalf("the endpoint registered before the failure still answers: %v", err)
 	}
 }
+
+// A drain that stalls (a handler that does not return) ends after
+// StopGrace instead of holding Stop forever.
+func TestStopEndsWhenTheDrainStalls(t *testing.T) {
+	s := natstest.Server(t)
+	release := make(chan struct{})
+	defer close(release)
+	term := startTerm(t, natstest.Conn(t, s), spec(nil, leader.Endpoint{Name: "stuck", Subject: "test.stuck", Handle: func(micro.Request) { <-release }}))
+	if err := natstest.Conn(t, s).PublishRequest("test.stuck", nats.NewInbox(), nil); err != nil {
+		t.Fatal(err)
+	}
+	faults.WaitFor(t, wait, "the request to be taken up", func() bool { d, _ := term.Counts(); return d == 1 })
+	term.Stop()
+	if d, h := term.Counts(); d != 1 || h != 0 {
+		t.Fatalf("delivered %d, handled %d", d, h)
+	}
+}
+
+// A leader whose validity lapsed does not wait for its drain: what it
+// would handle now it could not answer.
+func TestStopOfALapsedTermDoesNotWait(t *testing.T) {
+	s := natstest.Server(t)
+	var valid, over atomic.Bool
+	valid.Store(true)
+	defer over.Store(true)
+	g := leader.NewGate(valid.Load, nil, "test")
+	// A long backlog that keeps being handled: a drain that waited for it
+	// would take minutes, and never stall.
+	sp := spec(g, leader.Endpoint{Name: "slow", Subject: "test.slow", Handle: func(micro.Request) {
+		if !over.Load() {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}})
+	nc := natstest.Conn(t, s)
+	term := startTerm(t, nc, sp)
+	const n = 20000
+	sendRequests(t, s, "test.slow", n)
+	faults.WaitFor(t, wait, "the backlog to reach the service", func() bool { return nc.Stats().InMsgs >= n })
+	valid.Store(false)
+	stopped := make(chan struct{})
+	go func() { term.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(wait):
+		t.Fatal("Stop of a lapsed term waited for its backlog")
+	}
+	if d, _ := term.Counts(); d >= n {
+		t.Fatalf("all %d requests were taken up before Stop returned", d)
+	}
+	if !errors.Is(term.Err(), leader.ErrLapsed) {
+		t.Fatalf("err %v", term.Err())
+	}
+}
