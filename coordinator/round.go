@@ -114,7 +114,7 @@ func (c *Coordinator) loop() {
 		if c.ledger.Pending() {
 			// Resources wait for a record write: run a round when they
 			// have waited long enough, even if nothing else happens.
-			retry.Reset(ledger.DefaultMaxRecordWait / 2)
+			retry.Reset(c.ledger.MaxRecordWait() / 2)
 		}
 	}
 }
@@ -187,7 +187,7 @@ func (c *Coordinator) runRound() {
 		case ledger.AskSoon:
 			// Demand or holdings moved, or the lease is short: ask now,
 			// but at most eight times per regular interval.
-			if time.Since(c.up.lastAsk) >= c.ledger.UpstreamRefresh()/8 {
+			if c.now().Sub(c.up.lastAsk) >= c.ledger.UpstreamRefresh()/8 {
 				c.askParent()
 			}
 		}

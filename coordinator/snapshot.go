@@ -178,7 +178,7 @@ func (r *Replica) Snapshot(ctx context.Context, resource string, topN int, searc
 		}
 	}
 	if s == nil {
-		s = &Snapshot{Time: time.Now().UTC(), Node: st.Node, ServerID: st.ServerID, Parent: st.Parent, Failure: st.Failure, Config: st.Config}
+		s = &Snapshot{Time: r.opts.Now().UTC(), Node: st.Node, ServerID: st.ServerID, Parent: st.Parent, Failure: st.Failure, Config: st.Config}
 	}
 	s.Role, s.Leader, s.Term = string(st.Role), st.Leader, st.Term
 	s.Serving = s.Serving && st.Serving
