@@ -109,7 +109,7 @@ func (r *Replica) start(ctx context.Context, js jetstream.JetStream, el *electio
 		// A predecessor may have granted holds that are still alive: hear
 		// every holder's refresh (each refreshes three times per TTL)
 		// before granting more.
-		opts.LearnUntil = time.Now().Add(opts.HoldTTL)
+		opts.LearnUntil = opts.Now().Add(opts.HoldTTL)
 	}
 	srv, err := New(r.nc, opts)
 	if err != nil {
