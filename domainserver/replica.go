@@ -53,9 +53,6 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
-	if opts.ElectionReplicas == 0 {
-		opts.ElectionReplicas = 1
-	}
 	return &Replica{nc: nc, opts: opts}, nil
 }
 

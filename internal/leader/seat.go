@@ -143,13 +143,6 @@ func (s *Seat[S]) Current() (S, uint64) {
 	return s.srv, s.term
 }
 
-// Elector returns the seat's elector, or nil before Run made it.
-func (s *Seat[S]) Elector() *election.Elector {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.el
-}
-
 // Status returns the replica's role, term and leader as the election
 // knows them, and whether it serves.
 func (s *Seat[S]) Status() Status {
