@@ -235,68 +235,40 @@ func (t *Term) Stop() {
 // queue of the connection, micro's and ours, has been worked down to it,
 // that is once the last handler of a delivered request has returned.
 func (t *Term) drain(grace time.Duration) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		t.watchDrain(ctx, cancel, grace)
-	}()
-	defer func() {
-		cancel()
-		<-watched
-	}()
 	t.unsubscribe()
-	if t.nc.IsConnected() {
-		fctx, fcancel := context.WithTimeout(ctx, grace)
-		if err := t.nc.FlushWithContext(fctx); err != nil && ctx.Err() == nil {
+	if t.nc.IsConnected() && t.gate.Open() {
+		if err := t.nc.FlushTimeout(grace); err != nil {
 			t.log.Warn("flush after unsubscribing", "err", err)
 		}
-		fcancel()
 	}
 	barrier := make(chan struct{})
 	if err := t.nc.Barrier(func() { close(barrier) }); err != nil {
 		close(barrier) // closed: the connection delivers nothing more
 	}
-	select {
-	case <-barrier:
-	case <-ctx.Done():
-	}
-	if d, h := t.Counts(); d != h {
-		t.log.Warn("stopped with delivered requests not yet handled", "delivered", d, "handled", h,
-			"serving", t.gate.Open(), "grace", grace)
-	}
-}
-
-// drainPoll is how often a drain checks the gate and its progress.
-const drainPoll = 25 * time.Millisecond
-
-// watchDrain cancels the drain once the gate no longer opens (its
-// validity lapsed, or it failed), or once no request was handled for
-// grace. It returns when ctx ends.
-func (t *Term) watchDrain(ctx context.Context, cancel context.CancelFunc, grace time.Duration) {
 	tk := time.NewTicker(drainPoll)
 	defer tk.Stop()
 	last, since := t.handled.Load(), time.Now()
 	for {
 		select {
-		case <-ctx.Done():
+		case <-barrier:
 			return
 		case <-tk.C:
 		}
-		if !t.gate.Open() {
-			cancel()
+		switch h := t.handled.Load(); {
+		case !t.gate.Open():
 			return
-		}
-		if h := t.handled.Load(); h != last {
+		case h != last:
 			last, since = h, time.Now()
-		} else if time.Since(since) >= grace {
-			t.log.Warn("the drain stalled: no request handled for the stop grace", "grace", grace)
-			cancel()
+		case time.Since(since) >= grace:
+			d, _ := t.Counts()
+			t.log.Warn("the drain stalled: no request handled for the stop grace", "grace", grace, "delivered", d, "handled", h)
 			return
 		}
 	}
 }
+
+// drainPoll is how often a drain checks the gate and its progress.
+const drainPoll = 25 * time.Millisecond
 
 // unsubscribe drains the micro service's endpoints and the plain
 // subscriptions.
