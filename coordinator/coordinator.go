@@ -346,8 +346,6 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	}
 
 	c.bulk = newBulkLane(c)
-	c.stop = make(chan struct{})
-	c.done = make(chan struct{})
 	// Get and release share one subscription so that one client's
 	// requests are handled in the order they were sent. A tenant's
 	// requests arrive on allot.t.<tenant>.<node>.capacity.* through its
@@ -372,6 +370,8 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	c.serve = term
+	c.stop = make(chan struct{})
+	c.done = make(chan struct{})
 	c.store.start()
 	if c.opts.Parent != "" {
 		c.up = newUpstream(c)
