@@ -252,8 +252,8 @@ func decode(enc wire.Encoding, m micro.Request, msg proto.Message, validate func
 // counts it in the endpoint's STATS.
 func (c *Coordinator) replyError(m micro.Request, enc wire.Encoding, code int, text string) {
 	c.countCall(m.Subject(), code)
-	if !c.mayAnswer() {
-		c.silenced.Add(1)
+	if !c.gate.Open() {
+		c.gate.Silenced.Add(1)
 		return
 	}
 	if err := reply.Error(m, enc, code, text); err != nil {
@@ -285,13 +285,13 @@ func (c *Coordinator) reply(m micro.Request, enc wire.Encoding, msg proto.Messag
 }
 
 // publish sends a reply to m's reply subject, unless this coordinator may
-// no longer answer (see mayAnswer).
+// no longer answer (see leader.Gate).
 func (c *Coordinator) publish(m micro.Request, out *nats.Msg) {
 	if m.Reply() == "" {
 		return // a publish, not a request: nobody to answer
 	}
-	if !c.mayAnswer() {
-		c.silenced.Add(1)
+	if !c.gate.Open() {
+		c.gate.Silenced.Add(1)
 		return
 	}
 	if err := c.nc.PublishMsg(out); err != nil {

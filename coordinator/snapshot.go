@@ -121,10 +121,8 @@ func (c *Coordinator) Snapshot(ctx context.Context, resource string, topN int, s
 	}
 	// The loop answers before it takes anything else.
 	s := <-q.out
-	c.mu.Lock()
-	closed, failure := c.closed, c.failure
-	c.mu.Unlock()
-	s.Serving = !closed && failure == nil
+	serving, failure := c.serving()
+	s.Serving = serving
 	if failure != nil {
 		s.Failure = failure.Error()
 	}
@@ -171,9 +169,7 @@ func (c *Coordinator) snapshot(q snapRequest) {
 // its role, leader and term and no resources.
 func (r *Replica) Snapshot(ctx context.Context, resource string, topN int, search string) (*Snapshot, error) {
 	st := r.Status()
-	r.mu.Lock()
-	c := r.coord
-	r.mu.Unlock()
+	c := r.coordinator()
 	var s *Snapshot
 	if c != nil {
 		var err error
@@ -182,7 +178,7 @@ func (r *Replica) Snapshot(ctx context.Context, resource string, topN int, searc
 		}
 	}
 	if s == nil {
-		s = &Snapshot{Time: time.Now().UTC(), Node: st.Node, ServerID: st.ServerID, Parent: st.Parent, Failure: st.Failure, Config: st.Config}
+		s = &Snapshot{Time: r.opts.Now().UTC(), Node: st.Node, ServerID: st.ServerID, Parent: st.Parent, Failure: st.Failure, Config: st.Config}
 	}
 	s.Role, s.Leader, s.Term = string(st.Role), st.Leader, st.Term
 	s.Serving = s.Serving && st.Serving
