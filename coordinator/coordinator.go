@@ -16,19 +16,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/ledger"
-	"github.com/allot/allot/internal/reply"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/wire"
 )
 
@@ -178,16 +175,15 @@ type Coordinator struct {
 	leaseBuf []wire.LeaseReply
 	replyBuf []byte
 
-	stopOnce sync.Once
-	enqueued atomic.Uint64 // requests queued so far, to see when Stop may end
-	silenced atomic.Uint64 // replies withheld because Valid said no
-	calls    calls         // requests and error replies (see observe.go)
+	calls calls // requests and error replies (see observe.go)
+	// gate says whether replies may still be sent: not once a newer
+	// leader deposed this one or its leadership lapsed.
+	gate *leader.Gate
 
 	mu        sync.Mutex
 	closed    bool // Stop has ended the round loop
 	pending   []*request
 	statsSnap stats // copy of stats for the STATS handler
-	failure   error // why the coordinator stopped serving on its own
 	wake      chan struct{}
 	// urge: a child node's request is queued. Its round runs at once
 	// rather than after the round interval: what a child asks for (or
@@ -195,17 +191,12 @@ type Coordinator struct {
 	// batching delay adds up, and children's requests are few.
 	urge chan struct{}
 
-	svc micro.Service
-	// tenantSub receives the tenants' requests (not a micro endpoint).
-	tenantSub *nats.Subscription
-	bulk      *bulkLane
-	started   time.Time
-	stop      chan struct{}
-	// quit is closed when the coordinator stops serving on its own
-	// (deposed, leadership lapsed); see Done.
-	quit     chan struct{}
-	quitOnce sync.Once
-	done     chan struct{}
+	// serve serves the endpoints from Start until Stop.
+	serve   *leader.Term
+	bulk    *bulkLane
+	started time.Time
+	stop    chan struct{}
+	done    chan struct{}
 
 	store *recordStore
 	up    *upstream // nil on a root node
@@ -222,70 +213,8 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 	if nc == nil {
 		return nil, errors.New("coordinator: nil NATS connection")
 	}
-	if opts.Node == "" {
-		opts.Node = DefaultNode
-	}
-	if err := wire.ValidateNode(opts.Node); err != nil {
-		return nil, fmt.Errorf("coordinator: %w", err)
-	}
-	if opts.ServerID == "" {
-		host, _ := os.Hostname()
-		opts.ServerID = fmt.Sprintf("%s:%d", host, os.Getpid())
-	}
-	switch {
-	case opts.RoundInterval == 0:
-		opts.RoundInterval = DefaultRoundInterval
-	case opts.RoundInterval < 0:
-		opts.RoundInterval = 0
-	case opts.RoundInterval > MaxRoundInterval:
-		return nil, fmt.Errorf("coordinator: round interval %v is above the maximum %v", opts.RoundInterval, MaxRoundInterval)
-	}
-	if opts.Templates == nil {
-		opts.Templates = DefaultTemplates()
-	}
-	if opts.Parent != "" && (wire.ValidateNode(opts.Parent) != nil || opts.Parent == opts.Node) {
-		return nil, fmt.Errorf("coordinator: parent node %q must be a valid node name (1-64 of [A-Za-z0-9_-], not t) and not the node itself", opts.Parent)
-	}
-	if opts.StateBucket == "" {
-		opts.StateBucket = DefaultStateBucket
-	}
-	if opts.Term == 0 {
-		opts.Term = 1
-	}
-	if opts.StateReplicas == 0 {
-		opts.StateReplicas = 1
-	}
-	switch {
-	case opts.MaxResources == 0:
-		opts.MaxResources = DefaultMaxResources
-	case opts.MaxResources < 0:
-		return nil, fmt.Errorf("coordinator: max resources %d is negative", opts.MaxResources)
-	}
-	switch {
-	case opts.MaxClients == 0:
-		opts.MaxClients = DefaultMaxClients
-	case opts.MaxClients < 0:
-		return nil, fmt.Errorf("coordinator: max clients %d is negative", opts.MaxClients)
-	}
-	switch {
-	case opts.ClockSkew == 0:
-		opts.ClockSkew = DefaultClockSkew
-	case opts.ClockSkew == NoClockSkew:
-		opts.ClockSkew = 0
-	case opts.ClockSkew < 0:
-		return nil, fmt.Errorf("coordinator: clock skew %v is negative", opts.ClockSkew)
-	}
-	if opts.CeilingHeadroom == 0 {
-		opts.CeilingHeadroom = DefaultCeilingHeadroom
-	}
-	if opts.CeilingHeadroom < 0 || opts.CeilingHeadroom > 1 {
-		return nil, fmt.Errorf("coordinator: ceiling headroom %v must be in (0, 1]", opts.CeilingHeadroom)
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if err := opts.fill(); err != nil {
+		return nil, err
 	}
 	skew := opts.ClockSkew
 	if skew == 0 {
@@ -300,7 +229,7 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 		round: opts.RoundInterval,
 		wake:  make(chan struct{}, 1),
 		urge:  make(chan struct{}, 1),
-		quit:  make(chan struct{}),
+		gate:  leader.NewGate(opts.Valid, opts.Logger.With("node", opts.Node, "server_id", opts.ServerID), "coordinator"),
 		snap:  snapState{q: make(chan snapRequest)},
 		ledger: ledger.New(ledger.Config{
 			Node: opts.Node, ServerID: opts.ServerID, Term: opts.Term,
@@ -311,6 +240,69 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 		}),
 	}
 	return c, nil
+}
+
+// fill validates o and fills its defaults.
+func (o *Options) fill() error {
+	if err := leader.FillNode("coordinator", &o.Node, &o.ServerID); err != nil {
+		return err
+	}
+	switch {
+	case o.RoundInterval == 0:
+		o.RoundInterval = DefaultRoundInterval
+	case o.RoundInterval < 0:
+		o.RoundInterval = 0
+	case o.RoundInterval > MaxRoundInterval:
+		return fmt.Errorf("coordinator: round interval %v is above the maximum %v", o.RoundInterval, MaxRoundInterval)
+	}
+	if o.Templates == nil {
+		o.Templates = DefaultTemplates()
+	}
+	if o.Parent != "" && (subjects.ValidateNode(o.Parent) != nil || o.Parent == o.Node) {
+		return fmt.Errorf("coordinator: parent node %q must be a valid node name (1-64 of [A-Za-z0-9_-], not t) and not the node itself", o.Parent)
+	}
+	if o.StateBucket == "" {
+		o.StateBucket = DefaultStateBucket
+	}
+	if o.Term == 0 {
+		o.Term = 1
+	}
+	if o.StateReplicas == 0 {
+		o.StateReplicas = 1
+	}
+	switch {
+	case o.MaxResources == 0:
+		o.MaxResources = DefaultMaxResources
+	case o.MaxResources < 0:
+		return fmt.Errorf("coordinator: max resources %d is negative", o.MaxResources)
+	}
+	switch {
+	case o.MaxClients == 0:
+		o.MaxClients = DefaultMaxClients
+	case o.MaxClients < 0:
+		return fmt.Errorf("coordinator: max clients %d is negative", o.MaxClients)
+	}
+	switch {
+	case o.ClockSkew == 0:
+		o.ClockSkew = DefaultClockSkew
+	case o.ClockSkew == NoClockSkew:
+		o.ClockSkew = 0
+	case o.ClockSkew < 0:
+		return fmt.Errorf("coordinator: clock skew %v is negative", o.ClockSkew)
+	}
+	if o.CeilingHeadroom == 0 {
+		o.CeilingHeadroom = DefaultCeilingHeadroom
+	}
+	if o.CeilingHeadroom < 0 || o.CeilingHeadroom > 1 {
+		return fmt.Errorf("coordinator: ceiling headroom %v must be in (0, 1]", o.CeilingHeadroom)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return nil
 }
 
 // Subject returns the subject of endpoint ("capacity.get",
@@ -330,7 +322,7 @@ func TenantSubject(tenant, node, endpoint string) string {
 // micro service and starts the round loop. It returns once the
 // coordinator is serving.
 func (c *Coordinator) Start(ctx context.Context) error {
-	if c.stop != nil {
+	if c.serve != nil {
 		return errors.New("coordinator: already started")
 	}
 	js, err := jetstream.New(c.nc)
@@ -343,60 +335,31 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		return err
 	}
 
-	svc, err := micro.AddService(c.nc, micro.Config{
-		Name:        ServiceName,
-		Version:     ServiceVersion,
-		Description: "allot coordinator: capacity leases for node " + c.opts.Node,
-		Metadata:    map[string]string{"node": c.opts.Node, "server_id": c.opts.ServerID, "term": strconv.FormatUint(c.Term(), 10)},
-		StatsHandler: func(*micro.Endpoint) any {
-			return c.statsData()
+	c.bulk = newBulkLane(c)
+	// Get and release share one subscription so that one client's
+	// requests are handled in the order they were sent. A tenant's
+	// requests arrive on allot.t.<tenant>.<node>.capacity.* through its
+	// account's service import: one subscription for all tenants, so each
+	// client's get and release keep their order. Never server.get: child
+	// nodes are coordinators inside the allot account. A plain
+	// subscription, not a micro endpoint: the handler needs the message
+	// (msgrequest.go).
+	term, err := leader.Start(ctx, c.nc, leader.Spec{
+		Name: ServiceName, Version: ServiceVersion, Description: "allot coordinator: capacity leases for node " + c.opts.Node,
+		Node: c.opts.Node, ServerID: c.opts.ServerID, Term: c.Term(), Stats: c.statsData, Gate: c.gate, Logger: c.log,
+		Endpoints: []leader.Endpoint{
+			{Name: "capacity", Subject: Subject(c.opts.Node, "capacity.*"), Handle: c.handleCapacity},
+			{Name: "server_get", Subject: Subject(c.opts.Node, "server.get"), Handle: c.handleServerGet},
+			{Name: "server_get_child", Subject: Subject(c.opts.Node, "server.get.*"), Handle: c.handleServerGet},
+			{Subject: TenantSubject("*", c.opts.Node, "capacity.*"), Msg: c.handleTenantMsg},
 		},
+		Close: c.closeServing,
 	})
 	if err != nil {
-		return fmt.Errorf("coordinator: register micro service: %w", err)
-	}
-	c.bulk = newBulkLane(c)
-	// No queue groups: every coordinator subscribed gets every request
-	// and only one that may answer does. A frozen or stale subscriber
-	// (a leader that lost its lease, a subscription left behind by a
-	// reconnect) so never takes requests away from the leader. Get and
-	// release share one subscription so that one client's requests are
-	// handled in the order it sent them.
-	g := svc.AddGroup("allot." + c.opts.Node)
-	endpoints := []struct {
-		name, subject string
-		h             micro.HandlerFunc
-	}{
-		{"capacity", "capacity.*", c.handleCapacity},
-		{"server_get", "server.get", c.handleServerGet},
-		{"server_get_child", "server.get.*", c.handleServerGet},
-	}
-	for _, e := range endpoints {
-		if err := g.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.subject), micro.WithEndpointQueueGroupDisabled(),
-			micro.WithEndpointMetadata(map[string]string{"node": c.opts.Node})); err != nil {
-			_ = svc.Stop()
-			c.bulk.close()
-			return fmt.Errorf("coordinator: add endpoint %s: %w", e.subject, err)
-		}
-	}
-	// A tenant's requests arrive on allot.t.<tenant>.<node>.capacity.*
-	// through its account's service import: one subscription for all
-	// tenants, so each client's get and release keep their order. Never
-	// server.get: child nodes are coordinators inside the allot account.
-	// A plain subscription, not a micro endpoint: the handler needs the
-	// message (msgrequest.go).
-	tsub, err := c.nc.Subscribe(TenantSubject("*", c.opts.Node, "capacity.*"), c.handleTenantMsg)
-	if err != nil {
-		_ = svc.Stop()
 		c.bulk.close()
-		return fmt.Errorf("coordinator: subscribe to the tenant subjects: %w", err)
+		return fmt.Errorf("coordinator: %w", err)
 	}
-	c.svc, c.tenantSub = svc, tsub
-	// Serving means the subscriptions are live at the server: make sure
-	// before reporting it, so a request sent right after Start is answered.
-	if err := c.nc.FlushTimeout(5 * time.Second); err != nil {
-		c.log.Warn("flush after registering endpoints", "err", err)
-	}
+	c.serve = term
 	c.stop = make(chan struct{})
 	c.done = make(chan struct{})
 	c.store.start()
@@ -411,95 +374,51 @@ func (c *Coordinator) Start(ctx context.Context) error {
 }
 
 // Stop stops serving: it drains the service's subscriptions, answers every
-// queued request and waits for the round loop to end. Leases stay recorded
-// in the lease record so a successor knows to learn.
+// request they had delivered and waits for the round loop to end. Leases
+// stay recorded in the lease record so a successor knows to learn.
 func (c *Coordinator) Stop() {
-	if c.stop == nil {
-		return
+	if c.serve != nil {
+		c.serve.Stop()
 	}
-	c.stopOnce.Do(c.stopServing)
-	<-c.done
 }
 
 // Done is closed when the coordinator stops serving on its own: a newer
 // leader's lease record deposed it, or Valid turned false. Err says why.
 // Call Stop after it.
-func (c *Coordinator) Done() <-chan struct{} { return c.quit }
+func (c *Coordinator) Done() <-chan struct{} { return c.gate.Done() }
 
 // Err returns why the coordinator stopped serving on its own, or nil.
-func (c *Coordinator) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.failure
-}
+func (c *Coordinator) Err() error { return c.gate.Err() }
 
-// fail records why the coordinator no longer serves and closes Done.
-func (c *Coordinator) fail(err error) {
-	c.quitOnce.Do(func() {
-		c.mu.Lock()
-		c.failure = err
-		c.mu.Unlock()
-		c.log.Error("coordinator stops serving", "err", err)
-		close(c.quit)
-	})
-}
-
-// stopServing unsubscribes, answers every request already delivered, and
-// ends the round loop.
-func (c *Coordinator) stopServing() {
-	if c.svc != nil {
-		// Drains the endpoints: the server gets the unsubscriptions, while
-		// micro still hands us the messages it had already received.
-		if err := c.svc.Stop(); err != nil {
-			c.log.Warn("stopping micro service", "err", err)
-		}
-	}
-	if c.tenantSub != nil {
-		if err := c.tenantSub.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-			c.log.Warn("draining the tenant subscription", "err", err)
-		}
-	}
+// closeServing runs in Stop once every delivered request has been taken
+// up: it answers every queued request and ends the round loop.
+func (c *Coordinator) closeServing() {
 	c.store.cancel()
-	// Once the server has the unsubscriptions nothing new arrives; keep
-	// running rounds until the delivered requests have all been queued.
-	reply.Settle(c.nc, c.enqueued.Load, stopQuiet, stopGrace)
 	c.bulk.close()
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
 	close(c.stop)
+	<-c.done
 	c.store.wait()
 	c.up.close()
-	c.log.Info("coordinator stopped")
 }
 
-// Stop waits for delivered requests to stop arriving for stopQuiet, and
-// for at most stopGrace in all.
-const (
-	stopQuiet = 20 * time.Millisecond
-	stopGrace = 2 * time.Second
-)
+// serving reports whether the coordinator serves, and why not if it
+// stopped on its own.
+func (c *Coordinator) serving() (bool, error) {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	err := c.gate.Err()
+	return !closed && err == nil, err
+}
 
 // Term returns the fencing term in force.
 func (c *Coordinator) Term() uint64 { return c.term }
 
 // Node returns the node this coordinator serves.
 func (c *Coordinator) Node() string { return c.opts.Node }
-
-// mayAnswer reports whether replies may be sent: not deposed, and Valid
-// (if set) still holds. Past it the coordinator stays silent.
-func (c *Coordinator) mayAnswer() bool {
-	select {
-	case <-c.quit:
-		return false
-	default:
-	}
-	if c.opts.Valid != nil && !c.opts.Valid() {
-		c.fail(errors.New("leadership lapsed (validity deadline passed)"))
-		return false
-	}
-	return true
-}
 
 // enqueue hands a decoded request to the round loop. After Stop nothing
 // is answered: another replica answers (the subjects have no queue
@@ -508,11 +427,10 @@ func (c *Coordinator) enqueue(r *request) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		c.silenced.Add(1)
+		c.gate.Silenced.Add(1)
 		return
 	}
 	c.pending = append(c.pending, r)
-	c.enqueued.Add(1)
 	c.mu.Unlock()
 	wake := c.wake
 	if r.kind == kindServer {

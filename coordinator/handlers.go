@@ -88,7 +88,7 @@ func (c *Coordinator) handleTenantMsg(msg *nats.Msg) {
 	}
 	if err != nil {
 		c.countCall(m.Subject(), 0)
-		c.replyError(m, wire.EncodingOf(nats.Header(m.Headers())), CodeBadRequest, err.Error())
+		c.replyError(m, wire.EncodingOf(m.Headers()), CodeBadRequest, err.Error())
 		return
 	}
 	c.serveCapacity(m, who)
@@ -104,11 +104,11 @@ func (c *Coordinator) serveCapacity(m micro.Request, who ledger.Claimant) {
 	case "release":
 		kind = kindRelease
 	default:
-		enc := wire.EncodingOf(nats.Header(m.Headers()))
+		enc := wire.EncodingOf(m.Headers())
 		c.replyError(m, enc, CodeUnknownEndpoint, "unknown operation "+strconv.Quote(op)+": use capacity.get or capacity.release")
 		return
 	}
-	enc, n := wire.EncodingOf(nats.Header(m.Headers())), len(m.Data())
+	enc, n := wire.EncodingOf(m.Headers()), len(m.Data())
 	if err := wire.CheckSize(enc, n); err != nil {
 		c.replyError(m, enc, CodeTooLarge, err.Error())
 		return
@@ -125,7 +125,7 @@ func (c *Coordinator) serveCapacity(m micro.Request, who ledger.Claimant) {
 // decode decodes and validates a request and queues it for a round.
 func (c *Coordinator) decode(it bulkItem) {
 	m, kind := it.m, it.kind
-	enc := wire.EncodingOf(nats.Header(m.Headers()))
+	enc := wire.EncodingOf(m.Headers())
 	r := &request{kind: kind, enc: enc, msg: m, who: it.who}
 	var err error
 	if kind == kindGet {
@@ -219,7 +219,7 @@ func (b *bulkLane) close() {
 // behalf of its clients (see internal/ledger/tree.go).
 func (c *Coordinator) handleServerGet(m micro.Request) {
 	c.countCall(m.Subject(), 0)
-	enc := wire.EncodingOf(nats.Header(m.Headers()))
+	enc := wire.EncodingOf(m.Headers())
 	if err := wire.CheckSize(enc, len(m.Data())); err != nil {
 		c.replyError(m, enc, CodeTooLarge, err.Error())
 		return
@@ -252,8 +252,8 @@ func decode(enc wire.Encoding, m micro.Request, msg proto.Message, validate func
 // counts it in the endpoint's STATS.
 func (c *Coordinator) replyError(m micro.Request, enc wire.Encoding, code int, text string) {
 	c.countCall(m.Subject(), code)
-	if !c.mayAnswer() {
-		c.silenced.Add(1)
+	if !c.gate.Open() {
+		c.gate.Silenced.Add(1)
 		return
 	}
 	if err := reply.Error(m, enc, code, text); err != nil {
@@ -285,13 +285,13 @@ func (c *Coordinator) reply(m micro.Request, enc wire.Encoding, msg proto.Messag
 }
 
 // publish sends a reply to m's reply subject, unless this coordinator may
-// no longer answer (see mayAnswer).
+// no longer answer (see leader.Gate).
 func (c *Coordinator) publish(m micro.Request, out *nats.Msg) {
 	if m.Reply() == "" {
 		return // a publish, not a request: nobody to answer
 	}
-	if !c.mayAnswer() {
-		c.silenced.Add(1)
+	if !c.gate.Open() {
+		c.gate.Silenced.Add(1)
 		return
 	}
 	if err := c.nc.PublishMsg(out); err != nil {

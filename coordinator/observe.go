@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/ledger"
 	"github.com/allot/allot/internal/wire"
@@ -204,15 +204,15 @@ func (c *Coordinator) observeGauges(now int64) {
 func (c *Coordinator) Observe() Observation {
 	c.mu.Lock()
 	s := c.statsSnap
-	closed, failure := c.closed, c.failure
 	c.mu.Unlock()
+	serving, failure := c.serving()
 	o := Observation{
 		Node: c.opts.Node, ServerID: c.opts.ServerID, Parent: c.opts.Parent,
 		Role: election.RoleLeader, Term: c.Term(), Leader: c.opts.ServerID,
-		Serving: !closed && failure == nil, Coordinator: true,
+		Serving: serving, Coordinator: true,
 		Rounds: s.rounds, RoundSeconds: s.hist.snapshot(), Calls: c.callCounts(),
 		RecordWrites: s.ledger.RecordWrites, RecordErrors: s.ledger.RecordErrors, RecordWaits: s.ledger.Waits,
-		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords, Silenced: c.silenced.Load(),
+		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords, Silenced: c.gate.Silenced.Load(),
 		Resources: s.ledger.Resources, Clients: s.ledger.Clients,
 		Top: s.gauges, Other: s.rest,
 	}
@@ -230,7 +230,7 @@ func observeConfig(o *Observation, src TemplateSource) {
 	o.ConfigGeneration = src.Current().Generation
 	o.ConfigLoaded = o.ConfigGeneration > 0
 	if st, ok := src.(StatusSource); ok {
-		if cs, ok := st.Status().(config.Status); ok {
+		if cs, ok := st.Status().(configkv.Status); ok {
 			o.ConfigRejected = cs.RejectedPuts
 		}
 	}
@@ -240,9 +240,7 @@ func observeConfig(o *Observation, src TemplateSource) {
 // it leads its coordinator's Observation.
 func (r *Replica) Observe() Observation {
 	st := r.Status()
-	r.mu.Lock()
-	c := r.coord
-	r.mu.Unlock()
+	c := r.coordinator()
 	var o Observation
 	if c != nil {
 		o = c.Observe()

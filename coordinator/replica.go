@@ -2,16 +2,14 @@ package coordinator
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/leader"
 )
 
 // ReplicaServiceName is the NATS micro service every Replica registers,
@@ -72,98 +70,86 @@ type ReplicaStatus struct {
 type Replica struct {
 	nc   *nats.Conn
 	opts ReplicaOptions
-
-	mu      sync.Mutex
-	el      *election.Elector
-	serving uint64 // term served, 0 none
-	coord   *Coordinator
+	seat leader.Seat[*Coordinator]
 }
 
 // NewReplica validates opts and returns a Replica; Run it.
 func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
+	if nc == nil {
+		return nil, errors.New("coordinator: nil NATS connection")
+	}
 	if opts.ElectionReplicas == 0 {
 		opts.ElectionReplicas = 1
 	}
 	if opts.StateReplicas == 0 {
 		opts.StateReplicas = opts.ElectionReplicas
 	}
-	opts.Term = 1
-	probe, err := New(nc, opts.Options) // validates and fills defaults
-	if err != nil {
+	filled := opts.Options
+	if err := filled.fill(); err != nil {
 		return nil, err
 	}
-	opts.Options = probe.opts
-	opts.Term = 0
+	// Each term's New fills the options again, and a second fill would
+	// read the 0 that NoRoundInterval and NoClockSkew became as "default":
+	// keep them as given. Fix the identity now, the same for every term.
+	opts.Node, opts.ServerID, opts.Templates, opts.Logger, opts.Now = filled.Node, filled.ServerID, filled.Templates, filled.Logger, filled.Now
 	return &Replica{nc: nc, opts: opts}, nil
 }
 
 // Status returns the replica's current role and term.
-func (r *Replica) Status() ReplicaStatus {
-	st := ReplicaStatus{Node: r.opts.Node, ServerID: r.opts.ServerID, Parent: r.opts.Parent, Role: election.RoleFollower}
-	r.mu.Lock()
-	el, serving, c := r.el, r.serving, r.coord
-	r.mu.Unlock()
-	if el != nil {
-		es := el.Status()
-		st.Role, st.Term, st.Leader = es.Role, es.Term, es.Leader
-	}
-	st.Serving = serving != 0 && el != nil && el.Valid(serving)
-	if c != nil {
-		if err := c.Err(); err != nil {
-			st.Serving = false
-			st.Failure = err.Error()
-		}
-	}
+func (r *Replica) Status() ReplicaStatus { return r.status(r.seat.Status()) }
+
+func (r *Replica) status(ss leader.Status) ReplicaStatus {
+	st := ReplicaStatus{Node: r.opts.Node, ServerID: r.opts.ServerID, Parent: r.opts.Parent,
+		Role: ss.Role, Term: ss.Term, Leader: ss.Leader, Serving: ss.Serving, Failure: ss.Failure}
 	if src, ok := r.opts.Templates.(StatusSource); ok {
 		st.Config = src.Status()
 	}
 	return st
 }
 
+// coordinator returns the coordinator of the term being served, or nil.
+func (r *Replica) coordinator() *Coordinator {
+	c, _ := r.seat.Current()
+	return c
+}
+
 // Run campaigns and serves while leading until ctx ends; then it stops
-// serving and resigns, so that a follower takes over at once. It returns
+// serving and resigns, so that a follower takes over at once. Every
+// replica, leader or follower, registers the allot-replica service: its
+// STATS data and the endpoint allot.<node>.replica.status (no queue
+// group: every replica answers) report the replica's status. Run returns
 // nil after ctx ends, or an error if the NATS connection closed or the
 // election cannot run.
 func (r *Replica) Run(ctx context.Context) error {
-	js, err := jetstream.New(r.nc)
-	if err != nil {
-		return fmt.Errorf("coordinator: jetstream: %w", err)
-	}
-	el, err := election.New(js, election.Config{
-		Bucket:   r.opts.ElectionBucket,
-		Key:      r.opts.Node,
-		ID:       r.opts.ServerID,
-		TTL:      r.opts.ElectionTTL,
-		Replicas: r.opts.ElectionReplicas,
-		Logger:   r.opts.Logger.With("node", r.opts.Node),
-	})
+	err := r.seat.Run(ctx, r.nc, leader.SeatConfig{
+		Election: election.Config{
+			Bucket:   r.opts.ElectionBucket,
+			Key:      r.opts.Node,
+			ID:       r.opts.ServerID,
+			TTL:      r.opts.ElectionTTL,
+			Replicas: r.opts.ElectionReplicas,
+			Logger:   r.opts.Logger.With("node", r.opts.Node),
+		},
+		What:      "coordinator",
+		OnServing: r.opts.OnServing,
+		Status: &leader.StatusService{
+			Name: ReplicaServiceName, Version: ServiceVersion,
+			Description: "allot coordinator replica of node " + r.opts.Node + " (leader or follower)",
+			Metadata:    map[string]string{"node": r.opts.Node, "server_id": r.opts.ServerID},
+			Subject:     Subject(r.opts.Node, "replica.status"), EndpointMetadata: map[string]string{"node": r.opts.Node},
+			Data: func(ss leader.Status) any { return r.status(ss) },
+		},
+	}, r.start)
 	if err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
-	r.mu.Lock()
-	r.el = el
-	r.mu.Unlock()
-
-	svc, err := r.statusService()
-	if err != nil {
-		return err
-	}
-	defer func() { _ = svc.Stop() }()
-	return el.Run(ctx, election.Serve("coordinator", r.start, r.changed))
+	return nil
 }
 
 // start starts a coordinator for one term; it stops serving on its own
 // when a newer leader's record deposes it or its validity lapses.
-func (r *Replica) start(ctx context.Context, term uint64) (*Coordinator, error) {
-	r.mu.Lock()
-	el := r.el
-	r.mu.Unlock()
-	opts := r.opts.Options
-	opts.Term = term
-	opts.Valid = func() bool { return el.Valid(term) }
-	opts.TermBound = el.LastSequence
-	opts.PriorLeader = func(ctx context.Context) (bool, error) { return el.Founded(ctx, term) }
-	c, err := New(r.nc, opts)
+func (r *Replica) start(ctx context.Context, el *election.Elector, term uint64) (*Coordinator, error) {
+	c, err := New(r.nc, r.termOptions(el, term))
 	if err != nil {
 		return nil, err
 	}
@@ -175,47 +161,12 @@ func (r *Replica) start(ctx context.Context, term uint64) (*Coordinator, error) 
 	return c, nil
 }
 
-// changed records the coordinator serving (or no longer) and tells
-// OnServing.
-func (r *Replica) changed(term uint64, c *Coordinator, serving bool) {
-	if serving {
-		r.setServing(term, c)
-	} else {
-		r.setServing(0, nil)
-	}
-	if r.opts.OnServing != nil {
-		r.opts.OnServing(term, serving)
-	}
-}
-
-func (r *Replica) setServing(term uint64, c *Coordinator) {
-	r.mu.Lock()
-	r.serving, r.coord = term, c
-	r.mu.Unlock()
-}
-
-// statusService registers the allot-replica service: STATS data and the
-// endpoint allot.<node>.replica.status (no queue group: every replica
-// answers) report the replica's status.
-func (r *Replica) statusService() (micro.Service, error) {
-	svc, err := micro.AddService(r.nc, micro.Config{
-		Name:         ReplicaServiceName,
-		Version:      ServiceVersion,
-		Description:  "allot coordinator replica of node " + r.opts.Node + " (leader or follower)",
-		Metadata:     map[string]string{"node": r.opts.Node, "server_id": r.opts.ServerID},
-		StatsHandler: func(*micro.Endpoint) any { return r.Status() },
-	})
-	if err != nil {
-		return nil, fmt.Errorf("coordinator: register %s service: %w", ReplicaServiceName, err)
-	}
-	err = svc.AddEndpoint("status", micro.HandlerFunc(func(req micro.Request) {
-		data, _ := json.Marshal(r.Status())
-		_ = req.Respond(data)
-	}), micro.WithEndpointSubject(Subject(r.opts.Node, "replica.status")), micro.WithEndpointQueueGroupDisabled(),
-		micro.WithEndpointMetadata(map[string]string{"node": r.opts.Node}))
-	if err != nil {
-		_ = svc.Stop()
-		return nil, fmt.Errorf("coordinator: add replica status endpoint: %w", err)
-	}
-	return svc, nil
+// termOptions are the options of the coordinator of term.
+func (r *Replica) termOptions(el *election.Elector, term uint64) Options {
+	opts := r.opts.Options
+	opts.Term = term
+	opts.Valid = func() bool { return el.Valid(term) }
+	opts.TermBound = el.LastSequence
+	opts.PriorLeader = func(ctx context.Context) (bool, error) { return el.Founded(ctx, term) }
+	return opts
 }

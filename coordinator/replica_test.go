@@ -5,91 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
-	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
-
-// cluster starts three JetStream servers routed into one cluster.
-func cluster(t *testing.T) []*server.Server {
-	t.Helper()
-	ports := make([]int, 3)
-	var routes []string
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", ports[i]))
-	}
-	servers := make([]*server.Server, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for i := range servers {
-		wg.Go(func() {
-			servers[i], errs[i] = embed.Start(embed.Options{
-				StoreDir: t.TempDir(), ServerName: fmt.Sprintf("s%d", i),
-				Cluster: &server.ClusterOpts{Name: "allot-test", Host: "127.0.0.1", Port: ports[i]},
-				Routes:  routes,
-			})
-		})
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for _, s := range servers {
-			if s != nil {
-				s.Shutdown()
-				s.WaitForShutdown()
-			}
-		}
-	})
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Wait for the JetStream meta leader.
-	nc, err := nats.Connect(clusterURLs(servers))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := js.AccountInfo(ctx)
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("JetStream cluster not ready: %v", err)
-		}
-	}
-	return servers
-}
-
-func clusterURLs(servers []*server.Server) string {
-	var urls []string
-	for _, s := range servers {
-		urls = append(urls, s.ClientURL())
-	}
-	return strings.Join(urls, ",")
-}
 
 // cutDialer lets a test cut a connection off from NATS and heal it.
 type cutDialer struct {
@@ -351,10 +279,10 @@ func TestReplicaFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("three-server cluster failover takes about 30s")
 	}
-	servers := cluster(t)
+	servers := natstest.Cluster(t, 3)
 	tm := tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)
 	tm.LeaseLength, tm.RefreshInterval, tm.LearningModeDuration = 6*time.Second, 200*time.Millisecond, 6*time.Second
-	f := &fleet{t: t, urls: clusterURLs(servers), set: config.NewSet(1, []*config.Template{tm}, nil)}
+	f := &fleet{t: t, urls: natstest.ClusterURL(servers), set: config.NewSet(1, []*config.Template{tm}, nil)}
 	runs := []*replicaRun{f.start("r0"), f.start("r1"), f.start("r2")}
 	lead, term := f.leader(0, runs)
 	t.Logf("first leader %s, term %d", lead.name, term)

@@ -114,7 +114,7 @@ func (c *Coordinator) loop() {
 		if c.ledger.Pending() {
 			// Resources wait for a record write: run a round when they
 			// have waited long enough, even if nothing else happens.
-			retry.Reset(ledger.DefaultMaxRecordWait / 2)
+			retry.Reset(c.ledger.MaxRecordWait() / 2)
 		}
 	}
 }
@@ -127,7 +127,7 @@ func (c *Coordinator) stored(res storeResult) {
 	}
 	switch {
 	case errors.Is(res.err, errDeposed):
-		c.fail(res.err)
+		c.gate.Fail(res.err)
 	case res.err != nil && res.p != nil:
 		c.log.Error("cannot record the lease record; grants are held to the recorded ceilings and leases cut to the recorded horizon", "err", res.err)
 	case res.err != nil:
@@ -187,7 +187,7 @@ func (c *Coordinator) runRound() {
 		case ledger.AskSoon:
 			// Demand or holdings moved, or the lease is short: ask now,
 			// but at most eight times per regular interval.
-			if time.Since(c.up.lastAsk) >= c.ledger.UpstreamRefresh()/8 {
+			if c.now().Sub(c.up.lastAsk) >= c.ledger.UpstreamRefresh()/8 {
 				c.askParent()
 			}
 		}

@@ -66,7 +66,7 @@ type Snapshot struct {
 	// Resource is the resource asked for, nil if none was or the node
 	// keeps no state for it.
 	Resource *ResourceDetail `json:"resource,omitempty"`
-	// Config is the template source's status (a *config.Status under
+	// Config is the template source's status (a configkv.Status under
 	// `allot up` and `allot coordinator`), nil if it reports none.
 	Config any `json:"config,omitempty"`
 }
@@ -121,10 +121,8 @@ func (c *Coordinator) Snapshot(ctx context.Context, resource string, topN int, s
 	}
 	// The loop answers before it takes anything else.
 	s := <-q.out
-	c.mu.Lock()
-	closed, failure := c.closed, c.failure
-	c.mu.Unlock()
-	s.Serving = !closed && failure == nil
+	serving, failure := c.serving()
+	s.Serving = serving
 	if failure != nil {
 		s.Failure = failure.Error()
 	}
@@ -171,9 +169,7 @@ func (c *Coordinator) snapshot(q snapRequest) {
 // its role, leader and term and no resources.
 func (r *Replica) Snapshot(ctx context.Context, resource string, topN int, search string) (*Snapshot, error) {
 	st := r.Status()
-	r.mu.Lock()
-	c := r.coord
-	r.mu.Unlock()
+	c := r.coordinator()
 	var s *Snapshot
 	if c != nil {
 		var err error
@@ -182,7 +178,7 @@ func (r *Replica) Snapshot(ctx context.Context, resource string, topN int, searc
 		}
 	}
 	if s == nil {
-		s = &Snapshot{Time: time.Now().UTC(), Node: st.Node, ServerID: st.ServerID, Parent: st.Parent, Failure: st.Failure, Config: st.Config}
+		s = &Snapshot{Time: r.opts.Now().UTC(), Node: st.Node, ServerID: st.ServerID, Parent: st.Parent, Failure: st.Failure, Config: st.Config}
 	}
 	s.Role, s.Leader, s.Term = string(st.Role), st.Leader, st.Term
 	s.Serving = s.Serving && st.Serving

@@ -123,3 +123,21 @@ func TestSnapshotSharesTheList(t *testing.T) {
 		t.Fatalf("after half a second: %v %+v", err, s)
 	}
 }
+
+// A follower's snapshot is stamped by the replica's clock, like a
+// leader's.
+func TestFollowerSnapshotOnTheReplicaClock(t *testing.T) {
+	at := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+	rep, err := coordinator.NewReplica(natstest.Conn(t, natstest.Server(t)), coordinator.ReplicaOptions{
+		Options: coordinator.Options{Now: func() time.Time { return at }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := rep.Snapshot(t.Context(), "", 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Time.Equal(at) || s.Role != "follower" {
+		t.Fatalf("snapshot at %v (role %s), want %v", s.Time, s.Role, at)
+	}
+}

@@ -100,17 +100,17 @@ type Stats struct {
 func (c *Coordinator) statsData() any {
 	c.mu.Lock()
 	s := c.statsSnap
-	closed, failure := c.closed, c.failure
 	c.mu.Unlock()
+	serving, failure := c.serving()
 	out := Stats{
 		Node: c.opts.Node, ServerID: c.opts.ServerID, Term: c.Term(),
-		Serving: !closed && failure == nil,
+		Serving: serving,
 		Rounds:  s.rounds, Requests: s.requests,
 		LastRoundMS: float64(s.lastRound) / 1e6, MaxRoundMS: float64(s.maxRound) / 1e6,
 		HorizonErrors: s.ledger.RecordErrors, RecordWrites: s.ledger.RecordWrites, RecordWaits: s.ledger.Waits,
 		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords, PriorityCapped: s.ledger.PriorityCapped, TenantCapped: s.ledger.TenantCapped, OverClaims: s.ledger.OverClaims,
 		Unheard: s.ledger.Unheard, Forgotten: s.ledger.Forgotten,
-		Silenced: c.silenced.Load(), Resources: s.ledger.Resources, Clients: s.ledger.Clients,
+		Silenced: c.gate.Silenced.Load(), Resources: s.ledger.Resources, Clients: s.ledger.Clients,
 		RoundErrors: s.errors, Shadow: c.opts.Shadow,
 	}
 	if failure != nil {

@@ -89,7 +89,7 @@ func (c *Coordinator) askParent() {
 	if len(reqs) == 0 {
 		return
 	}
-	u.busy, u.lastAsk = true, time.Now()
+	u.busy, u.lastAsk = true, c.now()
 	u.in <- reqs
 }
 
@@ -113,5 +113,5 @@ func (c *Coordinator) answered(res upstreamResult) {
 	if u.lastErr != "" {
 		c.log.Info("parent node reachable again", "parent", c.opts.Parent)
 	}
-	u.lastOK, u.lastErr = time.Now(), ""
+	u.lastOK, u.lastErr = c.now(), ""
 }

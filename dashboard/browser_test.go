@@ -20,6 +20,7 @@ import (
 	"github.com/allot/allot/dashboard"
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
@@ -32,7 +33,7 @@ import (
 
 // watched adapts a configuration watcher to the coordinator's template
 // and status sources, as `allot up` does.
-type watched struct{ *config.Watcher }
+type watched struct{ *configkv.Watcher }
 
 func (w watched) Status() any { return w.Watcher.Status() }
 
@@ -55,12 +56,12 @@ func startStack(t *testing.T, ctx context.Context, interval, history time.Durati
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := config.OpenBucket(ctx, js, config.DefaultBucket, true)
+	kv, err := configkv.OpenBucket(ctx, js, configkv.DefaultBucket, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	putTemplate(t, ctx, kv, `{"identifier_glob":"db","capacity":100,"algorithm":{"kind":"FAIR_SHARE","lease_length":"10s","refresh_interval":"1s"}}`)
-	w := config.NewWatcher(kv, nil, nil)
+	w := configkv.NewWatcher(kv, nil, nil)
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/embed"
 )
 
@@ -207,15 +208,15 @@ func TestNATSTree(t *testing.T) {
 	// at the global level reaches the cluster level's mirror of the
 	// region's mirror.
 	globalJS, _ := jetstream.New(conns["global"])
-	rootKV, err := config.OpenBucket(ctx, globalJS, config.DefaultBucket, true)
+	rootKV, err := configkv.OpenBucket(ctx, globalJS, configkv.DefaultBucket, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	regionJS, _ := jetstream.New(conns["eu"])
-	if _, err := config.OpenMirror(ctx, regionJS, config.DefaultBucket, "global"); err != nil {
+	if _, err := configkv.OpenMirror(ctx, regionJS, configkv.DefaultBucket, "global"); err != nil {
 		t.Fatal(err)
 	}
-	clusterKV, err := config.OpenMirror(ctx, clusterJS, config.DefaultBucket, "eu")
+	clusterKV, err := configkv.OpenMirror(ctx, clusterJS, configkv.DefaultBucket, "eu")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
-	"github.com/allot/allot/internal/reply"
+	"github.com/allot/allot/internal/leader"
 )
 
 // fakeRequest is a micro.Request that keeps the reply: the handler's cost
@@ -47,7 +47,7 @@ func benchServer(b *testing.B) *Server {
 	if err := o.fill(); err != nil {
 		b.Fatal(err)
 	}
-	return &Server{opts: o, log: o.Logger, gate: reply.NewGate(nil, o.Logger, "bench"),
+	return &Server{opts: o, log: o.Logger, gate: leader.NewGate(nil, o.Logger, "bench"),
 		resources: map[string]*resource{}, holds: map[string]*hold{}, byExpiry: list.New(), transfers: map[string]*transfer{}, sealKey: newSealKey()}
 }
 

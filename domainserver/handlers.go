@@ -16,7 +16,6 @@ import (
 
 // handle serves every domain subject of the partition.
 func (s *Server) handle(m micro.Request) {
-	s.gate.Handled.Add(1)
 	tenant, op, ns, name, err := domainwire.ParseTenantSubject(m.Subject())
 	if err != nil {
 		s.replyError(m, domainwire.CodeBadRequest, err.Error())

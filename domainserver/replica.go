@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/leader"
 )
 
 // ElectionKey is the election key of a node's domain partition i:
@@ -41,7 +42,7 @@ type ReplicaOptions struct {
 type Replica struct {
 	nc   *nats.Conn
 	opts ReplicaOptions
-	seat election.Seat[*Server]
+	seat leader.Seat[*Server]
 }
 
 // NewReplica validates opts and returns a Replica; Run it.
@@ -51,9 +52,6 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	}
 	if err := opts.fill(); err != nil {
 		return nil, err
-	}
-	if opts.ElectionReplicas == 0 {
-		opts.ElectionReplicas = 1
 	}
 	return &Replica{nc: nc, opts: opts}, nil
 }
@@ -75,14 +73,18 @@ func (r *Replica) Run(ctx context.Context) error {
 	start := func(ctx context.Context, el *election.Elector, term uint64) (*Server, error) {
 		return r.start(ctx, js, el, term)
 	}
-	err = r.seat.Run(ctx, js, election.Config{
-		Bucket:   r.opts.ElectionBucket,
-		Key:      ElectionKey(r.opts.Node, r.opts.Partition),
-		ID:       r.opts.ServerID,
-		TTL:      r.opts.ElectionTTL,
-		Replicas: r.opts.ElectionReplicas,
-		Logger:   r.opts.Logger.With("node", r.opts.Node, "domain_partition", r.opts.Partition),
-	}, "domain partition "+strconv.Itoa(r.opts.Partition), start, r.opts.OnServing)
+	err = r.seat.Run(ctx, r.nc, leader.SeatConfig{
+		Election: election.Config{
+			Bucket:   r.opts.ElectionBucket,
+			Key:      ElectionKey(r.opts.Node, r.opts.Partition),
+			ID:       r.opts.ServerID,
+			TTL:      r.opts.ElectionTTL,
+			Replicas: r.opts.ElectionReplicas,
+			Logger:   r.opts.Logger.With("node", r.opts.Node, "domain_partition", r.opts.Partition),
+		},
+		What:      "domain partition " + strconv.Itoa(r.opts.Partition),
+		OnServing: r.opts.OnServing,
+	}, start)
 	if err != nil {
 		return fmt.Errorf("domainserver: %w", err)
 	}
@@ -104,7 +106,7 @@ func (r *Replica) start(ctx context.Context, js jetstream.JetStream, el *electio
 		// A predecessor may have granted holds that are still alive: hear
 		// every holder's refresh (each refreshes three times per TTL)
 		// before granting more.
-		opts.LearnUntil = time.Now().Add(opts.HoldTTL)
+		opts.LearnUntil = opts.Now().Add(opts.HoldTTL)
 	}
 	srv, err := New(r.nc, opts)
 	if err != nil {

@@ -29,13 +29,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 
-	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
-	"github.com/allot/allot/internal/election"
-	"github.com/allot/allot/internal/reply"
+	"github.com/allot/allot/internal/leader"
 )
 
 // Defaults and limits of Options.
@@ -65,7 +63,7 @@ type Config func() map[string]*domainlimit.Namespace
 
 // WatchedConfig adapts a configuration watcher to a Config: the
 // domains.<namespace> keys of its current Set.
-func WatchedConfig(w *config.Watcher) Config {
+func WatchedConfig(w *configkv.Watcher) Config {
 	return func() map[string]*domainlimit.Namespace { return w.Current().Domains() }
 }
 
@@ -119,7 +117,7 @@ type Options struct {
 
 // fill validates o and fills its defaults.
 func (o *Options) fill() error {
-	if err := election.FillPartition("domainserver", &o.Node, &o.ServerID, o.Partition, &o.Partitions, MaxPartitions); err != nil {
+	if err := leader.FillPartition("domainserver", &o.Node, &o.ServerID, o.Partition, &o.Partitions, MaxPartitions); err != nil {
 		return err
 	}
 	if o.Config == nil {
@@ -193,12 +191,9 @@ type Server struct {
 	macOut  [sha256.Size]byte
 
 	// gate says whether replies may still be sent.
-	gate *reply.Gate
-
-	svc      micro.Service
-	stop     chan struct{}
-	sweeper  sync.WaitGroup
-	stopOnce sync.Once
+	gate *leader.Gate
+	// term serves the endpoints while the server runs.
+	term *leader.Term
 }
 
 // New validates opts and returns a Server that is not yet serving.
@@ -210,7 +205,7 @@ func New(nc *nats.Conn, opts Options) (*Server, error) {
 		return nil, err
 	}
 	log := opts.Logger.With("node", opts.Node, "domain_partition", opts.Partition, "server_id", opts.ServerID)
-	return &Server{nc: nc, opts: opts, log: log, gate: reply.NewGate(opts.Valid, log, "domain partition"),
+	return &Server{nc: nc, opts: opts, log: log, gate: leader.NewGate(opts.Valid, log, "domain partition"),
 		resources: map[string]*resource{}, holds: map[string]*hold{}, byExpiry: list.New(), transfers: map[string]*transfer{}, seized: map[string]*transfer{}, ended: map[string]struct{}{}}, nil
 }
 
@@ -218,7 +213,7 @@ func New(nc *nats.Conn, opts Options) (*Server, error) {
 // starts sweeping expired holds. It returns once the subscriptions are
 // live at the server.
 func (s *Server) Start(ctx context.Context) error {
-	if s.stop != nil {
+	if s.term != nil {
 		return errors.New("domainserver: already started")
 	}
 	s.sealKey = s.opts.SealKey
@@ -236,22 +231,9 @@ func (s *Server) Start(ctx context.Context) error {
 		s.sealKey = newSealKey()
 	}
 	staged := s.stagedLocked() // before the handlers may change it
-	node, part := s.opts.Node, strconv.Itoa(s.opts.Partition)
-	svc, err := micro.AddService(s.nc, micro.Config{
-		Name:        ServiceName,
-		Version:     ServiceVersion,
-		Description: "allot domain limits: node " + node + ", partition " + part + " of " + strconv.Itoa(s.opts.Partitions),
-		Metadata: map[string]string{"node": node, "server_id": s.opts.ServerID, "partition": part,
-			"partitions": strconv.Itoa(s.opts.Partitions), "term": strconv.FormatUint(s.opts.Term, 10)},
-		StatsHandler: func(*micro.Endpoint) any { return s.Stats() },
-	})
-	if err != nil {
-		return fmt.Errorf("domainserver: register micro service: %w", err)
-	}
+	node := s.opts.Node
 	// With one partition the plain subjects are served directly; with more
-	// the NATS server maps them onto the partitions' subjects. No queue
-	// group: only a valid leader answers, so a stale subscriber never takes
-	// a request away from it.
+	// the NATS server maps them onto the partitions' subjects.
 	// Tenants' requests arrive through their service imports on
 	// allot.t.<tenant>.<node>.domain.… (TenantSubject), mapped the same way.
 	subject, tenants := "allot."+node+".domain.*.*.*", "allot.t.*."+node+".domain.*.*.*"
@@ -259,41 +241,30 @@ func (s *Server) Start(ctx context.Context) error {
 		p := domainwire.PartitionSubject(node, s.opts.Partition)
 		subject, tenants = p+".*.*.*", p+".t.*.*.*.*"
 	}
-	for _, ep := range []struct{ name, subject string }{{"domain", subject}, {"domain-tenants", tenants}} {
-		if err := svc.AddEndpoint(ep.name, micro.HandlerFunc(s.handle), micro.WithEndpointSubject(ep.subject), micro.WithEndpointQueueGroupDisabled(),
-			micro.WithEndpointMetadata(map[string]string{"node": node, "partition": part})); err != nil {
-			_ = svc.Stop()
-			return fmt.Errorf("domainserver: add endpoint %s: %w", ep.subject, err)
-		}
+	term, err := leader.Start(ctx, s.nc, leader.Spec{
+		Name: ServiceName, Version: ServiceVersion,
+		Description: "allot domain limits: node " + node + ", partition " + strconv.Itoa(s.opts.Partition) + " of " + strconv.Itoa(s.opts.Partitions),
+		Node:        node, ServerID: s.opts.ServerID, Term: s.opts.Term, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
+		Stats: func() any { return s.Stats() }, Gate: s.gate, Logger: s.log,
+		Endpoints: []leader.Endpoint{{Name: "domain", Subject: subject, Handle: s.handle}, {Name: "domain-tenants", Subject: tenants, Handle: s.handle}},
+		// Expired holds and transfers go every quarter hold TTL.
+		TickEvery: s.opts.HoldTTL / 4, Tick: func() { s.expire(s.opts.Now()) },
+	})
+	if err != nil {
+		return fmt.Errorf("domainserver: %w", err)
 	}
-	s.svc = svc
-	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
-		s.log.Warn("flush after registering endpoints", "err", err)
-	}
-	s.stop = make(chan struct{})
-	s.sweeper.Add(1)
-	go s.sweep()
+	s.term = term
 	s.log.Info("domain partition serving", "subjects", subject, "term", s.opts.Term, "hold_ttl", s.opts.HoldTTL,
 		"learning_until", s.opts.LearnUntil, "transfers", staged)
 	return nil
 }
 
-// Stop unsubscribes, answers the requests already delivered (for at most
-// a second) and stops sweeping. After it the server is silent.
+// Stop unsubscribes, answers the requests already delivered and stops
+// sweeping. After it the server is silent.
 func (s *Server) Stop() {
-	if s.stop == nil {
-		return
+	if s.term != nil {
+		s.term.Stop()
 	}
-	s.stopOnce.Do(func() {
-		if err := s.svc.Stop(); err != nil {
-			s.log.Warn("stopping micro service", "err", err)
-		}
-		reply.Settle(s.nc, s.gate.Handled.Load, 20*time.Millisecond, time.Second)
-		s.gate.Close()
-		close(s.stop)
-		s.sweeper.Wait()
-		s.log.Info("domain partition stopped")
-	})
 }
 
 // Done is closed when the server stops answering on its own: Valid turned
@@ -306,21 +277,6 @@ func (s *Server) Err() error { return s.gate.Err() }
 // mayAnswer reports whether replies may be sent: not stopped, not failed,
 // and Valid (if set) still holds.
 func (s *Server) mayAnswer() bool { return s.gate.Open() }
-
-// sweep releases expired holds and transfers every quarter hold TTL.
-func (s *Server) sweep() {
-	defer s.sweeper.Done()
-	t := time.NewTicker(s.opts.HoldTTL / 4)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			s.expire(s.opts.Now())
-		}
-	}
-}
 
 // Counts are the server's event counters.
 type Counts struct {

@@ -33,8 +33,7 @@ func (s *Server) handlePartition(m micro.Request) {
 	case ok && op == "report" && !strings.Contains(name, "."):
 		s.report(m, tenant, ns, name, true)
 	default:
-		s.gate.Handled.Add(1)
-		s.replyError(m, wire.EncodingOf(nats.Header(m.Headers())), reply.CodeUnknownEndpoint,
+		s.replyError(m, wire.EncodingOf(m.Headers()), reply.CodeUnknownEndpoint,
 			fmt.Sprintf("unknown quota subject %q: want %stake.NAMESPACE.NAME or %sreport.NAMESPACE.NAME", m.Subject(), s.prefix, s.prefix))
 	}
 }
@@ -92,10 +91,7 @@ func bucketTokens(subject string) (ns, name string) {
 // inSubject says the bucket is named by the subject (ns, name); a bucket
 // in the payload must then agree with it.
 func (s *Server) take(m micro.Request, tenant, ns, name string, inSubject bool) {
-	enc, ok := s.begin(m)
-	if !ok {
-		return
-	}
+	enc := wire.EncodingOf(m.Headers())
 	var t wire.QuotaTake
 	var err error
 	if inSubject {
@@ -150,10 +146,7 @@ func (s *Server) take(m micro.Request, tenant, ns, name string, inSubject bool) 
 // bucket's subject that names another bucket is a 400, and nothing of it
 // is applied.
 func (s *Server) report(m micro.Request, tenant, ns, name string, inSubject bool) {
-	enc, ok := s.begin(m)
-	if !ok {
-		return
-	}
+	enc := wire.EncodingOf(m.Headers())
 	var q wire.QuotaReports
 	if inSubject {
 		var err error
@@ -278,18 +271,6 @@ func (s *Server) forwardReports(enc wire.Encoding, q *wire.QuotaReports) int {
 		n += len(b.Reports)
 	}
 	return n
-}
-
-// begin takes up a request: it returns its encoding, and false if the
-// server has stopped (a request still delivered to a drained
-// subscription), which leaves it to the new leader.
-func (s *Server) begin(m micro.Request) (wire.Encoding, bool) {
-	s.gate.Handled.Add(1)
-	if s.gate.Closed() {
-		s.gate.Silenced.Add(1)
-		return 0, false
-	}
-	return wire.EncodingOf(nats.Header(m.Headers())), true
 }
 
 // forward passes a request on to subject with its reply subject and

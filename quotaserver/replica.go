@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/quota"
 )
 
@@ -54,7 +54,7 @@ type ReplicaStatus struct {
 type Replica struct {
 	nc   *nats.Conn
 	opts ReplicaOptions
-	seat election.Seat[*Server]
+	seat leader.Seat[*Server]
 }
 
 // NewReplica validates opts and returns a Replica; Run it.
@@ -65,23 +65,14 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
-	if opts.ElectionReplicas == 0 {
-		opts.ElectionReplicas = 1
-	}
 	return &Replica{nc: nc, opts: opts}, nil
 }
 
 // Status returns the replica's role and term.
 func (r *Replica) Status() ReplicaStatus {
-	st := ReplicaStatus{Node: r.opts.Node, Partition: r.opts.Partition, ServerID: r.opts.ServerID, Role: election.RoleFollower}
-	el := r.seat.Elector()
-	srv, serving := r.seat.Current()
-	if el != nil {
-		es := el.Status()
-		st.Role, st.Term, st.Leader = es.Role, es.Term, es.Leader
-	}
-	st.Serving = serving != 0 && el != nil && el.Valid(serving) && srv != nil && srv.Err() == nil
-	return st
+	ss := r.seat.Status()
+	return ReplicaStatus{Node: r.opts.Node, Partition: r.opts.Partition, ServerID: r.opts.ServerID,
+		Role: ss.Role, Term: ss.Term, Leader: ss.Leader, Serving: ss.Serving}
 }
 
 // Server returns the server of the current term, or nil when not leading.
@@ -94,18 +85,18 @@ func (r *Replica) Server() *Server {
 // serving and resigns so that a follower takes over at once. It returns
 // nil after ctx ends, or an error if the election cannot run.
 func (r *Replica) Run(ctx context.Context) error {
-	js, err := jetstream.New(r.nc)
-	if err != nil {
-		return fmt.Errorf("quotaserver: jetstream: %w", err)
-	}
-	err = r.seat.Run(ctx, js, election.Config{
-		Bucket:   r.opts.ElectionBucket,
-		Key:      ElectionKey(r.opts.Node, r.opts.Partition),
-		ID:       r.opts.ServerID,
-		TTL:      r.opts.ElectionTTL,
-		Replicas: r.opts.ElectionReplicas,
-		Logger:   r.opts.Logger.With("node", r.opts.Node, "quota_partition", r.opts.Partition),
-	}, "quota partition "+strconv.Itoa(r.opts.Partition), r.start, r.opts.OnServing)
+	err := r.seat.Run(ctx, r.nc, leader.SeatConfig{
+		Election: election.Config{
+			Bucket:   r.opts.ElectionBucket,
+			Key:      ElectionKey(r.opts.Node, r.opts.Partition),
+			ID:       r.opts.ServerID,
+			TTL:      r.opts.ElectionTTL,
+			Replicas: r.opts.ElectionReplicas,
+			Logger:   r.opts.Logger.With("node", r.opts.Node, "quota_partition", r.opts.Partition),
+		},
+		What:      "quota partition " + strconv.Itoa(r.opts.Partition),
+		OnServing: r.opts.OnServing,
+	}, r.start)
 	if err != nil {
 		return fmt.Errorf("quotaserver: %w", err)
 	}
@@ -123,7 +114,7 @@ func (r *Replica) start(ctx context.Context, el *election.Elector, term uint64) 
 	// takes effect up to the longest wait later. A failover so never
 	// admits more than a bucket's limit. Only the partition's very first
 	// leader, with no predecessor, starts them full.
-	opts.Since = time.Now().Add(longestWait(opts.Config()))
+	opts.Since = opts.Now().Add(longestWait(opts.Config()))
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	founded, err := el.Founded(fctx, term)
 	cancel()

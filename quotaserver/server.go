@@ -25,12 +25,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/allot/allot/internal/config"
-	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/configkv"
+	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/quota"
-	"github.com/allot/allot/internal/reply"
 )
 
 // Defaults and limits of Options.
@@ -91,7 +90,7 @@ type Options struct {
 // namespaces of the watcher's current Set, as the same pointer for as long
 // as the Set is the same, so that a server sees a change only when there
 // is one.
-func WatchedConfig(w *config.Watcher) func() *quota.Config {
+func WatchedConfig(w *configkv.Watcher) func() *quota.Config {
 	type seen struct {
 		set *config.Set
 		cfg *quota.Config
@@ -119,7 +118,7 @@ type Server struct {
 	prefix string
 
 	// gate says whether replies may still be sent.
-	gate      *reply.Gate
+	gate      *leader.Gate
 	forwarded atomic.Uint64
 	takes     atomic.Uint64
 	reports   atomic.Uint64
@@ -131,10 +130,8 @@ type Server struct {
 	cfg   atomic.Pointer[quota.Config]
 	cfgMu sync.Mutex
 
-	svc      micro.Service
-	stop     chan struct{}
-	sweeper  sync.WaitGroup
-	stopOnce sync.Once
+	// term serves the endpoints while the server runs.
+	term *leader.Term
 }
 
 // New validates opts and returns a Server that is not yet serving.
@@ -147,7 +144,7 @@ func New(nc *nats.Conn, opts Options) (*Server, error) {
 	}
 	s := &Server{nc: nc, opts: opts, prefix: PartitionSubject(opts.Node, opts.Partition) + ".",
 		log: opts.Logger.With("node", opts.Node, "quota_partition", opts.Partition, "server_id", opts.ServerID)}
-	s.gate = reply.NewGate(opts.Valid, s.log, "quota partition")
+	s.gate = leader.NewGate(opts.Valid, s.log, "quota partition")
 	cfg := opts.Config()
 	s.cfg.Store(cfg)
 	s.table = quota.NewTable(cfg, quota.Options{Since: opts.Since})
@@ -156,7 +153,7 @@ func New(nc *nats.Conn, opts Options) (*Server, error) {
 
 // fill validates o and fills its defaults.
 func (o *Options) fill() error {
-	if err := election.FillPartition("quotaserver", &o.Node, &o.ServerID, o.Partition, &o.Partitions, MaxPartitions); err != nil {
+	if err := leader.FillPartition("quotaserver", &o.Node, &o.ServerID, o.Partition, &o.Partitions, MaxPartitions); err != nil {
 		return err
 	}
 	if o.Config == nil {
@@ -184,92 +181,52 @@ func (o *Options) fill() error {
 // starts sweeping idle buckets. It returns once the subscriptions are live
 // at the server.
 func (s *Server) Start(ctx context.Context) error {
-	if s.stop != nil {
+	if s.term != nil {
 		return errors.New("quotaserver: already started")
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("quotaserver: start: %w", err)
-	}
-	svc, err := micro.AddService(s.nc, micro.Config{
-		Name:        ServiceName,
-		Version:     ServiceVersion,
-		Description: "allot quota decisions: node " + s.opts.Node + ", partition " + strconv.Itoa(s.opts.Partition) + " of " + strconv.Itoa(s.opts.Partitions),
-		Metadata: map[string]string{"node": s.opts.Node, "server_id": s.opts.ServerID,
-			"partition": strconv.Itoa(s.opts.Partition), "partitions": strconv.Itoa(s.opts.Partitions),
-			"term": strconv.FormatUint(s.opts.Term, 10)},
-		StatsHandler: func(*micro.Endpoint) any { return s.Stats() },
-	})
-	if err != nil {
-		return fmt.Errorf("quotaserver: register micro service: %w", err)
-	}
-	// No queue groups, as on the coordinator's subjects: every subscriber
-	// gets every request and only a valid leader answers, so a stale
-	// subscriber never takes a request away from the leader.
-	type endpoint struct {
-		name, subject string
-		h             micro.HandlerFunc
-	}
 	node := s.opts.Node
-	eps := []endpoint{{"partition", PartitionSubject(node, s.opts.Partition) + ".>", s.handlePartition}}
+	eps := []leader.Endpoint{{Name: "partition", Subject: PartitionSubject(node, s.opts.Partition) + ".>", Handle: s.handlePartition}}
 	// Tenants' requests arrive through their service imports with the
 	// tenant in the subject (allot.t.<tenant>.<node>.quota.…), which the
 	// mappings keep.
 	tenants := "allot.t.*." + node + ".quota."
 	if s.opts.Partition == 0 {
-		eps = append(eps, endpoint{"take", TakeSubject(node), s.handlePlainTake}, endpoint{"report", ReportSubject(node), s.handlePlainReport},
-			endpoint{"tenant_take", tenants + "take", s.handleTenantTake}, endpoint{"tenant_report", tenants + "report", s.handleTenantReport})
+		eps = append(eps, leader.Endpoint{Name: "take", Subject: TakeSubject(node), Handle: s.handlePlainTake},
+			leader.Endpoint{Name: "report", Subject: ReportSubject(node), Handle: s.handlePlainReport},
+			leader.Endpoint{Name: "tenant_take", Subject: tenants + "take", Handle: s.handleTenantTake},
+			leader.Endpoint{Name: "tenant_report", Subject: tenants + "report", Handle: s.handleTenantReport})
 	}
 	if s.opts.Partitions == 1 {
 		// One partition owns every bucket: serve the bucket subjects
 		// without a mapping. (With one, they arrive on "partition".)
-		eps = append(eps, endpoint{"take_bucket", TakeSubject(node) + ".*.*", s.handleBucketTake},
-			endpoint{"report_bucket", ReportSubject(node) + ".*.*", s.handleBucketReport},
-			endpoint{"tenant_take_bucket", tenants + "take.*.*", s.handleTenantBucketTake},
-			endpoint{"tenant_report_bucket", tenants + "report.*.*", s.handleTenantBucketReport})
+		eps = append(eps, leader.Endpoint{Name: "take_bucket", Subject: TakeSubject(node) + ".*.*", Handle: s.handleBucketTake},
+			leader.Endpoint{Name: "report_bucket", Subject: ReportSubject(node) + ".*.*", Handle: s.handleBucketReport},
+			leader.Endpoint{Name: "tenant_take_bucket", Subject: tenants + "take.*.*", Handle: s.handleTenantBucketTake},
+			leader.Endpoint{Name: "tenant_report_bucket", Subject: tenants + "report.*.*", Handle: s.handleTenantBucketReport})
 	}
-	for _, e := range eps {
-		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.subject), micro.WithEndpointQueueGroupDisabled(),
-			micro.WithEndpointMetadata(map[string]string{"node": node, "partition": strconv.Itoa(s.opts.Partition)})); err != nil {
-			_ = svc.Stop()
-			return fmt.Errorf("quotaserver: add endpoint %s: %w", e.subject, err)
-		}
+	term, err := leader.Start(ctx, s.nc, leader.Spec{
+		Name: ServiceName, Version: ServiceVersion,
+		Description: "allot quota decisions: node " + node + ", partition " + strconv.Itoa(s.opts.Partition) + " of " + strconv.Itoa(s.opts.Partitions),
+		Node:        node, ServerID: s.opts.ServerID, Term: s.opts.Term, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
+		Stats: func() any { return s.Stats() }, Endpoints: eps, Gate: s.gate,
+		TickEvery: s.opts.SweepInterval, Tick: s.sweep, Logger: s.log,
+	})
+	if err != nil {
+		return fmt.Errorf("quotaserver: %w", err)
 	}
-	s.svc = svc
-	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
-		s.log.Warn("flush after registering endpoints", "err", err)
-	}
-	s.stop = make(chan struct{})
-	s.sweeper.Add(1)
-	go s.sweep()
+	s.term = term
 	s.log.Info("quota partition serving", "subjects", PartitionSubject(node, s.opts.Partition)+".>", "partitions", s.opts.Partitions,
 		"term", s.opts.Term, "buckets_start_full", s.opts.Since.IsZero())
 	return nil
 }
 
-// Stop unsubscribes, answers the requests already delivered (for at most
-// stopGrace) and stops sweeping. After it the server is silent.
+// Stop unsubscribes, answers the requests already delivered and stops
+// sweeping. After it the server is silent.
 func (s *Server) Stop() {
-	if s.stop == nil {
-		return
+	if s.term != nil {
+		s.term.Stop()
 	}
-	s.stopOnce.Do(func() {
-		if err := s.svc.Stop(); err != nil {
-			s.log.Warn("stopping micro service", "err", err)
-		}
-		reply.Settle(s.nc, s.gate.Handled.Load, stopQuiet, stopGrace)
-		s.gate.Close()
-		close(s.stop)
-		s.sweeper.Wait()
-		s.log.Info("quota partition stopped")
-	})
 }
-
-// Stop waits for delivered requests to stop arriving for stopQuiet, and
-// for at most stopGrace in all.
-const (
-	stopQuiet = 20 * time.Millisecond
-	stopGrace = time.Second
-)
 
 // Done is closed when the server stops answering on its own: Valid turned
 // false. Err says why. Call Stop after it.
@@ -282,22 +239,11 @@ func (s *Server) Err() error { return s.gate.Err() }
 // and Valid (if set) still holds.
 func (s *Server) mayAnswer() bool { return s.gate.Open() }
 
-// sweep drops idle buckets every SweepInterval until Stop.
+// sweep drops idle buckets; the term runs it every SweepInterval.
 func (s *Server) sweep() {
-	defer s.sweeper.Done()
-	t := time.NewTicker(s.opts.SweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			s.refreshConfig()
-			n := s.table.Sweep(s.opts.Now())
-			if n > 0 {
-				s.log.Debug("swept idle buckets", "removed", n)
-			}
-		}
+	s.refreshConfig()
+	if n := s.table.Sweep(s.opts.Now()); n > 0 {
+		s.log.Debug("swept idle buckets", "removed", n)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/quota"
@@ -130,11 +131,11 @@ func watchConfig(t *testing.T, nc *nats.Conn) (jetstream.KeyValue, func() *quota
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := config.OpenBucket(ctx, js, config.DefaultBucket, true)
+	kv, err := configkv.OpenBucket(ctx, js, configkv.DefaultBucket, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := config.NewWatcher(kv, nil, quiet())
+	w := configkv.NewWatcher(kv, nil, quiet())
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

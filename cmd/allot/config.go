@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/opstatus"
 	"github.com/allot/allot/internal/quota"
@@ -61,7 +62,7 @@ func runConfig(ctx context.Context, env *cliEnv, args []string) error {
 
 func configUsage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: allot config <subcommand> [flags] [args]")
-	fmt.Fprintln(w, "\nTemplates and namespaces live in the JetStream KV bucket "+config.DefaultBucket+", one per key:")
+	fmt.Fprintln(w, "\nTemplates and namespaces live in the JetStream KV bucket "+configkv.DefaultBucket+", one per key:")
 	fmt.Fprintln(w, "KEY is a template name (stored as "+config.KeyPrefix+"<name>), "+config.NamespacePrefix+"<namespace> (quota)")
 	fmt.Fprintln(w, "or "+config.DomainsPrefix+"<namespace> (domain limits, docs/domains.md).")
 	fmt.Fprintln(w, "\nSubcommands:")
@@ -80,7 +81,7 @@ type configFlags struct {
 
 func (c *configFlags) register(fs *flag.FlagSet) {
 	c.conn.register(fs)
-	fs.StringVar(&c.bucket, "bucket", config.DefaultBucket, "KV bucket holding resource templates")
+	fs.StringVar(&c.bucket, "bucket", configkv.DefaultBucket, "KV bucket holding resource templates")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "timeout for NATS operations")
 }
 
@@ -111,14 +112,15 @@ func (c *configFlags) connect(ctx context.Context, create bool) (context.Context
 // connectOrigin is connect for writes: at a child level of the tree, whose
 // bucket is a mirror, it opens the root's bucket (following mirrors), where
 // templates are written; domain names the root's JetStream domain then.
-func (c *configFlags) connectOrigin(ctx context.Context, create bool) (_ context.Context, kv jetstream.KeyValue, domain string, done func(), err error) {
+// opts say how a bucket created (create) is made.
+func (c *configFlags) connectOrigin(ctx context.Context, create bool, opts ...configkv.BucketOption) (_ context.Context, kv jetstream.KeyValue, domain string, done func(), err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	nc, err := c.conn.dial("allot config", nats.Timeout(c.timeout))
 	if err != nil {
 		cancel()
 		return nil, nil, "", nil, err
 	}
-	kv, domain, err = config.OpenOrigin(ctx, nc, c.bucket, create)
+	kv, domain, err = configkv.OpenOrigin(ctx, nc, c.bucket, create, opts...)
 	if err != nil {
 		nc.Close()
 		cancel()
@@ -146,7 +148,7 @@ func (c *configFlags) open(ctx context.Context, create bool) (kv jetstream.KeyVa
 		nc.Close()
 		return nil, nil, fmt.Errorf("jetstream: %w", err)
 	}
-	kv, err = config.OpenBucket(ctx, js, c.bucket, create)
+	kv, err = configkv.OpenBucket(ctx, js, c.bucket, create)
 	if err != nil {
 		nc.Close()
 		return nil, nil, bucketError(err)
@@ -215,8 +217,12 @@ func configPut(ctx context.Context, env *cliEnv, args []string) error {
 	expect := fs.Uint64("revision", 0, "store only if the key's current revision is this (0: any); with -create-only, ignored")
 	createOnly := fs.Bool("create-only", false, "store only if the key does not exist")
 	createBucket := fs.Bool("create-bucket", false, "create the bucket if it does not exist (otherwise a missing bucket, e.g. a typo in --bucket, is an error)")
+	replicas := fs.Int("bucket-replicas", 1, "with --create-bucket: replicas of the bucket created (3 on a three-server cluster, as the coordinators' --bucket-replicas)")
 	if err := parseConfigFlags(fs, args, 2); err != nil {
 		return err
+	}
+	if *replicas < 1 {
+		return fmt.Errorf("--bucket-replicas %d: want at least 1", *replicas)
 	}
 	k, file := parseConfigKey(fs.Arg(0)), fs.Arg(1)
 	data, err := readInput(env, file)
@@ -228,7 +234,7 @@ func configPut(ctx context.Context, env *cliEnv, args []string) error {
 		return fmt.Errorf("refusing invalid %s %s: %w", k.what(), k.name, err)
 	}
 	printNotes(env.stderr, notes)
-	ctx, kv, domain, done, err := cf.connectOrigin(ctx, *createBucket)
+	ctx, kv, domain, done, err := cf.connectOrigin(ctx, *createBucket, configkv.Replicas(*replicas))
 	if err != nil {
 		return err
 	}
@@ -351,7 +357,7 @@ func configList(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer done()
-	entries, err := config.LoadAll(ctx, kv)
+	entries, err := configkv.LoadAll(ctx, kv)
 	if err != nil {
 		return err
 	}
@@ -361,7 +367,7 @@ func configList(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tREVISION\tGLOB\tALGORITHM\tCAPACITY\tLEASE\tREFRESH\tSTATE")
-	var namespaces, domains []config.Entry
+	var namespaces, domains []configkv.Entry
 	for _, e := range entries {
 		if e.IsNamespace() {
 			namespaces = append(namespaces, e)

@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/domainlimit"
 )
 
 // listDomains adds the domains namespaces to `allot config list`.
-func listDomains(tw io.Writer, entries []config.Entry) {
+func listDomains(tw io.Writer, entries []configkv.Entry) {
 	if len(entries) > 0 {
 		fmt.Fprintln(tw, "\nDOMAINS NAMESPACE\tREVISION\tRESOURCES\tSTATE")
 	}

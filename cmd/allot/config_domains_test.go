@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/natstest"
 )
 
@@ -62,7 +63,7 @@ func TestConfigDomainsCLI(t *testing.T) {
 	run(true, []string{"DOMAINS NAMESPACE", "domains.shop", "1 rate-limited, 1 copy-limited resources", "ok"}, "", "config", "list", "--nats", url)
 
 	js, _ := jetstream.New(natstest.Conn(t, s))
-	kv, err := js.KeyValue(testCtx(t), config.DefaultBucket)
+	kv, err := js.KeyValue(testCtx(t), configkv.DefaultBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/opstatus"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/wire"
@@ -47,7 +48,7 @@ func configExplain(ctx context.Context, env *cliEnv, args []string) error {
 			return err
 		}
 	}
-	entries, err := config.LoadAll(ctx, kv)
+	entries, err := configkv.LoadAll(ctx, kv)
 	if err != nil {
 		return err
 	}
@@ -68,7 +69,7 @@ func configExplain(ctx context.Context, env *cliEnv, args []string) error {
 		}
 	}
 	fmt.Fprintf(env.stdout, "Unmatched resources: %s (%s).\n\n", unmatched, policyFrom)
-	set := config.SetFromEntries(entries, unmatched.Fallback())
+	set := configkv.SetFromEntries(entries, unmatched.Fallback())
 	if err := explain(env.stdout, id, set, entries); err != nil {
 		return err
 	}
@@ -82,8 +83,8 @@ func configExplain(ctx context.Context, env *cliEnv, args []string) error {
 // ("namespace:name"), its effective configuration and the revisions it
 // comes from, as the bucket's entries hold them and as each running
 // replica reports serving them.
-func explainBucket(w io.Writer, bucket string, entries []config.Entry, replicas []opstatus.Replica, asked bool) error {
-	set := config.SetFromEntries(entries, nil)
+func explainBucket(w io.Writer, bucket string, entries []configkv.Entry, replicas []opstatus.Replica, asked bool) error {
+	set := configkv.SetFromEntries(entries, nil)
 	m, err := config.ExplainBucket(set.Quota(), bucket)
 	if err != nil {
 		return err
@@ -164,7 +165,7 @@ func reportedPolicy(rs []opstatus.Replica) (config.UnmatchedPolicy, bool) {
 
 // explain reports which template id gets from set, built from the
 // bucket's entries.
-func explain(w io.Writer, id string, set *config.Set, entries []config.Entry) error {
+func explain(w io.Writer, id string, set *config.Set, entries []configkv.Entry) error {
 	cands := set.Explain(id)
 	switch {
 	case len(cands) == 0:
@@ -195,7 +196,7 @@ func explain(w io.Writer, id string, set *config.Set, entries []config.Entry) er
 			return err
 		}
 	}
-	var bad []config.Entry
+	var bad []configkv.Entry
 	for _, e := range entries {
 		if e.Err != nil {
 			bad = append(bad, e)
@@ -279,7 +280,7 @@ func replicaAnswer(set *config.Set, id string) string {
 }
 
 // reportedSet rebuilds the Set a replica reports serving.
-func reportedSet(ctx context.Context, kv jetstream.KeyValue, st *config.Status, cache map[string]*config.Template) (*config.Set, error) {
+func reportedSet(ctx context.Context, kv jetstream.KeyValue, st *configkv.Status, cache map[string]*config.Template) (*config.Set, error) {
 	var ts []*config.Template
 	var refusals []config.Refusal
 	for _, k := range st.Keys {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/natstest"
 )
 
@@ -67,7 +68,7 @@ func TestConfigNamespaceCLI(t *testing.T) {
 
 	// An invalid value stored behind the CLI's back: revision 1 serves.
 	js, _ := jetstream.New(natstest.Conn(t, s))
-	kv, err := js.KeyValue(testCtx(t), config.DefaultBucket)
+	kv, err := js.KeyValue(testCtx(t), configkv.DefaultBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestConfigNamespaceCLI(t *testing.T) {
 	run(true, []string{"put (INVALID: buckets.alice.size: want an integer", "revision 1 "}, "", "config", "history", "--nats", url, "namespaces.logins")
 
 	// A running replica reports the revisions it serves.
-	startServing(t, s, coordFlags{node: "root", serverID: "replica-q", round: 5 * time.Millisecond, bucket: "allot_state", configBucket: config.DefaultBucket, unmatched: config.UnmatchedDefault, logLevel: "warn"})
+	startServing(t, s, coordFlags{node: "root", serverID: "replica-q", round: 5 * time.Millisecond, bucket: "allot_state", configBucket: configkv.DefaultBucket, unmatched: config.UnmatchedDefault, logLevel: "warn"})
 	ctx := testCtx(t)
 	for {
 		_, out, _ := runCLI(t, "", "config", "explain", "--wait", "300ms", "--nats", url, "logins:alice")

@@ -20,6 +20,7 @@ import (
 
 	"github.com/allot/allot/deploy/templates"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/opstatus"
 	"github.com/allot/allot/internal/wire"
@@ -156,11 +157,11 @@ func TestConfigStatusCLI(t *testing.T) {
 		t.Fatalf("put: %d %s %s", code, out, errs)
 	}
 	for _, id := range []string{"replica-a", "replica-b"} {
-		startServing(t, s, coordFlags{node: "root", serverID: id, round: 5 * time.Millisecond, bucket: "allot_state", configBucket: config.DefaultBucket, unmatched: config.UnmatchedDefault, logLevel: "warn"})
+		startServing(t, s, coordFlags{node: "root", serverID: id, round: 5 * time.Millisecond, bucket: "allot_state", configBucket: configkv.DefaultBucket, unmatched: config.UnmatchedDefault, logLevel: "warn"})
 	}
 	ctx := testCtx(t)
 	js, _ := jetstream.New(natstest.Conn(t, s))
-	kv, err := js.KeyValue(ctx, config.DefaultBucket)
+	kv, err := js.KeyValue(ctx, configkv.DefaultBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,9 +244,9 @@ func TestConfigExplainCLI(t *testing.T) {
 
 	// Replicas running with --unmatched reject, and a template that never
 	// had a valid revision.
-	startServing(t, s, coordFlags{node: "root", serverID: "replica-a", round: 5 * time.Millisecond, bucket: "allot_state", configBucket: config.DefaultBucket, unmatched: config.UnmatchedReject, logLevel: "warn"})
+	startServing(t, s, coordFlags{node: "root", serverID: "replica-a", round: 5 * time.Millisecond, bucket: "allot_state", configBucket: configkv.DefaultBucket, unmatched: config.UnmatchedReject, logLevel: "warn"})
 	js, _ := jetstream.New(natstest.Conn(t, s))
-	kv, err := js.KeyValue(testCtx(t), config.DefaultBucket)
+	kv, err := js.KeyValue(testCtx(t), configkv.DefaultBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +307,7 @@ func TestCoordinatorStartedAfterBadPut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	js, _ := jetstream.New(natstest.Conn(t, s))
-	kv, err := config.OpenBucket(ctx, js, config.DefaultBucket, true)
+	kv, err := configkv.OpenBucket(ctx, js, configkv.DefaultBucket, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +320,7 @@ func TestCoordinatorStartedAfterBadPut(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	startServing(t, s, coordFlags{node: "root", round: 5 * time.Millisecond, bucket: "allot_state", configBucket: config.DefaultBucket, unmatched: config.UnmatchedDefault, logLevel: "warn"})
+	startServing(t, s, coordFlags{node: "root", round: 5 * time.Millisecond, bucket: "allot_state", configBucket: configkv.DefaultBucket, unmatched: config.UnmatchedDefault, logLevel: "warn"})
 	client := natstest.Conn(t, s)
 	got, e := askCapacity(t, client, "lim", 1000)
 	for e != "" && !strings.HasPrefix(e, "4") && ctx.Err() == nil { // not serving yet
@@ -340,18 +341,18 @@ func TestShippedPrecedence(t *testing.T) {
 	s := natstest.Server(t)
 	ctx := testCtx(t)
 	js, _ := jetstream.New(natstest.Conn(t, s))
-	kv, err := config.OpenBucket(ctx, js, config.DefaultBucket, true)
+	kv, err := configkv.OpenBucket(ctx, js, configkv.DefaultBucket, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := config.SeedTemplates(ctx, kv, templates.FS()); err != nil {
+	if _, err := configkv.SeedTemplates(ctx, kv, templates.FS()); err != nil {
 		t.Fatal(err)
 	}
-	entries, err := config.LoadAll(ctx, kv)
+	entries, err := configkv.LoadAll(ctx, kv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	set := config.SetFromEntries(entries, config.DefaultTemplate())
+	set := configkv.SetFromEntries(entries, config.DefaultTemplate())
 	for id, want := range map[string]string{
 		"mysql/main":         "mysql-main default builtin:default",
 		"mysql/replica-eu-2": "mysql-replicas default builtin:default",

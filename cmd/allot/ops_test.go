@@ -23,7 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"sigs.k8s.io/yaml"
 
-	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/metrics"
 )
@@ -188,7 +188,7 @@ func TestUpServesMetrics(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := js.KeyValue(ctx, config.DefaultBucket)
+	kv, err := js.KeyValue(ctx, configkv.DefaultBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/natstest"
 )
 
@@ -26,7 +27,7 @@ func TestHotReload(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	cf := coordFlags{node: "root", round: 5 * time.Millisecond, bucket: "allot_state", configBucket: config.DefaultBucket, unmatched: config.UnmatchedReject, logLevel: "warn"}
+	cf := coordFlags{node: "root", round: 5 * time.Millisecond, bucket: "allot_state", configBucket: configkv.DefaultBucket, unmatched: config.UnmatchedReject, logLevel: "warn"}
 	serveCtx, stopServe := context.WithCancel(ctx)
 	served := make(chan error, 1)
 	go func() { served <- serve(serveCtx, coordConn, &cf, slog.New(slog.DiscardHandler)) }()
@@ -41,7 +42,7 @@ func TestHotReload(t *testing.T) {
 	var kv jetstream.KeyValue
 	var err error
 	for kv == nil {
-		if kv, err = js.KeyValue(ctx, config.DefaultBucket); err != nil {
+		if kv, err = js.KeyValue(ctx, configkv.DefaultBucket); err != nil {
 			if ctx.Err() != nil {
 				t.Fatal(err)
 			}

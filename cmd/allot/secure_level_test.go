@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/secureinit"
 )
@@ -101,7 +101,7 @@ func createMirrorConsumer(t *testing.T, url string, set *secureinit.Setup) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := js.CreateOrUpdatePushConsumer(ctx, "KV_"+config.DefaultBucket, config.MirrorConsumer("", "region1")); err != nil {
+	if _, err := js.CreateOrUpdatePushConsumer(ctx, "KV_"+configkv.DefaultBucket, configkv.MirrorConsumer("", "region1")); err != nil {
 		t.Fatal(err)
 	}
 }

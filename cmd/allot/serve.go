@@ -19,9 +19,10 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/election"
-	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/metrics"
 	"github.com/allot/allot/quotaserver"
 )
@@ -66,7 +67,7 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.serverID, "server-id", "", "this replica's id (default host:pid)")
 	fs.DurationVar(&f.round, "round", coordinator.DefaultRoundInterval, "allocation round interval (0 answers each request at once; at most 50ms)")
 	fs.StringVar(&f.bucket, "state-bucket", coordinator.DefaultStateBucket, "KV bucket for coordinator state (lease horizons)")
-	fs.StringVar(&f.configBucket, "config-bucket", config.DefaultBucket, "KV bucket holding resource templates")
+	fs.StringVar(&f.configBucket, "config-bucket", configkv.DefaultBucket, "KV bucket holding resource templates")
 	f.unmatched = config.UnmatchedDefault
 	fs.Var(&f.unmatched, "unmatched", "what to do with resources no template matches: 'default' (serve with the built-in default template) or 'reject' (answer 404; up then does not seed the catch-all example template)")
 	fs.BoolVar(&f.shadow, "shadow", false, "shadow mode for every resource and quota bucket: allocate and report leases as usual, but tell agents to admit what they want and count what the grant would have refused; answer every quota take OK and count what the bucket would have refused")
@@ -78,7 +79,7 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.metricsAddr, "metrics-addr", f.metricsAddr, "HOST:PORT to serve Prometheus /metrics, /healthz and /readyz on over HTTP (empty: none; see docs/metrics.md)")
 	fs.IntVar(&f.metricsMax, "metrics-max-resources", metrics.DefaultMaxResources, fmt.Sprintf("most resources per node that metrics name (those with the most outstanding; the others are summed as resource=%q), 1-%d", metrics.OtherResource, coordinator.MaxObservedResources))
 	fs.DurationVar(&f.electionTTL, "election-ttl", election.DefaultTTL, "leader key TTL in bucket "+election.DefaultBucket+" (whole seconds); an abrupt leader loss costs about TTL+1s")
-	fs.IntVar(&f.replicasKV, "bucket-replicas", 1, "replicas of the election and state buckets when allot creates them (3 on a three-server cluster)")
+	fs.IntVar(&f.replicasKV, "bucket-replicas", 1, "replicas of the configuration, election and state buckets when allot creates them (3 on a three-server cluster)")
 	fs.IntVar(&f.quotaParts, "quota-partitions", 1, "quota partitions sharing the namespaces (allot.<node>.quota.*), each electing its own leader; above 1 the NATS server needs the subject mapping of deploy/nats/quota/partitions.conf (allot up sets it)")
 	f.quotaServe = partitionList{all: true}
 	fs.DurationVar(&f.holdTTL, "hold-ttl", domainserver.DefaultHoldTTL, "domain limits: how long a hold of a copy-limited resource lives without its client's refresh (agents refresh every third of it); a crashed client's holds are released after it, and a new leader learns the live holds for as long before it grants more")
@@ -167,7 +168,7 @@ func (f *coordFlags) validate() error {
 	if f.metricsMax < 1 || f.metricsMax > coordinator.MaxObservedResources {
 		return fmt.Errorf("--metrics-max-resources %d: want 1-%d", f.metricsMax, coordinator.MaxObservedResources)
 	}
-	if err := wire.ValidateNode(f.node); err != nil {
+	if err := subjects.ValidateNode(f.node); err != nil {
 		return fmt.Errorf("--node %q: %w", f.node, err)
 	}
 	if f.quotaParts < 1 || f.quotaParts > quotaserver.MaxPartitions {
@@ -179,7 +180,7 @@ func (f *coordFlags) validate() error {
 	if f.parent == "" {
 		return nil
 	}
-	if err := wire.ValidateNode(f.parent); err != nil {
+	if err := subjects.ValidateNode(f.parent); err != nil {
 		return fmt.Errorf("--parent-node %q: %w", f.parent, err)
 	}
 	if f.parent == f.node {
@@ -202,7 +203,7 @@ func (f *coordFlags) logger(env *cliEnv) (*slog.Logger, error) {
 
 // watchedTemplates adapts the configuration watcher to the coordinator's
 // TemplateSource and StatusSource.
-type watchedTemplates struct{ *config.Watcher }
+type watchedTemplates struct{ *configkv.Watcher }
 
 func (w watchedTemplates) Status() any { return w.Watcher.Status() }
 
@@ -210,7 +211,7 @@ func (w watchedTemplates) Status() any { return w.Watcher.Status() }
 // starts watching it; the watch resyncs on every NATS reconnect. Under a
 // parent the bucket is a mirror of the parent's, so templates come from
 // the root and the last ones received keep serving while the link is cut.
-func startTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger) (*config.Watcher, error) {
+func startTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger) (*configkv.Watcher, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
@@ -219,12 +220,12 @@ func startTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slo
 	if cf.parent != "" {
 		kv, err = openMirror(ctx, js, cf, log)
 	} else {
-		kv, err = config.OpenBucket(ctx, js, cf.configBucket, true)
+		kv, err = configkv.OpenBucket(ctx, js, cf.configBucket, true, configkv.Replicas(cf.replicasKV))
 	}
 	if err != nil {
 		return nil, err
 	}
-	w := config.NewWatcher(kv, cf.unmatched.Fallback(), log)
+	w := configkv.NewWatcher(kv, cf.unmatched.Fallback(), log)
 	if err := w.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -247,13 +248,13 @@ const mirrorSyncWait = 5 * time.Second
 // root's templates; if the parent cannot be reached it serves what the
 // mirror holds (after a cut: the last templates received).
 func openMirror(ctx context.Context, js jetstream.JetStream, cf *coordFlags, log *slog.Logger) (jetstream.KeyValue, error) {
-	kv, err := config.OpenMirror(ctx, js, cf.configBucket, cf.parent)
+	kv, err := configkv.OpenMirror(ctx, js, cf.configBucket, cf.parent, configkv.Replicas(cf.replicasKV))
 	if err != nil {
 		return nil, err
 	}
 	wctx, cancel := context.WithTimeout(ctx, mirrorSyncWait)
 	defer cancel()
-	if err := config.WaitMirrorSynced(wctx, kv); err != nil {
+	if err := configkv.WaitMirrorSynced(wctx, kv); err != nil {
 		log.Warn("configuration mirror not in sync with the parent's yet; serving the templates it holds until it is", "bucket", cf.configBucket, "parent", cf.parent, "err", err)
 	} else {
 		log.Info("configuration mirror in sync with the parent's", "bucket", cf.configBucket, "parent", cf.parent)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/allot/allot/deploy/templates"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/quotaserver"
@@ -96,7 +97,7 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	// A child's templates come from the root through its mirror; seeding
 	// would write to the root's bucket through it.
 	if cf.parent == "" {
-		if err := seedTemplates(ctx, nc, cf.configBucket, cf.unmatched, log); err != nil {
+		if err := seedTemplates(ctx, nc, &cf, log); err != nil {
 			return err
 		}
 	}
@@ -223,18 +224,19 @@ func serveReplicas(ctx context.Context, url string, cf *coordFlags, n int, log *
 }
 
 // seedTemplates stores the example templates of deploy/templates in the
-// configuration bucket, leaving keys that exist or existed alone. Under
-// --unmatched reject the catch-all example (glob "*") is left out, since
-// no resource would be unmatched while it exists; one stored earlier is
-// reported.
-func seedTemplates(ctx context.Context, nc *nats.Conn, bucket string, unmatched config.UnmatchedPolicy, log *slog.Logger) error {
+// configuration bucket (creating it as a coordinator would), leaving keys
+// that exist or existed alone. Under --unmatched reject the catch-all
+// example (glob "*") is left out, since no resource would be unmatched
+// while it exists; one stored earlier is reported.
+func seedTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger) error {
+	bucket, unmatched := cf.configBucket, cf.unmatched
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	kv, err := config.OpenBucket(ctx, js, bucket, true)
+	kv, err := configkv.OpenBucket(ctx, js, bucket, true, configkv.Replicas(cf.replicasKV))
 	if err != nil {
 		return err
 	}
@@ -247,7 +249,7 @@ func seedTemplates(ctx context.Context, nc *nats.Conn, bucket string, unmatched 
 		}
 		log.Info("--unmatched reject: not seeding the catch-all example template", "templates", skipped)
 	}
-	names, err := config.SeedTemplates(ctx, kv, examples)
+	names, err := configkv.SeedTemplates(ctx, kv, examples)
 	if err != nil {
 		return fmt.Errorf("seed example templates: %w", err)
 	}
@@ -257,7 +259,7 @@ func seedTemplates(ctx context.Context, nc *nats.Conn, bucket string, unmatched 
 	if !reject {
 		return nil
 	}
-	entries, err := config.LoadAll(ctx, kv)
+	entries, err := configkv.LoadAll(ctx, kv)
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,5 @@
 // Package templates holds the example resource templates that `allot up`
-// seeds into the configuration bucket (config.SeedTemplates) when their
+// seeds into the configuration bucket (configkv.SeedTemplates) when their
 // keys have never existed. The file name without extension is the
 // template name: default.yaml is stored as templates.default.
 package templates

@@ -13,6 +13,9 @@ import (
 	"github.com/allot/allot/proto/allotpb"
 )
 
+// mysqlMain is a valid template document.
+const mysqlMain = `{"identifier_glob":"mysql/main","capacity":500,"algorithm":{"kind":"FAIR_SHARE","lease_length":"60s","refresh_interval":"5s"}}`
+
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		mysqlMain,

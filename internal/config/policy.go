@@ -27,7 +27,7 @@ func ParseUnmatchedPolicy(s string) (UnmatchedPolicy, error) {
 
 // Fallback returns the template the policy serves unmatched resources
 // with: DefaultTemplate() for "default" (and the zero value), nil for
-// "reject". Pass it to NewWatcher or NewSet.
+// "reject". Pass it to NewSet or configkv.NewWatcher.
 func (p UnmatchedPolicy) Fallback() *Template {
 	if p == UnmatchedReject {
 		return nil

@@ -185,14 +185,3 @@ func MarshalNamespaceJSON(ns *quota.Namespace) ([]byte, error) {
 	}
 	return json.MarshalIndent(doc, "", "  ") // sorted keys: stable for diffs
 }
-
-// CheckValue validates value as revision rev of configuration key (a
-// template, namespace or domains key) and returns the normalization notes. Keys of
-// other forms are an error.
-func CheckValue(key string, rev uint64, value []byte) ([]string, error) {
-	_, c, ok := compileKey(key, rev, value)
-	if !ok {
-		return nil, fmt.Errorf("key %q is neither %s<name>, %s<namespace> nor %s<namespace>", key, KeyPrefix, NamespacePrefix, DomainsPrefix)
-	}
-	return c.notes, c.err
-}

@@ -1,5 +1,9 @@
-// Package config holds resource templates: their compiled form, the
-// built-in defaults, and matching of resource ids to templates.
+// Package config holds allot's configuration documents: resource
+// templates, quota namespaces and domain-limit namespaces. It parses,
+// validates and compiles them, knows the keys they are stored under, keeps
+// the built-in defaults, and matches resource ids to templates. It does no
+// I/O and links no NATS: internal/configkv keeps the documents in
+// JetStream KV and watches them there.
 package config
 
 import (

@@ -71,6 +71,9 @@ type Config struct {
 	Replicas int
 	// Logger receives the elector's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Clock is the time source of the deadlines and timers. Default
+	// SystemClock.
+	Clock Clock
 }
 
 // Value is the JSON stored under the key by the leader.
@@ -116,9 +119,10 @@ type LeadFunc func(ctx context.Context, term uint64) error
 
 // Elector campaigns for one key. Create it with New and call Run.
 type Elector struct {
-	js  jetstream.JetStream
-	cfg Config
-	log *slog.Logger
+	js    jetstream.JetStream
+	cfg   Config
+	log   *slog.Logger
+	clock Clock
 
 	mu     sync.Mutex
 	status Status
@@ -163,7 +167,10 @@ func New(js jetstream.JetStream, cfg Config) (*Elector, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Elector{js: js, cfg: cfg, log: cfg.Logger.With("election", cfg.Bucket+"/"+cfg.Key, "candidate", cfg.ID),
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock{}
+	}
+	return &Elector{js: js, cfg: cfg, clock: cfg.Clock, log: cfg.Logger.With("election", cfg.Bucket+"/"+cfg.Key, "candidate", cfg.ID),
 		status: Status{Role: RoleFollower}}, nil
 }
 
@@ -197,7 +204,7 @@ func (e *Elector) setValid(until time.Time) {
 func (e *Elector) Valid(term uint64) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.status.Role == RoleLeader && e.status.Term == term && time.Now().Before(e.validUntil)
+	return e.status.Role == RoleLeader && e.status.Term == term && e.clock.Now().Before(e.validUntil)
 }
 
 // LastSequence returns the election stream's last sequence: no term
@@ -242,7 +249,7 @@ func (e *Elector) Founded(ctx context.Context, term uint64) (bool, error) {
 	if hist, err := kv.History(ctx, key); err == nil && len(hist) > 0 {
 		had = true // deleted or purged: it existed
 	}
-	data, _ := json.Marshal(map[string]any{"id": e.cfg.ID, "term": term, "at": time.Now().UTC()})
+	data, _ := json.Marshal(map[string]any{"id": e.cfg.ID, "term": term, "at": e.clock.Now().UTC()})
 	if _, err := kv.Create(ctx, key, data); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return true, nil
@@ -335,7 +342,7 @@ func (e *Elector) Run(ctx context.Context, lead LeadFunc) error {
 			return fmt.Errorf("election: %w", nats.ErrConnectionClosed)
 		}
 		e.log.Warn("cannot open election bucket; retrying", "err", err)
-		if !sleep(ctx, e.cfg.CampaignInterval) {
+		if !e.sleep(ctx, e.cfg.CampaignInterval) {
 			return nil
 		}
 	}
@@ -373,11 +380,12 @@ func newNonce() string {
 	return hex.EncodeToString(b[:])
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+// sleep waits d on the elector's clock; false if ctx ended first.
+func (e *Elector) sleep(ctx context.Context, d time.Duration) bool {
+	t := e.clock.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 		return true
 	case <-ctx.Done():
 		return false
@@ -396,8 +404,8 @@ func (e *Elector) follow(ctx context.Context, kv jetstream.KeyValue) (*term, err
 		defer func() { _ = w.Stop() }()
 		updates = w.Updates()
 	}
-	tick := time.NewTicker(e.cfg.CampaignInterval)
-	defer tick.Stop()
+	tick := e.clock.NewTimer(e.cfg.CampaignInterval)
+	defer func() { tick.Stop() }()
 	try := true // campaign at once on start
 	for {
 		if try {
@@ -422,7 +430,8 @@ func (e *Elector) follow(ctx context.Context, kv jetstream.KeyValue) (*term, err
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-tick.C:
+		case <-tick.C():
+			tick = e.clock.NewTimer(e.cfg.CampaignInterval)
 			try = true
 		case entry, ok := <-updates:
 			if !ok {
@@ -468,11 +477,11 @@ func (e *Elector) followerStatus(entry jetstream.KeyValueEntry) {
 
 // campaign tries once to create the key. It returns the term if won.
 func (e *Elector) campaign(ctx context.Context, kv jetstream.KeyValue) (*term, error) {
-	t := &term{nonce: newNonce(), since: time.Now(), sent: map[uint64]time.Time{}}
+	t := &term{nonce: newNonce(), since: e.clock.Now(), sent: map[uint64]time.Time{}}
 	data, _ := json.Marshal(Value{ID: e.cfg.ID, Nonce: t.nonce, Seq: 0, Since: t.since.UTC()})
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.RenewInterval)
 	defer cancel()
-	sent := time.Now()
+	sent := e.clock.Now()
 	t.sent[0] = sent
 	rev, err := kv.Create(cctx, e.cfg.Key, data, jetstream.KeyTTL(e.cfg.TTL))
 	switch {
@@ -543,30 +552,30 @@ func (e *Elector) leadTerm(ctx context.Context, kv jetstream.KeyValue, t *term, 
 
 	var leadErr error
 	leadReturned := false
-	nextRenew := time.Now().Add(e.cfg.RenewInterval)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
+	nextRenew := e.clock.Now().Add(e.cfg.RenewInterval)
 	reason := "context ended"
 loop:
 	for {
-		now := time.Now()
+		now := e.clock.Now()
 		if !now.Before(t.validUntil) {
 			reason = "not renewed before the deadline"
 			break
 		}
 		if now.Before(nextRenew) {
-			timer.Reset(min(nextRenew.Sub(now), t.validUntil.Sub(now)))
+			timer := e.clock.NewTimer(min(nextRenew.Sub(now), t.validUntil.Sub(now)))
 			select {
 			case <-ctx.Done():
+				timer.Stop()
 				break loop
 			case leadErr = <-leadDone:
+				timer.Stop()
 				leadReturned = true
 				reason = "leader work ended"
 				if leadErr != nil {
 					reason = "leader work failed: " + leadErr.Error()
 				}
 				break loop
-			case <-timer.C:
+			case <-timer.C():
 				continue
 			}
 		}
@@ -574,7 +583,7 @@ loop:
 		e.setValid(t.validUntil)
 		switch {
 		case err == nil:
-			nextRenew = time.Now().Add(e.cfg.RenewInterval)
+			nextRenew = e.clock.Now().Add(e.cfg.RenewInterval)
 		case errors.Is(err, errLost):
 			reason = "key lost"
 			break loop
@@ -582,9 +591,10 @@ loop:
 			break loop
 		default:
 			// Transient: retry a few times before validUntil.
-			left := time.Until(t.validUntil)
+			now := e.clock.Now()
+			left := t.validUntil.Sub(now)
 			e.log.Warn("renewal failed; retrying", "err", err, "valid_for", left.Round(time.Millisecond))
-			nextRenew = time.Now().Add(max(min(e.cfg.RenewInterval/4, left/3), 10*time.Millisecond))
+			nextRenew = now.Add(max(min(e.cfg.RenewInterval/4, left/3), 10*time.Millisecond))
 		}
 	}
 	stopLead()
@@ -600,7 +610,7 @@ loop:
 		return fmt.Errorf("election: %w", nats.ErrConnectionClosed)
 	}
 	if leadErr != nil && ctx.Err() == nil {
-		sleep(ctx, e.cfg.CampaignInterval)
+		e.sleep(ctx, e.cfg.CampaignInterval)
 	}
 	return nil
 }
@@ -619,7 +629,7 @@ func (e *Elector) renew(ctx context.Context, kv jetstream.KeyValue, t *term) err
 	defer cancel()
 	pctx, pcancel := context.WithTimeout(rctx, e.cfg.RenewInterval)
 	defer pcancel()
-	sent := time.Now()
+	sent := e.clock.Now()
 	t.sent[seq] = sent
 	msg := &nats.Msg{Subject: "$KV." + e.cfg.Bucket + "." + e.cfg.Key, Data: data}
 	pa, err := e.js.PublishMsg(pctx, msg, jetstream.WithMsgTTL(e.cfg.TTL), jetstream.WithExpectLastSequencePerSubject(t.rev))

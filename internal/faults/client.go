@@ -16,6 +16,7 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -125,7 +126,7 @@ func PutTemplate(tb testing.TB, nc *nats.Conn, name string, data []byte) uint64 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	kv, err := config.OpenBucket(ctx, js, config.DefaultBucket, true)
+	kv, err := configkv.OpenBucket(ctx, js, configkv.DefaultBucket, true)
 	if err != nil {
 		tb.Fatal(err)
 	}

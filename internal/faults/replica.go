@@ -19,6 +19,7 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 )
 
 // ElectionTTL is the election TTL of every replica of the test set.
@@ -36,7 +37,7 @@ func Connect(url, name string) (*nats.Conn, error) {
 
 // watched adapts the configuration watcher to the coordinator's template
 // and status sources, as cmd/allot does.
-type watched struct{ *config.Watcher }
+type watched struct{ *configkv.Watcher }
 
 func (w watched) Status() any { return w.Watcher.Status() }
 
@@ -52,11 +53,11 @@ func ServeReplica(ctx context.Context, nc *nats.Conn, id string, log *slog.Logge
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	kv, err := config.OpenBucket(startCtx, js, config.DefaultBucket, true)
+	kv, err := configkv.OpenBucket(startCtx, js, configkv.DefaultBucket, true)
 	if err != nil {
 		return nil, nil, err
 	}
-	w := config.NewWatcher(kv, config.UnmatchedDefault.Fallback(), log)
+	w := configkv.NewWatcher(kv, config.UnmatchedDefault.Fallback(), log)
 	if err := w.Start(startCtx); err != nil {
 		return nil, nil, err
 	}

@@ -464,6 +464,11 @@ func (l *Ledger) EndRound() {
 // runs a round when the write completes or MaxRecordWait passes.
 func (l *Ledger) Pending() bool { return len(l.touched) > 0 }
 
+// MaxRecordWait is how long grants wait for a record write (the
+// configured Config.MaxRecordWait, or its default): a caller that sees
+// Pending runs a round again within it.
+func (l *Ledger) MaxRecordWait() time.Duration { return l.cfg.MaxRecordWait }
+
 // Sweep drops expired leases of idle resources, forgets resources with
 // no clients left, and lowers ceilings well above what is outstanding. It
 // returns a record to write when that changed the record (or nil).

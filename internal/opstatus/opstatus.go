@@ -21,7 +21,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 )
 
 // Services whose STATS carry a configuration status: every replica,
@@ -54,7 +54,7 @@ type Replica struct {
 	Term uint64 `json:"term,omitempty"`
 	// Config is the replica's configuration status, nil if its reply had
 	// none.
-	Config *config.Status `json:"config,omitempty"`
+	Config *configkv.Status `json:"config,omitempty"`
 	// Err describes a reply that could not be decoded.
 	Err string `json:"error,omitempty"`
 }
@@ -74,12 +74,12 @@ type statsReply struct {
 }
 
 type statsData struct {
-	Node     string         `json:"node"`
-	ServerID string         `json:"server_id"`
-	Role     string         `json:"role"`
-	Serving  *bool          `json:"serving"`
-	Term     json.Number    `json:"term"`
-	Config   *config.Status `json:"config"`
+	Node     string           `json:"node"`
+	ServerID string           `json:"server_id"`
+	Role     string           `json:"role"`
+	Serving  *bool            `json:"serving"`
+	Term     json.Number      `json:"term"`
+	Config   *configkv.Status `json:"config"`
 }
 
 // DecodeStatsReply extracts a Replica from a micro stats reply.
@@ -274,7 +274,7 @@ func Format(w io.Writer, rs []Replica) error {
 }
 
 // formatConfig writes one replica's configuration status.
-func formatConfig(b *strings.Builder, st *config.Status) error {
+func formatConfig(b *strings.Builder, st *configkv.Status) error {
 	fmt.Fprintf(b, "  bucket %s, generation %d", st.Bucket, st.Generation)
 	if !st.Updated.IsZero() {
 		fmt.Fprintf(b, ", updated %s", st.Updated.UTC().Format(time.RFC3339))
@@ -314,7 +314,7 @@ func formatConfig(b *strings.Builder, st *config.Status) error {
 
 // keyState is a key's state in words; replicas that predate
 // KeyStatus.State leave it to be derived.
-func keyState(k config.KeyStatus) string {
+func keyState(k configkv.KeyStatus) string {
 	if k.State != "" {
 		return k.State
 	}

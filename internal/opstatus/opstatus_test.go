@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/natstest"
 )
 
@@ -20,14 +21,14 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func sampleStatus(rev uint64, rejected bool) *config.Status {
-	st := &config.Status{Bucket: config.DefaultBucket, Generation: 4, Fallback: "builtin:default", Unmatched: config.UnmatchedDefault,
-		Keys: []config.KeyStatus{
+func sampleStatus(rev uint64, rejected bool) *configkv.Status {
+	st := &configkv.Status{Bucket: configkv.DefaultBucket, Generation: 4, Fallback: "builtin:default", Unmatched: config.UnmatchedDefault,
+		Keys: []configkv.KeyStatus{
 			{Key: "templates.default", Name: "default", Revision: 1, Glob: "*"},
 			{Key: "templates.mysql-main", Name: "mysql-main", Revision: rev, Glob: "mysql/main"},
 		}}
 	if rejected {
-		st.Keys[1].Rejected = []config.Rejection{{Revision: rev + 1, Error: "capacity: -5 is negative", Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
+		st.Keys[1].Rejected = []configkv.Rejection{{Revision: rev + 1, Error: "capacity: -5 is negative", Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}
 		st.Keys[1].State = "serving revision 7 because revision 8 is invalid: capacity: -5 is negative"
 	}
 	return st

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/quotaserver"
 )
@@ -24,7 +25,7 @@ import (
 type Service struct {
 	nc *nats.Conn
 	kv jetstream.KeyValue
-	w  *config.Watcher
+	w  *configkv.Watcher
 
 	partitions int
 
@@ -63,11 +64,11 @@ func NewPartitioned(nc *nats.Conn, n int, namespaces map[string]string) (*Servic
 	if err != nil {
 		return nil, err
 	}
-	kv, err := config.OpenBucket(ctx, js, "", true)
+	kv, err := configkv.OpenBucket(ctx, js, "", true)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{nc: nc, kv: kv, w: config.NewWatcher(kv, nil, slog.New(slog.DiscardHandler)), partitions: n}
+	s := &Service{nc: nc, kv: kv, w: configkv.NewWatcher(kv, nil, slog.New(slog.DiscardHandler)), partitions: n}
 	if err := s.w.Start(ctx); err != nil {
 		return nil, err
 	}

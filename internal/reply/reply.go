@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -87,25 +86,4 @@ func Marshal(subject string, enc wire.Encoding, msg proto.Message) (*nats.Msg, e
 		return nil, fmt.Errorf("encoding reply: %w", err)
 	}
 	return Msg(subject, enc, data), nil
-}
-
-// Settle waits, once a service's subscriptions are draining, until the
-// requests already delivered have been taken up: until count (of requests
-// taken up so far) stays the same for quiet, and for at most grace. It
-// first flushes nc so that the server has the unsubscriptions; cut off
-// from the server nothing new can arrive, and it does not wait on a
-// flush then.
-func Settle(nc *nats.Conn, count func() uint64, quiet, grace time.Duration) {
-	if nc.IsConnected() {
-		_ = nc.FlushTimeout(250 * time.Millisecond)
-	}
-	deadline := time.Now().Add(grace)
-	for n := count(); time.Now().Before(deadline); {
-		time.Sleep(quiet)
-		m := count()
-		if m == n {
-			return
-		}
-		n = m
-	}
 }

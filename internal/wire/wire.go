@@ -12,7 +12,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -55,12 +54,11 @@ const (
 	Protobuf
 )
 
-// EncodingOf returns the encoding a message declares in its headers.
-func EncodingOf(h nats.Header) Encoding {
-	if h == nil {
-		return JSON
-	}
-	switch strings.ToLower(strings.TrimSpace(h.Get(HeaderContentType))) {
+// EncodingOf returns the encoding a message declares in its headers. h
+// is a message's headers as NATS carries them: a nats.Header or a
+// micro.Headers passes as it is, without this package linking a client.
+func EncodingOf(h map[string][]string) Encoding {
+	switch strings.ToLower(strings.TrimSpace(contentType(h))) {
 	case ContentProtobuf, "application/x-protobuf", "application/vnd.google.protobuf":
 		return Protobuf
 	}
@@ -70,11 +68,22 @@ func EncodingOf(h nats.Header) Encoding {
 // ReplyEncodingOf returns the encoding of a coordinator's successful
 // reply: JSON replies say so in Content-Type; binary protobuf replies carry
 // no headers (they are the hot path, and headers cost CPU on every hop).
-func ReplyEncodingOf(h nats.Header) Encoding {
-	if h != nil && strings.Contains(strings.ToLower(h.Get(HeaderContentType)), "json") {
+// h is as for EncodingOf.
+func ReplyEncodingOf(h map[string][]string) Encoding {
+	if strings.Contains(strings.ToLower(contentType(h)), "json") {
 		return JSON
 	}
 	return Protobuf
+}
+
+// contentType returns h's first Content-Type value, or "". NATS header
+// keys are case-sensitive, so the key is looked up as written, as
+// nats.Header.Get does.
+func contentType(h map[string][]string) string {
+	if v := h[HeaderContentType]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // ContentType returns the header value for e.

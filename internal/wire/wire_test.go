@@ -7,22 +7,22 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/allot/allot/proto/allotpb"
 )
 
 func TestEncodingOf(t *testing.T) {
 	tests := []struct {
-		h    nats.Header
+		h    map[string][]string
 		want Encoding
 	}{
 		{nil, JSON},
-		{nats.Header{}, JSON},
-		{nats.Header{"Content-Type": {"application/json"}}, JSON},
-		{nats.Header{"Content-Type": {"application/protobuf"}}, Protobuf},
-		{nats.Header{"Content-Type": {" Application/Protobuf "}}, Protobuf},
-		{nats.Header{"Content-Type": {"application/x-protobuf"}}, Protobuf},
+		{map[string][]string{}, JSON},
+		{map[string][]string{"Content-Type": {}}, JSON},
+		{map[string][]string{"content-type": {"application/protobuf"}}, JSON}, // NATS header keys are case-sensitive
+		{map[string][]string{"Content-Type": {"application/json"}}, JSON},
+		{map[string][]string{"Content-Type": {"application/protobuf"}}, Protobuf},
+		{map[string][]string{"Content-Type": {" Application/Protobuf "}}, Protobuf},
+		{map[string][]string{"Content-Type": {"application/x-protobuf"}}, Protobuf},
 	}
 	for _, tt := range tests {
 		if got := EncodingOf(tt.h); got != tt.want {
@@ -84,25 +84,16 @@ func TestDuplicateResources(t *testing.T) {
 
 func TestReplyEncodingOf(t *testing.T) {
 	for _, tt := range []struct {
-		h    nats.Header
+		h    map[string][]string
 		want Encoding
 	}{
 		{nil, Protobuf},
-		{nats.Header{}, Protobuf},
-		{nats.Header{"Content-Type": {"application/json"}}, JSON},
-		{nats.Header{"Content-Type": {"application/protobuf"}}, Protobuf},
+		{map[string][]string{}, Protobuf},
+		{map[string][]string{"Content-Type": {"application/json"}}, JSON},
+		{map[string][]string{"Content-Type": {"application/protobuf"}}, Protobuf},
 	} {
 		if got := ReplyEncodingOf(tt.h); got != tt.want {
 			t.Errorf("ReplyEncodingOf(%v) = %v, want %v", tt.h, got, tt.want)
-		}
-	}
-}
-
-func TestValidateNode(t *testing.T) {
-	for name, ok := range map[string]bool{"root": true, "eu-west_1": true, "T": true, "tt": true, "t": false, "": false,
-		"a.b": false, "a*": false, "é": false, string(make([]byte, 65)): false} {
-		if err := ValidateNode(name); (err == nil) != ok {
-			t.Errorf("ValidateNode(%q) = %v", name, err)
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/secureinit"
 )
@@ -162,7 +163,7 @@ func putTemplate(t *testing.T, nc *nats.Conn, name string, create bool) error {
 	if err != nil {
 		return err
 	}
-	kv, err := config.OpenBucket(ctx, js, "", create)
+	kv, err := configkv.OpenBucket(ctx, js, "", create)
 	if err != nil {
 		return err
 	}
@@ -199,14 +200,14 @@ func (d *deployment) runCoordinator(t *testing.T, srv *server.Server, user, node
 	defer ocancel()
 	var kv jetstream.KeyValue
 	if parent == "" {
-		kv, err = config.OpenBucket(octx, js, "", false)
-	} else if kv, err = config.OpenMirror(octx, js, "", parent); err == nil {
-		err = config.WaitMirrorSynced(octx, kv)
+		kv, err = configkv.OpenBucket(octx, js, "", false)
+	} else if kv, err = configkv.OpenMirror(octx, js, "", parent); err == nil {
+		err = configkv.WaitMirrorSynced(octx, kv)
 	}
 	if err != nil {
 		t.Fatalf("configuration of node %s: %v (refused: %v)", node, err, errs.all())
 	}
-	w := config.NewWatcher(kv, config.UnmatchedDefault.Fallback(), log)
+	w := configkv.NewWatcher(kv, config.UnmatchedDefault.Fallback(), log)
 	if err := w.Start(octx); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 )
 
 // level is child level region1, started from level.conf under a
@@ -75,7 +76,7 @@ func TestLevelWithoutMirrorConsumer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if _, err := config.OpenMirror(ctx, js, "", "root"); err == nil {
+	if _, err := configkv.OpenMirror(ctx, js, "", "root"); err == nil {
 		t.Fatal("the mirror opened without its consumer at the root")
 	}
 	errs.refused(t, "publish", "$JS.root.API.CONSUMER.CREATE.KV_allot_config.allot_mirror_region1")
@@ -107,7 +108,7 @@ func (d *deployment) createMirrorConsumer(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &resp); err != nil || resp.Error != nil {
 		t.Fatalf("create the mirror consumer: %s (%v)", m.Data, err)
 	}
-	want := config.MirrorConsumer("", "region1")
+	want := configkv.MirrorConsumer("", "region1")
 	if got := resp.Config; got.DeliverSubject != want.DeliverSubject || got.AckPolicy != want.AckPolicy || got.MaxAckPending != want.MaxAckPending {
 		t.Fatalf("the documented consumer is not the one allot creates: %+v, want %+v", got, want)
 	}
@@ -137,7 +138,7 @@ func configBucket(ctx context.Context, t *testing.T, nc *nats.Conn) (jetstream.J
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, config.DefaultBucket)
+	kv, err := js.KeyValue(ctx, configkv.DefaultBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestLevelConfigReachesChild(t *testing.T) {
 	// deliveries (MaxAckPending): the mirror must acknowledge by flow
 	// control across the link for the template after them to arrive.
 	for i := range 1100 {
-		if _, err := rjs.PublishAsync(fmt.Sprintf("$KV.%s.flow.%d", config.DefaultBucket, i), []byte("x")); err != nil {
+		if _, err := rjs.PublishAsync(fmt.Sprintf("$KV.%s.flow.%d", configkv.DefaultBucket, i), []byte("x")); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -331,7 +332,7 @@ func TestCoordinatorCannotWriteConfiguration(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	kv, err := config.OpenBucket(ctx, js, "", false)
+	kv, err := configkv.OpenBucket(ctx, js, "", false)
 	if err != nil {
 		t.Fatalf("the coordinator cannot even read the configuration: %v", err)
 	}

@@ -1,4 +1,4 @@
-package reply
+package leader
 
 import (
 	"errors"
@@ -7,19 +7,21 @@ import (
 	"sync/atomic"
 )
 
+// ErrLapsed is why a gate fails once its leadership's validity deadline
+// has passed.
+var ErrLapsed = errors.New("leadership lapsed (validity deadline passed)")
+
 // Gate decides whether the server of one leadership term may still
 // reply: not after Close, not after it failed, and not once its validity
-// (the leadership's deadline) has lapsed, which fails it. A quota or
-// domain partition's server asks it before every reply, so that a deposed
-// or frozen leader stays silent instead of answering beside its successor.
+// (the leadership's deadline) has lapsed, which fails it. A server asks
+// it before every reply, so that a deposed or frozen leader stays silent
+// instead of answering beside its successor.
 type Gate struct {
 	valid func() bool
 	log   *slog.Logger
 	what  string
 
-	// Handled counts requests taken up (Settle waits for it to stop
-	// moving); Silenced counts replies withheld.
-	Handled  atomic.Uint64
+	// Silenced counts replies withheld.
 	Silenced atomic.Uint64
 
 	closed  atomic.Bool
@@ -31,10 +33,14 @@ type Gate struct {
 // NewGate returns an open gate. valid, if not nil, is asked before every
 // reply; what names the server in the log line of a failure.
 func NewGate(valid func() bool, log *slog.Logger, what string) *Gate {
+	if log == nil {
+		log = slog.Default()
+	}
 	return &Gate{valid: valid, log: log, what: what, quit: make(chan struct{})}
 }
 
-// Open reports whether a reply may be sent now.
+// Open reports whether a reply may be sent now. A lapsed validity fails
+// the gate for good.
 func (g *Gate) Open() bool {
 	if g.closed.Load() {
 		return false
@@ -45,7 +51,7 @@ func (g *Gate) Open() bool {
 	default:
 	}
 	if g.valid != nil && !g.valid() {
-		g.Fail(errors.New("leadership lapsed (validity deadline passed)"))
+		g.Fail(ErrLapsed)
 		return false
 	}
 	return true

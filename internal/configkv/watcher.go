@@ -1,4 +1,4 @@
-package config
+package configkv
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/quota"
 )
@@ -39,9 +40,9 @@ type Status struct {
 	// Fallback is the name of the template for unmatched resources
 	// (e.g. "builtin:default"), empty when they are rejected.
 	Fallback string `json:"fallback,omitempty"`
-	// Unmatched is UnmatchedDefault if there is a fallback, else
-	// UnmatchedReject.
-	Unmatched UnmatchedPolicy `json:"unmatched"`
+	// Unmatched is config.UnmatchedDefault if there is a fallback, else
+	// config.UnmatchedReject.
+	Unmatched config.UnmatchedPolicy `json:"unmatched"`
 	// Resyncs counts how often the watch had to be re-established.
 	Resyncs uint64 `json:"resyncs,omitempty"`
 	// RejectedPuts counts the revisions this watcher rejected as invalid
@@ -87,15 +88,15 @@ type Rejection struct {
 	Time     time.Time `json:"time"`
 }
 
-// Watcher keeps a Set current with the configuration bucket. Create it
+// Watcher keeps a config.Set current with the configuration bucket. Create it
 // with NewWatcher, then Start it; Current is safe for concurrent use at
 // any time after Start returns.
 type Watcher struct {
 	kv       jetstream.KeyValue
-	fallback *Template
+	fallback *config.Template
 	log      *slog.Logger
 
-	cur     atomic.Pointer[Set]
+	cur     atomic.Pointer[config.Set]
 	updates chan struct{}
 	resync  chan struct{}
 
@@ -108,24 +109,24 @@ type Watcher struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	started  bool
-	onChange []func(*Set)
+	onChange []func(*config.Set)
 }
 
 type keyState struct {
 	name     string
-	serving  compiled // serving revision and its notes; none if !serving.valid()
+	serving  config.Compiled // serving revision and its notes; none if !serving.Valid()
 	applied  time.Time
 	rejected []Rejection
-	lastRev  uint64   // newest revision seen, valid or not
-	refusal  *Refusal // when nothing serves and the glob could be read
-	state    string   // KeyStatus.State
+	lastRev  uint64          // newest revision seen, valid or not
+	refusal  *config.Refusal // when nothing serves and the glob could be read
+	state    string          // KeyStatus.State
 }
 
 // NewWatcher makes a watcher of kv's template, quota namespace and
 // domains namespace keys (keys of other forms are ignored). fallback is
 // the template for resources no template matches (nil: none, Match
-// returns nil); see UnmatchedPolicy.Fallback. logger may be nil.
-func NewWatcher(kv jetstream.KeyValue, fallback *Template, logger *slog.Logger) *Watcher {
+// returns nil); see config.UnmatchedPolicy.Fallback. logger may be nil.
+func NewWatcher(kv jetstream.KeyValue, fallback *config.Template, logger *slog.Logger) *Watcher {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -137,13 +138,13 @@ func NewWatcher(kv jetstream.KeyValue, fallback *Template, logger *slog.Logger) 
 		resync:   make(chan struct{}, 1),
 		keys:     make(map[string]*keyState),
 	}
-	w.cur.Store(NewSet(0, nil, fallback))
+	w.cur.Store(config.NewSet(0, nil, fallback))
 	return w
 }
 
 // Current returns the Set in use. It never returns nil; before Start it
 // holds only the fallback.
-func (w *Watcher) Current() *Set { return w.cur.Load() }
+func (w *Watcher) Current() *config.Set { return w.cur.Load() }
 
 // Updates returns a channel that receives a value after each applied
 // change. Sends do not block: changes that arrive while a value is
@@ -153,7 +154,7 @@ func (w *Watcher) Updates() <-chan struct{} { return w.updates }
 
 // OnChange registers f to be called with every new Set, from the
 // watcher's goroutine, after it is published. f must not block.
-func (w *Watcher) OnChange(f func(*Set)) {
+func (w *Watcher) OnChange(f func(*config.Set)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.onChange = append(w.onChange, f)
@@ -325,9 +326,9 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry) bool {
 	log := w.log.With("key", key, "revision", rev)
 	what := "template"
 	switch {
-	case strings.HasPrefix(key, NamespacePrefix):
+	case strings.HasPrefix(key, config.NamespacePrefix):
 		what = "namespace"
-	case strings.HasPrefix(key, DomainsPrefix):
+	case strings.HasPrefix(key, config.DomainsPrefix):
 		what = "domains namespace"
 	}
 	switch e.Operation() {
@@ -335,36 +336,36 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry) bool {
 		w.mu.Lock()
 		delete(w.keys, key)
 		w.mu.Unlock()
-		if ks != nil && (ks.serving.valid() || ks.refusal != nil) {
+		if ks != nil && (ks.serving.Valid() || ks.refusal != nil) {
 			log.Info(what+" deleted; what it served falls back to the next match", "op", e.Operation().String())
 			return true
 		}
 		return false
 	}
-	name, c, ok := compileKey(key, rev, e.Value())
+	name, c, ok := config.CompileKey(key, rev, e.Value())
 	if !ok {
 		return false // not allot's configuration
 	}
-	if c.err == nil {
+	if c.Err == nil {
 		w.mu.Lock()
 		ks = w.seen(key, name, rev)
 		ks.serving, ks.rejected, ks.applied, ks.refusal, ks.state = c, nil, time.Now(), nil, "ok"
 		w.mu.Unlock()
 		switch {
-		case c.tmpl != nil:
-			t := c.tmpl
+		case c.Template != nil:
+			t := c.Template
 			log.Info("template applied", "glob", t.Glob, "algorithm", t.Algorithm.String(), "capacity", t.Capacity)
-		case c.ns != nil:
-			log.Info("quota namespace applied", "buckets", len(c.ns.Buckets), "default", c.ns.Default != nil, "dynamic", c.ns.Dynamic != nil)
+		case c.Namespace != nil:
+			log.Info("quota namespace applied", "buckets", len(c.Namespace.Buckets), "default", c.Namespace.Default != nil, "dynamic", c.Namespace.Dynamic != nil)
 		default:
-			log.Info("domains namespace applied", "resources", len(c.dom.Resources), "ignore_configured", c.dom.IgnoreConfigured, "allow_unconfigured", c.dom.AllowUnconfigured)
+			log.Info("domains namespace applied", "resources", len(c.Domains.Resources), "ignore_configured", c.Domains.IgnoreConfigured, "allow_unconfigured", c.Domains.AllowUnconfigured)
 		}
-		for _, n := range c.notes {
+		for _, n := range c.Notes {
 			log.Info(what+" normalized", "note", n)
 		}
 		return true
 	}
-	err := c.err
+	err := c.Err
 
 	// Invalid: serve the newest valid revision, from memory or from the
 	// key's history (a fresh watcher, or puts missed while the watch was
@@ -382,14 +383,14 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry) bool {
 		ks.rejected = slices.Delete(ks.rejected, 0, n-MaxRejectionsPerKey)
 	}
 	old, oldRefusal := ks.serving, ks.refusal
-	if res.serving.valid() && (!old.valid() || res.serving.revision() > old.revision()) {
+	if res.serving.Valid() && (!old.Valid() || res.serving.Revision() > old.Revision()) {
 		ks.serving, ks.applied = res.serving, time.Now()
 	}
-	if ks.serving.valid() {
+	if ks.serving.Valid() {
 		ks.refusal = nil
-		ks.state = fmt.Sprintf("serving revision %d because revision %d is invalid: %v", ks.serving.revision(), rev, err)
-		log.Warn("rejected invalid "+what+"; the last valid revision serves", "err", err, "serving_revision", ks.serving.revision())
-		return ks.serving.revision() != old.revision() || oldRefusal != nil
+		ks.state = fmt.Sprintf("serving revision %d because revision %d is invalid: %v", ks.serving.Revision(), rev, err)
+		log.Warn("rejected invalid "+what+"; the last valid revision serves", "err", err, "serving_revision", ks.serving.Revision())
+		return ks.serving.Revision() != old.Revision() || oldRefusal != nil
 	}
 	ks.refusal = res.refusal
 	switch {
@@ -439,7 +440,7 @@ func (w *Watcher) removeUnseen(seen map[string]bool) bool {
 	for key, ks := range w.keys {
 		if !seen[key] {
 			delete(w.keys, key)
-			if ks.serving.valid() || ks.refusal != nil {
+			if ks.serving.Valid() || ks.refusal != nil {
 				w.log.Info("key gone after re-watch; what it served falls back to the next match", "key", key)
 				changed = true
 			}
@@ -451,26 +452,26 @@ func (w *Watcher) removeUnseen(seen map[string]bool) bool {
 // publish builds and installs a new Set and notifies listeners.
 func (w *Watcher) publish(cause string) {
 	w.mu.Lock()
-	var ts []*Template
-	var refusals []Refusal
+	var ts []*config.Template
+	var refusals []config.Refusal
 	var nss []*quota.Namespace
 	var doms []*domainlimit.Namespace
 	for _, key := range slices.Sorted(maps.Keys(w.keys)) {
 		ks := w.keys[key]
 		switch {
-		case ks.serving.tmpl != nil:
-			ts = append(ts, ks.serving.tmpl)
-		case ks.serving.ns != nil:
-			nss = append(nss, ks.serving.ns)
-		case ks.serving.dom != nil:
-			doms = append(doms, ks.serving.dom)
+		case ks.serving.Template != nil:
+			ts = append(ts, ks.serving.Template)
+		case ks.serving.Namespace != nil:
+			nss = append(nss, ks.serving.Namespace)
+		case ks.serving.Domains != nil:
+			doms = append(doms, ks.serving.Domains)
 		case ks.refusal != nil:
 			refusals = append(refusals, *ks.refusal)
 		}
 	}
 	w.gen++
 	w.updated = time.Now()
-	set := NewSet(w.gen, ts, w.fallback, refusals...).WithQuota(NewQuotaConfig(nss...)).WithDomains(doms...)
+	set := config.NewSet(w.gen, ts, w.fallback, refusals...).WithQuota(config.NewQuotaConfig(nss...)).WithDomains(doms...)
 	w.cur.Store(set)
 	hooks := slices.Clone(w.onChange)
 	w.mu.Unlock()
@@ -494,21 +495,21 @@ func (w *Watcher) Status() Status {
 		Generation: w.Current().Generation,
 		Updated:    w.updated,
 		Keys:       []KeyStatus{},
-		Unmatched:  UnmatchedReject,
+		Unmatched:  config.UnmatchedReject,
 		Resyncs:    w.resyncs,
 	}
 	st.RejectedPuts = w.rejected
 	if w.fallback != nil {
-		st.Fallback, st.Unmatched = w.fallback.Name, UnmatchedDefault
+		st.Fallback, st.Unmatched = w.fallback.Name, config.UnmatchedDefault
 	}
 	for _, key := range slices.Sorted(maps.Keys(w.keys)) {
 		ks := w.keys[key]
-		k := KeyStatus{Key: key, Name: ks.name, Namespace: strings.HasPrefix(key, NamespacePrefix), Domains: strings.HasPrefix(key, DomainsPrefix), State: ks.state,
-			Notes: slices.Clone(ks.serving.notes), Rejected: slices.Clone(ks.rejected)}
+		k := KeyStatus{Key: key, Name: ks.name, Namespace: strings.HasPrefix(key, config.NamespacePrefix), Domains: strings.HasPrefix(key, config.DomainsPrefix), State: ks.state,
+			Notes: slices.Clone(ks.serving.Notes), Rejected: slices.Clone(ks.rejected)}
 		switch {
-		case ks.serving.valid():
-			k.Revision, k.Applied = ks.serving.revision(), ks.applied
-			if t := ks.serving.tmpl; t != nil {
+		case ks.serving.Valid():
+			k.Revision, k.Applied = ks.serving.Revision(), ks.applied
+			if t := ks.serving.Template; t != nil {
 				k.Glob = t.Glob
 			}
 		case ks.refusal != nil:

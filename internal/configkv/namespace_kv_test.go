@@ -1,4 +1,4 @@
-package config
+package configkv
 
 import (
 	"fmt"
@@ -7,12 +7,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
 )
 
 func putNamespace(t *testing.T, kv jetstream.KeyValue, ns, doc string) uint64 {
 	t.Helper()
-	rev, err := kv.Put(testCtx(t), NamespaceKey(ns), []byte(doc))
+	rev, err := kv.Put(testCtx(t), config.NamespaceKey(ns), []byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestWatcherNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	v1 := putNamespace(t, op, "logins", `{"default_bucket": {"size": 10}}`)
-	w := startWatcher(t, coord, DefaultTemplate())
+	w := startWatcher(t, coord, config.DefaultTemplate())
 	if size, rev := defaultSize(w, "logins"); size != 10 || rev != v1 {
 		t.Fatalf("initial load: size %d revision %d, want 10 at %d", size, rev, v1)
 	}
@@ -70,7 +71,7 @@ func TestWatcherNamespaces(t *testing.T) {
 	}
 
 	// A replica started now finds revision 2 in the history.
-	w2 := startWatcher(t, coord, DefaultTemplate())
+	w2 := startWatcher(t, coord, config.DefaultTemplate())
 	if size, rev := defaultSize(w2, "logins"); size != 20 || rev != v2 {
 		t.Errorf("fresh watcher: size %d revision %d, want 20 at %d", size, rev, v2)
 	}
@@ -93,7 +94,7 @@ func TestWatcherNamespaces(t *testing.T) {
 	if r := keyStatus(t, w, "logins").Rejected; len(r) != 0 {
 		t.Errorf("rejections after a valid put: %+v", r)
 	}
-	if err := op.Delete(testCtx(t), NamespaceKey("logins")); err != nil {
+	if err := op.Delete(testCtx(t), config.NamespaceKey("logins")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "namespace removed", func() bool { size, _ := defaultSize(w, "logins"); return size == -1 })
@@ -127,8 +128,8 @@ func TestInvalidNewNamespaceChangesNothing(t *testing.T) {
 	if ks.Revision != 0 || !strings.Contains(ks.State, "global default") {
 		t.Errorf("status = %+v", ks)
 	}
-	m, err := ExplainBucket(w.Current().Quota(), "logins:a")
-	if err != nil || m.Source != SourceGlobalDefault || m.Spec.Size != 5 {
+	m, err := config.ExplainBucket(w.Current().Quota(), "logins:a")
+	if err != nil || m.Source != config.SourceGlobalDefault || m.Spec.Size != 5 {
 		t.Errorf("logins:a = %+v, %v; want the global default", m, err)
 	}
 }

@@ -1,10 +1,11 @@
-package config
+package configkv
 
 import (
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/wire"
@@ -24,7 +25,7 @@ func TestQuotaConfigDrivesDecisions(t *testing.T) {
 	putNamespace(t, op, "_default", `{"default_bucket":{"size":1,"fill_rate":0.001,"wait_timeout":"0s","max_debt":"0s"}}`)
 	w := startWatcher(t, coord, nil)
 	table := quota.NewTable(w.Current().Quota(), quota.Options{})
-	w.OnChange(func(s *Set) { table.SetConfig(s.Quota()) })
+	w.OnChange(func(s *config.Set) { table.SetConfig(s.Quota()) })
 	now := time.Now()
 
 	take := func(req string) string {
@@ -34,21 +35,21 @@ func TestQuotaConfigDrivesDecisions(t *testing.T) {
 			t.Fatalf("%s: %v", req, err)
 		}
 		d, matched := table.Take(q.Namespace, q.Name, q.Request, now)
-		m, err := ExplainBucket(w.Current().Quota(), q.Bucket)
+		m, err := config.ExplainBucket(w.Current().Quota(), q.Bucket)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var agree bool
 		switch m.Source {
-		case SourceNamed:
+		case config.SourceNamed:
 			agree = matched == q.Bucket
-		case SourceDynamic:
+		case config.SourceDynamic:
 			agree = matched == q.Bucket || matched == "" && d.Reason == quota.ReasonTooManyBuckets
-		case SourceDefault:
+		case config.SourceDefault:
 			agree = strings.HasPrefix(matched, q.Namespace+":") && matched != q.Bucket
-		case SourceGlobalDefault:
+		case config.SourceGlobalDefault:
 			agree = strings.HasPrefix(matched, quota.GlobalDefault+":")
-		case SourceNone:
+		case config.SourceNone:
 			agree = matched == "" && d.Reason == quota.ReasonNoBucket
 		}
 		if !agree {
@@ -91,7 +92,7 @@ func TestQuotaConfigDrivesDecisions(t *testing.T) {
 	// bob's dynamic bucket is gone with the template: the global default answers.
 	expect(`{"bucket":"logins:bob","tokens":0}`, `"matched":"_default:`)
 	// Without a global default, unknown namespaces get no bucket.
-	if err := op.Delete(testCtx(t), NamespaceKey(quota.GlobalDefault)); err != nil {
+	if err := op.Delete(testCtx(t), config.NamespaceKey(quota.GlobalDefault)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "global default removed", func() bool { return w.Current().Quota().Namespaces[quota.GlobalDefault] == nil })

@@ -1,4 +1,4 @@
-package config
+package configkv
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
 )
 
@@ -58,7 +59,7 @@ func TestMirrorDownTheTree(t *testing.T) {
 		if err := WaitMirrorSynced(ctx, kv); err != nil {
 			t.Fatal(err)
 		}
-		if e, err := kv.Get(ctx, Key("seeded")); err != nil || string(e.Value()) != mysqlMain700 {
+		if e, err := kv.Get(ctx, config.Key("seeded")); err != nil || string(e.Value()) != mysqlMain700 {
 			t.Fatalf("synced mirror lacks the root's template: %v", err)
 		}
 	}
@@ -112,7 +113,7 @@ func TestMirrorDownTheTree(t *testing.T) {
 		t.Fatalf("origin domain %q, want global", domain)
 	}
 	put(t, origin, "mysql-main", mysqlMain900)
-	e, err := rootKV.Get(ctx, Key("mysql-main"))
+	e, err := rootKV.Get(ctx, config.Key("mysql-main"))
 	if err != nil || !strings.Contains(string(e.Value()), "900") {
 		t.Fatalf("root after a put through the origin at the third level: %v %v", e, err)
 	}
@@ -155,7 +156,7 @@ func TestWaitMirrorSynced(t *testing.T) {
 	if err := WaitMirrorSynced(sctx, kv); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Get(ctx, Key("mysql-main")); err != nil {
+	if _, err := kv.Get(ctx, config.Key("mysql-main")); err != nil {
 		t.Fatalf("synced mirror: %v", err)
 	}
 	// A plain bucket is synced at once.
@@ -215,7 +216,7 @@ func TestMirrorDomainForm(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the Domain-form mirror to fill", func() bool {
-		_, err := kv.Get(ctx, Key("mysql-main"))
+		_, err := kv.Get(ctx, config.Key("mysql-main"))
 		return err == nil
 	})
 }

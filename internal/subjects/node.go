@@ -1,4 +1,9 @@
-package wire
+// Package subjects owns the names that allot's NATS subjects are built
+// from: tree node names today (see subjects.md, the subject and bucket
+// contract). It imports nothing of NATS, so that every layer, the decision
+// cores and the election included, can check a name without linking a
+// client.
+package subjects
 
 import "fmt"
 

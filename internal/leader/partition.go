@@ -1,10 +1,10 @@
-package election
+package leader
 
 import (
 	"fmt"
 	"os"
 
-	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/internal/subjects"
 )
 
 // FillPartition fills and checks what identifies one replica of a
@@ -13,15 +13,8 @@ import (
 // host:pid), the partition count (default 1, at most maxPartitions) and
 // the partition.
 func FillPartition(service string, node, serverID *string, partition int, partitions *int, maxPartitions int) error {
-	if *node == "" {
-		*node = "root"
-	}
-	if err := wire.ValidateNode(*node); err != nil {
-		return fmt.Errorf("%s: %w", service, err)
-	}
-	if *serverID == "" {
-		host, _ := os.Hostname()
-		*serverID = fmt.Sprintf("%s:%d", host, os.Getpid())
+	if err := FillNode(service, node, serverID); err != nil {
+		return err
 	}
 	if *partitions == 0 {
 		*partitions = 1
@@ -31,6 +24,22 @@ func FillPartition(service string, node, serverID *string, partition int, partit
 	}
 	if partition < 0 || partition >= *partitions {
 		return fmt.Errorf("%s: partition %d: want 0 to %d", service, partition, *partitions-1)
+	}
+	return nil
+}
+
+// FillNode fills and checks the node (default "root") and the server id
+// (default host:pid) of a replica.
+func FillNode(service string, node, serverID *string) error {
+	if *node == "" {
+		*node = "root"
+	}
+	if err := subjects.ValidateNode(*node); err != nil {
+		return fmt.Errorf("%s: %w", service, err)
+	}
+	if *serverID == "" {
+		host, _ := os.Hostname()
+		*serverID = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package config
+package configkv
 
 import (
 	"context"
@@ -52,16 +52,16 @@ func waitOrigin(ctx context.Context, nc *nats.Conn, bucket, domain string, limit
 // same name in the parent's domain, so that templates edited once at the
 // root reach every level (a mirror of a mirror down the tree) and a level
 // cut off from its parent keeps serving the last version it received.
-// A missing mirror is created, after waiting up to MirrorOriginWait for
-// the parent's bucket; it fills once the parent is reachable. An
-// existing bucket is used only if it is such a mirror: a plain bucket, or
-// a mirror of another domain, is an error that says how to replace it,
-// because its templates would silently shadow the root's.
+// A missing mirror is created (with opts), after waiting up to
+// MirrorOriginWait for the parent's bucket; it fills once the parent is
+// reachable. An existing bucket is used only if it is such a mirror: a
+// plain bucket, or a mirror of another domain, is an error that says how
+// to replace it, because its templates would silently shadow the root's.
 //
 // The mirror names the parent's API prefix ($JS.<parent>.API) in
 // External rather than setting StreamSource.Domain, as the nats CLI's
 // `--mirror-domain` does; nats.go turns Domain into the same prefix.
-func OpenMirror(ctx context.Context, js jetstream.JetStream, bucket, parentDomain string) (jetstream.KeyValue, error) {
+func OpenMirror(ctx context.Context, js jetstream.JetStream, bucket, parentDomain string, opts ...BucketOption) (jetstream.KeyValue, error) {
 	if bucket == "" {
 		bucket = DefaultBucket
 	}
@@ -84,13 +84,17 @@ func OpenMirror(ctx context.Context, js jetstream.JetStream, bucket, parentDomai
 	if waitOrigin(ctx, js.Conn(), bucket, parentDomain, MirrorOriginWait) {
 		source.Consumer = durableMirrorConsumer(ctx, js, bucket, parentDomain)
 	}
-	kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+	cfg := jetstream.KeyValueConfig{
 		Bucket:      bucket,
 		Description: "allot resource templates: mirror of " + bucket + " in domain " + parentDomain,
 		History:     BucketHistory,
 		Storage:     jetstream.FileStorage,
 		Mirror:      source,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	kv, err = js.CreateKeyValue(ctx, cfg)
 	if errors.Is(err, jetstream.ErrBucketExists) { // lost a race with another creator
 		if kv, err = js.KeyValue(ctx, bucket); err == nil {
 			return kv, checkMirror(ctx, kv, bucket, want, parentDomain)
@@ -200,8 +204,9 @@ func mirrorOf(ctx context.Context, kv jetstream.KeyValue) (*jetstream.StreamSour
 // bucket, where templates are written: a put through a mirror two levels
 // down would reach only the mirror in the level above, which stores
 // nothing. If the bucket is not a mirror, it is returned as it is. The
-// second result names the origin's domain ("" for nc's own).
-func OpenOrigin(ctx context.Context, nc *nats.Conn, bucket string, create bool) (jetstream.KeyValue, string, error) {
+// second result names the origin's domain ("" for nc's own). create and
+// opts are OpenBucket's, for the bucket reached through nc.
+func OpenOrigin(ctx context.Context, nc *nats.Conn, bucket string, create bool, opts ...BucketOption) (jetstream.KeyValue, string, error) {
 	if bucket == "" {
 		bucket = DefaultBucket
 	}
@@ -209,7 +214,7 @@ func OpenOrigin(ctx context.Context, nc *nats.Conn, bucket string, create bool) 
 	if err != nil {
 		return nil, "", fmt.Errorf("jetstream: %w", err)
 	}
-	kv, err := OpenBucket(ctx, js, bucket, create)
+	kv, err := OpenBucket(ctx, js, bucket, create, opts...)
 	if err != nil {
 		return nil, "", err
 	}

@@ -1,4 +1,4 @@
-package config
+package configkv
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
 )
 
@@ -25,7 +26,7 @@ func keyStatus(t *testing.T, w *Watcher, name string) KeyStatus {
 
 func put(t *testing.T, kv jetstream.KeyValue, name, doc string) uint64 {
 	t.Helper()
-	rev, err := kv.Put(testCtx(t), Key(name), []byte(doc))
+	rev, err := kv.Put(testCtx(t), config.Key(name), []byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +43,7 @@ func TestFreshWatcherServesLastValidRevision(t *testing.T) {
 	good := put(t, op, "lim", `{"identifier_glob":"lim","capacity":500,"algorithm":{"kind":"FAIR_SHARE"}}`)
 	bad := put(t, op, "lim", `{"identifier_glob":"lim","capacity":-1,"algorithm":{"kind":"FAIR_SHARE"}}`)
 
-	w := startWatcher(t, coord, DefaultTemplate())
+	w := startWatcher(t, coord, config.DefaultTemplate())
 	got := w.Current().Match("lim")
 	if got == nil || got.Name != "lim" || got.Capacity != 500 || got.Revision != good {
 		t.Fatalf("fresh watcher serves %+v, want lim revision %d capacity 500", got, good)
@@ -58,7 +59,7 @@ func TestFreshWatcherServesLastValidRevision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := SetFromEntries(entries, DefaultTemplate()).Match("lim"); m == nil || m.Revision != good {
+	if m := SetFromEntries(entries, config.DefaultTemplate()).Match("lim"); m == nil || m.Revision != good {
 		t.Errorf("LoadAll set serves %+v", m)
 	}
 }
@@ -73,13 +74,13 @@ func TestNoValidRevisionRefuses(t *testing.T) {
 	put(t, op, "any", `{"identifier_glob":"*","capacity":1000,"algorithm":{"kind":"FAIR_SHARE"}}`)
 	put(t, op, "redis", "identifier_glob: \"redis/*\"\ncapacity: -1\nalgorithm:\n  kind: FAIR_SHARE\n")
 	put(t, op, "pg", `{"identifier_glob":"pg/*","capacity":5,"algorithm":{"kind":"FAIR_SHARE"}}`)
-	if err := op.Delete(testCtx(t), Key("pg")); err != nil {
+	if err := op.Delete(testCtx(t), config.Key("pg")); err != nil {
 		t.Fatal(err)
 	}
 	put(t, op, "pg", `{"identifier_glob":"pg/*","capacity":-5}`)
 	put(t, op, "garbled", `{"capacity":-1}`) // no glob: nothing to refuse
 
-	w := startWatcher(t, coord, DefaultTemplate())
+	w := startWatcher(t, coord, config.DefaultTemplate())
 	set := w.Current()
 	for _, id := range []string{"redis/a", "pg/main"} {
 		if m := set.Match(id); m != nil {
@@ -106,7 +107,7 @@ func TestNoValidRevisionRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := SetFromEntries(entries, DefaultTemplate()).Refused("redis/b"); r == "" {
+	if r := SetFromEntries(entries, config.DefaultTemplate()).Refused("redis/b"); r == "" {
 		t.Error("LoadAll set does not refuse redis/b")
 	}
 
@@ -123,7 +124,7 @@ func TestNoValidRevisionRefuses(t *testing.T) {
 		t.Errorf("kafka/x still refused: %s", r)
 	}
 	// Deleting a refused key lifts its refusal.
-	if err := op.Delete(testCtx(t), Key("redis")); err != nil {
+	if err := op.Delete(testCtx(t), config.Key("redis")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "redis refusal lifted", func() bool { m := w.Current().Match("redis/a"); return m != nil && m.Name == "any" })
@@ -175,7 +176,7 @@ func TestResyncServesNewestValidRevision(t *testing.T) {
 	coord, op := bucket(t, s)
 	put(t, op, "lim", `{"identifier_glob":"lim","capacity":500,"algorithm":{"kind":"FAIR_SHARE"}}`)
 	dk := &deafKV{KeyValue: coord}
-	w := startWatcher(t, dk, DefaultTemplate())
+	w := startWatcher(t, dk, config.DefaultTemplate())
 	if m := w.Current().Match("lim"); m.Capacity != 500 {
 		t.Fatalf("capacity %g", m.Capacity)
 	}
@@ -188,24 +189,5 @@ func TestResyncServesNewestValidRevision(t *testing.T) {
 	waitFor(t, "the missed valid revision to serve", func() bool { return w.Current().Match("lim").Revision == missed })
 	if m := w.Current().Match("lim"); m.Capacity != 700 || w.Status().Resyncs == 0 {
 		t.Errorf("after resync: capacity %g, %d resyncs", m.Capacity, w.Status().Resyncs)
-	}
-}
-
-func TestReadGlob(t *testing.T) {
-	for doc, want := range map[string]string{
-		`{"identifier_glob":"redis/**","capacity":-1}`: "redis/*",
-		"identifierGlob: \"a?\"\ncapacity: lots\n":     "a?",
-		`{"identifier_glob":"a","identifierGlob":"b"}`: "", // ambiguous
-		`{"identifier_glob":5}`:                        "",
-		`{"identifier_glob":"has space"}`:              "",
-		`{"capacity":1}`:                               "",
-		"identifier_glob: x\ncapacity: [":              "",
-		`[{"identifier_glob":"x"}]`:                    "",
-		"":                                             "",
-		`{"identifier_glob":"x","description":"` + strings.Repeat("y", MaxTemplateSize) + `"}`: "",
-	} {
-		if got := readGlob([]byte(doc)); got != want {
-			t.Errorf("readGlob(%.60q) = %q, want %q", doc, got, want)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package config
+package configkv
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/internal/natstest"
 )
@@ -60,7 +61,7 @@ func bucket(t *testing.T, s *server.Server) (coordinator, operator jetstream.Key
 	return open(), open()
 }
 
-func startWatcher(t *testing.T, kv jetstream.KeyValue, fallback *Template) *Watcher {
+func startWatcher(t *testing.T, kv jetstream.KeyValue, fallback *config.Template) *Watcher {
 	t.Helper()
 	w := NewWatcher(kv, fallback, testLogger(t))
 	if err := w.Start(testCtx(t)); err != nil {
@@ -127,10 +128,10 @@ func TestWatcherLifecycle(t *testing.T) {
 	ctx := testCtx(t)
 
 	// A value present before Start is loaded by the time Start returns.
-	if _, err := op.Put(ctx, Key("mysql-main"), []byte(mysqlMain)); err != nil {
+	if _, err := op.Put(ctx, config.Key("mysql-main"), []byte(mysqlMain)); err != nil {
 		t.Fatal(err)
 	}
-	w := startWatcher(t, coord, DefaultTemplate())
+	w := startWatcher(t, coord, config.DefaultTemplate())
 	if got := matchName(w, "mysql/main"); got != "mysql-main" {
 		t.Fatalf("after Start: Match = %s", got)
 	}
@@ -143,7 +144,7 @@ func TestWatcherLifecycle(t *testing.T) {
 	}
 
 	// Put of a new, lower-precedence glob.
-	rev, err := op.Put(ctx, Key("mysql-any"), []byte("identifier_glob: \"mysql/*\"\ncapacity: 50\nalgorithm:\n  kind: PROPORTIONAL_SHARE\n"))
+	rev, err := op.Put(ctx, config.Key("mysql-any"), []byte("identifier_glob: \"mysql/*\"\ncapacity: 50\nalgorithm:\n  kind: PROPORTIONAL_SHARE\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,13 +165,13 @@ func TestWatcherLifecycle(t *testing.T) {
 	}
 
 	// Update: the new capacity serves.
-	if _, err := op.Put(ctx, Key("mysql-main"), []byte(strings.Replace(mysqlMain, "500", "700", 1))); err != nil {
+	if _, err := op.Put(ctx, config.Key("mysql-main"), []byte(strings.Replace(mysqlMain, "500", "700", 1))); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "update", func() bool { return w.Current().Match("mysql/main").Capacity == 700 })
 
 	// Invalid put: the old version keeps serving; Status shows the error.
-	badRev, err := op.Put(ctx, Key("mysql-main"), []byte(`{"identifier_glob":"mysql/main","capacity":-5}`))
+	badRev, err := op.Put(ctx, config.Key("mysql-main"), []byte(`{"identifier_glob":"mysql/main","capacity":-5}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func TestWatcherLifecycle(t *testing.T) {
 	if ks.Revision == 0 || ks.Revision >= badRev || ks.Rejected[0].Revision != badRev || !strings.Contains(ks.Rejected[0].Error, "capacity") {
 		t.Errorf("status of mysql-main: %+v", ks)
 	}
-	if st.Fallback != "builtin:default" || st.Unmatched != UnmatchedDefault || st.Bucket != DefaultBucket {
+	if st.Fallback != "builtin:default" || st.Unmatched != config.UnmatchedDefault || st.Bucket != DefaultBucket {
 		t.Errorf("status: %+v", st)
 	}
 	if _, err := json.Marshal(st); err != nil {
@@ -204,7 +205,7 @@ func TestWatcherLifecycle(t *testing.T) {
 	t.Logf("status: %s", st)
 
 	// A key that was never valid shows up without a revision.
-	if _, err := op.Put(ctx, Key("broken"), []byte(`capacity: lots`)); err != nil {
+	if _, err := op.Put(ctx, config.Key("broken"), []byte(`capacity: lots`)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "broken in status", func() bool {
@@ -217,7 +218,7 @@ func TestWatcherLifecycle(t *testing.T) {
 	})
 
 	// A valid put after the invalid one clears the rejection.
-	if _, err := op.Put(ctx, Key("mysql-main"), []byte(mysqlMain)); err != nil {
+	if _, err := op.Put(ctx, config.Key("mysql-main"), []byte(mysqlMain)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "recovery", func() bool { return w.Current().Match("mysql/main").Capacity == 500 })
@@ -228,17 +229,17 @@ func TestWatcherLifecycle(t *testing.T) {
 	}
 
 	// Delete falls back to the next match, then purge to the fallback.
-	if err := op.Delete(ctx, Key("mysql-main")); err != nil {
+	if err := op.Delete(ctx, config.Key("mysql-main")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "delete", func() bool { return matchName(w, "mysql/main") == "mysql-any" })
-	if err := op.Purge(ctx, Key("mysql-any")); err != nil {
+	if err := op.Purge(ctx, config.Key("mysql-any")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "purge", func() bool { return matchName(w, "mysql/main") == "builtin:default" })
 
 	// A stored "default" template beats the fallback.
-	if _, err := op.Put(ctx, Key(DefaultTemplateName), []byte(`{"identifier_glob":"*","capacity":10,"algorithm":{"kind":"FAIR_SHARE"}}`)); err != nil {
+	if _, err := op.Put(ctx, config.Key(config.DefaultTemplateName), []byte(`{"identifier_glob":"*","capacity":10,"algorithm":{"kind":"FAIR_SHARE"}}`)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "stored default", func() bool { return matchName(w, "mysql/main") == "default" })
@@ -259,9 +260,9 @@ func TestWatcherRejectPolicyAndOnChange(t *testing.T) {
 	s := natstest.Server(t)
 	coord, op := bucket(t, s)
 	ctx := testCtx(t)
-	w := NewWatcher(coord, UnmatchedReject.Fallback(), nil)
+	w := NewWatcher(coord, config.UnmatchedReject.Fallback(), nil)
 	changes := make(chan uint64, 16)
-	w.OnChange(func(s *Set) { changes <- s.Generation })
+	w.OnChange(func(s *config.Set) { changes <- s.Generation })
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -272,10 +273,10 @@ func TestWatcherRejectPolicyAndOnChange(t *testing.T) {
 	if got := w.Current().Match("x"); got != nil {
 		t.Errorf("reject policy matched %v", got)
 	}
-	if st := w.Status(); st.Unmatched != UnmatchedReject || st.Fallback != "" {
+	if st := w.Status(); st.Unmatched != config.UnmatchedReject || st.Fallback != "" {
 		t.Errorf("status %+v", st)
 	}
-	if _, err := op.Put(ctx, Key("x"), []byte(`{"identifier_glob":"x","capacity":1,"algorithm":{"kind":"STATIC"}}`)); err != nil {
+	if _, err := op.Put(ctx, config.Key("x"), []byte(`{"identifier_glob":"x","capacity":1,"algorithm":{"kind":"STATIC"}}`)); err != nil {
 		t.Fatal(err)
 	}
 	g0 := <-changes // initial load
@@ -295,13 +296,13 @@ func TestReloadLatency(t *testing.T) {
 	s := natstest.Server(t)
 	coord, op := bucket(t, s)
 	ctx := testCtx(t)
-	w := startWatcher(t, coord, DefaultTemplate())
+	w := startWatcher(t, coord, config.DefaultTemplate())
 	var worst, total time.Duration
 	const n = 20
 	for i := 1; i <= n; i++ {
 		doc := strings.Replace(mysqlMain, "500", strings.Repeat("1", i%9+1), 1)
 		start := time.Now()
-		rev, err := op.Put(ctx, Key("mysql-main"), []byte(doc))
+		rev, err := op.Put(ctx, config.Key("mysql-main"), []byte(doc))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -355,11 +356,11 @@ func TestWatcherSurvivesServerRestart(t *testing.T) {
 	var resyncing *Watcher
 	ncA := connect(nats.ReconnectHandler(func(*nats.Conn) { resyncing.Resync() }))
 	kvA := openKV(ncA)
-	if _, err := kvA.Put(ctx, Key("mysql-main"), []byte(mysqlMain)); err != nil {
+	if _, err := kvA.Put(ctx, config.Key("mysql-main"), []byte(mysqlMain)); err != nil {
 		t.Fatal(err)
 	}
-	resyncing = startWatcher(t, kvA, DefaultTemplate())
-	plain := startWatcher(t, openKV(connect()), DefaultTemplate())
+	resyncing = startWatcher(t, kvA, config.DefaultTemplate())
+	plain := startWatcher(t, openKV(connect()), config.DefaultTemplate())
 	for _, w := range []*Watcher{resyncing, plain} {
 		if matchName(w, "mysql/main") != "mysql-main" {
 			t.Fatal("not loaded")
@@ -385,7 +386,7 @@ func TestWatcherSurvivesServerRestart(t *testing.T) {
 	start := time.Now()
 	var rev uint64
 	for {
-		rev, err = op.Put(ctx, Key("mysql-main"), []byte(strings.Replace(mysqlMain, "500", "900", 1)))
+		rev, err = op.Put(ctx, config.Key("mysql-main"), []byte(strings.Replace(mysqlMain, "500", "900", 1)))
 		if err == nil {
 			break
 		}
@@ -396,7 +397,7 @@ func TestWatcherSurvivesServerRestart(t *testing.T) {
 	}
 	d := waitFor(t, "update after restart (with Resync)", func() bool { return resyncing.Current().Match("mysql/main").Revision == rev })
 	t.Logf("with Resync on reconnect: update seen %v after the put; status %s", d, resyncing.Status())
-	if err := op.Delete(ctx, Key("mysql-main")); err != nil {
+	if err := op.Delete(ctx, config.Key("mysql-main")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "delete after restart", func() bool { return matchName(resyncing, "mysql/main") == "builtin:default" })
@@ -464,13 +465,13 @@ func (stuckKV) Watch(context.Context, string, ...jetstream.WatchOpt) (jetstream.
 func TestStartHonoursContext(t *testing.T) {
 	s := natstest.Server(t)
 	coord, op := bucket(t, s)
-	if _, err := op.Put(testCtx(t), Key("mysql-main"), []byte(mysqlMain)); err != nil {
+	if _, err := op.Put(testCtx(t), config.Key("mysql-main"), []byte(mysqlMain)); err != nil {
 		t.Fatal(err)
 	}
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	for range 5 { // the race the old code lost only sometimes
-		w := NewWatcher(coord, DefaultTemplate(), nil)
+		w := NewWatcher(coord, config.DefaultTemplate(), nil)
 		if err := w.Start(cancelled); !errors.Is(err, context.Canceled) {
 			t.Fatalf("Start with a cancelled context: %v, want context.Canceled", err)
 		}
@@ -480,7 +481,7 @@ func TestStartHonoursContext(t *testing.T) {
 		}
 	}
 
-	w := NewWatcher(stuckKV{coord}, DefaultTemplate(), nil)
+	w := NewWatcher(stuckKV{coord}, config.DefaultTemplate(), nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	done := make(chan error, 1)
@@ -515,7 +516,7 @@ func TestLoadAllAndSeed(t *testing.T) {
 		"README.md":       {Data: []byte("not a template")},
 	}
 	// An operator edit made before seeding survives it.
-	if _, err := op.Put(ctx, Key("mysql-main"), []byte(strings.Replace(mysqlMain, "500", "42", 1))); err != nil {
+	if _, err := op.Put(ctx, config.Key("mysql-main"), []byte(strings.Replace(mysqlMain, "500", "42", 1))); err != nil {
 		t.Fatal(err)
 	}
 	stored, err := SeedTemplates(ctx, op, dir)
@@ -526,13 +527,13 @@ func TestLoadAllAndSeed(t *testing.T) {
 		t.Errorf("seeded %v, want [default]", stored)
 	}
 	// A deleted seed stays deleted.
-	if err := op.Delete(ctx, Key("default")); err != nil {
+	if err := op.Delete(ctx, config.Key("default")); err != nil {
 		t.Fatal(err)
 	}
 	if stored, err := SeedTemplates(ctx, op, dir); err != nil || len(stored) != 0 {
 		t.Errorf("second seed: %v %v", stored, err)
 	}
-	if _, err := op.Put(ctx, Key("bad"), []byte("{")); err != nil {
+	if _, err := op.Put(ctx, config.Key("bad"), []byte("{")); err != nil {
 		t.Fatal(err)
 	}
 	entries, err := LoadAll(ctx, op)

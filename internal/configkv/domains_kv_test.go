@@ -1,11 +1,11 @@
-package config
+package configkv
 
 import (
 	"fmt"
 	"strings"
 	"testing"
 
-	"github.com/allot/allot/internal/domainlimit"
+	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
 )
 
@@ -23,11 +23,11 @@ func apiHard(w *Watcher, ns string) (int64, uint64) {
 func domainsStatus(t *testing.T, w *Watcher, ns string) KeyStatus {
 	t.Helper()
 	for _, k := range w.Status().Keys {
-		if k.Key == DomainsKey(ns) {
+		if k.Key == config.DomainsKey(ns) {
 			return k
 		}
 	}
-	t.Fatalf("no status for %s in %s", DomainsKey(ns), w.Status())
+	t.Fatalf("no status for %s in %s", config.DomainsKey(ns), w.Status())
 	return KeyStatus{}
 }
 
@@ -48,7 +48,7 @@ func TestWatcherDomains(t *testing.T) {
 		return rev
 	}
 	putNamespace(t, op, "shop", `{"default_bucket": {"size": 10}}`)
-	v1 := putKey(DomainsKey("shop"), `{"resources": {"api": {"kind": "rate", "hard_limit": 100,
+	v1 := putKey(config.DomainsKey("shop"), `{"resources": {"api": {"kind": "rate", "hard_limit": 100,
 		"tiers": [{"limit": 10, "window": "1s", "active": "10s"}]}}}`)
 	w := startWatcher(t, coord, nil)
 	if hard, rev := apiHard(w, "shop"); hard != 100 || rev != v1 {
@@ -60,7 +60,7 @@ func TestWatcherDomains(t *testing.T) {
 
 	// Hot reload, in YAML.
 	gen := w.Current().Generation
-	v2 := putKey(DomainsKey("shop"), "allow_unconfigured: true\nresources:\n  api: {kind: rate, hard_limit: 200}\n")
+	v2 := putKey(config.DomainsKey("shop"), "allow_unconfigured: true\nresources:\n  api: {kind: rate, hard_limit: 200}\n")
 	waitFor(t, "revision 2 served", func() bool { hard, rev := apiHard(w, "shop"); return hard == 200 && rev == v2 })
 	if w.Current().Generation <= gen || !w.Current().Domains()["shop"].AllowUnconfigured {
 		t.Fatalf("reload: generation %d (was %d), namespace %+v", w.Current().Generation, gen, w.Current().Domains()["shop"])
@@ -68,7 +68,7 @@ func TestWatcherDomains(t *testing.T) {
 
 	// A broken put keeps revision 2 and is reported.
 	gen = w.Current().Generation
-	bad := putKey(DomainsKey("shop"), `{"resources": {"api": {"kind": "rate", "tiers": [{"window": "1 sec", "active": "1s"}]}}}`)
+	bad := putKey(config.DomainsKey("shop"), `{"resources": {"api": {"kind": "rate", "tiers": [{"window": "1 sec", "active": "1s"}]}}}`)
 	waitFor(t, "rejection recorded", func() bool { return len(domainsStatus(t, w, "shop").Rejected) == 1 })
 	if hard, rev := apiHard(w, "shop"); hard != 200 || rev != v2 || w.Current().Generation != gen {
 		t.Errorf("after a broken put: hard %d revision %d generation %d; want 200 at %d, generation %d", hard, rev, w.Current().Generation, v2, gen)
@@ -93,10 +93,10 @@ func TestWatcherDomains(t *testing.T) {
 	}
 
 	// An invalid new namespace serves nothing; a delete removes one.
-	putKey(DomainsKey("other"), `{"resources": {"x": {"kind": "semaphore"}}}`)
+	putKey(config.DomainsKey("other"), `{"resources": {"x": {"kind": "semaphore"}}}`)
 	waitFor(t, "rejection of other", func() bool {
 		for _, k := range w.Status().Keys {
-			if k.Key == DomainsKey("other") {
+			if k.Key == config.DomainsKey("other") {
 				return len(k.Rejected) == 1
 			}
 		}
@@ -105,27 +105,11 @@ func TestWatcherDomains(t *testing.T) {
 	if _, ok := w.Current().Domains()["other"]; ok || !strings.Contains(domainsStatus(t, w, "other").State, "not served") {
 		t.Errorf("invalid new namespace: served %v, status %+v", ok, domainsStatus(t, w, "other"))
 	}
-	if err := op.Delete(testCtx(t), DomainsKey("shop")); err != nil {
+	if err := op.Delete(testCtx(t), config.DomainsKey("shop")); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "namespace removed", func() bool { hard, _ := apiHard(w, "shop"); return hard == -1 })
 	if n := w.Current().Quota().Namespaces["shop"]; n == nil {
 		t.Error("deleting domains.shop removed the quota namespace shop")
 	}
-}
-
-func TestCheckValueDomains(t *testing.T) {
-	if _, err := CheckValue(DomainsKey("shop"), 0, []byte(`{"resources": {"r": {"kind": "copies", "domain_limit": 3}}}`)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := CheckValue(DomainsKey("shop"), 0, []byte(`{"resources": {"r": {"kind": "copies", "tiers": []}}}`)); err == nil {
-		t.Fatal("CheckValue accepted a copy resource with tiers")
-	}
-	if _, err := CheckValue(DomainsKey("a.b"), 0, []byte(`{}`)); err == nil {
-		t.Fatal("CheckValue accepted a bad namespace name")
-	}
-	if d := (&Set{}).Domains(); d == nil {
-		t.Fatal("Domains() returned nil")
-	}
-	var _ map[string]*domainlimit.Namespace = NewSet(0, nil, nil).Domains()
 }

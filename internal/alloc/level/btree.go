@@ -1,0 +1,346 @@
+package level
+
+import (
+	"cmp"
+	"math"
+)
+
+// fan is the most entries a node of a btree holds; every node but a
+// root holds at least fan/4.
+const fan = 32
+
+// btree is a pool of B+ trees, any number of them, each known by its root
+// node (0 is the empty tree). The trees order entries: an entry is an id
+// chosen by the caller (a claim's handle, a tenant's index) with a key and
+// two values a and b, set with set before the id is inserted and left
+// alone while it is in a tree; an id is in at most one tree at a time.
+// Entries are ordered by (key, id), so equal keys are fine.
+//
+// Leaves hold entries; an internal node holds, for each child, the
+// child's last (key, id) and the sums of a and b over the child's
+// subtree. Those sums are recomputed from the child's entries whenever the
+// child changes, so every sum is a fresh sum of the values now in the
+// tree, never a running total carrying the rounding of past changes.
+// Nodes hold up to fan entries in one array, so a million entries are
+// three or four levels deep and a change touches about as many nodes,
+// each a few consecutive cache lines: insert and remove cost O(fan ·
+// log_fan n) operations but few cache misses. Links are int32 indices into
+// one slice, not pointers, so the garbage collector has nothing to scan.
+type btree[K cmp.Ordered] struct {
+	vals  []entry[K] // by id
+	nodes []bnode[K] // nodes[0] unused
+	free  []int32    // nodes to reuse
+}
+
+type entry[K cmp.Ordered] struct {
+	key  K
+	a, b float64
+}
+
+// bnode is a node. Position i is an entry of a leaf (id its id, a and b
+// its values) or a child of an internal node (key and id its last
+// entry's, a and b the sums over its subtree, kid the child). Each field
+// has its own array, so that a search reads the keys alone, a few
+// consecutive cache lines. There is room for one position more than fan,
+// so that an insertion fits before the node is split.
+type bnode[K cmp.Ordered] struct {
+	n    int
+	leaf bool
+	key  [fan + 1]K
+	id   [fan + 1]int32
+	kid  [fan + 1]int32
+	a, b [fan + 1]float64
+}
+
+func less[K cmp.Ordered](k1 K, id1 int32, k2 K, id2 int32) bool {
+	return k1 < k2 || k1 == k2 && id1 < id2
+}
+
+// grow makes ids below size usable.
+func (t *btree[K]) grow(size int) {
+	if len(t.vals) < size {
+		t.vals = append(t.vals, make([]entry[K], size-len(t.vals))...)
+	}
+}
+
+// set sets the key and values of id, which must not be in a tree.
+func (t *btree[K]) set(id int32, key K, a, b float64) { t.vals[id] = entry[K]{key, a, b} }
+
+// val returns id's key and values.
+func (t *btree[K]) val(id int32) entry[K] { return t.vals[id] }
+
+// sums returns the sums of a and b over the tree at root.
+func (t *btree[K]) sums(root int32) (a, b float64) {
+	if root == 0 {
+		return 0, 0
+	}
+	nd := &t.nodes[root]
+	for i := range nd.n {
+		a += nd.a[i]
+		b += nd.b[i]
+	}
+	return a, b
+}
+
+func (t *btree[K]) alloc(leaf bool) int32 {
+	if len(t.nodes) == 0 {
+		t.nodes = make([]bnode[K], 1)
+	}
+	v := take(&t.nodes, &t.free)
+	t.nodes[v].n, t.nodes[v].leaf = 0, leaf
+	return v
+}
+
+// search returns the first position of nd whose (key, id) is not before
+// (k, id): a count, read front to back, which the cache prefetches.
+func (nd *bnode[K]) search(k K, id int32) int {
+	i := 0
+	for j := range nd.n {
+		if less(nd.key[j], nd.id[j], k, id) {
+			i++
+		}
+	}
+	return i
+}
+
+// move copies m positions of src from position i to dst from position j.
+func (dst *bnode[K]) move(j int, src *bnode[K], i, m int) {
+	copy(dst.key[j:j+m], src.key[i:i+m])
+	copy(dst.id[j:j+m], src.id[i:i+m])
+	copy(dst.kid[j:j+m], src.kid[i:i+m])
+	copy(dst.a[j:j+m], src.a[i:i+m])
+	copy(dst.b[j:j+m], src.b[i:i+m])
+}
+
+// open makes room at position i.
+func (nd *bnode[K]) open(i int) {
+	nd.move(i+1, nd, i, nd.n-i)
+	nd.n++
+}
+
+// close removes position i.
+func (nd *bnode[K]) close(i int) {
+	nd.move(i, nd, i+1, nd.n-i-1)
+	nd.n--
+}
+
+// setPos sets position i.
+func (nd *bnode[K]) setPos(i int, key K, id, kid int32, a, b float64) {
+	nd.key[i], nd.id[i], nd.kid[i], nd.a[i], nd.b[i] = key, id, kid, a, b
+}
+
+// place sets position i of internal node v to describe child c (not
+// empty): its last entry and its sums.
+func (t *btree[K]) place(v int32, i int, c int32) {
+	a, b := t.sums(c)
+	cn := &t.nodes[c]
+	t.nodes[v].setPos(i, cn.key[cn.n-1], cn.id[cn.n-1], c, a, b)
+}
+
+// insert adds id to the tree at root and returns the new root.
+func (t *btree[K]) insert(root, id int32) int32 {
+	if root == 0 {
+		root = t.alloc(true)
+	}
+	if s := t.ins(root, id); s != 0 {
+		r := t.alloc(false)
+		t.nodes[r].n = 2
+		t.place(r, 0, root)
+		t.place(r, 1, s)
+		root = r
+	}
+	return root
+}
+
+// ins adds id below node v and returns the node v's upper half was split
+// off into, or 0.
+func (t *btree[K]) ins(v, id int32) int32 {
+	e := t.vals[id]
+	nd := &t.nodes[v]
+	i := nd.search(e.key, id)
+	if nd.leaf {
+		nd.open(i)
+		nd.setPos(i, e.key, id, 0, e.a, e.b)
+	} else {
+		if i == nd.n {
+			i-- // after every entry: into the last child
+		}
+		c := nd.kid[i]
+		s := t.ins(c, id)
+		nd = &t.nodes[v] // ins may have grown the pool
+		t.place(v, i, c)
+		if s != 0 {
+			nd.open(i + 1)
+			t.place(v, i+1, s)
+		}
+	}
+	if nd.n <= fan {
+		return 0
+	}
+	r := t.alloc(nd.leaf)
+	nd, rn := &t.nodes[v], &t.nodes[r]
+	h := nd.n / 2
+	rn.move(0, nd, h, nd.n-h)
+	rn.n, nd.n = nd.n-h, h
+	return r
+}
+
+// remove takes id out of the tree at root (it must be in it) and returns
+// the new root.
+func (t *btree[K]) remove(root, id int32) int32 {
+	if root == 0 {
+		return 0
+	}
+	t.del(root, id)
+	for {
+		nd := &t.nodes[root]
+		switch {
+		case nd.n == 0:
+			t.free = append(t.free, root)
+			return 0
+		case !nd.leaf && nd.n == 1:
+			t.free = append(t.free, root)
+			root = nd.kid[0]
+		default:
+			return root
+		}
+	}
+}
+
+// del removes id below node v.
+func (t *btree[K]) del(v, id int32) {
+	e := t.vals[id]
+	nd := &t.nodes[v]
+	i := nd.search(e.key, id)
+	if nd.leaf {
+		if i < nd.n && nd.id[i] == id {
+			nd.close(i)
+		}
+		return
+	}
+	if i == nd.n {
+		i--
+	}
+	c := nd.kid[i]
+	t.del(c, id)
+	switch cn := &t.nodes[c]; {
+	case cn.n >= fan/4:
+		t.place(v, i, c)
+	case nd.n > 1:
+		t.rebalance(v, i)
+	case cn.n == 0:
+		// The only child of a root, now empty.
+		nd.close(i)
+		t.free = append(t.free, c)
+	default:
+		t.place(v, i, c)
+	}
+}
+
+// rebalance refills child i of v, below fan/4 entries, from a neighbour:
+// the two are merged if they fit in one node, else their entries are
+// shared evenly.
+func (t *btree[K]) rebalance(v int32, i int) {
+	nd := &t.nodes[v]
+	if i+1 == nd.n {
+		i--
+	}
+	l, r := nd.kid[i], nd.kid[i+1]
+	ln, rn := &t.nodes[l], &t.nodes[r]
+	if ln.n+rn.n <= fan {
+		ln.move(ln.n, rn, 0, rn.n)
+		ln.n += rn.n
+		t.free = append(t.free, r)
+		nd.close(i + 1)
+		t.place(v, i, l)
+		return
+	}
+	h := (ln.n + rn.n) / 2
+	if ln.n < h {
+		m := h - ln.n
+		ln.move(ln.n, rn, 0, m)
+		rn.move(0, rn, m, rn.n-m)
+		ln.n, rn.n = h, rn.n-m
+	} else {
+		m := ln.n - h
+		rn.move(m, rn, 0, rn.n)
+		rn.move(0, ln, h, m)
+		ln.n, rn.n = h, rn.n+m
+	}
+	t.place(v, i, l)
+	t.place(v, i+1, r)
+}
+
+// split returns the sums of a and b over the entries of the tree at root
+// whose key is at most k (le) and over those whose key is above it (gt),
+// each summed directly rather than as a difference from the total.
+func (t *btree[K]) split(root int32, k K) (leA, leB, gtA, gtB float64) {
+	for v := root; v != 0; {
+		nd := &t.nodes[v]
+		i := 0
+		for ; i < nd.n && nd.key[i] <= k; i++ {
+			leA += nd.a[i]
+			leB += nd.b[i]
+		}
+		v = 0
+		rest := i
+		if i < nd.n && !nd.leaf {
+			v = nd.kid[i] // its last key is above k, its first may not be
+			rest++
+		}
+		for j := rest; j < nd.n; j++ {
+			gtA += nd.a[j]
+			gtB += nd.b[j]
+		}
+	}
+	return leA, leB, gtA, gtB
+}
+
+// sumAbove returns the sum of a over the entries of the tree at root whose
+// key is above k.
+func (t *btree[K]) sumAbove(root int32, k K) float64 {
+	_, _, a, _ := t.split(root, k)
+	return a
+}
+
+// fairLevel returns the water level of the tree at root, whose entries
+// are claims (a Wants, b Weight, key a/b) wanting more than capacity in
+// all: the L at which min(Wants, Weight·L) over the claims sums to
+// capacity.
+//
+// Handing out at the level of entry x's key gives the claims up to x their
+// wants (a prefix sum) and the others Weight·key (a suffix sum); that is
+// nondecreasing in x, so one descent finds the last x at whose level no
+// more than capacity is handed out: in a node, the first child whose last
+// entry hands out too much holds the answer's successor. L follows from
+// the sums at x as in alloc's waterLevel: (capacity − wants below) /
+// weight above.
+func fairLevel(t *btree[float64], root int32, capacity float64) float64 {
+	_, total := t.sums(root)
+	var before, after float64 // wants of the claims before the node; weight of those after
+	fixed, above := 0.0, total
+	for v := root; v != 0; {
+		nd := &t.nodes[v]
+		var suffix [fan + 2]float64 // weight of the node's positions from i on
+		for i := nd.n - 1; i >= 0; i-- {
+			suffix[i] = suffix[i+1] + nd.b[i]
+		}
+		next, le := int32(0), before
+		for i := range nd.n {
+			upTo, gt := le+nd.a[i], after+suffix[i+1]
+			if upTo+gt*nd.key[i] <= capacity {
+				fixed, above, le = upTo, gt, upTo
+				continue
+			}
+			if !nd.leaf {
+				next, before, after = nd.kid[i], le, gt
+			}
+			break
+		}
+		v = next
+	}
+	if above == 0 {
+		return math.Inf(1)
+	}
+	return (capacity - fixed) / above
+}
