@@ -312,8 +312,10 @@ func (r *resource) expire(now int64) {
 			if c.expiry+r.skew > now {
 				return
 			}
-			if c.heldUntil > now {
-				// An earlier lease may still be held: lapse then.
+			if c.heldUntil > now && c.held > 0 {
+				// An earlier lease may still be held: lapse then. (A
+				// report of nothing held lapses at once: a record kept
+				// alive for it would keep its demand in the shares.)
 				c.expiry, c.has = c.heldUntil-r.skew, 0
 				r.heapFix(int(c.heapIdx))
 				continue
