@@ -250,8 +250,10 @@ func (a *Agent) refresh(t time.Time) error {
 		w := r.currentWantsLocked()
 		r.sentWants, r.sent = w, true
 		rr := &allotpb.ResourceRequest{ResourceId: r.id, Priority: r.priority, Wants: w}
-		switch {
-		case r.leased && t.Before(r.expiry):
+		if !r.expiry.IsZero() {
+			// The last lease, also once it has expired: a coordinator
+			// that took over counts its holder heard and can end learning
+			// (it holds nothing beyond its expiry).
 			rr.Has = &allotpb.Lease{
 				Capacity:        r.granted,
 				ExpiryTime:      timestamppb.New(r.expiry),
