@@ -162,21 +162,6 @@ type Status struct {
 	CircuitRetry  time.Time
 }
 
-// ServiceError is an error reply from the coordinator (NATS micro
-// convention: headers Nats-Service-Error-Code and Nats-Service-Error).
-type ServiceError struct {
-	Code        int
-	Description string
-}
-
-func (e *ServiceError) Error() string {
-	return fmt.Sprintf("coordinator error %d: %s", e.Code, e.Description)
-}
-
-// ErrStaleTerm is reported when a response carries a term lower than the
-// highest seen: it comes from a deposed coordinator and is ignored.
-var ErrStaleTerm = errors.New("agent: response from a stale coordinator term")
-
 // An Agent holds this client's leases for any number of resources and
 // keeps them refreshed from the coordinator over NATS. Create one per
 // process with New, get limiters from Rate and Gauge, and Close it when

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -105,17 +104,6 @@ func autoBurst(limit rate.Limit) int {
 	}
 	return int(b)
 }
-
-// ErrClosed is returned by limiters and gauges whose Agent was closed, and
-// by an Agent's methods after Close.
-var ErrClosed = errors.New("agent: closed")
-
-// ErrExceedsBurst is returned by WaitN when n exceeds the limiter's burst.
-var ErrExceedsBurst = errors.New("agent: n exceeds the limiter's burst")
-
-// ErrWouldExceedDeadline is returned by WaitN when, at the current rate, the
-// event could not happen before the context's deadline.
-var ErrWouldExceedDeadline = errors.New("agent: wait would exceed the context deadline")
 
 // Limit returns the current rate in events per second; rate.Inf when
 // unlimited and 0 when blocked.

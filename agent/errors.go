@@ -1,0 +1,40 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The errors of the agent's leases. Callers branch on them with errors.Is
+// (the sentinels, which the agent wraps with context) and errors.As
+// (*ServiceError).
+
+// ServiceError is an error reply from the coordinator (NATS micro
+// convention: headers Nats-Service-Error-Code and Nats-Service-Error).
+type ServiceError struct {
+	Code        int
+	Description string
+}
+
+func (e *ServiceError) Error() string {
+	return fmt.Sprintf("coordinator error %d: %s", e.Code, e.Description)
+}
+
+// ErrStaleTerm is reported when a response carries a term lower than the
+// highest seen: it comes from a deposed coordinator and is ignored.
+var ErrStaleTerm = errors.New("agent: response from a stale coordinator term")
+
+// ErrClosed is returned by limiters and gauges whose Agent was closed, and
+// by an Agent's methods after Close.
+var ErrClosed = errors.New("agent: closed")
+
+// ErrExceedsBurst is returned by WaitN when n exceeds the limiter's burst.
+var ErrExceedsBurst = errors.New("agent: n exceeds the limiter's burst")
+
+// ErrWouldExceedDeadline is returned by WaitN when, at the current rate, the
+// event could not happen before the context's deadline.
+var ErrWouldExceedDeadline = errors.New("agent: wait would exceed the context deadline")
+
+// ErrReleaseExceedsHeld is returned by Gauge.Release when asked to give
+// back more units than are held.
+var ErrReleaseExceedsHeld = errors.New("agent: gauge release exceeds the units held")
