@@ -164,7 +164,6 @@ func copiesText(copies, minCopies int64) string {
 }
 
 // A DomainOption configures one Request, Reserve or AcquireAll.
-// WithMaxWait, the option of Take, is one too.
 type DomainOption interface {
 	applyDomain(*callOptions) error
 }
@@ -179,20 +178,17 @@ type domainOption func(*callOptions) error
 
 func (f domainOption) applyDomain(o *callOptions) error { return f(o) }
 
-// applyDomain lets WithMaxWait configure domain calls: how long Request and
-// Reserve keep retrying a rejection. Take's other options do not apply.
-func (f TakeOption) applyDomain(o *callOptions) error {
-	var t takeOptions
-	if err := f(&t); err != nil {
-		return err
-	}
-	if t.sheddable {
-		return errors.New("agent: Sheddable applies to Take, not to domain limits")
-	}
-	if t.hasMaxWait {
-		o.maxWait = t.maxWait
-	}
-	return nil
+// WithMaxWait sets how long Request, Reserve and AcquireAll retry
+// rejections (the Charon paper's max_wait); the default is 0, no retry.
+// A context deadline lowers it.
+func WithMaxWait(d time.Duration) DomainOption {
+	return domainOption(func(o *callOptions) error {
+		if d < 0 {
+			return fmt.Errorf("agent: max wait %v is negative", d)
+		}
+		o.maxWait = d
+		return nil
+	})
 }
 
 // WithMinCopies sets the fewest copies a Request or Reserve accepts, in

@@ -93,7 +93,6 @@ func TestDomainBadInput(t *testing.T) {
 		{"min above copies", func() error { _, err := a.Request(ctx, "api:search", "acme", 2, WithMinCopies(3)); return err }},
 		{"min zero", func() error { _, err := a.Reserve(ctx, "jobs:sandbox", "acme", 2, WithMinCopies(0)); return err }},
 		{"negative max wait", func() error { _, err := a.Request(ctx, "api:search", "acme", 1, WithMaxWait(-time.Second)); return err }},
-		{"sheddable", func() error { _, err := a.Request(ctx, "api:search", "acme", 1, Sheddable()); return err }},
 		{"zero backoff", func() error { _, err := a.Reserve(ctx, "jobs:sandbox", "acme", 1, WithBackoffBase(0)); return err }},
 		{"seize malformed id", func() error { _, err := a.Seize(ctx, "nodots"); return err }},
 		{"seize bad resource", func() error { _, err := a.Seize(ctx, "jobs.sand*box.x"); return err }},

@@ -61,12 +61,6 @@ type options struct {
 	minRefreshGap  time.Duration
 	onChange       func(Status)
 
-	quotaTimeout        time.Duration
-	quotaFailures       int
-	quotaCooldown       time.Duration
-	quotaReportInterval time.Duration
-	quotaFallback       map[string]quotaFallback
-
 	domain domainOptions // domain.go
 }
 
@@ -171,81 +165,6 @@ func WithOnChange(f func(Status)) Option {
 			return errors.New("agent: nil OnChange function")
 		}
 		o.onChange = f
-		return nil
-	}
-}
-
-// WithQuotaTimeout sets how long Take waits for the quota service's
-// answer before deciding locally (WithQuotaFallback). The service answers
-// at once, so the default, DefaultQuotaTimeout (250ms), is long; it must
-// be positive and at most a minute.
-func WithQuotaTimeout(d time.Duration) Option {
-	return func(o *options) error {
-		if d <= 0 || d > time.Minute {
-			return fmt.Errorf("agent: quota timeout %v is outside (0, 1m]", d)
-		}
-		o.quotaTimeout = d
-		return nil
-	}
-}
-
-// WithQuotaCircuit sets the circuit breaker of Take: after failures
-// consecutive unanswered requests for a namespace, Take stops asking the
-// quota service for it for cooldown and decides locally at once; then one
-// request probes the service. The defaults are DefaultQuotaFailures (3)
-// and DefaultQuotaCooldown (5s).
-func WithQuotaCircuit(failures int, cooldown time.Duration) Option {
-	return func(o *options) error {
-		if failures < 1 || failures > 1<<20 {
-			return fmt.Errorf("agent: circuit threshold %d is outside [1, %d]", failures, 1<<20)
-		}
-		if cooldown <= 0 || cooldown > time.Hour {
-			return fmt.Errorf("agent: circuit cooldown %v is outside (0, 1h]", cooldown)
-		}
-		o.quotaFailures, o.quotaCooldown = failures, cooldown
-		return nil
-	}
-}
-
-// WithQuotaReportInterval sets how long Report gathers charges before
-// sending them; the default is DefaultQuotaReportInterval (100ms).
-func WithQuotaReportInterval(d time.Duration) Option {
-	return func(o *options) error {
-		if d <= 0 || d > time.Minute {
-			return fmt.Errorf("agent: report interval %v is outside (0, 1m]", d)
-		}
-		o.quotaReportInterval = d
-		return nil
-	}
-}
-
-// WithQuotaFallback gives namespace a local token bucket that decides
-// Take when the quota service does not answer (quotaservice's naive
-// client): it fills at ratePerSec up to burst tokens, starts full, and
-// answers a wait of at most QuotaFallbackWait. Choose a rate that is this
-// client's fair share of the namespace's limit. The bucket is one for the
-// whole namespace, not one per bucket name, so memory stays bounded and
-// the fallback never admits more than its rate whatever the names.
-// namespace AnyNamespace ("*") sets the bucket shared by all namespaces
-// without their own. A namespace without a fallback fails closed: Take
-// returns an error wrapping ErrQuotaUnavailable.
-func WithQuotaFallback(namespace string, ratePerSec float64, burst int) Option {
-	return func(o *options) error {
-		if namespace != AnyNamespace {
-			if err := wire.ValidateQuotaName("fallback namespace", namespace); err != nil {
-				return fmt.Errorf("agent: %w (or %q for any)", err, AnyNamespace)
-			}
-		}
-		if !(ratePerSec > 0) || math.IsInf(ratePerSec, 0) || ratePerSec > wire.MaxWants {
-			return fmt.Errorf("agent: fallback rate %g for %q must be positive and finite", ratePerSec, namespace)
-		}
-		if burst < 1 || burst > maxBurst {
-			return fmt.Errorf("agent: fallback burst %d for %q is outside [1, %d]", burst, namespace, maxBurst)
-		}
-		if o.quotaFallback == nil {
-			o.quotaFallback = make(map[string]quotaFallback)
-		}
-		o.quotaFallback[namespace] = quotaFallback{rate: ratePerSec, burst: burst}
 		return nil
 	}
 }

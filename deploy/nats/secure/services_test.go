@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
+	agentquota "github.com/allot/allot/agent/quota"
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
@@ -57,6 +58,23 @@ func (d *deployment) startServices(t *testing.T) {
 	}
 }
 
+// quotaClient returns a quota client of an agent on nc, both closed when
+// the test ends, that waits 2s for the service's answers.
+func quotaClient(t *testing.T, nc *nats.Conn) *agentquota.Client {
+	t.Helper()
+	a, err := agent.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	q, err := agentquota.New(a, agentquota.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	return q
+}
+
 // TestTenantQuotaAndDomainLimits: a tenant's agent takes quota tokens and
 // a tenant reserves domain-limited copies through the import, on the
 // ordinary subjects, with nothing refused; the ALLOT account's mappings
@@ -65,11 +83,7 @@ func TestTenantQuotaAndDomainLimits(t *testing.T) {
 	d := startDeployment(t)
 	d.startServices(t)
 	nc, errs := d.dial(t, d.srv, "tenant_a")
-	a, err := agent.New(nc, agent.WithQuotaTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := quotaClient(t, nc)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	for i := range 6 {
@@ -114,11 +128,7 @@ func TestTenantOnlyNamespaces(t *testing.T) {
 	}
 
 	ncB, _ := d.dial(t, d.srv, "tenant_b")
-	b, err := agent.New(ncB, agent.WithQuotaTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := quotaClient(t, ncB)
 	var se *agent.ServiceError
 	if _, err := b.Take(ctx, "own:k", 1); !errors.As(err, &se) || se.Code != 403 || !strings.Contains(se.Description, `"TENANT_B"`) {
 		t.Errorf("TENANT_B's take from own: %v; want 403 naming TENANT_B", err)
@@ -128,11 +138,7 @@ func TestTenantOnlyNamespaces(t *testing.T) {
 	}
 
 	ncA, errs := d.dial(t, d.srv, "tenant_a")
-	a, err := agent.New(ncA, agent.WithQuotaTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := quotaClient(t, ncA)
 	if res, err := a.Take(ctx, "own:k", 1); err != nil || res.Fallback || res.Remaining != 4 {
 		t.Errorf("TENANT_A's take from own: %+v, %v; want 4 left (TENANT_B took none)", res, err)
 	}
