@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/allot/allot/agent/internal/option"
+
 	"github.com/nats-io/nats.go"
 	"golang.org/x/time/rate"
 
@@ -142,7 +144,6 @@ type Agent struct {
 	rpc     *rpc.Caller
 	getSubj string
 	relSubj string
-	d       domainState // domain limits (domain.go, hold.go)
 
 	kick chan struct{}
 	stop chan struct{}
@@ -225,16 +226,9 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 		node:           DefaultNode,
 		requestTimeout: DefaultRequestTimeout,
 		minRefreshGap:  DefaultMinRefreshGap,
-
-		domain: domainOptions{timeout: DefaultDomainTimeout},
 	}
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
+	if err := option.Apply(&o, opts); err != nil {
+		return nil, err
 	}
 	if o.clientID == "" {
 		o.clientID = defaultClientID()
@@ -254,7 +248,6 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 		done:    make(chan struct{}),
 		res:     make(map[string]*resource),
 	}
-	a.initDomain()
 	go a.run()
 	return a, nil
 }
@@ -320,13 +313,8 @@ func (a *Agent) resource(id string, kind Kind, opts []ResourceOption) (*resource
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	ro := resourceOptions{autoWants: true}
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&ro); err != nil {
-			return nil, fmt.Errorf("resource %q: %w", id, err)
-		}
+	if err := option.Apply(&ro, opts); err != nil {
+		return nil, fmt.Errorf("resource %q: %w", id, err)
 	}
 	a.mu.Lock()
 	if a.closed {

@@ -430,10 +430,8 @@ func (a *Agent) release(ids []string) error {
 	return firstErr
 }
 
-// Close gives back every domain hold (Reserve, Seize) within twice the
-// domain timeout, logging those it could not (they expire at the service
-// within their ttl), closes all limiters and gauges (waiters return
-// ErrClosed, Allow reports false), stops refreshing, and gives every lease back with
+// Close closes all limiters and gauges (waiters return ErrClosed, Allow
+// reports false), stops refreshing, and gives every lease back with
 // ReleaseCapacity (in several requests beyond wire.MaxResourcesPerReq
 // resources). A GetCapacity already in flight is not abandoned: Close waits
 // for its answer or its timeout before releasing, so the release cannot
@@ -442,7 +440,6 @@ func (a *Agent) release(ids []string) error {
 // is idempotent; it must not be called from an OnChange function.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
-		a.closeDomain()
 		a.mu.Lock()
 		a.closed = true
 		var ids []string

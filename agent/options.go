@@ -60,8 +60,6 @@ type options struct {
 	requestTimeout time.Duration
 	minRefreshGap  time.Duration
 	onChange       func(Status)
-
-	domain domainOptions // domain.go
 }
 
 // An Option configures an Agent in New.

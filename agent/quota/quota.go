@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/allot/allot/agent/internal/option"
+
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/nats-io/nats.go"
@@ -55,13 +57,8 @@ func New(a *agent.Agent, opts ...Option) (*Client, error) {
 		return nil, errors.New("quota: nil agent")
 	}
 	o := options{timeout: DefaultTimeout, failures: DefaultFailures, cooldown: DefaultCooldown, reportInterval: DefaultReportInterval}
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
+	if err := option.Apply(&o, opts); err != nil {
+		return nil, err
 	}
 	c := &Client{
 		nc:       a.Conn(),
@@ -160,13 +157,8 @@ func (c *Client) Take(ctx context.Context, bucket string, n int64, opts ...TakeO
 		return Result{}, fmt.Errorf("quota: take %d tokens of %q: tokens must not be negative", n, bucket)
 	}
 	var to takeOptions
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&to); err != nil {
-			return Result{}, err
-		}
+	if err := option.Apply(&to, opts); err != nil {
+		return Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
