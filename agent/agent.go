@@ -223,9 +223,9 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 		return nil, errors.New("agent: nil NATS connection")
 	}
 	o := options{
-		node:           DefaultNode,
-		requestTimeout: DefaultRequestTimeout,
-		minRefreshGap:  DefaultMinRefreshGap,
+		node:           defaultNode,
+		requestTimeout: defaultRequestTimeout,
+		minRefreshGap:  defaultMinRefreshGap,
 	}
 	if err := option.Apply(&o, opts); err != nil {
 		return nil, err

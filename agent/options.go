@@ -37,13 +37,13 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
-// Defaults of the Agent's options.
+// Defaults of the Agent's options, as their doc comments say.
 const (
-	DefaultNode           = "root"
-	DefaultRequestTimeout = 2 * time.Second
-	// DefaultMinRefreshGap is the least time between two GetCapacity
+	defaultNode           = "root"
+	defaultRequestTimeout = 2 * time.Second
+	// defaultMinRefreshGap is the least time between two GetCapacity
 	// requests triggered early (by a new resource or a change in wants).
-	DefaultMinRefreshGap = 250 * time.Millisecond
+	defaultMinRefreshGap = 250 * time.Millisecond
 	// defaultRefresh is the refresh interval assumed before any lease says
 	// otherwise; it also caps the retry backoff until then.
 	defaultRefresh = 5 * time.Second

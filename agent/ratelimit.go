@@ -10,9 +10,6 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// InfDuration is the delay of a Reservation that is not OK.
-const InfDuration = time.Duration(math.MaxInt64)
-
 // maxBurst bounds the automatic burst so huge capacities cannot overflow.
 const maxBurst = 1 << 30
 
@@ -314,7 +311,7 @@ const (
 type resv struct {
 	state int
 	due   mark          // when a reservation is due
-	wait  time.Duration // estimated delay; InfDuration when parked
+	wait  time.Duration // estimated delay; rate.InfDuration when parked
 	ch    <-chan struct{}
 }
 
@@ -330,7 +327,7 @@ func (l *RateLimiter) reserveLocked(t time.Time, n int, maxWait time.Duration) (
 	}
 	l.advanceLocked(t)
 	if l.limit == 0 {
-		return resv{state: parked, wait: InfDuration, ch: l.changedLocked()}, nil
+		return resv{state: parked, wait: rate.InfDuration, ch: l.changedLocked()}, nil
 	}
 	if n > l.burst {
 		return resv{}, fmt.Errorf("%w: n=%d, burst=%d", ErrExceedsBurst, n, l.burst)
@@ -360,7 +357,7 @@ func (l *RateLimiter) recheckLocked(t time.Time, r *resv) {
 	case l.limit == rate.Inf || remaining <= tokenEpsilon:
 		r.state = admitted
 	case l.limit == 0:
-		r.wait, r.ch = InfDuration, l.changedLocked()
+		r.wait, r.ch = rate.InfDuration, l.changedLocked()
 	default:
 		r.wait, r.ch = durationFromTokens(l.limit, remaining), l.changedLocked()
 	}
@@ -377,11 +374,11 @@ func (l *RateLimiter) cancelLocked(t time.Time, n int, due *mark) {
 
 func durationFromTokens(limit rate.Limit, tokens float64) time.Duration {
 	if limit <= 0 {
-		return InfDuration
+		return rate.InfDuration
 	}
 	d := tokens / float64(limit) * float64(time.Second)
 	if d >= float64(math.MaxInt64) {
-		return InfDuration
+		return rate.InfDuration
 	}
 	return time.Duration(math.Ceil(d))
 }
@@ -408,7 +405,7 @@ func (l *RateLimiter) WaitN(ctx context.Context, n int) (err error) {
 		return ctx.Err()
 	default:
 	}
-	maxWait := InfDuration
+	maxWait := rate.InfDuration
 	deadline, hasDeadline := ctx.Deadline()
 	l.mu.Lock()
 	l.requested += int64(n)
@@ -434,7 +431,7 @@ func (l *RateLimiter) waitSlow(ctx context.Context, n int, r resv, hasDeadline b
 	for {
 		var timerC <-chan time.Time
 		var stop func() bool
-		if r.wait != InfDuration {
+		if r.wait != rate.InfDuration {
 			timerC, stop = newTimer(l.clock, r.wait)
 		}
 		select {
@@ -464,7 +461,7 @@ func (l *RateLimiter) waitSlow(ctx context.Context, n int, r resv, hasDeadline b
 			l.mu.Unlock()
 			return ctx.Err()
 		case r.state == parked:
-			maxWait := InfDuration
+			maxWait := rate.InfDuration
 			if hasDeadline {
 				maxWait = deadline.Sub(t)
 			}
@@ -509,7 +506,7 @@ func (l *RateLimiter) ReserveN(n int) (rv *Reservation) {
 		return &Reservation{l: l, ok: true, timeToAct: t}
 	}
 	l.requested += int64(n)
-	r, err := l.reserveLocked(t, n, InfDuration)
+	r, err := l.reserveLocked(t, n, rate.InfDuration)
 	if err != nil || r.state == parked {
 		return &Reservation{l: l}
 	}
@@ -521,7 +518,7 @@ func (l *RateLimiter) ReserveN(n int) (rv *Reservation) {
 }
 
 // OK reports whether the limiter granted the tokens. If not, Delay returns
-// InfDuration and Cancel does nothing.
+// rate.InfDuration and Cancel does nothing.
 func (r *Reservation) OK() bool { return r.ok }
 
 // Delay is shorthand for DelayFrom at the limiter's current time.
@@ -530,10 +527,10 @@ func (r *Reservation) Delay() time.Duration {
 }
 
 // DelayFrom returns how long after t the holder must wait before acting;
-// zero means act now, InfDuration means the reservation is not OK.
+// zero means act now, rate.InfDuration means the reservation is not OK.
 func (r *Reservation) DelayFrom(t time.Time) time.Duration {
 	if !r.ok {
-		return InfDuration
+		return rate.InfDuration
 	}
 	return max(r.timeToAct.Sub(t), 0)
 }

@@ -253,7 +253,7 @@ func TestReservation(t *testing.T) {
 	if tok := l.Tokens(); math.Abs(tok) > 1e-9 {
 		t.Fatalf("tokens after cancel = %v, want 0", tok)
 	}
-	if r := l.ReserveN(5); r.OK() || r.Delay() != InfDuration {
+	if r := l.ReserveN(5); r.OK() || r.Delay() != rate.InfDuration {
 		t.Fatalf("ReserveN beyond burst: ok=%v delay=%v", r.OK(), r.Delay())
 	}
 }
