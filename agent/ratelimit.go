@@ -39,8 +39,9 @@ const (
 // wait) and Wait (block until the event may happen). Unlike x/time/rate:
 //
 //   - The time is always read inside the limiter's lock, so concurrent
-//     callers can never over-admit (see golang/go#71360). That is why AllowN
-//     and ReserveN take no time argument.
+//     callers can never over-admit: a time read before the lock can reach
+//     it after a later one, and a bucket moved back in time credits
+//     tokens twice. That is why AllowN and ReserveN take no time argument.
 //   - A Limit of 0 blocks: Wait parks until the capacity changes or its
 //     context ends, and waiters already holding a reservation are
 //     rescheduled whenever the capacity changes, keeping their place.

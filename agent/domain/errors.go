@@ -24,6 +24,18 @@ var ErrUnavailable = errors.New("domain: domain service unavailable")
 // copies, and kept refusing until the call's max wait ran out.
 var ErrRejected = errors.New("domain: rejected")
 
+// ErrHoldLost is wrapped by Hold.Err, and by the errors of a lost hold's
+// methods: the domain service no longer has the hold (it expired because
+// no refresh reached the service within its ttl), so its copies are no
+// longer held.
+var ErrHoldLost = errors.New("domain: hold lost")
+
+// ErrHoldClosed is returned by the methods of a hold that was closed, or
+// whose copies were all released or transferred.
+var ErrHoldClosed = errors.New("domain: hold closed")
+
+var errNilHold = errors.New("domain: nil hold (Reserve or Seize failed)")
+
 // RejectedError is returned by Request and Reserve when the domain service
 // refused the copies on every attempt within the max wait. It wraps
 // ErrRejected. Nothing is held or counted.
@@ -47,6 +59,8 @@ type RejectedError struct {
 	Info *HoldInfo
 }
 
+// Error says what was refused, after how many attempts, and whether a
+// learning leader answered.
 func (e *RejectedError) Error() string {
 	s := fmt.Sprintf("domain: %s of %s rejected for domain %q", copiesText(e.Copies, e.MinCopies), e.Resource, e.Domain)
 	if e.Attempts > 1 {
@@ -67,15 +81,3 @@ func copiesText(copies, minCopies int64) string {
 	}
 	return fmt.Sprintf("%d to %d copies", minCopies, copies)
 }
-
-// ErrHoldLost is wrapped by Hold.Err, and by the errors of a lost hold's
-// methods: the domain service no longer has the hold (it expired because
-// no refresh reached the service within its ttl), so its copies are no
-// longer held.
-var ErrHoldLost = errors.New("domain: hold lost")
-
-// ErrHoldClosed is returned by the methods of a hold that was closed, or
-// whose copies were all released or transferred.
-var ErrHoldClosed = errors.New("domain: hold closed")
-
-var errNilHold = errors.New("domain: nil hold (Reserve or Seize failed)")

@@ -83,11 +83,11 @@ func TestTenantQuotaAndDomainLimits(t *testing.T) {
 	d := startDeployment(t)
 	d.startServices(t)
 	nc, errs := d.dial(t, d.srv, "tenant_a")
-	a := quotaClient(t, nc)
+	q := quotaClient(t, nc)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	for i := range 6 {
-		res, err := a.Take(ctx, "api:alice", 1)
+		res, err := q.Take(ctx, "api:alice", 1)
 		if i < 5 && (err != nil || res.Fallback) {
 			t.Fatalf("take %d: %+v %v", i, res, err)
 		}
@@ -128,9 +128,9 @@ func TestTenantOnlyNamespaces(t *testing.T) {
 	}
 
 	ncB, _ := d.dial(t, d.srv, "tenant_b")
-	b := quotaClient(t, ncB)
+	qb := quotaClient(t, ncB)
 	var se *agent.ServiceError
-	if _, err := b.Take(ctx, "own:k", 1); !errors.As(err, &se) || se.Code != 403 || !strings.Contains(se.Description, `"TENANT_B"`) {
+	if _, err := qb.Take(ctx, "own:k", 1); !errors.As(err, &se) || se.Code != 403 || !strings.Contains(se.Description, `"TENANT_B"`) {
 		t.Errorf("TENANT_B's take from own: %v; want 403 naming TENANT_B", err)
 	}
 	if m := reserve(ncB); m.Header.Get("Nats-Service-Error-Code") != "403" {
@@ -138,8 +138,8 @@ func TestTenantOnlyNamespaces(t *testing.T) {
 	}
 
 	ncA, errs := d.dial(t, d.srv, "tenant_a")
-	a := quotaClient(t, ncA)
-	if res, err := a.Take(ctx, "own:k", 1); err != nil || res.Fallback || res.Remaining != 4 {
+	qa := quotaClient(t, ncA)
+	if res, err := qa.Take(ctx, "own:k", 1); err != nil || res.Fallback || res.Remaining != 4 {
 		t.Errorf("TENANT_A's take from own: %+v, %v; want 4 left (TENANT_B took none)", res, err)
 	}
 	var r domainwire.ReserveReply
