@@ -105,7 +105,7 @@ func (c *Client) AcquireAll(ctx context.Context, domain string, copyResources []
 		return nil, err
 	}
 	for i, s := range steps {
-		so := callOptions{minCopies: min, maxWait: budget - time.Now().Sub(start), backoffBase: o.backoffBase}
+		so := callOptions{minCopies: min, maxWait: budget - time.Since(start), backoffBase: o.backoffBase}
 		if so.maxWait < 0 {
 			so.maxWait = 0
 		}
@@ -135,6 +135,6 @@ func (c *Client) AcquireAll(ctx context.Context, domain string, copyResources []
 			}
 		}
 	}
-	x.Waited = time.Now().Sub(start)
+	x.Waited = time.Since(start)
 	return x, nil
 }
