@@ -13,11 +13,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/allot/allot/agent/internal/option"
-
 	"github.com/nats-io/nats.go"
 	"golang.org/x/time/rate"
 
+	"github.com/allot/allot/agent/internal/option"
 	"github.com/allot/allot/agent/internal/rpc"
 	"github.com/allot/allot/internal/wire"
 )

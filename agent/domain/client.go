@@ -11,11 +11,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/allot/allot/agent/internal/option"
-
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/internal/option"
 	"github.com/allot/allot/agent/internal/rpc"
 	"github.com/allot/allot/internal/domainwire"
 )

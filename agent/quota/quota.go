@@ -10,13 +10,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/allot/allot/agent/internal/option"
-
+	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/internal/option"
 	"github.com/allot/allot/agent/internal/rpc"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
