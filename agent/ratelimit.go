@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -10,9 +9,6 @@ import (
 
 	"golang.org/x/time/rate"
 )
-
-// InfDuration is the delay of a Reservation that is not OK.
-const InfDuration = time.Duration(math.MaxInt64)
 
 // maxBurst bounds the automatic burst so huge capacities cannot overflow.
 const maxBurst = 1 << 30
@@ -43,8 +39,9 @@ const (
 // wait) and Wait (block until the event may happen). Unlike x/time/rate:
 //
 //   - The time is always read inside the limiter's lock, so concurrent
-//     callers can never over-admit (see golang/go#71360). That is why AllowN
-//     and ReserveN take no time argument.
+//     callers can never over-admit: a time read before the lock can reach
+//     it after a later one, and a bucket moved back in time credits
+//     tokens twice. That is why AllowN and ReserveN take no time argument.
 //   - A Limit of 0 blocks: Wait parks until the capacity changes or its
 //     context ends, and waiters already holding a reservation are
 //     rescheduled whenever the capacity changes, keeping their place.
@@ -105,17 +102,6 @@ func autoBurst(limit rate.Limit) int {
 	}
 	return int(b)
 }
-
-// ErrClosed is returned by limiters and gauges whose Agent was closed, and
-// by an Agent's methods after Close.
-var ErrClosed = errors.New("agent: closed")
-
-// ErrExceedsBurst is returned by WaitN when n exceeds the limiter's burst.
-var ErrExceedsBurst = errors.New("agent: n exceeds the limiter's burst")
-
-// ErrWouldExceedDeadline is returned by WaitN when, at the current rate, the
-// event could not happen before the context's deadline.
-var ErrWouldExceedDeadline = errors.New("agent: wait would exceed the context deadline")
 
 // Limit returns the current rate in events per second; rate.Inf when
 // unlimited and 0 when blocked.
@@ -326,7 +312,7 @@ const (
 type resv struct {
 	state int
 	due   mark          // when a reservation is due
-	wait  time.Duration // estimated delay; InfDuration when parked
+	wait  time.Duration // estimated delay; rate.InfDuration when parked
 	ch    <-chan struct{}
 }
 
@@ -342,7 +328,7 @@ func (l *RateLimiter) reserveLocked(t time.Time, n int, maxWait time.Duration) (
 	}
 	l.advanceLocked(t)
 	if l.limit == 0 {
-		return resv{state: parked, wait: InfDuration, ch: l.changedLocked()}, nil
+		return resv{state: parked, wait: rate.InfDuration, ch: l.changedLocked()}, nil
 	}
 	if n > l.burst {
 		return resv{}, fmt.Errorf("%w: n=%d, burst=%d", ErrExceedsBurst, n, l.burst)
@@ -372,7 +358,7 @@ func (l *RateLimiter) recheckLocked(t time.Time, r *resv) {
 	case l.limit == rate.Inf || remaining <= tokenEpsilon:
 		r.state = admitted
 	case l.limit == 0:
-		r.wait, r.ch = InfDuration, l.changedLocked()
+		r.wait, r.ch = rate.InfDuration, l.changedLocked()
 	default:
 		r.wait, r.ch = durationFromTokens(l.limit, remaining), l.changedLocked()
 	}
@@ -389,11 +375,11 @@ func (l *RateLimiter) cancelLocked(t time.Time, n int, due *mark) {
 
 func durationFromTokens(limit rate.Limit, tokens float64) time.Duration {
 	if limit <= 0 {
-		return InfDuration
+		return rate.InfDuration
 	}
 	d := tokens / float64(limit) * float64(time.Second)
 	if d >= float64(math.MaxInt64) {
-		return InfDuration
+		return rate.InfDuration
 	}
 	return time.Duration(math.Ceil(d))
 }
@@ -420,7 +406,7 @@ func (l *RateLimiter) WaitN(ctx context.Context, n int) (err error) {
 		return ctx.Err()
 	default:
 	}
-	maxWait := InfDuration
+	maxWait := rate.InfDuration
 	deadline, hasDeadline := ctx.Deadline()
 	l.mu.Lock()
 	l.requested += int64(n)
@@ -446,7 +432,7 @@ func (l *RateLimiter) waitSlow(ctx context.Context, n int, r resv, hasDeadline b
 	for {
 		var timerC <-chan time.Time
 		var stop func() bool
-		if r.wait != InfDuration {
+		if r.wait != rate.InfDuration {
 			timerC, stop = newTimer(l.clock, r.wait)
 		}
 		select {
@@ -476,7 +462,7 @@ func (l *RateLimiter) waitSlow(ctx context.Context, n int, r resv, hasDeadline b
 			l.mu.Unlock()
 			return ctx.Err()
 		case r.state == parked:
-			maxWait := InfDuration
+			maxWait := rate.InfDuration
 			if hasDeadline {
 				maxWait = deadline.Sub(t)
 			}
@@ -521,7 +507,7 @@ func (l *RateLimiter) ReserveN(n int) (rv *Reservation) {
 		return &Reservation{l: l, ok: true, timeToAct: t}
 	}
 	l.requested += int64(n)
-	r, err := l.reserveLocked(t, n, InfDuration)
+	r, err := l.reserveLocked(t, n, rate.InfDuration)
 	if err != nil || r.state == parked {
 		return &Reservation{l: l}
 	}
@@ -533,7 +519,7 @@ func (l *RateLimiter) ReserveN(n int) (rv *Reservation) {
 }
 
 // OK reports whether the limiter granted the tokens. If not, Delay returns
-// InfDuration and Cancel does nothing.
+// rate.InfDuration and Cancel does nothing.
 func (r *Reservation) OK() bool { return r.ok }
 
 // Delay is shorthand for DelayFrom at the limiter's current time.
@@ -542,10 +528,10 @@ func (r *Reservation) Delay() time.Duration {
 }
 
 // DelayFrom returns how long after t the holder must wait before acting;
-// zero means act now, InfDuration means the reservation is not OK.
+// zero means act now, rate.InfDuration means the reservation is not OK.
 func (r *Reservation) DelayFrom(t time.Time) time.Duration {
 	if !r.ok {
-		return InfDuration
+		return rate.InfDuration
 	}
 	return max(r.timeToAct.Sub(t), 0)
 }

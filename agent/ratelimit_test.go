@@ -33,8 +33,8 @@ func waitPending(tb testing.TB, c *fakeClock, n int) time.Time {
 // TestAllowAccuracyUnderContention checks that Allow admits R per second
 // within 2% over 10 s of simulated time with 1 and 64 concurrent callers.
 // Every Now advances the fake clock, so each caller sees its own instant:
-// a limiter that read the clock outside its lock (golang/go#71360) would
-// over-admit here.
+// a limiter that read the clock outside its lock would see those instants
+// out of order, credit time twice and over-admit here.
 func TestAllowAccuracyUnderContention(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -253,7 +253,7 @@ func TestReservation(t *testing.T) {
 	if tok := l.Tokens(); math.Abs(tok) > 1e-9 {
 		t.Fatalf("tokens after cancel = %v, want 0", tok)
 	}
-	if r := l.ReserveN(5); r.OK() || r.Delay() != InfDuration {
+	if r := l.ReserveN(5); r.OK() || r.Delay() != rate.InfDuration {
 		t.Fatalf("ReserveN beyond burst: ok=%v delay=%v", r.OK(), r.Delay())
 	}
 }

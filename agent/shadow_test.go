@@ -10,7 +10,6 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
-	"github.com/allot/allot/internal/quotatest"
 )
 
 // checkShadowRate drives a rate limiter granted 10/s that wants 1e6/s:
@@ -178,35 +177,5 @@ func TestShadowOutlivesLease(t *testing.T) {
 	st := lim.Status()
 	if !st.Shadow || st.Capacity != 50 || float64(lim.Limit()) != 50 || st.ShadowCapacity != 4 {
 		t.Errorf("after the lease: Shadow %v, Capacity %g, Limit %g, ShadowCapacity %g; want true, 50, 50, 4", st.Shadow, st.Capacity, float64(lim.Limit()), st.ShadowCapacity)
-	}
-}
-
-// TestQuotaShadow: through the real quota service, a namespace in shadow
-// mode lets every Take proceed at once, and the agent counts per
-// namespace what the bucket refused or made wait.
-func TestQuotaShadow(t *testing.T) {
-	t.Parallel()
-	s := natstest.Server(t)
-	quotatest.Start(t, natstest.Conn(t, s), map[string]string{
-		"logins": `{"shadow": true, "buckets": {"alice": {"size": 2, "fill_rate": 0.01, "wait_timeout": "0s", "max_tokens_per_request": 2}}}`,
-	})
-	a := newAgent(t, natstest.Conn(t, s), serviceTimeout())
-	for i := range 5 {
-		res, err := a.Take(context.Background(), "logins:alice", 1)
-		if err != nil || !res.Shadow || res.Wait != 0 || res.WouldRefuse != (i >= 2) {
-			t.Fatalf("take %d in shadow mode: %+v, %v", i, res, err)
-		}
-		if i >= 2 && res.ShadowReason != "timeout" {
-			t.Errorf("take %d: shadow reason %q, want timeout", i, res.ShadowReason)
-		}
-	}
-	var st Status
-	for _, s := range a.Status() {
-		if s.ResourceID == "logins" {
-			st = s
-		}
-	}
-	if st.Kind != KindQuota || !st.Shadow || st.ShadowAdmitted != 5 || st.WouldRefuse != 3 {
-		t.Errorf("quota namespace status %+v; want shadow, 5 admitted, 3 would refuse", st)
 	}
 }
