@@ -82,50 +82,57 @@ func TestParseDocuments(t *testing.T) {
 	}
 }
 
+const head = "domain: d\ndescriptors:\n"
+
+// refuseCase is a document Parse refuses.
+type refuseCase struct {
+	name, doc string
+	// path and msg are what the error must contain.
+	path, msg string
+	// ref says whether the reference refuses it too (TestParseReference
+	// checks that against the reference's recorded verdicts).
+	ref bool
+}
+
+var refuseCases = []refuseCase{
+	{"empty domain", "descriptors: []\n", "domain", "empty domain", true},
+	{"empty file", "", "", "no domain", true},
+	{"not a mapping", "- a\n", "", "must be a mapping", true},
+	{"bad YAML", "domain: [\n", "", "invalid YAML", true},
+	{"unknown key", "domain: d\ndomian: e\n", "domian", `unknown key "domian"`, true},
+	{"unknown nested key", head + "  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 2}\n",
+		"descriptors[0].rate_limit.burst", `unknown key "burst"`, true},
+	{"misplaced key", head + "  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, shadow_mode: true}\n",
+		"descriptors[0].rate_limit.shadow_mode", "belongs in a descriptor", false},
+	{"duplicate key", "domain: d\ndomain: e\n", "domain", "duplicate key", false},
+	{"empty key", head + "  - value: v\n", "descriptors[0].key", "empty key", true},
+	{"duplicate descriptor", head + "  - key: k\n  - key: j\n  - key: k\n", "descriptors[2]", `duplicate descriptor composite key "k"`, true},
+	{"composite key clash", head + "  - key: a_b\n  - key: a\n    value: b\n", "descriptors[1]", `"a_b"`, true},
+	{"nested duplicate", head + "  - key: k\n    descriptors:\n      - key: x\n        value: 1\n      - key: x\n        value: 1\n",
+		"descriptors[0].descriptors[1]", "duplicate", true},
+	{"bad unit", head + "  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", "descriptors[0].rate_limit.unit", `"fortnight"`, true},
+	{"unknown unit", head + "  - key: k\n    rate_limit: {unit: unknown, requests_per_unit: 1}\n", "rate_limit.unit", "invalid rate limit unit", true},
+	{"no unit", head + "  - key: k\n    rate_limit: {requests_per_unit: 1}\n", "rate_limit.unit", "invalid rate limit unit", true},
+	{"unit when unlimited", head + "  - key: k\n    rate_limit: {unlimited: true, unit: second}\n", "rate_limit.unit", "unlimited", true},
+	{"multiplier when unlimited", head + "  - key: k\n    rate_limit: {unlimited: true, unit_multiplier: 2}\n", "rate_limit.unit_multiplier", "unlimited", true},
+	{"multiplier 0", head + "  - key: k\n    rate_limit: {unit: second, unit_multiplier: 0}\n", "rate_limit.unit_multiplier", "from 1", true},
+	{"negative", head + "  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n", "requests_per_unit", "integer from 0", true},
+	{"too big", head + "  - key: k\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n", "requests_per_unit", "integer from 0", true},
+	{"quoted number", head + "  - key: k\n    rate_limit: {unit: second, requests_per_unit: \"5\"}\n", "requests_per_unit", "integer", true},
+	{"float", head + "  - key: k\n    value: 1.5\n", "descriptors[0].value", "must be a string", true},
+	{"bool as string", head + "  - key: k\n    shadow_mode: \"true\"\n", "shadow_mode", "true or false", true},
+	{"descriptors not a list", "domain: d\ndescriptors: {key: k}\n", "descriptors", "list of mappings", true},
+	{"list of scalars", "domain: d\ndescriptors: [k]\n", "descriptors[0]", "other than map", true},
+	{"rate_limit a list", head + "  - key: k\n    rate_limit: [{unit: second}]\n", "rate_limit", "must be a mapping", true},
+	{"empty replaces", head + "  - key: k\n    rate_limit: {unit: second, name: n, replaces: [{name: \"\"}]}\n", "replaces[0].name", "empty replaces", true},
+	{"replaces itself", head + "  - key: k\n    rate_limit: {unit: second, name: n, replaces: [{name: n}]}\n", "replaces[0].name", "same descriptor", true},
+	{"share_threshold without wildcard", head + "  - key: k\n    value: v\n    share_threshold: true\n", "share_threshold", "wildcard", true},
+	{"key not a string", "domain: d\n1: x\n", "", "not of type string", true},
+	{"metadata", head + "  - key: k\n    metadata: {a: b}\n", "metadata", "unknown key", true},
+}
+
 func TestParseRefuses(t *testing.T) {
-	const head = "domain: d\ndescriptors:\n"
-	for _, tc := range []struct {
-		name, doc string
-		// path and msg are what the error must contain; ref says the
-		// reference refuses it too (checked by TestParseAgainstReference
-		// for the recorded cases).
-		path, msg string
-		ref       bool
-	}{
-		{"empty domain", "descriptors: []\n", "domain", "empty domain", true},
-		{"not a mapping", "- a\n", "", "must be a mapping", true},
-		{"bad YAML", "domain: [\n", "", "invalid YAML", true},
-		{"unknown key", "domain: d\ndomian: e\n", "domian", `unknown key "domian"`, true},
-		{"unknown nested key", head + "  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 2}\n",
-			"descriptors[0].rate_limit.burst", `unknown key "burst"`, true},
-		{"misplaced key", head + "  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, shadow_mode: true}\n",
-			"descriptors[0].rate_limit.shadow_mode", "belongs in a descriptor", false},
-		{"duplicate key", "domain: d\ndomain: e\n", "domain", "duplicate key", false},
-		{"empty key", head + "  - value: v\n", "descriptors[0].key", "empty key", true},
-		{"duplicate descriptor", head + "  - key: k\n  - key: j\n  - key: k\n", "descriptors[2]", `duplicate descriptor composite key "k"`, true},
-		{"composite key clash", head + "  - key: a_b\n  - key: a\n    value: b\n", "descriptors[1]", `"a_b"`, true},
-		{"nested duplicate", head + "  - key: k\n    descriptors:\n      - key: x\n        value: 1\n      - key: x\n        value: 1\n",
-			"descriptors[0].descriptors[1]", "duplicate", true},
-		{"bad unit", head + "  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", "descriptors[0].rate_limit.unit", `"fortnight"`, true},
-		{"unknown unit", head + "  - key: k\n    rate_limit: {unit: unknown, requests_per_unit: 1}\n", "rate_limit.unit", "invalid rate limit unit", true},
-		{"no unit", head + "  - key: k\n    rate_limit: {requests_per_unit: 1}\n", "rate_limit.unit", "invalid rate limit unit", true},
-		{"unit when unlimited", head + "  - key: k\n    rate_limit: {unlimited: true, unit: second}\n", "rate_limit.unit", "unlimited", true},
-		{"multiplier when unlimited", head + "  - key: k\n    rate_limit: {unlimited: true, unit_multiplier: 2}\n", "rate_limit.unit_multiplier", "unlimited", true},
-		{"multiplier 0", head + "  - key: k\n    rate_limit: {unit: second, unit_multiplier: 0}\n", "rate_limit.unit_multiplier", "from 1", true},
-		{"negative", head + "  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n", "requests_per_unit", "integer from 0", true},
-		{"too big", head + "  - key: k\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n", "requests_per_unit", "integer from 0", true},
-		{"quoted number", head + "  - key: k\n    rate_limit: {unit: second, requests_per_unit: \"5\"}\n", "requests_per_unit", "integer", true},
-		{"float", head + "  - key: k\n    value: 1.5\n", "descriptors[0].value", "must be a string", true},
-		{"bool as string", head + "  - key: k\n    shadow_mode: \"true\"\n", "shadow_mode", "true or false", true},
-		{"descriptors not a list", "domain: d\ndescriptors: {key: k}\n", "descriptors", "list of mappings", true},
-		{"list of scalars", "domain: d\ndescriptors: [k]\n", "descriptors[0]", "other than map", true},
-		{"rate_limit a list", head + "  - key: k\n    rate_limit: [{unit: second}]\n", "rate_limit", "must be a mapping", true},
-		{"empty replaces", head + "  - key: k\n    rate_limit: {unit: second, name: n, replaces: [{name: \"\"}]}\n", "replaces[0].name", "empty replaces", true},
-		{"replaces itself", head + "  - key: k\n    rate_limit: {unit: second, name: n, replaces: [{name: n}]}\n", "replaces[0].name", "same descriptor", true},
-		{"share_threshold without wildcard", head + "  - key: k\n    value: v\n    share_threshold: true\n", "share_threshold", "wildcard", true},
-		{"key not a string", "domain: d\n1: x\n", "", "not of type string", true},
-		{"metadata", head + "  - key: k\n    metadata: {a: b}\n", "metadata", "unknown key", true},
-	} {
+	for _, tc := range refuseCases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := envoyrl.Parse("t.yaml", []byte(tc.doc), envoyrl.ParseOptions{})
 			var ce *envoyrl.ConfigError

@@ -94,15 +94,21 @@ func marshalProto(t testing.TB, m proto.Message) json.RawMessage {
 	return out.Bytes()
 }
 
-func TestReferenceRecording(t *testing.T) {
-	data, err := os.ReadFile(recordingPath)
+// readJSON decodes the JSON file at path into v.
+func readJSON(t testing.TB, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rec recording
-	if err := json.Unmarshal(data, &rec); err != nil {
-		t.Fatal(err)
+	if err := json.Unmarshal(data, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
+}
+
+func TestReferenceRecording(t *testing.T) {
+	var rec recording
+	readJSON(t, recordingPath, &rec)
 	compareRecording(t, &rec)
 }
 
