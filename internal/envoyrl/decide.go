@@ -68,13 +68,16 @@ type Limiter struct {
 	opts  Options
 }
 
-// NewLimiter returns a Limiter deciding by cfg, counting in store.
+// NewLimiter returns a Limiter deciding by cfg, counting in store. A nil
+// cfg refuses every request, as the reference does before it has loaded
+// a configuration.
 func NewLimiter(cfg *Config, store Store, opts Options) *Limiter {
 	return &Limiter{cfg: cfg, store: store, opts: opts}
 }
 
 // RequestError is a request the reference also refuses: no domain, no
-// descriptors, or a limit override with an invalid unit.
+// descriptors, a limit override with an invalid unit, or no
+// configuration to decide by.
 type RequestError struct {
 	Msg string
 }
@@ -181,6 +184,9 @@ func (l *Limiter) cacheKey(domain string, d *rlv3.RateLimitDescriptor, m *match,
 func (l *Limiter) ShouldRateLimit(ctx context.Context, now time.Time, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, &RequestError{Msg: "rate limit domain must not be empty"}
+	}
+	if l.cfg == nil {
+		return nil, &RequestError{Msg: "no rate limit configuration loaded"}
 	}
 	descs := req.GetDescriptors()
 	if len(descs) == 0 {

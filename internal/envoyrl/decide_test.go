@@ -251,3 +251,27 @@ func (s *recordingStore) Increment(ctx context.Context, now time.Time, incs []en
 	s.incs = append(s.incs, incs...)
 	return s.MemoryStore.Increment(ctx, now, incs)
 }
+
+func TestNoConfiguration(t *testing.T) {
+	lim := envoyrl.NewLimiter(nil, &envoyrl.MemoryStore{}, envoyrl.Options{})
+	_, err := lim.ShouldRateLimit(context.Background(), time.Unix(1, 0), req("d", d("k", "v")))
+	var re *envoyrl.RequestError
+	if !errors.As(err, &re) || re.Msg != "no rate limit configuration loaded" {
+		t.Errorf("got %v", err)
+	}
+}
+
+// BenchmarkShouldRateLimit decides a request of three descriptors (two
+// limited, one unmatched) on a MemoryStore.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	cfg := loadConfigDir(b, referenceConfig)
+	lim := envoyrl.NewLimiter(cfg, &envoyrl.MemoryStore{}, envoyrl.Options{Headers: envoyrl.XRateLimitHeaderNames()})
+	r := req("basic", d("client", "alice"), d("parent", "p", "child", "c"), d("other", "x"))
+	ctx := context.Background()
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := lim.ShouldRateLimit(ctx, time.Unix(int64(1_800_000_000+i/1000), 0), r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
