@@ -492,10 +492,11 @@ func (r *resource) setWants(w float64) error {
 	return nil
 }
 
-// starved is called (without locks held) when a limiter at capacity 0 sees
-// its first demand: with automatic wants the coordinator may have granted 0
-// because no demand was known, so ask again soon rather than at the next
-// sample.
+// starved is called (without locks held) when a limiter refuses or holds
+// back its first call since the capacity last changed: with automatic
+// wants the coordinator may have granted 0, or less than the demand now,
+// because no such demand was known, so ask again soon (within the minimum
+// refresh gap) rather than at the next sample.
 func (r *resource) starved() {
 	a := r.a
 	a.mu.Lock()
@@ -507,6 +508,23 @@ func (r *resource) starved() {
 	a.scheduleEarlyLocked(now(a.o.clock))
 	a.mu.Unlock()
 	a.poke()
+}
+
+// answerAsks tells every rate limiter that a refresh was answered (or
+// failed) and its capacity installed: callers waiting on an ask a refused
+// call made try again.
+func (a *Agent) answerAsks() {
+	a.mu.Lock()
+	lims := make([]*RateLimiter, 0, len(a.res))
+	for _, r := range a.res {
+		if r.rate != nil {
+			lims = append(lims, r.rate)
+		}
+	}
+	a.mu.Unlock()
+	for _, l := range lims {
+		l.askAnswered()
+	}
 }
 
 func (r *resource) setAuto() {

@@ -66,6 +66,9 @@ func (a *Agent) run() {
 			t = now(clock)
 		}
 		a.applyAll(t)
+		if due {
+			a.answerAsks()
+		}
 
 		wake := nextSample
 		a.mu.Lock()

@@ -48,10 +48,18 @@ const (
 //   - Every call is counted as demand; the agent estimates this client's
 //     wants from it unless they were set with SetWants.
 //
-// The bucket starts empty and fills at the granted rate, so a fresh client
-// does not add a burst on top of the global limit. By default the burst is
-// a tenth of a second's worth of capacity (at least 1) and follows the
-// capacity; WithBurst fixes it.
+// By default the burst is a second's worth of capacity (at least 1) and
+// follows the capacity; WithBurst fixes it. The bucket is full when the
+// capacity rises from nothing (the first lease, or a lease after idling),
+// so a service serves its first requests at once. Over any interval of
+// length T a client admits at most burst + capacity × T: the burst is how
+// far it may run ahead of its share over a short interval (set WithBurst
+// lower where that matters).
+//
+// A refused call with a positive capacity asks the coordinator for more
+// at once (once per capacity granted): a lease that decayed while the
+// client was idle follows returning demand within a round trip rather
+// than at the next refresh.
 //
 // RateLimiter is safe for simultaneous use by multiple goroutines.
 type RateLimiter struct {
@@ -73,8 +81,12 @@ type RateLimiter struct {
 	throttled bool      // a call waited or was refused since the last sample
 	changed   chan struct{}
 	closed    bool
-	starved   bool // demand seen at limit 0 was reported to the agent
-	shadow    shadowRate
+	starved   bool // a refused call asked the agent for more, since the last change
+	// asking: that ask is in flight; asked is closed when it is answered
+	// (or the capacity changes).
+	asking bool
+	asked  chan struct{}
+	shadow shadowRate
 
 	res *resource // nil for limiters built in tests
 }
@@ -88,12 +100,13 @@ func newRateLimiter(clock Clock, burst int) *RateLimiter {
 	return l
 }
 
-// autoBurst is the default burst for a limit: 100ms worth, at least 1.
+// autoBurst is the default burst for a limit: a second's worth, at least
+// 1, as a web service expects of a per-second rate.
 func autoBurst(limit rate.Limit) int {
 	if limit == rate.Inf {
 		return maxBurst
 	}
-	b := math.Ceil(float64(limit) / 10)
+	b := math.Ceil(float64(limit))
 	switch {
 	case !(b >= 1):
 		return 1
@@ -222,13 +235,19 @@ func (l *RateLimiter) setLimit(limit rate.Limit) {
 	if limit == l.limit || l.closed { // a closed limiter stays at 0
 		return
 	}
-	old := l.limit
+	old, oldBurst := l.limit, l.burst
 	base := l.earnedLocked()
 	l.limit = limit
 	l.startSegmentLocked(base) // a new rate, a new segment
 	l.starved = false
+	l.endAskLocked()
 	if !l.fixedBurst {
 		l.burst = autoBurst(limit)
+	}
+	if l.burst > oldBurst && l.tokens >= 0 && old != rate.Inf {
+		// More capacity, a larger burst: its room is there at once, as
+		// a larger lease's first second would be.
+		l.tokens += float64(l.burst - oldBurst)
 	}
 	switch {
 	case limit == rate.Inf:
@@ -237,6 +256,10 @@ func (l *RateLimiter) setLimit(limit rate.Limit) {
 		l.tokens = min(l.tokens, 0) // capacity 0 blocks, even saved tokens
 	case old == rate.Inf:
 		l.tokens = 0
+	case old == 0 && l.tokens >= 0:
+		// Capacity after none (the first lease, or demand after idling):
+		// the requests that waited for it are served at once.
+		l.tokens = float64(l.burst)
 	}
 	if l.tokens > float64(l.burst) {
 		l.tokens = float64(l.burst)
@@ -253,21 +276,81 @@ func (l *RateLimiter) shut() {
 	l.limit = 0
 	l.startSegmentLocked(base)
 	l.tokens = min(l.tokens, 0)
+	l.endAskLocked()
 	l.wakeLocked()
 }
 
 // Allow reports whether an event may happen now. It is AllowN(1).
 func (l *RateLimiter) Allow() bool { return l.AllowN(1) }
 
-// noteStarvedLocked reports whether demand has just been seen while the
-// limit is 0, so that the agent asks for capacity without waiting for
-// the next demand sample. It reports once per capacity change.
+// noteStarvedLocked reports whether a call has just been refused (demand
+// while the limit is 0, or beyond the tokens of a positive limit), so that
+// the agent asks for capacity without waiting for the next demand sample:
+// the coordinator grants more at once if the global capacity has room. It
+// reports once per capacity change, so a client at its share does not
+// ask again and again.
 func (l *RateLimiter) noteStarvedLocked() bool {
-	if l.limit != 0 || l.starved || l.res == nil || l.closed {
+	if l.starved || l.res == nil || l.closed {
 		return false
 	}
-	l.starved = true
+	l.starved, l.asking, l.asked = true, true, make(chan struct{})
 	return true
+}
+
+// endAskLocked ends the ask in flight, if any, waking AwaitCapacity.
+func (l *RateLimiter) endAskLocked() {
+	if l.asking {
+		l.asking = false
+		close(l.asked)
+	}
+}
+
+// askAnswered is called by the agent once a refresh has been answered
+// (or has failed) and its capacities installed.
+func (l *RateLimiter) askAnswered() {
+	l.mu.Lock()
+	l.endAskLocked()
+	l.mu.Unlock()
+}
+
+// AwaitCapacity waits while the limiter has no capacity at all, or while
+// a refused call's ask for more capacity (see RateLimiter) is in flight:
+// until a positive limit is installed, or the ask is answered, or ctx ends
+// (its error is returned), or the limiter is closed (ErrClosed). The HTTP
+// and gRPC middlewares use it, bounded, so that the first requests of a
+// route, and those after an idle spell whose lease decayed, wait for the
+// coordinator's answer instead of being refused.
+func (l *RateLimiter) AwaitCapacity(ctx context.Context) error {
+	for {
+		l.mu.Lock()
+		var ch <-chan struct{}
+		switch {
+		case l.closed:
+			l.mu.Unlock()
+			return ErrClosed
+		case l.asking:
+			ch = l.asked
+		case l.limit > 0:
+			l.mu.Unlock()
+			return nil
+		default:
+			ch = l.changedLocked()
+		}
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Asking reports whether a refused call's ask for more capacity is in
+// flight (see AwaitCapacity).
+func (l *RateLimiter) Asking() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.asking
 }
 
 // AllowN reports whether n events may happen now, and if so takes n

@@ -37,7 +37,8 @@ func checkShadowRate(t *testing.T, a *Agent, id string, shadow bool) {
 	}
 	st := lim.Status()
 	if !shadow {
-		if allowed > 5 || st.Shadow || st.WouldRefuse != 0 || st.ShadowAdmitted != 0 || st.Capacity != 10 {
+		// A second's worth of burst (10), and what the time taken earns.
+		if allowed > 12 || st.Shadow || st.WouldRefuse != 0 || st.ShadowAdmitted != 0 || st.Capacity != 10 {
 			t.Errorf("%s not in shadow mode: allowed %d of 200 at 10/s; status %+v", id, allowed, st)
 		}
 		return
@@ -45,10 +46,10 @@ func checkShadowRate(t *testing.T, a *Agent, id string, shadow bool) {
 	if allowed != 200 {
 		t.Errorf("%s in shadow mode: allowed %d of 200, want all", id, allowed)
 	}
-	// The shadow bucket holds one token (a tenth of a second at 10/s) and
-	// earns one per 100ms.
-	if st.ShadowAdmitted != 200 || st.WouldRefuse < 190 || st.WouldRefuse > 199 {
-		t.Errorf("%s: ShadowAdmitted %d, WouldRefuse %d; want 200 and 190..199", id, st.ShadowAdmitted, st.WouldRefuse)
+	// The shadow bucket holds at most a second's worth (10 tokens at
+	// 10/s) and earns one per 100ms.
+	if st.ShadowAdmitted != 200 || st.WouldRefuse < 180 || st.WouldRefuse > 199 {
+		t.Errorf("%s: ShadowAdmitted %d, WouldRefuse %d; want 200 and 180..199", id, st.ShadowAdmitted, st.WouldRefuse)
 	}
 	if st.Capacity != 1e6 || st.ShadowCapacity != 10 || st.Source != SourceLease {
 		t.Errorf("%s: Capacity %g, ShadowCapacity %g, Source %v; want the wants 1e6 in force, 10 shadowed, from the lease", id, st.Capacity, st.ShadowCapacity, st.Source)
