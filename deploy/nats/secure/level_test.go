@@ -34,7 +34,7 @@ func (d *deployment) startLevel(t *testing.T) *level {
 	t.Helper()
 	d.createMirrorConsumer(t)
 	l := d.startLevelServer(t)
-	l.coordErrs, _ = d.runCoordinator(t, l.srv, "region1_coordinator", "region1", "root")
+	l.coordErrs = d.runCoordinator(t, l.srv, "region1_coordinator", "region1", "root").errs
 	return l
 }
 
