@@ -227,7 +227,8 @@ func serveReplicas(ctx context.Context, url string, cf *coordFlags, n int, log *
 // configuration bucket (creating it as a coordinator would), leaving keys
 // that exist or existed alone. Under --unmatched reject the catch-all
 // example (glob "*") is left out, since no resource would be unmatched
-// while it exists; one stored earlier is reported.
+// while it exists; one stored earlier is reported when the templates are
+// loaded (warnCatchAll).
 func seedTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger) error {
 	bucket, unmatched := cf.configBucket, cf.unmatched
 	js, err := jetstream.New(nc)
@@ -255,19 +256,6 @@ func seedTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog
 	}
 	if len(names) > 0 {
 		log.Info("seeded example templates", "bucket", bucket, "templates", names)
-	}
-	if !reject {
-		return nil
-	}
-	entries, err := configkv.LoadAll(ctx, kv)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if e.Template != nil && e.Template.Glob == "*" {
-			log.Warn("a stored template matches every resource, so --unmatched reject has no effect while it exists",
-				"template", e.Name, "remove it with", "allot config delete "+e.Name)
-		}
 	}
 	return nil
 }
