@@ -109,6 +109,9 @@ type deployment struct {
 	coord     *coord
 	coordErrs *asyncErrors
 	stopCoord func()
+	// opts are the options of the root's replicas beside node, server
+	// id and templates (startDeploymentWith).
+	opts coordinator.Options
 }
 
 // rootEnv is the setup's environment with free ports and a temporary
@@ -185,7 +188,15 @@ func (l laterTB) Cleanup(f func()) { *l.later = append(*l.later, f) }
 // runs a coordinator replica until it serves.
 func startDeployment(t *testing.T) *deployment {
 	t.Helper()
+	return startDeploymentWith(t, coordinator.Options{})
+}
+
+// startDeploymentWith is startDeployment with opts for the root's
+// replicas.
+func startDeploymentWith(t *testing.T, opts coordinator.Options) *deployment {
+	t.Helper()
 	d := startRoot(t, false)
+	d.opts = opts
 	admin, _ := d.dial(t, d.srv, "admin")
 	if err := putTemplate(t, admin, resource, true); err != nil {
 		t.Fatal(err)
@@ -217,8 +228,15 @@ func putTemplate(t *testing.T, nc *nats.Conn, name string, create bool) error {
 // until it serves.
 func (d *deployment) startCoordinator(t *testing.T) {
 	t.Helper()
-	d.coord = d.runCoordinator(t, d.srv, "coordinator", "root", "")
+	d.coord = d.runCoordinator(t, d.srv, "coordinator", d.rootOptions("root-1"))
 	d.coordErrs, d.stopCoord = d.coord.errs, d.coord.stop
+}
+
+// rootOptions are the options of the root's replica id.
+func (d *deployment) rootOptions(id string) coordinator.Options {
+	o := d.opts
+	o.Node, o.ServerID = "root", id
+	return o
 }
 
 // coord is a running coordinator replica of the suite.
@@ -255,12 +273,12 @@ func (c *coord) waitServing(t *testing.T, on bool) {
 	}
 }
 
-// runCoordinator runs a replica of node on srv as user (launchCoordinator)
-// and waits until it serves; it fails the test if the user was refused
-// anything on the way.
-func (d *deployment) runCoordinator(t *testing.T, srv *server.Server, user, node, parent string) *coord {
+// runCoordinator runs a replica with opts on srv as user
+// (launchCoordinator) and waits until it serves; it fails the test if the
+// user was refused anything on the way.
+func (d *deployment) runCoordinator(t *testing.T, srv *server.Server, user string, opts coordinator.Options) *coord {
 	t.Helper()
-	c := d.launchCoordinator(t, srv, user, node, parent, node+"-1")
+	c := d.launchCoordinator(t, srv, user, opts)
 	c.waitServing(t, true)
 	// A coordinator whose rights miss something it needs shows it here.
 	if e := c.errs.all(); len(e) > 0 {
@@ -269,15 +287,17 @@ func (d *deployment) runCoordinator(t *testing.T, srv *server.Server, user, node
 	return c
 }
 
-// launchCoordinator starts a replica id of node on srv as user, the way
-// `allot coordinator` does: at the root (parent "") on the configuration
-// bucket, under a parent on the configuration mirror of the parent's
-// bucket (created if missing, waited for until in sync), as cmd/allot's
-// startTemplates does, with the watch resynced on every reconnect. Its
-// connection reconnects forever, as `allot coordinator`'s. The replica
-// leads or follows; the test's end stops it.
-func (d *deployment) launchCoordinator(t *testing.T, srv *server.Server, user, node, parent, id string) *coord {
+// launchCoordinator starts a replica with opts (its node, parent and
+// server id) on srv as user, the way the secure setup's `allot
+// coordinator --unmatched reject` does: at the root (parent "") on the
+// configuration bucket, under a parent on the configuration mirror of the
+// parent's bucket (created if missing, waited for until in sync), as
+// cmd/allot's startTemplates does, with the watch resynced on every
+// reconnect. Its connection reconnects forever, as `allot coordinator`'s.
+// The replica leads or follows; the test's end stops it.
+func (d *deployment) launchCoordinator(t *testing.T, srv *server.Server, user string, opts coordinator.Options) *coord {
 	t.Helper()
+	node, parent, id := opts.Node, opts.Parent, opts.ServerID
 	c := &coord{id: id, log: &lineLog{}, serving: make(chan bool, 64), ended: make(chan struct{})}
 	c.nc, c.errs = d.dial(t, srv, user, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	log := slogFor(t, c.log).With("node", node, "replica", id)
@@ -297,13 +317,14 @@ func (d *deployment) launchCoordinator(t *testing.T, srv *server.Server, user, n
 	if err != nil {
 		t.Fatalf("configuration of node %s: %v (refused: %v)", node, err, c.errs.all())
 	}
-	w := configkv.NewWatcher(kv, config.UnmatchedDefault.Fallback(), log)
+	w := configkv.NewWatcher(kv, config.UnmatchedReject.Fallback(), log)
 	if err := w.Start(octx); err != nil {
 		t.Fatal(err)
 	}
 	c.nc.SetReconnectHandler(func(*nats.Conn) { w.Resync() })
+	opts.Templates, opts.Logger = w, log
 	c.rep, err = coordinator.NewReplica(c.nc, coordinator.ReplicaOptions{
-		Options:   coordinator.Options{Node: node, Parent: parent, ServerID: id, Templates: w, Logger: log},
+		Options:   opts,
 		OnServing: func(_ uint64, on bool) { c.serving <- on },
 	})
 	if err != nil {

@@ -131,7 +131,7 @@ func (d *deployment) waitElectionWatch(t *testing.T, since time.Time) {
 // its lease, and nothing either connection does is refused.
 func TestReconnectKeepsElectionAndDashboard(t *testing.T) {
 	d := startDeployment(t)
-	follower := d.launchCoordinator(t, d.srv, "coordinator", "root", "", "root-2")
+	follower := d.launchCoordinator(t, d.srv, "coordinator", d.rootOptions("root-2"))
 	url := startDashboard(t, d.coord)
 	waitDashboardReplicas(t, url, waitEitherServes(t, d.coord), "root-1", "root-2")
 	d.waitElectionWatch(t, time.Time{})
