@@ -60,6 +60,8 @@ type coordFlags struct {
 	ops *opsState
 	// metricsMax bounds the resources metrics name per node.
 	metricsMax int
+	// dashboard guards the dashboard served with --metrics-addr.
+	dashboard dashboardFlags
 }
 
 func (f *coordFlags) register(fs *flag.FlagSet) {
@@ -79,6 +81,7 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (one JSON object a line)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", f.metricsAddr, "HOST:PORT to serve Prometheus /metrics, /healthz and /readyz on over HTTP (empty: none; see docs/metrics.md)")
+	f.dashboard.register(fs)
 	fs.IntVar(&f.metricsMax, "metrics-max-resources", metrics.DefaultMaxResources, fmt.Sprintf("most resources per node that metrics name (those with the most outstanding; the others are summed as resource=%q), 1-%d", metrics.OtherResource, coordinator.MaxObservedResources))
 	fs.DurationVar(&f.electionTTL, "election-ttl", election.DefaultTTL, "leader key TTL in bucket "+election.DefaultBucket+" (whole seconds); an abrupt leader loss costs about TTL+1s")
 	fs.IntVar(&f.replicasKV, "bucket-replicas", 1, "replicas of the configuration, election and state buckets when allot creates them (3 on a three-server cluster)")
@@ -186,6 +189,9 @@ func (f *coordFlags) validate() error {
 		return err
 	}
 	if err := f.isolation.validate(f); err != nil {
+		return err
+	}
+	if err := f.dashboard.resolve(); err != nil {
 		return err
 	}
 	if f.parent == "" {
@@ -405,7 +411,7 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 	if cf.metricsAddr != "" {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		cf.ops = &opsState{maxResources: cf.metricsMax, conn: nc}
+		cf.ops = cf.newOps(nc)
 		url, err := startOps(ctx, cf.metricsAddr, false, cf.ops, log)
 		if err != nil {
 			return err

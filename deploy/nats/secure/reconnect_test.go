@@ -12,13 +12,18 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/dashboard"
+	"github.com/allot/allot/internal/webtest"
 )
 
+// dashToken is the token of the suite's dashboard.
+const dashToken = "secure-suite-dashboard-token"
+
 // startDashboard serves the dashboard of c's replica on c's connection,
-// as `allot coordinator --metrics-addr` does, and returns its URL.
+// as `allot coordinator --metrics-addr --dashboard-token` does, and
+// returns its URL.
 func startDashboard(t *testing.T, c *coord) string {
 	t.Helper()
-	dash, err := dashboard.New(dashboard.Options{Source: c.rep, Conn: c.nc, Logger: slogFor(t, c.log)})
+	dash, err := dashboard.New(dashboard.Options{Source: c.rep, Conn: c.nc, Logger: slogFor(t, c.log), Token: dashToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,19 +43,15 @@ func startDashboard(t *testing.T, c *coord) string {
 	return srv.URL
 }
 
-// dashboardEvent reads the dashboard's /snapshot.
+// dashboardEvent reads the dashboard's /snapshot with its token.
 func dashboardEvent(t *testing.T, url string) dashboard.Event {
 	t.Helper()
-	resp, err := http.Get(url + "/snapshot")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp, body := webtest.Get(t, url+"/snapshot", "", webtest.Bearer(dashToken)...)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("dashboard: %s", resp.Status)
 	}
 	var ev dashboard.Event
-	if err := json.NewDecoder(resp.Body).Decode(&ev); err != nil {
+	if err := json.Unmarshal([]byte(body), &ev); err != nil {
 		t.Fatal(err)
 	}
 	return ev
@@ -134,6 +135,15 @@ func TestReconnectKeepsElectionAndDashboard(t *testing.T) {
 	follower := d.launchCoordinator(t, d.srv, "coordinator", d.rootOptions("root-2"))
 	url := startDashboard(t, d.coord)
 	waitDashboardReplicas(t, url, waitEitherServes(t, d.coord), "root-1", "root-2")
+	// Only with its token, and only under a name it answers.
+	for _, r := range []struct {
+		host, token string
+		code        int
+	}{{"", "", http.StatusUnauthorized}, {"rebound.example:9464", dashToken, http.StatusForbidden}} {
+		if resp, _ := webtest.Get(t, url+"/snapshot", r.host, webtest.Bearer(r.token)...); resp.StatusCode != r.code {
+			t.Fatalf("dashboard, Host %q, token %q: %s, want %d", r.host, r.token, resp.Status, r.code)
+		}
+	}
 	d.waitElectionWatch(t, time.Time{})
 	nc, _ := d.dial(t, d.srv, "tenant_a")
 	leaseOf(t, nc)
