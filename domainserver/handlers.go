@@ -58,11 +58,14 @@ func (s *Server) handle(m micro.Request) {
 		b = domainwire.AppendRateReply(make([]byte, 0, 320), r)
 	case *domainwire.ReserveReply:
 		b = domainwire.AppendReserveReply(make([]byte, 0, 320), r)
+	case *domainwire.RefreshReply:
+		b, err = s.refreshBody(r)
 	default:
-		if b, err = json.Marshal(out); err != nil {
-			s.replyError(m, domainwire.CodeInternal, "encode reply: "+err.Error())
-			return
-		}
+		b, err = json.Marshal(out)
+	}
+	if err != nil {
+		s.replyError(m, domainwire.CodeInternal, "encode reply: "+err.Error())
+		return
 	}
 	if !s.mayAnswer() {
 		s.gate.Silenced.Add(1)
@@ -387,8 +390,26 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 	s.refreshShares(&out, in.ClientID, ns, name, domains, now)
 	s.counts.Refreshes++
 	s.counts.Lost += uint64(len(out.Lost))
-	return out, nil
+	return &out, nil
 }
+
+// refreshBody encodes a refresh reply. One that would not fit in a NATS
+// message goes without its shares: a refresh must reach its client (its
+// holds depend on it), which keeps the shares it had; the agent sizes its
+// refreshes so that this does not happen.
+func (s *Server) refreshBody(r *domainwire.RefreshReply) ([]byte, error) {
+	b, err := json.Marshal(r)
+	if err == nil && r.Shares != nil && int64(len(b)) > s.nc.MaxPayload()-replySlack {
+		s.log.Warn("a refresh reply is too large for its shares; sent without them", "bytes", len(b), "domains", len(r.Shares))
+		r.Shares = nil
+		b, err = json.Marshal(r)
+	}
+	return b, err
+}
+
+// replySlack is room left in a reply for what NATS adds to the payload
+// it counts against max_payload (the micro service's headers).
+const replySlack = 1024
 
 // refreshShares tells a refreshing client the namespace's fail mode and
 // its share of each domain it still holds copies of: a holder learns its

@@ -2,6 +2,8 @@ package domainserver_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"reflect"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/natstest"
 )
 
 // TestRepliesTellShares: every reply about a copy-limited resource
@@ -110,5 +113,35 @@ func TestLearningLeaderTellsNoShare(t *testing.T) {
 	var rep domainwire.RefreshReply
 	if code := e.call(t, domainwire.OpRefresh, "sandbox", string(body), &rep); code != "" || rep.Shares != nil {
 		t.Fatalf("refresh while learning: %s %+v", code, rep)
+	}
+}
+
+// TestRefreshTooLargeForShares: a refresh reply that would not fit in a
+// NATS message with its shares (many long domain names) goes without
+// them, and still keeps the holds alive.
+func TestRefreshTooLargeForShares(t *testing.T) {
+	s := natstest.MaxPayloadServer(t, 32<<10)
+	cfg := &config{}
+	ns := testNamespace()
+	ns.AllowUnconfigured = true
+	cfg.set(ns)
+	e := &env{nc: natstest.Conn(t, s), cfg: cfg}
+	e.srv = run(t, natstest.Conn(t, s), domainserver.Options{Config: cfg.get, HoldTTL: time.Hour, Logger: slog.New(slog.DiscardHandler)}, nil)
+	var holds []domainwire.Hold
+	for i := range 100 {
+		var r domainwire.ReserveReply
+		d := fmt.Sprintf("%0250d", i)
+		if code := e.call(t, domainwire.OpReserve, "pool", `{"domain":"`+d+`","client_id":"c"}`, &r); code != "" || r.Granted != 1 {
+			t.Fatalf("reserve: %s %+v", code, r)
+		}
+		holds = append(holds, domainwire.Hold{HoldID: r.HoldID, Domain: d, Groups: []string{}, Copies: 1})
+	}
+	body, err := json.Marshal(domainwire.Refresh{ClientID: "c", Holds: holds})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep domainwire.RefreshReply
+	if code := e.call(t, domainwire.OpRefresh, "pool", string(body), &rep); code != "" || len(rep.Lost) != 0 || len(rep.Seals) != 100 || rep.Shares != nil || rep.Fail != "share" {
+		t.Fatalf("refresh of %d bytes: %s, %d lost, %d seals, %d shares, fail %q", len(body), code, len(rep.Lost), len(rep.Seals), len(rep.Shares), rep.Fail)
 	}
 }
