@@ -37,9 +37,9 @@ type HoldInfo struct {
 	// included.
 	Waited time.Duration
 	// Degraded: no domain service answered Reserve (Cause says why), so
-	// the client failed open: the hold is local, with the call's min
-	// copies, and the service does not count it. The context data is
-	// then zero.
+	// the client failed open, as the namespace's fail mode allowed: the
+	// hold is local, with the call's min copies, and the service does
+	// not count it. The context data is then zero.
 	Degraded bool
 	Cause    error
 	// Shadow: the service rejected Reserve and the kill switch granted
@@ -60,6 +60,9 @@ type Hold struct {
 	domain   string
 	local    bool // degraded or shadow: the service does not know it
 	info     HoldInfo
+	// entry is a local hold's resource entry, which counts it (guarded
+	// by c.mu).
+	entry *domainRes
 
 	op sync.Mutex // one exchange with the service at a time
 
@@ -94,7 +97,8 @@ func (h *Hold) Copies() int64 {
 }
 
 // Groups returns the domain groups the copies were taken from, as the
-// service answered.
+// service answered; for a local hold, the groups whose shares it counts
+// in (a degraded hold's: those of the domain's last share).
 func (h *Hold) Groups() []string { return slices.Clone(h.groups) }
 
 // Info returns what the Reserve that made the hold learnt (zero for a
@@ -245,12 +249,15 @@ func (h *Hold) shrinkLocal(n int64) {
 	done := h.copies == 0
 	h.closed = done
 	h.mu.Unlock()
-	h.c.note(h.ns, h.res, func(r *domainRes) {
-		r.st.LocalCopies -= n
-		if done {
-			r.st.LocalHolds--
-		}
-	})
+	c := h.c
+	c.mu.Lock()
+	r := h.entry
+	r.st.LocalCopies -= n
+	if done {
+		r.st.LocalHolds--
+		delete(r.fail.locals, h)
+	}
+	c.mu.Unlock()
 }
 
 // exchange sends one release or transfer about h, under the resource's
@@ -413,6 +420,7 @@ func (c *Client) Seize(ctx context.Context, transferID string) (*Hold, error) {
 		return nil, agent.ErrClosed
 	}
 	var rep domainwire.SeizeReply
+	at := time.Now()
 	err = c.call(ctx, domainwire.OpSeize, ns, res, &domainwire.Seize{ClientID: c.clientID, TransferID: transferID}, &rep)
 	if err == nil && (rep.HoldID == "" || rep.Copies < 1) {
 		err = fmt.Errorf("%w: seize reply without a hold", ErrUnavailable)
@@ -428,6 +436,9 @@ func (c *Client) Seize(ctx context.Context, transferID string) (*Hold, error) {
 		return nil, err
 	}
 	c.answered(r)
+	c.learnMode(ns, rep.Fail)
+	r.learnTTL(rep.TTLMillis)
+	r.learnShare(rep.Domain, rep.Share, at)
 	if h := r.holds[rep.HoldID]; h != nil {
 		return h, nil // a retry answered with the hold this client has
 	}

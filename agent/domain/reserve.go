@@ -30,9 +30,16 @@ import (
 // wraps ErrHoldLost.
 //
 // Fail-open: when no domain service answers, Reserve returns a local hold
-// of the min copies with Info().Degraded set, which no service counts;
-// with the kill switch on a rejection becomes a local hold of copies with
-// Info().Shadow set. Bad input is an error and nothing is sent, as for Request.
+// of the min copies with Info().Degraded set, which no service counts, as
+// far as the namespace's fail mode allows: FailOpen always, FailShare
+// only while the client's copies of the resource (holds and local holds)
+// with these stay within its Share, FailClosed never. For a resource the
+// client has had no answer about, the fail mode is not known and Reserve
+// fails closed unless WithFailOpenUnseen says otherwise. A refused
+// Reserve returns an error wrapping ErrUnavailable, counted in Status as
+// DegradedRefused. With the kill switch on a rejection becomes a local
+// hold of copies with Info().Shadow set. Bad input is an error and
+// nothing is sent, as for Request.
 func (c *Client) Reserve(ctx context.Context, resource, domain string, copies int64, opts ...CallOption) (*Hold, error) {
 	ns, res, o, err := c.prepare(resource, domain, copies, opts)
 	if err != nil {
@@ -46,7 +53,9 @@ func (c *Client) reserve(ctx context.Context, ns, res, resource, domain string, 
 	req := domainwire.Reserve{Domain: domain, Copies: copies, MinCopies: o.minCopies, ClientID: c.clientID}
 	var last domainwire.ReserveReply
 	var answered bool
+	var sent time.Time // of the last answered attempt
 	attempts, waited, granted, err := c.retry(ctx, o, func(ctx context.Context) (bool, time.Duration, error) {
+		at := time.Now()
 		var rep domainwire.ReserveReply
 		if err := c.call(ctx, domainwire.OpReserve, ns, res, &req, &rep); err != nil {
 			return false, 0, err
@@ -54,7 +63,7 @@ func (c *Client) reserve(ctx context.Context, ns, res, resource, domain string, 
 		if rep.Granted != 0 && (rep.Granted < o.minCopies || rep.Granted > copies || rep.HoldID == "") {
 			return false, 0, fmt.Errorf("%w: granted %d outside [%d, %d] or no hold id", ErrUnavailable, rep.Granted, o.minCopies, copies)
 		}
-		last, answered = rep, true
+		last, answered, sent = rep, true, at
 		if rep.Learning {
 			return false, max(time.Duration(rep.RetryAfterMillis)*time.Millisecond, 0), nil
 		}
@@ -68,6 +77,11 @@ func (c *Client) reserve(ctx context.Context, ns, res, resource, domain string, 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := c.callLocked(ns, res, granted, attempts, answered)
+	if answered {
+		c.learnMode(ns, last.Fail)
+		r.learnTTL(last.TTLMillis)
+		r.learnShare(domain, last.Share, sent)
+	}
 	switch {
 	case granted:
 		r.st.Granted++
@@ -81,9 +95,8 @@ func (c *Client) reserve(ctx context.Context, ns, res, resource, domain string, 
 		return h, nil
 	case err == nil && c.kill.Load():
 		r.st.WouldReject++
-		h.local, h.info.Shadow, h.copies = true, true, copies
-		r.st.LocalHolds++
-		r.st.LocalCopies += copies
+		h.local, h.info.Shadow, h.copies, h.groups = true, true, copies, slices.Clone(last.Groups)
+		r.addLocal(h)
 		return h, nil
 	case err == nil:
 		r.st.Rejected++
@@ -95,11 +108,15 @@ func (c *Client) reserve(ctx context.Context, ns, res, resource, domain string, 
 		return nil, e
 	case errors.Is(err, ErrUnavailable) && ctx.Err() == nil:
 		c.unanswered(r, err)
+		groups, why := c.mayDegrade(ns, r, domain, o.minCopies)
+		if why != "" {
+			r.st.DegradedRefused++
+			return nil, fmt.Errorf("domain: no local hold of %s for domain %q: %s; the service did not answer: %w", resource, domain, why, err)
+		}
 		r.st.Degraded++
 		h.info = HoldInfo{Waited: waited, Degraded: true, Cause: err}
-		h.local, h.copies = true, o.minCopies
-		r.st.LocalHolds++
-		r.st.LocalCopies += o.minCopies
+		h.local, h.copies, h.groups = true, o.minCopies, groups
+		r.addLocal(h)
 		return h, nil
 	}
 	return nil, err
