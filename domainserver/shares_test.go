@@ -52,7 +52,9 @@ func TestRepliesTellShares(t *testing.T) {
 		t.Fatalf("transfer: %s", code)
 	}
 	sz := seized(t, e, "c3", tr.TransferID)
-	if want := (&domainwire.Share{Global: 1 + 5/3, Domain: 1 + 3/2, Groups: free(1 + 3/3)}); sz.Fail != "share" || !reflect.DeepEqual(sz.Share, want) {
+	// c3: its copy, a third of the 5 left globally, half of a's 3, a
+	// third of free's 3.
+	if want := (&domainwire.Share{Global: 1 + 5/3, Domain: 1 + 3/2, Groups: free(1 + 1)}); sz.Fail != "share" || !reflect.DeepEqual(sz.Share, want) {
 		t.Fatalf("c3's seize: fail %q, share %+v, want %+v", sz.Fail, sz.Share, want)
 	}
 	var rr domainwire.RateReply

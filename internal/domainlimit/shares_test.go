@@ -36,10 +36,11 @@ func TestShare(t *testing.T) {
 		// left. Group free: 3 held, 3 left among A and B.
 		{"A", "a", Share{Global: 2 + 3, Domain: 2 + 2, Groups: []GroupShare{{"free", 2 + 1}}}},
 		{"B", "z", Share{Global: 2 + 3, Domain: 1 + 9}}, // the domain limit is the global one
-		// C is new: it counts itself everywhere it asks.
-		{"C", "a", Share{Global: 0 + 6/3, Domain: 0 + 2/2, Groups: []GroupShare{{"free", 0 + 3/3}}}},
+		// C is new: it counts itself everywhere it asks (a third of the
+		// 6 left globally, half of a's 2, a third of free's 3).
+		{"C", "a", Share{Global: 0 + 2, Domain: 0 + 1, Groups: []GroupShare{{"free", 0 + 1}}}},
 		// A's share shrinks now that C is seen too.
-		{"A", "a", Share{Global: 2 + 6/3, Domain: 2 + 2/2, Groups: []GroupShare{{"free", 2 + 3/3}}}},
+		{"A", "a", Share{Global: 2 + 2, Domain: 2 + 1, Groups: []GroupShare{{"free", 2 + 1}}}},
 	} {
 		if got := h.Share(c, c2.client, c2.domain, epoch); !reflect.DeepEqual(got, c2.want) {
 			t.Errorf("share of %s for %s = %+v, want %+v", c2.client, c2.domain, got, c2.want)
