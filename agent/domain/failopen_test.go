@@ -250,8 +250,8 @@ resources:
 }
 
 // TestGapUnseenResource: a client that has had no answer about a
-// resource does not know its namespace's fail mode: it fails closed, or
-// open with WithFailOpenUnseen.
+// namespace does not know its fail mode: it fails closed, or open with
+// WithFailOpenUnseen.
 func TestGapUnseenResource(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)

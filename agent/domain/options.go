@@ -52,10 +52,11 @@ func WithKillSwitch(on bool) Option {
 }
 
 // WithFailOpenUnseen sets what Request and Reserve do when no domain
-// service answers about a resource the client has had no answer about
-// yet, so that it knows neither the namespace's fail mode nor a share:
-// fail closed (false, the default: nothing justifies a grant) or grant
-// the min copies as the fail mode "open" does (true).
+// service answers about a namespace no reply has told the client about
+// yet (it started during the outage, say), so that it knows neither the
+// namespace's fail mode nor a share: fail closed (false, the default:
+// nothing justifies a grant) or grant the min copies as the fail mode
+// "open" does (true).
 func WithFailOpenUnseen(on bool) Option {
 	return func(o *options) error {
 		o.failOpenUnseen = on

@@ -76,12 +76,12 @@ type Grant struct {
 // within WithTimeout, a server error), Request grants the min copies
 // itself and says so in Grant.Degraded, so that the process keeps working
 // without the service, unless the namespace fails closed (FailClosed) or
-// the client has had no answer about the resource yet (its fail mode is
+// no reply has told the client about the namespace yet (its fail mode is
 // unknown: see WithFailOpenUnseen); it then returns an error wrapping
 // ErrUnavailable, counted as DegradedRefused. Hits are not bounded by a
-// share in FailShare: see docs/domains-client.md. With the kill switch on (SetKillSwitch), a rejection
-// is turned into a grant of copies with Grant.Shadow set. Both are counted
-// in Status.
+// share in FailShare: see docs/domains-client.md. With the kill switch on
+// (SetKillSwitch), a rejection is turned into a grant of copies with
+// Grant.Shadow set. All are counted in Status.
 //
 // Bad input (a malformed resource or domain, copies outside [1, 10^12],
 // min copies above copies) is an error and nothing is sent; so is an error

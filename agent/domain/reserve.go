@@ -33,9 +33,9 @@ import (
 // of the min copies with Info().Degraded set, which no service counts, as
 // far as the namespace's fail mode allows: FailOpen always, FailShare
 // only while the client's copies of the resource (holds and local holds)
-// with these stay within its Share, FailClosed never. For a resource the
-// client has had no answer about, the fail mode is not known and Reserve
-// fails closed unless WithFailOpenUnseen says otherwise. A refused
+// with these stay within its Share, FailClosed never. For a namespace no
+// reply has told the client about, the fail mode is not known and
+// Reserve fails closed unless WithFailOpenUnseen says otherwise. A refused
 // Reserve returns an error wrapping ErrUnavailable, counted in Status as
 // DegradedRefused. With the kill switch on a rejection becomes a local
 // hold of copies with Info().Shadow set. Bad input is an error and
