@@ -50,6 +50,10 @@ const (
 	DefaultMaxCounters = 1 << 20
 	// MaxPartitions bounds Options.Partitions, as for the quota partitions.
 	MaxPartitions = 1024
+	// DefaultClockSkew is Options.ClockSkew's default, the coordinators'.
+	DefaultClockSkew = 2 * time.Second
+	// NoClockSkew sets Options.ClockSkew to zero.
+	NoClockSkew time.Duration = -1
 	// sweepEvery is how often expired counters are dropped when no
 	// request does it.
 	sweepEvery = 5 * time.Second
@@ -73,6 +77,12 @@ type Options struct {
 	// MaxCounters bounds the counters kept; beyond, a request adding a
 	// counter is refused (429). Default DefaultMaxCounters.
 	MaxCounters int
+	// ClockSkew is the most the front ends' clocks may differ from this
+	// one: a counter is kept until its window's end plus it, so that a
+	// front end whose clock is behind still counts on it. (Keeping it
+	// longer is harmless: the next window has another key.) Default
+	// DefaultClockSkew; NoClockSkew for none.
+	ClockSkew time.Duration
 	// Term is the leadership term, reported in STATS. Default 1.
 	Term uint64
 	// Valid, if set, reports whether this server may still answer; it is
@@ -93,6 +103,14 @@ func (o *Options) fill() error {
 	}
 	if o.MaxCounters < 0 {
 		return fmt.Errorf("envoyserver: max counters %d is negative", o.MaxCounters)
+	}
+	switch {
+	case o.ClockSkew == 0:
+		o.ClockSkew = DefaultClockSkew
+	case o.ClockSkew == NoClockSkew:
+		o.ClockSkew = 0
+	case o.ClockSkew < 0:
+		return fmt.Errorf("envoyserver: clock skew %v is negative", o.ClockSkew)
 	}
 	if o.Term == 0 {
 		o.Term = 1
@@ -207,8 +225,17 @@ func (s *Server) Get(ctx context.Context, now time.Time, incs []envoyrl.Incremen
 	return s.store.Get(ctx, now, incs)
 }
 
-// count adds incs to the store and keeps the counts.
+// count adds incs to the store, each kept until its window's end plus
+// the clock skew, and keeps the counts.
 func (s *Server) count(ctx context.Context, now time.Time, incs []envoyrl.Increment) ([]uint64, error) {
+	if s.opts.ClockSkew > 0 {
+		skewed := make([]envoyrl.Increment, len(incs))
+		for i, inc := range incs {
+			inc.Expires = inc.Expires.Add(s.opts.ClockSkew)
+			skewed[i] = inc
+		}
+		incs = skewed
+	}
 	vals, err := s.store.Increment(ctx, now, incs)
 	switch {
 	case errors.Is(err, envoyrl.ErrStoreFull):

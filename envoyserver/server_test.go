@@ -200,3 +200,33 @@ func TestNoPartition(t *testing.T) {
 		t.Fatalf("got %v, want ErrNoPartition", err)
 	}
 }
+
+// TestClockSkew: a leader whose clock runs ahead of a front end's by
+// less than the clock skew still counts on the front end's window; with
+// no skew allowed the window has ended for it, and every hit would start
+// the counter again.
+func TestClockSkew(t *testing.T) {
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	windowEnd := time.Unix(1_800_000_001, 0)
+	for _, tc := range []struct {
+		skew time.Duration
+		want string
+	}{{envoyserver.DefaultClockSkew, "2"}, {envoyserver.NoClockSkew, "1"}} {
+		srv, err := envoyserver.New(nc, envoyserver.Options{ClockSkew: tc.skew, Logger: quiet(),
+			Now: func() time.Time { return windowEnd.Add(time.Second) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		body := fmt.Sprintf(`{"domain":"edge","counters":[{"key":"edge_k_v_1800000000","hits":1,"expires":%d}]}`, windowEnd.Unix())
+		request(t, nc, envoywire.CountSubject("root", "edge"), body)
+		got, _ := request(t, nc, envoywire.CountSubject("root", "edge"), body)
+		srv.Stop()
+		if !strings.Contains(got, `"`+tc.want+`"`) {
+			t.Errorf("skew %v: the second hit reads %s, want %s", tc.skew, got, tc.want)
+		}
+	}
+}
