@@ -22,6 +22,7 @@ import (
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/envoywire"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/metrics"
 	"github.com/allot/allot/quotaserver"
@@ -59,6 +60,8 @@ type coordFlags struct {
 	ops *opsState
 	// metricsMax bounds the resources metrics name per node.
 	metricsMax int
+	// rls configures Envoy's rate limit API (rls.go).
+	rls rlsFlags
 }
 
 func (f *coordFlags) register(fs *flag.FlagSet) {
@@ -84,6 +87,7 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	f.quotaServe = partitionList{all: true}
 	fs.DurationVar(&f.holdTTL, "hold-ttl", domainserver.DefaultHoldTTL, "domain limits: how long a hold of a copy-limited resource lives without its client's refresh (agents refresh every third of it); a crashed client's holds are released after it, and a new leader learns the live holds for as long before it grants more")
 	fs.Var(&f.quotaServe, "quota-serve", "quota partitions this process serves: 'all', 'none', or a comma-separated list such as 0,2")
+	f.rls.register(fs, true)
 }
 
 // partitionList is the value of --quota-serve.
@@ -175,6 +179,9 @@ func (f *coordFlags) validate() error {
 		return fmt.Errorf("--quota-partitions %d: want 1 to %d", f.quotaParts, quotaserver.MaxPartitions)
 	}
 	if _, err := f.quotaServe.partitions(f.quotaParts); err != nil {
+		return err
+	}
+	if err := f.rls.validate(); err != nil {
 		return err
 	}
 	if f.parent == "" {
@@ -293,6 +300,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	}
 	quotaConfig := quotaserver.WatchedConfig(w)
 	domainConfig := domainserver.WatchedConfig(w)
+	var envoy envoyPartitions
 	for _, p := range parts {
 		qr, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
 			Options: quotaserver.Options{Node: cf.node, ServerID: opts.ServerID, Partition: p, Partitions: cf.quotaParts,
@@ -317,15 +325,29 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 			defer cf.ops.addDomain(dr)()
 		}
 		runs = append(runs, dr.Run)
+		// So do Envoy's rate limit counters (rls.go).
+		er, err := envoy.add(nc, cf, opts.ServerID, p, log)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, er.Run)
+	}
+	front, err := centralRLS(nc, cf, w, &envoy, log)
+	if err != nil {
+		return err
+	}
+	if front != nil {
+		runs = append(runs, front)
 	}
 	return runAll(ctx, runs)
 }
 
-// partitionMappings are the subject mappings of n quota and domain
-// partitions of node (none for one).
+// partitionMappings are the subject mappings of n quota, domain and
+// Envoy partitions of node (none for one).
 func partitionMappings(node string, n int) map[string]string {
 	m := quotaserver.Mappings(node, n)
 	maps.Copy(m, domainwire.Mappings(node, n))
+	maps.Copy(m, envoywire.Mappings(node, n))
 	return m
 }
 
