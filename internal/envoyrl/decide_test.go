@@ -305,3 +305,25 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		}
 	}
 }
+
+func TestExplain(t *testing.T) {
+	ds, err := envoyrl.Parse("t.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - {key: s, value: x*, share_threshold: true, shadow_mode: true, rate_limit: {unit: minute, requests_per_unit: 7, name: seven}}\n  - key: u\n    rate_limit: {unlimited: true}\n"), envoyrl.ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := envoyrl.NewConfig(ds, envoyrl.ConfigOptions{})
+	a := cfg.Explain("d", d("k", "v", "s", "xyz"))
+	if !a.Known || a.Limit == nil || a.Limit.RequestsPerUnit != 7 || a.Limit.Name != "seven" || !a.ShadowMode ||
+		!reflect.DeepEqual(a.Entries, []envoyrl.Entry{{Key: "k", Value: "v"}, {Key: "s", Value: "x*"}}) {
+		t.Errorf("shared wildcard: %+v", a)
+	}
+	if a := cfg.Explain("d", d("k", "v")); !a.Known || a.Limit != nil {
+		t.Errorf("a node without a limit: %+v", a)
+	}
+	if a := cfg.Explain("d", d("u", "1")); a.Limit == nil || !a.Limit.Unlimited {
+		t.Errorf("unlimited: %+v", a)
+	}
+	if a := cfg.Explain("other", d("k", "v")); a.Known || a.Limit != nil {
+		t.Errorf("unknown domain: %+v", a)
+	}
+}
