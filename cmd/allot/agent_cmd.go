@@ -23,6 +23,7 @@ import (
 	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/subjects"
+	"github.com/allot/allot/rlqsserver"
 	"github.com/allot/allot/rls"
 )
 
@@ -104,7 +105,12 @@ func runAgent(ctx context.Context, env *cliEnv, args []string) error {
 			return err
 		}
 		svc.Register(srv.GRPC())
-		fmt.Fprintf(env.stdout, "allot agent: envoy rate limit service (gRPC) at %s\n", srv.Addr())
+		quotas, err := rlqsserver.New(nc, rlqsserver.Options{Node: *node, Templates: w.Current, Logger: log})
+		if err != nil {
+			return err
+		}
+		quotas.Register(srv.GRPC())
+		fmt.Fprintf(env.stdout, "allot agent: envoy rate limit service (gRPC: ShouldRateLimit, RLQS) at %s\n", srv.Addr())
 		runs = append(runs, srv.Serve)
 	}
 	if *httpAddr != "" {

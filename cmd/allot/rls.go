@@ -17,6 +17,7 @@ import (
 	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/envoyrl"
+	"github.com/allot/allot/rlqsserver"
 	"github.com/allot/allot/rls"
 )
 
@@ -117,9 +118,10 @@ func envoySkew(cf *coordFlags) time.Duration {
 }
 
 // centralRLS returns the run of the gRPC front end of `allot up` and
-// `allot coordinator` (nil without --rls-addr): decisions by the
-// configuration w watches, counted in the partitions (in process beside
-// their leaders here).
+// `allot coordinator` (nil without --rls-addr): ShouldRateLimit decided
+// by the configuration w watches, counted in the partitions (in process
+// beside their leaders here), and RLQS streams claiming leases of the
+// node's coordinator.
 func centralRLS(nc *nats.Conn, cf *coordFlags, w *configkv.Watcher, parts *envoyPartitions, log *slog.Logger) (func(context.Context) error, error) {
 	if cf.rls.addr == "" {
 		return nil, nil
@@ -141,6 +143,11 @@ func centralRLS(nc *nats.Conn, cf *coordFlags, w *configkv.Watcher, parts *envoy
 		return nil, err
 	}
 	svc.Register(srv.GRPC())
+	quotas, err := rlqsserver.New(nc, rlqsserver.Options{Node: cf.node, Templates: w.Current, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	quotas.Register(srv.GRPC())
 	addr := srv.Addr().String()
 	log.Info("serving Envoy's rate limit service (gRPC)", "addr", addr, "headers", cf.rls.headers, "shadow", cf.shadow, "quota_mode", cf.rls.quotaMode)
 	if cf.rls.announce != nil {
