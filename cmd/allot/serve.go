@@ -409,6 +409,9 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		log.Info("serving metrics and health", "metrics", url+"/metrics", "healthz", url+"/healthz", "readyz", url+"/readyz", "dashboard", url+"/")
 	}
+	cf.rls.announce = func(addr string) {
+		fmt.Fprintf(env.stdout, "allot coordinator: envoy rate limit service (gRPC: ShouldRateLimit, RLQS) at %s\n", addr)
+	}
 	if cf.parent != "" {
 		log.Info("coordinator under a parent", "node", cf.node, "parent", cf.parent,
 			"config", cf.configBucket+" mirrors "+cf.configBucket+" of JetStream domain "+cf.parent)
