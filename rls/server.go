@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // StopGrace bounds how long Serve waits for calls in progress (and RLQS
@@ -18,13 +20,17 @@ const StopGrace = 2 * time.Second
 // Server is a gRPC server on a listening socket: the Envoy-facing end of
 // allot (RateLimitService, RateLimitQuotaService).
 type Server struct {
-	g   *grpc.Server
-	lis net.Listener
-	log *slog.Logger
+	g      *grpc.Server
+	lis    net.Listener
+	log    *slog.Logger
+	health *health.Server
 }
 
 // Listen binds addr (HOST:PORT; port 0 picks a free one) for a gRPC
-// server with opts. Register services on GRPC, then Serve.
+// server with opts. Register services on GRPC, then Serve. The server
+// also answers the standard gRPC health service (grpc.health.v1), SERVING
+// while it serves: Kubernetes' grpc probes and Envoy's gRPC health checks
+// ask it.
 func Listen(addr string, log *slog.Logger, opts ...grpc.ServerOption) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
@@ -33,7 +39,9 @@ func Listen(addr string, log *slog.Logger, opts ...grpc.ServerOption) (*Server, 
 	if err != nil {
 		return nil, fmt.Errorf("rls: listen on %s: %w", addr, err)
 	}
-	return &Server{g: grpc.NewServer(opts...), lis: lis, log: log}, nil
+	s := &Server{g: grpc.NewServer(opts...), lis: lis, log: log, health: health.NewServer()}
+	healthpb.RegisterHealthServer(s.g, s.health)
+	return s, nil
 }
 
 // GRPC is the server to register services on before Serve.
@@ -51,6 +59,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		return fmt.Errorf("rls: serve on %s: %w", s.lis.Addr(), err)
 	case <-ctx.Done():
 	}
+	s.health.Shutdown() // NOT_SERVING: stop sending new calls here
 	stopped := make(chan struct{})
 	go func() {
 		s.g.GracefulStop()

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/configkv"
@@ -180,5 +181,26 @@ func TestReferenceRecordingOverGRPC(t *testing.T) {
 	}
 	if local == 0 || remote == 0 {
 		t.Errorf("counted %d times in process and %d over NATS: want both", local, remote)
+	}
+}
+
+// TestHealth: the gRPC server answers the standard health service.
+func TestHealth(t *testing.T) {
+	s, err := rls.Listen("127.0.0.1:0", quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	defer func() { cancel(); <-done }()
+	conn, err := grpc.NewClient(s.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v, %v", resp, err)
 	}
 }
