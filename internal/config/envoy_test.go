@@ -53,7 +53,7 @@ func TestEnvoyKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if set.EnvoyDomains()["edge"] != c.Envoy || set.Envoy() == nil || set.Envoy() != set.Envoy() {
+	if first, again := set.Envoy(), set.Envoy(); set.EnvoyDomains()["edge"] != c.Envoy || first == nil || first != again {
 		t.Fatalf("set: %v", set.EnvoyDomains())
 	}
 	// Without Envoy domains the configuration is empty, not missing.
