@@ -27,7 +27,7 @@ func runReplica(t testing.TB, nc *nats.Conn, id string, p, n, maxCounters int) (
 	t.Helper()
 	r, err := envoyserver.NewReplica(nc, envoyserver.ReplicaOptions{
 		Options:     envoyserver.Options{ServerID: id, Partition: p, Partitions: n, MaxCounters: maxCounters, Logger: quiet()},
-		ElectionTTL: time.Second,
+		ElectionTTL: 5 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

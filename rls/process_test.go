@@ -103,7 +103,7 @@ func TestProcessesReplayReference(t *testing.T) {
 	}
 	bin := buildAllot(t)
 	up := startProcess(t, "up", bin, regexp.MustCompile(`envoy rate limit service \(gRPC[^)]*\) at (\S+)(?s:.*)allot is up: NATS at (nats://\S+),`),
-		"up", "--port", "0", "--data-dir", t.TempDir(), "--metrics-addr", "", "--quota-partitions", "2", "--log-level", "warn",
+		"up", "--port", "0", "--data-dir", t.TempDir(), "--metrics-addr", "", "--quota-partitions", "2", "--log-level", "warn", "--election-ttl", "10s",
 		"--rls-addr", "127.0.0.1:0", "--rls-headers", "x-ratelimit")
 	upRLS, url := up[1], up[2]
 	agent := startProcess(t, "agent", bin, regexp.MustCompile(`envoy rate limit service \(gRPC[^)]*\) at (\S+)`),

@@ -62,7 +62,7 @@ func startCluster(t *testing.T, n int, now func() time.Time) *cluster {
 	for p := range n {
 		r, err := envoyserver.NewReplica(natstest.Conn(t, srv), envoyserver.ReplicaOptions{
 			Options:     envoyserver.Options{ServerID: fmt.Sprintf("p%d", p), Partition: p, Partitions: n, Logger: quiet(), Now: now},
-			ElectionTTL: time.Second,
+			ElectionTTL: 10 * time.Second, // a keep-alive late on a loaded machine must not depose a leader mid-scenario
 		})
 		if err != nil {
 			t.Fatal(err)
