@@ -195,11 +195,16 @@ func (s *LeaseStore) janitor() {
 		s.mu.Unlock()
 		for _, e := range closing {
 			if lim := e.lim.Load(); lim != nil {
-				if err := lim.Close(); err != nil {
-					s.log.Debug("releasing an idle lease", "resource", e.id, "err", err)
-				}
+				s.release(e.id, lim)
 			}
 		}
+	}
+}
+
+// release closes lim, giving its lease back.
+func (s *LeaseStore) release(id string, lim *agent.RateLimiter) {
+	if err := lim.Close(); err != nil {
+		s.log.Debug("releasing a lease", "resource", id, "err", err)
 	}
 }
 
@@ -227,8 +232,15 @@ func (s *LeaseStore) entry(inc envoyrl.Increment, set *config.Set) *leaseEntry {
 	s.mu.Unlock()
 	e.used.Store(time.Now().UnixNano())
 	if gen := set.Generation + 1; e.gen.Load() != gen {
-		e.mapped.Store(LeaseTemplate(set, id) != nil)
+		mapped := LeaseTemplate(set, id) != nil
+		e.mapped.Store(mapped)
 		e.gen.Store(gen)
+		if lim := e.lim.Load(); !mapped && lim != nil && e.lim.CompareAndSwap(lim, nil) {
+			// No longer a lease: give it back (Close waits for the agent's
+			// loop, so not here).
+			e.leased.Store(false)
+			go s.release(id, lim)
+		}
 	}
 	if !e.mapped.Load() {
 		return nil

@@ -204,4 +204,24 @@ descriptors:
 	if n := c.replicas[0].Server().Stats().Requests; n != counted+1 {
 		t.Errorf("%d count requests for one unmapped descriptor, want 1", n-counted)
 	}
+
+	// Without its template the descriptor is counted in the partition
+	// again, and the sidecars give the lease back.
+	if err := c.kv.Delete(ctx, config.Key("edge-api")); err != nil {
+		t.Fatal(err)
+	}
+	faults.WaitFor(t, 10*time.Second, "the template to go", func() bool {
+		ask(cars[0], api("/api/after"))
+		ask(cars[1], api("/api/after"))
+		_, l0 := cars[0].store.Leases()
+		_, l1 := cars[1].store.Leases()
+		return l0 == 0 && l1 == 0
+	})
+	before := c.replicas[0].Server().Stats().Requests
+	if resp := ask(cars[0], api("/api/after")); resp.GetOverallCode() != rlspb.RateLimitResponse_OK {
+		t.Errorf("counted centrally: %v", resp)
+	}
+	if n := c.replicas[0].Server().Stats().Requests; n != before+1 {
+		t.Errorf("%d count requests once the template is gone, want 1", n-before)
+	}
 }
