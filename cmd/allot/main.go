@@ -40,7 +40,7 @@ func commands() []command {
 		{"release", "release leases held by a client id", runRelease},
 		{"config", "manage resource templates in the configuration bucket", runConfig},
 		{"secure", "write development credentials for the secure NATS configuration (secure init --dir DIR)", runSecure},
-		{"bench", "run the benchmarks: load, quota, scale, agent, sim, sim7 or all (see bench/README.md)", runBench},
+		{"bench", "run the benchmarks: load, quota, charon, envoy, scale, agent, sim, sim7 or all (see bench/README.md)", runBench},
 		{"version", "print the version", runVersion},
 	}
 }
