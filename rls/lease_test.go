@@ -28,25 +28,7 @@ func TestSidecarReplaysReference(t *testing.T) {
 	c := startCluster(t, 2, clock.now)
 	putTemplate(t, c, "elsewhere", `{"identifier_glob":"envoy/elsewhere/*","capacity":10,"algorithm":{"kind":"FAIR_SHARE"}}`)
 	store := leaseStore(t, c, "sidecar")
-	clients := map[string]rlspb.RateLimitServiceClient{}
-	for name, p := range profiles {
-		svc, err := rls.New(rls.Options{Config: rls.WatchedConfig(c.watcher), Store: store, Decide: p.opts, Logger: quiet(), Now: clock.now})
-		if err != nil {
-			t.Fatal(err)
-		}
-		clients[name] = serveGRPC(t, svc)
-	}
-	for i, sc := range rec.Scenarios {
-		rename := suffix(fmt.Sprintf("_sidecar_%d", i))
-		c.waitDomains(t, putDomains(t, c.kv, rename))
-		for j, st := range steps(t, sc, rename) {
-			clock.set(st.Unix)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			got, err := clients[sc.Profile].ShouldRateLimit(ctx, st.req)
-			cancel()
-			checkReply(t, label(sc, j, st), st, got, err)
-		}
-	}
+	replayRecorded(t, c, clock, store, rec, "_sidecar")
 	if tracked, leased := store.Leases(); tracked == 0 || leased != 0 {
 		t.Errorf("%d lease resources tracked, %d leased: want some tracked, none leased", tracked, leased)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/internal/envoyrl"
 	"github.com/allot/allot/internal/envoywire"
 	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
@@ -109,6 +110,33 @@ func (c *cluster) waitDomains(t *testing.T, names []string) {
 	})
 }
 
+// replayRecorded replays every recorded scenario at its recorded
+// instants (clock) through a Service per profile deciding with store,
+// over real gRPC, each scenario on domains of its own (named with tag),
+// and compares every reply with the reference's.
+func replayRecorded(t *testing.T, c *cluster, clock *stepClock, store envoyrl.Store, rec *recording, tag string) {
+	t.Helper()
+	clients := map[string]rlspb.RateLimitServiceClient{}
+	for name, p := range profiles {
+		svc, err := rls.New(rls.Options{Config: rls.WatchedConfig(c.watcher), Store: store, Decide: p.opts, Logger: quiet(), Now: clock.now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients[name] = serveGRPC(t, svc)
+	}
+	for i, sc := range rec.Scenarios {
+		rename := suffix(fmt.Sprintf("%s_%d", tag, i))
+		c.waitDomains(t, putDomains(t, c.kv, rename))
+		for j, st := range steps(t, sc, rename) {
+			clock.set(st.Unix)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			got, err := clients[sc.Profile].ShouldRateLimit(ctx, st.req)
+			cancel()
+			checkReply(t, label(sc, j, st), st, got, err)
+		}
+	}
+}
+
 // serveGRPC serves svc on a loopback port until the test ends and returns
 // a client of it, as Envoy's ext ratelimit filter is one.
 func serveGRPC(t *testing.T, svc *rls.Service) rlspb.RateLimitServiceClient {
@@ -152,26 +180,7 @@ func TestReferenceRecordingOverGRPC(t *testing.T) {
 		inProcess bool
 	}{{"in process", true}, {"over NATS", false}} {
 		t.Run(mode.name, func(t *testing.T) {
-			router := c.router(t, mode.inProcess)
-			clients := map[string]rlspb.RateLimitServiceClient{}
-			for name, p := range profiles {
-				svc, err := rls.New(rls.Options{Config: rls.WatchedConfig(c.watcher), Store: router, Decide: p.opts, Logger: quiet(), Now: clock.now})
-				if err != nil {
-					t.Fatal(err)
-				}
-				clients[name] = serveGRPC(t, svc)
-			}
-			for i, sc := range rec.Scenarios {
-				rename := suffix(fmt.Sprintf("_%d_%t", i, mode.inProcess))
-				c.waitDomains(t, putDomains(t, c.kv, rename))
-				for j, st := range steps(t, sc, rename) {
-					clock.set(st.Unix)
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					got, err := clients[sc.Profile].ShouldRateLimit(ctx, st.req)
-					cancel()
-					checkReply(t, label(sc, j, st), st, got, err)
-				}
-			}
+			replayRecorded(t, c, clock, c.router(t, mode.inProcess), rec, fmt.Sprintf("_%t", mode.inProcess))
 		})
 	}
 	var local, remote uint64

@@ -148,18 +148,7 @@ func watchConfig(ctx context.Context, nc *nats.Conn, bucket string, log *slog.Lo
 	if err != nil {
 		return nil, fmt.Errorf("%w (a coordinator or `allot up` creates it)", err)
 	}
-	w := configkv.NewWatcher(kv, nil, log)
-	if err := w.Start(sctx); err != nil {
-		return nil, err
-	}
-	prev := nc.Opts.ReconnectedCB
-	nc.SetReconnectHandler(func(c *nats.Conn) {
-		if prev != nil {
-			prev(c)
-		}
-		w.Resync()
-	})
-	return w, nil
+	return startWatcher(sctx, nc, kv, nil, log)
 }
 
 // allowEndpoint listens on addr for the allow endpoint of a's leases and

@@ -232,7 +232,13 @@ func startTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slo
 	if err != nil {
 		return nil, err
 	}
-	w := configkv.NewWatcher(kv, cf.unmatched.Fallback(), log)
+	return startWatcher(ctx, nc, kv, cf.unmatched.Fallback(), log)
+}
+
+// startWatcher watches kv, and resyncs the watch on every reconnect of
+// nc.
+func startWatcher(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, fallback *config.Template, log *slog.Logger) (*configkv.Watcher, error) {
+	w := configkv.NewWatcher(kv, fallback, log)
 	if err := w.Start(ctx); err != nil {
 		return nil, err
 	}
