@@ -42,6 +42,9 @@ type Env struct {
 	// "echo") in a separate process; see ServeChild. Nil runs helpers in
 	// this process, in which case CPU and RSS cover the whole process.
 	Child ChildFunc
+	// Allot runs the allot binary itself (the Envoy benchmark starts
+	// allot up, coordinator and agent); nil when it cannot.
+	Allot AllotFunc
 }
 
 func (e *Env) logger() *slog.Logger {

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/envoywire"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/quotaserver"
 )
@@ -41,6 +42,7 @@ func TestQuotaMappingMatchesCode(t *testing.T) {
 	}
 	want := quotaserver.Mappings("root", quotaPartitions)
 	maps.Copy(want, domainwire.Mappings("root", quotaPartitions))
+	maps.Copy(want, envoywire.Mappings("root", quotaPartitions))
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("%s maps\n%v\nwant (quotaserver.Mappings)\n%v", quotaSnippet, got, want)
 	}

@@ -29,7 +29,7 @@ var layerRules = []struct {
 	why    string
 }{
 	{
-		pkgs:   []string{"internal/alloc/...", "internal/ledger/...", "internal/quota/...", "internal/domainlimit/...", "internal/config/..."},
+		pkgs:   []string{"internal/alloc/...", "internal/ledger/...", "internal/quota/...", "internal/domainlimit/...", "internal/config/...", "internal/envoyrl/...", "internal/rlqs/..."},
 		forbid: []string{natsClient, natsServer, testingPkg},
 		why:    "the decision cores are pure: no NATS, clock passed in; I/O belongs to the servers and internal/configkv",
 	},

@@ -15,7 +15,7 @@ import (
 	"github.com/allot/allot/bench"
 )
 
-// runBench runs allot's benchmarks: `allot bench load|quota|charon|scale|agent|sim|sim7|all`
+// runBench runs allot's benchmarks: `allot bench load|quota|charon|envoy|scale|agent|sim|sim7|all`
 // (sim runs the one-level scenarios and then scenario 7, sim7 only the latter).
 // `allot bench child ROLE` is the helper process the load benchmark
 // starts (a coordinator or a bare echo responder).
@@ -26,7 +26,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		return bench.ServeChild(ctx, args[1], args[2:], env.stdout, env.stderr)
 	}
-	fs := newFlags(env, "bench", "load|quota|charon|scale|agent|sim|sim7|all [flags]")
+	fs := newFlags(env, "bench", "load|quota|charon|envoy|scale|agent|sim|sim7|all [flags]")
 	out := fs.String("out", "", "directory for the JSON, markdown and SVG results (default: a new directory under "+os.TempDir()+"; the committed results are bench/results)")
 	short := fs.Bool("short", false, "run the short variant (what `task bench` runs, under 5 minutes in all)")
 	inProcess := fs.Bool("in-process", false, "load: run the coordinator and echo in this process instead of child processes (CPU and RSS then cover everything)")
@@ -42,16 +42,20 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	fs.IntVar(&lo.PerRequest, "per-request", 0, "load: resources named in one request (default 1)")
 	fs.DurationVar(&lo.Round, "round", 0, "load: coordinator round interval (0 answers at once)")
 	parts := fs.String("quota-partitions", "1,2", "quota: partition counts to measure, comma-separated")
+	eo := bench.EnvoyOptions{}
+	fs.IntVar(&eo.InFlight, "in-flight", 0, "envoy: ShouldRateLimit calls in flight (default 64); --conns (gRPC connections, default 4), --duration, --warmup and --phases apply too")
+	fs.IntVar(&eo.Keys, "keys", 0, "envoy: distinct descriptor values the calls cycle through (default 1000)")
+	fs.BoolVar(&eo.NoReference, "no-reference", false, "envoy: do not build and run envoyproxy/ratelimit with Redis")
 	namespaces := fs.Int("namespaces", 0, "quota: namespaces the callers' buckets are spread over (default 8); --conns, --clients (default 64), --pipeline (default 1), --duration, --warmup and --phases apply too")
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
-		return errors.New("name one of load, quota, charon, scale, agent, sim, sim7 or all")
+		return errors.New("name one of load, quota, charon, envoy, scale, agent, sim, sim7 or all")
 	}
-	if what := fs.Arg(0); !slices.Contains([]string{"load", "quota", "charon", "scale", "agent", "sim", "sim7", "all"}, what) {
-		return fmt.Errorf("unknown benchmark %q: want load, quota, charon, scale, agent, sim, sim7 or all", what)
+	if what := fs.Arg(0); !slices.Contains([]string{"load", "quota", "charon", "envoy", "scale", "agent", "sim", "sim7", "all"}, what) {
+		return fmt.Errorf("unknown benchmark %q: want load, quota, charon, envoy, scale, agent, sim, sim7 or all", what)
 	}
 	// The quota benchmark shares the load benchmark's concurrency flags.
 	qo := bench.QuotaOptions{ClosedLoop: lo.ClosedLoop, Namespaces: *namespaces}
@@ -85,6 +89,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		benv.Child = func(ctx context.Context, role string, args []string) *exec.Cmd {
 			return exec.CommandContext(ctx, exe, append([]string{"bench", "child", role}, args...)...)
 		}
+		benv.Allot = func(ctx context.Context, args ...string) *exec.Cmd { return exec.CommandContext(ctx, exe, args...) }
 	}
 	start := time.Now()
 	var err error
@@ -102,6 +107,12 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	case "charon":
 		var r *bench.CharonBenchResult
 		if r, err = bench.RunCharon(ctx, benv, bench.CharonOptions{ClosedLoop: qo.ClosedLoop}); r != nil {
+			fmt.Fprintln(env.stdout, r.Markdown())
+		}
+	case "envoy":
+		eo.Duration, eo.Warmup, eo.Phases, eo.Conns = lo.Duration, lo.Warmup, lo.Phases, lo.Conns
+		var r *bench.EnvoyBenchResult
+		if r, err = bench.RunEnvoy(ctx, benv, eo); r != nil {
 			fmt.Fprintln(env.stdout, r.Markdown())
 		}
 	case "scale":

@@ -19,6 +19,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/domainlimit"
+	"github.com/allot/allot/internal/envoyrl"
 	"github.com/allot/allot/internal/opstatus"
 	"github.com/allot/allot/internal/quota"
 )
@@ -31,13 +32,13 @@ type configCommand struct {
 
 func configCommands() []configCommand {
 	return []configCommand{
-		{"put", "KEY FILE|-", "validate a template, quota namespace or domains namespace (JSON or YAML) and store it under KEY", configPut},
+		{"put", "KEY FILE|-", "validate a template, quota namespace, domains namespace (JSON or YAML) or Envoy domain (envoyproxy/ratelimit's YAML) and store it under KEY", configPut},
 		{"get", "KEY", "print the stored document", configGet},
 		{"list", "", "list templates, quota and domains namespaces with their revision and validity", configList},
 		{"delete", "KEY", "delete KEY (a template's resources fall back to the next match)", configDelete},
 		{"history", "KEY", "print the stored revisions of KEY", configHistory},
 		{"validate", "FILE|-", "check a template or namespace file offline and print its normalized form", configValidate},
-		{"explain", "ID|NS:NAME", "show which template a resource gets, or which bucket answers a quota bucket", configExplain},
+		{"explain", "ID|NS:NAME|envoy.D", "show which template a resource gets, which bucket answers a quota bucket, or an Envoy domain's limits", configExplain},
 		{"status", "", "show which revision of each template every replica (leader and followers) serves", configStatus},
 	}
 }
@@ -64,7 +65,8 @@ func configUsage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: allot config <subcommand> [flags] [args]")
 	fmt.Fprintln(w, "\nTemplates and namespaces live in the JetStream KV bucket "+configkv.DefaultBucket+", one per key:")
 	fmt.Fprintln(w, "KEY is a template name (stored as "+config.KeyPrefix+"<name>), "+config.NamespacePrefix+"<namespace> (quota)")
-	fmt.Fprintln(w, "or "+config.DomainsPrefix+"<namespace> (domain limits, docs/domains.md).")
+	fmt.Fprintln(w, config.DomainsPrefix+"<namespace> (domain limits, docs/domains.md)")
+	fmt.Fprintln(w, "or "+config.EnvoyPrefix+"<domain> (an Envoy rate limit domain in envoyproxy/ratelimit's YAML, docs/envoy.md).")
 	fmt.Fprintln(w, "\nSubcommands:")
 	for _, c := range configCommands() {
 		fmt.Fprintf(w, "  %-9s %-12s %s\n", c.name, c.synopsis, c.summary)
@@ -180,6 +182,7 @@ type configKey struct {
 	key, name string
 	namespace bool
 	domains   bool
+	envoy     bool
 }
 
 func parseConfigKey(arg string) configKey {
@@ -188,6 +191,9 @@ func parseConfigKey(arg string) configKey {
 	}
 	if ns, ok := strings.CutPrefix(arg, config.DomainsPrefix); ok {
 		return configKey{key: arg, name: ns, domains: true}
+	}
+	if d, ok := strings.CutPrefix(arg, config.EnvoyPrefix); ok {
+		return configKey{key: arg, name: d, envoy: true}
 	}
 	name := strings.TrimPrefix(arg, config.KeyPrefix)
 	return configKey{key: config.Key(name), name: name}
@@ -200,6 +206,9 @@ func (k configKey) what() string {
 	}
 	if k.domains {
 		return "domains namespace"
+	}
+	if k.envoy {
+		return "Envoy domain"
 	}
 	return "template"
 }
@@ -261,6 +270,13 @@ func configPut(ctx context.Context, env *cliEnv, args []string) error {
 
 // summarize describes a valid document of key k in a few words.
 func summarize(k configKey, data []byte) string {
+	if k.envoy {
+		d, err := config.ParseEnvoy(k.name, 0, data)
+		if err != nil {
+			return err.Error()
+		}
+		return "Envoy domain: " + describeEnvoy(d.Domain)
+	}
 	if k.domains {
 		ns, _, err := config.ParseDomains(k.name, 0, data)
 		if err != nil {
@@ -285,6 +301,17 @@ func summarize(k configKey, data []byte) string {
 // normalize returns a valid document of key k with every default
 // explicit.
 func normalize(k configKey, rev uint64, data []byte) ([]byte, []string, error) {
+	if k.envoy {
+		// The reference's YAML has no defaults to make explicit: show the
+		// tree it makes.
+		d, err := config.ParseEnvoy(k.name, rev, data)
+		if err != nil {
+			return nil, nil, err
+		}
+		var b strings.Builder
+		err = envoyTree(&b, d.Domain, nil)
+		return []byte(strings.TrimRight(b.String(), "\n")), nil, err
+	}
 	if k.domains {
 		ns, notes, err := config.ParseDomains(k.name, rev, data)
 		if err != nil {
@@ -367,8 +394,12 @@ func configList(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	tw := tabwriter.NewWriter(env.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tREVISION\tGLOB\tALGORITHM\tCAPACITY\tLEASE\tREFRESH\tSTATE")
-	var namespaces, domains []configkv.Entry
+	var namespaces, domains, envoy []configkv.Entry
 	for _, e := range entries {
+		if e.IsEnvoy() {
+			envoy = append(envoy, e)
+			continue
+		}
 		if e.IsNamespace() {
 			namespaces = append(namespaces, e)
 			continue
@@ -415,6 +446,7 @@ func configList(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", e.Key, e.Revision, len(ns.Buckets), def, dynamic, state)
 	}
 	listDomains(tw, domains)
+	listEnvoy(tw, envoy)
 	return tw.Flush()
 }
 
@@ -498,7 +530,7 @@ func configHistory(ctx context.Context, env *cliEnv, args []string) error {
 
 func configValidate(_ context.Context, env *cliEnv, args []string) error {
 	fs := newFlags(env, "config validate", "FILE|-")
-	name := fs.String("name", "", "key to check it as: a template name, namespaces.<namespace> for a quota namespace or domains.<namespace> for a domains namespace (default: the file name without extension)")
+	name := fs.String("name", "", "key to check it as: a template name, namespaces.<namespace> for a quota namespace, domains.<namespace> for a domains namespace or envoy.<domain> for an Envoy domain (default: the file name without extension)")
 	if err := parseConfigFlags(fs, args, 1); err != nil {
 		return err
 	}
@@ -510,7 +542,8 @@ func configValidate(_ context.Context, env *cliEnv, args []string) error {
 		case file == "-",
 			k.namespace && config.ValidateNamespaceName(k.name) != nil,
 			k.domains && !domainlimit.ValidName(k.name),
-			!k.namespace && !k.domains && config.ValidateName(k.name) != nil:
+			k.envoy && k.name == "",
+			!k.namespace && !k.domains && !k.envoy && config.ValidateName(k.name) != nil:
 			*name = "validate"
 		}
 	}
@@ -522,9 +555,12 @@ func configValidate(_ context.Context, env *cliEnv, args []string) error {
 	doc, notes, err := normalize(k, 0, data)
 	if err != nil {
 		err = fmt.Errorf("%s is invalid as %s %q: %w", file, k.what(), k.name, err)
-		if !k.namespace && !k.domains {
+		if !k.namespace && !k.domains && !k.envoy {
 			if _, _, nsErr := config.ParseNamespace("validate", 0, data); nsErr == nil {
 				err = fmt.Errorf("%w\n(it is a valid quota namespace: check it with -name %s<namespace>, store it with 'allot config put %s<namespace> %s')", err, config.NamespacePrefix, config.NamespacePrefix, file)
+			}
+			if ds, envoyErr := envoyrl.Parse(file, data, envoyrl.ParseOptions{}); envoyErr == nil && len(ds) == 1 {
+				err = fmt.Errorf("%w\n(it is envoyproxy/ratelimit's configuration of domain %q: check it with -name %s, store it with 'allot config put %s %s')", err, ds[0].Name, config.EnvoyKey(ds[0].Name), config.EnvoyKey(ds[0].Name), file)
 			}
 		}
 		return err

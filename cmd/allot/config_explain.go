@@ -23,6 +23,11 @@ import (
 )
 
 func configExplain(ctx context.Context, env *cliEnv, args []string) error {
+	for _, a := range args {
+		if strings.HasPrefix(a, config.EnvoyPrefix) {
+			return explainEnvoy(ctx, env, args)
+		}
+	}
 	fs := newFlags(env, "config explain", "RESOURCE_ID")
 	var cf configFlags
 	cf.register(fs)
@@ -285,7 +290,7 @@ func reportedSet(ctx context.Context, kv jetstream.KeyValue, st *configkv.Status
 	var refusals []config.Refusal
 	for _, k := range st.Keys {
 		switch {
-		case k.Namespace, k.Domains: // namespaces take no part in template matching
+		case k.Namespace, k.Domains, k.Envoy: // namespaces and Envoy domains take no part in template matching
 		case k.Revision > 0:
 			ck := fmt.Sprintf("%s@%d", k.Key, k.Revision)
 			t, ok := cache[ck]

@@ -34,12 +34,13 @@ func commands() []command {
 	return []command{
 		{"up", "start an embedded NATS server with JetStream and a coordinator (development default)", runUp},
 		{"coordinator", "run a coordinator against an existing NATS deployment", runCoordinator},
+		{"agent", "run a sidecar agent: Envoy's rate limit service from leases (--rls-addr) and a local HTTP allow endpoint (--http-addr)", runAgent},
 		{"status", "show each node's coordinator leader, term and followers", runStatus},
 		{"get", "ask a coordinator for capacity and print the lease", runGet},
 		{"release", "release leases held by a client id", runRelease},
 		{"config", "manage resource templates in the configuration bucket", runConfig},
 		{"secure", "write development credentials for the secure NATS configuration (secure init --dir DIR)", runSecure},
-		{"bench", "run the benchmarks: load, quota, scale, agent, sim, sim7 or all (see bench/README.md)", runBench},
+		{"bench", "run the benchmarks: load, quota, charon, envoy, scale, agent, sim, sim7 or all (see bench/README.md)", runBench},
 		{"version", "print the version", runVersion},
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/envoywire"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/metrics"
 	"github.com/allot/allot/quotaserver"
@@ -62,6 +63,8 @@ type coordFlags struct {
 	metricsMax int
 	// dashboard guards the dashboard served with --metrics-addr.
 	dashboard dashboardFlags
+	// rls configures Envoy's rate limit API (rls.go).
+	rls rlsFlags
 }
 
 func (f *coordFlags) register(fs *flag.FlagSet) {
@@ -89,6 +92,7 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	f.quotaServe = partitionList{all: true}
 	fs.DurationVar(&f.holdTTL, "hold-ttl", domainserver.DefaultHoldTTL, "domain limits: how long a hold of a copy-limited resource lives without its client's refresh (agents refresh every third of it); a crashed client's holds are released after it, and a new leader learns the live holds for as long before it grants more")
 	fs.Var(&f.quotaServe, "quota-serve", "quota partitions this process serves: 'all', 'none', or a comma-separated list such as 0,2")
+	f.rls.register(fs, true)
 }
 
 // partitionList is the value of --quota-serve.
@@ -194,6 +198,9 @@ func (f *coordFlags) validate() error {
 	if err := f.dashboard.resolve(); err != nil {
 		return err
 	}
+	if err := f.rls.validate(); err != nil {
+		return err
+	}
 	if f.parent == "" {
 		return nil
 	}
@@ -242,12 +249,19 @@ func startTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slo
 	if err != nil {
 		return nil, err
 	}
-	w := configkv.NewWatcher(kv, cf.unmatched.Fallback(), log)
+	w, err := startWatcher(ctx, nc, kv, cf.unmatched.Fallback(), log)
+	if err == nil && cf.unmatched == config.UnmatchedReject {
+		warnCatchAll(w.Current(), log)
+	}
+	return w, err
+}
+
+// startWatcher watches kv, and resyncs the watch on every reconnect of
+// nc.
+func startWatcher(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, fallback *config.Template, log *slog.Logger) (*configkv.Watcher, error) {
+	w := configkv.NewWatcher(kv, fallback, log)
 	if err := w.Start(ctx); err != nil {
 		return nil, err
-	}
-	if cf.unmatched == config.UnmatchedReject {
-		warnCatchAll(w.Current(), log)
 	}
 	prev := nc.Opts.ReconnectedCB
 	nc.SetReconnectHandler(func(c *nats.Conn) {
@@ -324,6 +338,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	}
 	quotaConfig := quotaserver.WatchedConfig(w)
 	domainConfig := domainserver.WatchedConfig(w)
+	var envoy envoyPartitions
 	for _, p := range parts {
 		qr, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
 			Options: quotaserver.Options{Node: cf.node, ServerID: opts.ServerID, Partition: p, Partitions: cf.quotaParts,
@@ -348,15 +363,29 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 			defer cf.ops.addDomain(dr)()
 		}
 		runs = append(runs, dr.Run)
+		// So do Envoy's rate limit counters (rls.go).
+		er, err := envoy.add(nc, cf, opts.ServerID, p, log)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, er.Run)
+	}
+	front, err := centralRLS(nc, cf, w, &envoy, log)
+	if err != nil {
+		return err
+	}
+	if front != nil {
+		runs = append(runs, front)
 	}
 	return runAll(ctx, runs)
 }
 
-// partitionMappings are the subject mappings of n quota and domain
-// partitions of node (none for one).
+// partitionMappings are the subject mappings of n quota, domain and
+// Envoy partitions of node (none for one).
 func partitionMappings(node string, n int) map[string]string {
 	m := quotaserver.Mappings(node, n)
 	maps.Copy(m, domainwire.Mappings(node, n))
+	maps.Copy(m, envoywire.Mappings(node, n))
 	return m
 }
 
@@ -417,6 +446,9 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 			return err
 		}
 		log.Info("serving metrics and health", "metrics", url+"/metrics", "healthz", url+"/healthz", "readyz", url+"/readyz", "dashboard", url+"/")
+	}
+	cf.rls.announce = func(addr string) {
+		fmt.Fprintf(env.stdout, "allot coordinator: envoy rate limit service (gRPC: ShouldRateLimit, RLQS) at %s\n", addr)
 	}
 	if cf.parent != "" {
 		log.Info("coordinator under a parent", "node", cf.node, "parent", cf.parent,

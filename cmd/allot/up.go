@@ -101,6 +101,9 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 			return err
 		}
 	}
+	cf.rls.announce = func(addr string) {
+		fmt.Fprintf(env.stdout, "  envoy rate limit service (gRPC: ShouldRateLimit, RLQS) at %s\n", addr)
+	}
 	// Announce once a replica serves (or another process's leader does).
 	var once sync.Once
 	ready := make(chan struct{})
@@ -220,6 +223,9 @@ func serveReplicas(ctx context.Context, url string, cf *coordFlags, n int, log *
 	for i := range n {
 		rcf := *cf
 		rcf.serverID = fmt.Sprintf("%s-%d", base, i)
+		if i > 0 {
+			rcf.rls.addr = "" // one gRPC front end; it asks every replica's partitions
+		}
 		nc, err := connect(&connFlags{url: url}, "allot up replica "+rcf.serverID, log)
 		if err != nil {
 			return err

@@ -35,13 +35,15 @@ func NameFromKey(key string) (string, bool) {
 }
 
 // Compiled is one key's value compiled by the key's kind: a template, a
-// quota namespace or a domains namespace, or why it is invalid.
+// quota namespace, a domains namespace or an Envoy domain, or why it is
+// invalid.
 type Compiled struct {
-	// Template, Namespace or Domains holds the document when it is valid:
-	// the one of the key's kind.
+	// Template, Namespace, Domains or Envoy holds the document when it is
+	// valid: the one of the key's kind.
 	Template  *Template
 	Namespace *quota.Namespace
 	Domains   *domainlimit.Namespace
+	Envoy     *EnvoyDomain
 	// Notes say what normalization changed.
 	Notes []string
 	// Err is why the value was rejected.
@@ -49,7 +51,9 @@ type Compiled struct {
 }
 
 // Valid reports whether c holds a template or namespace.
-func (c Compiled) Valid() bool { return c.Template != nil || c.Namespace != nil || c.Domains != nil }
+func (c Compiled) Valid() bool {
+	return c.Template != nil || c.Namespace != nil || c.Domains != nil || c.Envoy != nil
+}
 
 // Revision is the KV revision of the template or namespace c holds, 0 if
 // none.
@@ -61,6 +65,8 @@ func (c Compiled) Revision() uint64 {
 		return c.Namespace.Revision
 	case c.Domains != nil:
 		return c.Domains.Revision
+	case c.Envoy != nil:
+		return c.Envoy.Revision
 	}
 	return 0
 }
@@ -81,6 +87,9 @@ func CompileKey(key string, rev uint64, value []byte) (name string, c Compiled, 
 	case strings.HasPrefix(key, DomainsPrefix):
 		name, _ = DomainsFromKey(key)
 		c.Domains, c.Notes, c.Err = ParseDomains(name, rev, value)
+	case strings.HasPrefix(key, EnvoyPrefix):
+		name, _ = EnvoyFromKey(key)
+		c.Envoy, c.Err = ParseEnvoy(name, rev, value)
 	default:
 		return "", c, false
 	}
@@ -93,7 +102,7 @@ func CompileKey(key string, rev uint64, value []byte) (name string, c Compiled, 
 func CheckValue(key string, rev uint64, value []byte) ([]string, error) {
 	_, c, ok := CompileKey(key, rev, value)
 	if !ok {
-		return nil, fmt.Errorf("key %q is neither %s<name>, %s<namespace> nor %s<namespace>", key, KeyPrefix, NamespacePrefix, DomainsPrefix)
+		return nil, fmt.Errorf("key %q is neither %s<name>, %s<namespace>, %s<namespace> nor %s<domain>", key, KeyPrefix, NamespacePrefix, DomainsPrefix, EnvoyPrefix)
 	}
 	return c.Notes, c.Err
 }

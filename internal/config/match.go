@@ -27,6 +27,8 @@ type Set struct {
 	quota *quota.Config
 	// domains are the domain-limit namespaces (see Domains); nil is none.
 	domains map[string]*domainlimit.Namespace
+	// envoy is the Envoy rate limit configuration (see Envoy); never nil.
+	envoy *envoySet
 }
 
 // Refusal is a template key that has no valid revision to serve: the
@@ -51,7 +53,7 @@ type Refusal struct {
 // part in matching like a template with its glob; ids it wins match nil,
 // and Refused says why.
 func NewSet(generation uint64, templates []*Template, fallback *Template, refusals ...Refusal) *Set {
-	s := &Set{Generation: generation, exact: make(map[string]*Template), fallback: fallback}
+	s := &Set{Generation: generation, exact: make(map[string]*Template), fallback: fallback, envoy: noEnvoy()}
 	templates = slices.Clone(templates)
 	for _, r := range refusals {
 		t := &Template{Name: r.Name, Revision: r.Revision, Glob: collapseStars(r.Glob)}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path"
 	"slices"
 	"strings"
@@ -110,6 +111,10 @@ type Entry struct {
 	// nil if Err is set or the key is of another kind; ServingDomains is
 	// Serving for a domains key.
 	Domains, ServingDomains *domainlimit.Namespace
+	// Envoy is the parsed domain of an Envoy domain key
+	// (config.EnvoyPrefix), nil if Err is set or the key is of another
+	// kind; ServingEnvoy is Serving for an Envoy domain key.
+	Envoy, ServingEnvoy *config.EnvoyDomain
 	// Refusal is set when Err is set, Serving is nil and the value's
 	// identifier_glob can be read: replicas refuse the resources it wins.
 	Refusal *config.Refusal
@@ -120,6 +125,9 @@ func (e *Entry) IsNamespace() bool { return strings.HasPrefix(e.Key, config.Name
 
 // IsDomains reports whether e is a domains namespace key.
 func (e *Entry) IsDomains() bool { return strings.HasPrefix(e.Key, config.DomainsPrefix) }
+
+// IsEnvoy reports whether e is an Envoy domain key.
+func (e *Entry) IsEnvoy() bool { return strings.HasPrefix(e.Key, config.EnvoyPrefix) }
 
 // LoadAll reads every template and namespace key of kv and compiles it.
 // Invalid values are returned with Err set, not as an error, and with
@@ -159,7 +167,7 @@ loop:
 		if r.histErr != nil && ctx.Err() != nil {
 			return nil, fmt.Errorf("read template keys: %w", r.histErr)
 		}
-		e.Serving, e.ServingNamespace, e.ServingDomains, e.Refusal = r.serving.Template, r.serving.Namespace, r.serving.Domains, r.refusal
+		e.Serving, e.ServingNamespace, e.ServingDomains, e.ServingEnvoy, e.Refusal = r.serving.Template, r.serving.Namespace, r.serving.Domains, r.serving.Envoy, r.refusal
 	}
 	return out, nil
 }
@@ -172,17 +180,19 @@ func compileEntry(e jetstream.KeyValueEntry) (Entry, bool) {
 		return Entry{}, false
 	}
 	return Entry{Key: e.Key(), Name: name, Revision: e.Revision(), Value: e.Value(),
-		Template: c.Template, Namespace: c.Namespace, Domains: c.Domains, Notes: c.Notes, Err: c.Err}, true
+		Template: c.Template, Namespace: c.Namespace, Domains: c.Domains, Envoy: c.Envoy, Notes: c.Notes, Err: c.Err}, true
 }
 
 // SetFromEntries builds a config.Set (generation 0) from the entries as replicas
 // serve them: valid ones, the last valid revision of invalid ones, and
-// refusals; its Quota and Domains hold the namespaces served likewise.
+// refusals; its Quota, Domains and Envoy hold the namespaces and domains
+// served likewise.
 func SetFromEntries(entries []Entry, fallback *config.Template) *config.Set {
 	var ts []*config.Template
 	var refusals []config.Refusal
 	var nss []*quota.Namespace
 	var doms []*domainlimit.Namespace
+	var envoy []*config.EnvoyDomain
 	for _, e := range entries {
 		switch {
 		case e.Template != nil:
@@ -197,11 +207,29 @@ func SetFromEntries(entries []Entry, fallback *config.Template) *config.Set {
 			doms = append(doms, e.Domains)
 		case e.ServingDomains != nil:
 			doms = append(doms, e.ServingDomains)
+		case e.Envoy != nil:
+			envoy = append(envoy, e.Envoy)
+		case e.ServingEnvoy != nil:
+			envoy = append(envoy, e.ServingEnvoy)
 		case e.Refusal != nil:
 			refusals = append(refusals, *e.Refusal)
 		}
 	}
-	return config.NewSet(0, ts, fallback, refusals...).WithQuota(config.NewQuotaConfig(nss...)).WithDomains(doms...)
+	return withEnvoy(config.NewSet(0, ts, fallback, refusals...).WithQuota(config.NewQuotaConfig(nss...)).WithDomains(doms...), envoy, nil)
+}
+
+// withEnvoy returns set with the Envoy domains ds. Each key's domain is
+// its own, so they cannot clash; should they anyway, set is returned
+// without them and the failure logged (log may be nil).
+func withEnvoy(set *config.Set, ds []*config.EnvoyDomain, log *slog.Logger) *config.Set {
+	out, err := set.WithEnvoy(ds...)
+	if err != nil {
+		if log != nil {
+			log.Error("Envoy domains not applied", "err", err)
+		}
+		return set
+	}
+	return out
 }
 
 // historyTimeout bounds the history read behind an invalid revision.

@@ -60,6 +60,8 @@ type KeyStatus struct {
 	Namespace bool `json:"namespace,omitempty"`
 	// Domains is set for a domains namespace key ("domains.<name>").
 	Domains bool `json:"domains,omitempty"`
+	// Envoy is set for an Envoy rate limit domain key ("envoy.<domain>").
+	Envoy bool `json:"envoy,omitempty"`
 	// Revision is the KV revision serving: the latest, or when that is
 	// invalid the last valid one in the key's history; 0 if none.
 	Revision uint64 `json:"revision"`
@@ -330,6 +332,8 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry) bool {
 		what = "namespace"
 	case strings.HasPrefix(key, config.DomainsPrefix):
 		what = "domains namespace"
+	case strings.HasPrefix(key, config.EnvoyPrefix):
+		what = "envoy domain"
 	}
 	switch e.Operation() {
 	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
@@ -357,6 +361,8 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry) bool {
 			log.Info("template applied", "glob", t.Glob, "algorithm", t.Algorithm.String(), "capacity", t.Capacity)
 		case c.Namespace != nil:
 			log.Info("quota namespace applied", "buckets", len(c.Namespace.Buckets), "default", c.Namespace.Default != nil, "dynamic", c.Namespace.Dynamic != nil)
+		case c.Envoy != nil:
+			log.Info("envoy domain applied", "domain", c.Envoy.Domain.Name, "descriptors", len(c.Envoy.Domain.Descriptors))
 		default:
 			log.Info("domains namespace applied", "resources", len(c.Domains.Resources), "ignore_configured", c.Domains.IgnoreConfigured, "allow_unconfigured", c.Domains.AllowUnconfigured)
 		}
@@ -409,6 +415,12 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry) bool {
 			ks.state += fmt.Sprintf(" (history: %v)", res.histErr)
 		}
 		log.Error("rejected invalid domains namespace with no valid revision in its history; it is not served", "err", err, "history_err", res.histErr)
+	case what == "envoy domain":
+		ks.state = fmt.Sprintf("revision %d is invalid (%v) and no valid revision is in the key's history: the domain is not served, so its requests are answered OK with no limit, as before it was written", rev, err)
+		if res.histErr != nil {
+			ks.state += fmt.Sprintf(" (history: %v)", res.histErr)
+		}
+		log.Error("rejected invalid envoy domain with no valid revision in its history; it is not served", "err", err, "history_err", res.histErr)
 	default:
 		ks.state = fmt.Sprintf("revision %d is invalid (%v) and no valid revision is in the key's history; its identifier_glob cannot be read, so nothing can be refused in its name: the resources it was meant for get the next matching template", rev, err)
 		if res.histErr != nil {
@@ -456,6 +468,7 @@ func (w *Watcher) publish(cause string) {
 	var refusals []config.Refusal
 	var nss []*quota.Namespace
 	var doms []*domainlimit.Namespace
+	var envoy []*config.EnvoyDomain
 	for _, key := range slices.Sorted(maps.Keys(w.keys)) {
 		ks := w.keys[key]
 		switch {
@@ -465,18 +478,20 @@ func (w *Watcher) publish(cause string) {
 			nss = append(nss, ks.serving.Namespace)
 		case ks.serving.Domains != nil:
 			doms = append(doms, ks.serving.Domains)
+		case ks.serving.Envoy != nil:
+			envoy = append(envoy, ks.serving.Envoy)
 		case ks.refusal != nil:
 			refusals = append(refusals, *ks.refusal)
 		}
 	}
 	w.gen++
 	w.updated = time.Now()
-	set := config.NewSet(w.gen, ts, w.fallback, refusals...).WithQuota(config.NewQuotaConfig(nss...)).WithDomains(doms...)
+	set := withEnvoy(config.NewSet(w.gen, ts, w.fallback, refusals...).WithQuota(config.NewQuotaConfig(nss...)).WithDomains(doms...), envoy, w.log)
 	w.cur.Store(set)
 	hooks := slices.Clone(w.onChange)
 	w.mu.Unlock()
 
-	w.log.Debug("configuration set published", "generation", set.Generation, "templates", len(ts), "namespaces", len(nss), "domains", len(doms), "cause", cause)
+	w.log.Debug("configuration set published", "generation", set.Generation, "templates", len(ts), "namespaces", len(nss), "domains", len(doms), "envoy_domains", len(envoy), "cause", cause)
 	select {
 	case w.updates <- struct{}{}:
 	default:
@@ -504,7 +519,7 @@ func (w *Watcher) Status() Status {
 	}
 	for _, key := range slices.Sorted(maps.Keys(w.keys)) {
 		ks := w.keys[key]
-		k := KeyStatus{Key: key, Name: ks.name, Namespace: strings.HasPrefix(key, config.NamespacePrefix), Domains: strings.HasPrefix(key, config.DomainsPrefix), State: ks.state,
+		k := KeyStatus{Key: key, Name: ks.name, Namespace: strings.HasPrefix(key, config.NamespacePrefix), Domains: strings.HasPrefix(key, config.DomainsPrefix), Envoy: strings.HasPrefix(key, config.EnvoyPrefix), State: ks.state,
 			Notes: slices.Clone(ks.serving.Notes), Rejected: slices.Clone(ks.rejected)}
 		switch {
 		case ks.serving.Valid():

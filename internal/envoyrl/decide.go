@@ -155,13 +155,15 @@ func hitsAddends(req *rlspb.RateLimitRequest) []uint64 {
 	return out
 }
 
-// cacheKey builds the reference's counter key: prefix, domain, each
-// entry's key and value (or shared wildcard), the window start.
-func (l *Limiter) cacheKey(domain string, d *rlv3.RateLimitDescriptor, m *match, now int64) string {
+// counter names the counter of a descriptor: the reference's key
+// (prefix, domain, each entry's key and value or shared wildcard, the
+// window start) and the entries as the key names them.
+func (l *Limiter) counter(domain string, d *rlv3.RateLimitDescriptor, m *match, now int64) (string, []Entry) {
 	var b strings.Builder
 	b.WriteString(l.opts.KeyPrefix)
 	b.WriteString(domain)
 	b.WriteByte('_')
+	entries := make([]Entry, len(d.GetEntries()))
 	for i, e := range d.GetEntries() {
 		b.WriteString(e.GetKey())
 		b.WriteByte('_')
@@ -171,10 +173,11 @@ func (l *Limiter) cacheKey(domain string, d *rlv3.RateLimitDescriptor, m *match,
 		}
 		b.WriteString(v)
 		b.WriteByte('_')
+		entries[i] = Entry{Key: e.GetKey(), Value: v}
 	}
 	w := m.spec.window()
 	b.WriteString(strconv.FormatInt((now/w)*w, 10))
-	return b.String()
+	return b.String(), entries
 }
 
 // ShouldRateLimit decides req at now: it counts the request's hits against
@@ -241,10 +244,14 @@ func (l *Limiter) count(ctx context.Context, now time.Time, domain string, descs
 			continue
 		}
 		w := m.spec.window()
+		key, entries := l.counter(domain, descs[i], m, sec)
 		incs = append(incs, Increment{
-			Key:     l.cacheKey(domain, descs[i], m, sec),
+			Key:     key,
 			Hits:    hits[i],
 			Expires: time.Unix((sec/w)*w+w, 0),
+			Domain:  domain,
+			Entries: entries,
+			Limit:   m.spec.requestsPerUnit,
 		})
 		idx = append(idx, i)
 	}
@@ -271,11 +278,7 @@ func (l *Limiter) count(ctx context.Context, now time.Time, domain string, descs
 // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: when any counter would pass
 // its limit, only the counters that would pass it are incremented.
 func (l *Limiter) stopAtLimit(ctx context.Context, now time.Time, incs []Increment, idx []int, matches []*match) error {
-	keys := make([]string, len(incs))
-	for j, inc := range incs {
-		keys[j] = inc.Key
-	}
-	cur, err := l.store.Get(ctx, now, keys)
+	cur, err := l.store.Get(ctx, now, incs)
 	if err != nil {
 		return fmt.Errorf("envoyrl: reading counters: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -145,12 +146,12 @@ func TestMemoryStore(t *testing.T) {
 	}); err == nil {
 		t.Fatal("an overflowing addition succeeded")
 	}
-	if v, _ := s.Get(ctx, t0, []string{"a", "zz"}); v[0] != 5 || v[1] != 0 {
+	if v, _ := s.Get(ctx, t0, []envoyrl.Increment{{Key: "a"}, {Key: "zz"}}); v[0] != 5 || v[1] != 0 {
 		t.Fatalf("after a failed addition: %v", v)
 	}
 	// Expired counters read as zero, start again, and are swept.
 	later := t0.Add(time.Minute)
-	if v, _ := s.Get(ctx, later, []string{"a"}); v[0] != 0 {
+	if v, _ := s.Get(ctx, later, []envoyrl.Increment{{Key: "a"}}); v[0] != 0 {
 		t.Errorf("expired counter reads %d", v[0])
 	}
 	if got, _ := s.Increment(ctx, later, []envoyrl.Increment{{Key: "c", Hits: 1, Expires: later.Add(time.Second)}}); got[0] != 1 {
@@ -158,6 +159,34 @@ func TestMemoryStore(t *testing.T) {
 	}
 	if n := s.Len(); n != 1 {
 		t.Errorf("%d counters after the sweep, want 1", n)
+	}
+}
+
+// A MemoryStore at MaxCounters refuses a new counter, all or nothing,
+// and still counts on the ones it keeps; an expired counter makes room
+// once swept.
+func TestMemoryStoreFull(t *testing.T) {
+	ctx := context.Background()
+	s := envoyrl.MemoryStore{MaxCounters: 2}
+	t0 := time.Unix(1000, 0)
+	inc := func(key string, expires time.Time) envoyrl.Increment {
+		return envoyrl.Increment{Key: key, Hits: 1, Expires: expires}
+	}
+	if _, err := s.Increment(ctx, t0, []envoyrl.Increment{inc("a", t0.Add(time.Second)), inc("b", t0.Add(time.Hour))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Increment(ctx, t0, []envoyrl.Increment{inc("a", t0.Add(time.Second)), inc("c", t0.Add(time.Hour))}); !errors.Is(err, envoyrl.ErrStoreFull) {
+		t.Fatalf("a third counter: %v, want ErrStoreFull", err)
+	}
+	if v, _ := s.Get(ctx, t0, []envoyrl.Increment{{Key: "a"}}); v[0] != 1 {
+		t.Fatalf("the refused call counted: a = %d", v[0])
+	}
+	if got, err := s.Increment(ctx, t0, []envoyrl.Increment{inc("b", t0.Add(time.Hour))}); err != nil || got[0] != 2 {
+		t.Fatalf("a kept counter: %v, %v", got, err)
+	}
+	later := t0.Add(2 * time.Second)
+	if got, err := s.Increment(ctx, later, []envoyrl.Increment{inc("c", later.Add(time.Hour))}); err != nil || got[0] != 1 {
+		t.Fatalf("after a's window: %v, %v", got, err)
 	}
 }
 
@@ -236,8 +265,9 @@ func TestCounterKeys(t *testing.T) {
 	if _, err := lim.ShouldRateLimit(context.Background(), time.Unix(1_800_000_030, 0), r); err != nil {
 		t.Fatal(err)
 	}
-	want := envoyrl.Increment{Key: "p:d_k_v_s_x*_1800000000", Hits: 1, Expires: time.Unix(1_800_000_060, 0)}
-	if len(rec.incs) != 1 || rec.incs[0] != want {
+	want := envoyrl.Increment{Key: "p:d_k_v_s_x*_1800000000", Hits: 1, Expires: time.Unix(1_800_000_060, 0),
+		Domain: "d", Entries: []envoyrl.Entry{{Key: "k", Value: "v"}, {Key: "s", Value: "x*"}}, Limit: 1}
+	if len(rec.incs) != 1 || !reflect.DeepEqual(rec.incs[0], want) {
 		t.Errorf("increments %v, want %v", rec.incs, want)
 	}
 }
@@ -273,5 +303,27 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		if _, err := lim.ShouldRateLimit(ctx, time.Unix(int64(1_800_000_000+i/1000), 0), r); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestExplain(t *testing.T) {
+	ds, err := envoyrl.Parse("t.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    descriptors:\n      - {key: s, value: x*, share_threshold: true, shadow_mode: true, rate_limit: {unit: minute, requests_per_unit: 7, name: seven}}\n  - key: u\n    rate_limit: {unlimited: true}\n"), envoyrl.ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := envoyrl.NewConfig(ds, envoyrl.ConfigOptions{})
+	a := cfg.Explain("d", d("k", "v", "s", "xyz"))
+	if !a.Known || a.Limit == nil || a.Limit.RequestsPerUnit != 7 || a.Limit.Name != "seven" || !a.ShadowMode ||
+		!reflect.DeepEqual(a.Entries, []envoyrl.Entry{{Key: "k", Value: "v"}, {Key: "s", Value: "x*"}}) {
+		t.Errorf("shared wildcard: %+v", a)
+	}
+	if a := cfg.Explain("d", d("k", "v")); !a.Known || a.Limit != nil {
+		t.Errorf("a node without a limit: %+v", a)
+	}
+	if a := cfg.Explain("d", d("u", "1")); a.Limit == nil || !a.Limit.Unlimited {
+		t.Errorf("unlimited: %+v", a)
+	}
+	if a := cfg.Explain("other", d("k", "v")); a.Known || a.Limit != nil {
+		t.Errorf("unknown domain: %+v", a)
 	}
 }

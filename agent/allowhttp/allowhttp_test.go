@@ -1,0 +1,81 @@
+package allowhttp_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/allot/allot/agent/allowhttp"
+	"github.com/allot/allot/agent/internal/demo"
+	"github.com/allot/allot/agent/internal/limittest"
+)
+
+// get asks h at query and decodes the answer.
+func get(t *testing.T, h http.Handler, method, query string) (*httptest.ResponseRecorder, allowhttp.Answer) {
+	t.Helper()
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(method, allowhttp.Path+"?"+query, nil))
+	var a allowhttp.Answer
+	if w.Code == http.StatusOK || w.Code == http.StatusTooManyRequests {
+		if err := json.Unmarshal(w.Body.Bytes(), &a); err != nil {
+			t.Fatalf("%s: %v", w.Body, err)
+		}
+	}
+	return w, a
+}
+
+// TestAllow: a coordinator grants "db" 2 per second; the handler admits
+// what the agent's lease admits and refuses the rest with 429, Retry-After
+// and the RateLimit fields, and refuses bad requests with 400.
+func TestAllow(t *testing.T) {
+	a, stop, err := demo.Agent(map[string]float64{"db": 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	h, err := allowhttp.New(a, allowhttp.Options{MaxResources: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first request waits for the first lease.
+	w, ans := get(t, h, http.MethodGet, "resource=db&wait=5s")
+	if w.Code != http.StatusOK || !ans.Allowed || ans.Resource != "db" {
+		t.Fatalf("first request: %d %s", w.Code, w.Body)
+	}
+	lim, _ := a.Rate("db")
+	limittest.Eventually(t, "the lease of 2 per second", func() bool { return lim.Limit() == 2 })
+	// Drain the bucket, then one more is refused.
+	for lim.Tokens() >= 1 {
+		if w, _ := get(t, h, http.MethodPost, "resource=db"); w.Code != http.StatusOK {
+			break
+		}
+	}
+	w, ans = get(t, h, http.MethodGet, "resource=db&n=2")
+	if w.Code != http.StatusTooManyRequests || ans.Allowed || ans.Limit != 2 || ans.RetryAfterMS <= 0 || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("refused: %d %s %v", w.Code, w.Body, w.Header())
+	}
+	if p := w.Header().Get("RateLimit-Policy"); p != `"db";q=2;w=1` {
+		t.Errorf("RateLimit-Policy %q", p)
+	}
+	for _, tc := range []struct {
+		method, query string
+		code          int
+		want          string
+	}{
+		{http.MethodGet, "", 400, "resource"},
+		{http.MethodGet, "resource=a%20b", 400, "resource"},
+		{http.MethodGet, "resource=db&n=0", 400, "tokens in [1,"},
+		{http.MethodGet, "resource=db&n=x", 400, "whole number"},
+		{http.MethodGet, "resource=db&wait=1h", 400, "wait"},
+		{http.MethodDelete, "resource=db", 405, "GET"},
+		{http.MethodGet, "resource=other", 200, ""},
+		{http.MethodGet, "resource=third", 503, "already 2 resources"},
+	} {
+		w, _ := get(t, h, tc.method, tc.query)
+		if w.Code != tc.code && !(tc.code == 200 && w.Code == http.StatusTooManyRequests) || !strings.Contains(w.Body.String(), tc.want) {
+			t.Errorf("%s ?%s: %d %s; want %d with %q", tc.method, tc.query, w.Code, w.Body, tc.code, tc.want)
+		}
+	}
+}

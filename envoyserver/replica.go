@@ -1,0 +1,107 @@
+package envoyserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/envoywire"
+	"github.com/allot/allot/internal/leader"
+)
+
+// ReplicaOptions configure a Replica.
+type ReplicaOptions struct {
+	// Options configure the Server the replica runs while it leads. Term
+	// and Valid are set by the replica.
+	Options
+	// ElectionBucket is the KV bucket of the election; the key is
+	// envoywire.ElectionKey(Node, Partition). Default
+	// election.DefaultBucket.
+	ElectionBucket string
+	// ElectionTTL is how long a silent leader keeps its key. Default 3s.
+	ElectionTTL time.Duration
+	// ElectionReplicas is the election bucket's replica count when this
+	// replica creates it. Default 1.
+	ElectionReplicas int
+	// OnServing, if set, is called when the replica starts serving as
+	// leader (true) and when it has stopped (false).
+	OnServing func(term uint64, serving bool)
+}
+
+// Replica is one of several replicas of an Envoy counter partition. It
+// campaigns in the partition's election and runs a Server while it
+// leads. A new leader starts with no counters: what its predecessor
+// counted in the current windows is not known to it (see docs/envoy.md).
+type Replica struct {
+	nc   *nats.Conn
+	opts ReplicaOptions
+	seat leader.Seat[*Server]
+}
+
+// NewReplica validates opts and returns a Replica; Run it.
+func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
+	if nc == nil {
+		return nil, errors.New("envoyserver: nil NATS connection")
+	}
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	return &Replica{nc: nc, opts: opts}, nil
+}
+
+// Server returns the server of the current term, or nil when not leading.
+func (r *Replica) Server() *Server {
+	srv, _ := r.seat.Current()
+	return srv
+}
+
+// Partition is the partition the replica campaigns for.
+func (r *Replica) Partition() int { return r.opts.Partition }
+
+// Run campaigns and serves while leading until ctx ends; then it stops
+// serving and resigns so that a follower takes over at once. It returns
+// nil after ctx ends, or an error if the election cannot run.
+func (r *Replica) Run(ctx context.Context) error {
+	err := r.seat.Run(ctx, r.nc, leader.SeatConfig{
+		Election: election.Config{
+			Bucket:   r.opts.ElectionBucket,
+			Key:      envoywire.ElectionKey(r.opts.Node, r.opts.Partition),
+			ID:       r.opts.ServerID,
+			TTL:      r.opts.ElectionTTL,
+			Replicas: r.opts.ElectionReplicas,
+			Logger:   r.opts.Logger.With("node", r.opts.Node, "envoy_partition", r.opts.Partition),
+		},
+		What:      "envoy partition " + strconv.Itoa(r.opts.Partition),
+		OnServing: r.opts.OnServing,
+	}, r.start)
+	if err != nil {
+		return fmt.Errorf("envoyserver: %w", err)
+	}
+	return nil
+}
+
+// start starts the server of one term.
+func (r *Replica) start(ctx context.Context, el *election.Elector, term uint64) (*Server, error) {
+	opts := r.opts.Options
+	opts.Term = term
+	opts.Valid = func() bool { return el.Valid(term) }
+	srv, err := New(r.nc, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return nil, err
+	}
+	return srv, nil
+}
+
+// Serving reports whether the replica leads and its server answers.
+func (r *Replica) Serving() bool {
+	srv := r.Server()
+	return srv != nil && srv.Serving()
+}
