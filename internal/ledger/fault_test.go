@@ -159,6 +159,7 @@ func (n *simNode) round() {
 		c.next = n.now + int64(max(c.refreshOf(slots[k][0].Lease(n.now)), 50*time.Millisecond))
 	}
 	n.l.EndRound()
+	checkLedger(n.t, n.l, n.now)
 }
 
 // finishWrite lands or fails the write in flight.
@@ -400,6 +401,7 @@ func TestSafeCapacityCountsLapsedClients(t *testing.T) {
 				c.next = n.now + int64(100*time.Millisecond)
 			}
 			n.l.EndRound()
+			checkLedger(t, n.l, n.now)
 			if sum := n.held(); sum > 60*(1+1e-9) {
 				t.Fatalf("capacity in force %v of 60", sum)
 			}

@@ -78,6 +78,7 @@ func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i in
 			base[k] = min(r.demands[i].Wants, c.credit+c.has)
 			c.held = max(c.held, c.credit)
 			c.heldUntil = max(c.heldUntil, min(c.reportedExpiry, p.now+int64(r.tmpl.LeaseLength))+r.skew)
+			r.recount(i, p.now)
 		}
 		free -= max(base[k], c.exposure(p.now)) - before
 	}

@@ -321,7 +321,7 @@ func (l *Ledger) ReleaseAs(now int64, who Claimant, client string, resources []s
 	client = who.key(client)
 	var n int32
 	for _, id := range resources {
-		if r := l.resources[id]; r != nil && r.markReleased(client) {
+		if r := l.resources[id]; r != nil && r.markReleased(client, now) {
 			l.touch(now, r)
 			n++
 		}

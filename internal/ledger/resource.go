@@ -58,6 +58,8 @@ type client struct {
 	heapIdx  int32
 	touched  bool // requested in the current round
 	released bool // released after it was requested in the current round
+	// n is what the record adds to the resource's running sums (sums.go).
+	n counted
 }
 
 // resource holds the state of one resource. It is owned by the round loop.
@@ -69,10 +71,12 @@ type resource struct {
 	index         map[string]int32
 	clients       []client
 	demands       []alloc.Demand
-	heap          []int32 // client indices ordered by expiry
-	batch         []int32 // clients requesting in the current round
-	releasedIDs   []string
-	inBatch       bool
+	heap          clientHeap // client indices ordered by expiry
+	// sums are the running sums over the clients (sums.go).
+	sums        sums
+	batch       []int32 // clients requesting in the current round
+	releasedIDs []string
+	inBatch     bool
 	// up is the capacity a parent node leased this node (child nodes
 	// only; see Ledger.SetUpstream).
 	up upstream
@@ -115,7 +119,7 @@ type resource struct {
 }
 
 func newResource(id string, tmpl *config.Template, gen uint64) *resource {
-	return &resource{id: id, tmpl: tmpl, gen: gen, index: make(map[string]int32),
+	return &resource{id: id, tmpl: tmpl, gen: gen, index: make(map[string]int32), sums: sums{wake: clientHeap{kind: byWake}},
 		ceiling: math.Inf(1), ceilingExpiry: math.MaxInt64, tenants: tenantCounts{resources: make(map[string]int), records: make(map[string]int)}}
 }
 
@@ -158,11 +162,10 @@ func (r *resource) upsert(id string, wants, weight float64, priority int32, rep 
 	if !ok {
 		i = int32(len(r.clients))
 		r.index[id] = i
-		r.clients = append(r.clients, client{id: id, heapIdx: int32(len(r.heap)), expiry: now, seen: now})
+		r.clients = append(r.clients, client{id: id, expiry: now, seen: now, n: counted{wakeIdx: -1}})
 		r.demands = append(r.demands, alloc.Demand{})
-		r.heap = append(r.heap, i)
-		// expiry is "now" until a grant sets it; sift into place.
-		r.siftUp(int(r.clients[i].heapIdx))
+		// expiry is "now" until a grant sets it.
+		r.heap.push(r.clients, i)
 	}
 	r.demands[i] = alloc.Demand{Wants: wants, Weight: weight, Priority: priority}
 	c := &r.clients[i]
@@ -193,6 +196,7 @@ func (r *resource) upsert(id string, wants, weight float64, priority int32, rep 
 		r.clients[i].touched = true
 		r.batch = append(r.batch, i)
 	}
+	r.recount(i, now)
 	return i
 }
 
@@ -241,18 +245,21 @@ func (c *client) floorExposure(now int64) float64 {
 	return e
 }
 
-// remove drops client i: swap-delete from the dense arrays and the heap.
+// remove drops client i: swap-delete from the dense arrays, the heaps
+// and the sums.
 func (r *resource) remove(i int32) {
 	c := &r.clients[i]
 	delete(r.index, c.id)
 	r.untrack(c.tenant)
-	r.heapDelete(int(c.heapIdx))
+	r.uncount(i)
+	r.heap.remove(r.clients, i)
 	last := int32(len(r.clients) - 1)
 	if i != last {
 		r.clients[i] = r.clients[last]
 		r.demands[i] = r.demands[last]
 		r.index[r.clients[i].id] = i
-		r.heap[r.clients[i].heapIdx] = i
+		r.heap.rename(r.clients, i)
+		r.sums.wake.rename(r.clients, i)
 	}
 	r.clients[last] = client{}
 	r.clients = r.clients[:last]
@@ -262,7 +269,7 @@ func (r *resource) remove(i int32) {
 // markReleased ends a client's lease at once: its capacity is free from
 // this round on. The record is dropped after the round (dropReleased), so
 // client indices stay stable while requests of the round refer to them.
-func (r *resource) markReleased(id string) bool {
+func (r *resource) markReleased(id string, now int64) bool {
 	i, ok := r.index[id]
 	if !ok || r.clients[i].released {
 		return false
@@ -273,6 +280,7 @@ func (r *resource) markReleased(id string) bool {
 	r.clients[i].floor, r.clients[i].floorPrev = 0, 0
 	r.clients[i].floorEnd, r.clients[i].floorPrevEnd = 0, 0
 	r.demands[i].Wants = 0
+	r.recount(i, now)
 	r.releasedIDs = append(r.releasedIDs, id)
 	return true
 }
@@ -305,8 +313,8 @@ func (r *resource) dropReleased() {
 // Never called while the resource has a batch pending: batch entries
 // are indices into clients.
 func (r *resource) expire(now int64) {
-	for len(r.heap) > 0 {
-		i := r.heap[0]
+	for len(r.heap.ids) > 0 {
+		i := r.heap.top()
 		c := &r.clients[i]
 		if !c.lapsed {
 			if c.expiry+r.skew > now {
@@ -317,18 +325,20 @@ func (r *resource) expire(now int64) {
 				// report of nothing held lapses at once: a record kept
 				// alive for it would keep its demand in the shares.)
 				c.expiry, c.has = c.heldUntil-r.skew, 0
-				r.heapFix(int(c.heapIdx))
+				r.recount(i, now)
+				r.heap.fix(r.clients, i)
 				continue
 			}
 			c.lapsed = true
 			c.has = 0
 			r.demands[i].Wants = 0
 			c.expiry = max(c.floorEnd, c.floorPrevEnd, c.seen+int64(r.tmpl.LeaseLength))
+			r.recount(i, now)
 			if c.floorExposure(now) > 0 {
 				r.floors.event(now, r.id, c, EventUnheard)
 			}
 			if c.expiry > now {
-				r.heapFix(int(c.heapIdx))
+				r.heap.fix(r.clients, i)
 				continue
 			}
 		} else if c.expiry > now {
@@ -343,15 +353,6 @@ func (r *resource) expire(now int64) {
 
 // records returns how many client records the resource keeps.
 func (r *resource) records() int { return len(r.clients) }
-
-// outstanding bounds the capacity clients may hold under our leases.
-func (r *resource) outstanding(now int64) float64 {
-	var sum float64
-	for i := range r.clients {
-		sum += r.clients[i].exposure(now)
-	}
-	return sum
-}
 
 // upstream is what a child node holds of a resource from its parent.
 type upstream struct {
@@ -475,7 +476,8 @@ func (r *resource) allocate(p *roundParams) {
 		c.expiry = expiry
 		c.due = p.now + int64(fresh)
 		r.grantFloor(i, p)
-		r.heapFix(int(c.heapIdx))
+		r.recount(i, p.now)
+		r.heap.fix(r.clients, i)
 	}
 
 	switch {
@@ -577,63 +579,4 @@ func (r *resource) nextFree(now int64) int64 {
 		return 0
 	}
 	return next
-}
-
-// Heap of client indices by expiry.
-
-func (r *resource) less(a, b int) bool {
-	return r.clients[r.heap[a]].expiry < r.clients[r.heap[b]].expiry
-}
-
-func (r *resource) swap(a, b int) {
-	r.heap[a], r.heap[b] = r.heap[b], r.heap[a]
-	r.clients[r.heap[a]].heapIdx = int32(a)
-	r.clients[r.heap[b]].heapIdx = int32(b)
-}
-
-func (r *resource) siftUp(k int) {
-	for k > 0 {
-		p := (k - 1) / 2
-		if !r.less(k, p) {
-			return
-		}
-		r.swap(k, p)
-		k = p
-	}
-}
-
-func (r *resource) siftDown(k int) bool {
-	start, n := k, len(r.heap)
-	for {
-		c := 2*k + 1
-		if c >= n {
-			break
-		}
-		if c+1 < n && r.less(c+1, c) {
-			c++
-		}
-		if !r.less(c, k) {
-			break
-		}
-		r.swap(k, c)
-		k = c
-	}
-	return k > start
-}
-
-func (r *resource) heapFix(k int) {
-	if !r.siftDown(k) {
-		r.siftUp(k)
-	}
-}
-
-func (r *resource) heapDelete(k int) {
-	last := len(r.heap) - 1
-	if k != last {
-		r.swap(k, last)
-	}
-	r.heap = r.heap[:last]
-	if k != last {
-		r.heapFix(k)
-	}
 }

@@ -69,7 +69,7 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 				wants[i] = rng.Float64() * 100
 			}
 			if !steady && rng.IntN(30) == 0 {
-				r.markReleased(id)
+				r.markReleased(id, now)
 				continue
 			}
 			// Some clients go silent for a while (their leases expire).
@@ -90,6 +90,9 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 			r.allocate(&p)
 		}
 		r.dropReleased()
+		if err := checkSums(r, now); err != nil {
+			t.Fatalf("trial %d round %d: %v", trial, round, err)
+		}
 
 		sum := 0.0
 		for i, c := range r.clients {
@@ -137,11 +140,11 @@ func TestExpiryHeap(t *testing.T) {
 		id := string(rune('a' + rng.IntN(50)))
 		r.upsert(id, 1, 1, 0, holding{}, now)
 		r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, scratch: &scratch, stats: &Stats{}})
-		for k, i := range r.heap {
+		for k, i := range r.heap.ids {
 			if int(r.clients[i].heapIdx) != k {
 				t.Fatalf("step %d: heap index mismatch", step)
 			}
-			if k > 0 && r.clients[r.heap[(k-1)/2]].expiry > r.clients[i].expiry {
+			if k > 0 && r.clients[r.heap.ids[(k-1)/2]].expiry > r.clients[i].expiry {
 				t.Fatalf("step %d: heap order broken", step)
 			}
 		}
@@ -223,7 +226,7 @@ func learningTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, tr
 				continue
 			}
 			if rng.IntN(40) == 0 {
-				r.markReleased(id)
+				r.markReleased(id, now)
 				continue
 			}
 			var has float64
@@ -240,6 +243,9 @@ func learningTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, tr
 			r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, scratch: &scratch, stats: &Stats{}})
 		}
 		r.dropReleased()
+		if err := checkSums(r, now); err != nil {
+			t.Fatalf("trial %d round %d: %v", trial, round, err)
+		}
 		total := 0.0
 		for _, c := range r.clients {
 			if c.expiry > now {

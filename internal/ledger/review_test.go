@@ -30,7 +30,7 @@ func TestReleaseThenGetSameRound(t *testing.T) {
 	}
 	r.upsert("a", 100, 1, 0, holding{}, now)
 	round()
-	r.markReleased("a")
+	r.markReleased("a", now)
 	ia := r.upsert("a", 100, 1, 0, holding{}, now)
 	round()
 	granted := r.clients[ia].has

@@ -133,6 +133,7 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 			if floorEnd > now {
 				c.floorPrev, c.floorPrevEnd = fshare, floorEnd+r.skew
 			}
+			r.recount(i, now)
 			r.creditFloor(i, now)
 		}
 		slots[k] = ServerSlot{r: r, bands: ids}
@@ -234,27 +235,6 @@ func (l *Ledger) UpstreamRequests(now int64, node string) []*allotpb.GetServerCa
 	return reqs
 }
 
-// bandDemand sums the resource's demand per priority band.
-func (r *resource) bandDemand() []*allotpb.PriorityBandAggregate {
-	byPrio := map[int32]*allotpb.PriorityBandAggregate{}
-	for i := range r.demands {
-		d := &r.demands[i]
-		b := byPrio[d.Priority]
-		if b == nil {
-			b = &allotpb.PriorityBandAggregate{Priority: d.Priority}
-			byPrio[d.Priority] = b
-		}
-		b.NumClients += max(int64(math.Round(d.Weight)), 1)
-		b.Wants += d.Wants
-	}
-	out := make([]*allotpb.PriorityBandAggregate, 0, len(byPrio))
-	for _, b := range byPrio {
-		out = append(out, b)
-	}
-	slices.SortFunc(out, func(a, b *allotpb.PriorityBandAggregate) int { return cmp.Compare(b.Priority, a.Priority) })
-	return out
-}
-
 // SetUpstream installs the parent's answer: each resource's lease becomes
 // its capacity. Answers of a lower term than one already seen are stale
 // (a deposed parent leader) and ignored; it reports whether resp was.
@@ -333,15 +313,6 @@ func (l *Ledger) UpstreamWanted(now int64) Ask {
 	return ask
 }
 
-// demand sums what the resource's clients want.
-func (r *resource) demand() float64 {
-	var w float64
-	for i := range r.demands {
-		w += r.demands[i].Wants
-	}
-	return w
-}
-
 // UpstreamRefresh is how often a child asks its parent: the shortest
 // refresh interval the parent gave, else the templates' (default 1s).
 func (l *Ledger) UpstreamRefresh() time.Duration {
@@ -391,15 +362,8 @@ type ResourceStat struct {
 func (l *Ledger) Top(now int64, n int) []ResourceStat {
 	out := make([]ResourceStat, 0, min(n, len(l.resources)))
 	for id, r := range l.resources {
-		st := ResourceStat{ID: id, Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: len(r.clients), Learning: r.learning(now), Shadow: r.tmpl.Shadow}
-		for i := range r.clients {
-			if c := &r.clients[i]; c.floorExposure(now) > 0 {
-				st.Floors += c.floorExposure(now)
-				if c.lapsed {
-					st.OnFloor++
-				}
-			}
-		}
+		st := ResourceStat{ID: id, Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: len(r.clients), Learning: r.learning(now), Shadow: r.tmpl.Shadow,
+			Floors: r.floorOutstanding(now), OnFloor: r.onFloor(now)}
 		if r.up.child {
 			st.Regime = r.regime(now)
 		}

@@ -70,7 +70,7 @@ func (n *treeNode) round(t *testing.T, set *config.Set, now int64) {
 		}
 		asked, slots = append(asked, c), append(slots, s)
 	}
-	n.settle(now)
+	n.settle(t, now)
 	for k, c := range asked {
 		if !Ready(slots[k]) {
 			c.next = now + int64(50*time.Millisecond)
@@ -81,11 +81,12 @@ func (n *treeNode) round(t *testing.T, set *config.Set, now int64) {
 		c.next = now + int64(max(ls.Refresh, minGap))
 	}
 	n.l.EndRound()
+	checkLedger(t, n.l, now)
 }
 
 // settle proposes, stores at once and allocates; a child notes whether
 // to ask its parent soon, as the coordinator does before allocating.
-func (n *treeNode) settle(now int64) {
+func (n *treeNode) settle(t testing.TB, now int64) {
 	for range 2 {
 		if p := n.l.Propose(now); p != nil {
 			n.l.Commit(now, p, nil)
@@ -96,6 +97,7 @@ func (n *treeNode) settle(now int64) {
 		n.wanted = max(n.wanted, n.l.UpstreamWanted(now))
 	}
 	n.l.Allocate(now)
+	checkLedger(t, n.l, now)
 }
 
 // askParent sends the node's demand to its parent and installs the answer.
@@ -105,7 +107,7 @@ func (n *treeNode) askParent(t *testing.T, set *config.Set, now int64) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.parent.settle(now)
+		n.parent.settle(t, now)
 		resp := &allotpb.GetServerCapacityResponse{Term: n.parent.l.cfg.Term}
 		for _, s := range slots {
 			if !s.Served() || !ReadyServer([]ServerSlot{s}) {

@@ -1,0 +1,219 @@
+package ledger
+
+import (
+	"cmp"
+	"math"
+	"slices"
+
+	"github.com/allot/allot/internal/alloc/level"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// Running sums: what a round needs to know about all of a resource's
+// clients (what they may hold, the floors they may run on, the floors of
+// lapsed ones, their weights and wants, per priority band) is kept up to
+// date on every change instead of summed over every client each round,
+// so that a round costs O(k log n) for its k clients rather than O(n).
+//
+// Every change of a client's fields goes through recount, the one place
+// that takes the client's old contribution out of the sums and puts its
+// new one in; a client remembers what it contributed (counted). The sums
+// are level.Sum, exact whatever was added and taken out before, so a
+// running sum always equals a sum over the clients done from scratch
+// (tests check that after every round of the randomized trials).
+//
+// What a client may hold also falls by itself, as its components end: an
+// earlier larger lease at heldUntil, its floors at floorEnd and
+// floorPrevEnd. Each client is in a heap by the next such time (wake);
+// before a sum is read at now, sync recounts the clients whose wake has
+// come, so a sum is exact at the now it is read at: never below the
+// truth (that would over-grant) and never above it longer than it takes
+// to recount what ended. A lease itself is counted until expire lapses
+// the record (has, like the full sum before, stays counted until then).
+// If now goes back (a wall clock stepped back), the sums are recounted
+// from scratch, O(n), since what ended in between may count again.
+
+// counted is what a client record adds to its resource's running sums,
+// as last counted (see resource.recount).
+type counted struct {
+	exp, floor    float64 // its exposure and floor exposure
+	wants, weight float64
+	prio          int32
+	lapsed        bool // its floor counts among the lapsed records'
+	// wake is the next time exp or floor may fall by itself (MaxInt64:
+	// never); wakeIdx its position in the wake heap, -1 while not
+	// counted yet.
+	wake    int64
+	wakeIdx int32
+}
+
+// sums are a resource's running sums over its client records.
+type sums struct {
+	at      int64     // the time the time-dependent sums are exact at
+	out     level.Sum // Σ exposure: the outstanding bound
+	floors  level.Sum // Σ floor exposure
+	lapsed  level.Sum // Σ floor exposure of lapsed records
+	onFloor int       // lapsed records with a floor counted
+	wants   level.Sum
+	weight  level.Sum
+	bands   map[int32]*bandSum
+	wake    clientHeap
+}
+
+// bandSum sums one priority band: its records, the clients they stand
+// for and what they want.
+type bandSum struct {
+	records int
+	clients int64
+	wants   level.Sum
+}
+
+// clientsOf is how many clients a record of weight w stands for in its
+// band's demand upstream.
+func clientsOf(w float64) int64 { return max(int64(math.Round(w)), 1) }
+
+// add adds n's contribution (sign 1) or takes it out (sign -1).
+func (s *sums) add(n *counted, sign int) {
+	f := float64(sign)
+	s.out.Add(f * n.exp)
+	s.floors.Add(f * n.floor)
+	if n.lapsed {
+		s.lapsed.Add(f * n.floor)
+		if n.floor > 0 {
+			s.onFloor += sign
+		}
+	}
+	s.wants.Add(f * n.wants)
+	s.weight.Add(f * n.weight)
+	if s.bands == nil {
+		s.bands = make(map[int32]*bandSum)
+	}
+	b := s.bands[n.prio]
+	if b == nil {
+		b = &bandSum{}
+		s.bands[n.prio] = b
+	}
+	b.records += sign
+	b.clients += int64(sign) * clientsOf(n.weight)
+	b.wants.Add(f * n.wants)
+	if b.records == 0 {
+		delete(s.bands, n.prio)
+	}
+}
+
+// count works out client i's contribution at now and adds it.
+func (r *resource) count(i int32, now int64) {
+	c, d := &r.clients[i], &r.demands[i]
+	n := &c.n
+	n.exp, n.floor, n.lapsed = c.exposure(now), c.floorExposure(now), c.lapsed
+	n.wants, n.weight, n.prio = d.Wants, d.Weight, d.Priority
+	n.wake = c.nextFall(now)
+	r.sums.add(n, 1)
+}
+
+// nextFall is the first time after now at which the client's exposure or
+// floor exposure may fall with no change of its fields (MaxInt64: none).
+func (c *client) nextFall(now int64) int64 {
+	next := int64(math.MaxInt64)
+	for _, t := range [...]int64{c.heldUntil, c.floorEnd, c.floorPrevEnd} {
+		if t > now && t < next {
+			next = t
+		}
+	}
+	return next
+}
+
+// recount is the one place a change of client i's fields reaches the
+// sums: call it after every change, at the time of the change.
+func (r *resource) recount(i int32, now int64) {
+	r.sync(now)
+	if r.clients[i].n.wakeIdx < 0 {
+		r.count(i, now)
+		r.sums.wake.push(r.clients, i)
+		return
+	}
+	r.sums.add(&r.clients[i].n, -1)
+	r.count(i, now)
+	r.sums.wake.fix(r.clients, i)
+}
+
+// uncount takes client i out of the sums (it is being removed).
+func (r *resource) uncount(i int32) {
+	if r.clients[i].n.wakeIdx < 0 {
+		return
+	}
+	r.sums.add(&r.clients[i].n, -1)
+	r.sums.wake.remove(r.clients, i)
+	r.clients[i].n.wakeIdx = -1
+}
+
+// sync makes the sums exact at now: it recounts the clients whose
+// exposure fell since they were counted.
+func (r *resource) sync(now int64) {
+	if now < r.sums.at {
+		r.resync(now)
+		return
+	}
+	h := &r.sums.wake
+	for len(h.ids) > 0 {
+		i := h.top()
+		if r.clients[i].n.wake > now {
+			break
+		}
+		r.sums.add(&r.clients[i].n, -1)
+		r.count(i, now)
+		h.fix(r.clients, i)
+	}
+	r.sums.at = now
+}
+
+// resync recounts every client at now from scratch: O(n), for a clock
+// that went back.
+func (r *resource) resync(now int64) {
+	r.sums = sums{at: now, wake: clientHeap{kind: byWake, ids: r.sums.wake.ids[:0]}}
+	for i := range r.clients {
+		r.count(int32(i), now)
+		r.sums.wake.ids = append(r.sums.wake.ids, int32(i))
+	}
+	r.sums.wake.init(r.clients)
+}
+
+// outstanding bounds the capacity clients may hold under our leases.
+func (r *resource) outstanding(now int64) float64 {
+	r.sync(now)
+	return r.sums.out.Value()
+}
+
+// floorOutstanding sums the floors every client may fall back to.
+func (r *resource) floorOutstanding(now int64) float64 {
+	r.sync(now)
+	return r.sums.floors.Value()
+}
+
+// lapsedFloors sums the floors lapsed records may be running on.
+func (r *resource) lapsedFloors(now int64) float64 {
+	r.sync(now)
+	return r.sums.lapsed.Value()
+}
+
+// onFloor counts the lapsed records whose floor still counts.
+func (r *resource) onFloor(now int64) int {
+	r.sync(now)
+	return r.sums.onFloor
+}
+
+// weight sums the weights of every client record.
+func (r *resource) weight() float64 { return r.sums.weight.Value() }
+
+// demand sums what the resource's clients want.
+func (r *resource) demand() float64 { return r.sums.wants.Value() }
+
+// bandDemand is the resource's demand per priority band, highest first.
+func (r *resource) bandDemand() []*allotpb.PriorityBandAggregate {
+	out := make([]*allotpb.PriorityBandAggregate, 0, len(r.sums.bands))
+	for p, b := range r.sums.bands {
+		out = append(out, &allotpb.PriorityBandAggregate{Priority: p, NumClients: b.clients, Wants: b.wants.Value()})
+	}
+	slices.SortFunc(out, func(a, b *allotpb.PriorityBandAggregate) int { return cmp.Compare(b.Priority, a.Priority) })
+	return out
+}
