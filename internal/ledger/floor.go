@@ -230,7 +230,7 @@ func (r *resource) grantFloor(i int32, p *roundParams) {
 		c.floor, c.floorEnd = 0, 0
 		return
 	}
-	f := max(min(r.floors.per*r.demands[i].Weight, c.has), 0)
+	f := max(min(r.floors.per*c.weight, c.has), 0)
 	end := r.floorUntil(p.now, p.horizon)
 	before := c.floorExposure(p.now)
 	if r.shared() {

@@ -71,11 +71,11 @@ func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i in
 	for k, i := range r.batch {
 		c := &r.clients[i]
 		before := c.exposure(p.now)
-		base[k] = min(r.demands[i].Wants, c.has)
+		base[k] = min(c.wants, c.has)
 		if c.credit > 0 {
 			// The credited predecessor lease is held until our reply
 			// replaces it: it counts as ours from now on.
-			base[k] = min(r.demands[i].Wants, c.credit+c.has)
+			base[k] = min(c.wants, c.credit+c.has)
 			c.held = max(c.held, c.credit)
 			c.heldUntil = max(c.heldUntil, min(c.reportedExpiry, p.now+int64(r.tmpl.LeaseLength))+r.skew)
 			r.recount(i, p.now)
@@ -85,7 +85,7 @@ func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i in
 	for k, i := range r.batch {
 		c := &r.clients[i]
 		before := max(base[k], c.exposure(p.now))
-		extra := max(min(r.demands[i].Target-base[k], free), 0)
+		extra := max(min(r.target(i)-base[k], free), 0)
 		if !r.mayHold(c.id, p.now) {
 			extra = 0 // a new client waits for a record that lists it
 		}

@@ -26,7 +26,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/allot/allot/internal/alloc"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -144,7 +143,6 @@ type Ledger struct {
 	cfg       Config
 	resources map[string]*resource
 	records   int // client records over all resources
-	scratch   alloc.Scratch
 	rec       recordState
 	touched   []*resource
 	upTerm    uint64 // highest parent term seen (child nodes)
@@ -152,7 +150,6 @@ type Ledger struct {
 	// tenantRecs its client records.
 	tenantRes  map[string]int
 	tenantRecs map[string]int
-	tenantBuf  tenantScratch
 	stats      Stats
 	// sink keeps events for the caller to log (Events).
 	sink eventSink
@@ -271,11 +268,7 @@ func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.Ge
 			rep.floorEnd = e.AsTime().UnixNano()
 		}
 		before := r.records()
-		i := r.upsert(id, rr.GetWants(), 1, l.priority(tmpls[k], who, rr.GetPriority()), rep, now)
-		if r.records() > before {
-			r.clients[i].tenant = who.Tenant
-			r.track(who.Tenant)
-		}
+		i := r.upsert(id, who.Tenant, rr.GetWants(), 1, l.priority(tmpls[k], who, rr.GetPriority()), rep, now)
 		l.records += r.records() - before
 		r.creditFloor(i, now)
 		slots[k] = Slot{r: r, client: id}
@@ -367,14 +360,14 @@ func (l *Ledger) resourceFor(now int64, id string, t *config.Template, gen uint6
 		}
 		return r
 	}
-	r.tmpl, r.gen = t, gen
+	r.setTemplate(t, gen)
 	return r
 }
 
 // Allocate runs the algorithm of every resource of the round that is not
 // waiting for the record, and settles its clients.
 func (l *Ledger) Allocate(now int64) {
-	p := roundParams{now: now, horizon: l.rec.until, minFresh: l.cfg.MinRefresh, scratch: &l.scratch, tenants: &l.tenantBuf, stats: &l.stats}
+	p := roundParams{now: now, horizon: l.rec.until, minFresh: l.cfg.MinRefresh, stats: &l.stats}
 	for _, r := range l.touched {
 		if r.waitSince != 0 {
 			continue

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allot/allot/internal/alloc"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -29,10 +28,9 @@ func BenchmarkLeaseMemory(b *testing.B) {
 			runtime.GC()
 			runtime.ReadMemStats(&before)
 			r := newResource("r", tm, 1)
-			var scratch alloc.Scratch
-			p := roundParams{now: 1, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, scratch: &scratch, stats: &Stats{}}
+			p := roundParams{now: 1, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, stats: &Stats{}}
 			for i, id := range ids {
-				r.upsert(id, float64(i%20), 1, 0, holding{}, 1)
+				r.upsert(id, "", float64(i%20), 1, 0, holding{}, 1)
 			}
 			r.allocate(&p)
 			runtime.GC()
@@ -45,7 +43,7 @@ func BenchmarkLeaseMemory(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
 				// One client refreshes, then the round runs over everyone.
-				r.upsert(ids[i%n], float64(i%20), 1, 0, holding{}, 1)
+				r.upsert(ids[i%n], "", float64(i%20), 1, 0, holding{}, 1)
 				r.allocate(&p)
 			}
 			b.ReportMetric(perLease, "B/lease")

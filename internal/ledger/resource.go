@@ -4,19 +4,24 @@ import (
 	"math"
 	"time"
 
-	"github.com/allot/allot/internal/alloc"
+	"github.com/allot/allot/internal/alloc/level"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/proto/allotpb"
 )
 
 // client is the coordinator's record of one client's lease on a resource.
-// Its demand lives in the parallel resource.demands slice so algorithms run
-// over a dense array.
 type client struct {
-	id     string
-	has    float64 // capacity of the lease the client holds from us
-	expiry int64   // unix ns; the lease ends here
-	due    int64   // unix ns; when the client is expected back
+	id string
+	// wants, weight and prio are its demand: what it asks for, how many
+	// clients it stands for (1 but for a child node's band) and its
+	// priority band. h names it in the resource's level.State, which
+	// divides the capacity (see levels.go).
+	wants, weight float64
+	prio          int32
+	h             level.Handle
+	has           float64 // capacity of the lease the client holds from us
+	expiry        int64   // unix ns; the lease ends here
+	due           int64   // unix ns; when the client is expected back
 	// seen is when the client last asked (unix ns). A record outlives its
 	// lease (lapsed) until its floors end, and at least until seen + the
 	// lease length, so that the fair share floors are cut from counts the
@@ -70,8 +75,9 @@ type resource struct {
 	learningUntil int64  // unix ns; until then grants echo what clients report
 	index         map[string]int32
 	clients       []client
-	demands       []alloc.Demand
 	heap          clientHeap // client indices ordered by expiry
+	// lv divides the capacity among the clients (levels.go).
+	lv *level.State
 	// sums are the running sums over the clients (sums.go).
 	sums        sums
 	batch       []int32 // clients requesting in the current round
@@ -119,16 +125,15 @@ type resource struct {
 }
 
 func newResource(id string, tmpl *config.Template, gen uint64) *resource {
-	return &resource{id: id, tmpl: tmpl, gen: gen, index: make(map[string]int32), sums: sums{wake: clientHeap{kind: byWake}},
+	r := &resource{id: id, tmpl: tmpl, gen: gen, index: make(map[string]int32), sums: sums{wake: clientHeap{kind: byWake}},
 		ceiling: math.Inf(1), ceilingExpiry: math.MaxInt64, tenants: tenantCounts{resources: make(map[string]int), records: make(map[string]int)}}
+	r.buildLevel()
+	return r
 }
 
 // shared reports whether the resource's algorithm divides a global
 // capacity (so that summaries and over-grant apply).
-func (r *resource) shared() bool {
-	k := r.tmpl.Algorithm
-	return k == allotpb.Algorithm_FAIR_SHARE || k == allotpb.Algorithm_PROPORTIONAL_SHARE
-}
+func (r *resource) shared() bool { return sharedKind(r.tmpl.Algorithm) }
 
 // predOutstanding bounds the capacity still held under a predecessor's
 // leases by clients that have not yet been seen in learning mode, and
@@ -156,19 +161,21 @@ func (r *resource) lookup(id string) (int32, bool) {
 	return i, ok
 }
 
-// upsert records a client's request and marks it for this round.
-func (r *resource) upsert(id string, wants, weight float64, priority int32, rep holding, now int64) int32 {
+// upsert records a client's request and marks it for this round. A new
+// record belongs to tenant ("" plain; see tenants.go).
+func (r *resource) upsert(id, tenant string, wants, weight float64, priority int32, rep holding, now int64) int32 {
 	i, ok := r.index[id]
 	if !ok {
 		i = int32(len(r.clients))
 		r.index[id] = i
-		r.clients = append(r.clients, client{id: id, expiry: now, seen: now, n: counted{wakeIdx: -1}})
-		r.demands = append(r.demands, alloc.Demand{})
+		r.clients = append(r.clients, client{id: id, tenant: tenant, expiry: now, seen: now, n: counted{wakeIdx: -1}})
+		r.track(tenant)
 		// expiry is "now" until a grant sets it.
 		r.heap.push(r.clients, i)
 	}
-	r.demands[i] = alloc.Demand{Wants: wants, Weight: weight, Priority: priority}
 	c := &r.clients[i]
+	c.wants, c.weight = demandOf(wants, weight)
+	c.prio = priority
 	// The client says what it holds now: never more than we may have
 	// given it (a lie cannot lock others out), and never for longer;
 	// whatever it does not report it has replaced or let go. The latest
@@ -256,14 +263,12 @@ func (r *resource) remove(i int32) {
 	last := int32(len(r.clients) - 1)
 	if i != last {
 		r.clients[i] = r.clients[last]
-		r.demands[i] = r.demands[last]
 		r.index[r.clients[i].id] = i
 		r.heap.rename(r.clients, i)
 		r.sums.wake.rename(r.clients, i)
 	}
 	r.clients[last] = client{}
 	r.clients = r.clients[:last]
-	r.demands = r.demands[:last]
 }
 
 // markReleased ends a client's lease at once: its capacity is free from
@@ -279,7 +284,7 @@ func (r *resource) markReleased(id string, now int64) bool {
 	r.clients[i].held, r.clients[i].heldUntil = 0, 0
 	r.clients[i].floor, r.clients[i].floorPrev = 0, 0
 	r.clients[i].floorEnd, r.clients[i].floorPrevEnd = 0, 0
-	r.demands[i].Wants = 0
+	r.clients[i].wants = 0
 	r.recount(i, now)
 	r.releasedIDs = append(r.releasedIDs, id)
 	return true
@@ -331,7 +336,7 @@ func (r *resource) expire(now int64) {
 			}
 			c.lapsed = true
 			c.has = 0
-			r.demands[i].Wants = 0
+			c.wants = 0
 			c.expiry = max(c.floorEnd, c.floorPrevEnd, c.seen+int64(r.tmpl.LeaseLength))
 			r.recount(i, now)
 			if c.floorExposure(now) > 0 {
@@ -428,8 +433,6 @@ type roundParams struct {
 	now      int64
 	horizon  int64         // leases may not expire after this
 	minFresh time.Duration // shortest refresh interval handed out
-	scratch  *alloc.Scratch
-	tenants  *tenantScratch
 	stats    *Stats
 }
 
@@ -445,7 +448,7 @@ func (r *resource) allocate(p *roundParams) {
 	r.beginFloors(p.now)
 	// Floors that claimants outside the round may be running on are not
 	// the algorithm's to divide.
-	r.targets(max(capacity-r.floors.reserved, 0), p)
+	r.targets(max(capacity-r.floors.reserved, 0))
 
 	// No lease may outlive the recorded horizon (record.go) or the
 	// resource's published latest expiry.
@@ -457,7 +460,7 @@ func (r *resource) allocate(p *roundParams) {
 		refresh = max(min(refresh, r.up.refresh/2), p.minFresh)
 	}
 
-	shared := t.Algorithm == allotpb.Algorithm_FAIR_SHARE || t.Algorithm == allotpb.Algorithm_PROPORTIONAL_SHARE
+	shared := r.shared()
 	learning := r.learning(p.now)
 
 	settle := func(i int32, capacity float64, fresh time.Duration) {
@@ -488,7 +491,7 @@ func (r *resource) allocate(p *roundParams) {
 		// or, for share algorithms, than the capacity): leases issued by a
 		// predecessor stay honoured and nothing new is handed out.
 		for _, i := range r.batch {
-			has := min(r.clients[i].reported, r.demands[i].Wants)
+			has := min(r.clients[i].reported, r.clients[i].wants)
 			if r.clients[i].reportedExpiry <= p.now {
 				has = 0 // an expired lease is reported, not held
 			}
@@ -499,7 +502,7 @@ func (r *resource) allocate(p *roundParams) {
 		}
 	case !shared:
 		for _, i := range r.batch {
-			settle(i, r.demands[i].Target, refresh)
+			settle(i, r.target(i), refresh)
 		}
 	default:
 		// Grants stay within the published ceiling (write-ahead).
@@ -507,7 +510,7 @@ func (r *resource) allocate(p *roundParams) {
 		// Shrinkers first: what they confirm giving back goes to growers.
 		for _, i := range r.batch {
 			c := &r.clients[i]
-			if tg := r.demands[i].Target; tg <= c.has {
+			if tg := r.target(i); tg <= c.has {
 				before := c.exposure(p.now)
 				settle(i, tg, refresh)
 				free += before - c.exposure(p.now)
@@ -520,7 +523,7 @@ func (r *resource) allocate(p *roundParams) {
 		var owed []owedGrant
 		for _, i := range r.batch {
 			c := &r.clients[i]
-			tg := r.demands[i].Target
+			tg := r.target(i)
 			if tg <= c.has {
 				continue // settled above
 			}
@@ -567,7 +570,7 @@ func (r *resource) nextFree(now int64) int64 {
 		c := &r.clients[i]
 		// Due to give back: more than its target, or a shrink it has yet
 		// to confirm (the larger lease counts until it does).
-		over := !c.touched && c.has > r.demands[i].Target
+		over := !c.touched && c.has > r.target(int32(i))
 		if !over && (c.heldUntil <= now || c.held <= c.has) {
 			continue
 		}

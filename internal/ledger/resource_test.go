@@ -1,13 +1,13 @@
 package ledger
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
 
-	"github.com/allot/allot/internal/alloc"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -41,7 +41,6 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 		tm.Tenants = &config.TenantPolicy{Fair: true, Weights: map[string]float64{"T1": 2}}
 	}
 	r := newResource("r", tm, 1)
-	var scratch alloc.Scratch
 	now := int64(1e18)
 	nclients := 1 + rng.IntN(12)
 	ids := make([]string, nclients)
@@ -77,30 +76,29 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 				continue
 			}
 			if steady || rng.IntN(5) == 0 {
-				before := r.records()
-				k := r.upsert(id, wants[i], 1, prio[i], holding{}, now)
-				if tenants && r.records() > before {
-					r.clients[k].tenant = fmt.Sprintf("T%d", i%3)
-					r.track(r.clients[k].tenant)
+				tenant := ""
+				if tenants {
+					tenant = fmt.Sprintf("T%d", i%3)
 				}
+				r.upsert(id, tenant, wants[i], 1, prio[i], holding{}, now)
 			}
 		}
-		p := roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond, scratch: &scratch, tenants: &tenantScratch{}, stats: &Stats{}}
+		p := roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond, stats: &Stats{}}
 		if len(r.batch) > 0 {
 			r.allocate(&p)
 		}
 		r.dropReleased()
-		if err := checkSums(r, now); err != nil {
+		if err := cmp.Or(checkSums(r, now), checkTargets(r)); err != nil {
 			t.Fatalf("trial %d round %d: %v", trial, round, err)
 		}
 
 		sum := 0.0
-		for i, c := range r.clients {
+		for _, c := range r.clients {
 			if c.expiry <= now {
 				continue
 			}
-			if c.has < 0 || c.has > r.demands[i].Wants*(1+1e-12) || math.IsNaN(c.has) {
-				t.Fatalf("trial %d round %d: client %s has %v with wants %v", trial, round, c.id, c.has, r.demands[i].Wants)
+			if c.has < 0 || c.has > c.wants*(1+1e-12) || math.IsNaN(c.has) {
+				t.Fatalf("trial %d round %d: client %s has %v with wants %v", trial, round, c.id, c.has, c.wants)
 			}
 			sum += c.has
 		}
@@ -114,7 +112,7 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 	// everything that can be handed out is.
 	total := 0.0
 	for i := range r.clients {
-		total += r.demands[i].Wants
+		total += r.clients[i].wants
 	}
 	if want := math.Min(tm.Capacity, total); math.Abs(prevSum-want) > 1e-6*max(1, want) {
 		t.Fatalf("trial %d: steady state hands out %v, want %v", trial, prevSum, want)
@@ -127,7 +125,6 @@ func TestExpiryHeap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	tm := &config.Template{Name: "t", Glob: "r", Capacity: 100, Algorithm: allotpb.Algorithm_NO_ALGORITHM, LeaseLength: time.Second, RefreshInterval: time.Second}
 	r := newResource("r", tm, 1)
-	var scratch alloc.Scratch
 	now := int64(0)
 	for step := range 2000 {
 		now += int64(time.Duration(rng.IntN(300)) * time.Millisecond)
@@ -138,8 +135,8 @@ func TestExpiryHeap(t *testing.T) {
 			}
 		}
 		id := string(rune('a' + rng.IntN(50)))
-		r.upsert(id, 1, 1, 0, holding{}, now)
-		r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, scratch: &scratch, stats: &Stats{}})
+		r.upsert(id, "", 1, 1, 0, holding{}, now)
+		r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, stats: &Stats{}})
 		for k, i := range r.heap.ids {
 			if int(r.clients[i].heapIdx) != k {
 				t.Fatalf("step %d: heap index mismatch", step)
@@ -205,7 +202,6 @@ func learningTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, tr
 	r.predCeiling = ceiling
 	r.learnStart = t0
 	r.learningUntil = t0 + int64(ll) + int64(DefaultClockSkew)
-	var scratch alloc.Scratch
 	now := t0
 	ids := make([]string, 0, len(pred)+5)
 	for id := range pred {
@@ -237,13 +233,13 @@ func learningTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, tr
 			} else if i, ok := r.index[id]; ok {
 				has, exp = r.clients[i].has, r.clients[i].expiry
 			}
-			r.upsert(id, wants[id], 1, 0, holding{capacity: has, expiry: exp}, now)
+			r.upsert(id, "", wants[id], 1, 0, holding{capacity: has, expiry: exp}, now)
 		}
 		if len(r.batch) > 0 {
-			r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, scratch: &scratch, stats: &Stats{}})
+			r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, stats: &Stats{}})
 		}
 		r.dropReleased()
-		if err := checkSums(r, now); err != nil {
+		if err := cmp.Or(checkSums(r, now), checkTargets(r)); err != nil {
 			t.Fatalf("trial %d round %d: %v", trial, round, err)
 		}
 		total := 0.0
@@ -271,14 +267,13 @@ func TestLearningHandsOutWhatIsFree(t *testing.T) {
 	r := newResource("r", tm, 1)
 	now := int64(1e18)
 	r.ceiling, r.predCeiling, r.learnStart, r.learningUntil = 100, 40, now, now+int64(time.Minute)
-	var scratch alloc.Scratch
-	p := &roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, scratch: &scratch, stats: &Stats{}}
-	r.upsert("new", 100, 1, 0, holding{}, now)
+	p := &roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, stats: &Stats{}}
+	r.upsert("new", "", 100, 1, 0, holding{}, now)
 	r.allocate(p)
 	if got := r.clients[r.index["new"]].has; got != 60 {
 		t.Fatalf("new client got %v, want the 60 outside the predecessor's ceiling", got)
 	}
-	r.upsert("old", 100, 1, 0, holding{capacity: 40, expiry: now + int64(5*time.Second)}, now)
+	r.upsert("old", "", 100, 1, 0, holding{capacity: 40, expiry: now + int64(5*time.Second)}, now)
 	r.allocate(p)
 	if got := r.clients[r.index["old"]].has; got != 40 {
 		t.Fatalf("predecessor client kept %v of its 40", got)

@@ -1,9 +1,7 @@
 package ledger
 
 import (
-	"cmp"
 	"math"
-	"slices"
 
 	"github.com/allot/allot/internal/alloc/level"
 	"github.com/allot/allot/proto/allotpb"
@@ -34,12 +32,11 @@ import (
 // from scratch, O(n), since what ended in between may count again.
 
 // counted is what a client record adds to its resource's running sums,
-// as last counted (see resource.recount).
+// as last counted (see resource.recount). Its demand (wants, weight,
+// band) is counted by the resource's level.State, which keeps a copy.
 type counted struct {
-	exp, floor    float64 // its exposure and floor exposure
-	wants, weight float64
-	prio          int32
-	lapsed        bool // its floor counts among the lapsed records'
+	exp, floor float64 // its exposure and floor exposure
+	lapsed     bool    // its floor counts among the lapsed records'
 	// wake is the next time exp or floor may fall by itself (MaxInt64:
 	// never); wakeIdx its position in the wake heap, -1 while not
 	// counted yet.
@@ -47,30 +44,16 @@ type counted struct {
 	wakeIdx int32
 }
 
-// sums are a resource's running sums over its client records.
+// sums are a resource's running sums over its client records; the sums
+// of their demand are its level.State's (Wants, Weight, Bands).
 type sums struct {
-	at      int64     // the time the time-dependent sums are exact at
+	at      int64     // the time the sums are exact at
 	out     level.Sum // Σ exposure: the outstanding bound
 	floors  level.Sum // Σ floor exposure
 	lapsed  level.Sum // Σ floor exposure of lapsed records
 	onFloor int       // lapsed records with a floor counted
-	wants   level.Sum
-	weight  level.Sum
-	bands   map[int32]*bandSum
 	wake    clientHeap
 }
-
-// bandSum sums one priority band: its records, the clients they stand
-// for and what they want.
-type bandSum struct {
-	records int
-	clients int64
-	wants   level.Sum
-}
-
-// clientsOf is how many clients a record of weight w stands for in its
-// band's demand upstream.
-func clientsOf(w float64) int64 { return max(int64(math.Round(w)), 1) }
 
 // add adds n's contribution (sign 1) or takes it out (sign -1).
 func (s *sums) add(n *counted, sign int) {
@@ -83,30 +66,13 @@ func (s *sums) add(n *counted, sign int) {
 			s.onFloor += sign
 		}
 	}
-	s.wants.Add(f * n.wants)
-	s.weight.Add(f * n.weight)
-	if s.bands == nil {
-		s.bands = make(map[int32]*bandSum)
-	}
-	b := s.bands[n.prio]
-	if b == nil {
-		b = &bandSum{}
-		s.bands[n.prio] = b
-	}
-	b.records += sign
-	b.clients += int64(sign) * clientsOf(n.weight)
-	b.wants.Add(f * n.wants)
-	if b.records == 0 {
-		delete(s.bands, n.prio)
-	}
 }
 
 // count works out client i's contribution at now and adds it.
 func (r *resource) count(i int32, now int64) {
-	c, d := &r.clients[i], &r.demands[i]
+	c := &r.clients[i]
 	n := &c.n
 	n.exp, n.floor, n.lapsed = c.exposure(now), c.floorExposure(now), c.lapsed
-	n.wants, n.weight, n.prio = d.Wants, d.Weight, d.Priority
 	n.wake = c.nextFall(now)
 	r.sums.add(n, 1)
 }
@@ -124,8 +90,10 @@ func (c *client) nextFall(now int64) int64 {
 }
 
 // recount is the one place a change of client i's fields reaches the
-// sums: call it after every change, at the time of the change.
+// sums and the level.State: call it after every change, at the time of
+// the change.
 func (r *resource) recount(i int32, now int64) {
+	r.syncClaim(i)
 	r.sync(now)
 	if r.clients[i].n.wakeIdx < 0 {
 		r.count(i, now)
@@ -137,8 +105,13 @@ func (r *resource) recount(i int32, now int64) {
 	r.sums.wake.fix(r.clients, i)
 }
 
-// uncount takes client i out of the sums (it is being removed).
+// uncount takes client i out of the sums and the level.State (it is
+// being removed).
 func (r *resource) uncount(i int32) {
+	if h := r.clients[i].h; h != 0 {
+		_ = r.lv.Remove(h) // known: it was added
+		r.clients[i].h = 0
+	}
 	if r.clients[i].n.wakeIdx < 0 {
 		return
 	}
@@ -203,17 +176,18 @@ func (r *resource) onFloor(now int64) int {
 }
 
 // weight sums the weights of every client record.
-func (r *resource) weight() float64 { return r.sums.weight.Value() }
+func (r *resource) weight() float64 { return r.lv.Weight() }
 
 // demand sums what the resource's clients want.
-func (r *resource) demand() float64 { return r.sums.wants.Value() }
+func (r *resource) demand() float64 { return r.lv.Wants() }
 
-// bandDemand is the resource's demand per priority band, highest first.
+// bandDemand is the resource's demand per priority band, highest first:
+// what it wants and how many clients it stands for.
 func (r *resource) bandDemand() []*allotpb.PriorityBandAggregate {
-	out := make([]*allotpb.PriorityBandAggregate, 0, len(r.sums.bands))
-	for p, b := range r.sums.bands {
-		out = append(out, &allotpb.PriorityBandAggregate{Priority: p, NumClients: b.clients, Wants: b.wants.Value()})
+	bands := r.lv.Bands()
+	out := make([]*allotpb.PriorityBandAggregate, len(bands))
+	for k, b := range bands {
+		out[k] = &allotpb.PriorityBandAggregate{Priority: b.Priority, NumClients: b.Clients, Wants: b.Wants}
 	}
-	slices.SortFunc(out, func(a, b *allotpb.PriorityBandAggregate) int { return cmp.Compare(b.Priority, a.Priority) })
 	return out
 }

@@ -2,8 +2,10 @@ package ledger
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
+	"github.com/allot/allot/internal/alloc"
 	"github.com/allot/allot/internal/alloc/level"
 )
 
@@ -32,7 +34,7 @@ func sumsFromScratch(r *resource, now int64) scratchSums {
 	s := scratchSums{bands: map[int32]scratchBand{}}
 	bandWants := map[int32]*level.Sum{}
 	for i := range r.clients {
-		c, d := &r.clients[i], &r.demands[i]
+		c := &r.clients[i]
 		f := c.floorExposure(now)
 		out.Add(c.exposure(now))
 		floors.Add(f)
@@ -42,16 +44,16 @@ func sumsFromScratch(r *resource, now int64) scratchSums {
 				s.onFloor++
 			}
 		}
-		wants.Add(d.Wants)
-		weight.Add(d.Weight)
-		b := s.bands[d.Priority]
+		wants.Add(c.wants)
+		weight.Add(c.weight)
+		b := s.bands[c.prio]
 		b.records++
-		b.clients += clientsOf(d.Weight)
-		s.bands[d.Priority] = b
-		if bandWants[d.Priority] == nil {
-			bandWants[d.Priority] = &level.Sum{}
+		b.clients += max(int64(math.Round(c.weight)), 1)
+		s.bands[c.prio] = b
+		if bandWants[c.prio] == nil {
+			bandWants[c.prio] = &level.Sum{}
 		}
-		bandWants[d.Priority].Add(d.Wants)
+		bandWants[c.prio].Add(c.wants)
 	}
 	for p, b := range s.bands {
 		b.wants = bandWants[p].Value()
@@ -63,12 +65,19 @@ func sumsFromScratch(r *resource, now int64) scratchSums {
 
 // checkSums reports how r's running sums, read at now, differ from its
 // client records (nil if they do not): each record's counted
-// contribution and every sum.
+// contribution and claim in the level.State, and every sum.
 func checkSums(r *resource, now int64) error {
 	r.sync(now)
+	if r.lv.Len() != len(r.clients) {
+		return fmt.Errorf("the level.State holds %d claims for %d clients", r.lv.Len(), len(r.clients))
+	}
 	for i := range r.clients {
-		c, d := &r.clients[i], &r.demands[i]
+		c := &r.clients[i]
 		n := &c.n
+		got, ok := r.lv.Claim(c.h)
+		if !ok || got.Wants != c.wants || got.Weight != c.weight || got.Priority != c.prio {
+			return fmt.Errorf("%q: the level.State has %+v (%v), the record wants %v weight %v priority %d", c.id, got, ok, c.wants, c.weight, c.prio)
+		}
 		switch {
 		case n.wakeIdx < 0 || int(n.wakeIdx) >= len(r.sums.wake.ids) || r.sums.wake.ids[n.wakeIdx] != int32(i):
 			return fmt.Errorf("%q: not in the wake heap where it says (%d)", c.id, n.wakeIdx)
@@ -78,8 +87,6 @@ func checkSums(r *resource, now int64) error {
 			return fmt.Errorf("%q: floor exposure counted %v, is %v", c.id, n.floor, c.floorExposure(now))
 		case n.lapsed != c.lapsed:
 			return fmt.Errorf("%q: counted lapsed %v, is %v", c.id, n.lapsed, c.lapsed)
-		case n.wants != d.Wants || n.weight != d.Weight || n.prio != d.Priority:
-			return fmt.Errorf("%q: demand counted %v/%v/%d, is %+v", c.id, n.wants, n.weight, n.prio, *d)
 		case n.wake <= now:
 			return fmt.Errorf("%q: wake %d not after now %d", c.id, n.wake, now)
 		}
@@ -95,8 +102,8 @@ func checkSums(r *resource, now int64) error {
 		{"outstanding", r.sums.out.Value(), want.out},
 		{"floors", r.sums.floors.Value(), want.floors},
 		{"lapsed floors", r.sums.lapsed.Value(), want.lapsed},
-		{"wants", r.sums.wants.Value(), want.wants},
-		{"weight", r.sums.weight.Value(), want.weight},
+		{"wants", r.demand(), want.wants},
+		{"weight", r.weight(), want.weight},
 	} {
 		if x.got != x.want {
 			return fmt.Errorf("running %s %v, from scratch %v", x.name, x.got, x.want)
@@ -105,24 +112,70 @@ func checkSums(r *resource, now int64) error {
 	if r.sums.onFloor != want.onFloor {
 		return fmt.Errorf("running on-floor count %d, from scratch %d", r.sums.onFloor, want.onFloor)
 	}
-	if len(r.sums.bands) != len(want.bands) {
-		return fmt.Errorf("running sums have %d bands, from scratch %d", len(r.sums.bands), len(want.bands))
+	bands := r.lv.Bands()
+	if len(bands) != len(want.bands) {
+		return fmt.Errorf("running sums have %d bands, from scratch %d", len(bands), len(want.bands))
 	}
-	for p, b := range r.sums.bands {
-		w := want.bands[p]
-		if b.records != w.records || b.clients != w.clients || b.wants.Value() != w.wants {
-			return fmt.Errorf("band %d: running %d records, %d clients, wants %v; from scratch %+v", p, b.records, b.clients, b.wants.Value(), w)
+	for _, b := range bands {
+		w := want.bands[b.Priority]
+		if b.Claims != w.records || b.Clients != w.clients || b.Wants != w.wants {
+			return fmt.Errorf("band %d: running %+v; from scratch %+v", b.Priority, b, w)
+		}
+	}
+	return nil
+}
+
+// checkTargets reports how the targets r's level.State gives differ from
+// what internal/alloc computes from scratch over the same demands, at the
+// capacity its last round divided (nil if they do not): alloc.Run, or
+// alloc.ByTenant with the template's tenant level. The two sum in other
+// orders, so they may differ in the last bits: by at most 1e-12 of the
+// capacity plus the wants.
+func checkTargets(r *resource) error {
+	d := make([]alloc.Demand, len(r.clients))
+	var wants float64
+	for i := range r.clients {
+		c := &r.clients[i]
+		d[i] = alloc.Demand{Wants: c.wants, Weight: c.weight, Priority: c.prio}
+		wants += c.wants
+	}
+	capacity := r.lv.Capacity()
+	if weigh := levelConfig(r.tmpl).TenantWeight; weigh != nil {
+		index := map[string]int32{}
+		of := make([]int32, len(r.clients))
+		var tenants []alloc.Tenant
+		for i := range r.clients {
+			name := r.clients[i].tenant
+			k, ok := index[name]
+			if !ok {
+				k = int32(len(tenants))
+				index[name] = k
+				tenants = append(tenants, alloc.Tenant{Weight: weigh(name)})
+			}
+			of[i] = k
+		}
+		alloc.ByTenant(r.tmpl.Algorithm, capacity, d, of, tenants, nil)
+	} else {
+		alloc.Run(r.tmpl.Algorithm, capacity, d, nil)
+	}
+	tolerance := 1e-12 * (max(capacity, 0) + wants)
+	for i := range r.clients {
+		if got := r.target(int32(i)); got != d[i].Target && !(math.Abs(got-d[i].Target) <= tolerance) {
+			return fmt.Errorf("%q (%+v): target %v, alloc gives %v at capacity %v", r.clients[i].id, d[i], got, d[i].Target, capacity)
 		}
 	}
 	return nil
 }
 
 // checkLedger fails t if any resource's running sums differ from its
-// records at now.
+// records at now, or its targets from internal/alloc's.
 func checkLedger(t testing.TB, l *Ledger, now int64) {
 	t.Helper()
 	for id, r := range l.resources {
 		if err := checkSums(r, now); err != nil {
+			t.Fatalf("resource %q: %v", id, err)
+		}
+		if err := checkTargets(r); err != nil {
 			t.Fatalf("resource %q: %v", id, err)
 		}
 	}

@@ -296,13 +296,6 @@ func (t *btree[K]) split(root int32, k K) (leA, leB, gtA, gtB float64) {
 	return leA, leB, gtA, gtB
 }
 
-// sumAbove returns the sum of a over the entries of the tree at root whose
-// key is above k.
-func (t *btree[K]) sumAbove(root int32, k K) float64 {
-	_, _, a, _ := t.split(root, k)
-	return a
-}
-
 // fairLevel returns the water level of the tree at root, whose entries
 // are claims (a Wants, b Weight, key a/b) wanting more than capacity in
 // all: the L at which min(Wants, Weight·L) over the claims sums to

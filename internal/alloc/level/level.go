@@ -38,9 +38,11 @@
 //
 // Beside the shares a State keeps the sums the round needs without a
 // scan: Σ Wants and Σ Weight in all and per priority band (with the
-// number of clients a band stands for), Σ of what claims hold, and the
-// outstanding bound at any time (see Holding). Sums that are only ever
-// added to and subtracted from are exact (see Sum).
+// number of clients a band stands for). Sums that are only ever added to
+// and subtracted from are exact (see Sum). What claimants hold is not a
+// State's business: the coordinator's ledger counts that itself, by its
+// own rules of what a claimant may hold when (leases, unconfirmed
+// shrinks, floors, each ending at its own time), with Sum.
 //
 // Results agree with internal/alloc up to rounding: the trees sum in
 // another order than alloc's loops, so a share may differ in its last
@@ -125,7 +127,6 @@ type State struct {
 	tenantFits  bool
 	tenantLevel float64
 
-	holdings
 	sums
 }
 
@@ -165,7 +166,6 @@ func New(cfg Config) (*State, error) {
 		tenants: make([]tenant, 2), tenantOf: map[string]int32{}, ver: 1}
 	s.claims.grow(1)
 	s.tenantTree.grow(2)
-	s.holdings.grow(1)
 	s.sums.byPrio = map[int32]*bandTotals{}
 	if s.weigh == nil {
 		s.tenants[1] = tenant{weight: 1}
@@ -239,7 +239,6 @@ func (s *State) Add(c Claim) (Handle, error) {
 	}
 	h := Handle(take(&s.slots, &s.free))
 	s.claims.grow(len(s.slots))
-	s.holdings.grow(len(s.slots))
 	s.retenant(s.attach(h, c))
 	s.live++
 	s.ver++
@@ -264,17 +263,26 @@ func (s *State) Set(h Handle, c Claim) error {
 	return nil
 }
 
-// Remove removes claim h, and what it holds (see SetHolding).
+// Remove removes claim h.
 func (s *State) Remove(h Handle) error {
 	if !s.known(h) {
 		return fmt.Errorf("%w: %d", ErrUnknownHandle, h)
 	}
-	s.setHolding(h, Holding{})
 	s.retenant(s.detach(h))
 	s.free = append(s.free, int32(h))
 	s.live--
 	s.ver++
 	return nil
+}
+
+// Claim returns claim h as last added or set, and whether h names a
+// claim. Its Tenant is the one given only with the tenant level (else "").
+func (s *State) Claim(h Handle) (Claim, bool) {
+	if !s.known(h) {
+		return Claim{}, false
+	}
+	e, bd := s.claims.val(int32(h)), &s.bands[s.slots[h].band]
+	return Claim{Wants: e.a, Weight: e.b, Priority: bd.priority, Tenant: s.tenants[bd.tenant].name}, true
 }
 
 // attach puts claim h (free) in its tenant's band and returns the tenant.
