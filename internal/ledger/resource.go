@@ -91,6 +91,9 @@ type resource struct {
 	waitSince int64
 	// floors is the state of the resource's floors (floor.go).
 	floors floorState
+	// dues say when clients that may give capacity back are due
+	// (nextfree.go).
+	dues dues
 
 	// Write-ahead summary (see summary.go). ceiling is the published upper
 	// bound on this resource's outstanding capacity that this coordinator
@@ -481,6 +484,7 @@ func (r *resource) allocate(p *roundParams) {
 		r.grantFloor(i, p)
 		r.recount(i, p.now)
 		r.heap.fix(r.clients, i)
+		r.note(c, p.now)
 	}
 
 	switch {
@@ -560,26 +564,4 @@ func (r *resource) allocate(p *roundParams) {
 		r.clients[i].touched = false
 	}
 	r.batch = r.batch[:0]
-}
-
-// nextFree returns the earliest time a client holding more than its target
-// is due back (0 if none is, or if all are overdue).
-func (r *resource) nextFree(now int64) int64 {
-	next := int64(math.MaxInt64)
-	for i := range r.clients {
-		c := &r.clients[i]
-		// Due to give back: more than its target, or a shrink it has yet
-		// to confirm (the larger lease counts until it does).
-		over := !c.touched && c.has > r.target(int32(i))
-		if !over && (c.heldUntil <= now || c.held <= c.has) {
-			continue
-		}
-		if c.due > now && c.due < next {
-			next = c.due
-		}
-	}
-	if next == math.MaxInt64 {
-		return 0
-	}
-	return next
 }

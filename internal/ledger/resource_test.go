@@ -88,7 +88,7 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 			r.allocate(&p)
 		}
 		r.dropReleased()
-		if err := cmp.Or(checkSums(r, now), checkTargets(r)); err != nil {
+		if err := cmp.Or(checkSums(r, now), checkTargets(r), checkNextFree(r, now)); err != nil {
 			t.Fatalf("trial %d round %d: %v", trial, round, err)
 		}
 
@@ -239,7 +239,7 @@ func learningTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, tr
 			r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, stats: &Stats{}})
 		}
 		r.dropReleased()
-		if err := cmp.Or(checkSums(r, now), checkTargets(r)); err != nil {
+		if err := cmp.Or(checkSums(r, now), checkTargets(r), checkNextFree(r, now)); err != nil {
 			t.Fatalf("trial %d round %d: %v", trial, round, err)
 		}
 		total := 0.0

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"testing"
@@ -167,15 +168,53 @@ func checkTargets(r *resource) error {
 	return nil
 }
 
+// nextFreeScan is nextFree worked out over every client: the earliest
+// time a client holding more than its target (by more than rounding), or
+// a shrink it has yet to confirm, is due back (0 if none is, or if all
+// are overdue). Clients of the round are left out: they are being
+// settled (nextFree runs in the middle of a round, a check after it
+// finds clients of a round still waiting for the record).
+func nextFreeScan(r *resource, now int64) int64 {
+	next := int64(math.MaxInt64)
+	for i := range r.clients {
+		c := &r.clients[i]
+		if c.touched {
+			continue
+		}
+		over := c.has > r.target(int32(i))*(1+1e-9)
+		if !over && (c.heldUntil <= now || c.held <= c.has) {
+			continue
+		}
+		if c.due > now && c.due < next {
+			next = c.due
+		}
+	}
+	if next == math.MaxInt64 {
+		return 0
+	}
+	return next
+}
+
+// checkNextFree reports whether r's nextFree (its ring made now if it has
+// none yet) is ever later than the scan's answer.
+func checkNextFree(r *resource, now int64) error {
+	if !r.shared() {
+		return nil
+	}
+	got, scan := r.nextFree(now), nextFreeScan(r, now)
+	if scan > 0 && (got == 0 || got > scan) {
+		return fmt.Errorf("nextFree %+dms, later than the first client due to give back (%+dms)", (got-now)/1e6, (scan-now)/1e6)
+	}
+	return nil
+}
+
 // checkLedger fails t if any resource's running sums differ from its
-// records at now, or its targets from internal/alloc's.
+// records at now, its targets from internal/alloc's, or its nextFree is
+// later than a scan's.
 func checkLedger(t testing.TB, l *Ledger, now int64) {
 	t.Helper()
 	for id, r := range l.resources {
-		if err := checkSums(r, now); err != nil {
-			t.Fatalf("resource %q: %v", id, err)
-		}
-		if err := checkTargets(r); err != nil {
+		if err := cmp.Or(checkSums(r, now), checkTargets(r), checkNextFree(r, now)); err != nil {
 			t.Fatalf("resource %q: %v", id, err)
 		}
 	}

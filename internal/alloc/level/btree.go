@@ -296,6 +296,31 @@ func (t *btree[K]) split(root int32, k K) (leA, leB, gtA, gtB float64) {
 	return leA, leB, gtA, gtB
 }
 
+// eachAbove calls fn with the id of every entry of the tree at root whose
+// key is above k, in order, until fn returns false; it reports whether
+// fn never did. A subtree whose last key is at most k is skipped, so it
+// costs O(log n) plus the entries visited.
+func (t *btree[K]) eachAbove(root int32, k K, fn func(id int32) bool) bool {
+	if root == 0 {
+		return true
+	}
+	nd := &t.nodes[root]
+	for i := range nd.n {
+		switch {
+		case nd.key[i] <= k:
+		case nd.leaf:
+			if !fn(nd.id[i]) {
+				return false
+			}
+		default:
+			if !t.eachAbove(nd.kid[i], k, fn) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // fairLevel returns the water level of the tree at root, whose entries
 // are claims (a Wants, b Weight, key a/b) wanting more than capacity in
 // all: the L at which min(Wants, Weight·L) over the claims sums to

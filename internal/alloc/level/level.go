@@ -334,10 +334,10 @@ func (s *State) tenantFor(name string) int32 {
 	return t
 }
 
-// bandFor returns tenant t's band of priority p, adding it if new.
-func (s *State) bandFor(t int32, p int32) int32 {
-	tn := &s.tenants[t]
-	k, found := slices.BinarySearchFunc(tn.bands, p, func(b int32, p int32) int {
+// findBand returns the position of tenant t's band of priority p in its
+// list (highest priority first), or where it would go.
+func (s *State) findBand(t int32, p int32) (int, bool) {
+	return slices.BinarySearchFunc(s.tenants[t].bands, p, func(b int32, p int32) int {
 		switch q := s.bands[b].priority; {
 		case q > p:
 			return -1
@@ -346,6 +346,12 @@ func (s *State) bandFor(t int32, p int32) int32 {
 		}
 		return 0
 	})
+}
+
+// bandFor returns tenant t's band of priority p, adding it if new.
+func (s *State) bandFor(t int32, p int32) int32 {
+	tn := &s.tenants[t]
+	k, found := s.findBand(t, p)
 	if found {
 		return tn.bands[k]
 	}

@@ -181,3 +181,48 @@ func TestRemovedHandle(t *testing.T) {
 		t.Fatalf("empty state: len %d wants %v weight %v bands %v", s.Len(), s.Wants(), s.Weight(), s.Bands())
 	}
 }
+
+// TestWithin pins the bound on what a claim may hold per unit of weight
+// within its share: a contended band's water level (its equal share for
+// PROPORTIONAL_SHARE), 0 for a band that gets nothing, +Inf for a band
+// that gets all it wants, for a band with no claims and for the
+// algorithms that share nothing.
+func TestWithin(t *testing.T) {
+	fair, prop := allotpb.Algorithm_FAIR_SHARE, allotpb.Algorithm_PROPORTIONAL_SHARE
+	inf := math.Inf(1)
+	tests := []struct {
+		name     string
+		kind     allotpb.Algorithm_Kind
+		capacity float64
+		claims   []Claim
+		want     map[int32]float64
+	}{
+		{"fair/contended", fair, 100, []Claim{{Wants: 1000, Weight: 1}, {Wants: 20, Weight: 1}, {Wants: 100, Weight: 2}}, map[int32]float64{0: 80.0 / 3, 1: inf}},
+		{"fair/fits", fair, 100, []Claim{{Wants: 10, Weight: 1}, {Wants: 20, Weight: 1}}, map[int32]float64{0: inf}},
+		{"fair/priority", fair, 100, []Claim{{Wants: 80, Weight: 1, Priority: 2}, {Wants: 40, Weight: 1, Priority: 1}, {Wants: 5, Weight: 1}},
+			map[int32]float64{2: inf, 1: 20, 0: 0}},
+		{"proportional/contended", prop, 90, []Claim{{Wants: 100, Weight: 1}, {Wants: 10, Weight: 2}}, map[int32]float64{0: 30}},
+		{"static", allotpb.Algorithm_STATIC, 1, []Claim{{Wants: 10, Weight: 1}}, map[int32]float64{0: inf}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(Config{Kind: tt.kind})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SetCapacity(tt.capacity); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range tt.claims {
+				if _, err := s.Add(c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for p, want := range tt.want {
+				if got := s.Within(p); math.Abs(got-want) > 1e-12 && got != want {
+					t.Errorf("Within(%d) = %v, want %v", p, got, want)
+				}
+			}
+		})
+	}
+}

@@ -151,6 +151,18 @@ func (m *model) compare(s *State) error {
 				h, got, want[h], got-want[h], tolerance*scale, m.exact, m.claims[h])
 		}
 	}
+	// Within: a claim holding no more than it wants nor than Within per
+	// unit of its weight holds no more than its share.
+	for _, h := range m.order {
+		c := m.claims[h]
+		if !shared(m.kind) {
+			break
+		}
+		x := s.Within(c.Priority)
+		if bound := min(c.Wants, c.Weight*x); bound > want[h] && !near(bound, want[h], scale) {
+			return fmt.Errorf("Within(%d) = %v, but claim %d (%+v) gets %v < %v", c.Priority, x, h, c, want[h], bound)
+		}
+	}
 	var wants, weight float64
 	for _, h := range m.order {
 		c := m.claims[h]
