@@ -347,7 +347,7 @@ func faultTrial(t *testing.T, seed uint64, tamper bool) {
 		}
 		t.Logf("ledger: inflight %v (sim %v) retry %dms wait %d batch %d", n.l.rec.inflight != nil, n.inflight != nil, (n.l.rec.retryAt-1e18)/1e6, r.waitSince, len(r.batch))
 		for _, c := range r.clients {
-			r.upsert(c.id, "", 50, 1, 0, holding{}, n.now)
+			r.upsert(c.id, 50, 1, 0, holding{}, n.now)
 		}
 		ps, raise := n.l.needs(n.now, r, n.l.rec.until)
 		t.Logf("needs: %+v %v bound %v unlisted %v published %v", ps, raise, r.bound(n.now), r.unlisted, r.published)

@@ -282,12 +282,13 @@ func (r *resource) creditFloor(i int32, now int64) {
 		return
 	}
 	r.floors.seen[c.id] = struct{}{}
-	if c.reportedFloor <= 0 || c.reportedFloorEnd-r.skew <= r.learnStart || !r.predHolder(c.id) {
+	rep := r.report(i)
+	if rep.floor <= 0 || rep.floorEnd-r.skew <= r.learnStart || !r.predHolder(c.id) {
 		return
 	}
-	cr := min(c.reportedFloor, r.predFloorOutstanding(now))
+	cr := min(rep.floor, r.predFloorOutstanding(now))
 	r.floors.credited += cr
-	end := min(c.reportedFloorEnd+r.skew, r.floors.predEnd)
+	end := min(rep.floorEnd+r.skew, r.floors.predEnd)
 	if c.floorPrevEnd <= now || c.floorPrev < cr {
 		c.floorPrev = cr
 	}

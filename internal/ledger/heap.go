@@ -32,7 +32,7 @@ func (h *clientHeap) pos(c *client) *int32 {
 	if h.kind == byExpiry {
 		return &c.heapIdx
 	}
-	return &c.n.wakeIdx
+	return &c.wakeIdx
 }
 
 // top returns the client with the least key; the heap must not be empty.

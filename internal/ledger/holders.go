@@ -118,7 +118,7 @@ func (r *resource) snapshotHolders(now int64) holderSnapshot {
 		c := &r.clients[i]
 		// Floors are not promised: a successor counts them apart (the
 		// record's floor ceiling, less what clients report).
-		if c.leaseExposure(now) > 0 || c.touched && c.wants > 0 {
+		if c.leaseExposure(now) > 0 || c.touched() && c.wants > 0 {
 			if len(set) == MaxRecordedHolders {
 				return holderSnapshot{}
 			}

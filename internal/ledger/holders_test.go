@@ -146,7 +146,7 @@ func TestHolderPromiseEndsLearning(t *testing.T) {
 			var sum float64
 			for _, id := range []string{"a", "b", "x", "c"} {
 				if r := succ.l.resources["r"]; r != nil {
-					if i, ok := r.index[id]; ok {
+					if i, ok := r.lookup(id); ok {
 						sum += r.clients[i].exposure(succ.now)
 					}
 				}

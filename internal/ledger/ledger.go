@@ -268,7 +268,7 @@ func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.Ge
 			rep.floorEnd = e.AsTime().UnixNano()
 		}
 		before := r.records()
-		i := r.upsert(id, who.Tenant, rr.GetWants(), 1, l.priority(tmpls[k], who, rr.GetPriority()), rep, now)
+		i := r.upsert(id, rr.GetWants(), 1, l.priority(tmpls[k], who, rr.GetPriority()), rep, now)
 		l.records += r.records() - before
 		r.creditFloor(i, now)
 		slots[k] = Slot{r: r, client: id}
@@ -412,7 +412,7 @@ func (s Slot) Lease(now int64) Lease {
 	if r.tmpl.Floor.Unlimited {
 		l.SafeCapacity = -1
 	}
-	if i, ok := r.index[s.client]; ok {
+	if i, ok := r.lookup(s.client); ok {
 		c := &r.clients[i]
 		l.Capacity, l.Expiry, l.Refresh = c.has, c.expiry, time.Duration(c.due-now)
 		if c.lapsed {

@@ -83,7 +83,7 @@ func demandOf(wants, weight float64) (float64, float64) {
 // syncClaim passes client i's demand on to the State if it changed.
 func (r *resource) syncClaim(i int32) {
 	c := &r.clients[i]
-	want := level.Claim{Wants: c.wants, Weight: c.weight, Priority: c.prio, Tenant: c.tenant}
+	want := level.Claim{Wants: c.wants, Weight: c.weight, Priority: c.prio, Tenant: c.tenant()}
 	if c.h == 0 {
 		// Refused only for input demandOf rules out, or a tenant weight
 		// the configuration validates: the client then gets nothing

@@ -30,7 +30,7 @@ func BenchmarkLeaseMemory(b *testing.B) {
 			r := newResource("r", tm, 1)
 			p := roundParams{now: 1, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, stats: &Stats{}}
 			for i, id := range ids {
-				r.upsert(id, "", float64(i%20), 1, 0, holding{}, 1)
+				r.upsert(id, float64(i%20), 1, 0, holding{}, 1)
 			}
 			r.allocate(&p)
 			runtime.GC()
@@ -43,7 +43,7 @@ func BenchmarkLeaseMemory(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; b.Loop(); i++ {
 				// One client refreshes, then the round runs over everyone.
-				r.upsert(ids[i%n], "", float64(i%20), 1, 0, holding{}, 1)
+				r.upsert(ids[i%n], float64(i%20), 1, 0, holding{}, 1)
 				r.allocate(&p)
 			}
 			b.ReportMetric(perLease, "B/lease")

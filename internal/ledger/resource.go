@@ -26,8 +26,7 @@ type client struct {
 	// lease (lapsed) until its floors end, and at least until seen + the
 	// lease length, so that the fair share floors are cut from counts the
 	// clients that may come back (see expire).
-	seen   int64
-	lapsed bool
+	seen int64
 	// held, until heldUntil (unix ns, the clock skew included), bounds an
 	// earlier lease the client may still hold: a reply that shrank its
 	// lease may never have reached it (a time-out, a lost reply, a leader
@@ -43,44 +42,49 @@ type client struct {
 	// last request reported holding.
 	floor, floorPrev       float64
 	floorEnd, floorPrevEnd int64
-	// node: the record is a band of a child node (see ServerGet).
-	node bool
-	// tenant is the client's tenant ("" plain; see tenants.go).
-	tenant string
-	// reported is what the client said it holds (learning mode echoes it)
-	// and reportedExpiry when that lease ends (unix ns, 0 unknown);
-	// reportedFloor and reportedFloorEnd the same for its floor.
-	reported         float64
-	reportedExpiry   int64
-	reportedFloor    float64
-	reportedFloorEnd int64
-	// reportedAny: the request carried a lease (has), expired or not: the
-	// client held one once, so it may be a holder a predecessor promised.
-	reportedAny bool
-	// credit is what this round credited from the predecessor's ceiling
-	// to the client on its first contact in learning mode (see learn).
-	credit   float64
-	heapIdx  int32
-	touched  bool // requested in the current round
-	released bool // released after it was requested in the current round
 	// n is what the record adds to the resource's running sums (sums.go).
 	n counted
+	// heapIdx and wakeIdx are its positions in the expiry heap and in the
+	// wake heap (-1 while not counted yet; sums.go).
+	heapIdx, wakeIdx int32
+	// slot is its position in the round's batch plus one (0: it did not
+	// ask in this round); what its request reported is there too.
+	slot   int32
+	lapsed bool
+	// countedLapsed: its floor is counted among the lapsed records' (n).
+	countedLapsed bool
+	released      bool // released after it was requested in the current round
+	// node: the record is a band of a child node (see ServerGet).
+	node bool
+}
+
+// touched reports whether the client asked in the current round.
+func (c *client) touched() bool { return c.slot > 0 }
+
+// tenant is the client's tenant ("" plain, and a child node's band; see
+// tenants.go): a tenant's clients are keyed by it (Claimant.key).
+func (c *client) tenant() string {
+	t, _, _ := splitKey(c.id)
+	return t
 }
 
 // resource holds the state of one resource. It is owned by the round loop.
 type resource struct {
 	id            string
 	tmpl          *config.Template
-	gen           uint64 // config generation tmpl was matched in
-	learningUntil int64  // unix ns; until then grants echo what clients report
-	index         map[string]int32
+	gen           uint64  // config generation tmpl was matched in
+	learningUntil int64   // unix ns; until then grants echo what clients report
+	index         idIndex // client indices by id
 	clients       []client
 	heap          clientHeap // client indices ordered by expiry
 	// lv divides the capacity among the clients (levels.go).
 	lv *level.State
 	// sums are the running sums over the clients (sums.go).
-	sums        sums
-	batch       []int32 // clients requesting in the current round
+	sums  sums
+	batch []int32 // clients requesting in the current round
+	// reports are what the requests of the batch said their clients hold
+	// (learning mode echoes it), in batch order.
+	reports     []holding
 	releasedIDs []string
 	inBatch     bool
 	// up is the capacity a parent node leased this node (child nodes
@@ -128,7 +132,7 @@ type resource struct {
 }
 
 func newResource(id string, tmpl *config.Template, gen uint64) *resource {
-	r := &resource{id: id, tmpl: tmpl, gen: gen, index: make(map[string]int32), sums: sums{wake: clientHeap{kind: byWake}},
+	r := &resource{id: id, tmpl: tmpl, gen: gen, sums: sums{wake: clientHeap{kind: byWake}},
 		ceiling: math.Inf(1), ceilingExpiry: math.MaxInt64, tenants: tenantCounts{resources: make(map[string]int), records: make(map[string]int)}}
 	r.buildLevel()
 	return r
@@ -160,19 +164,17 @@ func (r *resource) lookup(id string) (int32, bool) {
 	if r == nil {
 		return 0, false
 	}
-	i, ok := r.index[id]
-	return i, ok
+	return r.index.find(r.clients, id)
 }
 
-// upsert records a client's request and marks it for this round. A new
-// record belongs to tenant ("" plain; see tenants.go).
-func (r *resource) upsert(id, tenant string, wants, weight float64, priority int32, rep holding, now int64) int32 {
-	i, ok := r.index[id]
+// upsert records a client's request and marks it for this round.
+func (r *resource) upsert(id string, wants, weight float64, priority int32, rep holding, now int64) int32 {
+	i, ok := r.index.find(r.clients, id)
 	if !ok {
 		i = int32(len(r.clients))
-		r.index[id] = i
-		r.clients = append(r.clients, client{id: id, tenant: tenant, expiry: now, seen: now, n: counted{wakeIdx: -1}})
-		r.track(tenant)
+		r.clients = append(r.clients, client{id: id, expiry: now, seen: now, wakeIdx: -1})
+		r.index.add(r.clients, i)
+		r.track(r.clients[i].tenant())
 		// expiry is "now" until a grant sets it.
 		r.heap.push(r.clients, i)
 	}
@@ -196,19 +198,22 @@ func (r *resource) upsert(id, tenant string, wants, weight float64, priority int
 	c.floorPrev = min(floor, c.floorExposure(now))
 	c.floorPrevEnd = min(rep.floorEnd+r.skew, max(c.floorEnd, c.floorPrevEnd))
 	c.seen = now
-	c.reported, c.reportedExpiry = rep.capacity, rep.expiry
-	c.reportedFloor, c.reportedFloorEnd = rep.floor, rep.floorEnd
-	c.reportedAny = rep.any
 	// A request after a release in the same round revives the record: the
 	// client will hold the lease this round grants (dropReleased skips it).
-	r.clients[i].released = false
-	if !r.clients[i].touched {
-		r.clients[i].touched = true
+	c.released = false
+	if c.slot == 0 {
 		r.batch = append(r.batch, i)
+		r.reports = append(r.reports, rep)
+		c.slot = int32(len(r.batch))
+	} else {
+		r.reports[c.slot-1] = rep
 	}
 	r.recount(i, now)
 	return i
 }
+
+// report is what client i's request of this round said it holds.
+func (r *resource) report(i int32) *holding { return &r.reports[r.clients[i].slot-1] }
 
 // holding is what a request says its client holds: a lease (capacity
 // until expiry, unix ns) and a floor (until floorEnd, unix ns); zero
@@ -259,14 +264,14 @@ func (c *client) floorExposure(now int64) float64 {
 // and the sums.
 func (r *resource) remove(i int32) {
 	c := &r.clients[i]
-	delete(r.index, c.id)
-	r.untrack(c.tenant)
+	r.index.remove(r.clients, i)
+	r.untrack(c.tenant())
 	r.uncount(i)
 	r.heap.remove(r.clients, i)
 	last := int32(len(r.clients) - 1)
 	if i != last {
 		r.clients[i] = r.clients[last]
-		r.index[r.clients[i].id] = i
+		r.index.rename(r.clients, last, i)
 		r.heap.rename(r.clients, i)
 		r.sums.wake.rename(r.clients, i)
 	}
@@ -278,7 +283,7 @@ func (r *resource) remove(i int32) {
 // this round on. The record is dropped after the round (dropReleased), so
 // client indices stay stable while requests of the round refer to them.
 func (r *resource) markReleased(id string, now int64) bool {
-	i, ok := r.index[id]
+	i, ok := r.index.find(r.clients, id)
 	if !ok || r.clients[i].released {
 		return false
 	}
@@ -296,7 +301,7 @@ func (r *resource) markReleased(id string, now int64) bool {
 // dropReleased removes the records released during the round.
 func (r *resource) dropReleased() {
 	for _, id := range r.releasedIDs {
-		if i, ok := r.index[id]; ok && r.clients[i].released {
+		if i, ok := r.index.find(r.clients, id); ok && r.clients[i].released {
 			r.remove(i)
 		}
 	}
@@ -495,8 +500,8 @@ func (r *resource) allocate(p *roundParams) {
 		// or, for share algorithms, than the capacity): leases issued by a
 		// predecessor stay honoured and nothing new is handed out.
 		for _, i := range r.batch {
-			has := min(r.clients[i].reported, r.clients[i].wants)
-			if r.clients[i].reportedExpiry <= p.now {
+			has := min(r.report(i).capacity, r.clients[i].wants)
+			if r.report(i).expiry <= p.now {
 				has = 0 // an expired lease is reported, not held
 			}
 			if shared || t.Algorithm == allotpb.Algorithm_STATIC {
@@ -561,7 +566,7 @@ func (r *resource) allocate(p *roundParams) {
 		}
 	}
 	for _, i := range r.batch {
-		r.clients[i].touched = false
+		r.clients[i].slot = 0
 	}
-	r.batch = r.batch[:0]
+	r.batch, r.reports = r.batch[:0], r.reports[:0]
 }

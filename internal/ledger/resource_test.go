@@ -48,6 +48,9 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 	prio := make([]int32, nclients)
 	for i := range ids {
 		ids[i] = string(rune('a' + i))
+		if tenants {
+			ids[i] = Claimant{Tenant: fmt.Sprintf("T%d", i%3)}.key(ids[i])
+		}
 		wants[i] = rng.Float64() * 100
 		prio[i] = int32(rng.IntN(2))
 	}
@@ -76,11 +79,7 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 				continue
 			}
 			if steady || rng.IntN(5) == 0 {
-				tenant := ""
-				if tenants {
-					tenant = fmt.Sprintf("T%d", i%3)
-				}
-				r.upsert(id, tenant, wants[i], 1, prio[i], holding{}, now)
+				r.upsert(id, wants[i], 1, prio[i], holding{}, now)
 			}
 		}
 		p := roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond, stats: &Stats{}}
@@ -135,7 +134,7 @@ func TestExpiryHeap(t *testing.T) {
 			}
 		}
 		id := string(rune('a' + rng.IntN(50)))
-		r.upsert(id, "", 1, 1, 0, holding{}, now)
+		r.upsert(id, 1, 1, 0, holding{}, now)
 		r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, stats: &Stats{}})
 		for k, i := range r.heap.ids {
 			if int(r.clients[i].heapIdx) != k {
@@ -145,8 +144,8 @@ func TestExpiryHeap(t *testing.T) {
 				t.Fatalf("step %d: heap order broken", step)
 			}
 		}
-		for id, i := range r.index {
-			if r.clients[i].id != id {
+		for i := range r.clients {
+			if k, ok := r.lookup(r.clients[i].id); !ok || k != int32(i) {
 				t.Fatalf("step %d: index mismatch", step)
 			}
 		}
@@ -230,10 +229,10 @@ func learningTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, tr
 			if p := pred[id]; p != nil && !p.replace {
 				has, exp = p.has, p.expiry
 				p.replace = true
-			} else if i, ok := r.index[id]; ok {
+			} else if i, ok := r.lookup(id); ok {
 				has, exp = r.clients[i].has, r.clients[i].expiry
 			}
-			r.upsert(id, "", wants[id], 1, 0, holding{capacity: has, expiry: exp}, now)
+			r.upsert(id, wants[id], 1, 0, holding{capacity: has, expiry: exp}, now)
 		}
 		if len(r.batch) > 0 {
 			r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, stats: &Stats{}})
@@ -268,14 +267,24 @@ func TestLearningHandsOutWhatIsFree(t *testing.T) {
 	now := int64(1e18)
 	r.ceiling, r.predCeiling, r.learnStart, r.learningUntil = 100, 40, now, now+int64(time.Minute)
 	p := &roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, stats: &Stats{}}
-	r.upsert("new", "", 100, 1, 0, holding{}, now)
+	r.upsert("new", 100, 1, 0, holding{}, now)
 	r.allocate(p)
-	if got := r.clients[r.index["new"]].has; got != 60 {
+	if got := r.clients[mustLookup(t, r, "new")].has; got != 60 {
 		t.Fatalf("new client got %v, want the 60 outside the predecessor's ceiling", got)
 	}
-	r.upsert("old", "", 100, 1, 0, holding{capacity: 40, expiry: now + int64(5*time.Second)}, now)
+	r.upsert("old", 100, 1, 0, holding{capacity: 40, expiry: now + int64(5*time.Second)}, now)
 	r.allocate(p)
-	if got := r.clients[r.index["old"]].has; got != 40 {
+	if got := r.clients[mustLookup(t, r, "old")].has; got != 40 {
 		t.Fatalf("predecessor client kept %v of its 40", got)
 	}
+}
+
+// mustLookup returns the index of client id's record in r.
+func mustLookup(t *testing.T, r *resource, id string) int32 {
+	t.Helper()
+	i, ok := r.lookup(id)
+	if !ok {
+		t.Fatalf("no record of %q", id)
+	}
+	return i
 }

@@ -26,13 +26,13 @@ func TestReleaseThenGetSameRound(t *testing.T) {
 		now += int64(100 * time.Millisecond)
 		r.expire(now)
 	}
-	r.upsert("a", "", 100, 1, 0, holding{}, now)
+	r.upsert("a", 100, 1, 0, holding{}, now)
 	round()
 	r.markReleased("a", now)
-	ia := r.upsert("a", "", 100, 1, 0, holding{}, now)
+	ia := r.upsert("a", 100, 1, 0, holding{}, now)
 	round()
 	granted := r.clients[ia].has
-	ib := r.upsert("b", "", 100, 1, 0, holding{}, now)
+	ib := r.upsert("b", 100, 1, 0, holding{}, now)
 	round()
 	if got := granted + r.clients[ib].has; got > tm.Capacity {
 		t.Fatalf("a holds %v and b got %v: %v leased of capacity %v", granted, r.clients[ib].has, got, tm.Capacity)
@@ -54,7 +54,7 @@ func TestLearningOutlastsPredecessorLeases(t *testing.T) {
 	}
 	now := started.Add(11 * time.Second).UnixNano()
 	r.ceiling, r.ceilingExpiry = 100, now+int64(time.Hour)
-	i := r.upsert("newcomer", "", 100, 1, 0, holding{}, now)
+	i := r.upsert("newcomer", 100, 1, 0, holding{}, now)
 	r.allocate(&roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond})
 	if got := r.clients[i].has; got > 0 {
 		t.Fatalf("a newcomer got %v while the predecessor's 100 of 100 may still be held", got)
@@ -74,7 +74,7 @@ func TestLearningAcrossAlgorithmChange(t *testing.T) {
 	fair.Algorithm = allotpb.Algorithm_FAIR_SHARE
 	r.tmpl = &fair
 	now := started.Add(time.Second).UnixNano()
-	i := r.upsert("newcomer", "", 100, 1, 0, holding{}, now)
+	i := r.upsert("newcomer", 100, 1, 0, holding{}, now)
 	r.allocate(&roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond})
 	if got := r.clients[i].has; got > 20 {
 		t.Fatalf("newcomer got %v; the predecessor may hold 80 of 100", got)

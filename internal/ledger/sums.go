@@ -36,12 +36,9 @@ import (
 // band) is counted by the resource's level.State, which keeps a copy.
 type counted struct {
 	exp, floor float64 // its exposure and floor exposure
-	lapsed     bool    // its floor counts among the lapsed records'
 	// wake is the next time exp or floor may fall by itself (MaxInt64:
-	// never); wakeIdx its position in the wake heap, -1 while not
-	// counted yet.
-	wake    int64
-	wakeIdx int32
+	// never).
+	wake int64
 }
 
 // sums are a resource's running sums over its client records; the sums
@@ -55,12 +52,13 @@ type sums struct {
 	wake    clientHeap
 }
 
-// add adds n's contribution (sign 1) or takes it out (sign -1).
-func (s *sums) add(n *counted, sign int) {
+// add adds n's contribution (sign 1) or takes it out (sign -1); lapsed
+// says whether its floor counts among the lapsed records'.
+func (s *sums) add(n *counted, lapsed bool, sign int) {
 	f := float64(sign)
 	s.out.Add(f * n.exp)
 	s.floors.Add(f * n.floor)
-	if n.lapsed {
+	if lapsed {
 		s.lapsed.Add(f * n.floor)
 		if n.floor > 0 {
 			s.onFloor += sign
@@ -72,9 +70,9 @@ func (s *sums) add(n *counted, sign int) {
 func (r *resource) count(i int32, now int64) {
 	c := &r.clients[i]
 	n := &c.n
-	n.exp, n.floor, n.lapsed = c.exposure(now), c.floorExposure(now), c.lapsed
+	n.exp, n.floor, c.countedLapsed = c.exposure(now), c.floorExposure(now), c.lapsed
 	n.wake = c.nextFall(now)
-	r.sums.add(n, 1)
+	r.sums.add(n, c.countedLapsed, 1)
 }
 
 // nextFall is the first time after now at which the client's exposure or
@@ -95,12 +93,12 @@ func (c *client) nextFall(now int64) int64 {
 func (r *resource) recount(i int32, now int64) {
 	r.syncClaim(i)
 	r.sync(now)
-	if r.clients[i].n.wakeIdx < 0 {
+	if r.clients[i].wakeIdx < 0 {
 		r.count(i, now)
 		r.sums.wake.push(r.clients, i)
 		return
 	}
-	r.sums.add(&r.clients[i].n, -1)
+	r.sums.add(&r.clients[i].n, r.clients[i].countedLapsed, -1)
 	r.count(i, now)
 	r.sums.wake.fix(r.clients, i)
 }
@@ -112,12 +110,12 @@ func (r *resource) uncount(i int32) {
 		_ = r.lv.Remove(h) // known: it was added
 		r.clients[i].h = 0
 	}
-	if r.clients[i].n.wakeIdx < 0 {
+	if r.clients[i].wakeIdx < 0 {
 		return
 	}
-	r.sums.add(&r.clients[i].n, -1)
+	r.sums.add(&r.clients[i].n, r.clients[i].countedLapsed, -1)
 	r.sums.wake.remove(r.clients, i)
-	r.clients[i].n.wakeIdx = -1
+	r.clients[i].wakeIdx = -1
 }
 
 // sync makes the sums exact at now: it recounts the clients whose
@@ -133,7 +131,7 @@ func (r *resource) sync(now int64) {
 		if r.clients[i].n.wake > now {
 			break
 		}
-		r.sums.add(&r.clients[i].n, -1)
+		r.sums.add(&r.clients[i].n, r.clients[i].countedLapsed, -1)
 		r.count(i, now)
 		h.fix(r.clients, i)
 	}

@@ -80,14 +80,14 @@ func checkSums(r *resource, now int64) error {
 			return fmt.Errorf("%q: the level.State has %+v (%v), the record wants %v weight %v priority %d", c.id, got, ok, c.wants, c.weight, c.prio)
 		}
 		switch {
-		case n.wakeIdx < 0 || int(n.wakeIdx) >= len(r.sums.wake.ids) || r.sums.wake.ids[n.wakeIdx] != int32(i):
-			return fmt.Errorf("%q: not in the wake heap where it says (%d)", c.id, n.wakeIdx)
+		case c.wakeIdx < 0 || int(c.wakeIdx) >= len(r.sums.wake.ids) || r.sums.wake.ids[c.wakeIdx] != int32(i):
+			return fmt.Errorf("%q: not in the wake heap where it says (%d)", c.id, c.wakeIdx)
 		case n.exp != c.exposure(now):
 			return fmt.Errorf("%q: exposure counted %v, is %v", c.id, n.exp, c.exposure(now))
 		case n.floor != c.floorExposure(now):
 			return fmt.Errorf("%q: floor exposure counted %v, is %v", c.id, n.floor, c.floorExposure(now))
-		case n.lapsed != c.lapsed:
-			return fmt.Errorf("%q: counted lapsed %v, is %v", c.id, n.lapsed, c.lapsed)
+		case c.countedLapsed != c.lapsed:
+			return fmt.Errorf("%q: counted lapsed %v, is %v", c.id, c.countedLapsed, c.lapsed)
 		case n.wake <= now:
 			return fmt.Errorf("%q: wake %d not after now %d", c.id, n.wake, now)
 		}
@@ -146,7 +146,7 @@ func checkTargets(r *resource) error {
 		of := make([]int32, len(r.clients))
 		var tenants []alloc.Tenant
 		for i := range r.clients {
-			name := r.clients[i].tenant
+			name := r.clients[i].tenant()
 			k, ok := index[name]
 			if !ok {
 				k = int32(len(tenants))
@@ -178,7 +178,7 @@ func nextFreeScan(r *resource, now int64) int64 {
 	next := int64(math.MaxInt64)
 	for i := range r.clients {
 		c := &r.clients[i]
-		if c.touched {
+		if c.touched() {
 			continue
 		}
 		over := c.has > r.target(int32(i))*(1+1e-9)

@@ -120,7 +120,7 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 			share, fshare := out*frac, fout*frac
 			ids[j] = bandID(child, b.GetPriority())
 			before := r.records()
-			i := r.upsert(ids[j], "", b.GetWants(), float64(l.childClients(child, b.GetNumClients())), l.priority(tmpls[k], Claimant{}, b.GetPriority()),
+			i := r.upsert(ids[j], b.GetWants(), float64(l.childClients(child, b.GetNumClients())), l.priority(tmpls[k], Claimant{}, b.GetPriority()),
 				holding{capacity: share, expiry: expiry, floor: fshare, floorEnd: floorEnd, any: rr.GetHas() != nil}, now)
 			l.records += r.records() - before
 			// A child node is trusted with what its subtree holds (unlike
