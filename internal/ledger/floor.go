@@ -296,15 +296,19 @@ func (r *resource) creditFloor(i int32, now int64) {
 	r.recount(i, now)
 }
 
-// latestFloorEnd is when the last floor counted ends (unix ns, as told:
-// without the clock skew).
+// latestFloorEnd bounds when the last floor counted ends (unix ns, as
+// told: without the clock skew): never before it, and later only if the
+// record that had the latest one has been lowered or dropped since (see
+// sums.floorEnd), which costs a parent no more than counting the
+// subtree's floors a while longer.
 func (r *resource) latestFloorEnd(now int64) int64 {
 	end := now
-	for i := range r.clients {
-		c := &r.clients[i]
-		if c.floorExposure(now) > 0 {
-			end = max(end, c.floorEnd-r.skew, c.floorPrevEnd-r.skew)
-		}
+	if r.floorOutstanding(now) > 0 {
+		// A bound, never early: a later end only makes a parent count
+		// the floors longer.
+		end = max(end, r.sums.floorEnd-r.skew)
+	} else {
+		r.sums.floorEnd = 0 // no floor counted: start the bound afresh
 	}
 	if r.predFloorOutstanding(now) > 0 {
 		end = max(end, r.floors.predEnd-r.skew)

@@ -113,6 +113,10 @@ func (r *resource) snapshotHolders(now int64) holderSnapshot {
 	if !r.shared() || r.unlisted || r.predOutstanding(now) > 0 {
 		return holderSnapshot{}
 	}
+	r.sync(now)
+	if r.sums.leased > MaxRecordedHolders {
+		return holderSnapshot{} // too many to promise, known without a look
+	}
 	set := make(map[string]struct{})
 	for i := range r.clients {
 		c := &r.clients[i]

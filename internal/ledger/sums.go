@@ -49,7 +49,15 @@ type sums struct {
 	floors  level.Sum // Σ floor exposure
 	lapsed  level.Sum // Σ floor exposure of lapsed records
 	onFloor int       // lapsed records with a floor counted
-	wake    clientHeap
+	// leased counts the records whose exposure is above their floor
+	// exposure: they hold a lease (at least that many hold one).
+	leased int
+	// floorEnd is the latest end (the skew included) of a floor counted
+	// since the floors outstanding were last 0: a bound on when the
+	// floors counted end, exact unless the record with the latest one
+	// was lowered or dropped since.
+	floorEnd int64
+	wake     clientHeap
 }
 
 // add adds n's contribution (sign 1) or takes it out (sign -1); lapsed
@@ -58,6 +66,9 @@ func (s *sums) add(n *counted, lapsed bool, sign int) {
 	f := float64(sign)
 	s.out.Add(f * n.exp)
 	s.floors.Add(f * n.floor)
+	if n.exp > n.floor {
+		s.leased += sign
+	}
 	if lapsed {
 		s.lapsed.Add(f * n.floor)
 		if n.floor > 0 {
@@ -73,6 +84,9 @@ func (r *resource) count(i int32, now int64) {
 	n.exp, n.floor, c.countedLapsed = c.exposure(now), c.floorExposure(now), c.lapsed
 	n.wake = c.nextFall(now)
 	r.sums.add(n, c.countedLapsed, 1)
+	if n.floor > 0 {
+		r.sums.floorEnd = max(r.sums.floorEnd, c.floorEnd, c.floorPrevEnd)
+	}
 }
 
 // nextFall is the first time after now at which the client's exposure or

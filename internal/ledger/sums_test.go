@@ -18,7 +18,8 @@ import (
 // scratchSums are a resource's sums worked out from its client records.
 type scratchSums struct {
 	out, floors, lapsed, wants, weight float64
-	onFloor                            int
+	onFloor, leased                    int
+	floorEnd                           int64 // the latest end of a floor counted
 	bands                              map[int32]scratchBand
 }
 
@@ -39,6 +40,12 @@ func sumsFromScratch(r *resource, now int64) scratchSums {
 		f := c.floorExposure(now)
 		out.Add(c.exposure(now))
 		floors.Add(f)
+		if c.exposure(now) > f {
+			s.leased++
+		}
+		if f > 0 {
+			s.floorEnd = max(s.floorEnd, c.floorEnd, c.floorPrevEnd)
+		}
 		if c.lapsed {
 			lapsed.Add(f)
 			if f > 0 {
@@ -110,8 +117,11 @@ func checkSums(r *resource, now int64) error {
 			return fmt.Errorf("running %s %v, from scratch %v", x.name, x.got, x.want)
 		}
 	}
-	if r.sums.onFloor != want.onFloor {
-		return fmt.Errorf("running on-floor count %d, from scratch %d", r.sums.onFloor, want.onFloor)
+	if r.sums.onFloor != want.onFloor || r.sums.leased != want.leased {
+		return fmt.Errorf("running on-floor and leased counts %d %d, from scratch %d %d", r.sums.onFloor, r.sums.leased, want.onFloor, want.leased)
+	}
+	if r.sums.floorEnd < want.floorEnd {
+		return fmt.Errorf("the floors counted end at %d, after the bound %d", want.floorEnd, r.sums.floorEnd)
 	}
 	bands := r.lv.Bands()
 	if len(bands) != len(want.bands) {
