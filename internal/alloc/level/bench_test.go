@@ -136,32 +136,39 @@ func BenchmarkChange(b *testing.B) {
 }
 
 // BenchmarkBuild: adding n claims, per claim, and the heap the State
-// keeps per claim (B/claim).
+// keeps per claim (B/claim): wants drawn at random, and wants from 20
+// values (ties, ordered by handle: leaves fill up in order).
 func BenchmarkBuild(b *testing.B) {
-	for _, n := range []int{10_000, 100_000, 1_000_000} {
-		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(9, 10))
-			var bytes float64
-			for b.Loop() {
-				var before, after runtime.MemStats
-				runtime.GC()
-				runtime.ReadMemStats(&before)
-				s, err := New(Config{Kind: allotpb.Algorithm_FAIR_SHARE})
-				if err != nil {
-					b.Fatal(err)
-				}
-				for range n {
-					if _, err := s.Add(Claim{Wants: rng.Float64() * 20, Weight: 1}); err != nil {
+	for _, ties := range []bool{false, true} {
+		for _, n := range []int{10_000, 100_000, 1_000_000} {
+			b.Run(fmt.Sprintf("ties=%v/clients=%d", ties, n), func(b *testing.B) {
+				rng := rand.New(rand.NewPCG(9, 10))
+				var bytes float64
+				for b.Loop() {
+					var before, after runtime.MemStats
+					runtime.GC()
+					runtime.ReadMemStats(&before)
+					s, err := New(Config{Kind: allotpb.Algorithm_FAIR_SHARE})
+					if err != nil {
 						b.Fatal(err)
 					}
+					for i := range n {
+						w := rng.Float64() * 20
+						if ties {
+							w = float64(i%20) + 0.5
+						}
+						if _, err := s.Add(Claim{Wants: w, Weight: 1}); err != nil {
+							b.Fatal(err)
+						}
+					}
+					runtime.GC()
+					runtime.ReadMemStats(&after)
+					bytes = float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+					runtime.KeepAlive(s)
 				}
-				runtime.GC()
-				runtime.ReadMemStats(&after)
-				bytes = float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
-				runtime.KeepAlive(s)
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/claim")
-			b.ReportMetric(bytes, "B/claim")
-		})
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/claim")
+				b.ReportMetric(bytes, "B/claim")
+			})
+		}
 	}
 }

@@ -162,8 +162,13 @@ func (t *btree[K]) ins(v, id int32) int32 {
 		nd.open(i)
 		nd.setPos(i, e.key, id, 0, e.a, e.b)
 	} else {
-		if i == nd.n {
+		switch {
+		case i == nd.n:
 			i-- // after every entry: into the last child
+		case i > 0 && t.nodes[nd.kid[i]].leaf && less(e.key, id, t.nodes[nd.kid[i]].key[0], t.nodes[nd.kid[i]].id[0]):
+			// Between two leaves: at the end of the left one, where a run
+			// of equal keys it extends ends (see the split below).
+			i--
 		}
 		c := nd.kid[i]
 		s := t.ins(c, id)
@@ -179,7 +184,17 @@ func (t *btree[K]) ins(v, id int32) int32 {
 	}
 	r := t.alloc(nd.leaf)
 	nd, rn := &t.nodes[v], &t.nodes[r]
+	// Halves, but for a leaf whose new entry extends a run of equal keys
+	// at its end (claims wanting the same are ordered by handle, and new
+	// handles mostly come in order): splitting such runs in half left
+	// every leaf half full. The split is right after the new entry, as
+	// far as each side keeps the fewest entries a node may: the run's
+	// next entries then go at the end of the left leaf (see the descent
+	// above), which fills before it splits again.
 	h := nd.n / 2
+	if nd.leaf && i > 0 && nd.key[i-1] == e.key && (i == nd.n-1 || nd.key[i+1] != e.key) {
+		h = min(max(i+1, fan/4), nd.n-fan/4)
+	}
 	rn.move(0, nd, h, nd.n-h)
 	rn.n, nd.n = nd.n-h, h
 	return r
