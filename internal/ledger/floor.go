@@ -207,7 +207,7 @@ func (r *resource) floorBound(now int64) float64 {
 func (r *resource) beginFloors(now int64) {
 	reserved := r.lapsedFloors(now)
 	for _, i := range r.batch {
-		if c := &r.clients[i]; c.lapsed {
+		if c := r.clients.at(i); c.lapsed {
 			reserved -= c.n.floor // asked in this round: not reserved
 		}
 	}
@@ -224,7 +224,7 @@ func (r *resource) beginFloors(now int64) {
 // policy's, never above the lease, within what is left for floors and
 // ending by floorUntil.
 func (r *resource) grantFloor(i int32, p *roundParams) {
-	c := &r.clients[i]
+	c := r.clients.at(i)
 	if r.floors.per < 0 {
 		// Unlimited: nothing to count (the reply says -1).
 		c.floor, c.floorEnd = 0, 0
@@ -274,7 +274,7 @@ func (r *resource) creditFloor(i int32, now int64) {
 	if r.predFloorOutstanding(now) <= 0 {
 		return
 	}
-	c := &r.clients[i]
+	c := r.clients.at(i)
 	if r.floors.seen == nil {
 		r.floors.seen = make(map[string]struct{})
 	}

@@ -21,11 +21,11 @@ type clientHeap struct {
 	ids  []int32
 }
 
-func (h *clientHeap) key(cs []client, i int32) int64 {
+func (h *clientHeap) key(cs *clientPages, i int32) int64 {
 	if h.kind == byExpiry {
-		return cs[i].expiry
+		return cs.at(i).expiry
 	}
-	return cs[i].n.wake
+	return cs.at(i).n.wake
 }
 
 func (h *clientHeap) pos(c *client) *int32 {
@@ -38,34 +38,34 @@ func (h *clientHeap) pos(c *client) *int32 {
 // top returns the client with the least key; the heap must not be empty.
 func (h *clientHeap) top() int32 { return h.ids[0] }
 
-func (h *clientHeap) less(cs []client, a, b int) bool {
+func (h *clientHeap) less(cs *clientPages, a, b int) bool {
 	return h.key(cs, h.ids[a]) < h.key(cs, h.ids[b])
 }
 
-func (h *clientHeap) swap(cs []client, a, b int) {
+func (h *clientHeap) swap(cs *clientPages, a, b int) {
 	h.ids[a], h.ids[b] = h.ids[b], h.ids[a]
-	*h.pos(&cs[h.ids[a]]) = int32(a)
-	*h.pos(&cs[h.ids[b]]) = int32(b)
+	*h.pos(cs.at(h.ids[a])) = int32(a)
+	*h.pos(cs.at(h.ids[b])) = int32(b)
 }
 
 // push adds client i.
-func (h *clientHeap) push(cs []client, i int32) {
-	*h.pos(&cs[i]) = int32(len(h.ids))
+func (h *clientHeap) push(cs *clientPages, i int32) {
+	*h.pos(cs.at(i)) = int32(len(h.ids))
 	h.ids = append(h.ids, i)
 	h.up(cs, len(h.ids)-1)
 }
 
 // fix restores the order after client i's key changed.
-func (h *clientHeap) fix(cs []client, i int32) {
-	k := int(*h.pos(&cs[i]))
+func (h *clientHeap) fix(cs *clientPages, i int32) {
+	k := int(*h.pos(cs.at(i)))
 	if !h.down(cs, k) {
 		h.up(cs, k)
 	}
 }
 
 // remove takes client i out.
-func (h *clientHeap) remove(cs []client, i int32) {
-	k, last := int(*h.pos(&cs[i])), len(h.ids)-1
+func (h *clientHeap) remove(cs *clientPages, i int32) {
+	k, last := int(*h.pos(cs.at(i))), len(h.ids)-1
 	if k != last {
 		h.swap(cs, k, last)
 	}
@@ -76,23 +76,23 @@ func (h *clientHeap) remove(cs []client, i int32) {
 }
 
 // rename records that a client in the heap moved to index to.
-func (h *clientHeap) rename(cs []client, to int32) {
-	if k := *h.pos(&cs[to]); k >= 0 {
+func (h *clientHeap) rename(cs *clientPages, to int32) {
+	if k := *h.pos(cs.at(to)); k >= 0 {
 		h.ids[k] = to
 	}
 }
 
 // init orders the heap from scratch: O(n).
-func (h *clientHeap) init(cs []client) {
+func (h *clientHeap) init(cs *clientPages) {
 	for k, i := range h.ids {
-		*h.pos(&cs[i]) = int32(k)
+		*h.pos(cs.at(i)) = int32(k)
 	}
 	for k := len(h.ids)/2 - 1; k >= 0; k-- {
 		h.down(cs, k)
 	}
 }
 
-func (h *clientHeap) up(cs []client, k int) {
+func (h *clientHeap) up(cs *clientPages, k int) {
 	for k > 0 {
 		p := (k - 1) / 2
 		if !h.less(cs, k, p) {
@@ -103,7 +103,7 @@ func (h *clientHeap) up(cs []client, k int) {
 	}
 }
 
-func (h *clientHeap) down(cs []client, k int) bool {
+func (h *clientHeap) down(cs *clientPages, k int) bool {
 	start, n := k, len(h.ids)
 	for {
 		c := 2*k + 1

@@ -147,7 +147,7 @@ func TestHolderPromiseEndsLearning(t *testing.T) {
 			for _, id := range []string{"a", "b", "x", "c"} {
 				if r := succ.l.resources["r"]; r != nil {
 					if i, ok := r.lookup(id); ok {
-						sum += r.clients[i].exposure(succ.now)
+						sum += r.clients.at(i).exposure(succ.now)
 					}
 				}
 			}

@@ -22,7 +22,7 @@ func (x *idIndex) home(id string) int {
 }
 
 // find returns the index of the record of id among cs.
-func (x *idIndex) find(cs []client, id string) (int32, bool) {
+func (x *idIndex) find(cs *clientPages, id string) (int32, bool) {
 	if x.n == 0 {
 		return 0, false
 	}
@@ -31,18 +31,18 @@ func (x *idIndex) find(cs []client, id string) (int32, bool) {
 		switch v := x.slots[k]; {
 		case v == 0:
 			return 0, false
-		case cs[v-1].id == id:
+		case cs.at(v-1).id == id:
 			return v - 1, true
 		}
 	}
 }
 
 // add indexes record i of cs, whose id is not indexed yet.
-func (x *idIndex) add(cs []client, i int32) {
+func (x *idIndex) add(cs *clientPages, i int32) {
 	if (x.n+1)*4 > len(x.slots)*maxLoad {
 		x.grow(cs)
 	}
-	x.place(cs[i].id, i)
+	x.place(cs.at(i).id, i)
 	x.n++
 }
 
@@ -56,7 +56,7 @@ func (x *idIndex) place(id string, i int32) {
 }
 
 // grow doubles the table (the first one has 8 slots).
-func (x *idIndex) grow(cs []client) {
+func (x *idIndex) grow(cs *clientPages) {
 	old := x.slots
 	if x.slots == nil {
 		x.seed = maphash.MakeSeed()
@@ -64,15 +64,15 @@ func (x *idIndex) grow(cs []client) {
 	x.slots = make([]int32, max(2*len(old), 8))
 	for _, v := range old {
 		if v != 0 {
-			x.place(cs[v-1].id, v-1)
+			x.place(cs.at(v-1).id, v-1)
 		}
 	}
 }
 
 // slot returns the slot holding record i of cs (which is indexed).
-func (x *idIndex) slot(cs []client, i int32) int {
+func (x *idIndex) slot(cs *clientPages, i int32) int {
 	mask := len(x.slots) - 1
-	k := x.home(cs[i].id)
+	k := x.home(cs.at(i).id)
 	for x.slots[k] != i+1 {
 		k = (k + 1) & mask
 	}
@@ -81,7 +81,7 @@ func (x *idIndex) slot(cs []client, i int32) int {
 
 // remove unindexes record i of cs, shifting back the records after it
 // that probed past its slot, so no probe meets a gap it should not.
-func (x *idIndex) remove(cs []client, i int32) {
+func (x *idIndex) remove(cs *clientPages, i int32) {
 	mask := len(x.slots) - 1
 	k := x.slot(cs, i)
 	for {
@@ -96,7 +96,7 @@ func (x *idIndex) remove(cs []client, i int32) {
 			}
 			// The record at j may fill k if its home is not cyclically
 			// within (k, j].
-			if h := x.home(cs[v-1].id); (j-h)&mask >= (j-k)&mask {
+			if h := x.home(cs.at(v - 1).id); (j-h)&mask >= (j-k)&mask {
 				x.slots[k] = v
 				k = j
 				break
@@ -106,10 +106,10 @@ func (x *idIndex) remove(cs []client, i int32) {
 }
 
 // rename records that the record at index from of cs is now at index to
-// (cs[to] holds it already; from is being dropped).
-func (x *idIndex) rename(cs []client, from, to int32) {
+// (cs.at(to) holds it already; from is being dropped).
+func (x *idIndex) rename(cs *clientPages, from, to int32) {
 	mask := len(x.slots) - 1
-	k := x.home(cs[to].id)
+	k := x.home(cs.at(to).id)
 	for x.slots[k] != from+1 {
 		k = (k + 1) & mask
 	}

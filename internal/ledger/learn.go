@@ -36,7 +36,7 @@ func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i in
 	// predecessor's ceiling on its first contact.
 	credit := make([]float64, len(r.batch))
 	for k, i := range r.batch {
-		c, rep := &r.clients[i], &r.reports[k]
+		c, rep := r.clients.at(i), &r.reports[k]
 		if _, seen := r.learnedSeen[c.id]; seen {
 			continue // a returning client
 		}
@@ -70,7 +70,7 @@ func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i in
 	free := min(r.capacity(p.now), r.ceiling) - r.outstanding(p.now) - r.predOutstanding(p.now)
 	base := make([]float64, len(r.batch))
 	for k, i := range r.batch {
-		c := &r.clients[i]
+		c := r.clients.at(i)
 		before := c.exposure(p.now)
 		base[k] = min(c.wants, c.has)
 		if credit[k] > 0 {
@@ -84,7 +84,7 @@ func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i in
 		free -= max(base[k], c.exposure(p.now)) - before
 	}
 	for k, i := range r.batch {
-		c := &r.clients[i]
+		c := r.clients.at(i)
 		before := max(base[k], c.exposure(p.now))
 		extra := max(min(r.target(i)-base[k], free), 0)
 		if !r.mayHold(c.id, p.now) {

@@ -413,7 +413,7 @@ func (s Slot) Lease(now int64) Lease {
 		l.SafeCapacity = -1
 	}
 	if i, ok := r.lookup(s.client); ok {
-		c := &r.clients[i]
+		c := r.clients.at(i)
 		l.Capacity, l.Expiry, l.Refresh = c.has, c.expiry, time.Duration(c.due-now)
 		if c.lapsed {
 			l.Capacity, l.Expiry = 0, now
@@ -479,7 +479,7 @@ func (l *Ledger) Sweep(now int64) *Proposal {
 		if r.predFloorOutstanding(now) == 0 {
 			r.floors.seen = nil
 		}
-		if len(r.clients) == 0 && !r.learning(now) && r.predFloorOutstanding(now) == 0 && (r.ceilingExpiry <= now || r.unlisted) {
+		if int(r.clients.len()) == 0 && !r.learning(now) && r.predFloorOutstanding(now) == 0 && (r.ceilingExpiry <= now || r.unlisted) {
 			delete(l.resources, id)
 			if r.unlisted {
 				l.rec.unlisted--

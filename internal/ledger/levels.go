@@ -51,8 +51,8 @@ func (r *resource) buildLevel() {
 	// levelConfig sets a tenant level only for the share algorithms, the
 	// one thing New refuses.
 	r.lv, _ = level.New(levelConfig(r.tmpl))
-	for i := range r.clients {
-		r.clients[i].h = 0
+	for i := range r.clients.len() {
+		r.clients.at(i).h = 0
 		r.syncClaim(int32(i))
 	}
 }
@@ -82,7 +82,7 @@ func demandOf(wants, weight float64) (float64, float64) {
 
 // syncClaim passes client i's demand on to the State if it changed.
 func (r *resource) syncClaim(i int32) {
-	c := &r.clients[i]
+	c := r.clients.at(i)
 	want := level.Claim{Wants: c.wants, Weight: c.weight, Priority: c.prio, Tenant: c.tenant()}
 	if c.h == 0 {
 		// Refused only for input demandOf rules out, or a tenant weight
@@ -107,7 +107,7 @@ func (r *resource) targets(capacity float64) {
 
 // target is client i's share at the capacity targets set.
 func (r *resource) target(i int32) float64 {
-	t, err := r.lv.Target(r.clients[i].h)
+	t, err := r.lv.Target(r.clients.at(i).h)
 	if err != nil {
 		return 0 // not in the State (see syncClaim): nothing
 	}

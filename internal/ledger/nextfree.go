@@ -125,8 +125,8 @@ func (r *resource) nextFree(now int64) int64 {
 		// The first time: rings over a refresh interval, filled from
 		// every client once; settle keeps them from then on.
 		r.dues = make(dues)
-		for i := range r.clients {
-			r.note(&r.clients[i], now)
+		for i := range r.clients.len() {
+			r.note(r.clients.at(i), now)
 		}
 	}
 	next := int64(0)

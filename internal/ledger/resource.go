@@ -75,7 +75,7 @@ type resource struct {
 	gen           uint64  // config generation tmpl was matched in
 	learningUntil int64   // unix ns; until then grants echo what clients report
 	index         idIndex // client indices by id
-	clients       []client
+	clients       clientPages
 	heap          clientHeap // client indices ordered by expiry
 	// lv divides the capacity among the clients (levels.go).
 	lv *level.State
@@ -164,21 +164,20 @@ func (r *resource) lookup(id string) (int32, bool) {
 	if r == nil {
 		return 0, false
 	}
-	return r.index.find(r.clients, id)
+	return r.index.find(&r.clients, id)
 }
 
 // upsert records a client's request and marks it for this round.
 func (r *resource) upsert(id string, wants, weight float64, priority int32, rep holding, now int64) int32 {
-	i, ok := r.index.find(r.clients, id)
+	i, ok := r.index.find(&r.clients, id)
 	if !ok {
-		i = int32(len(r.clients))
-		r.clients = append(r.clients, client{id: id, expiry: now, seen: now, wakeIdx: -1})
-		r.index.add(r.clients, i)
-		r.track(r.clients[i].tenant())
+		i = r.clients.push(client{id: id, expiry: now, seen: now, wakeIdx: -1})
+		r.index.add(&r.clients, i)
+		r.track(r.clients.at(i).tenant())
 		// expiry is "now" until a grant sets it.
-		r.heap.push(r.clients, i)
+		r.heap.push(&r.clients, i)
 	}
-	c := &r.clients[i]
+	c := r.clients.at(i)
 	c.wants, c.weight = demandOf(wants, weight)
 	c.prio = priority
 	// The client says what it holds now: never more than we may have
@@ -213,7 +212,7 @@ func (r *resource) upsert(id string, wants, weight float64, priority int32, rep 
 }
 
 // report is what client i's request of this round said it holds.
-func (r *resource) report(i int32) *holding { return &r.reports[r.clients[i].slot-1] }
+func (r *resource) report(i int32) *holding { return &r.reports[r.clients.at(i).slot-1] }
 
 // holding is what a request says its client holds: a lease (capacity
 // until expiry, unix ns) and a floor (until floorEnd, unix ns); zero
@@ -263,36 +262,35 @@ func (c *client) floorExposure(now int64) float64 {
 // remove drops client i: swap-delete from the dense arrays, the heaps
 // and the sums.
 func (r *resource) remove(i int32) {
-	c := &r.clients[i]
-	r.index.remove(r.clients, i)
+	c := r.clients.at(i)
+	r.index.remove(&r.clients, i)
 	r.untrack(c.tenant())
 	r.uncount(i)
-	r.heap.remove(r.clients, i)
-	last := int32(len(r.clients) - 1)
+	r.heap.remove(&r.clients, i)
+	last := r.clients.len() - 1
 	if i != last {
-		r.clients[i] = r.clients[last]
-		r.index.rename(r.clients, last, i)
-		r.heap.rename(r.clients, i)
-		r.sums.wake.rename(r.clients, i)
+		*r.clients.at(i) = *r.clients.at(last)
+		r.index.rename(&r.clients, last, i)
+		r.heap.rename(&r.clients, i)
+		r.sums.wake.rename(&r.clients, i)
 	}
-	r.clients[last] = client{}
-	r.clients = r.clients[:last]
+	r.clients.pop()
 }
 
 // markReleased ends a client's lease at once: its capacity is free from
 // this round on. The record is dropped after the round (dropReleased), so
 // client indices stay stable while requests of the round refer to them.
 func (r *resource) markReleased(id string, now int64) bool {
-	i, ok := r.index.find(r.clients, id)
-	if !ok || r.clients[i].released {
+	i, ok := r.index.find(&r.clients, id)
+	if !ok || r.clients.at(i).released {
 		return false
 	}
-	r.clients[i].released = true
-	r.clients[i].has = 0
-	r.clients[i].held, r.clients[i].heldUntil = 0, 0
-	r.clients[i].floor, r.clients[i].floorPrev = 0, 0
-	r.clients[i].floorEnd, r.clients[i].floorPrevEnd = 0, 0
-	r.clients[i].wants = 0
+	r.clients.at(i).released = true
+	r.clients.at(i).has = 0
+	r.clients.at(i).held, r.clients.at(i).heldUntil = 0, 0
+	r.clients.at(i).floor, r.clients.at(i).floorPrev = 0, 0
+	r.clients.at(i).floorEnd, r.clients.at(i).floorPrevEnd = 0, 0
+	r.clients.at(i).wants = 0
 	r.recount(i, now)
 	r.releasedIDs = append(r.releasedIDs, id)
 	return true
@@ -301,7 +299,7 @@ func (r *resource) markReleased(id string, now int64) bool {
 // dropReleased removes the records released during the round.
 func (r *resource) dropReleased() {
 	for _, id := range r.releasedIDs {
-		if i, ok := r.index.find(r.clients, id); ok && r.clients[i].released {
+		if i, ok := r.index.find(&r.clients, id); ok && r.clients.at(i).released {
 			r.remove(i)
 		}
 	}
@@ -328,7 +326,7 @@ func (r *resource) dropReleased() {
 func (r *resource) expire(now int64) {
 	for len(r.heap.ids) > 0 {
 		i := r.heap.top()
-		c := &r.clients[i]
+		c := r.clients.at(i)
 		if !c.lapsed {
 			if c.expiry+r.skew > now {
 				return
@@ -339,7 +337,7 @@ func (r *resource) expire(now int64) {
 				// alive for it would keep its demand in the shares.)
 				c.expiry, c.has = c.heldUntil-r.skew, 0
 				r.recount(i, now)
-				r.heap.fix(r.clients, i)
+				r.heap.fix(&r.clients, i)
 				continue
 			}
 			c.lapsed = true
@@ -351,7 +349,7 @@ func (r *resource) expire(now int64) {
 				r.floors.event(now, r.id, c, EventUnheard)
 			}
 			if c.expiry > now {
-				r.heap.fix(r.clients, i)
+				r.heap.fix(&r.clients, i)
 				continue
 			}
 		} else if c.expiry > now {
@@ -365,7 +363,7 @@ func (r *resource) expire(now int64) {
 }
 
 // records returns how many client records the resource keeps.
-func (r *resource) records() int { return len(r.clients) }
+func (r *resource) records() int { return int(r.clients.len()) }
 
 // upstream is what a child node holds of a resource from its parent.
 type upstream struct {
@@ -472,7 +470,7 @@ func (r *resource) allocate(p *roundParams) {
 	learning := r.learning(p.now)
 
 	settle := func(i int32, capacity float64, fresh time.Duration) {
-		c := &r.clients[i]
+		c := r.clients.at(i)
 		if capacity < c.has && c.expiry > p.now {
 			// A shrink: until the client confirms it, the larger lease
 			// still counts; it is asked back soon to confirm.
@@ -488,7 +486,7 @@ func (r *resource) allocate(p *roundParams) {
 		c.due = p.now + int64(fresh)
 		r.grantFloor(i, p)
 		r.recount(i, p.now)
-		r.heap.fix(r.clients, i)
+		r.heap.fix(&r.clients, i)
 		r.note(c, p.now)
 	}
 
@@ -500,7 +498,7 @@ func (r *resource) allocate(p *roundParams) {
 		// or, for share algorithms, than the capacity): leases issued by a
 		// predecessor stay honoured and nothing new is handed out.
 		for _, i := range r.batch {
-			has := min(r.report(i).capacity, r.clients[i].wants)
+			has := min(r.report(i).capacity, r.clients.at(i).wants)
 			if r.report(i).expiry <= p.now {
 				has = 0 // an expired lease is reported, not held
 			}
@@ -518,7 +516,7 @@ func (r *resource) allocate(p *roundParams) {
 		free := min(capacity, r.ceiling) - r.bound(p.now)
 		// Shrinkers first: what they confirm giving back goes to growers.
 		for _, i := range r.batch {
-			c := &r.clients[i]
+			c := r.clients.at(i)
 			if tg := r.target(i); tg <= c.has {
 				before := c.exposure(p.now)
 				settle(i, tg, refresh)
@@ -531,7 +529,7 @@ func (r *resource) allocate(p *roundParams) {
 		}
 		var owed []owedGrant
 		for _, i := range r.batch {
-			c := &r.clients[i]
+			c := r.clients.at(i)
 			tg := r.target(i)
 			if tg <= c.has {
 				continue // settled above
@@ -566,7 +564,7 @@ func (r *resource) allocate(p *roundParams) {
 		}
 	}
 	for _, i := range r.batch {
-		r.clients[i].slot = 0
+		r.clients.at(i).slot = 0
 	}
 	r.batch, r.reports = r.batch[:0], r.reports[:0]
 }

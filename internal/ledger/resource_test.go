@@ -92,7 +92,7 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 		}
 
 		sum := 0.0
-		for _, c := range r.clients {
+		for _, c := range r.clients.all() {
 			if c.expiry <= now {
 				continue
 			}
@@ -110,8 +110,8 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 	// Steady demand for 40 rounds (every client refreshes every round):
 	// everything that can be handed out is.
 	total := 0.0
-	for i := range r.clients {
-		total += r.clients[i].wants
+	for i := range r.clients.len() {
+		total += r.clients.at(i).wants
 	}
 	if want := math.Min(tm.Capacity, total); math.Abs(prevSum-want) > 1e-6*max(1, want) {
 		t.Fatalf("trial %d: steady state hands out %v, want %v", trial, prevSum, want)
@@ -128,7 +128,7 @@ func TestExpiryHeap(t *testing.T) {
 	for step := range 2000 {
 		now += int64(time.Duration(rng.IntN(300)) * time.Millisecond)
 		r.expire(now)
-		for _, c := range r.clients {
+		for _, c := range r.clients.all() {
 			if c.expiry <= now {
 				t.Fatalf("step %d: expired client %s survived", step, c.id)
 			}
@@ -137,15 +137,15 @@ func TestExpiryHeap(t *testing.T) {
 		r.upsert(id, 1, 1, 0, holding{}, now)
 		r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, stats: &Stats{}})
 		for k, i := range r.heap.ids {
-			if int(r.clients[i].heapIdx) != k {
+			if int(r.clients.at(i).heapIdx) != k {
 				t.Fatalf("step %d: heap index mismatch", step)
 			}
-			if k > 0 && r.clients[r.heap.ids[(k-1)/2]].expiry > r.clients[i].expiry {
+			if k > 0 && r.clients.at(r.heap.ids[(k-1)/2]).expiry > r.clients.at(i).expiry {
 				t.Fatalf("step %d: heap order broken", step)
 			}
 		}
-		for i := range r.clients {
-			if k, ok := r.lookup(r.clients[i].id); !ok || k != int32(i) {
+		for i := range r.clients.len() {
+			if k, ok := r.lookup(r.clients.at(i).id); !ok || k != int32(i) {
 				t.Fatalf("step %d: index mismatch", step)
 			}
 		}
@@ -230,7 +230,7 @@ func learningTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, tr
 				has, exp = p.has, p.expiry
 				p.replace = true
 			} else if i, ok := r.lookup(id); ok {
-				has, exp = r.clients[i].has, r.clients[i].expiry
+				has, exp = r.clients.at(i).has, r.clients.at(i).expiry
 			}
 			r.upsert(id, wants[id], 1, 0, holding{capacity: has, expiry: exp}, now)
 		}
@@ -242,7 +242,7 @@ func learningTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, tr
 			t.Fatalf("trial %d round %d: %v", trial, round, err)
 		}
 		total := 0.0
-		for _, c := range r.clients {
+		for _, c := range r.clients.all() {
 			if c.expiry > now {
 				total += c.has
 			}
@@ -269,12 +269,12 @@ func TestLearningHandsOutWhatIsFree(t *testing.T) {
 	p := &roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, stats: &Stats{}}
 	r.upsert("new", 100, 1, 0, holding{}, now)
 	r.allocate(p)
-	if got := r.clients[mustLookup(t, r, "new")].has; got != 60 {
+	if got := r.clients.at(mustLookup(t, r, "new")).has; got != 60 {
 		t.Fatalf("new client got %v, want the 60 outside the predecessor's ceiling", got)
 	}
 	r.upsert("old", 100, 1, 0, holding{capacity: 40, expiry: now + int64(5*time.Second)}, now)
 	r.allocate(p)
-	if got := r.clients[mustLookup(t, r, "old")].has; got != 40 {
+	if got := r.clients.at(mustLookup(t, r, "old")).has; got != 40 {
 		t.Fatalf("predecessor client kept %v of its 40", got)
 	}
 }

@@ -31,11 +31,11 @@ func TestReleaseThenGetSameRound(t *testing.T) {
 	r.markReleased("a", now)
 	ia := r.upsert("a", 100, 1, 0, holding{}, now)
 	round()
-	granted := r.clients[ia].has
+	granted := r.clients.at(ia).has
 	ib := r.upsert("b", 100, 1, 0, holding{}, now)
 	round()
-	if got := granted + r.clients[ib].has; got > tm.Capacity {
-		t.Fatalf("a holds %v and b got %v: %v leased of capacity %v", granted, r.clients[ib].has, got, tm.Capacity)
+	if got := granted + r.clients.at(ib).has; got > tm.Capacity {
+		t.Fatalf("a holds %v and b got %v: %v leased of capacity %v", granted, r.clients.at(ib).has, got, tm.Capacity)
 	}
 }
 
@@ -56,7 +56,7 @@ func TestLearningOutlastsPredecessorLeases(t *testing.T) {
 	r.ceiling, r.ceilingExpiry = 100, now+int64(time.Hour)
 	i := r.upsert("newcomer", 100, 1, 0, holding{}, now)
 	r.allocate(&roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond})
-	if got := r.clients[i].has; got > 0 {
+	if got := r.clients.at(i).has; got > 0 {
 		t.Fatalf("a newcomer got %v while the predecessor's 100 of 100 may still be held", got)
 	}
 }
@@ -76,7 +76,7 @@ func TestLearningAcrossAlgorithmChange(t *testing.T) {
 	now := started.Add(time.Second).UnixNano()
 	i := r.upsert("newcomer", 100, 1, 0, holding{}, now)
 	r.allocate(&roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond})
-	if got := r.clients[i].has; got > 20 {
+	if got := r.clients.at(i).has; got > 20 {
 		t.Fatalf("newcomer got %v; the predecessor may hold 80 of 100", got)
 	}
 }

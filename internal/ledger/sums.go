@@ -79,7 +79,7 @@ func (s *sums) add(n *counted, lapsed bool, sign int) {
 
 // count works out client i's contribution at now and adds it.
 func (r *resource) count(i int32, now int64) {
-	c := &r.clients[i]
+	c := r.clients.at(i)
 	n := &c.n
 	n.exp, n.floor, c.countedLapsed = c.exposure(now), c.floorExposure(now), c.lapsed
 	n.wake = c.nextFall(now)
@@ -107,29 +107,29 @@ func (c *client) nextFall(now int64) int64 {
 func (r *resource) recount(i int32, now int64) {
 	r.syncClaim(i)
 	r.sync(now)
-	if r.clients[i].wakeIdx < 0 {
+	if r.clients.at(i).wakeIdx < 0 {
 		r.count(i, now)
-		r.sums.wake.push(r.clients, i)
+		r.sums.wake.push(&r.clients, i)
 		return
 	}
-	r.sums.add(&r.clients[i].n, r.clients[i].countedLapsed, -1)
+	r.sums.add(&r.clients.at(i).n, r.clients.at(i).countedLapsed, -1)
 	r.count(i, now)
-	r.sums.wake.fix(r.clients, i)
+	r.sums.wake.fix(&r.clients, i)
 }
 
 // uncount takes client i out of the sums and the level.State (it is
 // being removed).
 func (r *resource) uncount(i int32) {
-	if h := r.clients[i].h; h != 0 {
+	if h := r.clients.at(i).h; h != 0 {
 		_ = r.lv.Remove(h) // known: it was added
-		r.clients[i].h = 0
+		r.clients.at(i).h = 0
 	}
-	if r.clients[i].wakeIdx < 0 {
+	if r.clients.at(i).wakeIdx < 0 {
 		return
 	}
-	r.sums.add(&r.clients[i].n, r.clients[i].countedLapsed, -1)
-	r.sums.wake.remove(r.clients, i)
-	r.clients[i].wakeIdx = -1
+	r.sums.add(&r.clients.at(i).n, r.clients.at(i).countedLapsed, -1)
+	r.sums.wake.remove(&r.clients, i)
+	r.clients.at(i).wakeIdx = -1
 }
 
 // sync makes the sums exact at now: it recounts the clients whose
@@ -142,12 +142,12 @@ func (r *resource) sync(now int64) {
 	h := &r.sums.wake
 	for len(h.ids) > 0 {
 		i := h.top()
-		if r.clients[i].n.wake > now {
+		if r.clients.at(i).n.wake > now {
 			break
 		}
-		r.sums.add(&r.clients[i].n, r.clients[i].countedLapsed, -1)
+		r.sums.add(&r.clients.at(i).n, r.clients.at(i).countedLapsed, -1)
 		r.count(i, now)
-		h.fix(r.clients, i)
+		h.fix(&r.clients, i)
 	}
 	r.sums.at = now
 }
@@ -156,11 +156,11 @@ func (r *resource) sync(now int64) {
 // that went back.
 func (r *resource) resync(now int64) {
 	r.sums = sums{at: now, wake: clientHeap{kind: byWake, ids: r.sums.wake.ids[:0]}}
-	for i := range r.clients {
+	for i := range r.clients.len() {
 		r.count(int32(i), now)
 		r.sums.wake.ids = append(r.sums.wake.ids, int32(i))
 	}
-	r.sums.wake.init(r.clients)
+	r.sums.wake.init(&r.clients)
 }
 
 // outstanding bounds the capacity clients may hold under our leases.

@@ -35,8 +35,8 @@ func sumsFromScratch(r *resource, now int64) scratchSums {
 	var out, floors, lapsed, wants, weight level.Sum
 	s := scratchSums{bands: map[int32]scratchBand{}}
 	bandWants := map[int32]*level.Sum{}
-	for i := range r.clients {
-		c := &r.clients[i]
+	for i := range r.clients.len() {
+		c := r.clients.at(i)
 		f := c.floorExposure(now)
 		out.Add(c.exposure(now))
 		floors.Add(f)
@@ -76,11 +76,11 @@ func sumsFromScratch(r *resource, now int64) scratchSums {
 // contribution and claim in the level.State, and every sum.
 func checkSums(r *resource, now int64) error {
 	r.sync(now)
-	if r.lv.Len() != len(r.clients) {
-		return fmt.Errorf("the level.State holds %d claims for %d clients", r.lv.Len(), len(r.clients))
+	if r.lv.Len() != int(r.clients.len()) {
+		return fmt.Errorf("the level.State holds %d claims for %d clients", r.lv.Len(), int(r.clients.len()))
 	}
-	for i := range r.clients {
-		c := &r.clients[i]
+	for i := range r.clients.len() {
+		c := r.clients.at(i)
 		n := &c.n
 		got, ok := r.lv.Claim(c.h)
 		if !ok || got.Wants != c.wants || got.Weight != c.weight || got.Priority != c.prio {
@@ -99,8 +99,8 @@ func checkSums(r *resource, now int64) error {
 			return fmt.Errorf("%q: wake %d not after now %d", c.id, n.wake, now)
 		}
 	}
-	if len(r.sums.wake.ids) != len(r.clients) {
-		return fmt.Errorf("wake heap holds %d of %d clients", len(r.sums.wake.ids), len(r.clients))
+	if len(r.sums.wake.ids) != int(r.clients.len()) {
+		return fmt.Errorf("wake heap holds %d of %d clients", len(r.sums.wake.ids), int(r.clients.len()))
 	}
 	want := sumsFromScratch(r, now)
 	for _, x := range []struct {
@@ -143,20 +143,20 @@ func checkSums(r *resource, now int64) error {
 // orders, so they may differ in the last bits: by at most 1e-12 of the
 // capacity plus the wants.
 func checkTargets(r *resource) error {
-	d := make([]alloc.Demand, len(r.clients))
+	d := make([]alloc.Demand, int(r.clients.len()))
 	var wants float64
-	for i := range r.clients {
-		c := &r.clients[i]
+	for i := range r.clients.len() {
+		c := r.clients.at(i)
 		d[i] = alloc.Demand{Wants: c.wants, Weight: c.weight, Priority: c.prio}
 		wants += c.wants
 	}
 	capacity := r.lv.Capacity()
 	if weigh := levelConfig(r.tmpl).TenantWeight; weigh != nil {
 		index := map[string]int32{}
-		of := make([]int32, len(r.clients))
+		of := make([]int32, int(r.clients.len()))
 		var tenants []alloc.Tenant
-		for i := range r.clients {
-			name := r.clients[i].tenant()
+		for i := range r.clients.len() {
+			name := r.clients.at(i).tenant()
 			k, ok := index[name]
 			if !ok {
 				k = int32(len(tenants))
@@ -170,9 +170,9 @@ func checkTargets(r *resource) error {
 		alloc.Run(r.tmpl.Algorithm, capacity, d, nil)
 	}
 	tolerance := 1e-12 * (max(capacity, 0) + wants)
-	for i := range r.clients {
+	for i := range r.clients.len() {
 		if got := r.target(int32(i)); got != d[i].Target && !(math.Abs(got-d[i].Target) <= tolerance) {
-			return fmt.Errorf("%q (%+v): target %v, alloc gives %v at capacity %v", r.clients[i].id, d[i], got, d[i].Target, capacity)
+			return fmt.Errorf("%q (%+v): target %v, alloc gives %v at capacity %v", r.clients.at(i).id, d[i], got, d[i].Target, capacity)
 		}
 	}
 	return nil
@@ -186,8 +186,8 @@ func checkTargets(r *resource) error {
 // finds clients of a round still waiting for the record).
 func nextFreeScan(r *resource, now int64) int64 {
 	next := int64(math.MaxInt64)
-	for i := range r.clients {
-		c := &r.clients[i]
+	for i := range r.clients.len() {
+		c := r.clients.at(i)
 		if c.touched() {
 			continue
 		}

@@ -88,7 +88,7 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 		granted, total := make([]float64, len(bands)), 0.0
 		for j, b := range bands {
 			if i, ok := r.lookup(bandID(child, b.GetPriority())); ok {
-				granted[j] = r.clients[i].has
+				granted[j] = r.clients.at(i).has
 				total += granted[j]
 			}
 		}
@@ -127,7 +127,7 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 			// a client, whose report is capped by what it was given): its
 			// leases until its lease ends, and the floors its clients may
 			// fall back to until they end.
-			c := &r.clients[i]
+			c := r.clients.at(i)
 			c.node = true
 			c.held, c.heldUntil = share, max(c.heldUntil, expiry+r.skew)
 			if floorEnd > now {
@@ -200,7 +200,7 @@ func (s ServerSlot) Lease(now int64) Lease {
 func (l *Ledger) UpstreamRequests(now int64, node string) []*allotpb.GetServerCapacityRequest {
 	ids := make([]string, 0, len(l.resources))
 	for id, r := range l.resources {
-		if r.up.child && len(r.clients) > 0 {
+		if r.up.child && int(r.clients.len()) > 0 {
 			ids = append(ids, id)
 		}
 	}
@@ -362,7 +362,7 @@ type ResourceStat struct {
 func (l *Ledger) Top(now int64, n int) []ResourceStat {
 	out := make([]ResourceStat, 0, min(n, len(l.resources)))
 	for id, r := range l.resources {
-		st := ResourceStat{ID: id, Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: len(r.clients), Learning: r.learning(now), Shadow: r.tmpl.Shadow,
+		st := ResourceStat{ID: id, Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: int(r.clients.len()), Learning: r.learning(now), Shadow: r.tmpl.Shadow,
 			Floors: r.floorOutstanding(now), OnFloor: r.onFloor(now)}
 		if r.up.child {
 			st.Regime = r.regime(now)

@@ -259,7 +259,7 @@ func treeTrial(t *testing.T, seed uint64) {
 					sum += c.inForce(now)
 				}
 				t.Logf("%s (parent %v): clients hold %.1f; ledger outstanding %.1f cap %.1f up %+v", n.name, n.parent != nil, sum, r.outstanding(now), r.capacity(now), r.up)
-				for _, c := range r.clients {
+				for _, c := range r.clients.all() {
 					t.Logf("   rec %q has %.1f exp %+dms held %.1f until %+dms floor %.1f/%.1f lapsed %v", c.id, c.has, (c.expiry-now)/1e6, c.held, (c.heldUntil-now)/1e6, c.floor, c.floorPrev, c.lapsed)
 				}
 			}
