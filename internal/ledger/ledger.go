@@ -35,7 +35,7 @@ const (
 	DefaultClockSkew       = 2 * time.Second
 	DefaultCeilingHeadroom = 0.1
 	DefaultMaxResources    = 100_000
-	DefaultMaxClients      = 250_000
+	DefaultMaxClients      = 2_000_000
 	// DefaultMaxRecordBytes bounds the encoded lease record, well below
 	// NATS's default 1 MiB maximum payload.
 	DefaultMaxRecordBytes = 512 << 10
@@ -69,7 +69,8 @@ type Config struct {
 	MaxResources int
 	// MaxClients bounds the client records kept (one per client and
 	// resource, lapsed ones included); a new one past it is refused with
-	// CodeTooMany.
+	// CodeTooMany. Default DefaultMaxClients: a million clients on one
+	// resource with room to spare, some 300 bytes each.
 	MaxClients int
 	// MaxRecordBytes bounds the encoded record: a resource whose summary
 	// would not fit is refused with CodeTooMany, so the record stays
