@@ -53,6 +53,54 @@ func TestIDIndex(t *testing.T) {
 	}
 }
 
+// TestIDIndexSplit: an index that grows past splitAt records into its
+// tables, loses half of them at random and grows again finds every
+// record and none removed.
+func TestIDIndexSplit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	var x idIndex
+	var cs clientPages
+	next := 0
+	add := func(k int) {
+		for range k {
+			x.add(&cs, cs.push(client{id: fmt.Sprint("c", next)}))
+			next++
+		}
+	}
+	gone := map[string]bool{}
+	check := func(when string) {
+		t.Helper()
+		if x.n != int(cs.len()) || len(x.tabs) != tables {
+			t.Fatalf("%s: index counts %d of %d records in %d tables", when, x.n, cs.len(), len(x.tabs))
+		}
+		for i, c := range cs.all() {
+			if k, ok := x.find(&cs, c.id); !ok || k != i {
+				t.Fatalf("%s: %q found at %d (%v), is at %d", when, c.id, k, ok, i)
+			}
+		}
+		for id := range gone {
+			if _, ok := x.find(&cs, id); ok {
+				t.Fatalf("%s: removed %q found", when, id)
+			}
+		}
+	}
+	add(splitAt + splitAt/2)
+	check("grown")
+	for cs.len() > splitAt*3/4 {
+		i := int32(rng.IntN(int(cs.len())))
+		gone[cs.at(i).id] = true
+		x.remove(&cs, i)
+		if last := cs.len() - 1; i != last {
+			*cs.at(i) = *cs.at(last)
+			x.rename(&cs, last, i)
+		}
+		cs.pop()
+	}
+	check("halved")
+	add(splitAt)
+	check("grown again")
+}
+
 // TestClientPages: records pushed and popped across pages keep their
 // indices, and a page emptied is freed only once the one before it is a
 // quarter empty.
