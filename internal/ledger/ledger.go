@@ -17,6 +17,13 @@
 // Config.MaxRecordWait passes; then it is allocated within the recorded
 // bounds. Grants within the recorded bounds never wait for a write.
 //
+// A round costs O(k log n) for the k clients that asked, whatever the n
+// clients held: what all clients may hold is kept in running sums
+// (sums.go), the shares in a level.State per resource (levels.go), and
+// when owed capacity comes back in rings of due times (nextfree.go).
+// Every change of a client record goes through recount, and the tests
+// compare all of it with sums and shares worked out from scratch.
+//
 // One goroutine owns a Ledger.
 package ledger
 
@@ -230,12 +237,18 @@ func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.Ge
 	slots := make([]Slot, len(res))
 	id := who.key(req.GetClientId())
 	served, addRes, addClients, addTenantRes := 0, 0, 0, 0
+	at := make([]int32, len(res)) // where each resource keeps id's record (see lookupAt)
 	for k, rr := range res {
 		var r *resource
 		if tmpls[k], r, slots[k].Code, slots[k].Err = l.resolve(set, rr.GetResourceId(), &addRes); tmpls[k] == nil {
 			continue
 		}
-		if _, known := r.lookup(id); !known {
+		i, known := r.lookup(id)
+		at[k] = -1
+		if known {
+			at[k] = i
+		}
+		if !known {
 			if l.records+addClients >= l.cfg.MaxClients {
 				tmpls[k] = nil
 				slots[k] = Slot{Code: CodeTooMany, Err: fmt.Sprintf("this node keeps %d client records (one per client and resource) and the limit is %d (--max-clients)", l.records+addClients, l.cfg.MaxClients)}
@@ -269,7 +282,7 @@ func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.Ge
 			rep.floorEnd = e.AsTime().UnixNano()
 		}
 		before := r.records()
-		i := r.upsert(id, rr.GetWants(), 1, l.priority(tmpls[k], who, rr.GetPriority()), rep, now)
+		i := r.upsertAt(at[k], id, rr.GetWants(), 1, l.priority(tmpls[k], who, rr.GetPriority()), rep, now)
 		l.records += r.records() - before
 		r.creditFloor(i, now)
 		slots[k] = Slot{r: r, client: id}

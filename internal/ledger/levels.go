@@ -80,7 +80,19 @@ func demandOf(wants, weight float64) (float64, float64) {
 	return min(wants, wire.MaxWants), weight
 }
 
-// syncClaim passes client i's demand on to the State if it changed.
+// setDemand is the one place client i's demand changes: its wants,
+// weight and band, passed on to the State if they changed (a tenant never
+// changes: it is part of the record's key).
+func (r *resource) setDemand(i int32, wants, weight float64, prio int32) {
+	c := r.clients.at(i)
+	if c.h != 0 && wants == c.wants && weight == c.weight && prio == c.prio {
+		return
+	}
+	c.wants, c.weight, c.prio = wants, weight, prio
+	r.syncClaim(i)
+}
+
+// syncClaim passes client i's demand on to the State.
 func (r *resource) syncClaim(i int32) {
 	c := r.clients.at(i)
 	want := level.Claim{Wants: c.wants, Weight: c.weight, Priority: c.prio, Tenant: c.tenant()}
@@ -90,9 +102,6 @@ func (r *resource) syncClaim(i int32) {
 		// (target), and the next change tries again.
 		c.h, _ = r.lv.Add(want)
 		return
-	}
-	if got, ok := r.lv.Claim(c.h); ok && got.Wants == want.Wants && got.Weight == want.Weight && got.Priority == want.Priority {
-		return // a tenant never changes: it is part of the record's key
 	}
 	_ = r.lv.Set(c.h, want)
 }

@@ -12,8 +12,9 @@ import (
 )
 
 // BenchmarkLeaseMemory reports the coordinator's heap bytes per client
-// lease held in a resource's state, and the cost of one full FAIR_SHARE
-// round over it (algorithm plus grant gating), at several sizes.
+// lease held in a resource's state, and the cost of a FAIR_SHARE round in
+// which one client of all those holding leases refreshes, at several
+// sizes.
 func BenchmarkLeaseMemory(b *testing.B) {
 	for _, n := range []int{10_000, 100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {

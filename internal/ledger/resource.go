@@ -167,9 +167,24 @@ func (r *resource) lookup(id string) (int32, bool) {
 	return r.index.find(&r.clients, id)
 }
 
+// lookupAt is lookup for a record that was at index hint when last looked
+// up (or -1): a record stays put unless one is removed, so the hint is
+// usually right, and checking it saves hashing the id.
+func (r *resource) lookupAt(hint int32, id string) (int32, bool) {
+	if hint >= 0 && hint < r.clients.len() && r.clients.at(hint).id == id {
+		return hint, true
+	}
+	return r.lookup(id)
+}
+
 // upsert records a client's request and marks it for this round.
 func (r *resource) upsert(id string, wants, weight float64, priority int32, rep holding, now int64) int32 {
-	i, ok := r.index.find(&r.clients, id)
+	return r.upsertAt(-1, id, wants, weight, priority, rep, now)
+}
+
+// upsertAt is upsert for a record last looked up at hint (see lookupAt).
+func (r *resource) upsertAt(hint int32, id string, wants, weight float64, priority int32, rep holding, now int64) int32 {
+	i, ok := r.lookupAt(hint, id)
 	if !ok {
 		i = r.clients.push(client{id: id, expiry: now, seen: now, wakeIdx: -1})
 		r.index.add(&r.clients, i)
@@ -177,9 +192,9 @@ func (r *resource) upsert(id string, wants, weight float64, priority int32, rep 
 		// expiry is "now" until a grant sets it.
 		r.heap.push(&r.clients, i)
 	}
+	wants, weight = demandOf(wants, weight)
+	r.setDemand(i, wants, weight, priority)
 	c := r.clients.at(i)
-	c.wants, c.weight = demandOf(wants, weight)
-	c.prio = priority
 	// The client says what it holds now: never more than we may have
 	// given it (a lie cannot lock others out), and never for longer;
 	// whatever it does not report it has replaced or let go. The latest
@@ -196,6 +211,17 @@ func (r *resource) upsert(id string, wants, weight float64, priority int32, rep 
 	}
 	c.floorPrev = min(floor, c.floorExposure(now))
 	c.floorPrevEnd = min(rep.floorEnd+r.skew, max(c.floorEnd, c.floorPrevEnd))
+	if rep.node {
+		// A child node is trusted with what its subtree holds (unlike a
+		// client, whose report is capped by what it was given): its
+		// leases until its lease ends, and the floors its clients may
+		// fall back to until they end (see ServerGet).
+		c.node = true
+		c.held, c.heldUntil = rep.capacity, max(c.heldUntil, rep.expiry+r.skew)
+		if rep.floorEnd > now {
+			c.floorPrev, c.floorPrevEnd = rep.floor, rep.floorEnd+r.skew
+		}
+	}
 	c.seen = now
 	// A request after a release in the same round revives the record: the
 	// client will hold the lease this round grants (dropReleased skips it).
@@ -224,6 +250,9 @@ type holding struct {
 	floorEnd int64
 	// any: a lease was reported at all (possibly expired).
 	any bool
+	// node: the report is a child node's band's share of what its
+	// subtree holds (ServerGet).
+	node bool
 }
 
 // exposure is the most the client may be holding at now under leases of
@@ -290,7 +319,7 @@ func (r *resource) markReleased(id string, now int64) bool {
 	r.clients.at(i).held, r.clients.at(i).heldUntil = 0, 0
 	r.clients.at(i).floor, r.clients.at(i).floorPrev = 0, 0
 	r.clients.at(i).floorEnd, r.clients.at(i).floorPrevEnd = 0, 0
-	r.clients.at(i).wants = 0
+	r.setDemand(i, 0, r.clients.at(i).weight, r.clients.at(i).prio)
 	r.recount(i, now)
 	r.releasedIDs = append(r.releasedIDs, id)
 	return true
@@ -342,7 +371,7 @@ func (r *resource) expire(now int64) {
 			}
 			c.lapsed = true
 			c.has = 0
-			c.wants = 0
+			r.setDemand(i, 0, c.weight, c.prio)
 			c.expiry = max(c.floorEnd, c.floorPrevEnd, c.seen+int64(r.tmpl.LeaseLength))
 			r.recount(i, now)
 			if c.floorExposure(now) > 0 {

@@ -101,20 +101,39 @@ func (c *client) nextFall(now int64) int64 {
 	return next
 }
 
-// recount is the one place a change of client i's fields reaches the
-// sums and the level.State: call it after every change, at the time of
-// the change.
+// recount is the one place a change of what client i may hold (its
+// lease, earlier lease, floors, lapse) reaches the sums: call it after
+// every such change, at the time of the change. Its demand changes
+// through setDemand.
 func (r *resource) recount(i int32, now int64) {
-	r.syncClaim(i)
 	r.sync(now)
 	if r.clients.at(i).wakeIdx < 0 {
 		r.count(i, now)
 		r.sums.wake.push(&r.clients, i)
 		return
 	}
-	r.sums.add(&r.clients.at(i).n, r.clients.at(i).countedLapsed, -1)
-	r.count(i, now)
-	r.sums.wake.fix(&r.clients, i)
+	r.refresh(i, now)
+}
+
+// refresh counts client i (counted before) anew at now: only what
+// changed is taken out and put back in (the sums are exact either way),
+// and the wake heap is fixed only if its time moved.
+func (r *resource) refresh(i int32, now int64) {
+	c := r.clients.at(i)
+	old, oldLapsed := c.n, c.countedLapsed
+	exp, floor := c.exposure(now), c.floorExposure(now)
+	if exp != old.exp || floor != old.floor || c.lapsed != oldLapsed {
+		r.sums.add(&c.n, oldLapsed, -1)
+		r.count(i, now)
+	} else {
+		c.n.wake = c.nextFall(now)
+		if floor > 0 {
+			r.sums.floorEnd = max(r.sums.floorEnd, c.floorEnd, c.floorPrevEnd)
+		}
+	}
+	if c.n.wake != old.wake {
+		r.sums.wake.fix(&r.clients, i)
+	}
 }
 
 // uncount takes client i out of the sums and the level.State (it is
@@ -145,9 +164,7 @@ func (r *resource) sync(now int64) {
 		if r.clients.at(i).n.wake > now {
 			break
 		}
-		r.sums.add(&r.clients.at(i).n, r.clients.at(i).countedLapsed, -1)
-		r.count(i, now)
-		h.fix(&r.clients, i)
+		r.refresh(i, now)
 	}
 	r.sums.at = now
 }

@@ -55,13 +55,21 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 	slots := make([]ServerSlot, len(res))
 	tmpls := make([]*config.Template, len(res))
 	served, addRes, addRecords := 0, 0, 0
+	// ids are the record ids of each resource's bands, at where their
+	// records are (-1 new; see lookupAt).
+	ids := make([][]string, len(res))
+	at := make([][]int32, len(res))
 	for k, rr := range res {
 		var r *resource
 		if tmpls[k], r, slots[k].Code, slots[k].Err = l.resolve(set, rr.GetResourceId(), &addRes); tmpls[k] == nil {
 			continue
 		}
-		for _, b := range rr.GetWants() {
-			if _, known := r.lookup(bandID(child, b.GetPriority())); !known {
+		ids[k], at[k] = make([]string, len(rr.GetWants())), make([]int32, len(rr.GetWants()))
+		for j, b := range rr.GetWants() {
+			ids[k][j], at[k][j] = bandID(child, b.GetPriority()), -1
+			if i, known := r.lookup(ids[k][j]); known {
+				at[k][j] = i
+			} else {
 				addRecords++
 			}
 		}
@@ -86,8 +94,9 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 		// nothing was): the sum is the report, so exposure covers it.
 		bands := rr.GetWants()
 		granted, total := make([]float64, len(bands)), 0.0
-		for j, b := range bands {
-			if i, ok := r.lookup(bandID(child, b.GetPriority())); ok {
+		for j := range bands {
+			if i, ok := r.lookupAt(at[k][j], ids[k][j]); ok {
+				at[k][j] = i
 				granted[j] = r.clients.at(i).has
 				total += granted[j]
 			}
@@ -108,7 +117,6 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 		}
 		out := max(rr.GetOutstanding(), rr.GetHas().GetCapacity())
 		fout := max(rr.GetSafeOutstanding(), 0)
-		ids := make([]string, len(bands))
 		for j, b := range bands {
 			frac := 0.0
 			switch {
@@ -118,25 +126,13 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 				frac = 1
 			}
 			share, fshare := out*frac, fout*frac
-			ids[j] = bandID(child, b.GetPriority())
 			before := r.records()
-			i := r.upsert(ids[j], b.GetWants(), float64(l.childClients(child, b.GetNumClients())), l.priority(tmpls[k], Claimant{}, b.GetPriority()),
-				holding{capacity: share, expiry: expiry, floor: fshare, floorEnd: floorEnd, any: rr.GetHas() != nil}, now)
+			i := r.upsertAt(at[k][j], ids[k][j], b.GetWants(), float64(l.childClients(child, b.GetNumClients())), l.priority(tmpls[k], Claimant{}, b.GetPriority()),
+				holding{capacity: share, expiry: expiry, floor: fshare, floorEnd: floorEnd, any: rr.GetHas() != nil, node: true}, now)
 			l.records += r.records() - before
-			// A child node is trusted with what its subtree holds (unlike
-			// a client, whose report is capped by what it was given): its
-			// leases until its lease ends, and the floors its clients may
-			// fall back to until they end.
-			c := r.clients.at(i)
-			c.node = true
-			c.held, c.heldUntil = share, max(c.heldUntil, expiry+r.skew)
-			if floorEnd > now {
-				c.floorPrev, c.floorPrevEnd = fshare, floorEnd+r.skew
-			}
-			r.recount(i, now)
 			r.creditFloor(i, now)
 		}
-		slots[k] = ServerSlot{r: r, bands: ids}
+		slots[k] = ServerSlot{r: r, bands: ids[k]}
 	}
 	return slots, nil
 }

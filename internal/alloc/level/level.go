@@ -21,7 +21,9 @@
 // Cost: Add, Set and Remove O(log n + B) where B is the number of priority
 // bands of the claim's tenant; the first Target after a change O(log n +
 // log T + B) (the tenant level, the band cascade and one level search),
-// later ones O(1) until the next change; the running sums O(1).
+// later ones O(1) until the next change; the running sums O(1). Within
+// says, per band, above what a claim holds more than its share, for a
+// caller that tracks who must give back.
 //
 // Why a B+ tree. A Fenwick tree over ranks cannot take keys (arbitrary
 // ratios) arriving online without re-ranking, and both a Fenwick tree and
