@@ -211,6 +211,7 @@ func (l *Ledger) Stats() Stats {
 type Slot struct {
 	r      *resource
 	client string
+	at     int32 // where the record was when the request was applied (see lookupAt)
 	// Code and Err are set when the resource is refused.
 	Code int32
 	Err  string
@@ -285,7 +286,7 @@ func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.Ge
 		i := r.upsertAt(at[k], id, rr.GetWants(), 1, l.priority(tmpls[k], who, rr.GetPriority()), rep, now)
 		l.records += r.records() - before
 		r.creditFloor(i, now)
-		slots[k] = Slot{r: r, client: id}
+		slots[k] = Slot{r: r, client: id, at: i}
 	}
 	return slots, nil
 }
@@ -426,7 +427,7 @@ func (s Slot) Lease(now int64) Lease {
 	if r.tmpl.Floor.Unlimited {
 		l.SafeCapacity = -1
 	}
-	if i, ok := r.lookup(s.client); ok {
+	if i, ok := r.lookupAt(s.at, s.client); ok {
 		c := r.clients.at(i)
 		l.Capacity, l.Expiry, l.Refresh = c.has, c.expiry, time.Duration(c.due-now)
 		if c.lapsed {

@@ -166,7 +166,7 @@ func ReadyServer(slots []ServerSlot) bool {
 func (s ServerSlot) Lease(now int64) Lease {
 	out := Lease{ResourceID: s.r.id, Expiry: math.MaxInt64, Refresh: s.r.tmpl.RefreshInterval, SafeExpiry: math.MaxInt64}
 	for _, id := range s.bands {
-		b := Slot{r: s.r, client: id}.Lease(now)
+		b := Slot{r: s.r, client: id, at: -1}.Lease(now)
 		out.Capacity += b.Capacity
 		out.Expiry = min(out.Expiry, b.Expiry)
 		out.Refresh = min(out.Refresh, b.Refresh)
