@@ -107,7 +107,19 @@ func (r *AllResult) headline() string {
 	}
 	if s := r.Scale; s != nil {
 		rows = append(rows, []string{"one FAIR_SHARE round over 100,000 clients", fmt.Sprintf("≤ %d ms", TargetFairShareMS), fmt.Sprintf("%.2f ms (%.2f× sorting them; coordinator round %.2f ms)", s.FairShare100kMS, sortRatio(s, 100_000), s.Coordinator100kMS), verdict(s.FairShare100kMS > 0 && s.FairShare100kMS <= TargetFairShareMS)})
-		rows = append(rows, []string{"coordinator memory per client lease", fmt.Sprintf("≤ %d B", TargetBytesPerLease), fmt.Sprintf("%.0f B", s.BytesPerLease100k), verdict(s.BytesPerLease100k > 0 && s.BytesPerLease100k <= TargetBytesPerLease)})
+		if len(s.Coordinator) > 0 {
+			last := s.Coordinator[len(s.Coordinator)-1]
+			rows = append(rows, []string{"coordinator memory per client lease", fmt.Sprintf("≤ %d B", TargetBytesPerLease), fmt.Sprintf("%.0f B at 100,000, %.0f B at %d", s.BytesPerLease100k, last.BytesPerLease, last.Clients),
+				verdict(s.BytesPerLease100k > 0 && s.BytesPerLease100k <= TargetBytesPerLease && last.BytesPerLease <= TargetBytesPerLease)})
+			if rf := last.Refresh; rf != nil {
+				rows = append(rows, []string{fmt.Sprintf("refreshes of %d held leases ÷ bare NATS echo, same run", last.Clients), fmt.Sprintf("≥ %.1f×, p99 ≤ %.0f×", TargetRefreshRatio, float64(TargetRefreshP99Ratio)),
+					fmt.Sprintf("%.2f× (%.0f vs %.0f req/s), p99 %.2f×", rf.Ratio, rf.Coordinator.RPS, rf.Echo.RPS, rf.P99Ratio), verdict(rf.Ratio >= TargetRefreshRatio && rf.P99Ratio <= TargetRefreshP99Ratio)})
+			}
+		}
+		if n := len(s.Rounds); n > 0 {
+			first, last := s.Rounds[0], s.Rounds[n-1]
+			rows = append(rows, []string{"ledger round per changed client, smallest to largest", "flat-ish", fmt.Sprintf("%.1f µs at %d, %.1f µs at %d (%.1f×)", first.USPerChange, first.Clients, last.USPerChange, last.Clients, last.RatioToFirst), "see scale"})
+		}
 	}
 	if a := r.Agent; a != nil {
 		for _, h := range a.HotPaths {

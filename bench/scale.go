@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -21,12 +22,19 @@ import (
 	"github.com/allot/allot/proto/allotpb"
 )
 
-// Targets of the scale benchmark (issue 6).
+// Targets of the scale benchmark.
 const (
 	// TargetFairShareMS bounds one FAIR_SHARE round over 100,000 clients.
 	TargetFairShareMS = 20
-	// TargetBytesPerLease bounds coordinator memory per client lease.
+	// TargetBytesPerLease bounds coordinator memory per client lease, at
+	// every size up to a million.
 	TargetBytesPerLease = 300
+	// TargetRefreshRatio and TargetRefreshP99Ratio bound a coordinator
+	// holding the most leases measured against the bare NATS echo of the
+	// same run, under the same closed-loop refreshes: at least this share
+	// of its throughput, at most this multiple of its p99 latency.
+	TargetRefreshRatio    = 0.8
+	TargetRefreshP99Ratio = 2
 )
 
 // AlgoPoint is the cost of one allocation round of an algorithm.
@@ -58,6 +66,24 @@ type CoordPoint struct {
 	// expiry, FAIR_SHARE over everyone, grant gating, reply.
 	RoundMS    float64 `json:"round_ms"`
 	MaxRoundMS float64 `json:"max_round_ms_during_fill"`
+	// Refresh compares the coordinator's refreshes with the bare echo
+	// (measured at the largest size only).
+	Refresh *RefreshLoad `json:"refresh,omitempty"`
+}
+
+// RefreshLoad is closed-loop refreshes of held leases against a
+// coordinator holding Clients leases, beside the bare NATS echo answering
+// the same requests in the same run (both in this process, on their own
+// connections to the same server).
+type RefreshLoad struct {
+	Load        ClosedLoop `json:"load"`
+	Round       string     `json:"round"`
+	Echo        LoadTarget `json:"echo"`
+	Coordinator LoadTarget `json:"coordinator"`
+	// Ratio is the coordinator's requests per second over the echo's;
+	// P99Ratio its p99 latency over the echo's.
+	Ratio    float64 `json:"ratio"`
+	P99Ratio float64 `json:"p99_ratio"`
 }
 
 // ScaleResult is the outcome of RunScale.
@@ -72,6 +98,9 @@ type ScaleResult struct {
 	BytesPerLease100k   float64 `json:"bytes_per_lease_100k"`
 	TargetFairShareMS   float64 `json:"target_fair_share_ms"`
 	TargetBytesPerLease float64 `json:"target_bytes_per_lease"`
+	// Rounds is the ledger's round cost per changed client against the
+	// clients held (in memory).
+	Rounds []RoundPoint `json:"rounds"`
 }
 
 // RunScale measures round cost against clients per resource for each
@@ -79,6 +108,7 @@ type ScaleResult struct {
 // coordinator's memory per lease and round time (through NATS).
 func RunScale(ctx context.Context, env *Env) (*ScaleResult, error) {
 	res := &ScaleResult{Machine: DescribeMachine(), TargetFairShareMS: TargetFairShareMS, TargetBytesPerLease: TargetBytesPerLease}
+	var err error
 	sizes := []int{1_000, 10_000, 100_000, 1_000_000}
 	minTime := 400 * time.Millisecond
 	if env.Short {
@@ -115,6 +145,14 @@ func RunScale(ctx context.Context, env *Env) (*ScaleResult, error) {
 		}
 	}
 
+	roundSizes := []int{10_000, 100_000, 1_000_000}
+	if env.Short {
+		roundSizes = roundSizes[:2]
+	}
+	if res.Rounds, err = ledgerRound(ctx, env, roundSizes, minTime); err != nil {
+		return nil, err
+	}
+
 	coordSizes := []int{1_000, 10_000, 100_000, 1_000_000}
 	if env.Short {
 		coordSizes = coordSizes[:3]
@@ -124,13 +162,17 @@ func RunScale(ctx context.Context, env *Env) (*ScaleResult, error) {
 		return nil, err
 	}
 	defer shutdown()
-	for _, n := range coordSizes {
-		p, err := coordScale(ctx, env, srv.ClientURL(), n)
+	for k, n := range coordSizes {
+		p, err := coordScale(ctx, env, srv.ClientURL(), n, k == len(coordSizes)-1)
 		if err != nil {
 			return nil, err
 		}
 		res.Coordinator = append(res.Coordinator, *p)
 		env.progressf("scale: coordinator %8d leases  %6.0f B/lease  round %7.3f ms  (filled in %.1fs, %.0f req/s)", n, p.BytesPerLease, p.RoundMS, p.FillSeconds, p.FillRPS)
+		if r := p.Refresh; r != nil {
+			env.progressf("scale: refreshes at %d leases: coordinator %.0f req/s, p99 %.0f µs; echo %.0f req/s, p99 %.0f µs: %.2f×, p99 %.2f×",
+				n, r.Coordinator.RPS, r.Coordinator.P99us, r.Echo.RPS, r.Echo.P99us, r.Ratio, r.P99Ratio)
+		}
 		if n == 100_000 {
 			res.BytesPerLease100k, res.Coordinator100kMS = p.BytesPerLease, p.RoundMS
 		}
@@ -177,8 +219,9 @@ func measure(minTime time.Duration, f func()) float64 {
 }
 
 // coordScale fills a fresh in-process coordinator with n leases on one
-// resource and measures its heap per lease and its round time.
-func coordScale(ctx context.Context, env *Env, url string, n int) (*CoordPoint, error) {
+// resource and measures its heap per lease and its round time, and with
+// refresh, closed-loop refreshes against the bare echo.
+func coordScale(ctx context.Context, env *Env, url string, n int, refresh bool) (*CoordPoint, error) {
 	node := "scale" + strconv.Itoa(n)
 	nc, err := nats.Connect(url, nats.Name("allot bench scale coordinator"))
 	if err != nil {
@@ -242,8 +285,51 @@ func coordScale(ctx context.Context, env *Env, url string, n int) (*CoordPoint, 
 	if len(rounds) > 0 {
 		p.RoundMS = rounds[len(rounds)/2]
 	}
+	if refresh {
+		if p.Refresh, err = refreshLoad(ctx, env, url, subject, n); err != nil {
+			return nil, err
+		}
+	}
 	runtime.KeepAlive(c)
 	return p, nil
+}
+
+// refreshLoad runs closed-loop refreshes of n held leases (clients spread
+// over all of them) against the coordinator on subject and against the
+// bare echo, alternating, both in this process.
+func refreshLoad(ctx context.Context, env *Env, url, subject string, n int) (*RefreshLoad, error) {
+	o := ClosedLoop{Duration: 20 * time.Second, Warmup: 2 * time.Second, Phases: 2, Conns: 4, Clients: 512, Pipeline: 1}
+	if env.Short {
+		o.Duration, o.Warmup = 8*time.Second, time.Second
+	}
+	o.Clients = min(o.Clients, n)
+	enc, err := nats.Connect(url, nats.Name("allot bench scale echo"))
+	if err != nil {
+		return nil, fmt.Errorf("bench: connect: %w", err)
+	}
+	defer enc.Close()
+	sub, err := serveEcho(enc, echoSubject)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	inProcess := func(role string) *helper { return &helper{role: role, pid: "self", stop: func() error { return nil }} }
+	g, err := newGenerator(url, o.Conns, o.Clients, o.Pipeline, func(client int) ([]byte, []string, error) {
+		data, err := wire.Marshal(wire.Protobuf, scaleRequest(client*(n/o.Clients), n))
+		return data, []string{echoSubject, subject}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer g.close()
+	r := &RefreshLoad{Load: o, Round: roundLabel(coordinator.DefaultRoundInterval)}
+	r.Echo.Name, r.Coordinator.Name = "bare NATS echo", fmt.Sprintf("coordinator holding %d leases", n)
+	if _, err := g.alternate(ctx, env, "scale refresh", o, []*LoadTarget{&r.Echo, &r.Coordinator}, []*helper{inProcess(RoleEcho), inProcess(RoleCoordinator)}); err != nil {
+		return nil, err
+	}
+	r.Ratio = safeDiv(r.Coordinator.RPS, r.Echo.RPS)
+	r.P99Ratio = safeDiv(r.Coordinator.P99us, r.Echo.P99us)
+	return r, nil
 }
 
 func scaleRequest(i, n int) *allotpb.GetCapacityRequest {
@@ -266,6 +352,11 @@ func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int)
 	var next, done, errs atomic.Int64
 	finished := make(chan struct{})
 	var once sync.Once
+	// refusals counts error replies by code and keeps the first text of
+	// each, so that a limit that refuses requests says which.
+	var mu sync.Mutex
+	refusals := map[string]int64{}
+	why := map[string]string{}
 	hdr := nats.Header{wire.HeaderContentType: {wire.ContentProtobuf}}
 	send := func(slot int) {
 		i := int(next.Add(1) - 1)
@@ -281,8 +372,13 @@ func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int)
 		}
 	}
 	sub, err := nc.Subscribe(prefix+".*", func(m *nats.Msg) {
-		if m.Header.Get("Nats-Service-Error-Code") != "" {
+		if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
 			errs.Add(1)
+			mu.Lock()
+			if refusals[code]++; why[code] == "" {
+				why[code] = m.Header.Get("Nats-Service-Error")
+			}
+			mu.Unlock()
 		}
 		slot, _ := strconv.Atoi(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
 		send(slot)
@@ -303,7 +399,14 @@ func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int)
 		select {
 		case <-finished:
 			if e := errs.Load(); e > 0 {
-				return fmt.Errorf("bench: %d of %d lease requests failed", e, n)
+				mu.Lock()
+				defer mu.Unlock()
+				codes := slices.Sorted(maps.Keys(refusals))
+				parts := make([]string, len(codes))
+				for k, code := range codes {
+					parts[k] = fmt.Sprintf("%d with error %s (%q)", refusals[code], code, why[code])
+				}
+				return fmt.Errorf("bench: %d of %d lease requests failed: %s", e, n, strings.Join(parts, "; "))
 			}
 			return nil
 		case <-tick.C:
@@ -365,8 +468,26 @@ func (r *ScaleResult) Markdown() string {
 		rows = append(rows, []string{strconv.Itoa(p.Clients), f0(p.BytesPerLease), f3(p.RoundMS), f1(p.MaxRoundMS), f1(p.FillSeconds), f0(p.FillRPS)})
 	}
 	b.WriteString(table([]string{"leases", "bytes/lease", "round ms", "max round ms (fill)", "fill s", "fill req/s"}, rows))
-	fmt.Fprintf(&b, "\n**Coordinator memory per lease at 100,000: %.0f bytes (target ≤ %d: %s); end-to-end round over 100,000: %.3f ms.**\n\n",
-		r.BytesPerLease100k, TargetBytesPerLease, verdict(r.BytesPerLease100k > 0 && r.BytesPerLease100k <= TargetBytesPerLease), r.Coordinator100kMS)
+	last := r.Coordinator[len(r.Coordinator)-1]
+	fmt.Fprintf(&b, "\n**Coordinator memory per lease: %.0f bytes at 100,000, %.0f at %d (target ≤ %d: %s); end-to-end round over 100,000: %.3f ms.**\n\n",
+		r.BytesPerLease100k, last.BytesPerLease, last.Clients, TargetBytesPerLease, verdict(last.BytesPerLease > 0 && last.BytesPerLease <= TargetBytesPerLease && r.BytesPerLease100k <= TargetBytesPerLease), r.Coordinator100kMS)
+	if rf := last.Refresh; rf != nil {
+		o := rf.Load
+		fmt.Fprintf(&b, "Closed-loop refreshes of held leases against the coordinator holding %d leases, beside the bare NATS echo answering the same requests: %d clients spread over the leases on %d connections, %d in flight each, round interval %s (as shipped); %v measured per target in %d alternating phases after %v warm-up each; both in this process.\n\n",
+			last.Clients, o.Clients, o.Conns, o.Pipeline, rf.Round, o.Duration, o.Phases, o.Warmup)
+		b.WriteString(targetTable(rf.Echo, rf.Coordinator))
+		fmt.Fprintf(&b, "\n**Coordinator / bare echo at %d leases: throughput %.2f× (target ≥ %.1f×: %s), p99 latency %.2f× (target ≤ %.0f×: %s).**\n\n",
+			last.Clients, rf.Ratio, TargetRefreshRatio, verdict(rf.Ratio >= TargetRefreshRatio), rf.P99Ratio, float64(TargetRefreshP99Ratio), verdict(rf.P99Ratio <= TargetRefreshP99Ratio))
+	}
+	if len(r.Rounds) > 0 {
+		b.WriteString("A round of the ledger alone (in memory) in which 100 of n clients holding leases on one FAIR_SHARE resource ask again with new wants: the round's time per changed client (their requests, the record proposal, allocation, their leases; median of 5 samples), beside one alloc.Run over all n demands measured in the same run (what every round cost when shares were worked out from scratch).\n\n")
+		rows = rows[:0]
+		for _, p := range r.Rounds {
+			rows = append(rows, []string{strconv.Itoa(p.Clients), f2(p.USPerChange), f2(p.RatioToFirst), f3(p.FullRoundMS), f0(p.ChangesPerFull)})
+		}
+		b.WriteString(table([]string{"clients", "µs per changed client", "÷ smallest", "full alloc.Run ms", "changes per full run"}, rows))
+		b.WriteString("\n")
+	}
 	b.WriteString("![round cost](scale.svg)\n")
 	return b.String()
 }

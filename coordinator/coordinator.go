@@ -6,8 +6,9 @@
 // "allot" with endpoints on allot.<node>.capacity.get,
 // allot.<node>.capacity.release and allot.<node>.server.get, and on the
 // tenant subjects allot.t.<tenant>.<node>.capacity.get and .release (see
-// subjects.md), queues the requests that arrive during a round interval,
-// runs each touched resource's algorithm once over its whole state, and
+// subjects.md), queues the requests that arrive while a round runs (or
+// during a round interval, if one is set), updates each touched
+// resource's shares for the clients that asked (internal/ledger), and
 // answers every waiting requester.
 package coordinator
 
@@ -33,8 +34,13 @@ import (
 
 // Defaults for Options.
 const (
-	DefaultNode          = "root"
-	DefaultRoundInterval = 20 * time.Millisecond
+	DefaultNode = "root"
+	// DefaultRoundInterval is 0: each round takes whatever requests
+	// queued while the previous one ran. A round costs O(log n) per
+	// client that asked, so batching buys little and a round interval
+	// only adds latency (and, with requests in flight bounded, caps
+	// throughput at in-flight ÷ interval).
+	DefaultRoundInterval = 0
 	DefaultStateBucket   = "allot_state"
 	// ServiceName is the NATS micro service name coordinators register.
 	ServiceName = "allot"
@@ -87,9 +93,10 @@ type Options struct {
 	// ServerID identifies this coordinator replica. Default host:pid.
 	ServerID string
 	// RoundInterval is the length of an allocation round: requests arriving
-	// during one are answered together at its end. 0 answers each request
-	// at once (whatever is queued is still batched). Default 20ms, at most
-	// 50ms. Use a negative value for 0 explicitly via NoRoundInterval.
+	// during one are answered together at its end. 0 (the default,
+	// DefaultRoundInterval; NoRoundInterval says it explicitly) answers
+	// each request at once, whatever queued meanwhile batched with it. At
+	// most 50ms.
 	RoundInterval time.Duration
 	// Parent names the parent node (toward the root) whose coordinator
 	// this one gets its capacity from, over allot.<Parent>.server.get
@@ -129,7 +136,8 @@ type Options struct {
 	// MaxClients bounds the client records the node keeps (one per client
 	// and resource; a record lives until a lease length after the client
 	// was last seen). A request that would pass it gets 429. Default
-	// 250,000 (DefaultMaxClients), about 100 MB.
+	// 2,000,000 (DefaultMaxClients): some 300 bytes a record, about 600 MB
+	// (bench/README.md, scale).
 	MaxClients int
 	// TenantMaxResources and TenantMaxClients bound, per tenant (a NATS
 	// account whose requests come through its service import), the

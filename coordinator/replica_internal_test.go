@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -21,5 +22,23 @@ func TestReplicaTermsKeepExplicitNones(t *testing.T) {
 	}
 	if c.round != 0 || c.opts.ClockSkew != 0 || c.Term() != 3 || c.opts.ServerID != r.opts.ServerID || r.opts.ServerID == "" {
 		t.Fatalf("round %v, clock skew %v, term %d, server id %q (replica's %q)", c.round, c.opts.ClockSkew, c.Term(), c.opts.ServerID, r.opts.ServerID)
+	}
+}
+
+// The default round interval is 0: a round takes what queued while the
+// previous one ran (a round costs O(log n) per client that asked, so an
+// interval only adds latency). A set interval is kept.
+func TestDefaultRoundAnswersAtOnce(t *testing.T) {
+	nc := new(nats.Conn)
+	for _, tc := range []struct {
+		set, want time.Duration
+	}{{0, 0}, {NoRoundInterval, 0}, {20 * time.Millisecond, 20 * time.Millisecond}} {
+		c, err := New(nc, Options{RoundInterval: tc.set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.round != tc.want {
+			t.Errorf("RoundInterval %v: round %v, want %v", tc.set, c.round, tc.want)
+		}
 	}
 }

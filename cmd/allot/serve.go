@@ -71,7 +71,7 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.node, "node", coordinator.DefaultNode, "tree node to serve; names the subjects allot.<node>.*")
 	fs.StringVar(&f.parent, "parent-node", "", "parent node (toward the root) this node gets its capacity from over its subjects allot.<parent>.*; its configuration bucket becomes a mirror of the parent's, in JetStream domain <parent>")
 	fs.StringVar(&f.serverID, "server-id", "", "this replica's id (default host:pid)")
-	fs.DurationVar(&f.round, "round", coordinator.DefaultRoundInterval, "allocation round interval (0 answers each request at once; at most 50ms)")
+	fs.DurationVar(&f.round, "round", coordinator.DefaultRoundInterval, "allocation round interval: requests arriving during one are answered together at its end (0 answers each request at once, with whatever queued meanwhile; at most 50ms)")
 	fs.StringVar(&f.bucket, "state-bucket", coordinator.DefaultStateBucket, "KV bucket for coordinator state (lease horizons)")
 	fs.StringVar(&f.configBucket, "config-bucket", configkv.DefaultBucket, "KV bucket holding resource templates")
 	f.unmatched = config.UnmatchedDefault

@@ -159,6 +159,7 @@ func (n *simNode) round() {
 		c.next = n.now + int64(max(c.refreshOf(slots[k][0].Lease(n.now)), 50*time.Millisecond))
 	}
 	n.l.EndRound()
+	checkLedger(n.t, n.l, n.now)
 }
 
 // finishWrite lands or fails the write in flight.
@@ -323,7 +324,7 @@ func faultTrial(t *testing.T, seed uint64, tamper bool) {
 		}
 		if h := n.held(); h > capacity*(1+1e-9)+1e-9 {
 			if r := n.l.resources["r"]; r != nil {
-				for _, c := range r.clients {
+				for _, c := range r.clients.all() {
 					t.Logf("ledger: %s has %v until %dms lapsed %v held %v until %dms floor %v until %dms prev %v until %dms", c.id, c.has, (c.expiry-1e18)/1e6, c.lapsed,
 						c.held, (c.heldUntil-1e18)/1e6, c.floor, (c.floorEnd-1e18)/1e6, c.floorPrev, (c.floorPrevEnd-1e18)/1e6)
 				}
@@ -341,11 +342,11 @@ func faultTrial(t *testing.T, seed uint64, tamper bool) {
 	}
 	if want := math.Min(total, capacity); tail < want*0.99 {
 		r := n.l.resources["r"]
-		for _, c := range r.clients {
+		for _, c := range r.clients.all() {
 			t.Logf("ledger: %s has %v until %dms held %v until %dms", c.id, c.has, (c.expiry-1e18)/1e6, c.held, (c.heldUntil-1e18)/1e6)
 		}
 		t.Logf("ledger: inflight %v (sim %v) retry %dms wait %d batch %d", n.l.rec.inflight != nil, n.inflight != nil, (n.l.rec.retryAt-1e18)/1e6, r.waitSince, len(r.batch))
-		for _, c := range r.clients {
+		for _, c := range r.clients.all() {
 			r.upsert(c.id, 50, 1, 0, holding{}, n.now)
 		}
 		ps, raise := n.l.needs(n.now, r, n.l.rec.until)
@@ -400,6 +401,7 @@ func TestSafeCapacityCountsLapsedClients(t *testing.T) {
 				c.next = n.now + int64(100*time.Millisecond)
 			}
 			n.l.EndRound()
+			checkLedger(t, n.l, n.now)
 			if sum := n.held(); sum > 60*(1+1e-9) {
 				t.Fatalf("capacity in force %v of 60", sum)
 			}

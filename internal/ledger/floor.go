@@ -46,10 +46,9 @@ type floorState struct {
 	// per is the floor per unit of weight of the current round; -1
 	// unlimited (the template opts out of floors).
 	per float64
-	// out sums the floors counted (floorExposure) of every client, kept
-	// up to date through the round; reserved is what beginFloors found
-	// claimants outside the round (and the predecessor) may run on.
-	out, reserved float64
+	// reserved is what beginFloors found claimants outside the round (and
+	// the predecessor) may run on.
+	reserved float64
 	// ceiling bounds out in the record, until ceilingExpiry, when every
 	// floor ends (write-ahead; see record.go). Unbounded for a resource
 	// the record cannot list.
@@ -126,11 +125,7 @@ func (f *floorState) event(now int64, rid string, c *client, kind string) {
 // unit of weight of every client record; -1 when the template sets no
 // floor (unlimited).
 func (r *resource) floorPer(now int64) float64 {
-	var w float64
-	for i := range r.demands {
-		w += r.demands[i].Weight
-	}
-	return r.policyFloor(now, w)
+	return r.policyFloor(now, r.weight())
 }
 
 // policyFloor is floorPer for a total client weight w.
@@ -177,15 +172,6 @@ func (r *resource) floorUntil(now, horizon int64) int64 {
 	return end
 }
 
-// floorOutstanding sums the floors every client may fall back to.
-func (r *resource) floorOutstanding(now int64) float64 {
-	var sum float64
-	for i := range r.clients {
-		sum += r.clients[i].floorExposure(now)
-	}
-	return sum
-}
-
 // predFloorOutstanding bounds what the predecessor's floors that no
 // client has reported may still hold at now.
 //
@@ -212,45 +198,43 @@ func (r *resource) floorBound(now int64) float64 {
 	return r.floorOutstanding(now) + r.predFloorOutstanding(now)
 }
 
-// beginFloors prepares the round's floors in one pass over the clients:
-// the floor per unit of weight, the floors counted, and what the
-// claimants that did not ask in this round may be running on without a
-// lease (their floors), to which it adds what the predecessor's floors
-// may still hold once learning is over: the algorithm divides the
-// capacity less that (reserved) among the claimants.
+// beginFloors prepares the round's floors from the running sums and the
+// round's clients: the floor per unit of weight, and what the claimants
+// that did not ask in this round may be running on without a lease
+// (their floors), to which it adds what the predecessor's floors may
+// still hold once learning is over: the algorithm divides the capacity
+// less that (reserved) among the claimants.
 func (r *resource) beginFloors(now int64) {
-	var w, out, reserved float64
-	for i := range r.clients {
-		c := &r.clients[i]
-		w += r.demands[i].Weight
-		f := c.floorExposure(now)
-		out += f
-		if c.lapsed && !c.touched {
-			reserved += f
+	reserved := r.lapsedFloors(now)
+	for _, i := range r.batch {
+		if c := r.clients.at(i); c.lapsed {
+			reserved -= c.n.floor // asked in this round: not reserved
 		}
 	}
+	// Never below 0, whatever the rounding of the difference.
+	reserved = max(reserved, 0)
 	if !r.learning(now) {
 		reserved += r.predFloorOutstanding(now)
 	}
-	r.floors.per = r.policyFloor(now, w)
-	r.floors.out, r.floors.reserved = out, reserved
+	r.floors.per = r.policyFloor(now, r.weight())
+	r.floors.reserved = reserved
 }
 
 // grantFloor tells client i its floor with the lease just settled: the
 // policy's, never above the lease, within what is left for floors and
 // ending by floorUntil.
 func (r *resource) grantFloor(i int32, p *roundParams) {
-	c := &r.clients[i]
+	c := r.clients.at(i)
 	if r.floors.per < 0 {
 		// Unlimited: nothing to count (the reply says -1).
 		c.floor, c.floorEnd = 0, 0
 		return
 	}
-	f := max(min(r.floors.per*r.demands[i].Weight, c.has), 0)
+	f := max(min(r.floors.per*c.weight, c.has), 0)
 	end := r.floorUntil(p.now, p.horizon)
 	before := c.floorExposure(p.now)
 	if r.shared() {
-		room := min(r.floorCap(p.now), r.floors.ceiling) - r.floors.out - r.predFloorOutstanding(p.now)
+		room := min(r.floorCap(p.now), r.floors.ceiling) - r.floorOutstanding(p.now) - r.predFloorOutstanding(p.now)
 		f = min(f, max(room+before, 0))
 	}
 	if end <= p.now {
@@ -267,9 +251,6 @@ func (r *resource) grantFloor(i int32, p *roundParams) {
 	c.floor, c.floorEnd = f, end+r.skew
 	if f == 0 {
 		c.floorEnd = 0
-	}
-	if r.shared() {
-		r.floors.out += c.floorExposure(p.now) - before
 	}
 }
 
@@ -293,7 +274,7 @@ func (r *resource) creditFloor(i int32, now int64) {
 	if r.predFloorOutstanding(now) <= 0 {
 		return
 	}
-	c := &r.clients[i]
+	c := r.clients.at(i)
 	if r.floors.seen == nil {
 		r.floors.seen = make(map[string]struct{})
 	}
@@ -301,27 +282,33 @@ func (r *resource) creditFloor(i int32, now int64) {
 		return
 	}
 	r.floors.seen[c.id] = struct{}{}
-	if c.reportedFloor <= 0 || c.reportedFloorEnd-r.skew <= r.learnStart || !r.predHolder(c.id) {
+	rep := r.report(i)
+	if rep.floor <= 0 || rep.floorEnd-r.skew <= r.learnStart || !r.predHolder(c.id) {
 		return
 	}
-	cr := min(c.reportedFloor, r.predFloorOutstanding(now))
+	cr := min(rep.floor, r.predFloorOutstanding(now))
 	r.floors.credited += cr
-	end := min(c.reportedFloorEnd+r.skew, r.floors.predEnd)
+	end := min(rep.floorEnd+r.skew, r.floors.predEnd)
 	if c.floorPrevEnd <= now || c.floorPrev < cr {
 		c.floorPrev = cr
 	}
 	c.floorPrevEnd = max(c.floorPrevEnd, end)
+	r.recount(i, now)
 }
 
-// latestFloorEnd is when the last floor counted ends (unix ns, as told:
-// without the clock skew).
+// latestFloorEnd bounds when the last floor counted ends (unix ns, as
+// told: without the clock skew): never before it, and later only if the
+// record that had the latest one has been lowered or dropped since (see
+// sums.floorEnd), which costs a parent no more than counting the
+// subtree's floors a while longer.
 func (r *resource) latestFloorEnd(now int64) int64 {
 	end := now
-	for i := range r.clients {
-		c := &r.clients[i]
-		if c.floorExposure(now) > 0 {
-			end = max(end, c.floorEnd-r.skew, c.floorPrevEnd-r.skew)
-		}
+	if r.floorOutstanding(now) > 0 {
+		// A bound, never early: a later end only makes a parent count
+		// the floors longer.
+		end = max(end, r.sums.floorEnd-r.skew)
+	} else {
+		r.sums.floorEnd = 0 // no floor counted: start the bound afresh
 	}
 	if r.predFloorOutstanding(now) > 0 {
 		end = max(end, r.floors.predEnd-r.skew)

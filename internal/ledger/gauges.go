@@ -52,7 +52,7 @@ func (l *Ledger) Gauges(now int64, n int) (top []ResourceGauge, rest ResourceTot
 	all := make([]ResourceGauge, 0, len(l.resources))
 	for id, r := range l.resources {
 		all = append(all, ResourceGauge{ID: id, Capacity: r.capacity(now), Outstanding: r.bound(now),
-			Wants: r.demand(), Claimants: len(r.clients), Learning: r.learning(now), Shadow: r.tmpl.Shadow})
+			Wants: r.demand(), Claimants: int(r.clients.len()), Learning: r.learning(now), Shadow: r.tmpl.Shadow})
 	}
 	slices.SortFunc(all, func(a, b ResourceGauge) int {
 		if c := cmp.Compare(b.Outstanding, a.Outstanding); c != 0 {

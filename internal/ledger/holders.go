@@ -113,12 +113,16 @@ func (r *resource) snapshotHolders(now int64) holderSnapshot {
 	if !r.shared() || r.unlisted || r.predOutstanding(now) > 0 {
 		return holderSnapshot{}
 	}
+	r.sync(now)
+	if r.sums.leased > MaxRecordedHolders {
+		return holderSnapshot{} // too many to promise, known without a look
+	}
 	set := make(map[string]struct{})
-	for i := range r.clients {
-		c := &r.clients[i]
+	for i := range r.clients.len() {
+		c := r.clients.at(i)
 		// Floors are not promised: a successor counts them apart (the
 		// record's floor ceiling, less what clients report).
-		if c.leaseExposure(now) > 0 || c.touched && r.demands[i].Wants > 0 {
+		if c.leaseExposure(now) > 0 || c.touched() && c.wants > 0 {
 			if len(set) == MaxRecordedHolders {
 				return holderSnapshot{}
 			}
@@ -135,7 +139,7 @@ func (r *resource) needsHolders(now int64) bool {
 		return false
 	}
 	for _, i := range r.batch {
-		if r.demands[i].Wants > 0 && !r.mayHold(r.clients[i].id, now) {
+		if r.clients.at(i).wants > 0 && !r.mayHold(r.clients.at(i).id, now) {
 			return true
 		}
 	}

@@ -146,8 +146,8 @@ func TestHolderPromiseEndsLearning(t *testing.T) {
 			var sum float64
 			for _, id := range []string{"a", "b", "x", "c"} {
 				if r := succ.l.resources["r"]; r != nil {
-					if i, ok := r.index[id]; ok {
-						sum += r.clients[i].exposure(succ.now)
+					if i, ok := r.lookup(id); ok {
+						sum += r.clients.at(i).exposure(succ.now)
 					}
 				}
 			}

@@ -32,20 +32,21 @@ func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i in
 	if r.learnedSeen == nil {
 		r.learnedSeen = make(map[string]struct{})
 	}
-	for _, i := range r.batch {
-		c := &r.clients[i]
-		c.credit = -1 // returning client
+	// credit is what this round credits each client of the batch from the
+	// predecessor's ceiling on its first contact.
+	credit := make([]float64, len(r.batch))
+	for k, i := range r.batch {
+		c, rep := r.clients.at(i), &r.reports[k]
 		if _, seen := r.learnedSeen[c.id]; seen {
-			continue
+			continue // a returning client
 		}
 		r.learnedSeen[c.id] = struct{}{}
-		c.credit = 0
-		if c.reportedAny && r.predHolder(c.id) {
+		if rep.any && r.predHolder(c.id) {
 			// It held a lease once: whether that lease still counts or
 			// expired, it is accounted for (a credit below, or nothing).
 			r.heard(p.now, c.id)
 		}
-		if c.reported > 0 && c.reportedExpiry-r.skew > r.learnStart {
+		if rep.capacity > 0 && rep.expiry-r.skew > r.learnStart {
 			// No client held more than the predecessor's recorded ceiling
 			// or the capacity, and none outside the holders it listed: a
 			// report beyond that is a lie (or a bug), capped, counted and
@@ -54,42 +55,42 @@ func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i in
 			if !r.predHolder(c.id) {
 				limit = 0
 			}
-			if c.reported > limit {
-				c.reported = limit
+			if rep.capacity > limit {
+				rep.capacity = limit
 				p.stats.OverClaims++
 			}
-			if c.reported == 0 {
+			if rep.capacity == 0 {
 				continue
 			}
-			cr := max(min(c.reported, r.predCeiling-r.credited), 0)
+			cr := max(min(rep.capacity, r.predCeiling-r.credited), 0)
 			r.credited += cr
-			c.credit = cr
+			credit[k] = cr
 		}
 	}
 	free := min(r.capacity(p.now), r.ceiling) - r.outstanding(p.now) - r.predOutstanding(p.now)
 	base := make([]float64, len(r.batch))
 	for k, i := range r.batch {
-		c := &r.clients[i]
+		c := r.clients.at(i)
 		before := c.exposure(p.now)
-		base[k] = min(r.demands[i].Wants, c.has)
-		if c.credit > 0 {
+		base[k] = min(c.wants, c.has)
+		if credit[k] > 0 {
 			// The credited predecessor lease is held until our reply
 			// replaces it: it counts as ours from now on.
-			base[k] = min(r.demands[i].Wants, c.credit+c.has)
-			c.held = max(c.held, c.credit)
-			c.heldUntil = max(c.heldUntil, min(c.reportedExpiry, p.now+int64(r.tmpl.LeaseLength))+r.skew)
+			base[k] = min(c.wants, credit[k]+c.has)
+			c.held = max(c.held, credit[k])
+			c.heldUntil = max(c.heldUntil, min(r.reports[k].expiry, p.now+int64(r.tmpl.LeaseLength))+r.skew)
+			r.recount(i, p.now)
 		}
 		free -= max(base[k], c.exposure(p.now)) - before
 	}
 	for k, i := range r.batch {
-		c := &r.clients[i]
+		c := r.clients.at(i)
 		before := max(base[k], c.exposure(p.now))
-		extra := max(min(r.demands[i].Target-base[k], free), 0)
+		extra := max(min(r.target(i)-base[k], free), 0)
 		if !r.mayHold(c.id, p.now) {
 			extra = 0 // a new client waits for a record that lists it
 		}
 		settle(i, base[k]+extra, refresh)
 		free -= c.exposure(p.now) - before
-		c.credit = 0
 	}
 }

@@ -17,6 +17,13 @@
 // Config.MaxRecordWait passes; then it is allocated within the recorded
 // bounds. Grants within the recorded bounds never wait for a write.
 //
+// A round costs O(k log n) for the k clients that asked, whatever the n
+// clients held: what all clients may hold is kept in running sums
+// (sums.go), the shares in a level.State per resource (levels.go), and
+// when owed capacity comes back in rings of due times (nextfree.go).
+// Every change of a client record goes through recount, and the tests
+// compare all of it with sums and shares worked out from scratch.
+//
 // One goroutine owns a Ledger.
 package ledger
 
@@ -26,7 +33,6 @@ import (
 	"math"
 	"time"
 
-	"github.com/allot/allot/internal/alloc"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -36,7 +42,7 @@ const (
 	DefaultClockSkew       = 2 * time.Second
 	DefaultCeilingHeadroom = 0.1
 	DefaultMaxResources    = 100_000
-	DefaultMaxClients      = 250_000
+	DefaultMaxClients      = 2_000_000
 	// DefaultMaxRecordBytes bounds the encoded lease record, well below
 	// NATS's default 1 MiB maximum payload.
 	DefaultMaxRecordBytes = 512 << 10
@@ -70,7 +76,8 @@ type Config struct {
 	MaxResources int
 	// MaxClients bounds the client records kept (one per client and
 	// resource, lapsed ones included); a new one past it is refused with
-	// CodeTooMany.
+	// CodeTooMany. Default DefaultMaxClients: a million clients on one
+	// resource with room to spare, some 300 bytes each.
 	MaxClients int
 	// MaxRecordBytes bounds the encoded record: a resource whose summary
 	// would not fit is refused with CodeTooMany, so the record stays
@@ -144,7 +151,6 @@ type Ledger struct {
 	cfg       Config
 	resources map[string]*resource
 	records   int // client records over all resources
-	scratch   alloc.Scratch
 	rec       recordState
 	touched   []*resource
 	upTerm    uint64 // highest parent term seen (child nodes)
@@ -152,7 +158,6 @@ type Ledger struct {
 	// tenantRecs its client records.
 	tenantRes  map[string]int
 	tenantRecs map[string]int
-	tenantBuf  tenantScratch
 	stats      Stats
 	// sink keeps events for the caller to log (Events).
 	sink eventSink
@@ -206,6 +211,7 @@ func (l *Ledger) Stats() Stats {
 type Slot struct {
 	r      *resource
 	client string
+	at     int32 // where the record was when the request was applied (see lookupAt)
 	// Code and Err are set when the resource is refused.
 	Code int32
 	Err  string
@@ -232,12 +238,18 @@ func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.Ge
 	slots := make([]Slot, len(res))
 	id := who.key(req.GetClientId())
 	served, addRes, addClients, addTenantRes := 0, 0, 0, 0
+	at := make([]int32, len(res)) // where each resource keeps id's record (see lookupAt)
 	for k, rr := range res {
 		var r *resource
 		if tmpls[k], r, slots[k].Code, slots[k].Err = l.resolve(set, rr.GetResourceId(), &addRes); tmpls[k] == nil {
 			continue
 		}
-		if _, known := r.lookup(id); !known {
+		i, known := r.lookup(id)
+		at[k] = -1
+		if known {
+			at[k] = i
+		}
+		if !known {
 			if l.records+addClients >= l.cfg.MaxClients {
 				tmpls[k] = nil
 				slots[k] = Slot{Code: CodeTooMany, Err: fmt.Sprintf("this node keeps %d client records (one per client and resource) and the limit is %d (--max-clients)", l.records+addClients, l.cfg.MaxClients)}
@@ -271,14 +283,10 @@ func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.Ge
 			rep.floorEnd = e.AsTime().UnixNano()
 		}
 		before := r.records()
-		i := r.upsert(id, rr.GetWants(), 1, l.priority(tmpls[k], who, rr.GetPriority()), rep, now)
-		if r.records() > before {
-			r.clients[i].tenant = who.Tenant
-			r.track(who.Tenant)
-		}
+		i := r.upsertAt(at[k], id, rr.GetWants(), 1, l.priority(tmpls[k], who, rr.GetPriority()), rep, now)
 		l.records += r.records() - before
 		r.creditFloor(i, now)
-		slots[k] = Slot{r: r, client: id}
+		slots[k] = Slot{r: r, client: id, at: i}
 	}
 	return slots, nil
 }
@@ -321,7 +329,7 @@ func (l *Ledger) ReleaseAs(now int64, who Claimant, client string, resources []s
 	client = who.key(client)
 	var n int32
 	for _, id := range resources {
-		if r := l.resources[id]; r != nil && r.markReleased(client) {
+		if r := l.resources[id]; r != nil && r.markReleased(client, now) {
 			l.touch(now, r)
 			n++
 		}
@@ -367,14 +375,14 @@ func (l *Ledger) resourceFor(now int64, id string, t *config.Template, gen uint6
 		}
 		return r
 	}
-	r.tmpl, r.gen = t, gen
+	r.setTemplate(t, gen)
 	return r
 }
 
 // Allocate runs the algorithm of every resource of the round that is not
 // waiting for the record, and settles its clients.
 func (l *Ledger) Allocate(now int64) {
-	p := roundParams{now: now, horizon: l.rec.until, minFresh: l.cfg.MinRefresh, scratch: &l.scratch, tenants: &l.tenantBuf, stats: &l.stats}
+	p := roundParams{now: now, horizon: l.rec.until, minFresh: l.cfg.MinRefresh, stats: &l.stats}
 	for _, r := range l.touched {
 		if r.waitSince != 0 {
 			continue
@@ -419,8 +427,8 @@ func (s Slot) Lease(now int64) Lease {
 	if r.tmpl.Floor.Unlimited {
 		l.SafeCapacity = -1
 	}
-	if i, ok := r.index[s.client]; ok {
-		c := &r.clients[i]
+	if i, ok := r.lookupAt(s.at, s.client); ok {
+		c := r.clients.at(i)
 		l.Capacity, l.Expiry, l.Refresh = c.has, c.expiry, time.Duration(c.due-now)
 		if c.lapsed {
 			l.Capacity, l.Expiry = 0, now
@@ -486,7 +494,7 @@ func (l *Ledger) Sweep(now int64) *Proposal {
 		if r.predFloorOutstanding(now) == 0 {
 			r.floors.seen = nil
 		}
-		if len(r.clients) == 0 && !r.learning(now) && r.predFloorOutstanding(now) == 0 && (r.ceilingExpiry <= now || r.unlisted) {
+		if int(r.clients.len()) == 0 && !r.learning(now) && r.predFloorOutstanding(now) == 0 && (r.ceilingExpiry <= now || r.unlisted) {
 			delete(l.resources, id)
 			if r.unlisted {
 				l.rec.unlisted--

@@ -393,7 +393,7 @@ func (l *Ledger) needs(now int64, r *resource, until int64) (pendingSummary, boo
 		b := r.bound(now)
 		inc := 0.0
 		for _, i := range r.batch {
-			inc += max(min(r.demands[i].Wants, capacity)-r.clients[i].has, 0)
+			inc += max(min(r.clients.at(i).wants, capacity)-r.clients.at(i).has, 0)
 		}
 		if want := min(b+inc, max(capacity, b)); want > r.ceiling*(1+1e-12) || !r.published {
 			// Headroom only where there is demand: a resource nobody wants
@@ -546,8 +546,8 @@ func (l *Ledger) needsFloors(now int64, r *resource, until int64, p *pendingSumm
 	fb, fcap, per := r.floorBound(now), r.floorCap(now), r.floorPer(now)
 	inc := 0.0
 	for _, i := range r.batch {
-		c := &r.clients[i]
-		inc += max(min(per*r.demands[i].Weight, r.demands[i].Wants, fcap)-c.floorExposure(now), 0)
+		c := r.clients.at(i)
+		inc += max(min(per*c.weight, c.wants, fcap)-c.floorExposure(now), 0)
 	}
 	if want := min(fb+inc, max(fcap, fb)); want > r.floors.ceiling*(1+1e-12) || !r.published {
 		hr := 0.0

@@ -4,25 +4,29 @@ import (
 	"math"
 	"time"
 
-	"github.com/allot/allot/internal/alloc"
+	"github.com/allot/allot/internal/alloc/level"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/proto/allotpb"
 )
 
 // client is the coordinator's record of one client's lease on a resource.
-// Its demand lives in the parallel resource.demands slice so algorithms run
-// over a dense array.
 type client struct {
-	id     string
-	has    float64 // capacity of the lease the client holds from us
-	expiry int64   // unix ns; the lease ends here
-	due    int64   // unix ns; when the client is expected back
+	id string
+	// wants, weight and prio are its demand: what it asks for, how many
+	// clients it stands for (1 but for a child node's band) and its
+	// priority band. h names it in the resource's level.State, which
+	// divides the capacity (see levels.go).
+	wants, weight float64
+	prio          int32
+	h             level.Handle
+	has           float64 // capacity of the lease the client holds from us
+	expiry        int64   // unix ns; the lease ends here
+	due           int64   // unix ns; when the client is expected back
 	// seen is when the client last asked (unix ns). A record outlives its
 	// lease (lapsed) until its floors end, and at least until seen + the
 	// lease length, so that the fair share floors are cut from counts the
 	// clients that may come back (see expire).
-	seen   int64
-	lapsed bool
+	seen int64
 	// held, until heldUntil (unix ns, the clock skew included), bounds an
 	// earlier lease the client may still hold: a reply that shrank its
 	// lease may never have reached it (a time-out, a lost reply, a leader
@@ -38,41 +42,51 @@ type client struct {
 	// last request reported holding.
 	floor, floorPrev       float64
 	floorEnd, floorPrevEnd int64
+	// n is what the record adds to the resource's running sums (sums.go).
+	n counted
+	// heapIdx and wakeIdx are its positions in the expiry heap and in the
+	// wake heap (-1 while not counted yet; sums.go).
+	heapIdx, wakeIdx int32
+	// slot is its position in the round's batch plus one (0: it did not
+	// ask in this round); what its request reported is there too.
+	slot   int32
+	lapsed bool
+	// countedLapsed: its floor is counted among the lapsed records' (n).
+	countedLapsed bool
+	released      bool // released after it was requested in the current round
 	// node: the record is a band of a child node (see ServerGet).
 	node bool
-	// tenant is the client's tenant ("" plain; see tenants.go).
-	tenant string
-	// reported is what the client said it holds (learning mode echoes it)
-	// and reportedExpiry when that lease ends (unix ns, 0 unknown);
-	// reportedFloor and reportedFloorEnd the same for its floor.
-	reported         float64
-	reportedExpiry   int64
-	reportedFloor    float64
-	reportedFloorEnd int64
-	// reportedAny: the request carried a lease (has), expired or not: the
-	// client held one once, so it may be a holder a predecessor promised.
-	reportedAny bool
-	// credit is what this round credited from the predecessor's ceiling
-	// to the client on its first contact in learning mode (see learn).
-	credit   float64
-	heapIdx  int32
-	touched  bool // requested in the current round
-	released bool // released after it was requested in the current round
+}
+
+// touched reports whether the client asked in the current round.
+func (c *client) touched() bool { return c.slot > 0 }
+
+// tenant is the client's tenant ("" plain, and a child node's band; see
+// tenants.go): a tenant's clients are keyed by it (Claimant.key).
+func (c *client) tenant() string {
+	t, _, _ := splitKey(c.id)
+	return t
 }
 
 // resource holds the state of one resource. It is owned by the round loop.
 type resource struct {
 	id            string
 	tmpl          *config.Template
-	gen           uint64 // config generation tmpl was matched in
-	learningUntil int64  // unix ns; until then grants echo what clients report
-	index         map[string]int32
-	clients       []client
-	demands       []alloc.Demand
-	heap          []int32 // client indices ordered by expiry
-	batch         []int32 // clients requesting in the current round
-	releasedIDs   []string
-	inBatch       bool
+	gen           uint64  // config generation tmpl was matched in
+	learningUntil int64   // unix ns; until then grants echo what clients report
+	index         idIndex // client indices by id
+	clients       clientPages
+	heap          clientHeap // client indices ordered by expiry
+	// lv divides the capacity among the clients (levels.go).
+	lv *level.State
+	// sums are the running sums over the clients (sums.go).
+	sums  sums
+	batch []int32 // clients requesting in the current round
+	// reports are what the requests of the batch said their clients hold
+	// (learning mode echoes it), in batch order.
+	reports     []holding
+	releasedIDs []string
+	inBatch     bool
 	// up is the capacity a parent node leased this node (child nodes
 	// only; see Ledger.SetUpstream).
 	up upstream
@@ -81,6 +95,9 @@ type resource struct {
 	waitSince int64
 	// floors is the state of the resource's floors (floor.go).
 	floors floorState
+	// dues say when clients that may give capacity back are due
+	// (nextfree.go).
+	dues dues
 
 	// Write-ahead summary (see summary.go). ceiling is the published upper
 	// bound on this resource's outstanding capacity that this coordinator
@@ -115,16 +132,15 @@ type resource struct {
 }
 
 func newResource(id string, tmpl *config.Template, gen uint64) *resource {
-	return &resource{id: id, tmpl: tmpl, gen: gen, index: make(map[string]int32),
+	r := &resource{id: id, tmpl: tmpl, gen: gen, sums: sums{wake: clientHeap{kind: byWake}},
 		ceiling: math.Inf(1), ceilingExpiry: math.MaxInt64, tenants: tenantCounts{resources: make(map[string]int), records: make(map[string]int)}}
+	r.buildLevel()
+	return r
 }
 
 // shared reports whether the resource's algorithm divides a global
 // capacity (so that summaries and over-grant apply).
-func (r *resource) shared() bool {
-	k := r.tmpl.Algorithm
-	return k == allotpb.Algorithm_FAIR_SHARE || k == allotpb.Algorithm_PROPORTIONAL_SHARE
-}
+func (r *resource) shared() bool { return sharedKind(r.tmpl.Algorithm) }
 
 // predOutstanding bounds the capacity still held under a predecessor's
 // leases by clients that have not yet been seen in learning mode, and
@@ -148,24 +164,37 @@ func (r *resource) lookup(id string) (int32, bool) {
 	if r == nil {
 		return 0, false
 	}
-	i, ok := r.index[id]
-	return i, ok
+	return r.index.find(&r.clients, id)
+}
+
+// lookupAt is lookup for a record that was at index hint when last looked
+// up (or -1): a record stays put unless one is removed, so the hint is
+// usually right, and checking it saves hashing the id.
+func (r *resource) lookupAt(hint int32, id string) (int32, bool) {
+	if hint >= 0 && hint < r.clients.len() && r.clients.at(hint).id == id {
+		return hint, true
+	}
+	return r.lookup(id)
 }
 
 // upsert records a client's request and marks it for this round.
 func (r *resource) upsert(id string, wants, weight float64, priority int32, rep holding, now int64) int32 {
-	i, ok := r.index[id]
+	return r.upsertAt(-1, id, wants, weight, priority, rep, now)
+}
+
+// upsertAt is upsert for a record last looked up at hint (see lookupAt).
+func (r *resource) upsertAt(hint int32, id string, wants, weight float64, priority int32, rep holding, now int64) int32 {
+	i, ok := r.lookupAt(hint, id)
 	if !ok {
-		i = int32(len(r.clients))
-		r.index[id] = i
-		r.clients = append(r.clients, client{id: id, heapIdx: int32(len(r.heap)), expiry: now, seen: now})
-		r.demands = append(r.demands, alloc.Demand{})
-		r.heap = append(r.heap, i)
-		// expiry is "now" until a grant sets it; sift into place.
-		r.siftUp(int(r.clients[i].heapIdx))
+		i = r.clients.push(client{id: id, expiry: now, seen: now, wakeIdx: -1})
+		r.index.add(&r.clients, i)
+		r.track(r.clients.at(i).tenant())
+		// expiry is "now" until a grant sets it.
+		r.heap.push(&r.clients, i)
 	}
-	r.demands[i] = alloc.Demand{Wants: wants, Weight: weight, Priority: priority}
-	c := &r.clients[i]
+	wants, weight = demandOf(wants, weight)
+	r.setDemand(i, wants, weight, priority)
+	c := r.clients.at(i)
 	// The client says what it holds now: never more than we may have
 	// given it (a lie cannot lock others out), and never for longer;
 	// whatever it does not report it has replaced or let go. The latest
@@ -182,19 +211,34 @@ func (r *resource) upsert(id string, wants, weight float64, priority int32, rep 
 	}
 	c.floorPrev = min(floor, c.floorExposure(now))
 	c.floorPrevEnd = min(rep.floorEnd+r.skew, max(c.floorEnd, c.floorPrevEnd))
+	if rep.node {
+		// A child node is trusted with what its subtree holds (unlike a
+		// client, whose report is capped by what it was given): its
+		// leases until its lease ends, and the floors its clients may
+		// fall back to until they end (see ServerGet).
+		c.node = true
+		c.held, c.heldUntil = rep.capacity, max(c.heldUntil, rep.expiry+r.skew)
+		if rep.floorEnd > now {
+			c.floorPrev, c.floorPrevEnd = rep.floor, rep.floorEnd+r.skew
+		}
+	}
 	c.seen = now
-	c.reported, c.reportedExpiry = rep.capacity, rep.expiry
-	c.reportedFloor, c.reportedFloorEnd = rep.floor, rep.floorEnd
-	c.reportedAny = rep.any
 	// A request after a release in the same round revives the record: the
 	// client will hold the lease this round grants (dropReleased skips it).
-	r.clients[i].released = false
-	if !r.clients[i].touched {
-		r.clients[i].touched = true
+	c.released = false
+	if c.slot == 0 {
 		r.batch = append(r.batch, i)
+		r.reports = append(r.reports, rep)
+		c.slot = int32(len(r.batch))
+	} else {
+		r.reports[c.slot-1] = rep
 	}
+	r.recount(i, now)
 	return i
 }
+
+// report is what client i's request of this round said it holds.
+func (r *resource) report(i int32) *holding { return &r.reports[r.clients.at(i).slot-1] }
 
 // holding is what a request says its client holds: a lease (capacity
 // until expiry, unix ns) and a floor (until floorEnd, unix ns); zero
@@ -206,6 +250,9 @@ type holding struct {
 	floorEnd int64
 	// any: a lease was reported at all (possibly expired).
 	any bool
+	// node: the report is a child node's band's share of what its
+	// subtree holds (ServerGet).
+	node bool
 }
 
 // exposure is the most the client may be holding at now under leases of
@@ -241,38 +288,39 @@ func (c *client) floorExposure(now int64) float64 {
 	return e
 }
 
-// remove drops client i: swap-delete from the dense arrays and the heap.
+// remove drops client i: swap-delete from the dense arrays, the heaps
+// and the sums.
 func (r *resource) remove(i int32) {
-	c := &r.clients[i]
-	delete(r.index, c.id)
-	r.untrack(c.tenant)
-	r.heapDelete(int(c.heapIdx))
-	last := int32(len(r.clients) - 1)
+	c := r.clients.at(i)
+	r.index.remove(&r.clients, i)
+	r.untrack(c.tenant())
+	r.uncount(i)
+	r.heap.remove(&r.clients, i)
+	last := r.clients.len() - 1
 	if i != last {
-		r.clients[i] = r.clients[last]
-		r.demands[i] = r.demands[last]
-		r.index[r.clients[i].id] = i
-		r.heap[r.clients[i].heapIdx] = i
+		*r.clients.at(i) = *r.clients.at(last)
+		r.index.rename(&r.clients, last, i)
+		r.heap.rename(&r.clients, i)
+		r.sums.wake.rename(&r.clients, i)
 	}
-	r.clients[last] = client{}
-	r.clients = r.clients[:last]
-	r.demands = r.demands[:last]
+	r.clients.pop()
 }
 
 // markReleased ends a client's lease at once: its capacity is free from
 // this round on. The record is dropped after the round (dropReleased), so
 // client indices stay stable while requests of the round refer to them.
-func (r *resource) markReleased(id string) bool {
-	i, ok := r.index[id]
-	if !ok || r.clients[i].released {
+func (r *resource) markReleased(id string, now int64) bool {
+	i, ok := r.index.find(&r.clients, id)
+	if !ok || r.clients.at(i).released {
 		return false
 	}
-	r.clients[i].released = true
-	r.clients[i].has = 0
-	r.clients[i].held, r.clients[i].heldUntil = 0, 0
-	r.clients[i].floor, r.clients[i].floorPrev = 0, 0
-	r.clients[i].floorEnd, r.clients[i].floorPrevEnd = 0, 0
-	r.demands[i].Wants = 0
+	r.clients.at(i).released = true
+	r.clients.at(i).has = 0
+	r.clients.at(i).held, r.clients.at(i).heldUntil = 0, 0
+	r.clients.at(i).floor, r.clients.at(i).floorPrev = 0, 0
+	r.clients.at(i).floorEnd, r.clients.at(i).floorPrevEnd = 0, 0
+	r.setDemand(i, 0, r.clients.at(i).weight, r.clients.at(i).prio)
+	r.recount(i, now)
 	r.releasedIDs = append(r.releasedIDs, id)
 	return true
 }
@@ -280,7 +328,7 @@ func (r *resource) markReleased(id string) bool {
 // dropReleased removes the records released during the round.
 func (r *resource) dropReleased() {
 	for _, id := range r.releasedIDs {
-		if i, ok := r.index[id]; ok && r.clients[i].released {
+		if i, ok := r.index.find(&r.clients, id); ok && r.clients.at(i).released {
 			r.remove(i)
 		}
 	}
@@ -305,9 +353,9 @@ func (r *resource) dropReleased() {
 // Never called while the resource has a batch pending: batch entries
 // are indices into clients.
 func (r *resource) expire(now int64) {
-	for len(r.heap) > 0 {
-		i := r.heap[0]
-		c := &r.clients[i]
+	for len(r.heap.ids) > 0 {
+		i := r.heap.top()
+		c := r.clients.at(i)
 		if !c.lapsed {
 			if c.expiry+r.skew > now {
 				return
@@ -317,18 +365,20 @@ func (r *resource) expire(now int64) {
 				// report of nothing held lapses at once: a record kept
 				// alive for it would keep its demand in the shares.)
 				c.expiry, c.has = c.heldUntil-r.skew, 0
-				r.heapFix(int(c.heapIdx))
+				r.recount(i, now)
+				r.heap.fix(&r.clients, i)
 				continue
 			}
 			c.lapsed = true
 			c.has = 0
-			r.demands[i].Wants = 0
+			r.setDemand(i, 0, c.weight, c.prio)
 			c.expiry = max(c.floorEnd, c.floorPrevEnd, c.seen+int64(r.tmpl.LeaseLength))
+			r.recount(i, now)
 			if c.floorExposure(now) > 0 {
 				r.floors.event(now, r.id, c, EventUnheard)
 			}
 			if c.expiry > now {
-				r.heapFix(int(c.heapIdx))
+				r.heap.fix(&r.clients, i)
 				continue
 			}
 		} else if c.expiry > now {
@@ -342,16 +392,7 @@ func (r *resource) expire(now int64) {
 }
 
 // records returns how many client records the resource keeps.
-func (r *resource) records() int { return len(r.clients) }
-
-// outstanding bounds the capacity clients may hold under our leases.
-func (r *resource) outstanding(now int64) float64 {
-	var sum float64
-	for i := range r.clients {
-		sum += r.clients[i].exposure(now)
-	}
-	return sum
-}
+func (r *resource) records() int { return int(r.clients.len()) }
 
 // upstream is what a child node holds of a resource from its parent.
 type upstream struct {
@@ -427,8 +468,6 @@ type roundParams struct {
 	now      int64
 	horizon  int64         // leases may not expire after this
 	minFresh time.Duration // shortest refresh interval handed out
-	scratch  *alloc.Scratch
-	tenants  *tenantScratch
 	stats    *Stats
 }
 
@@ -444,7 +483,7 @@ func (r *resource) allocate(p *roundParams) {
 	r.beginFloors(p.now)
 	// Floors that claimants outside the round may be running on are not
 	// the algorithm's to divide.
-	r.targets(max(capacity-r.floors.reserved, 0), p)
+	r.targets(max(capacity-r.floors.reserved, 0))
 
 	// No lease may outlive the recorded horizon (record.go) or the
 	// resource's published latest expiry.
@@ -456,11 +495,11 @@ func (r *resource) allocate(p *roundParams) {
 		refresh = max(min(refresh, r.up.refresh/2), p.minFresh)
 	}
 
-	shared := t.Algorithm == allotpb.Algorithm_FAIR_SHARE || t.Algorithm == allotpb.Algorithm_PROPORTIONAL_SHARE
+	shared := r.shared()
 	learning := r.learning(p.now)
 
 	settle := func(i int32, capacity float64, fresh time.Duration) {
-		c := &r.clients[i]
+		c := r.clients.at(i)
 		if capacity < c.has && c.expiry > p.now {
 			// A shrink: until the client confirms it, the larger lease
 			// still counts; it is asked back soon to confirm.
@@ -475,7 +514,9 @@ func (r *resource) allocate(p *roundParams) {
 		c.expiry = expiry
 		c.due = p.now + int64(fresh)
 		r.grantFloor(i, p)
-		r.heapFix(int(c.heapIdx))
+		r.recount(i, p.now)
+		r.heap.fix(&r.clients, i)
+		r.note(c, p.now)
 	}
 
 	switch {
@@ -486,8 +527,8 @@ func (r *resource) allocate(p *roundParams) {
 		// or, for share algorithms, than the capacity): leases issued by a
 		// predecessor stay honoured and nothing new is handed out.
 		for _, i := range r.batch {
-			has := min(r.clients[i].reported, r.demands[i].Wants)
-			if r.clients[i].reportedExpiry <= p.now {
+			has := min(r.report(i).capacity, r.clients.at(i).wants)
+			if r.report(i).expiry <= p.now {
 				has = 0 // an expired lease is reported, not held
 			}
 			if shared || t.Algorithm == allotpb.Algorithm_STATIC {
@@ -497,15 +538,15 @@ func (r *resource) allocate(p *roundParams) {
 		}
 	case !shared:
 		for _, i := range r.batch {
-			settle(i, r.demands[i].Target, refresh)
+			settle(i, r.target(i), refresh)
 		}
 	default:
 		// Grants stay within the published ceiling (write-ahead).
 		free := min(capacity, r.ceiling) - r.bound(p.now)
 		// Shrinkers first: what they confirm giving back goes to growers.
 		for _, i := range r.batch {
-			c := &r.clients[i]
-			if tg := r.demands[i].Target; tg <= c.has {
+			c := r.clients.at(i)
+			if tg := r.target(i); tg <= c.has {
 				before := c.exposure(p.now)
 				settle(i, tg, refresh)
 				free += before - c.exposure(p.now)
@@ -517,8 +558,8 @@ func (r *resource) allocate(p *roundParams) {
 		}
 		var owed []owedGrant
 		for _, i := range r.batch {
-			c := &r.clients[i]
-			tg := r.demands[i].Target
+			c := r.clients.at(i)
+			tg := r.target(i)
 			if tg <= c.has {
 				continue // settled above
 			}
@@ -552,88 +593,7 @@ func (r *resource) allocate(p *roundParams) {
 		}
 	}
 	for _, i := range r.batch {
-		r.clients[i].touched = false
+		r.clients.at(i).slot = 0
 	}
-	r.batch = r.batch[:0]
-}
-
-// nextFree returns the earliest time a client holding more than its target
-// is due back (0 if none is, or if all are overdue).
-func (r *resource) nextFree(now int64) int64 {
-	next := int64(math.MaxInt64)
-	for i := range r.clients {
-		c := &r.clients[i]
-		// Due to give back: more than its target, or a shrink it has yet
-		// to confirm (the larger lease counts until it does).
-		over := !c.touched && c.has > r.demands[i].Target
-		if !over && (c.heldUntil <= now || c.held <= c.has) {
-			continue
-		}
-		if c.due > now && c.due < next {
-			next = c.due
-		}
-	}
-	if next == math.MaxInt64 {
-		return 0
-	}
-	return next
-}
-
-// Heap of client indices by expiry.
-
-func (r *resource) less(a, b int) bool {
-	return r.clients[r.heap[a]].expiry < r.clients[r.heap[b]].expiry
-}
-
-func (r *resource) swap(a, b int) {
-	r.heap[a], r.heap[b] = r.heap[b], r.heap[a]
-	r.clients[r.heap[a]].heapIdx = int32(a)
-	r.clients[r.heap[b]].heapIdx = int32(b)
-}
-
-func (r *resource) siftUp(k int) {
-	for k > 0 {
-		p := (k - 1) / 2
-		if !r.less(k, p) {
-			return
-		}
-		r.swap(k, p)
-		k = p
-	}
-}
-
-func (r *resource) siftDown(k int) bool {
-	start, n := k, len(r.heap)
-	for {
-		c := 2*k + 1
-		if c >= n {
-			break
-		}
-		if c+1 < n && r.less(c+1, c) {
-			c++
-		}
-		if !r.less(c, k) {
-			break
-		}
-		r.swap(k, c)
-		k = c
-	}
-	return k > start
-}
-
-func (r *resource) heapFix(k int) {
-	if !r.siftDown(k) {
-		r.siftUp(k)
-	}
-}
-
-func (r *resource) heapDelete(k int) {
-	last := len(r.heap) - 1
-	if k != last {
-		r.swap(k, last)
-	}
-	r.heap = r.heap[:last]
-	if k != last {
-		r.heapFix(k)
-	}
+	r.batch, r.reports = r.batch[:0], r.reports[:0]
 }

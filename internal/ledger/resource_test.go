@@ -1,13 +1,13 @@
 package ledger
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
 
-	"github.com/allot/allot/internal/alloc"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -41,7 +41,6 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 		tm.Tenants = &config.TenantPolicy{Fair: true, Weights: map[string]float64{"T1": 2}}
 	}
 	r := newResource("r", tm, 1)
-	var scratch alloc.Scratch
 	now := int64(1e18)
 	nclients := 1 + rng.IntN(12)
 	ids := make([]string, nclients)
@@ -49,6 +48,9 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 	prio := make([]int32, nclients)
 	for i := range ids {
 		ids[i] = string(rune('a' + i))
+		if tenants {
+			ids[i] = Claimant{Tenant: fmt.Sprintf("T%d", i%3)}.key(ids[i])
+		}
 		wants[i] = rng.Float64() * 100
 		prio[i] = int32(rng.IntN(2))
 	}
@@ -69,7 +71,7 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 				wants[i] = rng.Float64() * 100
 			}
 			if !steady && rng.IntN(30) == 0 {
-				r.markReleased(id)
+				r.markReleased(id, now)
 				continue
 			}
 			// Some clients go silent for a while (their leases expire).
@@ -77,27 +79,25 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 				continue
 			}
 			if steady || rng.IntN(5) == 0 {
-				before := r.records()
-				k := r.upsert(id, wants[i], 1, prio[i], holding{}, now)
-				if tenants && r.records() > before {
-					r.clients[k].tenant = fmt.Sprintf("T%d", i%3)
-					r.track(r.clients[k].tenant)
-				}
+				r.upsert(id, wants[i], 1, prio[i], holding{}, now)
 			}
 		}
-		p := roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond, scratch: &scratch, tenants: &tenantScratch{}, stats: &Stats{}}
+		p := roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond, stats: &Stats{}}
 		if len(r.batch) > 0 {
 			r.allocate(&p)
 		}
 		r.dropReleased()
+		if err := cmp.Or(checkSums(r, now), checkTargets(r), checkNextFree(r, now)); err != nil {
+			t.Fatalf("trial %d round %d: %v", trial, round, err)
+		}
 
 		sum := 0.0
-		for i, c := range r.clients {
+		for _, c := range r.clients.all() {
 			if c.expiry <= now {
 				continue
 			}
-			if c.has < 0 || c.has > r.demands[i].Wants*(1+1e-12) || math.IsNaN(c.has) {
-				t.Fatalf("trial %d round %d: client %s has %v with wants %v", trial, round, c.id, c.has, r.demands[i].Wants)
+			if c.has < 0 || c.has > c.wants*(1+1e-12) || math.IsNaN(c.has) {
+				t.Fatalf("trial %d round %d: client %s has %v with wants %v", trial, round, c.id, c.has, c.wants)
 			}
 			sum += c.has
 		}
@@ -110,8 +110,8 @@ func checkTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, trial
 	// Steady demand for 40 rounds (every client refreshes every round):
 	// everything that can be handed out is.
 	total := 0.0
-	for i := range r.clients {
-		total += r.demands[i].Wants
+	for i := range r.clients.len() {
+		total += r.clients.at(i).wants
 	}
 	if want := math.Min(tm.Capacity, total); math.Abs(prevSum-want) > 1e-6*max(1, want) {
 		t.Fatalf("trial %d: steady state hands out %v, want %v", trial, prevSum, want)
@@ -124,29 +124,28 @@ func TestExpiryHeap(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	tm := &config.Template{Name: "t", Glob: "r", Capacity: 100, Algorithm: allotpb.Algorithm_NO_ALGORITHM, LeaseLength: time.Second, RefreshInterval: time.Second}
 	r := newResource("r", tm, 1)
-	var scratch alloc.Scratch
 	now := int64(0)
 	for step := range 2000 {
 		now += int64(time.Duration(rng.IntN(300)) * time.Millisecond)
 		r.expire(now)
-		for _, c := range r.clients {
+		for _, c := range r.clients.all() {
 			if c.expiry <= now {
 				t.Fatalf("step %d: expired client %s survived", step, c.id)
 			}
 		}
 		id := string(rune('a' + rng.IntN(50)))
 		r.upsert(id, 1, 1, 0, holding{}, now)
-		r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, scratch: &scratch, stats: &Stats{}})
-		for k, i := range r.heap {
-			if int(r.clients[i].heapIdx) != k {
+		r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, stats: &Stats{}})
+		for k, i := range r.heap.ids {
+			if int(r.clients.at(i).heapIdx) != k {
 				t.Fatalf("step %d: heap index mismatch", step)
 			}
-			if k > 0 && r.clients[r.heap[(k-1)/2]].expiry > r.clients[i].expiry {
+			if k > 0 && r.clients.at(r.heap.ids[(k-1)/2]).expiry > r.clients.at(i).expiry {
 				t.Fatalf("step %d: heap order broken", step)
 			}
 		}
-		for id, i := range r.index {
-			if r.clients[i].id != id {
+		for i := range r.clients.len() {
+			if k, ok := r.lookup(r.clients.at(i).id); !ok || k != int32(i) {
 				t.Fatalf("step %d: index mismatch", step)
 			}
 		}
@@ -202,7 +201,6 @@ func learningTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, tr
 	r.predCeiling = ceiling
 	r.learnStart = t0
 	r.learningUntil = t0 + int64(ll) + int64(DefaultClockSkew)
-	var scratch alloc.Scratch
 	now := t0
 	ids := make([]string, 0, len(pred)+5)
 	for id := range pred {
@@ -223,7 +221,7 @@ func learningTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, tr
 				continue
 			}
 			if rng.IntN(40) == 0 {
-				r.markReleased(id)
+				r.markReleased(id, now)
 				continue
 			}
 			var has float64
@@ -231,17 +229,20 @@ func learningTrial(t *testing.T, rng *rand.Rand, kind allotpb.Algorithm_Kind, tr
 			if p := pred[id]; p != nil && !p.replace {
 				has, exp = p.has, p.expiry
 				p.replace = true
-			} else if i, ok := r.index[id]; ok {
-				has, exp = r.clients[i].has, r.clients[i].expiry
+			} else if i, ok := r.lookup(id); ok {
+				has, exp = r.clients.at(i).has, r.clients.at(i).expiry
 			}
 			r.upsert(id, wants[id], 1, 0, holding{capacity: has, expiry: exp}, now)
 		}
 		if len(r.batch) > 0 {
-			r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, scratch: &scratch, stats: &Stats{}})
+			r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, stats: &Stats{}})
 		}
 		r.dropReleased()
+		if err := cmp.Or(checkSums(r, now), checkTargets(r), checkNextFree(r, now)); err != nil {
+			t.Fatalf("trial %d round %d: %v", trial, round, err)
+		}
 		total := 0.0
-		for _, c := range r.clients {
+		for _, c := range r.clients.all() {
 			if c.expiry > now {
 				total += c.has
 			}
@@ -265,16 +266,25 @@ func TestLearningHandsOutWhatIsFree(t *testing.T) {
 	r := newResource("r", tm, 1)
 	now := int64(1e18)
 	r.ceiling, r.predCeiling, r.learnStart, r.learningUntil = 100, 40, now, now+int64(time.Minute)
-	var scratch alloc.Scratch
-	p := &roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, scratch: &scratch, stats: &Stats{}}
+	p := &roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, stats: &Stats{}}
 	r.upsert("new", 100, 1, 0, holding{}, now)
 	r.allocate(p)
-	if got := r.clients[r.index["new"]].has; got != 60 {
+	if got := r.clients.at(mustLookup(t, r, "new")).has; got != 60 {
 		t.Fatalf("new client got %v, want the 60 outside the predecessor's ceiling", got)
 	}
 	r.upsert("old", 100, 1, 0, holding{capacity: 40, expiry: now + int64(5*time.Second)}, now)
 	r.allocate(p)
-	if got := r.clients[r.index["old"]].has; got != 40 {
+	if got := r.clients.at(mustLookup(t, r, "old")).has; got != 40 {
 		t.Fatalf("predecessor client kept %v of its 40", got)
 	}
+}
+
+// mustLookup returns the index of client id's record in r.
+func mustLookup(t *testing.T, r *resource, id string) int32 {
+	t.Helper()
+	i, ok := r.lookup(id)
+	if !ok {
+		t.Fatalf("no record of %q", id)
+	}
+	return i
 }

@@ -6,7 +6,6 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/allot/allot/internal/alloc"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -20,24 +19,23 @@ func TestReleaseThenGetSameRound(t *testing.T) {
 		LeaseLength: 10 * time.Second, RefreshInterval: time.Second}
 	r := newResource("r", tm, 1)
 	r.ceiling, r.ceilingExpiry, r.published = 100, 1<<62, true
-	var scratch alloc.Scratch
 	now := int64(1e18)
 	round := func() {
-		r.allocate(&roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond, scratch: &scratch})
+		r.allocate(&roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond})
 		r.dropReleased()
 		now += int64(100 * time.Millisecond)
 		r.expire(now)
 	}
 	r.upsert("a", 100, 1, 0, holding{}, now)
 	round()
-	r.markReleased("a")
+	r.markReleased("a", now)
 	ia := r.upsert("a", 100, 1, 0, holding{}, now)
 	round()
-	granted := r.clients[ia].has
+	granted := r.clients.at(ia).has
 	ib := r.upsert("b", 100, 1, 0, holding{}, now)
 	round()
-	if got := granted + r.clients[ib].has; got > tm.Capacity {
-		t.Fatalf("a holds %v and b got %v: %v leased of capacity %v", granted, r.clients[ib].has, got, tm.Capacity)
+	if got := granted + r.clients.at(ib).has; got > tm.Capacity {
+		t.Fatalf("a holds %v and b got %v: %v leased of capacity %v", granted, r.clients.at(ib).has, got, tm.Capacity)
 	}
 }
 
@@ -54,12 +52,11 @@ func TestLearningOutlastsPredecessorLeases(t *testing.T) {
 		t.Fatalf("learning ends %v after start, before the predecessor's leases (+skew) at %v",
 			time.Duration(r.learningUntil-started.UnixNano()), time.Duration(want-started.UnixNano()))
 	}
-	var s alloc.Scratch
 	now := started.Add(11 * time.Second).UnixNano()
 	r.ceiling, r.ceilingExpiry = 100, now+int64(time.Hour)
 	i := r.upsert("newcomer", 100, 1, 0, holding{}, now)
-	r.allocate(&roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond, scratch: &s})
-	if got := r.clients[i].has; got > 0 {
+	r.allocate(&roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond})
+	if got := r.clients.at(i).has; got > 0 {
 		t.Fatalf("a newcomer got %v while the predecessor's 100 of 100 may still be held", got)
 	}
 }
@@ -76,11 +73,10 @@ func TestLearningAcrossAlgorithmChange(t *testing.T) {
 	fair := *static
 	fair.Algorithm = allotpb.Algorithm_FAIR_SHARE
 	r.tmpl = &fair
-	var s alloc.Scratch
 	now := started.Add(time.Second).UnixNano()
 	i := r.upsert("newcomer", 100, 1, 0, holding{}, now)
-	r.allocate(&roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond, scratch: &s})
-	if got := r.clients[i].has; got > 20 {
+	r.allocate(&roundParams{now: now, horizon: now + int64(time.Hour), minFresh: 50 * time.Millisecond})
+	if got := r.clients.at(i).has; got > 20 {
 		t.Fatalf("newcomer got %v; the predecessor may hold 80 of 100", got)
 	}
 }

@@ -3,7 +3,6 @@ package ledger
 import (
 	"fmt"
 
-	"github.com/allot/allot/internal/alloc"
 	"github.com/allot/allot/internal/config"
 )
 
@@ -110,41 +109,6 @@ func (l *Ledger) tenantCap(t *config.Template, r *resource, rid string, who Clai
 	}
 	*addRes++
 	return ""
-}
-
-// tenantScratch holds the buffers of the tenant level, reused across
-// rounds.
-type tenantScratch struct {
-	index  map[string]int32
-	of     []int32
-	shares []alloc.Tenant
-}
-
-// targets runs the resource's algorithm over its demands at capacity:
-// with the template's tenant fairness level, between tenants first.
-func (r *resource) targets(capacity float64, p *roundParams) {
-	t := r.tmpl
-	if t.Tenants == nil || !t.Tenants.Fair || !r.shared() {
-		alloc.Run(t.Algorithm, capacity, r.demands, p.scratch)
-		return
-	}
-	ts := p.tenants
-	if ts.index == nil {
-		ts.index = make(map[string]int32)
-	}
-	clear(ts.index)
-	ts.of, ts.shares = ts.of[:0], ts.shares[:0]
-	for i := range r.clients {
-		name := r.clients[i].tenant
-		k, ok := ts.index[name]
-		if !ok {
-			k = int32(len(ts.shares))
-			ts.index[name] = k
-			ts.shares = append(ts.shares, alloc.Tenant{Weight: t.Tenants.Weight(name)})
-		}
-		ts.of = append(ts.of, k)
-	}
-	alloc.ByTenant(t.Algorithm, capacity, r.demands, ts.of, ts.shares, p.scratch)
 }
 
 // priority is the band a request of who for t's resource is served at:

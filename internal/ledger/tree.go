@@ -55,13 +55,21 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 	slots := make([]ServerSlot, len(res))
 	tmpls := make([]*config.Template, len(res))
 	served, addRes, addRecords := 0, 0, 0
+	// ids are the record ids of each resource's bands, at where their
+	// records are (-1 new; see lookupAt).
+	ids := make([][]string, len(res))
+	at := make([][]int32, len(res))
 	for k, rr := range res {
 		var r *resource
 		if tmpls[k], r, slots[k].Code, slots[k].Err = l.resolve(set, rr.GetResourceId(), &addRes); tmpls[k] == nil {
 			continue
 		}
-		for _, b := range rr.GetWants() {
-			if _, known := r.lookup(bandID(child, b.GetPriority())); !known {
+		ids[k], at[k] = make([]string, len(rr.GetWants())), make([]int32, len(rr.GetWants()))
+		for j, b := range rr.GetWants() {
+			ids[k][j], at[k][j] = bandID(child, b.GetPriority()), -1
+			if i, known := r.lookup(ids[k][j]); known {
+				at[k][j] = i
+			} else {
 				addRecords++
 			}
 		}
@@ -86,9 +94,10 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 		// nothing was): the sum is the report, so exposure covers it.
 		bands := rr.GetWants()
 		granted, total := make([]float64, len(bands)), 0.0
-		for j, b := range bands {
-			if i, ok := r.lookup(bandID(child, b.GetPriority())); ok {
-				granted[j] = r.clients[i].has
+		for j := range bands {
+			if i, ok := r.lookupAt(at[k][j], ids[k][j]); ok {
+				at[k][j] = i
+				granted[j] = r.clients.at(i).has
 				total += granted[j]
 			}
 		}
@@ -108,7 +117,6 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 		}
 		out := max(rr.GetOutstanding(), rr.GetHas().GetCapacity())
 		fout := max(rr.GetSafeOutstanding(), 0)
-		ids := make([]string, len(bands))
 		for j, b := range bands {
 			frac := 0.0
 			switch {
@@ -118,24 +126,13 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 				frac = 1
 			}
 			share, fshare := out*frac, fout*frac
-			ids[j] = bandID(child, b.GetPriority())
 			before := r.records()
-			i := r.upsert(ids[j], b.GetWants(), float64(l.childClients(child, b.GetNumClients())), l.priority(tmpls[k], Claimant{}, b.GetPriority()),
-				holding{capacity: share, expiry: expiry, floor: fshare, floorEnd: floorEnd, any: rr.GetHas() != nil}, now)
+			i := r.upsertAt(at[k][j], ids[k][j], b.GetWants(), float64(l.childClients(child, b.GetNumClients())), l.priority(tmpls[k], Claimant{}, b.GetPriority()),
+				holding{capacity: share, expiry: expiry, floor: fshare, floorEnd: floorEnd, any: rr.GetHas() != nil, node: true}, now)
 			l.records += r.records() - before
-			// A child node is trusted with what its subtree holds (unlike
-			// a client, whose report is capped by what it was given): its
-			// leases until its lease ends, and the floors its clients may
-			// fall back to until they end.
-			c := &r.clients[i]
-			c.node = true
-			c.held, c.heldUntil = share, max(c.heldUntil, expiry+r.skew)
-			if floorEnd > now {
-				c.floorPrev, c.floorPrevEnd = fshare, floorEnd+r.skew
-			}
 			r.creditFloor(i, now)
 		}
-		slots[k] = ServerSlot{r: r, bands: ids}
+		slots[k] = ServerSlot{r: r, bands: ids[k]}
 	}
 	return slots, nil
 }
@@ -169,7 +166,7 @@ func ReadyServer(slots []ServerSlot) bool {
 func (s ServerSlot) Lease(now int64) Lease {
 	out := Lease{ResourceID: s.r.id, Expiry: math.MaxInt64, Refresh: s.r.tmpl.RefreshInterval, SafeExpiry: math.MaxInt64}
 	for _, id := range s.bands {
-		b := Slot{r: s.r, client: id}.Lease(now)
+		b := Slot{r: s.r, client: id, at: -1}.Lease(now)
 		out.Capacity += b.Capacity
 		out.Expiry = min(out.Expiry, b.Expiry)
 		out.Refresh = min(out.Refresh, b.Refresh)
@@ -199,7 +196,7 @@ func (s ServerSlot) Lease(now int64) Lease {
 func (l *Ledger) UpstreamRequests(now int64, node string) []*allotpb.GetServerCapacityRequest {
 	ids := make([]string, 0, len(l.resources))
 	for id, r := range l.resources {
-		if r.up.child && len(r.clients) > 0 {
+		if r.up.child && int(r.clients.len()) > 0 {
 			ids = append(ids, id)
 		}
 	}
@@ -232,27 +229,6 @@ func (l *Ledger) UpstreamRequests(now int64, node string) []*allotpb.GetServerCa
 		bands += len(rr.Wants)
 	}
 	return reqs
-}
-
-// bandDemand sums the resource's demand per priority band.
-func (r *resource) bandDemand() []*allotpb.PriorityBandAggregate {
-	byPrio := map[int32]*allotpb.PriorityBandAggregate{}
-	for i := range r.demands {
-		d := &r.demands[i]
-		b := byPrio[d.Priority]
-		if b == nil {
-			b = &allotpb.PriorityBandAggregate{Priority: d.Priority}
-			byPrio[d.Priority] = b
-		}
-		b.NumClients += max(int64(math.Round(d.Weight)), 1)
-		b.Wants += d.Wants
-	}
-	out := make([]*allotpb.PriorityBandAggregate, 0, len(byPrio))
-	for _, b := range byPrio {
-		out = append(out, b)
-	}
-	slices.SortFunc(out, func(a, b *allotpb.PriorityBandAggregate) int { return cmp.Compare(b.Priority, a.Priority) })
-	return out
 }
 
 // SetUpstream installs the parent's answer: each resource's lease becomes
@@ -333,15 +309,6 @@ func (l *Ledger) UpstreamWanted(now int64) Ask {
 	return ask
 }
 
-// demand sums what the resource's clients want.
-func (r *resource) demand() float64 {
-	var w float64
-	for i := range r.demands {
-		w += r.demands[i].Wants
-	}
-	return w
-}
-
 // UpstreamRefresh is how often a child asks its parent: the shortest
 // refresh interval the parent gave, else the templates' (default 1s).
 func (l *Ledger) UpstreamRefresh() time.Duration {
@@ -391,15 +358,8 @@ type ResourceStat struct {
 func (l *Ledger) Top(now int64, n int) []ResourceStat {
 	out := make([]ResourceStat, 0, min(n, len(l.resources)))
 	for id, r := range l.resources {
-		st := ResourceStat{ID: id, Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: len(r.clients), Learning: r.learning(now), Shadow: r.tmpl.Shadow}
-		for i := range r.clients {
-			if c := &r.clients[i]; c.floorExposure(now) > 0 {
-				st.Floors += c.floorExposure(now)
-				if c.lapsed {
-					st.OnFloor++
-				}
-			}
-		}
+		st := ResourceStat{ID: id, Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: int(r.clients.len()), Learning: r.learning(now), Shadow: r.tmpl.Shadow,
+			Floors: r.floorOutstanding(now), OnFloor: r.onFloor(now)}
 		if r.up.child {
 			st.Regime = r.regime(now)
 		}

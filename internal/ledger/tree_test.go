@@ -24,6 +24,9 @@ type treeNode struct {
 	clients []*simClient
 	wanted  Ask                   // the most urgent UpstreamWanted since the last ask
 	rec     *allotpb.LeaseHorizon // the last record committed
+	// checkEvery: the running sums and targets are checked against a
+	// from-scratch sum after every checkEvery-th round (0: every one).
+	checkEvery, rounds int
 }
 
 func newTreeNode(t *testing.T, name string, parent *treeNode, now int64) *treeNode {
@@ -70,7 +73,7 @@ func (n *treeNode) round(t *testing.T, set *config.Set, now int64) {
 		}
 		asked, slots = append(asked, c), append(slots, s)
 	}
-	n.settle(now)
+	n.settle(t, now)
 	for k, c := range asked {
 		if !Ready(slots[k]) {
 			c.next = now + int64(50*time.Millisecond)
@@ -81,11 +84,19 @@ func (n *treeNode) round(t *testing.T, set *config.Set, now int64) {
 		c.next = now + int64(max(ls.Refresh, minGap))
 	}
 	n.l.EndRound()
+	n.check(t, now)
+}
+
+// check runs checkLedger, every checkEvery-th time.
+func (n *treeNode) check(t testing.TB, now int64) {
+	if n.rounds++; n.checkEvery == 0 || n.rounds%n.checkEvery == 0 {
+		checkLedger(t, n.l, now)
+	}
 }
 
 // settle proposes, stores at once and allocates; a child notes whether
 // to ask its parent soon, as the coordinator does before allocating.
-func (n *treeNode) settle(now int64) {
+func (n *treeNode) settle(t testing.TB, now int64) {
 	for range 2 {
 		if p := n.l.Propose(now); p != nil {
 			n.l.Commit(now, p, nil)
@@ -96,6 +107,7 @@ func (n *treeNode) settle(now int64) {
 		n.wanted = max(n.wanted, n.l.UpstreamWanted(now))
 	}
 	n.l.Allocate(now)
+	n.check(t, now)
 }
 
 // askParent sends the node's demand to its parent and installs the answer.
@@ -105,7 +117,7 @@ func (n *treeNode) askParent(t *testing.T, set *config.Set, now int64) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n.parent.settle(now)
+		n.parent.settle(t, now)
 		resp := &allotpb.GetServerCapacityResponse{Term: n.parent.l.cfg.Term}
 		for _, s := range slots {
 			if !s.Served() || !ReadyServer([]ServerSlot{s}) {
@@ -247,7 +259,7 @@ func treeTrial(t *testing.T, seed uint64) {
 					sum += c.inForce(now)
 				}
 				t.Logf("%s (parent %v): clients hold %.1f; ledger outstanding %.1f cap %.1f up %+v", n.name, n.parent != nil, sum, r.outstanding(now), r.capacity(now), r.up)
-				for _, c := range r.clients {
+				for _, c := range r.clients.all() {
 					t.Logf("   rec %q has %.1f exp %+dms held %.1f until %+dms floor %.1f/%.1f lapsed %v", c.id, c.has, (c.expiry-now)/1e6, c.held, (c.heldUntil-now)/1e6, c.floor, c.floorPrev, c.lapsed)
 				}
 			}

@@ -133,12 +133,12 @@ func (l *Ledger) Detail(now int64, id string, topN int, search string) (Resource
 	search = strings.ToLower(search)
 	topN = min(max(topN, 0), MaxViewClaimants)
 	// Larger lease first, then larger wants, then id.
-	best := newTopK(min(topN, len(r.clients)), func(a, b int32) bool {
-		ca, cb := &r.clients[a], &r.clients[b]
-		return cmp.Or(cmp.Compare(cb.has, ca.has), cmp.Compare(r.demands[b].Wants, r.demands[a].Wants), strings.Compare(ca.id, cb.id)) < 0
+	best := newTopK(min(topN, int(r.clients.len())), func(a, b int32) bool {
+		ca, cb := r.clients.at(a), r.clients.at(b)
+		return cmp.Or(cmp.Compare(cb.has, ca.has), cmp.Compare(cb.wants, ca.wants), strings.Compare(ca.id, cb.id)) < 0
 	})
-	for i := range r.clients {
-		if search != "" && !strings.Contains(strings.ToLower(displayID(r.clients[i].id)), search) {
+	for i := range r.clients.len() {
+		if search != "" && !strings.Contains(strings.ToLower(displayID(r.clients.at(i).id)), search) {
 			continue
 		}
 		d.Matching++
@@ -146,8 +146,8 @@ func (l *Ledger) Detail(now int64, id string, topN int, search string) (Resource
 	}
 	list := best.sorted()
 	children := map[string]*ChildView{}
-	for i := range r.clients {
-		c := &r.clients[i]
+	for i := range r.clients.len() {
+		c := r.clients.at(i)
 		if !c.node || c.lapsed {
 			continue
 		}
@@ -161,8 +161,8 @@ func (l *Ledger) Detail(now int64, id string, topN int, search string) (Resource
 			children[name] = cv
 		}
 		cv.Has += c.has
-		cv.Wants += r.demands[i].Wants
-		cv.Clients += r.demands[i].Weight
+		cv.Wants += c.wants
+		cv.Clients += c.weight
 		cv.Bands++
 	}
 	for _, cv := range children {
@@ -171,9 +171,9 @@ func (l *Ledger) Detail(now int64, id string, topN int, search string) (Resource
 	slices.SortFunc(d.Children, func(a, b ChildView) int { return strings.Compare(a.Node, b.Node) })
 	d.Top = make([]ClaimantView, 0, len(list))
 	for _, i := range list {
-		c, dm := &r.clients[i], &r.demands[i]
-		d.Top = append(d.Top, ClaimantView{ID: displayID(c.id), Node: c.node, Has: c.has, Wants: dm.Wants,
-			Priority: dm.Priority, Weight: dm.Weight, Expiry: time.Unix(0, c.expiry).UTC(), Lapsed: c.lapsed})
+		c := r.clients.at(i)
+		d.Top = append(d.Top, ClaimantView{ID: displayID(c.id), Node: c.node, Has: c.has, Wants: c.wants,
+			Priority: c.prio, Weight: c.weight, Expiry: time.Unix(0, c.expiry).UTC(), Lapsed: c.lapsed})
 	}
 	return d, true
 }
@@ -194,14 +194,14 @@ func displayID(id string) string {
 
 func (r *resource) view(now int64) ResourceView {
 	v := ResourceView{ID: r.id, Template: r.tmpl.Name, Algorithm: r.tmpl.Algorithm.String(),
-		Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: len(r.clients), Learning: r.learning(now), Shadow: r.tmpl.Shadow}
-	for i := range r.clients {
-		c := &r.clients[i]
+		Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: int(r.clients.len()), Learning: r.learning(now), Shadow: r.tmpl.Shadow}
+	for i := range r.clients.len() {
+		c := r.clients.at(i)
 		if c.lapsed || c.expiry <= now && now-c.seen > int64(r.tmpl.LeaseLength) {
 			continue // gone quiet: lapsed, or about to be at the next sweep
 		}
 		// A claimant granted nothing still wants: starvation shows.
-		v.Wants += r.demands[i].Wants
+		v.Wants += c.wants
 		if c.expiry > now {
 			v.Granted += c.has
 		}

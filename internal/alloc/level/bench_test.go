@@ -135,71 +135,40 @@ func BenchmarkChange(b *testing.B) {
 	}
 }
 
-// BenchmarkOutstanding: one client's holding changes and the outstanding
-// bound is read, with every client holding a shrink not yet confirmed.
-func BenchmarkOutstanding(b *testing.B) {
-	for _, n := range []int{10_000, 100_000, 1_000_000} {
-		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
-			bs := newBenchState(b, allotpb.Algorithm_FAIR_SHARE, n, false)
-			rng := rand.New(rand.NewPCG(7, 8))
-			hold := func(now int64) Holding {
-				return Holding{Has: rng.Float64() * 5, Held: 10, HeldUntil: now + int64(rng.IntN(1000))}
-			}
-			for _, h := range bs.hs {
-				if err := bs.s.SetHolding(h, hold(0)); err != nil {
-					b.Fatal(err)
-				}
-			}
-			now := int64(0)
-			b.ReportAllocs()
-			for b.Loop() {
-				now++
-				i := rng.IntN(n)
-				if err := bs.s.SetHolding(bs.hs[i], hold(now)); err != nil {
-					b.Fatal(err)
-				}
-				_ = bs.s.Outstanding(now)
-			}
-		})
-	}
-}
-
-// BenchmarkBuild: adding n claims with their holdings, per claim, and the
-// heap the State keeps per claim (B/claim). Every other client holds a
-// shrink not yet confirmed, so the tree of those is half the size.
+// BenchmarkBuild: adding n claims, per claim, and the heap the State
+// keeps per claim (B/claim): wants drawn at random, and wants from 20
+// values (ties, ordered by handle: leaves fill up in order).
 func BenchmarkBuild(b *testing.B) {
-	for _, n := range []int{10_000, 100_000, 1_000_000} {
-		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
-			rng := rand.New(rand.NewPCG(9, 10))
-			var bytes float64
-			for b.Loop() {
-				var before, after runtime.MemStats
-				runtime.GC()
-				runtime.ReadMemStats(&before)
-				s, err := New(Config{Kind: allotpb.Algorithm_FAIR_SHARE})
-				if err != nil {
-					b.Fatal(err)
-				}
-				for i := range n {
-					h, err := s.Add(Claim{Wants: rng.Float64() * 20, Weight: 1})
+	for _, ties := range []bool{false, true} {
+		for _, n := range []int{10_000, 100_000, 1_000_000} {
+			b.Run(fmt.Sprintf("ties=%v/clients=%d", ties, n), func(b *testing.B) {
+				rng := rand.New(rand.NewPCG(9, 10))
+				var bytes float64
+				for b.Loop() {
+					var before, after runtime.MemStats
+					runtime.GC()
+					runtime.ReadMemStats(&before)
+					s, err := New(Config{Kind: allotpb.Algorithm_FAIR_SHARE})
 					if err != nil {
 						b.Fatal(err)
 					}
-					x := Holding{Has: rng.Float64() * 5}
-					if i%2 == 0 {
-						x.Held, x.HeldUntil = 10, int64(rng.IntN(1000))
+					for i := range n {
+						w := rng.Float64() * 20
+						if ties {
+							w = float64(i%20) + 0.5
+						}
+						if _, err := s.Add(Claim{Wants: w, Weight: 1}); err != nil {
+							b.Fatal(err)
+						}
 					}
-					if err := s.SetHolding(h, x); err != nil {
-						b.Fatal(err)
-					}
+					runtime.GC()
+					runtime.ReadMemStats(&after)
+					bytes = float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+					runtime.KeepAlive(s)
 				}
-				runtime.GC()
-				runtime.ReadMemStats(&after)
-				bytes = float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
-				runtime.KeepAlive(s)
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/claim")
-			b.ReportMetric(bytes, "B/claim")
-		})
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/claim")
+				b.ReportMetric(bytes, "B/claim")
+			})
+		}
 	}
 }

@@ -27,9 +27,9 @@ const fan = 32
 // log_fan n) operations but few cache misses. Links are int32 indices into
 // one slice, not pointers, so the garbage collector has nothing to scan.
 type btree[K cmp.Ordered] struct {
-	vals  []entry[K] // by id
-	nodes []bnode[K] // nodes[0] unused
-	free  []int32    // nodes to reuse
+	vals  pool[entry[K]] // by id
+	nodes pool[bnode[K]] // node 0 unused
+	free  []int32        // nodes to reuse
 }
 
 type entry[K cmp.Ordered] struct {
@@ -58,23 +58,21 @@ func less[K cmp.Ordered](k1 K, id1 int32, k2 K, id2 int32) bool {
 
 // grow makes ids below size usable.
 func (t *btree[K]) grow(size int) {
-	if len(t.vals) < size {
-		t.vals = append(t.vals, make([]entry[K], size-len(t.vals))...)
-	}
+	t.vals.grow(size)
 }
 
 // set sets the key and values of id, which must not be in a tree.
-func (t *btree[K]) set(id int32, key K, a, b float64) { t.vals[id] = entry[K]{key, a, b} }
+func (t *btree[K]) set(id int32, key K, a, b float64) { *t.vals.at(id) = entry[K]{key, a, b} }
 
 // val returns id's key and values.
-func (t *btree[K]) val(id int32) entry[K] { return t.vals[id] }
+func (t *btree[K]) val(id int32) entry[K] { return *t.vals.at(id) }
 
 // sums returns the sums of a and b over the tree at root.
 func (t *btree[K]) sums(root int32) (a, b float64) {
 	if root == 0 {
 		return 0, 0
 	}
-	nd := &t.nodes[root]
+	nd := t.nodes.at(root)
 	for i := range nd.n {
 		a += nd.a[i]
 		b += nd.b[i]
@@ -83,11 +81,17 @@ func (t *btree[K]) sums(root int32) (a, b float64) {
 }
 
 func (t *btree[K]) alloc(leaf bool) int32 {
-	if len(t.nodes) == 0 {
-		t.nodes = make([]bnode[K], 1)
+	if t.nodes.len() == 0 {
+		t.nodes.grow(1)
 	}
-	v := take(&t.nodes, &t.free)
-	t.nodes[v].n, t.nodes[v].leaf = 0, leaf
+	var v int32
+	if k := len(t.free); k > 0 {
+		v, t.free = t.free[k-1], t.free[:k-1]
+	} else {
+		v = int32(t.nodes.len())
+		t.nodes.grow(int(v) + 1)
+	}
+	t.nodes.at(v).n, t.nodes.at(v).leaf = 0, leaf
 	return v
 }
 
@@ -133,8 +137,8 @@ func (nd *bnode[K]) setPos(i int, key K, id, kid int32, a, b float64) {
 // empty): its last entry and its sums.
 func (t *btree[K]) place(v int32, i int, c int32) {
 	a, b := t.sums(c)
-	cn := &t.nodes[c]
-	t.nodes[v].setPos(i, cn.key[cn.n-1], cn.id[cn.n-1], c, a, b)
+	cn := t.nodes.at(c)
+	t.nodes.at(v).setPos(i, cn.key[cn.n-1], cn.id[cn.n-1], c, a, b)
 }
 
 // insert adds id to the tree at root and returns the new root.
@@ -144,7 +148,7 @@ func (t *btree[K]) insert(root, id int32) int32 {
 	}
 	if s := t.ins(root, id); s != 0 {
 		r := t.alloc(false)
-		t.nodes[r].n = 2
+		t.nodes.at(r).n = 2
 		t.place(r, 0, root)
 		t.place(r, 1, s)
 		root = r
@@ -155,19 +159,24 @@ func (t *btree[K]) insert(root, id int32) int32 {
 // ins adds id below node v and returns the node v's upper half was split
 // off into, or 0.
 func (t *btree[K]) ins(v, id int32) int32 {
-	e := t.vals[id]
-	nd := &t.nodes[v]
+	e := *t.vals.at(id)
+	nd := t.nodes.at(v)
 	i := nd.search(e.key, id)
 	if nd.leaf {
 		nd.open(i)
 		nd.setPos(i, e.key, id, 0, e.a, e.b)
 	} else {
-		if i == nd.n {
+		switch {
+		case i == nd.n:
 			i-- // after every entry: into the last child
+		case i > 0 && t.nodes.at(nd.kid[i]).leaf && less(e.key, id, t.nodes.at(nd.kid[i]).key[0], t.nodes.at(nd.kid[i]).id[0]):
+			// Between two leaves: at the end of the left one, where a run
+			// of equal keys it extends ends (see the split below).
+			i--
 		}
 		c := nd.kid[i]
 		s := t.ins(c, id)
-		nd = &t.nodes[v] // ins may have grown the pool
+		nd = t.nodes.at(v) // ins may have grown the pool
 		t.place(v, i, c)
 		if s != 0 {
 			nd.open(i + 1)
@@ -178,8 +187,18 @@ func (t *btree[K]) ins(v, id int32) int32 {
 		return 0
 	}
 	r := t.alloc(nd.leaf)
-	nd, rn := &t.nodes[v], &t.nodes[r]
+	nd, rn := t.nodes.at(v), t.nodes.at(r)
+	// Halves, but for a leaf whose new entry extends a run of equal keys
+	// at its end (claims wanting the same are ordered by handle, and new
+	// handles mostly come in order): splitting such runs in half left
+	// every leaf half full. The split is right after the new entry, as
+	// far as each side keeps the fewest entries a node may: the run's
+	// next entries then go at the end of the left leaf (see the descent
+	// above), which fills before it splits again.
 	h := nd.n / 2
+	if nd.leaf && i > 0 && nd.key[i-1] == e.key && (i == nd.n-1 || nd.key[i+1] != e.key) {
+		h = min(max(i+1, fan/4), nd.n-fan/4)
+	}
 	rn.move(0, nd, h, nd.n-h)
 	rn.n, nd.n = nd.n-h, h
 	return r
@@ -193,7 +212,7 @@ func (t *btree[K]) remove(root, id int32) int32 {
 	}
 	t.del(root, id)
 	for {
-		nd := &t.nodes[root]
+		nd := t.nodes.at(root)
 		switch {
 		case nd.n == 0:
 			t.free = append(t.free, root)
@@ -209,8 +228,8 @@ func (t *btree[K]) remove(root, id int32) int32 {
 
 // del removes id below node v.
 func (t *btree[K]) del(v, id int32) {
-	e := t.vals[id]
-	nd := &t.nodes[v]
+	e := *t.vals.at(id)
+	nd := t.nodes.at(v)
 	i := nd.search(e.key, id)
 	if nd.leaf {
 		if i < nd.n && nd.id[i] == id {
@@ -223,7 +242,7 @@ func (t *btree[K]) del(v, id int32) {
 	}
 	c := nd.kid[i]
 	t.del(c, id)
-	switch cn := &t.nodes[c]; {
+	switch cn := t.nodes.at(c); {
 	case cn.n >= fan/4:
 		t.place(v, i, c)
 	case nd.n > 1:
@@ -241,12 +260,12 @@ func (t *btree[K]) del(v, id int32) {
 // the two are merged if they fit in one node, else their entries are
 // shared evenly.
 func (t *btree[K]) rebalance(v int32, i int) {
-	nd := &t.nodes[v]
+	nd := t.nodes.at(v)
 	if i+1 == nd.n {
 		i--
 	}
 	l, r := nd.kid[i], nd.kid[i+1]
-	ln, rn := &t.nodes[l], &t.nodes[r]
+	ln, rn := t.nodes.at(l), t.nodes.at(r)
 	if ln.n+rn.n <= fan {
 		ln.move(ln.n, rn, 0, rn.n)
 		ln.n += rn.n
@@ -276,7 +295,7 @@ func (t *btree[K]) rebalance(v int32, i int) {
 // each summed directly rather than as a difference from the total.
 func (t *btree[K]) split(root int32, k K) (leA, leB, gtA, gtB float64) {
 	for v := root; v != 0; {
-		nd := &t.nodes[v]
+		nd := t.nodes.at(v)
 		i := 0
 		for ; i < nd.n && nd.key[i] <= k; i++ {
 			leA += nd.a[i]
@@ -296,11 +315,29 @@ func (t *btree[K]) split(root int32, k K) (leA, leB, gtA, gtB float64) {
 	return leA, leB, gtA, gtB
 }
 
-// sumAbove returns the sum of a over the entries of the tree at root whose
-// key is above k.
-func (t *btree[K]) sumAbove(root int32, k K) float64 {
-	_, _, a, _ := t.split(root, k)
-	return a
+// eachAbove calls fn with the id of every entry of the tree at root whose
+// key is above k, in order, until fn returns false; it reports whether
+// fn never did. A subtree whose last key is at most k is skipped, so it
+// costs O(log n) plus the entries visited.
+func (t *btree[K]) eachAbove(root int32, k K, fn func(id int32) bool) bool {
+	if root == 0 {
+		return true
+	}
+	nd := t.nodes.at(root)
+	for i := range nd.n {
+		switch {
+		case nd.key[i] <= k:
+		case nd.leaf:
+			if !fn(nd.id[i]) {
+				return false
+			}
+		default:
+			if !t.eachAbove(nd.kid[i], k, fn) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // fairLevel returns the water level of the tree at root, whose entries
@@ -320,7 +357,7 @@ func fairLevel(t *btree[float64], root int32, capacity float64) float64 {
 	var before, after float64 // wants of the claims before the node; weight of those after
 	fixed, above := 0.0, total
 	for v := root; v != 0; {
-		nd := &t.nodes[v]
+		nd := t.nodes.at(v)
 		var suffix [fan + 2]float64 // weight of the node's positions from i on
 		for i := nd.n - 1; i >= 0; i-- {
 			suffix[i] = suffix[i+1] + nd.b[i]

@@ -15,7 +15,7 @@ func (t *btree[K]) check(tb testing.TB, root int32) (ids []int32, depth int) {
 	leafDepth := -1
 	var walk func(v int32, d int)
 	walk = func(v int32, d int) {
-		nd := &t.nodes[v]
+		nd := t.nodes.at(v)
 		if v != root && nd.n < fan/4 || nd.n == 0 || nd.n > fan {
 			tb.Fatalf("node %d (root %v) holds %d entries", v, v == root, nd.n)
 		}
@@ -25,7 +25,7 @@ func (t *btree[K]) check(tb testing.TB, root int32) (ids []int32, depth int) {
 			}
 			leafDepth = d
 			for i := range nd.n {
-				want := t.vals[nd.id[i]]
+				want := *t.vals.at(nd.id[i])
 				if nd.key[i] != want.key || nd.a[i] != want.a || nd.b[i] != want.b {
 					tb.Fatalf("leaf %d holds %v %v %v for id %d, whose values are %+v", v, nd.key[i], nd.a[i], nd.b[i], nd.id[i], want)
 				}
@@ -36,7 +36,7 @@ func (t *btree[K]) check(tb testing.TB, root int32) (ids []int32, depth int) {
 		for i := range nd.n {
 			c := nd.kid[i]
 			walk(c, d+1)
-			cn := &t.nodes[c]
+			cn := t.nodes.at(c)
 			a, b := t.sums(c)
 			if nd.key[i] != cn.key[cn.n-1] || nd.id[i] != cn.id[cn.n-1] || nd.a[i] != a || nd.b[i] != b {
 				tb.Fatalf("node %d describes child %d as %v %d %v %v; its last entry is %v %d, its sums %v %v",
@@ -48,7 +48,7 @@ func (t *btree[K]) check(tb testing.TB, root int32) (ids []int32, depth int) {
 		walk(root, 1)
 	}
 	for i := 1; i < len(ids); i++ {
-		x, y := t.vals[ids[i-1]], t.vals[ids[i]]
+		x, y := *t.vals.at(ids[i-1]), *t.vals.at(ids[i])
 		if !less(x.key, ids[i-1], y.key, ids[i]) {
 			tb.Fatalf("entries %d and %d out of order", ids[i-1], ids[i])
 		}
@@ -88,15 +88,15 @@ func TestBtree(t *testing.T) {
 		k := int64(rng.IntN(52) - 1)
 		var leA, leB, gtA, gtB float64
 		for _, x := range ids {
-			if e := tr.vals[x]; e.key <= k {
+			if e := *tr.vals.at(x); e.key <= k {
 				leA, leB = leA+e.a, leB+e.b
 			} else {
 				gtA, gtB = gtA+e.a, gtB+e.b
 			}
 		}
 		a, b, c, d := tr.split(root, k)
-		if a != leA || b != leB || c != gtA || d != gtB || tr.sumAbove(root, k) != gtA {
-			t.Fatalf("split(%d) = %v %v %v %v, sumAbove %v; scan %v %v %v %v", k, a, b, c, d, tr.sumAbove(root, k), leA, leB, gtA, gtB)
+		if a != leA || b != leB || c != gtA || d != gtB {
+			t.Fatalf("split(%d) = %v %v %v %v; scan %v %v %v %v", k, a, b, c, d, leA, leB, gtA, gtB)
 		}
 	}
 	for x := range in {

@@ -21,7 +21,9 @@
 // Cost: Add, Set and Remove O(log n + B) where B is the number of priority
 // bands of the claim's tenant; the first Target after a change O(log n +
 // log T + B) (the tenant level, the band cascade and one level search),
-// later ones O(1) until the next change; the running sums O(1).
+// later ones O(1) until the next change; the running sums O(1). Within
+// says, per band, above what a claim holds more than its share, for a
+// caller that tracks who must give back.
 //
 // Why a B+ tree. A Fenwick tree over ranks cannot take keys (arbitrary
 // ratios) arriving online without re-ranking, and both a Fenwick tree and
@@ -38,9 +40,11 @@
 //
 // Beside the shares a State keeps the sums the round needs without a
 // scan: Σ Wants and Σ Weight in all and per priority band (with the
-// number of clients a band stands for), Σ of what claims hold, and the
-// outstanding bound at any time (see Holding). Sums that are only ever
-// added to and subtracted from are exact (see Sum).
+// number of clients a band stands for). Sums that are only ever added to
+// and subtracted from are exact (see Sum). What claimants hold is not a
+// State's business: the coordinator's ledger counts that itself, by its
+// own rules of what a claimant may hold when (leases, unconfirmed
+// shrinks, floors, each ending at its own time), with Sum.
 //
 // Results agree with internal/alloc up to rounding: the trees sum in
 // another order than alloc's loops, so a share may differ in its last
@@ -125,7 +129,6 @@ type State struct {
 	tenantFits  bool
 	tenantLevel float64
 
-	holdings
 	sums
 }
 
@@ -165,7 +168,6 @@ func New(cfg Config) (*State, error) {
 		tenants: make([]tenant, 2), tenantOf: map[string]int32{}, ver: 1}
 	s.claims.grow(1)
 	s.tenantTree.grow(2)
-	s.holdings.grow(1)
 	s.sums.byPrio = map[int32]*bandTotals{}
 	if s.weigh == nil {
 		s.tenants[1] = tenant{weight: 1}
@@ -239,7 +241,6 @@ func (s *State) Add(c Claim) (Handle, error) {
 	}
 	h := Handle(take(&s.slots, &s.free))
 	s.claims.grow(len(s.slots))
-	s.holdings.grow(len(s.slots))
 	s.retenant(s.attach(h, c))
 	s.live++
 	s.ver++
@@ -264,17 +265,26 @@ func (s *State) Set(h Handle, c Claim) error {
 	return nil
 }
 
-// Remove removes claim h, and what it holds (see SetHolding).
+// Remove removes claim h.
 func (s *State) Remove(h Handle) error {
 	if !s.known(h) {
 		return fmt.Errorf("%w: %d", ErrUnknownHandle, h)
 	}
-	s.setHolding(h, Holding{})
 	s.retenant(s.detach(h))
 	s.free = append(s.free, int32(h))
 	s.live--
 	s.ver++
 	return nil
+}
+
+// Claim returns claim h as last added or set, and whether h names a
+// claim. Its Tenant is the one given only with the tenant level (else "").
+func (s *State) Claim(h Handle) (Claim, bool) {
+	if !s.known(h) {
+		return Claim{}, false
+	}
+	e, bd := s.claims.val(int32(h)), &s.bands[s.slots[h].band]
+	return Claim{Wants: e.a, Weight: e.b, Priority: bd.priority, Tenant: s.tenants[bd.tenant].name}, true
 }
 
 // attach puts claim h (free) in its tenant's band and returns the tenant.
@@ -326,10 +336,10 @@ func (s *State) tenantFor(name string) int32 {
 	return t
 }
 
-// bandFor returns tenant t's band of priority p, adding it if new.
-func (s *State) bandFor(t int32, p int32) int32 {
-	tn := &s.tenants[t]
-	k, found := slices.BinarySearchFunc(tn.bands, p, func(b int32, p int32) int {
+// findBand returns the position of tenant t's band of priority p in its
+// list (highest priority first), or where it would go.
+func (s *State) findBand(t int32, p int32) (int, bool) {
+	return slices.BinarySearchFunc(s.tenants[t].bands, p, func(b int32, p int32) int {
 		switch q := s.bands[b].priority; {
 		case q > p:
 			return -1
@@ -338,6 +348,12 @@ func (s *State) bandFor(t int32, p int32) int32 {
 		}
 		return 0
 	})
+}
+
+// bandFor returns tenant t's band of priority p, adding it if new.
+func (s *State) bandFor(t int32, p int32) int32 {
+	tn := &s.tenants[t]
+	k, found := s.findBand(t, p)
 	if found {
 		return tn.bands[k]
 	}

@@ -10,8 +10,7 @@ import (
 )
 
 // TestMatchesAlloc: on random histories of adds, changes of wants,
-// weight, priority and tenant, removals, capacity changes and holdings,
-// every share equals what today's internal/alloc computes from scratch
+// weight, priority and tenant, removals and capacity changes, every share equals what today's internal/alloc computes from scratch
 // over the same claims (within the tolerance), and so do the sums.
 func TestMatchesAlloc(t *testing.T) {
 	histories := 300
@@ -121,9 +120,6 @@ func TestBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetHolding(h, Holding{Has: 4}); err != nil {
-		t.Fatal(err)
-	}
 	tests := []struct {
 		name string
 		do   func() error
@@ -140,9 +136,6 @@ func TestBadInput(t *testing.T) {
 		{"set zero handle", func() error { return s.Set(0, Claim{Wants: 1, Weight: 1}) }, ErrUnknownHandle},
 		{"remove unknown", func() error { return s.Remove(-3) }, ErrUnknownHandle},
 		{"target unknown", func() error { _, err := s.Target(99); return err }, ErrUnknownHandle},
-		{"holding NaN", func() error { return s.SetHolding(h, Holding{Held: math.NaN()}) }, ErrInvalid},
-		{"holding negative", func() error { return s.SetHolding(h, Holding{Has: -1}) }, ErrInvalid},
-		{"holding unknown", func() error { return s.SetHolding(h+1, Holding{}) }, ErrUnknownHandle},
 		{"capacity NaN", func() error { return s.SetCapacity(math.NaN()) }, ErrInvalid},
 	}
 	for _, tt := range tests {
@@ -151,8 +144,9 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("error %v, want %v", err, tt.want)
 			}
 			got, err := s.Target(h)
-			if err != nil || got != 10 || s.Len() != 1 || s.Wants() != 20 || s.Has() != 4 || s.Capacity() != 10 {
-				t.Fatalf("state changed: target %v (%v), len %d, wants %v, has %v, capacity %v", got, err, s.Len(), s.Wants(), s.Has(), s.Capacity())
+			c, ok := s.Claim(h)
+			if err != nil || got != 10 || s.Len() != 1 || s.Wants() != 20 || s.Capacity() != 10 || !ok || c != (Claim{Wants: 20, Weight: 1}) {
+				t.Fatalf("state changed: target %v (%v), len %d, wants %v, capacity %v, claim %+v %v", got, err, s.Len(), s.Wants(), s.Capacity(), c, ok)
 			}
 		})
 	}
@@ -175,49 +169,60 @@ func TestRemovedHandle(t *testing.T) {
 	if err := s.Remove(h); err != nil {
 		t.Fatal(err)
 	}
-	for _, err := range []error{s.Remove(h), s.Set(h, Claim{Wants: 1, Weight: 1}), s.SetHolding(h, Holding{})} {
+	for _, err := range []error{s.Remove(h), s.Set(h, Claim{Wants: 1, Weight: 1})} {
 		if !errors.Is(err, ErrUnknownHandle) {
 			t.Fatalf("error %v, want ErrUnknownHandle", err)
 		}
+	}
+	if _, ok := s.Claim(h); ok {
+		t.Fatal("Claim of a removed handle")
 	}
 	if s.Len() != 0 || s.Wants() != 0 || s.Weight() != 0 || len(s.Bands()) != 0 {
 		t.Fatalf("empty state: len %d wants %v weight %v bands %v", s.Len(), s.Wants(), s.Weight(), s.Bands())
 	}
 }
 
-// TestFree: what may be granted is the capacity (or the ceiling, if
-// lower) less what is outstanding and, while learning, the predecessor's
-// unaccounted leases; a held shrink counts until it is confirmed.
-func TestFree(t *testing.T) {
-	s, err := New(Config{Kind: allotpb.Algorithm_FAIR_SHARE})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetCapacity(100); err != nil {
-		t.Fatal(err)
-	}
-	a, _ := s.Add(Claim{Wants: 50, Weight: 1})
-	b, _ := s.Add(Claim{Wants: 50, Weight: 1})
-	if err := s.SetHolding(a, Holding{Has: 10, Held: 30, HeldUntil: 1000}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetHolding(b, Holding{Has: 5, Safe: 7}); err != nil {
-		t.Fatal(err)
-	}
+// TestWithin pins the bound on what a claim may hold per unit of weight
+// within its share: a contended band's water level (its equal share for
+// PROPORTIONAL_SHARE), 0 for a band that gets nothing, +Inf for a band
+// that gets all it wants, for a band with no claims and for the
+// algorithms that share nothing.
+func TestWithin(t *testing.T) {
+	fair, prop := allotpb.Algorithm_FAIR_SHARE, allotpb.Algorithm_PROPORTIONAL_SHARE
+	inf := math.Inf(1)
 	tests := []struct {
-		now           int64
-		ceiling, pred float64
-		want          float64
+		name     string
+		kind     allotpb.Algorithm_Kind
+		capacity float64
+		claims   []Claim
+		want     map[int32]float64
 	}{
-		{999, math.Inf(1), 0, 100 - 30 - 7},
-		{1000, math.Inf(1), 0, 100 - 10 - 7},
-		{1000, 60, 0, 60 - 10 - 7},
-		{1000, math.Inf(1), 25, 100 - 10 - 7 - 25},
-		{0, 20, 0, 20 - 30 - 7},
+		{"fair/contended", fair, 100, []Claim{{Wants: 1000, Weight: 1}, {Wants: 20, Weight: 1}, {Wants: 100, Weight: 2}}, map[int32]float64{0: 80.0 / 3, 1: inf}},
+		{"fair/fits", fair, 100, []Claim{{Wants: 10, Weight: 1}, {Wants: 20, Weight: 1}}, map[int32]float64{0: inf}},
+		{"fair/priority", fair, 100, []Claim{{Wants: 80, Weight: 1, Priority: 2}, {Wants: 40, Weight: 1, Priority: 1}, {Wants: 5, Weight: 1}},
+			map[int32]float64{2: inf, 1: 20, 0: 0}},
+		{"proportional/contended", prop, 90, []Claim{{Wants: 100, Weight: 1}, {Wants: 10, Weight: 2}}, map[int32]float64{0: 30}},
+		{"static", allotpb.Algorithm_STATIC, 1, []Claim{{Wants: 10, Weight: 1}}, map[int32]float64{0: inf}},
 	}
 	for _, tt := range tests {
-		if got := s.Free(tt.now, tt.ceiling, tt.pred); got != tt.want {
-			t.Errorf("Free(%d, %v, %v) = %v, want %v", tt.now, tt.ceiling, tt.pred, got, tt.want)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := New(Config{Kind: tt.kind})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SetCapacity(tt.capacity); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range tt.claims {
+				if _, err := s.Add(c); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for p, want := range tt.want {
+				if got := s.Within(p); math.Abs(got-want) > 1e-12 && got != want {
+					t.Errorf("Within(%d) = %v, want %v", p, got, want)
+				}
+			}
+		})
 	}
 }

@@ -46,12 +46,11 @@ type model struct {
 	capacity float64
 	order    []Handle // the ledger's dense order
 	claims   map[Handle]Claim
-	holdings map[Handle]Holding
 	scratch  alloc.Scratch
 }
 
 func newModel(kind allotpb.Algorithm_Kind, tenanted bool) *model {
-	return &model{kind: kind, tenanted: tenanted, claims: map[Handle]Claim{}, holdings: map[Handle]Holding{}}
+	return &model{kind: kind, tenanted: tenanted, claims: map[Handle]Claim{}}
 }
 
 func (m *model) add(h Handle, c Claim) {
@@ -65,7 +64,6 @@ func (m *model) remove(h Handle) {
 	m.order[k] = m.order[last]
 	m.order = m.order[:last]
 	delete(m.claims, h)
-	delete(m.holdings, h)
 }
 
 // targets divides the capacity as the ledger's resource.targets does.
@@ -98,21 +96,6 @@ func (m *model) targets() map[Handle]float64 {
 		out[h] = d[i].Target
 	}
 	return out
-}
-
-// outstanding is the ledger's resource.outstanding with its
-// client.exposure.
-func (m *model) outstanding(now int64) float64 {
-	var sum float64
-	for _, h := range m.order {
-		x := m.holdings[h]
-		e := max(x.Has, x.Safe, x.SafePrev)
-		if x.HeldUntil > now && x.Held > e {
-			e = x.Held
-		}
-		sum += e
-	}
-	return sum
 }
 
 // bands is the ledger's bandDemand, with counts and weights.
@@ -151,8 +134,8 @@ func near(a, b, scale float64) bool {
 	return a == b || math.Abs(a-b) <= tolerance*scale
 }
 
-// compare checks every share and sum of s against the model.
-func (m *model) compare(s *State, nows []int64) error {
+// compare checks every share, claim and sum of s against the model.
+func (m *model) compare(s *State) error {
 	if s.Len() != len(m.order) {
 		return fmt.Errorf("Len = %d, model has %d claims", s.Len(), len(m.order))
 	}
@@ -168,30 +151,32 @@ func (m *model) compare(s *State, nows []int64) error {
 				h, got, want[h], got-want[h], tolerance*scale, m.exact, m.claims[h])
 		}
 	}
-	var wants, weight, has, hold float64
+	// Within: a claim holding no more than it wants nor than Within per
+	// unit of its weight holds no more than its share.
 	for _, h := range m.order {
-		wants += m.claims[h].Wants
-		weight += m.claims[h].Weight
-		x := m.holdings[h]
-		has += x.Has
-		hold += max(x.Has, x.Safe, x.SafePrev, x.Held)
+		c := m.claims[h]
+		if !shared(m.kind) {
+			break
+		}
+		x := s.Within(c.Priority)
+		if bound := min(c.Wants, c.Weight*x); bound > want[h] && !near(bound, want[h], scale) {
+			return fmt.Errorf("Within(%d) = %v, but claim %d (%+v) gets %v < %v", c.Priority, x, h, c, want[h], bound)
+		}
 	}
-	if !near(s.Wants(), wants, wants) || !near(s.Weight(), weight, weight) || !near(s.Has(), has, has) {
-		return fmt.Errorf("sums: wants %v weight %v has %v, model %v %v %v", s.Wants(), s.Weight(), s.Has(), wants, weight, has)
+	var wants, weight float64
+	for _, h := range m.order {
+		c := m.claims[h]
+		wants += c.Wants
+		weight += c.Weight
+		if !m.tenanted {
+			c.Tenant = ""
+		}
+		if got, ok := s.Claim(h); !ok || got != c {
+			return fmt.Errorf("Claim(%d) = %+v %v, model %+v", h, got, ok, c)
+		}
 	}
-	// What may be granted: as the ledger's allocate (no ceiling, nothing
-	// learnt) and learn (a ceiling, a predecessor's remainder) work it out.
-	ceiling, pred := m.capacity/2, float64(len(m.order))
-	for _, now := range nows {
-		if got, want := s.Outstanding(now), m.outstanding(now); !near(got, want, hold) {
-			return fmt.Errorf("Outstanding(%d) = %v, model %v", now, got, want)
-		}
-		if got, want := s.Free(now, math.Inf(1), 0), m.capacity-m.outstanding(now); !near(got, want, hold+math.Abs(m.capacity)) {
-			return fmt.Errorf("Free(%d) = %v, model %v", now, got, want)
-		}
-		if got, want := s.Free(now, ceiling, pred), min(m.capacity, ceiling)-m.outstanding(now)-pred; !near(got, want, hold+math.Abs(m.capacity)+pred) {
-			return fmt.Errorf("Free(%d, %v, %v) = %v, model %v", now, ceiling, pred, got, want)
-		}
+	if !near(s.Wants(), wants, wants) || !near(s.Weight(), weight, weight) {
+		return fmt.Errorf("sums: wants %v weight %v, model %v %v", s.Wants(), s.Weight(), wants, weight)
 	}
 	got, wantBands := s.Bands(), m.bands()
 	if len(got) != len(wantBands) {
@@ -279,9 +264,8 @@ func history(src source, kind allotpb.Algorithm_Kind, tenanted bool, steps int) 
 	m := newModel(kind, tenanted)
 	style := src.IntN(styles)
 	m.exact = !shared(kind) || kind == allotpb.Algorithm_FAIR_SHARE && style == styleExact
-	var nows []int64
 	for step := range steps {
-		op := src.IntN(12)
+		op := src.IntN(11)
 		if len(m.order) == 0 {
 			op = 0
 		}
@@ -322,19 +306,6 @@ func history(src source, kind allotpb.Algorithm_Kind, tenanted bool, steps int) 
 			if err := s.SetCapacity(m.capacity); err != nil {
 				return fmt.Errorf("step %d: SetCapacity(%v): %v", step, m.capacity, err)
 			}
-		case 11:
-			x := Holding{Has: value(src, style), HeldUntil: int64(src.IntN(20))}
-			if src.IntN(2) == 0 {
-				x.Held = value(src, style)
-			}
-			if src.IntN(3) == 0 {
-				x.Safe, x.SafePrev = value(src, style)/10, value(src, style)/10
-			}
-			if err := s.SetHolding(h, x); err != nil {
-				return fmt.Errorf("step %d: SetHolding(%d, %+v): %v", step, h, x, err)
-			}
-			m.holdings[h] = x
-			nows = append(nows, x.HeldUntil-1, x.HeldUntil, x.HeldUntil+1)
 		}
 		if op >= 4 && op <= 9 {
 			if err := s.Set(h, c); err != nil {
@@ -342,10 +313,7 @@ func history(src source, kind allotpb.Algorithm_Kind, tenanted bool, steps int) 
 			}
 			m.claims[h] = c
 		}
-		if len(nows) > 8 {
-			nows = nows[len(nows)-8:]
-		}
-		if err := m.compare(s, nows); err != nil {
+		if err := m.compare(s); err != nil {
 			return fmt.Errorf("step %d (op %d, %s, tenants %v, style %d): %v", step, op, kind, tenanted, style, err)
 		}
 	}

@@ -2,6 +2,7 @@ package level
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -80,22 +81,91 @@ func (s *State) cascade(t int32) {
 	}
 }
 
+// divideTenants finds the tenants' water level, once per change.
+func (s *State) divideTenants() {
+	if s.tenantVer == s.ver {
+		return
+	}
+	s.tenantVer = s.ver
+	c := max(s.capacity, 0)
+	total, _ := s.tenantTree.sums(s.tenantRoot)
+	s.tenantFits = total <= c
+	if !s.tenantFits {
+		s.tenantLevel = fairLevel(&s.tenantTree, s.tenantRoot, c)
+	}
+}
+
 // tenantShare is tenant t's part of the capacity, as alloc.DivideTenants
 // gives it: its wants if all tenants' wants fit, else min(Wants,
 // Weight·L) at the tenants' water level L.
 func (s *State) tenantShare(t int32) float64 {
-	if s.tenantVer != s.ver {
-		s.tenantVer = s.ver
-		c := max(s.capacity, 0)
-		total, _ := s.tenantTree.sums(s.tenantRoot)
-		s.tenantFits = total <= c
-		if !s.tenantFits {
-			s.tenantLevel = fairLevel(&s.tenantTree, s.tenantRoot, c)
-		}
-	}
+	s.divideTenants()
 	n := s.tenantTree.val(t)
 	if s.tenantFits {
 		return n.a
 	}
 	return min(n.b*s.tenantLevel, n.a)
+}
+
+// MaxWithinTenants bounds the tenants Within looks at: past it, Within
+// says 0.
+const MaxWithinTenants = 64
+
+// Within returns a bound x for the claims of priority band p such that a
+// claim of a share algorithm that holds no more than it wants, and at
+// most x per unit of its weight, holds no more than its target
+// (min(Wants, Weight·x) <= Target); +Inf when every such claim's target
+// is its wants, and for the other algorithms. A claim above it may hold
+// more than its target: for FAIR_SHARE x is the band's water level (the
+// lowest over the tenants whose band does not get all it wants; 0 if one
+// gets nothing), so every claim above it in such a band does; for
+// PROPORTIONAL_SHARE it is the band's equal share per unit of weight,
+// which some claims above it do not exceed. So a caller that tracks
+// what claims hold per unit of weight finds those that may have to give
+// back. The first call after a change costs O(B + log n) per tenant
+// whose claims want more than its share (at most MaxWithinTenants of
+// them, else it returns 0).
+func (s *State) Within(p int32) float64 {
+	if !shared(s.kind) {
+		return math.Inf(1)
+	}
+	if s.weigh == nil {
+		return s.within(1, p)
+	}
+	s.divideTenants()
+	if s.tenantFits {
+		return math.Inf(1) // every tenant gets what its claims want
+	}
+	// A tenant that gets its wants serves every band of it in full; the
+	// others want more per unit of weight than the level.
+	x, seen := math.Inf(1), 0
+	s.tenantTree.eachAbove(s.tenantRoot, s.tenantLevel, func(t int32) bool {
+		if seen++; seen > MaxWithinTenants {
+			x = 0
+			return false
+		}
+		x = min(x, s.within(t, p))
+		return x > 0
+	})
+	return x
+}
+
+// within is Within over tenant t's band of priority p.
+func (s *State) within(t, p int32) float64 {
+	k, found := s.findBand(t, p)
+	if !found {
+		return math.Inf(1)
+	}
+	b := s.tenants[t].bands[k]
+	if s.bands[b].ver != s.ver {
+		s.cascade(t)
+	}
+	switch bd := &s.bands[b]; {
+	case bd.fits:
+		return math.Inf(1)
+	case s.kind == allotpb.Algorithm_FAIR_SHARE:
+		return bd.level
+	default:
+		return bd.unit
+	}
 }
