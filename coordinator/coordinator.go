@@ -25,6 +25,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/ledger"
+	"github.com/allot/allot/internal/statekv"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/wire"
 )
@@ -33,7 +34,7 @@ import (
 const (
 	DefaultNode          = "root"
 	DefaultRoundInterval = 20 * time.Millisecond
-	DefaultStateBucket   = "allot_state"
+	DefaultStateBucket   = statekv.DefaultBucket
 	// ServiceName is the NATS micro service name coordinators register.
 	ServiceName = "allot"
 	// DefaultMaxResources is the default Options.MaxResources.
