@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,8 @@ import (
 // racing. The configuration bucket once got one replica whatever the
 // flag said, and the state bucket got one whenever the domain service
 // created it (four fresh starts in six), so losing that one server lost
-// the level's templates or lease records. `allot config put
+// the level's templates or lease records. Without --election-ttl the
+// election TTL is the one a replicated election bucket needs. `allot config put
 // --create-bucket --bucket-replicas 3` creates its bucket with three too.
 func TestBucketReplicas(t *testing.T) {
 	servers := natstest.Cluster(t, 3)
@@ -42,8 +44,9 @@ func TestBucketReplicas(t *testing.T) {
 		// services that wrote it have started.
 		keys []string
 	}{
-		{"coordinator-first", []string{"--quota-serve", "none"}, false, []string{"root.leases"}},
-		{"domain-first", nil, true, []string{"root.domain.seal"}},
+		{"coordinator-first", []string{"--quota-serve", "none", "--election-ttl", "1s"}, false, []string{"root.leases"}},
+		{"domain-first", []string{"--election-ttl", "1s"}, true, []string{"root.domain.seal"}},
+		// No --election-ttl: replicated buckets get election.ReplicatedTTL.
 		{"race", nil, false, []string{"root.leases", "root.domain.seal"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,12 +66,31 @@ func TestBucketReplicas(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			stop := runBackground(t, append([]string{"coordinator", "--nats", url, "--bucket-replicas", "3", "--log-level", "warn", "--election-ttl", "1s"}, tc.args...))
+			stop := runBackground(t, append([]string{"coordinator", "--nats", url, "--bucket-replicas", "3", "--log-level", "warn"}, tc.args...))
 			defer stop()
 			waitStateKeys(ctx, t, js, tc.keys)
 			for _, bucket := range []string{configkv.DefaultBucket, election.DefaultBucket, statekv.DefaultBucket} {
 				if r := bucketReplicas(ctx, t, js, bucket); r != 3 {
 					t.Errorf("bucket %s has %d replicas, want 3", bucket, r)
+				}
+			}
+			if !tc.blocked {
+				// The election bucket's marker TTL is the TTL it was
+				// created with.
+				want := time.Second
+				if !slices.Contains(tc.args, "--election-ttl") {
+					want = election.ReplicatedTTL
+				}
+				kv, err := js.KeyValue(ctx, election.DefaultBucket)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, err := kv.Status(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := st.LimitMarkerTTL(); got != want {
+					t.Errorf("election TTL %v, want %v", got, want)
 				}
 			}
 		})
