@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/time/rate"
 
+	"github.com/allot/allot/agent/internal/option"
+	"github.com/allot/allot/agent/internal/rpc"
 	"github.com/allot/allot/internal/wire"
 )
 
@@ -27,20 +29,15 @@ const (
 	KindRate Kind = iota + 1
 	// KindGauge is a gauge resource: capacity is units in flight.
 	KindGauge
-	// KindQuota is a quota namespace, asked per request with Take; its
-	// Status describes the namespace's circuit.
-	KindQuota
 )
 
-// String returns "rate", "gauge" or "quota".
+// String returns "rate" or "gauge".
 func (k Kind) String() string {
 	switch k {
 	case KindRate:
 		return "rate"
 	case KindGauge:
 		return "gauge"
-	case KindQuota:
-		return "quota"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -60,12 +57,6 @@ const (
 	// SourcePessimistic is zero, used in Pessimistic mode without a valid
 	// lease.
 	SourcePessimistic
-	// SourceQuotaService is a quota namespace whose decisions come from
-	// the quota service.
-	SourceQuotaService
-	// SourceFallback is a quota namespace whose circuit is open: its
-	// decisions come from the local fallback bucket, or fail without one.
-	SourceFallback
 	// SourceNone is nothing, in Safe mode once the lease and then the
 	// safe capacity have both ended unrefreshed: a client cut off from
 	// every coordinator for longer than its floor lease uses nothing,
@@ -73,8 +64,7 @@ const (
 	SourceNone
 )
 
-// String returns "lease", "safe", "optimistic", "pessimistic",
-// "quota-service", "fallback" or "none".
+// String returns "lease", "safe", "optimistic", "pessimistic" or "none".
 func (s Source) String() string {
 	switch s {
 	case SourceLease:
@@ -85,27 +75,20 @@ func (s Source) String() string {
 		return "optimistic"
 	case SourcePessimistic:
 		return "pessimistic"
-	case SourceQuotaService:
-		return "quota-service"
-	case SourceFallback:
-		return "fallback"
 	case SourceNone:
 		return "none"
 	}
 	return fmt.Sprintf("Source(%d)", int(s))
 }
 
-// Status describes one resource, or one quota namespace, as the agent sees
-// it.
+// Status describes one resource as the agent sees it.
 type Status struct {
-	// ResourceID identifies the resource, or names the quota namespace
-	// (Kind KindQuota).
+	// ResourceID identifies the resource.
 	ResourceID string
-	// Kind is KindRate, KindGauge or KindQuota.
+	// Kind is KindRate or KindGauge.
 	Kind Kind
 	// Capacity is the capacity in force: per second for rates, units in
-	// flight for gauges; +Inf when unlimited. For a quota namespace it is
-	// the fallback bucket's rate per second, 0 without one.
+	// flight for gauges; +Inf when unlimited.
 	Capacity float64
 	// Source says where Capacity comes from.
 	Source Source
@@ -128,14 +111,12 @@ type Status struct {
 	// estimated from demand.
 	Wants     float64
 	AutoWants bool
-	// LastRefresh is the time of the last successful GetCapacity; for a
-	// quota namespace, of the last answer from the quota service.
+	// LastRefresh is the time of the last successful GetCapacity.
 	LastRefresh time.Time
 	// LastError is the error of the last failed GetCapacity since the last
 	// successful one, or the error the coordinator gave for this resource
 	// alone in the last reply (a *ServiceError, e.g. 404 when it matches
-	// no template), or nil. For a quota namespace it is the last failure
-	// to get an answer since the last answer.
+	// no template), or nil.
 	LastError error
 	// Shadow reports that the coordinator's last answer put the resource
 	// in shadow mode: Capacity is then the wants (+Inf with automatic
@@ -146,36 +127,10 @@ type Status struct {
 	// ShadowAdmitted counts the events (tokens for rates, units for
 	// gauges) admitted in shadow mode since the resource was created, and
 	// WouldRefuse those of them that ShadowCapacity would have refused or,
-	// for a rate's Wait and Reserve, made wait. Both only grow. For a
-	// quota namespace, Shadow says that the last answer was in shadow
-	// mode, ShadowAdmitted counts the tokens answered OK in shadow mode
-	// and WouldRefuse those of them its bucket refused or made wait.
+	// for a rate's Wait and Reserve, made wait. Both only grow.
 	ShadowAdmitted uint64
 	WouldRefuse    uint64
-	// QuotaFailures counts a quota namespace's consecutive requests the
-	// quota service did not answer. At WithQuotaCircuit's threshold
-	// CircuitOpen is set and Source is SourceFallback: Take decides
-	// locally without asking until CircuitRetry, when one request probes
-	// the service again.
-	QuotaFailures int
-	CircuitOpen   bool
-	CircuitRetry  time.Time
 }
-
-// ServiceError is an error reply from the coordinator (NATS micro
-// convention: headers Nats-Service-Error-Code and Nats-Service-Error).
-type ServiceError struct {
-	Code        int
-	Description string
-}
-
-func (e *ServiceError) Error() string {
-	return fmt.Sprintf("coordinator error %d: %s", e.Code, e.Description)
-}
-
-// ErrStaleTerm is reported when a response carries a term lower than the
-// highest seen: it comes from a deposed coordinator and is ignored.
-var ErrStaleTerm = errors.New("agent: response from a stale coordinator term")
 
 // An Agent holds this client's leases for any number of resources and
 // keeps them refreshed from the coordinator over NATS. Create one per
@@ -185,15 +140,9 @@ type Agent struct {
 	nc      *nats.Conn
 	o       options
 	log     *slog.Logger
+	rpc     *rpc.Caller
 	getSubj string
 	relSubj string
-	// quotaSubj is allot.<node>.quota; Take and Report add the rest.
-	quotaSubj string
-	q         quotaState
-	d         domainState // domain limits (domain.go, hold.go)
-	// pbHeader marks requests as binary protobuf; shared and never
-	// modified, so concurrent requests can all read it.
-	pbHeader nats.Header
 
 	kick chan struct{}
 	stop chan struct{}
@@ -273,24 +222,12 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 		return nil, errors.New("agent: nil NATS connection")
 	}
 	o := options{
-		node:           DefaultNode,
-		requestTimeout: DefaultRequestTimeout,
-		minRefreshGap:  DefaultMinRefreshGap,
-
-		quotaTimeout:        DefaultQuotaTimeout,
-		quotaFailures:       DefaultQuotaFailures,
-		quotaCooldown:       DefaultQuotaCooldown,
-		quotaReportInterval: DefaultQuotaReportInterval,
-
-		domain: domainOptions{timeout: DefaultDomainTimeout},
+		node:           defaultNode,
+		requestTimeout: defaultRequestTimeout,
+		minRefreshGap:  defaultMinRefreshGap,
 	}
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&o); err != nil {
-			return nil, err
-		}
+	if err := option.Apply(&o, opts); err != nil {
+		return nil, err
 	}
 	if o.clientID == "" {
 		o.clientID = defaultClientID()
@@ -300,6 +237,7 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 	}
 	a := &Agent{
 		nc:      nc,
+		rpc:     rpc.New(nc, func(code int, desc string) error { return &ServiceError{Code: code, Description: desc} }),
 		o:       o,
 		log:     o.logger.With("component", "allot-agent", "client_id", o.clientID),
 		getSubj: "allot." + o.node + ".capacity.get",
@@ -308,12 +246,7 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 		res:     make(map[string]*resource),
-
-		quotaSubj: "allot." + o.node + ".quota",
-		pbHeader:  nats.Header{wire.HeaderContentType: []string{wire.ContentProtobuf}},
 	}
-	a.initQuota()
-	a.initDomain()
 	go a.run()
 	return a, nil
 }
@@ -330,8 +263,22 @@ func defaultClientID() string {
 	return id
 }
 
-// ClientID returns the identifier this agent sends to the coordinator.
+// ClientID returns the identifier this agent sends to the coordinator
+// (and its quota and domain clients to their services).
 func (a *Agent) ClientID() string { return a.o.clientID }
+
+// Conn returns the NATS connection the agent uses, and its quota and
+// domain clients with it.
+func (a *Agent) Conn() *nats.Conn { return a.nc }
+
+// Node returns the coordinator node the agent talks to (WithNode): its
+// subjects, and those of its quota and domain clients, start with
+// allot.<node>.
+func (a *Agent) Node() string { return a.o.node }
+
+// Logger returns the logger set with WithLogger, or slog.Default(); the
+// agent's quota and domain clients log to it too.
+func (a *Agent) Logger() *slog.Logger { return a.o.logger }
 
 // Mode returns the agent's failure mode.
 func (a *Agent) Mode() Mode { return a.o.mode }
@@ -365,13 +312,8 @@ func (a *Agent) resource(id string, kind Kind, opts []ResourceOption) (*resource
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	ro := resourceOptions{autoWants: true}
-	for _, opt := range opts {
-		if opt == nil {
-			continue
-		}
-		if err := opt(&ro); err != nil {
-			return nil, fmt.Errorf("resource %q: %w", id, err)
-		}
+	if err := option.Apply(&ro, opts); err != nil {
+		return nil, fmt.Errorf("resource %q: %w", id, err)
 	}
 	a.mu.Lock()
 	if a.closed {
@@ -550,10 +492,11 @@ func (r *resource) setWants(w float64) error {
 	return nil
 }
 
-// starved is called (without locks held) when a limiter at capacity 0 sees
-// its first demand: with automatic wants the coordinator may have granted 0
-// because no demand was known, so ask again soon rather than at the next
-// sample.
+// starved is called (without locks held) when a limiter refuses or holds
+// back its first call since the capacity last changed: with automatic
+// wants the coordinator may have granted 0, or less than the demand now,
+// because no such demand was known, so ask again soon (within the minimum
+// refresh gap) rather than at the next sample.
 func (r *resource) starved() {
 	a := r.a
 	a.mu.Lock()
@@ -565,6 +508,23 @@ func (r *resource) starved() {
 	a.scheduleEarlyLocked(now(a.o.clock))
 	a.mu.Unlock()
 	a.poke()
+}
+
+// answerAsks tells every rate limiter that a refresh was answered (or
+// failed) and its capacity installed: callers waiting on an ask a refused
+// call made try again.
+func (a *Agent) answerAsks() {
+	a.mu.Lock()
+	lims := make([]*RateLimiter, 0, len(a.res))
+	for _, r := range a.res {
+		if r.rate != nil {
+			lims = append(lims, r.rate)
+		}
+	}
+	a.mu.Unlock()
+	for _, l := range lims {
+		l.askAnswered()
+	}
 }
 
 func (r *resource) setAuto() {
@@ -624,9 +584,7 @@ func bigChange(old, w float64) bool {
 	return d >= 1 && d > 0.25*old
 }
 
-// Status returns the status of every resource, ordered by id, followed by
-// that of every quota namespace Take was called for (Kind KindQuota),
-// ordered by name.
+// Status returns the status of every resource, ordered by id.
 func (a *Agent) Status() []Status {
 	a.mu.Lock()
 	out := make([]Status, 0, len(a.res))
@@ -635,7 +593,7 @@ func (a *Agent) Status() []Status {
 	}
 	a.mu.Unlock()
 	slices.SortFunc(out, func(x, y Status) int { return cmp.Compare(x.ResourceID, y.ResourceID) })
-	return append(out, a.quotaStatus()...)
+	return out
 }
 
 // LastError returns the error of the last failed refresh since the last

@@ -2,6 +2,12 @@
 // rate limiter: services embed an Agent to stay within their fair share of
 // a global limit that a coordinator divides among all clients over NATS.
 //
+// The Agent holds leases (Rate, Gauge). Allot's two per-request products
+// have packages of their own, made from an Agent and sharing its
+// connection, client id, node and logger: agent/quota (Take a token of a
+// bucket, quota.New(a)) and agent/domain (Charon-style domain limits,
+// domain.New(a)). Each has its own options, errors and Close.
+//
 // # Usage
 //
 // One import and three lines put a handler under a global rate limit:
@@ -92,24 +98,6 @@
 // each limiter admitted and refused and the time spent without a lease;
 // package agent/agentmetrics exposes it all to Prometheus.
 //
-// # Per-request quota
-//
-// Limits per key asked for at the moment of use (logins per user, calls
-// per tenant) go to the coordinators' quota service instead of a lease:
-//
-//	res, err := a.Take(ctx, "logins:alice", 1) // waits an OK_WAIT's wait
-//	var qe *agent.QuotaError                    // REJECTED: qe.Reason, qe.RetryAfter
-//	err = a.Report("batch:job42", 480)          // charge after the fact, batched
-//
-// Each Take is one binary-protobuf request to
-// allot.<node>.quota.take.<namespace>.<name>. When the service does not
-// answer, a local fallback bucket per namespace decides
-// (WithQuotaFallback), or Take fails closed with ErrQuotaUnavailable;
-// after repeated failures a circuit breaker stops asking for a while
-// (WithQuotaCircuit), and Status lists each namespace's circuit (Kind
-// KindQuota). Package agent/quotahttp puts Take in front of an
-// http.Handler.
-//
 // # Connecting to a secure deployment
 //
 // The agent uses the *nats.Conn the service gives it, so credentials and
@@ -134,31 +122,15 @@
 // tenant's account, and the account's import delivers them to the
 // coordinators as the tenant's.
 //
-// # Domain limits
-//
-// Limits per domain (a tenant, a user) in the style of Charon — rate
-// limits with burst tiers, and copies held at once — are asked of the
-// domain service at the moment of use, one JSON request each:
-//
-//	g, err := a.Request(ctx, "api:search", "acme", 1, agent.WithMaxWait(5*time.Second))
-//	h, err := a.Reserve(ctx, "jobs:sandbox", "acme", 10, agent.WithMinCopies(5))
-//	defer h.Close()                      // h.Release(ctx, n) gives part back
-//	tid, err := h.Transfer(ctx, 5, time.Minute) // another process: a.Seize(ctx, tid)
-//
-// A rejection is a *RejectedError, retried with jittered exponential
-// backoff within WithMaxWait. Holds are refreshed in the background, one
-// message per resource, so a process that dies loses them within the
-// service's hold ttl and a new leader learns them after a failover. When
-// no domain service answers, Request and Reserve fail open with the min
-// copies (Degraded); SetDomainKillSwitch turns rejections into grants
-// marked Shadow. AcquireAll takes several resources pseudo-atomically.
-// DomainStats counts it all. See docs/domains-client.md.
-//
 // # Accuracy
 //
-// A RateLimiter reads the clock inside its lock, so concurrent callers
-// cannot over-admit (golang/go#71360), and a Wait that holds a reservation
-// keeps its place and is rescheduled when the capacity changes. With a
-// granted rate R it admits R per second plus at most one burst, whatever
-// the number of callers; the tests check this with an injected Clock.
+// A RateLimiter is shaped like golang.org/x/time/rate's Limiter, but
+// AllowN and ReserveN take no time argument: it reads the clock inside its
+// lock, so that concurrent callers cannot over-admit. (A limiter given the
+// time by its caller can be handed times out of order, one caller's read
+// before another's, and then admits more than its rate.) A Wait that holds
+// a reservation keeps its place and is rescheduled when the capacity
+// changes. With a granted rate R it admits R per second plus at most one
+// burst, whatever the number of callers; the tests check this with an
+// injected Clock.
 package agent

@@ -11,14 +11,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/domain"
 	demoserver "github.com/allot/allot/agent/internal/demo"
+	"github.com/allot/allot/agent/quota"
 )
-
-// demoServer starts an embedded NATS server and connects to it; stop
-// closes the connection and stops the server.
-func demoServer() (nc *nats.Conn, stop func(), err error) {
-	return demoserver.Server()
-}
 
 // demo starts an embedded NATS server and a coordinator that gives
 // "mysql/main" 100 per second, "mysql/connections" 10 in flight and each
@@ -150,4 +146,51 @@ func ExampleWithOnChange() {
 			"source", st.Source, "expiry", st.Expiry, "error", st.LastError)
 	})
 	_ = onChange // pass to agent.New
+}
+
+// One agent for all three of allot's products: leases on the Agent, the
+// per-request quota and domain limits on clients made from it, which use
+// its connection, client id, node and logger. Each client is closed on
+// its own, before the agent's connection (deferred calls run in reverse).
+func Example_products() {
+	nc, err := nats.Connect(nats.DefaultURL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	a, err := agent.New(nc, agent.WithNode("eu"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Close() // gives the leases back
+	q, err := quota.New(a, quota.WithFallback("logins", 5, 10))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close() // sends the reports still pending
+	d, err := domain.New(a)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer d.Close() // gives the holds back
+
+	ctx := context.Background()
+	lim, err := a.Rate("mysql/main") // a lease: decided locally
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := lim.Wait(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// One request to the quota service, with quota's options only.
+	if _, err := q.Take(ctx, "logins:alice", 1, quota.Sheddable()); err != nil {
+		log.Print(err) // a *quota.RejectedError when refused
+	}
+	// One request to the domain service, with domain's options only:
+	// quota.Sheddable here would not compile.
+	h, err := d.Reserve(ctx, "jobs:sandbox", "acme", 2, domain.WithMaxWait(5*time.Second))
+	if err != nil {
+		log.Fatal(err) // a *domain.RejectedError when refused
+	}
+	defer h.Close()
 }

@@ -3,7 +3,6 @@ package agent
 import (
 	"container/list"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -192,10 +191,6 @@ func (g *Gauge) TryAcquire(n int) (ok bool) {
 	}
 	return false
 }
-
-// ErrReleaseExceedsHeld is returned by Gauge.Release when asked to give
-// back more units than are held.
-var ErrReleaseExceedsHeld = errors.New("agent: gauge release exceeds the units held")
 
 // Release gives back n units taken with Acquire or TryAcquire; it still
 // works after Close, for holders finishing late. Releasing more than is

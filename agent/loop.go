@@ -7,12 +7,10 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -68,6 +66,9 @@ func (a *Agent) run() {
 			t = now(clock)
 		}
 		a.applyAll(t)
+		if due {
+			a.answerAsks()
+		}
 
 		wake := nextSample
 		a.mu.Lock()
@@ -250,8 +251,10 @@ func (a *Agent) refresh(t time.Time) error {
 		w := r.currentWantsLocked()
 		r.sentWants, r.sent = w, true
 		rr := &allotpb.ResourceRequest{ResourceId: r.id, Priority: r.priority, Wants: w}
-		switch {
-		case r.leased && t.Before(r.expiry):
+		if !r.expiry.IsZero() {
+			// The last lease, also once it has expired: a coordinator
+			// that took over counts its holder heard and can end learning
+			// (it holds nothing beyond its expiry).
 			rr.Has = &allotpb.Lease{
 				Capacity:        r.granted,
 				ExpiryTime:      timestamppb.New(r.expiry),
@@ -415,38 +418,7 @@ func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityRespons
 // cancelled by Close: Close waits for the answer, so that what it sends
 // next cannot overtake this request.
 func (a *Agent) call(subj string, req, resp proto.Message) error {
-	return a.request(context.Background(), a.o.requestTimeout, subj, req, resp)
-}
-
-// request is call with the caller's context and a timeout of its own:
-// Take's requests end with either.
-func (a *Agent) request(ctx context.Context, timeout time.Duration, subj string, req, resp proto.Message) error {
-	data, err := wire.Marshal(wire.Protobuf, req)
-	if err != nil {
-		return fmt.Errorf("agent: encode request for %s: %w", subj, err)
-	}
-	// The header map is shared, read-only: one map less per request.
-	msg := &nats.Msg{Subject: subj, Header: a.pbHeader, Data: data}
-	var reply *nats.Msg
-	if ctx.Done() == nil {
-		// Without a context to watch, a plain timeout costs less.
-		reply, err = a.nc.RequestMsg(msg, timeout)
-	} else {
-		rctx, cancel := context.WithTimeout(ctx, timeout)
-		reply, err = a.nc.RequestMsgWithContext(rctx, msg)
-		cancel()
-	}
-	if err != nil {
-		return fmt.Errorf("agent: request %s: %w", subj, err)
-	}
-	if code := reply.Header.Get("Nats-Service-Error-Code"); code != "" {
-		n, _ := strconv.Atoi(code)
-		return fmt.Errorf("agent: request %s: %w", subj, &ServiceError{Code: n, Description: reply.Header.Get("Nats-Service-Error")})
-	}
-	if err := wire.Unmarshal(wire.ReplyEncodingOf(reply.Header), reply.Data, resp); err != nil {
-		return fmt.Errorf("agent: reply from %s: %w", subj, err)
-	}
-	return nil
+	return a.rpc.Protobuf(context.Background(), a.o.requestTimeout, subj, req, resp)
 }
 
 // release sends ReleaseCapacity for ids (sorted and made unique here), in
@@ -463,11 +435,8 @@ func (a *Agent) release(ids []string) error {
 	return firstErr
 }
 
-// Close gives back every domain hold (Reserve, Seize) within twice the
-// domain timeout, logging those it could not (they expire at the service
-// within their ttl), sends the quota reports not yet sent, closes all limiters and
-// gauges (waiters return ErrClosed, Allow reports false; Take and Report
-// return ErrClosed), stops refreshing, and gives every lease back with
+// Close closes all limiters and gauges (waiters return ErrClosed, Allow
+// reports false), stops refreshing, and gives every lease back with
 // ReleaseCapacity (in several requests beyond wire.MaxResourcesPerReq
 // resources). A GetCapacity already in flight is not abandoned: Close waits
 // for its answer or its timeout before releasing, so the release cannot
@@ -476,8 +445,6 @@ func (a *Agent) release(ids []string) error {
 // is idempotent; it must not be called from an OnChange function.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
-		a.closeDomain()
-		a.closeQuota()
 		a.mu.Lock()
 		a.closed = true
 		var ids []string

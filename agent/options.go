@@ -37,13 +37,13 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
-// Defaults of the Agent's options.
+// Defaults of the Agent's options, as their doc comments say.
 const (
-	DefaultNode           = "root"
-	DefaultRequestTimeout = 2 * time.Second
-	// DefaultMinRefreshGap is the least time between two GetCapacity
+	defaultNode           = "root"
+	defaultRequestTimeout = 2 * time.Second
+	// defaultMinRefreshGap is the least time between two GetCapacity
 	// requests triggered early (by a new resource or a change in wants).
-	DefaultMinRefreshGap = 250 * time.Millisecond
+	defaultMinRefreshGap = 250 * time.Millisecond
 	// defaultRefresh is the refresh interval assumed before any lease says
 	// otherwise; it also caps the retry backoff until then.
 	defaultRefresh = 5 * time.Second
@@ -60,14 +60,6 @@ type options struct {
 	requestTimeout time.Duration
 	minRefreshGap  time.Duration
 	onChange       func(Status)
-
-	quotaTimeout        time.Duration
-	quotaFailures       int
-	quotaCooldown       time.Duration
-	quotaReportInterval time.Duration
-	quotaFallback       map[string]quotaFallback
-
-	domain domainOptions // domain.go
 }
 
 // An Option configures an Agent in New.
@@ -171,81 +163,6 @@ func WithOnChange(f func(Status)) Option {
 			return errors.New("agent: nil OnChange function")
 		}
 		o.onChange = f
-		return nil
-	}
-}
-
-// WithQuotaTimeout sets how long Take waits for the quota service's
-// answer before deciding locally (WithQuotaFallback). The service answers
-// at once, so the default, DefaultQuotaTimeout (250ms), is long; it must
-// be positive and at most a minute.
-func WithQuotaTimeout(d time.Duration) Option {
-	return func(o *options) error {
-		if d <= 0 || d > time.Minute {
-			return fmt.Errorf("agent: quota timeout %v is outside (0, 1m]", d)
-		}
-		o.quotaTimeout = d
-		return nil
-	}
-}
-
-// WithQuotaCircuit sets the circuit breaker of Take: after failures
-// consecutive unanswered requests for a namespace, Take stops asking the
-// quota service for it for cooldown and decides locally at once; then one
-// request probes the service. The defaults are DefaultQuotaFailures (3)
-// and DefaultQuotaCooldown (5s).
-func WithQuotaCircuit(failures int, cooldown time.Duration) Option {
-	return func(o *options) error {
-		if failures < 1 || failures > 1<<20 {
-			return fmt.Errorf("agent: circuit threshold %d is outside [1, %d]", failures, 1<<20)
-		}
-		if cooldown <= 0 || cooldown > time.Hour {
-			return fmt.Errorf("agent: circuit cooldown %v is outside (0, 1h]", cooldown)
-		}
-		o.quotaFailures, o.quotaCooldown = failures, cooldown
-		return nil
-	}
-}
-
-// WithQuotaReportInterval sets how long Report gathers charges before
-// sending them; the default is DefaultQuotaReportInterval (100ms).
-func WithQuotaReportInterval(d time.Duration) Option {
-	return func(o *options) error {
-		if d <= 0 || d > time.Minute {
-			return fmt.Errorf("agent: report interval %v is outside (0, 1m]", d)
-		}
-		o.quotaReportInterval = d
-		return nil
-	}
-}
-
-// WithQuotaFallback gives namespace a local token bucket that decides
-// Take when the quota service does not answer (quotaservice's naive
-// client): it fills at ratePerSec up to burst tokens, starts full, and
-// answers a wait of at most QuotaFallbackWait. Choose a rate that is this
-// client's fair share of the namespace's limit. The bucket is one for the
-// whole namespace, not one per bucket name, so memory stays bounded and
-// the fallback never admits more than its rate whatever the names.
-// namespace AnyNamespace ("*") sets the bucket shared by all namespaces
-// without their own. A namespace without a fallback fails closed: Take
-// returns an error wrapping ErrQuotaUnavailable.
-func WithQuotaFallback(namespace string, ratePerSec float64, burst int) Option {
-	return func(o *options) error {
-		if namespace != AnyNamespace {
-			if err := wire.ValidateQuotaName("fallback namespace", namespace); err != nil {
-				return fmt.Errorf("agent: %w (or %q for any)", err, AnyNamespace)
-			}
-		}
-		if !(ratePerSec > 0) || math.IsInf(ratePerSec, 0) || ratePerSec > wire.MaxWants {
-			return fmt.Errorf("agent: fallback rate %g for %q must be positive and finite", ratePerSec, namespace)
-		}
-		if burst < 1 || burst > maxBurst {
-			return fmt.Errorf("agent: fallback burst %d for %q is outside [1, %d]", burst, namespace, maxBurst)
-		}
-		if o.quotaFallback == nil {
-			o.quotaFallback = make(map[string]quotaFallback)
-		}
-		o.quotaFallback[namespace] = quotaFallback{rate: ratePerSec, burst: burst}
 		return nil
 	}
 }

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -10,9 +9,6 @@ import (
 
 	"golang.org/x/time/rate"
 )
-
-// InfDuration is the delay of a Reservation that is not OK.
-const InfDuration = time.Duration(math.MaxInt64)
 
 // maxBurst bounds the automatic burst so huge capacities cannot overflow.
 const maxBurst = 1 << 30
@@ -43,18 +39,27 @@ const (
 // wait) and Wait (block until the event may happen). Unlike x/time/rate:
 //
 //   - The time is always read inside the limiter's lock, so concurrent
-//     callers can never over-admit (see golang/go#71360). That is why AllowN
-//     and ReserveN take no time argument.
+//     callers can never over-admit: a time read before the lock can reach
+//     it after a later one, and a bucket moved back in time credits
+//     tokens twice. That is why AllowN and ReserveN take no time argument.
 //   - A Limit of 0 blocks: Wait parks until the capacity changes or its
 //     context ends, and waiters already holding a reservation are
 //     rescheduled whenever the capacity changes, keeping their place.
 //   - Every call is counted as demand; the agent estimates this client's
 //     wants from it unless they were set with SetWants.
 //
-// The bucket starts empty and fills at the granted rate, so a fresh client
-// does not add a burst on top of the global limit. By default the burst is
-// a tenth of a second's worth of capacity (at least 1) and follows the
-// capacity; WithBurst fixes it.
+// By default the burst is a second's worth of capacity (at least 1) and
+// follows the capacity; WithBurst fixes it. The bucket is full when the
+// capacity rises from nothing (the first lease, or a lease after idling),
+// so a service serves its first requests at once. Over any interval of
+// length T a client admits at most burst + capacity × T: the burst is how
+// far it may run ahead of its share over a short interval (set WithBurst
+// lower where that matters).
+//
+// A refused call with a positive capacity asks the coordinator for more
+// at once (once per capacity granted): a lease that decayed while the
+// client was idle follows returning demand within a round trip rather
+// than at the next refresh.
 //
 // RateLimiter is safe for simultaneous use by multiple goroutines.
 type RateLimiter struct {
@@ -76,8 +81,12 @@ type RateLimiter struct {
 	throttled bool      // a call waited or was refused since the last sample
 	changed   chan struct{}
 	closed    bool
-	starved   bool // demand seen at limit 0 was reported to the agent
-	shadow    shadowRate
+	starved   bool // a refused call asked the agent for more, since the last change
+	// asking: that ask is in flight; asked is closed when it is answered
+	// (or the capacity changes).
+	asking bool
+	asked  chan struct{}
+	shadow shadowRate
 
 	res *resource // nil for limiters built in tests
 }
@@ -91,12 +100,13 @@ func newRateLimiter(clock Clock, burst int) *RateLimiter {
 	return l
 }
 
-// autoBurst is the default burst for a limit: 100ms worth, at least 1.
+// autoBurst is the default burst for a limit: a second's worth, at least
+// 1, as a web service expects of a per-second rate.
 func autoBurst(limit rate.Limit) int {
 	if limit == rate.Inf {
 		return maxBurst
 	}
-	b := math.Ceil(float64(limit) / 10)
+	b := math.Ceil(float64(limit))
 	switch {
 	case !(b >= 1):
 		return 1
@@ -105,17 +115,6 @@ func autoBurst(limit rate.Limit) int {
 	}
 	return int(b)
 }
-
-// ErrClosed is returned by limiters and gauges whose Agent was closed, and
-// by an Agent's methods after Close.
-var ErrClosed = errors.New("agent: closed")
-
-// ErrExceedsBurst is returned by WaitN when n exceeds the limiter's burst.
-var ErrExceedsBurst = errors.New("agent: n exceeds the limiter's burst")
-
-// ErrWouldExceedDeadline is returned by WaitN when, at the current rate, the
-// event could not happen before the context's deadline.
-var ErrWouldExceedDeadline = errors.New("agent: wait would exceed the context deadline")
 
 // Limit returns the current rate in events per second; rate.Inf when
 // unlimited and 0 when blocked.
@@ -236,13 +235,19 @@ func (l *RateLimiter) setLimit(limit rate.Limit) {
 	if limit == l.limit || l.closed { // a closed limiter stays at 0
 		return
 	}
-	old := l.limit
+	old, oldBurst := l.limit, l.burst
 	base := l.earnedLocked()
 	l.limit = limit
 	l.startSegmentLocked(base) // a new rate, a new segment
 	l.starved = false
+	l.endAskLocked()
 	if !l.fixedBurst {
 		l.burst = autoBurst(limit)
+	}
+	if l.burst > oldBurst && l.tokens >= 0 && old != rate.Inf {
+		// More capacity, a larger burst: its room is there at once, as
+		// a larger lease's first second would be.
+		l.tokens += float64(l.burst - oldBurst)
 	}
 	switch {
 	case limit == rate.Inf:
@@ -251,6 +256,10 @@ func (l *RateLimiter) setLimit(limit rate.Limit) {
 		l.tokens = min(l.tokens, 0) // capacity 0 blocks, even saved tokens
 	case old == rate.Inf:
 		l.tokens = 0
+	case old == 0 && l.tokens >= 0:
+		// Capacity after none (the first lease, or demand after idling):
+		// the requests that waited for it are served at once.
+		l.tokens = float64(l.burst)
 	}
 	if l.tokens > float64(l.burst) {
 		l.tokens = float64(l.burst)
@@ -267,21 +276,81 @@ func (l *RateLimiter) shut() {
 	l.limit = 0
 	l.startSegmentLocked(base)
 	l.tokens = min(l.tokens, 0)
+	l.endAskLocked()
 	l.wakeLocked()
 }
 
 // Allow reports whether an event may happen now. It is AllowN(1).
 func (l *RateLimiter) Allow() bool { return l.AllowN(1) }
 
-// noteStarvedLocked reports whether demand has just been seen while the
-// limit is 0, so that the agent asks for capacity without waiting for
-// the next demand sample. It reports once per capacity change.
+// noteStarvedLocked reports whether a call has just been refused (demand
+// while the limit is 0, or beyond the tokens of a positive limit), so that
+// the agent asks for capacity without waiting for the next demand sample:
+// the coordinator grants more at once if the global capacity has room. It
+// reports once per capacity change, so a client at its share does not
+// ask again and again.
 func (l *RateLimiter) noteStarvedLocked() bool {
-	if l.limit != 0 || l.starved || l.res == nil || l.closed {
+	if l.starved || l.res == nil || l.closed {
 		return false
 	}
-	l.starved = true
+	l.starved, l.asking, l.asked = true, true, make(chan struct{})
 	return true
+}
+
+// endAskLocked ends the ask in flight, if any, waking AwaitCapacity.
+func (l *RateLimiter) endAskLocked() {
+	if l.asking {
+		l.asking = false
+		close(l.asked)
+	}
+}
+
+// askAnswered is called by the agent once a refresh has been answered
+// (or has failed) and its capacities installed.
+func (l *RateLimiter) askAnswered() {
+	l.mu.Lock()
+	l.endAskLocked()
+	l.mu.Unlock()
+}
+
+// AwaitCapacity waits while the limiter has no capacity at all, or while
+// a refused call's ask for more capacity (see RateLimiter) is in flight:
+// until a positive limit is installed, or the ask is answered, or ctx ends
+// (its error is returned), or the limiter is closed (ErrClosed). The HTTP
+// and gRPC middlewares use it, bounded, so that the first requests of a
+// route, and those after an idle spell whose lease decayed, wait for the
+// coordinator's answer instead of being refused.
+func (l *RateLimiter) AwaitCapacity(ctx context.Context) error {
+	for {
+		l.mu.Lock()
+		var ch <-chan struct{}
+		switch {
+		case l.closed:
+			l.mu.Unlock()
+			return ErrClosed
+		case l.asking:
+			ch = l.asked
+		case l.limit > 0:
+			l.mu.Unlock()
+			return nil
+		default:
+			ch = l.changedLocked()
+		}
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Asking reports whether a refused call's ask for more capacity is in
+// flight (see AwaitCapacity).
+func (l *RateLimiter) Asking() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.asking
 }
 
 // AllowN reports whether n events may happen now, and if so takes n
@@ -326,7 +395,7 @@ const (
 type resv struct {
 	state int
 	due   mark          // when a reservation is due
-	wait  time.Duration // estimated delay; InfDuration when parked
+	wait  time.Duration // estimated delay; rate.InfDuration when parked
 	ch    <-chan struct{}
 }
 
@@ -342,7 +411,7 @@ func (l *RateLimiter) reserveLocked(t time.Time, n int, maxWait time.Duration) (
 	}
 	l.advanceLocked(t)
 	if l.limit == 0 {
-		return resv{state: parked, wait: InfDuration, ch: l.changedLocked()}, nil
+		return resv{state: parked, wait: rate.InfDuration, ch: l.changedLocked()}, nil
 	}
 	if n > l.burst {
 		return resv{}, fmt.Errorf("%w: n=%d, burst=%d", ErrExceedsBurst, n, l.burst)
@@ -372,7 +441,7 @@ func (l *RateLimiter) recheckLocked(t time.Time, r *resv) {
 	case l.limit == rate.Inf || remaining <= tokenEpsilon:
 		r.state = admitted
 	case l.limit == 0:
-		r.wait, r.ch = InfDuration, l.changedLocked()
+		r.wait, r.ch = rate.InfDuration, l.changedLocked()
 	default:
 		r.wait, r.ch = durationFromTokens(l.limit, remaining), l.changedLocked()
 	}
@@ -389,11 +458,11 @@ func (l *RateLimiter) cancelLocked(t time.Time, n int, due *mark) {
 
 func durationFromTokens(limit rate.Limit, tokens float64) time.Duration {
 	if limit <= 0 {
-		return InfDuration
+		return rate.InfDuration
 	}
 	d := tokens / float64(limit) * float64(time.Second)
 	if d >= float64(math.MaxInt64) {
-		return InfDuration
+		return rate.InfDuration
 	}
 	return time.Duration(math.Ceil(d))
 }
@@ -420,7 +489,7 @@ func (l *RateLimiter) WaitN(ctx context.Context, n int) (err error) {
 		return ctx.Err()
 	default:
 	}
-	maxWait := InfDuration
+	maxWait := rate.InfDuration
 	deadline, hasDeadline := ctx.Deadline()
 	l.mu.Lock()
 	l.requested += int64(n)
@@ -446,7 +515,7 @@ func (l *RateLimiter) waitSlow(ctx context.Context, n int, r resv, hasDeadline b
 	for {
 		var timerC <-chan time.Time
 		var stop func() bool
-		if r.wait != InfDuration {
+		if r.wait != rate.InfDuration {
 			timerC, stop = newTimer(l.clock, r.wait)
 		}
 		select {
@@ -476,7 +545,7 @@ func (l *RateLimiter) waitSlow(ctx context.Context, n int, r resv, hasDeadline b
 			l.mu.Unlock()
 			return ctx.Err()
 		case r.state == parked:
-			maxWait := InfDuration
+			maxWait := rate.InfDuration
 			if hasDeadline {
 				maxWait = deadline.Sub(t)
 			}
@@ -521,7 +590,7 @@ func (l *RateLimiter) ReserveN(n int) (rv *Reservation) {
 		return &Reservation{l: l, ok: true, timeToAct: t}
 	}
 	l.requested += int64(n)
-	r, err := l.reserveLocked(t, n, InfDuration)
+	r, err := l.reserveLocked(t, n, rate.InfDuration)
 	if err != nil || r.state == parked {
 		return &Reservation{l: l}
 	}
@@ -533,7 +602,7 @@ func (l *RateLimiter) ReserveN(n int) (rv *Reservation) {
 }
 
 // OK reports whether the limiter granted the tokens. If not, Delay returns
-// InfDuration and Cancel does nothing.
+// rate.InfDuration and Cancel does nothing.
 func (r *Reservation) OK() bool { return r.ok }
 
 // Delay is shorthand for DelayFrom at the limiter's current time.
@@ -542,10 +611,10 @@ func (r *Reservation) Delay() time.Duration {
 }
 
 // DelayFrom returns how long after t the holder must wait before acting;
-// zero means act now, InfDuration means the reservation is not OK.
+// zero means act now, rate.InfDuration means the reservation is not OK.
 func (r *Reservation) DelayFrom(t time.Time) time.Duration {
 	if !r.ok {
-		return InfDuration
+		return rate.InfDuration
 	}
 	return max(r.timeToAct.Sub(t), 0)
 }

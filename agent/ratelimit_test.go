@@ -33,8 +33,8 @@ func waitPending(tb testing.TB, c *fakeClock, n int) time.Time {
 // TestAllowAccuracyUnderContention checks that Allow admits R per second
 // within 2% over 10 s of simulated time with 1 and 64 concurrent callers.
 // Every Now advances the fake clock, so each caller sees its own instant:
-// a limiter that read the clock outside its lock (golang/go#71360) would
-// over-admit here.
+// a limiter that read the clock outside its lock would see those instants
+// out of order, credit time twice and over-admit here.
 func TestAllowAccuracyUnderContention(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -183,6 +183,9 @@ func TestWaitReschedulesOnChange(t *testing.T) {
 	c := newFakeClock()
 	l := newRateLimiter(c, 1)
 	l.setLimit(1)
+	if !l.Allow() { // the first capacity comes with a full bucket
+		t.Fatal("the full bucket's token refused")
+	}
 	t0 := c.Peek()
 	done := make(chan error, 1)
 	go func() { done <- l.Wait(context.Background()) }()
@@ -218,6 +221,7 @@ func TestWaitNErrors(t *testing.T) {
 	l := newRateLimiter(nil, 2) // deadlines are real time
 
 	l.setLimit(1)
+	l.AllowN(2) // the full bucket of the first capacity
 	if err := l.WaitN(context.Background(), 3); !errors.Is(err, ErrExceedsBurst) {
 		t.Errorf("WaitN(3) with burst 2 = %v, want ErrExceedsBurst", err)
 	}
@@ -253,7 +257,7 @@ func TestReservation(t *testing.T) {
 	if tok := l.Tokens(); math.Abs(tok) > 1e-9 {
 		t.Fatalf("tokens after cancel = %v, want 0", tok)
 	}
-	if r := l.ReserveN(5); r.OK() || r.Delay() != InfDuration {
+	if r := l.ReserveN(5); r.OK() || r.Delay() != rate.InfDuration {
 		t.Fatalf("ReserveN beyond burst: ok=%v delay=%v", r.OK(), r.Delay())
 	}
 }
@@ -272,7 +276,7 @@ func TestUnlimitedAndBurst(t *testing.T) {
 	for _, tc := range []struct {
 		limit rate.Limit
 		burst int
-	}{{0, 1}, {0.5, 1}, {10, 1}, {11, 2}, {1000, 100}, {1e15, maxBurst}} {
+	}{{0, 1}, {0.5, 1}, {10, 10}, {10.5, 11}, {1000, 1000}, {1e15, maxBurst}} {
 		l.setLimit(tc.limit)
 		if b := l.Burst(); b != tc.burst {
 			t.Errorf("auto burst at %v = %d, want %d", tc.limit, b, tc.burst)
@@ -290,6 +294,7 @@ func TestCancelledWaitGivesBack(t *testing.T) {
 	c := newFakeClock()
 	l := newRateLimiter(c, 1)
 	l.setLimit(1)
+	l.Allow() // the full bucket of the first capacity
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- l.Wait(ctx) }()
@@ -345,6 +350,7 @@ func TestReservationsAcrossRebases(t *testing.T) {
 	c := newFakeClock()
 	l := newRateLimiter(c, r)
 	l.setLimit(r)
+	l.AllowN(r) // the full bucket of the first capacity
 	first := l.epoch
 	res := make([]*Reservation, 300) // res[i] is due after i+1 seconds
 	for i := range res {
@@ -379,4 +385,33 @@ func (l *RateLimiter) rebasesSince(e *epoch) int {
 		n++
 	}
 	return n
+}
+
+// TestFirstCapacityComesWithItsBurst: a limiter's first capacity (or its
+// capacity after none) comes with a full bucket of a second's worth, so a
+// tight loop at 10/s gets its ten at once (it got none: the bucket started
+// empty and held a tenth of a second); a larger capacity adds the room of
+// its larger burst.
+func TestFirstCapacityComesWithItsBurst(t *testing.T) {
+	c := newFakeClock()
+	l := newRateLimiter(c, 0)
+	l.setLimit(10)
+	admitted := 0
+	for range 1000 {
+		if l.Allow() {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Fatalf("a tight loop at 10/s admitted %d of 1000 at once, want the burst of 10", admitted)
+	}
+	l.setLimit(100)
+	if tok := l.Tokens(); tok != 90 {
+		t.Fatalf("tokens after the capacity rose to 100/s: %v, want the 90 of the larger burst", tok)
+	}
+	l.setLimit(0)
+	l.setLimit(5)
+	if tok := l.Tokens(); tok != 5 {
+		t.Fatalf("tokens after capacity returned: %v, want a full bucket of 5", tok)
+	}
 }

@@ -167,28 +167,3 @@ func (r *resource) shadowCountsLocked() (admitted, would uint64) {
 	}
 	return r.gauge.shadowCounts()
 }
-
-// quotaShadow counts a quota namespace's shadow-mode answers. Guarded by
-// quotaState.mu.
-type quotaShadow struct {
-	last     bool   // the last answer was in shadow mode
-	admitted uint64 // tokens answered OK in shadow mode
-	would    uint64 // of those, tokens the bucket refused or made wait
-}
-
-// noteShadow counts the answer res for n tokens in st's namespace.
-func (q *quotaState) noteShadow(st *quotaNS, res QuotaResult, n int64) {
-	if st == nil {
-		return
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	st.shadow.last = res.Shadow
-	if !res.Shadow {
-		return
-	}
-	st.shadow.admitted += uint64(max(n, 0))
-	if res.WouldRefuse {
-		st.shadow.would += uint64(max(n, 0))
-	}
-}

@@ -10,7 +10,6 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
-	"github.com/allot/allot/internal/quotatest"
 )
 
 // checkShadowRate drives a rate limiter granted 10/s that wants 1e6/s:
@@ -38,7 +37,8 @@ func checkShadowRate(t *testing.T, a *Agent, id string, shadow bool) {
 	}
 	st := lim.Status()
 	if !shadow {
-		if allowed > 5 || st.Shadow || st.WouldRefuse != 0 || st.ShadowAdmitted != 0 || st.Capacity != 10 {
+		// A second's worth of burst (10), and what the time taken earns.
+		if allowed > 12 || st.Shadow || st.WouldRefuse != 0 || st.ShadowAdmitted != 0 || st.Capacity != 10 {
 			t.Errorf("%s not in shadow mode: allowed %d of 200 at 10/s; status %+v", id, allowed, st)
 		}
 		return
@@ -46,10 +46,10 @@ func checkShadowRate(t *testing.T, a *Agent, id string, shadow bool) {
 	if allowed != 200 {
 		t.Errorf("%s in shadow mode: allowed %d of 200, want all", id, allowed)
 	}
-	// The shadow bucket holds one token (a tenth of a second at 10/s) and
-	// earns one per 100ms.
-	if st.ShadowAdmitted != 200 || st.WouldRefuse < 190 || st.WouldRefuse > 199 {
-		t.Errorf("%s: ShadowAdmitted %d, WouldRefuse %d; want 200 and 190..199", id, st.ShadowAdmitted, st.WouldRefuse)
+	// The shadow bucket holds at most a second's worth (10 tokens at
+	// 10/s) and earns one per 100ms.
+	if st.ShadowAdmitted != 200 || st.WouldRefuse < 180 || st.WouldRefuse > 199 {
+		t.Errorf("%s: ShadowAdmitted %d, WouldRefuse %d; want 200 and 180..199", id, st.ShadowAdmitted, st.WouldRefuse)
 	}
 	if st.Capacity != 1e6 || st.ShadowCapacity != 10 || st.Source != SourceLease {
 		t.Errorf("%s: Capacity %g, ShadowCapacity %g, Source %v; want the wants 1e6 in force, 10 shadowed, from the lease", id, st.Capacity, st.ShadowCapacity, st.Source)
@@ -178,35 +178,5 @@ func TestShadowOutlivesLease(t *testing.T) {
 	st := lim.Status()
 	if !st.Shadow || st.Capacity != 50 || float64(lim.Limit()) != 50 || st.ShadowCapacity != 4 {
 		t.Errorf("after the lease: Shadow %v, Capacity %g, Limit %g, ShadowCapacity %g; want true, 50, 50, 4", st.Shadow, st.Capacity, float64(lim.Limit()), st.ShadowCapacity)
-	}
-}
-
-// TestQuotaShadow: through the real quota service, a namespace in shadow
-// mode lets every Take proceed at once, and the agent counts per
-// namespace what the bucket refused or made wait.
-func TestQuotaShadow(t *testing.T) {
-	t.Parallel()
-	s := natstest.Server(t)
-	quotatest.Start(t, natstest.Conn(t, s), map[string]string{
-		"logins": `{"shadow": true, "buckets": {"alice": {"size": 2, "fill_rate": 0.01, "wait_timeout": "0s", "max_tokens_per_request": 2}}}`,
-	})
-	a := newAgent(t, natstest.Conn(t, s), serviceTimeout())
-	for i := range 5 {
-		res, err := a.Take(context.Background(), "logins:alice", 1)
-		if err != nil || !res.Shadow || res.Wait != 0 || res.WouldRefuse != (i >= 2) {
-			t.Fatalf("take %d in shadow mode: %+v, %v", i, res, err)
-		}
-		if i >= 2 && res.ShadowReason != "timeout" {
-			t.Errorf("take %d: shadow reason %q, want timeout", i, res.ShadowReason)
-		}
-	}
-	var st Status
-	for _, s := range a.Status() {
-		if s.ResourceID == "logins" {
-			st = s
-		}
-	}
-	if st.Kind != KindQuota || !st.Shadow || st.ShadowAdmitted != 5 || st.WouldRefuse != 3 {
-		t.Errorf("quota namespace status %+v; want shadow, 5 admitted, 3 would refuse", st)
 	}
 }

@@ -1,16 +1,19 @@
-// Package agentmetrics exposes an allot agent to Prometheus.
+// Package agentmetrics exposes an allot agent, and its domain-limit
+// client, to Prometheus.
 //
-// A service registers the agent's collector in its own registry:
+// A service registers the collectors in its own registry:
 //
 //	a, _ := agent.New(nc)
 //	prometheus.MustRegister(agentmetrics.New(a))
+//	d, _ := domain.New(a)
+//	prometheus.MustRegister(agentmetrics.NewDomain(d))
 //
-// Per resource the agent opened it reports the capacity in force, the
+// Per resource the agent opened New reports the capacity in force, the
 // lease granted, the wants, what the limiter admitted and refused, and
 // the time spent without a lease (on the failure mode's capacity), and in
-// shadow mode what the grant would have refused; per domain-limited
-// resource its calls, grants, rejections, retries, fail-open grants and
-// held copies.
+// shadow mode what the grant would have refused. Per domain-limited
+// resource NewDomain reports its calls, grants, rejections, retries,
+// fail-open grants and held copies.
 // Resources are the ones the service names in code; client ids never
 // become labels. docs/metrics.md lists every metric.
 package agentmetrics
@@ -53,38 +56,17 @@ var (
 		"Units admitted in shadow mode that the shadowed capacity would have refused or made wait.", labels, nil)
 	descTerm = prometheus.NewDesc("allot_agent_coordinator_term",
 		"Highest coordinator term the agent has seen.", nil, nil)
-
-	domainLabels = []string{"resource"}
-
-	descDomainCalls = prometheus.NewDesc("allot_agent_domain_calls_total",
-		"Domain-limit calls (Request, Reserve, Seize) per resource.", domainLabels, nil)
-	descDomainGranted = prometheus.NewDesc("allot_agent_domain_granted_total",
-		"Domain-limit calls the service granted.", domainLabels, nil)
-	descDomainRejected = prometheus.NewDesc("allot_agent_domain_rejected_total",
-		"Domain-limit calls that returned a rejection (after any retries).", domainLabels, nil)
-	descDomainRetries = prometheus.NewDesc("allot_agent_domain_retries_total",
-		"Attempts after a rejection (WithMaxWait's backoff).", domainLabels, nil)
-	descDomainDegraded = prometheus.NewDesc("allot_agent_domain_degraded_total",
-		"Calls granted by the agent itself, min_copies, because no domain service answered (fail-open).", domainLabels, nil)
-	descDomainWouldReject = prometheus.NewDesc("allot_agent_domain_would_reject_total",
-		"Rejections the kill switch turned into grants.", domainLabels, nil)
-	descDomainHeld = prometheus.NewDesc("allot_agent_domain_held_copies",
-		"Copies of open holds the service knows of.", domainLabels, nil)
-	descDomainLocal = prometheus.NewDesc("allot_agent_domain_local_copies",
-		"Copies of open holds only this agent knows of (degraded or kill-switch holds).", domainLabels, nil)
-	descDomainLost = prometheus.NewDesc("allot_agent_domain_lost_total",
-		"Holds the service no longer had when refreshed (they expired unrefreshed).", domainLabels, nil)
 )
 
+// Describe sends the descriptions of the agent's metrics.
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCapacity, descGranted, descLeased, descWants, descAdmitted, descRefused, descFallback,
-		descShadow, descShadowCapacity, descShadowAdmitted, descWouldRefuse, descTerm,
-		descDomainCalls, descDomainGranted, descDomainRejected, descDomainRetries, descDomainDegraded, descDomainWouldReject,
-		descDomainHeld, descDomainLocal, descDomainLost} {
+		descShadow, descShadowCapacity, descShadowAdmitted, descWouldRefuse, descTerm} {
 		ch <- d
 	}
 }
 
+// Collect sends the agent's metrics, read now.
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for _, u := range c.a.Usage() {
 		l := []string{u.ResourceID, u.Kind.String()}
@@ -109,20 +91,4 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descWouldRefuse, prometheus.CounterValue, float64(u.WouldRefuse), l...)
 	}
 	ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(c.a.Term()))
-	// Resources come from configuration, and the agent counts those
-	// beyond its first 1024 under "*": the label stays bounded.
-	for _, d := range c.a.DomainStats() {
-		counter := func(desc *prometheus.Desc, v uint64) {
-			ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), d.Resource)
-		}
-		counter(descDomainCalls, d.Calls)
-		counter(descDomainGranted, d.Granted)
-		counter(descDomainRejected, d.Rejected)
-		counter(descDomainRetries, d.Retries)
-		counter(descDomainDegraded, d.Degraded)
-		counter(descDomainWouldReject, d.WouldReject)
-		counter(descDomainLost, d.Lost)
-		ch <- prometheus.MustNewConstMetric(descDomainHeld, prometheus.GaugeValue, float64(d.HeldCopies), d.Resource)
-		ch <- prometheus.MustNewConstMetric(descDomainLocal, prometheus.GaugeValue, float64(d.LocalCopies), d.Resource)
-	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/agentmetrics"
+	"github.com/allot/allot/agent/domain"
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/natstest"
@@ -34,23 +35,28 @@ func TestAgentCollectorDomain(t *testing.T) {
 	t.Cleanup(srv.Stop)
 	// The counts below are of the service's answers: past the default
 	// domain timeout (500ms), which a request may take under -race on a
-	// loaded machine, the agent would fail open (degraded) instead.
-	a, err := agent.New(natstest.Conn(t, s), agent.WithLogger(quiet), agent.WithDomainTimeout(10*time.Second))
+	// loaded machine, the client would fail open (degraded) instead.
+	a, err := agent.New(natstest.Conn(t, s), agent.WithLogger(quiet))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.Close() })
+	d, err := domain.New(a, domain.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(agentmetrics.New(a))
+	reg.MustRegister(agentmetrics.New(a), agentmetrics.NewDomain(d))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h, err := a.Reserve(ctx, "app:pool", "acme", 2)
+	h, err := d.Reserve(ctx, "app:pool", "acme", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	if _, err := a.Reserve(ctx, "app:pool", "acme", 2); !errors.Is(err, agent.ErrRejected) {
+	if _, err := d.Reserve(ctx, "app:pool", "acme", 2); !errors.Is(err, domain.ErrRejected) {
 		t.Fatalf("a reserve above the domain limit: %v", err)
 	}
 	for name, want := range map[string]float64{

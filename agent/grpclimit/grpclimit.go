@@ -79,14 +79,20 @@ type Options struct {
 	// Logger receives errors (a key the agent refuses). Default
 	// slog.Default().
 	Logger *slog.Logger
+	// FirstLeaseWait is how long a call without Wait may wait for its
+	// key's first capacity (a new key, or one whose lease decayed while
+	// idle; the agent asks for it at once) instead of failing. Default
+	// 250ms; negative does not wait.
+	FirstLeaseWait time.Duration
 }
 
 // Limiter makes the interceptors; create it with New.
 type Limiter struct {
-	set  *keyed.Set
-	key  KeyFunc
-	wait bool
-	log  *slog.Logger
+	set       *keyed.Set
+	key       KeyFunc
+	wait      bool
+	firstWait time.Duration
+	log       *slog.Logger
 }
 
 // New returns a Limiter over a's rate limiters. It reports invalid
@@ -102,7 +108,8 @@ func New(a *agent.Agent, o Options) (*Limiter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
-	return &Limiter{set: set, key: o.Key, wait: o.Wait, log: cmp.Or(o.Logger, slog.Default())}, nil
+	return &Limiter{set: set, key: o.Key, wait: o.Wait, firstWait: cmp.Or(o.FirstLeaseWait, keyed.DefaultFirstLeaseWait),
+		log: cmp.Or(o.Logger, slog.Default())}, nil
 }
 
 // admit takes a token for a call to method, or returns the status error
@@ -130,7 +137,7 @@ func (l *Limiter) admit(ctx context.Context, method string) error {
 		}
 		return exhausted(id, keyed.Describe(lim, false).RetryAfter)
 	}
-	if d := keyed.Decide(lim); !d.Allowed {
+	if d := keyed.DecideWait(ctx, lim, l.firstWait); !d.Allowed {
 		return exhausted(id, d.RetryAfter)
 	}
 	return nil

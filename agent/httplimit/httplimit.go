@@ -28,6 +28,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/internal/keyed"
@@ -83,6 +84,12 @@ type Options struct {
 	// Refused, if set, writes the response to a refused request instead of
 	// a plain-text 429; the rate-limit headers are already set.
 	Refused http.Handler
+	// FirstLeaseWait is how long a request may wait for its key's first
+	// capacity (a new key, or one whose lease decayed while idle; the
+	// agent asks for it at once) instead of being refused: well under a
+	// second, so a new route's first requests are served while the global
+	// capacity is unused. Default 250ms; negative does not wait.
+	FirstLeaseWait time.Duration
 	// Logger receives errors (a key the agent refuses). Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -94,6 +101,7 @@ type Middleware struct {
 	key     KeyFunc
 	refused http.Handler
 	log     *slog.Logger
+	wait    time.Duration // Options.FirstLeaseWait
 }
 
 // New returns middleware that limits requests with a's rate limiters. It
@@ -114,7 +122,11 @@ func New(a *agent.Agent, o Options) (*Middleware, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Middleware{set: set, key: o.Key, refused: o.Refused, log: log}, nil
+	wait := o.FirstLeaseWait
+	if wait == 0 {
+		wait = keyed.DefaultFirstLeaseWait
+	}
+	return &Middleware{set: set, key: o.Key, refused: o.Refused, log: log, wait: wait}, nil
 }
 
 // Handler returns next behind the limit.
@@ -133,7 +145,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			http.Error(w, "rate limiter unavailable", http.StatusInternalServerError)
 			return
 		}
-		d := keyed.Decide(lim)
+		d := keyed.DecideWait(r.Context(), lim, m.wait)
 		setHeaders(w.Header(), id, d)
 		if d.Allowed {
 			next.ServeHTTP(w, r)

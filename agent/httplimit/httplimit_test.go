@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/internal/limittest"
@@ -146,7 +147,7 @@ func TestShadow(t *testing.T) {
 	}
 	srv := httptest.NewServer(mw.Handler(ok))
 	defer srv.Close()
-	get(t, srv.URL) // creates the resource; refused until its first lease
+	get(t, srv.URL) // creates the resource, waiting for its first lease
 	lim, _ := a.Rate("watched")
 	limittest.Eventually(t, "shadow mode", func() bool { return lim.Status().Shadow })
 	for i := range 30 {
@@ -154,8 +155,8 @@ func TestShadow(t *testing.T) {
 			t.Fatalf("request %d in shadow mode: %d %v", i, resp.StatusCode, resp.Header)
 		}
 	}
-	if st := lim.Status(); st.ShadowAdmitted != 30 || st.WouldRefuse < 25 {
-		t.Errorf("ShadowAdmitted %d, WouldRefuse %d; want 30 and at least 25 at 1/s", st.ShadowAdmitted, st.WouldRefuse)
+	if st := lim.Status(); st.ShadowAdmitted != 31 || st.WouldRefuse < 25 {
+		t.Errorf("ShadowAdmitted %d, WouldRefuse %d; want 31 (the first request waited for the lease) and at least 25 at 1/s", st.ShadowAdmitted, st.WouldRefuse)
 	}
 }
 
@@ -168,5 +169,47 @@ func TestBadOptions(t *testing.T) {
 	}
 	if _, err := New(nil, Options{Key: Fixed("x")}); err == nil {
 		t.Error("New(nil agent) succeeded")
+	}
+}
+
+// TestNewRouteServedWhileCapacityIsUnused: a route's first requests, sent
+// at once as a page load or a script would, are served while the global
+// capacity (100/s) sits unused: the first waits for the route's first
+// lease, and when the requests outrun that lease (asked for before any
+// demand was known) the agent asks again at once and the refused request
+// waits for the answer. Before, the first request got 429 (capacity 0
+// until the first lease) and, after idling, 8 of 20 requests in the first
+// second were refused with 100 of 100 unused.
+func TestNewRouteServedWhileCapacityIsUnused(t *testing.T) {
+	t.Parallel()
+	a := limittest.Agent(t, limittest.Template("route", 100, false))
+	// A generous wait: the test checks that requests wait for capacity,
+	// not how fast a loaded machine answers (the default is 250ms).
+	mw, err := New(a, Options{Key: Fixed("route"), Logger: limittest.Quiet, FirstLeaseWait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw.Handler(ok))
+	defer srv.Close()
+	for i := range 20 {
+		if resp := get(t, srv.URL); resp.StatusCode != 200 {
+			t.Fatalf("request %d of a new route with 100/s unused: %d", i, resp.StatusCode)
+		}
+	}
+}
+
+// TestNoWaitRefusesFirstRequest: with FirstLeaseWait negative, a new
+// route's first request is refused until its lease arrives, as before.
+func TestNoWaitRefusesFirstRequest(t *testing.T) {
+	t.Parallel()
+	a := limittest.Agent(t, limittest.Template("nowait", 100, false))
+	mw, err := New(a, Options{Key: Fixed("nowait"), Logger: limittest.Quiet, FirstLeaseWait: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw.Handler(ok))
+	defer srv.Close()
+	if resp := get(t, srv.URL); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("first request without waiting: %d, want 429", resp.StatusCode)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/quota"
 	"github.com/allot/allot/agent/quotahttp"
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/internal/quotatest"
@@ -49,8 +50,13 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer a.Close()
+	q, err := quota.New(a)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close()
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
-	handler := quotahttp.New(a, quotahttp.RemoteIP("api"))(hello)
+	handler := quotahttp.New(q, quotahttp.RemoteIP("api"))(hello)
 
 	for range 3 {
 		r := httptest.NewRequest("GET", "/", nil)

@@ -4,7 +4,8 @@
 // when the bucket refuses.
 //
 //	a, _ := agent.New(nc)
-//	limit := quotahttp.New(a, quotahttp.RemoteIP("api"))
+//	q, _ := quota.New(a)
+//	limit := quotahttp.New(q, quotahttp.RemoteIP("api"))
 //	http.ListenAndServe(addr, limit(mux))
 //
 // Every answer carries the bucket's state in the RateLimit-Limit,
@@ -27,7 +28,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/quota"
 )
 
 // Header names set by the middleware.
@@ -43,8 +44,8 @@ const (
 type KeyFunc func(*http.Request) string
 
 // OnUnavailable says what the middleware does when the quota service did
-// not answer and the namespace has no local fallback (agent.WithQuotaFallback),
-// that is when Take returns an error wrapping agent.ErrQuotaUnavailable.
+// not answer and the namespace has no local fallback (quota.WithFallback),
+// that is when Take returns an error wrapping quota.ErrUnavailable.
 type OnUnavailable int
 
 const (
@@ -94,13 +95,13 @@ func WithSheddable(f func(*http.Request) bool) Option {
 }
 
 // WithLogger logs failures to decide (at warning level); the default
-// logs nothing, since the agent already logs the quota service's outages.
+// logs nothing, since the quota client already logs the service's outages.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) { o.logger = l }
 }
 
-// New returns a middleware that takes tokens from a's quota service for
-// every request, in the bucket key returns.
+// New returns a middleware that takes tokens with q for every request, in
+// the bucket key returns.
 //
 // A granted request is passed on with RateLimit-Limit, RateLimit-Remaining
 // and RateLimit-Reset set (Reset is the seconds it waited, rounded up:
@@ -111,7 +112,7 @@ func WithLogger(l *slog.Logger) Option {
 // from the request). When the quota service cannot decide, see
 // OnUnavailable. A request whose context ends while it waits gets no
 // answer beyond 503, as the client has gone.
-func New(a *agent.Agent, key KeyFunc, opts ...Option) func(http.Handler) http.Handler {
+func New(q *quota.Client, key KeyFunc, opts ...Option) func(http.Handler) http.Handler {
 	o := options{logger: slog.New(slog.DiscardHandler)}
 	for _, opt := range opts {
 		if opt != nil {
@@ -133,15 +134,15 @@ func New(a *agent.Agent, key KeyFunc, opts ...Option) func(http.Handler) http.Ha
 				http.Error(w, "quotahttp: negative token count", http.StatusBadRequest)
 				return
 			}
-			var topts []agent.TakeOption
+			var topts []quota.TakeOption
 			if o.hasMaxWait {
-				topts = append(topts, agent.WithMaxWait(o.maxWait))
+				topts = append(topts, quota.WithMaxWait(o.maxWait))
 			}
 			if o.sheddable != nil && o.sheddable(r) {
-				topts = append(topts, agent.Sheddable())
+				topts = append(topts, quota.Sheddable())
 			}
-			res, err := a.Take(r.Context(), bucket, n, topts...)
-			var qe *agent.QuotaError
+			res, err := q.Take(r.Context(), bucket, n, topts...)
+			var qe *quota.RejectedError
 			switch {
 			case err == nil:
 				setHeaders(w.Header(), res.Limit, res.Remaining, res.Wait)
@@ -150,10 +151,10 @@ func New(a *agent.Agent, key KeyFunc, opts ...Option) func(http.Handler) http.Ha
 				setHeaders(w.Header(), qe.Limit, qe.Remaining, qe.RetryAfter)
 				w.Header().Set(HeaderRetryAfter, strconv.FormatInt(max(seconds(qe.RetryAfter), 1), 10))
 				http.Error(w, "rate limited: "+qe.Reason, http.StatusTooManyRequests)
-			case errors.Is(err, agent.ErrQuotaUnavailable) && o.unavailable == FailOpen:
+			case errors.Is(err, quota.ErrUnavailable) && o.unavailable == FailOpen:
 				o.logger.Warn("quotahttp: quota service unavailable; passing request", "bucket", bucket, "error", err)
 				next.ServeHTTP(w, r)
-			case errors.Is(err, agent.ErrQuotaUnavailable):
+			case errors.Is(err, quota.ErrUnavailable):
 				o.logger.Warn("quotahttp: quota service unavailable; refusing request", "bucket", bucket, "error", err)
 				http.Error(w, "quota service unavailable", http.StatusServiceUnavailable)
 			case r.Context().Err() != nil:

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/quota"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/quotatest"
 )
@@ -72,17 +73,30 @@ func TestKeys(t *testing.T) {
 	}
 }
 
+// newQuota returns a quota client of a quiet agent on nc, both closed
+// when the test ends.
+func newQuota(t *testing.T, nc *nats.Conn, opts ...quota.Option) *quota.Client {
+	t.Helper()
+	a, err := agent.New(nc, agent.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	q, err := quota.New(a, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	return q
+}
+
 // TestUnavailable: with no quota service (and no fallback), the
 // middleware answers 503 by default and passes with FailOpen; an empty key
 // exempts the request and a malformed one is a 500.
 func TestUnavailable(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
-	a, err := agent.New(natstest.Conn(t, s), agent.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
+	q := newQuota(t, natstest.Conn(t, s))
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
 	get := func(h http.Handler) *httptest.ResponseRecorder {
 		w := httptest.NewRecorder()
@@ -90,19 +104,19 @@ func TestUnavailable(t *testing.T) {
 		return w
 	}
 	key := RemoteIP("api")
-	if w := get(New(a, key)(ok)); w.Code != http.StatusServiceUnavailable {
+	if w := get(New(q, key)(ok)); w.Code != http.StatusServiceUnavailable {
 		t.Errorf("fail closed: %d %s", w.Code, w.Body)
 	}
-	if w := get(New(a, key, WithUnavailable(FailOpen))(ok)); w.Code != http.StatusOK || w.Body.String() != "ok" {
+	if w := get(New(q, key, WithUnavailable(FailOpen))(ok)); w.Code != http.StatusOK || w.Body.String() != "ok" {
 		t.Errorf("fail open: %d %s", w.Code, w.Body)
 	}
-	if w := get(New(a, func(*http.Request) string { return "" })(ok)); w.Code != http.StatusOK {
+	if w := get(New(q, func(*http.Request) string { return "" })(ok)); w.Code != http.StatusOK {
 		t.Errorf("exempt: %d %s", w.Code, w.Body)
 	}
-	if w := get(New(a, func(*http.Request) string { return "no bucket" })(ok)); w.Code != http.StatusInternalServerError {
+	if w := get(New(q, func(*http.Request) string { return "no bucket" })(ok)); w.Code != http.StatusInternalServerError {
 		t.Errorf("malformed key: %d %s", w.Code, w.Body)
 	}
-	if w := get(New(a, key, WithTokens(func(*http.Request) int64 { return -1 }))(ok)); w.Code != http.StatusBadRequest {
+	if w := get(New(q, key, WithTokens(func(*http.Request) int64 { return -1 }))(ok)); w.Code != http.StatusBadRequest {
 		t.Errorf("negative tokens: %d %s", w.Code, w.Body)
 	}
 }
@@ -121,15 +135,11 @@ func TestSlowService(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	a, err := agent.New(natstest.Conn(t, s), agent.WithLogger(slog.New(slog.DiscardHandler)), agent.WithQuotaTimeout(30*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
+	q := newQuota(t, natstest.Conn(t, s), quota.WithTimeout(30*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w := httptest.NewRecorder()
-	New(a, RemoteIP("api"))(http.NotFoundHandler()).ServeHTTP(w, httptest.NewRequest("GET", "/", nil).WithContext(ctx))
+	New(q, RemoteIP("api"))(http.NotFoundHandler()).ServeHTTP(w, httptest.NewRequest("GET", "/", nil).WithContext(ctx))
 	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "quota service unavailable") {
 		t.Errorf("slow service: %d %q", w.Code, w.Body)
 	}
@@ -150,14 +160,10 @@ func TestService(t *testing.T) {
 	// Every decision below must be the service's: the default quota
 	// timeout (250ms) may pass under -race on a loaded machine, and the
 	// middleware would then answer 503.
-	a, err := agent.New(natstest.Conn(t, s), agent.WithLogger(slog.New(slog.DiscardHandler)), agent.WithQuotaTimeout(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
+	q := newQuota(t, natstest.Conn(t, s), quota.WithTimeout(10*time.Second))
 	var served atomic.Int64
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1); _, _ = io.WriteString(w, "ok") })
-	h := New(a, RemoteIP("api"))(ok)
+	h := New(q, RemoteIP("api"))(ok)
 	get := func(h http.Handler, addr string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = addr
@@ -187,7 +193,7 @@ func TestService(t *testing.T) {
 
 	// OK_WAIT: the second request waits for the next token (up to 1s at
 	// 1/s).
-	slow := New(a, Header("slow", "X-Api-Key"))(ok)
+	slow := New(q, Header("slow", "X-Api-Key"))(ok)
 	if w := get(slow, "192.0.2.1:1"); w.Code != http.StatusOK {
 		t.Fatalf("slow first: %d", w.Code)
 	}
@@ -196,14 +202,14 @@ func TestService(t *testing.T) {
 	if w.Code != http.StatusOK || w.Header().Get(HeaderReset) != "1" || time.Since(start) < 500*time.Millisecond {
 		t.Fatalf("slow second: %d %v after %v; want held about 1s, then passed", w.Code, w.Header(), time.Since(start))
 	}
-	noWait := New(a, Header("slow", "X-Api-Key"), WithMaxWait(0))(ok)
+	noWait := New(q, Header("slow", "X-Api-Key"), WithMaxWait(0))(ok)
 	if w := get(noWait, "192.0.2.1:1"); w.Code != http.StatusTooManyRequests || w.Header().Get(HeaderRetryAfter) != "1" {
 		t.Fatalf("no wait allowed: %d %v", w.Code, w.Header())
 	}
 
 	// Two tokens per request; requests marked sheddable cannot use the
 	// half of the bucket kept for critical ones.
-	shed := New(a, Header("shed", "X-Api-Key"), WithTokens(func(*http.Request) int64 { return 2 }),
+	shed := New(q, Header("shed", "X-Api-Key"), WithTokens(func(*http.Request) int64 { return 2 }),
 		WithSheddable(func(r *http.Request) bool { return r.RemoteAddr == "192.0.2.9:1" }))(ok)
 	if w := get(shed, "192.0.2.9:1"); w.Code != http.StatusOK || w.Header().Get(HeaderRemaining) != "2" {
 		t.Fatalf("sheddable first: %d %v", w.Code, w.Header())

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/quota"
 	"github.com/allot/allot/agent/quotahttp"
 )
 
@@ -34,12 +35,17 @@ func TestUpAgentTake(t *testing.T) {
 	defer nc.Close()
 	// The takes below must be the service's answers: the default quota
 	// timeout (250ms) may pass under -race on a loaded machine, and the
-	// agent would then decide without it.
-	a, err := agent.New(nc, agent.WithLogger(slog.New(slog.DiscardHandler)), agent.WithQuotaTimeout(5*time.Second))
+	// client would then decide without it.
+	a, err := agent.New(nc, agent.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
+	q, err := quota.New(a, quota.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -49,7 +55,7 @@ func TestUpAgentTake(t *testing.T) {
 	// configured.
 	for _, key := range []string{"logins:alice", "api:203_0_113_5"} {
 		for {
-			res, err := a.Take(ctx, key, 0)
+			res, err := q.Take(ctx, key, 0)
 			if err == nil && res.Limit == 2 {
 				break
 			}
@@ -60,16 +66,16 @@ func TestUpAgentTake(t *testing.T) {
 		}
 	}
 	for i := range 2 {
-		if res, err := a.Take(ctx, "logins:alice", 1); err != nil || res.Remaining != int64(1-i) || res.Fallback {
+		if res, err := q.Take(ctx, "logins:alice", 1); err != nil || res.Remaining != int64(1-i) || res.Fallback {
 			t.Fatalf("take %d: %+v, %v", i, res, err)
 		}
 	}
-	var qe *agent.QuotaError
-	if _, err := a.Take(ctx, "logins:alice", 1); !errors.As(err, &qe) || qe.Reason != "timeout" || qe.RetryAfter < 50*time.Second {
+	var qe *quota.RejectedError
+	if _, err := q.Take(ctx, "logins:alice", 1); !errors.As(err, &qe) || qe.Reason != "timeout" || qe.RetryAfter < 50*time.Second {
 		t.Fatalf("third take: %v; want REJECTED timeout, retry in about 100s", err)
 	}
 
-	h := quotahttp.New(a, quotahttp.RemoteIP("api"))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	h := quotahttp.New(q, quotahttp.RemoteIP("api"))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	codes := []int{}
 	for range 3 {
 		r := httptest.NewRequest("GET", "/", nil).WithContext(ctx)

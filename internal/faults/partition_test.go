@@ -1,9 +1,11 @@
 package faults
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -41,9 +43,11 @@ type upProcess struct {
 }
 
 // startLevel starts `allot up` with args and waits for it to announce
-// itself (and its leaf-node URL when it accepts children).
+// itself (and, when it accepts children, its leaf-node URL: a line of its
+// own, printed after the first).
 func startLevel(t *testing.T, bin, name string, args ...string) upProcess {
 	t.Helper()
+	leaf := slices.Contains(args, "--leafnode-port")
 	args = append([]string{"up", "--data-dir", t.TempDir(), "--port", "0", "--metrics-addr", "", "--election-ttl", ElectionTTL.String(), "--server-id", name}, args...)
 	_, _, out := startProcess(t, name, bin, args...)
 	var p upProcess
@@ -57,9 +61,49 @@ func startLevel(t *testing.T, bin, name string, args ...string) upProcess {
 		if l := leafAt.FindStringSubmatch(text); l != nil {
 			p.leaf = l[1]
 		}
-		return true
+		return !leaf || p.leaf != ""
 	})
 	return p
+}
+
+// nodeFloors is the sum of the floors node's coordinator counts for the
+// cut resource (its STATS), or -1 if it does not answer.
+func nodeFloors(nc *nats.Conn, node string) float64 {
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return -1
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest("$SRV.STATS.allot", inbox, nil); err != nil {
+		return -1
+	}
+	for {
+		m, err := sub.NextMsg(time.Second)
+		if err != nil {
+			return -1
+		}
+		var st struct {
+			Endpoints []struct {
+				Data struct {
+					Node string `json:"node"`
+					Top  []struct {
+						ID     string  `json:"id"`
+						Floors float64 `json:"floors"`
+					} `json:"top_resources"`
+				} `json:"data"`
+			} `json:"endpoints"`
+		}
+		if json.Unmarshal(m.Data, &st) != nil || len(st.Endpoints) == 0 || st.Endpoints[0].Data.Node != node {
+			continue
+		}
+		for _, r := range st.Endpoints[0].Data.Top {
+			if r.ID == cutResource {
+				return r.Floors
+			}
+		}
+		return 0
+	}
 }
 
 // inForce sums the capacity in force of resource at agents now.
@@ -127,6 +171,13 @@ func leafLinkCut(t *testing.T, bin, scenario string, cut, lowerAt time.Duration)
 	// until then its clients are served under the default template.
 	WaitFor(t, 60*time.Second, "fair shares at both levels", func() bool {
 		return Leased(all, cutResource) && within(inForce(rootAgents), 3*share) && within(inForce(childAgents), 3*share)
+	})
+	// And the floors settled: the child confirmed the floor of its share
+	// (25) after the larger one of its first answer, when it was alone.
+	// Cut before that and the root keeps the larger floor reserved, as it
+	// must: nobody can tell the child to use less.
+	WaitFor(t, 30*time.Second, "the root to count the settled floors", func() bool {
+		return within(nodeFloors(rnc, "root"), 0.5*cutCapacity)
 	})
 
 	s := NewSampler(cutResource, cutCapacity)

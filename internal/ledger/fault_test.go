@@ -194,9 +194,10 @@ func (n *simNode) held() float64 {
 // refreshOf is the refresh interval a reply asks for.
 func (c *simClient) refreshOf(ls Lease) time.Duration { return ls.Refresh }
 
-// report is what an agent says it holds: its lease while it lasts.
+// report is what an agent says of its lease: the last one it got, also
+// once it has expired (a successor counts it heard).
 func (c *simClient) report(now int64) *allotpb.Lease {
-	if c.expiry > now {
+	if c.expiry != 0 {
 		return &allotpb.Lease{Capacity: c.has, ExpiryTime: timestamppb.New(time.Unix(0, c.expiry))}
 	}
 	return nil
@@ -514,8 +515,12 @@ func TestRecordWaitIsBounded(t *testing.T) {
 	if got := d[0].Lease(now).Capacity; got != 0 {
 		t.Fatalf("d got %v while the record's holder promise excludes it", got)
 	}
-	if r := l.resources["r"]; r.mayHold("d", now) || !r.mayHold("d", start+int64(11*time.Second)) {
-		t.Fatal("the holder promise does not bind until it lapses, and only until then")
+	// The promise lasts as long as the record's leases may (its latest
+	// expiry), no longer.
+	r := l.resources["r"]
+	if r.mayHold("d", now) || r.hold.until > r.ceilingExpiry || !r.mayHold("d", r.hold.until) {
+		t.Fatalf("the holder promise (until %+dms, latest expiry %+dms) does not bind until it lapses, and only until then",
+			(r.hold.until-now)/1e6, (r.ceilingExpiry-now)/1e6)
 	}
 }
 

@@ -25,9 +25,14 @@ type cutCase struct {
 	cut     time.Duration
 	lowerAt time.Duration // after the cut began; 0: not lowered
 	lower   float64
+	// cutAfter is when the cut begins (0: 30 s, once all is settled).
+	cutAfter time.Duration
 }
 
 func (c cutCase) String() string {
+	if c.cutAfter > 0 {
+		return fmt.Sprintf("cut %v, %v after the start", c.cut, c.cutAfter)
+	}
 	if c.lowerAt == 0 {
 		return fmt.Sprintf("cut %v", c.cut)
 	}
@@ -46,6 +51,13 @@ var cutCases = []cutCase{
 	{cut: 120 * time.Second, lowerAt: 70 * time.Second, lower: 40},
 	{cut: 10 * time.Minute, lowerAt: 3 * time.Second, lower: 40},
 	{cut: 10 * time.Minute, lowerAt: 70 * time.Second, lower: 40},
+	// The child is cut off right after its first answer, whose request
+	// carried no lease: once its floor ends the parent must forget it (it
+	// kept its demand in the shares for a day, and the root's clients at
+	// 50). Its floor is the larger one of the first answer, when it was
+	// the only claimant: not confirmed lower before the cut, it is what
+	// the parent keeps reserved meanwhile.
+	{cut: 10 * time.Minute, cutAfter: 100 * time.Millisecond},
 }
 
 // TestChildCutOffNeverOverGrants is a child level cut off from its parent
@@ -85,7 +97,10 @@ func childCutOff(t *testing.T, tc cutCase) {
 	}
 	const step = 50 * time.Millisecond
 	start := now
-	cutAt := now + int64(30*time.Second)
+	cutAt := now + int64(tc.cutAfter)
+	if tc.cutAfter == 0 {
+		cutAt = now + int64(30*time.Second)
+	}
 	restoreAt := cutAt + int64(tc.cut)
 	end := restoreAt + int64(30*time.Second)
 	var loweredAt int64
@@ -125,9 +140,13 @@ func childCutOff(t *testing.T, tc cutCase) {
 	}
 	t.Logf("%v: max in force ÷ capacity %.3f; root's clients reached %.1f during the cut; the child's held %.1f at its end", tc, worst, rootBest, childLeft)
 	// Availability: once the child's lease has ended, the root hands its
-	// own clients what the child's floor (25) leaves, up to their wants.
-	if tc.cut > 10*time.Second && tc.lowerAt == 0 && rootBest < 75-1e-6 {
+	// own clients what the child's floor (25) leaves, up to their wants;
+	// once the floor has ended too, their wants.
+	if tc.cut > 10*time.Second && tc.lowerAt == 0 && tc.cutAfter == 0 && rootBest < 75-1e-6 {
 		t.Errorf("root's clients held at most %.2f during the cut; want 75 (100 less the child's floor of 25)", rootBest)
+	}
+	if tc.cut > floorLease+20*time.Second && tc.lowerAt == 0 && rootBest < 90-1e-6 {
+		t.Errorf("root's clients held at most %.2f during a cut longer than the child's floor; want their wants, 90", rootBest)
 	}
 	// A cut longer than the floor lease leaves the child nothing.
 	if tc.cut > floorLease+10*time.Second && childLeft > 1e-9 {

@@ -32,18 +32,22 @@ import (
 // replies stop when its leadership lapses), so if the takeover began
 // before U − clock skew, every lease it issued is held by a member of S.
 // The successor counts the distinct clients whose first request reports a
-// lease unexpired at the takeover and sums their hashes; when count and
+// lease (credited if unexpired at the takeover, expired otherwise) and
+// sums their hashes; when count and
 // digest equal the record's, that set is S (up to a 64-bit hash
-// collision), so every predecessor lease has been reported and credited,
-// and nothing remains unaccounted. A client that does not come back, or a
+// collision), so every predecessor lease still outstanding has been
+// reported and credited, and nothing remains unaccounted. A client that does not come back, or a
 // client not in S that reports a lease, makes the sets differ: learning
 // then runs its normal course. Like learning itself this trusts clients
 // to report what they hold.
 
 // MaxRecordedHolders is the most clients a resource's holder promise
-// lists; a resource with more is learned the normal way after a takeover
-// (so the record's size and the writes for new clients stay bounded).
-const MaxRecordedHolders = 256
+// covers; a resource with more is learned the normal way after a
+// takeover. The record carries their count and digest whatever their
+// number (their ids only while they fit in maxHolderIDBytes), so this
+// bounds the work of a write (one pass and one set over the holders) and
+// of the successor's bookkeeping, not the record's size.
+const MaxRecordedHolders = 1 << 14
 
 // holders is the resource's side of holder promises.
 type holders struct {
@@ -211,9 +215,13 @@ func listHolderIDs(entries map[string]*allotpb.ResourceSummary, snaps map[string
 	}
 }
 
-// heard counts a first contact in learning that reports a lease of the
-// predecessor, and ends learning when the promised holders have all been
-// heard.
+// heard counts a first contact in learning that reports a lease, live
+// or expired (a client that held one), and ends learning when the
+// promised holders have all been heard. A holder whose lease expired
+// before the takeover is accounted for as well as one that reports a
+// live lease (credited): what it no longer holds needs no credit. A
+// client that reports nothing, or a stranger, makes the count or the
+// digest differ.
 func (r *resource) heard(now int64, id string) {
 	if !r.hold.track {
 		return

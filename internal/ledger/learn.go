@@ -40,6 +40,11 @@ func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i in
 		}
 		r.learnedSeen[c.id] = struct{}{}
 		c.credit = 0
+		if c.reportedAny && r.predHolder(c.id) {
+			// It held a lease once: whether that lease still counts or
+			// expired, it is accounted for (a credit below, or nothing).
+			r.heard(p.now, c.id)
+		}
 		if c.reported > 0 && c.reportedExpiry-r.skew > r.learnStart {
 			// No client held more than the predecessor's recorded ceiling
 			// or the capacity, and none outside the holders it listed: a
@@ -59,7 +64,6 @@ func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i in
 			cr := max(min(c.reported, r.predCeiling-r.credited), 0)
 			r.credited += cr
 			c.credit = cr
-			r.heard(p.now, c.id)
 		}
 	}
 	free := min(r.capacity(p.now), r.ceiling) - r.outstanding(p.now) - r.predOutstanding(p.now)

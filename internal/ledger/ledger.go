@@ -84,7 +84,24 @@ type Config struct {
 	// Child: the node has a parent; each resource's capacity is its
 	// lease from the parent (SetUpstream), not the template's.
 	Child bool
+	// TenantMaxResources and TenantMaxClients bound, per tenant, the
+	// resources it has clients on and its client records, whatever the
+	// templates say: a share of MaxResources and MaxClients each, so that
+	// one tenant cannot fill the node's limits. Default a tenth of them.
+	TenantMaxResources int
+	TenantMaxClients   int
+	// ChildMaxClients bounds the number of clients a child node's band
+	// may claim to stand for (its weight in the share algorithms), unless
+	// ChildClients names the child: a child that claims more is counted
+	// at the bound (STATS child_capped). A compromised child level so
+	// cannot take a parent's capacity by claiming a huge number of
+	// clients. Default DefaultChildMaxClients.
+	ChildMaxClients int64
+	ChildClients    map[string]int64
 }
+
+// DefaultChildMaxClients is the default Config.ChildMaxClients.
+const DefaultChildMaxClients = 10_000
 
 func (c *Config) fill() {
 	switch {
@@ -111,6 +128,15 @@ func (c *Config) fill() {
 	if c.MaxRecordWait <= 0 {
 		c.MaxRecordWait = DefaultMaxRecordWait
 	}
+	if c.TenantMaxResources <= 0 {
+		c.TenantMaxResources = max(c.MaxResources/10, 1)
+	}
+	if c.TenantMaxClients <= 0 {
+		c.TenantMaxClients = max(c.MaxClients/10, 1)
+	}
+	if c.ChildMaxClients <= 0 {
+		c.ChildMaxClients = DefaultChildMaxClients
+	}
 }
 
 // Ledger is the lease state of one node. Create it with New, then Start.
@@ -122,10 +148,12 @@ type Ledger struct {
 	rec       recordState
 	touched   []*resource
 	upTerm    uint64 // highest parent term seen (child nodes)
-	// tenantRes counts, per tenant, the resources it has clients on.
-	tenantRes map[string]int
-	tenantBuf tenantScratch
-	stats     Stats
+	// tenantRes counts, per tenant, the resources it has clients on, and
+	// tenantRecs its client records.
+	tenantRes  map[string]int
+	tenantRecs map[string]int
+	tenantBuf  tenantScratch
+	stats      Stats
 	// sink keeps events for the caller to log (Events).
 	sink eventSink
 }
@@ -140,8 +168,12 @@ type Stats struct {
 	// template's max_priority instead of the higher one they asked for.
 	PriorityCapped uint64
 	// TenantCapped counts resources of requests refused for a tenant cap
-	// (tenants.max_clients or tenants.max_resources).
+	// (tenants.max_clients or tenants.max_resources, or the node's caps
+	// per tenant).
 	TenantCapped uint64
+	// ChildCapped counts child nodes' bands that claimed more clients
+	// than ChildMaxClients (or their ChildClients) allow.
+	ChildCapped uint64
 	// OverClaims counts clients that, at first contact in learning mode,
 	// reported holding more than the predecessor's record allows (its
 	// ceiling for the resource, or the capacity); the report was capped.
@@ -158,7 +190,7 @@ type Stats struct {
 // New returns an empty ledger; Start it before use.
 func New(cfg Config) *Ledger {
 	cfg.fill()
-	return &Ledger{cfg: cfg, resources: make(map[string]*resource), tenantRes: make(map[string]int)}
+	return &Ledger{cfg: cfg, resources: make(map[string]*resource), tenantRes: make(map[string]int), tenantRecs: make(map[string]int)}
 }
 
 // Stats returns the counters.
@@ -211,7 +243,7 @@ func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.Ge
 				slots[k] = Slot{Code: CodeTooMany, Err: fmt.Sprintf("this node keeps %d client records (one per client and resource) and the limit is %d (--max-clients)", l.records+addClients, l.cfg.MaxClients)}
 				continue
 			}
-			if why := l.tenantCap(tmpls[k], r, rr.GetResourceId(), who, &addTenantRes); why != "" {
+			if why := l.tenantCap(tmpls[k], r, rr.GetResourceId(), who, &addTenantRes, addClients); why != "" {
 				tmpls[k] = nil
 				slots[k] = Slot{Code: CodeTooMany, Err: why}
 				l.stats.TenantCapped++
@@ -234,7 +266,7 @@ func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.Ge
 		if e := rr.GetHas().GetExpiryTime(); e != nil {
 			hasExpiry = e.AsTime().UnixNano()
 		}
-		rep := holding{capacity: rr.GetHas().GetCapacity(), expiry: hasExpiry, floor: rr.GetSafe().GetCapacity()}
+		rep := holding{capacity: rr.GetHas().GetCapacity(), expiry: hasExpiry, floor: rr.GetSafe().GetCapacity(), any: rr.GetHas() != nil}
 		if e := rr.GetSafe().GetExpiryTime(); e != nil {
 			rep.floorEnd = e.AsTime().UnixNano()
 		}
@@ -319,7 +351,7 @@ func (l *Ledger) resourceFor(now int64, id string, t *config.Template, gen uint6
 	r := l.resources[id]
 	if r == nil {
 		r = l.newResource(now, id, t, gen)
-		r.tenants.resources = l.tenantRes
+		r.tenants.resources, r.tenants.records = l.tenantRes, l.tenantRecs
 		l.resources[id] = r
 		if eb := entryBytes(id); l.rec.bytes+eb <= l.cfg.MaxRecordBytes {
 			l.rec.bytes += eb

@@ -464,6 +464,13 @@ func (l *Ledger) buildRecord(now, until int64, pending []pendingSummary) *allotp
 		snap := holderSnapshot{}
 		if e, listed := rec.Resources[id]; listed {
 			snap = r.snapshotHolders(now)
+			if snap.until > 0 {
+				// The promise lasts as long as the leases the record
+				// covers may: a successor that takes over at any time
+				// before they end can then hear every holder, however
+				// late the takeover (a crash just before a write).
+				snap.until = max(snap.until, e.GetLatestExpiry().AsTime().UnixNano())
+			}
 			snap.summary(e)
 			snaps[id] = snap
 		}

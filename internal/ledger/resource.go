@@ -49,6 +49,9 @@ type client struct {
 	reportedExpiry   int64
 	reportedFloor    float64
 	reportedFloorEnd int64
+	// reportedAny: the request carried a lease (has), expired or not: the
+	// client held one once, so it may be a holder a predecessor promised.
+	reportedAny bool
 	// credit is what this round credited from the predecessor's ceiling
 	// to the client on its first contact in learning mode (see learn).
 	credit   float64
@@ -113,7 +116,7 @@ type resource struct {
 
 func newResource(id string, tmpl *config.Template, gen uint64) *resource {
 	return &resource{id: id, tmpl: tmpl, gen: gen, index: make(map[string]int32),
-		ceiling: math.Inf(1), ceilingExpiry: math.MaxInt64, tenants: tenantCounts{resources: make(map[string]int)}}
+		ceiling: math.Inf(1), ceilingExpiry: math.MaxInt64, tenants: tenantCounts{resources: make(map[string]int), records: make(map[string]int)}}
 }
 
 // shared reports whether the resource's algorithm divides a global
@@ -182,6 +185,7 @@ func (r *resource) upsert(id string, wants, weight float64, priority int32, rep 
 	c.seen = now
 	c.reported, c.reportedExpiry = rep.capacity, rep.expiry
 	c.reportedFloor, c.reportedFloorEnd = rep.floor, rep.floorEnd
+	c.reportedAny = rep.any
 	// A request after a release in the same round revives the record: the
 	// client will hold the lease this round grants (dropReleased skips it).
 	r.clients[i].released = false
@@ -200,6 +204,8 @@ type holding struct {
 	expiry   int64
 	floor    float64
 	floorEnd int64
+	// any: a lease was reported at all (possibly expired).
+	any bool
 }
 
 // exposure is the most the client may be holding at now under leases of
@@ -306,8 +312,10 @@ func (r *resource) expire(now int64) {
 			if c.expiry+r.skew > now {
 				return
 			}
-			if c.heldUntil > now {
-				// An earlier lease may still be held: lapse then.
+			if c.heldUntil > now && c.held > 0 {
+				// An earlier lease may still be held: lapse then. (A
+				// report of nothing held lapses at once: a record kept
+				// alive for it would keep its demand in the shares.)
 				c.expiry, c.has = c.heldUntil-r.skew, 0
 				r.heapFix(int(c.heapIdx))
 				continue
@@ -479,6 +487,9 @@ func (r *resource) allocate(p *roundParams) {
 		// predecessor stay honoured and nothing new is handed out.
 		for _, i := range r.batch {
 			has := min(r.clients[i].reported, r.demands[i].Wants)
+			if r.clients[i].reportedExpiry <= p.now {
+				has = 0 // an expired lease is reported, not held
+			}
 			if shared || t.Algorithm == allotpb.Algorithm_STATIC {
 				has = min(has, capacity)
 			}

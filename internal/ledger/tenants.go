@@ -24,6 +24,7 @@ import (
 type tenantCounts struct {
 	perResource map[string]int32
 	resources   map[string]int // the ledger's, shared by its resources
+	records     map[string]int // the ledger's: client records per tenant
 }
 
 // track counts a new record of tenant on r.
@@ -37,12 +38,16 @@ func (r *resource) track(tenant string) {
 	if r.tenants.perResource[tenant]++; r.tenants.perResource[tenant] == 1 {
 		r.tenants.resources[tenant]++
 	}
+	r.tenants.records[tenant]++
 }
 
 // untrack uncounts a record of tenant that r drops.
 func (r *resource) untrack(tenant string) {
 	if r.tenants.perResource[tenant] == 0 {
 		return // plain, or never counted
+	}
+	if r.tenants.records[tenant]--; r.tenants.records[tenant] <= 0 {
+		delete(r.tenants.records, tenant)
 	}
 	if r.tenants.perResource[tenant]--; r.tenants.perResource[tenant] > 0 {
 		return
@@ -63,15 +68,35 @@ func (r *resource) tenantClients(tenant string) int {
 }
 
 // tenantCap says why a new client of who may not be added on resource
-// rid (state r, nil if new) under t's tenant caps, or "" if it may.
-// addRes counts the resources the request already adds for the tenant
-// and is raised when rid would be one more.
-func (l *Ledger) tenantCap(t *config.Template, r *resource, rid string, who Claimant, addRes *int) string {
-	p := t.Tenants
-	if p == nil || !who.Tenanted() {
+// rid (state r, nil if new) under the node's caps per tenant and t's
+// tenant caps, or "" if it may. addRes counts the resources the request
+// already adds for the tenant and is raised when rid would be one more;
+// addClients counts the client records it adds.
+func (l *Ledger) tenantCap(t *config.Template, r *resource, rid string, who Claimant, addRes *int, addClients int) string {
+	if !who.Tenanted() {
 		return ""
 	}
 	n := r.tenantClients(who.Tenant)
+	// The node's caps per tenant, whatever the template: one tenant
+	// cannot fill the node's resource or client-record limits and lock
+	// every other tenant out of new resources.
+	if have := l.tenantRecs[who.Tenant] + addClients; have >= l.cfg.TenantMaxClients {
+		return fmt.Sprintf("tenant %q has %d client records on this node and the limit per tenant is %d (--tenant-max-clients); a record counts until its floor ends, or until its client releases",
+			who.Tenant, have, l.cfg.TenantMaxClients)
+	}
+	if n == 0 {
+		if have := l.tenantRes[who.Tenant] + *addRes; have >= l.cfg.TenantMaxResources {
+			return fmt.Sprintf("tenant %q has clients on %d resources of this node and the limit per tenant is %d (--tenant-max-resources); %q would be one more",
+				who.Tenant, have, l.cfg.TenantMaxResources, rid)
+		}
+	}
+	p := t.Tenants
+	if p == nil {
+		if n == 0 {
+			*addRes++
+		}
+		return ""
+	}
 	if p.MaxClients > 0 && n >= p.MaxClients {
 		return fmt.Sprintf("tenant %q has %d client ids on resource %q and the limit is %d (tenants.max_clients of template %q); a client id counts until a lease length after it was last seen, or until it releases",
 			who.Tenant, n, rid, p.MaxClients, t.Name)

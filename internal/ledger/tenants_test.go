@@ -201,3 +201,61 @@ func TestTenantCaps(t *testing.T) {
 		t.Fatalf("counts left after every record went: %v", l.tenantRes)
 	}
 }
+
+// TestTenantNodeCaps: whatever the templates say, one tenant may have
+// clients on at most its share of the node's resources and keep at most
+// its share of the node's client records, so it cannot fill the node's
+// limits and lock the other tenants out of new resources (seen: one
+// tenant filled --max-resources through the default template in 26 s,
+// and every other tenant got 429 for any new resource). Plain clients
+// and child nodes are not bounded by it.
+func TestTenantNodeCaps(t *testing.T) {
+	set := tenantSet(100, nil)
+	now := int64(1e18)
+	l := New(Config{Node: "root", ServerID: "root", Term: 1, MaxResources: 100, MaxClients: 1000})
+	p, _ := l.Start(now, Prior{Kind: PriorNew})
+	l.Commit(now, p, nil)
+	get := func(who Claimant, id string, resources ...string) []Slot {
+		t.Helper()
+		c := &tenantClient{who: who, id: id, wants: 1}
+		slots, _ := l.GetAs(now, set, who, c.request(resources...))
+		settleRound(l, now)
+		return slots
+	}
+	a := Claimant{Tenant: "A", User: "u"}
+	// A tenth of 100 resources each: A fills its share, no more.
+	for i := range 10 {
+		if s := get(a, "c", fmt.Sprint("r", i)); s[0].Code != 0 {
+			t.Fatalf("resource %d: %v", i, s[0].Err)
+		}
+	}
+	s := get(a, "c", "r10")
+	if s[0].Code != CodeTooMany || !strings.Contains(s[0].Err, `tenant "A" has clients on 10 resources of this node and the limit per tenant is 10 (--tenant-max-resources)`) {
+		t.Fatalf("A's 11th resource: %d %q", s[0].Code, s[0].Err)
+	}
+	if _, ok := l.resources["r10"]; ok {
+		t.Fatal("the refused resource was created")
+	}
+	if s := get(Claimant{Tenant: "B"}, "c", "r10"); s[0].Code != 0 {
+		t.Fatalf("B's first resource: %v", s[0].Err)
+	}
+	if s := get(Claimant{}, "p", "r11"); s[0].Code != 0 {
+		t.Fatalf("a plain client: %v", s[0].Err)
+	}
+	// A tenth of 1000 client records: 100 ids on one resource.
+	for i := range 90 {
+		if s := get(a, fmt.Sprint("id", i), "r0"); s[0].Code != 0 {
+			t.Fatalf("id %d: %v", i, s[0].Err)
+		}
+	}
+	s = get(a, "one-more", "r0")
+	if s[0].Code != CodeTooMany || !strings.Contains(s[0].Err, `tenant "A" has 100 client records on this node and the limit per tenant is 100 (--tenant-max-clients)`) {
+		t.Fatalf("A's 101st record: %d %q", s[0].Code, s[0].Err)
+	}
+	if s := get(Claimant{Tenant: "B"}, "one-more", "r0"); s[0].Code != 0 {
+		t.Fatalf("B: %v", s[0].Err)
+	}
+	if l.Stats().TenantCapped != 2 {
+		t.Fatalf("tenant_capped %d, want 2", l.Stats().TenantCapped)
+	}
+}

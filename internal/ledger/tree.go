@@ -120,8 +120,8 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 			share, fshare := out*frac, fout*frac
 			ids[j] = bandID(child, b.GetPriority())
 			before := r.records()
-			i := r.upsert(ids[j], b.GetWants(), float64(b.GetNumClients()), l.priority(tmpls[k], Claimant{}, b.GetPriority()),
-				holding{capacity: share, expiry: expiry, floor: fshare, floorEnd: floorEnd}, now)
+			i := r.upsert(ids[j], b.GetWants(), float64(l.childClients(child, b.GetNumClients())), l.priority(tmpls[k], Claimant{}, b.GetPriority()),
+				holding{capacity: share, expiry: expiry, floor: fshare, floorEnd: floorEnd, any: rr.GetHas() != nil}, now)
 			l.records += r.records() - before
 			// A child node is trusted with what its subtree holds (unlike
 			// a client, whose report is capped by what it was given): its
@@ -138,6 +138,20 @@ func (l *Ledger) ServerGet(now int64, set *config.Set, req *allotpb.GetServerCap
 		slots[k] = ServerSlot{r: r, bands: ids}
 	}
 	return slots, nil
+}
+
+// childClients is how many clients a band of child is counted for: what
+// it claims, at most its bound (Config.ChildMaxClients, ChildClients).
+func (l *Ledger) childClients(child string, claimed int64) int64 {
+	bound, ok := l.cfg.ChildClients[child]
+	if !ok {
+		bound = l.cfg.ChildMaxClients
+	}
+	if claimed > bound {
+		l.stats.ChildCapped++
+		return bound
+	}
+	return claimed
 }
 
 // ReadyServer reports whether every resource of slots has been allocated.
@@ -203,7 +217,9 @@ func (l *Ledger) UpstreamRequests(now int64, node string) []*allotpb.GetServerCa
 			rr.SafeOutstanding = fb
 			rr.SafeExpiryTime = timestamppb.New(time.Unix(0, r.latestFloorEnd(now)))
 		}
-		if r.up.known && now < r.up.expiry {
+		if r.up.known {
+			// Also once it has expired: a parent that took over counts it
+			// as a holder it promised heard (holders.go).
 			rr.Has = &allotpb.Lease{Capacity: r.up.cap, ExpiryTime: timestamppb.New(time.Unix(0, r.up.expiry)),
 				RefreshInterval: durationpb.New(r.up.refresh)}
 		}

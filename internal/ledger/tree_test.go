@@ -321,3 +321,46 @@ func BenchmarkParentRound(b *testing.B) {
 		}
 	})
 }
+
+// TestChildClaimBounded: a child node that claims to stand for a huge
+// number of clients (a compromised level: num_clients 1e12) is counted at
+// the parent's bound for it, so it gets the share of that many clients,
+// not the whole capacity (seen: 100 of 100 against the root's own
+// clients, 99.9999999999 under max_priority 0). A bound per child
+// overrides the default.
+func TestChildClaimBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		children map[string]int64
+		want     float64 // what the child gets of 100, against 10 clients of its own at the root
+	}{
+		{"default bound", nil, 100 * 10000.0 / 10010},
+		{"bound for the child", map[string]int64{"eu": 10}, 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set := fairTemplate(100)
+			now := int64(1e18)
+			l := New(Config{Node: "root", ServerID: "root", Term: 1, ChildClients: tc.children})
+			p, _ := l.Start(now, Prior{Kind: PriorNew})
+			l.Commit(now, p, nil)
+			for i := range 10 {
+				if _, err := l.Get(now, set, &allotpb.GetCapacityRequest{ClientId: fmt.Sprint("c", i),
+					Resource: []*allotpb.ResourceRequest{{ResourceId: "r", Wants: 100}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			slots, err := l.ServerGet(now, set, &allotpb.GetServerCapacityRequest{ServerId: "eu", Resource: []*allotpb.ServerCapacityResourceRequest{{
+				ResourceId: "r", Wants: []*allotpb.PriorityBandAggregate{{NumClients: 1e12, Wants: 1e6}}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			settleRound(l, now)
+			if got := slots[0].Lease(now).Capacity; math.Abs(got-tc.want) > 1e-6 {
+				t.Fatalf("the child claiming 1e12 clients gets %v, want %v", got, tc.want)
+			}
+			if l.Stats().ChildCapped != 1 {
+				t.Fatalf("child_capped %d", l.Stats().ChildCapped)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@
 package keyed
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -109,10 +110,39 @@ type Decision struct {
 	Remaining int64
 }
 
+// DefaultFirstLeaseWait is how long a request may wait for its resource's
+// first capacity (see DecideWait) when the integration's options say
+// nothing: well under a second, the round trip to a coordinator with
+// room to spare.
+const DefaultFirstLeaseWait = 250 * time.Millisecond
+
 // Decide takes one token from l if it has one.
 func Decide(l *agent.RateLimiter) Decision {
 	ok := l.Allow()
 	return Describe(l, ok)
+}
+
+// DecideWait is Decide, except that a request refused while l has no
+// capacity at all (its resource's first use), or refused in a way that
+// made the agent ask the coordinator for more (a lease that decayed while
+// idle, then a burst of requests; once per capacity granted), waits up to
+// wait for the answer, and ctx, then tries again: the first requests of a
+// route, and those after an idle spell, are served rather than refused
+// while the global capacity is unused. A wait of zero or less does not
+// wait.
+func DecideWait(ctx context.Context, l *agent.RateLimiter, wait time.Duration) Decision {
+	if l.Allow() {
+		return Describe(l, true)
+	}
+	if wait <= 0 || l.Limit() != 0 && !l.Asking() {
+		return Describe(l, false)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if l.AwaitCapacity(wctx) != nil {
+		return Describe(l, false)
+	}
+	return Decide(l)
 }
 
 // Describe reports l's state after an admission decided as allowed.

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
+	agentquota "github.com/allot/allot/agent/quota"
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
@@ -57,6 +58,23 @@ func (d *deployment) startServices(t *testing.T) {
 	}
 }
 
+// quotaClient returns a quota client of an agent on nc, both closed when
+// the test ends, that waits 2s for the service's answers.
+func quotaClient(t *testing.T, nc *nats.Conn) *agentquota.Client {
+	t.Helper()
+	a, err := agent.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	q, err := agentquota.New(a, agentquota.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	return q
+}
+
 // TestTenantQuotaAndDomainLimits: a tenant's agent takes quota tokens and
 // a tenant reserves domain-limited copies through the import, on the
 // ordinary subjects, with nothing refused; the ALLOT account's mappings
@@ -65,15 +83,11 @@ func TestTenantQuotaAndDomainLimits(t *testing.T) {
 	d := startDeployment(t)
 	d.startServices(t)
 	nc, errs := d.dial(t, d.srv, "tenant_a")
-	a, err := agent.New(nc, agent.WithQuotaTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	q := quotaClient(t, nc)
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	for i := range 6 {
-		res, err := a.Take(ctx, "api:alice", 1)
+		res, err := q.Take(ctx, "api:alice", 1)
 		if i < 5 && (err != nil || res.Fallback) {
 			t.Fatalf("take %d: %+v %v", i, res, err)
 		}
@@ -114,13 +128,9 @@ func TestTenantOnlyNamespaces(t *testing.T) {
 	}
 
 	ncB, _ := d.dial(t, d.srv, "tenant_b")
-	b, err := agent.New(ncB, agent.WithQuotaTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	qb := quotaClient(t, ncB)
 	var se *agent.ServiceError
-	if _, err := b.Take(ctx, "own:k", 1); !errors.As(err, &se) || se.Code != 403 || !strings.Contains(se.Description, `"TENANT_B"`) {
+	if _, err := qb.Take(ctx, "own:k", 1); !errors.As(err, &se) || se.Code != 403 || !strings.Contains(se.Description, `"TENANT_B"`) {
 		t.Errorf("TENANT_B's take from own: %v; want 403 naming TENANT_B", err)
 	}
 	if m := reserve(ncB); m.Header.Get("Nats-Service-Error-Code") != "403" {
@@ -128,12 +138,8 @@ func TestTenantOnlyNamespaces(t *testing.T) {
 	}
 
 	ncA, errs := d.dial(t, d.srv, "tenant_a")
-	a, err := agent.New(ncA, agent.WithQuotaTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if res, err := a.Take(ctx, "own:k", 1); err != nil || res.Fallback || res.Remaining != 4 {
+	qa := quotaClient(t, ncA)
+	if res, err := qa.Take(ctx, "own:k", 1); err != nil || res.Fallback || res.Remaining != 4 {
 		t.Errorf("TENANT_A's take from own: %+v, %v; want 4 left (TENANT_B took none)", res, err)
 	}
 	var r domainwire.ReserveReply

@@ -1,9 +1,10 @@
-package agent
+package domain
 
 import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"sync"
 	"time"
@@ -16,15 +17,15 @@ import (
 
 // refreshLoop refreshes every resource's holds when due, each resource in
 // one message with all its holds (or a few: refreshBatches).
-func (a *Agent) refreshLoop() {
-	defer close(a.d.done)
+func (c *Client) refreshLoop() {
+	defer close(c.done)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
-		t := now(a.o.clock)
+		t := time.Now()
 		wake := t.Add(time.Minute)
-		a.d.mu.Lock()
-		for _, r := range a.d.res {
+		c.mu.Lock()
+		for _, r := range c.res {
 			if len(r.holds) == 0 || r.inFlight {
 				continue
 			}
@@ -33,7 +34,7 @@ func (a *Agent) refreshLoop() {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					a.refreshRes(r)
+					c.refreshRes(r)
 				}()
 				continue
 			}
@@ -41,15 +42,15 @@ func (a *Agent) refreshLoop() {
 				wake = r.next
 			}
 		}
-		a.d.mu.Unlock()
-		c, stop := newTimer(a.o.clock, max(wake.Sub(t), time.Millisecond))
+		c.mu.Unlock()
+		timer := time.NewTimer(max(wake.Sub(t), time.Millisecond))
 		select {
-		case <-a.d.stop:
-			stop()
+		case <-c.stop:
+			timer.Stop()
 			return
-		case <-a.d.kick:
-			stop()
-		case <-c:
+		case <-c.kick:
+			timer.Stop()
+		case <-timer.C:
 		}
 	}
 }
@@ -57,15 +58,15 @@ func (a *Agent) refreshLoop() {
 // refreshRes sends r's holds to the service and marks lost those it no
 // longer has. On failure it tries again sooner: the holds live on at the
 // service for a ttl, and a new leader learns them from these refreshes.
-func (a *Agent) refreshRes(r *domainRes) {
+func (c *Client) refreshRes(r *domainRes) {
 	r.ops.Lock()
-	a.d.mu.Lock()
+	c.mu.Lock()
 	holds := make([]*Hold, 0, len(r.holds))
 	for _, h := range r.holds {
 		holds = append(holds, h)
 	}
 	ttl := r.ttl
-	a.d.mu.Unlock()
+	c.mu.Unlock()
 	var lost []string
 	var failed error
 	listed := make([]domainwire.Hold, 0, len(holds))
@@ -75,12 +76,12 @@ func (a *Agent) refreshRes(r *domainRes) {
 		}
 	}
 	seals := map[string]string{}
-	maxBytes := int(min(int64(domainwire.MaxPayload), a.nc.MaxPayload())) - refreshSlack
-	for _, batch := range refreshBatches(a.o.clientID, listed, maxBytes) {
-		req := domainwire.Refresh{ClientID: a.o.clientID, Holds: batch}
-		ctx, cancel := context.WithTimeout(context.Background(), a.o.domain.timeout)
+	maxBytes := int(min(int64(domainwire.MaxPayload), c.nc.MaxPayload())) - refreshSlack
+	for _, batch := range refreshBatches(c.clientID, listed, maxBytes) {
+		req := domainwire.Refresh{ClientID: c.clientID, Holds: batch}
+		ctx, cancel := context.WithTimeout(context.Background(), c.o.timeout)
 		var rep domainwire.RefreshReply
-		err := a.domainCall(ctx, domainwire.OpRefresh, r.ns, r.res, &req, &rep)
+		err := c.call(ctx, domainwire.OpRefresh, r.ns, r.res, &req, &rep)
 		cancel()
 		if err != nil {
 			failed = err
@@ -107,20 +108,20 @@ func (a *Agent) refreshRes(r *domainRes) {
 			h.markLost("the service no longer has it: it expired without a refresh, or a new leader could not adopt it")
 		}
 	}
-	a.d.mu.Lock()
-	defer a.d.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	r.inFlight = false
 	r.ttl = ttl
 	next := ttl / 3
 	if failed != nil {
 		next /= 2
-		a.unanswered(r, failed)
+		c.unanswered(r, failed)
 	} else {
-		a.answered(r)
+		c.answered(r)
 	}
-	r.next = now(a.o.clock).Add(next)
+	r.next = time.Now().Add(next)
 	select {
-	case a.d.kick <- struct{}{}:
+	case c.kick <- struct{}{}:
 	default:
 	}
 }
@@ -179,32 +180,34 @@ func jsonLen(v any) int {
 	return len(b)
 }
 
-// closeDomain stops the refresh loop and gives back every hold the agent
-// still has, in parallel and within twice the domain timeout; what could
-// not be given back expires at the service within its ttl.
-func (a *Agent) closeDomain() {
-	a.d.mu.Lock()
-	if a.d.closed {
-		a.d.mu.Unlock()
-		return
+// Close stops the refresh loop and gives back every hold the client still
+// has (Reserve, Seize), in parallel and within twice the timeout; what
+// could not be given back expires at the service within its ttl, and
+// Close returns an error that says how many. Request, Reserve, Seize and
+// AcquireAll return agent.ErrClosed afterwards. Close is idempotent.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
 	}
-	a.d.closed = true
-	started := a.d.started
+	c.closed = true
+	started := c.started
 	var holds []*Hold
-	for _, r := range a.d.res {
+	for _, r := range c.res {
 		for _, h := range r.holds {
 			holds = append(holds, h)
 		}
 	}
-	a.d.mu.Unlock()
+	c.mu.Unlock()
 	if started {
-		close(a.d.stop)
-		<-a.d.done
+		close(c.stop)
+		<-c.done
 	}
-	if len(holds) == 0 || a.nc.IsClosed() {
-		return
+	if len(holds) == 0 || c.nc.IsClosed() {
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*a.o.domain.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*c.o.timeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -227,6 +230,7 @@ func (a *Agent) closeDomain() {
 	}
 	wg.Wait()
 	if failed > 0 {
-		a.log.Warn("allot: domain holds not released on close; they expire at the service within their ttl", "holds", failed, "error", firstErr)
+		return fmt.Errorf("domain: %d holds not released on close; they expire at the service within their ttl: %w", failed, firstErr)
 	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package agent
+package domain
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/allot/allot/agent"
 	"github.com/allot/allot/internal/natstest"
 )
 
@@ -34,7 +35,11 @@ func TestSeizeHelperProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(nc)
+	ag, err := agent.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(ag)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,11 +69,7 @@ func TestTransferAcrossProcesses(t *testing.T) {
 	}
 	s := natstest.Server(t)
 	srv := startDomainServer(t, s, 800*time.Millisecond, false)
-	a, err := New(natstest.Conn(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Close() })
+	a := newClient(t, natstest.Conn(t, s), "")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	h, err := a.Reserve(ctx, "app:sandbox", "acme", 5)
@@ -119,7 +120,7 @@ func TestTransferAcrossProcesses(t *testing.T) {
 			t.Fatalf("the dead process's hold never expired: %+v", srv.Stats())
 		}
 	}
-	if h.Copies() != 2 || h.Lost() {
-		t.Errorf("this process's hold: %d copies, lost %v", h.Copies(), h.Lost())
+	if h.Copies() != 2 || h.Err() != nil {
+		t.Errorf("this process's hold: %d copies, lost %v", h.Copies(), (h.Err() != nil))
 	}
 }

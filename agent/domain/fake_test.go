@@ -1,4 +1,4 @@
-package agent
+package domain
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package agent_test
+package quota_test
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/internal/demo"
+	"github.com/allot/allot/agent/quota"
 	"github.com/allot/allot/internal/quotatest"
 )
 
@@ -18,7 +20,7 @@ import (
 // namespaces (name → JSON document, as put with `allot config put`). It
 // returns a connection and a function that stops everything.
 func demoQuota(namespaces map[string]string) (*nats.Conn, func(), error) {
-	nc, stopServer, err := demoServer()
+	nc, stopServer, err := demo.Server()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -33,7 +35,7 @@ func demoQuota(namespaces map[string]string) (*nats.Conn, func(), error) {
 // Take asks for a token at the moment of use: here three logins per user,
 // one more every ten seconds. The fourth is REJECTED, an error value that
 // says why and when to retry.
-func ExampleAgent_Take() {
+func ExampleClient_Take() {
 	nc, stop, err := demoQuota(map[string]string{
 		"logins": `{"dynamic_bucket_template": {"size": 3, "fill_rate": 0.1, "wait_timeout": "0s"}}`,
 	})
@@ -46,15 +48,20 @@ func ExampleAgent_Take() {
 		log.Fatal(err)
 	}
 	defer a.Close()
+	q, err := quota.New(a)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i := 1; i <= 4; i++ {
-		res, err := a.Take(ctx, "logins:alice", 1)
-		var qe *agent.QuotaError
+		res, err := q.Take(ctx, "logins:alice", 1)
+		var re *quota.RejectedError
 		switch {
-		case errors.As(err, &qe):
-			fmt.Printf("login %d refused (%s), retry in about %v\n", i, qe.Reason, qe.RetryAfter.Round(time.Second))
+		case errors.As(err, &re):
+			fmt.Printf("login %d refused (%s), retry in about %v\n", i, re.Reason, re.RetryAfter.Round(time.Second))
 		case err != nil:
 			log.Fatal(err)
 		default:

@@ -1,4 +1,4 @@
-package agent
+package domain
 
 import (
 	"context"
@@ -65,7 +65,7 @@ func (x *Acquisition) Close() error {
 // holds until their ttl expires. Fail-open applies step by step: a step
 // that gets no answer grants min copies locally (see Reserve and
 // Request), so n drops to min. Close the acquisition when done.
-func (a *Agent) AcquireAll(ctx context.Context, domain string, copyResources []string, rateResource string, max, min int64, opts ...DomainOption) (*Acquisition, error) {
+func (c *Client) AcquireAll(ctx context.Context, domain string, copyResources []string, rateResource string, max, min int64, opts ...CallOption) (*Acquisition, error) {
 	type step struct{ resource, ns, res string }
 	var steps []step
 	seen := make(map[string]bool)
@@ -75,50 +75,50 @@ func (a *Agent) AcquireAll(ctx context.Context, domain string, copyResources []s
 		}
 		ns, res, err := domainwire.SplitResource(r)
 		if err != nil {
-			return nil, fmt.Errorf("agent: acquire: %w", err)
+			return nil, fmt.Errorf("domain: acquire: %w", err)
 		}
 		if seen[ns+":"+res] {
-			return nil, fmt.Errorf("agent: acquire: resource %s is listed twice", r)
+			return nil, fmt.Errorf("domain: acquire: resource %s is listed twice", r)
 		}
 		seen[ns+":"+res] = true
 		steps = append(steps, step{r, ns, res})
 	}
 	if len(steps) == 0 {
-		return nil, errors.New("agent: acquire: no resource")
+		return nil, errors.New("domain: acquire: no resource")
 	}
 	if max < 1 || min < 1 || min > max || max > domainwire.MaxCopies {
-		return nil, fmt.Errorf("agent: acquire: want 1 ≤ min (%d) ≤ max (%d) ≤ %d", min, max, int64(domainwire.MaxCopies))
+		return nil, fmt.Errorf("domain: acquire: want 1 ≤ min (%d) ≤ max (%d) ≤ %d", min, max, int64(domainwire.MaxCopies))
 	}
-	// prepare checks the domain, the options and that the agent is open.
-	_, _, o, err := a.prepare(steps[0].resource, domain, max, opts)
+	// prepare checks the domain, the options and that the client is open.
+	_, _, o, err := c.prepare(steps[0].resource, domain, max, opts)
 	if err != nil {
 		return nil, err
 	}
 	if o.minCopies != max {
-		return nil, errors.New("agent: acquire: WithMinCopies does not apply; pass min")
+		return nil, errors.New("domain: acquire: WithMinCopies does not apply; pass min")
 	}
 	budget := o.maxWait
-	start := now(a.o.clock)
+	start := time.Now()
 	x := &Acquisition{Copies: max}
 	fail := func(err error) (*Acquisition, error) {
 		_ = x.Close()
 		return nil, err
 	}
 	for i, s := range steps {
-		so := callOptions{minCopies: min, maxWait: budget - now(a.o.clock).Sub(start), backoffBase: o.backoffBase}
+		so := callOptions{minCopies: min, maxWait: budget - time.Since(start), backoffBase: o.backoffBase}
 		if so.maxWait < 0 {
 			so.maxWait = 0
 		}
 		var got int64
 		if i < len(copyResources) {
-			h, err := a.reserve(ctx, s.ns, s.res, s.resource, domain, x.Copies, &so)
+			h, err := c.reserve(ctx, s.ns, s.res, s.resource, domain, x.Copies, &so)
 			if err != nil {
 				return fail(err)
 			}
 			x.Holds = append(x.Holds, h)
 			got = h.Copies()
 		} else {
-			g, err := a.requestRate(ctx, s.ns, s.res, s.resource, domain, x.Copies, &so)
+			g, err := c.requestRate(ctx, s.ns, s.res, s.resource, domain, x.Copies, &so)
 			if err != nil {
 				return fail(err)
 			}
@@ -129,12 +129,12 @@ func (a *Agent) AcquireAll(ctx context.Context, domain string, copyResources []s
 			for _, h := range x.Holds {
 				if extra := h.Copies() - got; extra > 0 {
 					if err := h.Release(ctx, extra); err != nil {
-						return fail(fmt.Errorf("agent: acquire: releasing the %d extra copies of %s: %w", extra, h.Resource(), err))
+						return fail(fmt.Errorf("domain: acquire: releasing the %d extra copies of %s: %w", extra, h.Resource(), err))
 					}
 				}
 			}
 		}
 	}
-	x.Waited = now(a.o.clock).Sub(start)
+	x.Waited = time.Since(start)
 	return x, nil
 }

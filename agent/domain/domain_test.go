@@ -1,10 +1,11 @@
-package agent
+package domain
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -12,27 +13,30 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/quota"
 	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
 )
 
 // domainSetup starts a server, the scripted domain service on its own
 // connection and an agent on another.
-func domainSetup(t *testing.T, limits map[string]int64, opts ...Option) (*fakeDomain, *Agent, *nats.Conn) {
+func domainSetup(t *testing.T, limits map[string]int64, opts ...Option) (*fakeDomain, *Client, *nats.Conn) {
 	t.Helper()
 	s := natstest.Server(t)
 	f := newFakeDomain(t, natstest.Conn(t, s), limits)
 	nc := natstest.Conn(t, s)
-	return f, newAgent(t, nc, append([]Option{WithClientID("c1")}, opts...)...), nc
+	return f, newClient(t, nc, "c1", opts...), nc
 }
 
-func statsOf(a *Agent, resource string) DomainStatus {
-	for _, st := range a.DomainStats() {
+func statsOf(a *Client, resource string) Status {
+	for _, st := range a.Status() {
 		if st.Resource == resource {
 			return st
 		}
 	}
-	return DomainStatus{}
+	return Status{}
 }
 
 // TestDomainRequest: grants all or the largest number at least min
@@ -62,9 +66,9 @@ func TestDomainRequest(t *testing.T) {
 	}
 	// A rate request on a copy resource: the service answers 404 here.
 	_, err = a.Request(ctx, "jobs:sandbox", "acme", 1)
-	var se *ServiceError
-	if !errors.As(err, &se) || se.Code != 404 || errors.Is(err, ErrDomainUnavailable) {
-		t.Fatalf("request on a copy resource = %v; want a 404 ServiceError", err)
+	var se *agent.ServiceError
+	if !errors.As(err, &se) || se.Code != 404 || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("request on a copy resource = %v; want a 404 agent.ServiceError", err)
 	}
 	st := statsOf(a, "api:search")
 	if st.Calls != 4 || st.Granted != 3 || st.Rejected != 1 || st.Degraded != 0 || st.LastAnswer.IsZero() {
@@ -93,7 +97,6 @@ func TestDomainBadInput(t *testing.T) {
 		{"min above copies", func() error { _, err := a.Request(ctx, "api:search", "acme", 2, WithMinCopies(3)); return err }},
 		{"min zero", func() error { _, err := a.Reserve(ctx, "jobs:sandbox", "acme", 2, WithMinCopies(0)); return err }},
 		{"negative max wait", func() error { _, err := a.Request(ctx, "api:search", "acme", 1, WithMaxWait(-time.Second)); return err }},
-		{"sheddable", func() error { _, err := a.Request(ctx, "api:search", "acme", 1, Sheddable()); return err }},
 		{"zero backoff", func() error { _, err := a.Reserve(ctx, "jobs:sandbox", "acme", 1, WithBackoffBase(0)); return err }},
 		{"seize malformed id", func() error { _, err := a.Seize(ctx, "nodots"); return err }},
 		{"seize bad resource", func() error { _, err := a.Seize(ctx, "jobs.sand*box.x"); return err }},
@@ -111,15 +114,15 @@ func TestDomainBadInput(t *testing.T) {
 	for _, c := range cases {
 		if err := c.call(); err == nil {
 			t.Errorf("%s: accepted", c.name)
-		} else if errors.Is(err, ErrDomainUnavailable) || errors.Is(err, ErrRejected) {
+		} else if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRejected) {
 			t.Errorf("%s: %v is not an input error", c.name, err)
 		}
 	}
 	if got := f.received(""); len(got) != 0 {
 		t.Errorf("bad input sent %d messages: %+v", len(got), got[0])
 	}
-	if len(a.DomainStats()) != 0 {
-		t.Errorf("bad input counted: %+v", a.DomainStats())
+	if len(a.Status()) != 0 {
+		t.Errorf("bad input counted: %+v", a.Status())
 	}
 }
 
@@ -132,7 +135,7 @@ func TestDomainReserveRelease(t *testing.T) {
 	ctx := context.Background()
 
 	h, err := a.Reserve(ctx, "jobs:sandbox", "acme", 15, WithMinCopies(4))
-	if err != nil || h.Copies() != 10 || h.ID() == "" || h.Degraded() || h.Lost() || len(h.Groups()) != 1 || h.Info().DomainLimit != 10 {
+	if err != nil || h.Copies() != 10 || h.ID() == "" || h.Info().Degraded || h.Err() != nil || len(h.Groups()) != 1 || h.Info().DomainLimit != 10 {
 		t.Fatalf("Reserve 15 min 4 of 10 = %+v, %v", h, err)
 	}
 	if _, err := a.Reserve(ctx, "jobs:sandbox", "acme", 1); !errors.Is(err, ErrRejected) {
@@ -179,8 +182,8 @@ func TestDomainReserveRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.set(func(f *fakeDomain) { delete(f.holds, h3.ID()) })
-	if err := h3.Release(ctx, 1); !errors.Is(err, ErrHoldLost) || !h3.Lost() || !errors.Is(h3.Err(), ErrHoldLost) || h3.Copies() != 0 {
-		t.Fatalf("release of a dropped hold = %v (lost %v)", err, h3.Lost())
+	if err := h3.Release(ctx, 1); !errors.Is(err, ErrHoldLost) || h3.Err() == nil || !errors.Is(h3.Err(), ErrHoldLost) || h3.Copies() != 0 {
+		t.Fatalf("release of a dropped hold = %v (lost %v)", err, (h3.Err() != nil))
 	}
 	if err := h3.Close(); err != nil {
 		t.Errorf("Close of a lost hold = %v; want nil", err)
@@ -200,8 +203,8 @@ func TestDomainForbidden(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.set(func(f *fakeDomain) { f.holds[h.ID()].client = "someone-else" })
-	var se *ServiceError
-	if err := h.Release(context.Background(), 1); !errors.As(err, &se) || se.Code != 403 || h.Copies() != 3 || h.Lost() {
+	var se *agent.ServiceError
+	if err := h.Release(context.Background(), 1); !errors.As(err, &se) || se.Code != 403 || h.Copies() != 3 || h.Err() != nil {
 		t.Fatalf("release of someone else's hold = %v; hold %d", err, h.Copies())
 	}
 }
@@ -213,16 +216,16 @@ func TestDomainForbidden(t *testing.T) {
 func TestDomainFailOpen(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
-	a := newAgent(t, natstest.Conn(t, s), WithDomainTimeout(100*time.Millisecond))
+	a := newClient(t, natstest.Conn(t, s), "", WithTimeout(100*time.Millisecond))
 	ctx := context.Background()
 
 	// No responders.
 	g, err := a.Request(ctx, "api:search", "acme", 5, WithMinCopies(2), WithMaxWait(time.Second))
-	if err != nil || !g.Degraded || g.Granted != 2 || !errors.Is(g.Cause, ErrDomainUnavailable) || g.Attempts != 1 {
+	if err != nil || !g.Degraded || g.Granted != 2 || !errors.Is(g.Cause, ErrUnavailable) || g.Attempts != 1 {
 		t.Fatalf("Request without a service = %+v, %v; want a degraded grant of 2", g, err)
 	}
 	h, err := a.Reserve(ctx, "jobs:sandbox", "acme", 4, WithMinCopies(1))
-	if err != nil || !h.Degraded() || h.Copies() != 1 || h.ID() != "" || h.Cause() == nil {
+	if err != nil || !h.Info().Degraded || h.Copies() != 1 || h.ID() != "" || h.Info().Cause == nil {
 		t.Fatalf("Reserve without a service = %+v, %v; want a degraded hold of 1", h, err)
 	}
 	if st := statsOf(a, "jobs:sandbox"); st.Degraded != 1 || st.LocalHolds != 1 || st.LocalCopies != 1 || st.LastError == nil {
@@ -237,12 +240,12 @@ func TestDomainFailOpen(t *testing.T) {
 	if st := statsOf(a, "jobs:sandbox"); st.LocalHolds != 0 || st.LocalCopies != 0 {
 		t.Errorf("stats after closing the degraded hold: %+v", st)
 	}
-	if _, err := a.Seize(ctx, "jobs.sandbox.x1"); !errors.Is(err, ErrDomainUnavailable) {
-		t.Errorf("Seize without a service = %v; want ErrDomainUnavailable", err)
+	if _, err := a.Seize(ctx, "jobs.sandbox.x1"); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Seize without a service = %v; want ErrUnavailable", err)
 	}
 	// AcquireAll fails open step by step: min copies of each.
 	x, err := a.AcquireAll(ctx, "acme", []string{"jobs:sandbox", "jobs:gpu"}, "api:search", 5, 2)
-	if err != nil || x.Copies != 2 || !x.Holds[0].Degraded() || x.Holds[1].Copies() != 2 || !x.Rate.Degraded {
+	if err != nil || x.Copies != 2 || !x.Holds[0].Info().Degraded || x.Holds[1].Copies() != 2 || !x.Rate.Degraded {
 		t.Fatalf("AcquireAll without a service = %+v, %v; want 2 of each, degraded", x, err)
 	}
 	if err := x.Close(); err != nil {
@@ -263,7 +266,7 @@ func TestDomainFailOpen(t *testing.T) {
 	// next refresh carries it; the last copy's is carried by expiry.
 	f.set(func(f *fakeDomain) { f.silent, f.ttl = false, time.Second })
 	h2, err := a.Reserve(ctx, "jobs:sandbox", "acme", 3)
-	if err != nil || h2.Degraded() {
+	if err != nil || h2.Info().Degraded {
 		t.Fatal(err)
 	}
 	h3, err := a.Reserve(ctx, "jobs:sandbox", "acme", 1)
@@ -281,7 +284,7 @@ func TestDomainFailOpen(t *testing.T) {
 		t.Fatalf("the silent service changed its holds: %d", f.held("jobs:sandbox"))
 	}
 	f.set(func(f *fakeDomain) { f.silent = false })
-	eventually(t, 5*time.Second, "the refresh to carry the unanswered releases", func() bool { return f.held("jobs:sandbox") == 1 })
+	faults.WaitFor(t, 5*time.Second, "the refresh to carry the unanswered releases", func() bool { return f.held("jobs:sandbox") == 1 })
 	if err := h2.Release(ctx, 1); err != nil || h2.Copies() != 0 {
 		t.Fatalf("Release once answered again = %v, %d left", err, h2.Copies())
 	}
@@ -304,9 +307,9 @@ func TestDomainFailOpen(t *testing.T) {
 // rejections again.
 func TestDomainKillSwitch(t *testing.T) {
 	t.Parallel()
-	f, a, _ := domainSetup(t, map[string]int64{"rate:api:search": 1, "jobs:sandbox": 1}, WithDomainKillSwitch(true))
+	f, a, _ := domainSetup(t, map[string]int64{"rate:api:search": 1, "jobs:sandbox": 1}, WithKillSwitch(true))
 	ctx := context.Background()
-	if !a.DomainKillSwitch() {
+	if !a.KillSwitch() {
 		t.Fatal("kill switch off")
 	}
 	if g, err := a.Request(ctx, "api:search", "acme", 1); err != nil || g.Shadow {
@@ -317,7 +320,7 @@ func TestDomainKillSwitch(t *testing.T) {
 		t.Fatalf("rejection under the kill switch = %+v, %v; want a shadow grant of 4", g, err)
 	}
 	h, err := a.Reserve(ctx, "jobs:sandbox", "acme", 3)
-	if err != nil || !h.Shadow() || h.Copies() != 3 || h.ID() != "" {
+	if err != nil || !h.Info().Shadow || h.Copies() != 3 || h.ID() != "" {
 		t.Fatalf("reserve under the kill switch = %+v, %v; want a shadow hold of 3", h, err)
 	}
 	if f.held("jobs:sandbox") != 0 {
@@ -332,7 +335,7 @@ func TestDomainKillSwitch(t *testing.T) {
 	if err := h.Release(ctx, 1); err != nil || h.Copies() != 2 {
 		t.Fatalf("release of a shadow hold: %v", err)
 	}
-	a.SetDomainKillSwitch(false)
+	a.SetKillSwitch(false)
 	if _, err := a.Request(ctx, "api:search", "acme", 1); !errors.Is(err, ErrRejected) {
 		t.Fatalf("with the kill switch off = %v; want a rejection", err)
 	}
@@ -448,9 +451,9 @@ func TestDomainRefresh(t *testing.T) {
 	}
 	// The service loses one: the next refresh says so.
 	f.set(func(f *fakeDomain) { delete(f.holds, hs[0].ID()) })
-	eventually(t, 5*time.Second, "the lost hold", hs[0].Lost)
-	if !errors.Is(hs[0].Err(), ErrHoldLost) || hs[1].Lost() {
-		t.Fatalf("lost hold not marked: %v %v", hs[0].Lost(), hs[1].Lost())
+	faults.WaitFor(t, 5*time.Second, "the lost hold", func() bool { return hs[0].Err() != nil })
+	if !errors.Is(hs[0].Err(), ErrHoldLost) || hs[1].Err() != nil {
+		t.Fatalf("lost hold not marked: %v %v", (hs[0].Err() != nil), (hs[1].Err() != nil))
 	}
 	if err := hs[0].Release(ctx, 1); !errors.Is(err, ErrHoldLost) {
 		t.Errorf("release of a lost hold = %v", err)
@@ -461,7 +464,7 @@ func TestDomainRefresh(t *testing.T) {
 	if f.held("jobs:sandbox") != 0 || f.held("jobs:gpu") != 0 || hs[1].Copies() != 0 {
 		t.Errorf("after Agent.Close the service holds %d and %d", f.held("jobs:sandbox"), f.held("jobs:gpu"))
 	}
-	if _, err := a.Reserve(ctx, "jobs:gpu", "acme", 1); !errors.Is(err, ErrClosed) {
+	if _, err := a.Reserve(ctx, "jobs:gpu", "acme", 1); !errors.Is(err, agent.ErrClosed) {
 		t.Errorf("Reserve after Close = %v", err)
 	}
 }
@@ -473,8 +476,8 @@ func TestDomainTransferSeize(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
 	f := newFakeDomain(t, natstest.Conn(t, s), map[string]int64{"jobs:sandbox": 20})
-	a := newAgent(t, natstest.Conn(t, s), WithClientID("p1"))
-	b := newAgent(t, natstest.Conn(t, s), WithClientID("p2"))
+	a := newClient(t, natstest.Conn(t, s), "p1")
+	b := newClient(t, natstest.Conn(t, s), "p2")
 	ctx := context.Background()
 
 	h, err := a.Reserve(ctx, "jobs:sandbox", "acme", 15)
@@ -500,7 +503,7 @@ func TestDomainTransferSeize(t *testing.T) {
 	if f.held("jobs:sandbox") != 15 {
 		t.Errorf("service holds %d; want 15", f.held("jobs:sandbox"))
 	}
-	var se *ServiceError
+	var se *agent.ServiceError
 	if _, err := b.Seize(ctx, tid); !errors.As(err, &se) || se.Code != 404 {
 		t.Errorf("second Seize = %v; want 404", err)
 	}
@@ -578,21 +581,21 @@ func TestBackoffJitter(t *testing.T) {
 	}
 }
 
-// TestDomainStatsBounded: beyond maxDomainStats resources the counters
+// TestDomainStatsBounded: beyond maxStats resources the counters
 // are shared under "*", so a caller inventing names cannot grow them.
 func TestDomainStatsBounded(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
-	a := newAgent(t, natstest.Conn(t, s)) // no service: every call fails open
+	a := newClient(t, natstest.Conn(t, s), "") // no service: every call fails open
 	ctx := context.Background()
-	for i := range maxDomainStats + 2 {
+	for i := range maxStats + 2 {
 		if g, err := a.Request(ctx, fmt.Sprintf("ns:r%d", i), "acme", 1); err != nil || !g.Degraded {
 			t.Fatalf("request %d = %+v, %v", i, g, err)
 		}
 	}
-	st := a.DomainStats()
-	if len(st) != maxDomainStats+1 || st[len(st)-1].Resource != "*" || st[len(st)-1].Calls != 2 || st[len(st)-1].Degraded != 2 {
-		t.Fatalf("%d entries, last %+v; want %d and \"*\" with 2 calls", len(st), st[len(st)-1], maxDomainStats+1)
+	st := a.Status()
+	if len(st) != maxStats+1 || st[len(st)-1].Resource != "*" || st[len(st)-1].Calls != 2 || st[len(st)-1].Degraded != 2 {
+		t.Fatalf("%d entries, last %+v; want %d and \"*\" with 2 calls", len(st), st[len(st)-1], maxStats+1)
 	}
 }
 
@@ -610,7 +613,7 @@ func TestDomainRefreshChunks(t *testing.T) {
 	}
 	// A round that started after the last reserve lists every hold in two
 	// consecutive messages, none above the bound.
-	eventually(t, 10*time.Second, "a refresh round of every hold", func() bool {
+	faults.WaitFor(t, 10*time.Second, "a refresh round of every hold", func() bool {
 		var ids [][]string
 		for _, m := range f.received(domainwire.OpRefresh) {
 			var r domainwire.Refresh
@@ -673,7 +676,7 @@ func TestDomainConcurrent(t *testing.T) {
 						_ = g.Close()
 					}
 				}
-				_ = a.DomainStats()
+				_ = a.Status()
 				if i == 29 {
 					kept[w] = h
 					continue
@@ -700,5 +703,33 @@ func TestDomainConcurrent(t *testing.T) {
 	}
 	if got := f.held("jobs:sandbox") + f.held("jobs:gpu"); got != 0 {
 		t.Fatalf("after Close the service holds %d", got)
+	}
+}
+
+// TestOptionsPerConcern: each call takes its own concern's options only,
+// so that a quota option given to a domain call (Sheddable to Request,
+// which once failed only at run time) does not compile, nor a domain
+// option given to Take or to New.
+func TestOptionsPerConcern(t *testing.T) {
+	t.Parallel()
+	kinds := map[string]reflect.Type{
+		"domain.CallOption": reflect.TypeFor[CallOption](),
+		"domain.Option":     reflect.TypeFor[Option](),
+		"quota.TakeOption":  reflect.TypeFor[quota.TakeOption](),
+		"quota.Option":      reflect.TypeFor[quota.Option](),
+		"agent.Option":      reflect.TypeFor[agent.Option](),
+	}
+	for name, opt := range map[string]any{
+		"domain.CallOption": WithMaxWait(time.Second),
+		"domain.Option":     WithTimeout(time.Second),
+		"quota.TakeOption":  quota.Sheddable(),
+		"quota.Option":      quota.WithTimeout(time.Second),
+		"agent.Option":      agent.WithNode("eu"),
+	} {
+		for kind, typ := range kinds {
+			if got := reflect.TypeOf(opt).AssignableTo(typ); got != (kind == name) {
+				t.Errorf("a %s assignable to %s: %v", name, kind, got)
+			}
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package agent_test
+package domain_test
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/domain"
+	"github.com/allot/allot/agent/internal/demo"
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/domainlimit"
 )
@@ -32,7 +34,7 @@ resources:
 // shop namespace. It returns a connection and a function that stops
 // everything.
 func demoDomain() (*nats.Conn, func()) {
-	nc, stopServer, err := demoServer()
+	nc, stopServer, err := demo.Server()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -54,29 +56,43 @@ func demoDomain() (*nats.Conn, func()) {
 	return nc, func() { srv.Stop(); stopServer() }
 }
 
-func quietAgent(nc *nats.Conn) *agent.Agent {
+// demoClient starts a quiet agent on nc and a domain client of it; done
+// closes both, the client first (it gives its holds back).
+func demoClient(nc *nats.Conn) (d *domain.Client, done func()) {
 	a, err := agent.New(nc, agent.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		log.Fatal(err)
 	}
-	return a
+	d, err = domain.New(a)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return d, func() { d.Close(); a.Close() }
 }
 
 // Request asks for hits of a rate-limited resource for one domain (here
 // a tenant). A rejection is an error carrying the answer's context data;
-// agent.WithMaxWait would retry it with backoff (Figure 4 of the Charon
-// paper). With no domain service reachable the agent fails open and
+// domain.WithMaxWait would retry it with backoff (Figure 4 of the Charon
+// paper). With no domain service reachable the client fails open and
 // grants the min copies itself (Grant.Degraded).
-func ExampleAgent_Request() {
+func ExampleClient_Request() {
 	nc, stop := demoDomain()
 	defer stop()
-	a := quietAgent(nc)
+	a, err := agent.New(nc, agent.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer a.Close()
+	d, err := domain.New(a)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer d.Close()
 
 	ctx := context.Background()
 	for i := 1; i <= 4; i++ {
-		g, err := a.Request(ctx, "shop:api", "acme", 1)
-		var rej *agent.RejectedError
+		g, err := d.Request(ctx, "shop:api", "acme", 1)
+		var rej *domain.RejectedError
 		switch {
 		case errors.As(err, &rej):
 			fmt.Printf("call %d: over the limit (%d of %d/s used)\n", i, rej.Grant.DomainHitsLastSecond, rej.Grant.HardLimit)
@@ -97,17 +113,17 @@ func ExampleAgent_Request() {
 
 // Reserve holds copies of a copy-limited resource; Release gives part of
 // them back and Close, deferred, the rest (Figure 5 of the Charon paper).
-// The agent keeps the hold alive in the background until then.
-func ExampleAgent_Reserve() {
+// The client keeps the hold alive in the background until then.
+func ExampleClient_Reserve() {
 	nc, stop := demoDomain()
 	defer stop()
-	a := quietAgent(nc)
-	defer a.Close()
+	d, done := demoClient(nc)
+	defer done()
 
 	ctx := context.Background()
-	h, err := a.Reserve(ctx, "shop:sandboxes", "acme", 15, agent.WithMinCopies(5))
+	h, err := d.Reserve(ctx, "shop:sandboxes", "acme", 15, domain.WithMinCopies(5))
 	if err != nil {
-		log.Fatal(err) // a *agent.RejectedError when refused
+		log.Fatal(err) // a *domain.RejectedError when refused
 	}
 	defer h.Close()
 	fmt.Println("holding", h.Copies(), "sandboxes")
@@ -115,8 +131,8 @@ func ExampleAgent_Reserve() {
 		log.Fatal(err)
 	}
 	fmt.Println("holding", h.Copies(), "sandboxes")
-	if h.Lost() {
-		log.Print(h.Err()) // the service dropped the hold: its copies are not held
+	if err := h.Err(); err != nil {
+		log.Print(err) // the service dropped the hold: its copies are not held
 	}
 	// Output:
 	// holding 10 sandboxes
@@ -125,7 +141,7 @@ func ExampleAgent_Reserve() {
 
 // Transfer stages copies of a hold for another process, which Seize
 // turns into a hold of its own (Figure 6 of the Charon paper). The two
-// agents can be on different machines; only the transfer id travels
+// processes can be on different machines; only the transfer id travels
 // between them.
 func ExampleHold_Transfer() {
 	nc, stop := demoDomain()
@@ -133,8 +149,8 @@ func ExampleHold_Transfer() {
 	ctx := context.Background()
 
 	// Process 1.
-	p1 := quietAgent(nc)
-	defer p1.Close()
+	p1, done1 := demoClient(nc)
+	defer done1()
 	h, err := p1.Reserve(ctx, "shop:sandboxes", "acme", 10)
 	if err != nil {
 		log.Fatal(err)
@@ -148,8 +164,8 @@ func ExampleHold_Transfer() {
 	// send(tid) to process 2.
 
 	// Process 2.
-	p2 := quietAgent(nc)
-	defer p2.Close()
+	p2, done2 := demoClient(nc)
+	defer done2()
 	got, err := p2.Seize(ctx, tid)
 	if err != nil {
 		log.Fatal(err) // a 404 *agent.ServiceError: unknown or expired id
@@ -165,14 +181,14 @@ func ExampleHold_Transfer() {
 // requesting the rate-limited one last (Figure 7 of the Charon paper):
 // here up to 5 sandboxes, but only 3 API calls are left this second, so
 // 3 of each.
-func ExampleAgent_AcquireAll() {
+func ExampleClient_AcquireAll() {
 	nc, stop := demoDomain()
 	defer stop()
-	a := quietAgent(nc)
-	defer a.Close()
+	d, done := demoClient(nc)
+	defer done()
 
 	ctx := context.Background()
-	x, err := a.AcquireAll(ctx, "acme", []string{"shop:sandboxes"}, "shop:api", 5, 1, agent.WithMaxWait(5*time.Second))
+	x, err := d.AcquireAll(ctx, "acme", []string{"shop:sandboxes"}, "shop:api", 5, 1, domain.WithMaxWait(5*time.Second))
 	if err != nil {
 		log.Fatal(err) // nothing is held
 	}

@@ -1,4 +1,4 @@
-package agent
+package domain
 
 import (
 	"context"
@@ -8,36 +8,57 @@ import (
 	"sync"
 	"time"
 
+	"github.com/allot/allot/agent"
 	"github.com/allot/allot/internal/domainwire"
 )
 
-// ErrHoldLost is wrapped by Hold.Err, and by the errors of a lost hold's
-// methods: the domain service no longer has the hold (it expired because
-// no refresh reached the service within its ttl), so its copies are no
-// longer held.
-var ErrHoldLost = errors.New("agent: hold lost")
+// GroupHolds is one domain group's pool of a copy-limited resource.
+type GroupHolds struct {
+	Name  string
+	Limit int64 // -1: not limited
+	Holds int64 // copies held by all domains of the group
+}
 
-// ErrHoldClosed is returned by the methods of a hold that was closed, or
-// whose copies were all released or transferred.
-var ErrHoldClosed = errors.New("agent: hold closed")
-
-var errNilHold = errors.New("agent: nil hold (Reserve or Seize failed)")
+// HoldInfo is what the Reserve that made a hold learnt: the context data
+// of its answer (section 3.1 of the Charon paper; limits not configured
+// are -1), and how the hold came to be.
+type HoldInfo struct {
+	DomainLimit int64
+	GlobalLimit int64
+	// DomainHolds and GlobalHolds count the copies held, by the domain
+	// and by all domains, this hold's included.
+	DomainHolds int64
+	GlobalHolds int64
+	// Groups are the pools of the domain's groups.
+	Groups       []GroupHolds
+	Ignored      bool
+	Unconfigured bool
+	// Waited is the time Reserve spent getting the hold, retries
+	// included.
+	Waited time.Duration
+	// Degraded: no domain service answered Reserve (Cause says why), so
+	// the client failed open: the hold is local, with the call's min
+	// copies, and the service does not count it. The context data is
+	// then zero.
+	Degraded bool
+	Cause    error
+	// Shadow: the service rejected Reserve and the kill switch granted
+	// the copies as a local hold the service does not count. The context
+	// data is that of the rejection.
+	Shadow bool
+}
 
 // A Hold is copies of a copy-limited resource held for a domain, made by
-// Reserve or Seize. It belongs to the agent that made it, which refreshes
-// it in the background so that it lives until it is released; if the
-// agent's process dies, the service drops it after its ttl. Close it when
-// done (defer h.Close()). Methods are safe for concurrent use.
+// Reserve or Seize. It belongs to the client that made it, which
+// refreshes it in the background so that it lives until it is released;
+// if the client's process dies, the service drops it after its ttl. Close
+// it when done (defer h.Close()). Methods are safe for concurrent use.
 type Hold struct {
-	a        *Agent
+	c        *Client
 	ns, res  string
 	resource string
 	domain   string
 	local    bool // degraded or shadow: the service does not know it
-	degraded bool
-	shadow   bool
-	cause    error
-	waited   time.Duration
 	info     HoldInfo
 
 	op sync.Mutex // one exchange with the service at a time
@@ -76,34 +97,13 @@ func (h *Hold) Copies() int64 {
 // service answered.
 func (h *Hold) Groups() []string { return slices.Clone(h.groups) }
 
-// Info returns the context data of the answer that made the hold (zero
-// for a degraded hold or a seized one).
+// Info returns what the Reserve that made the hold learnt (zero for a
+// seized hold).
 func (h *Hold) Info() HoldInfo { return h.info }
 
-// Waited returns the time Reserve spent getting the hold, retries
-// included.
-func (h *Hold) Waited() time.Duration { return h.waited }
-
-// Degraded reports that no domain service answered Reserve, so the agent
-// failed open: the hold is local, with the call's min copies, and the
-// service does not count it.
-func (h *Hold) Degraded() bool { return h.degraded }
-
-// Shadow reports that the service rejected Reserve and the kill switch
-// granted the copies as a local hold the service does not count.
-func (h *Hold) Shadow() bool { return h.shadow }
-
-// Cause returns why a degraded hold is degraded.
-func (h *Hold) Cause() error { return h.cause }
-
-// Lost reports that the service no longer has the hold (see ErrHoldLost).
-func (h *Hold) Lost() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.lost
-}
-
-// Err returns why the hold was lost (wrapping ErrHoldLost), or nil.
+// Err returns why the hold was lost (wrapping ErrHoldLost), or nil while
+// the service has it: the service drops a hold no refresh reached within
+// its ttl, and its copies are then no longer held.
 func (h *Hold) Err() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -132,36 +132,37 @@ func (h *Hold) checkLocked() error {
 // new leader that is still learning the holds that exist answers with a
 // time to retry after, which the retries honour as their least sleep.
 //
-// The hold is refreshed in the background, with the agent's other holds
+// The hold is refreshed in the background, with the client's other holds
 // of the resource, every third of the service's hold ttl, so it lives
-// until Release or Close gives its copies back, or until the agent's
+// until Release or Close gives its copies back, or until the client's
 // process dies and the refreshes stop. A hold the service no longer has
-// (the refreshes could not reach it for a whole ttl) is marked Lost.
+// (the refreshes could not reach it for a whole ttl) is lost: its Err
+// wraps ErrHoldLost.
 //
 // Fail-open: when no domain service answers, Reserve returns a local hold
-// of the min copies with Degraded set, which no service counts; with the
-// kill switch on a rejection becomes a local hold of copies with Shadow
-// set. Bad input is an error and nothing is sent, as for Request.
-func (a *Agent) Reserve(ctx context.Context, resource, domain string, copies int64, opts ...DomainOption) (*Hold, error) {
-	ns, res, o, err := a.prepare(resource, domain, copies, opts)
+// of the min copies with Info().Degraded set, which no service counts;
+// with the kill switch on a rejection becomes a local hold of copies with
+// Info().Shadow set. Bad input is an error and nothing is sent, as for Request.
+func (c *Client) Reserve(ctx context.Context, resource, domain string, copies int64, opts ...CallOption) (*Hold, error) {
+	ns, res, o, err := c.prepare(resource, domain, copies, opts)
 	if err != nil {
 		return nil, err
 	}
-	return a.reserve(ctx, ns, res, resource, domain, copies, &o)
+	return c.reserve(ctx, ns, res, resource, domain, copies, &o)
 }
 
 // reserve is Reserve once its input is checked.
-func (a *Agent) reserve(ctx context.Context, ns, res, resource, domain string, copies int64, o *callOptions) (*Hold, error) {
-	req := domainwire.Reserve{Domain: domain, Copies: copies, MinCopies: o.minCopies, ClientID: a.o.clientID}
+func (c *Client) reserve(ctx context.Context, ns, res, resource, domain string, copies int64, o *callOptions) (*Hold, error) {
+	req := domainwire.Reserve{Domain: domain, Copies: copies, MinCopies: o.minCopies, ClientID: c.clientID}
 	var last domainwire.ReserveReply
 	var answered bool
-	attempts, waited, granted, err := a.retry(ctx, o, func(ctx context.Context) (bool, time.Duration, error) {
+	attempts, waited, granted, err := c.retry(ctx, o, func(ctx context.Context) (bool, time.Duration, error) {
 		var rep domainwire.ReserveReply
-		if err := a.domainCall(ctx, domainwire.OpReserve, ns, res, &req, &rep); err != nil {
+		if err := c.call(ctx, domainwire.OpReserve, ns, res, &req, &rep); err != nil {
 			return false, 0, err
 		}
 		if rep.Granted != 0 && (rep.Granted < o.minCopies || rep.Granted > copies || rep.HoldID == "") {
-			return false, 0, fmt.Errorf("%w: granted %d outside [%d, %d] or no hold id", ErrDomainUnavailable, rep.Granted, o.minCopies, copies)
+			return false, 0, fmt.Errorf("%w: granted %d outside [%d, %d] or no hold id", ErrUnavailable, rep.Granted, o.minCopies, copies)
 		}
 		last, answered = rep, true
 		if rep.Learning {
@@ -169,27 +170,28 @@ func (a *Agent) reserve(ctx context.Context, ns, res, resource, domain string, c
 		}
 		return rep.Granted > 0, 0, nil
 	})
-	h := &Hold{a: a, ns: ns, res: res, resource: resource, domain: domain, waited: waited}
+	h := &Hold{c: c, ns: ns, res: res, resource: resource, domain: domain}
 	if answered {
 		h.info = holdInfo(&last)
 	}
-	a.d.mu.Lock()
-	defer a.d.mu.Unlock()
-	r := a.callLocked(ns, res, granted, attempts, answered)
+	h.info.Waited = waited
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.callLocked(ns, res, granted, attempts, answered)
 	switch {
 	case granted:
 		r.st.Granted++
 		h.id, h.copies, h.groups, h.seal = last.HoldID, last.Granted, slices.Clone(last.Groups), last.Seal
-		if a.d.closed {
+		if c.closed {
 			// Close ran meanwhile and will not release it: give it back.
-			go a.releaseOrphan(h)
-			return nil, ErrClosed
+			go c.releaseOrphan(h)
+			return nil, agent.ErrClosed
 		}
-		a.addHoldLocked(r, h, last.TTLMillis)
+		c.addHoldLocked(r, h, last.TTLMillis)
 		return h, nil
-	case err == nil && a.d.kill.Load():
+	case err == nil && c.kill.Load():
 		r.st.WouldReject++
-		h.local, h.shadow, h.copies = true, true, copies
+		h.local, h.info.Shadow, h.copies = true, true, copies
 		r.st.LocalHolds++
 		r.st.LocalCopies += copies
 		return h, nil
@@ -201,11 +203,11 @@ func (a *Agent) reserve(ctx context.Context, ns, res, resource, domain string, c
 			e.Info = &h.info
 		}
 		return nil, e
-	case errors.Is(err, ErrDomainUnavailable) && ctx.Err() == nil:
-		a.unanswered(r, err)
+	case errors.Is(err, ErrUnavailable) && ctx.Err() == nil:
+		c.unanswered(r, err)
 		r.st.Degraded++
-		h.info = HoldInfo{}
-		h.local, h.degraded, h.cause, h.copies = true, true, err, o.minCopies
+		h.info = HoldInfo{Waited: waited, Degraded: true, Cause: err}
+		h.local, h.copies = true, o.minCopies
 		r.st.LocalHolds++
 		r.st.LocalCopies += o.minCopies
 		return h, nil
@@ -224,7 +226,7 @@ func holdInfo(r *domainwire.ReserveReply) HoldInfo {
 
 // addHoldLocked registers h for refreshes and starts the refresh loop on
 // the first hold.
-func (a *Agent) addHoldLocked(r *domainRes, h *Hold, ttlMillis int64) {
+func (c *Client) addHoldLocked(r *domainRes, h *Hold, ttlMillis int64) {
 	if r.holds == nil {
 		r.holds = make(map[string]*Hold)
 	}
@@ -235,26 +237,26 @@ func (a *Agent) addHoldLocked(r *domainRes, h *Hold, ttlMillis int64) {
 	if r.ttl == 0 || ttl < r.ttl {
 		r.ttl = ttl
 	}
-	next := now(a.o.clock).Add(r.ttl / 3)
+	next := time.Now().Add(r.ttl / 3)
 	if len(r.holds) == 0 || next.Before(r.next) {
 		r.next = next
 	}
 	r.holds[h.id] = h
-	if !a.d.started {
-		a.d.started = true
-		go a.refreshLoop()
+	if !c.started {
+		c.started = true
+		go c.refreshLoop()
 	}
 	select {
-	case a.d.kick <- struct{}{}:
+	case c.kick <- struct{}{}:
 	default:
 	}
 }
 
 // dropHold stops refreshing h; with lost, it counts it lost.
-func (a *Agent) dropHold(h *Hold, lost bool) {
-	a.d.mu.Lock()
-	defer a.d.mu.Unlock()
-	r := a.d.res[h.ns+":"+h.res]
+func (c *Client) dropHold(h *Hold, lost bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.res[h.ns+":"+h.res]
 	if r == nil || r.holds[h.id] != h {
 		return
 	}
@@ -272,7 +274,7 @@ func (h *Hold) markLost(why string) {
 		h.err = fmt.Errorf("%w: %d copies of %s for domain %q (hold %s): %s", ErrHoldLost, h.copies, h.resource, h.domain, h.id, why)
 	}
 	h.mu.Unlock()
-	h.a.dropHold(h, true)
+	h.c.dropHold(h, true)
 }
 
 // Release gives n of the hold's copies back, in [1, Copies()]; the rest
@@ -283,7 +285,7 @@ func (h *Hold) markLost(why string) {
 // are given back here all the same and the next refresh carries the
 // lower count to the service, which takes it as the truth (or, for the
 // last copy, the hold is no longer refreshed and expires within its
-// ttl); DomainStats counts it in UnansweredReleases. A local hold
+// ttl); Status counts it in UnansweredReleases. A local hold
 // (Degraded or Shadow) is released locally.
 func (h *Hold) Release(ctx context.Context, n int64) error {
 	if h == nil {
@@ -299,7 +301,7 @@ func (h *Hold) Release(ctx context.Context, n int64) error {
 		return err
 	}
 	if n < 1 || n > have {
-		return fmt.Errorf("agent: release %d copies of %s: the hold has %d (release 1 to %d)", n, h.resource, have, have)
+		return fmt.Errorf("domain: release %d copies of %s: the hold has %d (release 1 to %d)", n, h.resource, have, have)
 	}
 	if h.local {
 		h.shrinkLocal(n)
@@ -311,9 +313,9 @@ func (h *Hold) Release(ctx context.Context, n int64) error {
 	// Once sent, a release is seen through (within the domain timeout):
 	// abandoned half-way it might count at the service and not here.
 	var rep domainwire.ReleaseReply
-	err = h.exchange(context.WithoutCancel(ctx), domainwire.OpRelease, &domainwire.Release{ClientID: h.a.o.clientID, HoldID: h.id, Copies: n}, &rep)
+	err = h.exchange(context.WithoutCancel(ctx), domainwire.OpRelease, &domainwire.Release{ClientID: h.c.clientID, HoldID: h.id, Copies: n}, &rep)
 	switch {
-	case err == nil, errors.Is(err, ErrDomainUnavailable):
+	case err == nil, errors.Is(err, ErrUnavailable):
 		if err != nil {
 			h.unansweredRelease(err)
 		}
@@ -332,8 +334,8 @@ func (h *Hold) Release(ctx context.Context, n int64) error {
 // count a refresh lists as the truth, and a hold no longer refreshed
 // expires.
 func (h *Hold) unansweredRelease(err error) {
-	h.a.log.Debug("allot: domain release not answered; the next refresh carries it", "resource", h.resource, "hold", h.id, "error", err)
-	h.a.note(h.ns, h.res, func(r *domainRes) {
+	h.c.log.Debug("allot: domain release not answered; the next refresh carries it", "resource", h.resource, "hold", h.id, "error", err)
+	h.c.note(h.ns, h.res, func(r *domainRes) {
 		r.st.UnansweredReleases++
 		r.st.LastError = err
 	})
@@ -346,7 +348,7 @@ func (h *Hold) shrinkLocal(n int64) {
 	done := h.copies == 0
 	h.closed = done
 	h.mu.Unlock()
-	h.a.note(h.ns, h.res, func(r *domainRes) {
+	h.c.note(h.ns, h.res, func(r *domainRes) {
 		r.st.LocalCopies -= n
 		if done {
 			r.st.LocalHolds--
@@ -357,14 +359,14 @@ func (h *Hold) shrinkLocal(n int64) {
 // exchange sends one release or transfer about h, under the resource's
 // shared ops lock, and decodes the reply into rep. A 404 marks h lost.
 func (h *Hold) exchange(ctx context.Context, op string, req, rep any) error {
-	a := h.a
-	a.d.mu.Lock()
-	r := a.d.entryLocked(h.ns, h.res, true)
-	a.d.mu.Unlock()
+	c := h.c
+	c.mu.Lock()
+	r := c.entryLocked(h.ns, h.res, true)
+	c.mu.Unlock()
 	r.ops.RLock()
-	err := a.domainCall(ctx, op, h.ns, h.res, req, rep)
+	err := c.call(ctx, op, h.ns, h.res, req, rep)
 	r.ops.RUnlock()
-	var se *ServiceError
+	var se *agent.ServiceError
 	switch {
 	case err == nil:
 	case errors.As(err, &se) && se.Code == domainwire.CodeNotFound:
@@ -373,9 +375,9 @@ func (h *Hold) exchange(ctx context.Context, op string, req, rep any) error {
 	default:
 		return err
 	}
-	a.d.mu.Lock()
-	a.answered(r)
-	a.d.mu.Unlock()
+	c.mu.Lock()
+	c.answered(r)
+	c.mu.Unlock()
 	return nil
 }
 
@@ -389,7 +391,7 @@ func (h *Hold) settle(left int64) {
 	}
 	h.mu.Unlock()
 	if done {
-		h.a.dropHold(h, false)
+		h.c.dropHold(h, false)
 	}
 }
 
@@ -398,14 +400,14 @@ func (h *Hold) settle(left int64) {
 // back (closed, released, transferred, already lost, or local), so it
 // suits defer. When the service does not answer, the hold is no longer
 // refreshed, so the service drops it within its ttl; Close returns nil
-// and DomainStats counts it in UnansweredReleases. When the service no
+// and Status counts it in UnansweredReleases. When the service no
 // longer had the hold, it is marked lost and the error wraps ErrHoldLost. Close of a nil hold does
 // nothing, so a defer placed before checking Reserve's error is safe.
 func (h *Hold) Close() error {
 	if h == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*h.a.o.domain.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*h.c.o.timeout)
 	defer cancel()
 	return h.close(ctx)
 }
@@ -426,22 +428,22 @@ func (h *Hold) close(ctx context.Context) error {
 	}
 	h.closed = true // no further use, whatever the answer
 	h.mu.Unlock()
-	err := h.exchange(ctx, domainwire.OpRelease, &domainwire.Release{ClientID: h.a.o.clientID, HoldID: h.id}, &domainwire.ReleaseReply{})
-	h.a.dropHold(h, false)
+	err := h.exchange(ctx, domainwire.OpRelease, &domainwire.Release{ClientID: h.c.clientID, HoldID: h.id}, &domainwire.ReleaseReply{})
+	h.c.dropHold(h, false)
 	switch {
-	case errors.Is(err, ErrDomainUnavailable) || err != nil && ctx.Err() != nil:
+	case errors.Is(err, ErrUnavailable) || err != nil && ctx.Err() != nil:
 		h.unansweredRelease(err) // out of time: the same as no answer
 	case err != nil:
-		return fmt.Errorf("agent: close hold %s of %s: %w", h.id, h.resource, err)
+		return fmt.Errorf("domain: close hold %s of %s: %w", h.id, h.resource, err)
 	}
 	return nil
 }
 
-// releaseOrphan gives back a hold granted after the agent closed.
-func (a *Agent) releaseOrphan(h *Hold) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*a.o.domain.timeout)
+// releaseOrphan gives back a hold granted after the client closed.
+func (c *Client) releaseOrphan(h *Hold) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*c.o.timeout)
 	defer cancel()
-	_ = a.domainCall(ctx, domainwire.OpRelease, h.ns, h.res, &domainwire.Release{ClientID: a.o.clientID, HoldID: h.id}, &domainwire.ReleaseReply{})
+	_ = c.call(ctx, domainwire.OpRelease, h.ns, h.res, &domainwire.Release{ClientID: c.clientID, HoldID: h.id}, &domainwire.ReleaseReply{})
 }
 
 // Transfer moves n of the hold's copies, in [1, Copies()], into the
@@ -450,7 +452,7 @@ func (a *Agent) releaseOrphan(h *Hold) {
 // the service's default, 30s). The rest stay in this hold; transferring
 // the last copy closes it. A local hold cannot be transferred, and the
 // bad input errors of Release apply; nothing is sent then. When the
-// service does not answer, the error wraps ErrDomainUnavailable and the
+// service does not answer, the error wraps ErrUnavailable and the
 // hold keeps its copies here; the service may have staged them all the
 // same (the answer was lost), in which case they return to the pool after
 // ttl, and Close still gives back what the hold has left at the service.
@@ -459,7 +461,7 @@ func (h *Hold) Transfer(ctx context.Context, n int64, ttl time.Duration) (string
 		return "", errNilHold
 	}
 	if ttl < 0 || ttl > domainwire.MaxTransferTTL {
-		return "", fmt.Errorf("agent: transfer ttl %v is outside (0, %v] (0: the service's default)", ttl, domainwire.MaxTransferTTL)
+		return "", fmt.Errorf("domain: transfer ttl %v is outside (0, %v] (0: the service's default)", ttl, domainwire.MaxTransferTTL)
 	}
 	h.op.Lock()
 	defer h.op.Unlock()
@@ -471,12 +473,12 @@ func (h *Hold) Transfer(ctx context.Context, n int64, ttl time.Duration) (string
 		return "", err
 	}
 	if h.local {
-		return "", fmt.Errorf("agent: transfer from a local hold of %s (degraded or shadow): the service does not know it", h.resource)
+		return "", fmt.Errorf("domain: transfer from a local hold of %s (degraded or shadow): the service does not know it", h.resource)
 	}
 	if n < 1 || n > have {
-		return "", fmt.Errorf("agent: transfer %d copies of %s: the hold has %d (transfer 1 to %d)", n, h.resource, have, have)
+		return "", fmt.Errorf("domain: transfer %d copies of %s: the hold has %d (transfer 1 to %d)", n, h.resource, have, have)
 	}
-	req := &domainwire.Transfer{ClientID: h.a.o.clientID, HoldID: h.id, Copies: n}
+	req := &domainwire.Transfer{ClientID: h.c.clientID, HoldID: h.id, Copies: n}
 	if ttl > 0 {
 		req.TTL = ttl.String()
 	}
@@ -485,60 +487,60 @@ func (h *Hold) Transfer(ctx context.Context, n int64, ttl time.Duration) (string
 		return "", err
 	}
 	if _, _, err := domainwire.TransferResource(rep.TransferID); err != nil {
-		return "", fmt.Errorf("%w: transfer reply: %w", ErrDomainUnavailable, err)
+		return "", fmt.Errorf("%w: transfer reply: %w", ErrUnavailable, err)
 	}
 	h.settle(have - n) // not rep.Remaining: see Release
 	return rep.TransferID, nil
 }
 
 // Seize claims the copies another process staged with Hold.Transfer, as a
-// new hold of this agent, refreshed like a reserved one. The request goes
+// new hold of this client, refreshed like a reserved one. The request goes
 // to the seize subject of the resource the id names. An unknown or
-// expired transfer id is an error (a *ServiceError with code 404), and so
+// expired transfer id is an error (a *agent.ServiceError with code 404), and so
 // is one another client seized (409); a malformed one is an error and
 // nothing is sent. When the service does not answer, the error wraps
-// ErrDomainUnavailable: a seize never fails open, as the copies are
+// ErrUnavailable: a seize never fails open, as the copies are
 // someone else's until it succeeds. Calling Seize again with the same id
 // is then safe: for one hold TTL the service answers the seizer's retry
 // with the hold it made, even across a leader change, and a second Seize
 // that succeeds returns the Hold the first one returned.
-func (a *Agent) Seize(ctx context.Context, transferID string) (*Hold, error) {
+func (c *Client) Seize(ctx context.Context, transferID string) (*Hold, error) {
 	ns, res, err := domainwire.TransferResource(transferID)
 	if err != nil {
-		return nil, fmt.Errorf("agent: %w", err)
+		return nil, fmt.Errorf("domain: %w", err)
 	}
-	a.d.mu.Lock()
-	closed := a.d.closed
-	a.d.mu.Unlock()
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
 	if closed {
-		return nil, ErrClosed
+		return nil, agent.ErrClosed
 	}
 	var rep domainwire.SeizeReply
-	err = a.domainCall(ctx, domainwire.OpSeize, ns, res, &domainwire.Seize{ClientID: a.o.clientID, TransferID: transferID}, &rep)
+	err = c.call(ctx, domainwire.OpSeize, ns, res, &domainwire.Seize{ClientID: c.clientID, TransferID: transferID}, &rep)
 	if err == nil && (rep.HoldID == "" || rep.Copies < 1) {
-		err = fmt.Errorf("%w: seize reply without a hold", ErrDomainUnavailable)
+		err = fmt.Errorf("%w: seize reply without a hold", ErrUnavailable)
 	}
-	a.d.mu.Lock()
-	defer a.d.mu.Unlock()
-	r := a.d.entryLocked(ns, res, err == nil)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r := c.entryLocked(ns, res, err == nil)
 	r.st.Calls++
 	if err != nil {
-		if errors.Is(err, ErrDomainUnavailable) {
-			a.unanswered(r, err)
+		if errors.Is(err, ErrUnavailable) {
+			c.unanswered(r, err)
 		}
 		return nil, err
 	}
-	a.answered(r)
+	c.answered(r)
 	if h := r.holds[rep.HoldID]; h != nil {
-		return h, nil // a retry answered with the hold this agent has
+		return h, nil // a retry answered with the hold this client has
 	}
 	r.st.Granted++
-	h := &Hold{a: a, ns: ns, res: res, resource: ns + ":" + res, domain: rep.Domain,
+	h := &Hold{c: c, ns: ns, res: res, resource: ns + ":" + res, domain: rep.Domain,
 		id: rep.HoldID, copies: rep.Copies, groups: slices.Clone(rep.Groups), seal: rep.Seal}
-	if a.d.closed {
-		go a.releaseOrphan(h)
-		return nil, ErrClosed
+	if c.closed {
+		go c.releaseOrphan(h)
+		return nil, agent.ErrClosed
 	}
-	a.addHoldLocked(r, h, rep.TTLMillis)
+	c.addHoldLocked(r, h, rep.TTLMillis)
 	return h, nil
 }

@@ -1,4 +1,4 @@
-package agent
+package domain
 
 import (
 	"context"
@@ -14,9 +14,11 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/allot/allot/agent"
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
 )
 
@@ -75,7 +77,7 @@ func copiesHeld(srv *domainserver.Server) int64 { return srv.Stats().CopiesHeld 
 // serving domain service's answers: past the default (500ms), which a
 // request may take under -race on a loaded machine, Request and Reserve
 // fail open and the counts under test are not the service's.
-func domainWait() Option { return WithDomainTimeout(10 * time.Second) }
+func domainWait() Option { return WithTimeout(10 * time.Second) }
 
 // TestDomainServerRequestReserve: grants, rejections with the context
 // data, the wrong kind of resource and an unknown one as client errors.
@@ -83,7 +85,7 @@ func TestDomainServerRequestReserve(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
 	srv := startDomainServer(t, s, time.Second, false)
-	a := newAgent(t, natstest.Conn(t, s), domainWait())
+	a := newClient(t, natstest.Conn(t, s), "", domainWait())
 	ctx := context.Background()
 
 	g, err := a.Request(ctx, "app:api", "acme", 8, WithMinCopies(2))
@@ -108,7 +110,7 @@ func TestDomainServerRequestReserve(t *testing.T) {
 	if err := h.Release(ctx, 4); err == nil || copiesHeld(srv) != 3 {
 		t.Fatalf("over-release accepted or counted: %v, server %d", err, copiesHeld(srv))
 	}
-	var se *ServiceError
+	var se *agent.ServiceError
 	if _, err := a.Request(ctx, "app:sandbox", "acme", 1); !errors.As(err, &se) || se.Code >= 500 {
 		t.Errorf("request on a copy resource = %v; want a client error", err)
 	}
@@ -131,8 +133,8 @@ func TestDomainServerClientDies(t *testing.T) {
 	ctx := context.Background()
 
 	doomedConn := natstest.Conn(t, s)
-	doomed := newAgent(t, doomedConn, WithClientID("doomed"), domainWait())
-	live := newAgent(t, natstest.Conn(t, s), WithClientID("live"), domainWait())
+	doomed := newClient(t, doomedConn, "doomed", domainWait())
+	live := newClient(t, natstest.Conn(t, s), "live", domainWait())
 	if _, err := doomed.Reserve(ctx, "app:sandbox", "acme", 4); err != nil {
 		t.Fatal(err)
 	}
@@ -147,11 +149,11 @@ func TestDomainServerClientDies(t *testing.T) {
 		t.Fatalf("beyond the global limit of 8 = %v; want a rejection", err)
 	}
 	doomedConn.Close() // the process dies: no release, no refresh
-	eventually(t, 10*ttl, "the dead client's holds to expire", func() bool { return copiesHeld(srv) == 3 })
+	faults.WaitFor(t, 10*ttl, "the dead client's holds to expire", func() bool { return copiesHeld(srv) == 3 })
 	// The live client's hold is still there three ttls later.
 	time.Sleep(3 * ttl)
-	if copiesHeld(srv) != 3 || lh.Lost() || lh.Copies() != 3 {
-		t.Fatalf("after 3 ttls: server holds %d, live hold lost %v", copiesHeld(srv), lh.Lost())
+	if copiesHeld(srv) != 3 || lh.Err() != nil || lh.Copies() != 3 {
+		t.Fatalf("after 3 ttls: server holds %d, live hold lost %v", copiesHeld(srv), (lh.Err() != nil))
 	}
 	// The freed copies can be reserved again.
 	if h, err := live.Reserve(ctx, "app:sandbox", "acme", 5); err != nil || h.Copies() != 5 {
@@ -175,8 +177,8 @@ func TestDomainServerLeaderChange(t *testing.T) {
 	const ttl = 400 * time.Millisecond
 	old := startDomainServer(t, s, ttl, false)
 	ctx := context.Background()
-	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"), WithDomainTimeout(200*time.Millisecond))
-	b := newAgent(t, natstest.Conn(t, s), WithClientID("b"), WithDomainTimeout(200*time.Millisecond))
+	a := newClient(t, natstest.Conn(t, s), "a", WithTimeout(200*time.Millisecond))
+	b := newClient(t, natstest.Conn(t, s), "b", WithTimeout(200*time.Millisecond))
 	ha, err := a.Reserve(ctx, "app:sandbox", "acme", 4)
 	if err != nil {
 		t.Fatal(err)
@@ -200,14 +202,14 @@ func TestDomainServerLeaderChange(t *testing.T) {
 	// retried after it; by then the old holds are known, so only 1 copy
 	// of the global 8 is left.
 	h, err := b.Reserve(ctx, "app:sandbox", "third", 3, WithMinCopies(1), WithMaxWait(10*ttl), WithBackoffBase(ttl/4))
-	if err != nil || h.Copies() != 1 || h.Degraded() {
+	if err != nil || h.Copies() != 1 || h.Info().Degraded {
 		t.Fatalf("Reserve during learning = %+v, %v; want 1 copy once learned", h, err)
 	}
 	if got := srv.Stats(); got.CopiesHeld != 4+2+3+1 || got.Restored != 3 {
 		t.Fatalf("new leader holds %d copies, restored %d holds; want 10 and 3", got.CopiesHeld, got.Restored)
 	}
 	for _, x := range []*Hold{ha, hg, hb} {
-		if x.Lost() {
+		if x.Err() != nil {
 			t.Errorf("hold of %s lost across the leader change: %v", x.Resource(), x.Err())
 		}
 	}
@@ -223,8 +225,8 @@ func TestDomainServerTransfer(t *testing.T) {
 	s := natstest.Server(t)
 	srv := startDomainServer(t, s, time.Second, false)
 	ctx := context.Background()
-	p1 := newAgent(t, natstest.Conn(t, s), WithClientID("p1"), domainWait())
-	p2 := newAgent(t, natstest.Conn(t, s), WithClientID("p2"), domainWait())
+	p1 := newClient(t, natstest.Conn(t, s), "p1", domainWait())
+	p2 := newClient(t, natstest.Conn(t, s), "p2", domainWait())
 
 	h, err := p1.Reserve(ctx, "app:sandbox", "acme", 5)
 	if err != nil {
@@ -246,7 +248,7 @@ func TestDomainServerTransfer(t *testing.T) {
 	if again, err := p2.Seize(ctx, tid); err != nil || again != got || copiesHeld(srv) != 5 {
 		t.Errorf("the seizer's second Seize = %p, %v, want %p; server holds %d", again, err, got, copiesHeld(srv))
 	}
-	var se *ServiceError
+	var se *agent.ServiceError
 	if _, err := p1.Seize(ctx, tid); !errors.As(err, &se) || se.Code != 409 {
 		t.Errorf("Seize by another client of a seized id = %v, want 409", err)
 	}
@@ -271,7 +273,7 @@ func TestDomainServerSeizeLostReply(t *testing.T) {
 	s := natstest.Server(t)
 	srv := startDomainServer(t, s, time.Second, false)
 	ctx := context.Background()
-	p1 := newAgent(t, natstest.Conn(t, s), WithClientID("p1"), domainWait())
+	p1 := newClient(t, natstest.Conn(t, s), "p1", domainWait())
 	h, err := p1.Reserve(ctx, "app:sandbox", "acme", 4)
 	if err != nil {
 		t.Fatal(err)
@@ -285,7 +287,7 @@ func TestDomainServerSeizeLostReply(t *testing.T) {
 		[]byte(`{"client_id":"p2","transfer_id":"`+tid+`"}`), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	p2 := newAgent(t, natstest.Conn(t, s), WithClientID("p2"), domainWait())
+	p2 := newClient(t, natstest.Conn(t, s), "p2", domainWait())
 	got, err := p2.Seize(ctx, tid)
 	if err != nil || got.Copies() != 2 {
 		t.Fatalf("Seize after the lost reply = %+v, %v; want the 2 copies", got, err)
@@ -305,7 +307,7 @@ func TestDomainServerAcquireAll(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
 	srv := startDomainServer(t, s, time.Second, false)
-	a := newAgent(t, natstest.Conn(t, s), domainWait())
+	a := newClient(t, natstest.Conn(t, s), "", domainWait())
 	ctx := context.Background()
 	x, err := a.AcquireAll(ctx, "acme", []string{"app:sandbox", "app:gpu"}, "app:api", 5, 1)
 	if err != nil || x.Copies != 3 || x.Rate.Granted != 3 || copiesHeld(srv) != 6 {
@@ -365,33 +367,33 @@ func TestDomainServerReplicaFailover(t *testing.T) {
 		}
 		return -1
 	}
-	eventually(t, 10*time.Second, "a leader", func() bool { return leader() >= 0 })
+	faults.WaitFor(t, 10*time.Second, "a leader", func() bool { return leader() >= 0 })
 	first := leader()
 
-	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"), WithDomainTimeout(200*time.Millisecond))
-	b := newAgent(t, natstest.Conn(t, s), WithClientID("b"), WithDomainTimeout(200*time.Millisecond))
+	a := newClient(t, natstest.Conn(t, s), "a", WithTimeout(200*time.Millisecond))
+	b := newClient(t, natstest.Conn(t, s), "b", WithTimeout(200*time.Millisecond))
 	ha, err := a.Reserve(ctx, "app:sandbox", "acme", 4)
-	if err != nil || ha.Degraded() {
+	if err != nil || ha.Info().Degraded {
 		t.Fatalf("reserve: %v", err)
 	}
 	hb, err := b.Reserve(ctx, "app:sandbox", "other", 3)
-	if err != nil || hb.Degraded() {
+	if err != nil || hb.Info().Degraded {
 		t.Fatalf("reserve: %v", err)
 	}
 
 	reps[first].nc.Close() // the leader dies
-	eventually(t, 15*time.Second, "a new leader", func() bool { i := leader(); return i >= 0 && i != first })
+	faults.WaitFor(t, 15*time.Second, "a new leader", func() bool { i := leader(); return i >= 0 && i != first })
 	next := reps[leader()].r.Server()
 	// A reserve that waits out the learning gets the one copy left of
 	// the global 8.
 	h, err := b.Reserve(ctx, "app:sandbox", "third", 5, WithMinCopies(1), WithMaxWait(10*time.Second), WithBackoffBase(100*time.Millisecond))
-	if err != nil || h.Degraded() || h.Copies() != 1 {
+	if err != nil || h.Info().Degraded || h.Copies() != 1 {
 		t.Fatalf("reserve after the failover = %+v, %v; want 1 copy", h, err)
 	}
 	if st := next.Stats(); st.CopiesHeld != 4+3+1 || st.Restored != 2 {
 		t.Fatalf("new leader holds %d copies, restored %d holds; want 8 and 2", st.CopiesHeld, st.Restored)
 	}
-	if ha.Lost() || hb.Lost() {
+	if (ha.Err() != nil) || hb.Err() != nil {
 		t.Fatalf("holds lost across the failover: %v %v", ha.Err(), hb.Err())
 	}
 	if err := ha.Release(ctx, 4); err != nil || copiesHeld(next) != 4 {
@@ -406,7 +408,7 @@ func TestDomainServerRefreshFitsMaxPayload(t *testing.T) {
 	t.Parallel()
 	s := natstest.MaxPayloadServer(t, 32<<10)
 	srv := startDomainServer(t, s, time.Second, false)
-	a := newAgent(t, natstest.Conn(t, s), domainWait())
+	a := newClient(t, natstest.Conn(t, s), "", domainWait())
 	ctx := context.Background()
 	const n = 200 // about 300 bytes each: 60 KB, twice the max_payload
 	for i := range n {
