@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -47,6 +49,8 @@ const (
 	DefaultClockSkew = ledger.DefaultClockSkew
 	// DefaultCeilingHeadroom is the default Options.CeilingHeadroom.
 	DefaultCeilingHeadroom = ledger.DefaultCeilingHeadroom
+	// DefaultChildMaxClients is the default Options.ChildMaxClients.
+	DefaultChildMaxClients = ledger.DefaultChildMaxClients
 )
 
 // ServiceVersion is reported in the micro service INFO.
@@ -128,6 +132,28 @@ type Options struct {
 	// was last seen). A request that would pass it gets 429. Default
 	// 250,000 (DefaultMaxClients), about 100 MB.
 	MaxClients int
+	// TenantMaxResources and TenantMaxClients bound, per tenant (a NATS
+	// account whose requests come through its service import), the
+	// resources of the node it has clients on and the client records it
+	// keeps, whatever the templates say: a request that would pass one
+	// gets 429 for that resource (STATS tenant_capped). So one tenant
+	// cannot fill MaxResources or MaxClients and lock every other tenant
+	// out of new resources. Plain clients and child nodes are not bounded
+	// by them. Default a tenth of MaxResources and of MaxClients; at most
+	// those.
+	TenantMaxResources int
+	TenantMaxClients   int
+	// ChildMaxClients bounds how many clients a child node's band counts
+	// for in the share algorithms, whatever the child claims: a
+	// compromised child level that claims a huge num_clients is counted
+	// at the bound (STATS child_capped), so it cannot take the node's
+	// capacity from the node's own clients. Default
+	// DefaultChildMaxClients (10,000).
+	ChildMaxClients int64
+	// ChildClients sets that bound per child node, by node name, in place
+	// of ChildMaxClients: the number of clients the operator expects
+	// behind that child. Each bound is positive.
+	ChildClients map[string]int64
 	// Valid, if set, reports whether this coordinator may still answer:
 	// a replica's leadership has not lapsed on its monotonic clock. It is
 	// checked before every reply; once false the coordinator is silent
@@ -236,6 +262,8 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 			Node: opts.Node, ServerID: opts.ServerID, Term: opts.Term,
 			ClockSkew: skew, CeilingHeadroom: opts.CeilingHeadroom,
 			MaxResources: opts.MaxResources, MaxClients: opts.MaxClients,
+			TenantMaxResources: opts.TenantMaxResources, TenantMaxClients: opts.TenantMaxClients,
+			ChildMaxClients: opts.ChildMaxClients, ChildClients: opts.ChildClients,
 			MinRefresh: max(opts.RoundInterval, ledger.DefaultMinRefresh),
 			Child:      opts.Parent != "",
 		}),
@@ -283,6 +311,9 @@ func (o *Options) fill() error {
 	case o.MaxClients < 0:
 		return fmt.Errorf("coordinator: max clients %d is negative", o.MaxClients)
 	}
+	if err := o.fillIsolation(); err != nil {
+		return err
+	}
 	switch {
 	case o.ClockSkew == 0:
 		o.ClockSkew = DefaultClockSkew
@@ -302,6 +333,50 @@ func (o *Options) fill() error {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	return nil
+}
+
+// fillIsolation validates and fills the caps per tenant and the bounds
+// of child nodes' claims.
+func (o *Options) fillIsolation() error {
+	for _, c := range []struct {
+		what, node string
+		v          *int
+		limit      int
+	}{
+		{"tenant max resources", "max resources", &o.TenantMaxResources, o.MaxResources},
+		{"tenant max clients", "max clients", &o.TenantMaxClients, o.MaxClients},
+	} {
+		switch {
+		case *c.v == 0:
+			*c.v = max(c.limit/10, 1)
+		case *c.v < 0:
+			return fmt.Errorf("coordinator: %s %d is negative", c.what, *c.v)
+		case *c.v > c.limit:
+			return fmt.Errorf("coordinator: %s %d is above the node's %s %d: a tenant's share of the node cannot be more than the node", c.what, *c.v, c.node, c.limit)
+		}
+	}
+	switch {
+	case o.ChildMaxClients == 0:
+		o.ChildMaxClients = DefaultChildMaxClients
+	case o.ChildMaxClients < 0:
+		return fmt.Errorf("coordinator: child max clients %d is negative", o.ChildMaxClients)
+	}
+	// A copy: the ledger reads it on the round loop, the caller's map may
+	// change.
+	o.ChildClients = maps.Clone(o.ChildClients)
+	for _, child := range slices.Sorted(maps.Keys(o.ChildClients)) {
+		n := o.ChildClients[child]
+		if err := subjects.ValidateNode(child); err != nil {
+			return fmt.Errorf("coordinator: child clients: %q: %w", child, err)
+		}
+		if child == o.Node || child == o.Parent {
+			return fmt.Errorf("coordinator: child clients: %q is this node or its parent, not a child", child)
+		}
+		if n <= 0 {
+			return fmt.Errorf("coordinator: child clients: %q: bound %d is not positive", child, n)
+		}
 	}
 	return nil
 }

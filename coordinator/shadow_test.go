@@ -8,6 +8,7 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -88,14 +89,5 @@ func TestShadowReplies(t *testing.T) {
 // stats reads the coordinator's micro STATS data (the first endpoint's).
 func (e *env) stats() coordinator.Stats {
 	e.t.Helper()
-	m := e.reqJSON("$SRV.STATS.allot", "")
-	var reply struct {
-		Endpoints []struct {
-			Data coordinator.Stats `json:"data"`
-		} `json:"endpoints"`
-	}
-	if err := json.Unmarshal(m.Data, &reply); err != nil || len(reply.Endpoints) == 0 {
-		e.t.Fatalf("STATS %s: %v", m.Data, err)
-	}
-	return reply.Endpoints[0].Data
+	return coordtest.Stats(e.t, e.nc)
 }

@@ -59,8 +59,14 @@ type Stats struct {
 	// priority they asked for.
 	PriorityCapped uint64 `json:"priority_capped"`
 	// TenantCapped counts resources of requests refused (429) for a
-	// tenant cap: tenants.max_clients or tenants.max_resources.
+	// tenant cap: tenants.max_clients or tenants.max_resources of a
+	// template, or the node's caps per tenant (Options.TenantMaxResources,
+	// TenantMaxClients).
 	TenantCapped uint64 `json:"tenant_capped"`
+	// ChildCapped counts child nodes' bands that claimed more clients
+	// than the node's bound for them (Options.ChildMaxClients or
+	// ChildClients); each was counted at the bound.
+	ChildCapped uint64 `json:"child_capped"`
 	// OverClaims counts clients that reported, in learning mode, holding
 	// more than the predecessor's lease record allows; they were capped.
 	OverClaims uint64 `json:"over_claims"`
@@ -108,7 +114,7 @@ func (c *Coordinator) statsData() any {
 		Rounds:  s.rounds, Requests: s.requests,
 		LastRoundMS: float64(s.lastRound) / 1e6, MaxRoundMS: float64(s.maxRound) / 1e6,
 		HorizonErrors: s.ledger.RecordErrors, RecordWrites: s.ledger.RecordWrites, RecordWaits: s.ledger.Waits,
-		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords, PriorityCapped: s.ledger.PriorityCapped, TenantCapped: s.ledger.TenantCapped, OverClaims: s.ledger.OverClaims,
+		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords, PriorityCapped: s.ledger.PriorityCapped, TenantCapped: s.ledger.TenantCapped, ChildCapped: s.ledger.ChildCapped, OverClaims: s.ledger.OverClaims,
 		Unheard: s.ledger.Unheard, Forgotten: s.ledger.Forgotten,
 		Silenced: c.gate.Silenced.Load(), Resources: s.ledger.Resources, Clients: s.ledger.Clients,
 		RoundErrors: s.errors, Shadow: c.opts.Shadow,

@@ -13,6 +13,10 @@
 // listed server side, top N and filtered by a search, so a resource with
 // 10,000 claimants costs the browser no more than one with ten.
 //
+// The handler answers only requests whose Host is an IP address,
+// localhost or a name it is told (Options.AllowedHosts), against DNS
+// rebinding, and with Options.Token only requests that carry the token.
+//
 // Mount Handler on an http.ServeMux and run Run alongside it; see
 // docs/dashboard.md.
 package dashboard
@@ -103,6 +107,18 @@ type Options struct {
 	History time.Duration
 	// Logger receives the dashboard's logs. Default slog.Default().
 	Logger *slog.Logger
+	// AllowedHosts are the host names (without port) requests may name
+	// in their Host header besides IP addresses, localhost and names
+	// under .localhost: the names the dashboard is reached by. A request
+	// naming another host is refused (403), so that a web page whose name
+	// an attacker made resolve to this host (DNS rebinding) cannot read
+	// the dashboard from a browser.
+	AllowedHosts []string
+	// Token, if set, is required on every request: in the header
+	// "Authorization: Bearer TOKEN", or in the cookie TokenCookie that a
+	// visit with ?token=TOKEN sets (then redirected to the address
+	// without it). At least MinTokenLength characters.
+	Token string
 }
 
 // Dashboard serves the page and its event stream. Create it with New.
@@ -226,6 +242,14 @@ func New(opts Options) (*Dashboard, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Token != "" && len(opts.Token) < MinTokenLength {
+		return nil, fmt.Errorf("dashboard: the token has %d characters: want at least %d (for example 32 random hex digits: openssl rand -hex 16)", len(opts.Token), MinTokenLength)
+	}
+	hosts, err := normalHosts(opts.AllowedHosts)
+	if err != nil {
+		return nil, err
+	}
+	opts.AllowedHosts = hosts
 	sub, err := fs.Sub(assets, "assets")
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: assets: %w", err)
@@ -333,7 +357,8 @@ const peerWait = 300 * time.Millisecond
 
 // Handler returns the dashboard's handler with its paths under prefix
 // ("/dashboard" serves /dashboard/, /dashboard/events and
-// /dashboard/snapshot; "" serves them at the root).
+// /dashboard/snapshot; "" serves them at the root). It answers only the
+// hosts and, with a token, the requests Options allow.
 func (d *Dashboard) Handler(prefix string) http.Handler {
 	prefix = strings.TrimSuffix(prefix, "/")
 	mux := http.NewServeMux()
@@ -343,7 +368,7 @@ func (d *Dashboard) Handler(prefix string) http.Handler {
 	if prefix != "" {
 		mux.Handle("GET "+prefix, http.RedirectHandler(prefix+"/", http.StatusMovedPermanently))
 	}
-	return mux
+	return &guard{hosts: d.opts.AllowedHosts, token: d.opts.Token, path: prefix + "/", next: mux}
 }
 
 // query is what a page asks for.

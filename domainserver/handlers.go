@@ -58,11 +58,14 @@ func (s *Server) handle(m micro.Request) {
 		b = domainwire.AppendRateReply(make([]byte, 0, 320), r)
 	case *domainwire.ReserveReply:
 		b = domainwire.AppendReserveReply(make([]byte, 0, 320), r)
+	case *domainwire.RefreshReply:
+		b, err = s.refreshBody(r)
 	default:
-		if b, err = json.Marshal(out); err != nil {
-			s.replyError(m, domainwire.CodeInternal, "encode reply: "+err.Error())
-			return
-		}
+		b, err = json.Marshal(out)
+	}
+	if err != nil {
+		s.replyError(m, domainwire.CodeInternal, "encode reply: "+err.Error())
+		return
 	}
 	if !s.mayAnswer() {
 		s.gate.Silenced.Add(1)
@@ -158,14 +161,33 @@ func (s *Server) request(data []byte, ns, name string) (any, error) {
 	return &domainwire.RateReply{Granted: res.Granted, HardLimit: domainwire.Limit(res.HardLimit), GlobalLimit: domainwire.Limit(res.GlobalLimit),
 		TierLimit: domainwire.Limit(res.TierLimit), DomainHitsLastSecond: res.DomainLastSecond, GlobalHitsLastSecond: res.GlobalLastSecond,
 		TierHits: res.TierHits, Tier: res.Tier, Burst: res.Burst, HardLimited: res.HardLimited, GlobalLimited: res.GlobalLimited,
-		Ignored: r.permissive && !r.unconfigured, Unconfigured: r.unconfigured}, nil
+		Ignored: r.permissive && !r.unconfigured, Unconfigured: r.unconfigured, Fail: r.src.Fail.String()}, nil
+}
+
+// share tells clientID its share of r's limits for domain, seeing it
+// there: what it may have while no service answers. A learning leader
+// tells none (nil), as its counts are not complete yet, but sees the
+// client all the same. Called with s.mu held.
+func (s *Server) share(r *resource, clientID, domain string, now time.Time) *domainwire.Share {
+	sh := r.holders.Share(r.copies, clientID, domain, now)
+	if learning, _ := s.learning(now); learning {
+		return nil
+	}
+	out := &domainwire.Share{Domain: domainwire.Limit(sh.Domain), Global: domainwire.Limit(sh.Global)}
+	if len(sh.Groups) > 0 {
+		out.Groups = make([]domainwire.GroupShare, len(sh.Groups))
+		for i, g := range sh.Groups {
+			out.Groups[i] = domainwire.GroupShare{Name: g.Name, Share: domainwire.Limit(g.Share)}
+		}
+	}
+	return out
 }
 
 // copyReply fills the context data of a reserve or seize reply.
 func (s *Server) copyReply(res domainlimit.CopyResult, r *resource) domainwire.ReserveReply {
 	out := domainwire.ReserveReply{Granted: res.Granted, DomainLimit: domainwire.Limit(res.DomainLimit), GlobalLimit: domainwire.Limit(res.GlobalLimit),
 		DomainHolds: res.DomainHolds, GlobalHolds: res.GlobalHolds, Groups: res.GroupNames(), GroupHolds: make([]domainwire.GroupHolds, len(res.Groups)),
-		TTLMillis: s.opts.HoldTTL.Milliseconds(), Ignored: r.permissive && !r.unconfigured, Unconfigured: r.unconfigured}
+		TTLMillis: s.opts.HoldTTL.Milliseconds(), Ignored: r.permissive && !r.unconfigured, Unconfigured: r.unconfigured, Fail: r.src.Fail.String()}
 	for i, g := range res.Groups {
 		out.GroupHolds[i] = domainwire.GroupHolds{Name: g.Name, Limit: domainwire.Limit(g.Limit), Holds: g.Holds}
 	}
@@ -193,7 +215,8 @@ func (s *Server) reserve(data []byte, ns, name string) (any, error) {
 		s.counts.LearningRefusals++
 		return &domainwire.ReserveReply{Groups: []string{}, GroupHolds: []domainwire.GroupHolds{}, DomainLimit: domainwire.Limit(r.copies.DomainLimit(in.Domain)),
 			GlobalLimit: domainwire.Limit(r.copies.Spec().GlobalLimit), DomainHolds: r.copies.Holds(in.Domain), GlobalHolds: r.copies.Global(),
-			TTLMillis: s.opts.HoldTTL.Milliseconds(), Learning: true, RetryAfterMillis: max(1, left.Milliseconds())}, nil
+			TTLMillis: s.opts.HoldTTL.Milliseconds(), Learning: true, RetryAfterMillis: max(1, left.Milliseconds()),
+			Fail: r.src.Fail.String(), Share: s.share(r, in.ClientID, in.Domain, now)}, nil
 	}
 	res, err := r.copies.Reserve(in.Domain, in.Copies, in.MinCopies)
 	if err != nil {
@@ -202,12 +225,14 @@ func (s *Server) reserve(data []byte, ns, name string) (any, error) {
 	out := s.copyReply(res, r)
 	if res.Granted == 0 {
 		s.counts.ReservesRefused++
-		return &out, nil
+	} else {
+		h := &hold{id: newID(), clientID: in.ClientID, res: r, domain: in.Domain, groups: out.Groups, copies: res.Granted}
+		s.addHold(h, now)
+		s.counts.CopiesGranted += uint64(res.Granted)
+		out.HoldID, out.Seal = h.id, s.seal(h, now)
 	}
-	h := &hold{id: newID(), clientID: in.ClientID, res: r, domain: in.Domain, groups: out.Groups, copies: res.Granted}
-	s.addHold(h, now)
-	s.counts.CopiesGranted += uint64(res.Granted)
-	out.HoldID, out.Seal = h.id, s.seal(h, now)
+	// The share counts the copies just granted as the client's.
+	out.Share = s.share(r, in.ClientID, in.Domain, now)
 	return &out, nil
 }
 
@@ -300,6 +325,7 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 	s.expireTransfers(now)
 	learning, _ := s.learning(now)
 	out := domainwire.RefreshReply{TTLMillis: s.opts.HoldTTL.Milliseconds(), Lost: []string{}}
+	var domains []string // of the holds kept, for their shares
 	for _, l := range in.Holds {
 		h := s.holds[l.HoldID]
 		switch {
@@ -344,6 +370,7 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 			continue
 		default:
 			s.touchHold(h, now)
+			h.res.holders.Touch(in.ClientID, h.domain, h.groups, now)
 			// The client gave copies back that this server did not hear
 			// of (a release whose reply was lost): its count is the truth.
 			if l.Copies < h.copies {
@@ -357,11 +384,59 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 				out.Seals = make(map[string]string, len(in.Holds))
 			}
 			out.Seals[h.id] = s.seal(h, now)
+			domains = append(domains, h.domain)
 		}
 	}
+	s.refreshShares(&out, in.ClientID, ns, name, domains, now)
 	s.counts.Refreshes++
 	s.counts.Lost += uint64(len(out.Lost))
-	return out, nil
+	return &out, nil
+}
+
+// refreshBody encodes a refresh reply. One that would not fit in a NATS
+// message goes without its shares: a refresh must reach its client (its
+// holds depend on it), which keeps the shares it had; the agent sizes its
+// refreshes so that this does not happen.
+func (s *Server) refreshBody(r *domainwire.RefreshReply) ([]byte, error) {
+	b, err := json.Marshal(r)
+	if err == nil && r.Shares != nil && int64(len(b)) > s.nc.MaxPayload()-replySlack {
+		s.log.Warn("a refresh reply is too large for its shares; sent without them", "bytes", len(b), "domains", len(r.Shares))
+		r.Shares = nil
+		b, err = json.Marshal(r)
+	}
+	return b, err
+}
+
+// replySlack is room left in a reply for what NATS adds to the payload
+// it counts against max_payload (the micro service's headers).
+const replySlack = 1024
+
+// refreshShares tells a refreshing client the namespace's fail mode and
+// its share of each domain it still holds copies of: a holder learns its
+// share anew every refresh, as the others' holds and the clients seen
+// change. Called with s.mu held.
+func (s *Server) refreshShares(out *domainwire.RefreshReply, clientID, ns, name string, domains []string, now time.Time) {
+	if len(domains) == 0 {
+		return
+	}
+	r, err := s.resolve(ns, name, domainlimit.KindCopies)
+	if err != nil {
+		return // no configuration for the resource any more: nothing to tell
+	}
+	out.Fail = r.src.Fail.String()
+	for _, d := range domains {
+		if _, done := out.Shares[d]; done {
+			continue
+		}
+		sh := s.share(r, clientID, d, now)
+		if sh == nil {
+			return // learning
+		}
+		if out.Shares == nil {
+			out.Shares = make(map[string]domainwire.Share)
+		}
+		out.Shares[d] = *sh
+	}
 }
 
 // transfer stages copies of a hold for another process to seize.
@@ -417,7 +492,9 @@ func (s *Server) transfer(data []byte, ns, name string) (any, error) {
 	if rec != nil {
 		delete(s.seized, h.id)
 	}
-	// The copies stay counted in the core: they are held by the transfer.
+	// The copies stay counted in the core: they are held by the transfer,
+	// no longer by the client.
+	s.unhold(h, n)
 	h.copies -= n
 	if h.copies == 0 {
 		s.forgetHold(h)
@@ -473,7 +550,7 @@ func (s *Server) seize(data []byte, ns, name string) (any, error) {
 	h := &hold{id: seized.holdID, clientID: in.ClientID, res: t.res, domain: t.domain, groups: t.groups, copies: t.copies}
 	s.addHold(h, now)
 	s.counts.Seized++
-	return seizeReply(h, s.seal(h, now), s.opts.HoldTTL), nil
+	return s.seizeReply(h, now), nil
 }
 
 // reseize answers a seize of a transfer already seized: the seizer asking
@@ -511,15 +588,16 @@ func (s *Server) reseize(t *transfer, clientID, ns, name string, now time.Time) 
 		s.touchHold(h, now)
 	}
 	// Not counted again: Seized counts transfers seized.
-	return seizeReply(h, s.seal(h, now), s.opts.HoldTTL), nil
+	return s.seizeReply(h, now), nil
 }
 
-// seizeReply describes h, made by a seize, sealed with seal.
-func seizeReply(h *hold, seal string, ttl time.Duration) domainwire.SeizeReply {
+// seizeReply describes h, made by a seize, sealed now, with the seizer's
+// share of its domain. Called with s.mu held.
+func (s *Server) seizeReply(h *hold, now time.Time) domainwire.SeizeReply {
 	groups := h.groups
 	if groups == nil {
 		groups = []string{}
 	}
-	return domainwire.SeizeReply{HoldID: h.id, Seal: seal, Namespace: h.res.ns, Resource: h.res.name, Domain: h.domain, Groups: groups, Copies: h.copies,
-		TTLMillis: ttl.Milliseconds()}
+	return domainwire.SeizeReply{HoldID: h.id, Seal: s.seal(h, now), Namespace: h.res.ns, Resource: h.res.name, Domain: h.domain, Groups: groups,
+		Copies: h.copies, TTLMillis: s.opts.HoldTTL.Milliseconds(), Fail: h.res.src.Fail.String(), Share: s.share(h.res, h.clientID, h.domain, now)}
 }

@@ -18,6 +18,9 @@ type resource struct {
 	kind     domainlimit.Kind
 	rate     *domainlimit.Rate
 	copies   *domainlimit.Copies
+	// holders follows copies's holds by client, for the shares replies
+	// tell clients (fail-open within bounds).
+	holders *domainlimit.Holders
 	// src is the namespace configuration the spec came from, and
 	// permissive whether the most permissive spec is in force (the
 	// resource is unconfigured, or its namespace ignores its limits).
@@ -93,7 +96,7 @@ func (s *Server) resolve(ns, name string, kind domainlimit.Kind) (*resource, err
 		r = &resource{ns: ns, name: name, kind: kind}
 		r.rate, err = domainlimit.NewRate(rateSpec)
 	case r == nil:
-		r = &resource{ns: ns, name: name, kind: kind}
+		r = &resource{ns: ns, name: name, kind: kind, holders: domainlimit.NewHolders(s.opts.HoldTTL)}
 		r.copies, err = domainlimit.NewCopies(copySpec)
 	case kind == domainlimit.KindRate:
 		err = r.rate.SetSpec(rateSpec)
@@ -136,11 +139,20 @@ func (s *Server) dropHold(h *hold, n int64) error {
 	if err := h.res.copies.Release(h.domain, h.groups, n); err != nil {
 		return err
 	}
+	s.unhold(h, n)
 	h.copies -= n
 	if h.copies == 0 {
 		s.forgetHold(h)
 	}
 	return nil
+}
+
+// unhold records that h's client no longer holds n of h's copies (they
+// are released or staged). Called with s.mu held.
+func (s *Server) unhold(h *hold, n int64) {
+	if err := h.res.holders.Remove(h.clientID, h.domain, h.groups, n); err != nil {
+		s.log.Error("the holders by client are out of step with the holds", "hold", h.id, "err", err)
+	}
 }
 
 // addHold files a new hold that expires one TTL from now. Every hold's
@@ -151,6 +163,7 @@ func (s *Server) addHold(h *hold, now time.Time) {
 	h.expires = now.Add(s.opts.HoldTTL)
 	s.holds[h.id] = h
 	h.elem = s.byExpiry.PushBack(h)
+	h.res.holders.Add(h.clientID, h.domain, h.groups, h.copies, now)
 }
 
 // touchHold extends a refreshed hold by one TTL. Called with s.mu held.
@@ -214,6 +227,7 @@ func (s *Server) expire(now time.Time) {
 		}
 		if err := s.dropHold(h, h.copies); err != nil {
 			s.log.Error("releasing an expired hold", "hold", h.id, "err", err)
+			s.unhold(h, h.copies)
 			s.forgetHold(h)
 		}
 		s.counts.Expired++
@@ -225,9 +239,13 @@ func (s *Server) expire(now time.Time) {
 		clear(s.ended) // nothing is adopted any more
 	}
 	// A copy resource with nothing held has no hold or transfer left
-	// (both count in Global).
+	// (both count in Global); it is kept while clients it told a share
+	// still count in the others' shares.
 	for key, r := range s.resources {
-		if r.rate != nil && r.rate.Sweep(now) == 0 || r.copies != nil && r.copies.Global() == 0 {
+		if r.holders != nil {
+			r.holders.Sweep(now)
+		}
+		if r.rate != nil && r.rate.Sweep(now) == 0 || r.copies != nil && r.copies.Global() == 0 && r.holders.Empty() {
 			delete(s.resources, key)
 		}
 	}

@@ -25,6 +25,8 @@ var (
 		"Attempts after a rejection (WithMaxWait's backoff).", domainLabels, nil)
 	descDomainDegraded = prometheus.NewDesc("allot_agent_domain_degraded_total",
 		"Calls granted by the agent itself, min_copies, because no domain service answered (fail-open).", domainLabels, nil)
+	descDomainDegradedRefused = prometheus.NewDesc("allot_agent_domain_degraded_refused_total",
+		"Calls refused because no domain service answered and the namespace's fail mode, the client's share or the lack of either forbade a local grant.", domainLabels, nil)
 	descDomainWouldReject = prometheus.NewDesc("allot_agent_domain_would_reject_total",
 		"Rejections the kill switch turned into grants.", domainLabels, nil)
 	descDomainHeld = prometheus.NewDesc("allot_agent_domain_held_copies",
@@ -38,7 +40,7 @@ var (
 // Describe sends the descriptions of the domain-limit metrics.
 func (domainCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDomainCalls, descDomainGranted, descDomainRejected, descDomainRetries,
-		descDomainDegraded, descDomainWouldReject, descDomainHeld, descDomainLocal, descDomainLost} {
+		descDomainDegraded, descDomainDegradedRefused, descDomainWouldReject, descDomainHeld, descDomainLocal, descDomainLost} {
 		ch <- d
 	}
 }
@@ -56,6 +58,7 @@ func (c domainCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descDomainRejected, st.Rejected)
 		counter(descDomainRetries, st.Retries)
 		counter(descDomainDegraded, st.Degraded)
+		counter(descDomainDegradedRefused, st.DegradedRefused)
 		counter(descDomainWouldReject, st.WouldReject)
 		counter(descDomainLost, st.Lost)
 		ch <- prometheus.MustNewConstMetric(descDomainHeld, prometheus.GaugeValue, float64(st.HeldCopies), st.Resource)

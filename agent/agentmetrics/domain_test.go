@@ -19,7 +19,8 @@ import (
 
 // TestAgentCollectorDomain: a hold of a real domain server shows as held
 // copies, and a refused reserve as a rejection, under the resource's
-// label.
+// label; with the server gone, a local hold within the share as a
+// degraded grant and local copies, one beyond it as a degraded refusal.
 func TestAgentCollectorDomain(t *testing.T) {
 	s := natstest.Server(t)
 	quiet := slog.New(slog.DiscardHandler)
@@ -59,16 +60,36 @@ func TestAgentCollectorDomain(t *testing.T) {
 	if _, err := d.Reserve(ctx, "app:pool", "acme", 2); !errors.Is(err, domain.ErrRejected) {
 		t.Fatalf("a reserve above the domain limit: %v", err)
 	}
-	for name, want := range map[string]float64{
+	wantPool(t, reg, map[string]float64{
 		"allot_agent_domain_held_copies":    2,
 		"allot_agent_domain_calls_total":    2,
 		"allot_agent_domain_granted_total":  1,
 		"allot_agent_domain_rejected_total": 1,
 		"allot_agent_domain_degraded_total": 0,
 		"allot_agent_domain_local_copies":   0,
-	} {
-		if v, ok := sample(t, reg, name, "app:pool", ""); !ok || v != want {
-			t.Errorf("%s{resource=app:pool} = %v (found %v), want %v", name, v, ok, want)
+	})
+	// No service: within its share (its 2 copies and the 1 left of the
+	// domain's 3), the client grants itself one copy, and refuses the next.
+	srv.Stop()
+	if h, err := d.Reserve(ctx, "app:pool", "acme", 1); err != nil || !h.Info().Degraded {
+		t.Fatalf("a reserve within the share while no service answers: %+v, %v", h, err)
+	}
+	if _, err := d.Reserve(ctx, "app:pool", "acme", 1); !errors.Is(err, domain.ErrUnavailable) {
+		t.Fatalf("a reserve beyond the share while no service answers: %v", err)
+	}
+	wantPool(t, reg, map[string]float64{
+		"allot_agent_domain_degraded_total":         1,
+		"allot_agent_domain_degraded_refused_total": 1,
+		"allot_agent_domain_local_copies":           1,
+	})
+}
+
+// wantPool checks the values of metrics of resource app:pool.
+func wantPool(t *testing.T, reg *prometheus.Registry, want map[string]float64) {
+	t.Helper()
+	for name, w := range want {
+		if v, ok := sample(t, reg, name, "app:pool", ""); !ok || v != w {
+			t.Errorf("%s{resource=app:pool} = %v (found %v), want %v", name, v, ok, w)
 		}
 	}
 }

@@ -63,8 +63,9 @@ func (x *Acquisition) Close() error {
 // first holds taken before the last are refused, and can be refused
 // because of them in that window; a process that dies mid-way leaves its
 // holds until their ttl expires. Fail-open applies step by step: a step
-// that gets no answer grants min copies locally (see Reserve and
-// Request), so n drops to min. Close the acquisition when done.
+// that gets no answer grants min copies locally as far as the fail mode
+// allows (see Reserve and Request), so n drops to min, or fails the
+// acquisition when it does not allow it. Close the acquisition when done.
 func (c *Client) AcquireAll(ctx context.Context, domain string, copyResources []string, rateResource string, max, min int64, opts ...CallOption) (*Acquisition, error) {
 	type step struct{ resource, ns, res string }
 	var steps []step

@@ -47,7 +47,8 @@ type Client struct {
 
 	mu      sync.Mutex
 	res     map[string]*domainRes
-	other   *domainRes // counters of the resources beyond maxStats
+	modes   map[string]FailMode // by namespace, as replies told
+	other   *domainRes          // counters of the resources beyond maxStats
 	closed  bool
 	started bool // the refresh loop runs
 	kick    chan struct{}
@@ -75,7 +76,8 @@ func New(a *agent.Agent, opts ...Option) (*Client, error) {
 		log:      a.Logger().With("component", "allot-domain", "client_id", a.ClientID()),
 		o:        o,
 		res:      make(map[string]*domainRes),
-		other:    &domainRes{name: "*", st: Status{Resource: "*"}},
+		modes:    make(map[string]FailMode),
+		other:    &domainRes{name: "*", st: Status{Resource: "*"}, shared: true},
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),

@@ -17,7 +17,10 @@
 // the background, one message per resource, so a process that dies loses
 // them within the service's hold ttl and a new leader learns them after a
 // failover. When no domain service answers, Request and Reserve fail open
-// with the min copies (Degraded); SetKillSwitch turns rejections into
-// grants marked Shadow. AcquireAll takes several resources
+// with the min copies (Degraded) as far as the namespace's fail mode
+// allows: always (open), never (closed), or for holds only within the
+// client's share of each limit, which the service's replies tell it
+// (share, the default); SetKillSwitch turns rejections into grants marked
+// Shadow. AcquireAll takes several resources
 // pseudo-atomically. Status counts it all. See docs/domains-client.md.
 package domain

@@ -212,11 +212,13 @@ func TestDomainForbidden(t *testing.T) {
 // TestDomainFailOpen: with no service (no responders, a timeout, a 500),
 // Request grants min copies and Reserve returns a local hold of min
 // copies, both Degraded and counted; local holds release locally and
-// cannot be transferred. Release and Seize do not fail open.
+// cannot be transferred. Release and Seize do not fail open. (The fake
+// service tells no fail mode: the client fails open as
+// WithFailOpenUnseen says; failopen_test.go tests the fail modes.)
 func TestDomainFailOpen(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
-	a := newClient(t, natstest.Conn(t, s), "", WithTimeout(100*time.Millisecond))
+	a := newClient(t, natstest.Conn(t, s), "", WithTimeout(100*time.Millisecond), WithFailOpenUnseen(true))
 	ctx := context.Background()
 
 	// No responders.
@@ -586,7 +588,7 @@ func TestBackoffJitter(t *testing.T) {
 func TestDomainStatsBounded(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
-	a := newClient(t, natstest.Conn(t, s), "") // no service: every call fails open
+	a := newClient(t, natstest.Conn(t, s), "", WithFailOpenUnseen(true)) // no service: every call fails open
 	ctx := context.Background()
 	for i := range maxStats + 2 {
 		if g, err := a.Request(ctx, fmt.Sprintf("ns:r%d", i), "acme", 1); err != nil || !g.Degraded {

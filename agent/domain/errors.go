@@ -16,7 +16,8 @@ import (
 // ErrUnavailable is wrapped by errors of domain operations that got
 // no answer from the domain service: no responders, a timeout, a server
 // error (5xx) or a reply that cannot be read. Request and Reserve fail
-// open on it instead of returning it (see Grant.Degraded); Release,
+// open on it instead of returning it (see Grant.Degraded), as far as the
+// namespace's fail mode allows, and return it otherwise; Release,
 // Transfer and Seize return it.
 var ErrUnavailable = errors.New("domain: domain service unavailable")
 

@@ -37,9 +37,9 @@ type HoldInfo struct {
 	// included.
 	Waited time.Duration
 	// Degraded: no domain service answered Reserve (Cause says why), so
-	// the client failed open: the hold is local, with the call's min
-	// copies, and the service does not count it. The context data is
-	// then zero.
+	// the client failed open, as the namespace's fail mode allowed: the
+	// hold is local, with the call's min copies, and the service does
+	// not count it. The context data is then zero.
 	Degraded bool
 	Cause    error
 	// Shadow: the service rejected Reserve and the kill switch granted
@@ -60,6 +60,9 @@ type Hold struct {
 	domain   string
 	local    bool // degraded or shadow: the service does not know it
 	info     HoldInfo
+	// entry is a local hold's resource entry, which counts it (guarded
+	// by c.mu).
+	entry *domainRes
 
 	op sync.Mutex // one exchange with the service at a time
 
@@ -94,7 +97,8 @@ func (h *Hold) Copies() int64 {
 }
 
 // Groups returns the domain groups the copies were taken from, as the
-// service answered.
+// service answered; for a local hold, the groups whose shares it counts
+// in (a degraded hold's: those of the domain's last share).
 func (h *Hold) Groups() []string { return slices.Clone(h.groups) }
 
 // Info returns what the Reserve that made the hold learnt (zero for a
@@ -119,109 +123,6 @@ func (h *Hold) checkLocked() error {
 		return fmt.Errorf("%w: %s", ErrHoldClosed, h.resource)
 	}
 	return nil
-}
-
-// Reserve asks the domain service to hold copies of a copy-limited
-// resource ("namespace:resource") for domain: the largest n in [min
-// copies, copies] the domain, group and global limits allow, or none
-// (WithMinCopies; the default is copies). The request goes as JSON to
-// allot.<node>.domain.reserve.<namespace>.<resource>.
-//
-// A rejection is retried as Request's is (WithMaxWait, WithBackoffBase)
-// and returned as a *RejectedError with the last answer's HoldInfo. A
-// new leader that is still learning the holds that exist answers with a
-// time to retry after, which the retries honour as their least sleep.
-//
-// The hold is refreshed in the background, with the client's other holds
-// of the resource, every third of the service's hold ttl, so it lives
-// until Release or Close gives its copies back, or until the client's
-// process dies and the refreshes stop. A hold the service no longer has
-// (the refreshes could not reach it for a whole ttl) is lost: its Err
-// wraps ErrHoldLost.
-//
-// Fail-open: when no domain service answers, Reserve returns a local hold
-// of the min copies with Info().Degraded set, which no service counts;
-// with the kill switch on a rejection becomes a local hold of copies with
-// Info().Shadow set. Bad input is an error and nothing is sent, as for Request.
-func (c *Client) Reserve(ctx context.Context, resource, domain string, copies int64, opts ...CallOption) (*Hold, error) {
-	ns, res, o, err := c.prepare(resource, domain, copies, opts)
-	if err != nil {
-		return nil, err
-	}
-	return c.reserve(ctx, ns, res, resource, domain, copies, &o)
-}
-
-// reserve is Reserve once its input is checked.
-func (c *Client) reserve(ctx context.Context, ns, res, resource, domain string, copies int64, o *callOptions) (*Hold, error) {
-	req := domainwire.Reserve{Domain: domain, Copies: copies, MinCopies: o.minCopies, ClientID: c.clientID}
-	var last domainwire.ReserveReply
-	var answered bool
-	attempts, waited, granted, err := c.retry(ctx, o, func(ctx context.Context) (bool, time.Duration, error) {
-		var rep domainwire.ReserveReply
-		if err := c.call(ctx, domainwire.OpReserve, ns, res, &req, &rep); err != nil {
-			return false, 0, err
-		}
-		if rep.Granted != 0 && (rep.Granted < o.minCopies || rep.Granted > copies || rep.HoldID == "") {
-			return false, 0, fmt.Errorf("%w: granted %d outside [%d, %d] or no hold id", ErrUnavailable, rep.Granted, o.minCopies, copies)
-		}
-		last, answered = rep, true
-		if rep.Learning {
-			return false, max(time.Duration(rep.RetryAfterMillis)*time.Millisecond, 0), nil
-		}
-		return rep.Granted > 0, 0, nil
-	})
-	h := &Hold{c: c, ns: ns, res: res, resource: resource, domain: domain}
-	if answered {
-		h.info = holdInfo(&last)
-	}
-	h.info.Waited = waited
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r := c.callLocked(ns, res, granted, attempts, answered)
-	switch {
-	case granted:
-		r.st.Granted++
-		h.id, h.copies, h.groups, h.seal = last.HoldID, last.Granted, slices.Clone(last.Groups), last.Seal
-		if c.closed {
-			// Close ran meanwhile and will not release it: give it back.
-			go c.releaseOrphan(h)
-			return nil, agent.ErrClosed
-		}
-		c.addHoldLocked(r, h, last.TTLMillis)
-		return h, nil
-	case err == nil && c.kill.Load():
-		r.st.WouldReject++
-		h.local, h.info.Shadow, h.copies = true, true, copies
-		r.st.LocalHolds++
-		r.st.LocalCopies += copies
-		return h, nil
-	case err == nil:
-		r.st.Rejected++
-		e := &RejectedError{Resource: resource, Domain: domain, Copies: copies, MinCopies: o.minCopies,
-			Attempts: attempts, Waited: waited, Learning: last.Learning, RetryAfter: time.Duration(last.RetryAfterMillis) * time.Millisecond}
-		if answered {
-			e.Info = &h.info
-		}
-		return nil, e
-	case errors.Is(err, ErrUnavailable) && ctx.Err() == nil:
-		c.unanswered(r, err)
-		r.st.Degraded++
-		h.info = HoldInfo{Waited: waited, Degraded: true, Cause: err}
-		h.local, h.copies = true, o.minCopies
-		r.st.LocalHolds++
-		r.st.LocalCopies += o.minCopies
-		return h, nil
-	}
-	return nil, err
-}
-
-func holdInfo(r *domainwire.ReserveReply) HoldInfo {
-	in := HoldInfo{DomainLimit: r.DomainLimit, GlobalLimit: r.GlobalLimit, DomainHolds: r.DomainHolds, GlobalHolds: r.GlobalHolds,
-		Ignored: r.Ignored, Unconfigured: r.Unconfigured}
-	for _, g := range r.GroupHolds {
-		in.Groups = append(in.Groups, GroupHolds{Name: g.Name, Limit: g.Limit, Holds: g.Holds})
-	}
-	return in
 }
 
 // addHoldLocked registers h for refreshes and starts the refresh loop on
@@ -348,12 +249,15 @@ func (h *Hold) shrinkLocal(n int64) {
 	done := h.copies == 0
 	h.closed = done
 	h.mu.Unlock()
-	h.c.note(h.ns, h.res, func(r *domainRes) {
-		r.st.LocalCopies -= n
-		if done {
-			r.st.LocalHolds--
-		}
-	})
+	c := h.c
+	c.mu.Lock()
+	r := h.entry
+	r.st.LocalCopies -= n
+	if done {
+		r.st.LocalHolds--
+		delete(r.fail.locals, h)
+	}
+	c.mu.Unlock()
 }
 
 // exchange sends one release or transfer about h, under the resource's
@@ -516,6 +420,7 @@ func (c *Client) Seize(ctx context.Context, transferID string) (*Hold, error) {
 		return nil, agent.ErrClosed
 	}
 	var rep domainwire.SeizeReply
+	at := time.Now()
 	err = c.call(ctx, domainwire.OpSeize, ns, res, &domainwire.Seize{ClientID: c.clientID, TransferID: transferID}, &rep)
 	if err == nil && (rep.HoldID == "" || rep.Copies < 1) {
 		err = fmt.Errorf("%w: seize reply without a hold", ErrUnavailable)
@@ -531,6 +436,9 @@ func (c *Client) Seize(ctx context.Context, transferID string) (*Hold, error) {
 		return nil, err
 	}
 	c.answered(r)
+	c.learnMode(ns, rep.Fail)
+	r.learnTTL(rep.TTLMillis)
+	r.learnShare(rep.Domain, rep.Share, at)
 	if h := r.holds[rep.HoldID]; h != nil {
 		return h, nil // a retry answered with the hold this client has
 	}

@@ -21,8 +21,9 @@ const (
 )
 
 type options struct {
-	timeout    time.Duration
-	killSwitch bool
+	timeout        time.Duration
+	killSwitch     bool
+	failOpenUnseen bool
 }
 
 // An Option configures a Client in New.
@@ -46,6 +47,19 @@ func WithTimeout(d time.Duration) Option {
 func WithKillSwitch(on bool) Option {
 	return func(o *options) error {
 		o.killSwitch = on
+		return nil
+	}
+}
+
+// WithFailOpenUnseen sets what Request and Reserve do when no domain
+// service answers about a namespace no reply has told the client about
+// yet (it started during the outage, say), so that it knows neither the
+// namespace's fail mode nor a share: fail closed (false, the default:
+// nothing justifies a grant) or grant the min copies as the fail mode
+// "open" does (true).
+func WithFailOpenUnseen(on bool) Option {
+	return func(o *options) error {
+		o.failOpenUnseen = on
 		return nil
 	}
 }

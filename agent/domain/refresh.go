@@ -76,10 +76,12 @@ func (c *Client) refreshRes(r *domainRes) {
 		}
 	}
 	seals := map[string]string{}
+	var replies []refreshReply
 	maxBytes := int(min(int64(domainwire.MaxPayload), c.nc.MaxPayload())) - refreshSlack
 	for _, batch := range refreshBatches(c.clientID, listed, maxBytes) {
 		req := domainwire.Refresh{ClientID: c.clientID, Holds: batch}
 		ctx, cancel := context.WithTimeout(context.Background(), c.o.timeout)
+		at := time.Now()
 		var rep domainwire.RefreshReply
 		err := c.call(ctx, domainwire.OpRefresh, r.ns, r.res, &req, &rep)
 		cancel()
@@ -92,6 +94,7 @@ func (c *Client) refreshRes(r *domainRes) {
 		if rep.TTLMillis > 0 {
 			ttl = time.Duration(rep.TTLMillis) * time.Millisecond
 		}
+		replies = append(replies, refreshReply{rep.Fail, rep.Shares, at})
 	}
 	r.ops.Unlock()
 	byID := make(map[string]*Hold, len(holds))
@@ -112,6 +115,12 @@ func (c *Client) refreshRes(r *domainRes) {
 	defer c.mu.Unlock()
 	r.inFlight = false
 	r.ttl = ttl
+	for _, rep := range replies {
+		c.learnMode(r.ns, rep.fail)
+		for d, sh := range rep.shares {
+			r.learnShare(d, &sh, rep.at)
+		}
+	}
 	next := ttl / 3
 	if failed != nil {
 		next /= 2
@@ -124,6 +133,14 @@ func (c *Client) refreshRes(r *domainRes) {
 	case c.kick <- struct{}{}:
 	default:
 	}
+}
+
+// refreshReply is what a refresh reply tells of the fail mode and the
+// shares, and when its request was sent.
+type refreshReply struct {
+	fail   string
+	shares map[string]domainwire.Share
+	at     time.Time
 }
 
 // listing returns what a refresh lists of h: the copies it has (0 once
@@ -151,14 +168,15 @@ const refreshSlack = 1024
 // refreshBatches splits the holds of one refresh into messages of at most
 // holdsPerRefresh holds and maxBytes of JSON each, so that long domain
 // and group names cannot make a refresh exceed the server's max_payload
-// (the holds it lists would expire). A hold larger than maxBytes on its
-// own goes alone.
+// (the holds it lists would expire), nor its reply, which has a seal and a
+// share for each (without room for them, the service leaves the shares
+// out). A hold larger than maxBytes on its own goes alone.
 func refreshBatches(clientID string, holds []domainwire.Hold, maxBytes int) [][]domainwire.Hold {
-	base := jsonLen(domainwire.Refresh{ClientID: clientID, Holds: []domainwire.Hold{}})
+	base := max(jsonLen(domainwire.Refresh{ClientID: clientID, Holds: []domainwire.Hold{}}), replyBase)
 	var out [][]domainwire.Hold
 	start, size := 0, base
 	for i, h := range holds {
-		n := jsonLen(h) + 1 // and a comma
+		n := max(jsonLen(h), replyLen(h)) + 1 // and a comma
 		if i > start && (i-start == holdsPerRefresh || size+n > maxBytes) {
 			out = append(out, holds[start:i])
 			start, size = i, base
@@ -169,6 +187,22 @@ func refreshBatches(clientID string, holds []domainwire.Hold, maxBytes int) [][]
 		out = append(out, holds[start:])
 	}
 	return out
+}
+
+// replyBase bounds what a refresh reply has beside its holds' seals and
+// shares.
+const replyBase = 128
+
+// replyLen bounds what a refresh reply says of h: its seal (a new one
+// may have a few more digits) and its domain's share, with its groups
+// (the domain's groups now, most likely the hold's) at the largest
+// numbers.
+func replyLen(h domainwire.Hold) int {
+	share := domainwire.Share{Domain: -domainwire.MaxCopies, Global: -domainwire.MaxCopies}
+	for _, g := range h.Groups {
+		share.Groups = append(share.Groups, domainwire.GroupShare{Name: g, Share: -domainwire.MaxCopies})
+	}
+	return jsonLen(h.HoldID) + jsonLen(h.Seal) + 16 + jsonLen(h.Domain) + jsonLen(share) + 2
 }
 
 // jsonLen is the length of v in JSON.

@@ -74,10 +74,14 @@ type Grant struct {
 //
 // Fail-open: when no domain service answers (no responders, no answer
 // within WithTimeout, a server error), Request grants the min copies
-// itself and says so in Grant.Degraded; the process keeps working without
-// the service. With the kill switch on (SetKillSwitch), a rejection
-// is turned into a grant of copies with Grant.Shadow set. Both are counted
-// in Status.
+// itself and says so in Grant.Degraded, so that the process keeps working
+// without the service, unless the namespace fails closed (FailClosed) or
+// no reply has told the client about the namespace yet (its fail mode is
+// unknown: see WithFailOpenUnseen); it then returns an error wrapping
+// ErrUnavailable, counted as DegradedRefused. Hits are not bounded by a
+// share in FailShare: see docs/domains-client.md. With the kill switch on
+// (SetKillSwitch), a rejection is turned into a grant of copies with
+// Grant.Shadow set. All are counted in Status.
 //
 // Bad input (a malformed resource or domain, copies outside [1, 10^12],
 // min copies above copies) is an error and nothing is sent; so is an error
@@ -117,6 +121,9 @@ func (c *Client) requestRate(ctx context.Context, ns, res, resource, domain stri
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	r := c.callLocked(ns, res, false, attempts, answered)
+	if answered {
+		c.learnMode(ns, last.Fail)
+	}
 	switch {
 	case granted:
 		r.st.Granted++
@@ -132,6 +139,10 @@ func (c *Client) requestRate(ctx context.Context, ns, res, resource, domain stri
 			Attempts: attempts, Waited: waited, Grant: &rej}
 	case errors.Is(err, ErrUnavailable) && ctx.Err() == nil:
 		c.unanswered(r, err)
+		if _, why := c.failMode(ns); why != "" {
+			r.st.DegradedRefused++
+			return Grant{}, fmt.Errorf("domain: no local grant of %s for domain %q: %s; the service did not answer: %w", resource, domain, why, err)
+		}
 		r.st.Degraded++
 		return Grant{Resource: resource, Domain: domain, Granted: o.minCopies, Attempts: attempts, Waited: waited, Degraded: true, Cause: err}, nil
 	}

@@ -39,24 +39,32 @@ resources:
   gpu: {kind: copies, domain_limit: 3}
 `
 
-// appConfig serves serverConfig.
-func appConfig(t *testing.T) domainserver.Config {
+// nsConfig serves namespace ns, read from the document doc.
+func nsConfig(t *testing.T, ns, doc string) domainserver.Config {
 	t.Helper()
-	ns, err := domainlimit.ParseNamespace("app", []byte(serverConfig))
+	n, err := domainlimit.ParseNamespace(ns, []byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := map[string]*domainlimit.Namespace{"app": ns}
+	cfg := map[string]*domainlimit.Namespace{ns: n}
 	return func() map[string]*domainlimit.Namespace { return cfg }
 }
 
-// startDomainServer starts a domain server on s with hold ttl ttl; learn
-// makes it a new leader that learns the holds for one ttl.
+// startDomainServer starts a domain server of namespace "app"
+// (serverConfig) on s with hold ttl ttl; learn makes it a new leader that
+// learns the holds for one ttl.
 func startDomainServer(t *testing.T, s *server.Server, ttl time.Duration, learn bool) *domainserver.Server {
+	t.Helper()
+	return serveDomains(t, s, nsConfig(t, "app", serverConfig), ttl, learn)
+}
+
+// serveDomains starts a domain server of cfg on s, as startDomainServer
+// does.
+func serveDomains(t *testing.T, s *server.Server, cfg domainserver.Config, ttl time.Duration, learn bool) *domainserver.Server {
 	t.Helper()
 	// The servers of a test share a seal key, as replicas of a node share
 	// the one in the state bucket.
-	o := domainserver.Options{Config: appConfig(t), HoldTTL: ttl, SealKey: []byte("the seal key of the agent's tests"), Logger: slog.New(slog.DiscardHandler)}
+	o := domainserver.Options{Config: cfg, HoldTTL: ttl, SealKey: []byte("the seal key of the agent's tests"), Logger: slog.New(slog.DiscardHandler)}
 	if learn {
 		o.LearnUntil = time.Now().Add(ttl)
 	}
@@ -192,7 +200,8 @@ func TestDomainServerLeaderChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	old.Stop()
-	// No leader: a request fails open.
+	// No leader: a request fails open (the namespace's fail mode, which
+	// the reserves told, is share, which bounds holds only).
 	if g, err := a.Request(ctx, "app:api", "acme", 3, WithMinCopies(1)); err != nil || !g.Degraded || g.Granted != 1 {
 		t.Fatalf("Request without a leader = %+v, %v; want a degraded grant of 1", g, err)
 	}
@@ -338,7 +347,7 @@ func TestDomainServerAcquireAll(t *testing.T) {
 func TestDomainServerReplicaFailover(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
-	cfg := appConfig(t)
+	cfg := nsConfig(t, "app", serverConfig)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
@@ -403,7 +412,8 @@ func TestDomainServerReplicaFailover(t *testing.T) {
 
 // TestDomainServerRefreshFitsMaxPayload: holds with long domain names,
 // more of them than one message of the server's max_payload can list,
-// are refreshed in several messages and all outlive the hold ttl.
+// are refreshed in several messages and all outlive the hold ttl; the
+// replies, with a share per domain, fit too.
 func TestDomainServerRefreshFitsMaxPayload(t *testing.T) {
 	t.Parallel()
 	s := natstest.MaxPayloadServer(t, 32<<10)
@@ -416,9 +426,15 @@ func TestDomainServerRefreshFitsMaxPayload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	reserved := time.Now()
 	time.Sleep(2500 * time.Millisecond) // past the 1s hold ttl, twice
 	if st := srv.Stats(); st.Holds != n || st.Lost != 0 {
 		t.Fatalf("after two ttls the server has %d holds (%d refreshed as lost); want all %d", st.Holds, st.Lost, n)
+	}
+	for _, i := range []int{0, n - 1} {
+		if sh, ok := a.Share("app:gpu", fmt.Sprintf("%0250d", i)); !ok || !sh.At.After(reserved) {
+			t.Errorf("share of domain %d: %+v, %v; want one from a refresh", i, sh, ok)
+		}
 	}
 }
 

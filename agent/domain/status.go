@@ -23,8 +23,12 @@ type Status struct {
 	Rejected uint64
 	Retries  uint64
 	// Degraded counts calls granted by the client itself because no
-	// domain service answered (fail-open).
-	Degraded uint64
+	// domain service answered (fail-open); DegradedRefused those it
+	// refused then, returning an error wrapping ErrUnavailable: the
+	// namespace fails closed, the copies would exceed the client's share,
+	// or it knows no share or fail mode to go by.
+	Degraded        uint64
+	DegradedRefused uint64
 	// WouldReject counts rejections the kill switch turned into grants.
 	WouldReject uint64
 	// Holds and HeldCopies describe the open holds the service knows of;
@@ -62,6 +66,11 @@ type domainRes struct {
 	// a refresh takes it alone, so a refresh never lists copies that an
 	// exchange sent before it has given up.
 	ops sync.RWMutex
+	// fail is what the client may grant itself when no service answers.
+	fail failState
+	// shared: the entry counts many resources together ("*"); it keeps no
+	// fail-open state.
+	shared bool
 }
 
 // entryLocked returns the entry of ns:res, creating it; beyond maxStats a
@@ -103,6 +112,7 @@ func (c *Client) callLocked(ns, res string, withHolds bool, attempts int, answer
 // answered notes an answer of the service for r.
 func (c *Client) answered(r *domainRes) {
 	r.st.LastAnswer, r.st.LastError = time.Now(), nil
+	r.fail.failingSince = time.Time{}
 	if r.failing {
 		r.failing = false
 		c.log.Info("allot: domain service answers again", "resource", r.name)
@@ -113,6 +123,9 @@ func (c *Client) answered(r *domainRes) {
 // starts rather than on every call.
 func (c *Client) unanswered(r *domainRes, err error) {
 	r.st.LastError = err
+	if r.fail.failingSince.IsZero() {
+		r.fail.failingSince = time.Now()
+	}
 	if !r.failing {
 		r.failing = true
 		c.log.Warn("allot: domain service not answering; failing open, holds kept for a new leader to learn", "resource", r.name, "error", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/dashboard"
+	"github.com/allot/allot/internal/webtest"
 	"github.com/allot/allot/quotaserver"
 )
 
@@ -81,6 +82,59 @@ func TestUpDashboardShowsQuota(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("quota namespaces on the dashboard: %+v", ev.Quota)
+		}
+	}
+}
+
+// TestDashboardBeyondLoopback: with --metrics-addr beyond loopback and no
+// token the dashboard is off (403 saying how to turn it on) while
+// /metrics is served; with --dashboard-token (or $ALLOT_DASHBOARD_TOKEN)
+// it requires the token, and answers the Host names of IP addresses,
+// localhost, and --dashboard-hosts only. A short token is refused at
+// start, naming the flag.
+func TestDashboardBeyondLoopback(t *testing.T) {
+	port := regexp.MustCompile(`metrics at http://[^/]*:(\d+)/metrics`)
+	up := startUp(t, "--data-dir", t.TempDir(), "--metrics-addr", "0.0.0.0:0")
+	base := "http://127.0.0.1:" + up.printed(t, port, "the metrics URL")[1]
+	if !strings.Contains(up.out.String(), "dashboard off: --metrics-addr listens beyond loopback") {
+		t.Errorf("up does not say the dashboard is off:\n%s", up.out.String())
+	}
+	if code, body := httpGet(t, base+"/"); code != http.StatusForbidden || !strings.Contains(body, "--dashboard-token") {
+		t.Fatalf("/ without a token: %d %.200s", code, body)
+	}
+	if code, _ := httpGet(t, base+"/metrics"); code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+	up.wait(t)
+
+	const token = "a-token-of-32-characters-exactly"
+	t.Setenv(dashboardTokenEnv, token)
+	up = startUp(t, "--data-dir", t.TempDir(), "--metrics-addr", "0.0.0.0:0", "--dashboard-hosts", "dash.example, other.example")
+	base = "http://127.0.0.1:" + up.printed(t, port, "the metrics URL")[1]
+	for _, tc := range []struct {
+		path, host, token string
+		code              int
+	}{
+		{"/", "", "", http.StatusUnauthorized},
+		{"/snapshot", "", "wrong-token-of-32-characters-too", http.StatusUnauthorized},
+		{"/", "", token, http.StatusOK},
+		{"/snapshot", "localhost:9464", token, http.StatusOK},
+		{"/snapshot", "dash.example:9464", token, http.StatusOK},
+		{"/snapshot", "other.example", token, http.StatusOK},
+		{"/snapshot", "evil.example:9464", token, http.StatusForbidden},
+		{"/metrics", "", "", http.StatusOK},
+	} {
+		if resp, body := webtest.Get(t, base+tc.path, tc.host, webtest.Bearer(tc.token)...); resp.StatusCode != tc.code {
+			t.Errorf("%s, Host %q, token %q: %s %.200s; want %d", tc.path, tc.host, tc.token, resp.Status, body, tc.code)
+		}
+	}
+	up.wait(t)
+
+	t.Setenv(dashboardTokenEnv, "")
+	for _, cmd := range [][]string{{"up", "--data-dir", t.TempDir()}, {"coordinator", "--nats", "nats://127.0.0.1:1"}} {
+		args := append(cmd, "--dashboard-token", "short")
+		if code, out := runCtx(context.Background(), args...); code == 0 || !strings.Contains(out, "--dashboard-token (or $ALLOT_DASHBOARD_TOKEN) has 5 characters: want at least 16") {
+			t.Errorf("%q: exit %d, %s", args, code, out)
 		}
 	}
 }

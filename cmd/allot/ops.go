@@ -36,6 +36,10 @@ type opsState struct {
 	// conn is the process's NATS connection: the dashboard lists the
 	// node's replicas and quota namespaces over it (nil: it does not).
 	conn *nats.Conn
+	// dashboard guards the dashboard (hosts, token); dashboardOff is set
+	// when it is not served for want of a token.
+	dashboard    dashboardFlags
+	dashboardOff bool
 
 	mu       sync.Mutex
 	replicas []opsReplica
@@ -196,7 +200,7 @@ func startOps(ctx context.Context, addr string, fallback bool, st *opsState, log
 		return "", fmt.Errorf("--metrics-addr %s: %w", addr, err)
 	}
 	mux := opsMux(opsRegistry(st), st.ready)
-	if err := mountDashboard(ctx, mux, st.conn, st.Replicas, log); err != nil {
+	if err := mountDashboard(ctx, mux, st, l.Addr(), addr, log); err != nil {
 		l.Close()
 		return "", err
 	}

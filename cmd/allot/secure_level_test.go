@@ -62,8 +62,9 @@ func TestSecureLevel(t *testing.T) {
 		t.Fatalf("admin config put: exit %d: %s", code, out)
 	}
 	createMirrorConsumer(t, rootURL, set)
-	stopRoot := startCoordinator(t, conn(rootURL, "coordinator"), conn(rootURL, "tenant_a"))
-	stopLevel := startCoordinator(t, append(conn(levelURL, "region1_coordinator"), "--node", "region1", "--parent-node", "root"),
+	// As secure init prints them: unmatched resources refused.
+	stopRoot := startCoordinator(t, append(conn(rootURL, "coordinator"), "--unmatched", "reject"), conn(rootURL, "tenant_a"))
+	stopLevel := startCoordinator(t, append(conn(levelURL, "region1_coordinator"), "--node", "region1", "--parent-node", "root", "--unmatched", "reject"),
 		append(conn(levelURL, "tenant_a"), "--node", "region1"))
 	if code, o := runCtx(ctx, append([]string{"get", "db", "--wants", "10", "--node", "region1"}, conn(levelURL, "tenant_b")...)...); code != 0 || !strings.Contains(o, "10") {
 		t.Fatalf("tenant_b get at region1: exit %d: %s", code, o)

@@ -62,12 +62,17 @@ func TestSecureInit(t *testing.T) {
 	if code, out := runCtx(ctx, append([]string{"config", "put", "--timeout", "1s", "db", tmpl}, conn("coordinator")...)...); code == 0 {
 		t.Fatalf("the coordinator's credentials stored a template: %s", out)
 	}
-	// The coordinator (with its quota service) runs on the coordinator
-	// user's rights alone: its log shows no refused permission.
+	// The coordinator (with its quota service) runs as secure init says,
+	// on the coordinator user's rights alone: its log shows no refused
+	// permission.
+	coordArgs := printedCommand(t, out, "allot coordinator ", url)
+	if !strings.Contains(strings.Join(coordArgs, " "), "--unmatched reject") {
+		t.Errorf("the printed coordinator command does not refuse unmatched resources: %q", coordArgs)
+	}
 	cctx, cancel := context.WithCancel(ctx)
 	coordOut := make(chan string, 1)
 	go func() {
-		_, out := runCtx(cctx, append([]string{"coordinator", "--log-level", "info", "--election-ttl", "1s"}, conn("coordinator")...)...)
+		_, out := runCtx(cctx, append(coordArgs, "--log-level", "info", "--election-ttl", "1s")...)
 		coordOut <- out
 	}()
 	defer func() {
@@ -85,6 +90,11 @@ func TestSecureInit(t *testing.T) {
 	if code, o := runCtx(ctx, append([]string{"get", "db", "--wants", "10"}, conn("tenant_b")...)...); code != 0 || !strings.Contains(o, "10") {
 		t.Fatalf("tenant_b get: exit %d: %s", code, o)
 	}
+	// A resource no template names is refused: a tenant cannot make the
+	// node keep state for ids it makes up.
+	if code, o := runCtx(ctx, append([]string{"get", "made-up/1", "--wants", "10"}, conn("tenant_b")...)...); code == 0 || !strings.Contains(o, "404") {
+		t.Fatalf("tenant_b get of an unmatched resource: exit %d: %s", code, o)
+	}
 	statusUntil(t, func(code int, o string) string {
 		if code != 0 {
 			return fmt.Sprintf("admin status: exit %d: %s", code, o)
@@ -98,6 +108,28 @@ func TestSecureInit(t *testing.T) {
 	if strings.Contains(out, "refused a permission") || !strings.Contains(out, "coordinator serving") {
 		t.Fatalf("coordinator log:\n%s", out)
 	}
+}
+
+// printedCommand returns the arguments of the command line in out that
+// starts with prefix (such as "allot coordinator "), without "allot" and
+// with its --nats URL replaced by url.
+func printedCommand(t *testing.T, out, prefix, url string) []string {
+	t.Helper()
+	for line := range strings.SplitSeq(out, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		args := strings.Fields(line)[1:]
+		for i := range args {
+			if args[i] == "--nats" && i+1 < len(args) {
+				args[i+1] = url
+			}
+		}
+		return args
+	}
+	t.Fatalf("no line %q in:\n%s", prefix, out)
+	return nil
 }
 
 // readEnvFile reads the NAME='value' lines of an env file.

@@ -44,6 +44,7 @@ type coordFlags struct {
 	clockSkew    time.Duration
 	maxClients   int
 	maxRes       int
+	isolation    isolationFlags
 	// quotaParts is how many partitions share the quota namespaces;
 	// quotaServe which of them this process serves.
 	quotaParts int
@@ -59,6 +60,8 @@ type coordFlags struct {
 	ops *opsState
 	// metricsMax bounds the resources metrics name per node.
 	metricsMax int
+	// dashboard guards the dashboard served with --metrics-addr.
+	dashboard dashboardFlags
 }
 
 func (f *coordFlags) register(fs *flag.FlagSet) {
@@ -74,9 +77,11 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.clockSkew, "clock-skew", coordinator.DefaultClockSkew, "most the clocks of this node's replicas may differ by; lease times from a predecessor are trusted only with this margin")
 	fs.IntVar(&f.maxRes, "max-resources", coordinator.DefaultMaxResources, "most resources a node keeps state for; requests naming more new ones get error 429")
 	fs.IntVar(&f.maxClients, "max-clients", coordinator.DefaultMaxClients, "most client records (one per client and resource) a node keeps; requests adding more get error 429")
+	f.isolation.register(fs)
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (one JSON object a line)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", f.metricsAddr, "HOST:PORT to serve Prometheus /metrics, /healthz and /readyz on over HTTP (empty: none; see docs/metrics.md)")
+	f.dashboard.register(fs)
 	fs.IntVar(&f.metricsMax, "metrics-max-resources", metrics.DefaultMaxResources, fmt.Sprintf("most resources per node that metrics name (those with the most outstanding; the others are summed as resource=%q), 1-%d", metrics.OtherResource, coordinator.MaxObservedResources))
 	fs.DurationVar(&f.electionTTL, "election-ttl", election.DefaultTTL, fmt.Sprintf("leader key TTL in bucket %s (whole seconds; default %v, or %v with --bucket-replicas above 1, so that a leader outlasts the election stream's own leader election when a NATS server is lost); an abrupt leader loss costs about TTL+1s", election.DefaultBucket, election.DefaultTTL, election.ReplicatedTTL))
 	fs.IntVar(&f.replicasKV, "bucket-replicas", 1, "replicas of the configuration, election and state buckets when allot creates them (3 on a three-server cluster)")
@@ -151,7 +156,9 @@ func (f *coordFlags) options(log *slog.Logger) coordinator.Options {
 	if round == 0 {
 		round = coordinator.NoRoundInterval
 	}
-	return coordinator.Options{Node: f.node, Parent: f.parent, ServerID: f.serverID, RoundInterval: round, StateBucket: f.bucket, ClockSkew: skewOption(f.clockSkew), MaxResources: f.maxRes, MaxClients: f.maxClients, Shadow: f.shadow, Logger: log}
+	o := coordinator.Options{Node: f.node, Parent: f.parent, ServerID: f.serverID, RoundInterval: round, StateBucket: f.bucket, ClockSkew: skewOption(f.clockSkew), MaxResources: f.maxRes, MaxClients: f.maxClients, Shadow: f.shadow, Logger: log}
+	f.isolation.apply(&o)
+	return o
 }
 
 // skewOption maps --clock-skew 0 (replicas on one host) to the option's
@@ -182,10 +189,14 @@ func (f *coordFlags) warnShortTTL(log *slog.Logger) {
 	}
 }
 
-// validate checks the tree flags and --metrics-max-resources.
+// validate checks the tree flags, the node's limits and
+// --metrics-max-resources.
 func (f *coordFlags) validate() error {
 	if f.metricsMax < 1 || f.metricsMax > coordinator.MaxObservedResources {
 		return fmt.Errorf("--metrics-max-resources %d: want 1-%d", f.metricsMax, coordinator.MaxObservedResources)
+	}
+	if f.maxRes < 1 || f.maxClients < 1 {
+		return fmt.Errorf("--max-resources %d, --max-clients %d: want positive numbers", f.maxRes, f.maxClients)
 	}
 	if err := subjects.ValidateNode(f.node); err != nil {
 		return fmt.Errorf("--node %q: %w", f.node, err)
@@ -194,6 +205,12 @@ func (f *coordFlags) validate() error {
 		return fmt.Errorf("--quota-partitions %d: want 1 to %d", f.quotaParts, quotaserver.MaxPartitions)
 	}
 	if _, err := f.quotaServe.partitions(f.quotaParts); err != nil {
+		return err
+	}
+	if err := f.isolation.validate(f); err != nil {
+		return err
+	}
+	if err := f.dashboard.resolve(); err != nil {
 		return err
 	}
 	if f.parent == "" {
@@ -248,6 +265,9 @@ func startTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slo
 	if err := w.Start(ctx); err != nil {
 		return nil, err
 	}
+	if cf.unmatched == config.UnmatchedReject {
+		warnCatchAll(w.Current(), log)
+	}
 	prev := nc.Opts.ReconnectedCB
 	nc.SetReconnectHandler(func(c *nats.Conn) {
 		if prev != nil {
@@ -256,6 +276,17 @@ func startTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slo
 		w.Resync()
 	})
 	return w, nil
+}
+
+// warnCatchAll warns of the templates of set that match every resource:
+// while one exists, --unmatched reject refuses nothing.
+func warnCatchAll(set *config.Set, log *slog.Logger) {
+	for _, t := range set.Templates() {
+		if t.Glob == "*" {
+			log.Warn("a stored template matches every resource, so --unmatched reject has no effect while it exists",
+				"template", t.Name, "remove it with", "allot config delete "+t.Name)
+		}
+	}
 }
 
 // mirrorSyncWait bounds how long a coordinator under a parent waits for its
@@ -401,7 +432,7 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 	if cf.metricsAddr != "" {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		cf.ops = &opsState{maxResources: cf.metricsMax, conn: nc}
+		cf.ops = cf.newOps(nc)
 		url, err := startOps(ctx, cf.metricsAddr, false, cf.ops, log)
 		if err != nil {
 			return err

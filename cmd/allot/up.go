@@ -90,7 +90,7 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	if cf.metricsAddr != "" {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		cf.ops = &opsState{maxResources: cf.metricsMax, conn: nc}
+		cf.ops = cf.newOps(nc)
 		if opsURL, err = startOps(ctx, cf.metricsAddr, !flagSet(fs, "metrics-addr"), cf.ops, log); err != nil {
 			return err
 		}
@@ -136,7 +136,14 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintf(env.stdout, "  domain limits: %s (request, reserve, release, refresh, transfer, seize)\n",
 			domainwire.Subject(cf.node, "OP", "NAMESPACE", "RESOURCE"))
 		if opsURL != "" {
-			fmt.Fprintf(env.stdout, "  dashboard at %s/\n", opsURL)
+			switch {
+			case cf.ops.dashboardOff:
+				fmt.Fprintf(env.stdout, "  dashboard off: --metrics-addr listens beyond loopback; give it --dashboard-token\n")
+			case cf.dashboard.token != "":
+				fmt.Fprintf(env.stdout, "  dashboard at %s/ (open %s/?token=TOKEN once, with the --dashboard-token)\n", opsURL, opsURL)
+			default:
+				fmt.Fprintf(env.stdout, "  dashboard at %s/\n", opsURL)
+			}
 			fmt.Fprintf(env.stdout, "  metrics at %s/metrics, health at %s/healthz and %s/readyz\n", opsURL, opsURL, opsURL)
 		}
 		fmt.Fprintf(env.stdout, "try: go run ./cmd/allot get --nats %s --node %s db --wants 10\n     go run ./cmd/allot status --nats %s\n",
@@ -228,7 +235,8 @@ func serveReplicas(ctx context.Context, url string, cf *coordFlags, n int, log *
 // configuration bucket (creating it as a coordinator would), leaving keys
 // that exist or existed alone. Under --unmatched reject the catch-all
 // example (glob "*") is left out, since no resource would be unmatched
-// while it exists; one stored earlier is reported.
+// while it exists; one stored earlier is reported when the templates are
+// loaded (warnCatchAll).
 func seedTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger) error {
 	bucket, unmatched := cf.configBucket, cf.unmatched
 	js, err := jetstream.New(nc)
@@ -256,19 +264,6 @@ func seedTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog
 	}
 	if len(names) > 0 {
 		log.Info("seeded example templates", "bucket", bucket, "templates", names)
-	}
-	if !reject {
-		return nil
-	}
-	entries, err := configkv.LoadAll(ctx, kv)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if e.Template != nil && e.Template.Glob == "*" {
-			log.Warn("a stored template matches every resource, so --unmatched reject has no effect while it exists",
-				"template", e.Name, "remove it with", "allot config delete "+e.Name)
-		}
 	}
 	return nil
 }

@@ -101,6 +101,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown field", `{"capcity":1}`, "capcity", "unknown field"},
 		{"unknown nested field", `{"algorithm":{"kind":"STATIC","lease":"5s"}}`, "algorithm.lease", "unknown field"},
 		{"duplicate field", `{"capacity":1,"capacity":2}`, "capacity", "twice"},
+		{"duplicate field in YAML", "capacity: 1\ncapacity: 2\n", "", "already set"},
 		{"same field two spellings", `{"identifier_glob":"a","identifierGlob":"b"}`, "identifier_glob", "set twice"},
 		{"capacity wrong type", `{"capacity":true}`, "capacity", "want a number"},
 		{"capacity as a string", `{"identifier_glob":"x","capacity":"100"}`, "capacity", `want a number, got a string ("100"): write numbers without quotes`},

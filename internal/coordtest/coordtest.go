@@ -4,6 +4,7 @@ package coordtest
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -27,4 +28,23 @@ func Start(tb testing.TB, nc *nats.Conn, opts coordinator.Options) *coordinator.
 	}
 	tb.Cleanup(c.Stop)
 	return c
+}
+
+// Stats asks the serving coordinator for its micro STATS on nc and
+// returns the data of its first endpoint, failing the test on error.
+func Stats(tb testing.TB, nc *nats.Conn) coordinator.Stats {
+	tb.Helper()
+	m, err := nc.Request("$SRV.STATS."+coordinator.ServiceName, nil, 10*time.Second)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var reply struct {
+		Endpoints []struct {
+			Data coordinator.Stats `json:"data"`
+		} `json:"endpoints"`
+	}
+	if err := json.Unmarshal(m.Data, &reply); err != nil || len(reply.Endpoints) == 0 {
+		tb.Fatalf("STATS %s: %v", m.Data, err)
+	}
+	return reply.Endpoints[0].Data
 }

@@ -14,7 +14,7 @@ func MarshalNamespace(ns *Namespace) ([]byte, error) {
 			res[name] = copiesDocument(r.Copies)
 		}
 	}
-	doc := map[string]any{"ignore_configured": ns.IgnoreConfigured, "allow_unconfigured": ns.AllowUnconfigured, "resources": res}
+	doc := map[string]any{"ignore_configured": ns.IgnoreConfigured, "allow_unconfigured": ns.AllowUnconfigured, "resources": res, "fail": ns.Fail.String()}
 	if len(ns.Tenants) > 0 {
 		doc["tenants"] = ns.Tenants
 	}

@@ -52,6 +52,9 @@ type Namespace struct {
 	// requests cross a service import) that may use the namespace;
 	// requests from the service's own account always may.
 	Tenants []string
+	// Fail is what the namespace's clients do when no domain service
+	// answers them; FailShare unless the document says otherwise.
+	Fail FailMode
 }
 
 // Resource is one configured resource of a namespace.
@@ -139,7 +142,7 @@ func ParseNamespaceNotes(name string, data []byte) (*Namespace, []string, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	f, err := fields("", obj, "ignore_configured", "allow_unconfigured", "resources", "tenants")
+	f, err := fields("", obj, "ignore_configured", "allow_unconfigured", "resources", "tenants", "fail")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -152,6 +155,9 @@ func ParseNamespaceNotes(name string, data []byte) (*Namespace, []string, error)
 		return nil, nil, err
 	}
 	if ns.Tenants, err = parseTenants(f["tenants"]); err != nil {
+		return nil, nil, err
+	}
+	if ns.Fail, err = failMode(f["fail"]); err != nil {
 		return nil, nil, err
 	}
 	res, err := object("resources", f["resources"])
@@ -379,6 +385,22 @@ func parseGroup(at string, v any) (Group, error) {
 		}
 	}
 	return g, nil
+}
+
+// failMode reads the fail field; unset is FailShare.
+func failMode(raw any) (FailMode, error) {
+	if raw == nil {
+		return FailShare, nil
+	}
+	s, ok := raw.(string)
+	if !ok {
+		return 0, pathErr("fail", "want \"open\", \"closed\" or \"share\", got %s", jsonKind(raw))
+	}
+	m, err := ParseFailMode(s)
+	if err != nil {
+		return 0, pathErr("fail", "%s", err)
+	}
+	return m, nil
 }
 
 // MaxTenants bounds a namespace's tenant list.

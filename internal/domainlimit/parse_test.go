@@ -12,6 +12,7 @@ const exampleJSON = `{
   "ignore_configured": false,
   "allow_unconfigured": true,
   "tenants": ["TENANT_A"],
+  "fail": "closed",
   "resources": {
     "api": {"kind": "rate", "hard_limit": 100, "global_limit": 1000,
             "tiers": [{"limit": 10, "window": "1s", "active": "10s", "cooldown": "20s"},
@@ -26,6 +27,7 @@ const exampleJSON = `{
 const exampleYAML = `
 allow_unconfigured: true
 tenants: [TENANT_A]
+fail: closed
 resources:
   api:
     kind: rate
@@ -49,7 +51,7 @@ resources:
 `
 
 func TestParseNamespace(t *testing.T) {
-	want := &Namespace{Name: "shop", AllowUnconfigured: true, Tenants: []string{"TENANT_A"}, Resources: map[string]Resource{
+	want := &Namespace{Name: "shop", AllowUnconfigured: true, Tenants: []string{"TENANT_A"}, Fail: FailClosed, Resources: map[string]Resource{
 		"api": {Name: "api", Kind: KindRate, Rate: RateSpec{Hard: 100, Global: 1000,
 			Tiers: []Tier{{Limit: 10, Window: time.Second, Active: 10 * time.Second, Cooldown: 20 * time.Second},
 				// window 5s shortened to the active 3s
@@ -91,8 +93,14 @@ func TestParseNamespace(t *testing.T) {
 	if r := ns.Resources["s"].Rate; r.Hard != Unlimited || r.Tiers[0].Limit != Unlimited {
 		t.Fatalf("absent rate limits: %+v", r)
 	}
-	if _, err := ParseNamespace("x", []byte("{}")); err != nil {
-		t.Fatal(err)
+	if ns, err := ParseNamespace("x", []byte("{}")); err != nil || ns.Fail != FailShare {
+		t.Fatalf("empty namespace: %+v, %v; want fail mode share", ns, err)
+	}
+	for _, m := range []FailMode{FailOpen, FailClosed, FailShare} {
+		ns, err := ParseNamespace("x", []byte(`{"fail": "`+m.String()+`"}`))
+		if err != nil || ns.Fail != m {
+			t.Fatalf("fail: %s read as %+v, %v", m, ns, err)
+		}
 	}
 }
 
@@ -152,6 +160,12 @@ func TestParseNamespaceErrors(t *testing.T) {
 		{`{"tenants": ["A", 1]}`, "tenants[1]: want a tenant name"},
 		{`{"tenants": ["A", "B.C"]}`, "tenants[1]: tenant name \"B.C\" contains"},
 		{`{"tenants": ["A", "A"]}`, "tenants[1]: tenant \"A\" is listed twice"},
+		{`{"fail": "half"}`, `fail: "half" is not a fail mode: want "open", "closed" or "share"`},
+		{`{"fail": "Open"}`, `fail: "Open" is not a fail mode`},
+		{`{"fail": ""}`, `fail: "" is not a fail mode`},
+		{`{"fail": true}`, `fail: want "open", "closed" or "share", got a boolean`},
+		{`{"fail": ["open"]}`, `fail: want "open", "closed" or "share", got`},
+		{`{"fail": "open", "fail": "closed"}`, "fail: field appears twice"},
 		{strings.Repeat("[", 100), "nested too deeply"},
 	} {
 		_, err := ParseNamespace("ns", []byte(c.doc))
@@ -216,7 +230,7 @@ func TestResolve(t *testing.T) {
 // FuzzParseNamespace: no input panics, and what parses is valid: every
 // spec passes Normalize unchanged and builds a Rate or Copies.
 func FuzzParseNamespace(f *testing.F) {
-	for _, s := range []string{exampleJSON, exampleYAML, `{}`, `{"resources": {"r": {"kind": "copies"}}}`,
+	for _, s := range []string{exampleJSON, exampleYAML, `{}`, `{"resources": {"r": {"kind": "copies"}}}`, `{"fail": "open"}`, "fail: share",
 		`{"resources": {"a": {"kind": "rate", "tiers": [{"limit": 0, "window": "1ns", "active": "8760h"}]}}}`} {
 		f.Add([]byte(s))
 	}

@@ -203,6 +203,10 @@ func AppendRateReply(b []byte, r *RateReply) []byte {
 	if r.Unconfigured {
 		b = append(b, `,"unconfigured":true`...)
 	}
+	if r.Fail != "" {
+		b = append(b, `,"fail":`...)
+		b = appendString(b, r.Fail)
+	}
 	return append(b, '}')
 }
 
@@ -270,6 +274,37 @@ func AppendReserveReply(b []byte, r *ReserveReply) []byte {
 	}
 	if r.Unconfigured {
 		b = append(b, `,"unconfigured":true`...)
+	}
+	if r.Fail != "" {
+		b = append(b, `,"fail":`...)
+		b = appendString(b, r.Fail)
+	}
+	if r.Share != nil {
+		b = append(b, `,"share":`...)
+		b = appendShare(b, r.Share)
+	}
+	return append(b, '}')
+}
+
+// appendShare appends s as json.Marshal writes it.
+func appendShare(b []byte, s *Share) []byte {
+	b = append(b, `{"domain":`...)
+	b = strconv.AppendInt(b, s.Domain, 10)
+	b = append(b, `,"global":`...)
+	b = strconv.AppendInt(b, s.Global, 10)
+	if len(s.Groups) > 0 {
+		b = append(b, `,"groups":[`...)
+		for i, g := range s.Groups {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"name":`...)
+			b = appendString(b, g.Name)
+			b = append(b, `,"share":`...)
+			b = strconv.AppendInt(b, g.Share, 10)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
 	}
 	return append(b, '}')
 }

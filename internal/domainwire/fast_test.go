@@ -35,8 +35,12 @@ func FuzzFastEncoders(f *testing.F) {
 	f.Add(int64(3), "k3v", "free", "", true, false, int64(-1))
 	f.Add(int64(0), "", "a<b", "é\u2028", false, true, int64(0))
 	f.Fuzz(func(t *testing.T, n int64, id, g1, g2 string, b1, b2 bool, lim int64) {
+		fail := ""
+		if b1 {
+			fail = g1
+		}
 		rr := RateReply{Granted: n, HardLimit: lim, GlobalLimit: -1, TierLimit: n / 2, DomainHitsLastSecond: n, Tier: int(n % 5),
-			Burst: b1, HardLimited: b2, Ignored: b1 && b2, Unconfigured: b2}
+			Burst: b1, HardLimited: b2, Ignored: b1 && b2, Unconfigured: b2, Fail: fail}
 		want, _ := json.Marshal(&rr)
 		if got := AppendRateReply(nil, &rr); string(got) != string(want) {
 			t.Fatalf("rate reply:\n got %s\nwant %s", got, want)
@@ -53,8 +57,15 @@ func FuzzFastEncoders(f *testing.F) {
 		if b2 {
 			seal = g2 + id
 		}
+		var share *Share
+		switch {
+		case b2 && g1 != "":
+			share = &Share{Domain: n, Global: lim, Groups: []GroupShare{{Name: g1, Share: n}, {Name: g2, Share: -1}}}
+		case b2:
+			share = &Share{Domain: -1, Global: n, Groups: []GroupShare{}}
+		}
 		res := ReserveReply{Granted: n, HoldID: id, Seal: seal, Groups: groups, GroupHolds: gh, DomainLimit: lim, TTLMillis: 10000,
-			Learning: b1, RetryAfterMillis: n, Ignored: b2, Unconfigured: b1}
+			Learning: b1, RetryAfterMillis: n, Ignored: b2, Unconfigured: b1, Fail: fail, Share: share}
 		want, _ = json.Marshal(&res)
 		if got := AppendReserveReply(nil, &res); string(got) != string(want) {
 			t.Fatalf("reserve reply:\n got %s\nwant %s", got, want)

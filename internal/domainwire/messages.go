@@ -74,6 +74,40 @@ type RateReply struct {
 	// Unconfigured: the resource is not configured and the namespace
 	// allows unconfigured resources with the most permissive limits.
 	Unconfigured bool `json:"unconfigured,omitempty"`
+	// Fail is the namespace's fail mode (FailShare, FailOpen,
+	// FailClosed): what the client does when no service answers.
+	Fail string `json:"fail,omitempty"`
+}
+
+// Fail modes, the "fail" field of replies: what a client does when no
+// domain service answers (docs/domains-client.md, "Failing open").
+const (
+	// FailShare: copies only within the client's Share; hits as FailOpen.
+	FailShare = "share"
+	// FailOpen: the call's min copies.
+	FailOpen = "open"
+	// FailClosed: nothing; the call fails.
+	FailClosed = "closed"
+)
+
+// Share is what a client may have of a copy-limited resource, held and
+// granted to itself together, while no domain service answers: for each
+// limit on a domain, its copies under that limit plus an even part of
+// the room left among the clients seen there lately. Unlimited (-1)
+// where the limit is.
+type Share struct {
+	// Domain bounds the client's copies of the domain.
+	Domain int64 `json:"domain"`
+	// Global bounds its copies of the resource, all domains together.
+	Global int64 `json:"global"`
+	// Groups bound its copies in the pools of the domain's groups now.
+	Groups []GroupShare `json:"groups,omitempty"`
+}
+
+// GroupShare is a client's share of a domain group's pool.
+type GroupShare struct {
+	Name  string `json:"name"`
+	Share int64  `json:"share"`
 }
 
 // Reserve is the body of allot.<node>.domain.reserve.<ns>.<resource>:
@@ -141,6 +175,11 @@ type ReserveReply struct {
 	RetryAfterMillis int64 `json:"retry_after_ms,omitempty"`
 	Ignored          bool  `json:"ignored,omitempty"`
 	Unconfigured     bool  `json:"unconfigured,omitempty"`
+	// Fail is the namespace's fail mode, and Share the client's share of
+	// the domain's limits (not sent by a leader still learning: its
+	// counts are not complete yet).
+	Fail  string `json:"fail,omitempty"`
+	Share *Share `json:"share,omitempty"`
 }
 
 // Release is the body of allot.<node>.domain.release.<ns>.<resource>:
@@ -240,6 +279,11 @@ type RefreshReply struct {
 	// Seals are the holds' new seals, by hold id: the client lists each
 	// with its hold from now on.
 	Seals map[string]string `json:"seals,omitempty"`
+	// Fail is the namespace's fail mode, and Shares the client's share
+	// of each listed domain's limits, by domain (not sent while
+	// learning).
+	Fail   string           `json:"fail,omitempty"`
+	Shares map[string]Share `json:"shares,omitempty"`
 }
 
 // Transfer is the body of allot.<node>.domain.transfer.<ns>.<resource>:
@@ -312,6 +356,9 @@ type SeizeReply struct {
 	Groups    []string `json:"groups"`
 	Copies    int64    `json:"copies"`
 	TTLMillis int64    `json:"ttl_ms"`
+	// Fail and Share are as in ReserveReply.
+	Fail  string `json:"fail,omitempty"`
+	Share *Share `json:"share,omitempty"`
 }
 
 // TransferResource returns the namespace and resource a transfer id

@@ -422,13 +422,38 @@ func (e *Elector) follow(ctx context.Context, kv jetstream.KeyValue) (*term, err
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var updates <-chan jetstream.KeyValueEntry
-	w, err := kv.Watch(ctx, e.cfg.Key)
-	if err != nil {
-		e.log.Warn("cannot watch election key; campaigning periodically", "err", err)
-	} else {
-		defer func() { _ = w.Stop() }()
-		updates = w.Updates()
+	var w jetstream.KeyWatcher
+	failed := false
+	// watch (re)starts the watch. One begun while the connection is down
+	// fails once its request times out, and a watch can end; without it
+	// a follower hears of a lapsed leader only at its next campaign, so
+	// it is tried again at each while connected.
+	watch := func() {
+		if w != nil {
+			_ = w.Stop()
+			w = nil
+		}
+		nw, err := kv.Watch(ctx, e.cfg.Key)
+		switch {
+		case err != nil && ctx.Err() == nil && !failed:
+			e.log.Warn("cannot watch election key; campaigning periodically, and watching again at each campaign", "err", err)
+			failed = true
+		case err != nil:
+			e.log.Debug("cannot watch election key", "err", err)
+		case failed:
+			e.log.Info("watching election key again")
+			failed = false
+		}
+		if err == nil {
+			w, updates = nw, nw.Updates()
+		}
 	}
+	watch()
+	defer func() {
+		if w != nil {
+			_ = w.Stop()
+		}
+	}()
 	tick := e.clock.NewTimer(e.cfg.CampaignInterval)
 	defer func() { tick.Stop() }()
 	try := true // campaign at once on start
@@ -458,6 +483,9 @@ func (e *Elector) follow(ctx context.Context, kv jetstream.KeyValue) (*term, err
 		case <-tick.C():
 			tick = e.clock.NewTimer(e.cfg.CampaignInterval)
 			try = true
+			if updates == nil && e.js.Conn().IsConnected() {
+				watch()
+			}
 		case entry, ok := <-updates:
 			if !ok {
 				updates = nil // watcher ended; the ticker remains

@@ -2,6 +2,8 @@ package election_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/netcut"
 )
 
 // candidate runs one Elector on its own connection and records its terms.
@@ -30,11 +33,17 @@ type candidate struct {
 
 func runCandidate(t *testing.T, nc *nats.Conn, id string) *candidate {
 	t.Helper()
+	return runCandidateLog(t, nc, id, nil)
+}
+
+// runCandidateLog is runCandidate logging to log (nil: slog.Default()).
+func runCandidateLog(t *testing.T, nc *nats.Conn, id string, log *slog.Logger) *candidate {
+	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	el, err := election.New(js, election.Config{Key: "root", ID: id, TTL: 2 * time.Second})
+	el, err := election.New(js, election.Config{Key: "root", ID: id, TTL: 2 * time.Second, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,4 +172,90 @@ func TestBucketRejectsWrongConfig(t *testing.T) {
 	if _, err := election.New(js, election.Config{Key: "k", ID: "x", TTL: 1500 * time.Millisecond}); err == nil {
 		t.Fatal("fractional TTL accepted")
 	}
+}
+
+// TestFollowerWatchesAgain: a leader whose connection is cut loses its
+// leadership and watches the key again while not connected; that watch
+// fails once its request times out. Once connected again, following the
+// other candidate that won meanwhile, it watches the key again (a
+// consumer of the election stream made after the cut ends) rather than
+// campaigning periodically for good.
+func TestFollowerWatchesAgain(t *testing.T) {
+	s := natstest.Server(t)
+	relay, err := netcut.New(s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = relay.Close() })
+	ncA, err := nats.Connect("nats://"+relay.Addr(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ncA.Close)
+	logA := &lines{}
+	a := runCandidateLog(t, ncA, "a", slog.New(slog.NewTextHandler(logA, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if w, _ := waitWinner(t, a); w != a {
+		t.Fatal("a did not win alone")
+	}
+	b := runCandidate(t, natstest.Conn(t, s), "b")
+	relay.Cut()
+	if w, _ := waitWinner(t, b); w != b {
+		t.Fatal("b did not take over")
+	}
+	logA.waitFor(t, "cannot watch election key")
+	restored := time.Now()
+	relay.Restore()
+	js, err := jetstream.New(natstest.Conn(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		if st, err := js.Stream(ctx, "KV_"+election.DefaultBucket); err == nil {
+			for info := range st.ListConsumers(ctx).Info() {
+				if info.Created.After(restored) && info.PushBound {
+					logA.waitFor(t, "watching election key again")
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("a never watched the key again; its log:\n%s", strings.Join(logA.all(), "\n"))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// lines keeps log output by line.
+type lines struct {
+	mu sync.Mutex
+	l  []string
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.l = append(l.l, string(p))
+	l.mu.Unlock()
+	return len(p), nil
+}
+
+func (l *lines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.l...)
+}
+
+// waitFor waits for a line containing part.
+func (l *lines) waitFor(t *testing.T, part string) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for _, line := range l.all() {
+			if strings.Contains(line, part) {
+				return
+			}
+		}
+	}
+	t.Fatalf("no log line with %q:\n%s", part, strings.Join(l.all(), "\n"))
 }

@@ -50,7 +50,10 @@ func ReadObject(what string, data []byte, maxSize int) (map[string]any, error) {
 	jsonData := trimmed
 	if trimmed[0] != '{' && trimmed[0] != '[' {
 		var err error
-		jsonData, err = yaml.YAMLToJSON(trimmed)
+		// Strict: a key given twice is an error, as in JSON (the lenient
+		// conversion keeps the last, so "fail: open" then "fail: closed"
+		// silently meant closed).
+		jsonData, err = yaml.YAMLToJSONStrict(trimmed)
 		if err != nil {
 			return nil, errorf("", "invalid YAML: %v", err)
 		}

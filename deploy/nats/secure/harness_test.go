@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -94,14 +95,23 @@ func startConfig(t *testing.T, file string, env map[string]string) (*server.Serv
 // credentials of secureinit, a coordinator replica of node root on the
 // coordinator user's connection, and the suite's template put by admin.
 type deployment struct {
-	set     *secureinit.Setup
-	srv     *server.Server
-	log     *serverLog
+	set *secureinit.Setup
+	srv *server.Server
+	log *serverLog
+	env map[string]string // the root server's, for restart
+	// later are the cleanups of a restarted root server, run where the
+	// first one's are: after everything connected to it has stopped.
+	later   []func()
 	leafURL string
-	// coordErrs are the coordinator connection's asynchronous errors;
-	// stopCoord stops the replica (it resigns) and waits for it.
+	// coord is the replica of node root (startCoordinator); coordErrs
+	// are its connection's asynchronous errors; stopCoord stops the
+	// replica (it resigns) and waits for it.
+	coord     *coord
 	coordErrs *asyncErrors
 	stopCoord func()
+	// opts are the options of the root's replicas beside node, server
+	// id and templates (startDeploymentWith).
+	opts coordinator.Options
 }
 
 // rootEnv is the setup's environment with free ports and a temporary
@@ -131,7 +141,13 @@ func newSetup(t *testing.T) *secureinit.Setup {
 func startRoot(t *testing.T, verify bool) *deployment {
 	t.Helper()
 	d := &deployment{set: newSetup(t)}
-	d.srv, d.log = startConfig(t, "root.conf", rootEnv(t, d.set, verify))
+	d.env = rootEnv(t, d.set, verify)
+	d.srv, d.log = startConfig(t, "root.conf", d.env)
+	t.Cleanup(func() {
+		for i := len(d.later) - 1; i >= 0; i-- {
+			d.later[i]()
+		}
+	})
 	v, err := d.srv.Varz(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -140,11 +156,47 @@ func startRoot(t *testing.T, verify bool) *deployment {
 	return d
 }
 
+// stopRoot shuts the root server down, as a crash or an upgrade would;
+// startRootAgain starts it again from root.conf on the same client port
+// and store, so that clients reconnect to it.
+func (d *deployment) stopRoot(t *testing.T) {
+	t.Helper()
+	addr, ok := d.srv.Addr().(*net.TCPAddr)
+	if !ok {
+		t.Fatal("server has no client listener")
+	}
+	d.env["CLIENT_PORT"] = fmt.Sprint(addr.Port)
+	d.srv.Shutdown()
+	d.srv.WaitForShutdown()
+}
+
+func (d *deployment) startRootAgain(t *testing.T) {
+	t.Helper()
+	d.log = &serverLog{}
+	d.srv = natstest.ConfigServer(laterTB{t, &d.later}, "root.conf", d.env, d.log)
+}
+
+// laterTB is a test whose cleanups are kept in a list for later.
+type laterTB struct {
+	testing.TB
+	later *[]func()
+}
+
+func (l laterTB) Cleanup(f func()) { *l.later = append(*l.later, f) }
+
 // startDeployment starts the root server, puts the template as admin and
 // runs a coordinator replica until it serves.
 func startDeployment(t *testing.T) *deployment {
 	t.Helper()
+	return startDeploymentWith(t, coordinator.Options{})
+}
+
+// startDeploymentWith is startDeployment with opts for the root's
+// replicas.
+func startDeploymentWith(t *testing.T, opts coordinator.Options) *deployment {
+	t.Helper()
 	d := startRoot(t, false)
+	d.opts = opts
 	admin, _ := d.dial(t, d.srv, "admin")
 	if err := putTemplate(t, admin, resource, true); err != nil {
 		t.Fatal(err)
@@ -176,23 +228,81 @@ func putTemplate(t *testing.T, nc *nats.Conn, name string, create bool) error {
 // until it serves.
 func (d *deployment) startCoordinator(t *testing.T) {
 	t.Helper()
-	d.coordErrs, d.stopCoord = d.runCoordinator(t, d.srv, "coordinator", "root", "")
+	d.coord = d.runCoordinator(t, d.srv, "coordinator", d.rootOptions("root-1"))
+	d.coordErrs, d.stopCoord = d.coord.errs, d.coord.stop
 }
 
-// runCoordinator runs a replica of node on srv as user, the way `allot
-// coordinator` does: at the root (parent "") on the configuration
-// bucket, under a parent on the configuration mirror of the parent's
-// bucket (created if missing, waited for until in sync), as
-// cmd/allot's startTemplates does. It waits until the replica serves and
-// fails the test if the user was refused anything on the way; it
-// returns the connection's asynchronous errors and the function that
-// stops the replica (it resigns) and waits for it.
-func (d *deployment) runCoordinator(t *testing.T, srv *server.Server, user, node, parent string) (*asyncErrors, func()) {
+// rootOptions are the options of the root's replica id.
+func (d *deployment) rootOptions(id string) coordinator.Options {
+	o := d.opts
+	o.Node, o.ServerID = "root", id
+	return o
+}
+
+// coord is a running coordinator replica of the suite.
+type coord struct {
+	id   string
+	nc   *nats.Conn
+	rep  *coordinator.Replica
+	errs *asyncErrors // its connection's asynchronous errors
+	log  *lineLog     // its log, warnings and above
+	// serving is sent the replica's every change of serving, in order.
+	serving chan bool
+	// ended is closed when the replica's Run returned, with runErr.
+	ended  chan struct{}
+	runErr error
+	// stop stops the replica (it resigns) and waits for it.
+	stop func()
+}
+
+// waitServing waits until the replica's serving changes to on.
+func (c *coord) waitServing(t *testing.T, on bool) {
 	t.Helper()
-	nc, errs := d.dial(t, srv, user)
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", node)
+	deadline := time.After(3 * wait)
+	for {
+		select {
+		case s := <-c.serving:
+			if s == on {
+				return
+			}
+		case <-c.ended:
+			t.Fatalf("replica %s stopped: %v (refused: %v)", c.id, c.runErr, c.errs.all())
+		case <-deadline:
+			t.Fatalf("replica %s never changed to serving %v (refused: %v)", c.id, on, c.errs.all())
+		}
+	}
+}
+
+// runCoordinator runs a replica with opts on srv as user
+// (launchCoordinator) and waits until it serves; it fails the test if the
+// user was refused anything on the way.
+func (d *deployment) runCoordinator(t *testing.T, srv *server.Server, user string, opts coordinator.Options) *coord {
+	t.Helper()
+	c := d.launchCoordinator(t, srv, user, opts)
+	c.waitServing(t, true)
+	// A coordinator whose rights miss something it needs shows it here.
+	if e := c.errs.all(); len(e) > 0 {
+		t.Fatalf("the %s user was refused: %v", user, e)
+	}
+	return c
+}
+
+// launchCoordinator starts a replica with opts (its node, parent and
+// server id) on srv as user, the way the secure setup's `allot
+// coordinator --unmatched reject` does: at the root (parent "") on the
+// configuration bucket, under a parent on the configuration mirror of the
+// parent's bucket (created if missing, waited for until in sync), as
+// cmd/allot's startTemplates does, with the watch resynced on every
+// reconnect. Its connection reconnects forever, as `allot coordinator`'s.
+// The replica leads or follows; the test's end stops it.
+func (d *deployment) launchCoordinator(t *testing.T, srv *server.Server, user string, opts coordinator.Options) *coord {
+	t.Helper()
+	node, parent, id := opts.Node, opts.Parent, opts.ServerID
+	c := &coord{id: id, log: &lineLog{}, serving: make(chan bool, 64), ended: make(chan struct{})}
+	c.nc, c.errs = d.dial(t, srv, user, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	log := slogFor(t, c.log).With("node", node, "replica", id)
 	ctx, cancel := context.WithCancel(context.Background())
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(c.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,51 +315,69 @@ func (d *deployment) runCoordinator(t *testing.T, srv *server.Server, user, node
 		err = configkv.WaitMirrorSynced(octx, kv)
 	}
 	if err != nil {
-		t.Fatalf("configuration of node %s: %v (refused: %v)", node, err, errs.all())
+		t.Fatalf("configuration of node %s: %v (refused: %v)", node, err, c.errs.all())
 	}
-	w := configkv.NewWatcher(kv, config.UnmatchedDefault.Fallback(), log)
+	w := configkv.NewWatcher(kv, config.UnmatchedReject.Fallback(), log)
 	if err := w.Start(octx); err != nil {
 		t.Fatal(err)
 	}
-	serving := make(chan struct{})
-	var once sync.Once
-	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{
-		Options: coordinator.Options{Node: node, Parent: parent, ServerID: node + "-1", Templates: w, Logger: log},
-		OnServing: func(_ uint64, on bool) {
-			if on {
-				once.Do(func() { close(serving) })
-			}
-		},
+	c.nc.SetReconnectHandler(func(*nats.Conn) { w.Resync() })
+	opts.Templates, opts.Logger = w, log
+	c.rep, err = coordinator.NewReplica(c.nc, coordinator.ReplicaOptions{
+		Options:   opts,
+		OnServing: func(_ uint64, on bool) { c.serving <- on },
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- rep.Run(ctx) }()
+	go func() {
+		c.runErr = c.rep.Run(ctx)
+		close(c.ended)
+	}()
 	var stopOnce sync.Once
-	stop := func() {
+	c.stop = func() {
 		stopOnce.Do(func() {
 			cancel()
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("coordinator of node %s: %v", node, err)
+			<-c.ended
+			if c.runErr != nil && !errors.Is(c.runErr, context.Canceled) {
+				t.Errorf("coordinator %s of node %s: %v", id, node, c.runErr)
 			}
 			w.Stop()
 		})
 	}
-	t.Cleanup(stop)
-	select {
-	case <-serving:
-	case err := <-done:
-		done <- err // for stop
-		t.Fatalf("coordinator of node %s stopped: %v (refused: %v)", node, err, errs.all())
-	case <-time.After(wait):
-		t.Fatalf("coordinator of node %s not serving (refused: %v)", node, errs.all())
+	t.Cleanup(c.stop)
+	return c
+}
+
+// slogFor logs warnings and above to the test's log and to l.
+func slogFor(t *testing.T, l *lineLog) *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t}, l), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// lineLog keeps log output by line, for a test to look for a warning.
+type lineLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *lineLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	l.lines = append(l.lines, strings.TrimSpace(string(p)))
+	l.mu.Unlock()
+	return len(p), nil
+}
+
+// with returns the lines containing part.
+func (l *lineLog) with(part string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines {
+		if strings.Contains(line, part) {
+			out = append(out, line)
+		}
 	}
-	// A coordinator whose rights miss something it needs shows it here.
-	if e := errs.all(); len(e) > 0 {
-		t.Fatalf("the %s user was refused: %v", user, e)
-	}
-	return errs, stop
+	return out
 }
 
 // testWriter sends log output to the test's log.

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 )
@@ -34,7 +35,7 @@ func (d *deployment) startLevel(t *testing.T) *level {
 	t.Helper()
 	d.createMirrorConsumer(t)
 	l := d.startLevelServer(t)
-	l.coordErrs, _ = d.runCoordinator(t, l.srv, "region1_coordinator", "region1", "root")
+	l.coordErrs = d.runCoordinator(t, l.srv, "region1_coordinator", coordinator.Options{Node: "region1", Parent: "root", ServerID: "region1-1"}).errs
 	return l
 }
 

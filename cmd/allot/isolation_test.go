@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/coordtest"
+	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// TestIsolationFlagsRefused: bad caps per tenant and child bounds are
+// refused before anything starts, naming the flag, on `allot coordinator`
+// and `allot up`.
+func TestIsolationFlagsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tenant-max-resources", "0"}, `invalid value "0" for flag -tenant-max-resources: want a positive whole number`},
+		{[]string{"--tenant-max-clients", "-3"}, `invalid value "-3" for flag -tenant-max-clients: want a positive whole number`},
+		{[]string{"--tenant-max-resources", "x"}, `invalid value "x" for flag -tenant-max-resources`},
+		{[]string{"--tenant-max-resources", "100001"}, "--tenant-max-resources 100001 is above --max-resources 100000"},
+		{[]string{"--max-resources", "50", "--tenant-max-resources", "60"}, "--tenant-max-resources 60 is above --max-resources 50"},
+		{[]string{"--tenant-max-clients", "250001"}, "--tenant-max-clients 250001 is above --max-clients 250000"},
+		{[]string{"--max-resources", "0"}, "--max-resources 0, --max-clients 250000: want positive numbers"},
+		{[]string{"--child-max-clients", "0"}, "--child-max-clients 0: want a positive number of clients"},
+		{[]string{"--child-clients", "eu"}, `"eu": want NODE=N pairs, comma-separated, such as eu=5000,ap=2000`},
+		{[]string{"--child-clients", "eu=0"}, "eu=0: want a positive number of clients"},
+		{[]string{"--child-clients", "eu=many"}, "eu=many: want a positive number of clients"},
+		{[]string{"--child-clients", "e.u=5"}, `"e.u"`},
+		{[]string{"--child-clients", "eu=5,eu=6"}, `child "eu" is given twice`},
+		{[]string{"--child-clients", "eu=5", "--child-clients", "ap=1,eu=6"}, `child "eu" is given twice`},
+		{[]string{"--child-clients", "root=5"}, `--child-clients root: "root" is this node or its parent`},
+		{[]string{"--node", "eu", "--parent-node", "global", "--child-clients", "global=5"}, `"global" is this node or its parent`},
+	} {
+		for _, cmd := range [][]string{{"coordinator", "--nats", "nats://127.0.0.1:1"}, {"up", "--data-dir", t.TempDir()}} {
+			if cmd[0] == "up" && strings.Contains(strings.Join(tc.args, " "), "--parent-node") {
+				continue // up wants --parent-url first
+			}
+			args := append(append([]string{}, cmd...), tc.args...)
+			if code, out := runCtx(context.Background(), args...); code == 0 || !strings.Contains(out, tc.want) {
+				t.Errorf("%q: code %d, %s; want an error with %q", args, code, out, tc.want)
+			}
+		}
+	}
+}
+
+// TestIsolationFlags: `allot coordinator --tenant-max-resources 2
+// --child-clients eu=1` on a server with tenant accounts: a tenant's
+// third resource gets 429 naming the flag while another tenant's is
+// served, and a child claiming more clients than its bound is counted in
+// STATS child_capped.
+func TestIsolationFlags(t *testing.T) {
+	s := natstest.TenantServer(t, map[string][]string{"TENANT_A": {"a1"}, "TENANT_B": {"b1"}})
+	url := s.ClientURL()
+	allot := []string{"--nats", url, "--user", "allot", "--password", "allot"}
+	startCoordinator(t, append([]string{"--tenant-max-resources", "2", "--child-clients", "eu=1"}, allot...), allot)
+	ctx := context.Background()
+	code, out := runCtx(ctx, "get", "--user", "a1", "--password", "a1", "--nats", url, "r1", "r2", "r3")
+	if code != 0 || !strings.Contains(out, `tenant \"TENANT_A\" has clients on 2 resources of this node and the limit per tenant is 2 (--tenant-max-resources); \"r3\" would be one more`) {
+		t.Fatalf("TENANT_A's three resources: exit %d, %s", code, out)
+	}
+	if code, out := runCtx(ctx, "get", "--user", "b1", "--password", "b1", "--nats", url, "r3"); code != 0 {
+		t.Fatalf("TENANT_B's resource: exit %d, %s", code, out)
+	}
+
+	nc := natstest.Conn(t, s, nats.UserInfo("allot", "allot"))
+	data, err := proto.Marshal(&allotpb.GetServerCapacityRequest{ServerId: "eu", Resource: []*allotpb.ServerCapacityResourceRequest{{
+		ResourceId: "db", Wants: []*allotpb.PriorityBandAggregate{{NumClients: 1e12, Wants: 10}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(coordinator.Subject("root", "server.get.eu"))
+	m.Data = data
+	m.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
+	if reply, err := nc.RequestMsg(m, 5*time.Second); err != nil || reply.Header.Get("Nats-Service-Error-Code") != "" {
+		t.Fatalf("server.get of eu: %v %v", err, reply)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st := coordtest.Stats(t, nc)
+		if st.ChildCapped == 1 && st.TenantCapped == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child_capped %d, tenant_capped %d; want 1 and 1", st.ChildCapped, st.TenantCapped)
+		}
+	}
+}

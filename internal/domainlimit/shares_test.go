@@ -1,0 +1,287 @@
+package domainlimit
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestShare: each limit's share is the client's own copies under it and
+// an even part of the room left, among the clients seen under it, the
+// asker included; an unlimited limit is an unlimited share.
+func TestShare(t *testing.T) {
+	c := mustCopies(t, CopySpec{DomainLimit: Unlimited, GlobalLimit: 10, Domains: map[string]int64{"a": 4},
+		Groups: []Group{{Name: "free", Limit: 6, Domains: []string{"a", "b"}}}})
+	h := NewHolders(time.Second)
+	hold := func(client, domain string, n int64) {
+		t.Helper()
+		res, err := c.Reserve(domain, n, n)
+		if err != nil || res.Granted != n {
+			t.Fatalf("reserve %d of %s: %+v, %v", n, domain, res, err)
+		}
+		h.Add(client, domain, res.GroupNames(), n, epoch)
+	}
+	hold("A", "a", 2)
+	hold("B", "b", 1)
+	hold("B", "z", 1) // in no group
+	for _, c2 := range []struct {
+		client, domain string
+		want           Share
+	}{
+		// Global: 4 held, 6 left among A and B. Domain a: A alone, 2 of 4
+		// left. Group free: 3 held, 3 left among A and B.
+		{"A", "a", Share{Global: 2 + 3, Domain: 2 + 2, Groups: []GroupShare{{"free", 2 + 1}}}},
+		{"B", "z", Share{Global: 2 + 3, Domain: 1 + 9}}, // the domain limit is the global one
+		// C is new: it counts itself everywhere it asks (a third of the
+		// 6 left globally, half of a's 2, a third of free's 3).
+		{"C", "a", Share{Global: 0 + 2, Domain: 0 + 1, Groups: []GroupShare{{"free", 0 + 1}}}},
+		// A's share shrinks now that C is seen too.
+		{"A", "a", Share{Global: 2 + 2, Domain: 2 + 1, Groups: []GroupShare{{"free", 2 + 1}}}},
+	} {
+		if got := h.Share(c, c2.client, c2.domain, epoch); !reflect.DeepEqual(got, c2.want) {
+			t.Errorf("share of %s for %s = %+v, want %+v", c2.client, c2.domain, got, c2.want)
+		}
+	}
+	// A limit below what is held leaves no room: the share is what the
+	// client holds.
+	if err := c.SetSpec(CopySpec{DomainLimit: Unlimited, GlobalLimit: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.Share(c, "A", "a", epoch); got.Global != 2 || got.Domain != 2 || got.Groups != nil {
+		t.Errorf("share above the limit = %+v, want what A holds", got)
+	}
+	// Permissive: unlimited.
+	if err := c.SetSpec(PermissiveCopies()); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.Share(c, "A", "a", epoch); got.Global != Unlimited || got.Domain != Unlimited {
+		t.Errorf("permissive share = %+v", got)
+	}
+}
+
+// TestHoldersWindow: a client that stops holding copies still counts for
+// the window after it was last seen, and is forgotten by the next sweep
+// after that; a client that holds copies is never forgotten.
+func TestHoldersWindow(t *testing.T) {
+	c := mustCopies(t, CopySpec{DomainLimit: Unlimited, GlobalLimit: 9})
+	h := NewHolders(time.Second)
+	h.Add("A", "a", nil, 3, epoch)
+	if _, err := c.Reserve("a", 3, 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.Share(c, "B", "b", epoch).Global; got != 6/2 {
+		t.Fatalf("B's share = %d, want half the room", got)
+	}
+	if err := h.Remove("A", "a", nil, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release("a", nil, 3); err != nil {
+		t.Fatal(err)
+	}
+	h.Sweep(epoch.Add(999 * time.Millisecond))
+	if got := h.Share(c, "B", "b", epoch.Add(999*time.Millisecond)).Global; got != 9/2 {
+		t.Fatalf("B's share while A still counts = %d, want %d", got, 9/2)
+	}
+	h.Sweep(epoch.Add(time.Second))
+	if got := h.Share(c, "B", "b", epoch.Add(time.Second)).Global; got != 9 {
+		t.Fatalf("B's share once A is forgotten = %d, want 9", got)
+	}
+	// B holds: it stays seen long after the window.
+	h.Add("B", "b", nil, 1, epoch.Add(time.Second))
+	h.Sweep(epoch.Add(time.Hour))
+	if _, ok := h.domains["b"]["B"]; !ok || h.Empty() {
+		t.Fatal("a holder was forgotten")
+	}
+	if err := h.Remove("B", "b", nil, 1); err != nil {
+		t.Fatal(err)
+	}
+	h.Sweep(epoch.Add(time.Hour))
+	if !h.Empty() {
+		t.Fatalf("holders not empty after the last one left: %+v", h)
+	}
+}
+
+// TestHoldersRemoveNotHeld: removing more than a client holds is an
+// error and changes nothing.
+func TestHoldersRemoveNotHeld(t *testing.T) {
+	h := NewHolders(time.Second)
+	h.Add("A", "a", []string{"g"}, 2, epoch)
+	for _, c := range []struct {
+		client, domain string
+		groups         []string
+		n              int64
+	}{{"B", "a", nil, 1}, {"A", "b", nil, 1}, {"A", "a", []string{"g"}, 3}, {"A", "a", []string{"g", "h"}, 1}, {"A", "a", nil, -1}} {
+		if err := h.Remove(c.client, c.domain, c.groups, c.n); !errors.Is(err, ErrNotHeld) {
+			t.Errorf("Remove(%+v) = %v, want ErrNotHeld", c, err)
+		}
+	}
+	if a := h.clients["A"]; a.total != 2 || a.domains["a"] != 2 || a.groups["g"] != 2 {
+		t.Fatalf("a refused removal changed the counts: %+v", a)
+	}
+}
+
+// shareHold is a hold of the reference model: copies a client holds, or
+// staged (client "") by a transfer.
+type shareHold struct {
+	client, domain string
+	groups         []string
+	copies         int64
+}
+
+// TestSharesAddUp drives Copies and Holders with random reserves,
+// releases, transfers, refreshes, reloads and time, checking Holders'
+// counts against a list of holds, that every holder is seen, and the
+// property shares exist for: under each limit, the shares of the clients
+// seen there add up to at most the limit whenever the copies held are
+// within it.
+func TestSharesAddUp(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 14))
+	const window = time.Second
+	clients, domains := []string{"c0", "c1", "c2", "c3"}, []string{"a", "b", "c"}
+	for seq := range 300 {
+		c, err := NewCopies(randomCopySpec(rng))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := NewHolders(window)
+		var holds []shareHold
+		now := epoch
+		for step := range 60 {
+			where := fmt.Sprintf("seq %d step %d", seq, step)
+			client, d := clients[rng.IntN(len(clients))], domains[rng.IntN(len(domains))]
+			switch op := rng.IntN(10); {
+			case op < 4: // reserve, then the reply's share
+				n := 1 + rng.Int64N(4)
+				res, err := c.Reserve(d, n, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Granted > 0 {
+					h.Add(client, d, res.GroupNames(), res.Granted, now)
+					holds = append(holds, shareHold{client, d, res.GroupNames(), res.Granted})
+				}
+				h.Share(c, client, d, now)
+			case op < 6 && len(holds) > 0: // release or transfer part of a hold
+				i := rng.IntN(len(holds))
+				x := &holds[i]
+				if x.client == "" {
+					break
+				}
+				n := 1 + rng.Int64N(x.copies)
+				if err := h.Remove(x.client, x.domain, x.groups, n); err != nil {
+					t.Fatalf("%s: %v", where, err)
+				}
+				if rng.IntN(2) == 0 {
+					if err := c.Release(x.domain, x.groups, n); err != nil {
+						t.Fatalf("%s: %v", where, err)
+					}
+				} else {
+					holds = append(holds, shareHold{"", x.domain, x.groups, n}) // staged: still counted in c
+					x = &holds[i]
+				}
+				if x.copies -= n; x.copies == 0 {
+					holds = slices.Delete(holds, i, i+1)
+				}
+			case op < 8: // a refresh: every hold of the client, then a share per domain
+				for _, x := range holds {
+					if x.client == client {
+						h.Touch(client, x.domain, x.groups, now)
+						h.Share(c, client, x.domain, now)
+					}
+				}
+			case op < 9:
+				now = now.Add(time.Duration(rng.Int64N(int64(window))))
+				h.Sweep(now)
+			default:
+				if err := c.SetSpec(randomCopySpec(rng)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			checkShares(t, where, c, h, holds)
+		}
+	}
+}
+
+func checkShares(t *testing.T, where string, c *Copies, h *Holders, holds []shareHold) {
+	t.Helper()
+	sum := func(client string, in func(shareHold) bool) int64 {
+		var n int64
+		for _, x := range holds {
+			if x.client == client && in(x) {
+				n += x.copies
+			}
+		}
+		return n
+	}
+	for client, ch := range h.clients {
+		if ch.total != sum(client, func(shareHold) bool { return true }) {
+			t.Fatalf("%s: %s holds %d, model %d", where, client, ch.total, sum(client, func(shareHold) bool { return true }))
+		}
+	}
+	for _, x := range holds {
+		if x.client == "" {
+			continue
+		}
+		ch := h.clients[x.client]
+		if ch == nil || ch.domains[x.domain] != sum(x.client, func(y shareHold) bool { return y.domain == x.domain }) {
+			t.Fatalf("%s: %s's copies of %s: %+v", where, x.client, x.domain, ch)
+		}
+		if _, ok := h.seen[x.client]; !ok {
+			t.Fatalf("%s: holder %s is not seen", where, x.client)
+		}
+		if _, ok := h.domains[x.domain][x.client]; !ok {
+			t.Fatalf("%s: holder %s is not seen under domain %s", where, x.client, x.domain)
+		}
+		for _, g := range x.groups {
+			if ch.groups[g] != sum(x.client, func(y shareHold) bool { return slices.Contains(y.groups, g) }) {
+				t.Fatalf("%s: %s's copies in group %s: %d", where, x.client, g, ch.groups[g])
+			}
+			if _, ok := h.groups[g][x.client]; !ok {
+				t.Fatalf("%s: holder %s is not seen under group %s", where, x.client, g)
+			}
+		}
+	}
+	// The property: under each limit, the seen clients' shares add up to
+	// at most the limit when what is held is within it.
+	addUp := func(what string, limit, held int64, seen map[string]time.Time, share func(client string) int64) {
+		if limit == Unlimited || held > limit {
+			return
+		}
+		var total int64
+		for client := range seen {
+			total += share(client)
+		}
+		if total > limit {
+			t.Fatalf("%s: the shares of %s add up to %d, above its limit %d (%d held, %d clients)", where, what, total, limit, held, len(seen))
+		}
+	}
+	addUp("the resource", c.spec.GlobalLimit, c.global, h.seen, func(client string) int64 { return h.shareOf(c, client, "a").Global })
+	for d, seen := range h.domains {
+		addUp("domain "+d, c.DomainLimit(d), c.domains[d], seen, func(client string) int64 { return h.shareOf(c, client, d).Domain })
+	}
+	for g, seen := range h.groups {
+		var member string // a domain in g now
+		for d, gs := range c.groupsOf {
+			if slices.Contains(gs, g) {
+				member = d
+			}
+		}
+		limit, ok := c.groupLimit[g]
+		if member == "" || !ok {
+			continue
+		}
+		addUp("group "+g, limit, c.groups[g], seen, func(client string) int64 {
+			for _, s := range h.shareOf(c, client, member).Groups {
+				if s.Name == g {
+					return s.Share
+				}
+			}
+			t.Fatalf("%s: no share of group %s for domain %s", where, g, member)
+			return 0
+		})
+	}
+}
