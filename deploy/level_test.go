@@ -69,6 +69,7 @@ func TestRootLevel(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			faults.WaitPlacement(ctx, t, js)
 			runCoordinator(ctx, t, bin, tc.args, nc)
 			for _, b := range []string{configkv.DefaultBucket, election.DefaultBucket, statekv.DefaultBucket} {
 				st := bucketStatus(ctx, t, js, b)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/statekv"
 )
@@ -50,13 +51,14 @@ func TestBucketReplicas(t *testing.T) {
 		{"race", nil, false, []string{"root.leases", "root.domain.seal"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			for _, b := range []string{configkv.DefaultBucket, election.DefaultBucket, statekv.DefaultBucket} {
 				if err := js.DeleteKeyValue(ctx, b); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 					t.Fatal(err)
 				}
 			}
+			faults.WaitPlacement(ctx, t, js)
 			if tc.blocked {
 				kv, err := election.Bucket(ctx, js, election.DefaultBucket, time.Second, 3)
 				if err != nil {

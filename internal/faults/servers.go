@@ -76,7 +76,8 @@ func freePorts(tb testing.TB, n int) []int {
 
 // StartProcCluster starts n servers of the nats-server binary bin (see
 // BuildNATSServer) routed into one cluster, and returns once its
-// JetStream has a meta leader. The test's cleanup kills them.
+// JetStream has a meta leader (and, with three servers or more, places
+// three-replica buckets). The test's cleanup kills them.
 func StartProcCluster(tb testing.TB, bin string, n int) *ProcCluster {
 	tb.Helper()
 	ports := freePorts(tb, 2*n)
@@ -105,6 +106,11 @@ func StartProcCluster(tb testing.TB, bin string, n int) *ProcCluster {
 		_, err := js.AccountInfo(ctx)
 		return err == nil
 	})
+	if n >= 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		WaitPlacement(ctx, tb, js)
+	}
 	return c
 }
 
@@ -248,4 +254,27 @@ func build(tb testing.TB, name, pkg string) string {
 		tb.Fatalf("go build %s: %v\n%s", pkg, err, out)
 	}
 	return bin
+}
+
+// WaitPlacement waits until the cluster js speaks to places a
+// three-replica bucket: on a machine loaded enough that a server misses
+// its heartbeats, the meta leader briefly takes it for offline and
+// refuses to place one ("no suitable peers for placement"), and `allot
+// coordinator` gives up on its configuration bucket at once (its
+// supervisor starts it again). It fails tb once ctx ends.
+func WaitPlacement(ctx context.Context, tb testing.TB, js jetstream.JetStream) {
+	tb.Helper()
+	for {
+		_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "placement_probe", Replicas: 3})
+		if err == nil {
+			if err := js.DeleteKeyValue(ctx, "placement_probe"); err != nil {
+				tb.Fatal(err)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			tb.Fatalf("the cluster places no three-replica bucket: %v", err)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
