@@ -32,6 +32,7 @@ const (
 	RoleEcho        = "echo"
 	RoleQuota       = "quota"
 	RoleDomain      = "domain"
+	RoleReplica     = "replica"
 )
 
 // ServeChild runs a helper role until ctx ends:
@@ -45,7 +46,10 @@ const (
 //   - "quota" serves the quota service, --partitions servers (the NATS
 //     server maps subjects to them) answering for --namespaces namespaces
 //     of never-empty dynamic token buckets;
-//   - "domain" serves the domain limits of the charon benchmark.
+//   - "domain" serves the domain limits of the charon benchmark;
+//   - "replica" runs a coordinator replica of node root named --id, in
+//     the node's election (TTL 3 s), with the coordinator's template;
+//     the failover benchmark kills its leader with kill -9.
 //
 // It prints "ready" on stdout once serving.
 func ServeChild(ctx context.Context, role string, args []string, stdout, stderr io.Writer) error {
@@ -59,6 +63,7 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 	refresh := fs.Duration("refresh", 5*time.Second, "coordinator: refresh interval")
 	partitions := fs.Int("partitions", 1, "quota: partitions")
 	namespaces := fs.Int("namespaces", 8, "quota: namespaces qb0..qb<n-1>")
+	id := fs.String("id", "", "replica: the replica's server id")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -87,6 +92,17 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 		<-ctx.Done()
 		c.Stop()
 		return nil
+	case RoleReplica:
+		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		tmpls := coordinator.StaticTemplates(config.NewSet(1, nil, benchTemplate(*capacity, *lease, *refresh)))
+		r, err := startReplica(ctx, *url, coordinator.Options{ServerID: *id, Templates: tmpls, Logger: log}, nats.MaxReconnects(-1))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "ready")
+		<-ctx.Done()
+		r.stop()
+		return nil
 	case RoleDomain:
 		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		stop, err := serveDomain(ctx, *url, log)
@@ -108,7 +124,7 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 		stop()
 		return nil
 	}
-	return fmt.Errorf("bench child: unknown role %q (want %s, %s, %s or %s)", role, RoleCoordinator, RoleEcho, RoleQuota, RoleDomain)
+	return fmt.Errorf("bench child: unknown role %q (want %s, %s, %s, %s or %s)", role, RoleCoordinator, RoleEcho, RoleQuota, RoleDomain, RoleReplica)
 }
 
 // serveEcho answers requests on subject with their own payload.
@@ -181,9 +197,11 @@ func startCoordinator(ctx context.Context, nc *nats.Conn, o coordOptions, log *s
 
 // helper is a running helper role, in a child process or in this one.
 type helper struct {
-	role   string
-	pid    string // for /proc: a number, or "self" in process
-	stop   func() error
+	role string
+	pid  string // for /proc: a number, or "self" in process
+	stop func() error
+	// kill ends a child process with SIGKILL (kill -9); nil in process.
+	kill   func() error
 	output *syncBuffer
 }
 
@@ -234,11 +252,11 @@ func (e *Env) startHelper(ctx context.Context, role, url string, args []string) 
 			}
 		}
 	}()
-	waitErr := make(chan error, 1)
 	var once sync.Once
-	wait := func() error {
-		once.Do(func() { waitErr <- cmd.Wait() })
-		return <-waitErr
+	var waitErr error
+	wait := func() error { // any number of times: stop after kill
+		once.Do(func() { waitErr = cmd.Wait() })
+		return waitErr
 	}
 	select {
 	case <-ready:
@@ -258,6 +276,13 @@ func (e *Env) startHelper(ctx context.Context, role, url string, args []string) 
 			return nil // ended by our signal
 		}
 		return err
+	}
+	h.kill = func() error {
+		if err := cmd.Process.Kill(); err != nil {
+			return err
+		}
+		_ = wait()
+		return nil
 	}
 	return h, nil
 }

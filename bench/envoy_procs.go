@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -86,16 +85,6 @@ func tail(s string) string {
 		return "…" + s[len(s)-2000:]
 	}
 	return s
-}
-
-// freePort returns a loopback port nothing listens on now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // reference is envoyproxy/ratelimit on its own Redis.

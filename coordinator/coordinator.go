@@ -28,6 +28,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/ledger"
+	"github.com/allot/allot/internal/statekv"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/wire"
 )
@@ -41,7 +42,7 @@ const (
 	// only adds latency (and, with requests in flight bounded, caps
 	// throughput at in-flight ÷ interval).
 	DefaultRoundInterval = 0
-	DefaultStateBucket   = "allot_state"
+	DefaultStateBucket   = statekv.DefaultBucket
 	// ServiceName is the NATS micro service name coordinators register.
 	ServiceName = "allot"
 	// DefaultMaxResources is the default Options.MaxResources.

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/allot/allot/internal/ledger"
+	"github.com/allot/allot/internal/statekv"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -65,51 +66,15 @@ func newRecordStore(js jetstream.JetStream, opts Options, log *slog.Logger) *rec
 
 // open opens the state bucket, creating it if needed; created reports
 // that this call created it. An existing bucket is left as configured (an
-// operator may have scaled it).
+// operator may have scaled it), but for a history too short for ledger's
+// comparison of a record with the one before it.
 func (s *recordStore) open(ctx context.Context) (created bool, err error) {
-	name := s.opts.StateBucket
-	kv, err := s.js.KeyValue(ctx, name)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = s.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      name,
-			Description: "allot coordinator state: lease records per node",
-			History:     stateHistory,
-			Storage:     jetstream.FileStorage,
-			Replicas:    s.opts.StateReplicas,
-		})
-		created = err == nil
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = s.js.KeyValue(ctx, name)
-		}
-	}
+	kv, created, err := statekv.Open(ctx, s.js, s.opts.StateBucket, s.opts.StateReplicas, s.log)
 	if err != nil {
-		return false, fmt.Errorf("coordinator: state bucket %q: %w", name, err)
-	}
-	if !created {
-		s.keepHistory(ctx, kv)
+		return false, fmt.Errorf("coordinator: %w", err)
 	}
 	s.kv = kv
 	return created, nil
-}
-
-// stateHistory is how many revisions of each record the state bucket
-// keeps: a successor compares the latest with the one before it (see
-// ledger.Plausible).
-const stateHistory = 5
-
-// keepHistory raises the history of a bucket created by an older version
-// (history 1); its other settings stay as they are.
-func (s *recordStore) keepHistory(ctx context.Context, kv jetstream.KeyValue) {
-	st, err := kv.Status(ctx)
-	if err != nil || st.History() >= 2 {
-		return
-	}
-	info := st.(*jetstream.KeyValueBucketStatus).StreamInfo()
-	cfg := info.Config
-	cfg.MaxMsgsPerSubject = stateHistory
-	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
-		s.log.Warn("cannot raise the state bucket's history; a successor cannot compare a record with the one before it", "bucket", s.opts.StateBucket, "err", err)
-	}
 }
 
 // load reads what the predecessor left.

@@ -32,7 +32,7 @@ func setVars(t *testing.T, name string, i int, cports []int, parentLeaf []string
 	}
 	vars := map[string]string{
 		"SERVER_NAME": name, "STORE_DIR": t.TempDir(),
-		"CLIENT_PORT": "-1", "HTTP_PORT": "-1", "CLUSTER_PORT": strconv.Itoa(cports[i]), "LEAF_PORT": "-1",
+		"CLIENT_PORT": "-1", "HTTP_LISTEN": "127.0.0.1:-1", "CLUSTER_PORT": strconv.Itoa(cports[i]), "LEAF_PORT": "-1",
 		"ROUTES":           "[" + strings.Join(routes, ", ") + "]",
 		"PARENT_LEAF_URLS": "[" + strings.Join(parentLeaf, ", ") + "]",
 	}
@@ -55,12 +55,21 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// TestNATSConfigsParse loads every NATS config with the server's own parser.
+// TestNATSConfigsParse loads every NATS config with the server's own
+// parser, and checks what each level's file links: cluster.conf none (a
+// root on its own), cluster-child.conf a parent, region.conf a parent and
+// children, global.conf children. Monitoring, which has no
+// authentication, listens where HTTP_LISTEN says (127.0.0.1 in the docs),
+// not on every interface.
 func TestNATSConfigsParse(t *testing.T) {
-	setVars(t, "n-1", 0, []int{6222}, []string{"nats-leaf://parent:7422"}, map[string]string{"REGION": "eu", "CLUSTER": "eu-1"})
+	setVars(t, "n-1", 0, []int{6222}, []string{"nats-leaf://parent:7422"}, map[string]string{"NODE": "eu-1"})
 	files, err := filepath.Glob("nats/*.conf")
-	if err != nil || len(files) < 4 {
+	if err != nil || len(files) < 5 {
 		t.Fatalf("configs: %v %v", files, err)
+	}
+	links := map[string]struct{ parent, children bool }{
+		"cluster.conf": {false, false}, "cluster-child.conf": {true, false},
+		"region.conf": {true, true}, "global.conf": {false, true}, "single.conf": {false, false},
 	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
@@ -70,6 +79,19 @@ func TestNATSConfigsParse(t *testing.T) {
 			}
 			if !opts.JetStream {
 				t.Fatal("JetStream is off")
+			}
+			want, ok := links[filepath.Base(f)]
+			if !ok {
+				t.Fatalf("a config this test does not know: say what it links")
+			}
+			if parent := len(opts.LeafNode.Remotes) > 0; parent != want.parent {
+				t.Errorf("links a parent: %v, want %v", parent, want.parent)
+			}
+			if children := opts.LeafNode.Port != 0; children != want.children {
+				t.Errorf("accepts children: %v, want %v", children, want.children)
+			}
+			if opts.HTTPHost != "127.0.0.1" {
+				t.Errorf("monitoring listens on %q, want 127.0.0.1", opts.HTTPHost)
 			}
 		})
 	}
@@ -164,9 +186,9 @@ func waitLinked(t *testing.T, s *server.Server) {
 // global level two links away, and each level has its own JetStream
 // domain, so a bucket of one level is not seen at another.
 func TestNATSTree(t *testing.T) {
-	global := startLevel(t, "nats/global.conf", "global", nil, nil)
-	region := startLevel(t, "nats/region.conf", "eu", global, map[string]string{"REGION": "eu"})
-	cluster := startLevel(t, "nats/cluster.conf", "eu-1", region, map[string]string{"REGION": "eu", "CLUSTER": "eu-1"})
+	global := startLevel(t, "nats/global.conf", "global", nil, map[string]string{"NODE": "global"})
+	region := startLevel(t, "nats/region.conf", "eu", global, map[string]string{"NODE": "eu"})
+	cluster := startLevel(t, "nats/cluster-child.conf", "eu-1", region, map[string]string{"NODE": "eu-1"})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

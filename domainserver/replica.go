@@ -21,6 +21,7 @@ func ElectionKey(node string, i int) string { return node + ".domain." + strconv
 type ReplicaOptions struct {
 	// Options configure the Server the replica runs while it leads. Term,
 	// LearnUntil, Valid and JetStream are set by the replica.
+	// StateReplicas defaults to ElectionReplicas.
 	Options
 	// ElectionBucket is the KV bucket of the election. Default
 	// election.DefaultBucket.
@@ -49,6 +50,9 @@ type Replica struct {
 func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("domainserver: nil NATS connection")
+	}
+	if opts.StateReplicas == 0 {
+		opts.StateReplicas = opts.ElectionReplicas
 	}
 	if err := opts.fill(); err != nil {
 		return nil, err

@@ -34,6 +34,7 @@ import (
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/leader"
+	"github.com/allot/allot/internal/statekv"
 )
 
 // Defaults and limits of Options.
@@ -49,7 +50,7 @@ const (
 	MaxHoldTTL = time.Hour
 	// DefaultStateBucket keeps staged transfers (the coordinators' state
 	// bucket).
-	DefaultStateBucket = "allot_state"
+	DefaultStateBucket = statekv.DefaultBucket
 	// MaxPartitions bounds Options.Partitions.
 	MaxPartitions = 1024
 	// MinSealTTL is the shortest default Options.SealTTL.
@@ -94,6 +95,10 @@ type Options struct {
 	// StateBucket is the KV bucket for transfers. Default
 	// DefaultStateBucket.
 	StateBucket string
+	// StateReplicas is the state bucket's replica count when this server
+	// creates it (the coordinators create the same bucket alike,
+	// whichever comes first). Default 1; use 3 on a three-server cluster.
+	StateReplicas int
 	// SealKey is the key that seals holds (see Hold.Seal in
 	// internal/domainwire); a node's replicas must share it. Default: the
 	// key kept in StateBucket (created by the first replica) with
@@ -131,6 +136,9 @@ func (o *Options) fill() error {
 	}
 	if o.StateBucket == "" {
 		o.StateBucket = DefaultStateBucket
+	}
+	if o.StateReplicas < 0 {
+		return fmt.Errorf("domainserver: state bucket replicas %d: want at least 1", o.StateReplicas)
 	}
 	if o.SealKey != nil && len(o.SealKey) < SealKeyLen/2 {
 		return fmt.Errorf("domainserver: seal key of %d bytes: want at least %d", len(o.SealKey), SealKeyLen/2)

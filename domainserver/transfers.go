@@ -13,6 +13,7 @@ import (
 
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/statekv"
 )
 
 // MaxTransfers bounds the staged transfers (and seize records) of one
@@ -50,22 +51,15 @@ func (s *Server) transfersKey() string {
 	return s.opts.Node + ".domain." + strconv.Itoa(s.opts.Partition) + ".transfers"
 }
 
-// openState opens (or creates) the state bucket.
+// openState opens the state bucket, creating it as the coordinators do
+// if this server reaches it first.
 func (s *Server) openState(ctx context.Context) (jetstream.KeyValue, error) {
 	if s.kv != nil {
 		return s.kv, nil
 	}
-	js := s.opts.JetStream
-	kv, err := js.KeyValue(ctx, s.opts.StateBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: s.opts.StateBucket,
-			Description: "allot coordinator state: lease records per node, staged domain transfers", Storage: jetstream.FileStorage})
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, s.opts.StateBucket)
-		}
-	}
+	kv, _, err := statekv.Open(ctx, s.opts.JetStream, s.opts.StateBucket, s.opts.StateReplicas, s.log)
 	if err != nil {
-		return nil, fmt.Errorf("domainserver: state bucket %q: %w", s.opts.StateBucket, err)
+		return nil, fmt.Errorf("domainserver: %w", err)
 	}
 	s.kv = kv
 	return kv, nil

@@ -15,7 +15,7 @@ import (
 	"github.com/allot/allot/bench"
 )
 
-// runBench runs allot's benchmarks: `allot bench load|quota|charon|envoy|scale|agent|sim|sim7|all`
+// runBench runs allot's benchmarks: `allot bench load|quota|charon|envoy|scale|agent|sim|sim7|failover|all`
 // (sim runs the one-level scenarios and then scenario 7, sim7 only the latter).
 // `allot bench child ROLE` is the helper process the load benchmark
 // starts (a coordinator or a bare echo responder).
@@ -26,7 +26,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		return bench.ServeChild(ctx, args[1], args[2:], env.stdout, env.stderr)
 	}
-	fs := newFlags(env, "bench", "load|quota|charon|envoy|scale|agent|sim|sim7|all [flags]")
+	fs := newFlags(env, "bench", "load|quota|charon|envoy|scale|agent|sim|sim7|failover|all [flags]")
 	out := fs.String("out", "", "directory for the JSON, markdown and SVG results (default: a new directory under "+os.TempDir()+"; the committed results are bench/results)")
 	short := fs.Bool("short", false, "run the short variant (what `task bench` runs, under 5 minutes in all)")
 	inProcess := fs.Bool("in-process", false, "load: run the coordinator and echo in this process instead of child processes (CPU and RSS then cover everything)")
@@ -46,16 +46,22 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	fs.IntVar(&eo.InFlight, "in-flight", 0, "envoy: ShouldRateLimit calls in flight (default 64); --conns (gRPC connections, default 4), --duration, --warmup and --phases apply too")
 	fs.IntVar(&eo.Keys, "keys", 0, "envoy: distinct descriptor values the calls cycle through (default 1000)")
 	fs.BoolVar(&eo.NoReference, "no-reference", false, "envoy: do not build and run envoyproxy/ratelimit with Redis")
+	fo := bench.FailoverOptions{}
+	fs.IntVar(&fo.Claimants, "claimants", 0, "failover: agents claiming the one resource (default 5000)")
+	fs.DurationVar(&fo.Lease, "lease", 0, "failover: lease length (default 10s)")
+	fs.DurationVar(&fo.Refresh, "refresh", 0, "failover: refresh interval (default 2s)")
+	fs.DurationVar(&fo.Down, "down", 0, "failover: how long the parent level's NATS server stays down (default 15s)")
+	fs.DurationVar(&fo.Observe, "observe", 0, "failover: the most to watch after the fault, ending once 90% has held for 10s (default 3m, short 1m)")
 	namespaces := fs.Int("namespaces", 0, "quota: namespaces the callers' buckets are spread over (default 8); --conns, --clients (default 64), --pipeline (default 1), --duration, --warmup and --phases apply too")
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
-		return errors.New("name one of load, quota, charon, envoy, scale, agent, sim, sim7 or all")
+		return errors.New("name one of load, quota, charon, envoy, scale, agent, sim, sim7, failover or all")
 	}
-	if what := fs.Arg(0); !slices.Contains([]string{"load", "quota", "charon", "envoy", "scale", "agent", "sim", "sim7", "all"}, what) {
-		return fmt.Errorf("unknown benchmark %q: want load, quota, charon, envoy, scale, agent, sim, sim7 or all", what)
+	if what := fs.Arg(0); !slices.Contains([]string{"load", "quota", "charon", "envoy", "scale", "agent", "sim", "sim7", "failover", "all"}, what) {
+		return fmt.Errorf("unknown benchmark %q: want load, quota, charon, envoy, scale, agent, sim, sim7, failover or all", what)
 	}
 	// The quota benchmark shares the load benchmark's concurrency flags.
 	qo := bench.QuotaOptions{ClosedLoop: lo.ClosedLoop, Namespaces: *namespaces}
@@ -135,6 +141,11 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		}
 	case "sim7":
 		err = runSim7(ctx, env, benv)
+	case "failover":
+		var r *bench.FailoverResult
+		if r, err = bench.RunFailover(ctx, benv, fo); r != nil {
+			fmt.Fprintln(env.stdout, r.Markdown())
+		}
 	case "all":
 		var r *bench.AllResult
 		if r, err = bench.RunAll(ctx, benv, lo, qo); r != nil {

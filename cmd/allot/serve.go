@@ -86,7 +86,7 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.metricsAddr, "metrics-addr", f.metricsAddr, "HOST:PORT to serve Prometheus /metrics, /healthz and /readyz on over HTTP (empty: none; see docs/metrics.md)")
 	f.dashboard.register(fs)
 	fs.IntVar(&f.metricsMax, "metrics-max-resources", metrics.DefaultMaxResources, fmt.Sprintf("most resources per node that metrics name (those with the most outstanding; the others are summed as resource=%q), 1-%d", metrics.OtherResource, coordinator.MaxObservedResources))
-	fs.DurationVar(&f.electionTTL, "election-ttl", election.DefaultTTL, "leader key TTL in bucket "+election.DefaultBucket+" (whole seconds); an abrupt leader loss costs about TTL+1s")
+	fs.DurationVar(&f.electionTTL, "election-ttl", election.DefaultTTL, fmt.Sprintf("leader key TTL in bucket %s (whole seconds; default %v, or %v with --bucket-replicas above 1, so that a leader outlasts the election stream's own leader election when a NATS server is lost); an abrupt leader loss costs about TTL+1s", election.DefaultBucket, election.DefaultTTL, election.ReplicatedTTL))
 	fs.IntVar(&f.replicasKV, "bucket-replicas", 1, "replicas of the configuration, election and state buckets when allot creates them (3 on a three-server cluster)")
 	fs.IntVar(&f.quotaParts, "quota-partitions", 1, "quota partitions sharing the namespaces (allot.<node>.quota.*), each electing its own leader; above 1 the NATS server needs the subject mapping of deploy/nats/quota/partitions.conf (allot up sets it)")
 	f.quotaServe = partitionList{all: true}
@@ -172,6 +172,25 @@ func skewOption(d time.Duration) time.Duration {
 		return coordinator.NoClockSkew
 	}
 	return d
+}
+
+// settle fills the defaults that depend on other flags, once fs is
+// parsed: without --election-ttl, a level whose buckets are replicated
+// gets election.ReplicatedTTL.
+func (f *coordFlags) settle(fs *flag.FlagSet) {
+	ttlSet := false
+	fs.Visit(func(fl *flag.Flag) { ttlSet = ttlSet || fl.Name == "election-ttl" })
+	if !ttlSet && f.replicasKV > 1 {
+		f.electionTTL = election.ReplicatedTTL
+	}
+}
+
+// warnShortTTL says when an election TTL given with replicated buckets
+// cannot outlast the election stream's own leader election.
+func (f *coordFlags) warnShortTTL(log *slog.Logger) {
+	if f.replicasKV > 1 && f.electionTTL < election.ReplicatedTTL {
+		log.Warn("the election TTL is shorter than a replicated election stream needs: losing the NATS server that leads it stops the node for up to about 9s", "election_ttl", f.electionTTL, "bucket_replicas", f.replicasKV, "recommended", election.ReplicatedTTL)
+	}
 }
 
 // validate checks the tree flags, the node's limits and
@@ -425,6 +444,7 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	cf.settle(fs)
 	if err := cf.validate(); err != nil {
 		return err
 	}
@@ -432,6 +452,7 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 	if err != nil {
 		return err
 	}
+	cf.warnShortTTL(log)
 	nc, err := connect(&conn, "allot coordinator "+cf.node, log)
 	if err != nil {
 		return err
@@ -457,12 +478,28 @@ func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
 	return serve(ctx, nc, &cf, log)
 }
 
-// connect dials NATS for a coordinator: reconnects forever and logs
-// connection changes.
+// A coordinator's connection pings its server every connPingInterval
+// and gives it up after connMaxPingsOut unanswered pings.
+const (
+	connPingInterval = time.Second
+	connMaxPingsOut  = 2
+)
+
+// connect dials NATS for a coordinator: reconnects forever, leaves a
+// server that stops answering within a few seconds, and logs connection
+// changes.
 func connect(conn *connFlags, name string, log *slog.Logger) (*nats.Conn, error) {
 	return conn.dial(name,
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
+		// A server that stops answering without closing the connection
+		// (frozen, its host cut off) is noticed only by unanswered pings:
+		// with nats.go's default (every 2 minutes, two outstanding) a
+		// leader on it went silent for its whole election TTL, until a
+		// follower took over. Now it reconnects to another server within
+		// about 3s and keeps leading.
+		nats.PingInterval(connPingInterval),
+		nats.MaxPingsOutstanding(connMaxPingsOut),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("NATS reconnected", "url", nc.ConnectedUrl()) }),
 		nats.ErrorHandler(agent.ErrorHandler(log)),

@@ -44,6 +44,7 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	cf.settle(fs)
 	if *replicas < 1 {
 		return fmt.Errorf("--replicas %d: want at least 1", *replicas)
 	}

@@ -107,7 +107,7 @@ func TestLeadershipLapsesAtTheDeadline(t *testing.T) {
 func TestRenewalExtendsValidityFromItsSendTime(t *testing.T) {
 	c := runClocked(t)
 	term := c.awaitWin(t)
-	renew := c.cfg.TTL / 3 // the default RenewInterval
+	renew := min(c.cfg.TTL/3, election.MaxDefaultInterval) // the default RenewInterval
 	c.clock.Advance(renew)
 	faults.WaitFor(t, 20*time.Second, "the renewal to land", func() bool { return c.revision(t) > term })
 	first := c.cfg.TTL - election.DefaultMargin
@@ -118,5 +118,73 @@ func TestRenewalExtendsValidityFromItsSendTime(t *testing.T) {
 	case <-c.ended:
 		t.Fatal("leadership ended although renewed")
 	default:
+	}
+}
+
+// A leader with a long TTL still renews every second, so that when the
+// election stream stops taking writes (its JetStream leader lost: 4–9 s)
+// all but about a second of the TTL is left to bridge the gap. It renewed
+// every TTL/3, so a 12 s TTL left as little as 7.5 s.
+func TestLongTTLRenewsEverySecond(t *testing.T) {
+	c := runClocked(t)
+	term := c.awaitWin(t)
+	c.clock.Advance(election.MaxDefaultInterval)
+	faults.WaitFor(t, 20*time.Second, "a renewal one second after the campaign", func() bool { return c.revision(t) > term })
+}
+
+// A follower that missed the marker of its leader's key (the watch's
+// consumer died with the election stream's leader) campaigns within a
+// second, not a TTL: it used to wait a whole TTL after the stream came
+// back.
+func TestFollowerCampaignsWithinASecondWithoutMarker(t *testing.T) {
+	s := natstest.Server(t)
+	js, err := jetstream.New(natstest.Conn(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 30 * time.Second
+	kv, err := election.Bucket(t.Context(), js, election.DefaultBucket, ttl, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kv.Create(t.Context(), "root", []byte(`{"id":"gone","nonce":"n","seq":0}`), jetstream.KeyTTL(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := electiontest.NewManualClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	el, err := election.New(js, election.Config{Key: "root", ID: "b", TTL: ttl, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	won := make(chan uint64, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- el.Run(ctx, func(ctx context.Context, term uint64) error {
+			won <- term
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	faults.WaitFor(t, 20*time.Second, "the follower to see the leader", func() bool { return el.Status().Leader == "gone" })
+	// The key disappears without a marker the watch would deliver.
+	stream, err := js.Stream(t.Context(), "KV_"+election.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(t.Context(), jetstream.WithPurgeSubject("$KV."+election.DefaultBucket+".root")); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(election.MaxDefaultInterval)
+	select {
+	case <-won:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the follower did not campaign a second after the key was gone")
 	}
 }

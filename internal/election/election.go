@@ -44,6 +44,22 @@ const (
 	DefaultBucket = "allot_election"
 	DefaultTTL    = 3 * time.Second
 	DefaultMargin = 500 * time.Millisecond
+	// MaxDefaultInterval caps the default RenewInterval and
+	// CampaignInterval.
+	MaxDefaultInterval = time.Second
+	// ReplicatedTTL is the TTL to use when the election bucket has
+	// replicas on several servers. Losing the server that leads the
+	// bucket's stream stops every write to it until the others elect a
+	// new stream leader: nats-server's raft waits a random 4–9 s (its
+	// election timeout, not configurable) without hearing from the old
+	// one. A leader bridges that gap only if its key outlives it: 9 s,
+	// plus up to a renewal interval (1 s) since the last renewal, the
+	// margin (0.5 s) and the first renewal attempt after the gap (up to
+	// its 1 s time-out and the 0.25 s retry wait) make 11.75 s. With a
+	// shorter TTL the leader lapses during the gap, and nobody can win
+	// until the stream has a leader again: the node stops for up to about
+	// the gap (4.5–6.5 s measured with 3 s).
+	ReplicatedTTL = 12 * time.Second
 )
 
 // Config configures an Elector.
@@ -57,14 +73,23 @@ type Config struct {
 	// TTL is the per-key TTL: how long a silent leader's key survives.
 	// Whole seconds, at least 1s (the server's granularity). Default 3s.
 	TTL time.Duration
-	// RenewInterval is how often the leader renews. Default TTL/3.
+	// RenewInterval is how often the leader renews. Default TTL/3, at
+	// most MaxDefaultInterval: a leader whose key has a long TTL still
+	// renews every second, so that when the election stream stops taking
+	// writes (its JetStream leader lost: 4–9 s) all but about a second of
+	// the TTL is left to bridge the gap.
 	RenewInterval time.Duration
 	// Margin is how long before its key could expire a leader stops
 	// considering itself leader; it must cover stopping the work done as
 	// leader. Default 500ms; must be below TTL − RenewInterval.
 	Margin time.Duration
 	// CampaignInterval is how often a follower tries to win although it
-	// saw no marker (a backstop for watch gaps). Default TTL.
+	// saw no marker (a backstop for watch gaps), and how long a candidate
+	// whose leader work failed sits out. Default TTL, at most
+	// MaxDefaultInterval: the watch's consumer dies with the election
+	// stream's JetStream leader and comes back only after missed
+	// heartbeats, so the marker of a key that expired meanwhile may never
+	// be seen.
 	CampaignInterval time.Duration
 	// Replicas is the bucket's replica count when this candidate creates
 	// it. Default 1; use 3 on a three-server cluster.
@@ -150,7 +175,7 @@ func New(js jetstream.JetStream, cfg Config) (*Elector, error) {
 		return nil, fmt.Errorf("election: TTL %v must be whole seconds, at least 1s", cfg.TTL)
 	}
 	if cfg.RenewInterval == 0 {
-		cfg.RenewInterval = cfg.TTL / 3
+		cfg.RenewInterval = min(cfg.TTL/3, MaxDefaultInterval)
 	}
 	if cfg.Margin == 0 {
 		cfg.Margin = DefaultMargin
@@ -159,7 +184,7 @@ func New(js jetstream.JetStream, cfg Config) (*Elector, error) {
 		return nil, fmt.Errorf("election: renew interval %v + margin %v must be positive and below TTL %v", cfg.RenewInterval, cfg.Margin, cfg.TTL)
 	}
 	if cfg.CampaignInterval == 0 {
-		cfg.CampaignInterval = cfg.TTL
+		cfg.CampaignInterval = min(cfg.TTL, MaxDefaultInterval)
 	}
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
@@ -673,8 +698,12 @@ func (e *Elector) renew(ctx context.Context, kv jetstream.KeyValue, t *term) err
 		return errLost // for good: stop leading now
 	}
 	// A mismatch (an earlier ambiguous renewal landed, or someone else
-	// owns the key) or an ambiguous failure: read the key back.
-	entry, gerr := kv.Get(rctx, e.cfg.Key)
+	// owns the key) or an ambiguous failure: read the key back, within a
+	// renewal interval too, so that a read stuck behind a reconnect does
+	// not hold up the next attempt.
+	gctx, gcancel := context.WithTimeout(rctx, e.cfg.RenewInterval)
+	defer gcancel()
+	entry, gerr := kv.Get(gctx, e.cfg.Key)
 	switch {
 	case errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted):
 		return errLost

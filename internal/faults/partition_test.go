@@ -128,7 +128,7 @@ func inForce(as []*agent.Agent) float64 {
 // the capacity in force, and 2.67× with the capacity lowered.
 func TestLeafLinkCut(t *testing.T) {
 	t.Parallel()
-	bin := buildAllot(t)
+	bin := BuildAllot(t)
 	for _, tc := range []struct {
 		name    string
 		cut     time.Duration
@@ -222,7 +222,7 @@ func leafLinkCut(t *testing.T, bin, scenario string, cut, lowerAt time.Duration)
 // and is counted until then.
 func TestClientCut(t *testing.T) {
 	t.Parallel()
-	bin := buildAllot(t)
+	bin := BuildAllot(t)
 	const scenario = "client-cut-60s"
 	root := startLevel(t, bin, scenario)
 	u, err := url.Parse(root.url)

@@ -7,14 +7,20 @@
 // Each scenario of the test set injects one fault (a lease record
 // deleted, the state bucket deleted, a leader frozen past its election
 // TTL, a NATS server restart, an invalid template put before a restart, a
-// release racing a refresh, two `allot up` on one data directory) and
-// reports, on one line per scenario,
+// release racing a refresh, two `allot up` on one data directory; and on
+// a level of three nats-server and three `allot coordinator` processes,
+// TestClusterFaults: a server killed, the election stream's leader
+// killed, two servers down for 15 s, a server frozen for 10 s, a server
+// and then its coordinator killed) and reports, on one line per scenario,
 //
 //	FAULT <scenario> max_in_force_ratio=<r> samples=<n> ...
 //
 // where r is the largest sum, over all clients, of the capacity in force
-// divided by the resource's capacity. It must never exceed 1. To see the
-// lines of passing scenarios, run
+// divided by the resource's capacity. It must never exceed 1. The cluster
+// scenarios also print the fraction handed out over time (FAULT-SERIES:
+// seconds from the fault, fraction of what the demand allows) and must
+// hand out 90% within two refresh intervals of the service returning.
+// To see the lines of passing scenarios, run
 //
 //	go test -race -count=1 -v ./internal/faults | grep FAULT
 //
@@ -94,6 +100,7 @@ type Sampler struct {
 	loweredFrom time.Time
 	agents      []*agent.Agent
 	res         Result
+	series      []Point
 	start       time.Time
 	stop        chan struct{}
 	done        chan struct{}
@@ -167,8 +174,9 @@ func (s *Sampler) sample() {
 	s.mu.Lock()
 	agents := slices.Clone(s.agents)
 	s.mu.Unlock()
-	total := 0.0
+	total, used, wants := 0.0, 0.0, 0.0
 	parts := map[string]*part{}
+	at := time.Now()
 	for _, a := range agents {
 		now := time.Now()
 		for _, st := range a.Status() {
@@ -177,6 +185,8 @@ func (s *Sampler) sample() {
 			}
 			c := InForce(st, now)
 			total += c
+			used += min(c, st.Wants)
+			wants += st.Wants
 			src := "safe"
 			if st.Leased && now.Before(st.Expiry) {
 				src = "lease"
@@ -199,12 +209,30 @@ func (s *Sampler) sample() {
 		capacity = s.lowered
 	}
 	ratio := total / capacity
+	if allowed := min(capacity, wants); allowed > 0 {
+		s.series = append(s.series, Point{At: at, HandedOut: used / allowed})
+	}
 	s.res.Samples++
 	if ratio > s.res.Max || s.res.Samples == 1 {
 		s.res.Max = ratio
 		s.res.At = time.Since(s.start).Round(time.Millisecond)
 		s.res.Worst = describe(parts)
 	}
+}
+
+// Point is one sample of the fraction handed out: the capacity in force
+// that the clients can use (each one's capped by its wants) over what
+// the demand allows (the capacity, or the sum of the wants if smaller).
+type Point struct {
+	At        time.Time
+	HandedOut float64
+}
+
+// Series returns the fraction handed out at every sample so far.
+func (s *Sampler) Series() []Point {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.series)
 }
 
 func describe(parts map[string]*part) string {

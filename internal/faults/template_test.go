@@ -24,7 +24,7 @@ func TestBadPutThenRestart(t *testing.T) {
 		runBadPut(t, "bad-put-restart", func(t *testing.T, url string) { StartReplica(t, url, "fresh") })
 	})
 	t.Run("allot-coordinator", func(t *testing.T) {
-		bin := buildAllot(t)
+		bin := BuildAllot(t)
 		runBadPut(t, "bad-put-restart-binary", func(t *testing.T, url string) {
 			startProcess(t, "fresh", bin, "coordinator", "--nats", url, "--server-id", "fresh", "--election-ttl", ElectionTTL.String())
 		})

@@ -5,30 +5,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 )
-
-// buildAllot builds cmd/allot into the test's temporary directory, or
-// skips the test if no Go toolchain is available to build it.
-func buildAllot(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("cannot build cmd/allot: no go command on PATH (%v)", err)
-	}
-	bin := filepath.Join(t.TempDir(), "allot")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, goBin, "build", "-o", bin, "github.com/allot/allot/cmd/allot").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build cmd/allot: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // startProcess runs bin with args; the test's cleanup kills it and, if
 // the test failed, logs its output. exited is closed once it has ended.
@@ -72,7 +53,7 @@ func TestTwoUpOneDataDir(t *testing.T) {
 		resource = "twoup"
 		capacity = 60
 	)
-	bin := buildAllot(t)
+	bin := BuildAllot(t)
 	dataDir := t.TempDir()
 	_, _, firstOut := startUp(t, bin, dataDir, "first")
 	var url string
