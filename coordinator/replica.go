@@ -120,6 +120,11 @@ func (r *Replica) coordinator() *Coordinator {
 // group: every replica answers) report the replica's status. Run returns
 // nil after ctx ends, or an error if the NATS connection closed or the
 // election cannot run.
+//
+// The election runs on a second connection beside the replica's, with
+// its options (leader.DialBeside), so that its keep-alives never queue
+// behind requests: a flood of the service's subjects cannot make the
+// leadership lapse.
 func (r *Replica) Run(ctx context.Context) error {
 	err := r.seat.Run(ctx, r.nc, leader.SeatConfig{
 		Election: election.Config{
@@ -130,8 +135,9 @@ func (r *Replica) Run(ctx context.Context) error {
 			Replicas: r.opts.ElectionReplicas,
 			Logger:   r.opts.Logger.With("node", r.opts.Node),
 		},
-		What:      "coordinator",
-		OnServing: r.opts.OnServing,
+		What:         "coordinator",
+		ElectionConn: leader.DialBeside,
+		OnServing:    r.opts.OnServing,
 		Status: &leader.StatusService{
 			Name: ReplicaServiceName, Version: ServiceVersion,
 			Description: "allot coordinator replica of node " + r.opts.Node + " (leader or follower)",

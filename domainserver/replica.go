@@ -65,6 +65,11 @@ func (r *Replica) Server() *Server {
 // Run campaigns and serves while leading until ctx ends; then it stops
 // serving and resigns. It returns nil after ctx ends, or an error if the
 // election cannot run.
+//
+// The election runs on a second connection beside the replica's, with
+// its options (leader.DialBeside), so that its keep-alives never queue
+// behind requests: a flood of the service's subjects cannot make the
+// leadership lapse.
 func (r *Replica) Run(ctx context.Context) error {
 	js, err := jetstream.New(r.nc)
 	if err != nil {
@@ -82,8 +87,9 @@ func (r *Replica) Run(ctx context.Context) error {
 			Replicas: r.opts.ElectionReplicas,
 			Logger:   r.opts.Logger.With("node", r.opts.Node, "domain_partition", r.opts.Partition),
 		},
-		What:      "domain partition " + strconv.Itoa(r.opts.Partition),
-		OnServing: r.opts.OnServing,
+		What:         "domain partition " + strconv.Itoa(r.opts.Partition),
+		ElectionConn: leader.DialBeside,
+		OnServing:    r.opts.OnServing,
 	}, start)
 	if err != nil {
 		return fmt.Errorf("domainserver: %w", err)

@@ -84,6 +84,11 @@ func (r *Replica) Server() *Server {
 // Run campaigns and serves while leading until ctx ends; then it stops
 // serving and resigns so that a follower takes over at once. It returns
 // nil after ctx ends, or an error if the election cannot run.
+//
+// The election runs on a second connection beside the replica's, with
+// its options (leader.DialBeside), so that its keep-alives never queue
+// behind requests: a flood of the service's subjects cannot make the
+// leadership lapse.
 func (r *Replica) Run(ctx context.Context) error {
 	err := r.seat.Run(ctx, r.nc, leader.SeatConfig{
 		Election: election.Config{
@@ -94,8 +99,9 @@ func (r *Replica) Run(ctx context.Context) error {
 			Replicas: r.opts.ElectionReplicas,
 			Logger:   r.opts.Logger.With("node", r.opts.Node, "quota_partition", r.opts.Partition),
 		},
-		What:      "quota partition " + strconv.Itoa(r.opts.Partition),
-		OnServing: r.opts.OnServing,
+		What:         "quota partition " + strconv.Itoa(r.opts.Partition),
+		ElectionConn: leader.DialBeside,
+		OnServing:    r.opts.OnServing,
 	}, r.start)
 	if err != nil {
 		return fmt.Errorf("quotaserver: %w", err)

@@ -36,8 +36,9 @@ type SeatConfig struct {
 	// What names the service in errors: "quota partition 3".
 	What string
 	// ElectionConn, if set, makes the connection the election runs on from
-	// the service's; Run closes it when it returns. Nil: the election
-	// shares the service's connection. See DialBeside.
+	// the service's; Run closes it when it returns, or when the service's
+	// connection closes. Nil: the election shares the service's
+	// connection. See DialBeside.
 	ElectionConn func(service *nats.Conn) (*nats.Conn, error)
 	// OnServing, if set, is told when a term starts serving (true) and
 	// when it has stopped (false).
@@ -99,6 +100,18 @@ func (s *Seat[S]) Run(ctx context.Context, nc *nats.Conn, cfg SeatConfig, start 
 			return fmt.Errorf("election connection: %w", err)
 		}
 		defer enc.Close()
+		// The election speaks for the service: once the service's
+		// connection is closed for good, so is the election's, and the
+		// leadership ends as it did on a shared connection.
+		closed := nc.StatusChanged(nats.CLOSED)
+		defer nc.RemoveStatusListener(closed)
+		go func() {
+			<-closed
+			enc.Close()
+		}()
+		if nc.IsClosed() {
+			enc.Close()
+		}
 	}
 	js, err := jetstream.New(enc)
 	if err != nil {
