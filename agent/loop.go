@@ -274,7 +274,7 @@ func (a *Agent) refresh(t time.Time) error {
 	get := func(k int) {
 		req := &allotpb.GetCapacityRequest{ClientId: a.o.clientID, Resource: rrs[parts[k][0]:parts[k][1]]}
 		resps[k] = &allotpb.GetCapacityResponse{}
-		errs[k] = a.call(a.getSubj, req, resps[k])
+		errs[k] = a.call(a.getSubj, req, resps[k], holds(req))
 	}
 	if len(parts) == 1 {
 		get(0)
@@ -414,19 +414,43 @@ func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityRespons
 // resp, turning a micro-style error reply into a *ServiceError. It is not
 // cancelled by Close: Close waits for the answer, so that what it sends
 // next cannot overtake this request.
-func (a *Agent) call(subj string, req, resp proto.Message) error {
-	return a.request(context.Background(), a.o.requestTimeout, subj, req, resp)
+//
+// Every request says how long the agent waits for it (Allot-Timeout), so
+// that an overloaded service drops it rather than answer it too late; a
+// request of a client holding a lease says who it is (Allot-Client), so
+// that the coordinator takes it before newcomers' (subjects.md,
+// "Overload").
+func (a *Agent) call(subj string, req, resp proto.Message, held bool) error {
+	return a.send(context.Background(), a.o.requestTimeout, subj, req, resp, held)
+}
+
+// holds reports whether a GetCapacity request reports a lease held.
+func holds(req *allotpb.GetCapacityRequest) bool {
+	for _, r := range req.GetResource() {
+		if r.GetHas() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // request is call with the caller's context and a timeout of its own:
 // Take's requests end with either.
 func (a *Agent) request(ctx context.Context, timeout time.Duration, subj string, req, resp proto.Message) error {
+	return a.send(ctx, timeout, subj, req, resp, false)
+}
+
+func (a *Agent) send(ctx context.Context, timeout time.Duration, subj string, req, resp proto.Message, held bool) error {
 	data, err := wire.Marshal(wire.Protobuf, req)
 	if err != nil {
 		return fmt.Errorf("agent: encode request for %s: %w", subj, err)
 	}
-	// The header map is shared, read-only: one map less per request.
-	msg := &nats.Msg{Subject: subj, Header: a.pbHeader, Data: data}
+	hdr := nats.Header{wire.HeaderContentType: a.pbHeader[wire.HeaderContentType],
+		wire.HeaderTimeout: {strconv.FormatInt(timeout.Milliseconds(), 10)}}
+	if held {
+		hdr[wire.HeaderClient] = []string{a.o.clientID}
+	}
+	msg := &nats.Msg{Subject: subj, Header: hdr, Data: data}
 	var reply *nats.Msg
 	if ctx.Done() == nil {
 		// Without a context to watch, a plain timeout costs less.
@@ -458,7 +482,7 @@ func (a *Agent) release(ids []string) error {
 	var firstErr error
 	for _, p := range a.batches(len(ids), func(i int) int { return fieldSize(len(ids[i])) }) {
 		req := &allotpb.ReleaseCapacityRequest{ClientId: a.o.clientID, ResourceId: ids[p[0]:p[1]]}
-		firstErr = cmp.Or(firstErr, a.call(a.relSubj, req, &allotpb.ReleaseCapacityResponse{}))
+		firstErr = cmp.Or(firstErr, a.call(a.relSubj, req, &allotpb.ReleaseCapacityResponse{}, true))
 	}
 	return firstErr
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,6 +26,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/ledger"
+	"github.com/allot/allot/internal/reply"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/wire"
 )
@@ -149,6 +151,11 @@ type Options struct {
 	// grant would have refused. For introducing allot in front of a
 	// service without refusing anything.
 	Shadow bool
+	// Intake bounds the requests taken up and not yet answered, and the
+	// rate of each tenant's (leader.Limits; the zero value has the
+	// defaults, and no tenant rate): past them a request gets 503 or
+	// 429 at once, with a retry_after. See subjects.md, "Overload".
+	Intake leader.Limits
 	// Logger receives the coordinator's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock; tests may replace it. Default time.Now.
@@ -191,8 +198,10 @@ type Coordinator struct {
 	// batching delay adds up, and children's requests are few.
 	urge chan struct{}
 
-	// serve serves the endpoints from Start until Stop.
+	// serve serves the endpoints from Start until Stop; live is it too,
+	// for the STATS handler, which may run before Start has set serve.
 	serve   *leader.Term
+	live    atomic.Pointer[leader.Term]
 	bulk    *bulkLane
 	started time.Time
 	stop    chan struct{}
@@ -200,6 +209,7 @@ type Coordinator struct {
 
 	store *recordStore
 	up    *upstream // nil on a root node
+	known *holders  // clients holding leases, for the intake
 
 	// Owned by the round loop.
 	ledger  *ledger.Ledger
@@ -231,6 +241,7 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 		urge:  make(chan struct{}, 1),
 		gate:  leader.NewGate(opts.Valid, opts.Logger.With("node", opts.Node, "server_id", opts.ServerID), "coordinator"),
 		snap:  snapState{q: make(chan snapRequest)},
+		known: newHolders(opts.MaxClients),
 		ledger: ledger.New(ledger.Config{
 			Node: opts.Node, ServerID: opts.ServerID, Term: opts.Term,
 			ClockSkew: skew, CeilingHeadroom: opts.CeilingHeadroom,
@@ -343,15 +354,23 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	// client's get and release keep their order. Never server.get: child
 	// nodes are coordinators inside the allot account. A plain
 	// subscription, not a micro endpoint: the handler needs the message
-	// (msgrequest.go).
+	// (handleTenantMsg). Every endpoint is Deferred: the round loop
+	// answers, and finishes, its requests (publish).
+	size := func(h nats.Header, n int) error { return wire.CheckSize(wire.EncodingOf(h), n) }
 	term, err := leader.Start(ctx, c.nc, leader.Spec{
 		Name: ServiceName, Version: ServiceVersion, Description: "allot coordinator: capacity leases for node " + c.opts.Node,
 		Node: c.opts.Node, ServerID: c.opts.ServerID, Term: c.Term(), Stats: c.statsData, Gate: c.gate, Logger: c.log,
 		Endpoints: []leader.Endpoint{
-			{Name: "capacity", Subject: Subject(c.opts.Node, "capacity.*"), Handle: c.handleCapacity},
-			{Name: "server_get", Subject: Subject(c.opts.Node, "server.get"), Handle: c.handleServerGet},
-			{Name: "server_get_child", Subject: Subject(c.opts.Node, "server.get.*"), Handle: c.handleServerGet},
-			{Subject: TenantSubject("*", c.opts.Node, "capacity.*"), Msg: c.handleTenantMsg},
+			{Name: "capacity", Subject: Subject(c.opts.Node, "capacity.*"), Handle: c.handleCapacity, CheckSize: size, Deferred: true},
+			{Name: "server_get", Subject: Subject(c.opts.Node, "server.get"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
+			{Name: "server_get_child", Subject: Subject(c.opts.Node, "server.get.*"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
+			{Subject: TenantSubject("*", c.opts.Node, "capacity.*"), Plain: true, Handle: c.handleTenantMsg, CheckSize: size, Deferred: true,
+				Tenant: wire.TenantOf},
+		},
+		Limits:   c.opts.Intake,
+		Classify: c.known.classify,
+		ErrorBody: func(h nats.Header, code int, text string, retry time.Duration) []byte {
+			return reply.RefusalBody(wire.EncodingOf(h), code, text, retry)
 		},
 		Close: c.closeServing,
 	})
@@ -360,6 +379,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	c.serve = term
+	c.live.Store(term)
 	c.stop = make(chan struct{})
 	c.done = make(chan struct{})
 	c.store.start()
@@ -428,6 +448,7 @@ func (c *Coordinator) enqueue(r *request) {
 	if c.closed {
 		c.mu.Unlock()
 		c.gate.Silenced.Add(1)
+		leader.Finish(r.msg)
 		return
 	}
 	c.pending = append(c.pending, r)

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/ledger"
 	"github.com/allot/allot/internal/reply"
 	"github.com/allot/allot/internal/reqinfo"
@@ -74,8 +76,8 @@ func (c *Coordinator) handleCapacity(m micro.Request) {
 // client sets. The request's client id is bound to that identity. A
 // header block that nats.go may not read as nats-server wrote it is
 // refused (reqinfo.CheckBlock): it could hide the server's header.
-func (c *Coordinator) handleTenantMsg(msg *nats.Msg) {
-	m := msgRequest{msg}
+func (c *Coordinator) handleTenantMsg(m micro.Request) {
+	msg := m.(*leader.Request).Msg()
 	tenant := wire.TenantOf(m.Subject())
 	err := reqinfo.CheckBlock(msg.Header, reqinfo.HeaderLen(msg))
 	var info reqinfo.Info
@@ -108,11 +110,8 @@ func (c *Coordinator) serveCapacity(m micro.Request, who ledger.Claimant) {
 		c.replyError(m, enc, CodeUnknownEndpoint, "unknown operation "+strconv.Quote(op)+": use capacity.get or capacity.release")
 		return
 	}
+	// The intake refused what is over the size limit (Endpoint.CheckSize).
 	enc, n := wire.EncodingOf(m.Headers()), len(m.Data())
-	if err := wire.CheckSize(enc, n); err != nil {
-		c.replyError(m, enc, CodeTooLarge, err.Error())
-		return
-	}
 	if !wire.DecodeInline(enc, n) || kind == kindRelease && c.bulk.busy() {
 		if !c.bulk.submit(bulkItem{m, kind, who}) {
 			c.replyError(m, enc, CodeUnavailable, "too many large requests queued; retry shortly")
@@ -135,11 +134,28 @@ func (c *Coordinator) decode(it bulkItem) {
 		r.rel = &allotpb.ReleaseCapacityRequest{}
 		err = decode(enc, m, r.rel, func() error { return wire.ValidateRelease(r.rel) })
 	}
+	if err == nil {
+		err = sameClient(m, r)
+	}
 	if err != nil {
 		c.replyError(m, enc, CodeBadRequest, err.Error())
 		return
 	}
 	c.enqueue(r)
+}
+
+// sameClient checks that a request whose Allot-Client header claims a
+// holder's place in the intake speaks for that client.
+func sameClient(m micro.Request, r *request) error {
+	h := nats.Header(m.Headers()).Get(leader.HeaderClient)
+	id := r.get.GetClientId()
+	if r.rel != nil {
+		id = r.rel.GetClientId()
+	}
+	if h != "" && h != id {
+		return fmt.Errorf("header %s %q names another client than client_id %q", leader.HeaderClient, h, id)
+	}
+	return nil
 }
 
 // bulkLane decodes large requests on a goroutine of its own, in order.
@@ -220,10 +236,6 @@ func (b *bulkLane) close() {
 func (c *Coordinator) handleServerGet(m micro.Request) {
 	c.countCall(m.Subject(), 0)
 	enc := wire.EncodingOf(m.Headers())
-	if err := wire.CheckSize(enc, len(m.Data())); err != nil {
-		c.replyError(m, enc, CodeTooLarge, err.Error())
-		return
-	}
 	r := &request{kind: kindServer, enc: enc, msg: m, srv: &allotpb.GetServerCapacityRequest{}}
 	if err := decode(enc, m, r.srv, func() error { return wire.ValidateGetServerCapacity(r.srv) }); err != nil {
 		c.replyError(m, enc, CodeBadRequest, err.Error())
@@ -251,6 +263,7 @@ func decode(enc wire.Encoding, m micro.Request, msg proto.Message, validate func
 // error headers and an ErrorReply body in the request's encoding; micro
 // counts it in the endpoint's STATS.
 func (c *Coordinator) replyError(m micro.Request, enc wire.Encoding, code int, text string) {
+	defer leader.Finish(m)
 	c.countCall(m.Subject(), code)
 	if !c.gate.Open() {
 		c.gate.Silenced.Add(1)
@@ -285,8 +298,10 @@ func (c *Coordinator) reply(m micro.Request, enc wire.Encoding, msg proto.Messag
 }
 
 // publish sends a reply to m's reply subject, unless this coordinator may
-// no longer answer (see leader.Gate).
+// no longer answer (see leader.Gate), and finishes m in the intake: every
+// request is finished here or in replyError.
 func (c *Coordinator) publish(m micro.Request, out *nats.Msg) {
+	defer leader.Finish(m)
 	if m.Reply() == "" {
 		return // a publish, not a request: nobody to answer
 	}

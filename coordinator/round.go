@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/ledger"
 	"github.com/allot/allot/internal/reply"
 	"github.com/allot/allot/internal/wire"
@@ -159,6 +160,19 @@ func (c *Coordinator) runRound() {
 		return
 	}
 	start := time.Now()
+	// A request whose sender has stopped waiting is dropped unanswered:
+	// answering it would only cost the others' time.
+	live := batch[:0]
+	for _, req := range batch {
+		if leader.Expired(req.msg, start) {
+			c.stats.expired++
+			leader.Finish(req.msg)
+			continue
+		}
+		live = append(live, req)
+	}
+	clear(batch[len(live):])
+	batch = live
 	now := c.now().UnixNano()
 	set := c.opts.Templates.Current()
 	for _, req := range batch {
@@ -268,6 +282,7 @@ func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
 		})
 	}
 	c.leaseBuf = entries
+	c.held(req, entries)
 	c.replyBuf = wire.AppendGetCapacityResponse(c.replyBuf[:0], term, entries)
 	c.publish(req.msg, reply.Msg(req.msg.Reply(), wire.Protobuf, c.replyBuf))
 }
@@ -283,8 +298,23 @@ func (c *Coordinator) getResponse(req *request, now int64, term uint64) *allotpb
 		l := s.Lease(now)
 		resp.Response[k] = &allotpb.ResourceResponse{ResourceId: l.ResourceID, Gets: leaseMsg(l), SafeCapacity: l.SafeCapacity,
 			SafeExpiryTime: safeExpiryMsg(l), Shadow: l.Shadow || c.opts.Shadow}
+		c.known.hold(req.msg.Subject(), req.get.GetClientId(), l.Expiry)
 	}
 	return resp
+}
+
+// held records the client of a binary get as a holder until its last
+// lease ends (see holders).
+func (c *Coordinator) held(req *request, entries []wire.LeaseReply) {
+	var until int64
+	for _, e := range entries {
+		if e.Error == "" {
+			until = max(until, e.Expiry)
+		}
+	}
+	if until > 0 {
+		c.known.hold(req.msg.Subject(), req.get.GetClientId(), until)
+	}
 }
 
 // safeExpiryMsg is the wire form of a lease's floor's end (nil: none).
@@ -328,6 +358,7 @@ func (c *Coordinator) serverResponse(req *request, now int64, term uint64) *allo
 func (c *Coordinator) sweep() {
 	now := c.now().UnixNano()
 	c.propose(c.ledger.Sweep(now))
+	c.known.sweep(now)
 	c.logEvents()
 	c.stats.top = c.ledger.Top(now, topResources)
 	for i := range c.stats.top {

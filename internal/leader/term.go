@@ -20,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"golang.org/x/time/rate"
 )
 
 // StopGrace bounds how long Stop waits while no delivered request gets
@@ -36,17 +37,34 @@ const flushTimeout = 5 * time.Second
 // subscribed gets every request and only the one whose gate is open
 // answers, so a stale subscriber (a frozen leader, a subscription left
 // by a reconnect) never takes a request away from the leader.
+//
+// Every request passes the term's intake first (intake.go): one over
+// the size limit gets 413, one over its tenant's rate 429, and one past
+// the in-flight bound 503, at once; the others wait on the endpoint's
+// lane, known clients' first, for Handle, which runs on a goroutine of
+// the endpoint's own. One whose sender's time-out passes while it waits
+// is dropped unanswered.
 type Endpoint struct {
 	// Name names a micro endpoint in INFO and STATS.
 	Name string
 	// Subject is the subject subscribed to.
 	Subject string
-	// Handle serves a micro endpoint.
+	// Handle serves the endpoint's requests, each a *Request.
 	Handle micro.HandlerFunc
-	// Msg, instead of Handle, serves a plain subscription: for a handler
-	// that needs the message itself (its wire size, say), which micro's
-	// requests hide. It is not listed in the service's INFO.
-	Msg nats.MsgHandler
+	// Plain serves a plain subscription instead of a micro endpoint: for
+	// a handler that needs the message itself (Request.Msg: its wire
+	// size, say), which micro's requests hide. It is not listed in the
+	// service's INFO.
+	Plain bool
+	// CheckSize, if set, refuses with 413 and its error a request whose
+	// payload of n bytes is too large, before anything decodes it.
+	CheckSize func(h nats.Header, n int) error
+	// Tenant, if set, names the tenant a request's subject speaks for
+	// ("" none): its requests count against Limits.TenantRate.
+	Tenant func(subject string) string
+	// Deferred says Handle answers later than it returns (a round loop):
+	// a request then stays in flight until Finish(m).
+	Deferred bool
 }
 
 // Spec is what a product supplies for one term.
@@ -73,6 +91,16 @@ type Spec struct {
 	// handled and before the gate closes, so that it can still answer
 	// what it queued.
 	Close func()
+	// Limits bound the intake.
+	Limits Limits
+	// Classify, if set, sorts a request by its subject and headers
+	// before it is decoded; default ClassNewcomer.
+	Classify func(subject string, h nats.Header) Class
+	// ErrorBody, if set, is the body of the intake's refusals (a 413,
+	// 429 or 503 in the product's error format); default none.
+	ErrorBody func(h nats.Header, code int, text string, retryAfter time.Duration) []byte
+	// Now is the intake's clock: requests' deadlines. Default time.Now.
+	Now func() time.Time
 	// Logger receives the term's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -85,8 +113,11 @@ type Term struct {
 	gate *Gate
 	log  *slog.Logger
 
-	svc  micro.Service
-	subs []*nats.Subscription
+	svc   micro.Service
+	subs  []*nats.Subscription
+	in    *intake
+	lanes []*lane
+	quit  chan struct{} // ends the lanes
 
 	// delivered counts the requests handed to the intake, handled those
 	// whose handler has returned.
@@ -117,7 +148,14 @@ func Start(ctx context.Context, nc *nats.Conn, spec Spec) (*Term, error) {
 	if spec.Gate == nil {
 		spec.Gate = NewGate(nil, spec.Logger, spec.Name)
 	}
-	t := &Term{nc: nc, spec: spec, gate: spec.Gate, log: spec.Logger, stop: make(chan struct{})}
+	if spec.Now == nil {
+		spec.Now = time.Now
+	}
+	if err := spec.Limits.fill(); err != nil {
+		return nil, err
+	}
+	t := &Term{nc: nc, spec: spec, gate: spec.Gate, log: spec.Logger, stop: make(chan struct{}), quit: make(chan struct{}),
+		in: &intake{lim: spec.Limits, tenants: map[string]*rate.Limiter{}}}
 	meta := map[string]string{"node": spec.Node, "server_id": spec.ServerID, "term": strconv.FormatUint(spec.Term, 10)}
 	epMeta := map[string]string{"node": spec.Node}
 	if spec.Partitions > 0 {
@@ -133,20 +171,27 @@ func Start(ctx context.Context, nc *nats.Conn, spec Spec) (*Term, error) {
 		return nil, fmt.Errorf("leader: register micro service %s: %w", spec.Name, err)
 	}
 	t.svc = svc
+	lim := spec.Limits
 	for _, e := range spec.Endpoints {
-		if e.Msg != nil {
+		l := &lane{t: t, ep: e, wake: make(chan struct{}, 1)}
+		if e.Plain {
 			var sub *nats.Subscription
-			if sub, err = nc.Subscribe(e.Subject, t.intakeMsg(e.Msg)); err == nil {
+			if sub, err = nc.Subscribe(e.Subject, t.intakeMsg(l)); err == nil {
 				t.subs = append(t.subs, sub)
+				err = sub.SetPendingLimits(lim.PendingMsgs, lim.PendingBytes)
 			}
 		} else {
-			err = svc.AddEndpoint(e.Name, t.intake(e.Handle), micro.WithEndpointSubject(e.Subject),
-				micro.WithEndpointQueueGroupDisabled(), micro.WithEndpointMetadata(epMeta))
+			err = svc.AddEndpoint(e.Name, t.intake(l), micro.WithEndpointSubject(e.Subject),
+				micro.WithEndpointQueueGroupDisabled(), micro.WithEndpointMetadata(epMeta),
+				micro.WithEndpointPendingLimits(lim.PendingMsgs, lim.PendingBytes))
 		}
 		if err != nil {
+			close(t.quit)
 			t.unsubscribe()
 			return nil, fmt.Errorf("leader: %s: serve %s: %w", spec.Name, e.Subject, err)
 		}
+		t.lanes = append(t.lanes, l)
+		go l.run(t.quit)
 	}
 	if err := nc.FlushTimeout(flushTimeout); err != nil {
 		t.log.Warn("flush after registering endpoints", "err", err)
@@ -159,36 +204,98 @@ func Start(ctx context.Context, nc *nats.Conn, spec Spec) (*Term, error) {
 }
 
 // intake is the one function every request of a micro endpoint passes
-// before its handler (see admit).
-func (t *Term) intake(h micro.HandlerFunc) micro.HandlerFunc {
+// on its subscription's goroutine (see take). A refusal goes through
+// micro's request, from micro's goroutine, so STATS counts it.
+func (t *Term) intake(l *lane) micro.HandlerFunc {
 	return func(m micro.Request) {
-		if t.admit() {
-			h(m)
-		}
-		t.handled.Add(1)
+		h := nats.Header(m.Headers())
+		t.take(l, m.Subject(), m.Reply(), h, m.Data(), nil, func(code int, text string, retry time.Duration) {
+			hdr := micro.Headers{}
+			if retry > 0 {
+				hdr[HeaderRetryAfter] = []string{strconv.FormatInt(retry.Milliseconds(), 10)}
+			}
+			_ = m.Error(strconv.Itoa(code), text, t.errorBody(h, code, text, retry), micro.WithHeaders(hdr))
+		})
 	}
 }
 
 // intakeMsg is intake for a plain subscription.
-func (t *Term) intakeMsg(h nats.MsgHandler) nats.MsgHandler {
+func (t *Term) intakeMsg(l *lane) nats.MsgHandler {
 	return func(m *nats.Msg) {
-		if t.admit() {
-			h(m)
-		}
-		t.handled.Add(1)
+		t.take(l, m.Subject, m.Reply, m.Header, m.Data, m, func(code int, text string, retry time.Duration) {
+			if m.Reply == "" {
+				return
+			}
+			out := &nats.Msg{Subject: m.Reply, Header: nats.Header{micro.ErrorHeader: {text}, micro.ErrorCodeHeader: {strconv.Itoa(code)}},
+				Data: t.errorBody(m.Header, code, text, retry)}
+			if retry > 0 {
+				out.Header.Set(HeaderRetryAfter, strconv.FormatInt(retry.Milliseconds(), 10))
+			}
+			_ = t.nc.PublishMsg(out)
+		})
 	}
 }
 
-// admit counts a request taken up, and refuses one that arrives after
-// Stop, leaving it to the next leader.
-func (t *Term) admit() bool {
+// take admits a request to l or refuses it at once: no decoding, no
+// waiting, so that the intake keeps up with any flood and nothing queues
+// in front of it. It counts the request taken up, leaves one that
+// arrives after Stop to the next leader, refuses one over the size limit
+// (413), over its tenant's rate (429) or past the in-flight bound (503),
+// and queues the rest with their deadline.
+func (t *Term) take(l *lane, subject, reply string, h nats.Header, data []byte, msg *nats.Msg, refuse func(code int, text string, retry time.Duration)) {
 	t.delivered.Add(1)
 	if t.gate.Closed() {
 		t.gate.Silenced.Add(1)
-		return false
+		t.handled.Add(1)
+		return
 	}
-	return true
+	now := t.spec.Now()
+	code, text, retry := 0, "", time.Duration(0)
+	class := ClassNewcomer
+	if t.spec.Classify != nil {
+		class = t.spec.Classify(subject, h)
+	}
+	if l.ep.CheckSize != nil {
+		if err := l.ep.CheckSize(h, len(data)); err != nil {
+			t.in.tooLarge.Add(1)
+			code, text = CodeTooLarge, err.Error()
+		}
+	}
+	if code == 0 && l.ep.Tenant != nil {
+		if d := t.in.tenantDelay(l.ep.Tenant(subject), now); d > 0 {
+			t.in.limited.Add(1)
+			code, retry = CodeTooMany, d
+			text = fmt.Sprintf("tenant over its request rate (%g/s): retry after %v", t.in.lim.TenantRate, d.Round(time.Millisecond))
+		}
+	}
+	if code == 0 && !t.in.acquire(class) {
+		t.in.refused.Add(1)
+		code, retry = CodeUnavailable, t.in.retryAfter()
+		text = fmt.Sprintf("overloaded: %d requests in flight; retry after %v", t.in.lim.MaxInFlight, retry.Round(time.Millisecond))
+	}
+	if code != 0 {
+		if t.gate.Open() {
+			refuse(code, text, retry)
+		} else {
+			t.gate.Silenced.Add(1)
+		}
+		t.handled.Add(1)
+		return
+	}
+	l.push(&Request{t: t, subject: subject, reply: reply, header: h, data: data, msg: msg, class: class,
+		deadline: now.Add(timeoutOf(h, t.in.lim.MaxAge))})
 }
+
+// errorBody is the body of an intake refusal.
+func (t *Term) errorBody(h nats.Header, code int, text string, retry time.Duration) []byte {
+	if t.spec.ErrorBody == nil {
+		return nil
+	}
+	return t.spec.ErrorBody(h, code, text, retry)
+}
+
+// Intake returns what the intake counted.
+func (t *Term) Intake() IntakeStats { return t.in.stats() }
 
 // tick runs spec.Tick every spec.TickEvery until Stop.
 func (t *Term) tick() {
@@ -211,6 +318,7 @@ func (t *Term) tick() {
 func (t *Term) Stop() {
 	t.stopOnce.Do(func() {
 		t.drain(StopGrace)
+		close(t.quit)
 		if t.spec.Close != nil {
 			t.spec.Close()
 		}
@@ -233,7 +341,8 @@ func (t *Term) Stop() {
 // the unsubscriptions (a flush), nothing more arrives and every message it
 // had sent is on its subscription's queue; a barrier then runs once every
 // queue of the connection, micro's and ours, has been worked down to it,
-// that is once the last handler of a delivered request has returned.
+// that is once the intake has taken up every delivered request; the
+// lanes have handed them all over once as many were handled as taken up.
 func (t *Term) drain(grace time.Duration) {
 	t.unsubscribe()
 	if t.nc.IsConnected() && t.gate.Open() {
@@ -248,13 +357,16 @@ func (t *Term) drain(grace time.Duration) {
 	tk := time.NewTicker(drainPoll)
 	defer tk.Stop()
 	last, since := t.handled.Load(), time.Now()
+	reached := false // the barrier: every delivered request is taken up
 	for {
 		select {
 		case <-barrier:
-			return
+			barrier, reached = nil, true
 		case <-tk.C:
 		}
 		switch h := t.handled.Load(); {
+		case reached && h == t.delivered.Load():
+			return // the lanes have handed over every request
 		case !t.gate.Open():
 			return
 		case h != last:
