@@ -71,6 +71,9 @@ type Replica struct {
 	nc   *nats.Conn
 	opts ReplicaOptions
 	seat leader.Seat[*Coordinator]
+	// beside dials the election's connection with the options nc had
+	// when NewReplica took them (leader.Beside).
+	beside func(*nats.Conn) (*nats.Conn, error)
 }
 
 // NewReplica validates opts and returns a Replica; Run it.
@@ -92,7 +95,7 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	// read the 0 that NoRoundInterval and NoClockSkew became as "default":
 	// keep them as given. Fix the identity now, the same for every term.
 	opts.Node, opts.ServerID, opts.Templates, opts.Logger, opts.Now = filled.Node, filled.ServerID, filled.Templates, filled.Logger, filled.Now
-	return &Replica{nc: nc, opts: opts}, nil
+	return &Replica{nc: nc, opts: opts, beside: leader.Beside(nc)}, nil
 }
 
 // Status returns the replica's current role and term.
@@ -122,7 +125,7 @@ func (r *Replica) coordinator() *Coordinator {
 // election cannot run.
 //
 // The election runs on a second connection beside the replica's, with
-// its options (leader.DialBeside), so that its keep-alives never queue
+// its options (leader.Beside, whose options NewReplica takes), so that its keep-alives never queue
 // behind requests: a flood of the service's subjects cannot make the
 // leadership lapse.
 func (r *Replica) Run(ctx context.Context) error {
@@ -136,7 +139,7 @@ func (r *Replica) Run(ctx context.Context) error {
 			Logger:   r.opts.Logger.With("node", r.opts.Node),
 		},
 		What:         "coordinator",
-		ElectionConn: leader.DialBeside,
+		ElectionConn: r.beside,
 		OnServing:    r.opts.OnServing,
 		Status: &leader.StatusService{
 			Name: ReplicaServiceName, Version: ServiceVersion,

@@ -43,6 +43,9 @@ type Replica struct {
 	nc   *nats.Conn
 	opts ReplicaOptions
 	seat leader.Seat[*Server]
+	// beside dials the election's connection with the options nc had
+	// when NewReplica took them (leader.Beside).
+	beside func(*nats.Conn) (*nats.Conn, error)
 }
 
 // NewReplica validates opts and returns a Replica; Run it.
@@ -53,7 +56,7 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
-	return &Replica{nc: nc, opts: opts}, nil
+	return &Replica{nc: nc, opts: opts, beside: leader.Beside(nc)}, nil
 }
 
 // Server returns the server of the current term, or nil when not leading.
@@ -67,7 +70,7 @@ func (r *Replica) Server() *Server {
 // election cannot run.
 //
 // The election runs on a second connection beside the replica's, with
-// its options (leader.DialBeside), so that its keep-alives never queue
+// its options (leader.Beside, whose options NewReplica takes), so that its keep-alives never queue
 // behind requests: a flood of the service's subjects cannot make the
 // leadership lapse.
 func (r *Replica) Run(ctx context.Context) error {
@@ -88,7 +91,7 @@ func (r *Replica) Run(ctx context.Context) error {
 			Logger:   r.opts.Logger.With("node", r.opts.Node, "domain_partition", r.opts.Partition),
 		},
 		What:         "domain partition " + strconv.Itoa(r.opts.Partition),
-		ElectionConn: leader.DialBeside,
+		ElectionConn: r.beside,
 		OnServing:    r.opts.OnServing,
 	}, start)
 	if err != nil {

@@ -225,12 +225,19 @@ func serve[S Serving](what string, start func(ctx context.Context, term uint64) 
 }
 
 // DialBeside opens a second connection to the servers of nc, with its
-// options (credentials, TLS, reconnection) but none of its callbacks: a
-// ClosedCB that ends the process, say, must not fire when this one
-// closes. For SeatConfig.ElectionConn, so that the election's keep-alives
-// are never queued behind the service's requests. Call it before nc's
-// callbacks may be changed concurrently: it reads nc.Opts.
-func DialBeside(nc *nats.Conn) (*nats.Conn, error) {
+// options (credentials, TLS, inbox prefix, reconnection) but none of its
+// callbacks: a ClosedCB that ends the process, say, must not fire when
+// this one closes. It reads nc.Opts, which nats.go and micro change when
+// handlers are set: call it before anything may set them concurrently,
+// or take the options early with Beside.
+func DialBeside(nc *nats.Conn) (*nats.Conn, error) { return Beside(nc)(nc) }
+
+// Beside takes nc's options now and returns a SeatConfig.ElectionConn
+// that dials with them (see DialBeside): for a replica that is built
+// before its Run, and the Runs of other services on nc, set handlers of
+// nc (micro services do) concurrently. The election's keep-alives so
+// never queue behind the service's requests.
+func Beside(nc *nats.Conn) func(*nats.Conn) (*nats.Conn, error) {
 	o := nc.Opts
 	if o.Name != "" {
 		o.Name += " (election)"
@@ -240,9 +247,11 @@ func DialBeside(nc *nats.Conn) (*nats.Conn, error) {
 	if u := nc.ConnectedUrl(); u != "" && o.Url == "" && len(o.Servers) == 0 {
 		o.Url = u
 	}
-	c, err := o.Connect()
-	if err != nil {
-		return nil, fmt.Errorf("dial beside %s: %w", nc.Opts.Name, err)
+	return func(*nats.Conn) (*nats.Conn, error) {
+		c, err := o.Connect()
+		if err != nil {
+			return nil, fmt.Errorf("dial beside %s: %w", o.Name, err)
+		}
+		return c, nil
 	}
-	return c, nil
 }
