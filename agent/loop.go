@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -274,7 +275,7 @@ func (a *Agent) refresh(t time.Time) error {
 	get := func(k int) {
 		req := &allotpb.GetCapacityRequest{ClientId: a.o.clientID, Resource: rrs[parts[k][0]:parts[k][1]]}
 		resps[k] = &allotpb.GetCapacityResponse{}
-		errs[k] = a.call(a.getSubj, req, resps[k], holds(req))
+		errs[k] = a.get(req, resps[k])
 	}
 	if len(parts) == 1 {
 		get(0)
@@ -422,6 +423,25 @@ func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityRespons
 // "Overload").
 func (a *Agent) call(subj string, req, resp proto.Message, held bool) error {
 	return a.send(context.Background(), a.o.requestTimeout, subj, req, resp, held)
+}
+
+// get sends a GetCapacity request. One that reports a lease held is a
+// holder's refresh: it goes to allot.<node>.capacity.refresh, which the
+// coordinator serves on a subscription of its own, before newcomers'
+// gets (subjects.md, "Overload"). A coordinator that predates that
+// subject answers 404 there, and a responder that serves capacity.get
+// alone leaves it without responders: the request is then sent again as
+// a get.
+func (a *Agent) get(req *allotpb.GetCapacityRequest, resp *allotpb.GetCapacityResponse) error {
+	if !holds(req) {
+		return a.call(a.getSubj, req, resp, false)
+	}
+	err := a.call(strings.TrimSuffix(a.getSubj, "get")+"refresh", req, resp, true)
+	if se := (*ServiceError)(nil); errors.Is(err, nats.ErrNoResponders) ||
+		errors.As(err, &se) && se.Code == 404 && strings.Contains(se.Description, "unknown operation") {
+		return a.call(a.getSubj, req, resp, true)
+	}
+	return err
 }
 
 // holds reports whether a GetCapacity request reports a lease held.

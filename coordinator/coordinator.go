@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -348,23 +349,31 @@ func (c *Coordinator) Start(ctx context.Context) error {
 
 	c.bulk = newBulkLane(c)
 	// Get and release share one subscription so that one client's
-	// requests are handled in the order they were sent. A tenant's
-	// requests arrive on allot.t.<tenant>.<node>.capacity.* through its
-	// account's service import: one subscription for all tenants, so each
-	// client's get and release keep their order. Never server.get: child
-	// nodes are coordinators inside the allot account. A plain
-	// subscription, not a micro endpoint: the handler needs the message
-	// (handleTenantMsg). Every endpoint is Deferred: the round loop
-	// answers, and finishes, its requests (publish).
+	// requests are handled in the order they were sent. A holder's
+	// refresh (capacity.refresh) has a subscription of its own, whose
+	// queue a flood of newcomers' gets never fills: the wildcard's
+	// subscription leaves it alone. A tenant's requests arrive on
+	// allot.t.<tenant>.<node>.capacity.* through its account's service
+	// import: one subscription for all tenants (and one for their
+	// refreshes), so each client's get and release keep their order.
+	// Never server.get: child nodes are coordinators inside the allot
+	// account. A plain subscription, not a micro endpoint: the handler
+	// needs the message (handleTenantMsg). Every endpoint is Deferred:
+	// the round loop answers, and finishes, its requests (publish).
 	size := func(h nats.Header, n int) error { return wire.CheckSize(wire.EncodingOf(h), n) }
+	refresh := func(subject string) bool { return strings.HasSuffix(subject, ".capacity.refresh") }
+	node := c.opts.Node
 	term, err := leader.Start(ctx, c.nc, leader.Spec{
-		Name: ServiceName, Version: ServiceVersion, Description: "allot coordinator: capacity leases for node " + c.opts.Node,
-		Node: c.opts.Node, ServerID: c.opts.ServerID, Term: c.Term(), Stats: c.statsData, Gate: c.gate, Logger: c.log,
+		Name: ServiceName, Version: ServiceVersion, Description: "allot coordinator: capacity leases for node " + node,
+		Node: node, ServerID: c.opts.ServerID, Term: c.Term(), Stats: c.statsData, Gate: c.gate, Logger: c.log,
 		Endpoints: []leader.Endpoint{
-			{Name: "capacity", Subject: Subject(c.opts.Node, "capacity.*"), Handle: c.handleCapacity, CheckSize: size, Deferred: true},
-			{Name: "server_get", Subject: Subject(c.opts.Node, "server.get"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
-			{Name: "server_get_child", Subject: Subject(c.opts.Node, "server.get.*"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
-			{Subject: TenantSubject("*", c.opts.Node, "capacity.*"), Plain: true, Handle: c.handleTenantMsg, CheckSize: size, Deferred: true,
+			{Name: "capacity", Subject: Subject(node, "capacity.*"), Handle: c.handleCapacity, CheckSize: size, Deferred: true, Ignore: refresh},
+			{Name: "capacity_refresh", Subject: Subject(node, "capacity.refresh"), Handle: c.handleCapacity, CheckSize: size, Deferred: true},
+			{Name: "server_get", Subject: Subject(node, "server.get"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
+			{Name: "server_get_child", Subject: Subject(node, "server.get.*"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
+			{Subject: TenantSubject("*", node, "capacity.*"), Plain: true, Handle: c.handleTenantMsg, CheckSize: size, Deferred: true,
+				Tenant: wire.TenantOf, Ignore: refresh},
+			{Subject: TenantSubject("*", node, "capacity.refresh"), Plain: true, Handle: c.handleTenantMsg, CheckSize: size, Deferred: true,
 				Tenant: wire.TenantOf},
 		},
 		Limits:   c.opts.Intake,

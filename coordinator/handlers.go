@@ -58,6 +58,13 @@ type request struct {
 	errText  string
 }
 
+// newcomer reports whether r is a client's request that the intake did
+// not know as a holder's.
+func (r *request) newcomer() bool {
+	lr, ok := r.msg.(*leader.Request)
+	return ok && r.kind != kindServer && lr.Class() == leader.ClassNewcomer
+}
+
 // handleCapacity serves allot.<node>.capacity.get and .release on one
 // subscription, so one client's requests keep their order (a release
 // published after a get is applied after it). Small requests are decoded
@@ -101,13 +108,13 @@ func (c *Coordinator) serveCapacity(m micro.Request, who ledger.Claimant) {
 	c.countCall(m.Subject(), 0)
 	var kind reqKind
 	switch op := m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]; op {
-	case "get":
+	case "get", "refresh":
 		kind = kindGet
 	case "release":
 		kind = kindRelease
 	default:
 		enc := wire.EncodingOf(m.Headers())
-		c.replyError(m, enc, CodeUnknownEndpoint, "unknown operation "+strconv.Quote(op)+": use capacity.get or capacity.release")
+		c.replyError(m, enc, CodeUnknownEndpoint, "unknown operation "+strconv.Quote(op)+": use capacity.get, capacity.refresh or capacity.release")
 		return
 	}
 	// The intake refused what is over the size limit (Endpoint.CheckSize).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,13 +12,18 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 	"golang.org/x/time/rate"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/faults"
+	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/proto/allotpb"
 )
 
 // slowDialer dials connections whose reads are limited to a rate of
@@ -119,4 +125,77 @@ func TestLeaderKeepsTermUnderFlood(t *testing.T) {
 		t.Fatalf("status %+v after the flood: want term %d, serving", st, term)
 	}
 	t.Logf("term %d kept through %d renewals during the flood", term, seq()-before)
+}
+
+// A holder's refresh is served while a flood of newcomers' gets is still
+// being worked off: it has a subscription (capacity.refresh) and a place
+// in flight of its own, and rounds take holders first. Every flood
+// request is answered, with a lease or a 503 and a retry_after; none is
+// left to time out. With every request on one first-in first-out
+// subscription, the refresh waited for the whole flood.
+func TestHoldersRefreshThroughAFlood(t *testing.T) {
+	e := start(t, coordinator.Options{
+		Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("*", 100, allotpb.Algorithm_FAIR_SHARE)}, nil)),
+		Intake:    leader.Limits{MaxInFlight: 64},
+	})
+	const holders = 4
+	leases := make([]*allotpb.Lease, holders)
+	for i := range leases {
+		resp := e.get("holder-"+strconv.Itoa(i), map[string]float64{"db": 10})
+		leases[i] = resp.GetResponse()[0].GetGets()
+	}
+
+	const n = 30000
+	var ok, refused, other atomic.Int64
+	flood := natstest.Conn(t, e.srv)
+	inbox := nats.NewInbox()
+	sub, err := flood.Subscribe(inbox, func(m *nats.Msg) {
+		switch code := m.Header.Get(micro.ErrorCodeHeader); {
+		case code == "":
+			ok.Add(1)
+		case code == "503" && m.Header.Get(leader.HeaderRetryAfter) != "":
+			refused.Add(1)
+		default:
+			other.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	hdr := nats.Header{wire.HeaderContentType: {wire.ContentProtobuf}, leader.HeaderTimeout: {"600000"}}
+	for i := range n {
+		data, _ := proto.Marshal(&allotpb.GetCapacityRequest{ClientId: "flood-" + strconv.Itoa(i),
+			Resource: []*allotpb.ResourceRequest{{ResourceId: "flood", Wants: 1}}})
+		if err := flood.PublishMsg(&nats.Msg{Subject: coordinator.Subject("root", "capacity.get"), Reply: inbox, Header: hdr, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := flood.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i, has := range leases {
+		id := "holder-" + strconv.Itoa(i)
+		data, _ := proto.Marshal(&allotpb.GetCapacityRequest{ClientId: id, Resource: []*allotpb.ResourceRequest{{ResourceId: "db", Wants: 10, Has: has}}})
+		m := &nats.Msg{Subject: coordinator.Subject("root", "capacity.refresh"), Data: data,
+			Header: nats.Header{wire.HeaderContentType: {wire.ContentProtobuf}, leader.HeaderClient: {id}}}
+		r, err := e.nc.RequestMsg(m, time.Minute)
+		answered := ok.Load() + refused.Load() + other.Load()
+		if err != nil {
+			t.Fatalf("%s's refresh: %v", id, err)
+		}
+		var resp allotpb.GetCapacityResponse
+		if code := r.Header.Get(micro.ErrorCodeHeader); code != "" || proto.Unmarshal(r.Data, &resp) != nil || resp.GetResponse()[0].GetGets().GetCapacity() <= 0 {
+			t.Fatalf("%s's refresh: %v %q", id, r.Header, r.Data)
+		}
+		if answered == n {
+			t.Fatalf("%s's refresh was answered after the whole flood", id)
+		}
+		t.Logf("%s refreshed with %d of %d flood requests answered", id, answered, n)
+	}
+	faults.WaitFor(t, time.Minute, "every flood request answered", func() bool { return ok.Load()+refused.Load()+other.Load() == n })
+	if other.Load() != 0 {
+		t.Fatalf("flood: %d leases, %d refused, %d other answers", ok.Load(), refused.Load(), other.Load())
+	}
+	t.Logf("flood of %d: %d leases, %d refused with 503", n, ok.Load(), refused.Load())
 }

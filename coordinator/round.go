@@ -152,10 +152,7 @@ func (c *Coordinator) propose(p *ledger.Proposal) {
 // ledger allocate what needs no new record, and answers every request
 // whose resources were allocated; the others wait for the record.
 func (c *Coordinator) runRound() {
-	c.mu.Lock()
-	batch := c.pending
-	c.pending = nil
-	c.mu.Unlock()
+	batch := c.takeBatch()
 	if len(batch) == 0 && len(c.waiting) == 0 && !c.ledger.Pending() {
 		return
 	}
@@ -224,6 +221,51 @@ func (c *Coordinator) runRound() {
 	c.ledger.EndRound()
 	c.stats.round(len(batch), time.Since(start))
 	c.publishStats()
+}
+
+// roundNewcomers bounds the newcomers' requests one round takes. A
+// round's length is what a holder's refresh in it waits, so a flood of
+// newcomers is worked off over several rounds, with the holders'
+// requests (and child nodes') taken first in each.
+const roundNewcomers = 256
+
+// takeBatch takes the queued requests for a round: every holder's and
+// child node's, and the first roundNewcomers newcomers'; the others stay
+// queued, in order, for the next round, which it asks for.
+func (c *Coordinator) takeBatch() []*request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	all := c.pending
+	n := 0
+	for _, r := range all {
+		if r.newcomer() {
+			n++
+		}
+	}
+	if n <= roundNewcomers || c.closed {
+		c.pending = nil
+		return all
+	}
+	batch := make([]*request, 0, len(all)-n+roundNewcomers)
+	var rest []*request
+	taken := 0
+	for _, r := range all {
+		switch {
+		case !r.newcomer():
+			batch = append(batch, r)
+		case taken < roundNewcomers:
+			taken++
+			batch = append(batch, r)
+		default:
+			rest = append(rest, r)
+		}
+	}
+	c.pending = rest
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return batch
 }
 
 // answerWaiting answers requests still waiting for a record at stop,

@@ -79,6 +79,10 @@ type Limits struct {
 	PendingMsgs, PendingBytes int
 }
 
+// Validate reports what is wrong with l, if anything: a negative figure,
+// or a reserve not below the in-flight bound.
+func (l Limits) Validate() error { return l.fill() }
+
 // fill validates l and fills its defaults.
 func (l *Limits) fill() error {
 	if l.MaxInFlight < 0 || l.Reserve < 0 || l.MaxAge < 0 || l.RetryAfter < 0 || l.TenantRate < 0 || l.TenantBurst < 0 ||
@@ -147,6 +151,7 @@ type intake struct {
 
 	mu      sync.Mutex
 	tenants map[string]*rate.Limiter
+	bodies  map[bodyKey][]byte
 }
 
 // acquire takes a place in flight for a request of class c.
@@ -186,10 +191,39 @@ func (in *intake) tenantDelay(tenant string, now time.Time) time.Duration {
 	return 0
 }
 
-// retryAfter is the wait told in a 503: RetryAfter ± a quarter.
+// retryAfter is the wait told in a 503: RetryAfter ± a quarter, in
+// eight steps (so that the refusals' bodies can be kept, see body).
 func (in *intake) retryAfter() time.Duration {
 	d := in.lim.RetryAfter
-	return d - d/4 + rand.N(d/2+1)
+	return d - d/4 + time.Duration(rand.N(8))*(d/2)/7
+}
+
+// bodyKey identifies a refusal's body: the product's error body depends
+// on the request's Content-Type only.
+type bodyKey struct {
+	contentType string
+	code        int
+	retry       time.Duration
+}
+
+// maxBodies bounds the refusal bodies kept.
+const maxBodies = 256
+
+// body returns the refusal body of key, made by mk once: under a flood
+// most requests are refused alike, and encoding each body again costs
+// what the intake cannot spare.
+func (in *intake) body(key bodyKey, mk func() []byte) []byte {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if b, ok := in.bodies[key]; ok {
+		return b
+	}
+	if len(in.bodies) >= maxBodies {
+		clear(in.bodies)
+	}
+	b := mk()
+	in.bodies[key] = b
+	return b
 }
 
 func (in *intake) stats() IntakeStats {

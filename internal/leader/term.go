@@ -65,6 +65,10 @@ type Endpoint struct {
 	// Deferred says Handle answers later than it returns (a round loop):
 	// a request then stays in flight until Finish(m).
 	Deferred bool
+	// Ignore, if set, names the subjects of Subject this endpoint leaves
+	// alone because another endpoint's subscription serves them (a
+	// wildcard's sibling with a lane of its own).
+	Ignore func(subject string) bool
 }
 
 // Spec is what a product supplies for one term.
@@ -155,7 +159,7 @@ func Start(ctx context.Context, nc *nats.Conn, spec Spec) (*Term, error) {
 		return nil, err
 	}
 	t := &Term{nc: nc, spec: spec, gate: spec.Gate, log: spec.Logger, stop: make(chan struct{}), quit: make(chan struct{}),
-		in: &intake{lim: spec.Limits, tenants: map[string]*rate.Limiter{}}}
+		in: &intake{lim: spec.Limits, tenants: map[string]*rate.Limiter{}, bodies: map[bodyKey][]byte{}}}
 	meta := map[string]string{"node": spec.Node, "server_id": spec.ServerID, "term": strconv.FormatUint(spec.Term, 10)}
 	epMeta := map[string]string{"node": spec.Node}
 	if spec.Partitions > 0 {
@@ -243,6 +247,9 @@ func (t *Term) intakeMsg(l *lane) nats.MsgHandler {
 // (413), over its tenant's rate (429) or past the in-flight bound (503),
 // and queues the rest with their deadline.
 func (t *Term) take(l *lane, subject, reply string, h nats.Header, data []byte, msg *nats.Msg, refuse func(code int, text string, retry time.Duration)) {
+	if l.ep.Ignore != nil && l.ep.Ignore(subject) {
+		return
+	}
 	t.delivered.Add(1)
 	if t.gate.Closed() {
 		t.gate.Silenced.Add(1)
@@ -264,14 +271,14 @@ func (t *Term) take(l *lane, subject, reply string, h nats.Header, data []byte, 
 	if code == 0 && l.ep.Tenant != nil {
 		if d := t.in.tenantDelay(l.ep.Tenant(subject), now); d > 0 {
 			t.in.limited.Add(1)
-			code, retry = CodeTooMany, d
-			text = fmt.Sprintf("tenant over its request rate (%g/s): retry after %v", t.in.lim.TenantRate, d.Round(time.Millisecond))
+			code, retry = CodeTooMany, (d + 9*time.Millisecond).Truncate(10*time.Millisecond)
+			text = fmt.Sprintf("tenant over its request rate (%g/s): retry after %v", t.in.lim.TenantRate, retry)
 		}
 	}
 	if code == 0 && !t.in.acquire(class) {
 		t.in.refused.Add(1)
 		code, retry = CodeUnavailable, t.in.retryAfter()
-		text = fmt.Sprintf("overloaded: %d requests in flight; retry after %v", t.in.lim.MaxInFlight, retry.Round(time.Millisecond))
+		text = "overloaded: retry after " + retry.Round(time.Millisecond).String()
 	}
 	if code != 0 {
 		if t.gate.Open() {
@@ -286,12 +293,18 @@ func (t *Term) take(l *lane, subject, reply string, h nats.Header, data []byte, 
 		deadline: now.Add(timeoutOf(h, t.in.lim.MaxAge))})
 }
 
-// errorBody is the body of an intake refusal.
+// errorBody is the body of an intake refusal. A refusal other than a
+// 413 says nothing of the request but its Content-Type, so its body is
+// made once.
 func (t *Term) errorBody(h nats.Header, code int, text string, retry time.Duration) []byte {
 	if t.spec.ErrorBody == nil {
 		return nil
 	}
-	return t.spec.ErrorBody(h, code, text, retry)
+	if code == CodeTooLarge {
+		return t.spec.ErrorBody(h, code, text, retry)
+	}
+	ct := h.Get("Content-Type")
+	return t.in.body(bodyKey{ct, code, retry}, func() []byte { return t.spec.ErrorBody(nats.Header{"Content-Type": {ct}}, code, text, retry) })
 }
 
 // Intake returns what the intake counted.
