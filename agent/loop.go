@@ -246,7 +246,9 @@ func (a *Agent) refresh(t time.Time) error {
 	}
 	slices.SortFunc(sent, func(x, y *resource) int { return strings.Compare(x.id, y.id) })
 	rrs := make([]*allotpb.ResourceRequest, len(sent))
+	held := false // a lease of this coordinator, even one that has lapsed
 	for i, r := range sent {
+		held = held || r.leased
 		a.sampleLocked(r, t)
 		w := r.currentWantsLocked()
 		r.sentWants, r.sent = w, true
@@ -275,7 +277,7 @@ func (a *Agent) refresh(t time.Time) error {
 	get := func(k int) {
 		req := &allotpb.GetCapacityRequest{ClientId: a.o.clientID, Resource: rrs[parts[k][0]:parts[k][1]]}
 		resps[k] = &allotpb.GetCapacityResponse{}
-		errs[k] = a.get(req, resps[k])
+		errs[k] = a.get(req, resps[k], held)
 	}
 	if len(parts) == 1 {
 		get(0)
@@ -425,15 +427,15 @@ func (a *Agent) call(subj string, req, resp proto.Message, held bool) error {
 	return a.send(context.Background(), a.o.requestTimeout, subj, req, resp, held)
 }
 
-// get sends a GetCapacity request. One that reports a lease held is a
-// holder's refresh: it goes to allot.<node>.capacity.refresh, which the
-// coordinator serves on a subscription of its own, before newcomers'
-// gets (subjects.md, "Overload"). A coordinator that predates that
-// subject answers 404 there, and a responder that serves capacity.get
-// alone leaves it without responders: the request is then sent again as
-// a get.
-func (a *Agent) get(req *allotpb.GetCapacityRequest, resp *allotpb.GetCapacityResponse) error {
-	if !holds(req) {
+// get sends a GetCapacity request. One of a client that holds or held a
+// lease is a holder's refresh: it goes to allot.<node>.capacity.refresh,
+// which the coordinator serves on a subscription of its own, before
+// newcomers' gets (subjects.md, "Overload"). A coordinator that predates
+// that subject answers 404 there, and a responder that serves
+// capacity.get alone leaves it without responders: the request is then
+// sent again as a get.
+func (a *Agent) get(req *allotpb.GetCapacityRequest, resp *allotpb.GetCapacityResponse, held bool) error {
+	if !held && !holds(req) {
 		return a.call(a.getSubj, req, resp, false)
 	}
 	err := a.call(strings.TrimSuffix(a.getSubj, "get")+"refresh", req, resp, true)

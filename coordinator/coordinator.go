@@ -152,6 +152,13 @@ type Options struct {
 	// grant would have refused. For introducing allot in front of a
 	// service without refusing anything.
 	Shadow bool
+	// Beside, if set, is a second connection to the same NATS servers
+	// (leader.DialBeside) on which the coordinator serves the holders'
+	// refreshes (capacity.refresh) and writes its lease record: these
+	// then queue behind nothing of a flood of other requests, at the
+	// server or here. A Replica opens one. Nil: they share the
+	// connection.
+	Beside *nats.Conn
 	// Intake bounds the requests taken up and not yet answered, and the
 	// rate of each tenant's (leader.Limits; the zero value has the
 	// defaults, and no tenant rate): past them a request gets 503 or
@@ -215,8 +222,10 @@ type Coordinator struct {
 	// Owned by the round loop.
 	ledger  *ledger.Ledger
 	waiting []*request // applied, waiting for their resources' record
-	stats   stats
-	snap    snapState // Snapshot's requests to the round loop, and its cache
+	// newcomers bounds the newcomers' requests of a round (adapt).
+	newcomers int
+	stats     stats
+	snap      snapState // Snapshot's requests to the round loop, and its cache
 }
 
 // New validates opts and returns a Coordinator that is not yet serving.
@@ -232,17 +241,18 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 		skew = -1 // the ledger's "none"
 	}
 	c := &Coordinator{
-		nc:    nc,
-		opts:  opts,
-		log:   opts.Logger.With("node", opts.Node, "server_id", opts.ServerID),
-		now:   opts.Now,
-		term:  opts.Term,
-		round: opts.RoundInterval,
-		wake:  make(chan struct{}, 1),
-		urge:  make(chan struct{}, 1),
-		gate:  leader.NewGate(opts.Valid, opts.Logger.With("node", opts.Node, "server_id", opts.ServerID), "coordinator"),
-		snap:  snapState{q: make(chan snapRequest)},
-		known: newHolders(opts.MaxClients),
+		nc:        nc,
+		opts:      opts,
+		log:       opts.Logger.With("node", opts.Node, "server_id", opts.ServerID),
+		now:       opts.Now,
+		term:      opts.Term,
+		round:     opts.RoundInterval,
+		wake:      make(chan struct{}, 1),
+		urge:      make(chan struct{}, 1),
+		gate:      leader.NewGate(opts.Valid, opts.Logger.With("node", opts.Node, "server_id", opts.ServerID), "coordinator"),
+		snap:      snapState{q: make(chan snapRequest)},
+		known:     newHolders(opts.MaxClients),
+		newcomers: 1024,
 		ledger: ledger.New(ledger.Config{
 			Node: opts.Node, ServerID: opts.ServerID, Term: opts.Term,
 			ClockSkew: skew, CeilingHeadroom: opts.CeilingHeadroom,
@@ -337,7 +347,14 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	if c.serve != nil {
 		return errors.New("coordinator: already started")
 	}
-	js, err := jetstream.New(c.nc)
+	// The lease record's writes and their acknowledgements must not wait
+	// behind a flood of requests either: a write that times out holds
+	// grants to the recorded ceilings and cuts leases short.
+	kvConn := c.nc
+	if c.opts.Beside != nil {
+		kvConn = c.opts.Beside
+	}
+	js, err := jetstream.New(kvConn)
 	if err != nil {
 		return fmt.Errorf("coordinator: jetstream: %w", err)
 	}
@@ -350,9 +367,9 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	c.bulk = newBulkLane(c)
 	// Get and release share one subscription so that one client's
 	// requests are handled in the order they were sent. A holder's
-	// refresh (capacity.refresh) has a subscription of its own, whose
-	// queue a flood of newcomers' gets never fills: the wildcard's
-	// subscription leaves it alone. A tenant's requests arrive on
+	// refresh (capacity.refresh) has a subscription of its own, on a
+	// connection of its own (Options.Beside), which a flood of newcomers'
+	// gets never fills: the wildcard's subscription leaves it alone. A tenant's requests arrive on
 	// allot.t.<tenant>.<node>.capacity.* through its account's service
 	// import: one subscription for all tenants (and one for their
 	// refreshes), so each client's get and release keep their order.
@@ -368,15 +385,16 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		Node: node, ServerID: c.opts.ServerID, Term: c.Term(), Stats: c.statsData, Gate: c.gate, Logger: c.log,
 		Endpoints: []leader.Endpoint{
 			{Name: "capacity", Subject: Subject(node, "capacity.*"), Handle: c.handleCapacity, CheckSize: size, Deferred: true, Ignore: refresh},
-			{Name: "capacity_refresh", Subject: Subject(node, "capacity.refresh"), Handle: c.handleCapacity, CheckSize: size, Deferred: true},
+			{Subject: Subject(node, "capacity.refresh"), Plain: true, Beside: true, Handle: c.handleCapacity, CheckSize: size, Deferred: true},
 			{Name: "server_get", Subject: Subject(node, "server.get"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
 			{Name: "server_get_child", Subject: Subject(node, "server.get.*"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
 			{Subject: TenantSubject("*", node, "capacity.*"), Plain: true, Handle: c.handleTenantMsg, CheckSize: size, Deferred: true,
 				Tenant: wire.TenantOf, Ignore: refresh},
-			{Subject: TenantSubject("*", node, "capacity.refresh"), Plain: true, Handle: c.handleTenantMsg, CheckSize: size, Deferred: true,
-				Tenant: wire.TenantOf},
+			{Subject: TenantSubject("*", node, "capacity.refresh"), Plain: true, Beside: true, Handle: c.handleTenantMsg, CheckSize: size,
+				Deferred: true, Tenant: wire.TenantOf},
 		},
 		Limits:   c.opts.Intake,
+		Beside:   c.opts.Beside,
 		Classify: c.known.classify,
 		ErrorBody: func(h nats.Header, code int, text string, retry time.Duration) []byte {
 			return reply.RefusalBody(wire.EncodingOf(h), code, text, retry)

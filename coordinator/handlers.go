@@ -316,7 +316,13 @@ func (c *Coordinator) publish(m micro.Request, out *nats.Msg) {
 		c.gate.Silenced.Add(1)
 		return
 	}
-	if err := c.nc.PublishMsg(out); err != nil {
+	var err error
+	if lr, ok := m.(*leader.Request); ok {
+		err = lr.RespondMsg(out) // on the connection it came on
+	} else {
+		err = c.nc.PublishMsg(out)
+	}
+	if err != nil {
 		c.log.Debug("reply failed", "err", err)
 	}
 }

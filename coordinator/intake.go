@@ -3,6 +3,7 @@ package coordinator
 import (
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -11,7 +12,9 @@ import (
 )
 
 // holders are the clients this coordinator answered with a lease, until
-// the last one ends: their refreshes go before newcomers' in the intake
+// holderGrace after the last one ends (a client whose lease lapsed in a
+// flood must not then queue behind it): their refreshes go before
+// newcomers' in the intake
 // (leader.ClassKnown). An agent that holds a lease says so with its
 // client id in the Allot-Client header; a request whose header names a
 // client other than its body is refused (decode), so that a flood cannot
@@ -60,12 +63,16 @@ func (h *holders) hold(subject, client string, until int64) {
 	h.until[k] = max(h.until[k], until)
 }
 
-// sweep forgets the clients whose leases have all ended.
+// holderGrace is how long a client is still known after its last lease
+// ended.
+const holderGrace = time.Minute
+
+// sweep forgets the clients whose leases all ended holderGrace ago.
 func (h *holders) sweep(now int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for k, u := range h.until {
-		if u < now {
+		if u+int64(holderGrace) < now {
 			delete(h.until, k)
 		}
 	}

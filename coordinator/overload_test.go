@@ -18,6 +18,7 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/leader"
@@ -128,16 +129,30 @@ func TestLeaderKeepsTermUnderFlood(t *testing.T) {
 }
 
 // A holder's refresh is served while a flood of newcomers' gets is still
-// being worked off: it has a subscription (capacity.refresh) and a place
-// in flight of its own, and rounds take holders first. Every flood
-// request is answered, with a lease or a 503 and a retry_after; none is
-// left to time out. With every request on one first-in first-out
-// subscription, the refresh waited for the whole flood.
+// being worked off: it has a subscription (capacity.refresh) and a
+// connection (Options.Beside) and a place in flight of its own, and
+// rounds answer holders first: it is answered before half the flood sent
+// before it. Every flood request is answered, with a lease or a 503 and a
+// retry_after; none is left to time out. With every request on one
+// first-in first-out subscription, the refresh waited for the whole
+// flood (it was answered after 9,952 of 10,000).
+//
+// The coordinator's service connection reads 256 KiB/s, so that the
+// flood (about 1.5 MiB) is a backlog at the server however fast the
+// machine.
 func TestHoldersRefreshThroughAFlood(t *testing.T) {
-	e := start(t, coordinator.Options{
-		Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("*", 100, allotpb.Algorithm_FAIR_SHARE)}, nil)),
-		Intake:    leader.Limits{MaxInFlight: 64},
-	})
+	s := natstest.Server(t)
+	slow, err := nats.Connect(s.ClientURL(), nats.SetCustomDialer(slowDialer{bytesPerSec: 256 << 10}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(slow.Close)
+	e := &env{t: t, nc: natstest.Conn(t, s), srv: s, c: coordtest.Start(t, slow, coordinator.Options{
+		RoundInterval: 5 * time.Millisecond,
+		Templates:     coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("*", 100, allotpb.Algorithm_FAIR_SHARE)}, nil)),
+		Intake:        leader.Limits{MaxInFlight: 64},
+		Beside:        natstest.Conn(t, s),
+	})}
 	const holders = 4
 	leases := make([]*allotpb.Lease, holders)
 	for i := range leases {
@@ -145,7 +160,7 @@ func TestHoldersRefreshThroughAFlood(t *testing.T) {
 		leases[i] = resp.GetResponse()[0].GetGets()
 	}
 
-	const n = 30000
+	const n = 10000
 	var ok, refused, other atomic.Int64
 	flood := natstest.Conn(t, e.srv)
 	inbox := nats.NewInbox()
@@ -188,8 +203,8 @@ func TestHoldersRefreshThroughAFlood(t *testing.T) {
 		if code := r.Header.Get(micro.ErrorCodeHeader); code != "" || proto.Unmarshal(r.Data, &resp) != nil || resp.GetResponse()[0].GetGets().GetCapacity() <= 0 {
 			t.Fatalf("%s's refresh: %v %q", id, r.Header, r.Data)
 		}
-		if answered == n {
-			t.Fatalf("%s's refresh was answered after the whole flood", id)
+		if answered >= n/2 {
+			t.Fatalf("%s's refresh was answered after %d of the %d flood requests sent before it: it did not overtake the flood", id, answered, n)
 		}
 		t.Logf("%s refreshed with %d of %d flood requests answered", id, answered, n)
 	}

@@ -148,14 +148,28 @@ func (c *Coordinator) propose(p *ledger.Proposal) {
 	}
 }
 
-// runRound takes every queued request, applies it to the ledger, lets the
-// ledger allocate what needs no new record, and answers every request
-// whose resources were allocated; the others wait for the record.
+// runRound takes the queued requests (takeBatch) and works them in two
+// passes: the holders' (and child nodes'), answered before any
+// newcomer's is even applied, then the newcomers'. Each pass applies its
+// requests to the ledger, lets the ledger allocate what needs no new
+// record, and answers every request whose resources were allocated; the
+// others wait for the record.
 func (c *Coordinator) runRound() {
-	batch := c.takeBatch()
-	if len(batch) == 0 && len(c.waiting) == 0 && !c.ledger.Pending() {
+	holders, newcomers, full := c.takeBatch()
+	if len(holders) == 0 && len(newcomers) == 0 && len(c.waiting) == 0 && !c.ledger.Pending() {
 		return
 	}
+	if len(holders) > 0 || len(newcomers) == 0 {
+		c.pass(holders)
+	}
+	if len(newcomers) > 0 {
+		c.adapt(c.pass(newcomers), full)
+	}
+}
+
+// pass is one pass of a round over batch (see runRound); it returns how
+// long it took.
+func (c *Coordinator) pass(batch []*request) time.Duration {
 	start := time.Now()
 	// A request whose sender has stopped waiting is dropped unanswered:
 	// answering it would only cost the others' time.
@@ -219,53 +233,79 @@ func (c *Coordinator) runRound() {
 	}
 	c.waiting = kept
 	c.ledger.EndRound()
-	c.stats.round(len(batch), time.Since(start))
+	took := time.Since(start)
+	c.stats.round(len(batch), took)
 	c.publishStats()
+	return took
 }
 
-// roundNewcomers bounds the newcomers' requests one round takes. A
-// round's length is what a holder's refresh in it waits, so a flood of
-// newcomers is worked off over several rounds, with the holders'
-// requests (and child nodes') taken first in each.
-const roundNewcomers = 256
+// Newcomers per round, counted in resources named (a request of 1,000
+// resources costs a round what 1,000 of one do). A newcomers' pass is
+// what a holder's refresh queued behind it waits, so under a flood each
+// round takes at most c.newcomers resources of newcomers' requests (and
+// at least one request), a figure that halves after a pass longer than
+// roundBudget and grows by a quarter after a full one within it: passes
+// stay short on a slow or busy machine, and the flood is worked off over
+// several rounds.
+const (
+	roundBudget  = 50 * time.Millisecond
+	minNewcomers = 64
+	maxNewcomers = 8192
+)
+
+// adapt sets the newcomers' share of the next round from the last
+// newcomers' pass: it took took, with full true if newcomers were left
+// queued.
+func (c *Coordinator) adapt(took time.Duration, full bool) {
+	switch {
+	case took > roundBudget:
+		c.newcomers = max(minNewcomers, c.newcomers/2)
+	case full:
+		c.newcomers = min(maxNewcomers, c.newcomers+c.newcomers/4+1)
+	}
+}
+
+// weight is what a request costs a round: the resources it names.
+func (r *request) weight() int {
+	switch {
+	case r.get != nil:
+		return max(1, len(r.get.GetResource()))
+	case r.rel != nil:
+		return max(1, len(r.rel.GetResourceId()))
+	}
+	return 1
+}
 
 // takeBatch takes the queued requests for a round: every holder's and
-// child node's, and the first roundNewcomers newcomers'; the others stay
-// queued, in order, for the next round, which it asks for.
-func (c *Coordinator) takeBatch() []*request {
+// child node's, and newcomers' in order up to c.newcomers resources (at
+// least one request); the others stay queued, in order, for the next
+// round, which it asks for. full says some were left.
+func (c *Coordinator) takeBatch() (holders, newcomers []*request, full bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	all := c.pending
-	n := 0
-	for _, r := range all {
-		if r.newcomer() {
-			n++
-		}
-	}
-	if n <= roundNewcomers || c.closed {
-		c.pending = nil
-		return all
-	}
-	batch := make([]*request, 0, len(all)-n+roundNewcomers)
+	c.pending = nil
 	var rest []*request
-	taken := 0
+	budget := c.newcomers
 	for _, r := range all {
 		switch {
 		case !r.newcomer():
-			batch = append(batch, r)
-		case taken < roundNewcomers:
-			taken++
-			batch = append(batch, r)
+			holders = append(holders, r)
+		case c.closed || len(rest) == 0 && (len(newcomers) == 0 || r.weight() <= budget):
+			newcomers = append(newcomers, r)
+			budget -= r.weight()
 		default:
 			rest = append(rest, r)
 		}
 	}
-	c.pending = rest
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	if len(rest) > 0 {
+		c.pending = rest
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
 	}
-	return batch
+	return holders, newcomers, len(rest) > 0
 }
 
 // answerWaiting answers requests still waiting for a record at stop,

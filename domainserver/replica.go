@@ -56,7 +56,7 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
-	return &Replica{nc: nc, opts: opts, beside: leader.Beside(nc)}, nil
+	return &Replica{nc: nc, opts: opts, beside: leader.Beside(nc, "election")}, nil
 }
 
 // Server returns the server of the current term, or nil when not leading.

@@ -68,7 +68,7 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
-	return &Replica{nc: nc, opts: opts, beside: leader.Beside(nc)}, nil
+	return &Replica{nc: nc, opts: opts, beside: leader.Beside(nc, "election")}, nil
 }
 
 // Status returns the replica's role and term.

@@ -151,7 +151,8 @@ type intake struct {
 
 	mu      sync.Mutex
 	tenants map[string]*rate.Limiter
-	bodies  map[bodyKey][]byte
+	// refusals are made once each (see refusal).
+	refusals map[bodyKey]refusal
 }
 
 // acquire takes a place in flight for a request of class c.
@@ -192,38 +193,44 @@ func (in *intake) tenantDelay(tenant string, now time.Time) time.Duration {
 }
 
 // retryAfter is the wait told in a 503: RetryAfter ± a quarter, in
-// eight steps (so that the refusals' bodies can be kept, see body).
+// eight steps (so that the refusals can be kept, see refusal).
 func (in *intake) retryAfter() time.Duration {
 	d := in.lim.RetryAfter
 	return d - d/4 + time.Duration(rand.N(8))*(d/2)/7
 }
 
-// bodyKey identifies a refusal's body: the product's error body depends
-// on the request's Content-Type only.
+// bodyKey identifies a refusal: the product's error body depends on the
+// request's Content-Type only.
 type bodyKey struct {
 	contentType string
 	code        int
 	retry       time.Duration
 }
 
-// maxBodies bounds the refusal bodies kept.
-const maxBodies = 256
+// refusal is a refusal's headers (shared, never modified: nats.go only
+// reads them) and body.
+type refusal struct {
+	header nats.Header
+	body   []byte
+}
 
-// body returns the refusal body of key, made by mk once: under a flood
-// most requests are refused alike, and encoding each body again costs
-// what the intake cannot spare.
-func (in *intake) body(key bodyKey, mk func() []byte) []byte {
+// maxRefusals bounds the refusals kept.
+const maxRefusals = 256
+
+// refusal returns the refusal of key, made by mk once: under a flood
+// most requests are refused alike.
+func (in *intake) refusal(key bodyKey, mk func() refusal) refusal {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if b, ok := in.bodies[key]; ok {
-		return b
+	if r, ok := in.refusals[key]; ok {
+		return r
 	}
-	if len(in.bodies) >= maxBodies {
-		clear(in.bodies)
+	if len(in.refusals) >= maxRefusals {
+		clear(in.refusals)
 	}
-	b := mk()
-	in.bodies[key] = b
-	return b
+	r := mk()
+	in.refusals[key] = r
+	return r
 }
 
 func (in *intake) stats() IntakeStats {
@@ -250,6 +257,7 @@ func timeoutOf(h nats.Header, max time.Duration) time.Duration {
 // whose bookkeeping would race), with its deadline.
 type Request struct {
 	t        *Term
+	nc       *nats.Conn // the connection it came on, which answers it
 	subject  string
 	reply    string
 	header   nats.Header
@@ -292,11 +300,17 @@ func (r *Request) send(m *nats.Msg, opts []micro.RespondOpt) error {
 		o(m)
 	}
 	m.Subject = r.reply
-	if err := r.t.nc.PublishMsg(m); err != nil {
+	if err := r.nc.PublishMsg(m); err != nil {
 		return fmt.Errorf("%w: %w", micro.ErrRespond, err)
 	}
 	return nil
 }
+
+// RespondMsg sends m as the reply, on the connection the request came on
+// (a server that permits responses only to the requests a connection
+// received, allow_responses, wants that). Unlike micro's requests it may
+// be called after the handler has returned.
+func (r *Request) RespondMsg(m *nats.Msg) error { return r.send(m, nil) }
 
 // Data returns the request's payload.
 func (r *Request) Data() []byte { return r.data }
@@ -357,6 +371,7 @@ func Expired(m micro.Request, now time.Time) bool {
 type lane struct {
 	t    *Term
 	ep   Endpoint
+	nc   *nats.Conn // the endpoint's connection
 	mu   sync.Mutex
 	q    [2][]*Request // by Class
 	wake chan struct{}

@@ -230,17 +230,20 @@ func serve[S Serving](what string, start func(ctx context.Context, term uint64) 
 // this one closes. It reads nc.Opts, which nats.go and micro change when
 // handlers are set: call it before anything may set them concurrently,
 // or take the options early with Beside.
-func DialBeside(nc *nats.Conn) (*nats.Conn, error) { return Beside(nc)(nc) }
+func DialBeside(nc *nats.Conn) (*nats.Conn, error) { return Beside(nc, "election")(nc) }
 
-// Beside takes nc's options now and returns a SeatConfig.ElectionConn
-// that dials with them (see DialBeside): for a replica that is built
-// before its Run, and the Runs of other services on nc, set handlers of
-// nc (micro services do) concurrently. The election's keep-alives so
-// never queue behind the service's requests.
-func Beside(nc *nats.Conn) func(*nats.Conn) (*nats.Conn, error) {
+// Beside takes nc's options now and returns a dialer of connections
+// beside nc with them (see DialBeside), named after nc with role in
+// parentheses: for SeatConfig.ElectionConn of a replica that is built
+// before its Run, while the Runs of other services on nc set handlers of
+// nc (micro services do) concurrently. A connection of its own is what
+// keeps the election's keep-alives (or a service's priority requests)
+// from queueing behind the service's other requests, at the server and
+// in the client.
+func Beside(nc *nats.Conn, role string) func(*nats.Conn) (*nats.Conn, error) {
 	o := nc.Opts
 	if o.Name != "" {
-		o.Name += " (election)"
+		o.Name += " (" + role + ")"
 	}
 	o.ClosedCB, o.DisconnectedCB, o.DisconnectedErrCB, o.ConnectedCB, o.ReconnectedCB = nil, nil, nil, nil, nil
 	o.DiscoveredServersCB, o.AsyncErrorCB, o.ReconnectErrCB, o.LameDuckModeHandler = nil, nil, nil, nil

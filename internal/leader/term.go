@@ -65,6 +65,10 @@ type Endpoint struct {
 	// Deferred says Handle answers later than it returns (a round loop):
 	// a request then stays in flight until Finish(m).
 	Deferred bool
+	// Beside serves the endpoint on Spec.Beside, a connection of its own
+	// (Plain endpoints only): its requests and answers queue behind none
+	// of the other endpoints' at the server or in the client.
+	Beside bool
 	// Ignore, if set, names the subjects of Subject this endpoint leaves
 	// alone because another endpoint's subscription serves them (a
 	// wildcard's sibling with a lane of its own).
@@ -103,6 +107,9 @@ type Spec struct {
 	// ErrorBody, if set, is the body of the intake's refusals (a 413,
 	// 429 or 503 in the product's error format); default none.
 	ErrorBody func(h nats.Header, code int, text string, retryAfter time.Duration) []byte
+	// Beside is the connection of the endpoints marked Beside: a second
+	// one to the same servers (see Beside). Nil: they use the term's.
+	Beside *nats.Conn
 	// Now is the intake's clock: requests' deadlines. Default time.Now.
 	Now func() time.Time
 	// Logger receives the term's logs. Default slog.Default().
@@ -159,7 +166,7 @@ func Start(ctx context.Context, nc *nats.Conn, spec Spec) (*Term, error) {
 		return nil, err
 	}
 	t := &Term{nc: nc, spec: spec, gate: spec.Gate, log: spec.Logger, stop: make(chan struct{}), quit: make(chan struct{}),
-		in: &intake{lim: spec.Limits, tenants: map[string]*rate.Limiter{}, bodies: map[bodyKey][]byte{}}}
+		in: &intake{lim: spec.Limits, tenants: map[string]*rate.Limiter{}, refusals: map[bodyKey]refusal{}}}
 	meta := map[string]string{"node": spec.Node, "server_id": spec.ServerID, "term": strconv.FormatUint(spec.Term, 10)}
 	epMeta := map[string]string{"node": spec.Node}
 	if spec.Partitions > 0 {
@@ -177,14 +184,20 @@ func Start(ctx context.Context, nc *nats.Conn, spec Spec) (*Term, error) {
 	t.svc = svc
 	lim := spec.Limits
 	for _, e := range spec.Endpoints {
-		l := &lane{t: t, ep: e, wake: make(chan struct{}, 1)}
-		if e.Plain {
+		l := &lane{t: t, ep: e, nc: nc, wake: make(chan struct{}, 1)}
+		if e.Beside && spec.Beside != nil {
+			l.nc = spec.Beside
+		}
+		switch {
+		case e.Beside && !e.Plain:
+			err = errors.New("an endpoint beside must be plain")
+		case e.Plain:
 			var sub *nats.Subscription
-			if sub, err = nc.Subscribe(e.Subject, t.intakeMsg(l)); err == nil {
+			if sub, err = l.nc.Subscribe(e.Subject, t.intakeMsg(l)); err == nil {
 				t.subs = append(t.subs, sub)
 				err = sub.SetPendingLimits(lim.PendingMsgs, lim.PendingBytes)
 			}
-		} else {
+		default:
 			err = svc.AddEndpoint(e.Name, t.intake(l), micro.WithEndpointSubject(e.Subject),
 				micro.WithEndpointQueueGroupDisabled(), micro.WithEndpointMetadata(epMeta),
 				micro.WithEndpointPendingLimits(lim.PendingMsgs, lim.PendingBytes))
@@ -197,8 +210,10 @@ func Start(ctx context.Context, nc *nats.Conn, spec Spec) (*Term, error) {
 		t.lanes = append(t.lanes, l)
 		go l.run(t.quit)
 	}
-	if err := nc.FlushTimeout(flushTimeout); err != nil {
-		t.log.Warn("flush after registering endpoints", "err", err)
+	for _, c := range t.conns() {
+		if err := c.FlushTimeout(flushTimeout); err != nil {
+			t.log.Warn("flush after registering endpoints", "err", err)
+		}
 	}
 	if spec.TickEvery > 0 && spec.Tick != nil {
 		t.ticker.Add(1)
@@ -208,36 +223,16 @@ func Start(ctx context.Context, nc *nats.Conn, spec Spec) (*Term, error) {
 }
 
 // intake is the one function every request of a micro endpoint passes
-// on its subscription's goroutine (see take). A refusal goes through
-// micro's request, from micro's goroutine, so STATS counts it.
+// on its subscription's goroutine (see take).
 func (t *Term) intake(l *lane) micro.HandlerFunc {
 	return func(m micro.Request) {
-		h := nats.Header(m.Headers())
-		t.take(l, m.Subject(), m.Reply(), h, m.Data(), nil, func(code int, text string, retry time.Duration) {
-			hdr := micro.Headers{}
-			if retry > 0 {
-				hdr[HeaderRetryAfter] = []string{strconv.FormatInt(retry.Milliseconds(), 10)}
-			}
-			_ = m.Error(strconv.Itoa(code), text, t.errorBody(h, code, text, retry), micro.WithHeaders(hdr))
-		})
+		t.take(l, m.Subject(), m.Reply(), nats.Header(m.Headers()), m.Data(), nil)
 	}
 }
 
 // intakeMsg is intake for a plain subscription.
 func (t *Term) intakeMsg(l *lane) nats.MsgHandler {
-	return func(m *nats.Msg) {
-		t.take(l, m.Subject, m.Reply, m.Header, m.Data, m, func(code int, text string, retry time.Duration) {
-			if m.Reply == "" {
-				return
-			}
-			out := &nats.Msg{Subject: m.Reply, Header: nats.Header{micro.ErrorHeader: {text}, micro.ErrorCodeHeader: {strconv.Itoa(code)}},
-				Data: t.errorBody(m.Header, code, text, retry)}
-			if retry > 0 {
-				out.Header.Set(HeaderRetryAfter, strconv.FormatInt(retry.Milliseconds(), 10))
-			}
-			_ = t.nc.PublishMsg(out)
-		})
-	}
+	return func(m *nats.Msg) { t.take(l, m.Subject, m.Reply, m.Header, m.Data, m) }
 }
 
 // take admits a request to l or refuses it at once: no decoding, no
@@ -246,7 +241,7 @@ func (t *Term) intakeMsg(l *lane) nats.MsgHandler {
 // arrives after Stop to the next leader, refuses one over the size limit
 // (413), over its tenant's rate (429) or past the in-flight bound (503),
 // and queues the rest with their deadline.
-func (t *Term) take(l *lane, subject, reply string, h nats.Header, data []byte, msg *nats.Msg, refuse func(code int, text string, retry time.Duration)) {
+func (t *Term) take(l *lane, subject, reply string, h nats.Header, data []byte, msg *nats.Msg) {
 	if l.ep.Ignore != nil && l.ep.Ignore(subject) {
 		return
 	}
@@ -282,29 +277,47 @@ func (t *Term) take(l *lane, subject, reply string, h nats.Header, data []byte, 
 	}
 	if code != 0 {
 		if t.gate.Open() {
-			refuse(code, text, retry)
+			t.refuse(l, reply, h, code, text, retry)
 		} else {
 			t.gate.Silenced.Add(1)
 		}
 		t.handled.Add(1)
 		return
 	}
-	l.push(&Request{t: t, subject: subject, reply: reply, header: h, data: data, msg: msg, class: class,
+	l.push(&Request{t: t, nc: l.nc, subject: subject, reply: reply, header: h, data: data, msg: msg, class: class,
 		deadline: now.Add(timeoutOf(h, t.in.lim.MaxAge))})
 }
 
-// errorBody is the body of an intake refusal. A refusal other than a
-// 413 says nothing of the request but its Content-Type, so its body is
-// made once.
-func (t *Term) errorBody(h nats.Header, code int, text string, retry time.Duration) []byte {
-	if t.spec.ErrorBody == nil {
-		return nil
-	}
-	if code == CodeTooLarge {
-		return t.spec.ErrorBody(h, code, text, retry)
+// refuse answers a request to reply with an error: the micro error
+// headers, Allot-Retry-After and the product's body. A refusal other
+// than a 413 says nothing of the request but its Content-Type, so its
+// headers and body are made once (see intake.refusal) and only the
+// publish is left per request: under a flood the intake refuses most
+// requests, and must keep up. micro's STATS do not count these errors;
+// the intake's do.
+func (t *Term) refuse(l *lane, reply string, h nats.Header, code int, text string, retry time.Duration) {
+	if reply == "" {
+		return
 	}
 	ct := h.Get("Content-Type")
-	return t.in.body(bodyKey{ct, code, retry}, func() []byte { return t.spec.ErrorBody(nats.Header{"Content-Type": {ct}}, code, text, retry) })
+	mk := func() refusal {
+		hdr := nats.Header{micro.ErrorHeader: {text}, micro.ErrorCodeHeader: {strconv.Itoa(code)}}
+		if retry > 0 {
+			hdr[HeaderRetryAfter] = []string{strconv.FormatInt(retry.Milliseconds(), 10)}
+		}
+		var body []byte
+		if t.spec.ErrorBody != nil {
+			body = t.spec.ErrorBody(nats.Header{"Content-Type": {ct}}, code, text, retry)
+		}
+		return refusal{hdr, body}
+	}
+	var r refusal
+	if code == CodeTooLarge {
+		r = mk()
+	} else {
+		r = t.in.refusal(bodyKey{ct, code, retry}, mk)
+	}
+	_ = l.nc.PublishMsg(&nats.Msg{Subject: reply, Header: r.header, Data: r.body})
 }
 
 // Intake returns what the intake counted.
@@ -358,15 +371,21 @@ func (t *Term) Stop() {
 // lanes have handed them all over once as many were handled as taken up.
 func (t *Term) drain(grace time.Duration) {
 	t.unsubscribe()
-	if t.nc.IsConnected() && t.gate.Open() {
-		if err := t.nc.FlushTimeout(grace); err != nil {
-			t.log.Warn("flush after unsubscribing", "err", err)
+	conns := t.conns()
+	var pending sync.WaitGroup
+	for _, c := range conns {
+		if c.IsConnected() && t.gate.Open() {
+			if err := c.FlushTimeout(grace); err != nil {
+				t.log.Warn("flush after unsubscribing", "err", err)
+			}
+		}
+		pending.Add(1)
+		if err := c.Barrier(pending.Done); err != nil {
+			pending.Done() // closed: the connection delivers nothing more
 		}
 	}
 	barrier := make(chan struct{})
-	if err := t.nc.Barrier(func() { close(barrier) }); err != nil {
-		close(barrier) // closed: the connection delivers nothing more
-	}
+	go func() { pending.Wait(); close(barrier) }()
 	tk := time.NewTicker(drainPoll)
 	defer tk.Stop()
 	last, since := t.handled.Load(), time.Now()
@@ -390,6 +409,18 @@ func (t *Term) drain(grace time.Duration) {
 			return
 		}
 	}
+}
+
+// conns are the connections the term's endpoints are served on.
+func (t *Term) conns() []*nats.Conn {
+	if b := t.spec.Beside; b != nil && b != t.nc {
+		for _, e := range t.spec.Endpoints {
+			if e.Beside {
+				return []*nats.Conn{t.nc, b}
+			}
+		}
+	}
+	return []*nats.Conn{t.nc}
 }
 
 // drainPoll is how often a drain checks the gate and its progress.
