@@ -18,6 +18,7 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -32,6 +33,8 @@ const (
 	RoleEcho        = "echo"
 	RoleQuota       = "quota"
 	RoleDomain      = "domain"
+	RoleReplica     = "replica"
+	RoleFlood       = "flood"
 )
 
 // ServeChild runs a helper role until ctx ends:
@@ -45,7 +48,13 @@ const (
 //   - "quota" serves the quota service, --partitions servers (the NATS
 //     server maps subjects to them) answering for --namespaces namespaces
 //     of never-empty dynamic token buckets;
-//   - "domain" serves the domain limits of the charon benchmark.
+//   - "domain" serves the domain limits of the charon benchmark;
+//   - "replica" is an elected coordinator replica (the overload
+//     benchmark) with the coordinator's template and round flags; it is
+//     ready once it serves;
+//   - "flood" floods the coordinator (the overload benchmark) until
+//     interrupted, then waits for the late answers and writes what its
+//     requests got on stderr (floodCountsPrefix and JSON).
 //
 // It prints "ready" on stdout once serving.
 func ServeChild(ctx context.Context, role string, args []string, stdout, stderr io.Writer) error {
@@ -59,6 +68,12 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 	refresh := fs.Duration("refresh", 5*time.Second, "coordinator: refresh interval")
 	partitions := fs.Int("partitions", 1, "quota: partitions")
 	namespaces := fs.Int("namespaces", 8, "quota: namespaces qb0..qb<n-1>")
+	inFlight := fs.Int("max-in-flight", 0, "replica: the intake's in-flight bound (0: the default)")
+	var fo OverloadOptions
+	fs.IntVar(&fo.FloodConns, "conns", 4, "flood: connections sending small requests")
+	fs.IntVar(&fo.FloodIDs, "ids", 20000, "flood: client ids")
+	fs.IntVar(&fo.BigPerSecond, "big", 10, "flood: requests of 1,000 resources per second")
+	fs.DurationVar(&fo.Timeout, "timeout", 2*time.Second, "flood: the requests' time-out")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -87,6 +102,11 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 		<-ctx.Done()
 		c.Stop()
 		return nil
+	case RoleFlood:
+		return runFloodChild(ctx, *url, fo, stdout, stderr)
+	case RoleReplica:
+		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		return serveReplica(ctx, nc, *round, benchTemplate(*capacity, *lease, *refresh), leader.Limits{MaxInFlight: *inFlight}, stdout, log)
 	case RoleDomain:
 		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		stop, err := serveDomain(ctx, *url, log)
@@ -108,7 +128,38 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 		stop()
 		return nil
 	}
-	return fmt.Errorf("bench child: unknown role %q (want %s, %s, %s or %s)", role, RoleCoordinator, RoleEcho, RoleQuota, RoleDomain)
+	return fmt.Errorf("bench child: unknown role %q (want %s, %s, %s, %s, %s or %s)", role, RoleCoordinator, RoleEcho, RoleQuota, RoleDomain, RoleReplica, RoleFlood)
+}
+
+// serveReplica runs an elected coordinator replica until ctx ends, and
+// says "ready" once it serves.
+func serveReplica(ctx context.Context, nc *nats.Conn, round time.Duration, tmpl *config.Template, intake leader.Limits, stdout io.Writer, log *slog.Logger) error {
+	if round == 0 {
+		round = coordinator.NoRoundInterval
+	}
+	ready := make(chan struct{})
+	var once sync.Once
+	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{
+		Options: coordinator.Options{ServerID: "bench-replica", RoundInterval: round,
+			Templates: coordinator.StaticTemplates(config.NewSet(1, nil, tmpl)), Intake: intake, Logger: log},
+		OnServing: func(_ uint64, serving bool) {
+			if serving {
+				once.Do(func() { close(ready) })
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("bench: replica: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- rep.Run(ctx) }()
+	select {
+	case <-ready:
+		fmt.Fprintln(stdout, "ready")
+	case err := <-done:
+		return fmt.Errorf("bench: replica: %w", err)
+	}
+	return <-done
 }
 
 // serveEcho answers requests on subject with their own payload.

@@ -15,18 +15,18 @@ import (
 	"github.com/allot/allot/bench"
 )
 
-// runBench runs allot's benchmarks: `allot bench load|quota|charon|scale|agent|sim|sim7|all`
+// runBench runs allot's benchmarks: `allot bench load|quota|charon|overload|scale|agent|sim|sim7|all`
 // (sim runs the one-level scenarios and then scenario 7, sim7 only the latter).
 // `allot bench child ROLE` is the helper process the load benchmark
 // starts (a coordinator or a bare echo responder).
 func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) > 0 && args[0] == "child" {
 		if len(args) < 2 {
-			return errors.New("usage: allot bench child coordinator|echo|quota [flags]")
+			return errors.New("usage: allot bench child coordinator|echo|quota|domain|replica [flags]")
 		}
 		return bench.ServeChild(ctx, args[1], args[2:], env.stdout, env.stderr)
 	}
-	fs := newFlags(env, "bench", "load|quota|charon|scale|agent|sim|sim7|all [flags]")
+	fs := newFlags(env, "bench", "load|quota|charon|overload|scale|agent|sim|sim7|all [flags]")
 	out := fs.String("out", "", "directory for the JSON, markdown and SVG results (default: a new directory under "+os.TempDir()+"; the committed results are bench/results)")
 	short := fs.Bool("short", false, "run the short variant (what `task bench` runs, under 5 minutes in all)")
 	inProcess := fs.Bool("in-process", false, "load: run the coordinator and echo in this process instead of child processes (CPU and RSS then cover everything)")
@@ -42,16 +42,17 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	fs.IntVar(&lo.PerRequest, "per-request", 0, "load: resources named in one request (default 1)")
 	fs.DurationVar(&lo.Round, "round", 0, "load: coordinator round interval (0 answers at once)")
 	parts := fs.String("quota-partitions", "1,2", "quota: partition counts to measure, comma-separated")
+	inFlight := fs.Int("max-in-flight", 0, "overload: the coordinator's intake bound (default that of allot coordinator)")
 	namespaces := fs.Int("namespaces", 0, "quota: namespaces the callers' buckets are spread over (default 8); --conns, --clients (default 64), --pipeline (default 1), --duration, --warmup and --phases apply too")
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
-		return errors.New("name one of load, quota, charon, scale, agent, sim, sim7 or all")
+		return errors.New("name one of load, quota, charon, overload, scale, agent, sim, sim7 or all")
 	}
-	if what := fs.Arg(0); !slices.Contains([]string{"load", "quota", "charon", "scale", "agent", "sim", "sim7", "all"}, what) {
-		return fmt.Errorf("unknown benchmark %q: want load, quota, charon, scale, agent, sim, sim7 or all", what)
+	if what := fs.Arg(0); !slices.Contains([]string{"load", "quota", "charon", "overload", "scale", "agent", "sim", "sim7", "all"}, what) {
+		return fmt.Errorf("unknown benchmark %q: want load, quota, charon, overload, scale, agent, sim, sim7 or all", what)
 	}
 	// The quota benchmark shares the load benchmark's concurrency flags.
 	qo := bench.QuotaOptions{ClosedLoop: lo.ClosedLoop, Namespaces: *namespaces}
@@ -97,6 +98,11 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	case "quota":
 		var r *bench.QuotaBenchResult
 		if r, err = bench.RunQuota(ctx, benv, qo); r != nil {
+			fmt.Fprintln(env.stdout, r.Markdown())
+		}
+	case "overload":
+		var r *bench.OverloadResult
+		if r, err = bench.RunOverload(ctx, benv, bench.OverloadOptions{MaxInFlight: *inFlight}); r != nil {
 			fmt.Fprintln(env.stdout, r.Markdown())
 		}
 	case "charon":
