@@ -214,3 +214,59 @@ func TestHoldersRefreshThroughAFlood(t *testing.T) {
 	}
 	t.Logf("flood of %d: %d leases, %d refused with 503", n, ok.Load(), refused.Load())
 }
+
+// Past its request rate a tenant gets 429 with a retry_after at once, so
+// its flood takes only its rate's worth of the places in flight, and
+// another tenant's newcomers are served. Every flood request is answered.
+func TestTenantFloodLeavesOthersServed(t *testing.T) {
+	e := startTenantsLimited(t, map[string][]string{"TENANT_A": {"a"}, "TENANT_B": {"b"}},
+		leader.Limits{MaxInFlight: 64, TenantRate: 100, TenantBurst: 100}, tmpl("*", 100, allotpb.Algorithm_FAIR_SHARE))
+	const n = 5000
+	a := e.as("a")
+	var ok, refused, limited, other atomic.Int64
+	inbox := a.NewRespInbox()
+	sub, err := a.Subscribe(inbox+".*", func(m *nats.Msg) {
+		switch m.Header.Get(micro.ErrorCodeHeader) {
+		case "":
+			ok.Add(1)
+		case "503":
+			refused.Add(1)
+		case "429":
+			limited.Add(1)
+		default:
+			other.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	hdr := nats.Header{wire.HeaderContentType: {wire.ContentProtobuf}}
+	for i := range n {
+		data, _ := proto.Marshal(&allotpb.GetCapacityRequest{ClientId: "flood-" + strconv.Itoa(i),
+			Resource: []*allotpb.ResourceRequest{{ResourceId: "db", Wants: 1}}})
+		if err := a.PublishMsg(&nats.Msg{Subject: coordinator.Subject("root", "capacity.get"), Reply: inbox + "." + strconv.Itoa(i), Header: hdr, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	b := e.as("b")
+	for i := range 5 {
+		data, _ := proto.Marshal(&allotpb.GetCapacityRequest{ClientId: "b-" + strconv.Itoa(i),
+			Resource: []*allotpb.ResourceRequest{{ResourceId: "db", Wants: 1}}})
+		r, err := b.RequestMsg(&nats.Msg{Subject: coordinator.Subject("root", "capacity.get"), Header: hdr, Data: data}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code := r.Header.Get(micro.ErrorCodeHeader); code != "" {
+			t.Fatalf("tenant B's request %d during A's flood: %s %s", i, code, r.Header.Get(micro.ErrorHeader))
+		}
+	}
+	faults.WaitFor(t, time.Minute, "every flood request answered", func() bool { return ok.Load()+refused.Load()+limited.Load()+other.Load() == n })
+	if limited.Load() == 0 || other.Load() != 0 {
+		t.Fatalf("tenant A's flood: %d leases, %d refused, %d limited, %d other", ok.Load(), refused.Load(), limited.Load(), other.Load())
+	}
+	t.Logf("tenant A's flood of %d: %d leases, %d refused (503), %d limited (429)", n, ok.Load(), refused.Load(), limited.Load())
+}

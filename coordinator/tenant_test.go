@@ -29,16 +29,20 @@ type tenantEnv struct {
 }
 
 func startTenants(t *testing.T, tenants map[string][]string, tmpls ...*config.Template) *tenantEnv {
+	// The sybil tests send 1,001 requests at once: none may be refused
+	// for overload.
+	return startTenantsLimited(t, tenants, leader.Limits{MaxInFlight: 4096}, tmpls...)
+}
+
+func startTenantsLimited(t *testing.T, tenants map[string][]string, lim leader.Limits, tmpls ...*config.Template) *tenantEnv {
 	t.Helper()
 	s := natstest.TenantServer(t, tenants)
 	nc := natstest.Conn(t, s, nats.UserInfo("allot", "allot"))
 	c := coordtest.Start(t, nc, coordinator.Options{
 		RoundInterval: 5 * time.Millisecond,
 		Templates:     coordinator.StaticTemplates(config.NewSet(1, tmpls, nil)),
-		// The sybil tests send 1,001 requests at once: none may be
-		// refused for overload.
-		Intake: leader.Limits{MaxInFlight: 4096},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Intake:        lim,
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	return &tenantEnv{env: &env{t: t, nc: nc, c: c}, s: s}
 }
