@@ -267,8 +267,8 @@ func decode(enc wire.Encoding, m micro.Request, msg proto.Message, validate func
 }
 
 // replyError answers, from the handler's own goroutine, with the micro
-// error headers and an ErrorReply body in the request's encoding; micro
-// counts it in the endpoint's STATS.
+// error headers and an ErrorReply body in the request's encoding, and
+// finishes the request in the intake; countCall counts it.
 func (c *Coordinator) replyError(m micro.Request, enc wire.Encoding, code int, text string) {
 	defer leader.Finish(m)
 	c.countCall(m.Subject(), code)
