@@ -142,7 +142,10 @@ type Agent struct {
 	log     *slog.Logger
 	rpc     *rpc.Caller
 	getSubj string
-	relSubj string
+	// refreshSubj is where a holder's GetCapacity goes: served before
+	// newcomers' when the coordinator is overloaded.
+	refreshSubj string
+	relSubj     string
 
 	kick chan struct{}
 	stop chan struct{}
@@ -236,16 +239,17 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 		o.logger = slog.Default()
 	}
 	a := &Agent{
-		nc:      nc,
-		rpc:     rpc.New(nc, func(code int, desc string) error { return &ServiceError{Code: code, Description: desc} }),
-		o:       o,
-		log:     o.logger.With("component", "allot-agent", "client_id", o.clientID),
-		getSubj: "allot." + o.node + ".capacity.get",
-		relSubj: "allot." + o.node + ".capacity.release",
-		kick:    make(chan struct{}, 1),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
-		res:     make(map[string]*resource),
+		nc:          nc,
+		rpc:         rpc.New(nc, func(code int, desc string) error { return &ServiceError{Code: code, Description: desc} }),
+		o:           o,
+		log:         o.logger.With("component", "allot-agent", "client_id", o.clientID),
+		getSubj:     "allot." + o.node + ".capacity.get",
+		relSubj:     "allot." + o.node + ".capacity.release",
+		refreshSubj: "allot." + o.node + ".capacity.refresh",
+		kick:        make(chan struct{}, 1),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
+		res:         make(map[string]*resource),
 	}
 	go a.run()
 	return a, nil

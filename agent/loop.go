@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -246,7 +248,9 @@ func (a *Agent) refresh(t time.Time) error {
 	}
 	slices.SortFunc(sent, func(x, y *resource) int { return strings.Compare(x.id, y.id) })
 	rrs := make([]*allotpb.ResourceRequest, len(sent))
+	held := false // a lease of this coordinator, even one that has lapsed
 	for i, r := range sent {
+		held = held || r.leased
 		a.sampleLocked(r, t)
 		w := r.currentWantsLocked()
 		r.sentWants, r.sent = w, true
@@ -277,7 +281,7 @@ func (a *Agent) refresh(t time.Time) error {
 	get := func(k int) {
 		req := &allotpb.GetCapacityRequest{ClientId: a.o.clientID, Resource: rrs[parts[k][0]:parts[k][1]]}
 		resps[k] = &allotpb.GetCapacityResponse{}
-		errs[k] = a.call(a.getSubj, req, resps[k])
+		errs[k] = a.get(req, resps[k], held)
 	}
 	if len(parts) == 1 {
 		get(0)
@@ -417,8 +421,47 @@ func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityRespons
 // resp, turning a micro-style error reply into a *ServiceError. It is not
 // cancelled by Close: Close waits for the answer, so that what it sends
 // next cannot overtake this request.
-func (a *Agent) call(subj string, req, resp proto.Message) error {
-	return a.rpc.Protobuf(context.Background(), a.o.requestTimeout, subj, req, resp)
+//
+// Every request says how long the agent waits for it (Allot-Timeout), so
+// that an overloaded service drops it rather than answer it too late; a
+// request of a client holding a lease says who it is (Allot-Client), so
+// that the coordinator takes it before newcomers' (subjects.md,
+// "Overload").
+func (a *Agent) call(subj string, req, resp proto.Message, held bool) error {
+	client := ""
+	if held {
+		client = a.o.clientID
+	}
+	return a.rpc.Protobuf(context.Background(), a.o.requestTimeout, subj, client, req, resp)
+}
+
+// get sends a GetCapacity request. One of a client that holds or held a
+// lease is a holder's refresh: it goes to allot.<node>.capacity.refresh,
+// which the coordinator serves on a subscription of its own, before
+// newcomers' gets (subjects.md, "Overload"). A coordinator that predates
+// that subject answers 404 there, and a responder that serves
+// capacity.get alone leaves it without responders: the request is then
+// sent again as a get.
+func (a *Agent) get(req *allotpb.GetCapacityRequest, resp *allotpb.GetCapacityResponse, held bool) error {
+	if !held && !holds(req) {
+		return a.call(a.getSubj, req, resp, false)
+	}
+	err := a.call(a.refreshSubj, req, resp, true)
+	if se := (*ServiceError)(nil); errors.Is(err, nats.ErrNoResponders) ||
+		errors.As(err, &se) && se.Code == 404 && strings.Contains(se.Description, "unknown operation") {
+		return a.call(a.getSubj, req, resp, true)
+	}
+	return err
+}
+
+// holds reports whether a GetCapacity request reports a lease held.
+func holds(req *allotpb.GetCapacityRequest) bool {
+	for _, r := range req.GetResource() {
+		if r.GetHas() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // release sends ReleaseCapacity for ids (sorted and made unique here), in
@@ -430,7 +473,7 @@ func (a *Agent) release(ids []string) error {
 	var firstErr error
 	for _, p := range a.batches(len(ids), func(i int) int { return fieldSize(len(ids[i])) }) {
 		req := &allotpb.ReleaseCapacityRequest{ClientId: a.o.clientID, ResourceId: ids[p[0]:p[1]]}
-		firstErr = cmp.Or(firstErr, a.call(a.relSubj, req, &allotpb.ReleaseCapacityResponse{}))
+		firstErr = cmp.Or(firstErr, a.call(a.relSubj, req, &allotpb.ReleaseCapacityResponse{}, true))
 	}
 	return firstErr
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -33,6 +34,7 @@ const (
 	RoleQuota       = "quota"
 	RoleDomain      = "domain"
 	RoleReplica     = "replica"
+	RoleFlood       = "flood"
 )
 
 // ServeChild runs a helper role until ctx ends:
@@ -48,8 +50,13 @@ const (
 //     of never-empty dynamic token buckets;
 //   - "domain" serves the domain limits of the charon benchmark;
 //   - "replica" runs a coordinator replica of node root named --id, in
-//     the node's election (TTL 3 s), with the coordinator's template;
-//     the failover benchmark kills its leader with kill -9.
+//     the node's election (TTL 3 s), with the coordinator's template,
+//     round and intake flags; it is ready at once, or with --await-lead
+//     once it serves. The failover benchmark kills its leader with
+//     kill -9; the overload benchmark floods it;
+//   - "flood" floods the coordinator (the overload benchmark) until
+//     interrupted, then waits for the late answers and writes what its
+//     requests got on stderr (floodCountsPrefix and JSON).
 //
 // It prints "ready" on stdout once serving.
 func ServeChild(ctx context.Context, role string, args []string, stdout, stderr io.Writer) error {
@@ -63,7 +70,14 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 	refresh := fs.Duration("refresh", 5*time.Second, "coordinator: refresh interval")
 	partitions := fs.Int("partitions", 1, "quota: partitions")
 	namespaces := fs.Int("namespaces", 8, "quota: namespaces qb0..qb<n-1>")
-	id := fs.String("id", "", "replica: the replica's server id")
+	id := fs.String("id", "bench-replica", "replica: the replica's server id")
+	awaitLead := fs.Bool("await-lead", false, "replica: say ready only once it serves")
+	inFlight := fs.Int("max-in-flight", 0, "replica: the intake's in-flight bound (0: the default)")
+	var fo OverloadOptions
+	fs.IntVar(&fo.FloodConns, "conns", 4, "flood: connections sending small requests")
+	fs.IntVar(&fo.FloodIDs, "ids", 20000, "flood: client ids")
+	fs.IntVar(&fo.BigPerSecond, "big", 10, "flood: requests of 1,000 resources per second")
+	fs.DurationVar(&fo.Timeout, "timeout", 2*time.Second, "flood: the requests' time-out")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -92,12 +106,22 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 		<-ctx.Done()
 		c.Stop()
 		return nil
+	case RoleFlood:
+		return runFloodChild(ctx, *url, fo, stdout, stderr)
 	case RoleReplica:
 		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		tmpls := coordinator.StaticTemplates(config.NewSet(1, nil, benchTemplate(*capacity, *lease, *refresh)))
-		r, err := startReplica(ctx, *url, coordinator.Options{ServerID: *id, Templates: tmpls, Logger: log}, nats.MaxReconnects(-1))
+		r, err := startReplica(ctx, *url, coordinator.Options{ServerID: *id, Templates: tmpls, RoundInterval: *round,
+			Intake: leader.Limits{MaxInFlight: *inFlight}, Logger: log}, nats.MaxReconnects(-1))
 		if err != nil {
 			return err
+		}
+		if *awaitLead {
+			select {
+			case <-r.serving:
+			case <-r.done:
+				return errors.New("bench child: replica ended before it served")
+			}
 		}
 		fmt.Fprintln(stdout, "ready")
 		<-ctx.Done()
@@ -124,7 +148,7 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 		stop()
 		return nil
 	}
-	return fmt.Errorf("bench child: unknown role %q (want %s, %s, %s, %s or %s)", role, RoleCoordinator, RoleEcho, RoleQuota, RoleDomain, RoleReplica)
+	return fmt.Errorf("bench child: unknown role %q (want %s, %s, %s, %s, %s or %s)", role, RoleCoordinator, RoleEcho, RoleQuota, RoleDomain, RoleReplica, RoleFlood)
 }
 
 // serveEcho answers requests on subject with their own payload.

@@ -75,7 +75,7 @@ func DefaultLoadOptions(short bool) LoadOptions {
 }
 
 // orDefault sets *v to def when it is unset (zero or negative).
-func orDefault[T int | time.Duration](v *T, def T) {
+func orDefault[T int | time.Duration | float64](v *T, def T) {
 	if *v <= 0 {
 		*v = def
 	}

@@ -19,7 +19,9 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,6 +30,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/ledger"
+	"github.com/allot/allot/internal/reply"
 	"github.com/allot/allot/internal/statekv"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/wire"
@@ -184,6 +187,18 @@ type Options struct {
 	// grant would have refused. For introducing allot in front of a
 	// service without refusing anything.
 	Shadow bool
+	// Beside, if set, is a second connection to the same NATS servers
+	// (leader.DialBeside) on which the coordinator serves the holders'
+	// refreshes (capacity.refresh) and writes its lease record: these
+	// then queue behind nothing of a flood of other requests, at the
+	// server or here. A Replica opens one. Nil: they share the
+	// connection.
+	Beside *nats.Conn
+	// Intake bounds the requests taken up and not yet answered, and the
+	// rate of each tenant's (leader.Limits; the zero value has the
+	// defaults, and no tenant rate): past them a request gets 503 or
+	// 429 at once, with a retry_after. See subjects.md, "Overload".
+	Intake leader.Limits
 	// Logger receives the coordinator's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock; tests may replace it. Default time.Now.
@@ -226,8 +241,10 @@ type Coordinator struct {
 	// batching delay adds up, and children's requests are few.
 	urge chan struct{}
 
-	// serve serves the endpoints from Start until Stop.
+	// serve serves the endpoints from Start until Stop; live is it too,
+	// for the STATS handler, which may run before Start has set serve.
 	serve   *leader.Term
+	live    atomic.Pointer[leader.Term]
 	bulk    *bulkLane
 	started time.Time
 	stop    chan struct{}
@@ -235,12 +252,15 @@ type Coordinator struct {
 
 	store *recordStore
 	up    *upstream // nil on a root node
+	known *holders  // clients holding leases, for the intake
 
 	// Owned by the round loop.
 	ledger  *ledger.Ledger
 	waiting []*request // applied, waiting for their resources' record
-	stats   stats
-	snap    snapState // Snapshot's requests to the round loop, and its cache
+	// newcomers bounds the newcomers' requests of a round (adapt).
+	newcomers int
+	stats     stats
+	snap      snapState // Snapshot's requests to the round loop, and its cache
 }
 
 // New validates opts and returns a Coordinator that is not yet serving.
@@ -256,16 +276,18 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 		skew = -1 // the ledger's "none"
 	}
 	c := &Coordinator{
-		nc:    nc,
-		opts:  opts,
-		log:   opts.Logger.With("node", opts.Node, "server_id", opts.ServerID),
-		now:   opts.Now,
-		term:  opts.Term,
-		round: opts.RoundInterval,
-		wake:  make(chan struct{}, 1),
-		urge:  make(chan struct{}, 1),
-		gate:  leader.NewGate(opts.Valid, opts.Logger.With("node", opts.Node, "server_id", opts.ServerID), "coordinator"),
-		snap:  snapState{q: make(chan snapRequest)},
+		nc:        nc,
+		opts:      opts,
+		log:       opts.Logger.With("node", opts.Node, "server_id", opts.ServerID),
+		now:       opts.Now,
+		term:      opts.Term,
+		round:     opts.RoundInterval,
+		wake:      make(chan struct{}, 1),
+		urge:      make(chan struct{}, 1),
+		gate:      leader.NewGate(opts.Valid, opts.Logger.With("node", opts.Node, "server_id", opts.ServerID), "coordinator"),
+		snap:      snapState{q: make(chan snapRequest)},
+		known:     newHolders(opts.MaxClients),
+		newcomers: 1024,
 		ledger: ledger.New(ledger.Config{
 			Node: opts.Node, ServerID: opts.ServerID, Term: opts.Term,
 			ClockSkew: skew, CeilingHeadroom: opts.CeilingHeadroom,
@@ -409,7 +431,14 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	if c.serve != nil {
 		return errors.New("coordinator: already started")
 	}
-	js, err := jetstream.New(c.nc)
+	// The lease record's writes and their acknowledgements must not wait
+	// behind a flood of requests either: a write that times out holds
+	// grants to the recorded ceilings and cuts leases short.
+	kvConn := c.nc
+	if c.opts.Beside != nil {
+		kvConn = c.opts.Beside
+	}
+	js, err := jetstream.New(kvConn)
 	if err != nil {
 		return fmt.Errorf("coordinator: jetstream: %w", err)
 	}
@@ -421,21 +450,38 @@ func (c *Coordinator) Start(ctx context.Context) error {
 
 	c.bulk = newBulkLane(c)
 	// Get and release share one subscription so that one client's
-	// requests are handled in the order they were sent. A tenant's
-	// requests arrive on allot.t.<tenant>.<node>.capacity.* through its
-	// account's service import: one subscription for all tenants, so each
-	// client's get and release keep their order. Never server.get: child
-	// nodes are coordinators inside the allot account. A plain
-	// subscription, not a micro endpoint: the handler needs the message
-	// (msgrequest.go).
+	// requests are handled in the order they were sent. A holder's
+	// refresh (capacity.refresh) has a subscription of its own, on a
+	// connection of its own (Options.Beside), which a flood of newcomers'
+	// gets never fills: the wildcard's subscription leaves it alone. A tenant's requests arrive on
+	// allot.t.<tenant>.<node>.capacity.* through its account's service
+	// import: one subscription for all tenants (and one for their
+	// refreshes), so each client's get and release keep their order.
+	// Never server.get: child nodes are coordinators inside the allot
+	// account. A plain subscription, not a micro endpoint: the handler
+	// needs the message (handleTenantMsg). Every endpoint is Deferred:
+	// the round loop answers, and finishes, its requests (publish).
+	size := func(h nats.Header, n int) error { return wire.CheckSize(wire.EncodingOf(h), n) }
+	refresh := func(subject string) bool { return strings.HasSuffix(subject, ".capacity.refresh") }
+	node := c.opts.Node
 	term, err := leader.Start(ctx, c.nc, leader.Spec{
-		Name: ServiceName, Version: ServiceVersion, Description: "allot coordinator: capacity leases for node " + c.opts.Node,
-		Node: c.opts.Node, ServerID: c.opts.ServerID, Term: c.Term(), Stats: c.statsData, Gate: c.gate, Logger: c.log,
+		Name: ServiceName, Version: ServiceVersion, Description: "allot coordinator: capacity leases for node " + node,
+		Node: node, ServerID: c.opts.ServerID, Term: c.Term(), Stats: c.statsData, Gate: c.gate, Logger: c.log,
 		Endpoints: []leader.Endpoint{
-			{Name: "capacity", Subject: Subject(c.opts.Node, "capacity.*"), Handle: c.handleCapacity},
-			{Name: "server_get", Subject: Subject(c.opts.Node, "server.get"), Handle: c.handleServerGet},
-			{Name: "server_get_child", Subject: Subject(c.opts.Node, "server.get.*"), Handle: c.handleServerGet},
-			{Subject: TenantSubject("*", c.opts.Node, "capacity.*"), Msg: c.handleTenantMsg},
+			{Name: "capacity", Subject: Subject(node, "capacity.*"), Handle: c.handleCapacity, CheckSize: size, Deferred: true, Ignore: refresh},
+			{Subject: Subject(node, "capacity.refresh"), Plain: true, Beside: true, Handle: c.handleCapacity, CheckSize: size, Deferred: true},
+			{Name: "server_get", Subject: Subject(node, "server.get"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
+			{Name: "server_get_child", Subject: Subject(node, "server.get.*"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
+			{Subject: TenantSubject("*", node, "capacity.*"), Plain: true, Handle: c.handleTenantMsg, CheckSize: size, Deferred: true,
+				Tenant: wire.TenantOf, Ignore: refresh},
+			{Subject: TenantSubject("*", node, "capacity.refresh"), Plain: true, Beside: true, Handle: c.handleTenantMsg, CheckSize: size,
+				Deferred: true, Tenant: wire.TenantOf},
+		},
+		Limits:   c.opts.Intake,
+		Beside:   c.opts.Beside,
+		Classify: c.known.classify,
+		ErrorBody: func(h nats.Header, code int, text string, retry time.Duration) []byte {
+			return reply.RefusalBody(wire.EncodingOf(h), code, text, retry)
 		},
 		Close: c.closeServing,
 	})
@@ -444,6 +490,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	c.serve = term
+	c.live.Store(term)
 	c.stop = make(chan struct{})
 	c.done = make(chan struct{})
 	c.store.start()
@@ -512,6 +559,7 @@ func (c *Coordinator) enqueue(r *request) {
 	if c.closed {
 		c.mu.Unlock()
 		c.gate.Silenced.Add(1)
+		leader.Finish(r.msg)
 		return
 	}
 	c.pending = append(c.pending, r)

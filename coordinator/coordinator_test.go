@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
@@ -30,9 +31,10 @@ func tmpl(glob string, capacity float64, kind allotpb.Algorithm_Kind) *config.Te
 }
 
 type env struct {
-	t  *testing.T
-	nc *nats.Conn
-	c  *coordinator.Coordinator
+	t   *testing.T
+	nc  *nats.Conn
+	c   *coordinator.Coordinator
+	srv *server.Server
 }
 
 func start(t *testing.T, opts coordinator.Options) *env {
@@ -42,7 +44,7 @@ func start(t *testing.T, opts coordinator.Options) *env {
 	if opts.RoundInterval == 0 {
 		opts.RoundInterval = 5 * time.Millisecond
 	}
-	return &env{t: t, nc: nc, c: coordtest.Start(t, nc, opts)}
+	return &env{t: t, nc: nc, c: coordtest.Start(t, nc, opts), srv: s}
 }
 
 func (e *env) reqJSON(subject, body string) *nats.Msg {

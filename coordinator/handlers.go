@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/ledger"
 	"github.com/allot/allot/internal/reply"
 	"github.com/allot/allot/internal/reqinfo"
@@ -56,6 +58,13 @@ type request struct {
 	errText  string
 }
 
+// newcomer reports whether r is a client's request that the intake did
+// not know as a holder's.
+func (r *request) newcomer() bool {
+	lr, ok := r.msg.(*leader.Request)
+	return ok && r.kind != kindServer && lr.Class() == leader.ClassNewcomer
+}
+
 // handleCapacity serves allot.<node>.capacity.get and .release on one
 // subscription, so one client's requests keep their order (a release
 // published after a get is applied after it). Small requests are decoded
@@ -74,8 +83,8 @@ func (c *Coordinator) handleCapacity(m micro.Request) {
 // client sets. The request's client id is bound to that identity. A
 // header block that nats.go may not read as nats-server wrote it is
 // refused (reqinfo.CheckBlock): it could hide the server's header.
-func (c *Coordinator) handleTenantMsg(msg *nats.Msg) {
-	m := msgRequest{msg}
+func (c *Coordinator) handleTenantMsg(m micro.Request) {
+	msg := m.(*leader.Request).Msg()
 	tenant := wire.TenantOf(m.Subject())
 	err := reqinfo.CheckBlock(msg.Header, reqinfo.HeaderLen(msg))
 	var info reqinfo.Info
@@ -99,20 +108,17 @@ func (c *Coordinator) serveCapacity(m micro.Request, who ledger.Claimant) {
 	c.countCall(m.Subject(), 0)
 	var kind reqKind
 	switch op := m.Subject()[strings.LastIndexByte(m.Subject(), '.')+1:]; op {
-	case "get":
+	case "get", "refresh":
 		kind = kindGet
 	case "release":
 		kind = kindRelease
 	default:
 		enc := wire.EncodingOf(m.Headers())
-		c.replyError(m, enc, CodeUnknownEndpoint, "unknown operation "+strconv.Quote(op)+": use capacity.get or capacity.release")
+		c.replyError(m, enc, CodeUnknownEndpoint, "unknown operation "+strconv.Quote(op)+": use capacity.get, capacity.refresh or capacity.release")
 		return
 	}
+	// The intake refused what is over the size limit (Endpoint.CheckSize).
 	enc, n := wire.EncodingOf(m.Headers()), len(m.Data())
-	if err := wire.CheckSize(enc, n); err != nil {
-		c.replyError(m, enc, CodeTooLarge, err.Error())
-		return
-	}
 	if !wire.DecodeInline(enc, n) || kind == kindRelease && c.bulk.busy() {
 		if !c.bulk.submit(bulkItem{m, kind, who}) {
 			c.replyError(m, enc, CodeUnavailable, "too many large requests queued; retry shortly")
@@ -135,11 +141,28 @@ func (c *Coordinator) decode(it bulkItem) {
 		r.rel = &allotpb.ReleaseCapacityRequest{}
 		err = decode(enc, m, r.rel, func() error { return wire.ValidateRelease(r.rel) })
 	}
+	if err == nil {
+		err = sameClient(m, r)
+	}
 	if err != nil {
 		c.replyError(m, enc, CodeBadRequest, err.Error())
 		return
 	}
 	c.enqueue(r)
+}
+
+// sameClient checks that a request whose Allot-Client header claims a
+// holder's place in the intake speaks for that client.
+func sameClient(m micro.Request, r *request) error {
+	h := nats.Header(m.Headers()).Get(leader.HeaderClient)
+	id := r.get.GetClientId()
+	if r.rel != nil {
+		id = r.rel.GetClientId()
+	}
+	if h != "" && h != id {
+		return fmt.Errorf("header %s %q names another client than client_id %q", leader.HeaderClient, h, id)
+	}
+	return nil
 }
 
 // bulkLane decodes large requests on a goroutine of its own, in order.
@@ -220,10 +243,6 @@ func (b *bulkLane) close() {
 func (c *Coordinator) handleServerGet(m micro.Request) {
 	c.countCall(m.Subject(), 0)
 	enc := wire.EncodingOf(m.Headers())
-	if err := wire.CheckSize(enc, len(m.Data())); err != nil {
-		c.replyError(m, enc, CodeTooLarge, err.Error())
-		return
-	}
 	r := &request{kind: kindServer, enc: enc, msg: m, srv: &allotpb.GetServerCapacityRequest{}}
 	if err := decode(enc, m, r.srv, func() error { return wire.ValidateGetServerCapacity(r.srv) }); err != nil {
 		c.replyError(m, enc, CodeBadRequest, err.Error())
@@ -248,9 +267,10 @@ func decode(enc wire.Encoding, m micro.Request, msg proto.Message, validate func
 }
 
 // replyError answers, from the handler's own goroutine, with the micro
-// error headers and an ErrorReply body in the request's encoding; micro
-// counts it in the endpoint's STATS.
+// error headers and an ErrorReply body in the request's encoding, and
+// finishes the request in the intake; countCall counts it.
 func (c *Coordinator) replyError(m micro.Request, enc wire.Encoding, code int, text string) {
+	defer leader.Finish(m)
 	c.countCall(m.Subject(), code)
 	if !c.gate.Open() {
 		c.gate.Silenced.Add(1)
@@ -285,8 +305,10 @@ func (c *Coordinator) reply(m micro.Request, enc wire.Encoding, msg proto.Messag
 }
 
 // publish sends a reply to m's reply subject, unless this coordinator may
-// no longer answer (see leader.Gate).
+// no longer answer (see leader.Gate), and finishes m in the intake: every
+// request is finished here or in replyError.
 func (c *Coordinator) publish(m micro.Request, out *nats.Msg) {
+	defer leader.Finish(m)
 	if m.Reply() == "" {
 		return // a publish, not a request: nobody to answer
 	}
@@ -294,7 +316,13 @@ func (c *Coordinator) publish(m micro.Request, out *nats.Msg) {
 		c.gate.Silenced.Add(1)
 		return
 	}
-	if err := c.nc.PublishMsg(out); err != nil {
+	var err error
+	if lr, ok := m.(*leader.Request); ok {
+		err = lr.RespondMsg(out) // on the connection it came on
+	} else {
+		err = c.nc.PublishMsg(out)
+	}
+	if err != nil {
 		c.log.Debug("reply failed", "err", err)
 	}
 }

@@ -71,6 +71,14 @@ type Replica struct {
 	nc   *nats.Conn
 	opts ReplicaOptions
 	seat leader.Seat[*Coordinator]
+	// beside dials the election's connection with the options nc had
+	// when NewReplica took them (leader.Beside).
+	beside func(*nats.Conn) (*nats.Conn, error)
+	// holders dials the connection of the holders' refreshes
+	// (Options.Beside), likewise.
+	holders func(*nats.Conn) (*nats.Conn, error)
+	// besideConn is the holders' connection of the current Run.
+	besideConn *nats.Conn
 }
 
 // NewReplica validates opts and returns a Replica; Run it.
@@ -92,7 +100,7 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	// read the 0 that NoRoundInterval and NoClockSkew became as "default":
 	// keep them as given. Fix the identity now, the same for every term.
 	opts.Node, opts.ServerID, opts.Templates, opts.Logger, opts.Now = filled.Node, filled.ServerID, filled.Templates, filled.Logger, filled.Now
-	return &Replica{nc: nc, opts: opts}, nil
+	return &Replica{nc: nc, opts: opts, beside: leader.Beside(nc, "election"), holders: leader.Beside(nc, "holders")}, nil
 }
 
 // Status returns the replica's current role and term.
@@ -120,7 +128,22 @@ func (r *Replica) coordinator() *Coordinator {
 // group: every replica answers) report the replica's status. Run returns
 // nil after ctx ends, or an error if the NATS connection closed or the
 // election cannot run.
+//
+// The election runs on a second connection beside the replica's, with
+// its options (leader.Beside, whose options NewReplica takes), so that
+// its keep-alives never queue behind requests: a flood of the service's
+// subjects cannot make the leadership lapse. The holders' refreshes have
+// a third (Options.Beside), unless the options name one.
 func (r *Replica) Run(ctx context.Context) error {
+	r.besideConn = r.opts.Beside
+	if r.besideConn == nil {
+		hc, err := r.holders(r.nc)
+		if err != nil {
+			return fmt.Errorf("coordinator: holders' connection: %w", err)
+		}
+		defer hc.Close()
+		r.besideConn = hc
+	}
 	err := r.seat.Run(ctx, r.nc, leader.SeatConfig{
 		Election: election.Config{
 			Bucket:   r.opts.ElectionBucket,
@@ -130,8 +153,9 @@ func (r *Replica) Run(ctx context.Context) error {
 			Replicas: r.opts.ElectionReplicas,
 			Logger:   r.opts.Logger.With("node", r.opts.Node),
 		},
-		What:      "coordinator",
-		OnServing: r.opts.OnServing,
+		What:         "coordinator",
+		ElectionConn: r.beside,
+		OnServing:    r.opts.OnServing,
 		Status: &leader.StatusService{
 			Name: ReplicaServiceName, Version: ServiceVersion,
 			Description: "allot coordinator replica of node " + r.opts.Node + " (leader or follower)",
@@ -164,6 +188,7 @@ func (r *Replica) start(ctx context.Context, el *election.Elector, term uint64) 
 // termOptions are the options of the coordinator of term.
 func (r *Replica) termOptions(el *election.Elector, term uint64) Options {
 	opts := r.opts.Options
+	opts.Beside = r.besideConn
 	opts.Term = term
 	opts.Valid = func() bool { return el.Valid(term) }
 	opts.TermBound = el.LastSequence

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/ledger"
 	"github.com/allot/allot/internal/reply"
 	"github.com/allot/allot/internal/wire"
@@ -147,18 +148,42 @@ func (c *Coordinator) propose(p *ledger.Proposal) {
 	}
 }
 
-// runRound takes every queued request, applies it to the ledger, lets the
-// ledger allocate what needs no new record, and answers every request
-// whose resources were allocated; the others wait for the record.
+// runRound takes the queued requests (takeBatch) and works them in two
+// passes: the holders' (and child nodes'), answered before any
+// newcomer's is even applied, then the newcomers'. Each pass applies its
+// requests to the ledger, lets the ledger allocate what needs no new
+// record, and answers every request whose resources were allocated; the
+// others wait for the record.
 func (c *Coordinator) runRound() {
-	c.mu.Lock()
-	batch := c.pending
-	c.pending = nil
-	c.mu.Unlock()
-	if len(batch) == 0 && len(c.waiting) == 0 && !c.ledger.Pending() {
+	holders, newcomers, full := c.takeBatch()
+	if len(holders) == 0 && len(newcomers) == 0 && len(c.waiting) == 0 && !c.ledger.Pending() {
 		return
 	}
+	if len(holders) > 0 || len(newcomers) == 0 {
+		c.pass(holders)
+	}
+	if len(newcomers) > 0 {
+		c.adapt(c.pass(newcomers), full)
+	}
+}
+
+// pass is one pass of a round over batch (see runRound); it returns how
+// long it took.
+func (c *Coordinator) pass(batch []*request) time.Duration {
 	start := time.Now()
+	// A request whose sender has stopped waiting is dropped unanswered:
+	// answering it would only cost the others' time.
+	live := batch[:0]
+	for _, req := range batch {
+		if leader.Expired(req.msg, start) {
+			c.stats.expired++
+			leader.Finish(req.msg)
+			continue
+		}
+		live = append(live, req)
+	}
+	clear(batch[len(live):])
+	batch = live
 	now := c.now().UnixNano()
 	set := c.opts.Templates.Current()
 	for _, req := range batch {
@@ -208,8 +233,79 @@ func (c *Coordinator) runRound() {
 	}
 	c.waiting = kept
 	c.ledger.EndRound()
-	c.stats.round(len(batch), time.Since(start))
+	took := time.Since(start)
+	c.stats.round(len(batch), took)
 	c.publishStats()
+	return took
+}
+
+// Newcomers per round, counted in resources named (a request of 1,000
+// resources costs a round what 1,000 of one do). A newcomers' pass is
+// what a holder's refresh queued behind it waits, so under a flood each
+// round takes at most c.newcomers resources of newcomers' requests (and
+// at least one request), a figure that halves after a pass longer than
+// roundBudget and grows by a quarter after a full one within it: passes
+// stay short on a slow or busy machine, and the flood is worked off over
+// several rounds.
+const (
+	roundBudget  = 50 * time.Millisecond
+	minNewcomers = 64
+	maxNewcomers = 8192
+)
+
+// adapt sets the newcomers' share of the next round from the last
+// newcomers' pass: it took took, with full true if newcomers were left
+// queued.
+func (c *Coordinator) adapt(took time.Duration, full bool) {
+	switch {
+	case took > roundBudget:
+		c.newcomers = max(minNewcomers, c.newcomers/2)
+	case full:
+		c.newcomers = min(maxNewcomers, c.newcomers+c.newcomers/4+1)
+	}
+}
+
+// weight is what a request costs a round: the resources it names.
+func (r *request) weight() int {
+	switch {
+	case r.get != nil:
+		return max(1, len(r.get.GetResource()))
+	case r.rel != nil:
+		return max(1, len(r.rel.GetResourceId()))
+	}
+	return 1
+}
+
+// takeBatch takes the queued requests for a round: every holder's and
+// child node's, and newcomers' in order up to c.newcomers resources (at
+// least one request); the others stay queued, in order, for the next
+// round, which it asks for. full says some were left.
+func (c *Coordinator) takeBatch() (holders, newcomers []*request, full bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	all := c.pending
+	c.pending = nil
+	var rest []*request
+	budget := c.newcomers
+	for _, r := range all {
+		switch {
+		case !r.newcomer():
+			holders = append(holders, r)
+		case c.closed || len(rest) == 0 && (len(newcomers) == 0 || r.weight() <= budget):
+			newcomers = append(newcomers, r)
+			budget -= r.weight()
+		default:
+			rest = append(rest, r)
+		}
+	}
+	if len(rest) > 0 {
+		c.pending = rest
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+	}
+	return holders, newcomers, len(rest) > 0
 }
 
 // answerWaiting answers requests still waiting for a record at stop,
@@ -268,6 +364,7 @@ func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
 		})
 	}
 	c.leaseBuf = entries
+	c.held(req, entries)
 	c.replyBuf = wire.AppendGetCapacityResponse(c.replyBuf[:0], term, entries)
 	c.publish(req.msg, reply.Msg(req.msg.Reply(), wire.Protobuf, c.replyBuf))
 }
@@ -283,8 +380,23 @@ func (c *Coordinator) getResponse(req *request, now int64, term uint64) *allotpb
 		l := s.Lease(now)
 		resp.Response[k] = &allotpb.ResourceResponse{ResourceId: l.ResourceID, Gets: leaseMsg(l), SafeCapacity: l.SafeCapacity,
 			SafeExpiryTime: safeExpiryMsg(l), Shadow: l.Shadow || c.opts.Shadow}
+		c.known.hold(req.msg.Subject(), req.get.GetClientId(), l.Expiry)
 	}
 	return resp
+}
+
+// held records the client of a binary get as a holder until its last
+// lease ends (see holders).
+func (c *Coordinator) held(req *request, entries []wire.LeaseReply) {
+	var until int64
+	for _, e := range entries {
+		if e.Error == "" {
+			until = max(until, e.Expiry)
+		}
+	}
+	if until > 0 {
+		c.known.hold(req.msg.Subject(), req.get.GetClientId(), until)
+	}
 }
 
 // safeExpiryMsg is the wire form of a lease's floor's end (nil: none).
@@ -328,6 +440,7 @@ func (c *Coordinator) serverResponse(req *request, now int64, term uint64) *allo
 func (c *Coordinator) sweep() {
 	now := c.now().UnixNano()
 	c.propose(c.ledger.Sweep(now))
+	c.known.sweep(now)
 	c.logEvents()
 	c.stats.top = c.ledger.Top(now, topResources)
 	for i := range c.stats.top {

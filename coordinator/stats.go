@@ -3,6 +3,7 @@ package coordinator
 import (
 	"time"
 
+	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/ledger"
 )
 
@@ -14,6 +15,7 @@ type stats struct {
 	maxRound       time.Duration
 	foreignRecords uint64 // stored records found not ours while serving
 	errors         uint64 // error replies sent by rounds (not in micro's counts)
+	expired        uint64 // requests dropped by rounds: their senders had gone
 	ledger         ledger.Stats
 	parentOK       time.Time
 	parentErr      string
@@ -83,9 +85,13 @@ type Stats struct {
 	Resources int    `json:"resources"`
 	Clients   int    `json:"clients"`
 	// RoundErrors counts error replies sent by rounds (e.g. 404 for an
-	// unmatched resource). Errors found while decoding are in micro's own
-	// num_errors instead.
+	// unmatched resource). The intake's refusals (413, 429, 503) are in
+	// micro's own num_errors and in Intake.
 	RoundErrors uint64 `json:"round_errors"`
+	// Intake is what the intake refused and dropped (subjects.md,
+	// "Overload"); expired counts the requests dropped unanswered because
+	// their senders had stopped waiting, in the intake or the round.
+	Intake leader.IntakeStats `json:"intake"`
 	// Shadow is set when the coordinator runs every resource in shadow
 	// mode (Options.Shadow).
 	Shadow bool `json:"shadow,omitempty"`
@@ -122,6 +128,10 @@ func (c *Coordinator) statsData() any {
 	if failure != nil {
 		out.Failure = failure.Error()
 	}
+	if t := c.live.Load(); t != nil {
+		out.Intake = t.Intake()
+	}
+	out.Intake.Expired += s.expired
 	out.Parent, out.ParentError, out.TopResources = c.opts.Parent, s.parentErr, s.top
 	if !s.parentOK.IsZero() {
 		out.ParentLastOK = s.parentOK.UTC().Format(time.RFC3339Nano)

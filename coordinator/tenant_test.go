@@ -16,6 +16,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
+	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -28,12 +29,19 @@ type tenantEnv struct {
 }
 
 func startTenants(t *testing.T, tenants map[string][]string, tmpls ...*config.Template) *tenantEnv {
+	// The sybil tests send 1,001 requests at once: none may be refused
+	// for overload.
+	return startTenantsLimited(t, tenants, leader.Limits{MaxInFlight: 4096}, tmpls...)
+}
+
+func startTenantsLimited(t *testing.T, tenants map[string][]string, lim leader.Limits, tmpls ...*config.Template) *tenantEnv {
 	t.Helper()
 	s := natstest.TenantServer(t, tenants)
 	nc := natstest.Conn(t, s, nats.UserInfo("allot", "allot"))
 	c := coordtest.Start(t, nc, coordinator.Options{
 		RoundInterval: 5 * time.Millisecond,
 		Templates:     coordinator.StaticTemplates(config.NewSet(1, tmpls, nil)),
+		Intake:        lim,
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	return &tenantEnv{env: &env{t: t, nc: nc, c: c}, s: s}

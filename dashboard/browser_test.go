@@ -25,6 +25,7 @@ import (
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/headless"
+	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/proto/allotpb"
@@ -66,7 +67,10 @@ func startStack(t *testing.T, ctx context.Context, interval, history time.Durati
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
-	c := coordtest.Start(t, nc, coordinator.Options{Templates: watched{w}, RoundInterval: 5 * time.Millisecond})
+	// TestTenThousandClaimants sends 10,000 requests at once: none may be
+	// refused for overload.
+	c := coordtest.Start(t, nc, coordinator.Options{Templates: watched{w}, RoundInterval: 5 * time.Millisecond,
+		Intake: leader.Limits{MaxInFlight: 16384}})
 	url, stop := serveDashboard(t, dashboard.Options{Source: c, Conn: nc, Interval: interval, History: history})
 	return &stack{nc: nc, kv: kv, c: c, url: url, stopRun: stop}
 }

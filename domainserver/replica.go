@@ -44,6 +44,9 @@ type Replica struct {
 	nc   *nats.Conn
 	opts ReplicaOptions
 	seat leader.Seat[*Server]
+	// beside dials the election's connection with the options nc had
+	// when NewReplica took them (leader.Beside).
+	beside func(*nats.Conn) (*nats.Conn, error)
 }
 
 // NewReplica validates opts and returns a Replica; Run it.
@@ -57,7 +60,7 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
-	return &Replica{nc: nc, opts: opts}, nil
+	return &Replica{nc: nc, opts: opts, beside: leader.Beside(nc, "election")}, nil
 }
 
 // Server returns the server of the current term, or nil when not leading.
@@ -69,6 +72,11 @@ func (r *Replica) Server() *Server {
 // Run campaigns and serves while leading until ctx ends; then it stops
 // serving and resigns. It returns nil after ctx ends, or an error if the
 // election cannot run.
+//
+// The election runs on a second connection beside the replica's, with
+// its options (leader.Beside, whose options NewReplica takes), so that its keep-alives never queue
+// behind requests: a flood of the service's subjects cannot make the
+// leadership lapse.
 func (r *Replica) Run(ctx context.Context) error {
 	js, err := jetstream.New(r.nc)
 	if err != nil {
@@ -86,8 +94,9 @@ func (r *Replica) Run(ctx context.Context) error {
 			Replicas: r.opts.ElectionReplicas,
 			Logger:   r.opts.Logger.With("node", r.opts.Node, "domain_partition", r.opts.Partition),
 		},
-		What:      "domain partition " + strconv.Itoa(r.opts.Partition),
-		OnServing: r.opts.OnServing,
+		What:         "domain partition " + strconv.Itoa(r.opts.Partition),
+		ElectionConn: r.beside,
+		OnServing:    r.opts.OnServing,
 	}, start)
 	if err != nil {
 		return fmt.Errorf("domainserver: %w", err)

@@ -19,6 +19,7 @@ import (
 	"container/list"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
@@ -115,6 +116,10 @@ type Options struct {
 	// checked before every reply. Once false the server is silent (Done).
 	Valid func() bool
 	// Logger receives the server's logs. Default slog.Default().
+	// Intake bounds the requests taken up and not yet answered, and each
+	// tenant's request rate (leader.Limits; the zero value has the
+	// defaults and no tenant rate). See subjects.md, "Overload".
+	Intake leader.Limits
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -217,6 +222,12 @@ func New(nc *nats.Conn, opts Options) (*Server, error) {
 		resources: map[string]*resource{}, holds: map[string]*hold{}, byExpiry: list.New(), transfers: map[string]*transfer{}, seized: map[string]*transfer{}, ended: map[string]struct{}{}}, nil
 }
 
+// tenantOf names the tenant a tenant subject speaks for.
+func tenantOf(subject string) string {
+	tenant, _, _, _, _ := domainwire.ParseTenantSubject(subject)
+	return tenant
+}
+
 // Start loads the staged transfers, registers the micro service and
 // starts sweeping expired holds. It returns once the subscriptions are
 // live at the server.
@@ -254,7 +265,13 @@ func (s *Server) Start(ctx context.Context) error {
 		Description: "allot domain limits: node " + node + ", partition " + strconv.Itoa(s.opts.Partition) + " of " + strconv.Itoa(s.opts.Partitions),
 		Node:        node, ServerID: s.opts.ServerID, Term: s.opts.Term, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
 		Stats: func() any { return s.Stats() }, Gate: s.gate, Logger: s.log,
-		Endpoints: []leader.Endpoint{{Name: "domain", Subject: subject, Handle: s.handle}, {Name: "domain-tenants", Subject: tenants, Handle: s.handle}},
+		Endpoints: []leader.Endpoint{{Name: "domain", Subject: subject, Handle: s.handle},
+			{Name: "domain-tenants", Subject: tenants, Handle: s.handle, Tenant: tenantOf}},
+		Limits: s.opts.Intake,
+		ErrorBody: func(_ nats.Header, code int, text string, retry time.Duration) []byte {
+			b, _ := json.Marshal(domainwire.ErrorReply{Code: code, Error: text, RetryAfterMillis: retry.Milliseconds()})
+			return b
+		},
 		// Expired holds and transfers go every quarter hold TTL.
 		TickEvery: s.opts.HoldTTL / 4, Tick: func() { s.expire(s.opts.Now()) },
 	})

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,8 @@ import (
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/reply"
+	"github.com/allot/allot/internal/wire"
 )
 
 // Defaults and limits of Options.
@@ -81,6 +84,10 @@ type Options struct {
 	// for its buckets alone.
 	Shadow bool
 	// Logger receives the server's logs. Default slog.Default().
+	// Intake bounds the requests taken up and not yet answered, and each
+	// tenant's request rate (leader.Limits; the zero value has the
+	// defaults and no tenant rate). See subjects.md, "Overload".
+	Intake leader.Limits
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -177,6 +184,19 @@ func (o *Options) fill() error {
 	return nil
 }
 
+// tenantOf names the tenant a request's subject speaks for, "" on the
+// plain subjects: a tenant's own subject, or a partition's for tenants.
+func (s *Server) tenantOf(subject string) string {
+	if strings.HasPrefix(subject, wire.TenantPrefix) {
+		return wire.TenantOf(subject)
+	}
+	if rest, ok := strings.CutPrefix(strings.TrimPrefix(subject, s.prefix), "t."); ok {
+		tenant, _, _ := strings.Cut(rest, ".")
+		return tenant
+	}
+	return ""
+}
+
 // Start registers the micro service with the partition's endpoints and
 // starts sweeping idle buckets. It returns once the subscriptions are live
 // at the server.
@@ -204,12 +224,19 @@ func (s *Server) Start(ctx context.Context) error {
 			leader.Endpoint{Name: "tenant_take_bucket", Subject: tenants + "take.*.*", Handle: s.handleTenantBucketTake},
 			leader.Endpoint{Name: "tenant_report_bucket", Subject: tenants + "report.*.*", Handle: s.handleTenantBucketReport})
 	}
+	for i := range eps {
+		eps[i].Tenant = s.tenantOf
+	}
 	term, err := leader.Start(ctx, s.nc, leader.Spec{
 		Name: ServiceName, Version: ServiceVersion,
 		Description: "allot quota decisions: node " + node + ", partition " + strconv.Itoa(s.opts.Partition) + " of " + strconv.Itoa(s.opts.Partitions),
 		Node:        node, ServerID: s.opts.ServerID, Term: s.opts.Term, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
 		Stats: func() any { return s.Stats() }, Endpoints: eps, Gate: s.gate,
 		TickEvery: s.opts.SweepInterval, Tick: s.sweep, Logger: s.log,
+		Limits: s.opts.Intake,
+		ErrorBody: func(h nats.Header, code int, text string, retry time.Duration) []byte {
+			return reply.RefusalBody(wire.EncodingOf(h), code, text, retry)
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("quotaserver: %w", err)

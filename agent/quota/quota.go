@@ -207,7 +207,7 @@ func (c *Client) ask(ctx context.Context, bucket, ns, name string, n int64, to *
 	}
 	var resp allotpb.QuotaTakeResponse
 	subj := c.subj + ".take." + ns + "." + name
-	if err := c.rpc.Protobuf(ctx, c.o.timeout, subj, req, &resp); err != nil {
+	if err := c.rpc.Protobuf(ctx, c.o.timeout, subj, "", req, &resp); err != nil {
 		return Result{}, err
 	}
 	res := Result{

@@ -15,18 +15,18 @@ import (
 	"github.com/allot/allot/bench"
 )
 
-// runBench runs allot's benchmarks: `allot bench load|quota|charon|envoy|scale|agent|sim|sim7|failover|all`
+// runBench runs allot's benchmarks: `allot bench load|quota|charon|envoy|overload|scale|agent|sim|sim7|failover|all`
 // (sim runs the one-level scenarios and then scenario 7, sim7 only the latter).
 // `allot bench child ROLE` is the helper process the load benchmark
 // starts (a coordinator or a bare echo responder).
 func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) > 0 && args[0] == "child" {
 		if len(args) < 2 {
-			return errors.New("usage: allot bench child coordinator|echo|quota [flags]")
+			return errors.New("usage: allot bench child coordinator|echo|quota|domain|replica [flags]")
 		}
 		return bench.ServeChild(ctx, args[1], args[2:], env.stdout, env.stderr)
 	}
-	fs := newFlags(env, "bench", "load|quota|charon|envoy|scale|agent|sim|sim7|failover|all [flags]")
+	fs := newFlags(env, "bench", "load|quota|charon|envoy|overload|scale|agent|sim|sim7|failover|all [flags]")
 	out := fs.String("out", "", "directory for the JSON, markdown and SVG results (default: a new directory under "+os.TempDir()+"; the committed results are bench/results)")
 	short := fs.Bool("short", false, "run the short variant (what `task bench` runs, under 5 minutes in all)")
 	inProcess := fs.Bool("in-process", false, "load: run the coordinator and echo in this process instead of child processes (CPU and RSS then cover everything)")
@@ -52,16 +52,17 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	fs.DurationVar(&fo.Refresh, "refresh", 0, "failover: refresh interval (default 2s)")
 	fs.DurationVar(&fo.Down, "down", 0, "failover: how long the parent level's NATS server stays down (default 15s)")
 	fs.DurationVar(&fo.Observe, "observe", 0, "failover: the most to watch after the fault, ending once 90% has held for 10s (default 3m, short 1m)")
+	inFlight := fs.Int("max-in-flight", 0, "overload: the coordinator's intake bound (default that of allot coordinator)")
 	namespaces := fs.Int("namespaces", 0, "quota: namespaces the callers' buckets are spread over (default 8); --conns, --clients (default 64), --pipeline (default 1), --duration, --warmup and --phases apply too")
 	if err := parseInterspersed(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
-		return errors.New("name one of load, quota, charon, envoy, scale, agent, sim, sim7, failover or all")
+		return errors.New("name one of load, quota, charon, envoy, overload, scale, agent, sim, sim7, failover or all")
 	}
-	if what := fs.Arg(0); !slices.Contains([]string{"load", "quota", "charon", "envoy", "scale", "agent", "sim", "sim7", "failover", "all"}, what) {
-		return fmt.Errorf("unknown benchmark %q: want load, quota, charon, envoy, scale, agent, sim, sim7, failover or all", what)
+	if what := fs.Arg(0); !slices.Contains([]string{"load", "quota", "charon", "envoy", "overload", "scale", "agent", "sim", "sim7", "failover", "all"}, what) {
+		return fmt.Errorf("unknown benchmark %q: want load, quota, charon, envoy, overload, scale, agent, sim, sim7, failover or all", what)
 	}
 	// The quota benchmark shares the load benchmark's concurrency flags.
 	qo := bench.QuotaOptions{ClosedLoop: lo.ClosedLoop, Namespaces: *namespaces}
@@ -108,6 +109,11 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	case "quota":
 		var r *bench.QuotaBenchResult
 		if r, err = bench.RunQuota(ctx, benv, qo); r != nil {
+			fmt.Fprintln(env.stdout, r.Markdown())
+		}
+	case "overload":
+		var r *bench.OverloadResult
+		if r, err = bench.RunOverload(ctx, benv, bench.OverloadOptions{MaxInFlight: *inFlight}); r != nil {
 			fmt.Fprintln(env.stdout, r.Markdown())
 		}
 	case "charon":

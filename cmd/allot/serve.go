@@ -23,6 +23,7 @@ import (
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/envoywire"
+	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/metrics"
 	"github.com/allot/allot/quotaserver"
@@ -46,6 +47,9 @@ type coordFlags struct {
 	maxClients   int
 	maxRes       int
 	isolation    isolationFlags
+	// intake bounds every service's intake: --max-in-flight,
+	// --tenant-rate, --tenant-burst.
+	intake leader.Limits
 	// quotaParts is how many partitions share the quota namespaces;
 	// quotaServe which of them this process serves.
 	quotaParts int
@@ -81,6 +85,9 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxRes, "max-resources", coordinator.DefaultMaxResources, "most resources a node keeps state for; requests naming more new ones get error 429")
 	fs.IntVar(&f.maxClients, "max-clients", coordinator.DefaultMaxClients, "most client records (one per client and resource) a node keeps; requests adding more get error 429")
 	f.isolation.register(fs)
+	fs.IntVar(&f.intake.MaxInFlight, "max-in-flight", leader.DefaultMaxInFlight, "most requests each service (coordinator, quota partition, domain partition) holds taken up and not yet answered; past it a request gets 503 with a retry_after at once, a quarter kept for the refreshes of clients holding leases")
+	fs.Float64Var(&f.intake.TenantRate, "tenant-rate", DefaultTenantRate, "requests per second each tenant may send each service on its tenant subjects (0: no limit); past it 429 with a retry_after, so one tenant's flood cannot starve another")
+	fs.IntVar(&f.intake.TenantBurst, "tenant-burst", 0, "burst of --tenant-rate (0: twice the rate)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json (one JSON object a line)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", f.metricsAddr, "HOST:PORT to serve Prometheus /metrics, /healthz and /readyz on over HTTP (empty: none; see docs/metrics.md)")
@@ -160,10 +167,16 @@ func (f *coordFlags) options(log *slog.Logger) coordinator.Options {
 	if round == 0 {
 		round = coordinator.NoRoundInterval
 	}
-	o := coordinator.Options{Node: f.node, Parent: f.parent, ServerID: f.serverID, RoundInterval: round, StateBucket: f.bucket, ClockSkew: skewOption(f.clockSkew), MaxResources: f.maxRes, MaxClients: f.maxClients, Shadow: f.shadow, Logger: log}
+	o := coordinator.Options{Node: f.node, Parent: f.parent, ServerID: f.serverID, RoundInterval: round, StateBucket: f.bucket, ClockSkew: skewOption(f.clockSkew), MaxResources: f.maxRes, MaxClients: f.maxClients, Shadow: f.shadow, Intake: f.intake, Logger: log}
 	f.isolation.apply(&o)
 	return o
 }
+
+// DefaultTenantRate is --tenant-rate's default: a tenant's requests per
+// second to each service, well below what one coordinator answers (tens
+// of thousands a second) so that several tenants' floods still leave
+// room for the others.
+const DefaultTenantRate = 1000
 
 // skewOption maps --clock-skew 0 (replicas on one host) to the option's
 // explicit zero.
@@ -196,6 +209,9 @@ func (f *coordFlags) warnShortTTL(log *slog.Logger) {
 // validate checks the tree flags, the node's limits and
 // --metrics-max-resources.
 func (f *coordFlags) validate() error {
+	if err := f.intake.Validate(); err != nil {
+		return fmt.Errorf("--max-in-flight, --tenant-rate, --tenant-burst: %w", err)
+	}
 	if f.metricsMax < 1 || f.metricsMax > coordinator.MaxObservedResources {
 		return fmt.Errorf("--metrics-max-resources %d: want 1-%d", f.metricsMax, coordinator.MaxObservedResources)
 	}
@@ -361,7 +377,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	for _, p := range parts {
 		qr, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
 			Options: quotaserver.Options{Node: cf.node, ServerID: opts.ServerID, Partition: p, Partitions: cf.quotaParts,
-				Config: quotaConfig, Shadow: cf.shadow, Logger: log},
+				Config: quotaConfig, Shadow: cf.shadow, Intake: cf.intake, Logger: log},
 			ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV,
 		})
 		if err != nil {
@@ -372,7 +388,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 		// group serves both, each with an election of its own.
 		dr, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{
 			Options: domainserver.Options{Node: cf.node, ServerID: opts.ServerID, Partition: p, Partitions: cf.quotaParts,
-				Config: domainConfig, HoldTTL: cf.holdTTL, StateBucket: opts.StateBucket, Logger: log},
+				Config: domainConfig, HoldTTL: cf.holdTTL, StateBucket: opts.StateBucket, Intake: cf.intake, Logger: log},
 			ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV,
 		})
 		if err != nil {

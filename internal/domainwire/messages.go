@@ -392,6 +392,10 @@ func cut(s string) (before, after string, ok bool) { return strings.Cut(s, ".") 
 type ErrorReply struct {
 	Code  int    `json:"code"`
 	Error string `json:"error"`
+	// RetryAfterMillis, on an overloaded service's 503 or 429, is how
+	// long to wait before sending again (also in the Allot-Retry-After
+	// header).
+	RetryAfterMillis int64 `json:"retry_after_ms,omitempty"`
 }
 
 // Decode decodes a JSON body into v strictly: unknown fields, trailing

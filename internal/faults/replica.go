@@ -165,14 +165,22 @@ const (
 	envID  = "ALLOT_FAULTS_REPLICA_ID"
 )
 
-// ChildMain runs a replica and exits if this process was started by
-// StartChild; otherwise it returns at once. Call it first in TestMain.
+// ChildMain runs a replica (or a flood) and exits if this process was
+// started by StartChild (or StartFlood); otherwise it returns at once.
+// Call it first in TestMain.
 func ChildMain() {
 	url := os.Getenv(envURL)
 	if url == "" {
 		return
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if spec := os.Getenv(envFlood); spec != "" {
+		if err := runFlood(url, spec); err != nil {
+			log.Error("flood failed", "err", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if err := runChild(url, os.Getenv(envID), log); err != nil {
 		log.Error("child replica failed", "err", err)
 		os.Exit(1)

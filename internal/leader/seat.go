@@ -36,8 +36,9 @@ type SeatConfig struct {
 	// What names the service in errors: "quota partition 3".
 	What string
 	// ElectionConn, if set, makes the connection the election runs on from
-	// the service's; Run closes it when it returns. Nil: the election
-	// shares the service's connection. See DialBeside.
+	// the service's; Run closes it when it returns, or when the service's
+	// connection closes. Nil: the election shares the service's
+	// connection. See DialBeside.
 	ElectionConn func(service *nats.Conn) (*nats.Conn, error)
 	// OnServing, if set, is told when a term starts serving (true) and
 	// when it has stopped (false).
@@ -99,6 +100,18 @@ func (s *Seat[S]) Run(ctx context.Context, nc *nats.Conn, cfg SeatConfig, start 
 			return fmt.Errorf("election connection: %w", err)
 		}
 		defer enc.Close()
+		// The election speaks for the service: once the service's
+		// connection is closed for good, so is the election's, and the
+		// leadership ends as it did on a shared connection.
+		closed := nc.StatusChanged(nats.CLOSED)
+		defer nc.RemoveStatusListener(closed)
+		go func() {
+			<-closed
+			enc.Close()
+		}()
+		if nc.IsClosed() {
+			enc.Close()
+		}
 	}
 	js, err := jetstream.New(enc)
 	if err != nil {
@@ -212,24 +225,36 @@ func serve[S Serving](what string, start func(ctx context.Context, term uint64) 
 }
 
 // DialBeside opens a second connection to the servers of nc, with its
-// options (credentials, TLS, reconnection) but none of its callbacks: a
-// ClosedCB that ends the process, say, must not fire when this one
-// closes. For SeatConfig.ElectionConn, so that the election's keep-alives
-// are never queued behind the service's requests. Call it before nc's
-// callbacks may be changed concurrently: it reads nc.Opts.
-func DialBeside(nc *nats.Conn) (*nats.Conn, error) {
+// options (credentials, TLS, inbox prefix, reconnection) but none of its
+// callbacks: a ClosedCB that ends the process, say, must not fire when
+// this one closes. It reads nc.Opts, which nats.go and micro change when
+// handlers are set: call it before anything may set them concurrently,
+// or take the options early with Beside.
+func DialBeside(nc *nats.Conn) (*nats.Conn, error) { return Beside(nc, "election")(nc) }
+
+// Beside takes nc's options now and returns a dialer of connections
+// beside nc with them (see DialBeside), named after nc with role in
+// parentheses: for SeatConfig.ElectionConn of a replica that is built
+// before its Run, while the Runs of other services on nc set handlers of
+// nc (micro services do) concurrently. A connection of its own is what
+// keeps the election's keep-alives (or a service's priority requests)
+// from queueing behind the service's other requests, at the server and
+// in the client.
+func Beside(nc *nats.Conn, role string) func(*nats.Conn) (*nats.Conn, error) {
 	o := nc.Opts
 	if o.Name != "" {
-		o.Name += " (election)"
+		o.Name += " (" + role + ")"
 	}
 	o.ClosedCB, o.DisconnectedCB, o.DisconnectedErrCB, o.ConnectedCB, o.ReconnectedCB = nil, nil, nil, nil, nil
 	o.DiscoveredServersCB, o.AsyncErrorCB, o.ReconnectErrCB, o.LameDuckModeHandler = nil, nil, nil, nil
 	if u := nc.ConnectedUrl(); u != "" && o.Url == "" && len(o.Servers) == 0 {
 		o.Url = u
 	}
-	c, err := o.Connect()
-	if err != nil {
-		return nil, fmt.Errorf("dial beside %s: %w", nc.Opts.Name, err)
+	return func(*nats.Conn) (*nats.Conn, error) {
+		c, err := o.Connect()
+		if err != nil {
+			return nil, fmt.Errorf("dial beside %s: %w", o.Name, err)
+		}
+		return c, nil
 	}
-	return c, nil
 }

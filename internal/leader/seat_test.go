@@ -166,3 +166,32 @@ func TestDialBeside(t *testing.T) {
 		t.Fatalf("the second connection does not reach the first one's server: %v", err)
 	}
 }
+
+// The election on a connection of its own still speaks for the service:
+// once the service's connection closes, the seat stops serving and Run
+// ends, as it did with the election on that connection.
+func TestSeatEndsWithTheServiceConnection(t *testing.T) {
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s, nats.Name("service"))
+	var seat leader.Seat[*leader.Term]
+	cfg := leader.SeatConfig{Election: election.Config{Key: "n1.test.0", ID: "s1"}, What: "test", ElectionConn: leader.DialBeside}
+	done := make(chan error, 1)
+	go func() {
+		done <- seat.Run(context.Background(), nc, cfg, func(ctx context.Context, _ *election.Elector, term uint64) (*leader.Term, error) {
+			sp := spec(nil)
+			sp.Term = term
+			return leader.Start(ctx, nc, sp)
+		})
+	}()
+	faults.WaitFor(t, wait, "the seat to serve", func() bool { return seat.Status().Serving })
+	nc.Close()
+	select {
+	case err := <-done:
+		t.Logf("Run returned %v", err)
+	case <-time.After(wait):
+		t.Fatal("Run still campaigns after the service's connection closed")
+	}
+	if _, term := seat.Current(); term != 0 {
+		t.Fatalf("still serving term %d", term)
+	}
+}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"golang.org/x/time/rate"
 )
 
 // StopGrace bounds how long Stop waits while no delivered request gets
@@ -36,17 +37,42 @@ const flushTimeout = 5 * time.Second
 // subscribed gets every request and only the one whose gate is open
 // answers, so a stale subscriber (a frozen leader, a subscription left
 // by a reconnect) never takes a request away from the leader.
+//
+// Every request passes the term's intake first (intake.go): one over
+// the size limit gets 413, one over its tenant's rate 429, and one past
+// the in-flight bound 503, at once; the others wait on the endpoint's
+// lane, known clients' first, for Handle, which runs on a goroutine of
+// the endpoint's own. One whose sender's time-out passes while it waits
+// is dropped unanswered.
 type Endpoint struct {
 	// Name names a micro endpoint in INFO and STATS.
 	Name string
 	// Subject is the subject subscribed to.
 	Subject string
-	// Handle serves a micro endpoint.
+	// Handle serves the endpoint's requests, each a *Request.
 	Handle micro.HandlerFunc
-	// Msg, instead of Handle, serves a plain subscription: for a handler
-	// that needs the message itself (its wire size, say), which micro's
-	// requests hide. It is not listed in the service's INFO.
-	Msg nats.MsgHandler
+	// Plain serves a plain subscription instead of a micro endpoint: for
+	// a handler that needs the message itself (Request.Msg: its wire
+	// size, say), which micro's requests hide. It is not listed in the
+	// service's INFO.
+	Plain bool
+	// CheckSize, if set, refuses with 413 and its error a request whose
+	// payload of n bytes is too large, before anything decodes it.
+	CheckSize func(h nats.Header, n int) error
+	// Tenant, if set, names the tenant a request's subject speaks for
+	// ("" none): its requests count against Limits.TenantRate.
+	Tenant func(subject string) string
+	// Deferred says Handle answers later than it returns (a round loop):
+	// a request then stays in flight until Finish(m).
+	Deferred bool
+	// Beside serves the endpoint on Spec.Beside, a connection of its own
+	// (Plain endpoints only): its requests and answers queue behind none
+	// of the other endpoints' at the server or in the client.
+	Beside bool
+	// Ignore, if set, names the subjects of Subject this endpoint leaves
+	// alone because another endpoint's subscription serves them (a
+	// wildcard's sibling with a lane of its own).
+	Ignore func(subject string) bool
 }
 
 // Spec is what a product supplies for one term.
@@ -73,6 +99,19 @@ type Spec struct {
 	// handled and before the gate closes, so that it can still answer
 	// what it queued.
 	Close func()
+	// Limits bound the intake.
+	Limits Limits
+	// Classify, if set, sorts a request by its subject and headers
+	// before it is decoded; default ClassNewcomer.
+	Classify func(subject string, h nats.Header) Class
+	// ErrorBody, if set, is the body of the intake's refusals (a 413,
+	// 429 or 503 in the product's error format); default none.
+	ErrorBody func(h nats.Header, code int, text string, retryAfter time.Duration) []byte
+	// Beside is the connection of the endpoints marked Beside: a second
+	// one to the same servers (see Beside). Nil: they use the term's.
+	Beside *nats.Conn
+	// Now is the intake's clock: requests' deadlines. Default time.Now.
+	Now func() time.Time
 	// Logger receives the term's logs. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -85,8 +124,11 @@ type Term struct {
 	gate *Gate
 	log  *slog.Logger
 
-	svc  micro.Service
-	subs []*nats.Subscription
+	svc   micro.Service
+	subs  []*nats.Subscription
+	in    *intake
+	lanes []*lane
+	quit  chan struct{} // ends the lanes
 
 	// delivered counts the requests handed to the intake, handled those
 	// whose handler has returned.
@@ -117,7 +159,14 @@ func Start(ctx context.Context, nc *nats.Conn, spec Spec) (*Term, error) {
 	if spec.Gate == nil {
 		spec.Gate = NewGate(nil, spec.Logger, spec.Name)
 	}
-	t := &Term{nc: nc, spec: spec, gate: spec.Gate, log: spec.Logger, stop: make(chan struct{})}
+	if spec.Now == nil {
+		spec.Now = time.Now
+	}
+	if err := spec.Limits.fill(); err != nil {
+		return nil, err
+	}
+	t := &Term{nc: nc, spec: spec, gate: spec.Gate, log: spec.Logger, stop: make(chan struct{}), quit: make(chan struct{}),
+		in: &intake{lim: spec.Limits, tenants: map[string]*rate.Limiter{}, refusals: map[bodyKey]refusal{}}}
 	meta := map[string]string{"node": spec.Node, "server_id": spec.ServerID, "term": strconv.FormatUint(spec.Term, 10)}
 	epMeta := map[string]string{"node": spec.Node}
 	if spec.Partitions > 0 {
@@ -133,23 +182,38 @@ func Start(ctx context.Context, nc *nats.Conn, spec Spec) (*Term, error) {
 		return nil, fmt.Errorf("leader: register micro service %s: %w", spec.Name, err)
 	}
 	t.svc = svc
+	lim := spec.Limits
 	for _, e := range spec.Endpoints {
-		if e.Msg != nil {
+		l := &lane{t: t, ep: e, nc: nc, wake: make(chan struct{}, 1)}
+		if e.Beside && spec.Beside != nil {
+			l.nc = spec.Beside
+		}
+		switch {
+		case e.Beside && !e.Plain:
+			err = errors.New("an endpoint beside must be plain")
+		case e.Plain:
 			var sub *nats.Subscription
-			if sub, err = nc.Subscribe(e.Subject, t.intakeMsg(e.Msg)); err == nil {
+			if sub, err = l.nc.Subscribe(e.Subject, t.intakeMsg(l)); err == nil {
 				t.subs = append(t.subs, sub)
+				err = sub.SetPendingLimits(lim.PendingMsgs, lim.PendingBytes)
 			}
-		} else {
-			err = svc.AddEndpoint(e.Name, t.intake(e.Handle), micro.WithEndpointSubject(e.Subject),
-				micro.WithEndpointQueueGroupDisabled(), micro.WithEndpointMetadata(epMeta))
+		default:
+			err = svc.AddEndpoint(e.Name, t.intake(l), micro.WithEndpointSubject(e.Subject),
+				micro.WithEndpointQueueGroupDisabled(), micro.WithEndpointMetadata(epMeta),
+				micro.WithEndpointPendingLimits(lim.PendingMsgs, lim.PendingBytes))
 		}
 		if err != nil {
+			close(t.quit)
 			t.unsubscribe()
 			return nil, fmt.Errorf("leader: %s: serve %s: %w", spec.Name, e.Subject, err)
 		}
+		t.lanes = append(t.lanes, l)
+		go l.run(t.quit)
 	}
-	if err := nc.FlushTimeout(flushTimeout); err != nil {
-		t.log.Warn("flush after registering endpoints", "err", err)
+	for _, c := range t.conns() {
+		if err := c.FlushTimeout(flushTimeout); err != nil {
+			t.log.Warn("flush after registering endpoints", "err", err)
+		}
 	}
 	if spec.TickEvery > 0 && spec.Tick != nil {
 		t.ticker.Add(1)
@@ -159,36 +223,105 @@ func Start(ctx context.Context, nc *nats.Conn, spec Spec) (*Term, error) {
 }
 
 // intake is the one function every request of a micro endpoint passes
-// before its handler (see admit).
-func (t *Term) intake(h micro.HandlerFunc) micro.HandlerFunc {
+// on its subscription's goroutine (see take).
+func (t *Term) intake(l *lane) micro.HandlerFunc {
 	return func(m micro.Request) {
-		if t.admit() {
-			h(m)
-		}
-		t.handled.Add(1)
+		t.take(l, m.Subject(), m.Reply(), nats.Header(m.Headers()), m.Data(), nil)
 	}
 }
 
 // intakeMsg is intake for a plain subscription.
-func (t *Term) intakeMsg(h nats.MsgHandler) nats.MsgHandler {
-	return func(m *nats.Msg) {
-		if t.admit() {
-			h(m)
-		}
-		t.handled.Add(1)
-	}
+func (t *Term) intakeMsg(l *lane) nats.MsgHandler {
+	return func(m *nats.Msg) { t.take(l, m.Subject, m.Reply, m.Header, m.Data, m) }
 }
 
-// admit counts a request taken up, and refuses one that arrives after
-// Stop, leaving it to the next leader.
-func (t *Term) admit() bool {
+// take admits a request to l or refuses it at once: no decoding, no
+// waiting, so that the intake keeps up with any flood and nothing queues
+// in front of it. It counts the request taken up, leaves one that
+// arrives after Stop to the next leader, refuses one over the size limit
+// (413), over its tenant's rate (429) or past the in-flight bound (503),
+// and queues the rest with their deadline.
+func (t *Term) take(l *lane, subject, reply string, h nats.Header, data []byte, msg *nats.Msg) {
+	if l.ep.Ignore != nil && l.ep.Ignore(subject) {
+		return
+	}
 	t.delivered.Add(1)
 	if t.gate.Closed() {
 		t.gate.Silenced.Add(1)
-		return false
+		t.handled.Add(1)
+		return
 	}
-	return true
+	now := t.spec.Now()
+	code, text, retry := 0, "", time.Duration(0)
+	class := ClassNewcomer
+	if t.spec.Classify != nil {
+		class = t.spec.Classify(subject, h)
+	}
+	if l.ep.CheckSize != nil {
+		if err := l.ep.CheckSize(h, len(data)); err != nil {
+			t.in.tooLarge.Add(1)
+			code, text = CodeTooLarge, err.Error()
+		}
+	}
+	if code == 0 && l.ep.Tenant != nil {
+		if d := t.in.tenantDelay(l.ep.Tenant(subject), now); d > 0 {
+			t.in.limited.Add(1)
+			code, retry = CodeTooMany, (d + 9*time.Millisecond).Truncate(10*time.Millisecond)
+			text = fmt.Sprintf("tenant over its request rate (%g/s): retry after %v", t.in.lim.TenantRate, retry)
+		}
+	}
+	if code == 0 && !t.in.acquire(class) {
+		t.in.refused.Add(1)
+		code, retry = CodeUnavailable, t.in.retryAfter()
+		text = "overloaded: retry after " + retry.Round(time.Millisecond).String()
+	}
+	if code != 0 {
+		if t.gate.Open() {
+			t.refuse(l, reply, h, code, text, retry)
+		} else {
+			t.gate.Silenced.Add(1)
+		}
+		t.handled.Add(1)
+		return
+	}
+	l.push(&Request{t: t, nc: l.nc, subject: subject, reply: reply, header: h, data: data, msg: msg, class: class,
+		deadline: now.Add(timeoutOf(h, t.in.lim.MaxAge))})
 }
+
+// refuse answers a request to reply with an error: the micro error
+// headers, Allot-Retry-After and the product's body. A refusal other
+// than a 413 says nothing of the request but its Content-Type, so its
+// headers and body are made once (see intake.refusal) and only the
+// publish is left per request: under a flood the intake refuses most
+// requests, and must keep up. micro's STATS do not count these errors;
+// the intake's do.
+func (t *Term) refuse(l *lane, reply string, h nats.Header, code int, text string, retry time.Duration) {
+	if reply == "" {
+		return
+	}
+	ct := h.Get("Content-Type")
+	mk := func() refusal {
+		hdr := nats.Header{micro.ErrorHeader: {text}, micro.ErrorCodeHeader: {strconv.Itoa(code)}}
+		if retry > 0 {
+			hdr[HeaderRetryAfter] = []string{strconv.FormatInt(retry.Milliseconds(), 10)}
+		}
+		var body []byte
+		if t.spec.ErrorBody != nil {
+			body = t.spec.ErrorBody(nats.Header{"Content-Type": {ct}}, code, text, retry)
+		}
+		return refusal{hdr, body}
+	}
+	var r refusal
+	if code == CodeTooLarge {
+		r = mk()
+	} else {
+		r = t.in.refusal(bodyKey{ct, code, retry}, mk)
+	}
+	_ = l.nc.PublishMsg(&nats.Msg{Subject: reply, Header: r.header, Data: r.body})
+}
+
+// Intake returns what the intake counted.
+func (t *Term) Intake() IntakeStats { return t.in.stats() }
 
 // tick runs spec.Tick every spec.TickEvery until Stop.
 func (t *Term) tick() {
@@ -211,6 +344,7 @@ func (t *Term) tick() {
 func (t *Term) Stop() {
 	t.stopOnce.Do(func() {
 		t.drain(StopGrace)
+		close(t.quit)
 		if t.spec.Close != nil {
 			t.spec.Close()
 		}
@@ -233,28 +367,38 @@ func (t *Term) Stop() {
 // the unsubscriptions (a flush), nothing more arrives and every message it
 // had sent is on its subscription's queue; a barrier then runs once every
 // queue of the connection, micro's and ours, has been worked down to it,
-// that is once the last handler of a delivered request has returned.
+// that is once the intake has taken up every delivered request; the
+// lanes have handed them all over once as many were handled as taken up.
 func (t *Term) drain(grace time.Duration) {
 	t.unsubscribe()
-	if t.nc.IsConnected() && t.gate.Open() {
-		if err := t.nc.FlushTimeout(grace); err != nil {
-			t.log.Warn("flush after unsubscribing", "err", err)
+	conns := t.conns()
+	var pending sync.WaitGroup
+	for _, c := range conns {
+		if c.IsConnected() && t.gate.Open() {
+			if err := c.FlushTimeout(grace); err != nil {
+				t.log.Warn("flush after unsubscribing", "err", err)
+			}
+		}
+		pending.Add(1)
+		if err := c.Barrier(pending.Done); err != nil {
+			pending.Done() // closed: the connection delivers nothing more
 		}
 	}
 	barrier := make(chan struct{})
-	if err := t.nc.Barrier(func() { close(barrier) }); err != nil {
-		close(barrier) // closed: the connection delivers nothing more
-	}
+	go func() { pending.Wait(); close(barrier) }()
 	tk := time.NewTicker(drainPoll)
 	defer tk.Stop()
 	last, since := t.handled.Load(), time.Now()
+	reached := false // the barrier: every delivered request is taken up
 	for {
 		select {
 		case <-barrier:
-			return
+			barrier, reached = nil, true
 		case <-tk.C:
 		}
 		switch h := t.handled.Load(); {
+		case reached && h == t.delivered.Load():
+			return // the lanes have handed over every request
 		case !t.gate.Open():
 			return
 		case h != last:
@@ -265,6 +409,18 @@ func (t *Term) drain(grace time.Duration) {
 			return
 		}
 	}
+}
+
+// conns are the connections the term's endpoints are served on.
+func (t *Term) conns() []*nats.Conn {
+	if b := t.spec.Beside; b != nil && b != t.nc {
+		for _, e := range t.spec.Endpoints {
+			if e.Beside {
+				return []*nats.Conn{t.nc, b}
+			}
+		}
+	}
+	return []*nats.Conn{t.nc}
 }
 
 // drainPoll is how often a drain checks the gate and its progress.

@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
@@ -35,6 +37,20 @@ const (
 // if it cannot be encoded.
 func ErrorBody(enc wire.Encoding, code int, text string) []byte {
 	body, err := wire.Marshal(enc, &allotpb.ErrorReply{Code: int32(code), Error: text})
+	if err != nil {
+		return nil
+	}
+	return body
+}
+
+// RefusalBody is the ErrorReply body of an overloaded service's refusal
+// in encoding enc: ErrorBody with retry_after, when it is positive.
+func RefusalBody(enc wire.Encoding, code int, text string, retryAfter time.Duration) []byte {
+	r := &allotpb.ErrorReply{Code: int32(code), Error: text}
+	if retryAfter > 0 {
+		r.RetryAfter = durationpb.New(retryAfter)
+	}
+	body, err := wire.Marshal(enc, r)
 	if err != nil {
 		return nil
 	}

@@ -27,6 +27,23 @@ const (
 	ContentJSON       = "application/json"
 )
 
+// Headers of the overload contract (subjects.md, "Overload"; the
+// intake, internal/leader, applies them).
+const (
+	// HeaderTimeout is how long the sender waits for the answer, in
+	// whole milliseconds: a request still waiting in a service's intake
+	// after that is dropped unanswered.
+	HeaderTimeout = "Allot-Timeout"
+	// HeaderClient is the sender's client id, sent by an agent that holds
+	// a lease of the coordinator: the coordinator takes its request
+	// before newcomers' if it knows the client as a holder.
+	HeaderClient = "Allot-Client"
+	// HeaderRetryAfter, on an overloaded service's 503 or 429, is how long
+	// to wait before sending again, in whole milliseconds. nats-server's
+	// own 503 (no responders) never carries it.
+	HeaderRetryAfter = "Allot-Retry-After"
+)
+
 // Limits on request contents. Requests beyond them are rejected whole.
 const (
 	MaxIDLen             = 256

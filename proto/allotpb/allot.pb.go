@@ -845,9 +845,13 @@ func (x *GetServerCapacityResponse) GetTerm() uint64 {
 // ErrorReply is the body of an error reply; the same text is in the
 // Nats-Service-Error header and the code in Nats-Service-Error-Code.
 type ErrorReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
-	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Code  int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Error string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// retry_after, on a 503 or 429 of an overloaded service, is how long to
+	// wait before sending again (also in the Allot-Retry-After header, in
+	// milliseconds). nats-server's own "no responders" 503 has no body.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,3,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -894,6 +898,13 @@ func (x *ErrorReply) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *ErrorReply) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
 }
 
 var File_allot_proto protoreflect.FileDescriptor
@@ -960,11 +971,13 @@ const file_allot_proto_rawDesc = "" +
 	"\x10safe_expiry_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x0esafeExpiryTime\"u\n" +
 	"\x19GetServerCapacityResponse\x12D\n" +
 	"\bresponse\x18\x01 \x03(\v2(.allot.v1.ServerCapacityResourceResponseR\bresponse\x12\x12\n" +
-	"\x04term\x18\x02 \x01(\x04R\x04term\"6\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\"r\n" +
 	"\n" +
 	"ErrorReply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05errorB.Z,github.com/allot/allot/proto/allotpb;allotpbb\x06proto3"
+	"\x05error\x18\x02 \x01(\tR\x05error\x12:\n" +
+	"\vretry_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfterB.Z,github.com/allot/allot/proto/allotpb;allotpbb\x06proto3"
 
 var (
 	file_allot_proto_rawDescOnce sync.Once
@@ -1012,11 +1025,12 @@ var file_allot_proto_depIdxs = []int32{
 	0,  // 12: allot.v1.ServerCapacityResourceResponse.gets:type_name -> allot.v1.Lease
 	13, // 13: allot.v1.ServerCapacityResourceResponse.safe_expiry_time:type_name -> google.protobuf.Timestamp
 	10, // 14: allot.v1.GetServerCapacityResponse.response:type_name -> allot.v1.ServerCapacityResourceResponse
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	14, // 15: allot.v1.ErrorReply.retry_after:type_name -> google.protobuf.Duration
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_allot_proto_init() }

@@ -37,9 +37,6 @@ func ErrorReply(m *nats.Msg) (code int, description string, ok bool) {
 // A Caller sends binary-protobuf requests on one connection.
 type Caller struct {
 	nc *nats.Conn
-	// header marks requests as binary protobuf; shared and never
-	// written, which saves a map per request.
-	header nats.Header
 	// serviceError makes the error of an error reply.
 	serviceError func(code int, description string) error
 }
@@ -49,19 +46,30 @@ type Caller struct {
 func New(nc *nats.Conn, serviceError func(code int, description string) error) *Caller {
 	return &Caller{
 		nc:           nc,
-		header:       nats.Header{wire.HeaderContentType: []string{wire.ContentProtobuf}},
 		serviceError: serviceError,
 	}
 }
 
 // Protobuf sends req as binary protobuf to subj and decodes the reply into
 // resp. It ends after timeout or when ctx ends, whichever comes first.
-func (c *Caller) Protobuf(ctx context.Context, timeout time.Duration, subj string, req, resp proto.Message) error {
+//
+// The request says how long its sender waits (Allot-Timeout), so that an
+// overloaded service drops it rather than answer it too late. A non-empty
+// client names the lease holder sending it (Allot-Client), so that the
+// service takes it before newcomers' requests.
+func (c *Caller) Protobuf(ctx context.Context, timeout time.Duration, subj, client string, req, resp proto.Message) error {
 	data, err := wire.Marshal(wire.Protobuf, req)
 	if err != nil {
 		return fmt.Errorf("agent: encode request for %s: %w", subj, err)
 	}
-	msg := &nats.Msg{Subject: subj, Header: c.header, Data: data}
+	hdr := nats.Header{
+		wire.HeaderContentType: {wire.ContentProtobuf},
+		wire.HeaderTimeout:     {strconv.FormatInt(timeout.Milliseconds(), 10)},
+	}
+	if client != "" {
+		hdr[wire.HeaderClient] = []string{client}
+	}
+	msg := &nats.Msg{Subject: subj, Header: hdr, Data: data}
 	var reply *nats.Msg
 	if ctx.Done() == nil {
 		// Without a context to watch, a plain timeout costs less.

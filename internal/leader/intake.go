@@ -1,0 +1,443 @@
+package leader
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"golang.org/x/time/rate"
+
+	"github.com/allot/allot/internal/wire"
+)
+
+// Headers of the intake's contract (subjects.md, "Overload"; see wire).
+const (
+	HeaderTimeout    = wire.HeaderTimeout
+	HeaderClient     = wire.HeaderClient
+	HeaderRetryAfter = wire.HeaderRetryAfter
+)
+
+// Intake refusal codes, in the Nats-Service-Error-Code header.
+const (
+	CodeTooLarge    = 413
+	CodeTooMany     = 429
+	CodeUnavailable = 503
+)
+
+// Defaults of Limits.
+const (
+	DefaultMaxInFlight = 1024
+	// DefaultMaxAge is the longest default time-out of allot's clients
+	// (the agent's request time-out).
+	DefaultMaxAge     = 2 * time.Second
+	DefaultRetryAfter = 250 * time.Millisecond
+	// DefaultPendingBytes bounds what one subscription holds before the
+	// intake takes it up; DefaultPendingMsgs likewise.
+	DefaultPendingBytes = 256 << 20
+	DefaultPendingMsgs  = 1 << 20
+	// maxAnnouncedTimeout bounds HeaderTimeout.
+	maxAnnouncedTimeout = time.Hour
+	// maxTenantLimiters bounds the per-tenant limiters kept; past it
+	// they start afresh (tenants are accounts, configured, few).
+	maxTenantLimiters = 10000
+)
+
+// Limits bound a term's intake, so that past what it can answer in time
+// a service refuses at once rather than queueing what nobody waits for.
+type Limits struct {
+	// MaxInFlight bounds the requests taken up and not yet finished
+	// (answered, or dropped). Past it a request gets 503 at once.
+	// Default DefaultMaxInFlight.
+	MaxInFlight int
+	// Reserve is how much of MaxInFlight only requests of known clients
+	// (ClassKnown) may use, so that newcomers cannot crowd out the
+	// refreshes of clients that hold leases. Default MaxInFlight/4.
+	Reserve int
+	// MaxAge is how long a request whose sender did not say its time-out
+	// (HeaderTimeout) may wait in the intake before it is dropped.
+	// Default DefaultMaxAge.
+	MaxAge time.Duration
+	// RetryAfter is the wait told in a 503, give or take a quarter so
+	// that refused clients do not come back together. Default
+	// DefaultRetryAfter.
+	RetryAfter time.Duration
+	// TenantRate, if positive, is the requests per second each tenant
+	// may send on the tenant subjects (Endpoint.Tenant), with bursts of
+	// TenantBurst (default twice the rate, at least 1). Past it: 429.
+	TenantRate  float64
+	TenantBurst int
+	// PendingMsgs and PendingBytes are each subscription's pending
+	// limits: what NATS may hand the intake before it takes it up. The
+	// intake only sorts and refuses, so it keeps up; the limits bound
+	// memory if it does not. Defaults DefaultPendingMsgs, DefaultPendingBytes.
+	PendingMsgs, PendingBytes int
+}
+
+// Validate reports what is wrong with l, if anything: a negative figure,
+// or a reserve not below the in-flight bound.
+func (l Limits) Validate() error { return l.fill() }
+
+// fill validates l and fills its defaults.
+func (l *Limits) fill() error {
+	if l.MaxInFlight < 0 || l.Reserve < 0 || l.MaxAge < 0 || l.RetryAfter < 0 || l.TenantRate < 0 || l.TenantBurst < 0 ||
+		l.PendingMsgs < 0 || l.PendingBytes < 0 {
+		return fmt.Errorf("leader: negative intake limit in %+v", *l)
+	}
+	if l.MaxInFlight == 0 {
+		l.MaxInFlight = DefaultMaxInFlight
+	}
+	if l.Reserve == 0 {
+		l.Reserve = l.MaxInFlight / 4
+	}
+	if l.Reserve >= l.MaxInFlight {
+		return fmt.Errorf("leader: intake reserve %d must be below the in-flight bound %d", l.Reserve, l.MaxInFlight)
+	}
+	if l.MaxAge == 0 {
+		l.MaxAge = DefaultMaxAge
+	}
+	if l.RetryAfter == 0 {
+		l.RetryAfter = DefaultRetryAfter
+	}
+	if l.TenantRate > 0 && l.TenantBurst == 0 {
+		l.TenantBurst = max(1, int(2*l.TenantRate))
+	}
+	if l.PendingMsgs == 0 {
+		l.PendingMsgs = DefaultPendingMsgs
+	}
+	if l.PendingBytes == 0 {
+		l.PendingBytes = DefaultPendingBytes
+	}
+	return nil
+}
+
+// Class orders the requests a term has taken up.
+type Class uint8
+
+// Classes, lowest priority first.
+const (
+	// ClassNewcomer is any request not known to come from a holder.
+	ClassNewcomer Class = iota
+	// ClassKnown is a request of a client the service knows holds a
+	// lease: it goes first.
+	ClassKnown
+)
+
+// IntakeStats counts what the intake did besides handing requests over.
+type IntakeStats struct {
+	// InFlight is how many requests are taken up and not yet finished.
+	InFlight int64 `json:"in_flight"`
+	// Refused got 503 (in flight at the bound), Limited 429 (their
+	// tenant's rate), TooLarge 413.
+	Refused  uint64 `json:"refused"`
+	Limited  uint64 `json:"limited"`
+	TooLarge uint64 `json:"too_large"`
+	// Expired were dropped unanswered: older than their sender's
+	// time-out.
+	Expired uint64 `json:"expired"`
+}
+
+// intake is a term's admission state, shared by its endpoints.
+type intake struct {
+	lim      Limits
+	inFlight atomic.Int64
+
+	refused, limited, tooLarge, expired atomic.Uint64
+
+	mu      sync.Mutex
+	tenants map[string]*rate.Limiter
+	// refusals are made once each (see refusal).
+	refusals map[bodyKey]refusal
+}
+
+// acquire takes a place in flight for a request of class c.
+func (in *intake) acquire(c Class) bool {
+	limit := int64(in.lim.MaxInFlight)
+	if c == ClassNewcomer {
+		limit -= int64(in.lim.Reserve)
+	}
+	if in.inFlight.Add(1) > limit {
+		in.inFlight.Add(-1)
+		return false
+	}
+	return true
+}
+
+// tenantDelay counts a request of tenant and returns 0, or how long the
+// tenant must wait before its rate admits another.
+func (in *intake) tenantDelay(tenant string, now time.Time) time.Duration {
+	if in.lim.TenantRate <= 0 || tenant == "" {
+		return 0
+	}
+	in.mu.Lock()
+	l := in.tenants[tenant]
+	if l == nil {
+		if len(in.tenants) >= maxTenantLimiters {
+			clear(in.tenants)
+		}
+		l = rate.NewLimiter(rate.Limit(in.lim.TenantRate), in.lim.TenantBurst)
+		in.tenants[tenant] = l
+	}
+	in.mu.Unlock()
+	r := l.ReserveN(now, 1)
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return d
+	}
+	return 0
+}
+
+// retryAfter is the wait told in a 503: RetryAfter ± a quarter, in
+// eight steps (so that the refusals can be kept, see refusal).
+func (in *intake) retryAfter() time.Duration {
+	d := in.lim.RetryAfter
+	return d - d/4 + time.Duration(rand.N(8))*(d/2)/7
+}
+
+// bodyKey identifies a refusal: the product's error body depends on the
+// request's Content-Type only.
+type bodyKey struct {
+	contentType string
+	code        int
+	retry       time.Duration
+}
+
+// refusal is a refusal's headers (shared, never modified: nats.go only
+// reads them) and body.
+type refusal struct {
+	header nats.Header
+	body   []byte
+}
+
+// maxRefusals bounds the refusals kept.
+const maxRefusals = 256
+
+// refusal returns the refusal of key, made by mk once: under a flood
+// most requests are refused alike.
+func (in *intake) refusal(key bodyKey, mk func() refusal) refusal {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if r, ok := in.refusals[key]; ok {
+		return r
+	}
+	if len(in.refusals) >= maxRefusals {
+		clear(in.refusals)
+	}
+	r := mk()
+	in.refusals[key] = r
+	return r
+}
+
+func (in *intake) stats() IntakeStats {
+	return IntakeStats{InFlight: in.inFlight.Load(), Refused: in.refused.Load(), Limited: in.limited.Load(),
+		TooLarge: in.tooLarge.Load(), Expired: in.expired.Load()}
+}
+
+// timeoutOf is the time-out a request's sender announced, or max.
+func timeoutOf(h nats.Header, max time.Duration) time.Duration {
+	v := h.Get(HeaderTimeout)
+	if v == "" {
+		return max
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms <= 0 {
+		return max
+	}
+	return min(time.Duration(ms)*time.Millisecond, maxAnnouncedTimeout)
+}
+
+// Request is a request the intake took up, as an endpoint's handler gets
+// it: a micro.Request answered on the term's connection (after the
+// intake's own handler has returned, so never through micro's request,
+// whose bookkeeping would race), with its deadline.
+type Request struct {
+	t        *Term
+	nc       *nats.Conn // the connection it came on, which answers it
+	subject  string
+	reply    string
+	header   nats.Header
+	data     []byte
+	msg      *nats.Msg // a plain endpoint's message
+	class    Class
+	deadline time.Time
+	finished atomic.Bool
+}
+
+var _ micro.Request = (*Request)(nil)
+
+// Respond sends data as the reply.
+func (r *Request) Respond(data []byte, opts ...micro.RespondOpt) error {
+	return r.send(&nats.Msg{Data: data}, opts)
+}
+
+// RespondJSON sends v in JSON as the reply.
+func (r *Request) RespondJSON(v any, opts ...micro.RespondOpt) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return micro.ErrMarshalResponse
+	}
+	return r.Respond(b, opts...)
+}
+
+// Error sends an error reply with micro's error headers.
+func (r *Request) Error(code, description string, data []byte, opts ...micro.RespondOpt) error {
+	if code == "" || description == "" {
+		return fmt.Errorf("%w: error code and description", micro.ErrArgRequired)
+	}
+	return r.send(&nats.Msg{Header: nats.Header{micro.ErrorHeader: {description}, micro.ErrorCodeHeader: {code}}, Data: data}, opts)
+}
+
+func (r *Request) send(m *nats.Msg, opts []micro.RespondOpt) error {
+	if r.reply == "" {
+		return fmt.Errorf("%w: no reply subject", micro.ErrRespond)
+	}
+	for _, o := range opts {
+		o(m)
+	}
+	m.Subject = r.reply
+	if err := r.nc.PublishMsg(m); err != nil {
+		return fmt.Errorf("%w: %w", micro.ErrRespond, err)
+	}
+	return nil
+}
+
+// RespondMsg sends m as the reply, on the connection the request came on
+// (a server that permits responses only to the requests a connection
+// received, allow_responses, wants that). Unlike micro's requests it may
+// be called after the handler has returned.
+func (r *Request) RespondMsg(m *nats.Msg) error { return r.send(m, nil) }
+
+// Data returns the request's payload.
+func (r *Request) Data() []byte { return r.data }
+
+// Headers returns the request's headers.
+func (r *Request) Headers() micro.Headers { return micro.Headers(r.header) }
+
+// Subject returns the subject the request arrived on.
+func (r *Request) Subject() string { return r.subject }
+
+// Reply returns the request's reply subject.
+func (r *Request) Reply() string { return r.reply }
+
+// Deadline is when the request's sender stops waiting for its answer,
+// as the intake counts it: from when it took the request up.
+func (r *Request) Deadline() time.Time { return r.deadline }
+
+// Class is the request's class.
+func (r *Request) Class() Class { return r.class }
+
+// Msg is the message of a request of a plain endpoint, else nil.
+func (r *Request) Msg() *nats.Msg { return r.msg }
+
+// Finish gives the request's place in flight back; only the first call
+// counts. The intake finishes a request when its handler returns, unless
+// its endpoint is Deferred: then whoever answers it (or drops it) must.
+func (r *Request) Finish() {
+	if r.finished.CompareAndSwap(false, true) {
+		r.t.in.inFlight.Add(-1)
+	}
+}
+
+// Finish finishes m if the intake took it up (see Request.Finish).
+func Finish(m micro.Request) {
+	if r, ok := m.(*Request); ok {
+		r.Finish()
+	}
+}
+
+// DeadlineOf returns m's deadline if the intake took it up, else the
+// zero time.
+func DeadlineOf(m micro.Request) time.Time {
+	if r, ok := m.(*Request); ok {
+		return r.deadline
+	}
+	return time.Time{}
+}
+
+// Expired reports whether m's sender has stopped waiting at now.
+func Expired(m micro.Request, now time.Time) bool {
+	d := DeadlineOf(m)
+	return !d.IsZero() && now.After(d)
+}
+
+// lane holds one endpoint's requests between the intake and the handler,
+// known clients' first, each class in arrival order, and runs the
+// handler on a goroutine of its own.
+type lane struct {
+	t    *Term
+	ep   Endpoint
+	nc   *nats.Conn // the endpoint's connection
+	mu   sync.Mutex
+	q    [2][]*Request // by Class
+	wake chan struct{}
+}
+
+func (l *lane) push(r *Request) {
+	l.mu.Lock()
+	l.q[r.class] = append(l.q[r.class], r)
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (l *lane) pop() *Request {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for c := ClassKnown; ; c-- {
+		if q := l.q[c]; len(q) > 0 {
+			r := q[0]
+			q[0] = nil
+			l.q[c] = q[1:]
+			if len(l.q[c]) == 0 {
+				l.q[c] = nil
+			}
+			return r
+		}
+		if c == ClassNewcomer {
+			return nil
+		}
+	}
+}
+
+// run hands the lane's requests to the handler until the term quits,
+// dropping those whose sender has gone.
+func (l *lane) run(quit <-chan struct{}) {
+	t := l.t
+	for {
+		r := l.pop()
+		if r == nil {
+			select {
+			case <-l.wake:
+				continue
+			case <-quit:
+				for r := l.pop(); r != nil; r = l.pop() {
+					t.gate.Silenced.Add(1)
+					r.Finish()
+					t.handled.Add(1)
+				}
+				return
+			}
+		}
+		switch {
+		case t.gate.Closed():
+			t.gate.Silenced.Add(1)
+			r.Finish()
+		case t.spec.Now().After(r.deadline):
+			t.in.expired.Add(1)
+			r.Finish()
+		default:
+			l.ep.Handle(r)
+			if !l.ep.Deferred {
+				r.Finish()
+			}
+		}
+		t.handled.Add(1)
+	}
+}
