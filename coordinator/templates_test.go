@@ -36,7 +36,7 @@ func TestParseTemplates(t *testing.T) {
 	if err == nil {
 		t.Fatal("invalid templates accepted")
 	}
-	for _, want := range []string{"template bad:", "FAIR_SHAER", "template bad name!:"} {
+	for _, want := range []string{"template bad: 2 problems:", "FAIR_SHAER", "capacity: -5 is negative", "template bad name!:"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}

@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/allot/allot/internal/configkv"
+	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/secureinit"
 )
@@ -87,6 +91,26 @@ func TestSecureInit(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// The coordinator's verdict on the template, written with its rights,
+	// as the operator reads it.
+	admin := connFlags{url: url, nkey: filepath.Join(dir, "nkeys", "admin.nk"), tlsCA: filepath.Join(dir, "tls", "ca.pem")}
+	anc, err := admin.dial("test admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anc.Close()
+	ajs, err := jetstream.New(anc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	faults.WaitFor(t, 20*time.Second, "the coordinator's verdict on templates.db", func() bool {
+		kv, err := ajs.KeyValue(ctx, "allot_state")
+		if err != nil {
+			return false
+		}
+		e, err := kv.Get(ctx, configkv.StatusKey("root", "templates.db"))
+		return err == nil && strings.Contains(string(e.Value()), `"ok":true`)
+	})
 	if code, o := runCtx(ctx, append([]string{"get", "db", "--wants", "10"}, conn("tenant_b")...)...); code != 0 || !strings.Contains(o, "10") {
 		t.Fatalf("tenant_b get: exit %d: %s", code, o)
 	}
@@ -105,7 +129,7 @@ func TestSecureInit(t *testing.T) {
 	cancel()
 	out = <-coordOut
 	coordOut <- out // for the deferred wait
-	if strings.Contains(out, "refused a permission") || !strings.Contains(out, "coordinator serving") {
+	if strings.Contains(out, "refused a permission") || strings.Contains(out, "cannot write configuration verdicts") || !strings.Contains(out, "coordinator serving") {
 		t.Fatalf("coordinator log:\n%s", out)
 	}
 }

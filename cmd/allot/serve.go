@@ -243,6 +243,8 @@ func startTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slo
 		return nil, err
 	}
 	w := configkv.NewWatcher(kv, cf.unmatched.Fallback(), log)
+	// Its verdict on every key, for operators with only the nats CLI.
+	w.PublishVerdicts(js, cf.bucket, cf.node)
 	if err := w.Start(ctx); err != nil {
 		return nil, err
 	}
