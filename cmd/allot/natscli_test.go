@@ -95,3 +95,64 @@ func TestNatsCLIConfigVerdicts(t *testing.T) {
 		}
 	}
 }
+
+// reportAck is a quota.report acknowledgement.
+type reportAck struct {
+	Accepted int    `json:"accepted"`
+	Ignored  int    `json:"ignored"`
+	Error    string `json:"error"`
+}
+
+// TestNatsCLIQuotaReport: subjects.md's quota.report commands, run by the
+// nats CLI against `allot up`, answer as documented: the namespace is
+// made first, a report charges its bucket, a batch with a malformed
+// report counts one accepted and one ignored, and a report no bucket
+// answers counts as one ignored (not two).
+func TestNatsCLIQuotaReport(t *testing.T) {
+	up := startUp(t, "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0")
+	cli := natstest.CLI(t, up.url)
+	const (
+		ns     = `{"dynamic_bucket_template":{"size":1000,"fill_rate":1}}`
+		one    = `{"bucket":"batch:job","tokens":120}`
+		batch  = `[{"bucket":"batch:job","tokens":120},{"bucket":"bad-name","tokens":1}]`
+		nobody = `{"bucket":"nons:x","tokens":1}`
+	)
+	docHas(t, "subjects.md",
+		"nats kv put allot_config namespaces.batch '"+ns+"'",
+		"nats pub allot.root.quota.report '"+one+"'",
+		"nats req allot.root.quota.report '"+batch+"'",
+		`{"accepted":1,"ignored":1,"error":"report 1: bucket \"bad-name\" is not of the form \"namespace:name\""}`,
+		"nats req allot.root.quota.report '"+nobody+"'",
+		`{"accepted":0,"ignored":1,"error":"report nons:x: no_bucket: no bucket answers it (its namespace has none for it, and there is no global default bucket)"}`)
+
+	cli.MustRun("kv", "put", "allot_config", "namespaces.batch", ns)
+	// Applied once the namespace is: a peek shows the bucket.
+	cliWait(t, cli, "namespace batch applied", func(out string) bool {
+		var r struct{ Matched string }
+		return json.Unmarshal([]byte(out), &r) == nil && r.Matched == "batch:job"
+	}, "req", "allot.root.quota.take", `{"bucket":"batch:job","tokens":0}`)
+	cli.MustRun("pub", "allot.root.quota.report", one)
+	ack := func(body string) reportAck {
+		t.Helper()
+		var a reportAck
+		out := cli.MustRun("req", "allot.root.quota.report", body)
+		if err := json.Unmarshal([]byte(out), &a); err != nil {
+			t.Fatalf("nats req allot.root.quota.report %s: %v: %s", body, err, out)
+		}
+		return a
+	}
+	if a := ack(batch); a != (reportAck{1, 1, `report 1: bucket "bad-name" is not of the form "namespace:name"`}) {
+		t.Errorf("batch: %+v", a)
+	}
+	if a := ack(nobody); a != (reportAck{0, 1, "report nons:x: no_bucket: no bucket answers it (its namespace has none for it, and there is no global default bucket)"}) {
+		t.Errorf("report no bucket answers: %+v", a)
+	}
+	// Both reports of 120 were charged (the bucket refills 1 a second).
+	var peek struct {
+		Remaining int `json:"remaining"`
+	}
+	out := cli.MustRun("req", "allot.root.quota.take", `{"bucket":"batch:job","tokens":0}`)
+	if err := json.Unmarshal([]byte(out), &peek); err != nil || peek.Remaining > 1000-240+30 {
+		t.Errorf("after reporting 240 of 1000: %s", out)
+	}
+}
