@@ -156,3 +156,168 @@ func TestNatsCLIQuotaReport(t *testing.T) {
 		t.Errorf("after reporting 240 of 1000: %s", out)
 	}
 }
+
+// microStats is what `nats micro stats SERVICE --json` prints: one entry
+// per instance.
+type microStats []struct {
+	Name      string `json:"name"`
+	Endpoints []struct {
+		Name        string          `json:"name"`
+		Subject     string          `json:"subject"`
+		NumRequests int             `json:"num_requests"`
+		Data        json.RawMessage `json:"data"`
+	} `json:"endpoints"`
+}
+
+// quotaData is the part of allot-quota's STATS data the tests read.
+type quotaData struct {
+	Takes     int `json:"takes"`
+	Forwarded int `json:"forwarded"`
+	Events    map[string]struct {
+		Served     int `json:"served"`
+		ServedWait int `json:"served_wait"`
+	} `json:"events"`
+}
+
+// TestNatsCLIDiscovery: what subjects.md and the README say of replies
+// and of the micro services holds with the real nats CLI: a reply's
+// floor is not above its lease, the coordinator has the three endpoints
+// listed, the services' data is in `nats micro info` and `nats micro
+// stats --json` (not in the table), and the quota counters to read
+// count every take.
+func TestNatsCLIDiscovery(t *testing.T) {
+	up := startUp(t, "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0")
+	cli := natstest.CLI(t, up.url)
+	const (
+		subjectsGet = `{"client_id":"me","resource":[{"resource_id":"db","wants":10}]}`
+		readmeGet   = `{"client_id":"me","resource":[{"resource_id":"mysql/main","wants":10}]}`
+	)
+	docHas(t, "subjects.md", "nats req allot.root.capacity.get '"+subjectsGet+"'", "nats micro info allot ",
+		"nats micro stats allot --json", "`server_get_child` (subject\n`allot.<node>.server.get.*`", "nats micro stats allot-replica --json")
+	docHas(t, "README.md", "nats req allot.root.capacity.get '"+readmeGet+"'", "nats micro stats allot --json")
+
+	for _, body := range []string{subjectsGet, readmeGet} {
+		var r struct {
+			Response []struct {
+				Gets struct {
+					Capacity float64 `json:"capacity"`
+				} `json:"gets"`
+				SafeCapacity float64 `json:"safe_capacity"`
+			} `json:"response"`
+		}
+		out := cli.MustRun("req", "allot.root.capacity.get", body)
+		if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.Response) != 1 {
+			t.Fatalf("capacity.get %s: %v: %s", body, err, out)
+		}
+		if g := r.Response[0]; g.Gets.Capacity != 10 || g.SafeCapacity > g.Gets.Capacity {
+			t.Errorf("capacity.get %s: lease %g, safe capacity %g: want a lease of 10 and a floor not above it", body, g.Gets.Capacity, g.SafeCapacity)
+		}
+	}
+	// subjects.md's reply: a lease of 10 and a floor of 10 (half the
+	// default template's fair share, 50, capped at the lease).
+	docHas(t, "subjects.md", `"gets": {"capacity": 10, `, `"safe_capacity": 10,`)
+
+	var info struct {
+		Info struct {
+			Endpoints []struct{ Name, Subject string } `json:"endpoints"`
+		} `json:"info"`
+	}
+	if out := cli.MustRun("micro", "info", "allot", "--json"); json.Unmarshal([]byte(out), &info) != nil {
+		t.Fatalf("micro info allot --json: %s", out)
+	}
+	want := []struct{ Name, Subject string }{{"capacity", "allot.root.capacity.*"}, {"server_get", "allot.root.server.get"}, {"server_get_child", "allot.root.server.get.*"}}
+	if fmt.Sprint(info.Info.Endpoints) != fmt.Sprint(want) {
+		t.Errorf("allot's endpoints: %v, want %v", info.Info.Endpoints, want)
+	}
+	if out := cli.MustRun("micro", "info", "allot"); !strings.Contains(out, "Endpoint Specific Statistics") || !strings.Contains(out, `"rounds"`) {
+		t.Errorf("nats micro info allot shows no data:\n%s", out)
+	}
+	if out := cli.MustRun("micro", "stats", "allot"); strings.Contains(out, `"rounds"`) || !strings.Contains(out, "server_get_child") {
+		t.Errorf("nats micro stats allot (the table): not as documented:\n%s", out)
+	}
+	var data struct {
+		Node   string `json:"node"`
+		Rounds *int   `json:"rounds"`
+		Role   string `json:"role"`
+	}
+	var stats microStats
+	if out := cli.MustRun("micro", "stats", "allot", "--json"); json.Unmarshal([]byte(out), &stats) != nil || len(stats) != 1 || len(stats[0].Endpoints) != 3 ||
+		json.Unmarshal(stats[0].Endpoints[0].Data, &data) != nil || data.Node != "root" || data.Rounds == nil {
+		t.Errorf("nats micro stats allot --json: %s", out)
+	}
+	var replica microStats
+	if out := cli.MustRun("micro", "stats", "allot-replica", "--json"); json.Unmarshal([]byte(out), &replica) != nil || len(replica) != 1 ||
+		json.Unmarshal(replica[0].Endpoints[0].Data, &data) != nil || data.Role != "leader" {
+		t.Errorf("nats micro stats allot-replica --json: %s", out)
+	}
+
+	// Quota: 3 takes on the plain subject, 4 on the bucket's (as the agent
+	// sends them): micro counts them per endpoint, the data counts 7.
+	cli.MustRun("kv", "put", "allot_config", "namespaces.logins", `{"dynamic_bucket_template": {"size": 5, "fill_rate": 1, "wait_timeout": "2s"}}`)
+	cliWait(t, cli, "namespace logins applied", func(out string) bool {
+		var r struct{ Matched string }
+		return json.Unmarshal([]byte(out), &r) == nil && r.Matched == "logins:peek"
+	}, "req", "allot.root.quota.take", `{"bucket":"logins:peek","tokens":0}`)
+	for range 3 {
+		cli.MustRun("req", "allot.root.quota.take", `{"bucket":"logins:alice"}`)
+	}
+	for range 4 {
+		cli.MustRun("req", "allot.root.quota.take.logins.bob", `{}`)
+	}
+	var qs microStats
+	if out := cli.MustRun("micro", "stats", "allot-quota", "--json"); json.Unmarshal([]byte(out), &qs) != nil || len(qs) != 1 {
+		t.Fatalf("nats micro stats allot-quota --json: %s", out)
+	}
+	perEndpoint := map[string]int{}
+	var qdata quotaData
+	for _, e := range qs[0].Endpoints {
+		perEndpoint[e.Name] = e.NumRequests
+		if err := json.Unmarshal(e.Data, &qdata); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev := qdata.Events["logins"]
+	// The peeks are takes too (of 0 tokens), but not served events.
+	if peeks := qdata.Takes - 7; perEndpoint["take"] != 3+peeks || perEndpoint["take_bucket"] != 4 || ev.Served+ev.ServedWait != 7 {
+		t.Errorf("allot-quota: per endpoint %v, takes %d, logins events %+v: want take_bucket 4 and 7 served", perEndpoint, qdata.Takes, ev)
+	}
+	if qdata.Takes != perEndpoint["take"]+perEndpoint["take_bucket"] {
+		t.Errorf("allot-quota: takes %d, but micro counted %v", qdata.Takes, perEndpoint)
+	}
+}
+
+// TestNatsCLIQuotaCountersPartitioned: with several partitions a take on
+// the plain subject is received twice (partition 0 passes it on to the
+// owner), as subjects.md says, while the data's takes count it once.
+func TestNatsCLIQuotaCountersPartitioned(t *testing.T) {
+	up := startUp(t, "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0", "--quota-partitions", "2")
+	cli := natstest.CLI(t, up.url)
+	cli.MustRun("kv", "put", "allot_config", "namespaces.logins", `{"dynamic_bucket_template": {"size": 5, "fill_rate": 1}}`)
+	cliWait(t, cli, "namespace logins applied", func(out string) bool {
+		var r struct{ Status string }
+		return json.Unmarshal([]byte(out), &r) == nil && r.Status == "OK"
+	}, "req", "allot.root.quota.take", `{"bucket":"logins:alice"}`)
+	cli.MustRun("req", "allot.root.quota.take.logins.alice", `{}`)
+	var qs microStats
+	if out := cli.MustRun("micro", "stats", "allot-quota", "--json"); json.Unmarshal([]byte(out), &qs) != nil || len(qs) != 2 {
+		t.Fatalf("nats micro stats allot-quota --json: %s", out)
+	}
+	var received, takes, forwarded int
+	for _, inst := range qs {
+		var data quotaData
+		for _, e := range inst.Endpoints {
+			received += e.NumRequests
+			if err := json.Unmarshal(e.Data, &data); err != nil {
+				t.Fatal(err)
+			}
+		}
+		takes += data.Takes
+		forwarded += data.Forwarded
+	}
+	// The plain takes (the last one answered OK, maybe after some with
+	// no_bucket while the namespace was not yet applied) were each
+	// received twice; the bucket subject's once.
+	if takes < 2 || forwarded != takes-1 || received != takes+forwarded {
+		t.Errorf("2 partitions: %d takes decided, %d forwarded, %d messages received: want received = takes + forwarded", takes, forwarded, received)
+	}
+}
