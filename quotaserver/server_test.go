@@ -185,9 +185,9 @@ func TestTakeAnswersAsConfigured(t *testing.T) {
 	if w, err := time.ParseDuration(got.Wait); err != nil || w < time.Second-elapsed || w > time.Second {
 		t.Fatalf("4th take waits %q, want 1s less at most the %v since the first take (one token at 1/s)", got.Wait, elapsed)
 	}
-	// max_wait 0s: now or never. The bucket owes 1s already.
-	if got := take(t, nc, subj, `{"bucket":"logins:alice","max_wait":"0s"}`); got.Status != "REJECTED" || got.Reason != quota.ReasonTimeout {
-		t.Fatalf("take with max_wait 0s: %+v, want REJECTED timeout", got)
+	// max_wait 0s: now or never. The bucket owes 1s already: no_wait.
+	if got := take(t, nc, subj, `{"bucket":"logins:alice","max_wait":"0s"}`); got.Status != "REJECTED" || got.Reason != quota.ReasonNoWait {
+		t.Fatalf("take with max_wait 0s: %+v, want REJECTED no_wait", got)
 	}
 	// The bucket subject answers too, for the same bucket.
 	if got := take(t, nc, quotaserver.BucketSubject("root", "take", "logins", "alice"), `{"max_wait":"0s"}`); got.Status != "REJECTED" {

@@ -321,3 +321,60 @@ func TestNatsCLIQuotaCountersPartitioned(t *testing.T) {
 		t.Errorf("2 partitions: %d takes decided, %d forwarded, %d messages received: want received = takes + forwarded", takes, forwarded, received)
 	}
 }
+
+// TestNatsCLIQuotaDurations: a quota take's max_wait is read in Go's
+// syntax ("500ms") as in protojson's, and a take that may not wait at all
+// is refused "no_wait", one that may wait too little "timeout"; with the
+// nats CLI, on the README's namespace.
+func TestNatsCLIQuotaDurations(t *testing.T) {
+	up := startUp(t, "--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0")
+	cli := natstest.CLI(t, up.url)
+	const logins = `{"dynamic_bucket_template": {"size": 5, "fill_rate": 1, "wait_timeout": "2s"}}`
+	const sheddable = `{"bucket":"logins:alice","tokens":5,"max_wait":"500ms","client_id":"web-1","criticality":"SHEDDABLE"}`
+	docHas(t, "README.md", "echo '"+logins+"' > logins.json", `nats kv put allot_config namespaces.logins "$(cat logins.json)"`)
+	docHas(t, "subjects.md", "nats req allot.root.quota.take '"+sheddable+"'", "nats req allot.root.quota.take.logins.alice '{\"tokens\":5,\"max_wait\":\"0.5s\"}'")
+	cli.MustRun("kv", "put", "allot_config", "namespaces.logins", logins)
+
+	type reply struct{ Status, Reason, Wait string }
+	take := func(subject, body string) reply {
+		t.Helper()
+		var r reply
+		out, errs, err := cli.Run("req", subject, body)
+		if err != nil || strings.Contains(errs, "Nats-Service-Error") || json.Unmarshal([]byte(out), &r) != nil || r.Status == "" {
+			t.Fatalf("nats req %s %s: %v\n%s%s", subject, body, err, out, errs)
+		}
+		return r
+	}
+	cliWait(t, cli, "namespace logins applied", func(out string) bool {
+		var r struct{ Matched string }
+		return json.Unmarshal([]byte(out), &r) == nil && r.Matched == "logins:peek"
+	}, "req", "allot.root.quota.take", `{"bucket":"logins:peek","tokens":0}`)
+	// Read, not refused (5 tokens is above the bucket's 1 per request).
+	if r := take("allot.root.quota.take", sheddable); r.Status != "REJECTED" || r.Reason != "too_many_tokens" {
+		t.Errorf("subjects.md's take with max_wait 500ms: %+v", r)
+	}
+	// A bucket whose next token is 100s away once its one token is
+	// taken: what a take gets depends on its max_wait alone.
+	cli.MustRun("kv", "put", "allot_config", "namespaces.slow", `{"dynamic_bucket_template": {"size": 1, "fill_rate": 0.01, "wait_timeout": "1000s", "max_debt": "1000s"}}`)
+	cliWait(t, cli, "namespace slow applied", func(out string) bool {
+		var r struct{ Matched string }
+		return json.Unmarshal([]byte(out), &r) == nil && r.Matched == "slow:peek"
+	}, "req", "allot.root.quota.take", `{"bucket":"slow:peek","tokens":0}`)
+	if r := take("allot.root.quota.take.slow.carol", `{"max_wait":"1m30s"}`); r.Status != "OK" {
+		t.Fatalf("first take: %+v", r)
+	}
+	for _, c := range []struct{ maxWait, status, reason string }{
+		{"0s", "REJECTED", "no_wait"},
+		{"500ms", "REJECTED", "timeout"},
+		{"0.5s", "REJECTED", "timeout"},
+		{"1m30s", "REJECTED", "timeout"},
+		{"200s", "OK_WAIT", ""},
+	} {
+		if r := take("allot.root.quota.take.slow.carol", `{"max_wait":"`+c.maxWait+`"}`); r.Status != c.status || r.Reason != c.reason {
+			t.Errorf("take of an empty bucket with max_wait %s: %+v, want %s %s", c.maxWait, r, c.status, c.reason)
+		}
+	}
+	if out, errs, err := cli.Run("req", "allot.root.quota.take.slow.carol", `{"max_wait":"soon"}`); err != nil || !strings.Contains(out+errs, "400") {
+		t.Errorf("max_wait \"soon\": %v\n%s%s", err, out, errs)
+	}
+}

@@ -308,3 +308,14 @@ func TestParseNamespaceReportsEveryProblem(t *testing.T) {
 		}
 	}
 }
+
+// TestNamespaceDurationForms: a namespace's durations read the same in
+// Go's syntax and in protojson's, as quota requests' max_wait does.
+func TestNamespaceDurationForms(t *testing.T) {
+	for _, form := range []string{`"250ms"`, `"0.250s"`, `"0.25s"`} {
+		ns, _, err := ParseNamespace("n", 1, []byte(`{"default_bucket": {"wait_timeout": `+form+`, "max_idle": "1m30s"}}`))
+		if err != nil || ns.Default.WaitTimeout != 250*time.Millisecond || ns.Default.MaxIdle != 90*time.Second {
+			t.Errorf("wait_timeout %s: %+v, %v", form, ns, err)
+		}
+	}
+}

@@ -27,6 +27,8 @@ type Events struct {
 	Reported uint64 `json:"reported"`
 	// Timeout counts REJECTED "timeout".
 	Timeout uint64 `json:"timeout"`
+	// NoWait counts REJECTED "no_wait".
+	NoWait uint64 `json:"no_wait"`
 	// TooManyTokens counts REJECTED "too_many_tokens".
 	TooManyTokens uint64 `json:"too_many_tokens"`
 	// BucketMiss counts REJECTED "no_bucket".
