@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"log/slog"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 )
@@ -18,7 +19,7 @@ func ErrorHandler(log *slog.Logger) nats.ErrHandler {
 	if log == nil {
 		log = slog.Default()
 	}
-	return func(_ *nats.Conn, sub *nats.Subscription, err error) {
+	return func(nc *nats.Conn, sub *nats.Subscription, err error) {
 		subject := ""
 		if sub != nil {
 			subject = sub.Subject
@@ -26,9 +27,24 @@ func ErrorHandler(log *slog.Logger) nats.ErrHandler {
 		if errors.Is(err, nats.ErrPermissionViolation) {
 			// The error's text names the refused subject as the server
 			// sent it; the subscription's subject is ours.
+			if inboxRefused(nc, err) {
+				// Every request's reply is lost: say what to do.
+				log.Error("allot: NATS refused this connection's subscription to its replies: connect with nats.CustomInboxPrefix(PREFIX), a prefix this user may subscribe to (a tenant of docs/security.md: _INBOX_<user>)", "err", err)
+				return
+			}
 			log.Error("allot: NATS refused a permission (check this user's publish/subscribe permissions)", "err", err, "subscription", subject)
 			return
 		}
 		log.Warn("allot: NATS asynchronous error", "err", err, "subscription", subject)
 	}
+}
+
+// inboxRefused reports whether err refuses nc's subscription to its own
+// replies (under its inbox prefix).
+func inboxRefused(nc *nats.Conn, err error) bool {
+	prefix := nats.InboxPrefix
+	if nc != nil && nc.Opts.InboxPrefix != "" {
+		prefix = nc.Opts.InboxPrefix + "."
+	}
+	return strings.Contains(err.Error(), `Subscription to "`+prefix)
 }

@@ -166,9 +166,9 @@ func (s *Server) report(m micro.Request, tenant, ns, name string, inSubject bool
 		s.refreshConfig()
 		for _, r := range q.Reports {
 			if err := s.table.Report(r.Namespace, r.Name, r.Tokens, now); err != nil {
-				q.Ignored++
+				// Counted as ignored below, with every report not applied.
 				if q.Error == "" {
-					q.Error = fmt.Sprintf("report for %q: %v", r.Bucket, err)
+					q.Error = err.Error()
 				}
 				continue
 			}
@@ -177,6 +177,8 @@ func (s *Server) report(m micro.Request, tenant, ns, name string, inSubject bool
 		s.reports.Add(uint64(applied))
 	}
 	if m.Reply() != "" {
+		// Accepted counts the valid reports; those not applied (no bucket,
+		// not forwarded) move to Ignored.
 		ack := q.QuotaReportResponse()
 		ack.Ignored += ack.Accepted - int32(applied)
 		ack.Accepted = int32(applied)

@@ -185,9 +185,9 @@ func TestTakeAnswersAsConfigured(t *testing.T) {
 	if w, err := time.ParseDuration(got.Wait); err != nil || w < time.Second-elapsed || w > time.Second {
 		t.Fatalf("4th take waits %q, want 1s less at most the %v since the first take (one token at 1/s)", got.Wait, elapsed)
 	}
-	// max_wait 0s: now or never. The bucket owes 1s already.
-	if got := take(t, nc, subj, `{"bucket":"logins:alice","max_wait":"0s"}`); got.Status != "REJECTED" || got.Reason != quota.ReasonTimeout {
-		t.Fatalf("take with max_wait 0s: %+v, want REJECTED timeout", got)
+	// max_wait 0s: now or never. The bucket owes 1s already: no_wait.
+	if got := take(t, nc, subj, `{"bucket":"logins:alice","max_wait":"0s"}`); got.Status != "REJECTED" || got.Reason != quota.ReasonNoWait {
+		t.Fatalf("take with max_wait 0s: %+v, want REJECTED no_wait", got)
 	}
 	// The bucket subject answers too, for the same bucket.
 	if got := take(t, nc, quotaserver.BucketSubject("root", "take", "logins", "alice"), `{"max_wait":"0s"}`); got.Status != "REJECTED" {
@@ -239,6 +239,39 @@ func TestReportCharges(t *testing.T) {
 			t.Fatalf("published report of 3 not applied: remaining %d, want %d", peek(), before-7)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestReportAckCounts: a report's acknowledgement counts each report
+// once, accepted or ignored, whether it is malformed or its bucket does
+// not exist, on the plain subject and on a bucket's.
+func TestReportAckCounts(t *testing.T) {
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "batch", Dynamic: tokenBucket(1000, 100, 0), MaxDynamicBuckets: 10})}
+	r, _ := runReplica(t, nc, "a", 0, 1, src.get)
+	waitServing(t, r)
+	for _, c := range []struct {
+		subject, body     string
+		accepted, ignored int32
+		err               string
+	}{
+		{quotaserver.ReportSubject("root"), `{"bucket":"nons:x","tokens":1}`, 0, 1, `report nons:x: no_bucket: no bucket answers it`},
+		{quotaserver.ReportSubject("root"), `[{"bucket":"batch:job","tokens":120},{"bucket":"bad-name","tokens":1}]`, 1, 1, `bucket "bad-name"`},
+		{quotaserver.ReportSubject("root"), `[{"bucket":"nons:job","tokens":1},{"bucket":"bad-name","tokens":1}]`, 0, 2, `bucket "bad-name"`},
+		{quotaserver.ReportSubject("root"), `[{"bucket":"nons:a","tokens":1},{"bucket":"nons:b","tokens":1},{"bucket":"batch:b","tokens":1}]`, 1, 2, `report nons:a: no_bucket`},
+		{quotaserver.BucketSubject("root", "report", "nons", "x"), `{"tokens":1}`, 0, 1, `report nons:x: no_bucket: no bucket answers it`},
+		{quotaserver.BucketSubject("root", "report", "batch", "y"), `{"tokens":1}`, 1, 0, ""},
+	} {
+		m, code := request(t, nc, c.subject, c.body)
+		var ack allotpb.QuotaReportResponse
+		if code != "" || wire.Unmarshal(wire.JSON, m.Data, &ack) != nil {
+			t.Errorf("%s %s: code %q, %s", c.subject, c.body, code, m.Data)
+			continue
+		}
+		if ack.Accepted != c.accepted || ack.Ignored != c.ignored || !strings.Contains(ack.Error, c.err) || (c.err == "") != (ack.Error == "") {
+			t.Errorf("%s %s: ack %s, want accepted %d, ignored %d, error naming %q", c.subject, c.body, m.Data, c.accepted, c.ignored, c.err)
+		}
 	}
 }
 

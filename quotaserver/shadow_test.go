@@ -50,7 +50,7 @@ func TestShadowNamespace(t *testing.T) {
 		got := shadowTake(t, nc, "logins:alice")
 		want := shadowReply{Status: "OK", Wait: "0s", Shadow: true, ShadowStatus: "OK"}
 		if i >= 2 {
-			want.ShadowStatus, want.Reason = "REJECTED", quota.ReasonTimeout
+			want.ShadowStatus, want.Reason = "REJECTED", quota.ReasonNoWait // wait_timeout 0s
 		}
 		if got != want {
 			t.Errorf("shadow take %d: %+v, want %+v", i, got, want)
@@ -68,8 +68,8 @@ func TestShadowNamespace(t *testing.T) {
 	}
 	// The bucket counted what it decided: quotaservice's events see the
 	// refusals.
-	if ev := st.Events["logins"]; ev.Timeout != 3 {
-		t.Errorf("logins events %+v, want 3 timeouts", ev)
+	if ev := st.Events["logins"]; ev.NoWait != 3 {
+		t.Errorf("logins events %+v, want 3 no_wait", ev)
 	}
 }
 
@@ -83,7 +83,7 @@ func TestShadowServer(t *testing.T) {
 	srv := serve(t, nc, quotaserver.Options{Config: func() *quota.Config { return cfg }, Shadow: true, Logger: quiet()})
 	for _, tc := range []struct{ bucket, shadowStatus, reason string }{
 		{"logins:alice", "OK", ""},
-		{"logins:alice", "REJECTED", quota.ReasonTimeout},
+		{"logins:alice", "REJECTED", quota.ReasonNoWait}, // wait_timeout 0
 		{"nope:x", "REJECTED", quota.ReasonNoBucket},
 	} {
 		got := shadowTake(t, nc, tc.bucket)

@@ -31,7 +31,9 @@ type RejectedError struct {
 	// Bucket is the bucket asked for.
 	Bucket string
 	// Reason is why: "timeout" (the wait would exceed the bucket's
-	// wait_timeout or the request's max wait), "no_bucket",
+	// wait_timeout or the request's max wait), "no_wait" (the tokens are
+	// not there now and no wait was allowed: WithMaxWait(0), or a bucket
+	// whose wait_timeout is 0), "no_bucket",
 	// "too_many_buckets", "too_many_tokens", "banned" or "reserved"
 	// (capacity kept for CRITICAL requests).
 	Reason string

@@ -72,5 +72,5 @@ func ExampleClient_Take() {
 	// login 1 ok, 2 of 3 left
 	// login 2 ok, 1 of 3 left
 	// login 3 ok, 0 of 3 left
-	// login 4 refused (timeout), retry in about 10s
+	// login 4 refused (no_wait), retry in about 10s
 }

@@ -139,8 +139,8 @@ type takeOptions struct {
 
 // WithMaxWait sets the longest wait this Take accepts: the bucket answers
 // REJECTED "timeout" rather than OK_WAIT beyond it. It lowers the bucket's
-// wait_timeout, never raises it; 0 means now or REJECTED. A context
-// deadline lowers it too.
+// wait_timeout, never raises it; 0 means now or REJECTED "no_wait". A
+// context deadline lowers it too.
 func WithMaxWait(d time.Duration) TakeOption {
 	return func(o *takeOptions) error {
 		if d < 0 {

@@ -133,7 +133,7 @@ func splitBucket(bucket string) (ns, name string, err error) {
 //
 // A context deadline bounds the wait the service may answer with, like
 // WithMaxWait, so that a wait the caller could not honour is REJECTED
-// "timeout" instead.
+// "timeout" instead ("no_wait" when no wait at all is allowed).
 //
 // When the service does not answer within the timeout (WithTimeout),
 // answers with a server error, or is not reachable, the namespace's local
@@ -265,6 +265,9 @@ func (c *Client) takeLocal(ctx context.Context, bucket, ns string, n int64, to *
 		re := &RejectedError{Bucket: bucket, Reason: "too_many_tokens", Limit: res.Limit, Remaining: res.Remaining, Fallback: true}
 		if n <= int64(b.burst) {
 			re.Reason, re.RetryAfter = "timeout", wait-maxWait
+			if maxWait == 0 {
+				re.Reason = "no_wait"
+			}
 		}
 		return Result{}, re
 	}

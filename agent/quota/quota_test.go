@@ -144,10 +144,10 @@ func TestQuotaUnavailable(t *testing.T) {
 	}
 	before := nc.Stats().OutMsgs
 	// The bucket is empty: at 2/s a token is at most 500ms away, within
-	// the fallback's wait; with max wait 0 it is REJECTED "timeout".
+	// the fallback's wait; with max wait 0 it is REJECTED "no_wait".
 	_, err = q.Take(ctx, "logins:alice", 1, WithMaxWait(0))
 	var qe *RejectedError
-	if !errors.As(err, &qe) || qe.Reason != "timeout" || !qe.Fallback || qe.RetryAfter <= 0 || qe.RetryAfter > 500*time.Millisecond {
+	if !errors.As(err, &qe) || qe.Reason != "no_wait" || !qe.Fallback || qe.RetryAfter <= 0 || qe.RetryAfter > 500*time.Millisecond {
 		t.Fatalf("empty local bucket, max wait 0: err = %v", err)
 	}
 	if _, err := q.Take(ctx, "logins:bob", 3); !errors.As(err, &qe) || qe.Reason != "too_many_tokens" {
@@ -271,11 +271,11 @@ func TestTakeService(t *testing.T) {
 	if took < res.Wait-50*time.Millisecond {
 		t.Errorf("Take returned after %v, before the answered wait %v", took, res.Wait)
 	}
-	// Now in debt: with no wait allowed it is REJECTED "timeout".
+	// Now in debt: with no wait allowed it is REJECTED "no_wait".
 	_, err = q.Take(ctx, "logins:alice", 1, WithMaxWait(0))
 	var qe *RejectedError
-	if !errors.As(err, &qe) || qe.Reason != "timeout" || qe.Fallback || qe.RetryAfter <= 0 || qe.Bucket != "logins:alice" {
-		t.Fatalf("take with max wait 0 = %v; want REJECTED timeout with a retry_after", err)
+	if !errors.As(err, &qe) || qe.Reason != "no_wait" || qe.Fallback || qe.RetryAfter <= 0 || qe.Bucket != "logins:alice" {
+		t.Fatalf("take with max wait 0 = %v; want REJECTED no_wait with a retry_after", err)
 	}
 	// A context that cannot wait the answer is REJECTED rather than
 	// answered with a wait it cannot sit out. The next token is about 1s
@@ -492,8 +492,8 @@ func TestQuotaShadow(t *testing.T) {
 		if err != nil || !res.Shadow || res.Wait != 0 || res.WouldRefuse != (i >= 2) {
 			t.Fatalf("take %d in shadow mode: %+v, %v", i, res, err)
 		}
-		if i >= 2 && res.ShadowReason != "timeout" {
-			t.Errorf("take %d: shadow reason %q, want timeout", i, res.ShadowReason)
+		if i >= 2 && res.ShadowReason != "no_wait" {
+			t.Errorf("take %d: shadow reason %q, want no_wait (wait_timeout 0s)", i, res.ShadowReason)
 		}
 	}
 	st, _ := statusOf(q, "logins")

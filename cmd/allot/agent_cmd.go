@@ -148,7 +148,7 @@ func watchConfig(ctx context.Context, nc *nats.Conn, bucket string, log *slog.Lo
 	if err != nil {
 		return nil, fmt.Errorf("%w (a coordinator or `allot up` creates it)", err)
 	}
-	return startWatcher(sctx, nc, kv, nil, log)
+	return startWatcher(sctx, nc, kv, nil, log, nil)
 }
 
 // allowEndpoint listens on addr for the allow endpoint of a's leases and

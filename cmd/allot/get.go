@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/allot/allot/agent"
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
@@ -82,7 +86,9 @@ func request(ctx context.Context, env *cliEnv, conn *connFlags, subject string, 
 	if err != nil {
 		return err
 	}
-	nc, err := conn.dial("allot cli", nats.Timeout(timeout))
+	ctx, refuse := context.WithCancelCause(ctx)
+	defer refuse(nil)
+	nc, err := conn.dial("allot cli", nats.Timeout(timeout), inboxRefused(conn.inboxPrefix, refuse))
 	if err != nil {
 		return err
 	}
@@ -92,6 +98,9 @@ func request(ctx context.Context, env *cliEnv, conn *connFlags, subject string, 
 	m, err := nc.RequestWithContext(ctx, subject, data)
 	if isNoResponders(err) {
 		return fmt.Errorf("no coordinator answers on %s: is one running for this node?", subject)
+	}
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, errInboxRefused) {
+		return cause
 	}
 	if err != nil {
 		return fmt.Errorf("request %s: %w", subject, err)
@@ -106,6 +115,38 @@ func request(ctx context.Context, env *cliEnv, conn *connFlags, subject string, 
 	}
 	fmt.Fprintln(env.stdout, out.String())
 	return nil
+}
+
+// errInboxRefused is wrapped by the error a request ends with when the
+// server refuses the connection's subscription to its replies.
+var errInboxRefused = errors.New("the NATS server refused this user's subscription to its replies")
+
+// permissionsSubject finds the subject a refused subscription names.
+var permissionsSubject = regexp.MustCompile(`Subscription to "(\S+)"`)
+
+// inboxRefused logs asynchronous errors as agent.ErrorHandler does, and
+// when the server refuses the subscription to the connection's replies
+// (under prefix, default _INBOX), ends the request at once with what to
+// do: a user of an account that allows replies only under a prefix of its
+// own (a tenant of the shipped secure configuration) otherwise waits for
+// the time-out of a request whose answer cannot reach it.
+func inboxRefused(prefix string, end context.CancelCauseFunc) nats.Option {
+	logged := agent.ErrorHandler(nil)
+	if prefix == "" {
+		prefix = strings.TrimSuffix(nats.InboxPrefix, ".")
+	}
+	return nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
+		logged(nc, sub, err)
+		m := permissionsSubject.FindStringSubmatch(err.Error())
+		if !errors.Is(err, nats.ErrPermissionViolation) || m == nil || !strings.HasPrefix(m[1], prefix+".") {
+			return
+		}
+		if prefix == strings.TrimSuffix(nats.InboxPrefix, ".") {
+			end(fmt.Errorf("%w (%s): this user may receive replies only under a prefix of its own; run again with --inbox-prefix PREFIX (the users of allot secure init: --inbox-prefix _INBOX_<user>, such as _INBOX_tenant_a)", errInboxRefused, m[1]))
+			return
+		}
+		end(fmt.Errorf("%w (%s): --inbox-prefix %s is not a prefix this user may receive replies under", errInboxRefused, m[1], prefix))
+	})
 }
 
 // parseInterspersed parses flags that may follow positional arguments

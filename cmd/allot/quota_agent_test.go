@@ -71,8 +71,8 @@ func TestUpAgentTake(t *testing.T) {
 		}
 	}
 	var qe *quota.RejectedError
-	if _, err := q.Take(ctx, "logins:alice", 1); !errors.As(err, &qe) || qe.Reason != "timeout" || qe.RetryAfter < 50*time.Second {
-		t.Fatalf("third take: %v; want REJECTED timeout, retry in about 100s", err)
+	if _, err := q.Take(ctx, "logins:alice", 1); !errors.As(err, &qe) || qe.Reason != "no_wait" || qe.RetryAfter < 50*time.Second {
+		t.Fatalf("third take: %v; want REJECTED no_wait (wait_timeout 0s), retry in about 100s", err)
 	}
 
 	h := quotahttp.New(q, quotahttp.RemoteIP("api"))(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))

@@ -2,14 +2,24 @@ package main
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/allot/allot/internal/configkv"
+	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/secureinit"
 )
@@ -27,7 +37,10 @@ func TestSecureInit(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("secure init: exit %d: %s", code, out)
 	}
-	for _, want := range []string{"nats-server -c deploy/nats/secure/root.conf", "--nkey " + filepath.Join(dir, "nkeys", "coordinator.nk"), "--inbox-prefix _INBOX_tenant_a", "deploy/nats/secure/level.conf", "--inbox-prefix _INBOX_allot_region1"} {
+	for _, want := range []string{`"$(go env GOPATH)/bin/nats-server" -c deploy/nats/secure/root.conf`, "--nkey " + filepath.Join(dir, "nkeys", "coordinator.nk"),
+		"--inbox-prefix _INBOX_tenant_a", "deploy/nats/secure/level.conf", "--inbox-prefix _INBOX_allot_region1",
+		"go install github.com/nats-io/nats-server/v2@" + goModVersion(t, "github.com/nats-io/nats-server/v2") + "\n",
+		"go run ./cmd/allot config put --create-bucket --nats tls://127.0.0.1:4222 "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("secure init output lacks %q:\n%s", want, out)
 		}
@@ -35,7 +48,9 @@ func TestSecureInit(t *testing.T) {
 	if code, out := runCtx(ctx, "secure", "init", "--dir", dir); code == 0 || !strings.Contains(out, "already holds credentials") {
 		t.Errorf("second init: exit %d: %s", code, out)
 	}
-	for _, args := range [][]string{{"secure"}, {"secure", "init"}, {"secure", "init", "--dir", t.TempDir(), "--valid", "0s"}, {"secure", "nope"}} {
+	for _, args := range [][]string{{"secure"}, {"secure", "init"}, {"secure", "init", "--dir", t.TempDir(), "--valid", "0s"}, {"secure", "nope"},
+		{"secure", "init", "--dir", t.TempDir(), "--client-port", "0"}, {"secure", "init", "--dir", t.TempDir(), "--leaf-port", "4222"},
+		{"secure", "init", "--dir", t.TempDir(), "--http-listen", "8222"}, {"secure", "init", "--dir", t.TempDir(), "--http-listen", "127.0.0.1:70000"}} {
 		if code, out := runCtx(ctx, args...); code == 0 {
 			t.Errorf("allot %v: exit 0: %s", args, out)
 		}
@@ -65,7 +80,7 @@ func TestSecureInit(t *testing.T) {
 	// The coordinator (with its quota service) runs as secure init says,
 	// on the coordinator user's rights alone: its log shows no refused
 	// permission.
-	coordArgs := printedCommand(t, out, "allot coordinator ", url)
+	coordArgs := printedCommand(t, out, "go run ./cmd/allot coordinator ", url)
 	if !strings.Contains(strings.Join(coordArgs, " "), "--unmatched reject") {
 		t.Errorf("the printed coordinator command does not refuse unmatched resources: %q", coordArgs)
 	}
@@ -87,6 +102,37 @@ func TestSecureInit(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// The coordinator's verdict on the template, written with its rights,
+	// as the operator reads it.
+	admin := connFlags{url: url, nkey: filepath.Join(dir, "nkeys", "admin.nk"), tlsCA: filepath.Join(dir, "tls", "ca.pem")}
+	anc, err := admin.dial("test admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anc.Close()
+	ajs, err := jetstream.New(anc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	faults.WaitFor(t, 20*time.Second, "the coordinator's verdict on templates.db", func() bool {
+		kv, err := ajs.KeyValue(ctx, "allot_state")
+		if err != nil {
+			return false
+		}
+		e, err := kv.Get(ctx, configkv.StatusKey("root", "templates.db"))
+		return err == nil && strings.Contains(string(e.Value()), `"ok":true`)
+	})
+	// A tenant that leaves out its --inbox-prefix is told so at once, not
+	// after a time-out.
+	noPrefix := slices.DeleteFunc(conn("tenant_a"), func(a string) bool { return strings.HasPrefix(a, "--inbox-prefix") || strings.HasPrefix(a, "_INBOX_") })
+	if code, o := runCtx(ctx, append([]string{"get", "db", "--wants", "10", "--timeout", "1m"}, noPrefix...)...); code == 0 ||
+		!strings.Contains(o, "refused this user's subscription to its replies") || !strings.Contains(o, "run again with --inbox-prefix") {
+		t.Errorf("tenant_a get without --inbox-prefix: exit %d: %s", code, o)
+	}
+	if code, o := runCtx(ctx, append([]string{"get", "db", "--wants", "10", "--timeout", "1m", "--inbox-prefix", "_INBOX_tenant_b"}, noPrefix...)...); code == 0 ||
+		!strings.Contains(o, "--inbox-prefix _INBOX_tenant_b is not a prefix this user may receive replies under") {
+		t.Errorf("tenant_a get with tenant_b's --inbox-prefix: exit %d: %s", code, o)
+	}
 	if code, o := runCtx(ctx, append([]string{"get", "db", "--wants", "10"}, conn("tenant_b")...)...); code != 0 || !strings.Contains(o, "10") {
 		t.Fatalf("tenant_b get: exit %d: %s", code, o)
 	}
@@ -105,14 +151,14 @@ func TestSecureInit(t *testing.T) {
 	cancel()
 	out = <-coordOut
 	coordOut <- out // for the deferred wait
-	if strings.Contains(out, "refused a permission") || !strings.Contains(out, "coordinator serving") {
+	if strings.Contains(out, "refused a permission") || strings.Contains(out, "cannot write configuration verdicts") || !strings.Contains(out, "coordinator serving") {
 		t.Fatalf("coordinator log:\n%s", out)
 	}
 }
 
 // printedCommand returns the arguments of the command line in out that
-// starts with prefix (such as "allot coordinator "), without "allot" and
-// with its --nats URL replaced by url.
+// starts with prefix (such as "go run ./cmd/allot coordinator "), without
+// the command that runs allot, and with its --nats URL replaced by url.
 func printedCommand(t *testing.T, out, prefix, url string) []string {
 	t.Helper()
 	for line := range strings.SplitSeq(out, "\n") {
@@ -120,7 +166,10 @@ func printedCommand(t *testing.T, out, prefix, url string) []string {
 		if !strings.HasPrefix(line, prefix) {
 			continue
 		}
-		args := strings.Fields(line)[1:]
+		args := strings.Fields(strings.TrimPrefix(line, "go run ./cmd/allot "))
+		if !strings.HasPrefix(line, "go run ./cmd/allot ") {
+			args = args[1:] // "allot"
+		}
 		for i := range args {
 			if args[i] == "--nats" && i+1 < len(args) {
 				args[i+1] = url
@@ -187,5 +236,86 @@ func TestConnFlagsUserPassword(t *testing.T) {
 		if strings.Contains(out, "wrongpass") {
 			t.Errorf("allot get %v shows the password: %q", c.args, out)
 		}
+	}
+}
+
+// goModVersion returns the version of module path that go.mod requires.
+func goModVersion(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(path) + ` (v\S+)`).FindSubmatch(data)
+	if m == nil {
+		t.Fatalf("go.mod requires no %s", path)
+	}
+	return string(m[1])
+}
+
+// TestSecureInitPorts: the ports of the root server are flags, which the
+// env file and the printed commands follow; the development CA's key is
+// written nowhere, as docs/security.md says.
+func TestSecureInitPorts(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sec")
+	code, out := runCtx(context.Background(), "secure", "init", "--dir", dir, "--client-port", "5222", "--leaf-port", "5422", "--http-listen", "127.0.0.1:5822")
+	if code != 0 {
+		t.Fatalf("secure init: exit %d: %s", code, out)
+	}
+	env := readEnvFile(t, filepath.Join(dir, secureinit.EnvFile))
+	for k, want := range map[string]string{"CLIENT_PORT": "5222", "LEAF_PORT": "5422", "HTTP_LISTEN": "127.0.0.1:5822", "PARENT_LEAF_URLS": "[tls://127.0.0.1:5422]"} {
+		if env[k] != want {
+			t.Errorf("%s=%q, want %q", k, env[k], want)
+		}
+	}
+	if !strings.Contains(out, "--nats tls://127.0.0.1:5222 ") || strings.Contains(out, "4222") {
+		t.Errorf("printed commands do not use the client port 5222:\n%s", out)
+	}
+	docHas(t, "docs/security.md", "--client-port", "--leaf-port", "--http-listen",
+		"go install github.com/nats-io/nats-server/v2@"+goModVersion(t, "github.com/nats-io/nats-server/v2"))
+
+	// No file holds the CA's private key.
+	caPEM, err := os.ReadFile(filepath.Join(dir, "tls", "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(caPEM)
+	ca, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caKey, ok := ca.PublicKey.(*ecdsa.PublicKey)
+	if !ok {
+		t.Fatalf("CA key %T", ca.PublicKey)
+	}
+	err = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for b, rest := pem.Decode(data); b != nil; b, rest = pem.Decode(rest) {
+			if !strings.Contains(b.Type, "PRIVATE KEY") {
+				continue
+			}
+			var key crypto.Signer
+			if ec, err := x509.ParseECPrivateKey(b.Bytes); err == nil {
+				key = ec
+			} else if k, err := x509.ParsePKCS8PrivateKey(b.Bytes); err == nil {
+				key, _ = k.(crypto.Signer)
+			}
+			if key == nil {
+				return fmt.Errorf("%s: a private key that does not parse", path)
+			}
+			if caKey.Equal(key.Public()) {
+				return fmt.Errorf("%s holds the CA's private key", path)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }

@@ -284,7 +284,9 @@ func startTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slo
 	if err != nil {
 		return nil, err
 	}
-	w, err := startWatcher(ctx, nc, kv, cf.unmatched.Fallback(), log)
+	// Its verdict on every key, for operators with only the nats CLI.
+	verdicts := func(w *configkv.Watcher) { w.PublishVerdicts(js, cf.bucket, cf.node) }
+	w, err := startWatcher(ctx, nc, kv, cf.unmatched.Fallback(), log, verdicts)
 	if err == nil && cf.unmatched == config.UnmatchedReject {
 		warnCatchAll(w.Current(), log)
 	}
@@ -292,9 +294,12 @@ func startTemplates(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slo
 }
 
 // startWatcher watches kv, and resyncs the watch on every reconnect of
-// nc.
-func startWatcher(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, fallback *config.Template, log *slog.Logger) (*configkv.Watcher, error) {
+// nc. setup, when not nil, configures the watcher before it starts.
+func startWatcher(ctx context.Context, nc *nats.Conn, kv jetstream.KeyValue, fallback *config.Template, log *slog.Logger, setup func(*configkv.Watcher)) (*configkv.Watcher, error) {
 	w := configkv.NewWatcher(kv, fallback, log)
+	if setup != nil {
+		setup(w)
+	}
 	if err := w.Start(ctx); err != nil {
 		return nil, err
 	}

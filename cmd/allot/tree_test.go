@@ -11,6 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/allot/allot/internal/configkv"
+	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/opstatus"
 )
 
@@ -81,6 +86,26 @@ func TestUpTree(t *testing.T) {
 	waitApplied(t, cluster.url, "eu-1", "tree", m[1])
 	// Status asked at the cluster reaches the root's replicas too.
 	waitApplied(t, cluster.url, "root", "tree", m[1])
+	// Each level writes its own verdict, in its own state bucket.
+	for node, url := range map[string]string{"root": root.url, "eu": region.url, "eu-1": cluster.url} {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		faults.WaitFor(t, 15*time.Second, node+"'s verdict on templates.tree", func() bool {
+			kv, err := js.KeyValue(testCtx(t), "allot_state")
+			if err != nil {
+				return false
+			}
+			e, err := kv.Get(testCtx(t), configkv.StatusKey(node, "templates.tree"))
+			return err == nil && strings.Contains(string(e.Value()), `"revision":`+m[1]+`,"ok":true`)
+		})
+		nc.Close()
+	}
 	// Reads at a child are of its local mirror.
 	if code, out := runCtx(context.Background(), "config", "get", "tree", "--nats", cluster.url); code != 0 || !strings.Contains(out, "321") {
 		t.Fatalf("config get at the cluster: code %d: %s", code, out)

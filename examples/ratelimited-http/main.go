@@ -33,14 +33,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/dashboard"
-	"github.com/allot/allot/internal/config"
-	"github.com/allot/allot/internal/embed"
-	"github.com/allot/allot/proto/allotpb"
 )
 
 func main() {
@@ -150,30 +148,31 @@ type demo struct {
 
 // startDemo runs an embedded NATS server and a coordinator that gives
 // resource 5 requests per second, and serves its dashboard on dashAddr.
+// It uses only allot's public packages, as a service outside this
+// module would.
 func startDemo(ctx context.Context, resource, dashAddr string, log *slog.Logger) (*demo, error) {
-	dir, err := os.MkdirTemp("", "ratelimited-http")
+	// The template, as `allot config put` would store it.
+	doc, err := json.Marshal(map[string]any{
+		"identifier_glob": resource, "capacity": 5,
+		"algorithm": map[string]any{"kind": "FAIR_SHARE", "lease_length": "10s", "refresh_interval": "1s"},
+	})
 	if err != nil {
 		return nil, err
 	}
-	s, err := embed.Start(embed.Options{StoreDir: dir})
+	templates, err := coordinator.ParseTemplates(map[string][]byte{"demo": doc})
 	if err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
-	stopServer := func() { s.Shutdown(); s.WaitForShutdown(); os.RemoveAll(dir) }
+	s, stopServer, err := startNATS()
+	if err != nil {
+		return nil, err
+	}
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		stopServer()
 		return nil, err
 	}
-	tmpl := &config.Template{
-		Name: "demo", Glob: resource, Capacity: 5, Algorithm: allotpb.Algorithm_FAIR_SHARE,
-		LeaseLength: 10 * time.Second, RefreshInterval: time.Second,
-	}
-	c, err := coordinator.New(nc, coordinator.Options{
-		Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl}, nil)),
-		Logger:    log,
-	})
+	c, err := coordinator.New(nc, coordinator.Options{Templates: templates, Logger: log})
 	if err == nil {
 		err = c.Start(ctx)
 	}
@@ -190,6 +189,29 @@ func startDemo(ctx context.Context, resource, dashAddr string, log *slog.Logger)
 		return nil, err
 	}
 	return &demo{natsURL: s.ClientURL(), dashURL: dashURL, stop: func() { stopDash(); c.Stop(); nc.Close(); stopServer() }}, nil
+}
+
+// startNATS runs an in-process nats-server with JetStream (the
+// coordinator keeps its lease record there) on a free loopback port,
+// storing into a temporary directory that stop removes.
+func startNATS() (*server.Server, func(), error) {
+	dir, err := os.MkdirTemp("", "ratelimited-http")
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT,
+		JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, fmt.Errorf("nats-server: %w", err)
+	}
+	stop := func() { s.Shutdown(); s.WaitForShutdown(); os.RemoveAll(dir) }
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		stop()
+		return nil, nil, errors.New("nats-server: not ready for connections after 10s")
+	}
+	return s, stop, nil
 }
 
 // serveDashboard serves the live dashboard of c on addr ("" none) until

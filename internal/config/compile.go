@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -104,46 +105,51 @@ func KnownParameters(kind allotpb.Algorithm_Kind) []string {
 //
 // Normalized (note): see docs/configuration.md, "Normalization rules".
 func Compile(name string, revision uint64, pb *allotpb.ResourceTemplate) (*Template, []string, error) {
-	if err := ValidateName(name); err != nil {
-		return nil, nil, err
-	}
 	if pb == nil {
-		return nil, nil, invalid("template", "is missing")
+		return nil, nil, joinProblems(appendProblems(appendProblems(nil, ValidateName(name)), invalid("template", "is missing")))
 	}
 	var notes []string
 	note := func(format string, args ...any) { notes = append(notes, fmt.Sprintf(format, args...)) }
+	// Every check runs, so that all of a template's problems are
+	// reported at once; a value at fault is replaced by its default for
+	// the checks that depend on it.
+	var errs []error
+	fail := func(err error) bool {
+		errs = appendProblems(errs, err)
+		return err != nil
+	}
+	fail(ValidateName(name))
 
 	t := &Template{Name: name, Revision: revision, Description: pb.GetDescription()}
 
 	// identifier_glob
-	if err := ValidateGlob(pb.GetIdentifierGlob()); err != nil {
-		return nil, nil, err
-	}
-	t.Glob = pb.GetIdentifierGlob()
-	if g := collapseStars(t.Glob); g != t.Glob {
-		note("identifier_glob: %q matches the same ids as %q; using %q", t.Glob, g, g)
-		t.Glob = g
+	if !fail(ValidateGlob(pb.GetIdentifierGlob())) {
+		t.Glob = pb.GetIdentifierGlob()
+		if g := collapseStars(t.Glob); g != t.Glob {
+			note("identifier_glob: %q matches the same ids as %q; using %q", t.Glob, g, g)
+			t.Glob = g
+		}
 	}
 
 	// capacity
-	if err := checkAmount("capacity", pb.GetCapacity()); err != nil {
-		return nil, nil, err
+	if !fail(checkAmount("capacity", pb.GetCapacity())) {
+		t.Capacity = pb.GetCapacity()
 	}
-	t.Capacity = pb.GetCapacity()
 
 	// description
-	if len(t.Description) > MaxDescriptionLen {
-		return nil, nil, invalid("description", "is %d bytes long; the limit is %d", len(t.Description), MaxDescriptionLen)
-	}
-	if !utf8.ValidString(t.Description) {
-		return nil, nil, invalid("description", "is not valid UTF-8")
+	switch {
+	case len(t.Description) > MaxDescriptionLen:
+		fail(invalid("description", "is %d bytes long; the limit is %d", len(t.Description), MaxDescriptionLen))
+	case !utf8.ValidString(t.Description):
+		fail(invalid("description", "is not valid UTF-8"))
 	}
 
 	// algorithm
 	alg := pb.GetAlgorithm()
 	kind := alg.GetKind()
 	if _, ok := allotpb.Algorithm_Kind_name[int32(kind)]; !ok {
-		return nil, nil, invalid("algorithm.kind", "unknown algorithm %d (want one of NO_ALGORITHM, STATIC, PROPORTIONAL_SHARE, FAIR_SHARE)", int32(kind))
+		fail(invalid("algorithm.kind", "unknown algorithm %d (want one of NO_ALGORITHM, STATIC, PROPORTIONAL_SHARE, FAIR_SHARE)", int32(kind)))
+		kind = allotpb.Algorithm_NO_ALGORITHM
 	}
 	t.Algorithm = kind
 	if alg == nil {
@@ -157,37 +163,32 @@ func Compile(name string, revision uint64, pb *allotpb.ResourceTemplate) (*Templ
 	}
 
 	// parameters
-	if err := compileParams(t, alg.GetParameters()); err != nil {
-		return nil, nil, err
-	}
+	fail(compileParams(t, alg.GetParameters()))
 
 	// durations
 	lease, leaseSet, err := duration("algorithm.lease_length", alg.GetLeaseLength())
-	if err != nil {
-		return nil, nil, err
-	}
 	switch {
-	case !leaseSet:
+	case fail(err), !leaseSet:
 		lease = DefaultLeaseLength
 	case lease == 0:
 		note("algorithm.lease_length: 0s means the default; using %s", DefaultLeaseLength)
 		lease = DefaultLeaseLength
 	case lease > MaxLeaseLength:
-		return nil, nil, invalid("algorithm.lease_length", "%s is longer than the limit of %s", lease, MaxLeaseLength)
+		fail(invalid("algorithm.lease_length", "%s is longer than the limit of %s", lease, MaxLeaseLength))
+		lease = DefaultLeaseLength
 	case lease < MinRefreshInterval:
-		return nil, nil, invalid("algorithm.lease_length", "%s is shorter than the minimum of %s", lease, MinRefreshInterval)
+		fail(invalid("algorithm.lease_length", "%s is shorter than the minimum of %s", lease, MinRefreshInterval))
+		lease = DefaultLeaseLength
 	}
 	t.LeaseLength = lease
 
 	refresh, refreshSet, err := duration("algorithm.refresh_interval", alg.GetRefreshInterval())
-	if err != nil {
-		return nil, nil, err
-	}
 	switch {
+	case fail(err):
 	case refreshSet && refresh != 0 && refresh < MinRefreshInterval:
-		return nil, nil, invalid("algorithm.refresh_interval", "%s is shorter than the minimum of %s", refresh, MinRefreshInterval)
+		fail(invalid("algorithm.refresh_interval", "%s is shorter than the minimum of %s", refresh, MinRefreshInterval))
 	case refreshSet && refresh > lease:
-		return nil, nil, invalid("algorithm.refresh_interval", "%s is longer than lease_length %s: leases would expire before clients refresh them", refresh, lease)
+		fail(invalid("algorithm.refresh_interval", "%s is longer than lease_length %s: leases would expire before clients refresh them", refresh, lease))
 	case refreshSet && refresh != 0:
 		// as written
 	default:
@@ -206,11 +207,8 @@ func Compile(name string, revision uint64, pb *allotpb.ResourceTemplate) (*Templ
 	t.RefreshInterval = refresh
 
 	learning, learningSet, err := duration("algorithm.learning_mode_duration", alg.GetLearningModeDuration())
-	if err != nil {
-		return nil, nil, err
-	}
 	switch {
-	case !learningSet:
+	case fail(err), !learningSet:
 		learning = lease
 	case learning > lease:
 		note("algorithm.learning_mode_duration: %s exceeds lease_length; no lease outlives %s, so using %s", learning, lease, lease)
@@ -219,14 +217,15 @@ func Compile(name string, revision uint64, pb *allotpb.ResourceTemplate) (*Templ
 	t.LearningModeDuration = learning
 
 	// safe_capacity and partition
-	if t.Floor, err = compileFloor(pb, t, note); err != nil {
-		return nil, nil, err
-	}
+	t.Floor, err = compileFloor(pb, t, note)
+	fail(err)
 	t.Shadow = pb.GetShadow()
 	if pb.MaxPriority != nil {
 		t.MaxPriority, t.HasMaxPriority = pb.GetMaxPriority(), true
 	}
-	if t.Tenants, err = compileTenants(pb.GetTenants(), kind); err != nil {
+	t.Tenants, err = compileTenants(pb.GetTenants(), kind)
+	fail(err)
+	if err := joinProblems(errs); err != nil {
 		return nil, nil, err
 	}
 	return t, notes, nil
@@ -377,15 +376,24 @@ func collapseStars(g string) string {
 }
 
 // ParseAndCompile parses a stored template document and compiles it.
+// Every problem is reported (Problems when several): the shape's first,
+// then the values' (but those of fields whose shape is at fault).
 func ParseAndCompile(name string, revision uint64, data []byte) (*Template, []string, error) {
-	if err := ValidateName(name); err != nil {
-		return nil, nil, err
-	}
-	pb, err := Parse(data)
+	pb, problems, err := parsePartial(data)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, joinProblems(appendProblems(appendProblems(nil, ValidateName(name)), err))
 	}
-	return Compile(name, revision, pb)
+	t, notes, err := Compile(name, revision, pb)
+	if len(problems) == 0 {
+		return t, notes, err
+	}
+	for _, ce := range appendProblems(nil, err) {
+		f := fieldOf(ce)
+		if !slices.ContainsFunc(problems, func(pe error) bool { return within(f, fieldOf(pe)) }) {
+			problems = append(problems, ce)
+		}
+	}
+	return nil, nil, joinProblems(problems)
 }
 
 // IsValidationError reports whether err comes from Parse or Compile, as

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -409,5 +410,44 @@ func TestShadowTemplate(t *testing.T) {
 	}
 	if _, _, err := ParseAndCompile("api", 1, []byte(`{"identifier_glob":"api/*","capacity":50,"shadow":"yes"}`)); err == nil || !strings.Contains(err.Error(), "shadow") {
 		t.Errorf("shadow as a string: err = %v, want one naming the field", err)
+	}
+}
+
+// TestParseAndCompileReportsEveryProblem: a document with several
+// problems is refused with all of them, in one error, shape problems
+// first; a field whose shape is at fault is not reported again for its
+// value.
+func TestParseAndCompileReportsEveryProblem(t *testing.T) {
+	for _, c := range []struct {
+		name, doc string
+		want      []string
+	}{
+		{"bad", `{"identifier_glob": "b", "capacity": -5, "algorithm": {"kind": "FAIR_SHAER", "lease_length": "-1s"}}`,
+			[]string{`algorithm.kind: unknown value "FAIR_SHAER"`, "capacity: -5 is negative", "algorithm.lease_length: -1s is negative"}},
+		{"bad", `{"identifier_glob": 7, "capacty": 5, "algorithm": {"kind": "STATIC", "refresh_interval": "50ms"}}`,
+			[]string{"capacty: unknown field", "identifier_glob: want a string, got a number", "algorithm.refresh_interval: 50ms is shorter than the minimum"}},
+		{"bad name", "identifier_glob: ''\ncapacity: 1e16\n",
+			[]string{"name: template name", "identifier_glob: is empty", "capacity: 1e+16 is above the limit"}},
+	} {
+		_, _, err := ParseAndCompile(c.name, 1, []byte(c.doc))
+		got := ProblemList(err)
+		if len(got) != len(c.want) {
+			t.Errorf("%s: %d problems, want %d: %q", c.doc, len(got), len(c.want), got)
+			continue
+		}
+		for i, w := range c.want {
+			if !strings.Contains(got[i], w) {
+				t.Errorf("%s: problem %d is %q, want it to say %q", c.doc, i, got[i], w)
+			}
+		}
+		if !IsValidationError(err) || !strings.HasPrefix(err.Error(), fmt.Sprintf("%d problems: ", len(c.want))) {
+			t.Errorf("%s: error %q: not a validation error listing its problems", c.doc, err)
+		}
+	}
+	// One problem is reported as itself.
+	_, _, err := ParseAndCompile("one", 1, []byte(`{"identifier_glob": "a", "capacity": -1}`))
+	var ce *CompileError
+	if !errors.As(err, &ce) || ce.Field != "capacity" || len(ProblemList(err)) != 1 || strings.Contains(err.Error(), "problems") {
+		t.Errorf("one problem: %v", err)
 	}
 }

@@ -141,3 +141,57 @@ func ReadGlob(data []byte) string {
 	}
 	return collapseStars(globs[0])
 }
+
+// UnknownKeyProblem says why key, which CompileKey does not take, is not
+// allot's configuration, naming the key it was probably meant to be (a
+// misspelt prefix such as "tempaltes.", or a name without one).
+func UnknownKeyProblem(key string) string {
+	const known = "allot reads only " + KeyPrefix + "<name>, " + NamespacePrefix + "<namespace> and " + DomainsPrefix + "<namespace>"
+	prefix, rest, dotted := strings.Cut(key, ".")
+	if guess := guessKey(prefix, rest, dotted); guess != "" {
+		return fmt.Sprintf("key %q is ignored: %s (did you mean %q?)", key, known, guess)
+	}
+	return fmt.Sprintf("key %q is ignored: %s", key, known)
+}
+
+// guessKey returns the configuration key a key with an unknown prefix
+// was probably meant to be, or "".
+func guessKey(prefix, rest string, dotted bool) string {
+	if !dotted {
+		if ValidateName(prefix) == nil {
+			return Key(prefix) // a template name without its prefix
+		}
+		return ""
+	}
+	if rest == "" {
+		return ""
+	}
+	for _, p := range []string{KeyPrefix, NamespacePrefix, DomainsPrefix} {
+		want := strings.TrimSuffix(p, ".")
+		if strings.EqualFold(prefix, want) || editDistance(strings.ToLower(prefix), want) <= 2 {
+			return p + rest
+		}
+	}
+	return ""
+}
+
+// editDistance is the Levenshtein distance between a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -41,3 +41,24 @@ func TestReadGlob(t *testing.T) {
 		}
 	}
 }
+
+func TestUnknownKeyProblem(t *testing.T) {
+	for key, guess := range map[string]string{
+		"tempaltes.typo":   `"templates.typo"`,
+		"template.db":      `"templates.db"`,
+		"Namespaces.login": `"namespaces.login"`,
+		"domain.app":       `"domains.app"`,
+		"mysql-main":       `"templates.mysql-main"`,
+		"status.x":         "",
+		"foo.bar":          "",
+		"templatesx.":      "",
+	} {
+		p := UnknownKeyProblem(key)
+		if !strings.Contains(p, "is ignored") || !strings.Contains(p, "templates.<name>") {
+			t.Errorf("%s: %q", key, p)
+		}
+		if guess == "" && strings.Contains(p, "did you mean") || guess != "" && !strings.Contains(p, "did you mean "+guess) {
+			t.Errorf("%s: %q, want the guess %s", key, p, guess)
+		}
+	}
+}

@@ -79,77 +79,82 @@ func nameErr(field string, err error) error {
 // default_bucket: the bucket for every namespace without a bucket of its
 // own.
 func ParseNamespace(name string, revision uint64, data []byte) (*quota.Namespace, []string, error) {
-	if err := ValidateNamespaceName(name); err != nil {
-		return nil, nil, err
+	// Every field is checked, so that all of the document's problems are
+	// reported at once (Problems).
+	var errs []error
+	fail := func(err error) bool {
+		errs = appendProblems(errs, err)
+		return err != nil
 	}
+	fail(ValidateNamespaceName(name))
 	obj, err := readDocument("namespace", data)
-	if err != nil {
-		return nil, nil, err
+	if fail(err) {
+		return nil, nil, joinProblems(errs)
 	}
 	fields, err := canonicalFields("", obj, "buckets", "default_bucket", "dynamic_bucket_template", "max_dynamic_buckets", "shadow", "tenants")
-	if err != nil {
-		return nil, nil, err
-	}
+	fail(err)
 	ns := &quota.Namespace{Name: name, Revision: revision}
 	var notes []string
 	if raw, ok := fields["buckets"]; ok {
-		m, ok := raw.(map[string]any)
-		if !ok {
-			return nil, nil, parseErr("buckets", "want an object of bucket name to bucket, got %s", jsonKind(raw))
-		}
-		ns.Buckets = make(map[string]*quota.Spec, len(m))
-		for _, bn := range slices.Sorted(mapKeys(m)) {
-			field := "buckets." + bn
-			if err := nameErr(field, wire.ValidateQuotaName("bucket name", bn)); err != nil {
-				return nil, nil, err
-			}
-			if ns.Buckets[bn], err = parseBucket(field, m[bn]); err != nil {
-				return nil, nil, err
+		if m, ok := raw.(map[string]any); !ok {
+			fail(parseErr("buckets", "want an object of bucket name to bucket, got %s", jsonKind(raw)))
+		} else {
+			ns.Buckets = make(map[string]*quota.Spec, len(m))
+			for _, bn := range slices.Sorted(mapKeys(m)) {
+				field := "buckets." + bn
+				if fail(nameErr(field, wire.ValidateQuotaName("bucket name", bn))) {
+					continue
+				}
+				if b, err := parseBucket(field, m[bn]); !fail(err) {
+					ns.Buckets[bn] = b
+				}
 			}
 		}
 	}
 	if raw, ok := fields["default_bucket"]; ok {
-		if ns.Default, err = parseBucket("default_bucket", raw); err != nil {
-			return nil, nil, err
-		}
+		ns.Default, err = parseBucket("default_bucket", raw)
+		fail(err)
 	}
+	dynamicSet := false
 	if raw, ok := fields["dynamic_bucket_template"]; ok {
-		if ns.Dynamic, err = parseBucket("dynamic_bucket_template", raw); err != nil {
-			return nil, nil, err
-		}
+		dynamicSet = true
+		ns.Dynamic, err = parseBucket("dynamic_bucket_template", raw)
+		fail(err)
 	}
 	if raw, ok := fields["max_dynamic_buckets"]; ok {
 		n, err := integer("max_dynamic_buckets", raw, 1, MaxDynamicBuckets)
-		if err != nil {
-			return nil, nil, err
+		switch {
+		case fail(err):
+		case !dynamicSet:
+			fail(invalid("max_dynamic_buckets", "is set but dynamic_bucket_template is not: without a template no dynamic bucket is created"))
+		default:
+			ns.MaxDynamicBuckets = int(n)
 		}
-		if ns.Dynamic == nil {
-			return nil, nil, invalid("max_dynamic_buckets", "is set but dynamic_bucket_template is not: without a template no dynamic bucket is created")
-		}
-		ns.MaxDynamicBuckets = int(n)
 	} else if ns.Dynamic != nil {
 		ns.MaxDynamicBuckets = DefaultMaxDynamicBuckets
 		notes = append(notes, fmt.Sprintf("max_dynamic_buckets: not set; at most %d dynamic buckets live at once", DefaultMaxDynamicBuckets))
 	}
 	if raw, ok := fields["shadow"]; ok {
-		b, ok := raw.(bool)
-		if !ok {
-			return nil, nil, parseErr("shadow", "want true or false, got %s", jsonKind(raw))
+		if b, ok := raw.(bool); ok {
+			ns.Shadow = b
+		} else {
+			fail(parseErr("shadow", "want true or false, got %s", jsonKind(raw)))
 		}
-		ns.Shadow = b
 	}
 	if raw, ok := fields["tenants"]; ok {
-		if ns.Tenants, err = parseTenantList("tenants", raw); err != nil {
-			return nil, nil, err
-		}
+		ns.Tenants, err = parseTenantList("tenants", raw)
+		fail(err)
 	}
 	if name == quota.GlobalDefault {
 		switch {
-		case ns.Buckets != nil || ns.Dynamic != nil:
-			return nil, nil, invalid("buckets", "namespace %s holds only default_bucket, the bucket for every namespace without one of its own", quota.GlobalDefault)
-		case ns.Default == nil:
-			return nil, nil, invalid("default_bucket", "is required in namespace %s: it is the global default bucket", quota.GlobalDefault)
+		case ns.Buckets != nil || dynamicSet:
+			fail(invalid("buckets", "namespace %s holds only default_bucket, the bucket for every namespace without one of its own", quota.GlobalDefault))
+		case ns.Default == nil && fields["default_bucket"] == nil:
+			fail(invalid("default_bucket", "is required in namespace %s: it is the global default bucket", quota.GlobalDefault))
 		}
+	}
+	if err := joinProblems(errs); err != nil {
+		return nil, nil, err
 	}
 	if err := (&quota.Config{Namespaces: map[string]*quota.Namespace{name: ns}}).Validate(); err != nil {
 		return nil, nil, invalid("namespace", "%v", strings.ReplaceAll(err.Error(), "\n", "; "))
@@ -172,24 +177,28 @@ func mapKeys(m map[string]any) func(func(string) bool) {
 
 // canonicalFields checks that obj's keys (snake_case or lowerCamelCase)
 // are among known, and returns obj keyed by the snake_case names, without
-// null values (null means unset).
+// null values (null means unset) and without the keys at fault, whose
+// problems it returns.
 func canonicalFields(path string, obj map[string]any, known ...string) (map[string]any, error) {
 	out := make(map[string]any, len(obj))
 	seen := make(map[string]string, len(obj))
+	var errs []error
 	for _, k := range slices.Sorted(mapKeys(obj)) { // deterministic errors
 		c := snakeCase(k)
 		if !slices.Contains(known, c) {
-			return nil, parseErr(join(path, k), "unknown field (known fields: %s)", strings.Join(known, ", "))
+			errs = append(errs, parseErr(join(path, k), "unknown field (known fields: %s)", strings.Join(known, ", ")))
+			continue
 		}
 		if prev, dup := seen[c]; dup {
-			return nil, parseErr(join(path, k), "field is set twice (also as %q)", prev)
+			errs = append(errs, parseErr(join(path, k), "field is set twice (also as %q)", prev))
+			continue
 		}
 		seen[c] = k
 		if obj[k] != nil {
 			out[c] = obj[k]
 		}
 	}
-	return out, nil
+	return out, joinProblems(errs)
 }
 
 // snakeCase turns lowerCamelCase into snake_case ("fillRate" →
@@ -213,35 +222,34 @@ var bucketFields = []string{"algorithm", "size", "fill_rate", "limit", "window",
 	"max_tokens_per_request", "soft_limit", "critical_reserve", "ban"}
 
 // parseBucket parses one BUCKET object at path and applies the defaults.
+// Every field is checked; the problems found are returned together.
 func parseBucket(path string, raw any) (*quota.Spec, error) {
 	obj, ok := raw.(map[string]any)
 	if !ok {
 		return nil, parseErr(path, "want a bucket object such as {\"size\": 100, \"fill_rate\": 50}, got %s", jsonKind(raw))
 	}
-	f, err := canonicalFields(path, obj, bucketFields...)
-	if err != nil {
-		return nil, err
+	var errs []error
+	fail := func(err error) bool {
+		errs = appendProblems(errs, err)
+		return err != nil
 	}
+	f, err := canonicalFields(path, obj, bucketFields...)
+	fail(err)
 	at := func(field string) string { return path + "." + field }
 	def := quota.DefaultSpec()
 	s := &quota.Spec{Algorithm: def.Algorithm}
 	if v, ok := f["algorithm"]; ok {
 		name, ok := v.(string)
 		if !ok {
-			return nil, parseErr(at("algorithm"), "want an algorithm name such as \"TOKEN_BUCKET\", got %s", jsonKind(v))
+			return nil, joinProblems(append(errs, parseErr(at("algorithm"), "want an algorithm name such as \"TOKEN_BUCKET\", got %s", jsonKind(v))))
 		}
 		if s.Algorithm, err = quota.ParseAlgorithm(name); err != nil {
-			return nil, invalid(at("algorithm"), "%v", err)
+			// What applies depends on the algorithm: nothing more to check.
+			return nil, joinProblems(append(errs, invalid(at("algorithm"), "%v", err)))
 		}
 	}
 	// Fields that do not apply to the algorithm are errors: a window
 	// bucket with a fill_rate is a misunderstanding, not a setting.
-	notFor := func(field, appliesTo string) error {
-		if _, set := f[field]; set {
-			return invalid(at(field), "does not apply to %s (only to %s)", s.Algorithm, appliesTo)
-		}
-		return nil
-	}
 	windowed := s.Algorithm.Windowed()
 	for _, c := range []struct {
 		field, appliesTo string
@@ -253,64 +261,58 @@ func parseBucket(path string, raw any) (*quota.Spec, error) {
 		{"window", "FIXED_WINDOW, SLIDING_WINDOW_LOG, SLIDING_WINDOW_COUNTER and GCRA", !windowed},
 		{"max_debt", "TOKEN_BUCKET", s.Algorithm != quota.TokenBucket},
 	} {
-		if c.wrong {
-			if err := notFor(c.field, c.appliesTo); err != nil {
-				return nil, err
-			}
+		if _, set := f[c.field]; set && c.wrong {
+			fail(invalid(at(c.field), "does not apply to %s (only to %s)", s.Algorithm, c.appliesTo))
+			delete(f, c.field)
 		}
 	}
 
 	if windowed {
 		for _, req := range []string{"limit", "window"} {
 			if _, ok := f[req]; !ok {
-				return nil, invalid(at(req), "is required for %s (e.g. \"limit\": 100, \"window\": \"1m\")", s.Algorithm)
+				fail(invalid(at(req), "is required for %s (e.g. \"limit\": 100, \"window\": \"1m\")", s.Algorithm))
 			}
 		}
-		if s.Limit, err = integer(at("limit"), f["limit"], 1, MaxQuotaTokens); err != nil {
-			return nil, err
+		if v, ok := f["limit"]; ok {
+			s.Limit, err = integer(at("limit"), v, 1, MaxQuotaTokens)
+			fail(err)
 		}
-		if s.Window, err = quotaDuration(at("window"), f["window"], MinWindow); err != nil {
-			return nil, err
+		if v, ok := f["window"]; ok {
+			s.Window, err = quotaDuration(at("window"), v, MinWindow)
+			fail(err)
 		}
 		if v, ok := f["size"]; ok { // GCRA's burst tolerance
-			if s.Size, err = integer(at("size"), v, 0, MaxQuotaTokens); err != nil {
-				return nil, err
-			}
+			s.Size, err = integer(at("size"), v, 0, MaxQuotaTokens)
+			fail(err)
 		}
 	} else {
 		s.Size, s.FillRate = def.Size, def.FillRate
 		if v, ok := f["size"]; ok {
-			if s.Size, err = integer(at("size"), v, 1, MaxQuotaTokens); err != nil {
-				return nil, err
-			}
+			s.Size, err = integer(at("size"), v, 1, MaxQuotaTokens)
+			fail(err)
 		}
 		if v, ok := f["fill_rate"]; ok {
-			if s.FillRate, err = number(at("fill_rate"), v); err != nil {
-				return nil, err
-			}
-			if !(s.FillRate > 0) || s.FillRate > MaxFillRate {
-				return nil, invalid(at("fill_rate"), "%g is outside (0, %g] tokens per second", s.FillRate, float64(MaxFillRate))
+			s.FillRate, err = number(at("fill_rate"), v)
+			if !fail(err) && (!(s.FillRate > 0) || s.FillRate > MaxFillRate) {
+				fail(invalid(at("fill_rate"), "%g is outside (0, %g] tokens per second", s.FillRate, float64(MaxFillRate)))
 			}
 		}
 	}
 
 	s.WaitTimeout = def.WaitTimeout
 	if v, ok := f["wait_timeout"]; ok {
-		if s.WaitTimeout, err = quotaDuration(at("wait_timeout"), v, 0); err != nil {
-			return nil, err
-		}
+		s.WaitTimeout, err = quotaDuration(at("wait_timeout"), v, 0)
+		fail(err)
 	}
 	if v, ok := f["max_idle"]; ok {
-		if s.MaxIdle, err = quotaDuration(at("max_idle"), v, 0); err != nil {
-			return nil, err
-		}
+		s.MaxIdle, err = quotaDuration(at("max_idle"), v, 0)
+		fail(err)
 	}
 	if s.Algorithm == quota.TokenBucket {
 		s.MaxDebt = def.MaxDebt
 		if v, ok := f["max_debt"]; ok {
-			if s.MaxDebt, err = quotaDuration(at("max_debt"), v, 0); err != nil {
-				return nil, err
-			}
+			s.MaxDebt, err = quotaDuration(at("max_debt"), v, 0)
+			fail(err)
 		}
 	}
 
@@ -323,25 +325,24 @@ func parseBucket(path string, raw any) (*quota.Spec, error) {
 		s.MaxTokensPerRequest = int64(math.Ceil(s.FillRate))
 	}
 	if v, ok := f["max_tokens_per_request"]; ok {
-		if s.MaxTokensPerRequest, err = integer(at("max_tokens_per_request"), v, 1, MaxQuotaTokens); err != nil {
-			return nil, err
-		}
+		s.MaxTokensPerRequest, err = integer(at("max_tokens_per_request"), v, 1, MaxQuotaTokens)
+		fail(err)
 	}
 
 	if v, ok := f["soft_limit"]; ok {
-		if s.SoftLimit, err = fraction(at("soft_limit"), v, "0.8 warns past 80% of the limit"); err != nil {
-			return nil, err
-		}
+		s.SoftLimit, err = fraction(at("soft_limit"), v, "0.8 warns past 80% of the limit")
+		fail(err)
 	}
 	if v, ok := f["critical_reserve"]; ok {
-		if s.CriticalReserve, err = fraction(at("critical_reserve"), v, "0.2 keeps the last 20% for CRITICAL requests"); err != nil {
-			return nil, err
-		}
+		s.CriticalReserve, err = fraction(at("critical_reserve"), v, "0.2 keeps the last 20% for CRITICAL requests")
+		fail(err)
 	}
 	if v, ok := f["ban"]; ok {
-		if s.Ban, err = parseBan(at("ban"), v); err != nil {
-			return nil, err
-		}
+		s.Ban, err = parseBan(at("ban"), v)
+		fail(err)
+	}
+	if err := joinProblems(errs); err != nil {
+		return nil, err
 	}
 	// The decision core's own rules (a bucket that takes longer than its
 	// limit to fill, SLIDING_WINDOW_LOG's memory bound): what it would

@@ -280,3 +280,42 @@ func TestParseNamespaceShadow(t *testing.T) {
 		t.Errorf("without shadow: %v, shadow %v", err, ns != nil && ns.Shadow)
 	}
 }
+
+// TestParseNamespaceReportsEveryProblem: every problem of a namespace
+// document is reported at once, across its buckets and fields.
+func TestParseNamespaceReportsEveryProblem(t *testing.T) {
+	doc := `{"buckets": {"a": {"size": -1, "fill_rate": 0, "wait_timeout": "soon"}, "b": {"algorithm": "FIXED_WINDOW", "fill_rate": 2}},
+	         "max_dynamic_buckets": 5, "shadow": "yes", "unknown": 1}`
+	_, _, err := ParseNamespace("logins", 1, []byte(doc))
+	want := []string{
+		"unknown: unknown field",
+		"buckets.a.size: -1 is outside",
+		"buckets.a.fill_rate: 0 is outside",
+		`buckets.a.wait_timeout: invalid duration "soon"`,
+		"buckets.b.fill_rate: does not apply to FIXED_WINDOW",
+		"buckets.b.limit: is required",
+		"buckets.b.window: is required",
+		"max_dynamic_buckets: is set but dynamic_bucket_template is not",
+		"shadow: want true or false",
+	}
+	got := ProblemList(err)
+	if len(got) != len(want) {
+		t.Fatalf("%d problems, want %d: %q", len(got), len(want), got)
+	}
+	for i, w := range want {
+		if !strings.Contains(got[i], w) {
+			t.Errorf("problem %d is %q, want it to say %q", i, got[i], w)
+		}
+	}
+}
+
+// TestNamespaceDurationForms: a namespace's durations read the same in
+// Go's syntax and in protojson's, as quota requests' max_wait does.
+func TestNamespaceDurationForms(t *testing.T) {
+	for _, form := range []string{`"250ms"`, `"0.250s"`, `"0.25s"`} {
+		ns, _, err := ParseNamespace("n", 1, []byte(`{"default_bucket": {"wait_timeout": `+form+`, "max_idle": "1m30s"}}`))
+		if err != nil || ns.Default.WaitTimeout != 250*time.Millisecond || ns.Default.MaxIdle != 90*time.Second {
+			t.Errorf("wait_timeout %s: %+v, %v", form, ns, err)
+		}
+	}
+}

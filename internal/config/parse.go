@@ -44,29 +44,56 @@ func parseErr(field, format string, args ...any) error {
 // .proto file) or lowerCamelCase (protojson). Durations accept Go syntax
 // ("5s", "250ms", "1m30s") as well as protojson's ("0.250s"). Enums are
 // written by name ("FAIR_SHARE"). Unknown fields, duplicate fields and
-// values of the wrong type are errors that name the field.
+// values of the wrong type are errors that name the field; all of them
+// are reported (Problems).
 //
 // Parse checks only the document's shape; Compile checks the values.
 func Parse(data []byte) (*allotpb.ResourceTemplate, error) {
+	pb, problems, err := parsePartial(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := joinProblems(problems); err != nil {
+		return nil, err
+	}
+	return pb, nil
+}
+
+// parsePartial is Parse that goes on past the fields at fault: it
+// returns the template without them and their problems, so that Compile
+// can still check the rest. err is set when the document as a whole
+// cannot be read.
+func parsePartial(data []byte) (pb *allotpb.ResourceTemplate, problems []error, err error) {
 	obj, err := readDocument("template", data)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	pb := &allotpb.ResourceTemplate{}
-	norm, err := normalizeMessage("", obj, pb.ProtoReflect().Descriptor(), 0)
-	if err != nil {
-		return nil, err
-	}
+	pb = &allotpb.ResourceTemplate{}
+	norm, nerr := normalizeMessage("", obj, pb.ProtoReflect().Descriptor(), 0)
+	problems = appendProblems(nil, nerr)
 	canon, err := json.Marshal(norm)
 	if err != nil {
-		return nil, parseErr("", "cannot re-encode template: %v", err)
+		return nil, nil, parseErr("", "cannot re-encode template: %v", err)
 	}
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(canon, pb); err != nil {
 		// normalizeMessage checks names and JSON types, so this is rare:
 		// out-of-range numbers and the like.
-		return nil, parseErr("", "invalid template: %s", strings.TrimPrefix(err.Error(), "proto: "))
+		return nil, nil, joinProblems(append(problems, parseErr("", "invalid template: %s", strings.TrimPrefix(err.Error(), "proto: "))))
 	}
-	return pb, nil
+	return pb, problems, nil
+}
+
+// appendProblems appends err to errs, each problem of a Problems on its
+// own.
+func appendProblems(errs []error, err error) []error {
+	var p Problems
+	switch {
+	case err == nil:
+		return errs
+	case errors.As(err, &p):
+		return append(errs, p...)
+	}
+	return append(errs, err)
 }
 
 // readDocument decodes a stored document (what: "template",
@@ -102,7 +129,8 @@ var durationName = (&durationpb.Duration{}).ProtoReflect().Descriptor().FullName
 
 // normalizeMessage checks obj against message descriptor md: every key
 // must name a field, and values must have the field's JSON type. It
-// returns a copy with durations rewritten in protojson syntax.
+// returns a copy with durations rewritten in protojson syntax, without
+// the fields at fault, and every problem found (Problems when several).
 func normalizeMessage(path string, obj map[string]any, md protoreflect.MessageDescriptor, depth int) (map[string]any, error) {
 	out := make(map[string]any, len(obj))
 	seen := make(map[protoreflect.FieldNumber]string)
@@ -111,6 +139,7 @@ func normalizeMessage(path string, obj map[string]any, md protoreflect.MessageDe
 		keys = append(keys, k)
 	}
 	slices.Sort(keys) // deterministic error messages
+	var errs []error
 	for _, k := range keys {
 		fd := md.Fields().ByName(protoreflect.Name(k))
 		if fd == nil {
@@ -118,10 +147,12 @@ func normalizeMessage(path string, obj map[string]any, md protoreflect.MessageDe
 		}
 		fp := join(path, k)
 		if fd == nil {
-			return nil, parseErr(fp, "unknown field (known fields: %s)", knownFields(md))
+			errs = append(errs, parseErr(fp, "unknown field (known fields: %s)", knownFields(md)))
+			continue
 		}
 		if prev, dup := seen[fd.Number()]; dup {
-			return nil, parseErr(fp, "field is set twice (also as %q)", prev)
+			errs = append(errs, parseErr(fp, "field is set twice (also as %q)", prev))
+			continue
 		}
 		seen[fd.Number()] = k
 		v := obj[k]
@@ -130,12 +161,12 @@ func normalizeMessage(path string, obj map[string]any, md protoreflect.MessageDe
 		}
 		fp = join(path, string(fd.Name()))
 		nv, err := normalizeField(fp, v, fd, depth)
-		if err != nil {
-			return nil, err
+		errs = appendProblems(errs, err)
+		if nv != nil { // a message keeps its valid fields
+			out[string(fd.Name())] = nv
 		}
-		out[string(fd.Name())] = nv
 	}
-	return out, nil
+	return out, joinProblems(errs)
 }
 
 func knownFields(md protoreflect.MessageDescriptor) string {
@@ -153,16 +184,19 @@ func normalizeField(path string, v any, fd protoreflect.FieldDescriptor, depth i
 			return nil, parseErr(path, "want a list, got %s", jsonKind(v))
 		}
 		out := make([]any, len(arr))
+		var errs []error
 		for i, e := range arr {
 			ep := fmt.Sprintf("%s[%d]", path, i)
 			if e == nil {
-				return nil, parseErr(ep, "list element is null")
+				errs = append(errs, parseErr(ep, "list element is null"))
+				continue
 			}
 			ne, err := normalizeSingular(ep, e, fd, depth+1)
-			if err != nil {
-				return nil, err
-			}
+			errs = appendProblems(errs, err)
 			out[i] = ne
+		}
+		if err := joinProblems(errs); err != nil {
+			return nil, err // the list is left out whole
 		}
 		return out, nil
 	}

@@ -65,16 +65,16 @@ func TestQuotaConfigDrivesDecisions(t *testing.T) {
 	}
 	expect(`{"bucket":"logins:alice"}`, `"status":"OK"`)
 	expect(`{"bucket":"logins:alice"}`, `"status":"OK"`)
-	expect(`{"bucket":"logins:alice"}`, `"reason":"timeout"`)
+	expect(`{"bucket":"logins:alice"}`, `"reason":"no_wait"`)                    // wait_timeout 0s
 	expect(`{"bucket":"logins:alice","tokens":3}`, `"reason":"too_many_tokens"`) // max_tokens_per_request: ceil(0.001) = 1
 	expect(`{"bucket":"logins:bob"}`, `"matched":"logins:bob"`)                  // dynamic
 	expect(`{"bucket":"logins:carol"}`, `"status":"OK"`)
 	expect(`{"bucket":"logins:dave"}`, `"reason":"too_many_buckets"`) // max_dynamic_buckets 2
 	expect(`{"bucket":"plain:x"}`, `"status":"OK"`)
-	expect(`{"bucket":"plain:y"}`, `"reason":"timeout"`) // one shared default bucket
+	expect(`{"bucket":"plain:y"}`, `"reason":"no_wait"`) // one shared default bucket
 	expect(`{"bucket":"other:x"}`, `"status":"OK"`)      // global default
-	expect(`{"bucket":"other:y"}`, `"reason":"timeout"`)
-	expect(`{"bucket":"_default:z"}`, `"reason":"timeout"`) // the global default bucket itself
+	expect(`{"bucket":"other:y"}`, `"reason":"no_wait"`)
+	expect(`{"bucket":"_default:z"}`, `"reason":"no_wait"`) // the global default bucket itself
 
 	// Hot reload: alice gets a larger bucket (a changed bucket restarts
 	// drained, so the first take waits past its wait_timeout of 0s: the

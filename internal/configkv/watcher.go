@@ -48,6 +48,19 @@ type Status struct {
 	// RejectedPuts counts the revisions this watcher rejected as invalid
 	// since it started.
 	RejectedPuts uint64 `json:"rejected_puts,omitempty"`
+	// Unknown lists the keys of the bucket that are not allot's
+	// configuration (a misspelt prefix such as "tempaltes."), sorted:
+	// their values are ignored.
+	Unknown []UnknownKey `json:"unknown,omitempty"`
+}
+
+// UnknownKey is a key of the configuration bucket that allot does not
+// read.
+type UnknownKey struct {
+	Key      string `json:"key"`
+	Revision uint64 `json:"revision"`
+	// Problem says so, with the key probably meant.
+	Problem string `json:"problem"`
 }
 
 // KeyStatus is the state of one template or namespace key.
@@ -104,6 +117,9 @@ type Watcher struct {
 
 	mu       sync.Mutex // guards the fields below
 	keys     map[string]*keyState
+	unknown  map[string]uint64 // keys allot does not read, by revision
+	verdicts *statusWriter     // nil: no verdicts written (PublishVerdicts)
+	writing  sync.WaitGroup    // the verdict writer
 	gen      uint64
 	updated  time.Time
 	resyncs  uint64
@@ -125,7 +141,8 @@ type keyState struct {
 }
 
 // NewWatcher makes a watcher of kv's template, quota namespace and
-// domains namespace keys (keys of other forms are ignored). fallback is
+// domains namespace keys. Keys of other forms are ignored, and reported
+// (the log, Status.Unknown, their verdicts). fallback is
 // the template for resources no template matches (nil: none, Match
 // returns nil); see config.UnmatchedPolicy.Fallback. logger may be nil.
 func NewWatcher(kv jetstream.KeyValue, fallback *config.Template, logger *slog.Logger) *Watcher {
@@ -139,6 +156,7 @@ func NewWatcher(kv jetstream.KeyValue, fallback *config.Template, logger *slog.L
 		updates:  make(chan struct{}, 1),
 		resync:   make(chan struct{}, 1),
 		keys:     make(map[string]*keyState),
+		unknown:  make(map[string]uint64),
 	}
 	w.cur.Store(config.NewSet(0, nil, fallback))
 	return w
@@ -191,6 +209,18 @@ func (w *Watcher) Start(ctx context.Context) error {
 	go w.run(runCtx, kw, ready)
 	select {
 	case <-ready:
+		w.mu.Lock()
+		if sw := w.verdicts; sw != nil {
+			// After the initial values: verdicts of keys gone meanwhile
+			// are told apart from those of keys not read yet.
+			w.writing.Add(1)
+			go func() {
+				defer w.writing.Done()
+				sw.run(runCtx, w.knownKeys)
+			}()
+			sw.poke()
+		}
+		w.mu.Unlock()
 		return nil
 	case <-ctx.Done():
 		w.Stop()
@@ -209,6 +239,7 @@ func (w *Watcher) Stop() {
 	}
 	cancel()
 	<-done
+	w.writing.Wait()
 }
 
 // Resync re-establishes the watch at once and reconciles with the
@@ -325,6 +356,9 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry) bool {
 	if ks != nil && rev <= ks.lastRev {
 		return false // already seen (watch re-established)
 	}
+	if last, ok := w.unknown[key]; ok && rev <= last {
+		return false
+	}
 	log := w.log.With("key", key, "revision", rev)
 	what := "template"
 	switch {
@@ -339,6 +373,8 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry) bool {
 	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
 		w.mu.Lock()
 		delete(w.keys, key)
+		delete(w.unknown, key)
+		w.verdict(key, nil)
 		w.mu.Unlock()
 		if ks != nil && (ks.serving.Valid() || ks.refusal != nil) {
 			log.Info(what+" deleted; what it served falls back to the next match", "op", e.Operation().String())
@@ -348,12 +384,21 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry) bool {
 	}
 	name, c, ok := config.CompileKey(key, rev, e.Value())
 	if !ok {
-		return false // not allot's configuration
+		// Not allot's configuration, most likely a misspelt key: said
+		// wherever an operator looks, since the put itself succeeded.
+		problem := config.UnknownKeyProblem(key)
+		log.Warn("ignored a key of the configuration bucket", "problem", problem)
+		w.mu.Lock()
+		w.unknown[key] = rev
+		w.verdict(key, &Verdict{Key: key, Revision: rev, Errors: []string{problem}, State: "ignored: not allot's configuration"})
+		w.mu.Unlock()
+		return false
 	}
 	if c.Err == nil {
 		w.mu.Lock()
 		ks = w.seen(key, name, rev)
 		ks.serving, ks.rejected, ks.applied, ks.refusal, ks.state = c, nil, time.Now(), nil, "ok"
+		w.verdict(key, &Verdict{Key: key, Revision: rev, OK: true, Notes: c.Notes, State: ks.state})
 		w.mu.Unlock()
 		switch {
 		case c.Template != nil:
@@ -383,6 +428,9 @@ func (w *Watcher) apply(ctx context.Context, e jetstream.KeyValueEntry) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	ks = w.seen(key, name, rev)
+	defer func() { // once ks.state says what serves instead
+		w.verdict(key, &Verdict{Key: key, Revision: rev, Errors: config.ProblemList(err), State: ks.state})
+	}()
 	ks.rejected = append(ks.rejected, Rejection{Revision: rev, Error: err.Error(), Time: time.Now()})
 	w.rejected++
 	if n := len(ks.rejected); n > MaxRejectionsPerKey {
@@ -449,9 +497,16 @@ func (w *Watcher) removeUnseen(seen map[string]bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	changed := false
+	for key := range w.unknown {
+		if !seen[key] {
+			delete(w.unknown, key)
+			w.verdict(key, nil)
+		}
+	}
 	for key, ks := range w.keys {
 		if !seen[key] {
 			delete(w.keys, key)
+			w.verdict(key, nil)
 			if ks.serving.Valid() || ks.refusal != nil {
 				w.log.Info("key gone after re-watch; what it served falls back to the next match", "key", key)
 				changed = true
@@ -531,6 +586,9 @@ func (w *Watcher) Status() Status {
 			k.Glob, k.Refused = ks.refusal.Glob, ks.refusal.Reason
 		}
 		st.Keys = append(st.Keys, k)
+	}
+	for _, key := range slices.Sorted(maps.Keys(w.unknown)) {
+		st.Unknown = append(st.Unknown, UnknownKey{Key: key, Revision: w.unknown[key], Problem: config.UnknownKeyProblem(key)})
 	}
 	return st
 }

@@ -288,6 +288,9 @@ func formatConfig(b *strings.Builder, st *configkv.Status) error {
 	} else {
 		b.WriteString("  unmatched resources: rejected\n")
 	}
+	for _, u := range st.Unknown {
+		fmt.Fprintf(b, "  ignored %s revision %d: %s\n", u.Key, u.Revision, u.Problem)
+	}
 	if len(st.Keys) == 0 {
 		b.WriteString("  no templates\n")
 		return nil

@@ -274,8 +274,8 @@ func TestAlgorithmsMatchModels(t *testing.T) {
 					} else if n > c.maxTokens && d.Reason == ReasonTooManyTokens {
 						// A token bucket request beyond size + the
 						// longest wait can never be admitted.
-					} else if d.Reason != ReasonTimeout || d.RetryAfter <= 0 {
-						t.Fatalf("rejection %+v", d)
+					} else if want := rejectReason(a, c, mw); d.Reason != want || d.RetryAfter <= 0 {
+						t.Fatalf("rejection %+v, want reason %s", d, want)
 					}
 				}
 				if l := tab.spaces["p"].buckets["b"].log; l != nil && l.n > 2*int(c.capacity) {
@@ -561,4 +561,17 @@ func TestAdversarialInputs(t *testing.T) {
 			tab.Sweep(now)
 		}
 	}
+}
+
+// rejectReason is the reason a take refused for its wait gets: no_wait
+// when no wait at all was allowed (mw, the request's and the bucket's
+// longest wait, or a token bucket's max_debt, is 0), else timeout.
+func rejectReason(a Algorithm, c *compiled, mw int64) string {
+	if a == TokenBucket {
+		mw = min(mw, c.debt)
+	}
+	if mw == 0 {
+		return ReasonNoWait
+	}
+	return ReasonTimeout
 }

@@ -25,9 +25,14 @@ func (s Status) String() string {
 	return "UNKNOWN"
 }
 
-// Reasons a request is REJECTED, as on the wire.
+// Reasons a request is REJECTED, as on the wire. ReasonTimeout: the
+// tokens would come after a wait longer than the request (max_wait) or
+// the bucket (wait_timeout, max_debt) allows; ReasonNoWait: they are not
+// there now, and no wait at all was allowed (a max_wait of 0, or a
+// bucket whose wait_timeout or max_debt is 0).
 const (
 	ReasonTimeout        = "timeout"
+	ReasonNoWait         = "no_wait"
 	ReasonNoBucket       = "no_bucket"
 	ReasonTooManyBuckets = "too_many_buckets"
 	ReasonTooManyTokens  = "too_many_tokens"

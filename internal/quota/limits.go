@@ -125,8 +125,13 @@ func (t *Table) decide(b *bucket, ev *Events, req Request, now int64) Decision {
 	// from is the earliest arrival that may take effect at tt+w.
 	from := b.earliestArrival(tt + w)
 	if !ok || from > now || lead+w > maxWait {
-		ev.Timeout++
-		d.Reason = ReasonTimeout
+		if maxWait == 0 {
+			ev.NoWait++
+			d.Reason = ReasonNoWait
+		} else {
+			ev.Timeout++
+			d.Reason = ReasonTimeout
+		}
 		if ok {
 			// Asking again then is answered with a wait of maxWait, and
 			// from on, the tokens' window is the next one at most.

@@ -27,6 +27,8 @@ type Events struct {
 	Reported uint64 `json:"reported"`
 	// Timeout counts REJECTED "timeout".
 	Timeout uint64 `json:"timeout"`
+	// NoWait counts REJECTED "no_wait".
+	NoWait uint64 `json:"no_wait"`
 	// TooManyTokens counts REJECTED "too_many_tokens".
 	TooManyTokens uint64 `json:"too_many_tokens"`
 	// BucketMiss counts REJECTED "no_bucket".
@@ -296,7 +298,14 @@ func (t *Table) Report(ns, name string, tokens int64, now time.Time) error {
 	defer t.mu.Unlock()
 	b, ev, reason := t.lookup(ns, name, tn, tokens, true)
 	if b == nil {
-		return fmt.Errorf("report %s:%s: %s", clip(ns), clip(name), reason)
+		why := reason
+		switch reason {
+		case ReasonNoBucket:
+			why += ": no bucket answers it (its namespace has none for it, and there is no global default bucket)"
+		case ReasonTooManyBuckets:
+			why += ": its namespace holds as many dynamic buckets as it may"
+		}
+		return fmt.Errorf("report %s:%s: %s", clip(ns), clip(name), why)
 	}
 	tt := max(tn, b.mark)
 	b.mark = tt

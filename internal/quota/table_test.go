@@ -112,8 +112,8 @@ func TestTakeBasics(t *testing.T) {
 		{2, -1, Decision{Status: OKWait, Wait: 200 * time.Millisecond, Limit: 10}},
 		// 4 more would wait 600ms > 300ms: refused, nothing taken.
 		{4, -1, Decision{Status: Rejected, Reason: ReasonTimeout, Limit: 10, RetryAfter: 300 * time.Millisecond}},
-		// max_wait lowers the timeout, 0 means now or never.
-		{1, 0, Decision{Status: Rejected, Reason: ReasonTimeout, Limit: 10, RetryAfter: 300 * time.Millisecond}},
+		// max_wait lowers the timeout, 0 means now or never: "no_wait".
+		{1, 0, Decision{Status: Rejected, Reason: ReasonNoWait, Limit: 10, RetryAfter: 300 * time.Millisecond}},
 		{1, 250 * time.Millisecond, Decision{Status: Rejected, Reason: ReasonTimeout, Limit: 10, RetryAfter: 50 * time.Millisecond}},
 		// A huge max_wait cannot raise it.
 		{2, time.Duration(math.MaxInt64), Decision{Status: Rejected, Reason: ReasonTimeout, Limit: 10, RetryAfter: 100 * time.Millisecond}},
@@ -136,7 +136,7 @@ func TestTakeBasics(t *testing.T) {
 		t.Errorf("after 1s: %+v", d)
 	}
 	ev := tab.Events()["p"]
-	if ev.Served != 2 || ev.ServedWait != 2 || ev.Tokens != 13 || ev.Timeout != 4 || ev.TooManyTokens != 1 || ev.BadRequest != 1 {
+	if ev.Served != 2 || ev.ServedWait != 2 || ev.Tokens != 13 || ev.Timeout != 3 || ev.NoWait != 1 || ev.TooManyTokens != 1 || ev.BadRequest != 1 {
 		t.Errorf("events %+v", ev)
 	}
 }

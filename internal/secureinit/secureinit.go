@@ -10,9 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -66,11 +68,66 @@ func InboxPrefix(user string) string {
 	return ""
 }
 
+// Ports are where the root server of the shipped configuration listens,
+// as the environment file sets them (CLIENT_PORT, LEAF_PORT,
+// HTTP_LISTEN; PARENT_LEAF_URLS, for servers below it, names the leaf
+// port on this host).
+type Ports struct {
+	// Client and Leaf are the client and leaf-node ports.
+	Client, Leaf int
+	// HTTP is the monitoring listen address, HOST:PORT.
+	HTTP string
+}
+
+// DefaultPorts are nats-server's own: 4222, 7422 and 127.0.0.1:8222.
+func DefaultPorts() Ports { return Ports{Client: 4222, Leaf: 7422, HTTP: "127.0.0.1:8222"} }
+
+// check validates the ports: each in 1-65535, the monitoring address
+// HOST:PORT, and no port used twice.
+func (p Ports) check() error {
+	host, hp, err := net.SplitHostPort(p.HTTP)
+	if err != nil || host == "" {
+		return fmt.Errorf("monitoring address %q: want HOST:PORT, such as 127.0.0.1:8222", p.HTTP)
+	}
+	httpPort, err := strconv.Atoi(hp)
+	if err != nil {
+		return fmt.Errorf("monitoring address %q: port %q is not a number", p.HTTP, hp)
+	}
+	seen := map[int]string{}
+	for _, c := range []struct {
+		what string
+		port int
+	}{{"client port", p.Client}, {"leaf-node port", p.Leaf}, {"monitoring port", httpPort}} {
+		if c.port < 1 || c.port > 65535 {
+			return fmt.Errorf("%s %d: want 1-65535", c.what, c.port)
+		}
+		if other, dup := seen[c.port]; dup {
+			return fmt.Errorf("%s %d is also the %s", c.what, c.port, other)
+		}
+		seen[c.port] = c.what
+	}
+	return nil
+}
+
 // Init generates certificates valid for validFor (for the extra server
-// hosts too), a seed per user, and the environment file, under dir. It
-// refuses a directory that already holds an environment file, so that
-// credentials in use are never overwritten.
+// hosts too), a seed per user, and the environment file, under dir, for
+// a root server on DefaultPorts. It refuses a directory that already
+// holds an environment file, so that credentials in use are never
+// overwritten.
 func Init(dir string, validFor time.Duration, hosts ...string) (*Setup, error) {
+	return InitPorts(dir, validFor, DefaultPorts(), hosts...)
+}
+
+// InitPorts is Init for a root server listening on ports.
+//
+// The development CA's private key is not kept: it signs the server and
+// client certificates and is discarded, so that nobody can sign another
+// certificate with it (run InitPorts again, into a new directory, for
+// other hosts).
+func InitPorts(dir string, validFor time.Duration, ports Ports, hosts ...string) (*Setup, error) {
+	if err := ports.check(); err != nil {
+		return nil, fmt.Errorf("secure init: %w", err)
+	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("secure init: %w", err)
@@ -108,9 +165,9 @@ func Init(dir string, validFor time.Duration, hosts ...string) (*Setup, error) {
 	}
 	for k, v := range map[string]string{
 		"SERVER_NAME": "allot-root", "STORE_DIR": filepath.Join(dir, "jetstream"),
-		"CLIENT_PORT": "4222", "LEAF_PORT": "7422", "HTTP_LISTEN": "127.0.0.1:8222",
+		"CLIENT_PORT": strconv.Itoa(ports.Client), "LEAF_PORT": strconv.Itoa(ports.Leaf), "HTTP_LISTEN": ports.HTTP,
 		"TLS_CERT": s.Certs.ServerCert, "TLS_KEY": s.Certs.ServerKey, "TLS_CA": s.Certs.CA, "TLS_VERIFY": "false",
-		"PARENT_LEAF_URLS": "[tls://127.0.0.1:7422]",
+		"PARENT_LEAF_URLS": fmt.Sprintf("[tls://127.0.0.1:%d]", ports.Leaf),
 	} {
 		s.Env[k] = v
 	}
@@ -136,3 +193,8 @@ func (s *Setup) envText() string {
 	}
 	return b.String()
 }
+
+// MinServerVersion is the oldest nats-server whose root enforces a leaf
+// link's permissions on the messages it sends, as the shipped
+// configuration needs (docs/security.md).
+const MinServerVersion = "2.14.0"

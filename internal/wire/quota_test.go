@@ -42,6 +42,10 @@ func TestDecodeQuotaTake(t *testing.T) {
 		{JSON, `{"bucket":"a:\u0062","tokens":"7","criticality":2,"max_wait":".5s"}`,
 			QuotaTake{Bucket: "a:b", Namespace: "a", Name: "b", Request: quota.Request{Tokens: 7, MaxWait: 500 * time.Millisecond, Sheddable: true}}, false},
 		{JSON, `{"bucket":"a:b","client_id":null}`, QuotaTake{Bucket: "a:b", Namespace: "a", Name: "b", Request: quota.Request{Tokens: 1, MaxWait: -1}}, false},
+		// Go durations, as templates and namespaces write them.
+		{JSON, `{"bucket":"a:b","max_wait":"500ms"}`, QuotaTake{Bucket: "a:b", Namespace: "a", Name: "b", Request: quota.Request{Tokens: 1, MaxWait: 500 * time.Millisecond}}, false},
+		{JSON, `{"maxWait":"1m30s","bucket":"a:b","tokens":2}`, QuotaTake{Bucket: "a:b", Namespace: "a", Name: "b", Request: quota.Request{Tokens: 2, MaxWait: 90 * time.Second}}, false},
+		{JSON, `{"bucket":"a:b","max_wait":"0"}`, QuotaTake{Bucket: "a:b", Namespace: "a", Name: "b", Request: quota.Request{Tokens: 1, MaxWait: 0}}, false},
 		{Protobuf, pb(&allotpb.QuotaTakeRequest{Bucket: "a:b", Tokens: &three, MaxWait: durationpb.New(2 * time.Second), Criticality: allotpb.Criticality_SHEDDABLE}),
 			QuotaTake{Bucket: "a:b", Namespace: "a", Name: "b", Request: quota.Request{Tokens: 3, MaxWait: 2 * time.Second, Sheddable: true}}, true},
 	} {
@@ -87,7 +91,10 @@ func TestDecodeQuotaTakeErrors(t *testing.T) {
 		{JSON, `{"bucket":"a:b","tokens":"NaN"}`, "invalid value for int64 field tokens", false},
 		{JSON, `{"bucket":"a:b","tokens":1.5}`, "invalid value for int64 field tokens", false},
 		{JSON, `{"bucket":"a:b","max_wait":"-1s"}`, "max_wait is negative", false},
-		{JSON, `{"bucket":"a:b","max_wait":"745h"}`, "invalid google.protobuf.Duration", false},
+		{JSON, `{"bucket":"a:b","max_wait":"745h"}`, "max_wait 2682000s is longer than the limit of 744h0m0s", false},
+		{JSON, `{"bucket":"a:b","max_wait":"-500ms"}`, "max_wait is negative", false},
+		{JSON, `{"bucket":"a:b","max_wait":"soon"}`, "invalid google.protobuf.Duration", false},
+		{JSON, `{"bucket":"a:b","max_wait":"500ms","extra":1}`, "unknown field", false},
 		{JSON, `{"bucket":"a:b","max_wait":"2678401s"}`, "max_wait 2678401s is longer than the limit of 744h0m0s", false},
 		{JSON, `{"bucket":"a:b","max_wait":"99999999999s"}`, "is longer than the limit", false},
 		{JSON, `{"bucket":"a:b","criticality":"URGENT"}`, "invalid value for enum field criticality", false},
@@ -133,7 +140,7 @@ func strictTake(e Encoding, data []byte) (QuotaTake, error) {
 func FuzzQuotaTakeFast(f *testing.F) {
 	for _, s := range []string{
 		`{"bucket":"logins:alice"}`, `{"bucket":"a:b","tokens":0,"max_wait":"0.250s","client_id":"x","criticality":"SHEDDABLE"}`,
-		`{"maxWait":"1.s","bucket":"a:b"}`, `{"max_wait":"01s","bucket":"a:b"}`, `{"tokens":007,"bucket":"a:b"}`, `{"tokens":1e2}`,
+		`{"maxWait":"1.s","bucket":"a:b"}`, `{"max_wait":"01s","bucket":"a:b"}`, `{"max_wait":"500ms","bucket":"a:b"}`, `{"max_wait":"1h2m","bucket":"a:b","x":1}`, `{"tokens":007,"bucket":"a:b"}`, `{"tokens":1e2}`,
 		`{"bucket":"a:b","tokens":123456789012345}`, `{"bucket":"a:b","max_wait":"1.0000000001s"}`, `{"bucket":"a:b",}`,
 		`{"criticality":"CRITICALITY_UNSPECIFIED","bucket":"_:_"}`, ` {}`, `{"bucket":"a:b"}}`, `{"bucket":"\u00e9:b"}`, `[]`, ``,
 	} {

@@ -130,6 +130,9 @@ var ErrBadRequest = errors.New("bad request")
 //
 // A request above its encoding's size limit is not decoded; the error
 // wraps ErrTooLarge (see CheckSize).
+//
+// In JSON a google.protobuf.Duration is read in protojson's form ("0.5s")
+// and as a Go duration ("500ms", "1m30s"), as templates write them.
 func Unmarshal(e Encoding, data []byte, m proto.Message) error {
 	req := isRequest(m)
 	if req {
@@ -148,6 +151,14 @@ func Unmarshal(e Encoding, data []byte, m proto.Message) error {
 			return fmt.Errorf("%w: empty payload: send a JSON object (or binary protobuf with header %s: %s)", ErrBadRequest, HeaderContentType, ContentProtobuf)
 		}
 		err = jsonIn.Unmarshal(data, m)
+		if err != nil {
+			// Durations written the Go way ("500ms") are read too.
+			// With them read, what is left to report is the real problem.
+			if alt := goDurations(data, m.ProtoReflect().Descriptor()); alt != nil {
+				proto.Reset(m)
+				err = jsonIn.Unmarshal(alt, m)
+			}
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("%w: cannot decode %s %s: %v", ErrBadRequest, e, m.ProtoReflect().Descriptor().Name(), err)

@@ -221,9 +221,10 @@ type QuotaTakeResponse struct {
 	Status QuotaTakeResponse_Status `protobuf:"varint,1,opt,name=status,proto3,enum=allot.v1.QuotaTakeResponse_Status" json:"status,omitempty"`
 	// How long the caller must wait before it proceeds (OK_WAIT).
 	Wait *durationpb.Duration `protobuf:"bytes,2,opt,name=wait,proto3" json:"wait,omitempty"`
-	// For REJECTED: "timeout", "no_bucket", "too_many_buckets",
-	// "too_many_tokens", "banned" or "reserved" (capacity kept for
-	// CRITICAL requests).
+	// For REJECTED: "timeout" (the wait would be longer than allowed),
+	// "no_wait" (not available now, and no wait allowed), "no_bucket",
+	// "too_many_buckets", "too_many_tokens", "banned" or "reserved"
+	// (capacity kept for CRITICAL requests).
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The bucket's limit: size for bucket algorithms, limit for windows.
 	Limit int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
