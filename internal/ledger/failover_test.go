@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -67,15 +68,18 @@ func failoverUtilization(t *testing.T, outage time.Duration) {
 		}
 		return sum
 	}
+	lowest := math.Inf(1) // the least in force since the takeover
 	step := func(d time.Duration, answer bool) {
 		for end := now + int64(d); now < end; {
 			now += int64(50 * time.Millisecond)
 			if answer {
 				node.round(t, set, now)
 			}
-			if h := held(); h > capacity*(1+1e-9) {
+			h := held()
+			if h > capacity*(1+1e-9) {
 				t.Fatalf("%.1f in force of %v", h, capacity)
 			}
+			lowest = min(lowest, h)
 		}
 	}
 	step(30*time.Second, true)
@@ -85,12 +89,23 @@ func failoverUtilization(t *testing.T, outage time.Duration) {
 	// The leader stops answering; a successor takes over from its record.
 	step(outage, false)
 	node.failover(t, now)
+	atTakeover := held()
+	lowest = math.Inf(1)
 	for _, c := range node.clients {
 		c.next = min(c.next, now+int64(refresh)) // they retry within a refresh interval
 	}
 	step(2*refresh, true)
 	got := held()
-	t.Logf("outage %v: %.0f of %.0f handed out two refresh intervals after the takeover (%.1f%%)", outage, got, want, 100*got/want)
+	t.Logf("outage %v: %.0f of %.0f handed out two refresh intervals after the takeover (%.1f%%); in force at the takeover %.0f, lowest since %.0f",
+		outage, got, want, 100*got/want, atTakeover, lowest)
+	// A successor learning the predecessor's leases must not take from a
+	// client what it already runs on: a lease or the floor it fell back
+	// to is counted either way, so replacing it with less only idles
+	// capacity (a floor replaced by a zero lease left clients with
+	// nothing for seconds).
+	if lowest < atTakeover*(1-1e-9) {
+		t.Errorf("in force fell from %.1f at the takeover to %.1f while the successor learned", atTakeover, lowest)
+	}
 	if got < 0.9*want {
 		r := node.l.resources["r"]
 		t.Fatalf("%.0f of %.0f handed out two refresh intervals after the takeover; learning until %+dms, remainder %.1f, holders heard %d of %d",

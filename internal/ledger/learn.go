@@ -20,7 +20,9 @@ import "time"
 //
 // Allocation: each first-contact client gets its credit back, up to what
 // it wants (Doorman's echo, never more than was credited); a returning
-// client keeps its lease up to what it wants. Then whatever is free, that
+// client keeps its lease up to what it wants, and a client keeps at least
+// the floor it was counted for (credited from the predecessor's floors, or
+// ours), which it may be running on. Then whatever is free, that
 // is min(capacity, ceiling) − own − (predCeiling − credited), goes to the
 // clients of the round up to their algorithm targets. So own +
 // remainder never rises above min(capacity, ceiling) through new grants,
@@ -72,11 +74,14 @@ func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i in
 	for k, i := range r.batch {
 		c := r.clients.at(i)
 		before := c.exposure(p.now)
-		base[k] = min(c.wants, c.has)
+		// What it holds, lease or the floor it may have fallen back to,
+		// is counted already: replacing it with less would idle it (a
+		// client on its floor would get nothing until learning ends).
+		base[k] = min(c.wants, max(c.has, c.floorExposure(p.now)))
 		if credit[k] > 0 {
 			// The credited predecessor lease is held until our reply
 			// replaces it: it counts as ours from now on.
-			base[k] = min(c.wants, credit[k]+c.has)
+			base[k] = min(c.wants, max(credit[k]+c.has, c.floorExposure(p.now)))
 			c.held = max(c.held, credit[k])
 			c.heldUntil = max(c.heldUntil, min(r.reports[k].expiry, p.now+int64(r.tmpl.LeaseLength))+r.skew)
 			r.recount(i, p.now)
