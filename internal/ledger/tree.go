@@ -208,11 +208,20 @@ func (l *Ledger) UpstreamRequests(now int64, node string) []*allotpb.GetServerCa
 		r := l.resources[id]
 		rr := &allotpb.ServerCapacityResourceRequest{ResourceId: id, Outstanding: r.bound(now), Wants: r.bandDemand()}
 		r.up.asked, r.up.held = r.demand(), rr.Outstanding
-		if fb := r.floorBound(now); fb > 0 {
+		fb, fend := r.floorBound(now), r.latestFloorEnd(now)
+		if told := r.floorCap(now); told > fb {
+			// While the floor the parent told us lasts, our clients may
+			// come to hold up to it (we may grant floors within it), so
+			// that is what the subtree may fall back to: a parent's
+			// successor credits it in full instead of keeping the
+			// difference back from everyone until the floor ends.
+			fb, fend = told, max(fend, r.up.safeUntil)
+		}
+		if fb > 0 {
 			// What the subtree may hold once our lease ends: the parent
 			// counts it while it is more than the floor it told us.
 			rr.SafeOutstanding = fb
-			rr.SafeExpiryTime = timestamppb.New(time.Unix(0, r.latestFloorEnd(now)))
+			rr.SafeExpiryTime = timestamppb.New(time.Unix(0, fend))
 		}
 		if r.up.known {
 			// Also once it has expired: a parent that took over counts it
