@@ -240,7 +240,9 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 	}
 	a := &Agent{
 		nc:          nc,
-		rpc:         rpc.New(nc, func(code int, desc string) error { return &ServiceError{Code: code, Description: desc} }),
+		rpc:         rpc.New(nc, func(code int, desc string, after time.Duration) error {
+			return &ServiceError{Code: code, Description: desc, RetryAfter: after}
+		}),
 		o:           o,
 		log:         o.logger.With("component", "allot-agent", "client_id", o.clientID),
 		getSubj:     "allot." + o.node + ".capacity.get",

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // The errors of the agent. Callers branch on them with errors.Is (the
@@ -21,10 +22,18 @@ type ServiceError struct {
 	Code int
 	// Description is the service's explanation.
 	Description string
+	// RetryAfter is how long the service asked the caller to wait before
+	// sending again (an overloaded service's 503, a tenant over its
+	// request rate's 429); zero when it said nothing. The agent's own
+	// refreshes keep to it.
+	RetryAfter time.Duration
 }
 
 // Error returns the code and the description.
 func (e *ServiceError) Error() string {
+	if e.RetryAfter > 0 {
+		return fmt.Sprintf("coordinator error %d: %s (retry after %v)", e.Code, e.Description, e.RetryAfter)
+	}
 	return fmt.Sprintf("coordinator error %d: %s", e.Code, e.Description)
 }
 

@@ -41,7 +41,8 @@ func (a *Agent) run() {
 	defer a.report() // changes noted before Close
 	clock := a.o.clock
 	gap := a.o.minRefreshGap
-	var nextRefresh, lastAttempt time.Time
+	// holdUntil: an overloaded service asked for no request before then.
+	var nextRefresh, lastAttempt, holdUntil time.Time
 	nextSample := now(clock).Add(sampleEvery)
 	for {
 		// Before any refresh: a resource closed and created again is
@@ -56,7 +57,7 @@ func (a *Agent) run() {
 		due := false
 		if len(a.res) > 0 && !a.closed {
 			due = !nextRefresh.IsZero() && !t.Before(nextRefresh)
-			if !a.earlyAt.IsZero() && !t.Before(a.earlyAt) && (lastAttempt.IsZero() || t.Sub(lastAttempt) >= gap) {
+			if !a.earlyAt.IsZero() && !t.Before(a.earlyAt) && (lastAttempt.IsZero() || t.Sub(lastAttempt) >= gap) && !t.Before(holdUntil) {
 				due = true
 			}
 		}
@@ -65,6 +66,14 @@ func (a *Agent) run() {
 			err := a.refresh(t)
 			lastAttempt = t
 			nextRefresh = t.Add(a.nextDelay(err))
+			if se := (*ServiceError)(nil); errors.As(err, &se) && se.RetryAfter > 0 {
+				// The service sheds load: asking sooner than it said
+				// only adds to what it refuses (its wait is jittered).
+				holdUntil = t.Add(se.RetryAfter)
+				if nextRefresh.Before(holdUntil) {
+					nextRefresh = holdUntil
+				}
+			}
 			t = now(clock)
 		}
 		a.applyAll(t)

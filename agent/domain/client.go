@@ -117,7 +117,7 @@ func (c *Client) call(ctx context.Context, op, ns, res string, req, resp any) er
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, subj, err)
 	}
 	if code, desc, ok := rpc.ErrorReply(reply); ok {
-		se := &agent.ServiceError{Code: code, Description: desc}
+		se := &agent.ServiceError{Code: code, Description: desc, RetryAfter: rpc.RetryAfter(reply)}
 		if code >= 400 && code < 500 {
 			return fmt.Errorf("domain: %s %s:%s: %w", op, ns, res, se)
 		}

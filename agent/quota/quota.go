@@ -60,7 +60,9 @@ func New(a *agent.Agent, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		nc:       a.Conn(),
-		rpc:      rpc.New(a.Conn(), func(code int, desc string) error { return &agent.ServiceError{Code: code, Description: desc} }),
+		rpc:      rpc.New(a.Conn(), func(code int, desc string, after time.Duration) error {
+			return &agent.ServiceError{Code: code, Description: desc, RetryAfter: after}
+		}),
 		clientID: a.ClientID(),
 		log:      a.Logger().With("component", "allot-quota", "client_id", a.ClientID()),
 		subj:     "allot." + a.Node() + ".quota",

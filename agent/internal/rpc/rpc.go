@@ -34,16 +34,29 @@ func ErrorReply(m *nats.Msg) (code int, description string, ok bool) {
 	return n, m.Header.Get(errorHeader), true
 }
 
+// RetryAfter is how long a refusal asks its receiver to wait before
+// sending again (header Allot-Retry-After, in milliseconds: an overloaded
+// service's 503, a tenant over its rate's 429); zero when it says nothing
+// usable.
+func RetryAfter(m *nats.Msg) time.Duration {
+	ms, err := strconv.ParseInt(m.Header.Get(wire.HeaderRetryAfter), 10, 64)
+	if err != nil || ms <= 0 {
+		return 0
+	}
+	// Bounded: a wait past a minute is not a service's advice but a bug.
+	return min(time.Duration(ms)*time.Millisecond, time.Minute)
+}
+
 // A Caller sends binary-protobuf requests on one connection.
 type Caller struct {
 	nc *nats.Conn
 	// serviceError makes the error of an error reply.
-	serviceError func(code int, description string) error
+	serviceError func(code int, description string, retryAfter time.Duration) error
 }
 
 // New returns a Caller on nc that reports an error reply as what
-// serviceError makes of its code and description.
-func New(nc *nats.Conn, serviceError func(code int, description string) error) *Caller {
+// serviceError makes of its code, description and retry-after wait.
+func New(nc *nats.Conn, serviceError func(code int, description string, retryAfter time.Duration) error) *Caller {
 	return &Caller{
 		nc:           nc,
 		serviceError: serviceError,
@@ -83,7 +96,7 @@ func (c *Caller) Protobuf(ctx context.Context, timeout time.Duration, subj, clie
 		return fmt.Errorf("agent: request %s: %w", subj, err)
 	}
 	if code, desc, ok := ErrorReply(reply); ok {
-		return fmt.Errorf("agent: request %s: %w", subj, c.serviceError(code, desc))
+		return fmt.Errorf("agent: request %s: %w", subj, c.serviceError(code, desc, RetryAfter(reply)))
 	}
 	if err := wire.Unmarshal(wire.ReplyEncodingOf(reply.Header), reply.Data, resp); err != nil {
 		return fmt.Errorf("agent: reply from %s: %w", subj, err)
