@@ -240,9 +240,7 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 	}
 	a := &Agent{
 		nc:          nc,
-		rpc:         rpc.New(nc, func(code int, desc string, after time.Duration) error {
-			return &ServiceError{Code: code, Description: desc, RetryAfter: after}
-		}),
+		rpc:         rpc.New(nc, serviceError),
 		o:           o,
 		log:         o.logger.With("component", "allot-agent", "client_id", o.clientID),
 		getSubj:     "allot." + o.node + ".capacity.get",
@@ -715,4 +713,9 @@ func finiteOr(v, alt float64) float64 {
 		return alt
 	}
 	return v
+}
+
+// serviceError is the error of a service's error reply.
+func serviceError(code int, desc string, retryAfter time.Duration) error {
+	return &ServiceError{Code: code, Description: desc, RetryAfter: retryAfter}
 }

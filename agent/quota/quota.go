@@ -60,9 +60,7 @@ func New(a *agent.Agent, opts ...Option) (*Client, error) {
 	}
 	c := &Client{
 		nc:       a.Conn(),
-		rpc:      rpc.New(a.Conn(), func(code int, desc string, after time.Duration) error {
-			return &agent.ServiceError{Code: code, Description: desc, RetryAfter: after}
-		}),
+		rpc:      rpc.New(a.Conn(), serviceError),
 		clientID: a.ClientID(),
 		log:      a.Logger().With("component", "allot-quota", "client_id", a.ClientID()),
 		subj:     "allot." + a.Node() + ".quota",
@@ -302,4 +300,9 @@ func (c *Client) Close() error {
 		}
 	})
 	return c.closeErr
+}
+
+// serviceError is the error of a service's error reply.
+func serviceError(code int, desc string, retryAfter time.Duration) error {
+	return &agent.ServiceError{Code: code, Description: desc, RetryAfter: retryAfter}
 }
