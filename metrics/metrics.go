@@ -12,8 +12,9 @@
 // resources by name (those with the most outstanding); the others are
 // summed under the resource label OtherResource.
 //
-// NewDomainCollector does the same for the domain-limit partitions a
-// process leads. The agent's collector is in package agent/agentmetrics.
+// NewQuotaCollector, NewDomainCollector and NewEnvoyCollector do the same
+// for the quota, domain-limit and Envoy counter partitions a process
+// leads. The agent's collector is in package agent/agentmetrics.
 package metrics
 
 import (

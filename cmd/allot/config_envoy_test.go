@@ -89,6 +89,15 @@ func TestUpEnvoyConfig(t *testing.T) {
 	if resp := ask(descriptor("client", "bob")); len(resp.GetResponseHeadersToAdd()) != 3 || resp.GetResponseHeadersToAdd()[0].GetKey() != "x-ratelimit-limit" {
 		t.Errorf("headers: %v", resp.GetResponseHeadersToAdd())
 	}
+	// The counter partitions' metrics: alice's and bob's hits (and the
+	// probes'), counted in this process's partitions.
+	fams := scrapeMetrics(t, up.opsURL(t))
+	if hits, local := metricSum(fams, "allot_envoy_hits_total", nil), metricSum(fams, "allot_envoy_count_local_total", nil); hits < 4 || local < 4 {
+		t.Errorf("metrics: %v hits in %v local count requests, want at least 4 of each", hits, local)
+	}
+	if n := len(fams["allot_envoy_counters"].GetMetric()); n != 2 {
+		t.Errorf("allot_envoy_counters has %d series, want one per partition (2)", n)
+	}
 
 	// A hot reload: 5 a minute now.
 	code, out, errs := runCLI(t, strings.Replace(edgeDomain, "requests_per_unit: 2", "requests_per_unit: 5", 1), "config", "put", "--nats", up.url, "envoy.edge", "-")

@@ -21,8 +21,10 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/domainserver"
+	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/metrics"
+	"github.com/allot/allot/quotaserver"
 )
 
 // DefaultUpMetricsAddr is where `allot up` serves /metrics, /healthz and
@@ -43,7 +45,56 @@ type opsState struct {
 
 	mu       sync.Mutex
 	replicas []opsReplica
-	domains  []*domainserver.Replica
+	// The partitions of the per-request services this process campaigns
+	// for, for their collectors.
+	quotas  leaderStats[quotaserver.Stats]
+	domains leaderStats[domainserver.Stats]
+	envoys  leaderStats[envoyserver.Stats]
+}
+
+// leaderStats are the STATS sources of one service's partitions in this
+// process: each says its server's STATS while it leads.
+type leaderStats[St any] struct {
+	mu      sync.Mutex
+	sources []*func() (St, bool)
+}
+
+// add registers the partition whose serving leader server returns (nil
+// when not leading) until the returned function is called.
+func addLeader[St any, S interface {
+	comparable
+	Stats() St
+}](ls *leaderStats[St], server func() S) (remove func()) {
+	src := func() (St, bool) {
+		var none S
+		if s := server(); s != none {
+			return s.Stats(), true
+		}
+		var zero St
+		return zero, false
+	}
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.sources = append(ls.sources, &src)
+	return func() {
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		ls.sources = slices.DeleteFunc(ls.sources, func(f *func() (St, bool)) bool { return f == &src })
+	}
+}
+
+// all returns the STATS of the partitions this process leads now.
+func (ls *leaderStats[St]) all() []St {
+	ls.mu.Lock()
+	srcs := slices.Clone(ls.sources)
+	ls.mu.Unlock()
+	var out []St
+	for _, f := range srcs {
+		if st, ok := (*f)(); ok {
+			out = append(out, st)
+		}
+	}
+	return out
 }
 
 type opsReplica struct {
@@ -62,34 +113,6 @@ func (s *opsState) add(nc *nats.Conn, rep *coordinator.Replica) (remove func()) 
 		defer s.mu.Unlock()
 		s.replicas = slices.DeleteFunc(s.replicas, func(r opsReplica) bool { return r.rep == rep })
 	}
-}
-
-// addDomain registers a domain-limit replica until the returned function
-// is called.
-func (s *opsState) addDomain(rep *domainserver.Replica) (remove func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.domains = append(s.domains, rep)
-	return func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.domains = slices.DeleteFunc(s.domains, func(r *domainserver.Replica) bool { return r == rep })
-	}
-}
-
-// domainStats returns the STATS of the domain-limit partitions this
-// process leads now.
-func (s *opsState) domainStats() []domainserver.Stats {
-	s.mu.Lock()
-	reps := slices.Clone(s.domains)
-	s.mu.Unlock()
-	var out []domainserver.Stats
-	for _, r := range reps {
-		if srv := r.Server(); srv != nil {
-			out = append(out, srv.Stats())
-		}
-	}
-	return out
 }
 
 // Replicas returns the replicas the process runs now.
@@ -155,7 +178,9 @@ func opsRegistry(st *opsState) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		metrics.NewCoordinatorCollector(st.targets, metrics.Options{MaxResources: st.maxResources}),
-		metrics.NewDomainCollector(st.domainStats),
+		metrics.NewQuotaCollector(st.quotas.all),
+		metrics.NewDomainCollector(st.domains.all),
+		metrics.NewEnvoyCollector(st.envoys.all),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),

@@ -100,14 +100,8 @@ func scrapeMetrics(t *testing.T, url string) map[string]*dto.MetricFamily {
 // include want; ok is false if there is none.
 func metricValue(fams map[string]*dto.MetricFamily, name string, want map[string]string) (v float64, ok bool) {
 	for _, m := range fams[name].GetMetric() {
-		match := true
-		for _, l := range m.GetLabel() {
-			if w, in := want[l.GetName()]; in && w != l.GetValue() {
-				match = false
-			}
-		}
-		if match {
-			return m.GetGauge().GetValue() + m.GetCounter().GetValue() + m.GetUntyped().GetValue(), true
+		if labelsInclude(m, want) {
+			return sampleValue(m), true
 		}
 	}
 	return 0, false

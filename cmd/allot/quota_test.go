@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	dto "github.com/prometheus/client_model/go"
 	"regexp"
 	"strings"
 	"testing"
@@ -98,7 +99,48 @@ func TestUpServesQuotaPartitions(t *testing.T) {
 		return ""
 	}, "--nats", up.url)
 	t.Logf("\n%s", out)
+	// So do the metrics, per partition and namespace: the first six takes
+	// (no namespace yet) refused under the default namespace, and in each
+	// of the six two takes served and one refused (no wait allowed).
+	fams := scrapeMetrics(t, up.opsURL(t))
+	served := metricSum(fams, "allot_quota_served_total", nil)
+	missed := metricSum(fams, "allot_quota_rejected_total", map[string]string{"namespace": "_default", "reason": "no_bucket"})
+	if served != 12 || missed != 6 {
+		t.Errorf("metrics: %v takes served and %v refused for want of a namespace, want 12 and 6", served, missed)
+	}
+	for _, ns := range namespaces {
+		if n := metricSum(fams, "allot_quota_rejected_total", map[string]string{"namespace": ns, "reason": "no_wait"}); n != 1 {
+			t.Errorf("metrics: %v takes of namespace %s refused no_wait, want 1", n, ns)
+		}
+	}
 	up.wait(t)
+}
+
+// metricSum is the sum of the samples of family name whose labels
+// include want.
+func metricSum(fams map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	sum := 0.0
+	for _, m := range fams[name].GetMetric() {
+		if labelsInclude(m, want) {
+			sum += sampleValue(m)
+		}
+	}
+	return sum
+}
+
+// labelsInclude reports whether m's labels include want.
+func labelsInclude(m *dto.Metric, want map[string]string) bool {
+	for _, l := range m.GetLabel() {
+		if w, in := want[l.GetName()]; in && w != l.GetValue() {
+			return false
+		}
+	}
+	return true
+}
+
+// sampleValue is m's value, whatever its type.
+func sampleValue(m *dto.Metric) float64 {
+	return m.GetGauge().GetValue() + m.GetCounter().GetValue() + m.GetUntyped().GetValue()
 }
 
 func TestQuotaFlagsInvalid(t *testing.T) {

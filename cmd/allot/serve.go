@@ -388,6 +388,9 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 		if err != nil {
 			return err
 		}
+		if cf.ops != nil {
+			defer addLeader(&cf.ops.quotas, qr.Server)()
+		}
 		runs = append(runs, qr.Run)
 		// Domain limits share the quota partitions: a partition's replica
 		// group serves both, each with an election of its own.
@@ -400,13 +403,16 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 			return err
 		}
 		if cf.ops != nil {
-			defer cf.ops.addDomain(dr)()
+			defer addLeader(&cf.ops.domains, dr.Server)()
 		}
 		runs = append(runs, dr.Run)
 		// So do Envoy's rate limit counters (rls.go).
 		er, err := envoy.add(nc, cf, opts.ServerID, p, log)
 		if err != nil {
 			return err
+		}
+		if cf.ops != nil {
+			defer addLeader(&cf.ops.envoys, er.Server)()
 		}
 		runs = append(runs, er.Run)
 	}
