@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -9,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/opstatus"
 	"github.com/allot/allot/quotaserver"
 )
 
@@ -18,37 +18,11 @@ func fetchStats(nc *nats.Conn) (*coordinator.Stats, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: coordinator STATS: %w", err)
 	}
-	var st *coordinator.Stats
-	err = statsData(m.Data, func(data []byte) bool {
-		var s coordinator.Stats
-		if json.Unmarshal(data, &s) == nil && s.Node != "" {
-			st = &s
-		}
-		return st != nil
-	})
-	if err != nil || st != nil {
-		return st, err
+	st, ok := opstatus.DecodeStats(m.Data, func(s *coordinator.Stats) bool { return s.Node != "" })
+	if !ok {
+		return nil, errors.New("bench: STATS reply has no coordinator data")
 	}
-	return nil, errors.New("bench: STATS reply has no coordinator data")
-}
-
-// statsData calls f with the data of each endpoint of a micro STATS reply
-// until f returns true.
-func statsData(reply []byte, f func(data []byte) bool) error {
-	var r struct {
-		Endpoints []struct {
-			Data json.RawMessage `json:"data"`
-		} `json:"endpoints"`
-	}
-	if err := json.Unmarshal(reply, &r); err != nil {
-		return fmt.Errorf("bench: decode STATS: %w", err)
-	}
-	for _, e := range r.Endpoints {
-		if len(e.Data) > 0 && string(e.Data) != "null" && f(e.Data) {
-			return nil
-		}
-	}
-	return nil
+	return &st, nil
 }
 
 // fetchQuotaTakes asks every quota server for its micro STATS (each
@@ -71,16 +45,8 @@ func fetchQuotaTakes(nc *nats.Conn, partitions int, wait time.Duration) ([]uint6
 		if err != nil {
 			return takes, nil // the wait is over
 		}
-		err = statsData(m.Data, func(data []byte) bool {
-			var s quotaserver.Stats
-			if json.Unmarshal(data, &s) == nil && s.Partition >= 0 && s.Partition < partitions {
-				takes[s.Partition] = max(takes[s.Partition], s.Takes)
-				return true
-			}
-			return false
-		})
-		if err != nil {
-			return nil, err
+		if s, ok := opstatus.DecodeStats(m.Data, func(s *quotaserver.Stats) bool { return s.Partition >= 0 && s.Partition < partitions }); ok {
+			takes[s.Partition] = max(takes[s.Partition], s.Takes)
 		}
 	}
 }

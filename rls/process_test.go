@@ -2,7 +2,6 @@ package rls_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,9 +24,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/envoyrl"
 	"github.com/allot/allot/internal/faults"
+	"github.com/allot/allot/internal/opstatus"
 )
 
 // buildAllot builds cmd/allot into the test's temporary directory.
@@ -254,17 +255,11 @@ func TestSidecarProcess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var st struct {
-			Endpoints []struct {
-				Data struct {
-					Requests float64 `json:"requests"`
-				} `json:"data"`
-			} `json:"endpoints"`
+		st, ok := opstatus.DecodeStats(m.Data, func(s *envoyserver.Stats) bool { return s.Node != "" })
+		if !ok {
+			t.Fatalf("envoy partition stats without a partition's data: %s", m.Data)
 		}
-		if err := json.Unmarshal(m.Data, &st); err != nil || len(st.Endpoints) == 0 {
-			t.Fatalf("envoy partition stats %s: %v", m.Data, err)
-		}
-		return st.Endpoints[0].Data.Requests
+		return float64(st.Requests)
 	}
 	// Until its first lease the sidecar counts in the partition; then a
 	// refusal shows the lease (5 per second) in force.

@@ -4,13 +4,13 @@ package coordtest
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/opstatus"
 )
 
 // Start creates and starts a coordinator on nc with opts, failing the test
@@ -38,13 +38,9 @@ func Stats(tb testing.TB, nc *nats.Conn) coordinator.Stats {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	var reply struct {
-		Endpoints []struct {
-			Data coordinator.Stats `json:"data"`
-		} `json:"endpoints"`
+	st, ok := opstatus.DecodeStats(m.Data, func(s *coordinator.Stats) bool { return s.Node != "" })
+	if !ok {
+		tb.Fatalf("STATS reply without a coordinator's data: %s", m.Data)
 	}
-	if err := json.Unmarshal(m.Data, &reply); err != nil || len(reply.Endpoints) == 0 {
-		tb.Fatalf("STATS %s: %v", m.Data, err)
-	}
-	return reply.Endpoints[0].Data
+	return st
 }

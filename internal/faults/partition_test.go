@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/internal/netcut"
+	"github.com/allot/allot/internal/opstatus"
 )
 
 // The partition scenarios: a tree of two `allot up` processes, a root and
@@ -83,21 +83,18 @@ func nodeFloors(nc *nats.Conn, node string) float64 {
 		if err != nil {
 			return -1
 		}
-		var st struct {
-			Endpoints []struct {
-				Data struct {
-					Node string `json:"node"`
-					Top  []struct {
-						ID     string  `json:"id"`
-						Floors float64 `json:"floors"`
-					} `json:"top_resources"`
-				} `json:"data"`
-			} `json:"endpoints"`
+		type nodeStats struct {
+			Node string `json:"node"`
+			Top  []struct {
+				ID     string  `json:"id"`
+				Floors float64 `json:"floors"`
+			} `json:"top_resources"`
 		}
-		if json.Unmarshal(m.Data, &st) != nil || len(st.Endpoints) == 0 || st.Endpoints[0].Data.Node != node {
+		st, ok := opstatus.DecodeStats(m.Data, func(s *nodeStats) bool { return s.Node == node })
+		if !ok {
 			continue
 		}
-		for _, r := range st.Endpoints[0].Data.Top {
+		for _, r := range st.Top {
 			if r.ID == cutResource {
 				return r.Floors
 			}

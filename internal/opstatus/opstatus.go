@@ -82,6 +82,50 @@ type statsData struct {
 	Config   *configkv.Status `json:"config"`
 }
 
+// data is the service data of the reply: the top-level "data" and each
+// endpoint's, the empty ones left out.
+func (r *statsReply) data() []json.RawMessage {
+	var out []json.RawMessage
+	for i := -1; i < len(r.Endpoints); i++ {
+		raw := r.Data
+		if i >= 0 {
+			raw = r.Endpoints[i].Data
+		}
+		if len(raw) > 0 && string(raw) != "null" {
+			out = append(out, raw)
+		}
+	}
+	return out
+}
+
+// StatsData returns the service data of a micro STATS reply: its
+// top-level "data" and each endpoint's (where micro puts a StatsHandler's
+// result), in that order, the empty ones left out.
+func StatsData(reply []byte) ([]json.RawMessage, error) {
+	var r statsReply
+	if err := json.Unmarshal(reply, &r); err != nil {
+		return nil, fmt.Errorf("decode stats reply: %w", err)
+	}
+	return r.data(), nil
+}
+
+// DecodeStats decodes into T the first service data of a micro STATS
+// reply that decodes and that keep accepts (every endpoint of allot's
+// services carries the same data); ok is false when none does.
+func DecodeStats[T any](reply []byte, keep func(*T) bool) (st T, ok bool) {
+	raws, err := StatsData(reply)
+	if err != nil {
+		return st, false
+	}
+	for _, raw := range raws {
+		var v T
+		if json.Unmarshal(raw, &v) == nil && keep(&v) {
+			return v, true
+		}
+	}
+	return st, false
+}
+
 // DecodeStatsReply extracts a Replica from a micro stats reply.
 func DecodeStatsReply(data []byte) (Replica, error) {
 	var r statsReply
@@ -89,14 +133,7 @@ func DecodeStatsReply(data []byte) (Replica, error) {
 		return Replica{}, fmt.Errorf("decode stats reply: %w", err)
 	}
 	rs := Replica{Service: r.Name, ID: r.ID, Version: r.Version}
-	candidates := []json.RawMessage{r.Data}
-	for _, e := range r.Endpoints {
-		candidates = append(candidates, e.Data)
-	}
-	for _, raw := range candidates {
-		if len(raw) == 0 || string(raw) == "null" {
-			continue
-		}
+	for _, raw := range r.data() {
 		var d statsData
 		if err := json.Unmarshal(raw, &d); err != nil {
 			continue // another endpoint's data may be the one
