@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -24,7 +26,6 @@ import (
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
-	"github.com/allot/allot/internal/headless"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/quota"
@@ -148,7 +149,7 @@ const readPage = `(() => {
 
 // waitPage reads the page until ok accepts it, failing after a while with
 // what it last showed.
-func waitPage(t *testing.T, ctx context.Context, b *headless.Browser, what string, ok func(p page) bool) page {
+func waitPage(t *testing.T, ctx context.Context, b *browser, what string, ok func(p page) bool) page {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	var p page
@@ -166,20 +167,72 @@ func waitPage(t *testing.T, ctx context.Context, b *headless.Browser, what strin
 	}
 }
 
+// browser is a headless Chromium with one page, driven through chromedp
+// (the Go ecosystem's DevTools-protocol client).
+type browser struct{ ctx context.Context }
+
+// findChromium returns the path of a Chromium binary: $ALLOT_CHROMIUM if
+// set, else the first of chromium, chromium-browser, google-chrome-stable
+// and google-chrome on $PATH; "" if there is none.
+func findChromium() string {
+	if p := os.Getenv("ALLOT_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome-stable", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
 // startBrowser starts a headless Chromium for the test, or skips the test
 // when there is none.
-func startBrowser(t *testing.T, ctx context.Context) *headless.Browser {
+func startBrowser(t *testing.T, ctx context.Context) *browser {
 	t.Helper()
-	bin := headless.Find()
+	bin := findChromium()
 	if bin == "" {
 		t.Skip("no Chromium binary (chromium, chromium-browser, google-chrome or $ALLOT_CHROMIUM): apt-get install chromium")
 	}
-	b, err := headless.Start(ctx, bin, headless.Options{UserDataDir: t.TempDir(), Width: 1280, Height: 1000})
-	if err != nil {
-		t.Fatal(err)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 1000), chromedp.NoSandbox)
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelBrowser(); cancelAlloc() })
+	// The first action starts the browser: fail here, not in the first step.
+	if err := chromedp.Do(bctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
 	}
-	t.Cleanup(b.Close)
-	return b
+	return &browser{ctx: bctx}
+}
+
+// Navigate loads url and waits for it to load.
+func (b *browser) Navigate(ctx context.Context, url string) error {
+	_, err := run(ctx, b, chromedp.Navigate(url))
+	return err
+}
+
+// Eval evaluates expr in the page and decodes its JSON value into out
+// (nil: ignore it).
+func (b *browser) Eval(ctx context.Context, expr string, out any) error {
+	raw, err := run(ctx, b, chromedp.Evaluate[[]byte](expr))
+	if err != nil || out == nil {
+		return err
+	}
+	return json.Unmarshal(raw, out)
+}
+
+// Screenshot returns a PNG of the whole page.
+func (b *browser) Screenshot(ctx context.Context) ([]byte, error) {
+	return run(ctx, b, chromedp.FullScreenshot(100))
+}
+
+// run runs a on b's page, ending when ctx does (the browser lives on).
+func run[T any](ctx context.Context, b *browser, a chromedp.Action[T]) (T, error) {
+	rctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	return chromedp.Run(rctx, a)
 }
 
 // TestDashboardInChromium loads the dashboard in a real headless Chromium
@@ -307,7 +360,7 @@ func TestDashboardInChromium(t *testing.T) {
 
 // screenshot fills the page a little (more clients, a minute of history)
 // and saves a PNG of it to out: docs/dashboard.png is made this way.
-func screenshot(t *testing.T, ctx context.Context, b *headless.Browser, st *stack, out string) {
+func screenshot(t *testing.T, ctx context.Context, b *browser, st *stack, out string) {
 	for i, w := range []float64{5, 8, 12, 20} {
 		client(t, st.nc, fmt.Sprintf("checkout-%d", i+1), w)
 	}
