@@ -3,6 +3,7 @@ package faults
 import (
 	"fmt"
 	"net/url"
+	"os/exec"
 	"regexp"
 	"slices"
 	"testing"
@@ -40,6 +41,8 @@ func cutTemplate(c float64) []byte {
 // upProcess is a running `allot up` and the URLs it printed.
 type upProcess struct {
 	url, leaf string
+	cmd       *exec.Cmd
+	exited    <-chan struct{}
 }
 
 // startLevel starts `allot up` with args and waits for it to announce
@@ -49,8 +52,8 @@ func startLevel(t *testing.T, bin, name string, args ...string) upProcess {
 	t.Helper()
 	leaf := slices.Contains(args, "--leafnode-port")
 	args = append([]string{"up", "--data-dir", t.TempDir(), "--port", "0", "--metrics-addr", "", "--election-ttl", ElectionTTL.String(), "--server-id", name}, args...)
-	_, _, out := startProcess(t, name, bin, args...)
-	var p upProcess
+	cmd, exited, out := startProcess(t, name, bin, args...)
+	p := upProcess{cmd: cmd, exited: exited}
 	WaitFor(t, 60*time.Second, name+" to announce itself", func() bool {
 		text := ReadOutput(out)
 		m := upURL.FindStringSubmatch(text)
@@ -66,41 +69,53 @@ func startLevel(t *testing.T, bin, name string, args ...string) upProcess {
 	return p
 }
 
-// nodeFloors is the sum of the floors node's coordinator counts for the
-// cut resource (its STATS), or -1 if it does not answer.
-func nodeFloors(nc *nats.Conn, node string) float64 {
+// nodeStats is what the tests read of a coordinator's STATS.
+type nodeStats struct {
+	Node         string `json:"node"`
+	ParentError  string `json:"parent_error"`
+	ParentLastOK string `json:"parent_last_ok"`
+	Top          []struct {
+		ID     string  `json:"id"`
+		Floors float64 `json:"floors"`
+	} `json:"top_resources"`
+}
+
+// nodeStatus is node's coordinator's STATS; ok is false if it does not
+// answer.
+func nodeStatus(nc *nats.Conn, node string) (st nodeStats, ok bool) {
 	inbox := nats.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
-		return -1
+		return st, false
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	if err := nc.PublishRequest("$SRV.STATS.allot", inbox, nil); err != nil {
-		return -1
+		return st, false
 	}
 	for {
 		m, err := sub.NextMsg(time.Second)
 		if err != nil {
-			return -1
+			return st, false
 		}
-		type nodeStats struct {
-			Node string `json:"node"`
-			Top  []struct {
-				ID     string  `json:"id"`
-				Floors float64 `json:"floors"`
-			} `json:"top_resources"`
+		if st, ok := opstatus.DecodeStats(m.Data, func(s *nodeStats) bool { return s.Node == node }); ok {
+			return st, true
 		}
-		st, ok := opstatus.DecodeStats(m.Data, func(s *nodeStats) bool { return s.Node == node })
-		if !ok {
-			continue
-		}
-		for _, r := range st.Top {
-			if r.ID == cutResource {
-				return r.Floors
-			}
-		}
-		return 0
 	}
+}
+
+// nodeFloors is the sum of the floors node's coordinator counts for the
+// cut resource (its STATS), or -1 if it does not answer.
+func nodeFloors(nc *nats.Conn, node string) float64 {
+	st, ok := nodeStatus(nc, node)
+	if !ok {
+		return -1
+	}
+	for _, r := range st.Top {
+		if r.ID == cutResource {
+			return r.Floors
+		}
+	}
+	return 0
 }
 
 // inForce sums the capacity in force of resource at agents now.
