@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -56,9 +57,9 @@ func TestForgedTermDoesNotLockOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The rogue answers before the coordinator starts: deterministic.
-	eventually(t, 5*time.Second, "the forged reply accepted", func() bool { return a.Term() == math.MaxUint64 })
+	poll.Until(t, 5*time.Second, "the forged reply accepted", func() bool { return a.Term() == math.MaxUint64 })
 	startCoordinator(t, natstest.Conn(t, s), testTemplate("poison", 10))
-	eventually(t, 10*time.Second, "the real coordinator followed again", func() bool {
+	poll.Until(t, 10*time.Second, "the real coordinator followed again", func() bool {
 		return a.Term() == 1 && r.Capacity() == 5
 	})
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -59,18 +60,6 @@ func readRecord(t *testing.T, kv jetstream.KeyValue) (*allotpb.LeaseHorizon, err
 	return &h, nil
 }
 
-// waitFor polls cond every 20 ms until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // Item 1: a leader whose record is deleted writes it again (it knows the
 // truth) and its leases never turn zero-length.
 func TestDeletedRecordIsWrittenAgain(t *testing.T) {
@@ -88,7 +77,7 @@ func TestDeletedRecordIsWrittenAgain(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 5*time.Second, "the record to be written again", func() bool {
+			poll.Until(t, 5*time.Second, "the record to be written again", func() bool {
 				h, err := readRecord(t, kv)
 				return err == nil && h.GetTerm() == 1
 			})
@@ -110,7 +99,7 @@ func TestDeletedStateBucketIsRecreated(t *testing.T) {
 	if err := js.DeleteKeyValue(context.Background(), coordinator.DefaultStateBucket); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the bucket and record to be recreated", func() bool {
+	poll.Until(t, 10*time.Second, "the bucket and record to be recreated", func() bool {
 		kv, err := js.KeyValue(context.Background(), coordinator.DefaultStateBucket)
 		if err != nil {
 			return false
@@ -301,7 +290,7 @@ func TestRecordStaysBounded(t *testing.T) {
 		// A grant waits at most 500 ms for the record that lists its
 		// resource; on a loaded machine that write (hundreds of KiB) can
 		// take longer, and the grant is then 0 until the next request.
-		waitFor(t, 10*time.Second, "every spam resource granted", func() bool {
+		poll.Until(t, 10*time.Second, "every spam resource granted", func() bool {
 			for _, r := range e.getReq(req).GetResponse() {
 				if r.GetGets().GetCapacity() != 1 {
 					t.Logf("spam resource %s got %v %s", r.GetResourceId()[240:], r.GetGets().GetCapacity(), r.GetError())
@@ -313,7 +302,7 @@ func TestRecordStaysBounded(t *testing.T) {
 	}
 	kv := stateKV(t, e.nc)
 	var h *allotpb.LeaseHorizon
-	waitFor(t, 5*time.Second, "the record to list db", func() bool {
+	poll.Until(t, 5*time.Second, "the record to list db", func() bool {
 		var err error
 		h, err = readRecord(t, kv)
 		return err == nil && h.GetResources()["db"] != nil

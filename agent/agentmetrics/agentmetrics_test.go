@@ -15,6 +15,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -190,7 +191,7 @@ func TestAgentCollectorShadow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	limittest.Eventually(t, "a shadow lease and tokens", func() bool { return lim.Status().Shadow && lim.Tokens() >= 10 })
+	poll.Until(t, 10*time.Second, "a shadow lease and tokens", func() bool { return lim.Status().Shadow && lim.Tokens() >= 10 })
 	for range 10 {
 		lim.Allow()
 	}

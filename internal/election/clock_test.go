@@ -9,8 +9,8 @@ import (
 
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/election/electiontest"
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // clocked is one candidate on a manual clock, with a long TTL so that the
@@ -99,7 +99,7 @@ func TestLeadershipLapsesAtTheDeadline(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("leadership did not end after its deadline")
 	}
-	faults.WaitFor(t, 20*time.Second, "the role to become follower", func() bool { return c.el.Status().Role == election.RoleFollower })
+	poll.Until(t, 20*time.Second, "the role to become follower", func() bool { return c.el.Status().Role == election.RoleFollower })
 }
 
 // A renewal extends validity to its own send time + TTL − margin: past the
@@ -109,11 +109,11 @@ func TestRenewalExtendsValidityFromItsSendTime(t *testing.T) {
 	term := c.awaitWin(t)
 	renew := min(c.cfg.TTL/3, election.MaxDefaultInterval) // the default RenewInterval
 	c.clock.Advance(renew)
-	faults.WaitFor(t, 20*time.Second, "the renewal to land", func() bool { return c.revision(t) > term })
+	poll.Until(t, 20*time.Second, "the renewal to land", func() bool { return c.revision(t) > term })
 	first := c.cfg.TTL - election.DefaultMargin
 	// One step short of the renewal's deadline, past the campaign's.
 	c.clock.Advance(first - time.Millisecond)
-	faults.WaitFor(t, 20*time.Second, "validity extended by the renewal", func() bool { return c.el.Valid(term) })
+	poll.Until(t, 20*time.Second, "validity extended by the renewal", func() bool { return c.el.Valid(term) })
 	select {
 	case <-c.ended:
 		t.Fatal("leadership ended although renewed")
@@ -129,7 +129,7 @@ func TestLongTTLRenewsEverySecond(t *testing.T) {
 	c := runClocked(t)
 	term := c.awaitWin(t)
 	c.clock.Advance(election.MaxDefaultInterval)
-	faults.WaitFor(t, 20*time.Second, "a renewal one second after the campaign", func() bool { return c.revision(t) > term })
+	poll.Until(t, 20*time.Second, "a renewal one second after the campaign", func() bool { return c.revision(t) > term })
 }
 
 // A follower that missed the marker of its leader's key (the watch's
@@ -172,7 +172,7 @@ func TestFollowerCampaignsWithinASecondWithoutMarker(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	faults.WaitFor(t, 20*time.Second, "the follower to see the leader", func() bool { return el.Status().Leader == "gone" })
+	poll.Until(t, 20*time.Second, "the follower to see the leader", func() bool { return el.Status().Leader == "gone" })
 	// The key disappears without a marker the watch would deliver.
 	stream, err := js.Stream(t.Context(), "KV_"+election.DefaultBucket)
 	if err != nil {

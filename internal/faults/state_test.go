@@ -15,6 +15,7 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -78,8 +79,8 @@ func runStateFault(t *testing.T, scenario string, fault func(ctx context.Context
 		t.Fatalf("inject fault: %v", err)
 	}
 	time.Sleep(4 * stdLease) // the scenario's length, not a wait for a condition
-	recreated := Eventually(4*time.Second, func() bool { return recordPresent(js) })
-	recovered := Eventually(4*time.Second, leased)
+	recreated := poll.Ok(4*time.Second, func() bool { return recordPresent(js) })
+	recovered := poll.Ok(4*time.Second, leased)
 	Report(t, scenario, s.Stop(), "record_recreated="+yes(recreated), "agents_leased_again="+yes(recovered))
 	if !recreated {
 		t.Errorf("%s: the lease record %s/%s was not written again", scenario, coordinator.DefaultStateBucket, recordKey)
@@ -177,9 +178,9 @@ func runFailoverFault(t *testing.T, scenario string, fault func(ctx context.Cont
 	}
 	leader.Signal(t, syscall.SIGKILL)
 	killed := time.Now()
-	serves := Eventually(15*time.Second, func() bool { return successor.Status().Serving })
+	serves := poll.Ok(15*time.Second, func() bool { return successor.Status().Serving })
 	time.Sleep(time.Until(killed.Add(lease))) // the scenario's length: the dead leader's leases run out
-	recovered := Eventually(4*time.Second, load.Leased)
+	recovered := poll.Ok(4*time.Second, load.Leased)
 	Report(t, scenario, load.Sampler.Stop(), "successor_serves="+yes(serves), "agents_leased_again="+yes(recovered))
 	if !serves {
 		t.Errorf("%s: the successor does not serve 15s after the leader was killed", scenario)
