@@ -16,8 +16,7 @@ import (
 )
 
 // A single forged reply with the largest term and a lease until 2999
-// (issue 13's probe: a subscriber on the coordinator's subject answering
-// first) must not lock the agent out of its real coordinator for ever:
+// (a probe: a subscriber on the coordinator's subject answering first) must not lock the agent out of its real coordinator for ever:
 // after a few refreshes answered only by the real, lower term, the agent
 // follows it again (before the fix it refused every genuine reply).
 func TestForgedTermDoesNotLockOut(t *testing.T) {

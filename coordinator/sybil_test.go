@@ -100,7 +100,7 @@ func sybilTemplate(t *testing.T, tenants string) *config.Template {
 	return tm
 }
 
-// The Sybil case of issue 13: TENANT_A opens 1,000 client ids, TENANT_B
+// The Sybil case: TENANT_A opens 1,000 client ids, TENANT_B
 // runs one agent that wants the whole capacity. With the tenant fairness
 // level the two tenants get half each (A's 1,000 ids share their half);
 // without it B gets a 1,001st. At no time do the leases sum above the

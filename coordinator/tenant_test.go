@@ -98,9 +98,9 @@ type jsonGrant struct {
 	} `json:"response"`
 }
 
-// A client id is bound to the identity that sent it (issue 13: a release
-// or `wants: 0` sent with a victim's client_id freed its lease, and the
-// capacity was granted twice: 200 of 100). An agent of TENANT_A holds
+// A client id is bound to the identity that sent it (otherwise a
+// release or `wants: 0` sent with a victim's client_id frees its lease,
+// and the capacity is granted twice: 200 of 100). An agent of TENANT_A holds
 // the whole capacity; another tenant, another user of TENANT_A, and a
 // client of the allot account itself each release and ask for nothing
 // under the victim's client id, then ask for the whole capacity under

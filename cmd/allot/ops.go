@@ -25,7 +25,7 @@ import (
 	"github.com/allot/allot/metrics"
 )
 
-// DefaultUpMetricsAddr is where `allot up` serves /metrics, /healthz and
+// defaultUpMetricsAddr is where `allot up` serves /metrics, /healthz and
 // /readyz unless told otherwise.
 const defaultUpMetricsAddr = "127.0.0.1:9464"
 

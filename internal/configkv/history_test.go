@@ -34,7 +34,7 @@ func put(t *testing.T, kv jetstream.KeyValue, name, doc string) uint64 {
 	return rev
 }
 
-// TestFreshWatcherServesLastValidRevision is issue 9 item 4: a valid put
+// TestFreshWatcherServesLastValidRevision: a valid put
 // of capacity 500 followed by an invalid one (capacity -1); a replica that
 // starts afterwards must serve 500 from the key's history, not the
 // built-in default.

@@ -63,7 +63,7 @@ func (r *restartableServer) restart(t *testing.T, down time.Duration) {
 const restartDown = ElectionTTL + time.Second
 
 // TestNATSRestart restarts the NATS server (same port, same store) under
-// three replicas 3.5s after they start (issue 9, item 7). Once requests are
+// three replicas 3.5s after they start. Once requests are
 // answered again, 40 more must all be answered: no subscription may be
 // left dead on the server.
 func TestNATSRestart(t *testing.T) {

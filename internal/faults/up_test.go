@@ -47,7 +47,7 @@ func startUp(t *testing.T, bin, dataDir, name string) (*exec.Cmd, <-chan struct{
 var upURL = regexp.MustCompile(`allot is up: NATS at (nats://\S+),`)
 
 // TestTwoUpOneDataDir starts a second `allot up` on the data directory of
-// a running one (issue 9, item 6). The second must fail with an error that
+// a running one. The second must fail with an error that
 // names the directory, and the first must keep serving.
 func TestTwoUpOneDataDir(t *testing.T) {
 	t.Parallel()
