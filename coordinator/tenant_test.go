@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -60,11 +62,12 @@ func (e *tenantEnv) agentHolding(user, id string, want float64, opts ...agent.Re
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); lim.Capacity() != want; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%s's agent %s got %v, want %v (%v)", user, id, lim.Capacity(), want, a.LastError())
+	poll.For(e.t, 10*time.Second, poll.Interval, func() error {
+		if got := lim.Capacity(); got != want {
+			return fmt.Errorf("%s's agent %s got %v, want %v (%v)", user, id, got, want, a.LastError())
 		}
-	}
+		return nil
+	})
 	return lim
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/dashboard"
 	"github.com/allot/allot/domainserver"
+	"github.com/allot/allot/internal/poll"
 )
 
 // TestEventStream reads the server-sent events as a browser would: the
@@ -28,15 +29,13 @@ func TestEventStream(t *testing.T) {
 	st := startStack(t, ctx, 100*time.Millisecond, time.Minute)
 	client(t, st.nc, "alpha", 30)
 	// Wait for the grant and a few samples of it.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	poll.For(t, 20*time.Second, 50*time.Millisecond, func() error {
 		ev := getEvent(t, st.url+"snapshot?resource=db")
-		if n := len(ev.Points); n >= 2 && ev.Points[n-1].Granted == 30 && ev.Points[n-2].Granted == 30 {
-			break
+		if n := len(ev.Points); n < 2 || ev.Points[n-1].Granted != 30 || ev.Points[n-2].Granted != 30 {
+			return fmt.Errorf("no samples of alpha's grant: %+v", ev.Points)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no samples of alpha's grant: %+v", ev.Points)
-		}
-	}
+		return nil
+	})
 
 	next := openStream(t, ctx, st.url+"events?resource=db&top=5")
 	var events []dashboard.Event

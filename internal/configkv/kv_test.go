@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -357,17 +358,13 @@ func TestWatcherSurvivesServerRestart(t *testing.T) {
 
 	s.Shutdown()
 	s.WaitForShutdown()
-	deadline := time.Now().Add(waitLimit)
-	for { // the port may linger briefly
+	poll.For(t, waitLimit, 100*time.Millisecond, func() error { // the port may linger briefly
 		s, err = embed.Start(embed.Options{StoreDir: dir, Port: port})
-		if err == nil {
-			break
+		if err != nil {
+			return fmt.Errorf("restart: %w", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("restart: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// The operator writes through a fresh connection after the restart.
 	op := openKV(connect())

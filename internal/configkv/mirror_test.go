@@ -248,13 +248,9 @@ func TestMirrorCatchesUpAfterLongCut(t *testing.T) {
 	put(t, rootKV, "mysql-main", mysqlMain700)
 	restored := time.Now()
 	region.Restore(t)
-	deadline := time.Now().Add(10 * time.Second)
-	for capacityOf(w, "mysql/main") != 700 {
-		if time.Now().After(deadline) {
-			t.Fatal("the put made during a 12s cut had not arrived 10s after the restore")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "the put made during a 12s cut to arrive after the restore", func() bool {
+		return capacityOf(w, "mysql/main") == 700
+	})
 	t.Logf("the put made during the cut arrived %v after the restore", time.Since(restored))
 }
 
