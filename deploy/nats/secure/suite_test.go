@@ -24,6 +24,7 @@ import (
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -86,17 +87,13 @@ func leaseOfWants(t *testing.T, nc *nats.Conn, wants, capacity float64, opts ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(wait)
-	for {
-		st := lim.Status()
-		if st.Leased && st.Capacity == capacity && st.Source == agent.SourceLease {
-			return a, lim
+	poll.For(t, wait, 20*time.Millisecond, func() error {
+		if st := lim.Status(); !st.Leased || st.Capacity != capacity || st.Source != agent.SourceLease {
+			return fmt.Errorf("no lease of %v: %+v (last error %v)", capacity, st, a.LastError())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no lease of %v: %+v (last error %v)", capacity, st, a.LastError())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return a, lim
 }
 
 // TestUnauthenticatedRefused: without a known nkey nobody connects.
