@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -69,6 +70,15 @@ func (c *clocked) awaitWin(t *testing.T) uint64 {
 	}
 }
 
+// awaitRenewalTimer waits until the leader has armed the timer of its
+// first renewal, RenewInterval from now: the win is reported before it is
+// armed, and a clock moved before would put the renewal a step later.
+func (c *clocked) awaitRenewalTimer(t *testing.T, renew time.Duration) {
+	t.Helper()
+	at := c.clock.Now().Add(renew)
+	poll.Until(t, 20*time.Second, "the renewal timer", func() bool { return slices.ContainsFunc(c.clock.Due(), at.Equal) })
+}
+
 // revision is the election key's current revision (0 if unreadable).
 func (c *clocked) revision(t *testing.T) uint64 {
 	e, err := c.kv.Get(t.Context(), c.cfg.Key)
@@ -108,6 +118,7 @@ func TestRenewalExtendsValidityFromItsSendTime(t *testing.T) {
 	c := runClocked(t)
 	term := c.awaitWin(t)
 	renew := min(c.cfg.TTL/3, election.MaxDefaultInterval) // the default RenewInterval
+	c.awaitRenewalTimer(t, renew)
 	c.clock.Advance(renew)
 	poll.Until(t, 20*time.Second, "the renewal to land", func() bool { return c.revision(t) > term })
 	first := c.cfg.TTL - election.DefaultMargin
@@ -128,6 +139,7 @@ func TestRenewalExtendsValidityFromItsSendTime(t *testing.T) {
 func TestLongTTLRenewsEverySecond(t *testing.T) {
 	c := runClocked(t)
 	term := c.awaitWin(t)
+	c.awaitRenewalTimer(t, election.MaxDefaultInterval)
 	c.clock.Advance(election.MaxDefaultInterval)
 	poll.Until(t, 20*time.Second, "a renewal one second after the campaign", func() bool { return c.revision(t) > term })
 }
