@@ -206,9 +206,25 @@ func (d *deployment) attack(t *testing.T, srv *server.Server, subs, pubs []strin
 	for _, s := range pubs {
 		refusedPub(t, nc, errs, &nats.Msg{Subject: s, Data: forgedReply(t)})
 	}
-	time.Sleep(2 * time.Second) // two refreshes of the victim
+	refreshed(t, lim, 2)
 	if st := lim.Status(); st.Capacity != 40 || a.Term() != term {
 		t.Fatalf("victim changed: capacity %v term %d (was 40, %d)", st.Capacity, a.Term(), term)
+	}
+}
+
+// refreshed waits until lim has refreshed its lease n more times.
+func refreshed(t *testing.T, lim *agent.RateLimiter, n int) {
+	t.Helper()
+	last := lim.Status().LastRefresh
+	for i := range n {
+		poll.Until(t, 3*wait, fmt.Sprint("refresh ", i+1, " of ", n), func() bool {
+			at := lim.Status().LastRefresh
+			if at.After(last) {
+				last = at
+				return true
+			}
+			return false
+		})
 	}
 }
 
@@ -383,7 +399,7 @@ func TestCoordinatorServesWithItsRights(t *testing.T) {
 			t.Fatalf("discovery answer %d: %v", i+1, err)
 		}
 	}
-	time.Sleep(2500 * time.Millisecond) // leadership renewals, lease refreshes and records
+	refreshed(t, lim, 2) // meanwhile: leadership renewals and lease records
 	if !lim.Status().Leased {
 		t.Fatalf("lease lost: %+v", lim.Status())
 	}
