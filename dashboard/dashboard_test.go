@@ -125,20 +125,18 @@ func TestQuotaNamespaces(t *testing.T) {
 	} {
 		fakeStats(t, st.nc, dashboard.QuotaService, data)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ev := getEvent(t, st.url+"snapshot")
-		if len(ev.Quota) == 2 {
-			if q := ev.Quota[0]; q.Name != "api" || q.Partition != 1 || q.Events["served"] != 2 || ev.Quota[1].Events["timeout"] != 1 ||
-				ev.Quota[1].Events["shadow_would_refuse"] != 4 || q.Events["shadow_would_refuse"] != 0 {
-				t.Fatalf("quota namespaces %+v", ev.Quota)
-			}
-			return
-		}
-		if len(ev.Quota) > 2 || time.Now().After(deadline) {
+	var ev dashboard.Event
+	poll.For(t, 20*time.Second, 200*time.Millisecond, func() error {
+		if ev = getEvent(t, st.url+"snapshot"); len(ev.Quota) > 2 {
 			t.Fatalf("quota namespaces %+v", ev.Quota)
+		} else if len(ev.Quota) < 2 {
+			return fmt.Errorf("quota namespaces %+v", ev.Quota)
 		}
-		time.Sleep(200 * time.Millisecond)
+		return nil
+	})
+	if q := ev.Quota[0]; q.Name != "api" || q.Partition != 1 || q.Events["served"] != 2 || ev.Quota[1].Events["timeout"] != 1 ||
+		ev.Quota[1].Events["shadow_would_refuse"] != 4 || q.Events["shadow_would_refuse"] != 0 {
+		t.Fatalf("quota namespaces %+v", ev.Quota)
 	}
 }
 
@@ -164,22 +162,22 @@ func TestDomainPartitions(t *testing.T) {
 		{Partition: 1, ServerID: "b", Term: 3, Resources: 2, Holds: 4, CopiesHeld: 7, Transfers: 1,
 			Counts: domainserver.Counts{Requests: 9, Rejected: 2, Reserves: 5, ReservesRefused: 1, Expired: 3}},
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		ev := getEvent(t, st.url+"snapshot")
-		if len(ev.Domain) == len(want) {
-			for i := range want {
-				got := ev.Domain[i]
-				if got.LearningUntil.Equal(want[i].LearningUntil) {
-					got.LearningUntil = want[i].LearningUntil // the same instant, whatever its location
-				}
-				if got != want[i] {
-					t.Fatalf("domain partition %d: got %+v, want %+v", i, got, want[i])
-				}
-			}
-			return
-		}
-		if len(ev.Domain) > len(want) || time.Now().After(deadline) {
+	var ev dashboard.Event
+	poll.For(t, 20*time.Second, 200*time.Millisecond, func() error {
+		if ev = getEvent(t, st.url+"snapshot"); len(ev.Domain) > len(want) {
 			t.Fatalf("domain partitions %+v", ev.Domain)
+		} else if len(ev.Domain) < len(want) {
+			return fmt.Errorf("domain partitions %+v", ev.Domain)
+		}
+		return nil
+	})
+	for i := range want {
+		got := ev.Domain[i]
+		if got.LearningUntil.Equal(want[i].LearningUntil) {
+			got.LearningUntil = want[i].LearningUntil // the same instant, whatever its location
+		}
+		if got != want[i] {
+			t.Fatalf("domain partition %d: got %+v, want %+v", i, got, want[i])
 		}
 	}
 }
