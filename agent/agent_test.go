@@ -23,23 +23,12 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// eventually polls cond every 10ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 func testTemplate(glob string, capacity float64) *config.Template {
 	return &config.Template{
@@ -90,7 +79,7 @@ func TestFairShares(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "explicit wants 80+80 of 100 should give 50 each", func() bool {
+	poll.Until(t, 15*time.Second, "explicit wants 80+80 of 100 should give 50 each", func() bool {
 		return math.Abs(ra.Capacity()-50) < 0.5 && math.Abs(rb.Capacity()-50) < 0.5
 	})
 	st := ra.Status()
@@ -117,7 +106,7 @@ func TestFairShares(t *testing.T) {
 		})
 	}
 	defer func() { cancel(); wg.Wait() }()
-	eventually(t, 20*time.Second, "auto wants should converge to 70 next to a fixed 30", func() bool {
+	poll.Until(t, 20*time.Second, "auto wants should converge to 70 next to a fixed 30", func() bool {
 		return math.Abs(xb.Capacity()-30) < 0.5 && xa.Capacity() > 68 && xa.Capacity() <= 70.5
 	})
 	if w := xa.Status().Wants; !(w >= 68) || math.IsInf(w, 0) {
@@ -151,7 +140,7 @@ func TestOutage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 10*time.Second, "first lease", func() bool {
+			poll.Until(t, 10*time.Second, "first lease", func() bool {
 				st := r.Status()
 				return st.Source == SourceLease && st.Capacity == 40
 			})
@@ -162,7 +151,7 @@ func TestOutage(t *testing.T) {
 			expiry := r.Expiry()
 
 			c.Stop()
-			eventually(t, 10*time.Second, "fallback after the lease expired", func() bool {
+			poll.Until(t, 10*time.Second, "fallback after the lease expired", func() bool {
 				st := r.Status()
 				return st.Source == tc.src && st.Capacity == tc.want && !st.Leased
 			})
@@ -177,7 +166,7 @@ func TestOutage(t *testing.T) {
 			}
 
 			startCoordinator(t, nc, tmpl)
-			eventually(t, 10*time.Second, "recovery when the coordinator returns", func() bool {
+			poll.Until(t, 10*time.Second, "recovery when the coordinator returns", func() bool {
 				st := r.Status()
 				return st.Source == SourceLease && st.Capacity == 40 && st.LastError == nil
 			})
@@ -206,7 +195,7 @@ func TestSafeCapacityEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "first lease", func() bool { return r.Status().Source == SourceLease })
+	poll.Until(t, 10*time.Second, "first lease", func() bool { return r.Status().Source == SourceLease })
 	st := r.Status()
 	// Alone, its fair share is the capacity: its floor is half of it, but
 	// never more than its lease.
@@ -214,9 +203,9 @@ func TestSafeCapacityEnds(t *testing.T) {
 		t.Fatalf("safe capacity %v until %v (lease until %v), want 40 until after the lease", st.SafeCapacity, st.SafeUntil, st.Expiry)
 	}
 	c.Stop()
-	eventually(t, 10*time.Second, "the safe capacity after the lease", func() bool { return r.Status().Source == SourceSafe })
+	poll.Until(t, 10*time.Second, "the safe capacity after the lease", func() bool { return r.Status().Source == SourceSafe })
 	until := r.Status().SafeUntil
-	eventually(t, 10*time.Second, "nothing after the safe capacity", func() bool {
+	poll.Until(t, 10*time.Second, "nothing after the safe capacity", func() bool {
 		st := r.Status()
 		return st.Source == SourceNone && st.Capacity == 0
 	})
@@ -227,7 +216,7 @@ func TestSafeCapacityEnds(t *testing.T) {
 		t.Error("Allow after the safe capacity ended = true")
 	}
 	startCoordinator(t, nc, tmpl)
-	eventually(t, 10*time.Second, "a lease again", func() bool { return r.Status().Source == SourceLease })
+	poll.Until(t, 10*time.Second, "a lease again", func() bool { return r.Status().Source == SourceLease })
 }
 
 // TestGaugeNeverExceedsLimit runs 16 goroutines against a gauge of 5
@@ -495,7 +484,7 @@ func TestManyResources(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 20*time.Second, "every resource leased", func() bool {
+	poll.Until(t, 20*time.Second, "every resource leased", func() bool {
 		for _, l := range lims {
 			if st := l.Status(); st.Source != SourceLease || st.Capacity != 10 {
 				return false
@@ -516,7 +505,7 @@ func TestManyResources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the released capacity granted to another client", func() bool {
+	poll.Until(t, 10*time.Second, "the released capacity granted to another client", func() bool {
 		return last.Capacity() == 10
 	})
 }
@@ -537,7 +526,7 @@ func TestRequestsFitMaxPayload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, "every resource leased", func() bool {
+	poll.Until(t, 10*time.Second, "every resource leased", func() bool {
 		for _, l := range lims {
 			if l.Capacity() != 1 {
 				return false
@@ -577,7 +566,7 @@ func TestResourceClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "both leased", func() bool { return keep.Capacity() == 10 && g.Capacity() == 10 })
+	poll.Until(t, 10*time.Second, "both leased", func() bool { return keep.Capacity() == 10 && g.Capacity() == 10 })
 
 	if err := g.Close(); err != nil {
 		t.Fatalf("Gauge.Close = %v", err)
@@ -602,9 +591,9 @@ func TestResourceClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the released capacity granted to another client", func() bool { return gb.Capacity() == 10 })
+	poll.Until(t, 10*time.Second, "the released capacity granted to another client", func() bool { return gb.Capacity() == 10 })
 	first := keep.Expiry()
-	eventually(t, 10*time.Second, "the other resource keeps refreshing", func() bool {
+	poll.Until(t, 10*time.Second, "the other resource keeps refreshing", func() bool {
 		return keep.Expiry().After(first) && keep.Capacity() == 10
 	})
 
@@ -616,7 +605,7 @@ func TestResourceClose(t *testing.T) {
 	if g2 == g {
 		t.Fatal("Gauge after Close returned the closed gauge")
 	}
-	eventually(t, 10*time.Second, "fair shares of the reopened resource", func() bool {
+	poll.Until(t, 10*time.Second, "fair shares of the reopened resource", func() bool {
 		return g2.Capacity() == 5 && gb.Capacity() == 5
 	})
 	if err := keep.Close(); err != nil {
@@ -649,7 +638,7 @@ func TestResourceCloseWaitsForInFlightRefresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "both leased", func() bool { return keep.Capacity() == 10 && tenant.Capacity() == 10 })
+	poll.Until(t, 10*time.Second, "both leased", func() bool { return keep.Capacity() == 10 && tenant.Capacity() == 10 })
 	arrived := make(chan struct{}, 1)
 	f.set(func(f *fakeCoordinator) { f.delay, f.arrived, f.events = 300*time.Millisecond, arrived, nil })
 	receive(t, arrived, "a slow GetCapacity")
@@ -666,7 +655,7 @@ func TestResourceCloseWaitsForInFlightRefresh(t *testing.T) {
 		return len(f.requests)
 	}
 	after := n()
-	eventually(t, 10*time.Second, "another refresh", func() bool { return n() > after })
+	poll.Until(t, 10*time.Second, "another refresh", func() bool { return n() > after })
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, req := range f.requests[after:] {
@@ -705,7 +694,7 @@ func TestSplitRefreshStalePart(t *testing.T) {
 		}
 		second = append(second, l)
 	}
-	eventually(t, 10*time.Second, "the first part leased", func() bool {
+	poll.Until(t, 10*time.Second, "the first part leased", func() bool {
 		for _, l := range first {
 			if l.Status().Source != SourceLease {
 				return false
@@ -713,7 +702,7 @@ func TestSplitRefreshStalePart(t *testing.T) {
 		}
 		return true
 	})
-	eventually(t, 10*time.Second, "the stale part reported", func() bool { return errors.Is(a.LastError(), ErrStaleTerm) })
+	poll.Until(t, 10*time.Second, "the stale part reported", func() bool { return errors.Is(a.LastError(), ErrStaleTerm) })
 	for _, l := range second {
 		if st := l.Status(); st.Leased {
 			t.Fatalf("%s holds a lease from a stale term: %+v", st.ResourceID, st)
@@ -739,8 +728,8 @@ func TestProtocol(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "lease from the fake coordinator", func() bool { return r.Capacity() == 10 })
-	eventually(t, 5*time.Second, "a refresh reporting has", func() bool {
+	poll.Until(t, 5*time.Second, "lease from the fake coordinator", func() bool { return r.Capacity() == 10 })
+	poll.Until(t, 5*time.Second, "a refresh reporting has", func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		last := f.requests[len(f.requests)-1]
@@ -754,7 +743,7 @@ func TestProtocol(t *testing.T) {
 
 	// Error replies are failed refreshes; the lease stays.
 	f.set(func(f *fakeCoordinator) { f.errCode = 503 })
-	eventually(t, 5*time.Second, "service error reported", func() bool {
+	poll.Until(t, 5*time.Second, "service error reported", func() bool {
 		var se *ServiceError
 		return errors.As(a.LastError(), &se) && se.Code == 503
 	})
@@ -764,12 +753,12 @@ func TestProtocol(t *testing.T) {
 
 	// A lower term is ignored.
 	f.set(func(f *fakeCoordinator) { f.errCode, f.term, f.capacity = 0, 4, 99 })
-	eventually(t, 5*time.Second, "stale term reported", func() bool { return errors.Is(a.LastError(), ErrStaleTerm) })
+	poll.Until(t, 5*time.Second, "stale term reported", func() bool { return errors.Is(a.LastError(), ErrStaleTerm) })
 	if r.Capacity() != 10 {
 		t.Errorf("capacity %v after a stale reply, want 10", r.Capacity())
 	}
 	f.set(func(f *fakeCoordinator) { f.term = 6 })
-	eventually(t, 5*time.Second, "newer term accepted", func() bool { return r.Capacity() == 99 && a.LastError() == nil })
+	poll.Until(t, 5*time.Second, "newer term accepted", func() bool { return r.Capacity() == 99 && a.LastError() == nil })
 
 	// SetWants: a large change is sent early; bad values are refused.
 	if err := r.SetWants(math.NaN()); err == nil {
@@ -781,7 +770,7 @@ func TestProtocol(t *testing.T) {
 	if err := r.SetWants(500); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "new wants sent", func() bool {
+	poll.Until(t, 5*time.Second, "new wants sent", func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return f.requests[len(f.requests)-1].GetResource()[0].GetWants() == 500
@@ -800,7 +789,7 @@ func TestProtocol(t *testing.T) {
 	done := make(chan error, 1)
 	r.SetWants(0)
 	f.set(func(f *fakeCoordinator) { f.capacity = 0 })
-	eventually(t, 5*time.Second, "capacity 0", func() bool { return r.Capacity() == 0 })
+	poll.Until(t, 5*time.Second, "capacity 0", func() bool { return r.Capacity() == 0 })
 	go func() { done <- r.Wait(context.Background()) }()
 	if err := a.Close(); err != nil {
 		t.Fatalf("Close = %v", err)
@@ -888,7 +877,7 @@ func TestInitialCapacity(t *testing.T) {
 		if c := r.Capacity(); c != tc.want {
 			t.Errorf("%v %d options: capacity %v, want %v", tc.mode, len(tc.opts), c, tc.want)
 		}
-		eventually(t, 5*time.Second, "no responders reported", func() bool {
+		poll.Until(t, 5*time.Second, "no responders reported", func() bool {
 			return errors.Is(a.LastError(), nats.ErrNoResponders)
 		})
 	}
@@ -906,14 +895,14 @@ func TestDemandAtZeroAsksAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "a lease of 0 for no demand", func() bool {
+	poll.Until(t, 5*time.Second, "a lease of 0 for no demand", func() bool {
 		st := r.Status()
 		return st.Source == SourceLease && st.Capacity == 0
 	})
 	if r.Allow() {
 		t.Fatal("Allow at capacity 0 = true")
 	}
-	eventually(t, 5*time.Second, "capacity after demand at 0", func() bool { return r.Capacity() > 0 })
+	poll.Until(t, 5*time.Second, "capacity after demand at 0", func() bool { return r.Capacity() > 0 })
 	if w := r.Status().Wants; !(w > 0) || math.IsInf(w, 0) {
 		t.Errorf("wants = %v, want positive and finite", w)
 	}
@@ -931,13 +920,13 @@ func TestRefusedResourceDoesNotBlockOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "db leased", func() bool { return db.Capacity() == 40 })
+	poll.Until(t, 10*time.Second, "db leased", func() bool { return db.Capacity() == 40 })
 	typo, err := a.Rate("dbb", WithWants(5))
 	if err != nil {
 		t.Fatal(err)
 	}
 	first := db.Expiry()
-	eventually(t, 10*time.Second, "db keeps refreshing next to the refused resource", func() bool {
+	poll.Until(t, 10*time.Second, "db keeps refreshing next to the refused resource", func() bool {
 		return db.Expiry().After(first) && db.Capacity() == 40
 	})
 	var se *ServiceError

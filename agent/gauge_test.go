@@ -5,46 +5,55 @@ import (
 	"errors"
 	"runtime"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
+// TestGaugeShrinkAndFIFO runs in a synctest bubble: synctest.Wait says
+// when a waiter waits.
 func TestGaugeShrinkAndFIFO(t *testing.T) {
-	g := newGauge()
-	ctx := context.Background()
-	if g.TryAcquire(1) {
-		t.Fatal("TryAcquire at capacity 0 = true")
-	}
-	g.setLimit(4)
-	if err := g.Acquire(ctx, 4); err != nil {
-		t.Fatal(err)
-	}
-	g.setLimit(2) // shrink below what is held
-	big := make(chan error, 1)
-	go func() { big <- g.Acquire(ctx, 2) }()
-	for g.waitingUnits() != 2 {
-		runtime.Gosched()
-	}
-	if err := g.Release(2); err != nil { // held 2: not below the limit yet
-		t.Fatal(err)
-	}
-	select {
-	case err := <-big:
-		t.Fatalf("Acquire(2) returned %v with 2 held and limit 2", err)
-	case <-time.After(20 * time.Millisecond):
-	}
-	if err := g.Release(2); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-big; err != nil {
-		t.Fatal(err)
-	}
-	if g.InFlight() != 2 {
-		t.Fatalf("in flight %d, want 2", g.InFlight())
-	}
-	// 4 held + 2 waiting.
-	if p := g.samplePeak(); p != 6 {
-		t.Errorf("peak = %d, want 6", p)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		g := newGauge()
+		ctx := context.Background()
+		if g.TryAcquire(1) {
+			t.Fatal("TryAcquire at capacity 0 = true")
+		}
+		g.setLimit(4)
+		if err := g.Acquire(ctx, 4); err != nil {
+			t.Fatal(err)
+		}
+		g.setLimit(2) // shrink below what is held
+		big := make(chan error, 1)
+		go func() { big <- g.Acquire(ctx, 2) }()
+		synctest.Wait()
+		if w := g.waitingUnits(); w != 2 {
+			t.Fatalf("%d units waiting, want 2", w)
+		}
+		if err := g.Release(2); err != nil { // held 2: not below the limit yet
+			t.Fatal(err)
+		}
+		// The waiter woke on the release and must have gone back to waiting:
+		// once it is durably blocked, it has not returned.
+		synctest.Wait()
+		select {
+		case err := <-big:
+			t.Fatalf("Acquire(2) returned %v with 2 held and limit 2", err)
+		default:
+		}
+		if err := g.Release(2); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-big; err != nil {
+			t.Fatal(err)
+		}
+		if g.InFlight() != 2 {
+			t.Fatalf("in flight %d, want 2", g.InFlight())
+		}
+		// 4 held + 2 waiting.
+		if p := g.samplePeak(); p != 6 {
+			t.Errorf("peak = %d, want 6", p)
+		}
+	})
 }
 
 // A waiter that fits the limit, queued because too little is free, is
@@ -136,30 +145,34 @@ func TestGaugeOverRelease(t *testing.T) {
 	}
 }
 
+// TestGaugeCancelAndClose runs in a synctest bubble: synctest.Wait says
+// when a waiter waits.
 func TestGaugeCancelAndClose(t *testing.T) {
-	g := newGauge()
-	g.setLimit(1)
-	if err := g.Acquire(context.Background(), 1); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	if err := g.Acquire(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Acquire = %v, want deadline exceeded", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- g.Acquire(context.Background(), 1) }()
-	time.Sleep(20 * time.Millisecond)
-	g.shut()
-	if err := <-done; !errors.Is(err, ErrClosed) {
-		t.Fatalf("Acquire after close = %v, want ErrClosed", err)
-	}
-	if err := g.Do(context.Background(), 1, func(context.Context) error { return nil }); !errors.Is(err, ErrClosed) {
-		t.Fatalf("Do after close = %v", err)
-	}
-	if err := g.Release(1); err != nil { // the unit acquired before close
-		t.Fatalf("Release after close = %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		g := newGauge()
+		g.setLimit(1)
+		if err := g.Acquire(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		if err := g.Acquire(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire = %v, want deadline exceeded", err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- g.Acquire(context.Background(), 1) }()
+		synctest.Wait() // the Acquire waits
+		g.shut()
+		if err := <-done; !errors.Is(err, ErrClosed) {
+			t.Fatalf("Acquire after close = %v, want ErrClosed", err)
+		}
+		if err := g.Do(context.Background(), 1, func(context.Context) error { return nil }); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Do after close = %v", err)
+		}
+		if err := g.Release(1); err != nil { // the unit acquired before close
+			t.Fatalf("Release after close = %v", err)
+		}
+	})
 }
 
 func TestCapacityToLimit(t *testing.T) {

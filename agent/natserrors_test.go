@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/allot/allot/internal/poll"
 )
 
 // connectAllowed connects, with ErrorHandler logging to the returned
@@ -39,13 +42,12 @@ func connectAllowed(t *testing.T, allowed string) (*nats.Conn, *lockedBuffer) {
 // waitLogged waits until logs holds want.
 func waitLogged(t *testing.T, logs *lockedBuffer, want string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(logs.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no log naming %s: %q", want, logs.String())
+	poll.For(t, 5*time.Second, poll.Interval, func() error {
+		if l := logs.String(); !strings.Contains(l, want) {
+			return fmt.Errorf("no log naming %s: %q", want, l)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // A user may not subscribe to coordinator subjects: the refusal reaches

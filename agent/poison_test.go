@@ -10,13 +10,13 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
 
 // A single forged reply with the largest term and a lease until 2999
-// (issue 13's probe: a subscriber on the coordinator's subject answering
-// first) must not lock the agent out of its real coordinator for ever:
+// (a probe: a subscriber on the coordinator's subject answering first) must not lock the agent out of its real coordinator for ever:
 // after a few refreshes answered only by the real, lower term, the agent
 // follows it again (before the fix it refused every genuine reply).
 func TestForgedTermDoesNotLockOut(t *testing.T) {
@@ -56,9 +56,9 @@ func TestForgedTermDoesNotLockOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The rogue answers before the coordinator starts: deterministic.
-	eventually(t, 5*time.Second, "the forged reply accepted", func() bool { return a.Term() == math.MaxUint64 })
+	poll.Until(t, 5*time.Second, "the forged reply accepted", func() bool { return a.Term() == math.MaxUint64 })
 	startCoordinator(t, natstest.Conn(t, s), testTemplate("poison", 10))
-	eventually(t, 10*time.Second, "the real coordinator followed again", func() bool {
+	poll.Until(t, 10*time.Second, "the real coordinator followed again", func() bool {
 		return a.Term() == 1 && r.Capacity() == 5
 	})
 }

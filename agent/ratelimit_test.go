@@ -8,10 +8,24 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.org/x/time/rate"
 )
+
+// waitParked fails if the waiter that sends to done has returned once
+// every goroutine but this one is durably blocked: it parked. It needs
+// no sleep, and no goroutine of the limiter may be left running.
+func waitParked(t *testing.T, done <-chan error, what string) {
+	t.Helper()
+	synctest.Wait()
+	select {
+	case err := <-done:
+		t.Fatalf("%s: Wait returned %v at capacity 0", what, err)
+	default:
+	}
+}
 
 // waitPending blocks until the clock has n pending timers.
 func waitPending(tb testing.TB, c *fakeClock, n int) time.Time {
@@ -123,98 +137,79 @@ func TestWaitAccuracy(t *testing.T) {
 	}
 }
 
+// A Wait at capacity 0 parks until the capacity changes, its context
+// ends or the limiter closes. It runs in a synctest bubble: synctest.Wait
+// returns once the waiter is durably blocked, that is parked, so that
+// "it has not returned" is a fact and not a guess after a sleep.
 func TestZeroCapacityBlocksAndWakes(t *testing.T) {
-	l := newRateLimiter(nil, 0)
-	if l.Allow() {
-		t.Fatal("Allow at capacity 0 = true")
-	}
-	if r := l.Reserve(); r.OK() {
-		t.Fatal("Reserve at capacity 0 is OK")
-	}
-	done := make(chan error, 1)
-	go func() { done <- l.Wait(context.Background()) }()
-	select {
-	case err := <-done:
-		t.Fatalf("Wait at capacity 0 returned %v", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	l.setLimit(1000)
-	select {
-	case err := <-done:
-		if err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		l := newRateLimiter(nil, 0)
+		if l.Allow() {
+			t.Fatal("Allow at capacity 0 = true")
+		}
+		if r := l.Reserve(); r.OK() {
+			t.Fatal("Reserve at capacity 0 is OK")
+		}
+		done := make(chan error, 1)
+		go func() { done <- l.Wait(context.Background()) }()
+		waitParked(t, done, "before capacity")
+		l.setLimit(1000)
+		if err := <-done; err != nil {
 			t.Fatalf("Wait = %v", err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Wait did not wake when capacity was granted")
-	}
 
-	// A parked waiter returns when its context ends.
-	l.setLimit(0)
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { done <- l.Wait(ctx) }()
-	time.Sleep(20 * time.Millisecond)
-	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
+		// A parked waiter returns when its context ends.
+		l.setLimit(0)
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { done <- l.Wait(ctx) }()
+		waitParked(t, done, "before cancel")
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
 			t.Fatalf("Wait = %v, want context.Canceled", err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Wait did not return when its context was cancelled")
-	}
 
-	// Closing wakes parked waiters with ErrClosed.
-	go func() { done <- l.Wait(context.Background()) }()
-	time.Sleep(20 * time.Millisecond)
-	l.shut()
-	select {
-	case err := <-done:
-		if !errors.Is(err, ErrClosed) {
+		// Closing wakes parked waiters with ErrClosed.
+		go func() { done <- l.Wait(context.Background()) }()
+		waitParked(t, done, "before close")
+		l.shut()
+		if err := <-done; !errors.Is(err, ErrClosed) {
 			t.Fatalf("Wait = %v, want ErrClosed", err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Wait did not return on close")
-	}
+	})
 }
 
 // TestWaitReschedulesOnChange: a waiter that reserved at 1/s is moved to the
 // new schedule when capacity rises to 10/s, and parks while it is 0.
+// It runs in a synctest bubble, for waitParked.
 func TestWaitReschedulesOnChange(t *testing.T) {
-	c := newFakeClock()
-	l := newRateLimiter(c, 1)
-	l.setLimit(1)
-	if !l.Allow() { // the first capacity comes with a full bucket
-		t.Fatal("the full bucket's token refused")
-	}
-	t0 := c.Peek()
-	done := make(chan error, 1)
-	go func() { done <- l.Wait(context.Background()) }()
-	if at := waitPending(t, c, 1); at.Sub(t0) != time.Second {
-		t.Fatalf("first wait ends after %v, want 1s", at.Sub(t0))
-	}
-	c.Advance(500 * time.Millisecond) // half a token earned
-	l.setLimit(0)
-	waitPending(t, c, 0) // parked without a timer
-	c.Advance(time.Hour) // nothing is earned at capacity 0
-	select {
-	case err := <-done:
-		t.Fatalf("Wait returned %v at capacity 0", err)
-	case <-time.After(20 * time.Millisecond):
-	}
-	t1 := c.Peek()
-	l.setLimit(10) // the remaining half token takes 50ms
-	if at := waitPending(t, c, 1); at.Sub(t1) != 50*time.Millisecond {
-		t.Fatalf("rescheduled wait ends after %v, want 50ms", at.Sub(t1))
-	}
-	c.Advance(50 * time.Millisecond)
-	select {
-	case err := <-done:
-		if err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		c := newFakeClock()
+		l := newRateLimiter(c, 1)
+		l.setLimit(1)
+		if !l.Allow() { // the first capacity comes with a full bucket
+			t.Fatal("the full bucket's token refused")
+		}
+		t0 := c.Peek()
+		done := make(chan error, 1)
+		go func() { done <- l.Wait(context.Background()) }()
+		if at := waitPending(t, c, 1); at.Sub(t0) != time.Second {
+			t.Fatalf("first wait ends after %v, want 1s", at.Sub(t0))
+		}
+		c.Advance(500 * time.Millisecond) // half a token earned
+		l.setLimit(0)
+		waitPending(t, c, 0) // parked without a timer
+		c.Advance(time.Hour) // nothing is earned at capacity 0
+		waitParked(t, done, "at capacity 0")
+		t1 := c.Peek()
+		l.setLimit(10) // the remaining half token takes 50ms
+		if at := waitPending(t, c, 1); at.Sub(t1) != 50*time.Millisecond {
+			t.Fatalf("rescheduled wait ends after %v, want 50ms", at.Sub(t1))
+		}
+		c.Advance(50 * time.Millisecond)
+		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Wait did not return")
-	}
+	})
 }
 
 func TestWaitNErrors(t *testing.T) {

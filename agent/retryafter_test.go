@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/wire"
 )
 
@@ -44,7 +45,7 @@ func TestRefreshKeepsToRetryAfter(t *testing.T) {
 	if _, err := a.Rate("res", WithWants(10)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the refusal", func() bool {
+	poll.Until(t, 10*time.Second, "the refusal", func() bool {
 		var se *ServiceError
 		return errors.As(a.LastError(), &se) && se.Code == 503 && se.RetryAfter == wait
 	})
@@ -52,7 +53,7 @@ func TestRefreshKeepsToRetryAfter(t *testing.T) {
 	// waits on a timer again: whatever it was going to send, it has sent.
 	parked := func() {
 		t.Helper()
-		eventually(t, 10*time.Second, "the agent's loop to wait again", func() bool {
+		poll.Until(t, 10*time.Second, "the agent's loop to wait again", func() bool {
 			n, first := clock.Pending()
 			return n > 0 && first.After(clock.Peek())
 		})
@@ -73,5 +74,5 @@ func TestRefreshKeepsToRetryAfter(t *testing.T) {
 		}
 	}
 	clock.Set(start.Add(wait + 100*time.Millisecond))
-	eventually(t, 10*time.Second, "a request once the wait has passed", func() bool { return asked.Load() >= 2 })
+	poll.Until(t, 10*time.Second, "a request once the wait has passed", func() bool { return asked.Load() >= 2 })
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // checkShadowRate drives a rate limiter granted 10/s that wants 1e6/s:
@@ -21,13 +22,13 @@ func checkShadowRate(t *testing.T, a *Agent, id string, shadow bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, id+": lease of 10/s", func() bool {
+	poll.Until(t, 10*time.Second, id+": lease of 10/s", func() bool {
 		st := lim.Status()
 		return st.Leased && st.Granted == 10 && st.Shadow == shadow
 	})
 	if shadow {
 		// The enforced rate is the wants: let its empty bucket fill.
-		eventually(t, 5*time.Second, id+": enforcing the wants", func() bool { return lim.Tokens() >= 200 })
+		poll.Until(t, 5*time.Second, id+": enforcing the wants", func() bool { return lim.Tokens() >= 200 })
 	}
 	allowed := 0
 	for range 200 {
@@ -63,7 +64,7 @@ func checkShadowGauge(t *testing.T, a *Agent, id string, shadow bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, id+": lease of 2 units", func() bool {
+	poll.Until(t, 10*time.Second, id+": lease of 2 units", func() bool {
 		st := g.Status()
 		return st.Leased && st.Granted == 2 && st.Shadow == shadow && g.Limit() == map[bool]int{false: 2, true: 5}[shadow]
 	})
@@ -146,7 +147,7 @@ func TestShadowEnds(t *testing.T) {
 	before := lim.Status().WouldRefuse
 
 	src.p.Store(config.NewSet(2, []*config.Template{testTemplate("api", 10)}, nil))
-	eventually(t, 10*time.Second, "shadow off after the template changed", func() bool { return !lim.Status().Shadow })
+	poll.Until(t, 10*time.Second, "shadow off after the template changed", func() bool { return !lim.Status().Shadow })
 	st := lim.Status()
 	if st.Capacity != 10 || lim.Limit() != 10 || st.WouldRefuse != before || st.ShadowCapacity != 0 {
 		t.Errorf("after shadow: Capacity %g, Limit %g, WouldRefuse %d (was %d), ShadowCapacity %g; want 10, 10, unchanged, 0",
@@ -172,9 +173,9 @@ func TestShadowOutlivesLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "a shadow lease", func() bool { st := lim.Status(); return st.Leased && st.Shadow })
+	poll.Until(t, 10*time.Second, "a shadow lease", func() bool { st := lim.Status(); return st.Leased && st.Shadow })
 	c.Stop()
-	eventually(t, 10*time.Second, "the lease to expire", func() bool { return lim.Status().Source == SourceSafe })
+	poll.Until(t, 10*time.Second, "the lease to expire", func() bool { return lim.Status().Source == SourceSafe })
 	st := lim.Status()
 	if !st.Shadow || st.Capacity != 50 || float64(lim.Limit()) != 50 || st.ShadowCapacity != 4 {
 		t.Errorf("after the lease: Shadow %v, Capacity %g, Limit %g, ShadowCapacity %g; want true, 50, 50, 4", st.Shadow, st.Capacity, float64(lim.Limit()), st.ShadowCapacity)

@@ -48,7 +48,8 @@ type CharonBenchResult struct {
 }
 
 // TargetCharonRatio is the decision throughput the domain server must
-// reach relative to the bare echo (issue 14).
+// reach relative to the bare echo: deciding may cost at most half of the
+// request rate a bare request-reply reaches.
 const TargetCharonRatio = 0.5
 
 // charonBenchHoldTTL is the benchmark server's hold TTL: nobody refreshes

@@ -42,7 +42,8 @@ const (
 )
 
 // TargetUtilization is the average share of min(capacity, wants) that must
-// be handed out (issue 6). Doorman's three-level scenario 7 reached 0.966,
+// be handed out: capacity left unused while someone wants it is the
+// cost of the protocol, and it must stay small. Doorman's three-level scenario 7 reached 0.966,
 // in a different experiment (see bench/README.md).
 const TargetUtilization = 0.99
 

@@ -13,7 +13,7 @@ import (
 	"github.com/allot/allot/proto/allotpb"
 )
 
-// A template's max_priority bounds the band a client may claim (issue 13:
+// A template's max_priority bounds the band a client may claim (without it
 // a self-assigned priority 1000 took the whole capacity from an honest
 // client at priority 0): above it, a request is served at it, so the two
 // share the capacity, and STATS count the capped request.
@@ -53,7 +53,7 @@ func TestMaxPriorityCapsSelfAssignedPriority(t *testing.T) {
 	}
 }
 
-// A client that lies in learning mode (issue 13: it reports a lease of 1e9
+// A client that lies in learning mode (say it reports a lease of 1e9
 // until 2200 after a takeover) is not trusted beyond what the lease record
 // allows: the record lists who held leases, the liar is not among them, so
 // its claim is refused (counted in STATS as over_claims, and logged) and it

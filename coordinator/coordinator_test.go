@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -159,7 +160,10 @@ func TestProtobufFairShare(t *testing.T) {
 }
 
 func TestOwedClientComesBackSooner(t *testing.T) {
-	e := start(t, coordinator.Options{Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil))})
+	var offset atomic.Int64
+	base := time.Now()
+	now := func() time.Time { return base.Add(time.Duration(offset.Load())) } // frozen but for offset
+	e := start(t, coordinator.Options{Now: now, Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil))})
 	first := e.get("a", map[string]float64{"db": 100}).GetResponse()[0].GetGets()
 	if first.GetCapacity() != 100 {
 		t.Fatalf("first client got %v", first.GetCapacity())
@@ -167,7 +171,7 @@ func TestOwedClientComesBackSooner(t *testing.T) {
 	// b's fair share is 50 but a holds everything until it refreshes (due
 	// in 1s): b gets nothing now and is asked back just after a is due,
 	// sooner than its own full refresh interval.
-	time.Sleep(400 * time.Millisecond)
+	offset.Add(int64(400 * time.Millisecond))
 	g := e.get("b", map[string]float64{"db": 100}).GetResponse()[0].GetGets()
 	if g.GetCapacity() != 0 {
 		t.Fatalf("b got %v while a holds all capacity", g.GetCapacity())
@@ -384,15 +388,16 @@ func TestHorizonInPastSkipsLearning(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A leader writes a horizon no earlier than the time of the write; this
-	// one has passed by the time the successor starts (no clock skew).
+	// one has passed by the time the successor starts (no clock skew): the
+	// successor's clock is a second on.
 	old := fmt.Sprintf(`{"node":"root","term":1,"horizon":%q}`, time.Now().Add(100*time.Millisecond).UTC().Format(time.RFC3339Nano))
 	if _, err := kv.Put(ctx, "root.leases", []byte(old)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
 	set := config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil)
 	set.Templates()[0].LearningModeDuration = 10 * time.Second
-	coordtest.Start(t, nc, coordinator.Options{Templates: coordinator.StaticTemplates(set), ClockSkew: coordinator.NoClockSkew})
+	coordtest.Start(t, nc, coordinator.Options{Templates: coordinator.StaticTemplates(set), ClockSkew: coordinator.NoClockSkew,
+		Now: func() time.Time { return time.Now().Add(time.Second) }})
 	e := &env{t: t, nc: nc}
 	if got := e.get("a", map[string]float64{"db": 30}).GetResponse()[0].GetGets().GetCapacity(); got != 30 {
 		t.Fatalf("horizon in the past: got %v, want 30 without learning", got)

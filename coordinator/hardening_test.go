@@ -20,12 +20,14 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
 
-// Regression tests for issue 9 through the real path: an embedded NATS
-// server with JetStream, the real state bucket, real requests.
+// Regression tests of the lease record's faults (deleted, foreign,
+// lapsed, racing) through the real path: an embedded NATS server with
+// JetStream, the real state bucket, real requests.
 
 func fairSet(capacity float64) coordinator.TemplateSource {
 	t := tmpl("*", capacity, allotpb.Algorithm_FAIR_SHARE)
@@ -59,19 +61,7 @@ func readRecord(t *testing.T, kv jetstream.KeyValue) (*allotpb.LeaseHorizon, err
 	return &h, nil
 }
 
-// waitFor polls cond every 20 ms until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// Item 1: a leader whose record is deleted writes it again (it knows the
+// A leader whose record is deleted writes it again (it knows the
 // truth) and its leases never turn zero-length.
 func TestDeletedRecordIsWrittenAgain(t *testing.T) {
 	for _, purge := range []bool{false, true} {
@@ -88,7 +78,7 @@ func TestDeletedRecordIsWrittenAgain(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 5*time.Second, "the record to be written again", func() bool {
+			poll.Until(t, 5*time.Second, "the record to be written again", func() bool {
 				h, err := readRecord(t, kv)
 				return err == nil && h.GetTerm() == 1
 			})
@@ -102,7 +92,7 @@ func TestDeletedRecordIsWrittenAgain(t *testing.T) {
 	}
 }
 
-// Item 1: the same when the whole state bucket is deleted.
+// The same when the whole state bucket is deleted.
 func TestDeletedStateBucketIsRecreated(t *testing.T) {
 	e := start(t, coordinator.Options{Templates: fairSet(60)})
 	e.get("a", map[string]float64{"r": 10})
@@ -110,7 +100,7 @@ func TestDeletedStateBucketIsRecreated(t *testing.T) {
 	if err := js.DeleteKeyValue(context.Background(), coordinator.DefaultStateBucket); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the bucket and record to be recreated", func() bool {
+	poll.Until(t, 10*time.Second, "the bucket and record to be recreated", func() bool {
 		kv, err := js.KeyValue(context.Background(), coordinator.DefaultStateBucket)
 		if err != nil {
 			return false
@@ -123,7 +113,7 @@ func TestDeletedStateBucketIsRecreated(t *testing.T) {
 	}
 }
 
-// Item 2: a successor that finds the record deleted (a marker left) does
+// A successor that finds the record deleted (a marker left) does
 // not take it for a new deployment: it learns, so a newcomer gets nothing
 // of what the predecessor's clients may hold.
 func TestDeletedRecordIsNotANewDeployment(t *testing.T) {
@@ -152,7 +142,7 @@ func TestDeletedRecordIsNotANewDeployment(t *testing.T) {
 	}
 }
 
-// Item 2: a record with a term no election can have issued is reported
+// A record with a term no election can have issued is reported
 // and ignored (learning as after an unknown predecessor), never a
 // permanent refusal to serve.
 func TestForgedTermIsIgnored(t *testing.T) {
@@ -185,7 +175,7 @@ func TestForgedTermIsIgnored(t *testing.T) {
 	}
 }
 
-// Item 3: a coordinator whose leadership lapsed (Valid false) answers
+// A coordinator whose leadership lapsed (Valid false) answers
 // nothing, not even errors, and says it no longer serves.
 func TestInvalidLeaderIsSilent(t *testing.T) {
 	s := natstest.Server(t)
@@ -212,7 +202,7 @@ func TestInvalidLeaderIsSilent(t *testing.T) {
 	}
 }
 
-// Item 5: a get and a release published back to back on one connection
+// A get and a release published back to back on one connection
 // are applied in that order: the client holds nothing afterwards, and a
 // newcomer gets the capacity.
 func TestReleaseAfterGetKeepsOrder(t *testing.T) {
@@ -269,7 +259,7 @@ func TestReleaseAfterGetKeepsOrder(t *testing.T) {
 	}
 }
 
-// Item 11: client records per node are capped with a clear 429.
+// Client records per node are capped with a clear 429.
 func TestMaxClients(t *testing.T) {
 	e := start(t, coordinator.Options{Templates: fairSet(100), MaxClients: 3})
 	for k := range 3 {
@@ -285,7 +275,7 @@ func TestMaxClients(t *testing.T) {
 	}
 }
 
-// Item 9: however many resources clients name, the record stays within
+// However many resources clients name, the record stays within
 // its bound and complete where it can be: resources past it are served
 // unlisted and the record says it is incomplete, rather than dropping
 // every summary.
@@ -301,7 +291,7 @@ func TestRecordStaysBounded(t *testing.T) {
 		// A grant waits at most 500 ms for the record that lists its
 		// resource; on a loaded machine that write (hundreds of KiB) can
 		// take longer, and the grant is then 0 until the next request.
-		waitFor(t, 10*time.Second, "every spam resource granted", func() bool {
+		poll.Until(t, 10*time.Second, "every spam resource granted", func() bool {
 			for _, r := range e.getReq(req).GetResponse() {
 				if r.GetGets().GetCapacity() != 1 {
 					t.Logf("spam resource %s got %v %s", r.GetResourceId()[240:], r.GetGets().GetCapacity(), r.GetError())
@@ -313,7 +303,7 @@ func TestRecordStaysBounded(t *testing.T) {
 	}
 	kv := stateKV(t, e.nc)
 	var h *allotpb.LeaseHorizon
-	waitFor(t, 5*time.Second, "the record to list db", func() bool {
+	poll.Until(t, 5*time.Second, "the record to list db", func() bool {
 		var err error
 		h, err = readRecord(t, kv)
 		return err == nil && h.GetResources()["db"] != nil

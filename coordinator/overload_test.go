@@ -20,9 +20,9 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/election"
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -85,7 +85,7 @@ func TestLeaderKeepsTermUnderFlood(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- rep.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	faults.WaitFor(t, 30*time.Second, "the replica to serve", func() bool { return rep.Status().Serving })
+	poll.Until(t, 30*time.Second, "the replica to serve", func() bool { return rep.Status().Serving })
 	term := rep.Status().Term
 
 	watcher := natstest.Conn(t, s)
@@ -118,7 +118,7 @@ func TestLeaderKeepsTermUnderFlood(t *testing.T) {
 	wg.Wait()
 	// Four renewals past the flood's start: the acknowledgements of those
 	// on the service's connection would have waited for the whole flood.
-	faults.WaitFor(t, 30*time.Second, "four renewals or a lapse", func() bool { return lapsed.Load() || seq() >= before+4 })
+	poll.Until(t, 30*time.Second, "four renewals or a lapse", func() bool { return lapsed.Load() || seq() >= before+4 })
 	if lapsed.Load() {
 		t.Fatalf("the leader of term %d stopped serving under the flood", term)
 	}
@@ -208,7 +208,7 @@ func TestHoldersRefreshThroughAFlood(t *testing.T) {
 		}
 		t.Logf("%s refreshed with %d of %d flood requests answered", id, answered, n)
 	}
-	faults.WaitFor(t, time.Minute, "every flood request answered", func() bool { return ok.Load()+refused.Load()+other.Load() == n })
+	poll.Until(t, time.Minute, "every flood request answered", func() bool { return ok.Load()+refused.Load()+other.Load() == n })
 	if other.Load() != 0 {
 		t.Fatalf("flood: %d leases, %d refused, %d other answers", ok.Load(), refused.Load(), other.Load())
 	}
@@ -264,7 +264,7 @@ func TestTenantFloodLeavesOthersServed(t *testing.T) {
 			t.Fatalf("tenant B's request %d during A's flood: %s %s", i, code, r.Header.Get(micro.ErrorHeader))
 		}
 	}
-	faults.WaitFor(t, time.Minute, "every flood request answered", func() bool { return ok.Load()+refused.Load()+limited.Load()+other.Load() == n })
+	poll.Until(t, time.Minute, "every flood request answered", func() bool { return ok.Load()+refused.Load()+limited.Load()+other.Load() == n })
 	if limited.Load() == 0 || other.Load() != 0 {
 		t.Fatalf("tenant A's flood: %d leases, %d refused, %d limited, %d other", ok.Load(), refused.Load(), limited.Load(), other.Load())
 	}

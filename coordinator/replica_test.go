@@ -15,6 +15,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -115,17 +116,18 @@ func (r *replicaRun) stop() {
 // leader waits until some replica serves a term above after and returns it.
 func (f *fleet) leader(after uint64, runs []*replicaRun) (*replicaRun, uint64) {
 	f.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	var lead *replicaRun
+	var term uint64
+	poll.Until(f.t, 30*time.Second, fmt.Sprint("a replica serving a term above ", after), func() bool {
 		for _, r := range runs {
 			if st := r.rep.Status(); st.Serving && st.Term > after {
-				return r, st.Term
+				lead, term = r, st.Term
+				return true
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	f.t.Fatalf("no replica serves a term above %d within 30s", after)
-	return nil, 0
+		return false
+	})
+	return lead, term
 }
 
 // checkHandover asserts that the replica serving term old stopped before
@@ -133,9 +135,9 @@ func (f *fleet) leader(after uint64, runs []*replicaRun) (*replicaRun, uint64) {
 func (f *fleet) checkHandover(old, next uint64) {
 	f.t.Helper()
 	var stopped, started time.Time
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	poll.For(f.t, 10*time.Second, poll.Interval, func() error {
 		f.mu.Lock()
+		defer f.mu.Unlock()
 		for _, e := range f.events {
 			if e.term == old && !e.serving {
 				stopped = e.at
@@ -144,15 +146,11 @@ func (f *fleet) checkHandover(old, next uint64) {
 				started = e.at
 			}
 		}
-		f.mu.Unlock()
-		if !stopped.IsZero() && !started.IsZero() {
-			break
+		if stopped.IsZero() || started.IsZero() {
+			return fmt.Errorf("term %d stop (%v) or term %d start (%v) not recorded", old, stopped, next, started)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if stopped.IsZero() || started.IsZero() {
-		f.t.Fatalf("term %d stop (%v) or term %d start (%v) not recorded", old, stopped, next, started)
-	}
+		return nil
+	})
 	if !stopped.Before(started) {
 		f.t.Fatalf("term %d started serving %v before term %d stopped", next, stopped.Sub(started), old)
 	}
@@ -258,15 +256,13 @@ func (cl *clients) firstAnswer(term uint64, since time.Time) (time.Time, uint64)
 
 func (cl *clients) waitAnswer(term uint64, since time.Time) (time.Duration, uint64) {
 	cl.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if at, tm := cl.firstAnswer(term, since); !at.IsZero() {
-			return at.Sub(since), tm
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	cl.t.Fatalf("no answer with a term above %d within 30s", term)
-	return 0, 0
+	var at time.Time
+	var tm uint64
+	poll.Until(cl.t, 30*time.Second, fmt.Sprint("an answer with a term above ", term), func() bool {
+		at, tm = cl.firstAnswer(term, since)
+		return !at.IsZero()
+	})
+	return at.Sub(since), tm
 }
 
 // TestReplicaFailover runs three replicas on a three-server JetStream
@@ -316,21 +312,19 @@ func TestReplicaFailover(t *testing.T) {
 	// once, and in one CI run the successor took 11s to win and then
 	// served a newcomer nothing for 22s: it grants a newcomer only once a
 	// lease-record write lists it). The figure logged is the one to read.
-	for deadline := time.Now().Add(45 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	granted := poll.Ok(45*time.Second, func() bool {
 		cl.mu.Lock()
+		defer cl.mu.Unlock()
 		for _, a := range cl.answers {
 			if a.client == "late" && a.got > 0 {
 				lateFirst = a.at.Sub(killed)
-				break
+				return true
 			}
 		}
-		cl.mu.Unlock()
-		if lateFirst > 0 {
-			break
-		}
-	}
+		return false
+	})
 	t.Logf("new client's first non-zero grant %v after the leader loss (learning mode lasts 6s)", lateFirst.Round(time.Millisecond))
-	if lateFirst == 0 {
+	if !granted {
 		t.Error("a new client got nothing for 45s after the failover")
 	}
 	runs = slicesDelete(runs, lead)
@@ -349,13 +343,12 @@ func TestReplicaFailover(t *testing.T) {
 	lead.dialer.setCut(false) // heal: it comes back as a follower
 	cutOff := lead
 	lead, term = f.leader(term, runs)
-	deadline := time.Now().Add(10 * time.Second)
-	for cutOff.rep.Status().Leader != lead.name || cutOff.rep.Status().Serving {
-		if time.Now().After(deadline) {
-			t.Fatalf("healed replica status %+v, leader %s", cutOff.rep.Status(), lead.name)
+	poll.For(t, 10*time.Second, poll.Interval, func() error {
+		if st := cutOff.rep.Status(); st.Leader != lead.name || st.Serving {
+			return fmt.Errorf("healed replica status %+v, leader %s", st, lead.name)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// 3. Graceful handover: the leader resigns (as on SIGTERM).
 	resigned := time.Now()

@@ -3,12 +3,14 @@ package coordinator_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -54,14 +56,12 @@ func TestShadowReplies(t *testing.T) {
 		}
 
 		var st coordinator.Stats
-		deadline := time.Now().Add(10 * time.Second)
-		for len(st.TopResources) < 2 { // refreshed every second
-			if time.Now().After(deadline) {
-				t.Fatalf("global %v: top resources %+v", global, st.TopResources)
+		poll.For(t, 10*time.Second, 50*time.Millisecond, func() error { // refreshed every second
+			if st = e.stats(); len(st.TopResources) < 2 {
+				return fmt.Errorf("global %v: top resources %+v", global, st.TopResources)
 			}
-			time.Sleep(50 * time.Millisecond)
-			st = e.stats()
-		}
+			return nil
+		})
 		if st.Shadow != global {
 			t.Errorf("Stats.Shadow = %v, want %v", st.Shadow, global)
 		}

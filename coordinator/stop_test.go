@@ -11,6 +11,7 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -46,19 +47,20 @@ func TestStopAnswersDeliveredRequests(t *testing.T) {
 	// asynchronously; on a busy machine some may still be on their way
 	// after Flush. Stop once all have reached it (nothing else is sent
 	// to that connection).
-	for deadline := time.Now().Add(10 * time.Second); nc.Stats().InMsgs < n; {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d requests reached the coordinator's connection", nc.Stats().InMsgs, n)
+	poll.For(t, 10*time.Second, time.Millisecond, func() error {
+		if in := nc.Stats().InMsgs; in < n {
+			return fmt.Errorf("only %d of %d requests reached the coordinator's connection", in, n)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	c.Stop()
-	for deadline := time.Now().Add(10 * time.Second); got.Load() < n && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got.Load() != n {
-		t.Fatalf("%d of %d requests delivered before Stop were never answered", n-got.Load(), n)
-	}
+	// Stop has returned: every answer is on its way.
+	poll.For(t, 10*time.Second, poll.Interval, func() error {
+		if g := got.Load(); g != n {
+			return fmt.Errorf("%d of %d requests delivered before Stop were never answered", n-g, n)
+		}
+		return nil
+	})
 }
 
 // A client naming thousands of resources it does not want cannot stop the

@@ -13,6 +13,7 @@ import (
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -100,7 +101,7 @@ func sybilTemplate(t *testing.T, tenants string) *config.Template {
 	return tm
 }
 
-// The Sybil case of issue 13: TENANT_A opens 1,000 client ids, TENANT_B
+// The Sybil case: TENANT_A opens 1,000 client ids, TENANT_B
 // runs one agent that wants the whole capacity. With the tenant fairness
 // level the two tenants get half each (A's 1,000 ids share their half);
 // without it B gets a 1,001st. At no time do the leases sum above the
@@ -119,7 +120,7 @@ func TestSybilTenantFairness(t *testing.T) {
 			lim := e.agentHolding("b", "honest", 100, agent.WithWants(100))
 			s := newSybils(t, e.as("a"), "sybil", 1000)
 			var sumA, b float64
-			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			poll.For(t, 20*time.Second, 200*time.Millisecond, func() error {
 				sumA, b = s.ask(100), lim.Capacity()
 				snap, err := e.c.Snapshot(t.Context(), "db", 0, "")
 				if err != nil {
@@ -129,12 +130,10 @@ func TestSybilTenantFairness(t *testing.T) {
 					t.Fatalf("granted %v, outstanding %v of 100", snap.Resource.Granted, snap.Resource.Outstanding)
 				}
 				if math.Abs(b-tc.b) < 1e-3*max(1, tc.b) && math.Abs(sumA-(100-tc.b)) < 1e-3*(100-tc.b) {
-					break
+					return nil
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("after 20s B holds %v (want %v), A's 1,000 ids %v", b, tc.b, sumA)
-				}
-			}
+				return fmt.Errorf("B holds %v (want %v), A's 1,000 ids %v", b, tc.b, sumA)
+			})
 			t.Logf("tenants %s: B's one agent holds %.4f, A's 1,000 ids %.4f in all (%.4f each at most)", tc.name, b, sumA, maxLease(s.leases))
 		})
 	}
@@ -176,15 +175,12 @@ func TestTenantClientCap(t *testing.T) {
 	}
 	// A round answers its requests before it publishes its counters to
 	// STATS: the last round's may lag its replies by a moment.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		st := e.stats()
-		if st.Clients == 1000 && st.TenantCapped == 1 {
-			break
+	poll.For(t, 5*time.Second, poll.Interval, func() error {
+		if st := e.stats(); st.Clients != 1000 || st.TenantCapped != 1 {
+			return fmt.Errorf("clients %d, tenant_capped %d; want 1000 and 1", st.Clients, st.TenantCapped)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("clients %d, tenant_capped %d; want 1000 and 1", st.Clients, st.TenantCapped)
-		}
-	}
+		return nil
+	})
 	// Another tenant is served (request fails the test on an error).
 	var g jsonGrant
 	request(t, e.as("b"), "capacity.get", `{"client_id":"sybil-0000","resource":[{"resource_id":"db","wants":10}]}`, &g)

@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -60,11 +62,12 @@ func (e *tenantEnv) agentHolding(user, id string, want float64, opts ...agent.Re
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); lim.Capacity() != want; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%s's agent %s got %v, want %v (%v)", user, id, lim.Capacity(), want, a.LastError())
+	poll.For(e.t, 10*time.Second, poll.Interval, func() error {
+		if got := lim.Capacity(); got != want {
+			return fmt.Errorf("%s's agent %s got %v, want %v (%v)", user, id, got, want, a.LastError())
 		}
-	}
+		return nil
+	})
 	return lim
 }
 
@@ -98,9 +101,9 @@ type jsonGrant struct {
 	} `json:"response"`
 }
 
-// A client id is bound to the identity that sent it (issue 13: a release
-// or `wants: 0` sent with a victim's client_id freed its lease, and the
-// capacity was granted twice: 200 of 100). An agent of TENANT_A holds
+// A client id is bound to the identity that sent it (otherwise a
+// release or `wants: 0` sent with a victim's client_id frees its lease,
+// and the capacity is granted twice: 200 of 100). An agent of TENANT_A holds
 // the whole capacity; another tenant, another user of TENANT_A, and a
 // client of the allot account itself each release and ask for nothing
 // under the victim's client id, then ask for the whole capacity under
@@ -234,7 +237,13 @@ func TestSmuggledRequestInfoRefused(t *testing.T) {
 			t.Fatalf("release with the forged header block %q: code %q, want 400", hdr, code)
 		}
 	}
-	time.Sleep(50 * time.Millisecond) // a round, had the release been applied
+	// A release of a2's own, answered by a round: any release applied
+	// from the forged requests (each answered before it was sent) would
+	// have been applied by that round or an earlier one.
+	var rel struct {
+		Released int32 `json:"released"`
+	}
+	request(t, e.as("a2"), "capacity.release", `{"client_id":"a2","resource_id":["db"]}`, &rel)
 	if got := lim.Capacity(); got != 100 {
 		t.Fatalf("the victim holds %v after the smuggled release, want 100", got)
 	}

@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/dashboard"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // TestReplicas: over two replicas of one node, the dashboard shows the
@@ -54,23 +56,21 @@ func TestReplicas(t *testing.T) {
 	var ev dashboard.Event
 	var leader *coordinator.Snapshot
 	follower := ""
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	poll.For(t, 30*time.Second, 100*time.Millisecond, func() error {
 		ev = getEvent(t, srv.URL+"/snapshot")
 		roles := map[string]string{}
 		for _, r := range ev.Replicas {
 			roles[r.ServerID] = r.Role
 		}
-		if leader = ev.Snapshot; leader != nil && leader.Serving && len(roles) == 2 && roles[leader.ServerID] == "leader" {
-			follower = map[string]string{"rep-a": "rep-b", "rep-b": "rep-a"}[leader.ServerID]
-			if roles[follower] != "follower" {
-				t.Fatalf("replicas %+v", ev.Replicas)
-			}
-			break
+		if leader = ev.Snapshot; leader == nil || !leader.Serving || len(roles) != 2 || roles[leader.ServerID] != "leader" {
+			return fmt.Errorf("no leader serving and listed as such: %+v", ev)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no leader serving and listed as such: %+v", ev)
+		follower = map[string]string{"rep-a": "rep-b", "rep-b": "rep-a"}[leader.ServerID]
+		if roles[follower] != "follower" {
+			t.Fatalf("replicas %+v", ev.Replicas)
 		}
-	}
+		return nil
+	})
 	if leader.Role != "leader" || leader.Leader != leader.ServerID || leader.Term == 0 {
 		t.Fatalf("leader's snapshot %+v", leader)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/internal/poll"
 )
 
 // setVars sets the environment variables the configs reference for
@@ -173,11 +174,7 @@ func accountInfo(ctx context.Context, t *testing.T, js jetstream.JetStream) *jet
 
 func waitLinked(t *testing.T, s *server.Server) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !embed.LeafLinked(s); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no leaf link to its parent after 10s", s.Name())
-		}
-	}
+	poll.Until(t, 10*time.Second, s.Name()+"'s leaf link to its parent", func() bool { return embed.LeafLinked(s) })
 }
 
 // TestNATSTree starts a server from each level's config as it is, with

@@ -19,6 +19,7 @@ import (
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/faults"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/statekv"
 )
 
@@ -191,7 +192,7 @@ func runCoordinator(ctx context.Context, t *testing.T, bin string, args []string
 	if err != nil {
 		t.Fatal(err)
 	}
-	faults.WaitFor(t, 60*time.Second, "the coordinator to answer and write its state", func() bool {
+	poll.Until(t, 60*time.Second, "the coordinator to answer and write its state", func() bool {
 		select {
 		case <-done:
 			t.Fatalf("allot %s exited:\n%s", strings.Join(args, " "), faults.ReadOutput(out))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/envoywire"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/quotaserver"
 )
@@ -107,20 +108,18 @@ func TestQuotaMapping(t *testing.T) {
 			<-done
 		}
 	}()
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	poll.For(t, 15*time.Second, poll.Interval, func() error {
 		serving := 0
 		for _, r := range reps {
 			if r.Status().Serving {
 				serving++
 			}
 		}
-		if serving == quotaPartitions {
-			break
+		if serving != quotaPartitions {
+			return fmt.Errorf("%d of %d partitions serving", serving, quotaPartitions)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d partitions serving after 15s", serving, quotaPartitions)
-		}
-	}
+		return nil
+	})
 	for _, ns := range names {
 		for _, subject := range []string{quotaserver.BucketSubject("root", "take", ns, "k"), quotaserver.TakeSubject("root")} {
 			m, err := nc.Request(subject, []byte(`{"bucket":"`+ns+`:k"}`), 5*time.Second)

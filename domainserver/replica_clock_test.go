@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/allot/allot/domainserver"
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // A successor learns until one hold TTL after its term began on its own
@@ -28,7 +28,7 @@ func TestSuccessorLearnsOnItsClock(t *testing.T) {
 		go func() { defer close(done); _ = r.Run(ctx) }()
 		stop := func() { cancel(); <-done }
 		t.Cleanup(stop)
-		faults.WaitFor(t, 20*time.Second, id+" to serve", func() bool { return r.Server() != nil })
+		poll.Until(t, 20*time.Second, id+" to serve", func() bool { return r.Server() != nil })
 		return r, stop
 	}
 	_, stopA := run("a", nil)

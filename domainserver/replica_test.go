@@ -14,6 +14,7 @@ import (
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // ask sends body to op on app:sandbox with a short time-out; ok is false
@@ -44,18 +45,6 @@ func askWithin(nc *nats.Conn, d time.Duration, op, body string, out any) (ok boo
 	return true, ""
 }
 
-// eventually polls cond every 20ms for up to d.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestDeadClientLosesItsHolds(t *testing.T) {
 	e := start(t, func(o *domainserver.Options) { o.Now, o.HoldTTL = time.Now, 300*time.Millisecond })
 	var dead, alive domainwire.ReserveReply
@@ -77,7 +66,7 @@ func TestDeadClientLosesItsHolds(t *testing.T) {
 			}
 		}
 	}()
-	eventually(t, 5*time.Second, "the dead client's hold to expire", func() bool { return e.srv.Stats().CopiesHeld == 2 })
+	poll.Until(t, 5*time.Second, "the dead client's hold to expire", func() bool { return e.srv.Stats().CopiesHeld == 2 })
 	time.Sleep(500 * time.Millisecond) // longer than the TTL: the refreshed hold lives on
 	if st := e.srv.Stats(); st.CopiesHeld != 2 || st.Expired != 1 {
 		t.Fatalf("after the expiry: %+v", st)
@@ -125,12 +114,12 @@ func TestLeaderFailoverKeepsLiveHolds(t *testing.T) {
 		}
 		return -1
 	}
-	eventually(t, 10*time.Second, "a leader", func() bool { return leader() >= 0 })
+	poll.Until(t, 10*time.Second, "a leader", func() bool { return leader() >= 0 })
 	first := leader()
 
 	cl := natstest.Conn(t, s)
 	var a, b, gone domainwire.ReserveReply
-	eventually(t, 5*time.Second, "the first reserve", func() bool {
+	poll.Until(t, 5*time.Second, "the first reserve", func() bool {
 		ok, _ := answer(cl, domainwire.OpReserve, `{"domain":"a","copies":3,"client_id":"c1"}`, &a)
 		return ok && a.Granted == 3
 	})
@@ -168,12 +157,12 @@ func TestLeaderFailoverKeepsLiveHolds(t *testing.T) {
 	defer func() { close(stop); rwg.Wait() }()
 
 	reps[first].nc.Close() // the leader dies: no resignation
-	eventually(t, 15*time.Second, "a new leader", func() bool { i := leader(); return i >= 0 && i != first })
+	poll.Until(t, 15*time.Second, "a new leader", func() bool { i := leader(); return i >= 0 && i != first })
 	next := reps[leader()].r.Server()
 	var r domainwire.ReserveReply
 	// While learning it grants nothing; afterwards exactly what is left
 	// of the global 8: 2 + 2 held, 1 staged.
-	eventually(t, 10*time.Second, "learning to end", func() bool {
+	poll.Until(t, 10*time.Second, "learning to end", func() bool {
 		r = domainwire.ReserveReply{}
 		ok, code := answer(cl, domainwire.OpReserve, `{"domain":"c","copies":1,"client_id":"c2"}`, &r)
 		return ok && code == "" && !r.Learning

@@ -10,6 +10,7 @@ import (
 
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // TestStateBucketReplicas: on a three-server cluster, a domain replica
@@ -34,7 +35,7 @@ func TestStateBucketReplicas(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	eventually(t, 30*time.Second, "the domain replica to serve", func() bool { return r.Server() != nil })
+	poll.Until(t, 30*time.Second, "the domain replica to serve", func() bool { return r.Server() != nil })
 
 	js, err := jetstream.New(nc)
 	if err != nil {

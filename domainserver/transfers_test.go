@@ -15,6 +15,7 @@ import (
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // startStateful starts a server of namespace "app" that keeps its staged
@@ -93,7 +94,7 @@ func TestDeposedLeaderKeepsOffTheTransfers(t *testing.T) {
 	// The deposed leader's sweeper finds the first transfer expired by
 	// its clock and writes what it has left.
 	clk.add(2 * time.Hour)
-	eventually(t, 5*time.Second, "the deposed leader's sweep", func() bool { return old.Stats().TransfersExpired == 1 })
+	poll.Until(t, 5*time.Second, "the deposed leader's sweep", func() bool { return old.Stats().TransfersExpired == 1 })
 	old.Stop()
 
 	next.Stop()

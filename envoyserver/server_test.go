@@ -15,8 +15,8 @@ import (
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/internal/envoyrl"
 	"github.com/allot/allot/internal/envoywire"
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -48,7 +48,7 @@ func runReplica(t testing.TB, nc *nats.Conn, id string, p, n, maxCounters int) (
 func waitServing(t testing.TB, rs ...*envoyserver.Replica) {
 	t.Helper()
 	for _, r := range rs {
-		faults.WaitFor(t, 10*time.Second, fmt.Sprintf("envoy partition %d to serve", r.Partition()), r.Serving)
+		poll.Until(t, 10*time.Second, fmt.Sprintf("envoy partition %d to serve", r.Partition()), r.Serving)
 	}
 }
 

@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/metrics"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -80,17 +82,14 @@ next:
 // every second).
 func waitFor(t *testing.T, url, what string, check func(map[string]*dto.MetricFamily) bool) map[string]*dto.MetricFamily {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		fams := scrape(t, url)
-		if check(fams) {
-			return fams
+	var fams map[string]*dto.MetricFamily
+	poll.For(t, 5*time.Second, 50*time.Millisecond, func() error {
+		if fams = scrape(t, url); !check(fams) {
+			return errors.New(what)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 5s: %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return fams
 }
 
 func request(t *testing.T, nc *nats.Conn, subject string, body []byte) *nats.Msg {

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/quotaserver"
 )
@@ -32,7 +32,7 @@ func TestSuccessorDrainsBucketsOnItsClock(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- b.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	faults.WaitFor(t, 20*time.Second, "the successor to serve", func() bool { return b.Server() != nil })
+	poll.Until(t, 20*time.Second, "the successor to serve", func() bool { return b.Server() != nil })
 	if st := b.Server().Stats(); st.BucketsStartFull || !st.Since.Equal(at.Add(time.Second)) {
 		t.Fatalf("buckets drained at %v (start full %v), want %v: the term's start on the replica's clock plus the longest wait",
 			st.Since, st.BucketsStartFull, at.Add(time.Second))

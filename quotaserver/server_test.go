@@ -18,6 +18,7 @@ import (
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
@@ -110,15 +111,14 @@ func runReplica(t testing.TB, nc *nats.Conn, id string, p, n int, cfg func() *qu
 // waitServing waits until r's server answers.
 func waitServing(t testing.TB, rs ...*quotaserver.Replica) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for _, r := range rs {
-		for !r.Status().Serving {
-			if time.Now().After(deadline) {
-				t.Fatalf("replica %+v not serving after 10s", r.Status())
+	poll.For(t, 10*time.Second, poll.Interval, func() error {
+		for _, r := range rs {
+			if st := r.Status(); !st.Serving {
+				return fmt.Errorf("replica %+v not serving", st)
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
-	}
+		return nil
+	})
 }
 
 // watchConfig opens the configuration bucket of s and watches it, as a
@@ -150,14 +150,10 @@ func putNamespace(t *testing.T, kv jetstream.KeyValue, src func() *quota.Config,
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if n := src().Namespaces[ns]; n != nil && n.Revision == rev {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("namespace %s revision %d not served after 10s", ns, rev)
-		}
-	}
+	poll.Until(t, 10*time.Second, fmt.Sprintf("namespace %s revision %d to be served", ns, rev), func() bool {
+		n := src().Namespaces[ns]
+		return n != nil && n.Revision == rev
+	})
 }
 
 func TestTakeAnswersAsConfigured(t *testing.T) {
@@ -233,13 +229,12 @@ func TestReportCharges(t *testing.T) {
 	if err := nc.Publish(quotaserver.BucketSubject("root", "report", "batch", "job"), []byte(`{"reports":[{"tokens":3}]}`)); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for peek() != before-7 {
-		if time.Now().After(deadline) {
-			t.Fatalf("published report of 3 not applied: remaining %d, want %d", peek(), before-7)
+	poll.For(t, 5*time.Second, poll.Interval, func() error {
+		if got := peek(); got != before-7 {
+			return fmt.Errorf("published report of 3 not applied: remaining %d, want %d", got, before-7)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestReportAckCounts: a report's acknowledgement counts each report
@@ -372,14 +367,10 @@ func TestPartitionsShareTheNamespaces(t *testing.T) {
 	if _, code := request(t, nc, quotaserver.ReportSubject("root"), `{"reports":[{"bucket":"ns0:k","tokens":9},{"bucket":"ns1:k","tokens":9}]}`); code != "" {
 		t.Fatalf("report: error %s", code)
 	}
-	deadline := time.Now().Add(5 * time.Second)
 	for _, ns := range []string{"ns0", "ns1"} {
-		for take(t, nc, quotaserver.BucketSubject("root", "take", ns, "k"), `{"tokens":0}`).Remaining != 90 {
-			if time.Now().After(deadline) {
-				t.Fatalf("report to %s:k not applied by its owner", ns)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		poll.Until(t, 5*time.Second, "the report to "+ns+":k to be applied by its owner", func() bool {
+			return take(t, nc, quotaserver.BucketSubject("root", "take", ns, "k"), `{"tokens":0}`).Remaining == 90
+		})
 	}
 }
 
@@ -485,15 +476,12 @@ func TestSweepAndProtobuf(t *testing.T) {
 	if n := r.Server().Stats().Events["users"].DynamicCreated; n != 2 {
 		t.Fatalf("%d dynamic buckets created for two users, want 2", n)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		st := r.Server().Stats()
-		if st.Buckets == 0 && st.Events["users"].Removed == 2 {
-			break
+	poll.For(t, 5*time.Second, 20*time.Millisecond, func() error {
+		if st := r.Server().Stats(); st.Buckets != 0 || st.Events["users"].Removed != 2 {
+			return fmt.Errorf("idle buckets not swept: %+v", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("idle buckets not swept: %+v", st)
-		}
-	}
+		return nil
+	})
 }
 
 // TestTenantsOfANamespace: a namespace that lists its tenants refuses

@@ -22,8 +22,8 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/rlqs"
 	"github.com/allot/allot/rlqsserver"
 	"github.com/allot/allot/rls"
@@ -277,7 +277,7 @@ func (r *rig) putTemplate(t *testing.T, name, doc string) {
 	if _, err := r.kv.Put(context.Background(), config.Key(name), []byte(doc)); err != nil {
 		t.Fatal(err)
 	}
-	faults.WaitFor(t, 10*time.Second, "template "+name, func() bool {
+	poll.Until(t, 10*time.Second, "template "+name, func() bool {
 		for _, tm := range r.watcher.Current().Templates() {
 			if tm.Name == name {
 				return true
@@ -301,18 +301,18 @@ func TestEnvoysShareTheCapacity(t *testing.T) {
 	b.offer("api", 2)
 	c.offer("api", 2)
 	c.offer("other", 10)
-	faults.WaitFor(t, 30*time.Second, "a to get most of the capacity", func() bool {
+	poll.Until(t, 30*time.Second, "a to get most of the capacity", func() bool {
 		return a.rate("api") >= 10 && b.rate("api") >= 1 && c.rate("api") >= 1
 	})
 	// Demand moves from a to b.
 	a.offer("api", 2)
 	b.offer("api", 30)
-	faults.WaitFor(t, 30*time.Second, "b to get most of the capacity", func() bool {
+	poll.Until(t, 30*time.Second, "b to get most of the capacity", func() bool {
 		return b.rate("api") >= 10 && a.rate("api") <= 4
 	})
 	// c stops sending requests to api: its bucket is abandoned.
 	c.offer("api", 0)
-	faults.WaitFor(t, 30*time.Second, "c's api bucket to be abandoned", func() bool { return c.count(c.abandoned, "api") == 1 })
+	poll.Until(t, 30*time.Second, "c's api bucket to be abandoned", func() bool { return c.count(c.abandoned, "api") == 1 })
 	if n := c.count(c.received, "other"); n != 0 {
 		t.Errorf("%d assignments for a bucket no template names", n)
 	}

@@ -12,8 +12,8 @@ import (
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/rls"
 )
 
@@ -41,7 +41,7 @@ func putTemplate(t *testing.T, c *cluster, name, doc string) {
 	if _, err := c.kv.Put(context.Background(), config.Key(name), []byte(doc)); err != nil {
 		t.Fatal(err)
 	}
-	faults.WaitFor(t, 10*time.Second, "template "+name, func() bool {
+	poll.Until(t, 10*time.Second, "template "+name, func() bool {
 		for _, tm := range c.watcher.Current().Templates() {
 			if tm.Name == name {
 				return true
@@ -122,7 +122,7 @@ descriptors:
 		return resp
 	}
 	// Demand at both until both hold a lease.
-	faults.WaitFor(t, 20*time.Second, "both sidecars to hold a lease", func() bool {
+	poll.Until(t, 20*time.Second, "both sidecars to hold a lease", func() bool {
 		for _, s := range cars {
 			ask(s, api("/api/warm"))
 		}
@@ -192,7 +192,7 @@ descriptors:
 	if err := c.kv.Delete(ctx, config.Key("edge-api")); err != nil {
 		t.Fatal(err)
 	}
-	faults.WaitFor(t, 10*time.Second, "the template to go", func() bool {
+	poll.Until(t, 10*time.Second, "the template to go", func() bool {
 		ask(cars[0], api("/api/after"))
 		ask(cars[1], api("/api/after"))
 		_, l0 := cars[0].store.Leases()

@@ -29,6 +29,7 @@ import (
 	"github.com/allot/allot/internal/envoyrl"
 	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/opstatus"
+	"github.com/allot/allot/internal/poll"
 )
 
 // buildAllot builds cmd/allot into the test's temporary directory.
@@ -72,7 +73,7 @@ func startProcess(t *testing.T, name, bin string, re *regexp.Regexp, args ...str
 		}
 	})
 	var m []string
-	faults.WaitFor(t, 60*time.Second, name+" to start", func() bool {
+	poll.Until(t, 60*time.Second, name+" to start", func() bool {
 		m = re.FindStringSubmatch(faults.ReadOutput(out))
 		return m != nil
 	})
@@ -170,7 +171,7 @@ func replayLive(t *testing.T, client rlspb.RateLimitServiceClient, kv jetstream.
 	defer cancel()
 	// The process has loaded the domains once a limit override on each
 	// (with no hits) is answered with its limit.
-	faults.WaitFor(t, 20*time.Second, "the domains to load", func() bool {
+	poll.Until(t, 20*time.Second, "the domains to load", func() bool {
 		for _, n := range names {
 			probe := &rlspb.RateLimitRequest{Domain: n, Descriptors: []*rlv3.RateLimitDescriptor{{
 				Entries:    []*rlv3.RateLimitDescriptor_Entry{{Key: "allot_probe", Value: "1"}},
@@ -263,7 +264,7 @@ func TestSidecarProcess(t *testing.T) {
 	}
 	// Until its first lease the sidecar counts in the partition; then a
 	// refusal shows the lease (5 per second) in force.
-	faults.WaitFor(t, 30*time.Second, "the sidecar to answer from its lease", func() bool {
+	poll.Until(t, 30*time.Second, "the sidecar to answer from its lease", func() bool {
 		resp, err := client.ShouldRateLimit(ctx, req)
 		return err == nil && resp.GetOverallCode() == rlspb.RateLimitResponse_OVER_LIMIT
 	})

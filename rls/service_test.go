@@ -19,8 +19,8 @@ import (
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/internal/envoyrl"
 	"github.com/allot/allot/internal/envoywire"
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/rls"
 )
 
@@ -75,7 +75,7 @@ func startCluster(t *testing.T, n int, now func() time.Time) *cluster {
 		c.replicas = append(c.replicas, r)
 	}
 	for _, r := range c.replicas {
-		faults.WaitFor(t, 10*time.Second, "the envoy partitions to serve", r.Serving)
+		poll.Until(t, 10*time.Second, "the envoy partitions to serve", r.Serving)
 	}
 	return c
 }
@@ -99,7 +99,7 @@ func (c *cluster) router(t *testing.T, inProcess bool) *envoyserver.Router {
 // waitDomains waits until the watcher serves every domain of names.
 func (c *cluster) waitDomains(t *testing.T, names []string) {
 	t.Helper()
-	faults.WaitFor(t, 10*time.Second, fmt.Sprintf("domains %v to load", names), func() bool {
+	poll.Until(t, 10*time.Second, fmt.Sprintf("domains %v to load", names), func() bool {
 		ds := c.watcher.Current().EnvoyDomains()
 		for _, n := range names {
 			if ds[n] == nil {

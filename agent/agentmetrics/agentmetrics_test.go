@@ -2,6 +2,7 @@ package agentmetrics_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -56,18 +58,18 @@ func TestAgentCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); lim.Capacity() != 2 || g.Capacity() != 2 || !sh.Status().Leased; {
-		if time.Now().After(deadline) {
-			t.Fatalf("no lease of 2: rate %+v, gauge %+v", lim.Status(), g.Status())
+	poll.For(t, 5*time.Second, poll.Interval, func() error {
+		if lim.Capacity() != 2 || g.Capacity() != 2 || !sh.Status().Leased {
+			return fmt.Errorf("no lease of 2: rate %+v, gauge %+v", lim.Status(), g.Status())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	for deadline := time.Now().Add(5 * time.Second); lim.Tokens() < 2; {
-		if time.Now().After(deadline) {
-			t.Fatalf("bucket not full: %v tokens", lim.Tokens())
+		return nil
+	})
+	poll.For(t, 5*time.Second, poll.Interval, func() error {
+		if n := lim.Tokens(); n < 2 {
+			return fmt.Errorf("bucket not full: %v tokens", n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	for range 5 {
 		lim.Allow()
 	}
@@ -115,16 +117,13 @@ func TestAgentCollector(t *testing.T) {
 	// With the coordinator gone and the lease expired, the agent runs on
 	// its safe capacity, and the time counts.
 	c.Stop()
-	for deadline := time.Now().Add(5 * time.Second); sh.Status().Leased; {
-		if time.Now().After(deadline) {
-			t.Fatal("lease of short did not expire")
+	poll.Until(t, 5*time.Second, "the lease of short to expire", func() bool { return !sh.Status().Leased })
+	poll.For(t, 5*time.Second, poll.Interval, func() error {
+		if f := fallback(t, a, "short"); f < leased+100*time.Millisecond {
+			return fmt.Errorf("time without a lease %v; want at least %v", f, leased+100*time.Millisecond)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(100 * time.Millisecond)
-	if f := fallback(t, a, "short"); f < leased+100*time.Millisecond {
-		t.Fatalf("time without a lease %v; want at least %v", f, leased+100*time.Millisecond)
-	}
+		return nil
+	})
 	check("allot_agent_leased", "short", "rate", 0)
 	if v, _ := sample(t, reg, "allot_agent_fallback_seconds_total", "short", "rate"); v < 0.1 {
 		t.Errorf("allot_agent_fallback_seconds_total{resource=short} = %v; want at least 0.1", v)
@@ -190,7 +189,7 @@ func TestAgentCollectorShadow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	limittest.Eventually(t, "a shadow lease and tokens", func() bool { return lim.Status().Shadow && lim.Tokens() >= 10 })
+	poll.Until(t, 10*time.Second, "a shadow lease and tokens", func() bool { return lim.Status().Shadow && lim.Tokens() >= 10 })
 	for range 10 {
 		lim.Allow()
 	}

@@ -6,10 +6,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/allot/allot/agent/allowhttp"
 	"github.com/allot/allot/agent/internal/demo"
-	"github.com/allot/allot/agent/internal/limittest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // get asks h at query and decodes the answer.
@@ -45,7 +46,7 @@ func TestAllow(t *testing.T) {
 		t.Fatalf("first request: %d %s", w.Code, w.Body)
 	}
 	lim, _ := a.Rate("db")
-	limittest.Eventually(t, "the lease of 2 per second", func() bool { return lim.Limit() == 2 })
+	poll.Until(t, 10*time.Second, "the lease of 2 per second", func() bool { return lim.Limit() == 2 })
 	// Drain the bucket, then one more is refused.
 	for lim.Tokens() >= 1 {
 		if w, _ := get(t, h, http.MethodPost, "resource=db"); w.Code != http.StatusOK {

@@ -16,8 +16,8 @@ import (
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/quota"
 	"github.com/allot/allot/internal/domainwire"
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // domainSetup starts a server, the scripted domain service on its own
@@ -286,7 +286,7 @@ func TestDomainFailOpen(t *testing.T) {
 		t.Fatalf("the silent service changed its holds: %d", f.held("jobs:sandbox"))
 	}
 	f.set(func(f *fakeDomain) { f.silent = false })
-	faults.WaitFor(t, 5*time.Second, "the refresh to carry the unanswered releases", func() bool { return f.held("jobs:sandbox") == 1 })
+	poll.Until(t, 5*time.Second, "the refresh to carry the unanswered releases", func() bool { return f.held("jobs:sandbox") == 1 })
 	if err := h2.Release(ctx, 1); err != nil || h2.Copies() != 0 {
 		t.Fatalf("Release once answered again = %v, %d left", err, h2.Copies())
 	}
@@ -453,7 +453,7 @@ func TestDomainRefresh(t *testing.T) {
 	}
 	// The service loses one: the next refresh says so.
 	f.set(func(f *fakeDomain) { delete(f.holds, hs[0].ID()) })
-	faults.WaitFor(t, 5*time.Second, "the lost hold", func() bool { return hs[0].Err() != nil })
+	poll.Until(t, 5*time.Second, "the lost hold", func() bool { return hs[0].Err() != nil })
 	if !errors.Is(hs[0].Err(), ErrHoldLost) || hs[1].Err() != nil {
 		t.Fatalf("lost hold not marked: %v %v", (hs[0].Err() != nil), (hs[1].Err() != nil))
 	}
@@ -615,7 +615,7 @@ func TestDomainRefreshChunks(t *testing.T) {
 	}
 	// A round that started after the last reserve lists every hold in two
 	// consecutive messages, none above the bound.
-	faults.WaitFor(t, 10*time.Second, "a refresh round of every hold", func() bool {
+	poll.Until(t, 10*time.Second, "a refresh round of every hold", func() bool {
 		var ids [][]string
 		for _, m := range f.received(domainwire.OpRefresh) {
 			var r domainwire.Refresh

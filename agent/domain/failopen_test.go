@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/allot/allot/domainserver"
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // Failing open through the real path: a real nats-server, the real domain
@@ -49,7 +49,7 @@ func holding(t *testing.T, s *server.Server, id, domain string, n int64, opts ..
 // client has heard, from a refresh, of the other clients.
 func waitShare(t *testing.T, c *Client, domain string, global, dom int64) {
 	t.Helper()
-	faults.WaitFor(t, 10*time.Second, fmt.Sprintf("%s's share of %s to be %d/%d", c.clientID, domain, global, dom), func() bool {
+	poll.Until(t, 10*time.Second, fmt.Sprintf("%s's share of %s to be %d/%d", c.clientID, domain, global, dom), func() bool {
 		sh, ok := c.Share("gap:pool", domain)
 		return ok && (global < 0 || sh.GlobalShare == global) && (dom < 0 || sh.DomainShare == dom)
 	})
@@ -161,7 +161,7 @@ resources:
 		// among the three; dy: c alone, 5 left, but g gives it 2 more.
 		waitShare(t, a, "dx", -1, 1+4/2)
 		waitShare(t, b, "dx", -1, 1+4/2)
-		faults.WaitFor(t, 10*time.Second, "the group's share of c", func() bool {
+		poll.Until(t, 10*time.Second, "the group's share of c", func() bool {
 			sh, ok := c.Share("gap:pool", "dy")
 			return ok && len(sh.Groups) == 1 && sh.Groups[0] == GroupShare{"g", 1 + 6/3}
 		})
@@ -289,11 +289,11 @@ func TestGapShareAge(t *testing.T) {
 		t.Fatal(err)
 	}
 	told, _ := quiet.Share("gap:pool", "q")
-	faults.WaitFor(t, 10*time.Second, "the quiet client's share to age past the hold ttl", func() bool { return time.Since(told.At) > gapTTL })
+	poll.Until(t, 10*time.Second, "the quiet client's share to age past the hold ttl", func() bool { return time.Since(told.At) > gapTTL })
 	srv.Stop()
 	// The holder's refreshes fail from now on; its share was told at most
 	// a refresh before.
-	faults.WaitFor(t, 10*time.Second, "a gap longer than the hold ttl", func() bool {
+	poll.Until(t, 10*time.Second, "a gap longer than the hold ttl", func() bool {
 		st := statsOf(holder, "gap:pool")
 		return st.LastError != nil && time.Since(st.LastAnswer) > 2*gapTTL
 	})

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/allot/allot/domainserver"
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // These tests drive holds through a leader change in which the agent
@@ -50,7 +50,7 @@ func TestPartialReleaseWhileLearningKeepsTheRest(t *testing.T) {
 	if h.Copies() != 3 || h.Err() != nil {
 		t.Fatalf("after releasing 1 of 4 the hold has %d copies (lost %v); want 3", h.Copies(), (h.Err() != nil))
 	}
-	faults.WaitFor(t, 2*learningTTL, "the new leader to learn the hold", func() bool { return srv.Stats().Restored == 1 })
+	poll.Until(t, 2*learningTTL, "the new leader to learn the hold", func() bool { return srv.Stats().Restored == 1 })
 	if got := copiesHeld(srv); got != 3 {
 		t.Fatalf("the new leader holds %d copies; want the 3 still held", got)
 	}
@@ -72,7 +72,7 @@ func TestTransferWhileLearningKeepsTheHold(t *testing.T) {
 	if (h.Err() != nil) || h.Copies() != 4 {
 		t.Fatalf("after the refused transfer the hold is lost %v (%v) with %d copies; want 4, not lost", (h.Err() != nil), h.Err(), h.Copies())
 	}
-	faults.WaitFor(t, 2*learningTTL, "the new leader to learn the hold", func() bool { return srv.Stats().Restored == 1 })
+	poll.Until(t, 2*learningTTL, "the new leader to learn the hold", func() bool { return srv.Stats().Restored == 1 })
 	if _, err := h.Transfer(ctx, 2, time.Minute); err != nil || h.Copies() != 2 || copiesHeld(srv) != 4 {
 		t.Fatalf("transfer once learnt: %v; hold %d, server %d", err, h.Copies(), copiesHeld(srv))
 	}
@@ -102,7 +102,7 @@ func TestReleaseAfterUnansweredRelease(t *testing.T) {
 		t.Fatalf("release of 1 of 2: %v; the hold has %d copies, want 1", err, h.Copies())
 	}
 	refreshes := srv.Stats().Refreshes
-	faults.WaitFor(t, 2*learningTTL, "a refresh", func() bool { return srv.Stats().Refreshes > refreshes })
+	poll.Until(t, 2*learningTTL, "a refresh", func() bool { return srv.Stats().Refreshes > refreshes })
 	if got := copiesHeld(srv); got != 2 {
 		t.Fatalf("after the refresh the service holds %d copies; want 2 (1 held, 1 staged)", got)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // seizeHelperEnv makes the test binary, run by TestTransferAcrossProcesses,
@@ -115,11 +116,12 @@ func TestTransferAcrossProcesses(t *testing.T) {
 	if err := <-exited; err != nil {
 		t.Fatalf("second process: %v\n%s", err, out.String())
 	}
-	for deadline := time.Now().Add(10 * time.Second); srv.Stats().CopiesHeld != 2; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the dead process's hold never expired: %+v", srv.Stats())
+	poll.For(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if st := srv.Stats(); st.CopiesHeld != 2 {
+			return fmt.Errorf("the dead process's hold never expired: %+v", st)
 		}
-	}
+		return nil
+	})
 	if h.Copies() != 2 || h.Err() != nil {
 		t.Errorf("this process's hold: %d copies, lost %v", h.Copies(), (h.Err() != nil))
 	}

@@ -18,8 +18,8 @@ import (
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // These tests drive the agent through the real domain server
@@ -157,7 +157,7 @@ func TestDomainServerClientDies(t *testing.T) {
 		t.Fatalf("beyond the global limit of 8 = %v; want a rejection", err)
 	}
 	doomedConn.Close() // the process dies: no release, no refresh
-	faults.WaitFor(t, 10*ttl, "the dead client's holds to expire", func() bool { return copiesHeld(srv) == 3 })
+	poll.Until(t, 10*ttl, "the dead client's holds to expire", func() bool { return copiesHeld(srv) == 3 })
 	// The live client's hold is still there three ttls later.
 	time.Sleep(3 * ttl)
 	if copiesHeld(srv) != 3 || lh.Err() != nil || lh.Copies() != 3 {
@@ -376,7 +376,7 @@ func TestDomainServerReplicaFailover(t *testing.T) {
 		}
 		return -1
 	}
-	faults.WaitFor(t, 10*time.Second, "a leader", func() bool { return leader() >= 0 })
+	poll.Until(t, 10*time.Second, "a leader", func() bool { return leader() >= 0 })
 	first := leader()
 
 	a := newClient(t, natstest.Conn(t, s), "a", WithTimeout(200*time.Millisecond))
@@ -391,7 +391,7 @@ func TestDomainServerReplicaFailover(t *testing.T) {
 	}
 
 	reps[first].nc.Close() // the leader dies
-	faults.WaitFor(t, 15*time.Second, "a new leader", func() bool { i := leader(); return i >= 0 && i != first })
+	poll.Until(t, 15*time.Second, "a new leader", func() bool { i := leader(); return i >= 0 && i != first })
 	next := reps[leader()].r.Server()
 	// A reserve that waits out the learning gets the one copy left of
 	// the global 8.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/internal/limittest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // serve starts a gRPC server with the health service on a random port,
@@ -45,7 +46,7 @@ func granted(t *testing.T, a *agent.Agent, id string, want float64) *agent.RateL
 	if err != nil {
 		t.Fatal(err)
 	}
-	limittest.Eventually(t, id+": no lease with a token", func() bool { return lim.Status().Granted == want && lim.Tokens() >= 1 })
+	poll.Until(t, 10*time.Second, id+": no lease with a token", func() bool { return lim.Status().Granted == want && lim.Tokens() >= 1 })
 	return lim
 }
 
@@ -162,7 +163,7 @@ func TestShadow(t *testing.T) {
 	c := serve(t, []grpc.ServerOption{grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor())})
 	_ = callUnary(c) // creates the resource, waiting for its first lease
 	lim, _ := a.Rate("watched")
-	limittest.Eventually(t, "no shadow lease", func() bool { return lim.Status().Shadow })
+	poll.Until(t, 10*time.Second, "no shadow lease", func() bool { return lim.Status().Shadow })
 	for i := range 20 {
 		if err := callUnary(c); err != nil {
 			t.Fatalf("call %d in shadow mode: %v", i, err)

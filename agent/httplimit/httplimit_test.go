@@ -9,6 +9,7 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/internal/limittest"
+	"github.com/allot/allot/internal/poll"
 )
 
 func get(t *testing.T, url string, header ...string) *http.Response {
@@ -47,7 +48,7 @@ func TestRefuses(t *testing.T) {
 	}
 	srv := httptest.NewServer(mw.Handler(ok))
 	defer srv.Close()
-	limittest.Eventually(t, "a lease of 1/s and a token", func() bool { return lim.Status().Granted == 1 && lim.Tokens() >= 1 })
+	poll.Until(t, 10*time.Second, "a lease of 1/s and a token", func() bool { return lim.Status().Granted == 1 && lim.Tokens() >= 1 })
 
 	resp := get(t, srv.URL)
 	if resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"api";q=1;w=1` || resp.Header.Get("RateLimit") == "" {
@@ -149,7 +150,7 @@ func TestShadow(t *testing.T) {
 	defer srv.Close()
 	get(t, srv.URL) // creates the resource, waiting for its first lease
 	lim, _ := a.Rate("watched")
-	limittest.Eventually(t, "shadow mode", func() bool { return lim.Status().Shadow })
+	poll.Until(t, 10*time.Second, "shadow mode", func() bool { return lim.Status().Shadow })
 	for i := range 30 {
 		if resp := get(t, srv.URL); resp.StatusCode != 200 || resp.Header.Get("RateLimit") != "" {
 			t.Fatalf("request %d in shadow mode: %d %v", i, resp.StatusCode, resp.Header)

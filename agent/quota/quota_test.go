@@ -15,8 +15,8 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/internal/embed"
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/quotatest"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
@@ -314,7 +314,7 @@ func TestTakeService(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	faults.WaitFor(t, 5*time.Second, "40 reported tokens charged", func() bool {
+	poll.Until(t, 5*time.Second, "40 reported tokens charged", func() bool {
 		p, err := q.Take(ctx, "batch:job1", 0)
 		return err == nil && p.Remaining <= peek.Remaining-40 && p.Remaining >= peek.Remaining-41
 	})
@@ -344,7 +344,7 @@ func TestReportFlushedOnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newClient(t, natstest.Conn(t, s), serviceTimeout())
-	faults.WaitFor(t, 5*time.Second, "both reports charged the shared default bucket", func() bool {
+	poll.Until(t, 5*time.Second, "both reports charged the shared default bucket", func() bool {
 		res, err := r.Take(context.Background(), "batch:z", 0)
 		return err == nil && res.Remaining == 65
 	})
@@ -377,7 +377,7 @@ func TestTakeFallbackRecovery(t *testing.T) {
 	if err := svc.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	faults.WaitFor(t, 5*time.Second, "service answers again after the cooldown", func() bool {
+	poll.Until(t, 5*time.Second, "service answers again after the cooldown", func() bool {
 		res, err := q.Take(ctx, "api:k", 1)
 		return err == nil && !res.Fallback
 	})
@@ -416,7 +416,7 @@ func TestTakePartitioned(t *testing.T) {
 		}
 	}
 	for _, b := range []string{"qb0:x", "qb1:x"} {
-		faults.WaitFor(t, 5*time.Second, b+" charged by the report", func() bool {
+		poll.Until(t, 5*time.Second, b+" charged by the report", func() bool {
 			res, err := q.Take(ctx, b, 0)
 			return err == nil && res.Remaining == 2
 		})

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/allot/allot/internal/faults"
+	"github.com/allot/allot/internal/poll"
 )
 
 const edgeDomain = `domain: edge
@@ -75,7 +75,7 @@ func TestUpEnvoyConfig(t *testing.T) {
 	}
 	// The domain loads and the partitions elect their leaders after `up`
 	// says it is up: ask a key nobody else uses until it is limited.
-	faults.WaitFor(t, 20*time.Second, "domain edge served", func() bool {
+	poll.Until(t, 20*time.Second, "domain edge served", func() bool {
 		resp, err := client.ShouldRateLimit(ctx, &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{descriptor("client", "probe")}})
 		return err == nil && resp.GetStatuses()[0].GetCurrentLimit() != nil
 	})
@@ -106,7 +106,7 @@ func TestUpEnvoyConfig(t *testing.T) {
 		t.Fatalf("config put: exit %d: %s%s", code, out, errs)
 	}
 	serving := rev[1]
-	faults.WaitFor(t, 10*time.Second, "the reload", func() bool {
+	poll.Until(t, 10*time.Second, "the reload", func() bool {
 		return ask(descriptor("client", "reload")).GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit() == 5
 	})
 

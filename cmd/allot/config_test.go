@@ -297,8 +297,8 @@ func askCapacity(t *testing.T, nc *nats.Conn, id string, wants float64) (float64
 	return resp.GetResponse()[0].GetGets().GetCapacity(), ""
 }
 
-// TestCoordinatorStartedAfterBadPut is issue 9 item 4 through the real
-// serve path: after a valid put (500) and an invalid one (-1), a
+// TestCoordinatorStartedAfterBadPut is TestFreshWatcherServesLastValidRevision
+// through the real serve path: after a valid put (500) and an invalid one (-1), a
 // coordinator that starts fresh grants from the valid revision instead of
 // the built-in default (100), and refuses a resource whose template never
 // had a valid revision rather than serving it with the default.

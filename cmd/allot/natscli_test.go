@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/allot/allot/internal/configkv"
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // The tests in this file run the documentation's `nats` commands with the
@@ -36,7 +36,7 @@ func docHas(t *testing.T, file string, lines ...string) {
 func cliWait(t *testing.T, cli *natstest.NatsCLI, what string, ok func(out string) bool, args ...string) string {
 	t.Helper()
 	var out string
-	faults.WaitFor(t, 20*time.Second, what, func() bool {
+	poll.Until(t, 20*time.Second, what, func() bool {
 		var err error
 		out, _, err = cli.Run(args...)
 		return err == nil && ok(out)

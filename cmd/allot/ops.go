@@ -27,7 +27,7 @@ import (
 	"github.com/allot/allot/quotaserver"
 )
 
-// DefaultUpMetricsAddr is where `allot up` serves /metrics, /healthz and
+// defaultUpMetricsAddr is where `allot up` serves /metrics, /healthz and
 // /readyz unless told otherwise.
 const defaultUpMetricsAddr = "127.0.0.1:9464"
 

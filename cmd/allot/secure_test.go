@@ -19,8 +19,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/configkv"
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/secureinit"
 )
 
@@ -114,7 +114,7 @@ func TestSecureInit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	faults.WaitFor(t, 20*time.Second, "the coordinator's verdict on templates.db", func() bool {
+	poll.Until(t, 20*time.Second, "the coordinator's verdict on templates.db", func() bool {
 		kv, err := ajs.KeyValue(ctx, "allot_state")
 		if err != nil {
 			return false

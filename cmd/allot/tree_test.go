@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/configkv"
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/opstatus"
+	"github.com/allot/allot/internal/poll"
 )
 
 var leafURLRE = regexp.MustCompile(`accepting child levels at (nats-leaf://\S+)`)
@@ -96,7 +96,7 @@ func TestUpTree(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		faults.WaitFor(t, 15*time.Second, node+"'s verdict on templates.tree", func() bool {
+		poll.Until(t, 15*time.Second, node+"'s verdict on templates.tree", func() bool {
 			kv, err := js.KeyValue(testCtx(t), "allot_state")
 			if err != nil {
 				return false

@@ -6,7 +6,7 @@ import (
 	"github.com/allot/allot/internal/domainlimit"
 )
 
-// Domain-limit namespaces (issue 14, docs/domains.md): the Charon-style
+// Domain-limit namespaces (docs/domains.md): the Charon-style
 // resources of one namespace are stored under "domains.<namespace>".
 const (
 	// DomainsPrefix starts every domains key: "domains.<namespace>".

@@ -7,6 +7,7 @@ import (
 
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // apiHard returns the hard limit of resource "api" in domains namespace
@@ -61,7 +62,7 @@ func TestWatcherDomains(t *testing.T) {
 	// Hot reload, in YAML.
 	gen := w.Current().Generation
 	v2 := putKey(config.DomainsKey("shop"), "allow_unconfigured: true\nresources:\n  api: {kind: rate, hard_limit: 200}\n")
-	waitFor(t, "revision 2 served", func() bool { hard, rev := apiHard(w, "shop"); return hard == 200 && rev == v2 })
+	poll.Until(t, waitLimit, "revision 2 served", func() bool { hard, rev := apiHard(w, "shop"); return hard == 200 && rev == v2 })
 	if w.Current().Generation <= gen || !w.Current().Domains()["shop"].AllowUnconfigured {
 		t.Fatalf("reload: generation %d (was %d), namespace %+v", w.Current().Generation, gen, w.Current().Domains()["shop"])
 	}
@@ -69,7 +70,7 @@ func TestWatcherDomains(t *testing.T) {
 	// A broken put keeps revision 2 and is reported.
 	gen = w.Current().Generation
 	bad := putKey(config.DomainsKey("shop"), `{"resources": {"api": {"kind": "rate", "tiers": [{"window": "1 sec", "active": "1s"}]}}}`)
-	waitFor(t, "rejection recorded", func() bool { return len(domainsStatus(t, w, "shop").Rejected) == 1 })
+	poll.Until(t, waitLimit, "rejection recorded", func() bool { return len(domainsStatus(t, w, "shop").Rejected) == 1 })
 	if hard, rev := apiHard(w, "shop"); hard != 200 || rev != v2 || w.Current().Generation != gen {
 		t.Errorf("after a broken put: hard %d revision %d generation %d; want 200 at %d, generation %d", hard, rev, w.Current().Generation, v2, gen)
 	}
@@ -94,7 +95,7 @@ func TestWatcherDomains(t *testing.T) {
 
 	// An invalid new namespace serves nothing; a delete removes one.
 	putKey(config.DomainsKey("other"), `{"resources": {"x": {"kind": "semaphore"}}}`)
-	waitFor(t, "rejection of other", func() bool {
+	poll.Until(t, waitLimit, "rejection of other", func() bool {
 		for _, k := range w.Status().Keys {
 			if k.Key == config.DomainsKey("other") {
 				return len(k.Rejected) == 1
@@ -108,7 +109,7 @@ func TestWatcherDomains(t *testing.T) {
 	if err := op.Delete(testCtx(t), config.DomainsKey("shop")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "namespace removed", func() bool { hard, _ := apiHard(w, "shop"); return hard == -1 })
+	poll.Until(t, waitLimit, "namespace removed", func() bool { hard, _ := apiHard(w, "shop"); return hard == -1 })
 	if n := w.Current().Quota().Namespaces["shop"]; n == nil {
 		t.Error("deleting domains.shop removed the quota namespace shop")
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // clientLimit returns the requests_per_unit of descriptor "client" in
@@ -56,14 +57,14 @@ func TestWatcherEnvoy(t *testing.T) {
 	cfg := w.Current().Envoy()
 
 	v2 := put(doc(7))
-	waitFor(t, "revision 2 served", func() bool { n, rev := clientLimit(w); return n == 7 && rev == v2 })
+	poll.Until(t, waitLimit, "revision 2 served", func() bool { n, rev := clientLimit(w); return n == 7 && rev == v2 })
 	if w.Current().Envoy() == cfg {
 		t.Fatal("the compiled configuration did not change with the domain")
 	}
 
 	gen := w.Current().Generation
 	put("domain: edge\ndescriptors:\n  - key: client\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
-	waitFor(t, "rejection recorded", func() bool { return len(envoyStatus(t, w).Rejected) == 1 })
+	poll.Until(t, waitLimit, "rejection recorded", func() bool { return len(envoyStatus(t, w).Rejected) == 1 })
 	if n, rev := clientLimit(w); n != 7 || rev != v2 || w.Current().Generation != gen {
 		t.Errorf("after a broken put: %d at revision %d, generation %d; want 7 at %d, generation %d", n, rev, w.Current().Generation, v2, gen)
 	}
@@ -85,5 +86,5 @@ func TestWatcherEnvoy(t *testing.T) {
 	if err := op.Delete(testCtx(t), config.EnvoyKey("edge")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "domain removed", func() bool { n, _ := clientLimit(w); return n == -1 })
+	poll.Until(t, waitLimit, "domain removed", func() bool { n, _ := clientLimit(w); return n == -1 })
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 func keyStatus(t *testing.T, w *Watcher, name string) KeyStatus {
@@ -33,7 +34,7 @@ func put(t *testing.T, kv jetstream.KeyValue, name, doc string) uint64 {
 	return rev
 }
 
-// TestFreshWatcherServesLastValidRevision is issue 9 item 4: a valid put
+// TestFreshWatcherServesLastValidRevision: a valid put
 // of capacity 500 followed by an invalid one (capacity -1); a replica that
 // starts afterwards must serve 500 from the key's history, not the
 // built-in default.
@@ -114,12 +115,12 @@ func TestNoValidRevisionRefuses(t *testing.T) {
 	// Hot reload: a new key that is invalid from the start refuses too;
 	// a valid put lifts the refusal.
 	put(t, op, "kafka", `{"identifier_glob":"kafka/*","capacity":1e300}`)
-	waitFor(t, "kafka refused", func() bool { return w.Current().Refused("kafka/x") != "" })
+	poll.Until(t, waitLimit, "kafka refused", func() bool { return w.Current().Refused("kafka/x") != "" })
 	if m := w.Current().Match("kafka/x"); m != nil {
 		t.Errorf("kafka/x served by %s", m.Name)
 	}
 	put(t, op, "kafka", `{"identifier_glob":"kafka/*","capacity":7,"algorithm":{"kind":"FAIR_SHARE"}}`)
-	waitFor(t, "kafka served", func() bool { m := w.Current().Match("kafka/x"); return m != nil && m.Capacity == 7 })
+	poll.Until(t, waitLimit, "kafka served", func() bool { m := w.Current().Match("kafka/x"); return m != nil && m.Capacity == 7 })
 	if r := w.Current().Refused("kafka/x"); r != "" {
 		t.Errorf("kafka/x still refused: %s", r)
 	}
@@ -127,7 +128,7 @@ func TestNoValidRevisionRefuses(t *testing.T) {
 	if err := op.Delete(testCtx(t), config.Key("redis")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "redis refusal lifted", func() bool { m := w.Current().Match("redis/a"); return m != nil && m.Name == "any" })
+	poll.Until(t, waitLimit, "redis refusal lifted", func() bool { m := w.Current().Match("redis/a"); return m != nil && m.Name == "any" })
 }
 
 // deafKV drops the entries of its watches while deaf is set, as a watch
@@ -183,10 +184,10 @@ func TestResyncServesNewestValidRevision(t *testing.T) {
 	dk.deaf.Store(true)
 	missed := put(t, op, "lim", `{"identifier_glob":"lim","capacity":700,"algorithm":{"kind":"FAIR_SHARE"}}`)
 	put(t, op, "lim", `{"identifier_glob":"lim","capacity":-1}`)
-	waitFor(t, "both puts missed", func() bool { return dk.dropped.Load() == 2 })
+	poll.Until(t, waitLimit, "both puts missed", func() bool { return dk.dropped.Load() == 2 })
 	dk.deaf.Store(false)
 	w.Resync()
-	waitFor(t, "the missed valid revision to serve", func() bool { return w.Current().Match("lim").Revision == missed })
+	poll.Until(t, waitLimit, "the missed valid revision to serve", func() bool { return w.Current().Match("lim").Revision == missed })
 	if m := w.Current().Match("lim"); m.Capacity != 700 || w.Status().Resyncs == 0 {
 		t.Errorf("after resync: capacity %g, %d resyncs", m.Capacity, w.Status().Resyncs)
 	}

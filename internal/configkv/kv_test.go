@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 const waitLimit = 10 * time.Second
@@ -69,19 +71,6 @@ func startWatcher(t *testing.T, kv jetstream.KeyValue, fallback *config.Template
 	}
 	t.Cleanup(w.Stop)
 	return w
-}
-
-// waitFor polls cond until it holds, failing after waitLimit.
-func waitFor(t *testing.T, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > waitLimit {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return time.Since(start)
 }
 
 func matchName(w *Watcher, id string) string {
@@ -153,7 +142,7 @@ func TestWatcherLifecycle(t *testing.T) {
 	case <-time.After(waitLimit):
 		t.Fatal("no update notification")
 	}
-	waitFor(t, "mysql-any", func() bool { return matchName(w, "mysql/replica") == "mysql-any" })
+	poll.Until(t, waitLimit, "mysql-any", func() bool { return matchName(w, "mysql/replica") == "mysql-any" })
 	if got := matchName(w, "mysql/main"); got != "mysql-main" {
 		t.Errorf("exact lost to glob: %s", got)
 	}
@@ -168,14 +157,14 @@ func TestWatcherLifecycle(t *testing.T) {
 	if _, err := op.Put(ctx, config.Key("mysql-main"), []byte(strings.Replace(mysqlMain, "500", "700", 1))); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "update", func() bool { return w.Current().Match("mysql/main").Capacity == 700 })
+	poll.Until(t, waitLimit, "update", func() bool { return w.Current().Match("mysql/main").Capacity == 700 })
 
 	// Invalid put: the old version keeps serving; Status shows the error.
 	badRev, err := op.Put(ctx, config.Key("mysql-main"), []byte(`{"identifier_glob":"mysql/main","capacity":-5}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "rejection in status", func() bool {
+	poll.Until(t, waitLimit, "rejection in status", func() bool {
 		for _, k := range w.Status().Keys {
 			if k.Name == "mysql-main" && len(k.Rejected) > 0 {
 				return true
@@ -208,7 +197,7 @@ func TestWatcherLifecycle(t *testing.T) {
 	if _, err := op.Put(ctx, config.Key("broken"), []byte(`capacity: lots`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "broken in status", func() bool {
+	poll.Until(t, waitLimit, "broken in status", func() bool {
 		for _, k := range w.Status().Keys {
 			if k.Name == "broken" {
 				return k.Revision == 0 && len(k.Rejected) == 1
@@ -221,7 +210,7 @@ func TestWatcherLifecycle(t *testing.T) {
 	if _, err := op.Put(ctx, config.Key("mysql-main"), []byte(mysqlMain)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "recovery", func() bool { return w.Current().Match("mysql/main").Capacity == 500 })
+	poll.Until(t, waitLimit, "recovery", func() bool { return w.Current().Match("mysql/main").Capacity == 500 })
 	for _, k := range w.Status().Keys {
 		if k.Name == "mysql-main" && len(k.Rejected) != 0 {
 			t.Errorf("rejections not cleared: %+v", k)
@@ -232,17 +221,17 @@ func TestWatcherLifecycle(t *testing.T) {
 	if err := op.Delete(ctx, config.Key("mysql-main")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "delete", func() bool { return matchName(w, "mysql/main") == "mysql-any" })
+	poll.Until(t, waitLimit, "delete", func() bool { return matchName(w, "mysql/main") == "mysql-any" })
 	if err := op.Purge(ctx, config.Key("mysql-any")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "purge", func() bool { return matchName(w, "mysql/main") == "builtin:default" })
+	poll.Until(t, waitLimit, "purge", func() bool { return matchName(w, "mysql/main") == "builtin:default" })
 
 	// A stored "default" template beats the fallback.
 	if _, err := op.Put(ctx, config.Key(config.DefaultTemplateName), []byte(`{"identifier_glob":"*","capacity":10,"algorithm":{"kind":"FAIR_SHARE"}}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "stored default", func() bool { return matchName(w, "mysql/main") == "default" })
+	poll.Until(t, waitLimit, "stored default", func() bool { return matchName(w, "mysql/main") == "default" })
 
 	// Keys outside the template prefix are ignored.
 	if _, err := op.Put(ctx, "other.key", []byte("x")); err != nil {
@@ -306,7 +295,7 @@ func TestReloadLatency(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "reload", func() bool {
+		poll.Until(t, waitLimit, "reload", func() bool {
 			m := w.Current().Match("mysql/main")
 			return m.Revision == rev
 		})
@@ -369,17 +358,13 @@ func TestWatcherSurvivesServerRestart(t *testing.T) {
 
 	s.Shutdown()
 	s.WaitForShutdown()
-	deadline := time.Now().Add(waitLimit)
-	for { // the port may linger briefly
+	poll.For(t, waitLimit, 100*time.Millisecond, func() error { // the port may linger briefly
 		s, err = embed.Start(embed.Options{StoreDir: dir, Port: port})
-		if err == nil {
-			break
+		if err != nil {
+			return fmt.Errorf("restart: %w", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("restart: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// The operator writes through a fresh connection after the restart.
 	op := openKV(connect())
@@ -395,12 +380,13 @@ func TestWatcherSurvivesServerRestart(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	d := waitFor(t, "update after restart (with Resync)", func() bool { return resyncing.Current().Match("mysql/main").Revision == rev })
-	t.Logf("with Resync on reconnect: update seen %v after the put; status %s", d, resyncing.Status())
+	put := time.Now()
+	poll.Until(t, waitLimit, "update after restart (with Resync)", func() bool { return resyncing.Current().Match("mysql/main").Revision == rev })
+	t.Logf("with Resync on reconnect: update seen %v after the put; status %s", time.Since(put), resyncing.Status())
 	if err := op.Delete(ctx, config.Key("mysql-main")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "delete after restart", func() bool { return matchName(resyncing, "mysql/main") == "builtin:default" })
+	poll.Until(t, waitLimit, "delete after restart", func() bool { return matchName(resyncing, "mysql/main") == "builtin:default" })
 	if resyncing.Status().Resyncs == 0 {
 		t.Error("Resyncs = 0 after a reconnect")
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // mirrorAt opens the configuration mirror of level l under parent.
@@ -68,11 +69,11 @@ func TestMirrorDownTheTree(t *testing.T) {
 
 	put(t, rootKV, "mysql-main", mysqlMain)
 	for _, w := range []*Watcher{regionW, clusterW} {
-		waitFor(t, "capacity 500 down the tree", func() bool { return capacityOf(w, "mysql/main") == 500 })
+		poll.Until(t, waitLimit, "capacity 500 down the tree", func() bool { return capacityOf(w, "mysql/main") == 500 })
 	}
 	bad := put(t, rootKV, "mysql-main", `{"identifier_glob":"mysql/main","capacity":-1}`)
 	for _, w := range []*Watcher{regionW, clusterW} {
-		waitFor(t, "rejection of the invalid revision", func() bool {
+		poll.Until(t, waitLimit, "rejection of the invalid revision", func() bool {
 			r := keyStatus(t, w, "mysql-main").Rejected
 			return len(r) == 1 && r[0].Revision == bad
 		})
@@ -102,7 +103,7 @@ func TestMirrorDownTheTree(t *testing.T) {
 	restored := time.Now()
 	region.Restore(t)
 	for _, w := range []*Watcher{regionW, clusterW} {
-		waitFor(t, "the put made while cut, after restore", func() bool { return capacityOf(w, "mysql/main") == 700 })
+		poll.Until(t, waitLimit, "the put made while cut, after restore", func() bool { return capacityOf(w, "mysql/main") == 700 })
 	}
 	t.Logf("the put made while cut applied at both levels %v after the link was re-enabled", time.Since(restored))
 	origin, domain, err := OpenOrigin(ctx, natstest.Conn(t, cluster.Server), DefaultBucket, false)
@@ -118,7 +119,7 @@ func TestMirrorDownTheTree(t *testing.T) {
 		t.Fatalf("root after a put through the origin at the third level: %v %v", e, err)
 	}
 	for _, w := range []*Watcher{regionW, clusterW} {
-		waitFor(t, "a put made at the third level, back down", func() bool { return capacityOf(w, "mysql/main") == 900 })
+		poll.Until(t, waitLimit, "a put made at the third level, back down", func() bool { return capacityOf(w, "mysql/main") == 900 })
 	}
 }
 
@@ -215,7 +216,7 @@ func TestMirrorDomainForm(t *testing.T) {
 	if _, err := OpenMirror(ctx, js, DefaultBucket, "global"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the Domain-form mirror to fill", func() bool {
+	poll.Until(t, waitLimit, "the Domain-form mirror to fill", func() bool {
 		_, err := kv.Get(ctx, config.Key("mysql-main"))
 		return err == nil
 	})
@@ -241,19 +242,15 @@ func TestMirrorCatchesUpAfterLongCut(t *testing.T) {
 		t.Fatalf("mirror source %+v (%v): want a durable consumer at the parent", m, err)
 	}
 	w := startWatcher(t, kv, nil)
-	waitFor(t, "the root's template", func() bool { return capacityOf(w, "mysql/main") == 500 })
+	poll.Until(t, waitLimit, "the root's template", func() bool { return capacityOf(w, "mysql/main") == 500 })
 	region.Cut(t)
 	time.Sleep(12 * time.Second)
 	put(t, rootKV, "mysql-main", mysqlMain700)
 	restored := time.Now()
 	region.Restore(t)
-	deadline := time.Now().Add(10 * time.Second)
-	for capacityOf(w, "mysql/main") != 700 {
-		if time.Now().After(deadline) {
-			t.Fatal("the put made during a 12s cut had not arrived 10s after the restore")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, "the put made during a 12s cut to arrive after the restore", func() bool {
+		return capacityOf(w, "mysql/main") == 700
+	})
 	t.Logf("the put made during the cut arrived %v after the restore", time.Since(restored))
 }
 

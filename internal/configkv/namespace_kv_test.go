@@ -9,6 +9,7 @@ import (
 
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 func putNamespace(t *testing.T, kv jetstream.KeyValue, ns, doc string) uint64 {
@@ -52,12 +53,12 @@ func TestWatcherNamespaces(t *testing.T) {
 
 	// Hot reload.
 	v2 := putNamespace(t, op, "logins", "default_bucket:\n  size: 20\n")
-	waitFor(t, "revision 2 served", func() bool { size, rev := defaultSize(w, "logins"); return size == 20 && rev == v2 })
+	poll.Until(t, waitLimit, "revision 2 served", func() bool { size, rev := defaultSize(w, "logins"); return size == 20 && rev == v2 })
 	gen := w.Current().Generation
 
 	// An invalid put keeps revision 2 and is reported.
 	bad := putNamespace(t, op, "logins", `{"default_bucket": {"size": -1}}`)
-	waitFor(t, "rejection recorded", func() bool { return len(keyStatus(t, w, "logins").Rejected) == 1 })
+	poll.Until(t, waitLimit, "rejection recorded", func() bool { return len(keyStatus(t, w, "logins").Rejected) == 1 })
 	if size, rev := defaultSize(w, "logins"); size != 20 || rev != v2 {
 		t.Errorf("after an invalid put: size %d revision %d, want 20 at %d", size, rev, v2)
 	}
@@ -90,14 +91,14 @@ func TestWatcherNamespaces(t *testing.T) {
 
 	// A valid put clears the rejections; a delete removes the namespace.
 	putNamespace(t, op, "logins", `{"default_bucket": {"size": 30}}`)
-	waitFor(t, "revision 4 served", func() bool { size, _ := defaultSize(w, "logins"); return size == 30 })
+	poll.Until(t, waitLimit, "revision 4 served", func() bool { size, _ := defaultSize(w, "logins"); return size == 30 })
 	if r := keyStatus(t, w, "logins").Rejected; len(r) != 0 {
 		t.Errorf("rejections after a valid put: %+v", r)
 	}
 	if err := op.Delete(testCtx(t), config.NamespaceKey("logins")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "namespace removed", func() bool { size, _ := defaultSize(w, "logins"); return size == -1 })
+	poll.Until(t, waitLimit, "namespace removed", func() bool { size, _ := defaultSize(w, "logins"); return size == -1 })
 	if m := w.Current().Match("lim"); m == nil || m.Capacity != 500 {
 		t.Errorf("templates lost with the namespace: lim = %+v", m)
 	}
@@ -113,7 +114,7 @@ func TestInvalidNewNamespaceChangesNothing(t *testing.T) {
 	w := startWatcher(t, coord, nil)
 	gen := w.Current().Generation
 	putNamespace(t, op, "logins", `{"buckets": {"a": {"fill_rate": "fast"}}}`)
-	waitFor(t, "rejection recorded", func() bool {
+	poll.Until(t, waitLimit, "rejection recorded", func() bool {
 		for _, k := range w.Status().Keys {
 			if k.Name == "logins" {
 				return len(k.Rejected) == 1

@@ -7,6 +7,7 @@ import (
 
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/wire"
 )
@@ -80,11 +81,11 @@ func TestQuotaConfigDrivesDecisions(t *testing.T) {
 	// drained, so the first take waits past its wait_timeout of 0s: the
 	// reload is seen in the limit).
 	putNamespace(t, op, "logins", `{"buckets":{"alice":{"size":7,"fill_rate":0.001,"wait_timeout":"0s","max_debt":"0s"}}}`)
-	waitFor(t, "reload reaches the table", func() bool { return strings.Contains(take(`{"bucket":"logins:alice","tokens":0}`), `"limit":7`) })
+	poll.Until(t, waitLimit, "reload reaches the table", func() bool { return strings.Contains(take(`{"bucket":"logins:alice","tokens":0}`), `"limit":7`) })
 	// An invalid put changes nothing.
 	gen := w.Current().Generation
 	putNamespace(t, op, "logins", `{"buckets":{"alice":{"size":-7}}}`)
-	waitFor(t, "rejection", func() bool { return len(keyStatus(t, w, "logins").Rejected) == 1 })
+	poll.Until(t, waitLimit, "rejection", func() bool { return len(keyStatus(t, w, "logins").Rejected) == 1 })
 	if w.Current().Generation != gen {
 		t.Error("an invalid put published a new configuration")
 	}
@@ -95,9 +96,9 @@ func TestQuotaConfigDrivesDecisions(t *testing.T) {
 	if err := op.Delete(testCtx(t), config.NamespaceKey(quota.GlobalDefault)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "global default removed", func() bool { return w.Current().Quota().Namespaces[quota.GlobalDefault] == nil })
+	poll.Until(t, waitLimit, "global default removed", func() bool { return w.Current().Quota().Namespaces[quota.GlobalDefault] == nil })
 	// The table hears of it in the watcher's OnChange, after Current.
-	waitFor(t, "the table to drop the global default", func() bool {
+	poll.Until(t, waitLimit, "the table to drop the global default", func() bool {
 		var q wire.QuotaTake
 		if err := wire.DecodeQuotaTake(wire.JSON, []byte(`{"bucket":"probe:p","tokens":0}`), &q); err != nil {
 			t.Fatal(err)

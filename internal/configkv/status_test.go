@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // TestVerdicts: a watcher that publishes verdicts writes, for every key
@@ -60,14 +61,14 @@ func TestVerdicts(t *testing.T) {
 	waitVerdict := func(key string, rev uint64, check func(Verdict) bool) Verdict {
 		t.Helper()
 		var v Verdict
-		waitFor(t, "the verdict on "+key, func() bool {
+		poll.Until(t, waitLimit, "the verdict on "+key, func() bool {
 			var ok bool
 			v, ok = verdict(key)
 			return ok && v.Revision == rev && check(v)
 		})
 		return v
 	}
-	waitFor(t, "the stale verdict deleted", func() bool { _, ok := verdict("templates.gone"); return !ok })
+	poll.Until(t, waitLimit, "the stale verdict deleted", func() bool { _, ok := verdict("templates.gone"); return !ok })
 	dbRev, _ := kv.Get(ctx, "templates.db")
 	waitVerdict("templates.db", dbRev.Revision(), func(v Verdict) bool { return v.OK && v.State == "ok" && len(v.Errors) == 0 })
 
@@ -97,7 +98,7 @@ func TestVerdicts(t *testing.T) {
 		if err := op.Delete(ctx, key); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the verdict on "+key+" deleted", func() bool { _, ok := verdict(key); return !ok })
+		poll.Until(t, waitLimit, "the verdict on "+key+" deleted", func() bool { _, ok := verdict(key); return !ok })
 	}
 	if u := w.Status().Unknown; len(u) != 0 {
 		t.Errorf("Status().Unknown after the delete = %+v", u)

@@ -1,5 +1,5 @@
 // Package domainlimit is the decision core of Charon-style domain limits
-// (issue 14; docs/domains.md): rate-limited resources with a hard limit,
+// (docs/domains.md): rate-limited resources with a hard limit,
 // a global limit and burst tiers per domain, and copy-limited resources
 // with domain, global and domain-group limits.
 //

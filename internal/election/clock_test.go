@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,8 +10,8 @@ import (
 
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/election/electiontest"
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // clocked is one candidate on a manual clock, with a long TTL so that the
@@ -69,6 +70,15 @@ func (c *clocked) awaitWin(t *testing.T) uint64 {
 	}
 }
 
+// awaitRenewalTimer waits until the leader has armed the timer of its
+// first renewal, RenewInterval from now: the win is reported before it is
+// armed, and a clock moved before would put the renewal a step later.
+func (c *clocked) awaitRenewalTimer(t *testing.T, renew time.Duration) {
+	t.Helper()
+	at := c.clock.Now().Add(renew)
+	poll.Until(t, 20*time.Second, "the renewal timer", func() bool { return slices.ContainsFunc(c.clock.Due(), at.Equal) })
+}
+
 // revision is the election key's current revision (0 if unreadable).
 func (c *clocked) revision(t *testing.T) uint64 {
 	e, err := c.kv.Get(t.Context(), c.cfg.Key)
@@ -99,7 +109,7 @@ func TestLeadershipLapsesAtTheDeadline(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("leadership did not end after its deadline")
 	}
-	faults.WaitFor(t, 20*time.Second, "the role to become follower", func() bool { return c.el.Status().Role == election.RoleFollower })
+	poll.Until(t, 20*time.Second, "the role to become follower", func() bool { return c.el.Status().Role == election.RoleFollower })
 }
 
 // A renewal extends validity to its own send time + TTL − margin: past the
@@ -108,12 +118,13 @@ func TestRenewalExtendsValidityFromItsSendTime(t *testing.T) {
 	c := runClocked(t)
 	term := c.awaitWin(t)
 	renew := min(c.cfg.TTL/3, election.MaxDefaultInterval) // the default RenewInterval
+	c.awaitRenewalTimer(t, renew)
 	c.clock.Advance(renew)
-	faults.WaitFor(t, 20*time.Second, "the renewal to land", func() bool { return c.revision(t) > term })
+	poll.Until(t, 20*time.Second, "the renewal to land", func() bool { return c.revision(t) > term })
 	first := c.cfg.TTL - election.DefaultMargin
 	// One step short of the renewal's deadline, past the campaign's.
 	c.clock.Advance(first - time.Millisecond)
-	faults.WaitFor(t, 20*time.Second, "validity extended by the renewal", func() bool { return c.el.Valid(term) })
+	poll.Until(t, 20*time.Second, "validity extended by the renewal", func() bool { return c.el.Valid(term) })
 	select {
 	case <-c.ended:
 		t.Fatal("leadership ended although renewed")
@@ -128,8 +139,9 @@ func TestRenewalExtendsValidityFromItsSendTime(t *testing.T) {
 func TestLongTTLRenewsEverySecond(t *testing.T) {
 	c := runClocked(t)
 	term := c.awaitWin(t)
+	c.awaitRenewalTimer(t, election.MaxDefaultInterval)
 	c.clock.Advance(election.MaxDefaultInterval)
-	faults.WaitFor(t, 20*time.Second, "a renewal one second after the campaign", func() bool { return c.revision(t) > term })
+	poll.Until(t, 20*time.Second, "a renewal one second after the campaign", func() bool { return c.revision(t) > term })
 }
 
 // A follower that missed the marker of its leader's key (the watch's
@@ -172,7 +184,7 @@ func TestFollowerCampaignsWithinASecondWithoutMarker(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	faults.WaitFor(t, 20*time.Second, "the follower to see the leader", func() bool { return el.Status().Leader == "gone" })
+	poll.Until(t, 20*time.Second, "the follower to see the leader", func() bool { return el.Status().Leader == "gone" })
 	// The key disappears without a marker the watch would deliver.
 	stream, err := js.Stream(t.Context(), "KV_"+election.DefaultBucket)
 	if err != nil {

@@ -2,6 +2,7 @@ package election_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/netcut"
+	"github.com/allot/allot/internal/poll"
 )
 
 // candidate runs one Elector on its own connection and records its terms.
@@ -107,17 +109,33 @@ func TestElectionHandoverAndExpiry(t *testing.T) {
 	}
 	b := runCandidate(t, natstest.Conn(t, s), "b")
 	// b follows and learns the leader.
-	deadline := time.Now().Add(5 * time.Second)
-	for b.el.Status().Leader != "a" {
-		if time.Now().After(deadline) {
-			t.Fatalf("b status %+v", b.el.Status())
+	poll.For(t, 5*time.Second, poll.Interval, func() error {
+		if st := b.el.Status(); st.Leader != "a" {
+			return fmt.Errorf("b status %+v", st)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	})
+	// a stays leader across more renewals than fit in a TTL (2s, a
+	// renewal every 2s/3): each renewal is a new revision of the key.
+	js, err := jetstream.New(a.nc)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// a stays leader across several renewals (TTL 2s).
-	time.Sleep(3 * time.Second)
-	if st := a.el.Status(); st.Role != election.RoleLeader || st.Term != term1 {
-		t.Fatalf("a lost leadership without cause: %+v", st)
+	kv, err := js.KeyValue(t.Context(), election.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	revision := func() uint64 {
+		e, err := kv.Get(t.Context(), "root")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Revision()
+	}
+	won := revision()
+	poll.Until(t, 30*time.Second, "four renewals by a", func() bool { return revision() >= won+4 })
+	if st := a.el.Status(); st.Role != election.RoleLeader || st.Term != term1 || len(b.won) != 0 {
+		t.Fatalf("a lost leadership without cause: %+v; b won %d times", st, len(b.won))
 	}
 
 	// Graceful: a resigns, b takes over at once.
@@ -131,7 +149,7 @@ func TestElectionHandoverAndExpiry(t *testing.T) {
 
 	// Abrupt: b's connection closes without resigning; c wins after TTL.
 	c := runCandidate(t, natstest.Conn(t, s), "c")
-	time.Sleep(200 * time.Millisecond)
+	poll.Until(t, 5*time.Second, "c to follow b", func() bool { return c.el.Status().Leader == "b" })
 	start = time.Now()
 	b.nc.Close()
 	w, term3 := waitWinner(t, c)
@@ -250,12 +268,13 @@ func (l *lines) all() []string {
 // waitFor waits for a line containing part.
 func (l *lines) waitFor(t *testing.T, part string) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		for _, line := range l.all() {
+	poll.For(t, 20*time.Second, 20*time.Millisecond, func() error {
+		all := l.all()
+		for _, line := range all {
 			if strings.Contains(line, part) {
-				return
+				return nil
 			}
 		}
-	}
-	t.Fatalf("no log line with %q:\n%s", part, strings.Join(l.all(), "\n"))
+		return fmt.Errorf("no log line with %q:\n%s", part, strings.Join(all, "\n"))
+	})
 }

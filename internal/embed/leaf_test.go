@@ -3,6 +3,7 @@ package embed_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,23 +13,23 @@ import (
 
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // requestUntil sends a request on nc until it is answered, for up to 5s:
 // subscription interest takes a moment to cross a new leaf link.
 func requestUntil(t *testing.T, nc *nats.Conn, subj string) string {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var reply string
+	poll.For(t, 5*time.Second, 20*time.Millisecond, func() error {
 		m, err := nc.Request(subj, []byte("ping"), 500*time.Millisecond)
-		if err == nil {
-			return string(m.Data)
+		if err != nil {
+			return fmt.Errorf("request %s: %w", subj, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("request %s: %v", subj, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		reply = string(m.Data)
+		return nil
+	})
+	return reply
 }
 
 // TestLeafTree: a request published two levels down reaches a responder
@@ -88,16 +89,12 @@ func TestLeafTree(t *testing.T) {
 
 	region.Cut(t)
 	// The root's interest leaves the cluster a moment after the link.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, err := clusterNC.Request("allot.global.server.get", nil, 200*time.Millisecond)
-		if errors.Is(err, nats.ErrNoResponders) {
-			break
+	poll.For(t, 5*time.Second, poll.Interval, func() error {
+		if _, err := clusterNC.Request("allot.global.server.get", nil, 200*time.Millisecond); !errors.Is(err, nats.ErrNoResponders) {
+			return fmt.Errorf("request with the region's link cut: %v, want no responders", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("request with the region's link cut: %v, want no responders", err)
-		}
-	}
+		return nil
+	})
 	region.Restore(t)
 	if got := requestUntil(t, clusterNC, "allot.global.server.get"); got != "from global" {
 		t.Fatalf("reply after restore %q", got)

@@ -17,6 +17,7 @@ import (
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -184,30 +185,6 @@ func Leased(as []*agent.Agent, resource string) bool {
 	return true
 }
 
-// WaitFor polls cond every 20ms until it holds, failing the test if it
-// does not within timeout.
-func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	if !Eventually(timeout, cond) {
-		tb.Fatalf("timed out after %v waiting for %s", timeout, what)
-	}
-}
-
-// Eventually polls cond every 20ms until it holds or timeout passes, and
-// reports whether it held.
-func Eventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // Load is a set of agents that each want capacity of one resource, and
 // the sampler watching them.
 type Load struct {
@@ -224,7 +201,7 @@ func StartLoad(tb testing.TB, nc *nats.Conn, prefix string, n int, resource stri
 	l := &Load{Resource: resource, Agents: StartAgents(tb, nc, prefix, n, resource, wants), Sampler: NewSampler(resource, capacity)}
 	l.Sampler.Add(l.Agents...)
 	l.Sampler.Start(tb)
-	WaitFor(tb, 10*time.Second, "every agent to hold a lease", l.Leased)
+	poll.Until(tb, 10*time.Second, "every agent to hold a lease", l.Leased)
 	return l
 }
 
@@ -237,7 +214,7 @@ func (l *Load) Leased() bool { return Leased(l.Agents, l.Resource) }
 func WaitAnswered(tb testing.TB, nc *nats.Conn, timeout time.Duration) uint64 {
 	tb.Helper()
 	var term uint64
-	WaitFor(tb, timeout, "a coordinator to answer", func() bool {
+	poll.Until(tb, timeout, "a coordinator to answer", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		resp, err := Get(ctx, nc, "probe", "probe", 0)

@@ -18,6 +18,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/poll"
 )
 
 // The cluster scenarios run one allot level the way production does: a
@@ -122,7 +123,7 @@ func startClusterLevel(t *testing.T, natsBin, allotBin string, lease time.Durati
 	}
 	l.putTemplate(lease)
 	l.probe = startProber(t, clusterConn(t, l.nats, 1, "faults probe"))
-	WaitFor(t, 60*time.Second, "a coordinator to answer", func() bool { return !l.probe.firstAfter(time.Time{}).IsZero() })
+	poll.Until(t, 60*time.Second, "a coordinator to answer", func() bool { return !l.probe.firstAfter(time.Time{}).IsZero() })
 
 	l.load = NewSampler(clResource, clCapacity)
 	var agents []*agent.Agent
@@ -141,7 +142,7 @@ func startClusterLevel(t *testing.T, natsBin, allotBin string, lease time.Durati
 	l.agents = agents
 	l.load.Add(agents...)
 	l.load.Start(t)
-	WaitFor(t, 60*time.Second, "every agent to hold a lease and the target handed out", func() bool {
+	poll.Until(t, 60*time.Second, "every agent to hold a lease and the target handed out", func() bool {
 		pts := l.load.Series()
 		return Leased(agents, clResource) && len(pts) > 0 && pts[len(pts)-1].HandedOut >= clTarget
 	})
@@ -184,7 +185,7 @@ func (l *clusterLevel) serving() (*coordProc, uint64) {
 	l.t.Helper()
 	var coord *coordProc
 	var term uint64
-	WaitFor(l.t, 30*time.Second, "the election key", func() bool {
+	poll.Until(l.t, 30*time.Second, "the election key", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		kv, err := l.js.KeyValue(ctx, election.DefaultBucket)
@@ -217,7 +218,7 @@ func (l *clusterLevel) serving() (*coordProc, uint64) {
 func (l *clusterLevel) streamLeader(stream string) *ServerProc {
 	l.t.Helper()
 	var s *ServerProc
-	WaitFor(l.t, 30*time.Second, "the leader of "+stream, func() bool {
+	poll.Until(l.t, 30*time.Second, "the leader of "+stream, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		name, err := StreamLeader(ctx, l.nc, stream)
@@ -239,7 +240,7 @@ func (l *clusterLevel) moveStreamLeader(stream string, avoid *ServerProc) {
 		if _, err := l.nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+stream, nil, 5*time.Second); err != nil {
 			l.t.Logf("step down the leader of %s: %v", stream, err)
 		}
-		Eventually(10*time.Second, func() bool {
+		poll.Ok(10*time.Second, func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			name, err := StreamLeader(ctx, l.nc, stream)
@@ -473,7 +474,7 @@ func runClusterFault(t *testing.T, natsBin, allotBin string, f clusterFault) {
 	ended := time.Now()
 	var service time.Time
 	var termAfter uint64
-	WaitFor(t, 90*time.Second, "a coordinator to answer after the fault", func() bool {
+	poll.Until(t, 90*time.Second, "a coordinator to answer after the fault", func() bool {
 		service, termAfter = l.probe.first(over)
 		return !service.IsZero()
 	})

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -167,7 +168,7 @@ func runFlood(url, spec string) error {
 		return err
 	}
 	sentIn := time.Since(start)
-	Eventually(5*time.Minute, func() bool { return ok.Load()+refused.Load()+limited.Load()+other.Load() >= sent })
+	poll.Ok(5*time.Minute, func() bool { return ok.Load()+refused.Load()+limited.Load()+other.Load() >= sent })
 	b, _ := json.Marshal(FloodCounts{Sent: sent, OK: ok.Load(), Refused: refused.Load(), Limited: limited.Load(), Other: other.Load(), SentIn: sentIn})
 	fmt.Println(floodReport + string(b))
 	return nil

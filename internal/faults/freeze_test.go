@@ -14,7 +14,7 @@ import (
 
 // TestLeaderFrozen freezes the leader, a separate process, with SIGSTOP
 // for 7s against an election TTL of 3s while ten new clients arrive, and
-// lets it run again once a successor serves (issue 9, items 3 and 8). The
+// lets it run again once a successor serves. The
 // frozen leader must not answer anyone with its old term after the
 // successor serves, and the capacity in force must stay within capacity.
 func TestLeaderFrozen(t *testing.T) {
@@ -55,10 +55,11 @@ func TestLeaderFrozen(t *testing.T) {
 	}
 	stale := watchStaleTerms(t, append(old, newcomers...), termB, servedAt)
 	// While the old leader is still frozen, the successor must get every
-	// request (issue 9, item 8).
+	// request: a frozen leader's subscription must not take requests away
+	// from it.
 	unanswered := AskConcurrently(nc, "frozen-probe", "probe", frozenProbes, 2*time.Second)
 	if time.Since(stoppedAt) > freeze {
-		t.Logf("leader-frozen: the probes ended after the freeze; they do not show item 8")
+		t.Logf("leader-frozen: the probes ended after the freeze; they do not show that the successor gets every request")
 	}
 
 	time.Sleep(time.Until(stoppedAt.Add(freeze)))

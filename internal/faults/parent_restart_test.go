@@ -9,6 +9,7 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/internal/netcut"
+	"github.com/allot/allot/internal/poll"
 )
 
 // TestParentRestart kills the root level of a two-level tree (`allot up`
@@ -50,10 +51,10 @@ func TestParentRestart(t *testing.T) {
 	childAgents := StartAgents(t, cnc, "eu", 3, cutResource, cutWants, agent.WithNode("eu"))
 	all := append(append([]*agent.Agent{}, rootAgents...), childAgents...)
 	share := cutCapacity / 6
-	WaitFor(t, 60*time.Second, "fair shares at both levels", func() bool {
+	poll.Until(t, 60*time.Second, "fair shares at both levels", func() bool {
 		return Leased(all, cutResource) && within(inForce(rootAgents), 3*share) && within(inForce(childAgents), 3*share)
 	})
-	WaitFor(t, 30*time.Second, "the root to count the settled floors", func() bool {
+	poll.Until(t, 30*time.Second, "the root to count the settled floors", func() bool {
 		return within(nodeFloors(rnc, "root"), 0.5*cutCapacity)
 	})
 
@@ -73,7 +74,7 @@ func TestParentRestart(t *testing.T) {
 	// Serving again: the root's coordinator answers STATS, and the child
 	// has heard from it since.
 	var service time.Time
-	WaitFor(t, 60*time.Second, "the restarted root to serve the child", func() bool {
+	poll.Until(t, 60*time.Second, "the restarted root to serve the child", func() bool {
 		if nodeFloors(rnc, "root") < 0 {
 			return false
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/internal/netcut"
 	"github.com/allot/allot/internal/opstatus"
+	"github.com/allot/allot/internal/poll"
 )
 
 // The partition scenarios: a tree of two `allot up` processes, a root and
@@ -54,7 +55,7 @@ func startLevel(t *testing.T, bin, name string, args ...string) upProcess {
 	args = append([]string{"up", "--data-dir", t.TempDir(), "--port", "0", "--metrics-addr", "", "--election-ttl", ElectionTTL.String(), "--server-id", name}, args...)
 	cmd, exited, out := startProcess(t, name, bin, args...)
 	p := upProcess{cmd: cmd, exited: exited}
-	WaitFor(t, 60*time.Second, name+" to announce itself", func() bool {
+	poll.Until(t, 60*time.Second, name+" to announce itself", func() bool {
 		text := ReadOutput(out)
 		m := upURL.FindStringSubmatch(text)
 		if m == nil {
@@ -181,14 +182,14 @@ func leafLinkCut(t *testing.T, bin, scenario string, cut, lowerAt time.Duration)
 	share := cutCapacity / 6
 	// The template reaches the child through its configuration mirror;
 	// until then its clients are served under the default template.
-	WaitFor(t, 60*time.Second, "fair shares at both levels", func() bool {
+	poll.Until(t, 60*time.Second, "fair shares at both levels", func() bool {
 		return Leased(all, cutResource) && within(inForce(rootAgents), 3*share) && within(inForce(childAgents), 3*share)
 	})
 	// And the floors settled: the child confirmed the floor of its share
 	// (25) after the larger one of its first answer, when it was alone.
 	// Cut before that and the root keeps the larger floor reserved, as it
 	// must: nobody can tell the child to use less.
-	WaitFor(t, 30*time.Second, "the root to count the settled floors", func() bool {
+	poll.Until(t, 30*time.Second, "the root to count the settled floors", func() bool {
 		return within(nodeFloors(rnc, "root"), 0.5*cutCapacity)
 	})
 
@@ -217,7 +218,7 @@ func leafLinkCut(t *testing.T, bin, scenario string, cut, lowerAt time.Duration)
 		capacity = 40
 	}
 	// After the cut the tree converges to fair shares again.
-	WaitFor(t, 60*time.Second, "fair shares after the cut", func() bool {
+	poll.Until(t, 60*time.Second, "fair shares after the cut", func() bool {
 		return Leased(all, cutResource) && within(inForce(rootAgents), capacity/2) && within(inForce(childAgents), capacity/2)
 	})
 	Report(t, scenario, s.Stop(), fmt.Sprintf("cut=%s root_clients_max=%.1f child_clients_at_end=%.1f", cut, rootBest, childEnd))
@@ -252,7 +253,7 @@ func TestClientCut(t *testing.T) {
 	others := StartAgents(t, nc, "reachable", 2, cutResource, 50)
 	alone := StartAgents(t, cut, "cut-off", 1, cutResource, 50)
 	all := append(append([]*agent.Agent{}, others...), alone...)
-	WaitFor(t, 30*time.Second, "fair shares", func() bool {
+	poll.Until(t, 30*time.Second, "fair shares", func() bool {
 		return Leased(all, cutResource) && within(inForce(alone), cutCapacity/3)
 	})
 	s := NewSampler(cutResource, cutCapacity)
@@ -267,7 +268,7 @@ func TestClientCut(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	relay.Restore()
-	WaitFor(t, 60*time.Second, "fair shares after the cut", func() bool {
+	poll.Until(t, 60*time.Second, "fair shares after the cut", func() bool {
 		return Leased(all, cutResource) && within(inForce(alone), cutCapacity/3)
 	})
 	Report(t, scenario, s.Stop(), fmt.Sprintf("others_max=%.1f cut_off_at_end=%.1f", othersBest, aloneEnd))

@@ -14,7 +14,7 @@ import (
 	"github.com/allot/allot/proto/allotpb"
 )
 
-// Release race setup (issue 9, item 5): capacity 100 with 30s leases, so
+// Release race setup (a get and a release back to back): capacity 100 with 30s leases, so
 // a phantom lease would starve a newcomer for far longer than the test.
 const (
 	raceCapacity = 100

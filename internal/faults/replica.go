@@ -20,6 +20,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
+	"github.com/allot/allot/internal/poll"
 )
 
 // ElectionTTL is the election TTL of every replica of the test set.
@@ -134,7 +135,7 @@ func WaitServing(tb testing.TB, timeout time.Duration, reps ...*Replica) (*Repli
 	tb.Helper()
 	var got *Replica
 	var term uint64
-	WaitFor(tb, timeout, "a replica to serve", func() bool {
+	poll.Until(tb, timeout, "a replica to serve", func() bool {
 		for _, r := range reps {
 			if st := r.Status(); st.Serving {
 				got, term = r, st.Term

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/internal/poll"
 )
 
 // restartableServer is an embedded server that can be restarted on the
@@ -62,7 +63,7 @@ func (r *restartableServer) restart(t *testing.T, down time.Duration) {
 const restartDown = ElectionTTL + time.Second
 
 // TestNATSRestart restarts the NATS server (same port, same store) under
-// three replicas 3.5s after they start (issue 9, item 7). Once requests are
+// three replicas 3.5s after they start. Once requests are
 // answered again, 40 more must all be answered: no subscription may be
 // left dead on the server.
 func TestNATSRestart(t *testing.T) {
@@ -94,7 +95,7 @@ func TestNATSRestart(t *testing.T) {
 	rs.restart(t, restartDown)
 
 	// Settled: one request answered after the restart.
-	settled := Eventually(20*time.Second, func() bool {
+	settled := poll.Ok(20*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_, err := Get(ctx, nc, "settle", stdResource, 1)
@@ -105,7 +106,7 @@ func TestNATSRestart(t *testing.T) {
 		t.Fatal("nats-restart: no request answered within 20s of the restart")
 	}
 	errs := AskConcurrently(nc, "cli", stdResource, requests, 3*time.Second)
-	Eventually(5*time.Second, load.Leased)
+	poll.Ok(5*time.Second, load.Leased)
 	Report(t, "nats-restart", s.Stop(), fmt.Sprintf("unanswered=%d/%d", len(errs), requests))
 	if len(errs) > 0 {
 		t.Errorf("nats-restart: %d of %d requests were not answered after the restart settled, e.g. %v", len(errs), requests, errs[0])

@@ -17,6 +17,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/allot/allot/internal/poll"
 )
 
 // ServerProc is one server of a ProcCluster: a nats-server process with
@@ -100,7 +102,7 @@ func StartProcCluster(tb testing.TB, bin string, n int) *ProcCluster {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	WaitFor(tb, 60*time.Second, "the cluster's JetStream", func() bool {
+	poll.Until(tb, 60*time.Second, "the cluster's JetStream", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_, err := js.AccountInfo(ctx)
@@ -162,7 +164,7 @@ func (s *ServerProc) Start(tb testing.TB) {
 	}()
 	s.cmd, s.exited = cmd, exited
 	s.mu.Unlock()
-	WaitFor(tb, 30*time.Second, "server "+s.spec.Name+" to accept connections", func() bool {
+	poll.Until(tb, 30*time.Second, "server "+s.spec.Name+" to accept connections", func() bool {
 		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.spec.Port), time.Second)
 		if err != nil {
 			return false

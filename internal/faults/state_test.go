@@ -15,6 +15,7 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -23,7 +24,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// The standard load of the state scenarios (issue 9, item 1): capacity 60,
+// The standard load of the state scenarios: capacity 60,
 // ten agents wanting 10 each, short leases so that the leader's horizon
 // runs out within seconds of its record becoming unwritable.
 const (
@@ -78,8 +79,8 @@ func runStateFault(t *testing.T, scenario string, fault func(ctx context.Context
 		t.Fatalf("inject fault: %v", err)
 	}
 	time.Sleep(4 * stdLease) // the scenario's length, not a wait for a condition
-	recreated := Eventually(4*time.Second, func() bool { return recordPresent(js) })
-	recovered := Eventually(4*time.Second, leased)
+	recreated := poll.Ok(4*time.Second, func() bool { return recordPresent(js) })
+	recovered := poll.Ok(4*time.Second, leased)
 	Report(t, scenario, s.Stop(), "record_recreated="+yes(recreated), "agents_leased_again="+yes(recovered))
 	if !recreated {
 		t.Errorf("%s: the lease record %s/%s was not written again", scenario, coordinator.DefaultStateBucket, recordKey)
@@ -107,8 +108,8 @@ func stateKV(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, e
 	return kv, nil
 }
 
-// TestStateKeyDeleted deletes the lease record under a serving leader
-// (issue 9, item 1): its compare-and-set must not keep failing until its
+// TestStateKeyDeleted deletes the lease record under a serving leader:
+// its compare-and-set must not keep failing until its
 // horizon runs out and the agents fall to a safe capacity computed as if
 // each were alone.
 func TestStateKeyDeleted(t *testing.T) {
@@ -136,7 +137,7 @@ func TestStateKeyPurged(t *testing.T) {
 }
 
 // TestStateBucketDeleted deletes the whole state bucket under a serving
-// leader (issue 9, item 1, "the same for an unavailable state bucket").
+// leader: the same as a deleted record, for an unavailable bucket.
 func TestStateBucketDeleted(t *testing.T) {
 	t.Parallel()
 	runStateFault(t, "state-bucket-deleted", func(ctx context.Context, js jetstream.JetStream) error {
@@ -177,9 +178,9 @@ func runFailoverFault(t *testing.T, scenario string, fault func(ctx context.Cont
 	}
 	leader.Signal(t, syscall.SIGKILL)
 	killed := time.Now()
-	serves := Eventually(15*time.Second, func() bool { return successor.Status().Serving })
+	serves := poll.Ok(15*time.Second, func() bool { return successor.Status().Serving })
 	time.Sleep(time.Until(killed.Add(lease))) // the scenario's length: the dead leader's leases run out
-	recovered := Eventually(4*time.Second, load.Leased)
+	recovered := poll.Ok(4*time.Second, load.Leased)
 	Report(t, scenario, load.Sampler.Stop(), "successor_serves="+yes(serves), "agents_leased_again="+yes(recovered))
 	if !serves {
 		t.Errorf("%s: the successor does not serve 15s after the leader was killed", scenario)
@@ -190,15 +191,15 @@ func runFailoverFault(t *testing.T, scenario string, fault func(ctx context.Cont
 }
 
 // TestLeaderKilled is the baseline of the failover scenarios: the leader
-// is killed with its record intact. allot held this before issue 9; it
-// shows that the sampler reports no excess where none exists.
+// is killed with its record intact. It needs none of the record's repairs;
+// it shows that the sampler reports no excess where none exists.
 func TestLeaderKilled(t *testing.T) {
 	t.Parallel()
 	runFailoverFault(t, "leader-killed", func(context.Context, jetstream.KeyValue) error { return nil })
 }
 
 // TestStateKeyDeletedThenFailover deletes the lease record and kills the
-// leader at once (issue 9, item 2). The successor finds no record but must
+// leader at once. The successor finds no record but must
 // not read that as a new deployment.
 func TestStateKeyDeletedThenFailover(t *testing.T) {
 	t.Parallel()
@@ -208,8 +209,7 @@ func TestStateKeyDeletedThenFailover(t *testing.T) {
 }
 
 // TestStateRecordRewrittenThenFailover rewrites the lease record, as an
-// operator's `nats kv put` may, before the leader is killed (issue 9,
-// item 2): a record claiming that every lease has expired must not make
+// operator's `nats kv put` may, before the leader is killed: a record claiming that every lease has expired must not make
 // the successor skip learning, and a record with a term no election can
 // have issued must be reported and ignored, not stop every replica.
 func TestStateRecordRewrittenThenFailover(t *testing.T) {

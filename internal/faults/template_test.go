@@ -12,8 +12,7 @@ import (
 )
 
 // TestBadPutThenRestart stores a valid template, then an invalid revision
-// of it as `nats kv put` would, then restarts the coordinator (issue 9,
-// item 4). The fresh replica must serve the last valid revision (or
+// of it as `nats kv put` would, then restarts the coordinator. The fresh replica must serve the last valid revision (or
 // refuse the resource with a clear error), never the built-in default.
 // The fresh replica is a library replica in this process and, in a second
 // run, the `allot coordinator` binary, so that the fix is proved wherever

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/allot/allot/internal/poll"
 )
 
 // startProcess runs bin with args; the test's cleanup kills it and, if
@@ -45,7 +47,7 @@ func startUp(t *testing.T, bin, dataDir, name string) (*exec.Cmd, <-chan struct{
 var upURL = regexp.MustCompile(`allot is up: NATS at (nats://\S+),`)
 
 // TestTwoUpOneDataDir starts a second `allot up` on the data directory of
-// a running one (issue 9, item 6). The second must fail with an error that
+// a running one. The second must fail with an error that
 // names the directory, and the first must keep serving.
 func TestTwoUpOneDataDir(t *testing.T) {
 	t.Parallel()
@@ -57,7 +59,7 @@ func TestTwoUpOneDataDir(t *testing.T) {
 	dataDir := t.TempDir()
 	_, _, firstOut := startUp(t, bin, dataDir, "first")
 	var url string
-	WaitFor(t, 30*time.Second, "the first allot up to announce itself", func() bool {
+	poll.Until(t, 30*time.Second, "the first allot up to announce itself", func() bool {
 		if m := upURL.FindStringSubmatch(ReadOutput(firstOut)); m != nil {
 			url = m[1]
 		}
@@ -73,7 +75,7 @@ func TestTwoUpOneDataDir(t *testing.T) {
 	const safe = 3
 	PutTemplate(t, nc, "twoup", Template(resource+"*", capacity, stdLease, stdRefresh, fmt.Sprintf(`,"safe_capacity":%d`, safe)))
 	var warmErr error
-	if !Eventually(10*time.Second, func() bool {
+	if !poll.Ok(10*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		// Wants at least the safe capacity: a floor is never above the
@@ -119,8 +121,8 @@ func TestTwoUpOneDataDir(t *testing.T) {
 		return err
 	}
 	var probeErr error
-	served := Eventually(5*time.Second, func() bool { probeErr = probe(); return probeErr == nil })
-	leased := Eventually(5*time.Second, load.Leased)
+	served := poll.Ok(5*time.Second, func() bool { probeErr = probe(); return probeErr == nil })
+	leased := poll.Ok(5*time.Second, load.Leased)
 
 	Report(t, "two-up-one-dir", s.Stop(), "second_exited="+yes(exited), "first_serves="+yes(served), "agents_leased="+yes(leased))
 	if !exited {

@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // blocked is a handler that holds every request until released, and
@@ -90,14 +90,14 @@ func TestIntakeRefusesPastTheBoundAndServesHoldersFirst(t *testing.T) {
 			var answers []<-chan *nats.Msg
 			send := func(data string, hdr ...string) {
 				answers = append(answers, asyncRequest(cl, msg("test.e", data, hdr...)))
-				faults.WaitFor(t, wait, "the request to be taken up", func() bool {
+				poll.Until(t, wait, "the request to be taken up", func() bool {
 					d, _ := term.Counts()
 					return d == uint64(len(answers))
 				})
 			}
 			// n1 is handled (blocked), n2 and n3 wait: the newcomers' 3.
 			send("n1")
-			faults.WaitFor(t, wait, "n1 to be handled", func() bool { return len(b.seen()) == 1 })
+			poll.Until(t, wait, "n1 to be handled", func() bool { return len(b.seen()) == 1 })
 			send("n2")
 			send("n3")
 			send("n4") // refused: newcomers' share full
@@ -143,7 +143,7 @@ func TestIntakeDropsWhatNobodyWaitsFor(t *testing.T) {
 	term := startTerm(t, natstest.Conn(t, s), sp)
 	cl := natstest.Conn(t, s)
 	first := asyncRequest(cl, msg("test.e", "first"))
-	faults.WaitFor(t, wait, "the first request to be handled", func() bool { return len(b.seen()) == 1 })
+	poll.Until(t, wait, "the first request to be handled", func() bool { return len(b.seen()) == 1 })
 	inbox := nats.NewInbox()
 	for _, m := range []*nats.Msg{
 		msg("test.e", "short", leader.HeaderTimeout, "1000"), // waits 1s
@@ -156,13 +156,13 @@ func TestIntakeDropsWhatNobodyWaitsFor(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	faults.WaitFor(t, wait, "all to be taken up", func() bool { d, _ := term.Counts(); return d == 5 })
+	poll.Until(t, wait, "all to be taken up", func() bool { d, _ := term.Counts(); return d == 5 })
 	mu.Lock()
 	now = now.Add(20 * time.Second) // past short's, unsaid's and bad's time-outs, not long's
 	mu.Unlock()
 	close(b.release)
 	<-first
-	faults.WaitFor(t, wait, "all to be handled", func() bool { d, h := term.Counts(); return d == h })
+	poll.Until(t, wait, "all to be handled", func() bool { d, h := term.Counts(); return d == h })
 	if got := b.seen(); len(got) != 2 || got[1] != "long" {
 		t.Fatalf("handled %v: want first and long only", got)
 	}
@@ -245,7 +245,7 @@ func TestIntakeLeavesNoRequestUnanswered(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	faults.WaitFor(t, wait, "every request answered", func() bool { return ok.Load()+refused.Load()+other.Load() == n })
+	poll.Until(t, wait, "every request answered", func() bool { return ok.Load()+refused.Load()+other.Load() == n })
 	if other.Load() != 0 || ok.Load() == 0 {
 		t.Fatalf("answered %d, refused %d, other %d", ok.Load(), refused.Load(), other.Load())
 	}

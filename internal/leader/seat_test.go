@@ -12,9 +12,9 @@ import (
 
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/election/electiontest"
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // seated is one replica on a Seat whose terms serve test.echo, the
@@ -74,7 +74,7 @@ func TestSeatServesUntilValidityLapses(t *testing.T) {
 		Subject: "test.replica.status", EndpointMetadata: map[string]string{"node": "n1"},
 		Data: func(st leader.Status) any { return st },
 	}})
-	faults.WaitFor(t, wait, "the seat to serve", func() bool { return r.seat.Status().Serving })
+	poll.Until(t, wait, "the seat to serve", func() bool { return r.seat.Status().Serving })
 	st := r.seat.Status()
 	if st.Role != election.RoleLeader || st.Term == 0 || st.Leader != "s1" || st.Failure != "" || r.serving.Load() != 1 {
 		t.Fatalf("status %+v, OnServing %d", st, r.serving.Load())
@@ -108,7 +108,7 @@ func TestSeatServesUntilValidityLapses(t *testing.T) {
 		t.Fatal("serving past the deadline")
 	}
 	close(r.proceed)
-	faults.WaitFor(t, wait, "the term to stop", func() bool { term, _ := r.seat.Current(); return term == nil })
+	poll.Until(t, wait, "the term to stop", func() bool { term, _ := r.seat.Current(); return term == nil })
 	if n := term.Gate().Silenced.Load(); n != 1 {
 		t.Fatalf("%d replies withheld, want 1", n)
 	}
@@ -135,7 +135,7 @@ func TestSeatElectsOnItsOwnConnection(t *testing.T) {
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s, nats.Name("service"))
 	r := runSeat(t, nc, leader.SeatConfig{ElectionConn: leader.DialBeside})
-	faults.WaitFor(t, wait, "the seat to serve", func() bool { return r.seat.Status().Serving })
+	poll.Until(t, wait, "the seat to serve", func() bool { return r.seat.Status().Serving })
 	if out := nc.Stats().OutMsgs; out != 0 {
 		t.Fatalf("the service connection sent %d messages for the election", out)
 	}
@@ -183,7 +183,7 @@ func TestSeatEndsWithTheServiceConnection(t *testing.T) {
 			return leader.Start(ctx, nc, sp)
 		})
 	}()
-	faults.WaitFor(t, wait, "the seat to serve", func() bool { return seat.Status().Serving })
+	poll.Until(t, wait, "the seat to serve", func() bool { return seat.Status().Serving })
 	nc.Close()
 	select {
 	case err := <-done:

@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // wait bounds the waits of the tests.
@@ -130,7 +130,7 @@ func TestTermLapsedValiditySilences(t *testing.T) {
 	if err := cl.PublishRequest("test.echo", inbox, nil); err != nil {
 		t.Fatal(err)
 	}
-	faults.WaitFor(t, wait, "the reply to be withheld", func() bool { return g.Silenced.Load() == 1 })
+	poll.Until(t, wait, "the reply to be withheld", func() bool { return g.Silenced.Load() == 1 })
 	select {
 	case <-term.Done():
 	default:
@@ -203,12 +203,12 @@ func TestStopAnswersEveryDeliveredRequest(t *testing.T) {
 			got := sendRequests(t, s, "test.req", n)
 			// Stop once all have reached the service's connection (nothing
 			// else is sent to it).
-			faults.WaitFor(t, wait, "the requests to reach the service", func() bool { return nc.Stats().InMsgs >= n })
+			poll.Until(t, wait, "the requests to reach the service", func() bool { return nc.Stats().InMsgs >= n })
 			term.Stop()
 			if d, h := term.Counts(); d != n || h != n {
 				t.Fatalf("delivered %d, handled %d; want %d", d, h, n)
 			}
-			faults.WaitFor(t, wait, fmt.Sprint("all ", n, " answers"), func() bool { return got.Load() == n })
+			poll.Until(t, wait, fmt.Sprint("all ", n, " answers"), func() bool { return got.Load() == n })
 		})
 	}
 }
@@ -252,7 +252,7 @@ func TestTermTicks(t *testing.T) {
 		ticks.Add(1)
 	}
 	term := startTerm(t, natstest.Conn(t, s), sp)
-	faults.WaitFor(t, wait, "three ticks", func() bool { return ticks.Load() >= 3 })
+	poll.Until(t, wait, "three ticks", func() bool { return ticks.Load() >= 3 })
 	term.Stop()
 	stopped.Store(true)
 }
@@ -287,7 +287,7 @@ func TestStopEndsWhenTheDrainStalls(t *testing.T) {
 	if err := natstest.Conn(t, s).PublishRequest("test.stuck", nats.NewInbox(), nil); err != nil {
 		t.Fatal(err)
 	}
-	faults.WaitFor(t, wait, "the request to be taken up", func() bool { d, _ := term.Counts(); return d == 1 })
+	poll.Until(t, wait, "the request to be taken up", func() bool { d, _ := term.Counts(); return d == 1 })
 	term.Stop()
 	if d, h := term.Counts(); d != 1 || h != 0 {
 		t.Fatalf("delivered %d, handled %d", d, h)
@@ -316,7 +316,7 @@ func TestStopOfALapsedTermDoesNotWait(t *testing.T) {
 	nc := natstest.Conn(t, s)
 	term := startTerm(t, nc, sp)
 	sendRequests(t, s, "test.slow", n)
-	faults.WaitFor(t, wait, "the backlog to reach the service", func() bool { return nc.Stats().InMsgs >= n })
+	poll.Until(t, wait, "the backlog to reach the service", func() bool { return nc.Stats().InMsgs >= n })
 	valid.Store(false)
 	stopped := make(chan struct{})
 	go func() { term.Stop(); close(stopped) }()

@@ -363,7 +363,8 @@ func faultTrial(t *testing.T, seed uint64, tamper bool) {
 // TestSafeCapacityCountsLapsedClients: when a leader cannot record and
 // its leases end, each client is told a safe capacity that divides the
 // capacity among every client that may be using it, not just those of
-// the round (issue 9, item 1: 600 in force against 60).
+// the round (dividing among the round's clients only once put 600 in
+// force against 60).
 func TestSafeCapacityCountsLapsedClients(t *testing.T) {
 	tm := &config.Template{Name: "t", Glob: "*", Capacity: 60, Algorithm: allotpb.Algorithm_FAIR_SHARE,
 		LeaseLength: 5 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 5 * time.Second,

@@ -11,7 +11,7 @@
 //	l.Ready / l.Lease for each request    answer what was allocated
 //	l.EndRound()
 //
-// and, when the store has answered, l.Commit(p, err, now). A resource
+// and, when the store has answered, l.Commit(now, p, err). A resource
 // whose grants need a record not yet durable waits (its requests stay
 // unanswered, see Ready) until the write commits, fails, or
 // Config.MaxRecordWait passes; then it is allocated within the recorded

@@ -153,7 +153,7 @@ func safeExpiry(ls Lease) *timestamppb.Timestamp {
 	return timestamppb.New(time.Unix(0, ls.SafeExpiry))
 }
 
-// Issue 10's example: capacity 100, two clients at the root and three at
+// The example of fairness across levels: capacity 100, two clients at the root and three at
 // a child, all wanting 50: 20 each.
 func TestTreeFairAcrossLevels(t *testing.T) {
 	set := fairTemplate(100)
@@ -281,7 +281,8 @@ func treeTrial(t *testing.T, seed uint64) {
 }
 
 // BenchmarkParentRound is the cost at a parent of one round over 1,000
-// child nodes with 10 priority bands each (issue 10: under 5 ms), beside
+// child nodes with 10 priority bands each (the target: under 5 ms, a
+// small part of a round interval), beside
 // the algorithm alone over the same claimants as a baseline.
 func BenchmarkParentRound(b *testing.B) {
 	set := fairTemplate(1e6)

@@ -38,15 +38,3 @@ func Agent(t *testing.T, tmpls ...*config.Template) *agent.Agent {
 	t.Cleanup(func() { a.Close() })
 	return a
 }
-
-// Eventually polls cond every 10ms for up to 10s, failing with what.
-func Eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal(what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}

@@ -11,7 +11,7 @@ import (
 	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/envoyrl"
-	"github.com/allot/allot/internal/faults"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/rls"
 )
 
@@ -56,7 +56,7 @@ func TestCoordinatorServesEnvoy(t *testing.T) {
 	}
 	req := &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{
 		Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "client", Value: "alice"}}}}}
-	faults.WaitFor(t, wait, "the Envoy partition's leader to answer", func() bool { return rep.Server() != nil })
+	poll.Until(t, wait, "the Envoy partition's leader to answer", func() bool { return rep.Server() != nil })
 	var codes []rlspb.RateLimitResponse_Code
 	for range 4 {
 		resp, err := svc.ShouldRateLimit(ctx, req)

@@ -22,6 +22,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/secureinit"
 )
 
@@ -58,20 +59,19 @@ func (l *serverLog) Tracef(format string, v ...any)  {}
 // waitFor waits for a line containing every one of parts.
 func (l *serverLog) waitFor(t *testing.T, parts ...string) string {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for time.Now().Before(deadline) {
+	var found string
+	poll.Until(t, wait, fmt.Sprintf("the server to log a line with %q", parts), func() bool {
 		l.mu.Lock()
+		defer l.mu.Unlock()
 		for _, line := range l.lines {
 			if containsAll(line, parts) {
-				l.mu.Unlock()
-				return line
+				found = line
+				return true
 			}
 		}
-		l.mu.Unlock()
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("server never logged a line with %q", parts)
-	return ""
+		return false
+	})
+	return found
 }
 
 func containsAll(s string, parts []string) bool {

@@ -16,6 +16,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/coordtest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -103,13 +104,12 @@ func TestTenantCannotFillTheNode(t *testing.T) {
 	}
 	// A template for any id under t/: 5 resources each.
 	d.putDoc(t, "t", `{"identifier_glob": "t/*", "capacity": 100, "algorithm": {"kind": "FAIR_SHARE", "lease_length": "30s", "refresh_interval": "1s"}}`)
-	for deadline := time.Now().Add(wait); ; time.Sleep(20 * time.Millisecond) {
-		if code, _, _ := askJSON(t, a, "filler", "t/0"); code == "" {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the template never served: %s", code)
+	poll.For(t, wait, 20*time.Millisecond, func() error {
+		if code, _, _ := askJSON(t, a, "filler", "t/0"); code != "" {
+			return fmt.Errorf("the template never served: %s", code)
 		}
-	}
+		return nil
+	})
 	ids := make([]string, 6)
 	for i := range ids {
 		ids[i] = fmt.Sprint("t/", i)

@@ -15,6 +15,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+
+	"github.com/allot/allot/internal/poll"
 )
 
 // startChild starts a child server from leaf.conf joined to d's root
@@ -28,13 +30,12 @@ func (d *deployment) startChild(t *testing.T) *server.Server {
 	env["SERVER_NAME"], env["CLIENT_PORT"], env["HTTP_LISTEN"] = "allot-child", "-1", "127.0.0.1:-1"
 	env["PARENT_LEAF_URLS"] = "[" + d.leafURL + "]"
 	child, _ := startConfig(t, "leaf.conf", env)
-	deadline := time.Now().Add(wait)
-	for child.NumLeafNodes() < 2 || d.srv.NumLeafNodes() < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("leaf links: child %d, root %d", child.NumLeafNodes(), d.srv.NumLeafNodes())
+	poll.For(t, wait, poll.Interval, func() error {
+		if c, r := child.NumLeafNodes(), d.srv.NumLeafNodes(); c < 2 || r < 2 {
+			return fmt.Errorf("leaf links: child %d, root %d", c, r)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	return child
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
+	"github.com/allot/allot/internal/poll"
 )
 
 // level is child level region1, started from level.conf under a
@@ -53,13 +54,12 @@ func (d *deployment) startLevelServer(t *testing.T) *level {
 	before := d.srv.NumLeafNodes()
 	l := &level{}
 	l.srv, l.log = startConfig(t, "level.conf", env)
-	deadline := time.Now().Add(wait)
-	for l.srv.NumLeafNodes() < 1 || d.srv.NumLeafNodes() < before+1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("region1's link: level %d, root %d", l.srv.NumLeafNodes(), d.srv.NumLeafNodes())
+	poll.For(t, wait, poll.Interval, func() error {
+		if lv, r := l.srv.NumLeafNodes(), d.srv.NumLeafNodes(); lv < 1 || r < before+1 {
+			return fmt.Errorf("region1's link: level %d, root %d", lv, r)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	return l
 }
 

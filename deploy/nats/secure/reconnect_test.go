@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/dashboard"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/webtest"
 )
 
@@ -171,15 +172,15 @@ func TestReconnectKeepsElectionAndDashboard(t *testing.T) {
 // its term.
 func waitEitherServes(t *testing.T, cs ...*coord) uint64 {
 	t.Helper()
-	deadline := time.Now().Add(3 * wait)
-	for time.Now().Before(deadline) {
+	var term uint64
+	poll.Until(t, 3*wait, "a replica to serve", func() bool {
 		for _, c := range cs {
 			if st := c.rep.Status(); st.Serving {
-				return st.Term
+				term = st.Term
+				return true
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("no replica serves")
-	return 0
+		return false
+	})
+	return term
 }

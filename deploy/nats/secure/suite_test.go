@@ -24,6 +24,7 @@ import (
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -86,17 +87,13 @@ func leaseOfWants(t *testing.T, nc *nats.Conn, wants, capacity float64, opts ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(wait)
-	for {
-		st := lim.Status()
-		if st.Leased && st.Capacity == capacity && st.Source == agent.SourceLease {
-			return a, lim
+	poll.For(t, wait, 20*time.Millisecond, func() error {
+		if st := lim.Status(); !st.Leased || st.Capacity != capacity || st.Source != agent.SourceLease {
+			return fmt.Errorf("no lease of %v: %+v (last error %v)", capacity, st, a.LastError())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no lease of %v: %+v (last error %v)", capacity, st, a.LastError())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return a, lim
 }
 
 // TestUnauthenticatedRefused: without a known nkey nobody connects.
@@ -209,9 +206,25 @@ func (d *deployment) attack(t *testing.T, srv *server.Server, subs, pubs []strin
 	for _, s := range pubs {
 		refusedPub(t, nc, errs, &nats.Msg{Subject: s, Data: forgedReply(t)})
 	}
-	time.Sleep(2 * time.Second) // two refreshes of the victim
+	refreshed(t, lim, 2)
 	if st := lim.Status(); st.Capacity != 40 || a.Term() != term {
 		t.Fatalf("victim changed: capacity %v term %d (was 40, %d)", st.Capacity, a.Term(), term)
+	}
+}
+
+// refreshed waits until lim has refreshed its lease n more times.
+func refreshed(t *testing.T, lim *agent.RateLimiter, n int) {
+	t.Helper()
+	last := lim.Status().LastRefresh
+	for i := range n {
+		poll.Until(t, 3*wait, fmt.Sprint("refresh ", i+1, " of ", n), func() bool {
+			at := lim.Status().LastRefresh
+			if at.After(last) {
+				last = at
+				return true
+			}
+			return false
+		})
 	}
 }
 
@@ -386,7 +399,7 @@ func TestCoordinatorServesWithItsRights(t *testing.T) {
 			t.Fatalf("discovery answer %d: %v", i+1, err)
 		}
 	}
-	time.Sleep(2500 * time.Millisecond) // leadership renewals, lease refreshes and records
+	refreshed(t, lim, 2) // meanwhile: leadership renewals and lease records
 	if !lim.Status().Leased {
 		t.Fatalf("lease lost: %+v", lim.Status())
 	}

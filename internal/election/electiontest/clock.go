@@ -53,6 +53,21 @@ func (c *ManualClock) Advance(d time.Duration) {
 	c.fireLocked()
 }
 
+// Due returns when the timers not yet fired or stopped fire, so that a
+// test can wait until the code under test has armed its timer before it
+// moves the clock past it.
+func (c *ManualClock) Due() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var due []time.Time
+	for _, t := range c.timers {
+		if !t.done {
+			due = append(due, t.at)
+		}
+	}
+	return due
+}
+
 func (c *ManualClock) fireLocked() {
 	kept := c.timers[:0]
 	for _, t := range c.timers {
