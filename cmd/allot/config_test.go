@@ -120,7 +120,7 @@ func TestConfigCLI(t *testing.T) {
 		t.Errorf("explain after delete:\n%s", out)
 	}
 
-	mustFail("unknown subcommand", "", "config", "frobnicate")
+	mustFail(`unknown command "frobnicate"`, "", "config", "frobnicate")
 	mustFail("want 2 argument", "", "config", "put", "x")
 }
 
