@@ -25,7 +25,7 @@ import (
 
 // BucketDescription is the configuration bucket's description, as
 // `nats kv info` shows it: it holds every kind of allot's documents.
-const BucketDescription = "allot configuration, one document per key: templates.<name> (resource templates), namespaces.<namespace> (quota), domains.<namespace> (domain limits) and envoy.<domain> (Envoy rate limit domains)"
+const BucketDescription = "allot configuration, one document per key: resource templates (templates.NAME), quota namespaces (namespaces.NAMESPACE), domain limits (domains.NAMESPACE) and Envoy rate limit domains (envoy.DOMAIN)"
 
 // Names in the configuration bucket (the keys in it are
 // internal/config's).
