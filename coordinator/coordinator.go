@@ -33,6 +33,7 @@ import (
 	"github.com/allot/allot/internal/reply"
 	"github.com/allot/allot/internal/statekv"
 	"github.com/allot/allot/internal/subjects"
+	"github.com/allot/allot/internal/version"
 	"github.com/allot/allot/internal/wire"
 )
 
@@ -63,7 +64,7 @@ const (
 )
 
 // ServiceVersion is reported in the micro service INFO.
-const ServiceVersion = "0.1.0"
+const ServiceVersion = version.Version
 
 // TemplateSource provides the current resource templates.
 type TemplateSource interface {

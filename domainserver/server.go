@@ -36,6 +36,7 @@ import (
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/statekv"
+	"github.com/allot/allot/internal/version"
 )
 
 // Defaults and limits of Options.
@@ -43,7 +44,7 @@ const (
 	// ServiceName is the NATS micro service a partition's leader registers.
 	ServiceName = "allot-domain"
 	// ServiceVersion is reported in the micro service INFO.
-	ServiceVersion = "0.1.0"
+	ServiceVersion = version.Version
 	// DefaultHoldTTL is how long a hold lives without a refresh.
 	DefaultHoldTTL = 10 * time.Second
 	// MinHoldTTL and MaxHoldTTL bound Options.HoldTTL.

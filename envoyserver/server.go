@@ -35,6 +35,7 @@ import (
 	"github.com/allot/allot/internal/envoywire"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/reply"
+	"github.com/allot/allot/internal/version"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -45,7 +46,7 @@ const (
 	// registers.
 	ServiceName = "allot-envoy"
 	// ServiceVersion is reported in the micro service INFO.
-	ServiceVersion = "0.1.0"
+	ServiceVersion = version.Version
 	// DefaultMaxCounters bounds the counters one partition keeps.
 	DefaultMaxCounters = 1 << 20
 	// MaxPartitions bounds Options.Partitions, as for the quota partitions.

@@ -32,6 +32,7 @@ import (
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/reply"
+	"github.com/allot/allot/internal/version"
 	"github.com/allot/allot/internal/wire"
 )
 
@@ -41,7 +42,7 @@ const (
 	// registers; its STATS carry the per-namespace events.
 	ServiceName = "allot-quota"
 	// ServiceVersion is reported in the micro service INFO.
-	ServiceVersion = "0.1.0"
+	ServiceVersion = version.Version
 	// DefaultSweepInterval is how often idle buckets are dropped.
 	DefaultSweepInterval = 5 * time.Second
 	// MaxPartitions bounds Options.Partitions.

@@ -18,6 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spf13/pflag"
+
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/allowhttp"
 	"github.com/allot/allot/envoyserver"
@@ -27,8 +29,7 @@ import (
 	"github.com/allot/allot/rls"
 )
 
-func runAgent(ctx context.Context, env *cliEnv, args []string) error {
-	fs := newFlags(env, "agent", "--nats URL --rls-addr 127.0.0.1:PORT [--http-addr 127.0.0.1:PORT] [flags]")
+func defineAgent(fs *pflag.FlagSet) runFunc {
 	var conn connFlags
 	conn.register(fs)
 	var rf rlsFlags
@@ -42,87 +43,86 @@ func runAgent(ctx context.Context, env *cliEnv, args []string) error {
 	shadow := fs.Bool("shadow", false, "ShouldRateLimit: answer OK overall even when a descriptor is over its limit, which still says OVER_LIMIT (the reference's SHADOW_MODE)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if rf.addr == "" && *httpAddr == "" {
-		return errors.New("give --rls-addr (Envoy's rate limit service) or --http-addr (the local allow endpoint), or both")
-	}
-	if err := subjects.ValidateNode(*node); err != nil {
-		return fmt.Errorf("--node %q: %w", *node, err)
-	}
-	decide, err := rf.decide(*shadow)
-	if err != nil {
-		return err
-	}
-	agentMode, err := parseMode(*mode)
-	if err != nil {
-		return err
-	}
-	cf := coordFlags{logLevel: *logLevel, logFormat: *logFormat}
-	log, err := cf.logger(env)
-	if err != nil {
-		return err
-	}
-	nc, err := connect(&conn, "allot agent", log)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	w, err := watchConfig(ctx, nc, *configBucket, log)
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	router, err := envoyserver.NewRouter(nc, envoyserver.RouterOptions{Node: *node})
-	if err != nil {
-		return err
-	}
-	aopts := []agent.Option{agent.WithNode(*node), agent.WithMode(agentMode), agent.WithLogger(log)}
-	if *clientID != "" {
-		aopts = append(aopts, agent.WithClientID(*clientID))
-	}
-	store, err := rls.NewLeaseStore(rls.LeaseStoreOptions{Conn: nc, Agent: aopts, Templates: w.Current, Central: router, MaxLeases: *maxLeases, Logger: log})
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err := store.Close(); err != nil {
-			log.Warn("releasing the leases", "err", err)
+	return func(ctx context.Context, env *cliEnv, args []string) error {
+		if err := noArgs(args); err != nil {
+			return err
 		}
-	}()
-	var runs []func(context.Context) error
-	if rf.addr != "" {
-		svc, err := rls.New(rls.Options{Config: rls.WatchedConfig(w), Store: store, Decide: decide, Logger: log})
+		if rf.addr == "" && *httpAddr == "" {
+			return errors.New("give --rls-addr (Envoy's rate limit service) or --http-addr (the local allow endpoint), or both")
+		}
+		if err := subjects.ValidateNode(*node); err != nil {
+			return fmt.Errorf("--node %q: %w", *node, err)
+		}
+		decide, err := rf.decide(*shadow)
 		if err != nil {
 			return err
 		}
-		srv, err := rls.Listen(rf.addr, log)
+		agentMode, err := parseMode(*mode)
 		if err != nil {
 			return err
 		}
-		svc.Register(srv.GRPC())
-		quotas, err := rlqsserver.New(nc, rlqsserver.Options{Node: *node, Templates: w.Current, Logger: log})
+		cf := coordFlags{logLevel: *logLevel, logFormat: *logFormat}
+		log, err := cf.logger(env)
 		if err != nil {
 			return err
 		}
-		quotas.Register(srv.GRPC())
-		fmt.Fprintf(env.stdout, "allot agent: envoy rate limit service (gRPC: ShouldRateLimit, RLQS) at %s\n", srv.Addr())
-		runs = append(runs, srv.Serve)
+		nc, err := connect(&conn, "allot agent", log)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		w, err := watchConfig(ctx, nc, *configBucket, log)
+		if err != nil {
+			return err
+		}
+		defer w.Stop()
+		router, err := envoyserver.NewRouter(nc, envoyserver.RouterOptions{Node: *node})
+		if err != nil {
+			return err
+		}
+		aopts := []agent.Option{agent.WithNode(*node), agent.WithMode(agentMode), agent.WithLogger(log)}
+		if *clientID != "" {
+			aopts = append(aopts, agent.WithClientID(*clientID))
+		}
+		store, err := rls.NewLeaseStore(rls.LeaseStoreOptions{Conn: nc, Agent: aopts, Templates: w.Current, Central: router, MaxLeases: *maxLeases, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := store.Close(); err != nil {
+				log.Warn("releasing the leases", "err", err)
+			}
+		}()
+		var runs []func(context.Context) error
+		if rf.addr != "" {
+			svc, err := rls.New(rls.Options{Config: rls.WatchedConfig(w), Store: store, Decide: decide, Logger: log})
+			if err != nil {
+				return err
+			}
+			srv, err := rls.Listen(rf.addr, log)
+			if err != nil {
+				return err
+			}
+			svc.Register(srv.GRPC())
+			quotas, err := rlqsserver.New(nc, rlqsserver.Options{Node: *node, Templates: w.Current, Logger: log})
+			if err != nil {
+				return err
+			}
+			quotas.Register(srv.GRPC())
+			fmt.Fprintf(env.stdout, "allot agent: envoy rate limit service (gRPC: ShouldRateLimit, RLQS) at %s\n", srv.Addr())
+			runs = append(runs, srv.Serve)
+		}
+		if *httpAddr != "" {
+			serveHTTP, addr, err := allowEndpoint(*httpAddr, store.Agent())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(env.stdout, "allot agent: allow endpoint at http://%s%s?resource=ID\n", addr, allowhttp.Path)
+			runs = append(runs, serveHTTP)
+		}
+		log.Info("allot agent serving", "node", *node, "client_id", store.Agent().ClientID(), "mode", agentMode.String())
+		return runAll(ctx, runs)
 	}
-	if *httpAddr != "" {
-		serveHTTP, addr, err := allowEndpoint(*httpAddr, store.Agent())
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(env.stdout, "allot agent: allow endpoint at http://%s%s?resource=ID\n", addr, allowhttp.Path)
-		runs = append(runs, serveHTTP)
-	}
-	log.Info("allot agent serving", "node", *node, "client_id", store.Agent().ClientID(), "mode", agentMode.String())
-	return runAll(ctx, runs)
 }
 
 // parseMode reads --mode.

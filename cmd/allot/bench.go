@@ -7,30 +7,66 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/allot/allot/bench"
 )
 
-// runBench runs allot's benchmarks: `allot bench load|quota|charon|envoy|overload|scale|agent|sim|sim7|failover|all`
-// (sim runs the one-level scenarios and then scenario 7, sim7 only the latter).
-// `allot bench child ROLE` is the helper process the load benchmark
-// starts (a coordinator or a bare echo responder).
-func runBench(ctx context.Context, env *cliEnv, args []string) error {
-	if len(args) > 0 && args[0] == "child" {
-		if len(args) < 2 {
-			return errors.New("usage: allot bench child coordinator|echo|quota|domain|replica [flags]")
-		}
-		return bench.ServeChild(ctx, args[1], args[2:], env.stdout, env.stderr)
+// benchmarks are the subcommands of allot bench, one per benchmark.
+var benchmarks = []struct{ name, summary string }{
+	{"load", "GetCapacity throughput, latency and coordinator CPU against a bare NATS echo"},
+	{"quota", "quota take decisions per second and latency, 1 and 2 partitions, against a bare NATS echo"},
+	{"charon", "domain-limit (Charon) decisions against a bare NATS echo"},
+	{"envoy", "Envoy's ShouldRateLimit over gRPC against envoyproxy/ratelimit with Redis"},
+	{"overload", "an elected coordinator flooded beside clients holding leases"},
+	{"scale", "allocation round cost and memory per lease from 1k to 1M clients"},
+	{"agent", "the agent's hot path (Allow, Wait, ReserveN, Gauge.Acquire) against x/time/rate"},
+	{"sim", "the one-level convergence simulation, then scenario 7"},
+	{"sim7", "scenario 7: Doorman's three-level tree with a leader lost and a leaf link cut"},
+	{"failover", "capacity handed out after kill -9 of the serving coordinator and a parent server's restart"},
+	{"all", "every benchmark, with one report"},
+}
+
+// benchCommand is allot bench: a subcommand per benchmark, sharing the
+// flags (see bench/README.md). `allot bench child ROLE` is the helper
+// process the benchmarks start (a coordinator, a bare echo responder...),
+// with flags of its own.
+func benchCommand(env *cliEnv) *cobra.Command {
+	c := group(env, "bench", "run the benchmarks: load, quota, charon, envoy, overload, scale, agent, sim, sim7, failover or all (see bench/README.md)")
+	run := defineBench(c.PersistentFlags())
+	for _, b := range benchmarks {
+		c.AddCommand(&cobra.Command{Use: b.name, Short: b.summary, RunE: func(cmd *cobra.Command, args []string) error {
+			if err := noArgs(args); err != nil {
+				return err
+			}
+			return run(cmd.Context(), env, []string{b.name})
+		}})
 	}
-	fs := newFlags(env, "bench", "load|quota|charon|envoy|overload|scale|agent|sim|sim7|failover|all [flags]")
+	c.AddCommand(&cobra.Command{
+		Use: "child ROLE [flags]", Short: "a helper process of the benchmarks: coordinator, echo, quota, domain or replica",
+		Hidden: true, DisableFlagParsing: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 1 {
+				return usageError{errors.New("want a role: coordinator, echo, quota, domain or replica")}
+			}
+			return bench.ServeChild(cmd.Context(), args[0], args[1:], env.stdout, env.stderr)
+		},
+	})
+	return c
+}
+
+// defineBench registers the benchmarks' flags; its body runs the one
+// benchmark args names.
+func defineBench(fs *pflag.FlagSet) runFunc {
 	out := fs.String("out", "", "directory for the JSON, markdown and SVG results (default: a new directory under "+os.TempDir()+"; the committed results are bench/results)")
-	short := fs.Bool("short", false, "run the short variant (what `task bench` runs, under 5 minutes in all)")
+	short := fs.Bool("short", false, "run the short variant (what 'task bench' runs, under 5 minutes in all)")
 	inProcess := fs.Bool("in-process", false, "load: run the coordinator and echo in this process instead of child processes (CPU and RSS then cover everything)")
-	verbose := fs.Bool("v", false, "log diagnostics")
+	verbose := fs.BoolP("verbose", "v", false, "log diagnostics")
 	lo := bench.LoadOptions{}
 	fs.DurationVar(&lo.Duration, "duration", 0, "load: measured time per responder (default 20s, short 10s)")
 	fs.DurationVar(&lo.Warmup, "warmup", 0, "load: warm-up before each measured phase (default 2s, short 1s)")
@@ -54,112 +90,105 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	fs.DurationVar(&fo.Observe, "observe", 0, "failover: the most to watch after the fault, ending once 90% has held for 10s (default 3m, short 1m)")
 	inFlight := fs.Int("max-in-flight", 0, "overload: the coordinator's intake bound (default that of allot coordinator)")
 	namespaces := fs.Int("namespaces", 0, "quota: namespaces the callers' buckets are spread over (default 8); --conns, --clients (default 64), --pipeline (default 1), --duration, --warmup and --phases apply too")
-	if err := parseInterspersed(fs, args); err != nil {
+	return func(ctx context.Context, env *cliEnv, args []string) error {
+		what := args[0]
+		// The quota benchmark shares the load benchmark's concurrency flags.
+		qo := bench.QuotaOptions{ClosedLoop: lo.ClosedLoop, Namespaces: *namespaces}
+		for _, f := range strings.Split(*parts, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > 64 {
+				return fmt.Errorf("--quota-partitions %q: want comma-separated counts in [1, 64]", *parts)
+			}
+			qo.Partitions = append(qo.Partitions, n)
+		}
+		log := slog.New(slog.DiscardHandler)
+		if *verbose {
+			log = slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+		// A fresh directory by default, so that a casual run never overwrites
+		// the committed results.
+		if *out == "" {
+			dir, err := os.MkdirTemp("", "allot-bench-")
+			if err != nil {
+				return fmt.Errorf("results directory: %w", err)
+			}
+			*out = dir
+		}
+		fmt.Fprintf(env.stderr, "allot bench: results go to %s\n", *out)
+		benv := &bench.Env{OutDir: *out, Progress: env.stderr, Log: log, Short: *short}
+		if !*inProcess {
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find own executable for helper processes: %w (use --in-process)", err)
+			}
+			benv.Child = func(ctx context.Context, role string, args []string) *exec.Cmd {
+				return exec.CommandContext(ctx, exe, append([]string{"bench", "child", role}, args...)...)
+			}
+			benv.Allot = func(ctx context.Context, args ...string) *exec.Cmd { return exec.CommandContext(ctx, exe, args...) }
+		}
+		start := time.Now()
+		var err error
+		switch what {
+		case "load":
+			var r *bench.LoadResult
+			if r, err = bench.RunLoad(ctx, benv, lo); r != nil {
+				fmt.Fprintln(env.stdout, r.Markdown())
+			}
+		case "quota":
+			var r *bench.QuotaBenchResult
+			if r, err = bench.RunQuota(ctx, benv, qo); r != nil {
+				fmt.Fprintln(env.stdout, r.Markdown())
+			}
+		case "overload":
+			var r *bench.OverloadResult
+			if r, err = bench.RunOverload(ctx, benv, bench.OverloadOptions{MaxInFlight: *inFlight}); r != nil {
+				fmt.Fprintln(env.stdout, r.Markdown())
+			}
+		case "charon":
+			var r *bench.CharonBenchResult
+			if r, err = bench.RunCharon(ctx, benv, bench.CharonOptions{ClosedLoop: qo.ClosedLoop}); r != nil {
+				fmt.Fprintln(env.stdout, r.Markdown())
+			}
+		case "envoy":
+			eo.Duration, eo.Warmup, eo.Phases, eo.Conns = lo.Duration, lo.Warmup, lo.Phases, lo.Conns
+			var r *bench.EnvoyBenchResult
+			if r, err = bench.RunEnvoy(ctx, benv, eo); r != nil {
+				fmt.Fprintln(env.stdout, r.Markdown())
+			}
+		case "scale":
+			var r *bench.ScaleResult
+			if r, err = bench.RunScale(ctx, benv); r != nil {
+				fmt.Fprintln(env.stdout, r.Markdown())
+			}
+		case "agent":
+			var r *bench.AgentResult
+			if r, err = bench.RunAgent(ctx, benv); r != nil {
+				fmt.Fprintln(env.stdout, r.Markdown())
+			}
+		case "sim":
+			var r *bench.SimResult
+			if r, err = bench.RunSim(ctx, benv); r != nil {
+				fmt.Fprintln(env.stdout, r.Markdown())
+			}
+			if err == nil {
+				err = runSim7(ctx, env, benv)
+			}
+		case "sim7":
+			err = runSim7(ctx, env, benv)
+		case "failover":
+			var r *bench.FailoverResult
+			if r, err = bench.RunFailover(ctx, benv, fo); r != nil {
+				fmt.Fprintln(env.stdout, r.Markdown())
+			}
+		case "all":
+			var r *bench.AllResult
+			if r, err = bench.RunAll(ctx, benv, lo, qo); r != nil {
+				fmt.Fprintln(env.stdout, r.Markdown())
+			}
+		}
+		fmt.Fprintf(env.stderr, "allot bench %s: done in %v; results in %s\n", what, time.Since(start).Round(time.Second), *out)
 		return err
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return errors.New("name one of load, quota, charon, envoy, overload, scale, agent, sim, sim7, failover or all")
-	}
-	if what := fs.Arg(0); !slices.Contains([]string{"load", "quota", "charon", "envoy", "overload", "scale", "agent", "sim", "sim7", "failover", "all"}, what) {
-		return fmt.Errorf("unknown benchmark %q: want load, quota, charon, envoy, overload, scale, agent, sim, sim7, failover or all", what)
-	}
-	// The quota benchmark shares the load benchmark's concurrency flags.
-	qo := bench.QuotaOptions{ClosedLoop: lo.ClosedLoop, Namespaces: *namespaces}
-	for _, f := range strings.Split(*parts, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > 64 {
-			return fmt.Errorf("--quota-partitions %q: want comma-separated counts in [1, 64]", *parts)
-		}
-		qo.Partitions = append(qo.Partitions, n)
-	}
-	log := slog.New(slog.DiscardHandler)
-	if *verbose {
-		log = slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	// A fresh directory by default, so that a casual run never overwrites
-	// the committed results.
-	if *out == "" {
-		dir, err := os.MkdirTemp("", "allot-bench-")
-		if err != nil {
-			return fmt.Errorf("results directory: %w", err)
-		}
-		*out = dir
-	}
-	fmt.Fprintf(env.stderr, "allot bench: results go to %s\n", *out)
-	benv := &bench.Env{OutDir: *out, Progress: env.stderr, Log: log, Short: *short}
-	if !*inProcess {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("find own executable for helper processes: %w (use --in-process)", err)
-		}
-		benv.Child = func(ctx context.Context, role string, args []string) *exec.Cmd {
-			return exec.CommandContext(ctx, exe, append([]string{"bench", "child", role}, args...)...)
-		}
-		benv.Allot = func(ctx context.Context, args ...string) *exec.Cmd { return exec.CommandContext(ctx, exe, args...) }
-	}
-	start := time.Now()
-	var err error
-	switch what := fs.Arg(0); what {
-	case "load":
-		var r *bench.LoadResult
-		if r, err = bench.RunLoad(ctx, benv, lo); r != nil {
-			fmt.Fprintln(env.stdout, r.Markdown())
-		}
-	case "quota":
-		var r *bench.QuotaBenchResult
-		if r, err = bench.RunQuota(ctx, benv, qo); r != nil {
-			fmt.Fprintln(env.stdout, r.Markdown())
-		}
-	case "overload":
-		var r *bench.OverloadResult
-		if r, err = bench.RunOverload(ctx, benv, bench.OverloadOptions{MaxInFlight: *inFlight}); r != nil {
-			fmt.Fprintln(env.stdout, r.Markdown())
-		}
-	case "charon":
-		var r *bench.CharonBenchResult
-		if r, err = bench.RunCharon(ctx, benv, bench.CharonOptions{ClosedLoop: qo.ClosedLoop}); r != nil {
-			fmt.Fprintln(env.stdout, r.Markdown())
-		}
-	case "envoy":
-		eo.Duration, eo.Warmup, eo.Phases, eo.Conns = lo.Duration, lo.Warmup, lo.Phases, lo.Conns
-		var r *bench.EnvoyBenchResult
-		if r, err = bench.RunEnvoy(ctx, benv, eo); r != nil {
-			fmt.Fprintln(env.stdout, r.Markdown())
-		}
-	case "scale":
-		var r *bench.ScaleResult
-		if r, err = bench.RunScale(ctx, benv); r != nil {
-			fmt.Fprintln(env.stdout, r.Markdown())
-		}
-	case "agent":
-		var r *bench.AgentResult
-		if r, err = bench.RunAgent(ctx, benv); r != nil {
-			fmt.Fprintln(env.stdout, r.Markdown())
-		}
-	case "sim":
-		var r *bench.SimResult
-		if r, err = bench.RunSim(ctx, benv); r != nil {
-			fmt.Fprintln(env.stdout, r.Markdown())
-		}
-		if err == nil {
-			err = runSim7(ctx, env, benv)
-		}
-	case "sim7":
-		err = runSim7(ctx, env, benv)
-	case "failover":
-		var r *bench.FailoverResult
-		if r, err = bench.RunFailover(ctx, benv, fo); r != nil {
-			fmt.Fprintln(env.stdout, r.Markdown())
-		}
-	case "all":
-		var r *bench.AllResult
-		if r, err = bench.RunAll(ctx, benv, lo, qo); r != nil {
-			fmt.Fprintln(env.stdout, r.Markdown())
-		}
-	}
-	fmt.Fprintf(env.stderr, "allot bench %s: done in %v; results in %s\n", fs.Arg(0), time.Since(start).Round(time.Second), *out)
-	return err
 }
 
 // runSim7 runs the three-level scenario 7 and prints its report.

@@ -52,8 +52,8 @@ func TestConfigDomainsCLI(t *testing.T) {
 	run(true, []string{`as domains namespace "shop"`, `"window": "3s"`, `"domain_limit": 4`,
 		"note: resources.api.tiers[0].window: 5s shortened to the active time 3s",
 		"note: resources.sandboxes.domain_limit: 5 lowered to the global limit 4"}, "", "config", "validate", file)
-	run(true, []string{`as domains namespace "x"`}, cliShop, "config", "validate", "-name", "domains.x", "-")
-	run(false, []string{"resources.api.tiers[0].window: \"5 s\" is not a duration"}, strings.Replace(cliShop, "5s", "5 s", 1), "config", "validate", "-name", "domains.shop", "-")
+	run(true, []string{`as domains namespace "x"`}, cliShop, "config", "validate", "--name", "domains.x", "-")
+	run(false, []string{"resources.api.tiers[0].window: \"5 s\" is not a duration"}, strings.Replace(cliShop, "5s", "5 s", 1), "config", "validate", "--name", "domains.shop", "-")
 
 	run(true, []string{"stored domains.shop revision 1 (domains namespace: 1 rate-limited, 1 copy-limited resources)"}, "", "config", "put", "--create-bucket", "--nats", url, "domains.shop", file)
 	run(false, []string{`refusing invalid domains namespace shop: resources.api.kind: "hits" is not a kind`}, `{"resources": {"api": {"kind": "hits"}}}`, "config", "put", "--nats", url, "domains.shop", "-")

@@ -141,7 +141,7 @@ func leaseOf(domain string, entries []envoyrl.Entry, set *config.Set) string {
 		return "counted centrally (" + id + " is not a valid resource id)"
 	}
 	if t := rls.LeaseTemplate(set, id); t != nil {
-		return fmt.Sprintf("leases of %s (template %s: %s, capacity %g per second)", id, t.Name, t.Algorithm, t.Capacity)
+		return fmt.Sprintf("leases of %s (template %s: %s, capacity %s per second)", id, t.Name, t.Algorithm, number(t.Capacity))
 	}
 	return "counted centrally (no template maps " + id + ")"
 }
@@ -149,36 +149,21 @@ func leaseOf(domain string, entries []envoyrl.Entry, set *config.Set) string {
 // explainEnvoy is `allot config explain envoy.<domain> [KEY=VALUE ...]`:
 // the domain's tree as the bucket holds it, and the limit a descriptor
 // gets.
-func explainEnvoy(ctx context.Context, env *cliEnv, args []string) error {
-	fs := newFlags(env, "config explain", "envoy.DOMAIN [KEY=VALUE ...]")
-	var cf configFlags
-	cf.register(fs)
-	if err := parseInterspersed(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() < 1 {
-		fs.Usage()
-		return fmt.Errorf("want envoy.DOMAIN and optionally a descriptor's entries")
-	}
-	key := fs.Arg(0)
+func explainEnvoy(ctx context.Context, env *cliEnv, cf *configFlags, args []string) error {
+	key := args[0]
 	domain, ok := config.EnvoyFromKey(key)
 	if !ok {
 		return fmt.Errorf("%q is not an Envoy domain key (envoy.<domain>)", key)
 	}
 	desc := &rlv3.RateLimitDescriptor{}
-	for _, kv := range fs.Args()[1:] {
+	for _, kv := range args[1:] {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
 			return fmt.Errorf("descriptor entry %q: want KEY=VALUE", kv)
 		}
 		desc.Entries = append(desc.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
 	}
-	ctx, kv, done, err := cf.connect(ctx, false)
-	if err != nil {
-		return err
-	}
-	defer done()
-	entries, err := configkv.LoadAll(ctx, kv)
+	entries, err := cf.loadAll(ctx)
 	if err != nil {
 		return err
 	}
@@ -210,7 +195,7 @@ func explainEnvoy(ctx context.Context, env *cliEnv, args []string) error {
 		return nil
 	}
 	a := set.Envoy().Explain(domain, desc)
-	fmt.Fprintf(w, "\nDescriptor %s:\n", strings.Join(fs.Args()[1:], ", "))
+	fmt.Fprintf(w, "\nDescriptor %s:\n", strings.Join(args[1:], ", "))
 	switch {
 	case a.Limit == nil:
 		fmt.Fprintln(w, "  no limit applies: answered OK, with no current_limit")

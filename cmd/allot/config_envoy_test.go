@@ -167,10 +167,10 @@ func TestUpEnvoyConfig(t *testing.T) {
 		}
 	}
 	// validate knows the reference's files, and says how to check one.
-	if code, _, errs := runCLI(t, edgeDomain, "config", "validate", "-name", "envoy.edge", "-"); code != 0 || !strings.Contains(errs, "is valid") {
+	if code, _, errs := runCLI(t, edgeDomain, "config", "validate", "--name", "envoy.edge", "-"); code != 0 || !strings.Contains(errs, "is valid") {
 		t.Errorf("validate: exit %d: %s", code, errs)
 	}
-	if code, _, errs := runCLI(t, edgeDomain, "config", "validate", "-"); code == 0 || !strings.Contains(errs, "check it with -name envoy.edge") {
+	if code, _, errs := runCLI(t, edgeDomain, "config", "validate", "-"); code == 0 || !strings.Contains(errs, "check it with --name envoy.edge") {
 		t.Errorf("validate without a name: exit %d: %s", code, errs)
 	}
 }

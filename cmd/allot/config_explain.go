@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spf13/pflag"
+
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/opstatus"
@@ -22,66 +23,64 @@ import (
 	"github.com/allot/allot/internal/wire"
 )
 
-func configExplain(ctx context.Context, env *cliEnv, args []string) error {
-	for _, a := range args {
-		if strings.HasPrefix(a, config.EnvoyPrefix) {
-			return explainEnvoy(ctx, env, args)
-		}
-	}
-	fs := newFlags(env, "config explain", "RESOURCE_ID")
+func defineConfigExplain(fs *pflag.FlagSet) runFunc {
 	var cf configFlags
 	cf.register(fs)
 	unmatched := config.UnmatchedDefault
-	fs.Var(&unmatched, "unmatched", "the coordinators' policy for unmatched resources: default or reject (default: what the running replicas report, else default)")
+	fs.Var(goFlag(&unmatched, "POLICY"), "unmatched", "the coordinators' policy for unmatched resources: default or reject (default: what the running replicas report, else default)")
 	wait := fs.Duration("wait", 500*time.Millisecond, "how long to collect what the running replicas serve (0: do not ask)")
 	asResource := fs.Bool("resource", false, "explain the argument as a resource id even if it looks like a quota bucket (it has a \":\" and no \"/\")")
-	if err := parseConfigFlags(fs, args, 1); err != nil {
-		return err
-	}
-	policySet := false
-	fs.Visit(func(f *flag.Flag) { policySet = policySet || f.Name == "unmatched" })
-	ctx, cancel := context.WithTimeout(ctx, cf.timeout+max(*wait, 0))
-	defer cancel()
-	kv, nc, err := cf.open(ctx, false)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	var replicas []opstatus.Replica
-	if *wait > 0 {
-		if replicas, err = opstatus.GatherAll(ctx, nc, *wait); err != nil {
+	return func(ctx context.Context, env *cliEnv, args []string) error {
+		if len(args) > 0 && strings.HasPrefix(args[0], config.EnvoyPrefix) {
+			return explainEnvoy(ctx, env, &cf, args)
+		}
+		if err := exactArgs(args, 1, "a resource id or a quota bucket NAMESPACE:NAME"); err != nil {
 			return err
 		}
-	}
-	entries, err := configkv.LoadAll(ctx, kv)
-	if err != nil {
-		return err
-	}
-	id := fs.Arg(0)
-	// "namespace:name" is a quota bucket; resource ids are usually paths
-	// ("mysql/main"), and --resource forces one that looks like a bucket.
-	if strings.Contains(id, ":") && !strings.Contains(id, "/") && !*asResource {
-		if _, _, err := wire.SplitBucket(id); err != nil {
-			return fmt.Errorf("%w (to explain %q as a resource id, add --resource)", err, id)
+		policySet := fs.Changed("unmatched")
+		ctx, cancel := context.WithTimeout(ctx, cf.timeout+max(*wait, 0))
+		defer cancel()
+		kv, nc, err := cf.open(ctx, false)
+		if err != nil {
+			return err
 		}
-		return explainBucket(env.stdout, id, entries, replicas, *wait > 0)
-	}
-	policyFrom := "--unmatched"
-	if !policySet {
-		policyFrom = "the default policy"
-		if p, ok := reportedPolicy(replicas); ok {
-			unmatched, policyFrom = p, "the policy the running replicas report"
+		defer nc.Close()
+		var replicas []opstatus.Replica
+		if *wait > 0 {
+			if replicas, err = opstatus.GatherAll(ctx, nc, *wait); err != nil {
+				return err
+			}
 		}
+		entries, err := configkv.LoadAll(ctx, kv)
+		if err != nil {
+			return err
+		}
+		id := args[0]
+		// "namespace:name" is a quota bucket; resource ids are usually paths
+		// ("mysql/main"), and --resource forces one that looks like a bucket.
+		if strings.Contains(id, ":") && !strings.Contains(id, "/") && !*asResource {
+			if _, _, err := wire.SplitBucket(id); err != nil {
+				return fmt.Errorf("%w (to explain %q as a resource id, add --resource)", err, id)
+			}
+			return explainBucket(env.stdout, id, entries, replicas, *wait > 0)
+		}
+		policyFrom := "--unmatched"
+		if !policySet {
+			policyFrom = "the default policy"
+			if p, ok := reportedPolicy(replicas); ok {
+				unmatched, policyFrom = p, "the policy the running replicas report"
+			}
+		}
+		fmt.Fprintf(env.stdout, "Unmatched resources: %s (%s).\n\n", unmatched, policyFrom)
+		set := configkv.SetFromEntries(entries, unmatched.Fallback())
+		if err := explain(env.stdout, id, set, entries); err != nil {
+			return err
+		}
+		if *wait > 0 {
+			return explainReplicas(ctx, env.stdout, kv, id, replicas)
+		}
+		return nil
 	}
-	fmt.Fprintf(env.stdout, "Unmatched resources: %s (%s).\n\n", unmatched, policyFrom)
-	set := configkv.SetFromEntries(entries, unmatched.Fallback())
-	if err := explain(env.stdout, id, set, entries); err != nil {
-		return err
-	}
-	if *wait > 0 {
-		return explainReplicas(ctx, env.stdout, kv, id, replicas)
-	}
-	return nil
 }
 
 // explainBucket reports which bucket answers quota bucket
@@ -215,7 +214,7 @@ func explain(w io.Writer, id string, set *config.Set, entries []configkv.Entry) 
 			case e.Serving != nil:
 				fmt.Fprintf(w, "    replicas serve revision %d, the last valid one, instead\n", e.Serving.Revision)
 			case e.Refusal != nil:
-				fmt.Fprintf(w, "    no valid revision in its history: resources %q wins are refused\n", e.Refusal.Glob)
+				fmt.Fprintf(w, "    no valid revision in its history: the resources its glob %q would serve are refused\n", e.Refusal.Glob)
 			default:
 				fmt.Fprintln(w, "    no valid revision in its history and no readable identifier_glob: nothing serves or refuses in its name")
 			}
@@ -229,8 +228,8 @@ func describeTemplate(t *config.Template) string {
 	if t.Revision > 0 {
 		s += fmt.Sprintf(" (revision %d)", t.Revision)
 	}
-	return s + fmt.Sprintf(": %s, capacity %g, lease %s, refresh %s, learning mode %s",
-		t.Algorithm, t.Capacity, t.LeaseLength, t.RefreshInterval, t.LearningModeDuration)
+	return s + fmt.Sprintf(": %s, capacity %s, lease %s, refresh %s, learning mode %s",
+		t.Algorithm, number(t.Capacity), t.LeaseLength, t.RefreshInterval, t.LearningModeDuration)
 }
 
 // explainReplicas reports what the running replicas would give id,

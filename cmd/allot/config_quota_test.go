@@ -41,9 +41,9 @@ func TestConfigNamespaceCLI(t *testing.T) {
 	}
 	// Offline: the file name says it is a namespace; -name too.
 	run(true, []string{`as namespace "logins"`, `"max_dynamic_buckets": 10000`, `"max_debt": "10s"`, "note: max_dynamic_buckets"}, "", "config", "validate", file)
-	run(true, []string{`as namespace "x"`}, cliLogins, "config", "validate", "-name", "namespaces.x", "-")
+	run(true, []string{`as namespace "x"`}, cliLogins, "config", "validate", "--name", "namespaces.x", "-")
 	run(false, []string{"it is a valid quota namespace"}, cliLogins, "config", "validate", "-")
-	run(false, []string{"buckets.alice.fill_rate: -1 is outside"}, `{"buckets":{"alice":{"fill_rate":-1}}}`, "config", "validate", "-name", "namespaces.logins", "-")
+	run(false, []string{"buckets.alice.fill_rate: -1 is outside"}, `{"buckets":{"alice":{"fill_rate":-1}}}`, "config", "validate", "--name", "namespaces.logins", "-")
 
 	run(true, []string{"stored namespaces.logins revision 1 (quota namespace: 1 named buckets"}, "", "config", "put", "--create-bucket", "--nats", url, "namespaces.logins", file)
 	run(false, []string{"refusing invalid namespace logins: default_bucket.window: is required for FIXED_WINDOW"}, `{"default_bucket":{"algorithm":"FIXED_WINDOW","limit":5}}`, "config", "put", "--nats", url, "namespaces.logins", "-")

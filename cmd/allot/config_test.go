@@ -120,7 +120,7 @@ func TestConfigCLI(t *testing.T) {
 		t.Errorf("explain after delete:\n%s", out)
 	}
 
-	mustFail("unknown subcommand", "", "config", "frobnicate")
+	mustFail(`unknown command "frobnicate"`, "", "config", "frobnicate")
 	mustFail("want 2 argument", "", "config", "put", "x")
 }
 
@@ -266,7 +266,11 @@ func TestConfigExplainCLI(t *testing.T) {
 	mustExplain([]string{"Unmatched resources: reject (the policy the running replicas report)", "matches no template and unmatched resources are rejected", "replica-a (generation", "would reject it"}, "redis/x")
 	mustExplain([]string{`gets template builtin:default`, "would reject it"}, "--unmatched", "default", "redis/x")
 	mustExplain([]string{"gets template mysql-main (revision 1)", "replica-a (generation", "would use template mysql-main (revision 1): FAIR_SHARE, capacity 500"}, "mysql/main")
-	mustExplain([]string{`resource "cache/x" is refused: template cache revision`, "would refuse it", "no valid revision in its history"}, "cache/x")
+	mustExplain([]string{`resource "cache/x" is refused: template cache revision`, "would refuse it", `no valid revision in its history: the resources its glob "cache/*" would serve are refused`}, "cache/x")
+	// config list says it in a sentence that reads.
+	if code, out, errs := runCLI(t, "", "config", "list", "--nats", url); code != 0 || !strings.Contains(out, `INVALID (the resources its glob "cache/*" would serve are refused): capacity: -3`) {
+		t.Errorf("config list: exit %d %s\n%s", code, errs, out)
+	}
 }
 
 func testCtx(t *testing.T) context.Context {

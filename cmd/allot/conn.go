@@ -4,13 +4,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"net/url"
 	"os"
 	"strings"
 
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/pflag"
 
 	"github.com/allot/allot/agent"
 )
@@ -38,16 +38,19 @@ func defaultNATSURL() string {
 	return nats.DefaultURL
 }
 
-func (c *connFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.url, "nats", defaultNATSURL(), "NATS server URL(s), comma separated; $NATS_URL, if set, is the default")
-	fs.StringVar(&c.creds, "creds", "", "NATS credentials file (JWT and NKey seed)")
-	fs.StringVar(&c.nkey, "nkey", "", "file holding the NATS user's nkey seed (SU...), as `allot secure init` writes under nkeys/")
-	fs.StringVar(&c.user, "user", "", "NATS user name (with --password; a URL's user:password@ works too)")
-	fs.StringVar(&c.password, "password", "", "NATS password of --user (visible to other local users in the process list: prefer --nkey, or $NATS_URL with user:password@)")
-	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM file of the CA(s) that sign the NATS server's certificate (enables TLS)")
-	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM client certificate for servers that verify clients (with --tls-key)")
-	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
-	fs.StringVar(&c.inboxPrefix, "inbox-prefix", "", "prefix of reply subjects instead of _INBOX (for accounts that only allow some)")
+// register adds the connection flags to fs. A back-quoted word in a
+// usage string is the flag's argument name in the help (pflag's rule, as
+// Go's flag package's): no other back quotes may appear in them.
+func (c *connFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&c.url, "nats", defaultNATSURL(), "NATS server `URL`(s), comma separated; $NATS_URL, if set, is the default")
+	fs.StringVar(&c.creds, "creds", "", "NATS credentials `FILE` (JWT and NKey seed)")
+	fs.StringVar(&c.nkey, "nkey", "", "`FILE` holding the NATS user's nkey seed (SU...), as 'allot secure init' writes under nkeys/")
+	fs.StringVar(&c.user, "user", "", "NATS user `NAME` (with --password; a URL's user:password@ works too)")
+	fs.StringVar(&c.password, "password", "", "NATS `PASSWORD` of --user (visible to other local users in the process list: prefer --nkey, or $NATS_URL with user:password@)")
+	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM `FILE` of the CA(s) that sign the NATS server's certificate (enables TLS)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM client certificate `FILE` for servers that verify clients (with --tls-key)")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM private key `FILE` of --tls-cert")
+	fs.StringVar(&c.inboxPrefix, "inbox-prefix", "", "`PREFIX` of reply subjects instead of _INBOX (for accounts that only allow some)")
 }
 
 // options turns the flags into connection options; files are read here so

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/spf13/pflag"
 
 	"github.com/allot/allot/dashboard"
 )
@@ -26,7 +27,7 @@ type dashboardFlags struct {
 	hosts string
 }
 
-func (f *dashboardFlags) register(fs *flag.FlagSet) {
+func (f *dashboardFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.token, "dashboard-token", "", fmt.Sprintf("token the dashboard requires (header Authorization: Bearer TOKEN, or a visit of /?token=TOKEN that sets a cookie), at least %d characters; default $%s. Required when --metrics-addr listens beyond loopback: without it the dashboard is off there", dashboard.MinTokenLength, dashboardTokenEnv))
 	fs.StringVar(&f.hosts, "dashboard-hosts", "", "comma-separated host names the dashboard is reached by (its Host header), besides IP addresses, localhost and the --metrics-addr host; requests naming another host are refused")
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"regexp"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/allot/allot/agent"
@@ -27,8 +27,7 @@ func defaultClientID() string {
 	return "allot-cli@" + host + ":" + strconv.Itoa(os.Getpid())
 }
 
-func runGet(ctx context.Context, env *cliEnv, args []string) error {
-	fs := newFlags(env, "get", "RESOURCE [RESOURCE...] --wants N [flags]")
+func defineGet(fs *pflag.FlagSet) runFunc {
 	var conn connFlags
 	conn.register(fs)
 	node := fs.String("node", coordinator.DefaultNode, "tree node to ask")
@@ -37,46 +36,48 @@ func runGet(ctx context.Context, env *cliEnv, args []string) error {
 	wants := fs.Float64("wants", 1, "capacity wanted, per resource")
 	priority := fs.Int("priority", 0, "priority band")
 	timeout := fs.Duration("timeout", 5*time.Second, "request timeout")
-	if err := parseInterspersed(fs, args); err != nil {
-		return err
+	return func(ctx context.Context, env *cliEnv, args []string) error {
+		if len(args) == 0 {
+			return usageError{errors.New("name at least one resource")}
+		}
+		if *priority < wire.MinPriority || *priority > wire.MaxPriority {
+			return fmt.Errorf("--priority %d is outside [%d, %d]", *priority, wire.MinPriority, wire.MaxPriority)
+		}
+		req := &allotpb.GetCapacityRequest{ClientId: *client}
+		for _, id := range args {
+			req.Resource = append(req.Resource, &allotpb.ResourceRequest{ResourceId: id, Wants: *wants, Priority: int32(*priority)})
+		}
+		// Validate locally for a clearer message; the coordinator checks too.
+		if err := wire.ValidateGetCapacity(req); err != nil {
+			return err
+		}
+		// On stderr, so that stdout stays the reply alone; the default id is
+		// per process and otherwise lost.
+		fmt.Fprintf(env.stderr, "client id: %s\n", *client)
+		return request(ctx, env, &conn, coordinator.Subject(*node, "capacity.get"), req, *timeout)
 	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return fmt.Errorf("name at least one resource")
-	}
-	if *priority < wire.MinPriority || *priority > wire.MaxPriority {
-		return fmt.Errorf("--priority %d is outside [%d, %d]", *priority, wire.MinPriority, wire.MaxPriority)
-	}
-	req := &allotpb.GetCapacityRequest{ClientId: *client}
-	for _, id := range fs.Args() {
-		req.Resource = append(req.Resource, &allotpb.ResourceRequest{ResourceId: id, Wants: *wants, Priority: int32(*priority)})
-	}
-	// Validate locally for a clearer message; the coordinator checks too.
-	if err := wire.ValidateGetCapacity(req); err != nil {
-		return err
-	}
-	// On stderr, so that stdout stays the reply alone; the default id is
-	// per process and otherwise lost.
-	fmt.Fprintf(env.stderr, "client id: %s\n", *client)
-	return request(ctx, env, &conn, coordinator.Subject(*node, "capacity.get"), req, *timeout)
 }
 
-func runRelease(ctx context.Context, env *cliEnv, args []string) error {
-	fs := newFlags(env, "release", "RESOURCE [RESOURCE...] --client ID [flags]")
+func defineRelease(fs *pflag.FlagSet) runFunc {
 	var conn connFlags
 	conn.register(fs)
 	node := fs.String("node", coordinator.DefaultNode, "tree node to ask")
-	client := fs.String("client", "", "client id whose leases to release (required)")
+	client := fs.String("client", "", "client id whose leases to release (required; allot get prints its own)")
 	fs.StringVar(client, "client-id", "", "same as --client")
 	timeout := fs.Duration("timeout", 5*time.Second, "request timeout")
-	if err := parseInterspersed(fs, args); err != nil {
-		return err
+	return func(ctx context.Context, env *cliEnv, args []string) error {
+		if *client == "" {
+			return usageError{errors.New("--client is required: the client id whose leases to release (allot get prints its own on stderr)")}
+		}
+		if len(args) == 0 {
+			return usageError{errors.New("name at least one resource")}
+		}
+		req := &allotpb.ReleaseCapacityRequest{ClientId: *client, ResourceId: args}
+		if err := wire.ValidateRelease(req); err != nil {
+			return err
+		}
+		return request(ctx, env, &conn, coordinator.Subject(*node, "capacity.release"), req, *timeout)
 	}
-	req := &allotpb.ReleaseCapacityRequest{ClientId: *client, ResourceId: fs.Args()}
-	if err := wire.ValidateRelease(req); err != nil {
-		return err
-	}
-	return request(ctx, env, &conn, coordinator.Subject(*node, "capacity.release"), req, *timeout)
 }
 
 // request sends req as JSON, exactly as `nats req` would, and prints the
@@ -113,7 +114,8 @@ func request(ctx context.Context, env *cliEnv, conn *connFlags, subject string, 
 		out.Reset()
 		out.Write(m.Data)
 	}
-	fmt.Fprintln(env.stdout, out.String())
+	// Capacities decay continuously: print them to six digits.
+	fmt.Fprintln(env.stdout, string(roundJSON(out.Bytes())))
 	return nil
 }
 
@@ -147,21 +149,4 @@ func inboxRefused(prefix string, end context.CancelCauseFunc) nats.Option {
 		}
 		end(fmt.Errorf("%w (%s): --inbox-prefix %s is not a prefix this user may receive replies under", errInboxRefused, m[1], prefix))
 	})
-}
-
-// parseInterspersed parses flags that may follow positional arguments
-// ("allot get db --wants 10").
-func parseInterspersed(fs *flag.FlagSet, args []string) error {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-	return fs.Parse(append([]string{"--"}, pos...))
 }

@@ -1,12 +1,13 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/subjects"
@@ -22,11 +23,11 @@ type isolationFlags struct {
 	childClients     childBounds
 }
 
-func (f *isolationFlags) register(fs *flag.FlagSet) {
-	fs.Var(&f.tenantMaxRes, "tenant-max-resources", "most resources of the node one tenant (NATS account) may have clients on, whatever the templates say; its requests for more new ones get error 429 (default a tenth of --max-resources; at most --max-resources)")
-	fs.Var(&f.tenantMaxClients, "tenant-max-clients", "most client records one tenant may keep on the node; requests adding more get error 429 (default a tenth of --max-clients; at most --max-clients)")
+func (f *isolationFlags) register(fs *pflag.FlagSet) {
+	fs.Var(goFlag(&f.tenantMaxRes, "N"), "tenant-max-resources", "most resources of the node one tenant (NATS account) may have clients on, whatever the templates say; its requests for more new ones get error 429 (default a tenth of --max-resources; at most --max-resources)")
+	fs.Var(goFlag(&f.tenantMaxClients, "N"), "tenant-max-clients", "most client records one tenant may keep on the node; requests adding more get error 429 (default a tenth of --max-clients; at most --max-clients)")
 	fs.Int64Var(&f.childMaxClients, "child-max-clients", coordinator.DefaultChildMaxClients, "most clients a child node's claim counts for in the share algorithms, whatever it claims (see --child-clients for a bound per child)")
-	fs.Var(&f.childClients, "child-clients", "bounds per child node in place of --child-max-clients, as NODE=N pairs: eu=5000,ap=2000 (repeatable)")
+	fs.Var(goFlag(&f.childClients, "NODE=N,..."), "child-clients", "bounds per child node in place of --child-max-clients, as NODE=N pairs: eu=5000,ap=2000 (repeatable)")
 }
 
 // validate checks the flags against the node's --max-resources and

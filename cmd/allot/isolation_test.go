@@ -24,9 +24,9 @@ func TestIsolationFlagsRefused(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--tenant-max-resources", "0"}, `invalid value "0" for flag -tenant-max-resources: want a positive whole number`},
-		{[]string{"--tenant-max-clients", "-3"}, `invalid value "-3" for flag -tenant-max-clients: want a positive whole number`},
-		{[]string{"--tenant-max-resources", "x"}, `invalid value "x" for flag -tenant-max-resources`},
+		{[]string{"--tenant-max-resources", "0"}, `invalid argument "0" for "--tenant-max-resources" flag: want a positive whole number`},
+		{[]string{"--tenant-max-clients", "-3"}, `invalid argument "-3" for "--tenant-max-clients" flag: want a positive whole number`},
+		{[]string{"--tenant-max-resources", "x"}, `invalid argument "x" for "--tenant-max-resources" flag`},
 		{[]string{"--tenant-max-resources", "100001"}, "--tenant-max-resources 100001 is above --max-resources 100000"},
 		{[]string{"--max-resources", "50", "--tenant-max-resources", "60"}, "--tenant-max-resources 60 is above --max-resources 50"},
 		{[]string{"--tenant-max-clients", "2000001"}, "--tenant-max-clients 2000001 is above --max-clients 2000000"},

@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -23,6 +23,7 @@ import (
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/version"
 	"github.com/allot/allot/metrics"
 	"github.com/allot/allot/quotaserver"
 )
@@ -244,26 +245,19 @@ func startOps(ctx context.Context, addr string, fallback bool, st *opsState, log
 	return "http://" + l.Addr().String(), nil
 }
 
-// versionString is the binary's version: the one set at link time, else
-// the main module's version from the build information.
+// versionString is allot's version, the one its services report, with
+// the commit it was built from when the build information has it, and
+// the Go version.
 func versionString() string {
-	if version != "" {
-		return version
-	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(unknown)"
-	}
-	v := bi.Main.Version
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 && (v == "" || v == "(devel)") {
-			v = "(devel) " + s.Value[:12]
+	built := runtime.Version()
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				built = "commit " + s.Value[:12] + ", " + built
+			}
 		}
 	}
-	if v == "" {
-		v = "(devel)"
-	}
-	return v
+	return version.Version + " (" + built + ")"
 }
 
 // logHandler makes the binary's slog handler: format "text" or "json".
@@ -276,11 +270,4 @@ func logHandler(env *cliEnv, format string, lvl slog.Level) (slog.Handler, error
 		return slog.NewJSONHandler(env.stderr, opts), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
-}
-
-// flagSet reports whether the flag name was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }

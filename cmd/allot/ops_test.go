@@ -23,8 +23,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"sigs.k8s.io/yaml"
 
+	"github.com/spf13/pflag"
+
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/version"
 	"github.com/allot/allot/metrics"
 )
 
@@ -253,12 +256,12 @@ func TestCoordinatorReadyz(t *testing.T) {
 	}
 }
 
-// TestVersionAndOpsFlags: `allot version` prints the module version from
-// the build information, and bad --log-format and --metrics-max-resources
+// TestVersionAndOpsFlags: `allot version` prints the version the services
+// report in their micro INFO, and bad --log-format and --metrics-max-resources
 // values are refused, naming the flag.
 func TestVersionAndOpsFlags(t *testing.T) {
 	code, out := runCtx(context.Background(), "version")
-	if code != 0 || !regexp.MustCompile(`^allot \S.* \(go1\.\d+`).MatchString(out) {
+	if code != 0 || !regexp.MustCompile(`^allot `+regexp.QuoteMeta(version.Version)+` \((commit [0-9a-f]{12}, )?go1\.\d+`).MatchString(out) {
 		t.Fatalf("version: %d %q", code, out)
 	}
 	for _, tc := range []struct {
@@ -307,7 +310,7 @@ func TestKubernetesManifestMatchesBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := d.Spec.Template.Spec.Containers[0]
-	fs := newFlags(testEnv(io.Discard), "coordinator", "")
+	fs := pflag.NewFlagSet("coordinator", pflag.ContinueOnError)
 	var cf coordFlags
 	cf.register(fs)
 	var conn connFlags

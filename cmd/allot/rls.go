@@ -6,13 +6,14 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/spf13/pflag"
 
 	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/configkv"
@@ -36,7 +37,7 @@ type rlsFlags struct {
 	announce func(addr string)
 }
 
-func (f *rlsFlags) register(fs *flag.FlagSet, partitions bool) {
+func (f *rlsFlags) register(fs *pflag.FlagSet, partitions bool) {
 	fs.StringVar(&f.addr, "rls-addr", "", "HOST:PORT to serve Envoy's rate limit APIs on over gRPC: envoy.service.ratelimit.v3.RateLimitService (ShouldRateLimit, configured by the envoy.<domain> keys) and envoy.service.rate_limit_quota.v3.RateLimitQuotaService (RLQS); empty: none (docs/envoy.md)")
 	fs.StringVar(&f.headers, "rls-headers", "none", "ShouldRateLimit: add rate limit headers to responses: 'none', 'ratelimit' (RateLimit-Limit, -Remaining, -Reset, the reference's default names) or 'x-ratelimit' (x-ratelimit-limit, ...)")
 	fs.BoolVar(&f.quotaMode, "rls-quota-mode", false, "ShouldRateLimit: answer every exceeded limit OK, as if each had quota_mode (the reference's QUOTA_MODE); --shadow is its SHADOW_MODE")

@@ -10,19 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/allot/allot/internal/secureinit"
 )
 
-func runSecure(ctx context.Context, env *cliEnv, args []string) error {
-	if len(args) == 0 || args[0] != "init" {
-		fmt.Fprintln(env.stderr, "Usage: allot secure init --dir DIR [--host NAME,...] [--valid DURATION] [--client-port N] [--leaf-port N] [--http-listen HOST:PORT]")
-		fmt.Fprintln(env.stderr, "\nWrites development credentials for deploy/nats/secure (see docs/security.md).")
-		if len(args) == 0 {
-			return errors.New("missing subcommand init")
-		}
-		return fmt.Errorf("unknown subcommand %q", args[0])
-	}
-	fs := newFlags(env, "secure init", "--dir DIR [flags]")
+func defineSecureInit(fs *pflag.FlagSet) runFunc {
 	dir := fs.String("dir", "", "directory to write the credentials to (created; refused if it already holds an env file)")
 	hosts := fs.String("host", "", "extra comma-separated host names or IP addresses for the server certificate (127.0.0.1, ::1 and localhost are always in it)")
 	valid := fs.Duration("valid", 365*24*time.Hour, "how long the certificates are valid")
@@ -30,30 +23,29 @@ func runSecure(ctx context.Context, env *cliEnv, args []string) error {
 	fs.IntVar(&ports.Client, "client-port", ports.Client, "the root server's client port (CLIENT_PORT of the env file)")
 	fs.IntVar(&ports.Leaf, "leaf-port", ports.Leaf, "the root server's leaf-node port (LEAF_PORT; PARENT_LEAF_URLS names it for the servers below)")
 	fs.StringVar(&ports.HTTP, "http-listen", ports.HTTP, "the root server's monitoring address (HTTP_LISTEN)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if *dir == "" {
-		return errors.New("--dir is required")
-	}
-	if *valid <= 0 {
-		return fmt.Errorf("--valid %v: want a positive duration", *valid)
-	}
-	var extra []string
-	for h := range strings.SplitSeq(*hosts, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			extra = append(extra, h)
+	return func(ctx context.Context, env *cliEnv, args []string) error {
+		if err := noArgs(args); err != nil {
+			return err
 		}
+		if *dir == "" {
+			return errors.New("--dir is required")
+		}
+		if *valid <= 0 {
+			return fmt.Errorf("--valid %v: want a positive duration", *valid)
+		}
+		var extra []string
+		for h := range strings.SplitSeq(*hosts, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				extra = append(extra, h)
+			}
+		}
+		set, err := secureinit.InitPorts(*dir, *valid, ports, extra...)
+		if err != nil {
+			return err
+		}
+		printSecureUsage(env.stdout, set)
+		return nil
 	}
-	set, err := secureinit.InitPorts(*dir, *valid, ports, extra...)
-	if err != nil {
-		return err
-	}
-	printSecureUsage(env.stdout, set)
-	return nil
 }
 
 // printSecureUsage says what was written and how to start the shipped

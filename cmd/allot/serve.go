@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/spf13/pflag"
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/coordinator"
@@ -71,7 +72,7 @@ type coordFlags struct {
 	rls rlsFlags
 }
 
-func (f *coordFlags) register(fs *flag.FlagSet) {
+func (f *coordFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.node, "node", coordinator.DefaultNode, "tree node to serve; names the subjects allot.<node>.*")
 	fs.StringVar(&f.parent, "parent-node", "", "parent node (toward the root) this node gets its capacity from over its subjects allot.<parent>.*; its configuration bucket becomes a mirror of the parent's, in JetStream domain <parent>")
 	fs.StringVar(&f.serverID, "server-id", "", "this replica's id (default host:pid)")
@@ -79,7 +80,7 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.bucket, "state-bucket", coordinator.DefaultStateBucket, "KV bucket for coordinator state (lease horizons)")
 	fs.StringVar(&f.configBucket, "config-bucket", configkv.DefaultBucket, "KV bucket holding resource templates")
 	f.unmatched = config.UnmatchedDefault
-	fs.Var(&f.unmatched, "unmatched", "what to do with resources no template matches: 'default' (serve with the built-in default template) or 'reject' (answer 404; up then does not seed the catch-all example template)")
+	fs.Var(goFlag(&f.unmatched, "POLICY"), "unmatched", "what to do with resources no template matches: 'default' (serve with the built-in default template) or 'reject' (answer 404; up then does not seed the catch-all example template)")
 	fs.BoolVar(&f.shadow, "shadow", false, "shadow mode for every resource and quota bucket: allocate and report leases as usual, but tell agents to admit what they want and count what the grant would have refused; answer every quota take OK and count what the bucket would have refused")
 	fs.DurationVar(&f.clockSkew, "clock-skew", coordinator.DefaultClockSkew, "most the clocks of this node's replicas may differ by; lease times from a predecessor are trusted only with this margin")
 	fs.IntVar(&f.maxRes, "max-resources", coordinator.DefaultMaxResources, "most resources a node keeps state for; requests naming more new ones get error 429")
@@ -98,7 +99,7 @@ func (f *coordFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.quotaParts, "quota-partitions", 1, "quota partitions sharing the namespaces (allot.<node>.quota.*), each electing its own leader; above 1 the NATS server needs the subject mapping of deploy/nats/quota/partitions.conf (allot up sets it)")
 	f.quotaServe = partitionList{all: true}
 	fs.DurationVar(&f.holdTTL, "hold-ttl", domainserver.DefaultHoldTTL, "domain limits: how long a hold of a copy-limited resource lives without its client's refresh (agents refresh every third of it); a crashed client's holds are released after it, and a new leader learns the live holds for as long before it grants more")
-	fs.Var(&f.quotaServe, "quota-serve", "quota partitions this process serves: 'all', 'none', or a comma-separated list such as 0,2")
+	fs.Var(goFlag(&f.quotaServe, "PARTITIONS"), "quota-serve", "quota partitions this process serves: 'all', 'none', or a comma-separated list such as 0,2")
 	f.rls.register(fs, true)
 }
 
@@ -190,10 +191,8 @@ func skewOption(d time.Duration) time.Duration {
 // settle fills the defaults that depend on other flags, once fs is
 // parsed: without --election-ttl, a level whose buckets are replicated
 // gets election.ReplicatedTTL.
-func (f *coordFlags) settle(fs *flag.FlagSet) {
-	ttlSet := false
-	fs.Visit(func(fl *flag.Flag) { ttlSet = ttlSet || fl.Name == "election-ttl" })
-	if !ttlSet && f.replicasKV > 1 {
+func (f *coordFlags) settle(fs *pflag.FlagSet) {
+	if !fs.Changed("election-ttl") && f.replicasKV > 1 {
 		f.electionTTL = election.ReplicatedTTL
 	}
 }
@@ -459,50 +458,48 @@ func runAll(ctx context.Context, runs []func(context.Context) error) error {
 	return first
 }
 
-func runCoordinator(ctx context.Context, env *cliEnv, args []string) error {
-	fs := newFlags(env, "coordinator", "--nats URL [flags]")
+func defineCoordinator(fs *pflag.FlagSet) runFunc {
 	var cf coordFlags
 	cf.register(fs)
 	var conn connFlags
 	conn.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	cf.settle(fs)
-	if err := cf.validate(); err != nil {
-		return err
-	}
-	log, err := cf.logger(env)
-	if err != nil {
-		return err
-	}
-	cf.warnShortTTL(log)
-	nc, err := connect(&conn, "allot coordinator "+cf.node, log)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	if cf.metricsAddr != "" {
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		cf.ops = cf.newOps(nc)
-		url, err := startOps(ctx, cf.metricsAddr, false, cf.ops, log)
+	return func(ctx context.Context, env *cliEnv, args []string) error {
+		if err := noArgs(args); err != nil {
+			return err
+		}
+		cf.settle(fs)
+		if err := cf.validate(); err != nil {
+			return err
+		}
+		log, err := cf.logger(env)
 		if err != nil {
 			return err
 		}
-		log.Info("serving metrics and health", "metrics", url+"/metrics", "healthz", url+"/healthz", "readyz", url+"/readyz", "dashboard", url+"/")
+		cf.warnShortTTL(log)
+		nc, err := connect(&conn, "allot coordinator "+cf.node, log)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		if cf.metricsAddr != "" {
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			cf.ops = cf.newOps(nc)
+			url, err := startOps(ctx, cf.metricsAddr, false, cf.ops, log)
+			if err != nil {
+				return err
+			}
+			log.Info("serving metrics and health", "metrics", url+"/metrics", "healthz", url+"/healthz", "readyz", url+"/readyz", "dashboard", url+"/")
+		}
+		cf.rls.announce = func(addr string) {
+			fmt.Fprintf(env.stdout, "allot coordinator: envoy rate limit service (gRPC: ShouldRateLimit, RLQS) at %s\n", addr)
+		}
+		if cf.parent != "" {
+			log.Info("coordinator under a parent", "node", cf.node, "parent", cf.parent,
+				"config", cf.configBucket+" mirrors "+cf.configBucket+" of JetStream domain "+cf.parent)
+		}
+		return serve(ctx, nc, &cf, log)
 	}
-	cf.rls.announce = func(addr string) {
-		fmt.Fprintf(env.stdout, "allot coordinator: envoy rate limit service (gRPC: ShouldRateLimit, RLQS) at %s\n", addr)
-	}
-	if cf.parent != "" {
-		log.Info("coordinator under a parent", "node", cf.node, "parent", cf.parent,
-			"config", cf.configBucket+" mirrors "+cf.configBucket+" of JetStream domain "+cf.parent)
-	}
-	return serve(ctx, nc, &cf, log)
 }
 
 // A coordinator's connection pings its server every connPingInterval

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/spf13/pflag"
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/domainserver"
@@ -84,43 +85,41 @@ func partitionElectionKey(k, kind string, key func(string, int) string) (node st
 	return node, p, true
 }
 
-func runStatus(ctx context.Context, env *cliEnv, args []string) error {
-	fs := newFlags(env, "status", "[flags]")
+func defineStatus(fs *pflag.FlagSet) runFunc {
 	var conn connFlags
 	conn.register(fs)
 	bucket := fs.String("election-bucket", election.DefaultBucket, "election KV bucket")
 	wait := fs.Duration("wait", 500*time.Millisecond, "how long to collect replica replies")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	nc, err := conn.dial("allot status")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	nodes, err := collectStatus(ctx, nc, *bucket, *wait)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(env.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(nodes); err != nil {
+	return func(ctx context.Context, env *cliEnv, args []string) error {
+		if err := noArgs(args); err != nil {
 			return err
 		}
-	} else {
-		printStatus(env.stdout, nodes, time.Now())
+		nc, err := conn.dial("allot status")
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		nodes, err := collectStatus(ctx, nc, *bucket, *wait)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(env.stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(nodes); err != nil {
+				return err
+			}
+		} else {
+			printStatus(env.stdout, nodes, time.Now())
+		}
+		// Scripts and health checks rely on the exit code: no replica
+		// answering is a failure even if the election bucket names a leader.
+		if !slices.ContainsFunc(nodes, func(n *nodeStatus) bool { return len(n.Replicas) > 0 }) {
+			return fmt.Errorf("no coordinator replica answered on %s within %v: is a coordinator running against this NATS deployment?", redactURLs(conn.url), *wait)
+		}
+		return nil
 	}
-	// Scripts and health checks rely on the exit code: no replica
-	// answering is a failure even if the election bucket names a leader.
-	if !slices.ContainsFunc(nodes, func(n *nodeStatus) bool { return len(n.Replicas) > 0 }) {
-		return fmt.Errorf("no coordinator replica answered on %s within %v: is a coordinator running against this NATS deployment?", redactURLs(conn.url), *wait)
-	}
-	return nil
 }
 
 // collectStatus reads the election bucket (leader and term per node) and
@@ -467,11 +466,11 @@ func printTree(w io.Writer, nodes []*nodeStatus) {
 		fmt.Fprintln(w, indent+head)
 		if s := n.Serving; s != nil {
 			for _, r := range s.TopResources {
-				line := fmt.Sprintf("capacity %g", r.Capacity)
+				line := "capacity " + number(r.Capacity)
 				if n.Parent != "" {
-					line = fmt.Sprintf("lease %g", r.Lease)
+					line = "lease " + number(r.Lease)
 				}
-				fmt.Fprintf(w, "%s    %s: %s, outstanding %g, %d claimants\n", indent, r.ID, line, math.Round(r.Outstanding*1000)/1000, r.Claimants)
+				fmt.Fprintf(w, "%s    %s: %s, outstanding %s, %d claimants\n", indent, r.ID, line, number(r.Outstanding), r.Claimants)
 			}
 		}
 		for _, c := range children[n.Node] {

@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spf13/pflag"
+
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/opstatus"
 	"github.com/allot/allot/internal/poll"
@@ -166,7 +168,7 @@ func TestTreeFlagsInvalid(t *testing.T) {
 // TestCoordFlagsParent: --parent-node reaches coordinator.Options.Parent,
 // for `up` and `coordinator` alike (they share the flags).
 func TestCoordFlagsParent(t *testing.T) {
-	fs := newFlags(testEnv(&syncBuffer{}), "coordinator", "")
+	fs := pflag.NewFlagSet("coordinator", pflag.ContinueOnError)
 	var cf coordFlags
 	cf.register(fs)
 	if err := fs.Parse([]string{"--node", "eu-1", "--parent-node", "eu"}); err != nil {

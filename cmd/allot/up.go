@@ -21,6 +21,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/spf13/pflag"
+
 	"github.com/allot/allot/deploy/templates"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
@@ -29,8 +31,7 @@ import (
 	"github.com/allot/allot/quotaserver"
 )
 
-func runUp(ctx context.Context, env *cliEnv, args []string) error {
-	fs := newFlags(env, "up", "[flags]")
+func defineUp(fs *pflag.FlagSet) runFunc {
 	cf := coordFlags{metricsAddr: defaultUpMetricsAddr}
 	cf.register(fs)
 	host := fs.String("host", "127.0.0.1", "address the embedded NATS server listens on")
@@ -41,121 +42,120 @@ func runUp(ctx context.Context, env *cliEnv, args []string) error {
 	noAdvertise := fs.Bool("no-advertise", false, "with --leafnode-port: do not tell child levels this server's own leaf-node address, so they reconnect only to the URLs they were given (a proxy, a load balancer, a NAT address)")
 	parentURL := fs.String("parent-url", "", "with --parent-node: the parent level's leaf-node URL(s), nats-leaf://HOST:PORT, comma-separated; the embedded server joins it as a leaf node")
 	replicas := fs.Int("replicas", 1, "coordinator replicas to run, each on its own NATS connection; one leads, the others follow (see 'allot status')")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	cf.settle(fs)
-	if *replicas < 1 {
-		return fmt.Errorf("--replicas %d: want at least 1", *replicas)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	tree, err := upTree(&cf, *port, *leafPort, *parentURL)
-	if err != nil {
-		return err
-	}
-	if *noAdvertise && *leafPort == 0 {
-		return fmt.Errorf("--no-advertise needs --leafnode-port: it only changes what child levels are told")
-	}
-	log, err := cf.logger(env)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(*dataDir, 0o755); err != nil {
-		return fmt.Errorf("data dir: %w", err)
-	}
-	lock, err := lockDataDir(*dataDir)
-	if err != nil {
-		return err
-	}
-	defer lock.Release()
-	// Servers joined by leaf nodes need distinct names.
-	srv, err := embed.Start(embed.Options{Host: *host, Port: *port, StoreDir: *dataDir, Log: *natsLog, ServerName: "allot-" + cf.node,
-		LeafNodePort: tree.leafPort, LeafNoAdvertise: *noAdvertise, LeafRemotes: tree.remotes, Domain: tree.domain, Mappings: partitionMappings(cf.node, cf.quotaParts)})
-	if err != nil {
-		return fmt.Errorf("%w (--port 0 and --leafnode-port -1 pick free ports)", err)
-	}
-	defer func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	}()
-	log.Info("embedded NATS server ready", "url", srv.ClientURL(), "store", *dataDir)
-	nc, err := nats.Connect(srv.ClientURL(), nats.Name("allot up"))
-	if err != nil {
-		return fmt.Errorf("connect to embedded server: %w", err)
-	}
-	defer nc.Close()
-	var opsURL string
-	if cf.metricsAddr != "" {
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		cf.ops = cf.newOps(nc)
-		if opsURL, err = startOps(ctx, cf.metricsAddr, !flagSet(fs, "metrics-addr"), cf.ops, log); err != nil {
+	return func(ctx context.Context, env *cliEnv, args []string) error {
+		cf.settle(fs)
+		if *replicas < 1 {
+			return fmt.Errorf("--replicas %d: want at least 1", *replicas)
+		}
+		if err := noArgs(args); err != nil {
 			return err
 		}
-	}
-	// A child's templates come from the root through its mirror; seeding
-	// would write to the root's bucket through it.
-	if cf.parent == "" {
-		if err := seedTemplates(ctx, nc, &cf, log); err != nil {
+		tree, err := upTree(&cf, *port, *leafPort, *parentURL)
+		if err != nil {
 			return err
 		}
-	}
-	cf.rls.announce = func(addr string) {
-		fmt.Fprintf(env.stdout, "  envoy rate limit service (gRPC: ShouldRateLimit, RLQS) at %s\n", addr)
-	}
-	// Announce once a replica serves (or another process's leader does).
-	var once sync.Once
-	ready := make(chan struct{})
-	cf.onServing = func(_ uint64, serving bool) {
-		if serving {
-			once.Do(func() { close(ready) })
+		if *noAdvertise && *leafPort == 0 {
+			return fmt.Errorf("--no-advertise needs --leafnode-port: it only changes what child levels are told")
 		}
-	}
-	go func() {
-		select {
-		case <-ready:
-		case <-time.After(10 * time.Second):
-			log.Warn("no replica of this process leads yet; another process may")
-		case <-ctx.Done():
-			return
+		log, err := cf.logger(env)
+		if err != nil {
+			return err
 		}
-		if cf.parent != "" && !waitLinked(ctx, srv, 10*time.Second) {
-			log.Warn("not joined to the parent level yet; retrying (check --parent-url and the parent's --leafnode-port)", "parent-url", strings.Join(tree.remotes, ","))
+		if err := os.MkdirAll(*dataDir, 0o755); err != nil {
+			return fmt.Errorf("data dir: %w", err)
 		}
-		fmt.Fprintf(env.stdout, "allot is up: NATS at %s, node %q, %d replica(s)\n", srv.ClientURL(), cf.node, *replicas)
-		if tree.domain != "" {
-			fmt.Fprintf(env.stdout, "  JetStream domain: %s\n", tree.domain)
+		lock, err := lockDataDir(*dataDir)
+		if err != nil {
+			return err
 		}
-		if u := embed.LeafNodeURL(srv); u != "" {
-			fmt.Fprintf(env.stdout, "  accepting child levels at %s (allot up --node CHILD --parent-node %s --parent-url %s)\n", u, cf.node, u)
+		defer lock.Release()
+		// Servers joined by leaf nodes need distinct names.
+		srv, err := embed.Start(embed.Options{Host: *host, Port: *port, StoreDir: *dataDir, Log: *natsLog, ServerName: "allot-" + cf.node,
+			LeafNodePort: tree.leafPort, LeafNoAdvertise: *noAdvertise, LeafRemotes: tree.remotes, Domain: tree.domain, Mappings: partitionMappings(cf.node, cf.quotaParts)})
+		if err != nil {
+			return fmt.Errorf("%w (--port 0 and --leafnode-port -1 pick free ports)", err)
 		}
-		if cf.parent != "" {
-			fmt.Fprintf(env.stdout, "  parent: node %q at %s; %s mirrors %s of domain %s\n", cf.parent, strings.Join(tree.remotes, ","), cf.configBucket, cf.configBucket, cf.parent)
+		defer func() {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		}()
+		log.Info("embedded NATS server ready", "url", srv.ClientURL(), "store", *dataDir)
+		nc, err := nats.Connect(srv.ClientURL(), nats.Name("allot up"))
+		if err != nil {
+			return fmt.Errorf("connect to embedded server: %w", err)
 		}
-		fmt.Fprintf(env.stdout, "  quota: %s (bucket in the payload) and %s, %d partition(s)\n",
-			quotaserver.TakeSubject(cf.node), quotaserver.BucketSubject(cf.node, "take", "NAMESPACE", "NAME"), cf.quotaParts)
-		fmt.Fprintf(env.stdout, "  domain limits: %s (request, reserve, release, refresh, transfer, seize)\n",
-			domainwire.Subject(cf.node, "OP", "NAMESPACE", "RESOURCE"))
-		if opsURL != "" {
-			switch {
-			case cf.ops.dashboardOff:
-				fmt.Fprintf(env.stdout, "  dashboard off: --metrics-addr listens beyond loopback; give it --dashboard-token\n")
-			case cf.dashboard.token != "":
-				fmt.Fprintf(env.stdout, "  dashboard at %s/ (open %s/?token=TOKEN once, with the --dashboard-token)\n", opsURL, opsURL)
-			default:
-				fmt.Fprintf(env.stdout, "  dashboard at %s/\n", opsURL)
+		defer nc.Close()
+		var opsURL string
+		if cf.metricsAddr != "" {
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			cf.ops = cf.newOps(nc)
+			if opsURL, err = startOps(ctx, cf.metricsAddr, !fs.Changed("metrics-addr"), cf.ops, log); err != nil {
+				return err
 			}
-			fmt.Fprintf(env.stdout, "  metrics at %s/metrics, health at %s/healthz and %s/readyz\n", opsURL, opsURL, opsURL)
 		}
-		fmt.Fprintf(env.stdout, "try: go run ./cmd/allot get --nats %s --node %s db --wants 10\n     go run ./cmd/allot status --nats %s\n",
-			srv.ClientURL(), cf.node, srv.ClientURL())
-	}()
-	if *replicas == 1 {
-		return serve(ctx, nc, &cf, log)
+		// A child's templates come from the root through its mirror; seeding
+		// would write to the root's bucket through it.
+		if cf.parent == "" {
+			if err := seedTemplates(ctx, nc, &cf, log); err != nil {
+				return err
+			}
+		}
+		cf.rls.announce = func(addr string) {
+			fmt.Fprintf(env.stdout, "  envoy rate limit service (gRPC: ShouldRateLimit, RLQS) at %s\n", addr)
+		}
+		// Announce once a replica serves (or another process's leader does).
+		var once sync.Once
+		ready := make(chan struct{})
+		cf.onServing = func(_ uint64, serving bool) {
+			if serving {
+				once.Do(func() { close(ready) })
+			}
+		}
+		go func() {
+			select {
+			case <-ready:
+			case <-time.After(10 * time.Second):
+				log.Warn("no replica of this process leads yet; another process may")
+			case <-ctx.Done():
+				return
+			}
+			if cf.parent != "" && !waitLinked(ctx, srv, 10*time.Second) {
+				log.Warn("not joined to the parent level yet; retrying (check --parent-url and the parent's --leafnode-port)", "parent-url", strings.Join(tree.remotes, ","))
+			}
+			fmt.Fprintf(env.stdout, "allot is up: NATS at %s, node %q, %d replica(s)\n", srv.ClientURL(), cf.node, *replicas)
+			if tree.domain != "" {
+				fmt.Fprintf(env.stdout, "  JetStream domain: %s\n", tree.domain)
+			}
+			if u := embed.LeafNodeURL(srv); u != "" {
+				fmt.Fprintf(env.stdout, "  accepting child levels at %s (allot up --node CHILD --parent-node %s --parent-url %s)\n", u, cf.node, u)
+			}
+			if cf.parent != "" {
+				fmt.Fprintf(env.stdout, "  parent: node %q at %s; %s mirrors %s of domain %s\n", cf.parent, strings.Join(tree.remotes, ","), cf.configBucket, cf.configBucket, cf.parent)
+			}
+			fmt.Fprintf(env.stdout, "  quota: %s (bucket in the payload) and %s, %d partition(s)\n",
+				quotaserver.TakeSubject(cf.node), quotaserver.BucketSubject(cf.node, "take", "NAMESPACE", "NAME"), cf.quotaParts)
+			fmt.Fprintf(env.stdout, "  domain limits: %s (request, reserve, release, refresh, transfer, seize)\n",
+				domainwire.Subject(cf.node, "OP", "NAMESPACE", "RESOURCE"))
+			if opsURL != "" {
+				switch {
+				case cf.ops.dashboardOff:
+					fmt.Fprintf(env.stdout, "  dashboard off: --metrics-addr listens beyond loopback; give it --dashboard-token\n")
+				case cf.dashboard.token != "":
+					fmt.Fprintf(env.stdout, "  dashboard at %s/ (open %s/?token=TOKEN once, with the --dashboard-token)\n", opsURL, opsURL)
+				default:
+					fmt.Fprintf(env.stdout, "  dashboard at %s/\n", opsURL)
+				}
+				fmt.Fprintf(env.stdout, "  metrics at %s/metrics, health at %s/healthz and %s/readyz\n", opsURL, opsURL, opsURL)
+			}
+			fmt.Fprintf(env.stdout, "try: go run ./cmd/allot get --nats %s --node %s db --wants 10\n     go run ./cmd/allot status --nats %s\n",
+				srv.ClientURL(), cf.node, srv.ClientURL())
+		}()
+		if *replicas == 1 {
+			return serve(ctx, nc, &cf, log)
+		}
+		return serveReplicas(ctx, srv.ClientURL(), &cf, *replicas, log)
 	}
-	return serveReplicas(ctx, srv.ClientURL(), &cf, *replicas, log)
 }
 
 // waitLinked waits up to limit for srv's leaf link to its parent, and

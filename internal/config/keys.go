@@ -168,15 +168,16 @@ func guessKey(prefix, rest string, dotted bool) string {
 	}
 	for _, p := range []string{KeyPrefix, NamespacePrefix, DomainsPrefix} {
 		want := strings.TrimSuffix(p, ".")
-		if strings.EqualFold(prefix, want) || editDistance(strings.ToLower(prefix), want) <= 2 {
+		if strings.EqualFold(prefix, want) || EditDistance(strings.ToLower(prefix), want) <= 2 {
 			return p + rest
 		}
 	}
 	return ""
 }
 
-// editDistance is the Levenshtein distance between a and b (bytes).
-func editDistance(a, b string) int {
+// EditDistance is the Levenshtein distance between a and b (bytes): how
+// far a mistyped name is from a known one.
+func EditDistance(a, b string) int {
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {

@@ -23,6 +23,10 @@ import (
 	"github.com/allot/allot/internal/quota"
 )
 
+// BucketDescription is the configuration bucket's description, as
+// `nats kv info` shows it: it holds every kind of allot's documents.
+const BucketDescription = "allot configuration, one document per key: resource templates (templates.NAME), quota namespaces (namespaces.NAMESPACE), domain limits (domains.NAMESPACE) and Envoy rate limit domains (envoy.DOMAIN)"
+
 // Names in the configuration bucket (the keys in it are
 // internal/config's).
 const (
@@ -65,7 +69,7 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, bucket string, crea
 	}
 	cfg := jetstream.KeyValueConfig{
 		Bucket:      bucket,
-		Description: "allot resource templates, one per key templates.<name>",
+		Description: BucketDescription,
 		History:     BucketHistory,
 		Storage:     jetstream.FileStorage,
 	}

@@ -86,7 +86,7 @@ func OpenMirror(ctx context.Context, js jetstream.JetStream, bucket, parentDomai
 	}
 	cfg := jetstream.KeyValueConfig{
 		Bucket:      bucket,
-		Description: "allot resource templates: mirror of " + bucket + " in domain " + parentDomain,
+		Description: BucketDescription + "; a mirror of " + bucket + " in domain " + parentDomain,
 		History:     BucketHistory,
 		Storage:     jetstream.FileStorage,
 		Mirror:      source,
