@@ -221,9 +221,14 @@ type Coordinator struct {
 	term  uint64
 	round time.Duration
 
+	// requests recycles request objects and their decoded messages
+	// (newRequest).
+	requests sync.Pool
+
 	// Reply buffers, owned by the round loop.
 	leaseBuf []wire.LeaseReply
 	replyBuf []byte
+	replyMsg nats.Msg
 
 	calls calls // requests and error replies (see observe.go)
 	// gate says whether replies may still be sent: not once a newer
@@ -233,7 +238,8 @@ type Coordinator struct {
 	mu        sync.Mutex
 	closed    bool // Stop has ended the round loop
 	pending   []*request
-	statsSnap stats // copy of stats for the STATS handler
+	spare     []*request // the list pending was last, for takeBatch to reuse
+	statsSnap stats      // copy of stats for the STATS handler
 	wake      chan struct{}
 	// urge: a child node's request is queued. Its round runs at once
 	// rather than after the round interval: what a child asks for (or
@@ -255,8 +261,9 @@ type Coordinator struct {
 	known *holders  // clients holding leases, for the intake
 
 	// Owned by the round loop.
-	ledger  *ledger.Ledger
-	waiting []*request // applied, waiting for their resources' record
+	holdersBuf, newcomersBuf []*request // takeBatch's lists
+	ledger                   *ledger.Ledger
+	waiting                  []*request // applied, waiting for their resources' record
 	// newcomers bounds the newcomers' requests of a round (adapt).
 	newcomers int
 	stats     stats

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/ledger"
-	"github.com/allot/allot/internal/reply"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -178,6 +178,7 @@ func (c *Coordinator) pass(batch []*request) time.Duration {
 		if leader.Expired(req.msg, start) {
 			c.stats.expired++
 			leader.Finish(req.msg)
+			c.recycle(req)
 			continue
 		}
 		live = append(live, req)
@@ -229,6 +230,7 @@ func (c *Coordinator) pass(batch []*request) time.Duration {
 				continue
 			}
 			c.answer(req, now, term)
+			c.recycle(req)
 		}
 	}
 	c.waiting = kept
@@ -283,8 +285,14 @@ func (r *request) weight() int {
 func (c *Coordinator) takeBatch() (holders, newcomers []*request, full bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// The lists are reused from round to round: the queue swaps with the
+	// one taken last time, and holders and newcomers are the round
+	// loop's, which is done with the last round's.
 	all := c.pending
-	c.pending = nil
+	c.pending = c.spare[:0]
+	defer func() { clear(all); c.spare = all[:0] }()
+	holders, newcomers = c.holdersBuf[:0], c.newcomersBuf[:0]
+	defer func() { c.holdersBuf, c.newcomersBuf = holders, newcomers }()
 	var rest []*request
 	budget := c.newcomers
 	for _, r := range all {
@@ -366,7 +374,9 @@ func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
 	c.leaseBuf = entries
 	c.held(req, entries)
 	c.replyBuf = wire.AppendGetCapacityResponse(c.replyBuf[:0], term, entries)
-	c.publish(req.msg, reply.Msg(req.msg.Reply(), wire.Protobuf, c.replyBuf))
+	// One message for every such reply: publishing copies it out.
+	c.replyMsg = nats.Msg{Subject: req.msg.Reply(), Data: c.replyBuf}
+	c.publish(req.msg, &c.replyMsg)
 }
 
 // getResponse builds the reply message for the JSON path.
