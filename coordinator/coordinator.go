@@ -229,6 +229,8 @@ type Coordinator struct {
 	leaseBuf []wire.LeaseReply
 	replyBuf []byte
 	replyMsg nats.Msg
+	// jsonHeader is the header of JSON replies, made once.
+	jsonHeader nats.Header
 
 	calls calls // requests and error replies (see observe.go)
 	// gate says whether replies may still be sent: not once a newer

@@ -329,10 +329,8 @@ func (c *Coordinator) answer(req *request, now int64, term uint64) {
 	switch {
 	case req.errCode != 0:
 		c.roundError(req.msg, req.enc, req.errCode, req.errText)
-	case req.kind == kindGet && req.enc == wire.Protobuf:
-		c.replyLeases(req, now, term)
 	case req.kind == kindGet:
-		c.reply(req.msg, req.enc, c.getResponse(req, now, term))
+		c.replyLeases(req, now, term)
 	case req.kind == kindServer:
 		c.reply(req.msg, req.enc, c.serverResponse(req, now, term))
 	default:
@@ -355,9 +353,9 @@ func (c *Coordinator) publishStats() {
 	c.mu.Unlock()
 }
 
-// replyLeases answers a binary GetCapacity request on the fast path: the
-// reply is encoded straight from the state into a buffer reused across
-// replies (the NATS client copies it on publish).
+// replyLeases answers a GetCapacity request on the fast path: the reply
+// is encoded straight from the state into a buffer reused across replies
+// (the NATS client copies it on publish), in the request's encoding.
 func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
 	entries := c.leaseBuf[:0]
 	for k, s := range req.slots {
@@ -373,13 +371,28 @@ func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
 	}
 	c.leaseBuf = entries
 	c.held(req, entries)
-	c.replyBuf = wire.AppendGetCapacityResponse(c.replyBuf[:0], term, entries)
 	// One message for every such reply: publishing copies it out.
-	c.replyMsg = nats.Msg{Subject: req.msg.Reply(), Data: c.replyBuf}
+	c.replyMsg = nats.Msg{Subject: req.msg.Reply()}
+	if req.enc == wire.Protobuf {
+		c.replyBuf = wire.AppendGetCapacityResponse(c.replyBuf[:0], term, entries)
+	} else {
+		var ok bool
+		if c.replyBuf, ok = wire.AppendGetCapacityResponseJSON(c.replyBuf[:0], term, entries); !ok {
+			// A string protojson will not write: its error is the answer.
+			c.reply(req.msg, req.enc, c.getResponse(req, now, term))
+			return
+		}
+		if c.jsonHeader == nil {
+			c.jsonHeader = nats.Header{wire.HeaderContentType: {wire.ContentJSON}}
+		}
+		c.replyMsg.Header = c.jsonHeader
+	}
+	c.replyMsg.Data = c.replyBuf
 	c.publish(req.msg, &c.replyMsg)
 }
 
-// getResponse builds the reply message for the JSON path.
+// getResponse builds the reply message for the JSON path, for Marshal to
+// report what the hand encoder would not write.
 func (c *Coordinator) getResponse(req *request, now int64, term uint64) *allotpb.GetCapacityResponse {
 	resp := &allotpb.GetCapacityResponse{Term: term, Response: make([]*allotpb.ResourceResponse, len(req.slots))}
 	for k, s := range req.slots {
