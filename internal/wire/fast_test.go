@@ -142,4 +142,19 @@ func BenchmarkEncodeGetCapacityResponse(b *testing.B) {
 			}
 		}
 	})
+	b.Run("json-append", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			buf, _ = AppendGetCapacityResponseJSON(buf[:0], 7, entries)
+		}
+	})
+	b.Run("protojson", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Marshal(JSON, structResponse(7, entries)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

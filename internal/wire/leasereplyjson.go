@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bytes"
 	"math"
 	"strconv"
 	"time"
@@ -81,12 +80,14 @@ func appendJSONDouble(b []byte, v float64) []byte {
 
 // appendJSONTimestamp writes unix nanoseconds ns as protojson writes a
 // google.protobuf.Timestamp: RFC 3339 in UTC with 0, 3, 6 or 9
-// fractional digits.
+// fractional digits. The seconds come from time's RFC 3339 fast path
+// (a general layout is parsed on every call), the fraction is written
+// here.
 func appendJSONTimestamp(b []byte, ns int64) []byte {
-	b = time.Unix(0, ns).UTC().AppendFormat(b, "2006-01-02T15:04:05.000000000")
-	for _, zeros := range []string{"000", "000", ".000"} {
-		b, _ = bytes.CutSuffix(b, []byte(zeros))
-	}
+	t := time.Unix(0, ns).UTC()
+	b = t.AppendFormat(b, time.RFC3339) // "2006-01-02T15:04:05Z"
+	b = b[:len(b)-1]
+	b = appendFraction(b, int64(t.Nanosecond()))
 	return append(b, 'Z')
 }
 
