@@ -564,6 +564,12 @@ func (c *Coordinator) Node() string { return c.opts.Node }
 // is answered: another replica answers (the subjects have no queue
 // group), and a requester with none gets no-responders or a time-out.
 func (c *Coordinator) enqueue(r *request) {
+	// Which loop channel to wake is read before r is queued: once queued,
+	// the round loop may answer r and recycle it for another request.
+	wake := c.wake
+	if r.kind == kindServer {
+		wake = c.urge
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -573,10 +579,6 @@ func (c *Coordinator) enqueue(r *request) {
 	}
 	c.pending = append(c.pending, r)
 	c.mu.Unlock()
-	wake := c.wake
-	if r.kind == kindServer {
-		wake = c.urge
-	}
 	select {
 	case wake <- struct{}{}:
 	default:
