@@ -59,6 +59,17 @@ type LoadOptions struct {
 	PerRequest int `json:"per_request"`
 	// Round is the coordinator's round interval; 0 answers at once.
 	Round time.Duration `json:"round_ns"`
+	// JSON sends the requests in JSON, as `nats req` and clients without
+	// protobuf do, instead of binary protobuf.
+	JSON bool `json:"json,omitempty"`
+}
+
+// encoding is the requests' encoding.
+func (o *LoadOptions) encoding() wire.Encoding {
+	if o.JSON {
+		return wire.JSON
+	}
+	return wire.Protobuf
 }
 
 // DefaultLoadOptions are the options of a full run; short runs shorten
@@ -199,13 +210,14 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 				Wants:      10,
 			})
 		}
-		data, err := wire.Marshal(wire.Protobuf, req)
+		data, err := wire.Marshal(o.encoding(), req)
 		return data, []string{echoSubject, getSubj}, err
 	})
 	if err != nil {
 		return nil, err
 	}
 	defer g.close()
+	g.setContentType(o.encoding().ContentType())
 
 	res.Baseline.Name, res.Coordinator.Name = "bare NATS echo", "coordinator"
 	if _, err := g.alternate(ctx, env, "load", o.ClosedLoop, []*LoadTarget{&res.Baseline, &res.Coordinator}, []*helper{echo, coord}); err != nil {
@@ -297,8 +309,8 @@ func (r *LoadResult) Markdown() string {
 	var b strings.Builder
 	o := r.Options
 	fmt.Fprintf(&b, "### Load: GetCapacity over TCP loopback\n\n")
-	fmt.Fprintf(&b, "%d simulated clients on %d connections, %d requests in flight each (%d in flight), %d resources, %d per request, binary protobuf; round interval %v; %v measured per target in %d alternating phases after %v warm-up each.\n\n",
-		o.Clients, o.Conns, o.Pipeline, r.InFlight, o.Resources, o.PerRequest, roundLabel(o.Round), o.Duration, o.Phases, o.Warmup)
+	fmt.Fprintf(&b, "%d simulated clients on %d connections, %d requests in flight each (%d in flight), %d resources, %d per request, %s; round interval %v; %v measured per target in %d alternating phases after %v warm-up each.\n\n",
+		o.Clients, o.Conns, o.Pipeline, r.InFlight, o.Resources, o.PerRequest, encodingLabel(o.encoding()), roundLabel(o.Round), o.Duration, o.Phases, o.Warmup)
 	b.WriteString(targetTable(r.Baseline, r.Coordinator))
 	fmt.Fprintf(&b, "\n**coordinator / bare echo: throughput %.2f× (target ≥ %.1f×: %s), p99 latency %.2f×, CPU per request %.2f×.**\n\n",
 		r.Ratio, r.TargetRatio, verdict(r.Ratio >= r.TargetRatio), r.P99Ratio, r.CPURatio)
@@ -308,6 +320,13 @@ func (r *LoadResult) Markdown() string {
 			s.Rounds, s.Requests, safeDiv(float64(s.Requests), float64(s.Rounds)), s.LastRoundMS, s.MaxRoundMS)
 	}
 	return b.String()
+}
+
+func encodingLabel(e wire.Encoding) string {
+	if e == wire.JSON {
+		return "JSON requests (the echo answers the same JSON payload)"
+	}
+	return "binary protobuf"
 }
 
 func roundLabel(d time.Duration) string {
@@ -392,6 +411,16 @@ func newGenerator(url string, conns, clients, pipeline int, request func(client 
 		}
 	}
 	return g, nil
+}
+
+// setContentType sets the Content-Type header of every request.
+func (g *generator) setContentType(ct string) {
+	hdr := nats.Header{wire.HeaderContentType: []string{ct}}
+	for _, l := range g.lanes {
+		for _, s := range l.slots {
+			s.msg.Header = hdr
+		}
+	}
 }
 
 func (g *generator) close() {

@@ -9,24 +9,28 @@ import (
 
 // TestLoadInProcess runs a tiny load against in-process helpers: it checks
 // the plumbing (replies counted, no errors), not the speed.
+// Requests in JSON too: an error reply (a request the coordinator could
+// not read) is counted as one.
 func TestLoadInProcess(t *testing.T) {
-	env := &Env{Short: true}
-	o := LoadOptions{ClosedLoop: ClosedLoop{Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Phases: 1, Conns: 2, Clients: 8, Pipeline: 2}, Resources: 3, PerRequest: 2}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	r, err := RunLoad(ctx, env, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tg := range []LoadTarget{r.Baseline, r.Coordinator} {
-		if tg.Requests == 0 || tg.Errors != 0 {
-			t.Errorf("%s: %d requests, %d errors", tg.Name, tg.Requests, tg.Errors)
+	for _, json := range []bool{false, true} {
+		env := &Env{Short: true}
+		o := LoadOptions{ClosedLoop: ClosedLoop{Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Phases: 1, Conns: 2, Clients: 8, Pipeline: 2}, Resources: 3, PerRequest: 2, JSON: json}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		r, err := RunLoad(ctx, env, o)
+		if err != nil {
+			t.Fatal(err)
 		}
+		for _, tg := range []LoadTarget{r.Baseline, r.Coordinator} {
+			if tg.Requests == 0 || tg.Errors != 0 {
+				t.Errorf("JSON %v: %s: %d requests, %d errors", json, tg.Name, tg.Requests, tg.Errors)
+			}
+		}
+		if r.CoordinatorStats == nil || r.CoordinatorStats.Requests == 0 {
+			t.Errorf("JSON %v: coordinator stats: %+v", json, r.CoordinatorStats)
+		}
+		t.Log("\n" + r.Markdown())
 	}
-	if r.CoordinatorStats == nil || r.CoordinatorStats.Requests == 0 {
-		t.Errorf("coordinator stats: %+v", r.CoordinatorStats)
-	}
-	t.Log("\n" + r.Markdown())
 }
 
 // TestQuotaInProcess runs a tiny quota benchmark against in-process

@@ -222,9 +222,16 @@ type Coordinator struct {
 	term  uint64
 	round time.Duration
 
+	// requests recycles request objects and their decoded messages
+	// (newRequest).
+	requests sync.Pool
+
 	// Reply buffers, owned by the round loop.
 	leaseBuf []wire.LeaseReply
 	replyBuf []byte
+	replyMsg nats.Msg
+	// jsonHeader is the header of JSON replies, made once.
+	jsonHeader nats.Header
 
 	calls calls // requests and error replies (see observe.go)
 	// gate says whether replies may still be sent: not once a newer
@@ -234,7 +241,8 @@ type Coordinator struct {
 	mu        sync.Mutex
 	closed    bool // Stop has ended the round loop
 	pending   []*request
-	statsSnap stats // copy of stats for the STATS handler
+	spare     []*request // the list pending was last, for takeBatch to reuse
+	statsSnap stats      // copy of stats for the STATS handler
 	wake      chan struct{}
 	// urge: a child node's request is queued. Its round runs at once
 	// rather than after the round interval: what a child asks for (or
@@ -256,8 +264,9 @@ type Coordinator struct {
 	known *holders  // clients holding leases, for the intake
 
 	// Owned by the round loop.
-	ledger  *ledger.Ledger
-	waiting []*request // applied, waiting for their resources' record
+	holdersBuf, newcomersBuf []*request // takeBatch's lists
+	ledger                   *ledger.Ledger
+	waiting                  []*request // applied, waiting for their resources' record
 	// newcomers bounds the newcomers' requests of a round (adapt).
 	newcomers int
 	stats     stats
@@ -556,6 +565,12 @@ func (c *Coordinator) Node() string { return c.opts.Node }
 // is answered: another replica answers (the subjects have no queue
 // group), and a requester with none gets no-responders or a time-out.
 func (c *Coordinator) enqueue(r *request) {
+	// Which loop channel to wake is read before r is queued: once queued,
+	// the round loop may answer r and recycle it for another request.
+	wake := c.wake
+	if r.kind == kindServer {
+		wake = c.urge
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -565,10 +580,6 @@ func (c *Coordinator) enqueue(r *request) {
 	}
 	c.pending = append(c.pending, r)
 	c.mu.Unlock()
-	wake := c.wake
-	if r.kind == kindServer {
-		wake = c.urge
-	}
 	select {
 	case wake <- struct{}{}:
 	default:

@@ -44,9 +44,13 @@ type request struct {
 	kind reqKind
 	enc  wire.Encoding
 	msg  micro.Request
-	get  *allotpb.GetCapacityRequest
+	get  *allotpb.GetCapacityRequest // set for kindGet only
 	rel  *allotpb.ReleaseCapacityRequest
 	srv  *allotpb.GetServerCapacityRequest
+	// Messages a recycled request keeps for the next one to decode into
+	// (see newRequest).
+	getBuf *allotpb.GetCapacityRequest
+	relBuf *allotpb.ReleaseCapacityRequest
 	// who sent it: a tenant's identity on the tenant subjects.
 	who ledger.Claimant
 
@@ -119,36 +123,63 @@ func (c *Coordinator) serveCapacity(m micro.Request, who ledger.Claimant) {
 	}
 	// The intake refused what is over the size limit (Endpoint.CheckSize).
 	enc, n := wire.EncodingOf(m.Headers()), len(m.Data())
+	it := bulkItem{m, kind, enc, who}
 	if !wire.DecodeInline(enc, n) || kind == kindRelease && c.bulk.busy() {
-		if !c.bulk.submit(bulkItem{m, kind, who}) {
+		if !c.bulk.submit(it) {
 			c.replyError(m, enc, CodeUnavailable, "too many large requests queued; retry shortly")
 		}
 		return
 	}
-	c.decode(bulkItem{m, kind, who})
+	c.decode(it)
 }
 
 // decode decodes and validates a request and queues it for a round.
 func (c *Coordinator) decode(it bulkItem) {
-	m, kind := it.m, it.kind
-	enc := wire.EncodingOf(m.Headers())
-	r := &request{kind: kind, enc: enc, msg: m, who: it.who}
+	m, enc := it.m, it.enc
+	r := c.newRequest(it)
 	var err error
-	if kind == kindGet {
-		r.get = &allotpb.GetCapacityRequest{}
-		err = decode(enc, m, r.get, func() error { return wire.ValidateGetCapacity(r.get) })
+	if it.kind == kindGet {
+		if r.getBuf == nil {
+			r.getBuf = &allotpb.GetCapacityRequest{}
+		}
+		r.get = r.getBuf
+		err = wire.DecodeGetCapacity(enc, m.Data(), r.get)
 	} else {
-		r.rel = &allotpb.ReleaseCapacityRequest{}
-		err = decode(enc, m, r.rel, func() error { return wire.ValidateRelease(r.rel) })
+		if r.relBuf == nil {
+			r.relBuf = &allotpb.ReleaseCapacityRequest{}
+		}
+		r.rel = r.relBuf
+		err = wire.DecodeRelease(enc, m.Data(), r.rel)
 	}
 	if err == nil {
 		err = sameClient(m, r)
 	}
 	if err != nil {
 		c.replyError(m, enc, CodeBadRequest, err.Error())
+		c.recycle(r)
 		return
 	}
 	c.enqueue(r)
+}
+
+// newRequest takes a request from the pool for it. The pool keeps the
+// decoded messages of requests already answered, so that a refresh
+// decodes into messages the previous one left, allocating little beyond
+// its strings.
+func (c *Coordinator) newRequest(it bulkItem) *request {
+	r, _ := c.requests.Get().(*request)
+	if r == nil {
+		r = &request{}
+	}
+	r.kind, r.enc, r.msg, r.who = it.kind, it.enc, it.m, it.who
+	return r
+}
+
+// recycle returns r to the pool once it is answered or dropped; nothing
+// may refer to r or the messages it holds after that.
+func (c *Coordinator) recycle(r *request) {
+	*r = request{getBuf: r.getBuf, relBuf: r.relBuf}
+	c.requests.Put(r)
 }
 
 // sameClient checks that a request whose Allot-Client header claims a
@@ -178,6 +209,7 @@ type bulkLane struct {
 type bulkItem struct {
 	m    micro.Request
 	kind reqKind
+	enc  wire.Encoding
 	who  ledger.Claimant
 }
 

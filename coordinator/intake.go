@@ -21,19 +21,25 @@ import (
 // borrow a holder's place without speaking for that holder. Keyed by
 // tenant (empty on the plain subjects) and client id, at most max.
 type holders struct {
-	mu    sync.RWMutex
-	until map[string]int64 // the end of the client's latest lease, unix ns
+	mu sync.RWMutex
+	// until is the end of the client's latest lease, unix ns. The values
+	// are pointers so that a refresh moves it without storing the key
+	// again: the key is then looked up from a buffer, not allocated.
+	until map[string]*int64
 	max   int
+	key   []byte // hold's key buffer, under mu
 }
 
-func newHolders(max int) *holders { return &holders{until: map[string]int64{}, max: max} }
+func newHolders(max int) *holders { return &holders{until: map[string]*int64{}, max: max} }
 
-func holderKey(subject, client string) string {
-	tenant := ""
+// appendHolderKey appends the key of client on subject to b: the tenant
+// (empty on the plain subjects), a zero byte and the client id.
+func appendHolderKey(b []byte, subject, client string) []byte {
 	if strings.HasPrefix(subject, wire.TenantPrefix) {
-		tenant = wire.TenantOf(subject)
+		b = append(b, wire.TenantOf(subject)...)
 	}
-	return tenant + "\x00" + client
+	b = append(b, 0)
+	return append(b, client...)
 }
 
 // classify sorts a request before it is decoded: a holder's first.
@@ -42,8 +48,10 @@ func (h *holders) classify(subject string, hdr nats.Header) leader.Class {
 	if id == "" {
 		return leader.ClassNewcomer
 	}
+	var buf [128]byte
+	k := appendHolderKey(buf[:0], subject, id)
 	h.mu.RLock()
-	_, ok := h.until[holderKey(subject, id)]
+	_, ok := h.until[string(k)]
 	h.mu.RUnlock()
 	if ok {
 		return leader.ClassKnown
@@ -54,13 +62,17 @@ func (h *holders) classify(subject string, hdr nats.Header) leader.Class {
 // hold records that the client of a request on subject holds a lease
 // until (unix ns).
 func (h *holders) hold(subject, client string, until int64) {
-	k := holderKey(subject, client)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.until[k]; !ok && len(h.until) >= h.max {
+	h.key = appendHolderKey(h.key[:0], subject, client)
+	if u, ok := h.until[string(h.key)]; ok {
+		*u = max(*u, until)
 		return
 	}
-	h.until[k] = max(h.until[k], until)
+	if len(h.until) >= h.max {
+		return
+	}
+	h.until[string(h.key)] = &until
 }
 
 // holderGrace is how long a client is still known after its last lease
@@ -72,7 +84,7 @@ func (h *holders) sweep(now int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for k, u := range h.until {
-		if u+int64(holderGrace) < now {
+		if *u+int64(holderGrace) < now {
 			delete(h.until, k)
 		}
 	}

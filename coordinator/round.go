@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/ledger"
-	"github.com/allot/allot/internal/reply"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -178,6 +178,7 @@ func (c *Coordinator) pass(batch []*request) time.Duration {
 		if leader.Expired(req.msg, start) {
 			c.stats.expired++
 			leader.Finish(req.msg)
+			c.recycle(req)
 			continue
 		}
 		live = append(live, req)
@@ -229,6 +230,7 @@ func (c *Coordinator) pass(batch []*request) time.Duration {
 				continue
 			}
 			c.answer(req, now, term)
+			c.recycle(req)
 		}
 	}
 	c.waiting = kept
@@ -283,8 +285,14 @@ func (r *request) weight() int {
 func (c *Coordinator) takeBatch() (holders, newcomers []*request, full bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// The lists are reused from round to round: the queue swaps with the
+	// one taken last time, and holders and newcomers are the round
+	// loop's, which is done with the last round's.
 	all := c.pending
-	c.pending = nil
+	c.pending = c.spare[:0]
+	defer func() { clear(all); c.spare = all[:0] }()
+	holders, newcomers = c.holdersBuf[:0], c.newcomersBuf[:0]
+	defer func() { c.holdersBuf, c.newcomersBuf = holders, newcomers }()
 	var rest []*request
 	budget := c.newcomers
 	for _, r := range all {
@@ -321,10 +329,8 @@ func (c *Coordinator) answer(req *request, now int64, term uint64) {
 	switch {
 	case req.errCode != 0:
 		c.roundError(req.msg, req.enc, req.errCode, req.errText)
-	case req.kind == kindGet && req.enc == wire.Protobuf:
-		c.replyLeases(req, now, term)
 	case req.kind == kindGet:
-		c.reply(req.msg, req.enc, c.getResponse(req, now, term))
+		c.replyLeases(req, now, term)
 	case req.kind == kindServer:
 		c.reply(req.msg, req.enc, c.serverResponse(req, now, term))
 	default:
@@ -347,9 +353,9 @@ func (c *Coordinator) publishStats() {
 	c.mu.Unlock()
 }
 
-// replyLeases answers a binary GetCapacity request on the fast path: the
-// reply is encoded straight from the state into a buffer reused across
-// replies (the NATS client copies it on publish).
+// replyLeases answers a GetCapacity request on the fast path: the reply
+// is encoded straight from the state into a buffer reused across replies
+// (the NATS client copies it on publish), in the request's encoding.
 func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
 	entries := c.leaseBuf[:0]
 	for k, s := range req.slots {
@@ -365,11 +371,28 @@ func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
 	}
 	c.leaseBuf = entries
 	c.held(req, entries)
-	c.replyBuf = wire.AppendGetCapacityResponse(c.replyBuf[:0], term, entries)
-	c.publish(req.msg, reply.Msg(req.msg.Reply(), wire.Protobuf, c.replyBuf))
+	// One message for every such reply: publishing copies it out.
+	c.replyMsg = nats.Msg{Subject: req.msg.Reply()}
+	if req.enc == wire.Protobuf {
+		c.replyBuf = wire.AppendGetCapacityResponse(c.replyBuf[:0], term, entries)
+	} else {
+		var ok bool
+		if c.replyBuf, ok = wire.AppendGetCapacityResponseJSON(c.replyBuf[:0], term, entries); !ok {
+			// A string protojson will not write: its error is the answer.
+			c.reply(req.msg, req.enc, c.getResponse(req, now, term))
+			return
+		}
+		if c.jsonHeader == nil {
+			c.jsonHeader = nats.Header{wire.HeaderContentType: {wire.ContentJSON}}
+		}
+		c.replyMsg.Header = c.jsonHeader
+	}
+	c.replyMsg.Data = c.replyBuf
+	c.publish(req.msg, &c.replyMsg)
 }
 
-// getResponse builds the reply message for the JSON path.
+// getResponse builds the reply message for the JSON path, for Marshal to
+// report what the hand encoder would not write.
 func (c *Coordinator) getResponse(req *request, now int64, term uint64) *allotpb.GetCapacityResponse {
 	resp := &allotpb.GetCapacityResponse{Term: term, Response: make([]*allotpb.ResourceResponse, len(req.slots))}
 	for k, s := range req.slots {

@@ -77,6 +77,7 @@ func defineBench(fs *pflag.FlagSet) runFunc {
 	fs.IntVar(&lo.Resources, "resources", 0, "load: distinct resources M (default 8)")
 	fs.IntVar(&lo.PerRequest, "per-request", 0, "load: resources named in one request (default 1)")
 	fs.DurationVar(&lo.Round, "round", 0, "load: coordinator round interval (0 answers at once)")
+	fs.BoolVar(&lo.JSON, "json", false, "load: send the GetCapacity requests in JSON instead of binary protobuf")
 	parts := fs.String("quota-partitions", "1,2", "quota: partition counts to measure, comma-separated")
 	eo := bench.EnvoyOptions{}
 	fs.IntVar(&eo.InFlight, "in-flight", 0, "envoy: ShouldRateLimit calls in flight (default 64); --conns (gRPC connections, default 4), --duration, --warmup and --phases apply too")

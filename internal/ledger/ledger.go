@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/allot/allot/internal/config"
@@ -161,6 +162,10 @@ type Ledger struct {
 	stats      Stats
 	// sink keeps events for the caller to log (Events).
 	sink eventSink
+	// GetAs's working lists, reused from call to call: a ledger serves
+	// one caller at a time, and GetAs runs for every request.
+	getTmpls []*config.Template
+	getAt    []int32
 }
 
 // Stats count what the ledger did.
@@ -234,11 +239,13 @@ func (l *Ledger) Get(now int64, set *config.Set, req *allotpb.GetCapacityRequest
 // who's own.
 func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.GetCapacityRequest) ([]Slot, error) {
 	res := req.GetResource()
-	tmpls := make([]*config.Template, len(res))
+	// Every element of tmpls is set below, and of at where tmpls is set.
+	tmpls := slices.Grow(l.getTmpls[:0], len(res))[:len(res)]
+	at := slices.Grow(l.getAt[:0], len(res))[:len(res)] // where each resource keeps id's record (see lookupAt)
+	l.getTmpls, l.getAt = tmpls, at
 	slots := make([]Slot, len(res))
 	id := who.key(req.GetClientId())
 	served, addRes, addClients, addTenantRes := 0, 0, 0, 0
-	at := make([]int32, len(res)) // where each resource keeps id's record (see lookupAt)
 	for k, rr := range res {
 		var r *resource
 		if tmpls[k], r, slots[k].Code, slots[k].Err = l.resolve(set, rr.GetResourceId(), &addRes); tmpls[k] == nil {

@@ -32,6 +32,15 @@ func BenchmarkDecodeGetCapacity(b *testing.B) {
 			b.ReportAllocs()
 			decodeGetCapacity(b, enc, data)
 		})
+		b.Run(enc.String()+"/reused", func(b *testing.B) {
+			b.ReportAllocs()
+			var req allotpb.GetCapacityRequest
+			for b.Loop() {
+				if err := DecodeGetCapacity(enc, data, &req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 	req := agentRequest()
 	b.Run("unknown-fields", func(b *testing.B) {

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -51,25 +52,8 @@ func structResponse(term uint64, entries []LeaseReply) *allotpb.GetCapacityRespo
 // values that proto3 omits.
 func TestAppendGetCapacityResponse(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	pick := func(vals ...float64) float64 { return vals[rng.IntN(len(vals))] }
 	for iter := range 2000 {
-		var entries []LeaseReply
-		for range rng.IntN(5) {
-			entries = append(entries, LeaseReply{
-				ResourceID:   []string{"", "db", "mysql/main", string(make([]byte, 200))}[rng.IntN(4)],
-				Capacity:     pick(0, math.Copysign(0, -1), 1, 33.5, rng.Float64()*1e12, 1e15),
-				Expiry:       []int64{0, 1, int64(time.Second), time.Now().UnixNano(), 1e18 + 999}[rng.IntN(5)],
-				Refresh:      []time.Duration{0, time.Nanosecond, 50 * time.Millisecond, 5 * time.Second, time.Hour + 1}[rng.IntN(5)],
-				SafeCapacity: pick(0, math.Copysign(0, -1), -1, 7, math.MaxFloat64),
-				SafeExpiry:   []int64{0, 1, int64(time.Second), time.Now().UnixNano(), 1e18 + 999}[rng.IntN(5)],
-				Shadow:       rng.IntN(3) == 0,
-			})
-			if rng.IntN(4) == 0 {
-				entries[len(entries)-1].Error = "resource matches no template"
-				entries[len(entries)-1].ErrorCode = []int32{0, 404, 429, -1}[rng.IntN(4)]
-			}
-		}
-		term := []uint64{0, 1, 1 << 40}[rng.IntN(3)]
+		term, entries := randomReply(rng, []string{"", "db", "mysql/main", string(make([]byte, 200))})
 		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(structResponse(term, entries))
 		if err != nil {
 			t.Fatal(err)
@@ -78,6 +62,66 @@ func TestAppendGetCapacityResponse(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Fatalf("iter %d: encodings differ\n got %x\nwant %x", iter, got, want)
 		}
+	}
+}
+
+// randomReply draws a term and up to four entries of a GetCapacity
+// reply, with resource ids from ids, zero and -0 amounts, edge times and
+// some errors.
+func randomReply(rng *rand.Rand, ids []string) (uint64, []LeaseReply) {
+	pick := func(vals ...float64) float64 { return vals[rng.IntN(len(vals))] }
+	var entries []LeaseReply
+	for range rng.IntN(5) {
+		entries = append(entries, LeaseReply{
+			ResourceID:   ids[rng.IntN(len(ids))],
+			Capacity:     pick(0, math.Copysign(0, -1), 1, 33.5, rng.Float64()*1e12, 1e15, 1e-7, 5e-324),
+			Expiry:       []int64{0, 1, int64(time.Second), time.Now().UnixNano(), 1e18 + 999, 1e18 + 1e6, 1e18 + 1e3}[rng.IntN(7)],
+			Refresh:      []time.Duration{0, time.Nanosecond, 50 * time.Millisecond, 5 * time.Second, time.Hour + 1}[rng.IntN(5)],
+			SafeCapacity: pick(0, math.Copysign(0, -1), -1, 7, math.MaxFloat64),
+			SafeExpiry:   []int64{0, 1, int64(time.Second), time.Now().UnixNano(), 1e18 + 999}[rng.IntN(5)],
+			Shadow:       rng.IntN(3) == 0,
+		})
+		if rng.IntN(4) == 0 {
+			entries[len(entries)-1].Error = []string{"resource matches no template", `quoted "id" \ and` + "\n\t\x01\u2028é"}[rng.IntN(2)]
+			entries[len(entries)-1].ErrorCode = []int32{0, 404, 429, -1}[rng.IntN(4)]
+		}
+	}
+	return []uint64{0, 1, 1 << 40, math.MaxUint64}[rng.IntN(4)], entries
+}
+
+// TestAppendGetCapacityResponseJSON checks the hand JSON encoder against
+// Marshal: the same bytes once both are compacted (protojson varies its
+// whitespace on purpose).
+func TestAppendGetCapacityResponseJSON(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	compact := func(b []byte) []byte {
+		var out bytes.Buffer
+		if err := json.Compact(&out, b); err != nil {
+			t.Fatalf("%v: %s", err, b)
+		}
+		return out.Bytes()
+	}
+	for iter := range 2000 {
+		term, entries := randomReply(rng, []string{"", "db", "mysql/main", "a\"b\\c\u007f\u0085日本"})
+		want, err := Marshal(JSON, structResponse(term, entries))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := AppendGetCapacityResponseJSON(nil, term, entries)
+		if !ok {
+			t.Fatalf("iter %d: not encoded", iter)
+		}
+		if w, g := compact(want), compact(got); !bytes.Equal(w, g) {
+			t.Fatalf("iter %d: encodings differ\n got %s\nwant %s", iter, g, w)
+		}
+		CheckJSONReply(t, got)
+	}
+	bad := []LeaseReply{{ResourceID: "a\xff"}}
+	if _, err := Marshal(JSON, structResponse(1, bad)); err == nil {
+		t.Fatal("protojson wrote invalid UTF-8")
+	}
+	if _, ok := AppendGetCapacityResponseJSON(nil, 1, bad); ok {
+		t.Fatal("invalid UTF-8 encoded")
 	}
 }
 
@@ -94,6 +138,21 @@ func BenchmarkEncodeGetCapacityResponse(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := proto.Marshal(structResponse(7, entries)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("json-append", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			buf, _ = AppendGetCapacityResponseJSON(buf[:0], 7, entries)
+		}
+	})
+	b.Run("protojson", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Marshal(JSON, structResponse(7, entries)); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -408,20 +408,27 @@ func appendJSONDuration(b []byte, d time.Duration) []byte {
 		sec, nanos = -sec, -nanos // |math.MinInt64 / 1e9| fits
 	}
 	b = strconv.AppendInt(b, sec, 10)
-	if nanos != 0 {
-		var frac [9]byte
-		for k := 8; k >= 0; k-- {
-			frac[k] = byte('0' + nanos%10)
-			nanos /= 10
-		}
-		n := 9
-		for n > 3 && string(frac[n-3:n]) == "000" {
-			n -= 3
-		}
-		b = append(b, '.')
-		b = append(b, frac[:n]...)
+	return append(appendFraction(b, nanos), 's')
+}
+
+// appendFraction writes nanos (in [0, 1e9)) as protojson writes the
+// fraction of a second: nothing for 0, else a point and 3, 6 or 9
+// digits.
+func appendFraction(b []byte, nanos int64) []byte {
+	if nanos == 0 {
+		return b
 	}
-	return append(b, 's')
+	var frac [9]byte
+	for k := 8; k >= 0; k-- {
+		frac[k] = byte('0' + nanos%10)
+		nanos /= 10
+	}
+	n := 9
+	for n > 3 && string(frac[n-3:n]) == "000" {
+		n -= 3
+	}
+	b = append(b, '.')
+	return append(b, frac[:n]...)
 }
 
 // appendJSONString writes s as a JSON string, escaping '"', '\\' and

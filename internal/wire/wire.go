@@ -75,7 +75,16 @@ const (
 // is a message's headers as NATS carries them: a nats.Header or a
 // micro.Headers passes as it is, without this package linking a client.
 func EncodingOf(h map[string][]string) Encoding {
-	switch strings.ToLower(strings.TrimSpace(contentType(h))) {
+	// The forms clients send are matched as they are: this runs for
+	// every request, and lowercasing costs a pass over the value.
+	ct := contentType(h)
+	switch ct {
+	case ContentProtobuf:
+		return Protobuf
+	case "", ContentJSON:
+		return JSON
+	}
+	switch strings.ToLower(strings.TrimSpace(ct)) {
 	case ContentProtobuf, "application/x-protobuf", "application/vnd.google.protobuf":
 		return Protobuf
 	}
@@ -87,7 +96,14 @@ func EncodingOf(h map[string][]string) Encoding {
 // no headers (they are the hot path, and headers cost CPU on every hop).
 // h is as for EncodingOf.
 func ReplyEncodingOf(h map[string][]string) Encoding {
-	if strings.Contains(strings.ToLower(contentType(h)), "json") {
+	ct := contentType(h)
+	switch ct {
+	case "":
+		return Protobuf
+	case ContentJSON:
+		return JSON
+	}
+	if strings.Contains(strings.ToLower(ct), "json") {
 		return JSON
 	}
 	return Protobuf
@@ -255,6 +271,18 @@ func ValidateID(kind, id string) error {
 	}
 	if len(id) > MaxIDLen {
 		return badf("%s is %d bytes long; the limit is %d", kind, len(id), MaxIDLen)
+	}
+	// Most ids are ASCII, whose printable non-space characters are
+	// exactly '!' to '~': checked by byte, without decoding runes.
+	ascii := true
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c >= 0x7f {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return nil
 	}
 	if !utf8.ValidString(id) {
 		return badf("%s %q is not valid UTF-8", kind, id)

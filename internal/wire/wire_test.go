@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -23,6 +25,9 @@ func TestEncodingOf(t *testing.T) {
 		{map[string][]string{"Content-Type": {"application/protobuf"}}, Protobuf},
 		{map[string][]string{"Content-Type": {" Application/Protobuf "}}, Protobuf},
 		{map[string][]string{"Content-Type": {"application/x-protobuf"}}, Protobuf},
+		{map[string][]string{"Content-Type": {"APPLICATION/VND.GOOGLE.PROTOBUF"}}, Protobuf},
+		{map[string][]string{"Content-Type": {"application/protobuf; charset=utf-8"}}, JSON},
+		{map[string][]string{"Content-Type": {"applicaTion/json"}}, JSON},
 	}
 	for _, tt := range tests {
 		if got := EncodingOf(tt.h); got != tt.want {
@@ -66,6 +71,28 @@ func TestValidateGetCapacity(t *testing.T) {
 	}
 }
 
+// TestValidateIDCharacters checks the byte-wise check of ASCII ids
+// against the definition: printable, not a space, valid UTF-8.
+func TestValidateIDCharacters(t *testing.T) {
+	check := func(s string) {
+		t.Helper()
+		want := utf8.ValidString(s)
+		for _, r := range s {
+			want = want && !unicode.IsSpace(r) && unicode.IsPrint(r)
+		}
+		if got := ValidateID("id", s) == nil; got != want {
+			t.Errorf("ValidateID(%q) ok = %v, want %v", s, got, want)
+		}
+	}
+	for c := range 256 {
+		check("a" + string([]byte{byte(c)}) + "b")
+		check(string(rune(c)))
+	}
+	for _, s := range []string{"é", "a\u00a0b", "a\u2028", "日本", "\u0085", "a\xc3"} {
+		check(s)
+	}
+}
+
 func TestDuplicateResources(t *testing.T) {
 	for _, n := range []int{2, 16, 17, 500} {
 		r := &allotpb.GetCapacityRequest{ClientId: "c"}
@@ -91,6 +118,8 @@ func TestReplyEncodingOf(t *testing.T) {
 		{map[string][]string{}, Protobuf},
 		{map[string][]string{"Content-Type": {"application/json"}}, JSON},
 		{map[string][]string{"Content-Type": {"application/protobuf"}}, Protobuf},
+		{map[string][]string{"Content-Type": {"Application/JSON; charset=utf-8"}}, JSON},
+		{map[string][]string{"Content-Type": {"text/plain"}}, Protobuf},
 	} {
 		if got := ReplyEncodingOf(tt.h); got != tt.want {
 			t.Errorf("ReplyEncodingOf(%v) = %v, want %v", tt.h, got, tt.want)

@@ -1,0 +1,244 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// usedGet is a request object as a pool hands it back: full of an
+// earlier request, with two resources, leases and floors to reuse.
+func usedGet() *allotpb.GetCapacityRequest {
+	r := agentRequest()
+	r.Resource[0].Safe = &allotpb.Lease{Capacity: 2, ExpiryTime: timestamppb.New(time.Unix(1_795_000_100, 0))}
+	r.Resource = append(r.Resource, &allotpb.ResourceRequest{ResourceId: "other", Wants: 1, Priority: -3,
+		Has: &allotpb.Lease{Capacity: 4}})
+	return r
+}
+
+func usedRelease() *allotpb.ReleaseCapacityRequest {
+	return &allotpb.ReleaseCapacityRequest{ClientId: "old", ResourceId: []string{"a", "b", "c"}}
+}
+
+// reference decodes data as DecodeGetCapacity and DecodeRelease must:
+// Unmarshal into a fresh message m, then validate.
+func reference[M proto.Message](e Encoding, data []byte, m M, validate func(M) error) (M, error) {
+	err := Unmarshal(e, data, m)
+	if err == nil {
+		err = validate(m)
+	}
+	return m, err
+}
+
+// sameDecode fails t unless got/gotErr is exactly want/wantErr: the same
+// error text and classes, or messages equal down to the bits of every
+// double (proto.Equal takes -0 for +0).
+func sameDecode(t *testing.T, what string, data []byte, want, got proto.Message, wantErr, gotErr error) {
+	t.Helper()
+	if (wantErr == nil) != (gotErr == nil) {
+		t.Fatalf("%s %q: reference error %v, fast error %v", what, data, wantErr, gotErr)
+	}
+	if wantErr != nil {
+		if wantErr.Error() != gotErr.Error() || errors.Is(wantErr, ErrBadRequest) != errors.Is(gotErr, ErrBadRequest) ||
+			errors.Is(wantErr, ErrTooLarge) != errors.Is(gotErr, ErrTooLarge) {
+			t.Fatalf("%s %q: reference error %v, fast error %v", what, data, wantErr, gotErr)
+		}
+		return
+	}
+	if !proto.Equal(want, got) {
+		t.Fatalf("%s %q: reference %v, fast %v", what, data, want, got)
+	}
+	det := proto.MarshalOptions{Deterministic: true}
+	wb, err1 := det.Marshal(want)
+	gb, err2 := det.Marshal(got)
+	if err1 != nil || err2 != nil || !bytes.Equal(wb, gb) {
+		t.Fatalf("%s %q: reference encodes as %x (%v), fast as %x (%v)", what, data, wb, err1, gb, err2)
+	}
+}
+
+// checkLeaseDecoders decodes data both ways, as a GetCapacity and as a
+// ReleaseCapacity request, into reused objects, and compares.
+func checkLeaseDecoders(t *testing.T, e Encoding, data []byte) {
+	t.Helper()
+	want, wantErr := reference(e, data, &allotpb.GetCapacityRequest{}, ValidateGetCapacity)
+	got := usedGet()
+	gotErr := DecodeGetCapacity(e, data, got)
+	sameDecode(t, "GetCapacity "+e.String(), data, want, got, wantErr, gotErr)
+
+	wantRel, wantErr := reference(e, data, &allotpb.ReleaseCapacityRequest{}, ValidateRelease)
+	gotRel := usedRelease()
+	gotErr = DecodeRelease(e, data, gotRel)
+	sameDecode(t, "ReleaseCapacity "+e.String(), data, wantRel, gotRel, wantErr, gotErr)
+}
+
+func marshalled(t testing.TB, m proto.Message) []byte {
+	data, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// appendField appends a raw field: tag and value bytes.
+func appendField(b []byte, num protowire.Number, typ protowire.Type, v []byte) []byte {
+	return append(protowire.AppendTag(b, num, typ), v...)
+}
+
+// leaseSeeds are binary requests at the edges of what the fast decoder
+// takes: unknown fields, repeats, wrong wire types, packed scalars,
+// out-of-range numbers, invalid UTF-8.
+func leaseSeeds(t testing.TB) [][]byte {
+	agent := marshalled(t, agentRequest())
+	used := marshalled(t, usedGet())
+	varint := func(v uint64) []byte { return protowire.AppendVarint(nil, v) }
+	bytesOf := func(b []byte) []byte { return protowire.AppendBytes(nil, b) }
+	fixed := func(f float64) []byte { return protowire.AppendFixed64(nil, math.Float64bits(f)) }
+	resource := func(fields ...[]byte) []byte {
+		return appendField(nil, fieldGetResource, protowire.BytesType, bytesOf(bytes.Join(fields, nil)))
+	}
+	client := appendField(nil, fieldGetClientID, protowire.BytesType, bytesOf([]byte("c")))
+	rid := appendField(nil, fieldResResourceID, protowire.BytesType, bytesOf([]byte("r")))
+	ts := func(sec, nsec uint64) []byte {
+		return bytesOf(appendField(appendField(nil, fieldSeconds, protowire.VarintType, varint(sec)), fieldNanos, protowire.VarintType, varint(nsec)))
+	}
+	lease := func(fields ...[]byte) []byte { return bytesOf(bytes.Join(fields, nil)) }
+	return [][]byte{
+		nil,
+		agent,
+		used,
+		marshalled(t, withUnknown(agentRequest())),
+		marshalled(t, func() proto.Message { r := agentRequest(); withUnknown(r.Resource[0]); return r }()),
+		marshalled(t, func() proto.Message { r := agentRequest(); withUnknown(r.Resource[0].Has.ExpiryTime); return r }()),
+		marshalled(t, &allotpb.ReleaseCapacityRequest{ClientId: "c", ResourceId: []string{"a", "b"}}),
+		marshalled(t, withUnknown(&allotpb.ReleaseCapacityRequest{ClientId: "c", ResourceId: []string{"a"}})),
+		append(append([]byte{}, agent...), agent...),               // every field twice: last client_id, two resources
+		append(append([]byte{}, client...), resource(rid, rid)...), // resource_id twice: the last counts
+		append(append([]byte{}, client...), resource(rid, appendField(nil, fieldResHas, protowire.BytesType, lease()), appendField(nil, fieldResHas, protowire.BytesType, lease(appendField(nil, fieldCapacity, protowire.Fixed64Type, fixed(3)))))...), // has twice: merged
+		append(append([]byte{}, client...), resource(rid, appendField(nil, fieldResPriority, protowire.BytesType, bytesOf(varint(1))))...),                                                                                                              // packed priority: unknown
+		append(append([]byte{}, client...), resource(rid, appendField(nil, fieldResPriority, protowire.VarintType, varint(1<<40)))...),                                                                                                                  // priority out of int32
+		append(append([]byte{}, client...), resource(rid, appendField(nil, fieldResPriority, protowire.VarintType, varint(math.MaxUint64)))...),                                                                                                         // -1
+		append(append([]byte{}, client...), resource(rid, appendField(nil, fieldResWants, protowire.Fixed64Type, fixed(math.NaN())))...),
+		append(append([]byte{}, client...), resource(rid, appendField(nil, fieldResWants, protowire.Fixed64Type, fixed(math.Copysign(0, -1))))...),
+		append(append([]byte{}, client...), resource(rid, appendField(nil, fieldResWants, protowire.Fixed32Type, []byte{0, 0, 0, 0}))...),                                                   // wrong wire type
+		append(append([]byte{}, client...), resource(rid, appendField(nil, fieldResHas, protowire.BytesType, lease(appendField(nil, fieldExpiry, protowire.BytesType, ts(1e9, 1e9)))))...),  // nanos out of range
+		append(append([]byte{}, client...), resource(rid, appendField(nil, fieldResSafe, protowire.BytesType, lease(appendField(nil, fieldExpiry, protowire.BytesType, ts(1<<63, 5)))))...), // negative seconds
+		append(append([]byte{}, client...), resource(rid, appendField(nil, fieldResHas, protowire.BytesType, lease(appendField(nil, fieldRefresh, protowire.BytesType, ts(2, 1<<33)))))...), // nanos truncated
+		append(appendField(nil, fieldGetClientID, protowire.BytesType, bytesOf([]byte{'c', 0xff})), resource(rid)...),                                                                       // invalid UTF-8
+		append(appendField(nil, fieldGetClientID, protowire.BytesType, bytesOf([]byte("ü"))), resource(rid)...),                                                                             // valid UTF-8, not ASCII
+		append(append([]byte{}, client...), appendField(nil, fieldRelResourceID, protowire.BytesType, bytesOf([]byte{0xc3}))...),                                                            // invalid UTF-8 in a release
+		appendField(nil, 0, protowire.VarintType, varint(1)), // field number 0
+		agent[:len(agent)-1], // truncated
+	}
+}
+
+var leaseJSONSeeds = []string{
+	`{"client_id":"me","resource":[{"resource_id":"db","wants":10}]}`,
+	` { "clientId" : "me" , "resource" : [ { "resourceId" : "db" , "wants" : 10.25 , "priority" : -3 } , {"resource_id":"x","priority":0} ] } `,
+	`{"client_id":"me","resource":[]}`,
+	`{"client_id":"me","resource":[{}]}`,
+	`{}`,
+	`{"client_id":"me","clientId":"me","resource":[{"resource_id":"db"}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","resource_id":"db"}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","wants":1e3}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","wants":01}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","wants":"10"}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","wants":-0}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","wants":1.}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","priority":-0}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","priority":1001}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","priority":9999999999}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","wants":1000000000000001}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"capacity":1,"expiry_time":"2026-01-01T00:00:00Z","refresh_interval":"5s"}}]}`,
+	`{"client_id":null,"resource":[{"resource_id":"db"}]}`,
+	`{"client_id":"m\u00e9","resource":[{"resource_id":"db"}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db"}]}x`,
+	`{"client_id":"me","resource":[{"resource_id":"db"},]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db"}],}`,
+	`{"client_id":"me","resource_id":["a","b"]}`,
+	`{"client_id":"me","resource":[{"resource_id":"a"},{"resource_id":"a"}]}`,
+	`{"client_id":"a b","resource":[{"resource_id":"db"}]}`,
+	``,
+}
+
+// TestLeaseDecodersTakeTheFastPath checks that the common requests are
+// decoded by hand (the point of the fast decoders) and as Unmarshal
+// decodes them.
+func TestLeaseDecodersTakeTheFastPath(t *testing.T) {
+	for _, m := range []proto.Message{agentRequest(), usedGet(),
+		&allotpb.GetCapacityRequest{ClientId: "c", Resource: []*allotpb.ResourceRequest{{ResourceId: "r"}}}} {
+		data := marshalled(t, m)
+		if !decodeGetProtoFast(data, usedGet()) {
+			t.Errorf("%v: not on the fast path", m)
+		}
+		checkLeaseDecoders(t, Protobuf, data)
+	}
+	rel := marshalled(t, &allotpb.ReleaseCapacityRequest{ClientId: "c", ResourceId: []string{"a", "b"}})
+	if !decodeReleaseProtoFast(rel, usedRelease()) {
+		t.Error("release not on the fast path")
+	}
+	checkLeaseDecoders(t, Protobuf, rel)
+	for _, s := range leaseJSONSeeds[:4] {
+		if !decodeGetJSONFast([]byte(s), usedGet()) {
+			t.Errorf("%s: not on the fast path", s)
+		}
+	}
+}
+
+// TestLeaseDecodersEdges runs the differential check on the seeds.
+func TestLeaseDecodersEdges(t *testing.T) {
+	for _, data := range leaseSeeds(t) {
+		checkLeaseDecoders(t, Protobuf, data)
+	}
+	for _, s := range leaseJSONSeeds {
+		checkLeaseDecoders(t, JSON, []byte(s))
+	}
+}
+
+// TestLeaseDecodersAllocate checks that decoding a common request into a
+// reused object allocates only its two strings.
+func TestLeaseDecodersAllocate(t *testing.T) {
+	for _, c := range []struct {
+		enc  Encoding
+		data []byte
+	}{
+		{Protobuf, marshalled(t, agentRequest())},
+		{JSON, []byte(leaseJSONSeeds[0])},
+	} {
+		r := usedGet()
+		allocs := testing.AllocsPerRun(100, func() {
+			if err := DecodeGetCapacity(c.enc, c.data, r); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs > 2 {
+			t.Errorf("%v: %.0f allocations per request; want at most 2 (client_id, resource_id)", c.enc, allocs)
+		}
+	}
+}
+
+// FuzzDecodeLease compares DecodeGetCapacity and DecodeRelease, decoding
+// into objects full of an earlier request, with Unmarshal and validation
+// into fresh ones, on arbitrary bytes in both encodings.
+func FuzzDecodeLease(f *testing.F) {
+	for _, data := range leaseSeeds(f) {
+		f.Add(data, true)
+	}
+	for _, s := range leaseJSONSeeds {
+		f.Add([]byte(s), false)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, binary bool) {
+		enc := JSON
+		if binary {
+			enc = Protobuf
+		}
+		checkLeaseDecoders(t, enc, data)
+	})
+}

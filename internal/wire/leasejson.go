@@ -1,0 +1,187 @@
+package wire
+
+import (
+	"strconv"
+
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// decodeGetJSONFast decodes a JSON GetCapacityRequest written in the
+// plain shape a client without a lease sends: one object with client_id
+// and a list of resources, each with resource_id, wants and priority
+// only; keys without escapes, strings of printable ASCII without escapes,
+// wants a plain non-negative decimal, priority a plain integer. It
+// reports false for anything else (a lease held, null, a repeated key,
+// exponents, ...), leaving r unspecified, so the caller decodes with
+// protojson, which reads the plain shape the same way.
+func decodeGetJSONFast(data []byte, r *allotpb.GetCapacityRequest) bool {
+	list := r.Resource[:0]
+	r.Reset()
+	var seen uint8
+	i, ok := jsonObject(data, skipSpace(data, 0), func(key []byte, i int) (int, bool) {
+		var bit uint8
+		var ok bool
+		switch string(key) {
+		case "client_id", "clientId":
+			bit = 1
+			ok = stringField(data, &i, &r.ClientId)
+		case "resource":
+			bit = 2
+			i, ok = jsonList(data, i, func(i int) (int, bool) {
+				var rr *allotpb.ResourceRequest
+				list, rr = nextResource(list)
+				return resourceJSONFast(data, i, rr)
+			})
+		}
+		if !ok || seen&bit != 0 {
+			return 0, false // unknown or repeated key: protojson names it
+		}
+		seen |= bit
+		return i, true
+	})
+	if !ok || skipSpace(data, i) != len(data) {
+		return false
+	}
+	if len(list) > 0 {
+		r.Resource = list
+	}
+	return true
+}
+
+// resourceJSONFast reads one ResourceRequest object at data[i] into rr.
+func resourceJSONFast(data []byte, i int, rr *allotpb.ResourceRequest) (int, bool) {
+	rr.Reset() // a lease it held is dropped: the plain shape has none
+	var seen uint8
+	return jsonObject(data, i, func(key []byte, i int) (int, bool) {
+		var bit uint8
+		var ok bool
+		switch string(key) {
+		case "resource_id", "resourceId":
+			bit = 1
+			ok = stringField(data, &i, &rr.ResourceId)
+		case "wants":
+			bit = 2
+			rr.Wants, i, ok = plainDecimal(data, i)
+		case "priority":
+			bit = 4
+			rr.Priority, i, ok = plainInt32(data, i)
+		}
+		if !ok || seen&bit != 0 {
+			return 0, false
+		}
+		seen |= bit
+		return i, true
+	})
+}
+
+// jsonObject reads a JSON object at data[i] (after any space), calling
+// member with each key and the index of its value (after any space);
+// member returns the index after the value. It returns the index after
+// the closing brace.
+func jsonObject(data []byte, i int, member func(key []byte, i int) (int, bool)) (int, bool) {
+	return jsonSeq(data, i, '{', '}', func(i int) (int, bool) {
+		key, j, ok := plainString(data, i)
+		if !ok {
+			return 0, false
+		}
+		i = skipSpace(data, j)
+		if i >= len(data) || data[i] != ':' {
+			return 0, false
+		}
+		return member(key, skipSpace(data, i+1))
+	})
+}
+
+// jsonList reads a JSON array at data[i], calling elem with the index of
+// each element (after any space); elem returns the index after it.
+func jsonList(data []byte, i int, elem func(i int) (int, bool)) (int, bool) {
+	return jsonSeq(data, i, '[', ']', elem)
+}
+
+// jsonSeq reads the items of an object or array, between open and end
+// and separated by commas, at data[i]; item reads one from its first
+// byte and returns the index after it.
+func jsonSeq(data []byte, i int, open, end byte, item func(i int) (int, bool)) (int, bool) {
+	if i >= len(data) || data[i] != open {
+		return 0, false
+	}
+	i = skipSpace(data, i+1)
+	if i < len(data) && data[i] == end {
+		return i + 1, true
+	}
+	for {
+		var ok bool
+		if i, ok = item(i); !ok {
+			return 0, false
+		}
+		i = skipSpace(data, i)
+		if i >= len(data) {
+			return 0, false
+		}
+		if data[i] == end {
+			return i + 1, true
+		}
+		if data[i] != ',' {
+			return 0, false
+		}
+		i = skipSpace(data, i+1)
+	}
+}
+
+// plainDecimal reads a JSON number at data[i] written as digits with an
+// optional fraction (no sign, exponent or leading zeros, at most 24
+// characters), followed by a delimiter, and parses it as protojson does.
+func plainDecimal(data []byte, i int) (float64, int, bool) {
+	j := i
+	for j < len(data) && data[j] >= '0' && data[j] <= '9' {
+		j++
+	}
+	if j == i || j-i > 1 && data[i] == '0' {
+		return 0, 0, false
+	}
+	if j < len(data) && data[j] == '.' {
+		k := j + 1
+		for k < len(data) && data[k] >= '0' && data[k] <= '9' {
+			k++
+		}
+		if k == j+1 {
+			return 0, 0, false
+		}
+		j = k
+	}
+	if j-i > 24 || !delimiter(data, j) {
+		return 0, 0, false
+	}
+	v, err := strconv.ParseFloat(string(data[i:j]), 64)
+	return v, j, err == nil
+}
+
+// plainInt32 reads a JSON integer of at most 9 digits at data[i], with an
+// optional minus sign before a non-zero value.
+func plainInt32(data []byte, i int) (int32, int, bool) {
+	neg := i < len(data) && data[i] == '-'
+	if neg {
+		i++
+	}
+	n, j, ok := plainInt(data, i, 9)
+	if !ok || neg && n == 0 {
+		return 0, 0, false
+	}
+	if neg {
+		n = -n
+	}
+	return int32(n), j, true
+}
+
+// delimiter reports whether data[j] may end a JSON number in an object or
+// list (or data ends there).
+func delimiter(data []byte, j int) bool {
+	if j >= len(data) {
+		return true
+	}
+	switch data[j] {
+	case ',', '}', ']', ' ', '\t', '\n', '\r':
+		return true
+	}
+	return false
+}

@@ -1,0 +1,126 @@
+package wire
+
+import (
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// AppendGetCapacityResponseJSON appends the JSON reply for a
+// GetCapacityResponse with the given term and entries to b: what Marshal
+// writes in JSON for the same message, up to insignificant whitespace
+// (a test compares them compacted, byte for byte), without building the
+// message or reflecting over it. It reports false, leaving b unspecified,
+// if a string in entries is not valid UTF-8, which protojson refuses to
+// write (the caller then takes Marshal's path and its error).
+func AppendGetCapacityResponseJSON(b []byte, term uint64, entries []LeaseReply) ([]byte, bool) {
+	b = append(b, `{"response":[`...)
+	for i := range entries {
+		e := &entries[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if !utf8.ValidString(e.ResourceID) || !utf8.ValidString(e.Error) {
+			return b, false
+		}
+		b = append(b, `{"resource_id":`...)
+		b = appendProtoJSONString(b, e.ResourceID)
+		if e.Error != "" {
+			b = append(b, `,"safe_capacity":0,"error":`...)
+			b = appendProtoJSONString(b, e.Error)
+			b = append(b, `,"error_code":`...)
+			b = strconv.AppendInt(b, int64(e.ErrorCode), 10)
+			b = append(b, `,"shadow":false}`...)
+			continue
+		}
+		b = append(b, `,"gets":{"capacity":`...)
+		b = appendJSONDouble(b, e.Capacity)
+		b = append(b, `,"expiry_time":"`...)
+		b = appendJSONTimestamp(b, e.Expiry)
+		b = append(b, `","refresh_interval":"`...)
+		b = appendJSONDuration(b, e.Refresh)
+		b = append(b, `"},"safe_capacity":`...)
+		b = appendJSONDouble(b, e.SafeCapacity)
+		b = append(b, `,"error":"","error_code":0,"shadow":`...)
+		b = strconv.AppendBool(b, e.Shadow)
+		if e.SafeExpiry != 0 {
+			b = append(b, `,"safe_expiry_time":"`...)
+			b = appendJSONTimestamp(b, e.SafeExpiry)
+			b = append(b, '"')
+		}
+		b = append(b, '}')
+	}
+	b = append(b, `],"term":"`...)
+	b = strconv.AppendUint(b, term, 10)
+	return append(b, `"}`...), true
+}
+
+// appendJSONDouble writes v as protojson writes a double (as
+// encoding/json does: exponent form below 1e-6 and from 1e21), -0 as 0.
+// Reply amounts are finite.
+func appendJSONDouble(b []byte, v float64) []byte {
+	if v == 0 {
+		return append(b, '0')
+	}
+	format := byte('f')
+	if abs := math.Abs(v); abs < 1e-6 || abs >= 1e21 {
+		format = 'e'
+	}
+	b = strconv.AppendFloat(b, v, format, -1, 64)
+	if format == 'e' {
+		// "1e-07" is written "1e-7".
+		if n := len(b); n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
+}
+
+// appendJSONTimestamp writes unix nanoseconds ns as protojson writes a
+// google.protobuf.Timestamp: RFC 3339 in UTC with 0, 3, 6 or 9
+// fractional digits. The seconds come from time's RFC 3339 fast path
+// (a general layout is parsed on every call), the fraction is written
+// here.
+func appendJSONTimestamp(b []byte, ns int64) []byte {
+	t := time.Unix(0, ns).UTC()
+	b = t.AppendFormat(b, time.RFC3339) // "2006-01-02T15:04:05Z"
+	b = b[:len(b)-1]
+	b = appendFraction(b, int64(t.Nanosecond()))
+	return append(b, 'Z')
+}
+
+// appendProtoJSONString writes s, valid UTF-8, as a JSON string escaped
+// as protojson escapes it: '"' and '\\', control characters by their
+// short escape or \u00XX.
+func appendProtoJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+			continue
+		case c >= ' ':
+			b = append(b, c)
+			continue
+		}
+		switch c {
+		case '\b':
+			b = append(b, '\\', 'b')
+		case '\f':
+			b = append(b, '\\', 'f')
+		case '\n':
+			b = append(b, '\\', 'n')
+		case '\r':
+			b = append(b, '\\', 'r')
+		case '\t':
+			b = append(b, '\\', 't')
+		default:
+			const hex = "0123456789abcdef"
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+	}
+	return append(b, '"')
+}
