@@ -18,6 +18,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/opstatus"
 	"github.com/allot/allot/internal/poll"
 )
 
@@ -158,6 +159,18 @@ func (l *clusterLevel) describeAgents() string {
 			fmt.Fprintf(&b, "  %s: wants %g, in force %g (leased %v, granted %g, expires in %s, refresh %s, last refresh %s ago, mode %v, safe %g), term %d, last error %v\n",
 				a.ClientID(), st.Wants, InForce(st, now), st.Leased, st.Granted, st.Expiry.Sub(now).Round(time.Millisecond), st.RefreshInterval,
 				now.Sub(st.LastRefresh).Round(time.Millisecond), st.Mode, st.SafeCapacity, a.Term(), st.LastError)
+		}
+	}
+	// And what the serving coordinator says of the resource: learning,
+	// what it counts outstanding (a predecessor's remainder included) and
+	// the floors.
+	if m, err := l.nc.Request("$SRV.STATS.allot", nil, 2*time.Second); err == nil {
+		type top struct {
+			Term uint64            `json:"term"`
+			Top  []json.RawMessage `json:"top_resources"`
+		}
+		if st, ok := opstatus.DecodeStats(m.Data, func(s *top) bool { return len(s.Top) > 0 }); ok {
+			fmt.Fprintf(&b, "  coordinator (term %d): %s\n", st.Term, st.Top[0])
 		}
 	}
 	return b.String()

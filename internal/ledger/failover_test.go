@@ -179,6 +179,11 @@ func parentFailover(t *testing.T, outage time.Duration) {
 	step(30*time.Second, true)
 	step(outage, false)
 	root.failover(t, now)
+	// Operators see what the successor keeps back (STATS top_resources).
+	step(50*time.Millisecond, true)
+	if top := root.l.Top(now, 1); len(top) != 1 || top[0].Withheld <= 0 || top[0].Withheld != root.l.resources["r"].predOutstanding(now) {
+		t.Errorf("right after the takeover Top says %+v; want withheld %v", top, root.l.resources["r"].predOutstanding(now))
+	}
 	for _, c := range root.clients {
 		c.next = min(c.next, now+int64(time.Second)) // they retry within a refresh interval
 	}

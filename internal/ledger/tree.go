@@ -351,6 +351,12 @@ type ResourceStat struct {
 	// Claimants counts client records (a child node counts once per band).
 	Claimants int  `json:"claimants"`
 	Learning  bool `json:"learning,omitempty"`
+	// Withheld is what the node keeps back, after a takeover, for what
+	// its predecessor's leases and floors that no claimant has reported
+	// may still hold (included in Outstanding); LearningUntil is when the
+	// predecessor's leases have all ended, while Learning.
+	Withheld      float64 `json:"withheld,omitempty"`
+	LearningUntil string  `json:"learning_until,omitempty"`
 	// Regime is, on a child node, what its capacity comes from now: its
 	// lease from the parent ("lease"), the floor the parent told once
 	// that lease ended unrefreshed ("floor", until FloorUntil), or
@@ -369,6 +375,10 @@ func (l *Ledger) Top(now int64, n int) []ResourceStat {
 	for id, r := range l.resources {
 		st := ResourceStat{ID: id, Capacity: r.capacity(now), Outstanding: r.bound(now), Claimants: int(r.clients.len()), Learning: r.learning(now), Shadow: r.tmpl.Shadow,
 			Floors: r.floorOutstanding(now), OnFloor: r.onFloor(now)}
+		st.Withheld = r.predOutstanding(now)
+		if st.Learning {
+			st.LearningUntil = time.Unix(0, r.learningUntil).UTC().Format(time.RFC3339Nano)
+		}
 		if r.up.child {
 			st.Regime = r.regime(now)
 		}
