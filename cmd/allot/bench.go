@@ -15,7 +15,7 @@ import (
 	"github.com/allot/allot/bench"
 )
 
-// runBench runs allot's benchmarks: `allot bench load|quota|charon|envoy|overload|scale|agent|sim|sim7|failover|all`
+// runBench runs allot's benchmarks: `allot bench load|quota|charon|envoy|overload|scale|agent|sim|sim7|failover|planet|all`
 // (sim runs the one-level scenarios and then scenario 7, sim7 only the latter).
 // `allot bench child ROLE` is the helper process the load benchmark
 // starts (a coordinator or a bare echo responder).
@@ -26,7 +26,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		return bench.ServeChild(ctx, args[1], args[2:], env.stdout, env.stderr)
 	}
-	fs := newFlags(env, "bench", "load|quota|charon|envoy|overload|scale|agent|sim|sim7|failover|all [flags]")
+	fs := newFlags(env, "bench", "load|quota|charon|envoy|overload|scale|agent|sim|sim7|failover|planet|all [flags]")
 	out := fs.String("out", "", "directory for the JSON, markdown and SVG results (default: a new directory under "+os.TempDir()+"; the committed results are bench/results)")
 	short := fs.Bool("short", false, "run the short variant (what `task bench` runs, under 5 minutes in all)")
 	inProcess := fs.Bool("in-process", false, "load: run the coordinator and echo in this process instead of child processes (CPU and RSS then cover everything)")
@@ -36,7 +36,7 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	fs.DurationVar(&lo.Warmup, "warmup", 0, "load: warm-up before each measured phase (default 2s, short 1s)")
 	fs.IntVar(&lo.Phases, "phases", 0, "load: alternations of baseline and coordinator (default 2)")
 	fs.IntVar(&lo.Conns, "conns", 0, "load: NATS connections of the load generator (default 4)")
-	fs.IntVar(&lo.Clients, "clients", 0, "load: simulated clients (default 256)")
+	fs.IntVar(&lo.Clients, "clients", 0, "load: simulated clients (default 256); planet: clients per cluster node (default 100, 1000 for the full million)")
 	fs.IntVar(&lo.Pipeline, "pipeline", 0, "load: requests each client keeps in flight (default 2)")
 	fs.IntVar(&lo.Resources, "resources", 0, "load: distinct resources M (default 8)")
 	fs.IntVar(&lo.PerRequest, "per-request", 0, "load: resources named in one request (default 1)")
@@ -59,10 +59,10 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
-		return errors.New("name one of load, quota, charon, envoy, overload, scale, agent, sim, sim7, failover or all")
+		return errors.New("name one of load, quota, charon, envoy, overload, scale, agent, sim, sim7, failover, planet or all")
 	}
-	if what := fs.Arg(0); !slices.Contains([]string{"load", "quota", "charon", "envoy", "overload", "scale", "agent", "sim", "sim7", "failover", "all"}, what) {
-		return fmt.Errorf("unknown benchmark %q: want load, quota, charon, envoy, overload, scale, agent, sim, sim7, failover or all", what)
+	if what := fs.Arg(0); !slices.Contains([]string{"load", "quota", "charon", "envoy", "overload", "scale", "agent", "sim", "sim7", "failover", "planet", "all"}, what) {
+		return fmt.Errorf("unknown benchmark %q: want load, quota, charon, envoy, overload, scale, agent, sim, sim7, failover, planet or all", what)
 	}
 	// The quota benchmark shares the load benchmark's concurrency flags.
 	qo := bench.QuotaOptions{ClosedLoop: lo.ClosedLoop, Namespaces: *namespaces}
@@ -150,6 +150,11 @@ func runBench(ctx context.Context, env *cliEnv, args []string) error {
 	case "failover":
 		var r *bench.FailoverResult
 		if r, err = bench.RunFailover(ctx, benv, fo); r != nil {
+			fmt.Fprintln(env.stdout, r.Markdown())
+		}
+	case "planet":
+		var r *bench.PlanetResult
+		if r, err = bench.RunPlanet(ctx, benv, bench.PlanetOptions{ClientsPerCluster: lo.Clients}); r != nil {
 			fmt.Fprintln(env.stdout, r.Markdown())
 		}
 	case "all":

@@ -165,11 +165,13 @@ type Level struct {
 	PerSecond   float64 `json:"requests_per_s"`
 	PerServer   float64 `json:"requests_per_s_per_server"`
 	RefreshEach float64 `json:"refresh_s"`
-	// Confirms counts the requests answered with the shortest refresh
-	// (MinRefresh): a claimant whose grant shrank is asked back at once
-	// to confirm, and a child node asked back so passes the short
-	// interval on to its own clients (clients → cluster only).
-	Confirms int64 `json:"confirms,omitempty"`
+	// Confirms and Inherited count the requests answered with the
+	// shortest refresh (clients → cluster only): Confirms those whose
+	// grant shrank (asked back at once to confirm it), Inherited those
+	// whose cluster had itself been asked back at once by its region and
+	// passed that interval, halved, on to its clients.
+	Confirms  int64 `json:"confirms,omitempty"`
+	Inherited int64 `json:"inherited,omitempty"`
 }
 
 // RootCost is the wall time of the root's ledger calls per round (one

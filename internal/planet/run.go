@@ -280,15 +280,16 @@ func (s *sim) analyze(res *Result, samples []Sample) {
 		s.event("root successor took over", up, false, base, samples),
 	}
 	res.Events[1].Outage = up - down
-	gets, confirms := int64(0), int64(0)
+	var gets, confirms, inherited int64
 	for _, n := range s.clusters {
 		gets += n.gets
 		confirms += n.confirms
+		inherited += n.inherited
 	}
 	res.Levels = [3]Level{
 		{Name: "regions → root", Servers: 1, Claimants: cfg.Regions, Requests: s.served[0], RefreshEach: cfg.Refresh.Seconds()},
 		{Name: "clusters → region", Servers: cfg.Regions, Claimants: cfg.Clusters, Requests: s.served[1], RefreshEach: cfg.Refresh.Seconds() / 2},
-		{Name: "clients → cluster", Servers: cfg.Regions * cfg.Clusters, Claimants: cfg.Clients, Requests: gets, RefreshEach: cfg.Refresh.Seconds() / 4, Confirms: confirms},
+		{Name: "clients → cluster", Servers: cfg.Regions * cfg.Clusters, Claimants: cfg.Clients, Requests: gets, RefreshEach: cfg.Refresh.Seconds() / 4, Confirms: confirms, Inherited: inherited},
 	}
 	for k := range res.Levels {
 		lv := &res.Levels[k]

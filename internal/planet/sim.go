@@ -79,7 +79,9 @@ type node struct {
 	due              dueHeap
 	err              error // the first ledger error (the run fails)
 	gets             int64
-	confirms         int64 // of gets, answered with the shortest refresh
+	// Of gets, those answered with the shortest refresh: the client's
+	// grant shrank, or the cluster passed on its own short refresh.
+	confirms, inherited int64
 }
 
 // newNode makes a node whose children each stand for up to childClients
@@ -207,11 +209,15 @@ func (s *sim) clientRound(n *node, now int64, sc *scratch) {
 			c.next = now + retryGap
 		default:
 			ls := sc.slots[k][0].Lease(now)
+			if ls.Refresh <= minGap {
+				if ls.Capacity < c.g.cap {
+					n.confirms++ // its own shrink, to confirm
+				} else {
+					n.inherited++ // the cluster's own short refresh, passed on
+				}
+			}
 			c.g = grantOf(ls)
 			c.next = now + int64(max(ls.Refresh, minGap))
-			if ls.Refresh <= minGap {
-				n.confirms++
-			}
 		}
 		heap.Push(&n.due, i)
 	}
