@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/allot/allot/internal/planet"
 )
@@ -42,6 +43,9 @@ func RunPlanet(ctx context.Context, env *Env, o PlanetOptions) (*PlanetResult, e
 		cfg.Clients = o.ClientsPerCluster
 	}
 	cfg.Workers = runtime.GOMAXPROCS(0)
+	cfg.Progress = func(virtual, wall time.Duration) {
+		env.progressf("planet: %v of %v virtual, %v wall", virtual, cfg.Duration(), wall.Round(time.Second))
+	}
 	machine := DescribeMachine()
 	env.progressf("planet: %d regions × %d clusters × %d clients, %v of virtual time", cfg.Regions, cfg.Clusters, cfg.Clients, cfg.Duration())
 	res, err := planet.Run(ctx, cfg)
@@ -70,12 +74,12 @@ func (r *PlanetResult) Markdown() string {
 	c := r.Config
 	var b strings.Builder
 	fmt.Fprintf(&b, "### Planet: a three-level tree in virtual time\n\n%s\n", r.Machine.Markdown())
-	fmt.Fprintf(&b, "The pure ledgers (internal/ledger) of a root, %d regions, %d clusters per region and %d clients per cluster (%d clients) on one FAIR_SHARE resource of capacity %g, driven in virtual time by internal/planet: "+
+	fmt.Fprintf(&b, "The pure ledgers (internal/ledger) of a root, %d regions, %d clusters per region and %d clients per cluster (%d clients) on one FAIR_SHARE resource of capacity %g (%g per client), driven in virtual time by internal/planet: "+
 		"one-way WAN latencies %v–%v per link (cluster–region, region–root; each message delivered after its link's latency), clusters' rounds every %v, records committed at once. "+
 		"Lease %v; regions ask the root every %v, clusters their region every %v and clients their cluster every %v (the ledger halves the refresh per level); a floor of half the fair share lasts %v. "+
-		"Demand waves: each client wants its base (0.2–1.8× the mean share) times 1 + 0.3 sin(2πt/7 min) + 0.3 sin(2π(t/3 min + region/%d)), stepped every 30 s, so that demand swings between about 0.7× and 1.3× the capacity and moves between regions. "+
+		"Demand waves: each client wants its base (0.2–1.8× the mean share) times 1 + 0.3 sin(2πt/7 min) + 0.3 sin(2π(t/3 min + region/%d)), stepped every 30 s (a client whose wants move by more than a quarter and at least one unit asks at once, as the agent does), so that demand swings between about 0.7× and 1.3× the capacity and moves between regions. "+
 		"Timeline: %v of warm-up; region-0 cut off from the root for %v; %v later the root's leader is lost, a successor takes over from the last committed record %v after that; %v more. %.0f s of wall time.\n\n",
-		c.Regions, c.Clusters, c.Clients, r.ClientsTotal, c.Capacity, c.MinLatency, c.MaxLatency, c.Tick,
+		c.Regions, c.Clusters, c.Clients, r.ClientsTotal, c.Capacity(), c.Share, c.MinLatency, c.MaxLatency, c.Tick,
 		c.Lease, c.Refresh, c.Refresh/2, c.Refresh/4, c.FloorLease, c.Regions,
 		c.Warmup, c.Cut, c.AfterCut, c.Outage, c.AfterFailover, r.WallSeconds)
 	fmt.Fprintf(&b, "- **Max Σ in force ÷ capacity over all %d clients, sampled every %v: %.6f** (%d samples above 1: %s).\n", r.ClientsTotal, c.Sample, r.MaxInForce, r.OverGrants, verdict(r.OverGrants == 0))

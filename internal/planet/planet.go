@@ -24,8 +24,10 @@ import (
 type Config struct {
 	// Regions under the root, Clusters per region, Clients per cluster.
 	Regions, Clusters, Clients int
-	// Capacity of the one resource.
-	Capacity float64
+	// Share is the capacity of the one resource per client (its mean fair
+	// share): the capacity is Share × the number of clients. Units
+	// matter to the agent's early refresh (a change of at least one).
+	Share float64
 	// Refresh is the template's refresh interval: how often regions ask
 	// the root. Clusters ask their region twice as often and clients their
 	// cluster four times as often (the ledger halves it per level).
@@ -51,6 +53,9 @@ type Config struct {
 	// Workers run the clusters' rounds of one tick in parallel (the
 	// clusters are independent within a tick). 0 means 1.
 	Workers int
+	// Progress, if set, is called after every minute of virtual time
+	// with the virtual time done and the real time spent.
+	Progress func(virtual, wall time.Duration) `json:"-"`
 }
 
 // Short is the variant a unit test runs: 2 regions × 10 clusters × 100
@@ -58,14 +63,13 @@ type Config struct {
 func Short() Config {
 	c := Full()
 	c.Regions, c.Clusters, c.Clients = 2, 10, 100
-	c.Capacity = 2000
 	c.Sample = 200 * time.Millisecond
 	return c
 }
 
 // Full is the planet: 10 regions × 100 clusters × 1,000 clients.
 func Full() Config {
-	return Config{Regions: 10, Clusters: 100, Clients: 1000, Capacity: 1e6,
+	return Config{Regions: 10, Clusters: 100, Clients: 1000, Share: 100,
 		Refresh: 20 * time.Second, Lease: 60 * time.Second, FloorLease: 5 * time.Minute,
 		MinLatency: 20 * time.Millisecond, MaxLatency: 200 * time.Millisecond, Tick: 20 * time.Millisecond,
 		Warmup: 90 * time.Second, Cut: 10 * time.Minute, AfterCut: 90 * time.Second, Outage: 5 * time.Second,
@@ -80,8 +84,8 @@ func (c Config) check() error {
 	switch {
 	case c.Regions < 1 || c.Clusters < 1 || c.Clients < 1:
 		return fmt.Errorf("planet: sizes %d×%d×%d: each must be at least 1", c.Regions, c.Clusters, c.Clients)
-	case c.Capacity <= 0:
-		return fmt.Errorf("planet: capacity %v: must be positive", c.Capacity)
+	case c.Share <= 0:
+		return fmt.Errorf("planet: share %v: must be positive", c.Share)
 	case c.Tick <= 0 || c.Sample < c.Tick:
 		return fmt.Errorf("planet: tick %v and sample %v: want 0 < tick ≤ sample", c.Tick, c.Sample)
 	case c.MinLatency <= 0 || c.MaxLatency < c.MinLatency:
@@ -92,6 +96,11 @@ func (c Config) check() error {
 		return errors.New("planet: every phase of the timeline must be positive")
 	}
 	return nil
+}
+
+// Capacity is the resource's capacity.
+func (c Config) Capacity() float64 {
+	return c.Share * float64(c.Regions*c.Clusters*c.Clients)
 }
 
 // Duration is the virtual time the run covers.

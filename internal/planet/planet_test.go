@@ -28,7 +28,21 @@ func TestShortNeverOverGrants(t *testing.T) {
 	if res.OverGrants != 0 || res.MaxInForce > 1+1e-9 {
 		t.Fatalf("over-grant: max Σ in force %.6f× capacity", res.MaxInForce)
 	}
-	if res.Utilization < 0.95 {
-		t.Errorf("utilization %.4f outside the cut, want ≥ 0.95", res.Utilization)
+	// Demand moves in waves that the tree follows a refresh behind
+	// (95.8% when written); well below means shares stopped flowing.
+	if res.Utilization < 0.9 {
+		t.Errorf("utilization %.4f outside the cut, want ≥ 0.9", res.Utilization)
+	}
+	// The cut region's floor ended before the cut did: its subtree held
+	// nothing by the end of it.
+	if res.CutLowest[2] > 0.01 {
+		t.Errorf("the cut region's clients kept %.3f of their fair shares through a cut longer than lease and floor", res.CutLowest[2])
+	}
+	for _, ev := range res.Events {
+		for l, back := range ev.Reconverged {
+			if back < 0 {
+				t.Errorf("%s: level %d did not reconverge within the run", ev.Name, l)
+			}
+		}
 	}
 }

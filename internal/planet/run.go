@@ -45,6 +45,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if err := s.tick(now); err != nil {
 			return nil, err
 		}
+		if cfg.Progress != nil && (now-s.start)%int64(time.Minute) == 0 {
+			cfg.Progress(time.Duration(now-s.start), time.Since(began))
+		}
 		if now >= nextSweep {
 			s.sweepAll(now)
 			nextSweep += int64(time.Second)
@@ -163,7 +166,7 @@ func (s *sim) sample(now int64) Sample {
 		cw[k] = f[n.region] * s.shape.prefix[k][len(s.shape.sorted[k])]
 		rw[n.region] += cw[k]
 	}
-	rshare := waterfill(rw, rweight, cfg.Capacity)
+	rshare := waterfill(rw, rweight, cfg.Capacity())
 	cshare := make([]float64, len(s.clusters))
 	cweight := make([]float64, cfg.Clusters)
 	for k := range cweight {
@@ -210,9 +213,9 @@ func (s *sim) sample(now int64) Sample {
 			cut[2][1] += share
 		}
 	}
-	sm.Demand, sm.InForce = wants/cfg.Capacity, held/cfg.Capacity
-	sm.Utilization = held / min(cfg.Capacity, wants)
-	sm.Useful = useful / min(cfg.Capacity, wants)
+	sm.Demand, sm.InForce = wants/cfg.Capacity(), held/cfg.Capacity()
+	sm.Utilization = held / min(cfg.Capacity(), wants)
+	sm.Useful = useful / min(cfg.Capacity(), wants)
 	for l := range 3 {
 		sm.Coverage[l] = ratio(cov[l][0], cov[l][1])
 		sm.CutCoverage[l] = ratio(cut[l][0], cut[l][1])

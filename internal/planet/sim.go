@@ -360,7 +360,7 @@ type sim struct {
 }
 
 func newSim(cfg Config) (*sim, error) {
-	tm := &config.Template{Name: "planet", Glob: "*", Capacity: cfg.Capacity, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+	tm := &config.Template{Name: "planet", Glob: "*", Capacity: cfg.Capacity(), Algorithm: allotpb.Algorithm_FAIR_SHARE,
 		LeaseLength: cfg.Lease, RefreshInterval: cfg.Refresh, LearningModeDuration: cfg.Lease,
 		Floor: config.FloorPolicy{Share: config.DefaultFloorShare, Lease: cfg.FloorLease}}
 	s := &sim{cfg: cfg, set: config.NewSet(1, []*config.Template{tm}, nil), start: int64(1e18)}
@@ -373,7 +373,7 @@ func newSim(cfg Config) (*sim, error) {
 	if s.root, err = newNode("root", 0, -1, nil, int64(cfg.Clusters*cfg.Clients), now); err != nil {
 		return nil, err
 	}
-	perClient := cfg.Capacity / float64(cfg.Regions*cfg.Clusters*cfg.Clients)
+	perClient := cfg.Share
 	for r := range cfg.Regions {
 		region, err := newNode(fmt.Sprint("region-", r), 1, r, s.root, int64(cfg.Clients), now)
 		if err != nil {
@@ -419,6 +419,31 @@ func (s *sim) wave(region int, now int64) float64 {
 	t := float64((now-s.start)/waveStep*waveStep) / 1e9
 	phase := float64(region) / float64(s.cfg.Regions)
 	return 1 + 0.3*math.Sin(2*math.Pi*t/420) + 0.3*math.Sin(2*math.Pi*(t/180+phase))
+}
+
+// earlyRefresh moves up the next request of every client whose wants
+// moved enough at a step of the waves, as the agent does (more than a
+// quarter and at least one unit, the agent's bigChange).
+func (s *sim) earlyRefresh(now int64) {
+	if (now-s.start)%waveStep != 0 {
+		return
+	}
+	for _, n := range s.clusters {
+		before, after := s.wave(n.region, now-1), s.wave(n.region, now)
+		d := math.Abs(after - before)
+		if d <= 0.25*before {
+			continue
+		}
+		moved := false
+		for i := range n.clients {
+			if c := &n.clients[i]; c.base*d >= 1 && c.next > now {
+				c.next, moved = now, true
+			}
+		}
+		if moved {
+			heap.Init(&n.due)
+		}
+	}
 }
 
 // linkUp reports whether a message between n and its parent gets through
@@ -471,6 +496,7 @@ func (s *sim) tick(now int64) error {
 	if err := s.deliver(now); err != nil {
 		return err
 	}
+	s.earlyRefresh(now)
 	w := len(s.scratch)
 	var wg sync.WaitGroup
 	per := (len(s.clusters) + w - 1) / w
