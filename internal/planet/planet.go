@@ -112,7 +112,8 @@ func (c Config) Duration() time.Duration {
 // capacity unless said otherwise.
 type Result struct {
 	Config Config `json:"config"`
-	// Clients in all; Wall is how long the run took in real time.
+	// ClientsTotal counts the clients in all; WallSeconds is how long the
+	// run took in real time.
 	ClientsTotal int     `json:"clients_total"`
 	WallSeconds  float64 `json:"wall_seconds"`
 	// MaxInForce is the most Σ in force (leases, or floors after them)
@@ -120,10 +121,11 @@ type Result struct {
 	MaxInForce float64 `json:"max_in_force"`
 	// OverGrants counts samples above the capacity (0, or the run fails).
 	OverGrants int `json:"over_grants"`
-	// Utilization: mean over samples after the warm-up's first lease
-	// length of Σ in force ÷ min(capacity, Σ wants), outside the cut, and
-	// its lowest sample; Useful counts only what clients want (Σ
-	// min(in force, wants)).
+	// Utilization: the mean over samples from a third of the warm-up on
+	// (the tree has filled by then), outside the cut, of Σ in force ÷
+	// min(capacity, Σ wants) (each sample capped at 1), and its lowest
+	// sample; Useful counts only what clients want (Σ min(in force,
+	// wants)). The Cut fields are the same means during the cut.
 	Utilization    float64 `json:"utilization"`
 	UtilizationMin float64 `json:"utilization_min"`
 	Useful         float64 `json:"useful"`
@@ -140,7 +142,8 @@ type Result struct {
 	Levels [3]Level `json:"levels"`
 	// Root is the root ledger's cost.
 	Root RootCost `json:"root"`
-	// Series: samples every SeriesEvery for plotting.
+	// Series is every fifth second's sample (or every sample, when they
+	// are further apart), for plotting.
 	Series []Sample `json:"series"`
 }
 
@@ -195,7 +198,10 @@ type RootCost struct {
 	Busy float64 `json:"busy"`
 }
 
-// Sample is one measurement over all clients.
+// Sample is one measurement over all clients, at T seconds of virtual
+// time: Σ wants and Σ in force ÷ capacity, the utilization and its useful
+// part (see Result), and each level's coverage of its fair shares over the
+// whole tree and over the cut region's subtree (see Event).
 type Sample struct {
 	T           float64    `json:"t_s"`
 	Demand      float64    `json:"demand"`
