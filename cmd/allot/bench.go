@@ -29,6 +29,7 @@ var benchmarks = []struct{ name, summary string }{
 	{"sim", "the one-level convergence simulation, then scenario 7"},
 	{"sim7", "scenario 7: Doorman's three-level tree with a leader lost and a leaf link cut"},
 	{"failover", "capacity handed out after kill -9 of the serving coordinator and a parent server's restart"},
+	{"planet", "a three-level tree of a million clients in virtual time: over-grant, utilization, reconvergence"},
 	{"all", "every benchmark, with one report"},
 }
 
@@ -37,7 +38,7 @@ var benchmarks = []struct{ name, summary string }{
 // process the benchmarks start (a coordinator, a bare echo responder...),
 // with flags of its own.
 func benchCommand(env *cliEnv) *cobra.Command {
-	c := group(env, "bench", "run the benchmarks: load, quota, charon, envoy, overload, scale, agent, sim, sim7, failover or all (see bench/README.md)")
+	c := group(env, "bench", "run the benchmarks: load, quota, charon, envoy, overload, scale, agent, sim, sim7, failover, planet or all (see bench/README.md)")
 	run := defineBench(c.PersistentFlags())
 	for _, b := range benchmarks {
 		c.AddCommand(&cobra.Command{Use: b.name, Short: b.summary, RunE: func(cmd *cobra.Command, args []string) error {
@@ -72,7 +73,7 @@ func defineBench(fs *pflag.FlagSet) runFunc {
 	fs.DurationVar(&lo.Warmup, "warmup", 0, "load: warm-up before each measured phase (default 2s, short 1s)")
 	fs.IntVar(&lo.Phases, "phases", 0, "load: alternations of baseline and coordinator (default 2)")
 	fs.IntVar(&lo.Conns, "conns", 0, "load: NATS connections of the load generator (default 4)")
-	fs.IntVar(&lo.Clients, "clients", 0, "load: simulated clients (default 256)")
+	fs.IntVar(&lo.Clients, "clients", 0, "load: simulated clients (default 256); planet: clients per cluster node (default 100, 1000 for the full million)")
 	fs.IntVar(&lo.Pipeline, "pipeline", 0, "load: requests each client keeps in flight (default 2)")
 	fs.IntVar(&lo.Resources, "resources", 0, "load: distinct resources M (default 8)")
 	fs.IntVar(&lo.PerRequest, "per-request", 0, "load: resources named in one request (default 1)")
@@ -179,6 +180,11 @@ func defineBench(fs *pflag.FlagSet) runFunc {
 		case "failover":
 			var r *bench.FailoverResult
 			if r, err = bench.RunFailover(ctx, benv, fo); r != nil {
+				fmt.Fprintln(env.stdout, r.Markdown())
+			}
+		case "planet":
+			var r *bench.PlanetResult
+			if r, err = bench.RunPlanet(ctx, benv, bench.PlanetOptions{ClientsPerCluster: lo.Clients}); r != nil {
 				fmt.Fprintln(env.stdout, r.Markdown())
 			}
 		case "all":
