@@ -13,13 +13,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/opstatus"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/proto/allotpb"
 )
 
 // The cluster scenarios run one allot level the way production does: a
@@ -147,7 +150,46 @@ func startClusterLevel(t *testing.T, natsBin, allotBin string, lease time.Durati
 		pts := l.load.Series()
 		return Leased(agents, clResource) && len(pts) > 0 && pts[len(pts)-1].HandedOut >= clTarget
 	})
+	// And the floors settled in the lease record: the first agents were
+	// given large floors (a fair share of few claimants), and a successor
+	// keeps back the recorded floor ceiling, less the floors agents
+	// report, until the floors end (docs/election.md, "Floors across a
+	// failover"). A fault injected before the record follows the floors
+	// down measures that, not the takeover: it held about 60% back for
+	// minutes.
+	poll.Until(t, 60*time.Second, "the lease record's floor ceiling to follow the settled floors", func() bool {
+		return l.recordedFloorCeiling() <= clSettledFloors*1.1
+	})
 	return l
+}
+
+// clSettledFloors is the sum of the agents' floors once settled: half the
+// fair share of the capacity over the 12 agents (5), or the lease when
+// that is less (the three agents wanting 1).
+const clSettledFloors = 9*5 + 3*1
+
+// recordedFloorCeiling is the floor ceiling of the scenarios' resource in
+// the lease record (+Inf when it cannot be read).
+func (l *clusterLevel) recordedFloorCeiling() float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	kv, err := l.js.KeyValue(ctx, coordinator.DefaultStateBucket)
+	if err != nil {
+		return math.Inf(1)
+	}
+	e, err := kv.Get(ctx, coordinator.DefaultNode+".leases")
+	if err != nil {
+		return math.Inf(1)
+	}
+	var h allotpb.LeaseHorizon
+	if protojson.Unmarshal(e.Value(), &h) != nil {
+		return math.Inf(1)
+	}
+	s := h.GetResources()[clResource]
+	if s == nil || s.GetFloorExpiry() == nil {
+		return math.Inf(1)
+	}
+	return s.GetFloorCeiling()
 }
 
 // describeAgents lists what each agent holds, one line each.
