@@ -2,13 +2,10 @@ package faults
 
 import (
 	"fmt"
-	"net/url"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/allot/allot/agent"
-	"github.com/allot/allot/internal/netcut"
 	"github.com/allot/allot/internal/poll"
 )
 
@@ -29,34 +26,11 @@ func TestParentRestart(t *testing.T) {
 	bin := BuildAllot(t)
 	ports := freePorts(t, 2)
 	dataDir := t.TempDir()
-	rootArgs := []string{"--data-dir", dataDir, "--port", strconv.Itoa(ports[0]), "--leafnode-port", strconv.Itoa(ports[1]), "--no-advertise"}
-	root := startLevel(t, bin, scenario+"-root", rootArgs...)
-	u, err := url.Parse(root.leaf)
-	if err != nil || root.leaf == "" {
-		t.Fatalf("root's leaf URL %q: %v", root.leaf, err)
-	}
 	// The relay only carries the link here (the root does not advertise
 	// its leaf address); it is never cut.
-	relay, err := netcut.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = relay.Close() })
-
-	rnc := connect(t, root.url, "root side")
-	PutTemplate(t, rnc, cutResource, cutTemplate(cutCapacity))
-	child := startLevel(t, bin, scenario+"-eu", "--node", "eu", "--parent-node", "root", "--parent-url", "nats-leaf://"+relay.Addr())
-	cnc := connect(t, child.url, "child side")
-	rootAgents := StartAgents(t, rnc, "root", 3, cutResource, cutWants)
-	childAgents := StartAgents(t, cnc, "eu", 3, cutResource, cutWants, agent.WithNode("eu"))
-	all := append(append([]*agent.Agent{}, rootAgents...), childAgents...)
-	share := cutCapacity / 6
-	poll.Until(t, 60*time.Second, "fair shares at both levels", func() bool {
-		return Leased(all, cutResource) && within(inForce(rootAgents), 3*share) && within(inForce(childAgents), 3*share)
-	})
-	poll.Until(t, 30*time.Second, "the root to count the settled floors", func() bool {
-		return within(nodeFloors(rnc, "root"), 0.5*cutCapacity)
-	})
+	rootArgs := []string{"--data-dir", dataDir, "--port", strconv.Itoa(ports[0]), "--leafnode-port", strconv.Itoa(ports[1])}
+	tr := startCutTree(t, bin, scenario, rootArgs...)
+	root, rnc, cnc, all := tr.root, tr.rnc, tr.cnc, tr.all
 
 	s := NewSampler(cutResource, cutCapacity)
 	s.Add(all...)
@@ -70,7 +44,7 @@ func TestParentRestart(t *testing.T) {
 	// Longer than a lease: the child's lease from the root ends and it
 	// runs on its floor.
 	time.Sleep(cutLease + 3*time.Second)
-	startLevel(t, bin, scenario+"-root-again", rootArgs...)
+	startLevel(t, bin, scenario+"-root-again", append([]string{"--no-advertise"}, rootArgs...)...)
 	// Serving again: the root's coordinator answers STATS, and the child
 	// has heard from it since.
 	var service time.Time

@@ -159,39 +159,59 @@ func TestLeafLinkCut(t *testing.T) {
 	}
 }
 
-func leafLinkCut(t *testing.T, bin, scenario string, cut, lowerAt time.Duration) {
-	root := startLevel(t, bin, scenario+"-root", "--leafnode-port", "-1", "--no-advertise")
-	u, err := url.Parse(root.leaf)
-	if err != nil || root.leaf == "" {
-		t.Fatalf("root's leaf URL %q: %v", root.leaf, err)
+// cutTree is the scenarios' tree: a root level and a child level "eu"
+// linked through a relay, three agents at each wanting cutWants, settled.
+type cutTree struct {
+	root, child             upProcess
+	relay                   *netcut.Relay
+	rnc, cnc                *nats.Conn
+	rootAgents, childAgents []*agent.Agent
+	all                     []*agent.Agent
+}
+
+// startCutTree starts the tree (the root's `allot up` with rootArgs as
+// well) and returns once both levels hold their fair shares and the root
+// counts the settled floors.
+func startCutTree(t *testing.T, bin, scenario string, rootArgs ...string) *cutTree {
+	t.Helper()
+	tr := &cutTree{}
+	tr.root = startLevel(t, bin, scenario+"-root", append([]string{"--leafnode-port", "-1", "--no-advertise"}, rootArgs...)...)
+	u, err := url.Parse(tr.root.leaf)
+	if err != nil || tr.root.leaf == "" {
+		t.Fatalf("root's leaf URL %q: %v", tr.root.leaf, err)
 	}
-	relay, err := netcut.New(u.Host)
-	if err != nil {
+	if tr.relay, err = netcut.New(u.Host); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = relay.Close() })
+	t.Cleanup(func() { _ = tr.relay.Close() })
 
-	rnc := connect(t, root.url, "root side")
-	PutTemplate(t, rnc, cutResource, cutTemplate(cutCapacity))
-	child := startLevel(t, bin, scenario+"-eu", "--node", "eu", "--parent-node", "root", "--parent-url", "nats-leaf://"+relay.Addr())
-	cnc := connect(t, child.url, "child side")
+	tr.rnc = connect(t, tr.root.url, "root side")
+	PutTemplate(t, tr.rnc, cutResource, cutTemplate(cutCapacity))
+	tr.child = startLevel(t, bin, scenario+"-eu", "--node", "eu", "--parent-node", "root", "--parent-url", "nats-leaf://"+tr.relay.Addr())
+	tr.cnc = connect(t, tr.child.url, "child side")
 
-	rootAgents := StartAgents(t, rnc, "root", 3, cutResource, cutWants)
-	childAgents := StartAgents(t, cnc, "eu", 3, cutResource, cutWants, agent.WithNode("eu"))
-	all := append(append([]*agent.Agent{}, rootAgents...), childAgents...)
+	tr.rootAgents = StartAgents(t, tr.rnc, "root", 3, cutResource, cutWants)
+	tr.childAgents = StartAgents(t, tr.cnc, "eu", 3, cutResource, cutWants, agent.WithNode("eu"))
+	tr.all = append(append([]*agent.Agent{}, tr.rootAgents...), tr.childAgents...)
 	share := cutCapacity / 6
 	// The template reaches the child through its configuration mirror;
 	// until then its clients are served under the default template.
 	poll.Until(t, 60*time.Second, "fair shares at both levels", func() bool {
-		return Leased(all, cutResource) && within(inForce(rootAgents), 3*share) && within(inForce(childAgents), 3*share)
+		return Leased(tr.all, cutResource) && within(inForce(tr.rootAgents), 3*share) && within(inForce(tr.childAgents), 3*share)
 	})
 	// And the floors settled: the child confirmed the floor of its share
 	// (25) after the larger one of its first answer, when it was alone.
 	// Cut before that and the root keeps the larger floor reserved, as it
 	// must: nobody can tell the child to use less.
 	poll.Until(t, 30*time.Second, "the root to count the settled floors", func() bool {
-		return within(nodeFloors(rnc, "root"), 0.5*cutCapacity)
+		return within(nodeFloors(tr.rnc, "root"), 0.5*cutCapacity)
 	})
+	return tr
+}
+
+func leafLinkCut(t *testing.T, bin, scenario string, cut, lowerAt time.Duration) {
+	tr := startCutTree(t, bin, scenario)
+	relay, rnc, rootAgents, childAgents, all := tr.relay, tr.rnc, tr.rootAgents, tr.childAgents, tr.all
 
 	s := NewSampler(cutResource, cutCapacity)
 	s.Add(all...)
