@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -31,22 +30,6 @@ import (
 	"github.com/allot/allot/internal/opstatus"
 	"github.com/allot/allot/internal/poll"
 )
-
-// buildAllot builds cmd/allot into the test's temporary directory.
-func buildAllot(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("cannot build cmd/allot: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "allot")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, goBin, "build", "-o", bin, "github.com/allot/allot/cmd/allot").CombinedOutput(); err != nil {
-		t.Fatalf("go build cmd/allot: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // startProcess runs bin with args until the test ends and returns the
 // first match of re in its output.
@@ -103,7 +86,7 @@ func TestProcessesReplayReference(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds cmd/allot and runs it in separate processes")
 	}
-	bin := buildAllot(t)
+	bin := faults.BuildAllot(t)
 	up := startProcess(t, "up", bin, regexp.MustCompile(`envoy rate limit service \(gRPC[^)]*\) at (\S+)(?s:.*)allot is up: NATS at (nats://\S+),`),
 		"up", "--port", "0", "--data-dir", t.TempDir(), "--metrics-addr", "", "--quota-partitions", "2", "--log-level", "warn", "--election-ttl", "10s",
 		"--rls-addr", "127.0.0.1:0", "--rls-headers", "x-ratelimit")
@@ -223,7 +206,7 @@ func TestSidecarProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds cmd/allot and runs it in separate processes")
 	}
-	bin := buildAllot(t)
+	bin := faults.BuildAllot(t)
 	up := startProcess(t, "up", bin, regexp.MustCompile(`allot is up: NATS at (nats://\S+),`),
 		"up", "--port", "0", "--data-dir", t.TempDir(), "--metrics-addr", "", "--log-level", "warn")
 	nc, err := nats.Connect(up[1])
