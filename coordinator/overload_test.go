@@ -20,6 +20,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
@@ -223,20 +224,9 @@ func TestTenantFloodLeavesOthersServed(t *testing.T) {
 		leader.Limits{MaxInFlight: 64, TenantRate: 100, TenantBurst: 100}, tmpl("*", 100, allotpb.Algorithm_FAIR_SHARE))
 	const n = 5000
 	a := e.as("a")
-	var ok, refused, limited, other atomic.Int64
+	var rs faults.Replies
 	inbox := a.NewRespInbox()
-	sub, err := a.Subscribe(inbox+".*", func(m *nats.Msg) {
-		switch m.Header.Get(micro.ErrorCodeHeader) {
-		case "":
-			ok.Add(1)
-		case "503":
-			refused.Add(1)
-		case "429":
-			limited.Add(1)
-		default:
-			other.Add(1)
-		}
-	})
+	sub, err := a.Subscribe(inbox+".*", rs.Count)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,9 +254,9 @@ func TestTenantFloodLeavesOthersServed(t *testing.T) {
 			t.Fatalf("tenant B's request %d during A's flood: %s %s", i, code, r.Header.Get(micro.ErrorHeader))
 		}
 	}
-	poll.Until(t, time.Minute, "every flood request answered", func() bool { return ok.Load()+refused.Load()+limited.Load()+other.Load() == n })
-	if limited.Load() == 0 || other.Load() != 0 {
-		t.Fatalf("tenant A's flood: %d leases, %d refused, %d limited, %d other", ok.Load(), refused.Load(), limited.Load(), other.Load())
+	poll.Until(t, time.Minute, "every flood request answered", func() bool { return rs.Total() == n })
+	if rs.Limited.Load() == 0 || rs.Other.Load() != 0 {
+		t.Fatalf("tenant A's flood: %d leases, %d refused, %d limited, %d other", rs.OK.Load(), rs.Refused.Load(), rs.Limited.Load(), rs.Other.Load())
 	}
-	t.Logf("tenant A's flood of %d: %d leases, %d refused (503), %d limited (429)", n, ok.Load(), refused.Load(), limited.Load())
+	t.Logf("tenant A's flood of %d: %d leases, %d refused (503), %d limited (429)", n, rs.OK.Load(), rs.Refused.Load(), rs.Limited.Load())
 }

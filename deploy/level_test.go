@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"syscall"
@@ -168,26 +167,7 @@ func manifestArgs(t *testing.T, path, url string) []string {
 // written the state bucket.
 func runCoordinator(ctx context.Context, t *testing.T, bin string, args []string, nc *nats.Conn) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	out := faults.OutputFile(t, "coordinator")
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("allot %s:\n%s", strings.Join(args, " "), faults.ReadOutput(out))
-		}
-	})
+	out, done := faults.RunProcess(t, "coordinator", bin, syscall.SIGTERM, 20*time.Second, args...)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -35,26 +34,7 @@ import (
 // first match of re in its output.
 func startProcess(t *testing.T, name, bin string, re *regexp.Regexp, args ...string) []string {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	out := faults.OutputFile(t, name)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("%s output:\n%s", name, faults.ReadOutput(out))
-		}
-	})
+	out, _ := faults.RunProcess(t, name, bin, os.Interrupt, 15*time.Second, args...)
 	var m []string
 	poll.Until(t, 60*time.Second, name+" to start", func() bool {
 		m = re.FindStringSubmatch(faults.ReadOutput(out))

@@ -113,20 +113,9 @@ func runFlood(url, spec string) error {
 		return fmt.Errorf("connect to %s: %w", url, err)
 	}
 	defer nc.Close()
-	var ok, refused, limited, other atomic.Int64
+	var rs Replies
 	inbox := nats.NewInbox()
-	sub, err := nc.Subscribe(inbox+".*", func(m *nats.Msg) {
-		switch m.Header.Get(micro.ErrorCodeHeader) {
-		case "":
-			ok.Add(1)
-		case "503":
-			refused.Add(1)
-		case "429":
-			limited.Add(1)
-		default:
-			other.Add(1)
-		}
-	})
+	sub, err := nc.Subscribe(inbox+".*", rs.Count)
 	if err != nil {
 		return fmt.Errorf("subscribe: %w", err)
 	}
@@ -168,8 +157,32 @@ func runFlood(url, spec string) error {
 		return err
 	}
 	sentIn := time.Since(start)
-	poll.Ok(5*time.Minute, func() bool { return ok.Load()+refused.Load()+limited.Load()+other.Load() >= sent })
-	b, _ := json.Marshal(FloodCounts{Sent: sent, OK: ok.Load(), Refused: refused.Load(), Limited: limited.Load(), Other: other.Load(), SentIn: sentIn})
+	poll.Ok(5*time.Minute, func() bool { return rs.Total() >= sent })
+	b, _ := json.Marshal(FloodCounts{Sent: sent, OK: rs.OK.Load(), Refused: rs.Refused.Load(), Limited: rs.Limited.Load(), Other: rs.Other.Load(), SentIn: sentIn})
 	fmt.Println(floodReport + string(b))
 	return nil
+}
+
+// Replies counts the answers to requests by their micro error code:
+// leases (no code), 503 (overloaded), 429 (a tenant over its rate) and
+// anything else. Count is a message handler.
+type Replies struct{ OK, Refused, Limited, Other atomic.Int64 }
+
+// Count tallies the answer m.
+func (r *Replies) Count(m *nats.Msg) {
+	switch m.Header.Get(micro.ErrorCodeHeader) {
+	case "":
+		r.OK.Add(1)
+	case "503":
+		r.Refused.Add(1)
+	case "429":
+		r.Limited.Add(1)
+	default:
+		r.Other.Add(1)
+	}
+}
+
+// Total is every answer counted.
+func (r *Replies) Total() int64 {
+	return r.OK.Load() + r.Refused.Load() + r.Limited.Load() + r.Other.Load()
 }

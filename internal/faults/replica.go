@@ -294,3 +294,32 @@ func exitWithParent(ctx context.Context, cancel context.CancelFunc) {
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 }
+
+// RunProcess starts bin with args, its output in OutputFile(tb, name),
+// and stops it when the test ends: stop, then a kill after grace, and its
+// output logged if the test failed. It returns the output file and a
+// channel closed when the process exits.
+func RunProcess(tb testing.TB, name, bin string, stop os.Signal, grace time.Duration, args ...string) (out *os.File, exited <-chan struct{}) {
+	tb.Helper()
+	cmd := exec.Command(bin, args...)
+	out = OutputFile(tb, name)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start %s: %v", name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	tb.Cleanup(func() {
+		_ = cmd.Process.Signal(stop)
+		select {
+		case <-done:
+		case <-time.After(grace):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if tb.Failed() {
+			tb.Logf("%s output:\n%s", name, ReadOutput(out))
+		}
+	})
+	return out, done
+}
