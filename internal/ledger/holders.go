@@ -45,20 +45,57 @@ import (
 // covers; a resource with more is learned the normal way after a
 // takeover. The record carries their count and digest whatever their
 // number (their ids only while they fit in maxHolderIDBytes), so this
-// bounds the work of a write (one pass and one set over the holders) and
-// of the successor's bookkeeping, not the record's size.
+// bounds the successor's bookkeeping and the pass over the holders a
+// write makes when it cannot go by what changed, not the record's size.
 const MaxRecordedHolders = 1 << 14
 
 // holders is the resource's side of holder promises.
+//
+// A promise's set is not built anew for each record: that cost a pass
+// over every client of every listed resource on each write, which a
+// newcomer's first grant needs, so a round of newcomers cost O(n) of all
+// the clients. Instead the clients with a lease exposure above 0 (listed)
+// are counted as they change (list, from the running sums' recount),
+// with the sum of their hashes and of their ids' bytes, and each client
+// carries since: the number of the first snapshot of an unbroken run of
+// snapshots that included it (0: none). A snapshot takes the running
+// figures, adds the round's clients that want capacity, and visits only
+// the clients whose membership may have changed since the last one
+// (joined, dropped, and the last one's wanters), so a write costs what
+// changed. A client is in snapshot s while since != 0 and since <= s: its
+// run began by s and has not ended at any snapshot since (runs end only
+// at a snapshot that leaves the client out). A client left out of a
+// snapshot and included again later starts a new run, so it reads as
+// absent from the earlier one, and so does a client whose record was
+// dropped (a release) and made anew: that only makes its grant wait for
+// the next write (safe; the randomized trials compare every decision
+// with sets built from scratch).
 type holders struct {
-	// Committed promise: set of ids, until (unix ns; 0 none).
-	set   map[string]struct{}
+	// Committed promise: its snapshot (cseq; after a failed write that
+	// may have been stored, the older of the two, whose members in both
+	// are the ones with since <= cseq) and its end, until (unix ns; 0
+	// none).
+	cseq  uint64
 	until int64
-	// A proposal in flight with a promise (pendUntil > 0) over pendSet,
-	// or (pendUntil == 0) without one; inflight says whether one is.
+	// A proposal in flight with a promise (pendUntil > 0) of snapshot
+	// pseq, or (pendUntil == 0) without one; inflight says whether one is.
 	inflight  bool
-	pendSet   map[string]struct{}
+	pseq      uint64
 	pendUntil int64
+
+	// seq numbers the snapshots with a promise. n, digest and bytes
+	// count the listed clients: their number, the sum of their hashes,
+	// and their ids' bytes in a record's JSON.
+	seq    uint64
+	n      uint32
+	digest uint64
+	bytes  int
+	// exact says the clients' since are kept up to date: joined and
+	// dropped list the ids listed and unlisted since the last snapshot,
+	// wanted the last snapshot's clients included only for wanting. When
+	// not exact, the next snapshot visits every client.
+	exact                   bool
+	joined, dropped, wanted []string
 
 	// Successor side: the predecessor's promise (track), and what first
 	// contacts in learning have added up to.
@@ -70,6 +107,10 @@ type holders struct {
 	seenDigest uint64
 }
 
+// maxHolderChanges bounds the ids a resource keeps between snapshots
+// (joined and dropped); past it the next snapshot visits every client.
+const maxHolderChanges = 2 * MaxRecordedHolders
+
 // holderHash is a client id's term of the digest.
 func holderHash(id string) uint64 {
 	h := fnv.New64a()
@@ -77,18 +118,82 @@ func holderHash(id string) uint64 {
 	return h.Sum64()
 }
 
+// holderIDBytes is what id adds to a record's holder ids as JSON.
+func holderIDBytes(id string) int { return jsonStringBytes(id) + 3 }
+
+// list counts c in (in) or out of the listed clients: the running sums
+// call it when c's lease exposure counted turns positive or 0.
+func (h *holders) list(c *client, in bool) {
+	d, b := holderHash(c.id), holderIDBytes(c.id)
+	if in {
+		h.n++
+		h.digest += d
+		h.bytes += b
+	} else {
+		h.n--
+		h.digest -= d
+		h.bytes -= b
+	}
+	if !h.exact {
+		return
+	}
+	if in {
+		h.joined = append(h.joined, c.id)
+	} else {
+		h.dropped = append(h.dropped, c.id)
+	}
+	if len(h.joined)+len(h.dropped) > maxHolderChanges {
+		h.forget()
+	}
+}
+
+// forget stops keeping the clients' since: the next snapshot visits them
+// all.
+func (h *holders) forget() {
+	h.exact = false
+	clear(h.joined)
+	clear(h.dropped)
+	clear(h.wanted)
+	h.joined, h.dropped, h.wanted = h.joined[:0], h.dropped[:0], h.wanted[:0]
+}
+
+// relistAll recounts the listed clients from scratch (the running sums
+// were counted anew, after the clock went back).
+func (r *resource) relistAll() {
+	r.hold.n, r.hold.digest, r.hold.bytes = 0, 0, 0
+	r.hold.forget()
+	for i := range r.clients.len() {
+		if c := r.clients.at(i); c.listed() {
+			r.hold.list(c, true)
+		}
+	}
+}
+
+// listed reports whether c is counted among the listed clients: its
+// lease exposure, as last counted, is above 0.
+func (c *client) listed() bool { return c.n.lease > 0 }
+
+// promised reports whether a snapshot taken now would include c: it
+// holds a lease, or asks this round for capacity.
+func (c *client) promised() bool { return c.listed() || c.touched() && c.wants > 0 }
+
 // mayHold reports whether a grant to client id keeps every promise that is
 // or may become durable.
 func (r *resource) mayHold(id string, now int64) bool {
-	if r.hold.inflight && r.hold.pendUntil > now {
-		if _, ok := r.hold.pendSet[id]; !ok {
-			return false
-		}
+	if i, ok := r.lookup(id); ok {
+		return r.mayHoldClient(r.clients.at(i), now)
 	}
-	if r.hold.until > now {
-		if _, ok := r.hold.set[id]; !ok {
-			return false
-		}
+	return !r.promising(now)
+}
+
+// mayHoldClient is mayHold for a client record.
+func (r *resource) mayHoldClient(c *client, now int64) bool {
+	h := &r.hold
+	if h.inflight && h.pendUntil > now && (c.since == 0 || c.since > h.pseq) {
+		return false
+	}
+	if h.until > now && (c.since == 0 || c.since > h.cseq) {
+		return false
 	}
 	return true
 }
@@ -101,35 +206,78 @@ func (r *resource) promising(now int64) bool {
 
 // holderSnapshot is the promise a proposal carries for one resource.
 type holderSnapshot struct {
-	set   map[string]struct{}
-	until int64 // 0: the record carries no promise
+	r      *resource
+	seq    uint64
+	until  int64 // 0: the record carries no promise
+	n      uint32
+	digest uint64
+	bytes  int // the ids' bytes in the record's JSON
 }
 
 // snapshotHolders works out the promise to record for r: every client
 // that holds anything, and those of the round that want capacity. None
 // while a predecessor's leases are unaccounted for (their holders are not
-// known), and none for more than MaxRecordedHolders clients.
+// known), and none for more than MaxRecordedHolders clients. It costs
+// the clients whose membership changed since the last snapshot, unless
+// the clients' since are not kept (then all of them).
 func (r *resource) snapshotHolders(now int64) holderSnapshot {
+	h := &r.hold
 	if !r.shared() || r.unlisted || r.predOutstanding(now) > 0 {
+		h.forget()
 		return holderSnapshot{}
 	}
 	r.sync(now)
 	if r.sums.leased > MaxRecordedHolders {
+		h.forget()
 		return holderSnapshot{} // too many to promise, known without a look
 	}
-	set := make(map[string]struct{})
-	for i := range r.clients.len() {
-		c := r.clients.at(i)
-		// Floors are not promised: a successor counts them apart (the
-		// record's floor ceiling, less what clients report).
-		if c.leaseExposure(now) > 0 || c.touched() && c.wants > 0 {
-			if len(set) == MaxRecordedHolders {
-				return holderSnapshot{}
-			}
-			set[c.id] = struct{}{}
+	h.seq++
+	s := h.seq
+	// Runs end for whoever is left out; runs begin for whoever is in and
+	// was not. The since of the others is right: every snapshot since
+	// the last one that visited them all came here with exact set.
+	mark := func(c *client) {
+		switch {
+		case !c.promised():
+			c.since = 0
+		case c.since == 0:
+			c.since = s
 		}
 	}
-	return holderSnapshot{set: set, until: now + int64(r.tmpl.LeaseLength)}
+	if !h.exact {
+		for i := range r.clients.len() {
+			mark(r.clients.at(i))
+		}
+	} else {
+		for _, ids := range [...][]string{h.dropped, h.wanted, h.joined} {
+			for _, id := range ids {
+				if i, ok := r.lookup(id); ok { // else gone: its record is dropped
+					mark(r.clients.at(i))
+				}
+			}
+		}
+	}
+	h.forget()
+	h.exact = true
+	snap := holderSnapshot{r: r, seq: s, n: h.n, digest: h.digest, bytes: h.bytes}
+	for _, i := range r.batch {
+		c := r.clients.at(i)
+		if c.wants > 0 && !c.listed() {
+			snap.n++
+			snap.digest += holderHash(c.id)
+			snap.bytes += holderIDBytes(c.id)
+			h.wanted = append(h.wanted, c.id)
+			if c.since == 0 {
+				c.since = s
+			}
+		}
+	}
+	if snap.n > MaxRecordedHolders {
+		h.forget()
+		return holderSnapshot{}
+	}
+	snap.until = now + int64(r.tmpl.LeaseLength)
+	return snap
 }
 
 // needsHolders reports whether a client of the round that wants capacity
@@ -139,7 +287,7 @@ func (r *resource) needsHolders(now int64) bool {
 		return false
 	}
 	for _, i := range r.batch {
-		if r.clients.at(i).wants > 0 && !r.mayHold(r.clients.at(i).id, now) {
+		if c := r.clients.at(i); c.wants > 0 && !r.mayHoldClient(c, now) {
 			return true
 		}
 	}
@@ -151,13 +299,22 @@ func (s holderSnapshot) summary(e *allotpb.ResourceSummary) *allotpb.ResourceSum
 	if s.until == 0 {
 		return e
 	}
-	var d uint64
-	for id := range s.set {
-		d += holderHash(id)
-	}
-	e.Holders, e.HoldersDigest = uint32(len(s.set)), d
+	e.Holders, e.HoldersDigest = s.n, s.digest
 	e.HoldersUntil = timestamppb.New(time.Unix(0, s.until))
 	return e
+}
+
+// ids lists the snapshot's holders, sorted; it is called in the round
+// the snapshot was taken, so the clients' marks are still its.
+func (s holderSnapshot) ids() []string {
+	ids := make([]string, 0, s.n)
+	for i := range s.r.clients.len() {
+		if c := s.r.clients.at(i); c.promised() {
+			ids = append(ids, c.id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // trackPredecessor takes the predecessor's promise for r, if it covers
@@ -203,19 +360,12 @@ func listHolderIDs(entries map[string]*allotpb.ResourceSummary, snaps map[string
 		if s.until == 0 || e == nil {
 			continue
 		}
-		n := 16 // "holderIds":[],
-		for id := range s.set {
-			n += jsonStringBytes(id) + 3
-		}
+		n := 16 + s.bytes // "holderIds":[],
 		if n > budget {
 			continue
 		}
 		budget -= n
-		e.HolderIds = make([]string, 0, len(s.set))
-		for id := range s.set {
-			e.HolderIds = append(e.HolderIds, id)
-		}
-		slices.Sort(e.HolderIds)
+		e.HolderIds = s.ids()
 	}
 }
 

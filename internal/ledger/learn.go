@@ -92,7 +92,7 @@ func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i in
 		c := r.clients.at(i)
 		before := max(base[k], c.exposure(p.now))
 		extra := max(min(r.target(i)-base[k], free), 0)
-		if !r.mayHold(c.id, p.now) {
+		if !r.mayHoldClient(c, p.now) {
 			extra = 0 // a new client waits for a record that lists it
 		}
 		settle(i, base[k]+extra, refresh)

@@ -473,8 +473,10 @@ func (l *Ledger) buildRecord(now, until int64, pending []pendingSummary) *allotp
 			}
 			snap.summary(e)
 			snaps[id] = snap
+		} else {
+			r.hold.forget()
 		}
-		r.hold.inflight, r.hold.pendSet, r.hold.pendUntil = true, snap.set, snap.until
+		r.hold.inflight, r.hold.pseq, r.hold.pendUntil = true, snap.seq, snap.until
 	}
 	// The ids go in only while the record stays within its limit: the
 	// entries' estimate, what the ids take, and a margin for the rest.
@@ -493,17 +495,13 @@ func (l *Ledger) settleHolders(now int64, ok bool) {
 		}
 		switch {
 		case ok || h.until <= now:
-			h.set, h.until = h.pendSet, h.pendUntil
+			h.cseq, h.until = h.pseq, h.pendUntil
 		case h.pendUntil > now:
-			both := make(map[string]struct{})
-			for id := range h.set {
-				if _, in := h.pendSet[id]; in {
-					both[id] = struct{}{}
-				}
-			}
-			h.set, h.until = both, max(h.until, h.pendUntil)
+			// Grants keep to both promises: the clients in both are those
+			// whose run began by the older one (see holders).
+			h.until = max(h.until, h.pendUntil)
 		}
-		h.inflight, h.pendSet, h.pendUntil = false, nil, 0
+		h.inflight, h.pseq, h.pendUntil = false, 0, 0
 	}
 }
 

@@ -56,6 +56,9 @@ type client struct {
 	released      bool // released after it was requested in the current round
 	// node: the record is a band of a child node (see ServerGet).
 	node bool
+	// since is the first snapshot of its unbroken run of holder
+	// promises (holders.go).
+	since uint64
 }
 
 // touched reports whether the client asked in the current round.
@@ -563,7 +566,7 @@ func (r *resource) allocate(p *roundParams) {
 			if tg <= c.has {
 				continue // settled above
 			}
-			if !r.mayHold(c.id, p.now) {
+			if !r.mayHoldClient(c, p.now) {
 				// Not in the recorded holders: it waits for a record that
 				// lists it (see holders.go).
 				owed = append(owed, owedGrant{i, c.has})

@@ -35,7 +35,9 @@ import (
 // as last counted (see resource.recount). Its demand (wants, weight,
 // band) is counted by the resource's level.State, which keeps a copy.
 type counted struct {
-	exp, floor float64 // its exposure and floor exposure
+	// lease and floor are its lease exposure and floor exposure; its
+	// exposure is the larger (exp).
+	lease, floor float64
 	// wake is the next time exp or floor may fall by itself (MaxInt64:
 	// never).
 	wake int64
@@ -64,9 +66,9 @@ type sums struct {
 // says whether its floor counts among the lapsed records'.
 func (s *sums) add(n *counted, lapsed bool, sign int) {
 	f := float64(sign)
-	s.out.Add(f * n.exp)
+	s.out.Add(f * n.exp())
 	s.floors.Add(f * n.floor)
-	if n.exp > n.floor {
+	if n.lease > n.floor {
 		s.leased += sign
 	}
 	if lapsed {
@@ -81,13 +83,16 @@ func (s *sums) add(n *counted, lapsed bool, sign int) {
 func (r *resource) count(i int32, now int64) {
 	c := r.clients.at(i)
 	n := &c.n
-	n.exp, n.floor, c.countedLapsed = c.exposure(now), c.floorExposure(now), c.lapsed
+	n.lease, n.floor, c.countedLapsed = c.leaseExposure(now), c.floorExposure(now), c.lapsed
 	n.wake = c.nextFall(now)
 	r.sums.add(n, c.countedLapsed, 1)
 	if n.floor > 0 {
 		r.sums.floorEnd = max(r.sums.floorEnd, c.floorEnd, c.floorPrevEnd)
 	}
 }
+
+// exp is the exposure counted: what the client may hold at all.
+func (n *counted) exp() float64 { return max(n.lease, n.floor) }
 
 // nextFall is the first time after now at which the client's exposure or
 // floor exposure may fall with no change of its fields (MaxInt64: none).
@@ -107,9 +112,12 @@ func (c *client) nextFall(now int64) int64 {
 // through setDemand.
 func (r *resource) recount(i int32, now int64) {
 	r.sync(now)
-	if r.clients.at(i).wakeIdx < 0 {
+	if c := r.clients.at(i); c.wakeIdx < 0 {
 		r.count(i, now)
 		r.sums.wake.push(&r.clients, i)
+		if c.n.lease > 0 {
+			r.hold.list(c, true)
+		}
 		return
 	}
 	r.refresh(i, now)
@@ -121,8 +129,8 @@ func (r *resource) recount(i int32, now int64) {
 func (r *resource) refresh(i int32, now int64) {
 	c := r.clients.at(i)
 	old, oldLapsed := c.n, c.countedLapsed
-	exp, floor := c.exposure(now), c.floorExposure(now)
-	if exp != old.exp || floor != old.floor || c.lapsed != oldLapsed {
+	lease, floor := c.leaseExposure(now), c.floorExposure(now)
+	if lease != old.lease || floor != old.floor || c.lapsed != oldLapsed {
 		r.sums.add(&c.n, oldLapsed, -1)
 		r.count(i, now)
 	} else {
@@ -133,6 +141,9 @@ func (r *resource) refresh(i int32, now int64) {
 	}
 	if c.n.wake != old.wake {
 		r.sums.wake.fix(&r.clients, i)
+	}
+	if (old.lease > 0) != (c.n.lease > 0) {
+		r.hold.list(c, c.n.lease > 0)
 	}
 }
 
@@ -145,6 +156,9 @@ func (r *resource) uncount(i int32) {
 	}
 	if r.clients.at(i).wakeIdx < 0 {
 		return
+	}
+	if c := r.clients.at(i); c.n.lease > 0 {
+		r.hold.list(c, false)
 	}
 	r.sums.add(&r.clients.at(i).n, r.clients.at(i).countedLapsed, -1)
 	r.sums.wake.remove(&r.clients, i)
@@ -178,6 +192,7 @@ func (r *resource) resync(now int64) {
 		r.sums.wake.ids = append(r.sums.wake.ids, int32(i))
 	}
 	r.sums.wake.init(&r.clients)
+	r.relistAll()
 }
 
 // outstanding bounds the capacity clients may hold under our leases.

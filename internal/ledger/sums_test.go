@@ -89,8 +89,8 @@ func checkSums(r *resource, now int64) error {
 		switch {
 		case c.wakeIdx < 0 || int(c.wakeIdx) >= len(r.sums.wake.ids) || r.sums.wake.ids[c.wakeIdx] != int32(i):
 			return fmt.Errorf("%q: not in the wake heap where it says (%d)", c.id, c.wakeIdx)
-		case n.exp != c.exposure(now):
-			return fmt.Errorf("%q: exposure counted %v, is %v", c.id, n.exp, c.exposure(now))
+		case n.lease != c.leaseExposure(now):
+			return fmt.Errorf("%q: lease exposure counted %v, is %v", c.id, n.lease, c.leaseExposure(now))
 		case n.floor != c.floorExposure(now):
 			return fmt.Errorf("%q: floor exposure counted %v, is %v", c.id, n.floor, c.floorExposure(now))
 		case c.countedLapsed != c.lapsed:
@@ -122,6 +122,9 @@ func checkSums(r *resource, now int64) error {
 	}
 	if r.sums.floorEnd < want.floorEnd {
 		return fmt.Errorf("the floors counted end at %d, after the bound %d", want.floorEnd, r.sums.floorEnd)
+	}
+	if err := checkListed(r, now); err != nil {
+		return err
 	}
 	bands := r.lv.Bands()
 	if len(bands) != len(want.bands) {
@@ -228,4 +231,29 @@ func checkLedger(t testing.TB, l *Ledger, now int64) {
 			t.Fatalf("resource %q: %v", id, err)
 		}
 	}
+}
+
+// checkListed reports how r's running figures of the clients a holder
+// promise lists differ from its client records at now.
+func checkListed(r *resource, now int64) error {
+	r.sync(now)
+	var n uint32
+	var digest uint64
+	var bytes int
+	for i := range r.clients.len() {
+		c := r.clients.at(i)
+		in := c.leaseExposure(now) > 0
+		if c.listed() != in {
+			return fmt.Errorf("%q: listed %v, lease exposure %v", c.id, c.listed(), c.leaseExposure(now))
+		}
+		if in {
+			n++
+			digest += holderHash(c.id)
+			bytes += holderIDBytes(c.id)
+		}
+	}
+	if h := &r.hold; h.n != n || h.digest != digest || h.bytes != bytes {
+		return fmt.Errorf("running listed holders %d (digest %x, %d bytes), from scratch %d (%x, %d)", h.n, h.digest, h.bytes, n, digest, bytes)
+	}
+	return nil
 }
