@@ -453,7 +453,7 @@ func (c *Coordinator) serverResponse(req *request, now int64, term uint64) *allo
 		}
 		l := s.Lease(now)
 		resp.Response[k] = &allotpb.ServerCapacityResourceResponse{ResourceId: l.ResourceID, Gets: leaseMsg(l), SafeCapacity: l.SafeCapacity,
-			SafeExpiryTime: safeExpiryMsg(l)}
+			SafeExpiryTime: safeExpiryMsg(l), Pace: durationpb.New(l.Pace)}
 	}
 	return resp
 }

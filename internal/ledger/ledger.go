@@ -424,6 +424,9 @@ type Lease struct {
 	// Shadow is the template's shadow mode: the client is told not to
 	// enforce the lease.
 	Shadow bool
+	// Pace, in a child node's lease, is the regular refresh interval the
+	// child paces its own claimants from; Refresh may be shorter.
+	Pace time.Duration
 }
 
 // Lease returns the lease of an allocated slot (Ready). A client whose

@@ -93,6 +93,9 @@ type resource struct {
 	// up is the capacity a parent node leased this node (child nodes
 	// only; see Ledger.SetUpstream).
 	up upstream
+	// pace is the regular refresh interval of the last allocation: what
+	// a child node is told to pace its own claimants from (Lease.Pace).
+	pace time.Duration
 	// waitSince is when the resource began waiting for a record write
 	// (unix ns; 0 not waiting): its batch is allocated after the write.
 	waitSince int64
@@ -408,8 +411,21 @@ type upstream struct {
 	// that sets no end).
 	safeUntil int64
 	refresh   time.Duration
-	asked     float64 // the demand in the last ask
-	held      float64 // what the subtree held (bound) at the last ask
+	// pace is the parent's regular refresh interval (Lease.Pace; 0 from a
+	// parent that does not say): refresh may be shorter, to have this
+	// node confirm a shrink soon, which its claimants need not follow.
+	pace  time.Duration
+	asked float64 // the demand in the last ask
+	held  float64 // what the subtree held (bound) at the last ask
+}
+
+// regular is the parent's regular refresh interval: its pace, else (a
+// parent that does not say) the interval of its last answer.
+func (u *upstream) regular() time.Duration {
+	if u.pace > 0 {
+		return u.pace
+	}
+	return u.refresh
 }
 
 // Regimes of a child's capacity for a resource (see capacity).
@@ -492,11 +508,16 @@ func (r *resource) allocate(p *roundParams) {
 	// resource's published latest expiry.
 	expiry := max(min(p.now+int64(t.LeaseLength), p.horizon, r.ceilingExpiry, r.leaseEnd(p.now)), p.now)
 	refresh := t.RefreshInterval
-	if r.up.child && r.up.refresh > 0 {
+	if up := r.up.regular(); r.up.child && up > 0 {
 		// Lower levels converge first: clients of a child come back twice
-		// as often as the child asks its parent.
-		refresh = max(min(refresh, r.up.refresh/2), p.minFresh)
+		// as often as the child regularly asks its parent. Not as often as
+		// a parent asks it back to confirm a shrink: that is the child's
+		// to do, and its own shrinking clients are asked back anyway
+		// (settle), so following it sent every client of the subtree the
+		// shortest interval for as long as shrinks went on.
+		refresh = max(min(refresh, up/2), p.minFresh)
 	}
+	r.pace = refresh
 
 	shared := r.shared()
 	learning := r.learning(p.now)

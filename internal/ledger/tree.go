@@ -164,7 +164,10 @@ func ReadyServer(slots []ServerSlot) bool {
 // Lease returns what the child holds of the slot's resource: the sum of
 // its bands' leases.
 func (s ServerSlot) Lease(now int64) Lease {
-	out := Lease{ResourceID: s.r.id, Expiry: math.MaxInt64, Refresh: s.r.tmpl.RefreshInterval, SafeExpiry: math.MaxInt64}
+	out := Lease{ResourceID: s.r.id, Expiry: math.MaxInt64, Refresh: s.r.tmpl.RefreshInterval, SafeExpiry: math.MaxInt64, Pace: s.r.pace}
+	if out.Pace == 0 {
+		out.Pace = s.r.tmpl.RefreshInterval
+	}
 	for _, id := range s.bands {
 		b := Slot{r: s.r, client: id, at: -1}.Lease(now)
 		out.Capacity += b.Capacity
@@ -267,6 +270,7 @@ func (l *Ledger) SetUpstream(now int64, resp *allotpb.GetServerCapacityResponse)
 			r.up.safe = r.tmpl.Capacity
 		}
 		r.up.refresh = g.GetRefreshInterval().AsDuration()
+		r.up.pace = rr.GetPace().AsDuration() // 0 when absent: an older parent
 	}
 	return true
 }

@@ -38,6 +38,16 @@ func TestShortNeverOverGrants(t *testing.T) {
 	if res.CutLowest[2] > 0.01 {
 		t.Errorf("the cut region's clients kept %.3f of their fair shares through a cut longer than lease and floor", res.CutLowest[2])
 	}
+	// Clients ask about as often as their refresh interval says (nodes
+	// ask sooner on purpose when demand moves). A cluster used to pass
+	// the short interval its region asked it back with (to confirm a
+	// shrink) on to all its clients, which then asked 5.6 times as often
+	// as their interval (1.13/s at 5 s), mostly at the shortest refresh.
+	clients := res.Levels[len(res.Levels)-1]
+	nominal := 1 / clients.RefreshEach
+	if per := clients.PerServer / float64(clients.Claimants); per > 1.5*nominal {
+		t.Errorf("%s: %.3f requests/s per claimant, %.1f× the %.0f s refresh interval's", clients.Name, per, per/nominal, clients.RefreshEach)
+	}
 	for _, ev := range res.Events {
 		for l, back := range ev.Reconverged {
 			if back < 0 {

@@ -262,7 +262,7 @@ func (p *node) serve(now int64, set *config.Set, reqs []*allotpb.GetServerCapaci
 			rr := &allotpb.ServerCapacityResourceResponse{ResourceId: ls.ResourceID,
 				Gets: &allotpb.Lease{Capacity: ls.Capacity, ExpiryTime: timestamppb.New(time.Unix(0, ls.Expiry)),
 					RefreshInterval: durationpb.New(ls.Refresh)},
-				SafeCapacity: ls.SafeCapacity}
+				SafeCapacity: ls.SafeCapacity, Pace: durationpb.New(ls.Pace)}
 			if ls.SafeExpiry != 0 {
 				rr.SafeExpiryTime = timestamppb.New(time.Unix(0, ls.SafeExpiry))
 			}

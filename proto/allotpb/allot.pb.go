@@ -727,8 +727,14 @@ type ServerCapacityResourceResponse struct {
 	// the parent cannot be reached, until safe_expiry_time.
 	SafeCapacity   float64                `protobuf:"fixed64,3,opt,name=safe_capacity,json=safeCapacity,proto3" json:"safe_capacity,omitempty"`
 	SafeExpiryTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=safe_expiry_time,json=safeExpiryTime,proto3" json:"safe_expiry_time,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The parent's regular refresh interval for the child: what the child
+	// paces its own claimants from (half of it). gets.refresh_interval may
+	// be shorter, asking the child back soon to confirm a shrink or for
+	// capacity owed to it; that is the child's to heed, not its claimants'.
+	// Absent from older parents: the child then uses gets.refresh_interval.
+	Pace          *durationpb.Duration `protobuf:"bytes,5,opt,name=pace,proto3" json:"pace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ServerCapacityResourceResponse) Reset() {
@@ -785,6 +791,13 @@ func (x *ServerCapacityResourceResponse) GetSafeCapacity() float64 {
 func (x *ServerCapacityResourceResponse) GetSafeExpiryTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.SafeExpiryTime
+	}
+	return nil
+}
+
+func (x *ServerCapacityResourceResponse) GetPace() *durationpb.Duration {
+	if x != nil {
+		return x.Pace
 	}
 	return nil
 }
@@ -962,13 +975,14 @@ const file_allot_proto_rawDesc = "" +
 	"\x10safe_expiry_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0esafeExpiryTime\"|\n" +
 	"\x18GetServerCapacityRequest\x12\x1b\n" +
 	"\tserver_id\x18\x01 \x01(\tR\bserverId\x12C\n" +
-	"\bresource\x18\x02 \x03(\v2'.allot.v1.ServerCapacityResourceRequestR\bresource\"\xd1\x01\n" +
+	"\bresource\x18\x02 \x03(\v2'.allot.v1.ServerCapacityResourceRequestR\bresource\"\x80\x02\n" +
 	"\x1eServerCapacityResourceResponse\x12\x1f\n" +
 	"\vresource_id\x18\x01 \x01(\tR\n" +
 	"resourceId\x12#\n" +
 	"\x04gets\x18\x02 \x01(\v2\x0f.allot.v1.LeaseR\x04gets\x12#\n" +
 	"\rsafe_capacity\x18\x03 \x01(\x01R\fsafeCapacity\x12D\n" +
-	"\x10safe_expiry_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x0esafeExpiryTime\"u\n" +
+	"\x10safe_expiry_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x0esafeExpiryTime\x12-\n" +
+	"\x04pace\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04pace\"u\n" +
 	"\x19GetServerCapacityResponse\x12D\n" +
 	"\bresponse\x18\x01 \x03(\v2(.allot.v1.ServerCapacityResourceResponseR\bresponse\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\"r\n" +
@@ -1024,13 +1038,14 @@ var file_allot_proto_depIdxs = []int32{
 	8,  // 11: allot.v1.GetServerCapacityRequest.resource:type_name -> allot.v1.ServerCapacityResourceRequest
 	0,  // 12: allot.v1.ServerCapacityResourceResponse.gets:type_name -> allot.v1.Lease
 	13, // 13: allot.v1.ServerCapacityResourceResponse.safe_expiry_time:type_name -> google.protobuf.Timestamp
-	10, // 14: allot.v1.GetServerCapacityResponse.response:type_name -> allot.v1.ServerCapacityResourceResponse
-	14, // 15: allot.v1.ErrorReply.retry_after:type_name -> google.protobuf.Duration
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	14, // 14: allot.v1.ServerCapacityResourceResponse.pace:type_name -> google.protobuf.Duration
+	10, // 15: allot.v1.GetServerCapacityResponse.response:type_name -> allot.v1.ServerCapacityResourceResponse
+	14, // 16: allot.v1.ErrorReply.retry_after:type_name -> google.protobuf.Duration
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_allot_proto_init() }
