@@ -86,7 +86,7 @@ func TestParentRestart(t *testing.T) {
 	}
 	Report(t, scenario, r, fmt.Sprintf("service_after=%s", service.Sub(began).Round(time.Millisecond)),
 		fmt.Sprintf("to_90%%_after_service=%s", toTarget), fmt.Sprintf("min_handed_out_from_2_refreshes=%.3f", low))
-	t.Logf("FAULT-SERIES %s %s", scenario, seriesLine(s.Series(), began, 500*time.Millisecond))
+	t.Logf("FAULT-SERIES %s %s", scenario, SeriesLine(s.Series(), began, 500*time.Millisecond))
 	if low < 0.9 {
 		t.Errorf("%.0f%% of what the demand allows handed out at the least in the %v from two refresh intervals after the root served the child again (first 90%% after %s); want at least 90%%", 100*low, observe, toTarget)
 	}

@@ -53,7 +53,7 @@ func startLevel(t *testing.T, bin, name string, args ...string) upProcess {
 	t.Helper()
 	leaf := slices.Contains(args, "--leafnode-port")
 	args = append([]string{"up", "--data-dir", t.TempDir(), "--port", "0", "--metrics-addr", "", "--election-ttl", ElectionTTL.String(), "--server-id", name}, args...)
-	cmd, exited, out := startProcess(t, name, bin, args...)
+	cmd, exited, out := StartProcess(t, name, bin, args...)
 	p := upProcess{cmd: cmd, exited: exited}
 	poll.Until(t, 60*time.Second, name+" to announce itself", func() bool {
 		text := ReadOutput(out)

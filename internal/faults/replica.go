@@ -301,8 +301,21 @@ func signalContext() (context.Context, context.CancelFunc) {
 // channel closed when the process exits.
 func RunProcess(tb testing.TB, name, bin string, stop os.Signal, grace time.Duration, args ...string) (out *os.File, exited <-chan struct{}) {
 	tb.Helper()
+	_, exited, out = startProcess(tb, name, bin, stop, grace, args)
+	return out, exited
+}
+
+// StartProcess starts bin with args like RunProcess, for a test that
+// signals it itself (SIGSTOP, kill -9): the test's end kills it.
+func StartProcess(tb testing.TB, name, bin string, args ...string) (cmd *exec.Cmd, exited <-chan struct{}, out *os.File) {
+	tb.Helper()
+	return startProcess(tb, name, bin, os.Kill, 0, args)
+}
+
+func startProcess(tb testing.TB, name, bin string, stop os.Signal, grace time.Duration, args []string) (*exec.Cmd, <-chan struct{}, *os.File) {
+	tb.Helper()
 	cmd := exec.Command(bin, args...)
-	out = OutputFile(tb, name)
+	out := OutputFile(tb, name)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("start %s: %v", name, err)
@@ -321,5 +334,5 @@ func RunProcess(tb testing.TB, name, bin string, stop os.Signal, grace time.Dura
 			tb.Logf("%s output:\n%s", name, ReadOutput(out))
 		}
 	})
-	return out, done
+	return cmd, done, out
 }

@@ -299,3 +299,18 @@ func appendLine(path, line string) error {
 	}
 	return nil
 }
+
+// SeriesLine renders the fraction handed out every step, as seconds from
+// zero: "-3.0:0.98 -2.5:0.98 ...".
+func SeriesLine(series []Point, zero time.Time, step time.Duration) string {
+	var b strings.Builder
+	next := time.Time{}
+	for _, p := range series {
+		if p.At.Before(next) {
+			continue
+		}
+		fmt.Fprintf(&b, "%.1f:%.2f ", p.At.Sub(zero).Seconds(), p.HandedOut)
+		next = p.At.Add(step)
+	}
+	return strings.TrimSpace(b.String())
+}

@@ -25,7 +25,7 @@ func TestBadPutThenRestart(t *testing.T) {
 	t.Run("allot-coordinator", func(t *testing.T) {
 		bin := BuildAllot(t)
 		runBadPut(t, "bad-put-restart-binary", func(t *testing.T, url string) {
-			startProcess(t, "fresh", bin, "coordinator", "--nats", url, "--server-id", "fresh", "--election-ttl", ElectionTTL.String())
+			StartProcess(t, "fresh", bin, "coordinator", "--nats", url, "--server-id", "fresh", "--election-ttl", ElectionTTL.String())
 		})
 	})
 }

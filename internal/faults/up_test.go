@@ -13,35 +13,10 @@ import (
 	"github.com/allot/allot/internal/poll"
 )
 
-// startProcess runs bin with args; the test's cleanup kills it and, if
-// the test failed, logs its output. exited is closed once it has ended.
-func startProcess(t *testing.T, name, bin string, args ...string) (cmd *exec.Cmd, exited <-chan struct{}, out *os.File) {
-	t.Helper()
-	cmd = exec.Command(bin, args...)
-	out = OutputFile(t, name)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			t.Logf("%s output:\n%s", name, ReadOutput(out))
-		}
-	})
-	return cmd, done, out
-}
-
 // startUp starts `allot up` on dataDir with a random port.
 func startUp(t *testing.T, bin, dataDir, name string) (*exec.Cmd, <-chan struct{}, *os.File) {
 	t.Helper()
-	return startProcess(t, name, bin, "up", "--data-dir", dataDir, "--port", "0", "--metrics-addr", "", "--election-ttl", ElectionTTL.String(), "--server-id", name)
+	return StartProcess(t, name, bin, "up", "--data-dir", dataDir, "--port", "0", "--metrics-addr", "", "--election-ttl", ElectionTTL.String(), "--server-id", name)
 }
 
 var upURL = regexp.MustCompile(`allot is up: NATS at (nats://\S+),`)

@@ -1,4 +1,9 @@
-package faults
+// Package cluster runs the fault scenarios of one allot level on a
+// three-server NATS cluster, as production runs it. It is a package of its
+// own so that its scenarios and the rest of internal/faults run as two
+// test binaries, each well within go test's default time-out on a busy
+// machine.
+package cluster
 
 import (
 	"context"
@@ -10,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/allot/allot/internal/faults"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -74,11 +81,11 @@ var clWants = []float64{22, 22, 22, 12, 12, 12, 5, 5, 5, 1, 1, 1}
 // clusterLevel is one level under test.
 type clusterLevel struct {
 	t      *testing.T
-	nats   *ProcCluster
+	nats   *faults.ProcCluster
 	coords []*coordProc
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	load   *Sampler
+	load   *faults.Sampler
 	agents []*agent.Agent
 	probe  *prober
 }
@@ -86,14 +93,14 @@ type clusterLevel struct {
 // coordProc is one `allot coordinator` process.
 type coordProc struct {
 	id     string
-	server *ServerProc
+	server *faults.ServerProc
 	cmd    interface{ Kill() error }
 	exited <-chan struct{}
 }
 
 // clusterConn connects to every server of c, server first, pinging as
 // the coordinators do so that a frozen server is left within seconds.
-func clusterConn(t *testing.T, c *ProcCluster, first int, name string) *nats.Conn {
+func clusterConn(t *testing.T, c *faults.ProcCluster, first int, name string) *nats.Conn {
 	t.Helper()
 	var urls []string
 	for i := range c.Servers {
@@ -113,10 +120,10 @@ func clusterConn(t *testing.T, c *ProcCluster, first int, name string) *nats.Con
 // out has reached the target.
 func startClusterLevel(t *testing.T, natsBin, allotBin string, lease time.Duration) *clusterLevel {
 	t.Helper()
-	l := &clusterLevel{t: t, nats: StartProcCluster(t, natsBin, clServers)}
+	l := &clusterLevel{t: t, nats: faults.StartProcCluster(t, natsBin, clServers)}
 	for i, s := range l.nats.Servers {
 		id := fmt.Sprintf("c%d", i)
-		cmd, exited, _ := startProcess(t, "coordinator-"+id, allotBin, "coordinator", "--nats", s.URL(), "--server-id", id,
+		cmd, exited, _ := faults.StartProcess(t, "coordinator-"+id, allotBin, "coordinator", "--nats", s.URL(), "--server-id", id,
 			"--bucket-replicas", "3", "--log-level", "info")
 		l.coords = append(l.coords, &coordProc{id: id, server: s, cmd: cmd.Process, exited: exited})
 	}
@@ -129,11 +136,11 @@ func startClusterLevel(t *testing.T, natsBin, allotBin string, lease time.Durati
 	l.probe = startProber(t, clusterConn(t, l.nats, 1, "faults probe"))
 	poll.Until(t, 60*time.Second, "a coordinator to answer", func() bool { return !l.probe.firstAfter(time.Time{}).IsZero() })
 
-	l.load = NewSampler(clResource, clCapacity)
+	l.load = faults.NewSampler(clResource, clCapacity)
 	var agents []*agent.Agent
 	for i, w := range clWants {
 		nc := clusterConn(t, l.nats, i%clServers, fmt.Sprintf("faults agents %d", i))
-		a, err := agent.New(nc, agent.WithClientID(fmt.Sprintf("agent-%d", i)), agent.WithLogger(TestLogger(t)), agent.WithRequestTimeout(clAgentTimeout))
+		a, err := agent.New(nc, agent.WithClientID(fmt.Sprintf("agent-%d", i)), agent.WithLogger(faults.TestLogger(t)), agent.WithRequestTimeout(clAgentTimeout))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,13 +149,13 @@ func startClusterLevel(t *testing.T, natsBin, allotBin string, lease time.Durati
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(func() { CloseAgents(agents) })
+	t.Cleanup(func() { faults.CloseAgents(agents) })
 	l.agents = agents
 	l.load.Add(agents...)
 	l.load.Start(t)
 	poll.Until(t, 60*time.Second, "every agent to hold a lease and the target handed out", func() bool {
 		pts := l.load.Series()
-		return Leased(agents, clResource) && len(pts) > 0 && pts[len(pts)-1].HandedOut >= clTarget
+		return faults.Leased(agents, clResource) && len(pts) > 0 && pts[len(pts)-1].HandedOut >= clTarget
 	})
 	// And the floors settled in the lease record: the first agents were
 	// given large floors (a fair share of few claimants), and a successor
@@ -199,7 +206,7 @@ func (l *clusterLevel) describeAgents() string {
 	for _, a := range l.agents {
 		for _, st := range a.Status() {
 			fmt.Fprintf(&b, "  %s: wants %g, in force %g (leased %v, granted %g, expires in %s, refresh %s, last refresh %s ago, mode %v, safe %g), term %d, last error %v\n",
-				a.ClientID(), st.Wants, InForce(st, now), st.Leased, st.Granted, st.Expiry.Sub(now).Round(time.Millisecond), st.RefreshInterval,
+				a.ClientID(), st.Wants, faults.InForce(st, now), st.Leased, st.Granted, st.Expiry.Sub(now).Round(time.Millisecond), st.RefreshInterval,
 				now.Sub(st.LastRefresh).Round(time.Millisecond), st.Mode, st.SafeCapacity, a.Term(), st.LastError)
 		}
 	}
@@ -229,7 +236,7 @@ func (l *clusterLevel) putTemplate(lease time.Duration) {
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	if _, err := kv.Put(ctx, config.Key(clResource), Template(clResource, clCapacity, lease, clRefresh, "")); err != nil {
+	if _, err := kv.Put(ctx, config.Key(clResource), faults.Template(clResource, clCapacity, lease, clRefresh, "")); err != nil {
 		l.t.Fatal(err)
 	}
 }
@@ -270,13 +277,13 @@ func (l *clusterLevel) serving() (*coordProc, uint64) {
 }
 
 // streamLeader returns the server that leads stream.
-func (l *clusterLevel) streamLeader(stream string) *ServerProc {
+func (l *clusterLevel) streamLeader(stream string) *faults.ServerProc {
 	l.t.Helper()
-	var s *ServerProc
+	var s *faults.ServerProc
 	poll.Until(l.t, 30*time.Second, "the leader of "+stream, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		name, err := StreamLeader(ctx, l.nc, stream)
+		name, err := faults.StreamLeader(ctx, l.nc, stream)
 		s = l.nats.Server(name)
 		return err == nil && s != nil
 	})
@@ -285,7 +292,7 @@ func (l *clusterLevel) streamLeader(stream string) *ServerProc {
 
 // moveStreamLeader asks stream's leader to step down until the stream is
 // led by a server other than avoid.
-func (l *clusterLevel) moveStreamLeader(stream string, avoid *ServerProc) {
+func (l *clusterLevel) moveStreamLeader(stream string, avoid *faults.ServerProc) {
 	l.t.Helper()
 	for range 10 {
 		cur := l.streamLeader(stream)
@@ -298,7 +305,7 @@ func (l *clusterLevel) moveStreamLeader(stream string, avoid *ServerProc) {
 		poll.Ok(10*time.Second, func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			name, err := StreamLeader(ctx, l.nc, stream)
+			name, err := faults.StreamLeader(ctx, l.nc, stream)
 			return err == nil && name != cur.Name()
 		})
 	}
@@ -325,7 +332,7 @@ func startProber(t *testing.T, nc *nats.Conn) *prober {
 		for ctx.Err() == nil {
 			sent := time.Now()
 			rctx, rcancel := context.WithTimeout(ctx, time.Second)
-			resp, err := Get(rctx, nc, "probe", "probe", 0)
+			resp, err := faults.Get(rctx, nc, "probe", "probe", 0)
 			rcancel()
 			if err == nil {
 				p.mu.Lock()
@@ -412,8 +419,8 @@ func sameTerm(t *testing.T, o clusterOutcome) {
 // level of its own (about a minute each).
 func TestClusterFaults(t *testing.T) {
 	t.Parallel()
-	natsBin, allotBin := BuildNATSServer(t), BuildAllot(t)
-	killServer := func(l *clusterLevel, s *ServerProc) time.Time {
+	natsBin, allotBin := faults.BuildNATSServer(t), faults.BuildAllot(t)
+	killServer := func(l *clusterLevel, s *faults.ServerProc) time.Time {
 		at := time.Now()
 		s.Kill(l.t)
 		return at
@@ -555,32 +562,17 @@ func runClusterFault(t *testing.T, natsBin, allotBin string, f clusterFault) {
 	if !reached.IsZero() {
 		toTarget = reached.Sub(service).Round(time.Millisecond).String()
 	}
-	Report(t, f.name, r,
+	faults.Report(t, f.name, r,
 		fmt.Sprintf("service_after=%s", service.Sub(began).Round(time.Millisecond)),
 		fmt.Sprintf("longest_unanswered=%s", l.probe.longestGap(began.Add(-time.Second), service).Round(time.Millisecond)),
 		fmt.Sprintf("term_before=%d term_after=%d", termBefore, termAfter),
 		fmt.Sprintf("to_%.0f%%_after_service=%s", 100*clTarget, toTarget),
 		fmt.Sprintf("min_handed_out_from_2_refreshes=%.3f", low))
-	t.Logf("FAULT-SERIES %s %s", f.name, seriesLine(series, began, 500*time.Millisecond))
+	t.Logf("FAULT-SERIES %s %s", f.name, faults.SeriesLine(series, began, 500*time.Millisecond))
 	if reached.IsZero() || reached.After(service.Add(clRecovery)) {
 		t.Errorf("%s: %.0f%% of what the demand allows was not handed out within %v of the service returning (reached after %s); the agents at the end:\n%s", f.name, 100*clTarget, clRecovery, toTarget, l.describeAgents())
 	}
 	if f.check != nil {
 		f.check(t, clusterOutcome{termBefore: termBefore, termAfter: termAfter, service: service, ended: ended})
 	}
-}
-
-// seriesLine renders the fraction handed out every step, as seconds from
-// zero: "-3.0:0.98 -2.5:0.98 ...".
-func seriesLine(series []Point, zero time.Time, step time.Duration) string {
-	var b strings.Builder
-	next := time.Time{}
-	for _, p := range series {
-		if p.At.Before(next) {
-			continue
-		}
-		fmt.Fprintf(&b, "%.1f:%.2f ", p.At.Sub(zero).Seconds(), p.HandedOut)
-		next = p.At.Add(step)
-	}
-	return strings.TrimSpace(b.String())
 }
