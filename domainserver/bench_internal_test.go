@@ -1,17 +1,16 @@
 package domainserver
 
 import (
-	"container/list"
 	"log/slog"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
-	"github.com/allot/allot/internal/leader"
 )
 
 // fakeRequest is a micro.Request that keeps the reply: the handler's cost
@@ -44,11 +43,12 @@ func benchServer(b *testing.B) *Server {
 		"pool": {Name: "pool", Kind: domainlimit.KindCopies, Copies: domainlimit.PermissiveCopies()},
 	}}}
 	o := Options{Config: func() map[string]*domainlimit.Namespace { return nss }, Logger: slog.New(slog.DiscardHandler)}
-	if err := o.fill(); err != nil {
+	s, err := New(&nats.Conn{}, o)
+	if err != nil {
 		b.Fatal(err)
 	}
-	return &Server{opts: o, log: o.Logger, gate: leader.NewGate(nil, o.Logger, "bench"),
-		resources: map[string]*resource{}, holds: map[string]*hold{}, byExpiry: list.New(), transfers: map[string]*transfer{}, sealKey: newSealKey()}
+	s.sealKey = newSealKey()
+	return s
 }
 
 // BenchmarkHandle measures one decision's handling: decode, decide,

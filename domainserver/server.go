@@ -16,7 +16,6 @@
 package domainserver
 
 import (
-	"container/list"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -179,7 +178,17 @@ type Server struct {
 	mu        sync.Mutex
 	resources map[string]*resource
 	holds     map[string]*hold
-	byExpiry  *list.List // of *hold, soonest expiry first
+	// holdsPeak is the most holds since holds was last made (shrink).
+	holdsPeak int
+	byExpiry  holdList
+	// epoch is the origin of the holds' expiry offsets.
+	epoch time.Time
+	// kept are the domain and client id strings of recent requests
+	// (name), and names is name, made once.
+	kept  map[string]string
+	names domainwire.Names
+	// calls recycles the scratch of a request (call).
+	calls     sync.Pool
 	transfers map[string]*transfer
 	// transfersDue: no transfer expires before it (zero: none staged);
 	// see expireTransfers.
@@ -219,8 +228,10 @@ func New(nc *nats.Conn, opts Options) (*Server, error) {
 		return nil, err
 	}
 	log := opts.Logger.With("node", opts.Node, "domain_partition", opts.Partition, "server_id", opts.ServerID)
-	return &Server{nc: nc, opts: opts, log: log, gate: leader.NewGate(opts.Valid, log, "domain partition"),
-		resources: map[string]*resource{}, holds: map[string]*hold{}, byExpiry: list.New(), transfers: map[string]*transfer{}, seized: map[string]*transfer{}, ended: map[string]struct{}{}}, nil
+	s := &Server{nc: nc, opts: opts, log: log, gate: leader.NewGate(opts.Valid, log, "domain partition"),
+		epoch: opts.Now(), resources: map[string]*resource{}, holds: map[string]*hold{}, transfers: map[string]*transfer{}, seized: map[string]*transfer{}, ended: map[string]struct{}{}}
+	s.names = s.name
+	return s, nil
 }
 
 // tenantOf names the tenant a tenant subject speaks for.
