@@ -384,8 +384,13 @@ func (s *Server) release(data []byte, ns, name string, c *call) (any, error) {
 // refresh keeps a client's holds alive; while learning it adopts the
 // holds it has not heard of.
 func (s *Server) refresh(data []byte, ns, name string) (any, error) {
-	in, err := decoded[domainwire.Refresh](data, strict[domainwire.Refresh])
-	if err != nil {
+	// Decoded before the lock (a refresh may list many holds), so
+	// without the server's kept names.
+	in := new(domainwire.Refresh)
+	if err := domainwire.DecodeRefresh(data, in, nil); err != nil {
+		return nil, err
+	}
+	if err := in.Validate(); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()

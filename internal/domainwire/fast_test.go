@@ -2,6 +2,7 @@ package domainwire
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 )
 
@@ -18,15 +19,7 @@ func FuzzFastDecoders(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	kept := map[string]string{}
-	names := func(b []byte) string {
-		if s, ok := kept[string(b)]; ok {
-			return s
-		}
-		s := string(b)
-		kept[s] = s
-		return s
-	}
+	names := keptNames()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var fast, interned, strict Request
 		ef, ei, es := DecodeRequest(data, &fast), DecodeRequestNames(data, &interned, names), Decode(data, &strict)
@@ -112,4 +105,50 @@ func FuzzFastEncoders(f *testing.F) {
 			t.Fatalf("reserve reply:\n got %s\nwant %s", got, want)
 		}
 	})
+}
+
+// FuzzFastRefresh: DecodeRefresh accepts exactly what Decode accepts,
+// with the same result (nil and empty lists told apart), and both
+// validate alike.
+func FuzzFastRefresh(f *testing.F) {
+	for _, s := range []string{
+		`{"client_id":"c","holds":[{"hold_id":"h1","domain":"d","groups":["g1","g2"],"copies":2,"seal":"2.17.abc"},{"hold_id":"h2","domain":"d","groups":[],"copies":1}]}`,
+		`{"client_id":"c","holds":[]}`, `{"client_id":"c","holds":null}`, `{"client_id":"c"}`, `{}`, ` { "holds" : [ { } ] } `,
+		`{"client_id":"c","holds":[{"hold_id":"h","domain":"d","groups":null,"copies":1}]}`,
+		`{"client_id":"c","client_id":"d"}`, `{"holds":[],"holds":[{"hold_id":"x"}]}`, `{"holds":[{"hold_id":"a","hold_id":"b"}]}`,
+		`{"holds":[{"groups":["a"],"groups":["b","c"]}]}`, `{"holds":[{"copies":1.0}]}`, `{"holds":[{"Copies":1}]}`, `{"holds":[{"x":1}]}`,
+		`{"holds":[{"hold_id":"h","hold_id":"h"}]}`, `{"holds":[{"hold_id":"h","domain":"d","copies":1},{"hold_id":"h","domain":"d","copies":1}]}`,
+		`{"holds":[{"domain":"a\u0062"}]}`, `{"holds":[1]}`, `{"holds":[{}],}`, `{"holds":[{},]}`, `{"client_id":"c"} {}`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	names := keptNames()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fast, interned := Refresh{ClientID: "old", Holds: []Hold{{HoldID: "old"}}}, Refresh{}
+		var strict Refresh
+		ef, ei, es := DecodeRefresh(data, &fast, nil), DecodeRefresh(data, &interned, names), Decode(data, &strict)
+		if (ef == nil) != (es == nil) || (ei == nil) != (es == nil) || ef == nil && (!reflect.DeepEqual(fast, strict) || !reflect.DeepEqual(interned, strict)) {
+			t.Fatalf("refresh %q: fast %#v %v, interned %#v %v, strict %#v %v", data, fast, ef, interned, ei, strict, es)
+		}
+		if ef == nil {
+			vf, vs := fast.Validate(), strict.Validate()
+			if (vf == nil) != (vs == nil) || vf != nil && vf.Error() != vs.Error() {
+				t.Fatalf("refresh %q validates as %v by the fast decoder, %v by the strict one", data, vf, vs)
+			}
+		}
+	})
+}
+
+// keptNames is a Names that hands back the string it made before for the
+// same bytes, as a server's does.
+func keptNames() Names {
+	kept := map[string]string{}
+	return func(b []byte) string {
+		if s, ok := kept[string(b)]; ok {
+			return s
+		}
+		s := string(b)
+		kept[s] = s
+		return s
+	}
 }
