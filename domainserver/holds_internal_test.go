@@ -86,6 +86,19 @@ func TestMemoryFollowsLiveHolds(t *testing.T) {
 	if len(s.kept) != 7+5 {
 		t.Fatalf("%d names kept, want the 7 domains and 5 clients", len(s.kept))
 	}
+	// A release keeps no name of its own: a hold id is one hold's.
+	var gone *hold
+	for _, h := range s.holds {
+		gone = h
+		break
+	}
+	rel := &fakeRequest{subject: domainwire.Subject("root", domainwire.OpRelease, "ns", "pool"),
+		data: []byte(`{"client_id":"` + gone.clientID + `","hold_id":"` + gone.id + `"}`)}
+	s.handle(rel)
+	if string(rel.out) != `{"remaining":0}` || len(s.holds) != n-1 || len(s.kept) != 7+5 {
+		t.Fatalf("release of %s: %s; %d holds left, %d names kept", gone.id, rel.out, len(s.holds), len(s.kept))
+	}
+	delete(ids, gone.id)
 	// Holds of one client and domain share their strings.
 	var first *hold
 	for _, h := range s.holds {
@@ -98,12 +111,12 @@ func TestMemoryFollowsLiveHolds(t *testing.T) {
 	}
 	*now = now.Add(time.Second) // not past the expiry yet
 	s.Expire()
-	if len(s.holds) != n {
-		t.Fatalf("%d holds left at their expiry, want %d", len(s.holds), n)
+	if len(s.holds) != n-1 {
+		t.Fatalf("%d holds left at their expiry, want %d", len(s.holds), n-1)
 	}
 	*now = now.Add(time.Nanosecond)
 	s.Expire()
-	if len(s.holds) != 0 || s.byExpiry.n != 0 || s.byExpiry.front != nil || s.byExpiry.back != nil || s.counts.Expired != n {
+	if len(s.holds) != 0 || s.byExpiry.n != 0 || s.byExpiry.front != nil || s.byExpiry.back != nil || s.counts.Expired != n-1 {
 		t.Fatalf("after the expiry: %d holds, %d in expiry order, %d expired", len(s.holds), s.byExpiry.n, s.counts.Expired)
 	}
 	if s.holdsPeak != 0 || s.kept != nil {

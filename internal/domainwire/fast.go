@@ -63,7 +63,7 @@ func DecodeRelease(data []byte, r *Release, names Names) error {
 		case string(key) == "client_id" && isStr:
 			out.ClientID = names.of(s)
 		case string(key) == "hold_id" && isStr:
-			out.HoldID = names.of(s)
+			out.HoldID = string(s) // one hold's: nothing to share
 		case string(key) == "copies" && !isStr:
 			out.Copies = n
 		default:
