@@ -293,8 +293,8 @@ func (s *Server) reserve(data []byte, ns, name string, c *call) (any, error) {
 	if res.Granted == 0 {
 		s.counts.ReservesRefused++
 	} else {
-		h := &hold{id: newID(), clientID: in.ClientID, res: r, domain: in.Domain, groups: out.Groups, copies: res.Granted}
-		s.addHold(h, now)
+		h := &hold{clientID: in.ClientID, res: r, domain: in.Domain, groups: out.Groups, copies: res.Granted}
+		s.addHold(h, now) // gives it its id
 		s.counts.CopiesGranted += uint64(res.Granted)
 		out.HoldID, out.Seal = h.id, s.seal(h, now)
 	}
@@ -306,7 +306,7 @@ func (s *Server) reserve(data []byte, ns, name string, c *call) (any, error) {
 // ownHold returns the hold id of client on ns/name, or an error saying
 // why not. Called with s.mu held.
 func (s *Server) ownHold(id, clientID, ns, name string) (*hold, error) {
-	h := s.holds[id]
+	h := s.holds.get(id)
 	switch {
 	case h == nil:
 		return nil, errorf(domainwire.CodeNotFound, "hold %q is not held: it was released, or it expired because its client stopped refreshing it", id)
@@ -325,7 +325,7 @@ func (s *Server) ownHold(id, clientID, ns, name string) (*hold, error) {
 // transfer is retried) rather than as not held, which would make the
 // client drop copies it still holds. Called with s.mu held.
 func (s *Server) learntHold(id, clientID, ns, name, op string) (*hold, error) {
-	if s.holds[id] == nil {
+	if s.holds.get(id) == nil {
 		if learning, left := s.learning(s.opts.Now()); learning {
 			return nil, errorf(domainwire.CodeUnavailable, "%s of hold %q: this leader took over recently and has not heard of the hold yet "+
 				"(it learns the live holds from their refreshes for another %v); retry after the hold's next refresh", op, id, left.Round(time.Millisecond))
@@ -346,7 +346,7 @@ func (s *Server) release(data []byte, ns, name string, c *call) (any, error) {
 		return nil, err
 	}
 	s.expireTransfers(s.opts.Now())
-	if s.holds[in.HoldID] == nil && in.Copies == 0 {
+	if s.holds.get(in.HoldID) == nil && in.Copies == 0 {
 		if learning, _ := s.learning(s.opts.Now()); learning {
 			// Not heard of yet: the client gives it all up before this
 			// leader learnt it, and may not list it in a refresh again.
@@ -402,7 +402,7 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 	out := domainwire.RefreshReply{TTLMillis: s.opts.HoldTTL.Milliseconds(), Lost: []string{}}
 	var domains []string // of the holds kept, for their shares
 	for _, l := range in.Holds {
-		h := s.holds[l.HoldID]
+		h := s.holds.get(l.HoldID)
 		switch {
 		case h == nil && learning:
 			// A hold listed with more copies than its seal covers (a
@@ -637,7 +637,7 @@ func (s *Server) reseize(t *transfer, clientID, ns, name string, now time.Time) 
 	if t.seizedBy != clientID {
 		return nil, errorf(domainwire.CodeConflict, "transfer %q was already seized by another client", t.id)
 	}
-	h := s.holds[t.holdID]
+	h := s.holds.get(t.holdID)
 	if h == nil {
 		learning, _ := s.learning(now)
 		_, gone := s.ended[endedKey(ns, name, clientID, t.holdID)]

@@ -209,14 +209,18 @@ func (s *Server) unhold(h *hold, n int64) {
 	}
 }
 
-// addHold files a new hold that expires one TTL from now. Every hold's
+// addHold files a new hold that expires one TTL from now; one without an
+// id gets one. Every hold's
 // expiry is its last refresh plus the same TTL, so appending keeps
 // byExpiry in expiry order and a sweep reads only what expired. Called
 // with s.mu held.
 func (s *Server) addHold(h *hold, now time.Time) {
 	h.expires = s.clock(now) + s.opts.HoldTTL
-	s.holds[h.id] = h
-	s.holdsPeak = max(s.holdsPeak, len(s.holds))
+	if h.id == "" {
+		s.holds.reserve(h)
+	} else {
+		s.holds.put(h)
+	}
 	s.byExpiry.pushBack(h)
 	h.res.holders.Add(h.clientID, h.domain, h.groups, h.copies, now)
 }
@@ -235,7 +239,7 @@ func (s *Server) clock(now time.Time) time.Duration { return now.Sub(s.epoch) }
 // that a refresh listing it again with its seal cannot bring the copies
 // back (seal.go). Called with s.mu held.
 func (s *Server) forgetHold(h *hold) {
-	delete(s.holds, h.id)
+	s.holds.remove(h)
 	s.byExpiry.remove(h)
 	s.dropSeizeRecord(h.id)
 	if s.opts.LearnUntil.IsZero() {
@@ -353,19 +357,11 @@ func (s *Server) expireHolds(now time.Time) bool {
 	return false
 }
 
-// shrink gives back the room of the holds map once most of the holds it
-// grew for are gone (a Go map never shrinks by itself), and the kept
-// names once no hold uses them: memory follows the live holds. Called
-// with s.mu held.
+// shrink drops the kept names once no hold uses them (the holds' index
+// gives its room back by itself once empty): memory follows the live
+// holds. Called with s.mu held.
 func (s *Server) shrink() {
-	if s.holdsPeak > 1024 && len(s.holds) < s.holdsPeak/4 {
-		holds := make(map[string]*hold, len(s.holds))
-		for id, h := range s.holds {
-			holds[id] = h
-		}
-		s.holds, s.holdsPeak = holds, len(holds)
-	}
-	if len(s.holds) == 0 {
+	if s.holds.len() == 0 {
 		s.kept = nil
 	}
 }

@@ -177,9 +177,7 @@ type Server struct {
 	// the sweeper on its own goroutine.
 	mu        sync.Mutex
 	resources map[string]*resource
-	holds     map[string]*hold
-	// holdsPeak is the most holds since holds was last made (shrink).
-	holdsPeak int
+	holds     holdIndex
 	byExpiry  holdList
 	// epoch is the origin of the holds' expiry offsets.
 	epoch time.Time
@@ -229,7 +227,7 @@ func New(nc *nats.Conn, opts Options) (*Server, error) {
 	}
 	log := opts.Logger.With("node", opts.Node, "domain_partition", opts.Partition, "server_id", opts.ServerID)
 	s := &Server{nc: nc, opts: opts, log: log, gate: leader.NewGate(opts.Valid, log, "domain partition"),
-		epoch: opts.Now(), resources: map[string]*resource{}, holds: map[string]*hold{}, transfers: map[string]*transfer{}, seized: map[string]*transfer{}, ended: map[string]struct{}{}}
+		epoch: opts.Now(), resources: map[string]*resource{}, transfers: map[string]*transfer{}, seized: map[string]*transfer{}, ended: map[string]struct{}{}}
 	s.names = s.name
 	return s, nil
 }
@@ -378,10 +376,8 @@ func (s *Server) Stats() Stats {
 	defer s.mu.Unlock()
 	s.expireTransfers(s.opts.Now())
 	st.Counts = s.counts
-	st.Resources, st.Holds, st.Transfers = len(s.resources), len(s.holds), s.stagedLocked()
-	for _, h := range s.holds {
-		st.CopiesHeld += h.copies
-	}
+	st.Resources, st.Holds, st.Transfers = len(s.resources), s.holds.len(), s.stagedLocked()
+	s.holds.all(func(h *hold) { st.CopiesHeld += h.copies })
 	for _, t := range s.transfers {
 		if t.staged() {
 			st.CopiesHeld += t.copies
