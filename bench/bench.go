@@ -45,6 +45,10 @@ type Env struct {
 	// Allot runs the allot binary itself (the Envoy benchmark starts
 	// allot up, coordinator and agent); nil when it cannot.
 	Allot AllotFunc
+	// ProfileDir, if set, has every helper child process write its CPU
+	// profile (<role>-<pid>.cpu.pprof, its whole life) and heap profile
+	// (<role>-<pid>.heap.pprof, when asked to stop) there.
+	ProfileDir string
 }
 
 func (e *Env) logger() *slog.Logger {

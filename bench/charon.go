@@ -35,6 +35,11 @@ type CharonRun struct {
 	// Sample is one reply of the operation, taken before the run, to show
 	// what was measured (a grant).
 	Sample string `json:"sample"`
+	// Holds are the domain server's live holds right after its last
+	// phase (reserve only), and RSSPerHold the bytes of its resident set
+	// beyond the echo's per live hold then.
+	Holds      int     `json:"holds,omitempty"`
+	RSSPerHold float64 `json:"rss_bytes_per_hold,omitempty"`
 }
 
 // CharonBenchResult is the outcome of RunCharon.
@@ -171,6 +176,19 @@ func runCharonOp(ctx context.Context, env *Env, o CharonOptions, url, op string,
 	if _, err := g.alternate(ctx, env, "charon "+op, o.ClosedLoop, []*LoadTarget{&run.Baseline, &run.Domain}, []*helper{echo, ds}); err != nil {
 		return nil, err
 	}
+	if op == domainwire.OpReserve {
+		// The domain server's phase was the last: its holds from then are
+		// still live (they expire one hold TTL after their reserve), and
+		// its resident set was read at its end.
+		st, err := fetchDomainStats(g.conns[0])
+		if err != nil {
+			return nil, err
+		}
+		run.Holds = st.Holds
+		if st.Holds > 0 {
+			run.RSSPerHold = (run.Domain.RSSMiB - run.Baseline.RSSMiB) * (1 << 20) / float64(st.Holds)
+		}
+	}
 	run.Ratio = safeDiv(run.Domain.RPS, run.Baseline.RPS)
 	run.P99Ratio = safeDiv(run.Domain.P99us, run.Baseline.P99us)
 	run.CPURatio = safeDiv(run.Domain.CPUPerReqUs, run.Baseline.CPUPerReqUs)
@@ -191,8 +209,12 @@ func (r *CharonBenchResult) Markdown() string {
 	b.WriteString(targetTable(targets...))
 	b.WriteString("\n")
 	for _, run := range r.Runs {
-		fmt.Fprintf(&b, "- **%s: domain server / bare echo throughput %.2f× (target ≥ %.1f×: %s)**, p99 %.2f×, CPU per decision %.2f×.\n",
+		fmt.Fprintf(&b, "- **%s: domain server / bare echo throughput %.2f× (target ≥ %.1f×: %s)**, p99 %.2f×, CPU per decision %.2f×",
 			run.Op, run.Ratio, r.TargetRatio, verdict(run.Ratio >= r.TargetRatio), run.P99Ratio, run.CPURatio)
+		if run.Holds > 0 {
+			fmt.Fprintf(&b, "; %d live holds at the end, %.0f bytes of resident set beyond the echo's per hold", run.Holds, run.RSSPerHold)
+		}
+		b.WriteString(".\n")
 	}
 	fmt.Fprintf(&b, "\nCPU and RSS: %s.\n", r.CPUScope)
 	return b.String()

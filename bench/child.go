@@ -78,8 +78,18 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 	fs.IntVar(&fo.FloodIDs, "ids", 20000, "flood: client ids")
 	fs.IntVar(&fo.BigPerSecond, "big", 10, "flood: requests of 1,000 resources per second")
 	fs.DurationVar(&fo.Timeout, "timeout", 2*time.Second, "flood: the requests' time-out")
+	profile := fs.String("profile", "", "directory for this process's CPU profile and, when it is asked to stop, heap profile")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *profile != "" {
+		stop, err := startProfile(*profile, role)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		// The heap as it is under load, before the role stops and lets go.
+		ctx = withHeapProfile(ctx, *profile, role, stderr)
 	}
 	nc, err := nats.Connect(*url, nats.Name("allot bench "+role))
 	if err != nil {
@@ -249,6 +259,9 @@ func (e *Env) startHelper(ctx context.Context, role, url string, args []string) 
 			cancel()
 			return <-done
 		}}, nil
+	}
+	if e.ProfileDir != "" {
+		args = append(args, "--profile", e.ProfileDir)
 	}
 	cmd := e.Child(ctx, role, args)
 	stdout, err := cmd.StdoutPipe()

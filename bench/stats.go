@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/opstatus"
 	"github.com/allot/allot/quotaserver"
 )
@@ -49,4 +50,18 @@ func fetchQuotaTakes(nc *nats.Conn, partitions int, wait time.Duration) ([]uint6
 			takes[s.Partition] = max(takes[s.Partition], s.Takes)
 		}
 	}
+}
+
+// fetchDomainStats asks the domain server for its micro STATS and returns
+// its data.
+func fetchDomainStats(nc *nats.Conn) (*domainserver.Stats, error) {
+	m, err := nc.Request("$SRV.STATS."+domainserver.ServiceName, nil, 5*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("bench: domain STATS: %w", err)
+	}
+	st, ok := opstatus.DecodeStats(m.Data, func(s *domainserver.Stats) bool { return s.Node != "" })
+	if !ok {
+		return nil, errors.New("bench: STATS reply has no domain server data")
+	}
+	return &st, nil
 }

@@ -1,17 +1,16 @@
 package domainserver
 
 import (
-	"container/list"
 	"log/slog"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
-	"github.com/allot/allot/internal/leader"
 )
 
 // fakeRequest is a micro.Request that keeps the reply: the handler's cost
@@ -44,11 +43,12 @@ func benchServer(b *testing.B) *Server {
 		"pool": {Name: "pool", Kind: domainlimit.KindCopies, Copies: domainlimit.PermissiveCopies()},
 	}}}
 	o := Options{Config: func() map[string]*domainlimit.Namespace { return nss }, Logger: slog.New(slog.DiscardHandler)}
-	if err := o.fill(); err != nil {
+	s, err := New(&nats.Conn{}, o)
+	if err != nil {
 		b.Fatal(err)
 	}
-	return &Server{opts: o, log: o.Logger, gate: leader.NewGate(nil, o.Logger, "bench"),
-		resources: map[string]*resource{}, holds: map[string]*hold{}, byExpiry: list.New(), transfers: map[string]*transfer{}, sealKey: newSealKey()}
+	s.sealKey = newSealKey()
+	return s
 }
 
 // BenchmarkHandle measures one decision's handling: decode, decide,
@@ -75,4 +75,38 @@ func BenchmarkHandle(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkReserveLive is a reserve with as many live holds as the charon
+// benchmark keeps (a reserve every 17 µs of the server's clock, holds of
+// 2 s swept every half second: about 120,000): the cost of a hold with a
+// large map, and of its expiry, with the caches as they are then.
+func BenchmarkReserveLive(b *testing.B) {
+	s := benchServer(b)
+	now := time.Now()
+	s.opts.Now, s.opts.HoldTTL, s.epoch = func() time.Time { return now }, 2*time.Second, now
+	reqs := make([]*fakeRequest, 64)
+	for i := range reqs {
+		reqs[i] = &fakeRequest{subject: domainwire.Subject("root", domainwire.OpReserve, "cb", "pool"),
+			data: []byte(`{"domain":"d` + strconv.Itoa(i) + `","copies":1,"client_id":"bench-` + strconv.Itoa(i) + `"}`)}
+	}
+	const step, sweep = 17 * time.Microsecond, 500 * time.Millisecond
+	warm := int((2*time.Second + sweep) / step)
+	for i := range warm {
+		now = now.Add(step)
+		s.handle(reqs[i%len(reqs)])
+		if i%int(sweep/step) == 0 {
+			s.Expire()
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		now = now.Add(step)
+		s.handle(reqs[i%len(reqs)])
+		if i%int(sweep/step) == 0 {
+			s.Expire()
+		}
+	}
+	b.ReportMetric(float64(s.holds.len()), "holds")
 }

@@ -8,11 +8,31 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/leader"
 )
+
+// call is the scratch of one request: its decoded body, its reply and
+// the reply's encoding. Calls are recycled through Server.calls once the
+// reply is sent, so that a request or reserve allocates nothing beside
+// the hold it makes.
+type call struct {
+	request domainwire.Request
+	reserve domainwire.Reserve
+	release domainwire.Release
+	rate    domainwire.RateReply
+	copies  domainwire.ReserveReply
+	share   domainwire.Share
+	buf     []byte
+	msg     nats.Msg
+}
+
+// maxCallBuf bounds the reply buffer a recycled call keeps.
+const maxCallBuf = 16 << 10
 
 // handle serves every domain subject of the partition.
 func (s *Server) handle(m micro.Request) {
@@ -27,14 +47,19 @@ func (s *Server) handle(m micro.Request) {
 			return
 		}
 	}
+	c, _ := s.calls.Get().(*call)
+	if c == nil {
+		c = &call{}
+	}
+	defer s.recycle(c)
 	var out any
 	switch op {
 	case domainwire.OpRequest:
-		out, err = s.request(m.Data(), ns, name)
+		out, err = s.request(m.Data(), ns, name, c)
 	case domainwire.OpReserve:
-		out, err = s.reserve(m.Data(), ns, name)
+		out, err = s.reserve(m.Data(), ns, name, c)
 	case domainwire.OpRelease:
-		out, err = s.release(m.Data(), ns, name)
+		out, err = s.release(m.Data(), ns, name, c)
 	case domainwire.OpRefresh:
 		out, err = s.refresh(m.Data(), ns, name)
 	case domainwire.OpTransfer:
@@ -55,9 +80,11 @@ func (s *Server) handle(m micro.Request) {
 	var b []byte
 	switch r := out.(type) {
 	case *domainwire.RateReply:
-		b = domainwire.AppendRateReply(make([]byte, 0, 320), r)
+		b = domainwire.AppendRateReply(c.buf[:0], r)
+		c.buf = b
 	case *domainwire.ReserveReply:
-		b = domainwire.AppendReserveReply(make([]byte, 0, 320), r)
+		b = domainwire.AppendReserveReply(c.buf[:0], r)
+		c.buf = b
 	case *domainwire.RefreshReply:
 		b, err = s.refreshBody(r)
 	default:
@@ -71,9 +98,30 @@ func (s *Server) handle(m micro.Request) {
 		s.gate.Silenced.Add(1)
 		return
 	}
-	if err := m.Respond(b); err != nil {
+	if r, ok := m.(*leader.Request); ok {
+		// The intake's request sends a message it is given: the call's,
+		// which the connection has copied out once RespondMsg returns.
+		c.msg = nats.Msg{Data: b}
+		err = r.RespondMsg(&c.msg)
+	} else {
+		err = m.Respond(b)
+	}
+	if err != nil {
 		s.log.Debug("reply", "subject", m.Subject(), "err", err)
 	}
+}
+
+// recycle returns c to the pool once its reply is sent: nothing may refer
+// to c, its messages or its buffer after that.
+func (s *Server) recycle(c *call) {
+	buf := c.buf[:0]
+	if cap(buf) > maxCallBuf {
+		buf = nil
+	}
+	gh, sg := c.copies.GroupHolds[:0], c.share.Groups[:0]
+	*c = call{buf: buf}
+	c.copies.GroupHolds, c.share.Groups = gh, sg
+	s.calls.Put(c)
 }
 
 // decoded decodes a request body with decode and validates it.
@@ -136,15 +184,18 @@ func (s *Server) replyError(m micro.Request, code int, text string) {
 	}
 }
 
-// request applies hits to a rate-limited resource.
-func (s *Server) request(data []byte, ns, name string) (any, error) {
-	in, err := decoded[domainwire.Request](data, domainwire.DecodeRequest)
-	if err != nil {
+// request applies hits to a rate-limited resource. Its reply is c's.
+func (s *Server) request(data []byte, ns, name string, c *call) (any, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in := &c.request
+	if err := domainwire.DecodeRequestNames(data, in, s.names); err != nil {
+		return nil, err
+	}
+	if err := in.Validate(); err != nil {
 		return nil, err
 	}
 	now := s.opts.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	r, err := s.resolve(ns, name, domainlimit.KindRate)
 	if err != nil {
 		return nil, err
@@ -158,10 +209,11 @@ func (s *Server) request(data []byte, ns, name string) (any, error) {
 		s.counts.Rejected++
 	}
 	s.counts.HitsGranted += uint64(res.Granted)
-	return &domainwire.RateReply{Granted: res.Granted, HardLimit: domainwire.Limit(res.HardLimit), GlobalLimit: domainwire.Limit(res.GlobalLimit),
+	c.rate = domainwire.RateReply{Granted: res.Granted, HardLimit: domainwire.Limit(res.HardLimit), GlobalLimit: domainwire.Limit(res.GlobalLimit),
 		TierLimit: domainwire.Limit(res.TierLimit), DomainHitsLastSecond: res.DomainLastSecond, GlobalHitsLastSecond: res.GlobalLastSecond,
 		TierHits: res.TierHits, Tier: res.Tier, Burst: res.Burst, HardLimited: res.HardLimited, GlobalLimited: res.GlobalLimited,
-		Ignored: r.permissive && !r.unconfigured, Unconfigured: r.unconfigured, Fail: r.src.Fail.String()}, nil
+		Ignored: r.permissive && !r.unconfigured, Unconfigured: r.unconfigured, Fail: r.src.Fail.String()}
+	return &c.rate, nil
 }
 
 // share tells clientID its share of r's limits for domain, seeing it
@@ -169,40 +221,54 @@ func (s *Server) request(data []byte, ns, name string) (any, error) {
 // tells none (nil), as its counts are not complete yet, but sees the
 // client all the same. Called with s.mu held.
 func (s *Server) share(r *resource, clientID, domain string, now time.Time) *domainwire.Share {
+	return s.shareInto(&domainwire.Share{}, r, clientID, domain, now)
+}
+
+// shareInto is share written into out, whose Groups it reuses; it
+// returns out, or nil while learning. Called with s.mu held.
+func (s *Server) shareInto(out *domainwire.Share, r *resource, clientID, domain string, now time.Time) *domainwire.Share {
 	sh := r.holders.Share(r.copies, clientID, domain, now)
 	if learning, _ := s.learning(now); learning {
 		return nil
 	}
-	out := &domainwire.Share{Domain: domainwire.Limit(sh.Domain), Global: domainwire.Limit(sh.Global)}
-	if len(sh.Groups) > 0 {
-		out.Groups = make([]domainwire.GroupShare, len(sh.Groups))
-		for i, g := range sh.Groups {
-			out.Groups[i] = domainwire.GroupShare{Name: g.Name, Share: domainwire.Limit(g.Share)}
-		}
+	groups := out.Groups[:0]
+	for _, g := range sh.Groups {
+		groups = append(groups, domainwire.GroupShare{Name: g.Name, Share: domainwire.Limit(g.Share)})
 	}
+	if len(groups) == 0 {
+		groups = nil // left out of the reply
+	}
+	*out = domainwire.Share{Domain: domainwire.Limit(sh.Domain), Global: domainwire.Limit(sh.Global), Groups: groups}
 	return out
 }
 
-// copyReply fills the context data of a reserve or seize reply.
-func (s *Server) copyReply(res domainlimit.CopyResult, r *resource) domainwire.ReserveReply {
-	out := domainwire.ReserveReply{Granted: res.Granted, DomainLimit: domainwire.Limit(res.DomainLimit), GlobalLimit: domainwire.Limit(res.GlobalLimit),
-		DomainHolds: res.DomainHolds, GlobalHolds: res.GlobalHolds, Groups: res.GroupNames(), GroupHolds: make([]domainwire.GroupHolds, len(res.Groups)),
+// copyReply fills out with the context data of a reserve or seize reply,
+// reusing its GroupHolds.
+func (s *Server) copyReply(out *domainwire.ReserveReply, res domainlimit.CopyResult, r *resource) {
+	gh := out.GroupHolds[:0]
+	if gh == nil {
+		gh = []domainwire.GroupHolds{} // an empty list, not null
+	}
+	for _, g := range res.Groups {
+		gh = append(gh, domainwire.GroupHolds{Name: g.Name, Limit: domainwire.Limit(g.Limit), Holds: g.Holds})
+	}
+	*out = domainwire.ReserveReply{Granted: res.Granted, DomainLimit: domainwire.Limit(res.DomainLimit), GlobalLimit: domainwire.Limit(res.GlobalLimit),
+		DomainHolds: res.DomainHolds, GlobalHolds: res.GlobalHolds, Groups: res.GroupNames(), GroupHolds: gh,
 		TTLMillis: s.opts.HoldTTL.Milliseconds(), Ignored: r.permissive && !r.unconfigured, Unconfigured: r.unconfigured, Fail: r.src.Fail.String()}
-	for i, g := range res.Groups {
-		out.GroupHolds[i] = domainwire.GroupHolds{Name: g.Name, Limit: domainwire.Limit(g.Limit), Holds: g.Holds}
-	}
-	return out
 }
 
-// reserve takes a hold of a copy-limited resource.
-func (s *Server) reserve(data []byte, ns, name string) (any, error) {
-	in, err := decoded[domainwire.Reserve](data, domainwire.DecodeReserve)
-	if err != nil {
+// reserve takes a hold of a copy-limited resource. Its reply is c's.
+func (s *Server) reserve(data []byte, ns, name string, c *call) (any, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in := &c.reserve
+	if err := domainwire.DecodeReserveNames(data, in, s.names); err != nil {
+		return nil, err
+	}
+	if err := in.Validate(); err != nil {
 		return nil, err
 	}
 	now := s.opts.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.expireTransfers(now)
 	r, err := s.resolve(ns, name, domainlimit.KindCopies)
 	if err != nil {
@@ -222,24 +288,25 @@ func (s *Server) reserve(data []byte, ns, name string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := s.copyReply(res, r)
+	out := &c.copies
+	s.copyReply(out, res, r)
 	if res.Granted == 0 {
 		s.counts.ReservesRefused++
 	} else {
-		h := &hold{id: newID(), clientID: in.ClientID, res: r, domain: in.Domain, groups: out.Groups, copies: res.Granted}
-		s.addHold(h, now)
+		h := &hold{clientID: in.ClientID, res: r, domain: in.Domain, groups: out.Groups, copies: res.Granted}
+		s.addHold(h, now) // gives it its id
 		s.counts.CopiesGranted += uint64(res.Granted)
 		out.HoldID, out.Seal = h.id, s.seal(h, now)
 	}
 	// The share counts the copies just granted as the client's.
-	out.Share = s.share(r, in.ClientID, in.Domain, now)
-	return &out, nil
+	out.Share = s.shareInto(&c.share, r, in.ClientID, in.Domain, now)
+	return out, nil
 }
 
 // ownHold returns the hold id of client on ns/name, or an error saying
 // why not. Called with s.mu held.
 func (s *Server) ownHold(id, clientID, ns, name string) (*hold, error) {
-	h := s.holds[id]
+	h := s.holds.get(id)
 	switch {
 	case h == nil:
 		return nil, errorf(domainwire.CodeNotFound, "hold %q is not held: it was released, or it expired because its client stopped refreshing it", id)
@@ -258,7 +325,7 @@ func (s *Server) ownHold(id, clientID, ns, name string) (*hold, error) {
 // transfer is retried) rather than as not held, which would make the
 // client drop copies it still holds. Called with s.mu held.
 func (s *Server) learntHold(id, clientID, ns, name, op string) (*hold, error) {
-	if s.holds[id] == nil {
+	if s.holds.get(id) == nil {
 		if learning, left := s.learning(s.opts.Now()); learning {
 			return nil, errorf(domainwire.CodeUnavailable, "%s of hold %q: this leader took over recently and has not heard of the hold yet "+
 				"(it learns the live holds from their refreshes for another %v); retry after the hold's next refresh", op, id, left.Round(time.Millisecond))
@@ -268,15 +335,18 @@ func (s *Server) learntHold(id, clientID, ns, name, op string) (*hold, error) {
 }
 
 // release gives copies of a hold back.
-func (s *Server) release(data []byte, ns, name string) (any, error) {
-	in, err := decoded[domainwire.Release](data, strict[domainwire.Release])
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) release(data []byte, ns, name string, c *call) (any, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	in := &c.release
+	if err := domainwire.DecodeRelease(data, in, s.names); err != nil {
+		return nil, err
+	}
+	if err := in.Validate(); err != nil {
+		return nil, err
+	}
 	s.expireTransfers(s.opts.Now())
-	if s.holds[in.HoldID] == nil && in.Copies == 0 {
+	if s.holds.get(in.HoldID) == nil && in.Copies == 0 {
 		if learning, _ := s.learning(s.opts.Now()); learning {
 			// Not heard of yet: the client gives it all up before this
 			// leader learnt it, and may not list it in a refresh again.
@@ -314,8 +384,13 @@ func (s *Server) release(data []byte, ns, name string) (any, error) {
 // refresh keeps a client's holds alive; while learning it adopts the
 // holds it has not heard of.
 func (s *Server) refresh(data []byte, ns, name string) (any, error) {
-	in, err := decoded[domainwire.Refresh](data, strict[domainwire.Refresh])
-	if err != nil {
+	// Decoded before the lock (a refresh may list many holds), so
+	// without the server's kept names.
+	in := new(domainwire.Refresh)
+	if err := domainwire.DecodeRefresh(data, in, nil); err != nil {
+		return nil, err
+	}
+	if err := in.Validate(); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -327,7 +402,7 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 	out := domainwire.RefreshReply{TTLMillis: s.opts.HoldTTL.Milliseconds(), Lost: []string{}}
 	var domains []string // of the holds kept, for their shares
 	for _, l := range in.Holds {
-		h := s.holds[l.HoldID]
+		h := s.holds.get(l.HoldID)
 		switch {
 		case h == nil && learning:
 			// A hold listed with more copies than its seal covers (a
@@ -562,7 +637,7 @@ func (s *Server) reseize(t *transfer, clientID, ns, name string, now time.Time) 
 	if t.seizedBy != clientID {
 		return nil, errorf(domainwire.CodeConflict, "transfer %q was already seized by another client", t.id)
 	}
-	h := s.holds[t.holdID]
+	h := s.holds.get(t.holdID)
 	if h == nil {
 		learning, _ := s.learning(now)
 		_, gone := s.ended[endedKey(ns, name, clientID, t.holdID)]

@@ -1,11 +1,12 @@
 package domainserver
 
 import (
-	"container/list"
+	"context"
 	"crypto/rand"
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/allot/allot/internal/domainlimit"
@@ -29,7 +30,10 @@ type resource struct {
 	unconfigured bool
 }
 
-// hold is copies of a copy-limited resource held by one client.
+// hold is copies of a copy-limited resource held by one client. A
+// server keeps as many as its clients hold, so every byte counts: the
+// expiry is an offset on the server's clock and the expiry order is
+// linked through the holds themselves.
 type hold struct {
 	id       string
 	clientID string
@@ -37,9 +41,55 @@ type hold struct {
 	domain   string
 	groups   []string
 	copies   int64
-	expires  time.Time
-	// elem is h in Server.byExpiry.
-	elem *list.Element
+	// expires is the hold's expiry, as an offset from Server.epoch.
+	expires time.Duration
+	// prev and next link the holds in Server.byExpiry.
+	prev, next *hold
+}
+
+// holdList is the holds in expiry order, soonest first, linked through
+// the holds (a container/list element per hold would cost more than the
+// hold's other fields).
+type holdList struct {
+	front, back *hold
+	n           int
+}
+
+// pushBack appends h, which is in no list.
+func (l *holdList) pushBack(h *hold) {
+	h.prev, h.next = l.back, nil
+	if l.back == nil {
+		l.front = h
+	} else {
+		l.back.next = h
+	}
+	l.back = h
+	l.n++
+}
+
+// remove takes h, which is in l, out of l.
+func (l *holdList) remove(h *hold) {
+	if h.prev == nil {
+		l.front = h.next
+	} else {
+		h.prev.next = h.next
+	}
+	if h.next == nil {
+		l.back = h.prev
+	} else {
+		h.next.prev = h.prev
+	}
+	h.prev, h.next = nil, nil
+	l.n--
+}
+
+// moveToBack moves h, which is in l, to its back.
+func (l *holdList) moveToBack(h *hold) {
+	if l.back == h {
+		return
+	}
+	l.remove(h)
+	l.pushBack(h)
 }
 
 // transfer is copies staged by a transfer, waiting to be seized; or,
@@ -68,8 +118,10 @@ var errNoConfig = errors.New("not configured")
 func (s *Server) resolve(ns, name string, kind domainlimit.Kind) (*resource, error) {
 	cfg := s.opts.Config()
 	nsc := cfg[ns]
-	key := ns + "/" + name
-	r := s.resources[key]
+	// The key is made in place: a lookup by string(key) allocates nothing.
+	var buf [64]byte
+	key := append(append(append(buf[:0], ns...), '/'), name...)
+	r := s.resources[string(key)]
 	if r != nil && r.src == nsc && nsc != nil {
 		if r.kind != kind {
 			return nil, fmt.Errorf("%w: %s:%s is a %s resource", domainlimit.ErrWrongKind, ns, name, r.kind)
@@ -109,7 +161,7 @@ func (s *Server) resolve(ns, name string, kind domainlimit.Kind) (*resource, err
 		return nil, fmt.Errorf("configuration of %s:%s: %w", ns, name, err)
 	}
 	r.src, r.permissive, r.unconfigured = nsc, permissive, unconfigured
-	s.resources[key] = r
+	s.resources[string(key)] = r
 	return r, nil
 }
 
@@ -121,7 +173,9 @@ var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadd
 func newID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	return idEncoding.EncodeToString(b[:])
+	var out [20]byte
+	idEncoding.Encode(out[:], b[:])
+	return string(out[:])
 }
 
 // learning reports whether the server is still rebuilding holds, and for
@@ -155,33 +209,63 @@ func (s *Server) unhold(h *hold, n int64) {
 	}
 }
 
-// addHold files a new hold that expires one TTL from now. Every hold's
+// addHold files a new hold that expires one TTL from now; one without an
+// id gets one. Every hold's
 // expiry is its last refresh plus the same TTL, so appending keeps
 // byExpiry in expiry order and a sweep reads only what expired. Called
 // with s.mu held.
 func (s *Server) addHold(h *hold, now time.Time) {
-	h.expires = now.Add(s.opts.HoldTTL)
-	s.holds[h.id] = h
-	h.elem = s.byExpiry.PushBack(h)
+	h.expires = s.clock(now) + s.opts.HoldTTL
+	if h.id == "" {
+		s.holds.reserve(h)
+	} else {
+		s.holds.put(h)
+	}
+	s.byExpiry.pushBack(h)
 	h.res.holders.Add(h.clientID, h.domain, h.groups, h.copies, now)
 }
 
 // touchHold extends a refreshed hold by one TTL. Called with s.mu held.
 func (s *Server) touchHold(h *hold, now time.Time) {
-	h.expires = now.Add(s.opts.HoldTTL)
-	s.byExpiry.MoveToBack(h.elem)
+	h.expires = s.clock(now) + s.opts.HoldTTL
+	s.byExpiry.moveToBack(h)
 }
+
+// clock is now as an offset from the server's epoch (monotonic when both
+// are readings of time.Now).
+func (s *Server) clock(now time.Time) time.Duration { return now.Sub(s.epoch) }
 
 // forgetHold drops an empty hold. While learning it remembers the id, so
 // that a refresh listing it again with its seal cannot bring the copies
 // back (seal.go). Called with s.mu held.
 func (s *Server) forgetHold(h *hold) {
-	delete(s.holds, h.id)
-	s.byExpiry.Remove(h.elem)
+	s.holds.remove(h)
+	s.byExpiry.remove(h)
 	s.dropSeizeRecord(h.id)
+	if s.opts.LearnUntil.IsZero() {
+		return // never learning: no clock reading needed
+	}
 	if learning, _ := s.learning(s.opts.Now()); learning {
 		s.ended[endedKey(h.res.ns, h.res.name, h.clientID, h.id)] = struct{}{}
 	}
+}
+
+// maxNames bounds Server.kept; past it the kept names start afresh.
+const maxNames = 1 << 14
+
+// name returns a string of b's bytes, the one kept for them if there is
+// one: holds of the same client and domain share their strings, and a
+// request naming them allocates none. Called with s.mu held.
+func (s *Server) name(b []byte) string {
+	if v, ok := s.kept[string(b)]; ok {
+		return v
+	}
+	if len(s.kept) >= maxNames || s.kept == nil {
+		s.kept = make(map[string]string)
+	}
+	v := string(b)
+	s.kept[v] = v
+	return v
 }
 
 // maxEnded bounds Server.ended: a learning leader refuses (503) a release
@@ -216,24 +300,18 @@ func (s *Server) dropSeizeRecord(holdID string) {
 	}
 }
 
+// sweepChunk is how many expired holds a sweep drops per hold of the
+// lock: requests wait at most that long for a sweep, not for all the
+// holds that expired since the last one.
+const sweepChunk = 256
+
 // expire releases holds and transfers past their expiry and forgets idle
 // rate domains and unused resources.
 func (s *Server) expire(now time.Time) {
-	s.mu.Lock()
-	for e := s.byExpiry.Front(); e != nil; e = s.byExpiry.Front() {
-		h := e.Value.(*hold)
-		if !now.After(h.expires) {
-			break
-		}
-		if err := s.dropHold(h, h.copies); err != nil {
-			s.log.Error("releasing an expired hold", "hold", h.id, "err", err)
-			s.unhold(h, h.copies)
-			s.forgetHold(h)
-		}
-		s.counts.Expired++
-		s.log.Debug("hold expired: its client stopped refreshing it", "hold", h.id, "client_id", h.clientID,
-			"resource", h.res.ns+":"+h.res.name, "domain", h.domain)
+	for done := false; !done; {
+		done = s.expireHolds(now)
 	}
+	s.mu.Lock()
 	s.expireTransfers(now)
 	if learning, _ := s.learning(now); !learning && len(s.ended) > 0 {
 		clear(s.ended) // nothing is adopted any more
@@ -249,5 +327,41 @@ func (s *Server) expire(now time.Time) {
 			delete(s.resources, key)
 		}
 	}
+	s.shrink()
 	s.mu.Unlock()
+}
+
+// expireHolds drops up to sweepChunk holds past their expiry at now and
+// reports whether it is done (no expired hold is left).
+func (s *Server) expireHolds(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at := s.clock(now)
+	debug := s.log.Enabled(context.Background(), slog.LevelDebug)
+	for range sweepChunk {
+		h := s.byExpiry.front
+		if h == nil || at <= h.expires {
+			return true
+		}
+		if err := s.dropHold(h, h.copies); err != nil {
+			s.log.Error("releasing an expired hold", "hold", h.id, "err", err)
+			s.unhold(h, h.copies)
+			s.forgetHold(h)
+		}
+		s.counts.Expired++
+		if debug {
+			s.log.Debug("hold expired: its client stopped refreshing it", "hold", h.id, "client_id", h.clientID,
+				"resource", h.res.ns+":"+h.res.name, "domain", h.domain)
+		}
+	}
+	return false
+}
+
+// shrink drops the kept names once no hold uses them (the holds' index
+// gives its room back by itself once empty): memory follows the live
+// holds. Called with s.mu held.
+func (s *Server) shrink() {
+	if s.holds.len() == 0 {
+		s.kept = nil
+	}
 }

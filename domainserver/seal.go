@@ -87,8 +87,8 @@ func newSealKey() []byte {
 func (s *Server) seal(h *hold, now time.Time) string {
 	expires := now.Add(s.opts.SealTTL).UnixMilli()
 	mac := s.sealMAC(h.id, h.clientID, h.res.ns, h.res.name, h.domain, h.groups, h.copies, expires)
-	b := make([]byte, 0, 64)
-	b = strconv.AppendInt(b, h.copies, 10)
+	var buf [64]byte // 20 + 1 + 20 + 1 + 22 at most
+	b := strconv.AppendInt(buf[:0], h.copies, 10)
 	b = append(b, '.')
 	b = strconv.AppendInt(b, expires, 10)
 	b = append(b, '.')

@@ -16,7 +16,6 @@
 package domainserver
 
 import (
-	"container/list"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -178,8 +177,16 @@ type Server struct {
 	// the sweeper on its own goroutine.
 	mu        sync.Mutex
 	resources map[string]*resource
-	holds     map[string]*hold
-	byExpiry  *list.List // of *hold, soonest expiry first
+	holds     holdIndex
+	byExpiry  holdList
+	// epoch is the origin of the holds' expiry offsets.
+	epoch time.Time
+	// kept are the domain and client id strings of recent requests
+	// (name), and names is name, made once.
+	kept  map[string]string
+	names domainwire.Names
+	// calls recycles the scratch of a request (call).
+	calls     sync.Pool
 	transfers map[string]*transfer
 	// transfersDue: no transfer expires before it (zero: none staged);
 	// see expireTransfers.
@@ -219,8 +226,10 @@ func New(nc *nats.Conn, opts Options) (*Server, error) {
 		return nil, err
 	}
 	log := opts.Logger.With("node", opts.Node, "domain_partition", opts.Partition, "server_id", opts.ServerID)
-	return &Server{nc: nc, opts: opts, log: log, gate: leader.NewGate(opts.Valid, log, "domain partition"),
-		resources: map[string]*resource{}, holds: map[string]*hold{}, byExpiry: list.New(), transfers: map[string]*transfer{}, seized: map[string]*transfer{}, ended: map[string]struct{}{}}, nil
+	s := &Server{nc: nc, opts: opts, log: log, gate: leader.NewGate(opts.Valid, log, "domain partition"),
+		epoch: opts.Now(), resources: map[string]*resource{}, transfers: map[string]*transfer{}, seized: map[string]*transfer{}, ended: map[string]struct{}{}}
+	s.names = s.name
+	return s, nil
 }
 
 // tenantOf names the tenant a tenant subject speaks for.
@@ -367,10 +376,8 @@ func (s *Server) Stats() Stats {
 	defer s.mu.Unlock()
 	s.expireTransfers(s.opts.Now())
 	st.Counts = s.counts
-	st.Resources, st.Holds, st.Transfers = len(s.resources), len(s.holds), s.stagedLocked()
-	for _, h := range s.holds {
-		st.CopiesHeld += h.copies
-	}
+	st.Resources, st.Holds, st.Transfers = len(s.resources), s.holds.len(), s.stagedLocked()
+	s.holds.all(func(h *hold) { st.CopiesHeld += h.copies })
 	for _, t := range s.transfers {
 		if t.staged() {
 			st.CopiesHeld += t.copies

@@ -68,6 +68,7 @@ func defineBench(fs *pflag.FlagSet) runFunc {
 	short := fs.Bool("short", false, "run the short variant (what 'task bench' runs, under 5 minutes in all)")
 	inProcess := fs.Bool("in-process", false, "load: run the coordinator and echo in this process instead of child processes (CPU and RSS then cover everything)")
 	verbose := fs.BoolP("verbose", "v", false, "log diagnostics")
+	profile := fs.String("profile", "", "directory where every helper process writes its CPU and heap profiles (pprof)")
 	lo := bench.LoadOptions{}
 	fs.DurationVar(&lo.Duration, "duration", 0, "load: measured time per responder (default 20s, short 10s)")
 	fs.DurationVar(&lo.Warmup, "warmup", 0, "load: warm-up before each measured phase (default 2s, short 1s)")
@@ -117,7 +118,7 @@ func defineBench(fs *pflag.FlagSet) runFunc {
 			*out = dir
 		}
 		fmt.Fprintf(env.stderr, "allot bench: results go to %s\n", *out)
-		benv := &bench.Env{OutDir: *out, Progress: env.stderr, Log: log, Short: *short}
+		benv := &bench.Env{OutDir: *out, Progress: env.stderr, Log: log, Short: *short, ProfileDir: *profile}
 		if !*inProcess {
 			exe, err := os.Executable()
 			if err != nil {

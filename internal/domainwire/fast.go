@@ -14,9 +14,26 @@ import (
 // refuse the same bodies with the same result; fuzz tests check it, and
 // that the encoders write what json.Marshal writes.
 
+// Names makes the strings of a decoded body from its bytes. A server
+// passes one that hands back a string it already keeps for the same
+// bytes (a domain, a client id it has seen), so that a request decodes
+// without allocating its names and the holds it makes share them. Nil
+// copies the bytes.
+type Names func(b []byte) string
+
+func (n Names) of(b []byte) string {
+	if n == nil {
+		return string(b)
+	}
+	return n(b)
+}
+
 // DecodeRequest decodes the body of a request into r (not validated).
-func DecodeRequest(data []byte, r *Request) error {
-	f, ok := scanCopies(data)
+func DecodeRequest(data []byte, r *Request) error { return DecodeRequestNames(data, r, nil) }
+
+// DecodeRequestNames is DecodeRequest with its strings made by names.
+func DecodeRequestNames(data []byte, r *Request, names Names) error {
+	f, ok := scanCopies(data, names)
 	if !ok {
 		return Decode(data, r)
 	}
@@ -25,12 +42,40 @@ func DecodeRequest(data []byte, r *Request) error {
 }
 
 // DecodeReserve decodes the body of a reserve into r (not validated).
-func DecodeReserve(data []byte, r *Reserve) error {
-	f, ok := scanCopies(data)
+func DecodeReserve(data []byte, r *Reserve) error { return DecodeReserveNames(data, r, nil) }
+
+// DecodeReserveNames is DecodeReserve with its strings made by names.
+func DecodeReserveNames(data []byte, r *Reserve, names Names) error {
+	f, ok := scanCopies(data, names)
 	if !ok {
 		return Decode(data, r)
 	}
 	*r = Reserve{Domain: f.domain, ClientID: f.clientID, Copies: f.copies, MinCopies: f.minCopies, given: f.given}
+	return nil
+}
+
+// DecodeRelease decodes the body of a release into r (not validated),
+// with its strings made by names (nil: copied).
+func DecodeRelease(data []byte, r *Release, names Names) error {
+	var out Release
+	ok := scanObject(data, func(key, s []byte, n int64, isStr bool) bool {
+		switch {
+		case string(key) == "client_id" && isStr:
+			out.ClientID = names.of(s)
+		case string(key) == "hold_id" && isStr:
+			out.HoldID = string(s) // one hold's: nothing to share
+		case string(key) == "copies" && !isStr:
+			out.Copies = n
+		default:
+			return false
+		}
+		return true
+	})
+	if !ok {
+		*r = Release{}
+		return Decode(data, r)
+	}
+	*r = out
 	return nil
 }
 
@@ -42,17 +87,17 @@ type copiesFields struct {
 }
 
 // scanCopies reads a request or reserve body of the common shape.
-func scanCopies(data []byte) (copiesFields, bool) {
+func scanCopies(data []byte, names Names) (copiesFields, bool) {
 	var f copiesFields
-	ok := scanObject(data, func(key string, s []byte, n int64, isStr bool) bool {
+	ok := scanObject(data, func(key, s []byte, n int64, isStr bool) bool {
 		switch {
-		case key == "domain" && isStr:
-			f.domain = string(s)
-		case key == "client_id" && isStr:
-			f.clientID = string(s)
-		case key == "copies" && !isStr:
+		case string(key) == "domain" && isStr:
+			f.domain = names.of(s)
+		case string(key) == "client_id" && isStr:
+			f.clientID = names.of(s)
+		case string(key) == "copies" && !isStr:
 			f.copies, f.given = n, f.given|givenCopies
-		case key == "min_copies" && !isStr:
+		case string(key) == "min_copies" && !isStr:
 			f.minCopies, f.given = n, f.given|givenMinCopies
 		default:
 			return false
@@ -65,7 +110,7 @@ func scanCopies(data []byte) (copiesFields, bool) {
 // scanObject walks a flat JSON object whose values are strings without
 // escapes or integers, calling field for each member; it returns false
 // (nothing decided) for anything else, or when field does.
-func scanObject(b []byte, field func(key string, s []byte, n int64, isStr bool) bool) bool {
+func scanObject(b []byte, field func(key, s []byte, n int64, isStr bool) bool) bool {
 	if len(b) > MaxPayload {
 		return false
 	}
@@ -92,13 +137,13 @@ func scanObject(b []byte, field func(key string, s []byte, n int64, isStr bool) 
 		}
 		if b[i] == '"' {
 			s, j, ok := scanString(b, i)
-			if !ok || !field(string(key), s, 0, true) {
+			if !ok || !field(key, s, 0, true) {
 				return false
 			}
 			i = j
 		} else {
 			n, j, ok := scanInt(b, i)
-			if !ok || !field(string(key), nil, n, false) {
+			if !ok || !field(key, nil, n, false) {
 				return false
 			}
 			i = j
@@ -165,6 +210,18 @@ func scanInt(b []byte, i int) (int64, int, bool) {
 	}
 	if j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E') {
 		return 0, 0, false
+	}
+	// Digits only: at most 19 of them fit an int64 for sure; more go
+	// through ParseInt, which tells whether they fit.
+	if j-start <= 18 {
+		var n int64
+		for _, c := range b[start:j] {
+			n = n*10 + int64(c-'0')
+		}
+		if start > i {
+			n = -n
+		}
+		return n, j, true
 	}
 	n, err := strconv.ParseInt(string(b[i:j]), 10, 64)
 	if err != nil {

@@ -2,31 +2,65 @@ package domainwire
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 )
 
 // FuzzFastDecoders: the hand-written decoders accept exactly what Decode
-// accepts, with the same result.
+// accepts, with the same result, and validate alike; names that hand
+// back kept strings change nothing.
 func FuzzFastDecoders(f *testing.F) {
 	for _, s := range []string{
 		`{"domain":"acme"}`, `{"domain":"a","copies":3,"min_copies":1,"client_id":"c"}`, ` { } `, `{"copies":-0}`, `{"copies":0,"min_copies":0}`, `{"min_copies":null}`, `{"copies":1,"copies":null}`,
 		`{"domain":"a\u0062"}`, `{"Domain":"a"}`, `{"copies":1e3}`, `{"copies":01}`, `{"domain":"a","domain":"b"}`,
-		`{"copies":9223372036854775808}`, `{"domain":"é"}`, "{\"domain\":\"\xff\"}", `{"domain":null}`, `{"x":1}`, `[]`, `{"domain":"a"} x`,
+		`{"copies":9223372036854775808}`, `{"copies":-9223372036854775808}`, `{"copies":999999999999999999}`, `{"copies":1000000000000000000}`,
+		`{"domain":"é"}`, "{\"domain\":\"\xff\"}", `{"domain":null}`, `{"x":1}`, `[]`, `{"domain":"a"} x`,
+		`{"client_id":"c","hold_id":"h","copies":2}`, `{"hold_id":"h"}`, `{"Hold_ID":"h","client_id":"c"}`, `{"hold_id":"h","copies":null}`, ``, ` `,
 	} {
 		f.Add([]byte(s))
 	}
+	names := keptNames()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var fast, strict Request
-		ef, es := DecodeRequest(data, &fast), Decode(data, &strict)
-		if (ef == nil) != (es == nil) || ef == nil && fast != strict {
-			t.Fatalf("request %q: fast %+v %v, strict %+v %v", data, fast, ef, strict, es)
+		var fast, interned, strict Request
+		ef, ei, es := DecodeRequest(data, &fast), DecodeRequestNames(data, &interned, names), Decode(data, &strict)
+		if (ef == nil) != (es == nil) || (ei == nil) != (es == nil) || ef == nil && (fast != strict || interned != strict) {
+			t.Fatalf("request %q: fast %+v %v, interned %+v %v, strict %+v %v", data, fast, ef, interned, ei, strict, es)
 		}
-		var rf, rs Reserve
-		ef, es = DecodeReserve(data, &rf), Decode(data, &rs)
-		if (ef == nil) != (es == nil) || ef == nil && rf != rs {
-			t.Fatalf("reserve %q: fast %+v %v, strict %+v %v", data, rf, ef, rs, es)
+		if ef == nil {
+			sameValidation(t, data, &fast, &strict)
+		}
+		var rf, ri, rs Reserve
+		ef, ei, es = DecodeReserve(data, &rf), DecodeReserveNames(data, &ri, names), Decode(data, &rs)
+		if (ef == nil) != (es == nil) || (ei == nil) != (es == nil) || ef == nil && (rf != rs || ri != rs) {
+			t.Fatalf("reserve %q: fast %+v %v, interned %+v %v, strict %+v %v", data, rf, ef, ri, ei, rs, es)
+		}
+		if ef == nil {
+			sameValidation(t, data, &rf, &rs)
+		}
+		// A release decodes into a message a previous one left.
+		lf, li := Release{ClientID: "old", HoldID: "old", Copies: 9}, Release{HoldID: "x"}
+		var ls Release
+		ef, ei, es = DecodeRelease(data, &lf, nil), DecodeRelease(data, &li, names), Decode(data, &ls)
+		if (ef == nil) != (es == nil) || (ei == nil) != (es == nil) || ef == nil && (lf != ls || li != ls) {
+			t.Fatalf("release %q: fast %+v %v, interned %+v %v, strict %+v %v", data, lf, ef, li, ei, ls, es)
+		}
+		if ef == nil {
+			sameValidation(t, data, &lf, &ls)
 		}
 	})
+}
+
+// sameValidation checks that two decoded bodies validate alike, to the
+// same values.
+func sameValidation[T comparable, P interface {
+	*T
+	Validate() error
+}](t *testing.T, data []byte, fast, strict P) {
+	t.Helper()
+	ef, es := fast.Validate(), strict.Validate()
+	if (ef == nil) != (es == nil) || ef != nil && ef.Error() != es.Error() || *fast != *strict {
+		t.Fatalf("%q validates as %+v %v by the fast decoder, %+v %v by the strict one", data, *fast, ef, *strict, es)
+	}
 }
 
 // FuzzFastEncoders: the hand-written encoders write what json.Marshal
@@ -71,4 +105,50 @@ func FuzzFastEncoders(f *testing.F) {
 			t.Fatalf("reserve reply:\n got %s\nwant %s", got, want)
 		}
 	})
+}
+
+// FuzzFastRefresh: DecodeRefresh accepts exactly what Decode accepts,
+// with the same result (nil and empty lists told apart), and both
+// validate alike.
+func FuzzFastRefresh(f *testing.F) {
+	for _, s := range []string{
+		`{"client_id":"c","holds":[{"hold_id":"h1","domain":"d","groups":["g1","g2"],"copies":2,"seal":"2.17.abc"},{"hold_id":"h2","domain":"d","groups":[],"copies":1}]}`,
+		`{"client_id":"c","holds":[]}`, `{"client_id":"c","holds":null}`, `{"client_id":"c"}`, `{}`, ` { "holds" : [ { } ] } `,
+		`{"client_id":"c","holds":[{"hold_id":"h","domain":"d","groups":null,"copies":1}]}`,
+		`{"client_id":"c","client_id":"d"}`, `{"holds":[],"holds":[{"hold_id":"x"}]}`, `{"holds":[{"hold_id":"a","hold_id":"b"}]}`,
+		`{"holds":[{"groups":["a"],"groups":["b","c"]}]}`, `{"holds":[{"copies":1.0}]}`, `{"holds":[{"Copies":1}]}`, `{"holds":[{"x":1}]}`,
+		`{"holds":[{"hold_id":"h","hold_id":"h"}]}`, `{"holds":[{"hold_id":"h","domain":"d","copies":1},{"hold_id":"h","domain":"d","copies":1}]}`,
+		`{"holds":[{"domain":"a\u0062"}]}`, `{"holds":[1]}`, `{"holds":[{}],}`, `{"holds":[{},]}`, `{"client_id":"c"} {}`, ``,
+	} {
+		f.Add([]byte(s))
+	}
+	names := keptNames()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fast, interned := Refresh{ClientID: "old", Holds: []Hold{{HoldID: "old"}}}, Refresh{}
+		var strict Refresh
+		ef, ei, es := DecodeRefresh(data, &fast, nil), DecodeRefresh(data, &interned, names), Decode(data, &strict)
+		if (ef == nil) != (es == nil) || (ei == nil) != (es == nil) || ef == nil && (!reflect.DeepEqual(fast, strict) || !reflect.DeepEqual(interned, strict)) {
+			t.Fatalf("refresh %q: fast %#v %v, interned %#v %v, strict %#v %v", data, fast, ef, interned, ei, strict, es)
+		}
+		if ef == nil {
+			vf, vs := fast.Validate(), strict.Validate()
+			if (vf == nil) != (vs == nil) || vf != nil && vf.Error() != vs.Error() {
+				t.Fatalf("refresh %q validates as %v by the fast decoder, %v by the strict one", data, vf, vs)
+			}
+		}
+	})
+}
+
+// keptNames is a Names that hands back the string it made before for the
+// same bytes, as a server's does.
+func keptNames() Names {
+	kept := map[string]string{}
+	return func(b []byte) string {
+		if s, ok := kept[string(b)]; ok {
+			return s
+		}
+		s := string(b)
+		kept[s] = s
+		return s
+	}
 }

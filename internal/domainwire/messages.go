@@ -244,20 +244,22 @@ func (r *Refresh) Validate() error {
 		return badf("%d holds in one refresh; the limit is %d", len(r.Holds), MaxHoldsPerRefresh)
 	}
 	seen := make(map[string]bool, len(r.Holds))
+	// The field names of the error messages are made only for an error:
+	// a refresh of many holds would otherwise format three per hold.
 	for i, h := range r.Holds {
-		if err := ValidateID(fmt.Sprintf("holds[%d].hold_id", i), h.HoldID); err != nil {
-			return err
+		if ValidateID("", h.HoldID) != nil {
+			return ValidateID(fmt.Sprintf("holds[%d].hold_id", i), h.HoldID)
 		}
 		if seen[h.HoldID] {
 			return badf("hold %q is listed twice", clip(h.HoldID))
 		}
 		seen[h.HoldID] = true
-		if err := ValidateID(fmt.Sprintf("holds[%d].domain", i), h.Domain); err != nil {
-			return err
+		if ValidateID("", h.Domain) != nil {
+			return ValidateID(fmt.Sprintf("holds[%d].domain", i), h.Domain)
 		}
 		for j, g := range h.Groups {
-			if err := ValidateID(fmt.Sprintf("holds[%d].groups[%d]", i, j), g); err != nil {
-				return err
+			if ValidateID("", g) != nil {
+				return ValidateID(fmt.Sprintf("holds[%d].groups[%d]", i, j), g)
 			}
 		}
 		if h.Copies < 1 || h.Copies > MaxCopies {
