@@ -155,18 +155,18 @@ type Agent struct {
 	res map[string]*resource
 	// nparts is the node's lease partitions as its coordinators last
 	// said (partitions.go), terms what is known of each.
-	nparts int
-	terms  []partState
-	lastErr     error
-	lastOK      time.Time
-	failures    int
-	earlyAt     time.Time         // pending early refresh, zero if none
-	interval    time.Duration     // shortest refresh interval of the last response
-	notes       []Status          // changes the loop has yet to report to OnChange
-	releases    []*pendingRelease // resources closed on their own, to release
-	closed      bool
-	closeOnce   sync.Once
-	closeErr    error
+	nparts    int
+	terms     []partState
+	lastErr   error
+	lastOK    time.Time
+	failures  int
+	earlyAt   time.Time         // pending early refresh, zero if none
+	interval  time.Duration     // shortest refresh interval of the last response
+	notes     []Status          // changes the loop has yet to report to OnChange
+	releases  []*pendingRelease // resources closed on their own, to release
+	closed    bool
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // pendingRelease is a resource closed on its own, waiting for the loop to
