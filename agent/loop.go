@@ -334,7 +334,7 @@ func (a *Agent) refresh(t time.Time) error {
 		a.failures++
 		// Once closed, a failure changes nothing the caller can act on.
 		if a.lastErr == nil && !a.closed {
-			a.log.Warn("allot: capacity refresh failed; keeping leases until they expire", "subject", a.getSubj, "error", firstErr)
+			a.log.Warn("allot: capacity refresh failed; keeping leases until they expire", "node", a.o.node, "error", firstErr)
 		}
 		a.lastErr = firstErr
 		return firstErr
