@@ -242,6 +242,12 @@ type helper struct {
 // startHelper starts role with args against the NATS server at url and
 // waits for it to report ready.
 func (e *Env) startHelper(ctx context.Context, role, url string, args []string) (*helper, error) {
+	return e.startHelperEnv(ctx, role, url, args, nil)
+}
+
+// startHelperEnv is startHelper with environment variables added to a
+// child process's ("GOMAXPROCS=1"); in process they are ignored.
+func (e *Env) startHelperEnv(ctx context.Context, role, url string, args, environ []string) (*helper, error) {
 	args = append([]string{"--nats", url}, args...)
 	out := &syncBuffer{}
 	if e.Child == nil {
@@ -261,6 +267,9 @@ func (e *Env) startHelper(ctx context.Context, role, url string, args []string) 
 		}}, nil
 	}
 	cmd := e.Child(ctx, role, args)
+	if len(environ) > 0 {
+		cmd.Env = append(os.Environ(), environ...)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s helper: %w", role, err)

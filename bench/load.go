@@ -68,6 +68,9 @@ type LoadOptions struct {
 	// the partition owning its resource (PerRequest must be 1). Their CPU
 	// is summed.
 	LeasePartitions int `json:"lease_partitions,omitempty"`
+	// PartitionProcs, if set, is the GOMAXPROCS of each partition's
+	// process (the single coordinator keeps the default).
+	PartitionProcs int `json:"partition_gomaxprocs,omitempty"`
 }
 
 // encoding is the requests' encoding.

@@ -30,9 +30,16 @@ func (e *Env) startLeaseParts(ctx context.Context, url string, o LoadOptions) (*
 		}
 		return first
 	}
+	// Each process sized to its share of the cores, as a deployment of N
+	// partitions on one host would be: N processes of GOMAXPROCS = all
+	// cores contend for them and wake each other's idle threads.
+	var environ []string
+	if o.PartitionProcs > 0 {
+		environ = []string{fmt.Sprintf("GOMAXPROCS=%d", o.PartitionProcs)}
+	}
 	for p := range o.LeasePartitions {
-		h, err := e.startHelper(ctx, RoleCoordinator, url, append([]string{"--round", o.Round.String(), "--node", partsNode,
-			"--lease-partition", fmt.Sprint(p), "--lease-partitions", fmt.Sprint(o.LeasePartitions)}, o.intakeArgs()...))
+		h, err := e.startHelperEnv(ctx, RoleCoordinator, url, append([]string{"--round", o.Round.String(), "--node", partsNode,
+			"--lease-partition", fmt.Sprint(p), "--lease-partitions", fmt.Sprint(o.LeasePartitions)}, o.intakeArgs()...), environ)
 		if err != nil {
 			_ = stop()
 			return nil, err

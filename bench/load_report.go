@@ -27,8 +27,12 @@ func (r *LoadResult) Markdown() string {
 		for i, sh := range r.PartitionShares {
 			shares[i] = fmt.Sprintf("%.3f", sh)
 		}
-		fmt.Fprintf(&b, "**%d lease partitions / one coordinator: CPU per request (all partitions' processes summed) %.2f× (target ≤ 1.1×: %s); each partition's share of the requests: %s.**\n\n",
-			r.Options.LeasePartitions, r.PartitionCPURatio, verdict(r.PartitionCPURatio <= 1.1), strings.Join(shares, ", "))
+		procs := "default GOMAXPROCS"
+		if r.Options.PartitionProcs > 0 {
+			procs = fmt.Sprintf("GOMAXPROCS=%d each", r.Options.PartitionProcs)
+		}
+		fmt.Fprintf(&b, "**%d lease partitions (%s) / one coordinator: CPU per request (all partitions' processes summed) %.2f× (target ≤ 1.1×: %s); each partition's share of the requests: %s.**\n\n",
+			r.Options.LeasePartitions, procs, r.PartitionCPURatio, verdict(r.PartitionCPURatio <= 1.1), strings.Join(shares, ", "))
 	}
 	fmt.Fprintf(&b, "CPU and RSS: %s.\n", r.CPUScope)
 	if s := r.CoordinatorStats; s != nil {
