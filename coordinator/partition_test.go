@@ -206,3 +206,30 @@ func TestChildUnderLeasePartitions(t *testing.T) {
 		return len(seenParts) >= len(seen)
 	})
 }
+
+// A partition counts its calls under the node's endpoints, so that
+// metrics keep their labels.
+func TestLeasePartitionCallsCounted(t *testing.T) {
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	c := coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{Node: "root", Partition: 1, Partitions: 2, Templates: treeTemplates(100)})
+	id := ownedBy(1, 2)
+	grants(t, ask(t, nc, subjects.LeaseSubject("root", "capacity.get", 1, 2), getBody("counted", id)))
+	poll.Until(t, 10*time.Second, "the get counted as capacity.get", func() bool {
+		for _, call := range c.Observe().Calls {
+			if call.Subject == "capacity.get" && call.Code == 0 && call.N > 0 {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// ownedBy returns a resource id that partition p of n owns.
+func ownedBy(p, n int) string {
+	for i := 0; ; i++ {
+		if id := fmt.Sprint("owned-", i); subjects.LeasePartition(id, n) == p {
+			return id
+		}
+	}
+}
