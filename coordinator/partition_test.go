@@ -171,28 +171,7 @@ func TestChildUnderLeasePartitions(t *testing.T) {
 	if len(seen) < 2 {
 		t.Fatalf("test ids cover partitions %v only", seen)
 	}
-	poll.Until(t, 20*time.Second, "the child's client granted every resource", func() bool {
-		m, err := cnc.Request(coordinator.Subject("child", "capacity.get"), []byte(getBody("c", ids...)), 5*time.Second)
-		if err != nil || m.Header.Get("Nats-Service-Error-Code") != "" {
-			return false
-		}
-		var resp struct {
-			Response []struct {
-				Gets struct {
-					Capacity float64 `json:"capacity"`
-				} `json:"gets"`
-			} `json:"response"`
-		}
-		if json.Unmarshal(m.Data, &resp) != nil || len(resp.Response) != len(ids) {
-			return false
-		}
-		for _, r := range resp.Response {
-			if r.Gets.Capacity != 10 {
-				return false
-			}
-		}
-		return true
-	})
+	poll.Until(t, 20*time.Second, "the child's client granted every resource", func() bool { return grantedAll(cnc, "child", ids) })
 	// Told the root's partitions, the child asks each for its own.
 	seenParts := map[string]bool{}
 	poll.Until(t, 20*time.Second, "the child asking the root's partitions directly", func() bool {
@@ -232,4 +211,42 @@ func ownedBy(p, n int) string {
 			return id
 		}
 	}
+}
+
+// A child of two lease partitions under a root of three: each child
+// partition asks the root's partitions for its own resources, and the
+// child's clients get every resource.
+func TestPartitionedChildUnderPartitionedRoot(t *testing.T) {
+	root := natstest.Root(t, "root")
+	child := natstest.Child(t, "child", root)
+	startPartitions(t, func() *nats.Conn { return natstest.Conn(t, root.Server) }, "root", "", 3)
+	startPartitions(t, func() *nats.Conn { return natstest.Conn(t, child.Server) }, "child", "root", 2)
+	cnc := natstest.Conn(t, child.Server)
+	ids := []string{"r-0", "r-1", "r-2", "r-3", "r-4", "r-5", "r-6", "r-7"}
+	poll.Until(t, 20*time.Second, "the child's client granted every resource", func() bool { return grantedAll(cnc, "child", ids) })
+}
+
+// grantedAll reports whether a client of node asking on its plain
+// subject is granted 10 of every resource of ids.
+func grantedAll(nc *nats.Conn, node string, ids []string) bool {
+	m, err := nc.Request(coordinator.Subject(node, "capacity.get"), []byte(getBody("c", ids...)), 5*time.Second)
+	if err != nil || m.Header.Get("Nats-Service-Error-Code") != "" {
+		return false
+	}
+	var resp struct {
+		Response []struct {
+			Gets struct {
+				Capacity float64 `json:"capacity"`
+			} `json:"gets"`
+		} `json:"response"`
+	}
+	if json.Unmarshal(m.Data, &resp) != nil || len(resp.Response) != len(ids) {
+		return false
+	}
+	for _, r := range resp.Response {
+		if r.Gets.Capacity != 10 {
+			return false
+		}
+	}
+	return true
 }
