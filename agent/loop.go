@@ -494,7 +494,20 @@ func (a *Agent) call(subj string, req, resp proto.Message, held bool) error {
 // capacity.get alone leaves it without responders: the request is then
 // sent again as a get.
 func (a *Agent) get(p, n int, req *allotpb.GetCapacityRequest, resp *allotpb.GetCapacityResponse, held bool) error {
-	subj := a.subjects(p, n)
+	err := a.getOn(a.subjects(p, n), req, resp, held)
+	if n > 1 && errors.Is(err, nats.ErrNoResponders) {
+		// Nobody serves the partition's subject: its leader is down (then
+		// partition 0 relays, and its answer says which resources it
+		// could not serve), or the node no longer has partitions (then
+		// the answer says so). Either way the node's plain subjects
+		// answer.
+		err = a.getOn(a.subjects(0, 1), req, resp, held)
+	}
+	return err
+}
+
+// getOn sends a GetCapacity request on subj's subjects (see get).
+func (a *Agent) getOn(subj leaseSubjects, req *allotpb.GetCapacityRequest, resp *allotpb.GetCapacityResponse, held bool) error {
 	if !held && !holds(req) {
 		return a.call(subj.get, req, resp, false)
 	}

@@ -86,3 +86,55 @@ func TestLeasePartitions(t *testing.T) {
 		}
 	}
 }
+
+// When the node drops its lease partitions (its coordinators restarted
+// with one), nobody serves the partitions' subjects any more: the agent
+// asks the node's plain subject, learns there is one partition, and its
+// resources are leased again.
+func TestLeasePartitionsDropped(t *testing.T) {
+	s := natstest.Server(t)
+	set := config.NewSet(1, []*config.Template{testTemplate("*", 1000)}, nil)
+	var coords []*coordinator.Coordinator
+	for p := range 2 {
+		coords = append(coords, coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{Node: "root", Partition: p, Partitions: 2,
+			Templates: coordinator.StaticTemplates(set), ClockSkew: coordinator.NoClockSkew, Logger: quiet}))
+	}
+	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"))
+	var lims []*RateLimiter
+	for i := range 6 {
+		lim, err := a.Rate(fmt.Sprint("r-", i), WithWants(10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lims = append(lims, lim)
+	}
+	leasedAfter := func(since time.Time) func() bool {
+		return func() bool {
+			for _, l := range lims {
+				// testTemplate's leases last 2s.
+				if st := l.Status(); !st.Leased || st.Granted != 10 || !st.Expiry.After(since.Add(2*time.Second)) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	poll.Until(t, 10*time.Second, "every resource leased from two partitions", leasedAfter(time.Time{}))
+	poll.Until(t, 10*time.Second, "the agent told of two partitions", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.nparts == 2
+	})
+	for _, c := range coords {
+		c.Stop()
+	}
+	restarted := time.Now()
+	coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{Node: "root", Templates: coordinator.StaticTemplates(set),
+		ClockSkew: coordinator.NoClockSkew, Logger: quiet})
+	poll.Until(t, 20*time.Second, "every resource leased again from one coordinator", leasedAfter(restarted))
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.nparts != 1 {
+		t.Fatalf("the agent still counts %d partitions", a.nparts)
+	}
+}

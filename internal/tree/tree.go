@@ -95,6 +95,12 @@ func (l *Link) AskAll(ctx context.Context, req *allotpb.GetServerCapacityRequest
 		wg.Go(func() {
 			subj := subjects.LeaseSubject(l.parent, "server.get."+l.child, p, n)
 			resp, parts, err := l.ask(ctx, subj, sub)
+			if errors.Is(err, nats.ErrNoResponders) {
+				// The partition has no leader now, or the parent no
+				// longer has partitions: its plain subject answers
+				// (partition 0 relays), and says which.
+				resp, parts, err = l.ask(ctx, l.Subject(), sub)
+			}
 			mu.Lock()
 			out = append(out, Answer{Part: p, Parts: n, Resp: resp, Err: err})
 			learned[p] = parts
