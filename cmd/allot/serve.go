@@ -153,6 +153,17 @@ func (p *partitionList) Set(v string) error {
 	return nil
 }
 
+// leasePartitions returns the node's lease partitions and those this
+// process serves. Flags left unset (coordFlags made without register)
+// mean the defaults: one partition, served.
+func (f *coordFlags) leasePartitions() (n int, serve []int, err error) {
+	if f.leaseParts == 0 {
+		return 1, []int{0}, nil
+	}
+	serve, err = f.leaseServe.of(f.leaseParts, "lease")
+	return f.leaseParts, serve, err
+}
+
 // partitions returns the quota partitions to serve out of n.
 func (p *partitionList) partitions(n int) ([]int, error) { return p.of(n, "quota") }
 
@@ -381,14 +392,14 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	// A replica per lease partition served: it serves only while it
 	// leads its partition's election, and resigns when ctx ends so that
 	// another replica takes over at once.
-	leaseParts, err := cf.leaseServe.of(cf.leaseParts, "lease")
+	leaseN, leaseParts, err := cf.leasePartitions()
 	if err != nil {
 		return err
 	}
 	var runs []func(context.Context) error
 	for _, p := range leaseParts {
 		o := opts
-		o.Partition, o.Partitions = p, cf.leaseParts
+		o.Partition, o.Partitions = p, leaseN
 		rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{Options: o, ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV, OnServing: cf.onServing})
 		if err != nil {
 			return err
