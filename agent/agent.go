@@ -151,22 +151,22 @@ type Agent struct {
 	stop chan struct{}
 	done chan struct{}
 
-	mu   sync.Mutex
-	res  map[string]*resource
-	term uint64
-	// staleRounds counts refreshes in a row answered only by terms below
-	// term (see staleTermLimit).
-	staleRounds int
-	lastErr     error
-	lastOK      time.Time
-	failures    int
-	earlyAt     time.Time         // pending early refresh, zero if none
-	interval    time.Duration     // shortest refresh interval of the last response
-	notes       []Status          // changes the loop has yet to report to OnChange
-	releases    []*pendingRelease // resources closed on their own, to release
-	closed      bool
-	closeOnce   sync.Once
-	closeErr    error
+	mu  sync.Mutex
+	res map[string]*resource
+	// nparts is the node's lease partitions as its coordinators last
+	// said (partitions.go), terms what is known of each.
+	nparts    int
+	terms     []partState
+	lastErr   error
+	lastOK    time.Time
+	failures  int
+	earlyAt   time.Time         // pending early refresh, zero if none
+	interval  time.Duration     // shortest refresh interval of the last response
+	notes     []Status          // changes the loop has yet to report to OnChange
+	releases  []*pendingRelease // resources closed on their own, to release
+	closed    bool
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // pendingRelease is a resource closed on its own, waiting for the loop to
@@ -250,6 +250,8 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),
 		res:         make(map[string]*resource),
+		nparts:      1,
+		terms:       make([]partState, 1),
 	}
 	go a.run()
 	return a, nil
@@ -608,11 +610,16 @@ func (a *Agent) LastError() error {
 	return a.lastErr
 }
 
-// Term returns the highest coordinator term seen.
+// Term returns the highest coordinator term seen (of any lease
+// partition, when the node has several).
 func (a *Agent) Term() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.term
+	var t uint64
+	for _, st := range a.terms {
+		t = max(t, st.term)
+	}
+	return t
 }
 
 // applyLocked computes the capacity in force for r at time t, drops an

@@ -284,19 +284,31 @@ func (a *Agent) refresh(t time.Time) error {
 	}
 	a.mu.Unlock()
 
-	parts := a.batches(len(rrs), func(i int) int { return fieldSize(proto.Size(rrs[i])) })
-	resps := make([]*allotpb.GetCapacityResponse, len(parts))
-	errs := make([]error, len(parts))
-	get := func(k int) {
-		req := &allotpb.GetCapacityRequest{ClientId: a.o.clientID, Resource: rrs[parts[k][0]:parts[k][1]]}
-		resps[k] = &allotpb.GetCapacityResponse{}
-		errs[k] = a.get(req, resps[k], held)
+	// One request per partition of the node's resources (one without
+	// lease partitions), each cut to the coordinator's limits; all are
+	// sent together.
+	n := a.nparts
+	var calls []leaseCall
+	for p, idx := range partitionGroups(sent, n) {
+		for _, b := range a.batches(len(idx), func(i int) int { return fieldSize(proto.Size(rrs[idx[i]])) }) {
+			c := leaseCall{part: p, sent: make([]*resource, 0, b[1]-b[0]),
+				req: &allotpb.GetCapacityRequest{ClientId: a.o.clientID, Resource: make([]*allotpb.ResourceRequest, 0, b[1]-b[0])}}
+			for _, i := range idx[b[0]:b[1]] {
+				c.sent, c.req.Resource = append(c.sent, sent[i]), append(c.req.Resource, rrs[i])
+			}
+			calls = append(calls, c)
+		}
 	}
-	if len(parts) == 1 {
+	get := func(k int) {
+		c := &calls[k]
+		c.resp = &allotpb.GetCapacityResponse{}
+		c.err = a.get(c.part, n, c.req, c.resp, held)
+	}
+	if len(calls) == 1 {
 		get(0)
 	} else {
 		var wg sync.WaitGroup
-		for k := range parts {
+		for k := range calls {
 			wg.Go(func() { get(k) })
 		}
 		wg.Wait()
@@ -304,55 +316,25 @@ func (a *Agent) refresh(t time.Time) error {
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	// A part answered by a lower term than another (or than seen before)
-	// comes from a deposed coordinator.
-	var top uint64 // the highest term among the replies
-	replied := false
-	for k, err := range errs {
-		if err == nil {
-			top, replied = max(top, resps[k].GetTerm()), true
-		}
-	}
-	term := max(a.term, top)
-	if replied && top < a.term {
-		// Every answer is below the highest term seen. A deposed leader
-		// goes silent (its successor answers from then on), so answers
-		// that stay below it mean that term is gone, or was never real (a
-		// forged reply): after staleTermLimit refreshes, follow the
-		// coordinator that answers rather than refuse it for ever.
-		a.staleRounds++
-		if a.staleRounds >= staleTermLimit {
-			a.log.Warn("allot: coordinator term went back; following the coordinator that answers",
-				"subject", a.getSubj, "from", a.term, "to", top, "refreshes", a.staleRounds)
-			term, a.term = top, top
-		}
-	} else {
-		a.staleRounds = 0
-	}
 	var firstErr error
+	var interval time.Duration
 	answered := false
-	for k, err := range errs {
-		if err == nil && resps[k].GetTerm() < term {
-			err = fmt.Errorf("%w: got term %d, have seen %d", ErrStaleTerm, resps[k].GetTerm(), term)
+	for p := range n {
+		ok, iv, err := a.settleLocked(p, n, calls)
+		answered, firstErr = answered || ok, cmp.Or(firstErr, err)
+		if iv > 0 && (interval == 0 || iv < interval) {
+			interval = iv
 		}
-		if err != nil {
-			firstErr = cmp.Or(firstErr, err)
-			continue
-		}
-		if !answered {
-			answered, a.interval = true, 0
-		}
-		a.installLocked(sent[parts[k][0]:parts[k][1]], resps[k])
 	}
 	if answered {
 		a.lastOK = now(a.o.clock)
-		a.term = term
+		a.interval = interval
 	}
 	if firstErr != nil {
 		a.failures++
 		// Once closed, a failure changes nothing the caller can act on.
 		if a.lastErr == nil && !a.closed {
-			a.log.Warn("allot: capacity refresh failed; keeping leases until they expire", "subject", a.getSubj, "error", firstErr)
+			a.log.Warn("allot: capacity refresh failed; keeping leases until they expire", "node", a.o.node, "error", firstErr)
 		}
 		a.lastErr = firstErr
 		return firstErr
@@ -364,14 +346,71 @@ func (a *Agent) refresh(t time.Time) error {
 	return nil
 }
 
+// settleLocked takes the answers of partition p's calls (of n): a part
+// answered by a lower term than another (or than seen before) comes from
+// a deposed coordinator. It installs the others' leases and reports
+// whether any was, the shortest refresh interval of the leases installed,
+// and the first error.
+func (a *Agent) settleLocked(p, n int, calls []leaseCall) (answered bool, interval time.Duration, firstErr error) {
+	st := &partState{}
+	if n == a.nparts {
+		st = &a.terms[p] // else the partitions changed meanwhile: no term to keep
+	}
+	var top uint64 // the highest term among the replies
+	replied := false
+	for _, c := range calls {
+		if c.part == p && c.err == nil {
+			top, replied = max(top, c.resp.GetTerm()), true
+		}
+	}
+	term := max(st.term, top)
+	if replied && top < st.term {
+		// Every answer is below the highest term seen. A deposed leader
+		// goes silent (its successor answers from then on), so answers
+		// that stay below it mean that term is gone, or was never real (a
+		// forged reply): after staleTermLimit refreshes, follow the
+		// coordinator that answers rather than refuse it for ever.
+		st.stale++
+		if st.stale >= staleTermLimit {
+			a.log.Warn("allot: coordinator term went back; following the coordinator that answers",
+				"subject", a.subjects(p, n).get, "from", st.term, "to", top, "refreshes", st.stale)
+			term, st.term = top, top
+		}
+	} else {
+		st.stale = 0
+	}
+	for _, c := range calls {
+		if c.part != p {
+			continue
+		}
+		err := c.err
+		if err == nil && c.resp.GetTerm() < term {
+			err = fmt.Errorf("%w: got term %d, have seen %d", ErrStaleTerm, c.resp.GetTerm(), term)
+		}
+		if err != nil {
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		answered = true
+		if iv := a.installLocked(c.sent, c.resp); iv > 0 && (interval == 0 || iv < interval) {
+			interval = iv
+		}
+	}
+	if answered {
+		st.term = term
+	}
+	return answered, interval, firstErr
+}
+
 // staleTermLimit is how many refreshes in a row answered only by lower
 // terms make the agent follow the lower term: a single forged reply with a
 // huge term must not lock the agent out of its coordinator for ever.
 const staleTermLimit = 3
 
 // installLocked installs the leases of resp, the answer to a request for
-// sent (sorted by id). Resources closed since are left alone.
-func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityResponse) {
+// sent (sorted by id), and returns the shortest refresh interval of the
+// leases installed (0 if none). Resources closed since are left alone.
+func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityResponse) (interval time.Duration) {
 	// No coordinator issues a longer lease; a reply claiming one (a forged
 	// "until 2999") would otherwise be reported back for ever and refused
 	// as a bad request.
@@ -408,8 +447,8 @@ func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityRespons
 		if r.refresh <= 0 {
 			r.refresh = defaultRefresh
 		}
-		if a.interval == 0 || r.refresh < a.interval {
-			a.interval = r.refresh
+		if interval == 0 || r.refresh < interval {
+			interval = r.refresh
 		}
 		if sc := rr.GetSafeCapacity(); !math.IsNaN(sc) {
 			r.safe, r.safeKnown, r.safeUntil = sc, true, time.Time{}
@@ -424,6 +463,7 @@ func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityRespons
 			}
 		}
 	}
+	return interval
 }
 
 // call sends req as binary protobuf to subj and decodes the reply into
@@ -441,7 +481,9 @@ func (a *Agent) call(subj string, req, resp proto.Message, held bool) error {
 	if held {
 		client = a.o.clientID
 	}
-	return a.rpc.Protobuf(context.Background(), a.o.requestTimeout, subj, client, req, resp)
+	h, err := a.rpc.ProtobufReply(context.Background(), a.o.requestTimeout, subj, client, req, resp)
+	a.learnPartitions(h)
+	return err
 }
 
 // get sends a GetCapacity request. One of a client that holds or held a
@@ -451,14 +493,28 @@ func (a *Agent) call(subj string, req, resp proto.Message, held bool) error {
 // that subject answers 404 there, and a responder that serves
 // capacity.get alone leaves it without responders: the request is then
 // sent again as a get.
-func (a *Agent) get(req *allotpb.GetCapacityRequest, resp *allotpb.GetCapacityResponse, held bool) error {
-	if !held && !holds(req) {
-		return a.call(a.getSubj, req, resp, false)
+func (a *Agent) get(p, n int, req *allotpb.GetCapacityRequest, resp *allotpb.GetCapacityResponse, held bool) error {
+	err := a.getOn(a.subjects(p, n), req, resp, held)
+	if n > 1 && errors.Is(err, nats.ErrNoResponders) {
+		// Nobody serves the partition's subject: its leader is down (then
+		// partition 0 relays, and its answer says which resources it
+		// could not serve), or the node no longer has partitions (then
+		// the answer says so). Either way the node's plain subjects
+		// answer.
+		err = a.getOn(a.subjects(0, 1), req, resp, held)
 	}
-	err := a.call(a.refreshSubj, req, resp, true)
+	return err
+}
+
+// getOn sends a GetCapacity request on subj's subjects (see get).
+func (a *Agent) getOn(subj leaseSubjects, req *allotpb.GetCapacityRequest, resp *allotpb.GetCapacityResponse, held bool) error {
+	if !held && !holds(req) {
+		return a.call(subj.get, req, resp, false)
+	}
+	err := a.call(subj.refresh, req, resp, true)
 	if se := (*ServiceError)(nil); errors.Is(err, nats.ErrNoResponders) ||
 		errors.As(err, &se) && se.Code == 404 && strings.Contains(se.Description, "unknown operation") {
-		return a.call(a.getSubj, req, resp, true)
+		return a.call(subj.get, req, resp, true)
 	}
 	return err
 }
@@ -479,10 +535,19 @@ func holds(req *allotpb.GetCapacityRequest) bool {
 func (a *Agent) release(ids []string) error {
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
+	a.mu.Lock()
+	n := a.nparts
+	a.mu.Unlock()
 	var firstErr error
-	for _, p := range a.batches(len(ids), func(i int) int { return fieldSize(len(ids[i])) }) {
-		req := &allotpb.ReleaseCapacityRequest{ClientId: a.o.clientID, ResourceId: ids[p[0]:p[1]]}
-		firstErr = cmp.Or(firstErr, a.call(a.relSubj, req, &allotpb.ReleaseCapacityResponse{}, true))
+	for part, idx := range partitionGroups(ids, n) {
+		own := make([]string, len(idx))
+		for j, i := range idx {
+			own[j] = ids[i]
+		}
+		for _, p := range a.batches(len(own), func(i int) int { return fieldSize(len(own[i])) }) {
+			req := &allotpb.ReleaseCapacityRequest{ClientId: a.o.clientID, ResourceId: own[p[0]:p[1]]}
+			firstErr = cmp.Or(firstErr, a.call(a.subjects(part, n).release, req, &allotpb.ReleaseCapacityResponse{}, true))
+		}
 	}
 	return firstErr
 }

@@ -41,7 +41,8 @@ const (
 //
 //   - "coordinator" serves allot on --nats with one template for every
 //     resource (FAIR_SHARE, --capacity, --lease, --refresh) and the round
-//     interval --round (0 answers at once);
+//     interval --round (0 answers at once), for --node (lease partition
+//     --lease-partition of --lease-partitions);
 //   - "echo" is a bare NATS responder on --subject that answers every
 //     request with its own payload and content type: the baseline that the
 //     coordinator's throughput is compared with;
@@ -69,10 +70,13 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 	lease := fs.Duration("lease", time.Minute, "coordinator: lease length")
 	refresh := fs.Duration("refresh", 5*time.Second, "coordinator: refresh interval")
 	partitions := fs.Int("partitions", 1, "quota: partitions")
+	node := fs.String("node", "", "coordinator: the node served (default root)")
+	leasePart := fs.Int("lease-partition", 0, "coordinator: the lease partition served, of --lease-partitions")
+	leaseParts := fs.Int("lease-partitions", 1, "coordinator: lease partitions of the node")
 	namespaces := fs.Int("namespaces", 8, "quota: namespaces qb0..qb<n-1>")
 	id := fs.String("id", "bench-replica", "replica: the replica's server id")
 	awaitLead := fs.Bool("await-lead", false, "replica: say ready only once it serves")
-	inFlight := fs.Int("max-in-flight", 0, "replica: the intake's in-flight bound (0: the default)")
+	inFlight := fs.Int("max-in-flight", 0, "replica, coordinator: the intake's in-flight bound (0: the default)")
 	var fo OverloadOptions
 	fs.IntVar(&fo.FloodConns, "conns", 4, "flood: connections sending small requests")
 	fs.IntVar(&fo.FloodIDs, "ids", 20000, "flood: client ids")
@@ -108,7 +112,8 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 		return nil
 	case RoleCoordinator:
 		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		c, err := startCoordinator(ctx, nc, coordOptions{round: *round, tmpl: benchTemplate(*capacity, *lease, *refresh)}, log)
+		c, err := startCoordinator(ctx, nc, coordOptions{node: *node, round: *round, tmpl: benchTemplate(*capacity, *lease, *refresh),
+			partition: *leasePart, partitions: *leaseParts, intake: leader.Limits{MaxInFlight: *inFlight}}, log)
 		if err != nil {
 			return err
 		}
@@ -203,6 +208,10 @@ type coordOptions struct {
 	tmpls  coordinator.TemplateSource
 	bucket string
 	id     string
+	// partition of partitions: the lease partition served (0 of 1: the
+	// node's plain subjects).
+	partition, partitions int
+	intake                leader.Limits
 }
 
 // startCoordinator starts a coordinator with o's template on nc.
@@ -217,6 +226,7 @@ func startCoordinator(ctx context.Context, nc *nats.Conn, o coordOptions, log *s
 	}
 	c, err := coordinator.New(nc, coordinator.Options{
 		Node: o.node, Parent: o.parent, ServerID: o.id, RoundInterval: round, Templates: src, StateBucket: o.bucket, Logger: log,
+		Partition: o.partition, Partitions: o.partitions, Intake: o.intake,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: coordinator: %w", err)
@@ -242,6 +252,12 @@ type helper struct {
 // startHelper starts role with args against the NATS server at url and
 // waits for it to report ready.
 func (e *Env) startHelper(ctx context.Context, role, url string, args []string) (*helper, error) {
+	return e.startHelperEnv(ctx, role, url, args, nil)
+}
+
+// startHelperEnv is startHelper with environment variables added to a
+// child process's ("GOMAXPROCS=1"); in process they are ignored.
+func (e *Env) startHelperEnv(ctx context.Context, role, url string, args, environ []string) (*helper, error) {
 	args = append([]string{"--nats", url}, args...)
 	out := &syncBuffer{}
 	if e.Child == nil {
@@ -264,6 +280,9 @@ func (e *Env) startHelper(ctx context.Context, role, url string, args []string) 
 		args = append(args, "--profile", e.ProfileDir)
 	}
 	cmd := e.Child(ctx, role, args)
+	if len(environ) > 0 {
+		cmd.Env = append(os.Environ(), environ...)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, fmt.Errorf("bench: %s helper: %w", role, err)

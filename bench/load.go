@@ -17,6 +17,7 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -62,6 +63,14 @@ type LoadOptions struct {
 	// JSON sends the requests in JSON, as `nats req` and clients without
 	// protobuf do, instead of binary protobuf.
 	JSON bool `json:"json,omitempty"`
+	// LeasePartitions, above 1, adds a target: that many coordinator
+	// processes, one per lease partition of a node, each request sent to
+	// the partition owning its resource (PerRequest must be 1). Their CPU
+	// is summed.
+	LeasePartitions int `json:"lease_partitions,omitempty"`
+	// PartitionProcs, if set, is the GOMAXPROCS of each partition's
+	// process (the single coordinator keeps the default).
+	PartitionProcs int `json:"partition_gomaxprocs,omitempty"`
 }
 
 // encoding is the requests' encoding.
@@ -142,6 +151,13 @@ type LoadResult struct {
 	CPURatio float64 `json:"cpu_per_request_ratio"`
 	// CoordinatorStats is the coordinator's micro STATS data at the end.
 	CoordinatorStats *coordinator.Stats `json:"coordinator_stats,omitempty"`
+	// Partitioned is the LeasePartitions target; PartitionCPURatio its CPU
+	// per request (all partitions' processes) over the single
+	// coordinator's, and PartitionShares each partition's share of the
+	// requests its coordinator counted.
+	Partitioned       *LoadTarget `json:"partitioned,omitempty"`
+	PartitionCPURatio float64     `json:"partition_cpu_per_request_ratio,omitempty"`
+	PartitionShares   []float64   `json:"partition_shares,omitempty"`
 }
 
 // TargetLoadRatio is the throughput the coordinator must reach relative
@@ -191,7 +207,7 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 		return nil, err
 	}
 	defer func() { _ = echo.stop() }()
-	coord, err := env.startHelper(ctx, RoleCoordinator, url, []string{"--round", o.Round.String()})
+	coord, err := env.startHelper(ctx, RoleCoordinator, url, append([]string{"--round", o.Round.String()}, o.intakeArgs()...))
 	if err != nil {
 		return nil, err
 	}
@@ -199,6 +215,21 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 	res.CPUScope = "responder process alone (child process); the load generator and nats-server run in the parent, all on the same cores"
 	if env.Child == nil {
 		res.CPUScope = "whole process: responder, load generator and nats-server together (in-process mode)"
+	}
+
+	res.Baseline.Name, res.Coordinator.Name = "bare NATS echo", "coordinator"
+	targets, helpers := []*LoadTarget{&res.Baseline, &res.Coordinator}, []*helper{echo, coord}
+	if o.LeasePartitions > 1 {
+		if o.PerRequest != 1 {
+			return nil, fmt.Errorf("bench: %d lease partitions need one resource per request (not %d): the partitions of a request's resources differ", o.LeasePartitions, o.PerRequest)
+		}
+		parts, err := env.startLeaseParts(ctx, url, o)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = parts.stop() }()
+		res.Partitioned = &LoadTarget{Name: fmt.Sprintf("coordinator, %d lease partitions", o.LeasePartitions)}
+		targets, helpers = append(targets, res.Partitioned), append(helpers, parts)
 	}
 
 	getSubj := coordinator.Subject(coordinator.DefaultNode, "capacity.get")
@@ -211,7 +242,12 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 			})
 		}
 		data, err := wire.Marshal(o.encoding(), req)
-		return data, []string{echoSubject, getSubj}, err
+		subjs := []string{echoSubject, getSubj}
+		if n := o.LeasePartitions; n > 1 {
+			p := subjects.LeasePartition(req.Resource[0].GetResourceId(), n)
+			subjs = append(subjs, subjects.LeaseSubject(partsNode, "capacity.get", p, n))
+		}
+		return data, subjs, err
 	})
 	if err != nil {
 		return nil, err
@@ -219,15 +255,24 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 	defer g.close()
 	g.setContentType(o.encoding().ContentType())
 
-	res.Baseline.Name, res.Coordinator.Name = "bare NATS echo", "coordinator"
-	if _, err := g.alternate(ctx, env, "load", o.ClosedLoop, []*LoadTarget{&res.Baseline, &res.Coordinator}, []*helper{echo, coord}); err != nil {
+	if _, err := g.alternate(ctx, env, "load", o.ClosedLoop, targets, helpers); err != nil {
 		return nil, err
+	}
+	if res.Partitioned != nil {
+		res.PartitionCPURatio = safeDiv(res.Partitioned.CPUPerReqUs, res.Coordinator.CPUPerReqUs)
+		if all, err := fetchAllStats(g.conns[0], time.Second); err == nil {
+			res.PartitionShares = leaseShares(all, o.LeasePartitions)
+		}
 	}
 	res.Ratio = safeDiv(res.Coordinator.RPS, res.Baseline.RPS)
 	res.P99Ratio = safeDiv(res.Coordinator.P99us, res.Baseline.P99us)
 	res.CPURatio = safeDiv(res.Coordinator.CPUPerReqUs, res.Baseline.CPUPerReqUs)
-	if st, err := fetchStats(g.conns[0]); err == nil {
-		res.CoordinatorStats = st
+	if all, err := fetchAllStats(g.conns[0], time.Second); err == nil {
+		for _, st := range all {
+			if st.Node == coordinator.DefaultNode {
+				res.CoordinatorStats = &st
+			}
+		}
 	}
 	if err := env.writeJSON("load.json", res); err != nil {
 		return res, err
@@ -302,38 +347,6 @@ func safeDiv(a, b float64) float64 {
 func newHist() *hdrhistogram.Histogram {
 	// 1µs to 60s at 3 significant digits.
 	return hdrhistogram.New(1, 60_000_000, 3)
-}
-
-// Markdown renders the result as a table.
-func (r *LoadResult) Markdown() string {
-	var b strings.Builder
-	o := r.Options
-	fmt.Fprintf(&b, "### Load: GetCapacity over TCP loopback\n\n")
-	fmt.Fprintf(&b, "%d simulated clients on %d connections, %d requests in flight each (%d in flight), %d resources, %d per request, %s; round interval %v; %v measured per target in %d alternating phases after %v warm-up each.\n\n",
-		o.Clients, o.Conns, o.Pipeline, r.InFlight, o.Resources, o.PerRequest, encodingLabel(o.encoding()), roundLabel(o.Round), o.Duration, o.Phases, o.Warmup)
-	b.WriteString(targetTable(r.Baseline, r.Coordinator))
-	fmt.Fprintf(&b, "\n**coordinator / bare echo: throughput %.2f× (target ≥ %.1f×: %s), p99 latency %.2f×, CPU per request %.2f×.**\n\n",
-		r.Ratio, r.TargetRatio, verdict(r.Ratio >= r.TargetRatio), r.P99Ratio, r.CPURatio)
-	fmt.Fprintf(&b, "CPU and RSS: %s.\n", r.CPUScope)
-	if s := r.CoordinatorStats; s != nil {
-		fmt.Fprintf(&b, "Coordinator STATS at the end: %d rounds for %d requests (%.1f requests per round), last round %.3f ms, longest %.3f ms.\n",
-			s.Rounds, s.Requests, safeDiv(float64(s.Requests), float64(s.Rounds)), s.LastRoundMS, s.MaxRoundMS)
-	}
-	return b.String()
-}
-
-func encodingLabel(e wire.Encoding) string {
-	if e == wire.JSON {
-		return "JSON requests (the echo answers the same JSON payload)"
-	}
-	return "binary protobuf"
-}
-
-func roundLabel(d time.Duration) string {
-	if d <= 0 {
-		return "0 (answer at once; what is queued is batched)"
-	}
-	return d.String()
 }
 
 // generator is a closed-loop, pipelined load generator: every slot keeps

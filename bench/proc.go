@@ -19,8 +19,21 @@ type procSample struct {
 	hwmKiB int64
 }
 
-// readProc samples /proc/<pid> ("self" for this process).
+// readProc samples /proc/<pid> ("self" for this process); pids
+// separated by commas sample several processes, their CPU and resident
+// sets summed.
 func readProc(pid string) (procSample, error) {
+	if strings.Contains(pid, ",") {
+		var sum procSample
+		for p := range strings.SplitSeq(pid, ",") {
+			s, err := readProc(p)
+			if err != nil {
+				return sum, err
+			}
+			sum.cpu, sum.rssKiB, sum.hwmKiB = sum.cpu+s.cpu, sum.rssKiB+s.rssKiB, sum.hwmKiB+s.hwmKiB
+		}
+		return sum, nil
+	}
 	var s procSample
 	data, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {

@@ -19,7 +19,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,6 +102,12 @@ type Options struct {
 	// each request at once, whatever queued meanwhile batched with it. At
 	// most 50ms.
 	RoundInterval time.Duration
+	// Partitions spreads the node's resources over that many lease
+	// partitions, each elected and served on its own subjects
+	// (subjects.md, "Lease partitions"); Partition is the one served, in
+	// [0, Partitions). Default 1: the node's plain subjects, election key
+	// and lease record, as without partitions.
+	Partition, Partitions int
 	// Parent names the parent node (toward the root) whose coordinator
 	// this one gets its capacity from, over allot.<Parent>.server.get
 	// (through a leaf-node connection). Empty: this node is a root and
@@ -230,8 +235,9 @@ type Coordinator struct {
 	leaseBuf []wire.LeaseReply
 	replyBuf []byte
 	replyMsg nats.Msg
-	// jsonHeader is the header of JSON replies, made once.
-	jsonHeader nats.Header
+	// jsonHeader is the header of JSON replies, made once; pbHeader that
+	// of binary ones (nil without lease partitions).
+	jsonHeader, pbHeader nats.Header
 
 	calls calls // requests and error replies (see observe.go)
 	// gate says whether replies may still be sent: not once a newer
@@ -308,12 +314,16 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 			Child:      opts.Parent != "",
 		}),
 	}
+	if c.partitioned() {
+		c.pbHeader = nats.Header{}
+		c.partitionsHeader(&nats.Msg{Header: c.pbHeader})
+	}
 	return c, nil
 }
 
 // fill validates o and fills its defaults.
 func (o *Options) fill() error {
-	if err := leader.FillNode("coordinator", &o.Node, &o.ServerID); err != nil {
+	if err := leader.FillPartition("coordinator", &o.Node, &o.ServerID, o.Partition, &o.Partitions, subjects.MaxLeasePartitions); err != nil {
 		return err
 	}
 	switch {
@@ -459,37 +469,15 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	}
 
 	c.bulk = newBulkLane(c)
-	// Get and release share one subscription so that one client's
-	// requests are handled in the order they were sent. A holder's
-	// refresh (capacity.refresh) has a subscription of its own, on a
-	// connection of its own (Options.Beside), which a flood of newcomers'
-	// gets never fills: the wildcard's subscription leaves it alone. A tenant's requests arrive on
-	// allot.t.<tenant>.<node>.capacity.* through its account's service
-	// import: one subscription for all tenants (and one for their
-	// refreshes), so each client's get and release keep their order.
-	// Never server.get: child nodes are coordinators inside the allot
-	// account. A plain subscription, not a micro endpoint: the handler
-	// needs the message (handleTenantMsg). Every endpoint is Deferred:
-	// the round loop answers, and finishes, its requests (publish).
-	size := func(h nats.Header, n int) error { return wire.CheckSize(wire.EncodingOf(h), n) }
-	refresh := func(subject string) bool { return strings.HasSuffix(subject, ".capacity.refresh") }
 	node := c.opts.Node
 	term, err := leader.Start(ctx, c.nc, leader.Spec{
-		Name: ServiceName, Version: ServiceVersion, Description: "allot coordinator: capacity leases for node " + node,
+		Name: ServiceName, Version: ServiceVersion, Description: c.description(),
 		Node: node, ServerID: c.opts.ServerID, Term: c.Term(), Stats: c.statsData, Gate: c.gate, Logger: c.log,
-		Endpoints: []leader.Endpoint{
-			{Name: "capacity", Subject: Subject(node, "capacity.*"), Handle: c.handleCapacity, CheckSize: size, Deferred: true, Ignore: refresh},
-			{Subject: Subject(node, "capacity.refresh"), Plain: true, Beside: true, Handle: c.handleCapacity, CheckSize: size, Deferred: true},
-			{Name: "server_get", Subject: Subject(node, "server.get"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
-			{Name: "server_get_child", Subject: Subject(node, "server.get.*"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
-			{Subject: TenantSubject("*", node, "capacity.*"), Plain: true, Handle: c.handleTenantMsg, CheckSize: size, Deferred: true,
-				Tenant: wire.TenantOf, Ignore: refresh},
-			{Subject: TenantSubject("*", node, "capacity.refresh"), Plain: true, Beside: true, Handle: c.handleTenantMsg, CheckSize: size,
-				Deferred: true, Tenant: wire.TenantOf},
-		},
-		Limits:   c.opts.Intake,
-		Beside:   c.opts.Beside,
-		Classify: c.known.classify,
+		Partition: c.opts.Partition, Partitions: c.partitionsMeta(),
+		Endpoints: c.endpoints(),
+		Limits:    c.opts.Intake,
+		Beside:    c.opts.Beside,
+		Classify:  c.known.classify,
 		ErrorBody: func(h nats.Header, code int, text string, retry time.Duration) []byte {
 			return reply.RefusalBody(wire.EncodingOf(h), code, text, retry)
 		},
@@ -509,7 +497,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	}
 	go c.loop()
 	until, complete := c.ledger.Learning()
-	c.log.Info("coordinator serving", "subjects", Subject(c.opts.Node, "*.*"), "round", c.round,
+	c.log.Info("coordinator serving", "subjects", c.leaseSubject("capacity.*"), "partition", c.opts.Partition, "partitions", c.opts.Partitions, "round", c.round,
 		"learning_until", time.Unix(0, until), "predecessor_complete", complete)
 	return nil
 }

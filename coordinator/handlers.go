@@ -159,6 +159,17 @@ func (c *Coordinator) decode(it bulkItem) {
 		c.recycle(r)
 		return
 	}
+	var wrong string
+	if r.get != nil {
+		wrong = c.misdirected(len(r.get.GetResource()), func(k int) string { return r.get.GetResource()[k].GetResourceId() })
+	} else {
+		wrong = c.misdirected(len(r.rel.GetResourceId()), func(k int) string { return r.rel.GetResourceId()[k] })
+	}
+	if wrong != "" {
+		c.refuseMisdirected(m, enc, wrong)
+		c.recycle(r)
+		return
+	}
 	c.enqueue(r)
 }
 
@@ -283,9 +294,13 @@ func (c *Coordinator) handleServerGet(m micro.Request) {
 	// On allot.<node>.server.get.<child> the subject names the child, and
 	// NATS permissions may allow a child's link that subject alone: the
 	// request must then speak for that child only.
-	if child, ok := strings.CutPrefix(m.Subject(), Subject(c.opts.Node, "server.get.")); ok && r.srv.GetServerId() != child {
+	if child, ok := strings.CutPrefix(m.Subject(), c.leaseSubject("server.get")+"."); ok && r.srv.GetServerId() != child {
 		c.replyError(m, enc, CodeBadRequest, "server_id "+strconv.Quote(r.srv.GetServerId())+" does not match the child "+
 			strconv.Quote(child)+" the subject names: a child node asks for itself only")
+		return
+	}
+	if wrong := c.misdirected(len(r.srv.GetResource()), func(k int) string { return r.srv.GetResource()[k].GetResourceId() }); wrong != "" {
+		c.refuseMisdirected(m, enc, wrong)
 		return
 	}
 	c.enqueue(r)
@@ -348,6 +363,7 @@ func (c *Coordinator) publish(m micro.Request, out *nats.Msg) {
 		c.gate.Silenced.Add(1)
 		return
 	}
+	c.partitionsHeader(out)
 	var err error
 	if lr, ok := m.(*leader.Request); ok {
 		err = lr.RespondMsg(out) // on the connection it came on

@@ -156,8 +156,17 @@ func subjectIndex(subject string) int {
 	return len(callSubjects) - 1
 }
 
-// countCall counts a request (code 0) or an error reply on subject.
+// countCall counts a request (code 0) or an error reply on subject. A
+// lease partition's subject (allot.<node>.<group>.p.<i>.<op>) counts as
+// the node's (allot.<node>.<group>.<op>).
 func (c *Coordinator) countCall(subject string, code int) {
+	if c.partitioned() {
+		if i := strings.LastIndex(subject, ".p."); i > 0 {
+			if j := strings.IndexByte(subject[i+3:], '.'); j > 0 {
+				subject = subject[:i] + subject[i+3+j:]
+			}
+		}
+	}
 	j := len(callCodes)
 	for k, cc := range callCodes {
 		if cc == code {

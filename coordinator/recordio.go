@@ -14,11 +14,12 @@ import (
 
 	"github.com/allot/allot/internal/ledger"
 	"github.com/allot/allot/internal/statekv"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/proto/allotpb"
 )
 
 // recordStore keeps the node's lease record in the state bucket (key
-// "<node>.leases"): it reads what a predecessor left, writes the records
+// "<node>.leases", or "<node>.leases.<i>" for lease partition i): it reads what a predecessor left, writes the records
 // the ledger proposes with compare-and-set on a goroutine of its own (so
 // no round waits on KV), and checks every few seconds that the stored
 // record is still ours. It recovers on its own from a deleted record, an
@@ -60,7 +61,7 @@ const writeTimeout = 2 * time.Second
 
 func newRecordStore(js jetstream.JetStream, opts Options, log *slog.Logger) *recordStore {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &recordStore{js: js, opts: opts, log: log, key: opts.Node + ".leases",
+	return &recordStore{js: js, opts: opts, log: log, key: subjects.LeaseRecordKey(opts.Node, opts.Partition, opts.Partitions),
 		in: make(chan *ledger.Proposal, 1), out: make(chan storeResult, 4), ctx: ctx, stop: cancel}
 }
 

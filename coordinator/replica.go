@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/leader"
+	"github.com/allot/allot/internal/subjects"
 )
 
 // ReplicaServiceName is the NATS micro service every Replica registers,
@@ -43,6 +45,10 @@ type ReplicaOptions struct {
 type ReplicaStatus struct {
 	Node     string `json:"node"`
 	ServerID string `json:"server_id"`
+	// Partition and Partitions say which lease partition the replica
+	// campaigns for, when the node has more than one.
+	Partition  int `json:"partition,omitempty"`
+	Partitions int `json:"partitions,omitempty"`
 	// Parent is the node's parent node (empty on a root).
 	Parent string        `json:"parent,omitempty"`
 	Role   election.Role `json:"role"`
@@ -100,6 +106,7 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	// read the 0 that NoRoundInterval and NoClockSkew became as "default":
 	// keep them as given. Fix the identity now, the same for every term.
 	opts.Node, opts.ServerID, opts.Templates, opts.Logger, opts.Now = filled.Node, filled.ServerID, filled.Templates, filled.Logger, filled.Now
+	opts.Partitions = filled.Partitions
 	return &Replica{nc: nc, opts: opts, beside: leader.Beside(nc, "election"), holders: leader.Beside(nc, "holders")}, nil
 }
 
@@ -107,8 +114,11 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 func (r *Replica) Status() ReplicaStatus { return r.status(r.seat.Status()) }
 
 func (r *Replica) status(ss leader.Status) ReplicaStatus {
-	st := ReplicaStatus{Node: r.opts.Node, ServerID: r.opts.ServerID, Parent: r.opts.Parent,
+	st := ReplicaStatus{Node: r.opts.Node, ServerID: r.opts.ServerID, Parent: r.opts.Parent, Partition: r.opts.Partition,
 		Role: ss.Role, Term: ss.Term, Leader: ss.Leader, Serving: ss.Serving, Failure: ss.Failure}
+	if r.opts.Partitions > 1 {
+		st.Partitions = r.opts.Partitions
+	}
 	if src, ok := r.opts.Templates.(StatusSource); ok {
 		st.Config = src.Status()
 	}
@@ -147,11 +157,11 @@ func (r *Replica) Run(ctx context.Context) error {
 	err := r.seat.Run(ctx, r.nc, leader.SeatConfig{
 		Election: election.Config{
 			Bucket:   r.opts.ElectionBucket,
-			Key:      r.opts.Node,
+			Key:      subjects.LeaseElectionKey(r.opts.Node, r.opts.Partition, r.opts.Partitions),
 			ID:       r.opts.ServerID,
 			TTL:      r.opts.ElectionTTL,
 			Replicas: r.opts.ElectionReplicas,
-			Logger:   r.opts.Logger.With("node", r.opts.Node),
+			Logger:   r.opts.Logger.With("node", r.opts.Node, "lease_partition", r.opts.Partition),
 		},
 		What:         "coordinator",
 		ElectionConn: r.beside,
@@ -159,7 +169,7 @@ func (r *Replica) Run(ctx context.Context) error {
 		Status: &leader.StatusService{
 			Name: ReplicaServiceName, Version: ServiceVersion,
 			Description: "allot coordinator replica of node " + r.opts.Node + " (leader or follower)",
-			Metadata:    map[string]string{"node": r.opts.Node, "server_id": r.opts.ServerID},
+			Metadata:    r.metadata(),
 			Subject:     Subject(r.opts.Node, "replica.status"), EndpointMetadata: map[string]string{"node": r.opts.Node},
 			Data: func(ss leader.Status) any { return r.status(ss) },
 		},
@@ -194,4 +204,14 @@ func (r *Replica) termOptions(el *election.Elector, term uint64) Options {
 	opts.TermBound = el.LastSequence
 	opts.PriorLeader = func(ctx context.Context) (bool, error) { return el.Founded(ctx, term) }
 	return opts
+}
+
+// metadata is the allot-replica service's metadata: node and server id,
+// and the lease partition when the node has more than one.
+func (r *Replica) metadata() map[string]string {
+	md := map[string]string{"node": r.opts.Node, "server_id": r.opts.ServerID}
+	if r.opts.Partitions > 1 {
+		md["partition"], md["partitions"] = strconv.Itoa(r.opts.Partition), strconv.Itoa(r.opts.Partitions)
+	}
+	return md
 }

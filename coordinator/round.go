@@ -372,7 +372,7 @@ func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
 	c.leaseBuf = entries
 	c.held(req, entries)
 	// One message for every such reply: publishing copies it out.
-	c.replyMsg = nats.Msg{Subject: req.msg.Reply()}
+	c.replyMsg = nats.Msg{Subject: req.msg.Reply(), Header: c.pbHeader}
 	if req.enc == wire.Protobuf {
 		c.replyBuf = wire.AppendGetCapacityResponse(c.replyBuf[:0], term, entries)
 	} else {
@@ -384,6 +384,7 @@ func (c *Coordinator) replyLeases(req *request, now int64, term uint64) {
 		}
 		if c.jsonHeader == nil {
 			c.jsonHeader = nats.Header{wire.HeaderContentType: {wire.ContentJSON}}
+			c.partitionsHeader(&nats.Msg{Header: c.jsonHeader})
 		}
 		c.replyMsg.Header = c.jsonHeader
 	}

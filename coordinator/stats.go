@@ -36,6 +36,10 @@ type Stats struct {
 	Node     string `json:"node"`
 	ServerID string `json:"server_id"`
 	Term     uint64 `json:"term"`
+	// Partition and Partitions say which lease partition this
+	// coordinator serves, when the node has more than one.
+	Partition  int `json:"partition,omitempty"`
+	Partitions int `json:"partitions,omitempty"`
 	// Serving is false once the coordinator stopped serving on its own
 	// (Failure says why) or was stopped.
 	Serving     bool    `json:"serving"`
@@ -124,6 +128,7 @@ func (c *Coordinator) statsData() any {
 		Unheard: s.ledger.Unheard, Forgotten: s.ledger.Forgotten,
 		Silenced: c.gate.Silenced.Load(), Resources: s.ledger.Resources, Clients: s.ledger.Clients,
 		RoundErrors: s.errors, Shadow: c.opts.Shadow,
+		Partition: c.opts.Partition, Partitions: c.partitionsMeta(),
 	}
 	if failure != nil {
 		out.Failure = failure.Error()

@@ -1,10 +1,12 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
 
+	"github.com/allot/allot/internal/ledger"
 	"github.com/allot/allot/internal/tree"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -28,7 +30,7 @@ type upstream struct {
 }
 
 type upstreamResult struct {
-	resps []*allotpb.GetServerCapacityResponse
+	resps []tree.Answer // those without Err
 	err   error
 }
 
@@ -52,15 +54,23 @@ func (u *upstream) run() {
 			return
 		case reqs := <-u.in:
 			res := upstreamResult{}
+			// Each of the parent's lease partitions answers for its own
+			// resources: one that fails leaves the others' answers.
 			for _, req := range reqs {
 				ctx, cancel := context.WithTimeout(u.ctx, upstreamTimeout)
-				resp, err := u.link.Ask(ctx, req)
-				cancel()
-				if err != nil {
-					res.err = err
-					break
+				answered := false
+				for _, a := range u.link.AskAll(ctx, req) {
+					if a.Err != nil {
+						res.err = cmp.Or(res.err, a.Err)
+						continue
+					}
+					answered = true
+					res.resps = append(res.resps, a)
 				}
-				res.resps = append(res.resps, resp)
+				cancel()
+				if !answered {
+					break // the parent is unreachable: the rest would only wait too
+				}
 			}
 			select {
 			case u.out <- res:
@@ -98,9 +108,9 @@ func (c *Coordinator) answered(res upstreamResult) {
 	u := c.up
 	u.busy = false
 	now := c.now().UnixNano()
-	for _, resp := range res.resps {
-		if !c.ledger.SetUpstream(now, resp) {
-			c.log.Warn("answer of a deposed parent leader ignored", "parent", c.opts.Parent, "term", resp.GetTerm())
+	for _, a := range res.resps {
+		if !c.ledger.SetUpstreamFrom(now, ledger.UpstreamSource{Part: a.Part, Parts: a.Parts}, a.Resp) {
+			c.log.Warn("answer of a deposed parent leader ignored", "parent", c.opts.Parent, "lease_partition", a.Part, "term", a.Resp.GetTerm())
 		}
 	}
 	if res.err != nil {

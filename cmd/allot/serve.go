@@ -55,6 +55,10 @@ type coordFlags struct {
 	// quotaServe which of them this process serves.
 	quotaParts int
 	quotaServe partitionList
+	// leaseParts is how many lease partitions share the node's
+	// resources; leaseServe which of them this process campaigns for.
+	leaseParts int
+	leaseServe partitionList
 	// holdTTL is how long a domain hold lives without a refresh.
 	holdTTL time.Duration
 	// onServing, if set, is called when a replica starts or stops serving.
@@ -100,6 +104,9 @@ func (f *coordFlags) register(fs *pflag.FlagSet) {
 	f.quotaServe = partitionList{all: true}
 	fs.DurationVar(&f.holdTTL, "hold-ttl", domainserver.DefaultHoldTTL, "domain limits: how long a hold of a copy-limited resource lives without its client's refresh (agents refresh every third of it); a crashed client's holds are released after it, and a new leader learns the live holds for as long before it grants more")
 	fs.Var(goFlag(&f.quotaServe, "PARTITIONS"), "quota-serve", "quota partitions this process serves: 'all', 'none', or a comma-separated list such as 0,2")
+	fs.IntVar(&f.leaseParts, "lease-partitions", 1, fmt.Sprintf("lease partitions sharing the node's resources (at most %d), each electing its own coordinator and serving allot.<node>.capacity.p.<i>.* for the resources it owns (subjects.md, \"Lease partitions\"); partition 0 also serves the plain subjects, relaying each part to its owner", subjects.MaxLeasePartitions))
+	f.leaseServe = partitionList{all: true}
+	fs.Var(goFlag(&f.leaseServe, "PARTITIONS"), "lease-serve", "lease partitions this process campaigns for: 'all', 'none', or a comma-separated list such as 0,2")
 	f.rls.register(fs, true)
 }
 
@@ -146,8 +153,23 @@ func (p *partitionList) Set(v string) error {
 	return nil
 }
 
-// partitions returns the partitions to serve out of n.
-func (p *partitionList) partitions(n int) ([]int, error) {
+// leasePartitions returns the node's lease partitions and those this
+// process serves. Flags left unset (coordFlags made without register)
+// mean the defaults: one partition, served.
+func (f *coordFlags) leasePartitions() (n int, serve []int, err error) {
+	if f.leaseParts == 0 {
+		return 1, []int{0}, nil
+	}
+	serve, err = f.leaseServe.of(f.leaseParts, "lease")
+	return f.leaseParts, serve, err
+}
+
+// partitions returns the quota partitions to serve out of n.
+func (p *partitionList) partitions(n int) ([]int, error) { return p.of(n, "quota") }
+
+// of returns the partitions of service ("quota", "lease") to serve out of
+// n; its flags are --<service>-serve and --<service>-partitions.
+func (p *partitionList) of(n int, service string) ([]int, error) {
 	if p.all {
 		out := make([]int, n)
 		for i := range out {
@@ -157,7 +179,7 @@ func (p *partitionList) partitions(n int) ([]int, error) {
 	}
 	for _, id := range p.ids {
 		if id >= n {
-			return nil, fmt.Errorf("--quota-serve %d: there are only %d partitions (0 to %d; see --quota-partitions)", id, n, n-1)
+			return nil, fmt.Errorf("--%s-serve %d: there are only %d partitions (0 to %d; see --%s-partitions)", service, id, n, n-1, service)
 		}
 	}
 	return p.ids, nil
@@ -224,6 +246,12 @@ func (f *coordFlags) validate() error {
 		return fmt.Errorf("--quota-partitions %d: want 1 to %d", f.quotaParts, quotaserver.MaxPartitions)
 	}
 	if _, err := f.quotaServe.partitions(f.quotaParts); err != nil {
+		return err
+	}
+	if f.leaseParts < 1 || f.leaseParts > subjects.MaxLeasePartitions {
+		return fmt.Errorf("--lease-partitions %d: want 1 to %d", f.leaseParts, subjects.MaxLeasePartitions)
+	}
+	if _, err := f.leaseServe.of(f.leaseParts, "lease"); err != nil {
 		return err
 	}
 	if err := f.isolation.validate(f); err != nil {
@@ -361,16 +389,26 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	if cf.shadow {
 		log.Info("shadow mode: leases are allocated and reported but agents admit what they want, and quota takes are answered OK; both count what would have been refused")
 	}
-	// A replica: it serves only while it leads the node's election, and
-	// resigns when ctx ends so that another replica takes over at once.
-	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{Options: opts, ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV, OnServing: cf.onServing})
+	// A replica per lease partition served: it serves only while it
+	// leads its partition's election, and resigns when ctx ends so that
+	// another replica takes over at once.
+	leaseN, leaseParts, err := cf.leasePartitions()
 	if err != nil {
 		return err
 	}
-	if cf.ops != nil {
-		defer cf.ops.add(nc, rep)()
+	var runs []func(context.Context) error
+	for _, p := range leaseParts {
+		o := opts
+		o.Partition, o.Partitions = p, leaseN
+		rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{Options: o, ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV, OnServing: cf.onServing})
+		if err != nil {
+			return err
+		}
+		if cf.ops != nil {
+			defer cf.ops.add(nc, rep)()
+		}
+		runs = append(runs, rep.Run)
 	}
-	runs := []func(context.Context) error{rep.Run}
 	parts, err := cf.quotaServe.partitions(cf.quotaParts)
 	if err != nil {
 		return err

@@ -311,6 +311,8 @@ func printStatus(w io.Writer, nodes []*nodeStatus, now time.Time) {
 		var followers []string
 		for _, r := range n.Replicas {
 			switch {
+			case r.Partitions > 1:
+				leader = "(lease partitions, below)"
 			case r.ServerID == n.Leader && !r.Serving:
 				leader += " (not serving)"
 			case r.ServerID == n.Leader:
@@ -327,6 +329,7 @@ func printStatus(w io.Writer, nodes []*nodeStatus, now time.Time) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Node, leader, term, since, f)
 	}
 	_ = tw.Flush()
+	printLeasePartitions(w, nodes)
 	printTree(w, nodes)
 	printQuota(w, nodes, now)
 	printDomain(w, nodes, now)
@@ -480,4 +483,27 @@ func printTree(w io.Writer, nodes []*nodeStatus) {
 	for _, r := range roots {
 		draw(r, "")
 	}
+}
+
+// printLeasePartitions lists the replicas of nodes whose resources are
+// spread over lease partitions: each partition's leader and followers.
+func printLeasePartitions(w io.Writer, nodes []*nodeStatus) {
+	if !slices.ContainsFunc(nodes, func(n *nodeStatus) bool {
+		return slices.ContainsFunc(n.Replicas, func(r coordinator.ReplicaStatus) bool { return r.Partitions > 1 })
+	}) {
+		return
+	}
+	fmt.Fprintln(w, "\nLEASE PARTITIONS")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tPARTITION\tREPLICA\tROLE\tTERM\tSERVING")
+	for _, n := range nodes {
+		reps := slices.Clone(n.Replicas)
+		slices.SortStableFunc(reps, func(a, b coordinator.ReplicaStatus) int { return a.Partition - b.Partition })
+		for _, r := range reps {
+			if r.Partitions > 1 {
+				fmt.Fprintf(tw, "%s\t%d of %d\t%s\t%s\t%d\t%v\n", n.Node, r.Partition, r.Partitions, r.ServerID, r.Role, r.Term, r.Serving)
+			}
+		}
+	}
+	_ = tw.Flush()
 }

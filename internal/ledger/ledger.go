@@ -154,7 +154,7 @@ type Ledger struct {
 	records   int // client records over all resources
 	rec       recordState
 	touched   []*resource
-	upTerm    uint64 // highest parent term seen (child nodes)
+	upTerms   map[UpstreamSource]uint64 // highest parent term seen, per source (child nodes)
 	// tenantRes counts, per tenant, the resources it has clients on, and
 	// tenantRecs its client records.
 	tenantRes  map[string]int

@@ -243,14 +243,28 @@ func (l *Ledger) UpstreamRequests(now int64, node string) []*allotpb.GetServerCa
 	return reqs
 }
 
+// UpstreamSource names which of the parent's coordinators answered: lease
+// partition Part of Parts (the zero value: the parent's plain subject).
+// Each partition elects its own leader, so each has terms of its own.
+type UpstreamSource struct{ Part, Parts int }
+
 // SetUpstream installs the parent's answer: each resource's lease becomes
 // its capacity. Answers of a lower term than one already seen are stale
 // (a deposed parent leader) and ignored; it reports whether resp was.
 func (l *Ledger) SetUpstream(now int64, resp *allotpb.GetServerCapacityResponse) bool {
-	if resp.GetTerm() < l.upTerm {
+	return l.SetUpstreamFrom(now, UpstreamSource{}, resp)
+}
+
+// SetUpstreamFrom is SetUpstream for the answer of one of the parent's
+// lease partitions: terms are compared with that partition's only.
+func (l *Ledger) SetUpstreamFrom(now int64, src UpstreamSource, resp *allotpb.GetServerCapacityResponse) bool {
+	if resp.GetTerm() < l.upTerms[src] {
 		return false
 	}
-	l.upTerm = resp.GetTerm()
+	if l.upTerms == nil {
+		l.upTerms = map[UpstreamSource]uint64{}
+	}
+	l.upTerms[src] = resp.GetTerm()
 	for _, rr := range resp.GetResponse() {
 		r := l.resources[rr.GetResourceId()]
 		if r == nil || !r.up.child {

@@ -42,6 +42,11 @@ const (
 	// to wait before sending again, in whole milliseconds. nats-server's
 	// own 503 (no responders) never carries it.
 	HeaderRetryAfter = "Allot-Retry-After"
+	// HeaderLeasePartitions, on every reply of a coordinator whose node
+	// spreads its resources over more than one lease partition, is how
+	// many: a client then sends each partition its own resources
+	// (subjects.md, "Lease partitions"). Absent: one.
+	HeaderLeasePartitions = "Allot-Lease-Partitions"
 )
 
 // Limits on request contents. Requests beyond them are rejected whole.

@@ -71,9 +71,16 @@ func New(nc *nats.Conn, serviceError func(code int, description string, retryAft
 // client names the lease holder sending it (Allot-Client), so that the
 // service takes it before newcomers' requests.
 func (c *Caller) Protobuf(ctx context.Context, timeout time.Duration, subj, client string, req, resp proto.Message) error {
+	_, err := c.ProtobufReply(ctx, timeout, subj, client, req, resp)
+	return err
+}
+
+// ProtobufReply is Protobuf that also returns the reply's headers (nil
+// when nothing answered), an error reply's included.
+func (c *Caller) ProtobufReply(ctx context.Context, timeout time.Duration, subj, client string, req, resp proto.Message) (nats.Header, error) {
 	data, err := wire.Marshal(wire.Protobuf, req)
 	if err != nil {
-		return fmt.Errorf("agent: encode request for %s: %w", subj, err)
+		return nil, fmt.Errorf("agent: encode request for %s: %w", subj, err)
 	}
 	hdr := nats.Header{
 		wire.HeaderContentType: {wire.ContentProtobuf},
@@ -93,13 +100,17 @@ func (c *Caller) Protobuf(ctx context.Context, timeout time.Duration, subj, clie
 		cancel()
 	}
 	if err != nil {
-		return fmt.Errorf("agent: request %s: %w", subj, err)
+		return nil, fmt.Errorf("agent: request %s: %w", subj, err)
+	}
+	h := reply.Header
+	if h == nil {
+		h = nats.Header{}
 	}
 	if code, desc, ok := ErrorReply(reply); ok {
-		return fmt.Errorf("agent: request %s: %w", subj, c.serviceError(code, desc, RetryAfter(reply)))
+		return h, fmt.Errorf("agent: request %s: %w", subj, c.serviceError(code, desc, RetryAfter(reply)))
 	}
 	if err := wire.Unmarshal(wire.ReplyEncodingOf(reply.Header), reply.Data, resp); err != nil {
-		return fmt.Errorf("agent: reply from %s: %w", subj, err)
+		return h, fmt.Errorf("agent: reply from %s: %w", subj, err)
 	}
-	return nil
+	return h, nil
 }

@@ -1,0 +1,57 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/allot/allot/internal/wire"
+)
+
+// Markdown renders the result as a table.
+func (r *LoadResult) Markdown() string {
+	var b strings.Builder
+	o := r.Options
+	fmt.Fprintf(&b, "### Load: GetCapacity over TCP loopback\n\n")
+	fmt.Fprintf(&b, "%d simulated clients on %d connections, %d requests in flight each (%d in flight), %d resources, %d per request, %s; round interval %v; %v measured per target in %d alternating phases after %v warm-up each.\n\n",
+		o.Clients, o.Conns, o.Pipeline, r.InFlight, o.Resources, o.PerRequest, encodingLabel(o.encoding()), roundLabel(o.Round), o.Duration, o.Phases, o.Warmup)
+	if r.Partitioned != nil {
+		b.WriteString(targetTable(r.Baseline, r.Coordinator, *r.Partitioned))
+	} else {
+		b.WriteString(targetTable(r.Baseline, r.Coordinator))
+	}
+	fmt.Fprintf(&b, "\n**coordinator / bare echo: throughput %.2f× (target ≥ %.1f×: %s), p99 latency %.2f×, CPU per request %.2f×.**\n\n",
+		r.Ratio, r.TargetRatio, verdict(r.Ratio >= r.TargetRatio), r.P99Ratio, r.CPURatio)
+	if r.Partitioned != nil {
+		shares := make([]string, len(r.PartitionShares))
+		for i, sh := range r.PartitionShares {
+			shares[i] = fmt.Sprintf("%.3f", sh)
+		}
+		procs := "default GOMAXPROCS"
+		if r.Options.PartitionProcs > 0 {
+			procs = fmt.Sprintf("GOMAXPROCS=%d each", r.Options.PartitionProcs)
+		}
+		fmt.Fprintf(&b, "**%d lease partitions (%s) / one coordinator: CPU per request (all partitions' processes summed) %.2f× (target ≤ 1.1×: %s); each partition's share of the requests: %s.**\n\n",
+			r.Options.LeasePartitions, procs, r.PartitionCPURatio, verdict(r.PartitionCPURatio <= 1.1), strings.Join(shares, ", "))
+	}
+	fmt.Fprintf(&b, "CPU and RSS: %s.\n", r.CPUScope)
+	if s := r.CoordinatorStats; s != nil {
+		fmt.Fprintf(&b, "Coordinator STATS at the end: %d rounds for %d requests (%.1f requests per round), last round %.3f ms, longest %.3f ms.\n",
+			s.Rounds, s.Requests, safeDiv(float64(s.Requests), float64(s.Rounds)), s.LastRoundMS, s.MaxRoundMS)
+	}
+	return b.String()
+}
+
+func encodingLabel(e wire.Encoding) string {
+	if e == wire.JSON {
+		return "JSON requests (the echo answers the same JSON payload)"
+	}
+	return "binary protobuf"
+}
+
+func roundLabel(d time.Duration) string {
+	if d <= 0 {
+		return "0 (answer at once; what is queued is batched)"
+	}
+	return d.String()
+}
