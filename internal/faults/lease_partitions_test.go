@@ -83,7 +83,7 @@ func TestLeasePartitionsKillOne(t *testing.T) {
 	}
 	primaries := make([]*exec.Cmd, n)
 	for p := range n {
-		primaries[p], _, _ = startProcess(t, fmt.Sprint("primary-", p), bin, coordinatorArgs(fmt.Sprint("primary-", p), fmt.Sprint(p))...)
+		primaries[p], _, _ = StartProcess(t, fmt.Sprint("primary-", p), bin, coordinatorArgs(fmt.Sprint("primary-", p), fmt.Sprint(p))...)
 	}
 	for p := range n {
 		subj := subjects.LeaseSubject("root", "capacity.get", p, n)
@@ -93,7 +93,7 @@ func TestLeasePartitionsKillOne(t *testing.T) {
 		})
 	}
 	// Only now the standby: every partition's key is held, so it follows.
-	startProcess(t, "standby", bin, coordinatorArgs("standby", "all")...)
+	StartProcess(t, "standby", bin, coordinatorArgs("standby", "all")...)
 
 	tally := &partitionTally{}
 	sub, err := nc.Subscribe("allot.root.capacity.p.*.*", tally.count)
