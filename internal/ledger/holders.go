@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"hash/fnv"
+	"math"
 	"slices"
 	"time"
 
@@ -75,18 +76,18 @@ type holders struct {
 	// may have been stored, the older of the two, whose members in both
 	// are the ones with since <= cseq) and its end, until (unix ns; 0
 	// none).
-	cseq  uint64
+	cseq  uint32
 	until int64
 	// A proposal in flight with a promise (pendUntil > 0) of snapshot
 	// pseq, or (pendUntil == 0) without one; inflight says whether one is.
 	inflight  bool
-	pseq      uint64
+	pseq      uint32
 	pendUntil int64
 
 	// seq numbers the snapshots with a promise. n, digest and bytes
 	// count the listed clients: their number, the sum of their hashes,
 	// and their ids' bytes in a record's JSON.
-	seq    uint64
+	seq    uint32
 	n      uint32
 	digest uint64
 	bytes  int
@@ -145,6 +146,15 @@ func (h *holders) list(c *client, in bool) {
 	if len(h.joined)+len(h.dropped) > maxHolderChanges {
 		h.forget()
 	}
+}
+
+// renumber starts the snapshots' numbers again, once they run out: every
+// run ends (since 0) and the committed promise then names nobody, so
+// grants wait for the next write, as a newcomer's do. No write is in
+// flight: a snapshot is taken only when one may start.
+func (h *holders) renumber() {
+	h.seq, h.cseq, h.pseq = 0, 0, 0
+	h.forget()
 }
 
 // forget stops keeping the clients' since: the next snapshot visits them
@@ -207,7 +217,7 @@ func (r *resource) promising(now int64) bool {
 // holderSnapshot is the promise a proposal carries for one resource.
 type holderSnapshot struct {
 	r      *resource
-	seq    uint64
+	seq    uint32
 	until  int64 // 0: the record carries no promise
 	n      uint32
 	digest uint64
@@ -231,6 +241,9 @@ func (r *resource) snapshotHolders(now int64) holderSnapshot {
 		h.forget()
 		return holderSnapshot{} // too many to promise, known without a look
 	}
+	if h.seq == math.MaxUint32 {
+		h.renumber()
+	}
 	h.seq++
 	s := h.seq
 	// Runs end for whoever is left out; runs begin for whoever is in and
@@ -246,7 +259,11 @@ func (r *resource) snapshotHolders(now int64) holderSnapshot {
 	}
 	if !h.exact {
 		for i := range r.clients.len() {
-			mark(r.clients.at(i))
+			c := r.clients.at(i)
+			if h.seq == 1 {
+				c.since = 0 // numbers start again: no run is older
+			}
+			mark(c)
 		}
 	} else {
 		for _, ids := range [...][]string{h.dropped, h.wanted, h.joined} {

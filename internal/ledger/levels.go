@@ -50,10 +50,13 @@ func sameLevel(a, b *config.Template) bool {
 func (r *resource) buildLevel() {
 	// levelConfig sets a tenant level only for the share algorithms, the
 	// one thing New refuses.
+	old := r.lv
 	r.lv, _ = level.New(levelConfig(r.tmpl))
 	for i := range r.clients.len() {
-		r.clients.at(i).h = 0
-		r.syncClaim(int32(i))
+		c := r.clients.at(i)
+		prio := priorityIn(old, c.h)
+		c.h = 0
+		r.syncClaim(int32(i), prio)
 	}
 }
 
@@ -85,17 +88,30 @@ func demandOf(wants, weight float64) (float64, float64) {
 // changes: it is part of the record's key).
 func (r *resource) setDemand(i int32, wants, weight float64, prio int32) {
 	c := r.clients.at(i)
-	if c.h != 0 && wants == c.wants && weight == c.weight && prio == c.prio {
+	if c.h != 0 && wants == c.wants && weight == c.weight && prio == r.priority(c) {
 		return
 	}
-	c.wants, c.weight, c.prio = wants, weight, prio
-	r.syncClaim(i)
+	c.wants, c.weight = wants, weight
+	r.syncClaim(i, prio)
 }
 
-// syncClaim passes client i's demand on to the State.
-func (r *resource) syncClaim(i int32) {
+// priority is client c's priority band, which the State keeps (0 for a
+// claim it refused; see syncClaim).
+func (r *resource) priority(c *client) int32 { return priorityIn(r.lv, c.h) }
+
+// priorityIn is the band of claim h in s (0 if s does not hold it).
+func priorityIn(s *level.State, h level.Handle) int32 {
+	if s == nil {
+		return 0
+	}
+	cl, _ := s.Claim(h)
+	return cl.Priority
+}
+
+// syncClaim passes client i's demand, in band prio, on to the State.
+func (r *resource) syncClaim(i int32, prio int32) {
 	c := r.clients.at(i)
-	want := level.Claim{Wants: c.wants, Weight: c.weight, Priority: c.prio, Tenant: c.tenant()}
+	want := level.Claim{Wants: c.wants, Weight: c.weight, Priority: prio, Tenant: c.tenant()}
 	if c.h == 0 {
 		// Refused only for input demandOf rules out, or a tenant weight
 		// the configuration validates: the client then gets nothing

@@ -107,12 +107,13 @@ func (r *resource) note(c *client, now int64) {
 	if r.dues == nil {
 		return
 	}
-	d := r.dues[c.prio]
+	prio := r.priority(c)
+	d := r.dues[prio]
 	if d == nil {
 		// No client of the band was there when the rings were filled:
 		// every one since is noted when settled.
 		d = newDueRing(r.tmpl.RefreshInterval)
-		r.dues[c.prio] = d
+		r.dues[prio] = d
 	}
 	d.note(c, now)
 }

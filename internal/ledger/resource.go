@@ -12,16 +12,18 @@ import (
 // client is the coordinator's record of one client's lease on a resource.
 type client struct {
 	id string
-	// wants, weight and prio are its demand: what it asks for, how many
-	// clients it stands for (1 but for a child node's band) and its
-	// priority band. h names it in the resource's level.State, which
-	// divides the capacity (see levels.go).
+	// wants and weight are its demand: what it asks for and how many
+	// clients it stands for (1 but for a child node's band). h names it
+	// in the resource's level.State, which divides the capacity and keeps
+	// its priority band (see levels.go).
 	wants, weight float64
-	prio          int32
 	h             level.Handle
-	has           float64 // capacity of the lease the client holds from us
-	expiry        int64   // unix ns; the lease ends here
-	due           int64   // unix ns; when the client is expected back
+	// since is the first snapshot of its unbroken run of holder promises
+	// (holders.go); 4 bytes, beside h, so that it costs no memory.
+	since  uint32
+	has    float64 // capacity of the lease the client holds from us
+	expiry int64   // unix ns; the lease ends here
+	due    int64   // unix ns; when the client is expected back
 	// seen is when the client last asked (unix ns). A record outlives its
 	// lease (lapsed) until its floors end, and at least until seen + the
 	// lease length, so that the fair share floors are cut from counts the
@@ -56,9 +58,6 @@ type client struct {
 	released      bool // released after it was requested in the current round
 	// node: the record is a band of a child node (see ServerGet).
 	node bool
-	// since is the first snapshot of its unbroken run of holder
-	// promises (holders.go).
-	since uint64
 }
 
 // touched reports whether the client asked in the current round.
@@ -325,7 +324,7 @@ func (r *resource) markReleased(id string, now int64) bool {
 	r.clients.at(i).held, r.clients.at(i).heldUntil = 0, 0
 	r.clients.at(i).floor, r.clients.at(i).floorPrev = 0, 0
 	r.clients.at(i).floorEnd, r.clients.at(i).floorPrevEnd = 0, 0
-	r.setDemand(i, 0, r.clients.at(i).weight, r.clients.at(i).prio)
+	r.setDemand(i, 0, r.clients.at(i).weight, r.priority(r.clients.at(i)))
 	r.recount(i, now)
 	r.releasedIDs = append(r.releasedIDs, id)
 	return true
@@ -377,7 +376,7 @@ func (r *resource) expire(now int64) {
 			}
 			c.lapsed = true
 			c.has = 0
-			r.setDemand(i, 0, c.weight, c.prio)
+			r.setDemand(i, 0, c.weight, r.priority(c))
 			c.expiry = max(c.floorEnd, c.floorPrevEnd, c.seen+int64(r.tmpl.LeaseLength))
 			r.recount(i, now)
 			if c.floorExposure(now) > 0 {

@@ -54,14 +54,15 @@ func sumsFromScratch(r *resource, now int64) scratchSums {
 		}
 		wants.Add(c.wants)
 		weight.Add(c.weight)
-		b := s.bands[c.prio]
+		prio := r.priority(c) // kept in the State alone
+		b := s.bands[prio]
 		b.records++
 		b.clients += max(int64(math.Round(c.weight)), 1)
-		s.bands[c.prio] = b
-		if bandWants[c.prio] == nil {
-			bandWants[c.prio] = &level.Sum{}
+		s.bands[prio] = b
+		if bandWants[prio] == nil {
+			bandWants[prio] = &level.Sum{}
 		}
-		bandWants[c.prio].Add(c.wants)
+		bandWants[prio].Add(c.wants)
 	}
 	for p, b := range s.bands {
 		b.wants = bandWants[p].Value()
@@ -83,8 +84,8 @@ func checkSums(r *resource, now int64) error {
 		c := r.clients.at(i)
 		n := &c.n
 		got, ok := r.lv.Claim(c.h)
-		if !ok || got.Wants != c.wants || got.Weight != c.weight || got.Priority != c.prio {
-			return fmt.Errorf("%q: the level.State has %+v (%v), the record wants %v weight %v priority %d", c.id, got, ok, c.wants, c.weight, c.prio)
+		if !ok || got.Wants != c.wants || got.Weight != c.weight {
+			return fmt.Errorf("%q: the level.State has %+v (%v), the record wants %v weight %v", c.id, got, ok, c.wants, c.weight)
 		}
 		switch {
 		case c.wakeIdx < 0 || int(c.wakeIdx) >= len(r.sums.wake.ids) || r.sums.wake.ids[c.wakeIdx] != int32(i):
@@ -150,7 +151,7 @@ func checkTargets(r *resource) error {
 	var wants float64
 	for i := range r.clients.len() {
 		c := r.clients.at(i)
-		d[i] = alloc.Demand{Wants: c.wants, Weight: c.weight, Priority: c.prio}
+		d[i] = alloc.Demand{Wants: c.wants, Weight: c.weight, Priority: r.priority(c)}
 		wants += c.wants
 	}
 	capacity := r.lv.Capacity()

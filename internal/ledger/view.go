@@ -173,7 +173,7 @@ func (l *Ledger) Detail(now int64, id string, topN int, search string) (Resource
 	for _, i := range list {
 		c := r.clients.at(i)
 		d.Top = append(d.Top, ClaimantView{ID: displayID(c.id), Node: c.node, Has: c.has, Wants: c.wants,
-			Priority: c.prio, Weight: c.weight, Expiry: time.Unix(0, c.expiry).UTC(), Lapsed: c.lapsed})
+			Priority: r.priority(c), Weight: c.weight, Expiry: time.Unix(0, c.expiry).UTC(), Lapsed: c.lapsed})
 	}
 	return d, true
 }
