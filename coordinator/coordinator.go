@@ -423,14 +423,14 @@ func (o *Options) fillIsolation() error {
 
 // Subject returns the subject of endpoint ("capacity.get",
 // "capacity.release" or "server.get") for node.
-func Subject(node, endpoint string) string { return "allot." + node + "." + endpoint }
+func Subject(node, endpoint string) string { return subjects.Coordinator(node, endpoint) }
 
 // TenantSubject returns the subject on which tenant's requests for
 // endpoint ("capacity.get" or "capacity.release") of node arrive in the
 // allot account, once its service import has mapped them (see
 // subjects.md).
 func TenantSubject(tenant, node, endpoint string) string {
-	return wire.TenantPrefix + tenant + "." + node + "." + endpoint
+	return subjects.TenantCoordinator(tenant, node, endpoint)
 }
 
 // Start prepares the state bucket, reads the lease record to decide on
@@ -483,9 +483,9 @@ func (c *Coordinator) Start(ctx context.Context) error {
 			{Name: "server_get", Subject: Subject(node, "server.get"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
 			{Name: "server_get_child", Subject: Subject(node, "server.get.*"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
 			{Subject: TenantSubject("*", node, "capacity.*"), Plain: true, Handle: c.handleTenantMsg, CheckSize: size, Deferred: true,
-				Tenant: wire.TenantOf, Ignore: refresh},
+				Tenant: subjects.TenantOf, Ignore: refresh},
 			{Subject: TenantSubject("*", node, "capacity.refresh"), Plain: true, Beside: true, Handle: c.handleTenantMsg, CheckSize: size,
-				Deferred: true, Tenant: wire.TenantOf},
+				Deferred: true, Tenant: subjects.TenantOf},
 		},
 		Limits:   c.opts.Intake,
 		Beside:   c.opts.Beside,

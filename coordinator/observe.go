@@ -9,7 +9,7 @@ import (
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/ledger"
-	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/internal/subjects"
 )
 
 // MaxObservedResources bounds the resources an Observation names: the
@@ -141,7 +141,7 @@ type calls [len(callSubjects)][len(callCodes) + 1]atomic.Uint64 // last code col
 // ones: no tenant or user becomes a label.
 func subjectIndex(subject string) int {
 	dots := 1
-	if strings.HasPrefix(subject, wire.TenantPrefix) {
+	if strings.HasPrefix(subject, subjects.TenantPrefix) {
 		dots = 3
 	}
 	// allot.<node>.server.get.<child> counts as server.get.

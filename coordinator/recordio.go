@@ -14,6 +14,7 @@ import (
 
 	"github.com/allot/allot/internal/ledger"
 	"github.com/allot/allot/internal/statekv"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -60,7 +61,7 @@ const writeTimeout = 2 * time.Second
 
 func newRecordStore(js jetstream.JetStream, opts Options, log *slog.Logger) *recordStore {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &recordStore{js: js, opts: opts, log: log, key: opts.Node + ".leases",
+	return &recordStore{js: js, opts: opts, log: log, key: subjects.LeaseRecordKey(opts.Node),
 		in: make(chan *ledger.Proposal, 1), out: make(chan storeResult, 4), ctx: ctx, stop: cancel}
 }
 

@@ -36,6 +36,7 @@ import (
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/statekv"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/version"
 )
 
@@ -256,7 +257,7 @@ func (s *Server) Start(ctx context.Context) error {
 	// the NATS server maps them onto the partitions' subjects.
 	// Tenants' requests arrive through their service imports on
 	// allot.t.<tenant>.<node>.domain.… (TenantSubject), mapped the same way.
-	subject, tenants := "allot."+node+".domain.*.*.*", "allot.t.*."+node+".domain.*.*.*"
+	subject, tenants := subjects.DomainAll(node), subjects.TenantDomainAll(node)
 	if s.opts.Partitions > 1 {
 		p := domainwire.PartitionSubject(node, s.opts.Partition)
 		subject, tenants = p+".*.*.*", p+".t.*.*.*.*"

@@ -35,6 +35,7 @@ import (
 	"github.com/allot/allot/internal/envoywire"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/reply"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/version"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
@@ -164,7 +165,7 @@ func (s *Server) Start(ctx context.Context) error {
 	eps := []leader.Endpoint{{Name: "count", Subject: envoywire.PartitionSubject(node, p) + ".>", Handle: s.handle}}
 	if s.opts.Partitions == 1 {
 		// One partition counts every domain: no mapping needed.
-		eps = append(eps, leader.Endpoint{Name: "count_domain", Subject: "allot." + node + ".envoy.count.*", Handle: s.handle})
+		eps = append(eps, leader.Endpoint{Name: "count_domain", Subject: subjects.EnvoyCountSubject(node, "*"), Handle: s.handle})
 	}
 	term, err := leader.Start(ctx, s.nc, leader.Spec{
 		Name: ServiceName, Version: ServiceVersion,

@@ -32,6 +32,7 @@ import (
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/reply"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/version"
 	"github.com/allot/allot/internal/wire"
 )
@@ -188,8 +189,8 @@ func (o *Options) fill() error {
 // tenantOf names the tenant a request's subject speaks for, "" on the
 // plain subjects: a tenant's own subject, or a partition's for tenants.
 func (s *Server) tenantOf(subject string) string {
-	if strings.HasPrefix(subject, wire.TenantPrefix) {
-		return wire.TenantOf(subject)
+	if strings.HasPrefix(subject, subjects.TenantPrefix) {
+		return subjects.TenantOf(subject)
 	}
 	if rest, ok := strings.CutPrefix(strings.TrimPrefix(subject, s.prefix), "t."); ok {
 		tenant, _, _ := strings.Cut(rest, ".")
@@ -210,7 +211,7 @@ func (s *Server) Start(ctx context.Context) error {
 	// Tenants' requests arrive through their service imports with the
 	// tenant in the subject (allot.t.<tenant>.<node>.quota.…), which the
 	// mappings keep.
-	tenants := "allot.t.*." + node + ".quota."
+	tenants := subjects.QuotaTenantPrefix(node) + "."
 	if s.opts.Partition == 0 {
 		eps = append(eps, leader.Endpoint{Name: "take", Subject: TakeSubject(node), Handle: s.handlePlainTake},
 			leader.Endpoint{Name: "report", Subject: ReportSubject(node), Handle: s.handlePlainReport},

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,9 +20,7 @@ import (
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
-	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/election"
-	"github.com/allot/allot/internal/envoywire"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/metrics"
@@ -428,10 +425,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 // partitionMappings are the subject mappings of n quota, domain and
 // Envoy partitions of node (none for one).
 func partitionMappings(node string, n int) map[string]string {
-	m := quotaserver.Mappings(node, n)
-	maps.Copy(m, domainwire.Mappings(node, n))
-	maps.Copy(m, envoywire.Mappings(node, n))
-	return m
+	return subjects.Mappings(node, n)
 }
 
 // runAll runs each of runs until ctx ends or one fails; a failure stops

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -36,7 +37,7 @@ func NewLink(nc *nats.Conn, parent, child string) *Link {
 // a deployment allow each child's link only its own subject (see
 // docs/security.md); the parent answers only requests whose server_id is
 // that name.
-func (l *Link) Subject() string { return "allot." + l.parent + ".server.get." + l.child }
+func (l *Link) Subject() string { return subjects.ChildServerGet(l.parent, l.child) }
 
 // ErrNoParent means no coordinator of the parent node answered: the leaf
 // link is cut, or the parent has no serving leader.
