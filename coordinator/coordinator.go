@@ -35,6 +35,7 @@ import (
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/version"
 	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/status"
 )
 
 // Defaults for Options.
@@ -48,7 +49,7 @@ const (
 	DefaultRoundInterval = 0
 	DefaultStateBucket   = statekv.DefaultBucket
 	// ServiceName is the NATS micro service name coordinators register.
-	ServiceName = "allot"
+	ServiceName = status.CoordinatorService
 	// DefaultMaxResources is the default Options.MaxResources.
 	DefaultMaxResources = ledger.DefaultMaxResources
 	// DefaultMaxClients is the default Options.MaxClients.

@@ -38,12 +38,13 @@ import (
 	"github.com/allot/allot/internal/statekv"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/version"
+	"github.com/allot/allot/status"
 )
 
 // Defaults and limits of Options.
 const (
 	// ServiceName is the NATS micro service a partition's leader registers.
-	ServiceName = "allot-domain"
+	ServiceName = status.DomainService
 	// ServiceVersion is reported in the micro service INFO.
 	ServiceVersion = version.Version
 	// DefaultHoldTTL is how long a hold lives without a refresh.
@@ -305,69 +306,21 @@ func (s *Server) Err() error { return s.gate.Err() }
 // and Valid (if set) still holds.
 func (s *Server) mayAnswer() bool { return s.gate.Open() }
 
-// Counts are the server's event counters.
-type Counts struct {
-	Requests        uint64 `json:"requests"`
-	HitsGranted     uint64 `json:"hits_granted"`
-	Rejected        uint64 `json:"requests_rejected"`
-	Reserves        uint64 `json:"reserves"`
-	CopiesGranted   uint64 `json:"copies_granted"`
-	ReservesRefused uint64 `json:"reserves_refused"`
-	// LearningRefusals counts reserves answered "learning".
-	LearningRefusals uint64 `json:"learning_refusals"`
-	Releases         uint64 `json:"releases"`
-	Refreshes        uint64 `json:"refreshes"`
-	// Restored counts holds adopted from refreshes while learning; Lost
-	// the holds refreshes listed that the server no longer had.
-	Restored uint64 `json:"restored"`
-	// Unsealed counts holds a learning leader refused to adopt because
-	// their seal did not vouch for them (a client claiming copies it was
-	// not granted, or a seal older than the seal TTL); they count in Lost.
-	Unsealed  uint64 `json:"unsealed"`
-	Lost      uint64 `json:"lost"`
-	Expired   uint64 `json:"holds_expired"`
-	Transfers uint64 `json:"transfers"`
-	Seized    uint64 `json:"seized"`
-	// TransfersExpired counts staged transfers released after their ttl.
-	TransfersExpired uint64 `json:"transfers_expired"`
-	Errors           uint64 `json:"errors"`
-}
+// Counts are the server's event counters (status.DomainCounts).
+type Counts = status.DomainCounts
 
-// Stats is the "data" of the domain service's micro STATS.
-type Stats struct {
-	Node       string    `json:"node"`
-	ServerID   string    `json:"server_id"`
-	Partition  int       `json:"partition"`
-	Partitions int       `json:"partitions"`
-	Term       uint64    `json:"term"`
-	Serving    bool      `json:"serving"`
-	Failure    string    `json:"failure,omitempty"`
-	LearnUntil time.Time `json:"learning_until,omitzero"`
-	Resources  int       `json:"resources"`
-	Holds      int       `json:"holds"`
-	// CopiesHeld sums every live hold's copies, staged transfers included.
-	CopiesHeld int64 `json:"copies_held"`
-	// Transfers counts staged transfers, not yet seized.
-	Transfers int    `json:"transfers"`
-	Silenced  uint64 `json:"silenced"`
-	Counts
-	// Learning is true while the server learns the live holds from
-	// refreshes (until LearnUntil) and grants no copies.
-	Learning bool `json:"learning"`
-}
+// Stats is the "data" of the domain service's micro STATS
+// (status.Domain).
+type Stats = status.Domain
 
 // Stats returns the server's state and counters; safe for concurrent use.
 func (s *Server) Stats() Stats {
-	st := Stats{Node: s.opts.Node, ServerID: s.opts.ServerID, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
-		Term: s.opts.Term, Serving: s.gate.Serving(), LearnUntil: s.opts.LearnUntil, Silenced: s.gate.Silenced.Load()}
+	st := Stats{PartitionLeader: s.gate.PartitionStatus(s.opts.Node, s.opts.ServerID, s.opts.Partition, s.opts.Partitions, s.opts.Term), LearnUntil: s.opts.LearnUntil, Silenced: s.gate.Silenced.Load()}
 	st.Learning = s.opts.Now().Before(s.opts.LearnUntil)
-	if err := s.Err(); err != nil {
-		st.Failure = err.Error()
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expireTransfers(s.opts.Now())
-	st.Counts = s.counts
+	st.DomainCounts = s.counts
 	st.Resources, st.Holds, st.Transfers = len(s.resources), len(s.holds), s.stagedLocked()
 	for _, h := range s.holds {
 		st.CopiesHeld += h.copies

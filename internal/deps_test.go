@@ -51,6 +51,17 @@ var layerRules = []struct {
 		why:    "subjects only spells names: every layer (the decision cores, the election, the agent) may import it without linking NATS or the codecs",
 	},
 	{
+		pkgs:   []string{"status"},
+		forbid: []string{natsClient, natsServer, module + "internal", testingPkg},
+		why:    "status is the servers' reports as plain data: whoever reads them (a dashboard, a collector, a program outside the module) must not link NATS or allot's internals",
+	},
+	{
+		pkgs: []string{"dashboard", "metrics"},
+		forbid: []string{module + "coordinator", module + "quotaserver", module + "domainserver", module + "envoyserver",
+			module + "internal/ledger", module + "internal/election"},
+		why: "operators' views read the status package, not the servers or their cores: take the type from status (the servers fill it)",
+	},
+	{
 		pkgs:   []string{"internal/election"},
 		forbid: []string{module + "internal/wire"},
 		why:    "the election needs node names (internal/subjects), not the payload codecs",

@@ -35,13 +35,14 @@ import (
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/version"
 	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/status"
 )
 
 // Defaults and limits of Options.
 const (
 	// ServiceName is the NATS micro service a partition's serving leader
 	// registers; its STATS carry the per-namespace events.
-	ServiceName = "allot-quota"
+	ServiceName = status.QuotaService
 	// ServiceVersion is reported in the micro service INFO.
 	ServiceVersion = version.Version
 	// DefaultSweepInterval is how often idle buckets are dropped.
@@ -293,56 +294,17 @@ func (s *Server) refreshConfig() {
 }
 
 // Stats is the "data" of the quota service's micro STATS: one partition's
-// serving leader.
-type Stats struct {
-	Node       string `json:"node"`
-	ServerID   string `json:"server_id"`
-	Partition  int    `json:"partition"`
-	Partitions int    `json:"partitions"`
-	Term       uint64 `json:"term"`
-	// Serving is false once the server stopped or its leadership lapsed
-	// (Failure says why).
-	Serving bool   `json:"serving"`
-	Failure string `json:"failure,omitempty"`
-	// BucketsStartFull is true on the first leader of a fresh deployment;
-	// after a failover buckets start drained at Since (see
-	// docs/quota-deploy.md).
-	BucketsStartFull bool      `json:"buckets_start_full"`
-	Since            time.Time `json:"since,omitzero"`
-	// Buckets alive in memory.
-	Buckets int `json:"buckets"`
-	// Takes and Reports count decisions made and reports applied here.
-	Takes   uint64 `json:"takes"`
-	Reports uint64 `json:"reports"`
-	// Forwarded counts requests on the plain subjects passed on to the
-	// partition that owns their namespace.
-	Forwarded uint64 `json:"forwarded"`
-	// Silenced counts replies withheld because the server may no longer
-	// answer.
-	Silenced uint64 `json:"silenced"`
-	// Events are quotaservice's events counted per namespace.
-	Events map[string]quota.Events `json:"events,omitempty"`
-	// Shadow is set when the server runs in shadow mode (Options.Shadow).
-	// ShadowWouldRefuse counts takes answered OK in shadow mode that their
-	// bucket answered REJECTED or OK_WAIT, in all and per configured
-	// namespace (the server's or the namespace's shadow mode).
-	Shadow                bool              `json:"shadow,omitempty"`
-	ShadowWouldRefuse     uint64            `json:"shadow_would_refuse"`
-	ShadowWouldRefuseByNS map[string]uint64 `json:"shadow_would_refuse_by_namespace,omitempty"`
-}
+// serving leader (status.Quota).
+type Stats = status.Quota
 
 // Stats returns the server's counters; safe for concurrent use.
 func (s *Server) Stats() Stats {
 	n, ev := s.table.Len(), s.table.Events()
-	st := Stats{
-		Node: s.opts.Node, ServerID: s.opts.ServerID, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
-		Term: s.opts.Term, Serving: s.gate.Serving(), BucketsStartFull: s.opts.Since.IsZero(), Since: s.opts.Since,
+	st := Stats{PartitionLeader: s.gate.PartitionStatus(s.opts.Node, s.opts.ServerID, s.opts.Partition, s.opts.Partitions, s.opts.Term),
+		BucketsStartFull: s.opts.Since.IsZero(), Since: s.opts.Since,
 		Buckets: n, Takes: s.takes.Load(), Reports: s.reports.Load(), Forwarded: s.forwarded.Load(),
 		Silenced: s.gate.Silenced.Load(), Events: ev, Shadow: s.opts.Shadow,
 	}
 	st.ShadowWouldRefuse, st.ShadowWouldRefuseByNS = s.shadowed.counts()
-	if err := s.Err(); err != nil {
-		st.Failure = err.Error()
-	}
 	return st
 }

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/allot/allot/internal/subjects"
+	"github.com/allot/allot/status"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -117,13 +118,14 @@ type Value struct {
 	Since time.Time `json:"since"`
 }
 
-// Role is a candidate's current role.
-type Role string
+// Role is a candidate's current role (status.Role, which replicas
+// report).
+type Role = status.Role
 
 // Roles.
 const (
-	RoleFollower Role = "follower"
-	RoleLeader   Role = "leader"
+	RoleFollower = status.RoleFollower
+	RoleLeader   = status.RoleLeader
 )
 
 // Status is a snapshot of what a candidate knows.
