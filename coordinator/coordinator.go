@@ -67,10 +67,14 @@ const (
 // ServiceVersion is reported in the micro service INFO.
 const ServiceVersion = version.Version
 
-// TemplateSource provides the current resource templates.
+// TemplateSource provides the resource templates a coordinator serves.
+// Make one with ParseTemplates (the documents `allot config put` takes),
+// TemplatesFromProto or DefaultTemplates; `allot coordinator` watches the
+// configuration bucket instead (WatchedTemplates). Its method is
+// unexported: the compiled templates are the coordinator's own business.
 type TemplateSource interface {
-	// Current returns the templates in force; never nil.
-	Current() *config.Set
+	// templateSet returns the templates in force; never nil.
+	templateSet() *config.Set
 }
 
 // StatusSource is implemented by template sources that can report their
@@ -81,10 +85,20 @@ type StatusSource interface {
 
 type staticTemplates struct{ set *config.Set }
 
-func (s staticTemplates) Current() *config.Set { return s.set }
+func (s staticTemplates) templateSet() *config.Set { return s.set }
 
-// StaticTemplates returns a TemplateSource that always returns set.
+// StaticTemplates returns a TemplateSource that always returns set: for
+// allot's own tools and tests, which compile templates themselves.
 func StaticTemplates(set *config.Set) TemplateSource { return staticTemplates{set} }
+
+type templatesFunc func() *config.Set
+
+func (f templatesFunc) templateSet() *config.Set { return f() }
+
+// TemplatesFunc returns a TemplateSource whose templates are what current
+// returns at each round (never nil): for allot's own tests, which change
+// templates under a running coordinator.
+func TemplatesFunc(current func() *config.Set) TemplateSource { return templatesFunc(current) }
 
 // DefaultTemplates is the source used when Options.Templates is nil: no
 // templates and config.DefaultTemplate as fallback.

@@ -163,7 +163,7 @@ func (c *Coordinator) Observe() Observation {
 func observeConfig(o *Observation, src TemplateSource) {
 	// A watcher's first set, built once it has read the bucket, is
 	// generation 1.
-	o.ConfigGeneration = src.Current().Generation
+	o.ConfigGeneration = src.templateSet().Generation
 	o.ConfigLoaded = o.ConfigGeneration > 0
 	if st, ok := src.(StatusSource); ok {
 		if cs, ok := st.Status().(configkv.Status); ok {

@@ -33,12 +33,6 @@ import (
 	"github.com/allot/allot/quotaserver"
 )
 
-// watched adapts a configuration watcher to the coordinator's template
-// and status sources, as `allot up` does.
-type watched struct{ *configkv.Watcher }
-
-func (w watched) Status() any { return w.Watcher.Status() }
-
 // stack is an embedded NATS server, a configuration bucket and watcher, a
 // coordinator on its templates and a dashboard served over HTTP.
 type stack struct {
@@ -70,7 +64,7 @@ func startStack(t *testing.T, ctx context.Context, interval, history time.Durati
 	t.Cleanup(w.Stop)
 	// TestTenThousandClaimants sends 10,000 requests at once: none may be
 	// refused for overload.
-	c := coordtest.Start(t, nc, coordinator.Options{Templates: watched{w}, RoundInterval: 5 * time.Millisecond,
+	c := coordtest.Start(t, nc, coordinator.Options{Templates: coordinator.WatchedTemplates(w), RoundInterval: 5 * time.Millisecond,
 		Intake: leader.Limits{MaxInFlight: 16384}})
 	url, stop := serveDashboard(t, dashboard.Options{Source: c, Conn: nc, Interval: interval, History: history})
 	return &stack{nc: nc, kv: kv, c: c, url: url, stopRun: stop}

@@ -256,12 +256,6 @@ func (f *coordFlags) logger(env *cliEnv) (*slog.Logger, error) {
 	return slog.New(h), nil
 }
 
-// watchedTemplates adapts the configuration watcher to the coordinator's
-// TemplateSource and StatusSource.
-type watchedTemplates struct{ *configkv.Watcher }
-
-func (w watchedTemplates) Status() any { return w.Watcher.Status() }
-
 // startTemplates opens (creating if needed) the configuration bucket and
 // starts watching it; the watch resyncs on every NATS reconnect. Under a
 // parent the bucket is a mirror of the parent's, so templates come from
@@ -354,7 +348,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	}
 	defer w.Stop()
 	opts := cf.options(log)
-	opts.Templates = watchedTemplates{w}
+	opts.Templates = coordinator.WatchedTemplates(w)
 	if cf.shadow {
 		log.Info("shadow mode: leases are allocated and reported but agents admit what they want, and quota takes are answered OK; both count what would have been refused")
 	}
