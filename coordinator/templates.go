@@ -1,10 +1,7 @@
 package coordinator
 
 import (
-	"errors"
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
@@ -39,20 +36,11 @@ func TemplatesFromProto(templates map[string]*allotpb.ResourceTemplate) (Templat
 	})
 }
 
-// compileTemplates compiles every template of byName, in name order, into
-// a source with the built-in default for the resources they leave out.
+// compileTemplates compiles every template of byName into a source with
+// the built-in default for the resources they leave out.
 func compileTemplates[T any](byName map[string]T, compile func(string, T) (*config.Template, error)) (TemplateSource, error) {
-	var ts []*config.Template
-	var errs []error
-	for _, name := range slices.Sorted(maps.Keys(byName)) {
-		t, err := compile(name, byName[name])
-		if err != nil {
-			errs = append(errs, fmt.Errorf("template %s: %w", name, err))
-			continue
-		}
-		ts = append(ts, t)
-	}
-	if err := errors.Join(errs...); err != nil {
+	ts, err := config.ParseEach("template", byName, compile)
+	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
 	return StaticTemplates(config.NewSet(1, ts, config.DefaultTemplate())), nil

@@ -433,7 +433,7 @@ func startQuota(t *testing.T, ctx context.Context, nc *nats.Conn) {
 	cfg := &quota.Config{Namespaces: map[string]*quota.Namespace{"logins": {Name: "logins", Buckets: map[string]*quota.Spec{
 		"alice": {Algorithm: quota.TokenBucket, Size: 5, FillRate: 1, MaxDebt: 10 * time.Second, MaxTokensPerRequest: 10}}}}}
 	r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
-		Options:     quotaserver.Options{ServerID: "quota-1", Partitions: 1, Config: func() *quota.Config { return cfg }, Logger: slog.New(slog.DiscardHandler)},
+		Options:     quotaserver.Options{ServerID: "quota-1", Partitions: 1, Config: quotaserver.ConfigFunc(func() *quota.Config { return cfg }), Logger: slog.New(slog.DiscardHandler)},
 		ElectionTTL: 10 * time.Second, // a lone replica: no failover to wait for, and no lapse on a loaded machine
 	})
 	if err != nil {
@@ -478,7 +478,7 @@ func startDomain(t *testing.T, ctx context.Context, nc *nats.Conn) uint64 {
 	// No client refreshes the hold: it lives longer than the test.
 	r, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{
 		Options: domainserver.Options{ServerID: "domain-1", HoldTTL: 5 * time.Minute,
-			Config: func() map[string]*domainlimit.Namespace { return nss }, Logger: slog.New(slog.DiscardHandler)},
+			Config: domainserver.ConfigFunc(func() map[string]*domainlimit.Namespace { return nss }), Logger: slog.New(slog.DiscardHandler)},
 		ElectionTTL: 10 * time.Second, // a lone replica: no failover to wait for, and no lapse on a loaded machine
 	})
 	if err != nil {

@@ -66,7 +66,7 @@ var errNoConfig = errors.New("not configured")
 // resolve returns the state of ns/name for kind, creating it on first use
 // and handing it a changed configuration. Called with s.mu held.
 func (s *Server) resolve(ns, name string, kind domainlimit.Kind) (*resource, error) {
-	cfg := s.opts.Config()
+	cfg := s.opts.Config.get()
 	nsc := cfg[ns]
 	key := ns + "/" + name
 	r := s.resources[key]

@@ -31,6 +31,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
@@ -61,15 +62,50 @@ const (
 	MinSealTTL = time.Minute
 )
 
-// Config is the domain configuration in force: namespaces by name. A
-// function returning it is called on every request, so it must be cheap;
-// a namespace whose pointer changed is re-read (hot reload).
-type Config func() map[string]*domainlimit.Namespace
+// Config supplies the domain-limit namespaces a server decides for. Make
+// it with ParseDomains; `allot quota` follows the configuration bucket
+// (WatchedConfig). The zero Config is none: Options.Config is required.
+type Config struct {
+	current func() map[string]*domainlimit.Namespace
+}
 
-// WatchedConfig adapts a configuration watcher to a Config: the
+// get returns the namespaces in force, by name.
+func (c Config) get() map[string]*domainlimit.Namespace { return c.current() }
+
+// ParseDomains returns a Config that always serves the given domain-limit
+// namespaces: docs maps a namespace's name to its document, YAML or JSON,
+// as stored under domains.<name> in the allot_config bucket and as `allot
+// config put` takes it (docs/domains.md). An invalid document is an error
+// naming it and every problem found in it.
+//
+// It is for a server embedded in a program that has no configuration
+// bucket (a demo, a test); `allot quota` watches the bucket instead, so
+// namespaces change without a restart.
+func ParseDomains(docs map[string][]byte) (Config, error) {
+	nss, err := config.ParseEach("namespace", docs, func(name string, doc []byte) (*domainlimit.Namespace, error) {
+		ns, _, err := config.ParseDomains(name, 1, doc)
+		return ns, err
+	})
+	if err != nil {
+		return Config{}, fmt.Errorf("domainserver: %w", err)
+	}
+	byName := make(map[string]*domainlimit.Namespace, len(nss))
+	for _, ns := range nss {
+		byName[ns.Name] = ns
+	}
+	return ConfigFunc(func() map[string]*domainlimit.Namespace { return byName }), nil
+}
+
+// ConfigFunc returns a Config whose namespaces are what current returns:
+// for allot's own tools and tests, which build them themselves. current
+// is called on every request, so it must be cheap; a namespace whose
+// pointer changed is re-read (hot reload).
+func ConfigFunc(current func() map[string]*domainlimit.Namespace) Config { return Config{current} }
+
+// WatchedConfig is the Config of a configuration watcher: the
 // domains.<namespace> keys of its current Set.
 func WatchedConfig(w *configkv.Watcher) Config {
-	return func() map[string]*domainlimit.Namespace { return w.Current().Domains() }
+	return ConfigFunc(func() map[string]*domainlimit.Namespace { return w.Current().Domains() })
 }
 
 // Options configure a Server: the serving side of one partition for one
@@ -133,7 +169,7 @@ func (o *Options) fill() error {
 	if err := leader.FillPartition("domainserver", &o.Node, &o.ServerID, o.Partition, &o.Partitions, MaxPartitions); err != nil {
 		return err
 	}
-	if o.Config == nil {
+	if o.Config.current == nil {
 		return errors.New("domainserver: Options.Config is required")
 	}
 	if o.HoldTTL == 0 {

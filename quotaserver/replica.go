@@ -123,7 +123,7 @@ func (r *Replica) start(ctx context.Context, el *election.Elector, term uint64) 
 	// takes effect up to the longest wait later. A failover so never
 	// admits more than a bucket's limit. Only the partition's very first
 	// leader, with no predecessor, starts them full.
-	opts.Since = opts.Now().Add(longestWait(opts.Config()))
+	opts.Since = opts.Now().Add(longestWait(opts.Config.get()))
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	founded, err := el.Founded(fctx, term)
 	cancel()

@@ -63,12 +63,9 @@ type Options struct {
 	// Partitions is how many partitions share the namespaces. Default 1.
 	// It must match the NATS subject mapping (Mappings) for N > 1.
 	Partitions int
-	// Config returns the quota configuration in force; it is called on
-	// every request, so it must be cheap (an atomic load), and return the
-	// same pointer until the configuration changes (see WatchedConfig). A
-	// nil result means no namespaces: every take is REJECTED no_bucket.
-	// Required.
-	Config func() *quota.Config
+	// Config supplies the quota namespaces in force: ParseNamespaces,
+	// or WatchedConfig under `allot up` and `allot quota`. Required.
+	Config Config
 	// Since is passed to the decision table: buckets first used start as
 	// if drained at Since (a new leader's term start). Zero starts them
 	// full (the first leader of a fresh deployment).
@@ -96,17 +93,52 @@ type Options struct {
 	Now func() time.Time
 }
 
-// WatchedConfig adapts a configuration watcher to Options.Config: the
-// namespaces of the watcher's current Set, as the same pointer for as long
-// as the Set is the same, so that a server sees a change only when there
-// is one.
-func WatchedConfig(w *configkv.Watcher) func() *quota.Config {
+// Config supplies the quota namespaces a server decides for. Make it with
+// ParseNamespaces; `allot quota` follows the configuration bucket
+// (WatchedConfig). The zero Config is none: Options.Config is required.
+type Config struct{ current func() *quota.Config }
+
+// get returns the namespaces in force; nil means none (every take is
+// REJECTED no_bucket).
+func (c Config) get() *quota.Config { return c.current() }
+
+// ParseNamespaces returns a Config that always serves the given quota
+// namespaces: docs maps a namespace's name to its document, JSON or YAML,
+// as stored under namespaces.<name> in the allot_config bucket and as
+// `allot config put` takes it (docs/quota.md). An invalid document is an
+// error naming it and every problem found in it.
+//
+// It is for a server embedded in a program that has no configuration
+// bucket (a demo, a test); `allot quota` watches the bucket instead, so
+// namespaces change without a restart.
+func ParseNamespaces(docs map[string][]byte) (Config, error) {
+	nss, err := config.ParseEach("namespace", docs, func(name string, doc []byte) (*quota.Namespace, error) {
+		ns, _, err := config.ParseNamespace(name, 1, doc)
+		return ns, err
+	})
+	if err != nil {
+		return Config{}, fmt.Errorf("quotaserver: %w", err)
+	}
+	cfg := config.NewQuotaConfig(nss...)
+	return ConfigFunc(func() *quota.Config { return cfg }), nil
+}
+
+// ConfigFunc returns a Config whose namespaces are what current returns:
+// for allot's own tools and tests, which build them themselves. current
+// is called on every request, so it must be cheap (an atomic load), and
+// return the same pointer until the configuration changes.
+func ConfigFunc(current func() *quota.Config) Config { return Config{current} }
+
+// WatchedConfig is the Config of a configuration watcher: the namespaces
+// of its current Set, as the same pointer for as long as the Set is the
+// same, so that a server sees a change only when there is one.
+func WatchedConfig(w *configkv.Watcher) Config {
 	type seen struct {
 		set *config.Set
 		cfg *quota.Config
 	}
 	var last atomic.Pointer[seen]
-	return func() *quota.Config {
+	return ConfigFunc(func() *quota.Config {
 		set := w.Current()
 		if p := last.Load(); p != nil && p.set == set {
 			return p.cfg
@@ -114,7 +146,7 @@ func WatchedConfig(w *configkv.Watcher) func() *quota.Config {
 		p := &seen{set, set.Quota()}
 		last.Store(p)
 		return p.cfg
-	}
+	})
 }
 
 // Server answers one partition's quota requests. Create it with New, then
@@ -155,7 +187,7 @@ func New(nc *nats.Conn, opts Options) (*Server, error) {
 	s := &Server{nc: nc, opts: opts, prefix: PartitionSubject(opts.Node, opts.Partition) + ".",
 		log: opts.Logger.With("node", opts.Node, "quota_partition", opts.Partition, "server_id", opts.ServerID)}
 	s.gate = leader.NewGate(opts.Valid, s.log, "quota partition")
-	cfg := opts.Config()
+	cfg := opts.Config.get()
 	s.cfg.Store(cfg)
 	s.table = quota.NewTable(cfg, quota.Options{Since: opts.Since})
 	return s, nil
@@ -166,7 +198,7 @@ func (o *Options) fill() error {
 	if err := leader.FillPartition("quotaserver", &o.Node, &o.ServerID, o.Partition, &o.Partitions, MaxPartitions); err != nil {
 		return err
 	}
-	if o.Config == nil {
+	if o.Config.current == nil {
 		return errors.New("quotaserver: Options.Config is required")
 	}
 	if o.Term == 0 {
@@ -281,13 +313,13 @@ func (s *Server) sweep() {
 // request (a hot reload). On the hot path it costs the source's atomic
 // load and a comparison.
 func (s *Server) refreshConfig() {
-	cfg := s.opts.Config()
+	cfg := s.opts.Config.get()
 	if cfg == s.cfg.Load() {
 		return
 	}
 	s.cfgMu.Lock()
 	defer s.cfgMu.Unlock()
-	if cfg = s.opts.Config(); cfg != s.cfg.Load() {
+	if cfg = s.opts.Config.get(); cfg != s.cfg.Load() {
 		s.table.SetConfig(cfg)
 		s.cfg.Store(cfg)
 	}

@@ -51,7 +51,7 @@ func TestLiveStats(t *testing.T) {
 
 	// A domain-limit partition (allot-domain) and an Envoy counter
 	// partition (allot-envoy).
-	dom, err := domainserver.New(natstest.Conn(t, s), domainserver.Options{Config: func() map[string]*domainlimit.Namespace { return nil }, Logger: quiet})
+	dom, err := domainserver.New(natstest.Conn(t, s), domainserver.Options{Config: domainserver.ConfigFunc(func() map[string]*domainlimit.Namespace { return nil }), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
