@@ -7,22 +7,22 @@ import (
 	"time"
 
 	"github.com/allot/allot/internal/election"
-	"github.com/allot/allot/internal/ledger"
 	"github.com/allot/allot/status"
 )
 
-// Views of the ledger's state, for operators' tools (the dashboard).
+// Views of the ledger's state, for operators' tools (the dashboard):
+// the status package's types.
 type (
 	// ResourceView describes one resource: capacity, granted, wants,
 	// claimants, learning mode and the lease record's ceiling, and on a
 	// child node its lease from the parent.
-	ResourceView = ledger.ResourceView
+	ResourceView = status.ResourceView
 	// ResourceDetail is a ResourceView with its largest claimants.
-	ResourceDetail = ledger.ResourceDetail
+	ResourceDetail = status.ResourceDetail
 	// ClaimantView describes one claimant of a resource.
-	ClaimantView = ledger.ClaimantView
+	ClaimantView = status.ClaimantView
 	// ChildView is a child node's claim on a resource, over its bands.
-	ChildView = ledger.ChildView
+	ChildView = status.ChildView
 )
 
 // Snapshot limits.

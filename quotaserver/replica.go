@@ -11,6 +11,7 @@ import (
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/status"
 )
 
 // ReplicaOptions configure a Replica.
@@ -34,10 +35,10 @@ type ReplicaOptions struct {
 
 // ReplicaStatus describes a replica.
 type ReplicaStatus struct {
-	Node      string        `json:"node"`
-	Partition int           `json:"partition"`
-	ServerID  string        `json:"server_id"`
-	Role      election.Role `json:"role"`
+	Node      string      `json:"node"`
+	Partition int         `json:"partition"`
+	ServerID  string      `json:"server_id"`
+	Role      status.Role `json:"role"`
 	// Term is this replica's term while it leads, else the current
 	// leader's as last seen (0 unknown).
 	Term   uint64 `json:"term"`
