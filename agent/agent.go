@@ -18,6 +18,7 @@ import (
 
 	"github.com/allot/allot/agent/internal/option"
 	"github.com/allot/allot/agent/internal/rpc"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/wire"
 )
 
@@ -243,9 +244,9 @@ func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 		rpc:         rpc.New(nc, serviceError),
 		o:           o,
 		log:         o.logger.With("component", "allot-agent", "client_id", o.clientID),
-		getSubj:     "allot." + o.node + ".capacity.get",
-		relSubj:     "allot." + o.node + ".capacity.release",
-		refreshSubj: "allot." + o.node + ".capacity.refresh",
+		getSubj:     subjects.Coordinator(o.node, subjects.CapacityGet),
+		relSubj:     subjects.Coordinator(o.node, subjects.CapacityRelease),
+		refreshSubj: subjects.Coordinator(o.node, subjects.CapacityRefresh),
 		kick:        make(chan struct{}, 1),
 		stop:        make(chan struct{}),
 		done:        make(chan struct{}),

@@ -129,8 +129,6 @@ func TestShadowGlobal(t *testing.T) {
 // swappableTemplates is a template source a test can change.
 type swappableTemplates struct{ p atomic.Pointer[config.Set] }
 
-func (s *swappableTemplates) Current() *config.Set { return s.p.Load() }
-
 // TestShadowEnds: when the operator takes shadow off the template, the
 // agent enforces the grant again and its counters keep their values.
 func TestShadowEnds(t *testing.T) {
@@ -140,7 +138,7 @@ func TestShadowEnds(t *testing.T) {
 	watched.Shadow = true
 	src := &swappableTemplates{}
 	src.p.Store(config.NewSet(1, []*config.Template{watched}, nil))
-	coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{Node: "root", RoundInterval: 10 * time.Millisecond, Templates: src, Logger: quiet})
+	coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{Node: "root", RoundInterval: 10 * time.Millisecond, Templates: coordinator.TemplatesFunc(src.p.Load), Logger: quiet})
 	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"))
 	checkShadowRate(t, a, "api", true)
 	lim, _ := a.Rate("api")

@@ -85,7 +85,7 @@ func serveDomain(ctx context.Context, url string, log *slog.Logger) (stop func()
 		return nil, fmt.Errorf("bench: domain server: connect: %w", err)
 	}
 	cfg := charonBenchConfig()
-	s, err := domainserver.New(nc, domainserver.Options{Config: func() map[string]*domainlimit.Namespace { return cfg },
+	s, err := domainserver.New(nc, domainserver.Options{Config: domainserver.ConfigFunc(func() map[string]*domainlimit.Namespace { return cfg }),
 		HoldTTL: charonBenchHoldTTL, Logger: log})
 	if err == nil {
 		err = s.Start(ctx)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/allot/allot/internal/subjects"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/nats-io/nats.go"
@@ -292,7 +293,7 @@ func configure(ctx context.Context, url string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	kv, err := js.KeyValue(ctx, "allot_config")
+	kv, err := js.KeyValue(ctx, subjects.ConfigBucket)
 	if err != nil {
 		return err
 	}

@@ -137,7 +137,7 @@ func serveQuota(ctx context.Context, url string, partitions, namespaces int, log
 		stops = append(stops, nc.Close)
 		s, err := quotaserver.New(nc, quotaserver.Options{
 			Node: quotaBenchNode, Partition: p, Partitions: partitions,
-			Config: func() *quota.Config { return cfg }, Logger: log,
+			Config: quotaserver.ConfigFunc(func() *quota.Config { return cfg }), Logger: log,
 		})
 		if err == nil {
 			err = s.Start(ctx)

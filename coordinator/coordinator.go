@@ -34,6 +34,7 @@ import (
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/version"
 	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/status"
 )
 
 // Defaults for Options.
@@ -47,7 +48,7 @@ const (
 	DefaultRoundInterval = 0
 	DefaultStateBucket   = statekv.DefaultBucket
 	// ServiceName is the NATS micro service name coordinators register.
-	ServiceName = "allot"
+	ServiceName = status.CoordinatorService
 	// DefaultMaxResources is the default Options.MaxResources.
 	DefaultMaxResources = ledger.DefaultMaxResources
 	// DefaultMaxClients is the default Options.MaxClients.
@@ -65,10 +66,14 @@ const (
 // ServiceVersion is reported in the micro service INFO.
 const ServiceVersion = version.Version
 
-// TemplateSource provides the current resource templates.
+// TemplateSource provides the resource templates a coordinator serves.
+// Make one with ParseTemplates (the documents `allot config put` takes),
+// TemplatesFromProto or DefaultTemplates; `allot coordinator` watches the
+// configuration bucket instead (WatchedTemplates). Its method is
+// unexported: the compiled templates are the coordinator's own business.
 type TemplateSource interface {
-	// Current returns the templates in force; never nil.
-	Current() *config.Set
+	// templateSet returns the templates in force; never nil.
+	templateSet() *config.Set
 }
 
 // StatusSource is implemented by template sources that can report their
@@ -79,10 +84,20 @@ type StatusSource interface {
 
 type staticTemplates struct{ set *config.Set }
 
-func (s staticTemplates) Current() *config.Set { return s.set }
+func (s staticTemplates) templateSet() *config.Set { return s.set }
 
-// StaticTemplates returns a TemplateSource that always returns set.
+// StaticTemplates returns a TemplateSource that always returns set: for
+// allot's own tools and tests, which compile templates themselves.
 func StaticTemplates(set *config.Set) TemplateSource { return staticTemplates{set} }
+
+type templatesFunc func() *config.Set
+
+func (f templatesFunc) templateSet() *config.Set { return f() }
+
+// TemplatesFunc returns a TemplateSource whose templates are what current
+// returns at each round (never nil): for allot's own tests, which change
+// templates under a running coordinator.
+func TemplatesFunc(current func() *config.Set) TemplateSource { return templatesFunc(current) }
 
 // DefaultTemplates is the source used when Options.Templates is nil: no
 // templates and config.DefaultTemplate as fallback.
@@ -433,14 +448,14 @@ func (o *Options) fillIsolation() error {
 
 // Subject returns the subject of endpoint ("capacity.get",
 // "capacity.release" or "server.get") for node.
-func Subject(node, endpoint string) string { return "allot." + node + "." + endpoint }
+func Subject(node, endpoint string) string { return subjects.Coordinator(node, endpoint) }
 
 // TenantSubject returns the subject on which tenant's requests for
 // endpoint ("capacity.get" or "capacity.release") of node arrive in the
 // allot account, once its service import has mapped them (see
 // subjects.md).
 func TenantSubject(tenant, node, endpoint string) string {
-	return wire.TenantPrefix + tenant + "." + node + "." + endpoint
+	return subjects.TenantCoordinator(tenant, node, endpoint)
 }
 
 // Start prepares the state bucket, reads the lease record to decide on

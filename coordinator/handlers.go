@@ -15,6 +15,7 @@ import (
 	"github.com/allot/allot/internal/ledger"
 	"github.com/allot/allot/internal/reply"
 	"github.com/allot/allot/internal/reqinfo"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -89,7 +90,7 @@ func (c *Coordinator) handleCapacity(m micro.Request) {
 // refused (reqinfo.CheckBlock): it could hide the server's header.
 func (c *Coordinator) handleTenantMsg(m micro.Request) {
 	msg := m.(*leader.Request).Msg()
-	tenant := wire.TenantOf(m.Subject())
+	tenant := subjects.TenantOf(m.Subject())
 	err := reqinfo.CheckBlock(msg.Header, reqinfo.HeaderLen(msg))
 	var info reqinfo.Info
 	if err == nil {

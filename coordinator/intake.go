@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/internal/leader"
-	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/internal/subjects"
 )
 
 // holders are the clients this coordinator answered with a lease, until
@@ -35,8 +35,8 @@ func newHolders(max int) *holders { return &holders{until: map[string]*int64{}, 
 // appendHolderKey appends the key of client on subject to b: the tenant
 // (empty on the plain subjects), a zero byte and the client id.
 func appendHolderKey(b []byte, subject, client string) []byte {
-	if strings.HasPrefix(subject, wire.TenantPrefix) {
-		b = append(b, wire.TenantOf(subject)...)
+	if strings.HasPrefix(subject, subjects.TenantPrefix) {
+		b = append(b, subjects.TenantOf(subject)...)
 	}
 	b = append(b, 0)
 	return append(b, client...)

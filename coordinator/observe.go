@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -9,90 +8,27 @@ import (
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/ledger"
-	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/internal/subjects"
+	"github.com/allot/allot/status"
 )
 
 // MaxObservedResources bounds the resources an Observation names: the
 // ones with the most outstanding; the others are summed in
 // Observation.Other, so that metrics stay bounded however many resources
 // clients name.
-const MaxObservedResources = 100
+const MaxObservedResources = status.MaxObservedResources
 
 // Observation is a snapshot of a coordinator (or replica) for metrics and
-// health checks. Counters count since the coordinator started: a replica
-// starts a new coordinator each time it wins the election.
-type Observation struct {
-	Node     string
-	ServerID string
-	// Parent is the parent node; empty on a root.
-	Parent string
-	// Role is the replica's role in the node's election; a Coordinator
-	// run without a Replica reports itself leader.
-	Role election.Role
-	// Term is the term served while leading, else the leader's last seen.
-	Term uint64
-	// Leader is the leading replica's server id as last seen.
-	Leader string
-	// Serving is true while this process's coordinator answers requests.
-	Serving bool
-	// Failure says why the coordinator stopped serving on its own.
-	Failure string
-	// Coordinator reports whether the fields below describe a running
-	// coordinator; false on a follower.
-	Coordinator bool
-
-	Rounds uint64
-	// RoundSeconds is the distribution of round durations.
-	RoundSeconds Histogram
-	// Calls counts requests by subject, and error replies by subject and
-	// code; see Call.
-	Calls []Call
-	// Lease-record activity: committed writes, failed writes, resource
-	// rounds that waited for a write, stored records found not ours,
-	// records ignored as forged.
-	RecordWrites, RecordErrors, RecordWaits, ForeignRecords, ForgedRecords uint64
-	// Silenced counts replies withheld because the coordinator could no
-	// longer answer.
-	Silenced uint64
-	// Resources and Clients are the resources and client records kept.
-	Resources, Clients int
-	// Top are the resources with the most outstanding (at most
-	// MaxObservedResources), refreshed every second; Other sums the
-	// remaining resources.
-	Top   []ledger.ResourceGauge
-	Other ledger.ResourceTotals
-	// ConfigGeneration is the generation of the templates in force.
-	ConfigGeneration uint64
-	// ConfigRejected counts template puts rejected as invalid, when the
-	// templates come from a configuration watcher (else 0).
-	ConfigRejected uint64
-	// ConfigLoaded is false until the templates were read: while the
-	// source's set has generation 0, as a configuration watcher's has
-	// before its first read.
-	ConfigLoaded bool
-}
+// health checks (status.Observation).
+type Observation = status.Observation
 
 // Call counts requests to one endpoint subject (Code 0) or its error
-// replies with one code.
-type Call struct {
-	// Subject is the endpoint: "capacity.get", "capacity.release",
-	// "server.get" or "other" (an unknown operation).
-	Subject string
-	// Code is 0 for all requests received, else an error code sent (-1:
-	// a code outside the documented ones).
-	Code int
-	N    uint64
-}
+// replies with one code (status.Call).
+type Call = status.Call
 
-// Histogram is a cumulative histogram of durations in seconds.
-type Histogram struct {
-	// Bounds are the buckets' upper bounds; Counts[i] counts observations
-	// at most Bounds[i] (cumulative).
-	Bounds []float64
-	Counts []uint64
-	Count  uint64
-	Sum    float64
-}
+// Histogram is a cumulative histogram of durations in seconds
+// (status.Histogram).
+type Histogram = status.Histogram
 
 // roundBounds are the round-duration buckets in seconds: a round takes
 // microseconds when idle and should stay well under the round interval.
@@ -141,7 +77,7 @@ type calls [len(callSubjects)][len(callCodes) + 1]atomic.Uint64 // last code col
 // ones: no tenant or user becomes a label.
 func subjectIndex(subject string) int {
 	dots := 1
-	if strings.HasPrefix(subject, wire.TenantPrefix) {
+	if strings.HasPrefix(subject, subjects.TenantPrefix) {
 		dots = 3
 	}
 	// allot.<node>.server.get.<child> counts as server.get.
@@ -236,7 +172,7 @@ func (c *Coordinator) Observe() Observation {
 func observeConfig(o *Observation, src TemplateSource) {
 	// A watcher's first set, built once it has read the bucket, is
 	// generation 1.
-	o.ConfigGeneration = src.Current().Generation
+	o.ConfigGeneration = src.templateSet().Generation
 	o.ConfigLoaded = o.ConfigGeneration > 0
 	if st, ok := src.(StatusSource); ok {
 		if cs, ok := st.Status().(configkv.Status); ok {
@@ -263,12 +199,7 @@ func (r *Replica) Observe() Observation {
 
 // CodeLabel is the label value of an error code in a Call: the code in
 // decimal, or "other".
-func CodeLabel(code int) string {
-	if code < 0 {
-		return "other"
-	}
-	return strconv.Itoa(code)
-}
+func CodeLabel(code int) string { return status.CodeLabel(code) }
 
 // obs is the part of stats kept for Observe.
 type obs struct {

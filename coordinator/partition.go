@@ -28,7 +28,7 @@ func (c *Coordinator) leaseSubject(endpoint string) string {
 // tenantLeaseSubject is leaseSubject as tenant's requests arrive through
 // its service import: allot.t.<tenant>.<rest after "allot.">.
 func (c *Coordinator) tenantLeaseSubject(tenant, endpoint string) string {
-	return wire.TenantPrefix + tenant + "." + strings.TrimPrefix(c.leaseSubject(endpoint), "allot.")
+	return subjects.Tenant(tenant, c.leaseSubject(endpoint))
 }
 
 // partitioned reports whether the node's resources are spread over more
@@ -80,9 +80,9 @@ func (c *Coordinator) endpoints() []leader.Endpoint {
 		{Name: "server_get", Subject: c.leaseSubject("server.get"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
 		{Name: "server_get_child", Subject: c.leaseSubject("server.get.*"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
 		{Subject: c.tenantLeaseSubject("*", "capacity.*"), Plain: true, Handle: c.handleTenantMsg, CheckSize: size, Deferred: true,
-			Tenant: wire.TenantOf, Ignore: refresh},
+			Tenant: subjects.TenantOf, Ignore: refresh},
 		{Subject: c.tenantLeaseSubject("*", "capacity.refresh"), Plain: true, Beside: true, Handle: c.handleTenantMsg, CheckSize: size,
-			Deferred: true, Tenant: wire.TenantOf},
+			Deferred: true, Tenant: subjects.TenantOf},
 	}
 	if c.partitioned() && c.opts.Partition == 0 {
 		node := c.opts.Node
@@ -91,7 +91,7 @@ func (c *Coordinator) endpoints() []leader.Endpoint {
 			leader.Endpoint{Name: "relay_server_get", Subject: Subject(node, "server.get"), Handle: c.handleRelay, CheckSize: size, Deferred: true},
 			leader.Endpoint{Name: "relay_server_get_child", Subject: Subject(node, "server.get.*"), Handle: c.handleRelay, CheckSize: size, Deferred: true},
 			leader.Endpoint{Subject: TenantSubject("*", node, "capacity.*"), Plain: true, Handle: c.handleRelay, CheckSize: size, Deferred: true,
-				Tenant: wire.TenantOf},
+				Tenant: subjects.TenantOf},
 		)
 	}
 	return eps

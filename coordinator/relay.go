@@ -34,11 +34,8 @@ const relayTimeout = 2 * time.Second
 func (c *Coordinator) handleRelay(m micro.Request) {
 	c.countCall(m.Subject(), 0)
 	subj := m.Subject()
-	prefix := "allot."
-	if strings.HasPrefix(subj, wire.TenantPrefix) {
-		prefix = wire.TenantPrefix + wire.TenantOf(subj) + "."
-	}
-	endpoint := strings.TrimPrefix(subj, prefix+c.opts.Node+".")
+	tenant := subjects.TenantOf(subj)
+	endpoint := strings.TrimPrefix(subjects.Untenant(subj), subjects.Coordinator(c.opts.Node, ""))
 	hdr := nats.Header{}
 	for k, v := range m.Headers() {
 		hdr[k] = append([]string(nil), v...)
@@ -51,7 +48,11 @@ func (c *Coordinator) handleRelay(m micro.Request) {
 	}
 	r := relayed{c: c, m: m, enc: enc, hdr: hdr, timeout: timeout,
 		subject: func(p int) string {
-			return prefix + strings.TrimPrefix(subjects.LeaseSubject(c.opts.Node, endpoint, p, c.opts.Partitions), "allot.")
+			s := subjects.LeaseSubject(c.opts.Node, endpoint, p, c.opts.Partitions)
+			if tenant != "" {
+				s = subjects.Tenant(tenant, s)
+			}
+			return s
 		}}
 	switch {
 	case endpoint == "capacity.get" || endpoint == "capacity.refresh":

@@ -12,12 +12,13 @@ import (
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/subjects"
+	"github.com/allot/allot/status"
 )
 
 // ReplicaServiceName is the NATS micro service every Replica registers,
 // leader or follower, so that `allot status` and `nats micro stats
 // allot-replica` list all replicas with their role.
-const ReplicaServiceName = "allot-replica"
+const ReplicaServiceName = status.ReplicaService
 
 // ReplicaOptions configure a Replica.
 type ReplicaOptions struct {
@@ -41,32 +42,8 @@ type ReplicaOptions struct {
 }
 
 // ReplicaStatus describes a replica; it is the "data" of its micro STATS
-// and the reply of allot.<node>.replica.status.
-type ReplicaStatus struct {
-	Node     string `json:"node"`
-	ServerID string `json:"server_id"`
-	// Partition and Partitions say which lease partition the replica
-	// campaigns for, when the node has more than one.
-	Partition  int `json:"partition,omitempty"`
-	Partitions int `json:"partitions,omitempty"`
-	// Parent is the node's parent node (empty on a root).
-	Parent string        `json:"parent,omitempty"`
-	Role   election.Role `json:"role"`
-	// Term is this replica's term while it leads, else the current
-	// leader's as last seen (0 unknown).
-	Term uint64 `json:"term"`
-	// Leader is the current leader's server id as last seen.
-	Leader string `json:"leader,omitempty"`
-	// Serving is true while this replica's coordinator answers: it
-	// leads, its leadership is valid and it has not stopped on its own.
-	Serving bool `json:"serving"`
-	// Failure says why a leader's coordinator stopped serving on its own
-	// (deposed by a newer leader's record, leadership lapsed).
-	Failure string `json:"failure,omitempty"`
-	// Config is the configuration status of Options.Templates if it is a
-	// StatusSource, so `allot config status` shows followers' views too.
-	Config any `json:"config,omitempty"`
-}
+// and the reply of allot.<node>.replica.status (status.Replica).
+type ReplicaStatus = status.Replica
 
 // Replica is one of several coordinator replicas of a tree node. It
 // campaigns in the node's election; while it leads, it runs a fresh

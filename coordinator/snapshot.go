@@ -7,69 +7,38 @@ import (
 	"time"
 
 	"github.com/allot/allot/internal/election"
-	"github.com/allot/allot/internal/ledger"
+	"github.com/allot/allot/status"
 )
 
-// Views of the ledger's state, for operators' tools (the dashboard).
+// Views of the ledger's state, for operators' tools (the dashboard):
+// the status package's types.
 type (
 	// ResourceView describes one resource: capacity, granted, wants,
 	// claimants, learning mode and the lease record's ceiling, and on a
 	// child node its lease from the parent.
-	ResourceView = ledger.ResourceView
+	ResourceView = status.ResourceView
 	// ResourceDetail is a ResourceView with its largest claimants.
-	ResourceDetail = ledger.ResourceDetail
+	ResourceDetail = status.ResourceDetail
 	// ClaimantView describes one claimant of a resource.
-	ClaimantView = ledger.ClaimantView
+	ClaimantView = status.ClaimantView
 	// ChildView is a child node's claim on a resource, over its bands.
-	ChildView = ledger.ChildView
+	ChildView = status.ChildView
 )
 
 // Snapshot limits.
 const (
 	// MaxSnapshotClaimants bounds the claimants a Snapshot lists.
-	MaxSnapshotClaimants = ledger.MaxViewClaimants
+	MaxSnapshotClaimants = status.MaxSnapshotClaimants
 	// SnapshotResources is how many resources a Snapshot lists (those
 	// with the most outstanding).
-	SnapshotResources = 100
+	SnapshotResources = status.SnapshotResources
 	// MaxSnapshotSearch bounds the length of a Snapshot's search string.
-	MaxSnapshotSearch = 256
+	MaxSnapshotSearch = status.MaxSnapshotSearch
 )
 
 // Snapshot is a coordinator's state at one instant, taken on its round
-// loop: nothing in it is torn between rounds.
-type Snapshot struct {
-	Time     time.Time `json:"time"`
-	Node     string    `json:"node"`
-	ServerID string    `json:"server_id"`
-	// Role is the replica's role in the node's election ("leader",
-	// "follower"); empty for a coordinator run without the election.
-	Role string `json:"role,omitempty"`
-	// Term is the fencing term served (a follower's: its leader's as last
-	// seen), Leader the leader's server id as last seen by a replica.
-	Term   uint64 `json:"term"`
-	Leader string `json:"leader,omitempty"`
-	// Serving is true while this coordinator answers requests; Failure
-	// says why it stopped on its own.
-	Serving bool   `json:"serving"`
-	Failure string `json:"failure,omitempty"`
-	// Parent is the parent node (empty on a root); ParentError is set
-	// while it cannot be reached, ParentLastOK is its last answer.
-	Parent       string    `json:"parent,omitempty"`
-	ParentError  string    `json:"parent_error,omitempty"`
-	ParentLastOK time.Time `json:"parent_last_ok,omitzero"`
-	// Resources are the SnapshotResources resources with the most
-	// outstanding, of ResourceCount in all, and Clients the client records
-	// over all of them.
-	Resources     []ResourceView `json:"resources"`
-	ResourceCount int            `json:"resource_count"`
-	Clients       int            `json:"clients"`
-	// Resource is the resource asked for, nil if none was or the node
-	// keeps no state for it.
-	Resource *ResourceDetail `json:"resource,omitempty"`
-	// Config is the template source's status (a configkv.Status under
-	// `allot up` and `allot coordinator`), nil if it reports none.
-	Config any `json:"config,omitempty"`
-}
+// loop: nothing in it is torn between rounds (status.Snapshot).
+type Snapshot = status.Snapshot
 
 // snapshotListAge is how long a snapshot's resource list is reused.
 const snapshotListAge = 500 * time.Millisecond

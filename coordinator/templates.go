@@ -1,12 +1,11 @@
 package coordinator
 
 import (
-	"errors"
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/configkv"
+	"github.com/allot/allot/proto/allotpb"
 )
 
 // ParseTemplates returns a TemplateSource that always serves the given
@@ -20,18 +19,42 @@ import (
 // bucket instead, so templates change without a restart. An invalid
 // document is an error naming it and every problem found in it.
 func ParseTemplates(docs map[string][]byte) (TemplateSource, error) {
-	var ts []*config.Template
-	var errs []error
-	for _, name := range slices.Sorted(maps.Keys(docs)) {
-		t, _, err := config.ParseAndCompile(name, 1, docs[name])
-		if err != nil {
-			errs = append(errs, fmt.Errorf("template %s: %w", name, err))
-			continue
-		}
-		ts = append(ts, t)
-	}
-	if err := errors.Join(errs...); err != nil {
+	return compileTemplates(docs, func(name string, doc []byte) (*config.Template, error) {
+		t, _, err := config.ParseAndCompile(name, 1, doc)
+		return t, err
+	})
+}
+
+// TemplatesFromProto is ParseTemplates for templates built in Go: each
+// ResourceTemplate of proto/config.proto under its name. They are checked
+// as a stored document is (docs/configuration.md), and an invalid one is
+// an error naming it and every problem found in it.
+func TemplatesFromProto(templates map[string]*allotpb.ResourceTemplate) (TemplateSource, error) {
+	return compileTemplates(templates, func(name string, pb *allotpb.ResourceTemplate) (*config.Template, error) {
+		t, _, err := config.Compile(name, 1, pb)
+		return t, err
+	})
+}
+
+// compileTemplates compiles every template of byName into a source with
+// the built-in default for the resources they leave out.
+func compileTemplates[T any](byName map[string]T, compile func(string, T) (*config.Template, error)) (TemplateSource, error) {
+	ts, err := config.ParseEach("template", byName, compile)
+	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
 	return StaticTemplates(config.NewSet(1, ts, config.DefaultTemplate())), nil
 }
+
+// WatchedTemplates is the source of `allot coordinator`: the templates of
+// the configuration watcher w, which follows the configuration bucket, so
+// that a put takes effect without a restart; w's status (the verdict on
+// every key) is published in STATS.
+func WatchedTemplates(w *configkv.Watcher) TemplateSource { return watchedTemplates{w} }
+
+type watchedTemplates struct{ w *configkv.Watcher }
+
+func (w watchedTemplates) templateSet() *config.Set { return w.w.Current() }
+
+// Status implements StatusSource.
+func (w watchedTemplates) Status() any { return w.w.Status() }

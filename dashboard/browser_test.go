@@ -33,12 +33,6 @@ import (
 	"github.com/allot/allot/quotaserver"
 )
 
-// watched adapts a configuration watcher to the coordinator's template
-// and status sources, as `allot up` does.
-type watched struct{ *configkv.Watcher }
-
-func (w watched) Status() any { return w.Watcher.Status() }
-
 // stack is an embedded NATS server, a configuration bucket and watcher, a
 // coordinator on its templates and a dashboard served over HTTP.
 type stack struct {
@@ -70,7 +64,7 @@ func startStack(t *testing.T, ctx context.Context, interval, history time.Durati
 	t.Cleanup(w.Stop)
 	// TestTenThousandClaimants sends 10,000 requests at once: none may be
 	// refused for overload.
-	c := coordtest.Start(t, nc, coordinator.Options{Templates: watched{w}, RoundInterval: 5 * time.Millisecond,
+	c := coordtest.Start(t, nc, coordinator.Options{Templates: coordinator.WatchedTemplates(w), RoundInterval: 5 * time.Millisecond,
 		Intake: leader.Limits{MaxInFlight: 16384}})
 	url, stop := serveDashboard(t, dashboard.Options{Source: c, Conn: nc, Interval: interval, History: history})
 	return &stack{nc: nc, kv: kv, c: c, url: url, stopRun: stop}
@@ -439,7 +433,7 @@ func startQuota(t *testing.T, ctx context.Context, nc *nats.Conn) {
 	cfg := &quota.Config{Namespaces: map[string]*quota.Namespace{"logins": {Name: "logins", Buckets: map[string]*quota.Spec{
 		"alice": {Algorithm: quota.TokenBucket, Size: 5, FillRate: 1, MaxDebt: 10 * time.Second, MaxTokensPerRequest: 10}}}}}
 	r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
-		Options:     quotaserver.Options{ServerID: "quota-1", Partitions: 1, Config: func() *quota.Config { return cfg }, Logger: slog.New(slog.DiscardHandler)},
+		Options:     quotaserver.Options{ServerID: "quota-1", Partitions: 1, Config: quotaserver.ConfigFunc(func() *quota.Config { return cfg }), Logger: slog.New(slog.DiscardHandler)},
 		ElectionTTL: 10 * time.Second, // a lone replica: no failover to wait for, and no lapse on a loaded machine
 	})
 	if err != nil {
@@ -484,7 +478,7 @@ func startDomain(t *testing.T, ctx context.Context, nc *nats.Conn) uint64 {
 	// No client refreshes the hold: it lives longer than the test.
 	r, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{
 		Options: domainserver.Options{ServerID: "domain-1", HoldTTL: 5 * time.Minute,
-			Config: func() map[string]*domainlimit.Namespace { return nss }, Logger: slog.New(slog.DiscardHandler)},
+			Config: domainserver.ConfigFunc(func() map[string]*domainlimit.Namespace { return nss }), Logger: slog.New(slog.DiscardHandler)},
 		ElectionTTL: 10 * time.Second, // a lone replica: no failover to wait for, and no lapse on a loaded machine
 	})
 	if err != nil {

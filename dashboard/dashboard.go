@@ -37,8 +37,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/opstatus"
+	"github.com/allot/allot/status"
 )
 
 //go:embed assets
@@ -49,28 +49,31 @@ const (
 	DefaultInterval = time.Second
 	DefaultHistory  = 5 * time.Minute
 	// DefaultTop is how many claimants a page lists unless it asks for
-	// another number (?top=, at most coordinator.MaxSnapshotClaimants).
+	// another number (?top=, at most status.MaxSnapshotClaimants).
 	DefaultTop = 50
 	// QuotaService is the NATS micro service whose STATS carry quota
 	// namespaces' event counts (allot's quota servers).
-	QuotaService = "allot-quota"
+	QuotaService = status.QuotaService
 )
 
 // Source is where the dashboard takes its state from: a
 // *coordinator.Coordinator, a *coordinator.Replica, or several replicas of
 // one process (see Replicas).
 type Source interface {
-	Snapshot(ctx context.Context, resource string, topN int, search string) (*coordinator.Snapshot, error)
+	Snapshot(ctx context.Context, resource string, topN int, search string) (*status.Snapshot, error)
 }
 
 // Replicas is a Source over the replicas a process runs now (replicas may
-// come and go): it answers with the snapshot of the one that serves, else
-// with the first one's.
-type Replicas func() []*coordinator.Replica
+// come and go; list returns them, for instance *coordinator.Replica's): it
+// answers with the snapshot of the one that serves, else with the first
+// one's.
+func Replicas[S Source](list func() []S) Source { return replicas[S](list) }
+
+type replicas[S Source] func() []S
 
 // Snapshot implements Source.
-func (rs Replicas) Snapshot(ctx context.Context, resource string, topN int, search string) (*coordinator.Snapshot, error) {
-	var first *coordinator.Snapshot
+func (rs replicas[S]) Snapshot(ctx context.Context, resource string, topN int, search string) (*status.Snapshot, error) {
+	var first *status.Snapshot
 	for _, r := range rs() {
 		s, err := r.Snapshot(ctx, resource, topN, search)
 		if err != nil {
@@ -96,7 +99,7 @@ type Options struct {
 	// Conn, if set, is used to list the node's replicas (leader and
 	// followers, from their micro STATS), quota namespaces (from the
 	// STATS of QuotaService) and domain partitions (from the STATS of
-	// domainserver.ServiceName) every few seconds. Without it the page
+	// status.DomainService) every few seconds. Without it the page
 	// shows only the local replica, no quota namespaces and no domain
 	// partitions.
 	Conn *nats.Conn
@@ -167,7 +170,7 @@ type QuotaNamespace struct {
 
 // Event is the JSON of one server-sent event ("state") of the stream.
 type Event struct {
-	Snapshot *coordinator.Snapshot `json:"snapshot"`
+	Snapshot *status.Snapshot `json:"snapshot"`
 	// Points are the chart's samples of the selected resource: its whole
 	// history in the first event (Reset set), then only newer ones.
 	Points []Point `json:"points"`
@@ -384,13 +387,13 @@ func parseQuery(r *http.Request) (query, error) {
 	q := query{resource: v.Get("resource"), top: DefaultTop, search: v.Get("q")}
 	if s := v.Get("top"); s != "" {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 || n > coordinator.MaxSnapshotClaimants {
-			return q, fmt.Errorf("top=%q: want a whole number from 0 to %d", s, coordinator.MaxSnapshotClaimants)
+		if err != nil || n < 0 || n > status.MaxSnapshotClaimants {
+			return q, fmt.Errorf("top=%q: want a whole number from 0 to %d", s, status.MaxSnapshotClaimants)
 		}
 		q.top = n
 	}
-	if len(q.search) > coordinator.MaxSnapshotSearch {
-		return q, fmt.Errorf("q is %d bytes long: at most %d", len(q.search), coordinator.MaxSnapshotSearch)
+	if len(q.search) > status.MaxSnapshotSearch {
+		return q, fmt.Errorf("q is %d bytes long: at most %d", len(q.search), status.MaxSnapshotSearch)
 	}
 	if len(q.resource) > 1024 {
 		return q, fmt.Errorf("resource is %d bytes long: at most 1024", len(q.resource))

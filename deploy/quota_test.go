@@ -90,7 +90,7 @@ func TestQuotaMapping(t *testing.T) {
 	for p := range quotaPartitions {
 		r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{Options: quotaserver.Options{
 			ServerID: fmt.Sprintf("r%d", p), Partition: p, Partitions: quotaPartitions,
-			Config: func() *quota.Config { return cfg }, Logger: slog.New(slog.DiscardHandler)}})
+			Config: quotaserver.ConfigFunc(func() *quota.Config { return cfg }), Logger: slog.New(slog.DiscardHandler)}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -42,7 +42,7 @@ func benchServer(b *testing.B) *Server {
 				{Limit: 1e9, Window: time.Second, Active: time.Hour, Cooldown: time.Second}}}},
 		"pool": {Name: "pool", Kind: domainlimit.KindCopies, Copies: domainlimit.PermissiveCopies()},
 	}}}
-	o := Options{Config: func() map[string]*domainlimit.Namespace { return nss }, Logger: slog.New(slog.DiscardHandler)}
+	o := Options{Config: ConfigFunc(func() map[string]*domainlimit.Namespace { return nss }), Logger: slog.New(slog.DiscardHandler)}
 	s, err := New(&nats.Conn{}, o)
 	if err != nil {
 		b.Fatal(err)

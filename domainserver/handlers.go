@@ -42,7 +42,7 @@ func (s *Server) handle(m micro.Request) {
 		return
 	}
 	if tenant != "" {
-		if nsc := s.opts.Config()[ns]; nsc != nil && len(nsc.Tenants) > 0 && !slices.Contains(nsc.Tenants, tenant) {
+		if nsc := s.opts.Config.get()[ns]; nsc != nil && len(nsc.Tenants) > 0 && !slices.Contains(nsc.Tenants, tenant) {
 			s.replyError(m, domainwire.CodeForbidden, fmt.Sprintf("namespace %q is not open to tenant %q (its tenants are %q)", ns, tenant, nsc.Tenants))
 			return
 		}

@@ -116,7 +116,7 @@ var errNoConfig = errors.New("not configured")
 // resolve returns the state of ns/name for kind, creating it on first use
 // and handing it a changed configuration. Called with s.mu held.
 func (s *Server) resolve(ns, name string, kind domainlimit.Kind) (*resource, error) {
-	cfg := s.opts.Config()
+	cfg := s.opts.Config.get()
 	nsc := cfg[ns]
 	// The key is made in place: a lookup by string(key) allocates nothing.
 	var buf [64]byte

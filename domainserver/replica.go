@@ -11,11 +11,12 @@ import (
 
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/leader"
+	"github.com/allot/allot/internal/subjects"
 )
 
 // ElectionKey is the election key of a node's domain partition i:
 // <node>.domain.<i>.
-func ElectionKey(node string, i int) string { return node + ".domain." + strconv.Itoa(i) }
+func ElectionKey(node string, i int) string { return subjects.DomainElectionKey(node, i) }
 
 // ReplicaOptions configure a Replica.
 type ReplicaOptions struct {

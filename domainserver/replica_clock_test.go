@@ -19,7 +19,7 @@ func TestSuccessorLearnsOnItsClock(t *testing.T) {
 	cfg.set(testNamespace())
 	run := func(id string, now func() time.Time) (*domainserver.Replica, func()) {
 		r, err := domainserver.NewReplica(natstest.Conn(t, s), domainserver.ReplicaOptions{Options: domainserver.Options{ServerID: id,
-			Config: cfg.get, HoldTTL: time.Second, Now: now, Logger: slog.New(slog.DiscardHandler)}, ElectionTTL: time.Second})
+			Config: domainserver.ConfigFunc(cfg.get), HoldTTL: time.Second, Now: now, Logger: slog.New(slog.DiscardHandler)}, ElectionTTL: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -97,7 +97,7 @@ func TestLeaderFailoverKeepsLiveHolds(t *testing.T) {
 	defer func() { cancel(); wg.Wait() }()
 	for _, id := range []string{"r1", "r2"} {
 		nc := natstest.Conn(t, s)
-		r, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{Options: domainserver.Options{ServerID: id, Config: cfg.get,
+		r, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{Options: domainserver.Options{ServerID: id, Config: domainserver.ConfigFunc(cfg.get),
 			HoldTTL: time.Second, Logger: slog.New(slog.DiscardHandler)}, ElectionTTL: time.Second})
 		if err != nil {
 			t.Fatal(err)

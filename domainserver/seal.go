@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/subjects"
 )
 
 // Seals. A new leader learns the live holds from their holders' refreshes
@@ -35,7 +36,7 @@ const SealKeyLen = 32
 const sealMACLen = 16
 
 // sealKeyName is the state bucket key of the node's seal key.
-func (s *Server) sealKeyName() string { return s.opts.Node + ".domain.seal" }
+func (s *Server) sealKeyName() string { return subjects.DomainSealKey(s.opts.Node) }
 
 // loadSealKey reads the node's seal key from the state bucket, creating
 // it if no replica has yet. A key that is not one allot wrote is

@@ -30,18 +30,21 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/statekv"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/version"
+	"github.com/allot/allot/status"
 )
 
 // Defaults and limits of Options.
 const (
 	// ServiceName is the NATS micro service a partition's leader registers.
-	ServiceName = "allot-domain"
+	ServiceName = status.DomainService
 	// ServiceVersion is reported in the micro service INFO.
 	ServiceVersion = version.Version
 	// DefaultHoldTTL is how long a hold lives without a refresh.
@@ -58,15 +61,50 @@ const (
 	MinSealTTL = time.Minute
 )
 
-// Config is the domain configuration in force: namespaces by name. A
-// function returning it is called on every request, so it must be cheap;
-// a namespace whose pointer changed is re-read (hot reload).
-type Config func() map[string]*domainlimit.Namespace
+// Config supplies the domain-limit namespaces a server decides for. Make
+// it with ParseDomains; `allot quota` follows the configuration bucket
+// (WatchedConfig). The zero Config is none: Options.Config is required.
+type Config struct {
+	current func() map[string]*domainlimit.Namespace
+}
 
-// WatchedConfig adapts a configuration watcher to a Config: the
+// get returns the namespaces in force, by name.
+func (c Config) get() map[string]*domainlimit.Namespace { return c.current() }
+
+// ParseDomains returns a Config that always serves the given domain-limit
+// namespaces: docs maps a namespace's name to its document, YAML or JSON,
+// as stored under domains.<name> in the allot_config bucket and as `allot
+// config put` takes it (docs/domains.md). An invalid document is an error
+// naming it and every problem found in it.
+//
+// It is for a server embedded in a program that has no configuration
+// bucket (a demo, a test); `allot quota` watches the bucket instead, so
+// namespaces change without a restart.
+func ParseDomains(docs map[string][]byte) (Config, error) {
+	nss, err := config.ParseEach("namespace", docs, func(name string, doc []byte) (*domainlimit.Namespace, error) {
+		ns, _, err := config.ParseDomains(name, 1, doc)
+		return ns, err
+	})
+	if err != nil {
+		return Config{}, fmt.Errorf("domainserver: %w", err)
+	}
+	byName := make(map[string]*domainlimit.Namespace, len(nss))
+	for _, ns := range nss {
+		byName[ns.Name] = ns
+	}
+	return ConfigFunc(func() map[string]*domainlimit.Namespace { return byName }), nil
+}
+
+// ConfigFunc returns a Config whose namespaces are what current returns:
+// for allot's own tools and tests, which build them themselves. current
+// is called on every request, so it must be cheap; a namespace whose
+// pointer changed is re-read (hot reload).
+func ConfigFunc(current func() map[string]*domainlimit.Namespace) Config { return Config{current} }
+
+// WatchedConfig is the Config of a configuration watcher: the
 // domains.<namespace> keys of its current Set.
 func WatchedConfig(w *configkv.Watcher) Config {
-	return func() map[string]*domainlimit.Namespace { return w.Current().Domains() }
+	return ConfigFunc(func() map[string]*domainlimit.Namespace { return w.Current().Domains() })
 }
 
 // Options configure a Server: the serving side of one partition for one
@@ -130,7 +168,7 @@ func (o *Options) fill() error {
 	if err := leader.FillPartition("domainserver", &o.Node, &o.ServerID, o.Partition, &o.Partitions, MaxPartitions); err != nil {
 		return err
 	}
-	if o.Config == nil {
+	if o.Config.current == nil {
 		return errors.New("domainserver: Options.Config is required")
 	}
 	if o.HoldTTL == 0 {
@@ -265,7 +303,7 @@ func (s *Server) Start(ctx context.Context) error {
 	// the NATS server maps them onto the partitions' subjects.
 	// Tenants' requests arrive through their service imports on
 	// allot.t.<tenant>.<node>.domain.… (TenantSubject), mapped the same way.
-	subject, tenants := "allot."+node+".domain.*.*.*", "allot.t.*."+node+".domain.*.*.*"
+	subject, tenants := subjects.DomainAll(node), subjects.TenantDomainAll(node)
 	if s.opts.Partitions > 1 {
 		p := domainwire.PartitionSubject(node, s.opts.Partition)
 		subject, tenants = p+".*.*.*", p+".t.*.*.*.*"
@@ -313,69 +351,21 @@ func (s *Server) Err() error { return s.gate.Err() }
 // and Valid (if set) still holds.
 func (s *Server) mayAnswer() bool { return s.gate.Open() }
 
-// Counts are the server's event counters.
-type Counts struct {
-	Requests        uint64 `json:"requests"`
-	HitsGranted     uint64 `json:"hits_granted"`
-	Rejected        uint64 `json:"requests_rejected"`
-	Reserves        uint64 `json:"reserves"`
-	CopiesGranted   uint64 `json:"copies_granted"`
-	ReservesRefused uint64 `json:"reserves_refused"`
-	// LearningRefusals counts reserves answered "learning".
-	LearningRefusals uint64 `json:"learning_refusals"`
-	Releases         uint64 `json:"releases"`
-	Refreshes        uint64 `json:"refreshes"`
-	// Restored counts holds adopted from refreshes while learning; Lost
-	// the holds refreshes listed that the server no longer had.
-	Restored uint64 `json:"restored"`
-	// Unsealed counts holds a learning leader refused to adopt because
-	// their seal did not vouch for them (a client claiming copies it was
-	// not granted, or a seal older than the seal TTL); they count in Lost.
-	Unsealed  uint64 `json:"unsealed"`
-	Lost      uint64 `json:"lost"`
-	Expired   uint64 `json:"holds_expired"`
-	Transfers uint64 `json:"transfers"`
-	Seized    uint64 `json:"seized"`
-	// TransfersExpired counts staged transfers released after their ttl.
-	TransfersExpired uint64 `json:"transfers_expired"`
-	Errors           uint64 `json:"errors"`
-}
+// Counts are the server's event counters (status.DomainCounts).
+type Counts = status.DomainCounts
 
-// Stats is the "data" of the domain service's micro STATS.
-type Stats struct {
-	Node       string    `json:"node"`
-	ServerID   string    `json:"server_id"`
-	Partition  int       `json:"partition"`
-	Partitions int       `json:"partitions"`
-	Term       uint64    `json:"term"`
-	Serving    bool      `json:"serving"`
-	Failure    string    `json:"failure,omitempty"`
-	LearnUntil time.Time `json:"learning_until,omitzero"`
-	Resources  int       `json:"resources"`
-	Holds      int       `json:"holds"`
-	// CopiesHeld sums every live hold's copies, staged transfers included.
-	CopiesHeld int64 `json:"copies_held"`
-	// Transfers counts staged transfers, not yet seized.
-	Transfers int    `json:"transfers"`
-	Silenced  uint64 `json:"silenced"`
-	Counts
-	// Learning is true while the server learns the live holds from
-	// refreshes (until LearnUntil) and grants no copies.
-	Learning bool `json:"learning"`
-}
+// Stats is the "data" of the domain service's micro STATS
+// (status.Domain).
+type Stats = status.Domain
 
 // Stats returns the server's state and counters; safe for concurrent use.
 func (s *Server) Stats() Stats {
-	st := Stats{Node: s.opts.Node, ServerID: s.opts.ServerID, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
-		Term: s.opts.Term, Serving: s.gate.Serving(), LearnUntil: s.opts.LearnUntil, Silenced: s.gate.Silenced.Load()}
+	st := Stats{PartitionLeader: s.gate.PartitionStatus(s.opts.Node, s.opts.ServerID, s.opts.Partition, s.opts.Partitions, s.opts.Term), LearnUntil: s.opts.LearnUntil, Silenced: s.gate.Silenced.Load()}
 	st.Learning = s.opts.Now().Before(s.opts.LearnUntil)
-	if err := s.Err(); err != nil {
-		st.Failure = err.Error()
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expireTransfers(s.opts.Now())
-	st.Counts = s.counts
+	st.DomainCounts = s.counts
 	st.Resources, st.Holds, st.Transfers = len(s.resources), s.holds.len(), s.stagedLocked()
 	s.holds.all(func(h *hold) { st.CopiesHeld += h.copies })
 	for _, t := range s.transfers {

@@ -128,7 +128,7 @@ func TestRefreshTooLargeForShares(t *testing.T) {
 	ns.AllowUnconfigured = true
 	cfg.set(ns)
 	e := &env{nc: natstest.Conn(t, s), cfg: cfg}
-	e.srv = run(t, natstest.Conn(t, s), domainserver.Options{Config: cfg.get, HoldTTL: time.Hour, Logger: slog.New(slog.DiscardHandler)}, nil)
+	e.srv = run(t, natstest.Conn(t, s), domainserver.Options{Config: domainserver.ConfigFunc(cfg.get), HoldTTL: time.Hour, Logger: slog.New(slog.DiscardHandler)}, nil)
 	var holds []domainwire.Hold
 	for i := range 100 {
 		var r domainwire.ReserveReply

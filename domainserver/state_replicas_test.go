@@ -25,7 +25,7 @@ func TestStateBucketReplicas(t *testing.T) {
 	cfg := &config{}
 	cfg.set(testNamespace())
 	r, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{
-		Options:          domainserver.Options{ServerID: "d1", Config: cfg.get, Logger: slog.New(slog.DiscardHandler)},
+		Options:          domainserver.Options{ServerID: "d1", Config: domainserver.ConfigFunc(cfg.get), Logger: slog.New(slog.DiscardHandler)},
 		ElectionReplicas: 3,
 	})
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -14,6 +13,7 @@ import (
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/statekv"
+	"github.com/allot/allot/internal/subjects"
 )
 
 // MaxTransfers bounds the staged transfers (and seize records) of one
@@ -48,7 +48,7 @@ var errStateFull = errors.New("the partition's transfers key is full")
 // coordinators' permissions (deploy/nats/secure) allow gets and puts of
 // allot_state only.
 func (s *Server) transfersKey() string {
-	return s.opts.Node + ".domain." + strconv.Itoa(s.opts.Partition) + ".transfers"
+	return subjects.DomainTransfersKey(s.opts.Node, s.opts.Partition)
 }
 
 // openState opens the state bucket, creating it as the coordinators do

@@ -29,7 +29,7 @@ func startStateful(t *testing.T, s *server.Server, id string, mod func(*domainse
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := domainserver.Options{ServerID: id, Config: cfg.get, HoldTTL: time.Hour, JetStream: js, Logger: slog.New(slog.DiscardHandler)}
+	opts := domainserver.Options{ServerID: id, Config: domainserver.ConfigFunc(cfg.get), HoldTTL: time.Hour, JetStream: js, Logger: slog.New(slog.DiscardHandler)}
 	return run(t, nc, opts, mod)
 }
 
@@ -260,7 +260,7 @@ func TestTransfersKeyFull(t *testing.T) {
 		ns := testNamespace()
 		ns.AllowUnconfigured = true
 		cfg.set(ns)
-		o.Config = cfg.get
+		o.Config = domainserver.ConfigFunc(cfg.get)
 	})
 	e := &env{nc: natstest.Conn(t, s)}
 	owner := strings.Repeat("o", 200)

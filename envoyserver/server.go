@@ -35,16 +35,18 @@ import (
 	"github.com/allot/allot/internal/envoywire"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/reply"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/version"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
+	"github.com/allot/allot/status"
 )
 
 // Names, defaults and limits.
 const (
 	// ServiceName is the NATS micro service a partition's serving leader
 	// registers.
-	ServiceName = "allot-envoy"
+	ServiceName = status.EnvoyService
 	// ServiceVersion is reported in the micro service INFO.
 	ServiceVersion = version.Version
 	// DefaultMaxCounters bounds the counters one partition keeps.
@@ -164,7 +166,7 @@ func (s *Server) Start(ctx context.Context) error {
 	eps := []leader.Endpoint{{Name: "count", Subject: envoywire.PartitionSubject(node, p) + ".>", Handle: s.handle}}
 	if s.opts.Partitions == 1 {
 		// One partition counts every domain: no mapping needed.
-		eps = append(eps, leader.Endpoint{Name: "count_domain", Subject: "allot." + node + ".envoy.count.*", Handle: s.handle})
+		eps = append(eps, leader.Endpoint{Name: "count_domain", Subject: subjects.EnvoyCountSubject(node, "*"), Handle: s.handle})
 	}
 	term, err := leader.Start(ctx, s.nc, leader.Spec{
 		Name: ServiceName, Version: ServiceVersion,
@@ -330,43 +332,13 @@ type CountError struct {
 func (e *CountError) Error() string { return fmt.Sprintf("envoy count error %d: %s", e.Code, e.Msg) }
 
 // Stats is the "data" of the envoy service's micro STATS: one partition's
-// serving leader.
-type Stats struct {
-	Node       string `json:"node"`
-	ServerID   string `json:"server_id"`
-	Partition  int    `json:"partition"`
-	Partitions int    `json:"partitions"`
-	Term       uint64 `json:"term"`
-	// Serving is false once the server stopped or its leadership lapsed
-	// (Failure says why).
-	Serving bool   `json:"serving"`
-	Failure string `json:"failure,omitempty"`
-	// Counters is how many window counters the partition keeps (expired
-	// ones until they are swept), MaxCounters its bound.
-	Counters    int `json:"counters"`
-	MaxCounters int `json:"max_counters"`
-	// Requests counts count requests over NATS, Local those of front
-	// ends in this process, Hits the hits added by both.
-	Requests uint64 `json:"requests"`
-	Local    uint64 `json:"local"`
-	Hits     uint64 `json:"hits"`
-	// Full counts requests refused at MaxCounters, Overflows those
-	// refused because a counter would pass 2^63-1.
-	Full      uint64 `json:"full"`
-	Overflows uint64 `json:"overflows"`
-	// Silenced counts replies withheld because the server may no longer
-	// answer.
-	Silenced uint64 `json:"silenced"`
-}
+// serving leader (status.Envoy).
+type Stats = status.Envoy
 
 // Stats returns the server's counters; safe for concurrent use.
 func (s *Server) Stats() Stats {
-	st := Stats{Node: s.opts.Node, ServerID: s.opts.ServerID, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
-		Term: s.opts.Term, Serving: s.gate.Serving(), Counters: s.store.Len(), MaxCounters: s.opts.MaxCounters,
+	st := Stats{PartitionLeader: s.gate.PartitionStatus(s.opts.Node, s.opts.ServerID, s.opts.Partition, s.opts.Partitions, s.opts.Term), Counters: s.store.Len(), MaxCounters: s.opts.MaxCounters,
 		Requests: s.requests.Load(), Local: s.local.Load(), Hits: s.hits.Load(), Full: s.full.Load(), Overflows: s.overflows.Load(),
 		Silenced: s.gate.Silenced.Load()}
-	if err := s.Err(); err != nil {
-		st.Failure = err.Error()
-	}
 	return st
 }

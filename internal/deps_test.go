@@ -17,6 +17,7 @@ const module = "github.com/allot/allot/"
 const (
 	natsClient = "github.com/nats-io/nats.go" // its jetstream and micro too
 	natsServer = "github.com/nats-io/nats-server/v2"
+	jetStream  = "github.com/nats-io/nats.go/jetstream"
 	testingPkg = "testing"
 )
 
@@ -36,13 +37,29 @@ var layerRules = []struct {
 	{
 		pkgs:   []string{"agent/..."},
 		skip:   "agent/internal/", // the integrations' test and example harnesses
-		forbid: []string{natsServer, testingPkg},
-		why:    "services embed the agent: it must not drag a NATS server or the testing package (and its flags) into them",
+		forbid: []string{natsServer, jetStream, testingPkg},
+		why:    "services embed the agent: it must not drag a NATS server, JetStream (only servers keep state in it) or the testing package (and its flags) into them",
 	},
 	{
-		pkgs:   []string{"internal/wire", "internal/subjects"},
+		pkgs:   []string{"internal/wire"},
 		forbid: []string{natsClient},
-		why:    "wire and subject names are plain data; they take headers and names, not NATS types",
+		why:    "wire is plain data; it takes headers and names, not NATS types",
+	},
+	{
+		pkgs:   []string{"internal/subjects"},
+		forbid: []string{natsClient, natsServer, module + "internal/wire", testingPkg},
+		why:    "subjects only spells names: every layer (the decision cores, the election, the agent) may import it without linking NATS or the codecs",
+	},
+	{
+		pkgs:   []string{"status"},
+		forbid: []string{natsClient, natsServer, module + "internal", testingPkg},
+		why:    "status is the servers' reports as plain data: whoever reads them (a dashboard, a collector, a program outside the module) must not link NATS or allot's internals",
+	},
+	{
+		pkgs: []string{"dashboard", "metrics"},
+		forbid: []string{module + "coordinator", module + "quotaserver", module + "domainserver", module + "envoyserver",
+			module + "internal/ledger", module + "internal/election"},
+		why: "operators' views read the status package, not the servers or their cores: take the type from status (the servers fill it)",
 	},
 	{
 		pkgs:   []string{"internal/election"},

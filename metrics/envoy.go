@@ -3,9 +3,8 @@ package metrics
 import (
 	"strconv"
 
+	"github.com/allot/allot/status"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/allot/allot/envoyserver"
 )
 
 // NewEnvoyCollector returns a collector of the Envoy rate limit counter
@@ -13,11 +12,11 @@ import (
 // this process leads now (envoyserver.Replica.Server().Stats()). Labels
 // are the node and the partition: domains, descriptors and keys never
 // become labels.
-func NewEnvoyCollector(stats func() []envoyserver.Stats) prometheus.Collector {
+func NewEnvoyCollector(stats func() []status.Envoy) prometheus.Collector {
 	return envoyCollector{stats}
 }
 
-type envoyCollector struct{ stats func() []envoyserver.Stats }
+type envoyCollector struct{ stats func() []status.Envoy }
 
 var (
 	envoyLabels = []string{"node", "partition"}
@@ -26,14 +25,14 @@ var (
 	envoyMaxCounters = desc("allot_envoy_counters_max", "The most window counters the partition keeps; requests that would add more are refused.", envoyLabels...)
 	envoyTotals      = []struct {
 		d *prometheus.Desc
-		v func(envoyserver.Stats) uint64
+		v func(status.Envoy) uint64
 	}{
-		{desc("allot_envoy_count_requests_total", "Count requests received over NATS.", envoyLabels...), func(s envoyserver.Stats) uint64 { return s.Requests }},
-		{desc("allot_envoy_count_local_total", "Count requests of front ends in this process.", envoyLabels...), func(s envoyserver.Stats) uint64 { return s.Local }},
-		{desc("allot_envoy_hits_total", "Hits added to the counters.", envoyLabels...), func(s envoyserver.Stats) uint64 { return s.Hits }},
-		{desc("allot_envoy_full_total", "Count requests refused because the partition keeps its most counters.", envoyLabels...), func(s envoyserver.Stats) uint64 { return s.Full }},
-		{desc("allot_envoy_overflows_total", "Count requests refused because a counter would pass 2^63-1.", envoyLabels...), func(s envoyserver.Stats) uint64 { return s.Overflows }},
-		{desc("allot_envoy_silenced_total", "Replies withheld because the leadership may have lapsed.", envoyLabels...), func(s envoyserver.Stats) uint64 { return s.Silenced }},
+		{desc("allot_envoy_count_requests_total", "Count requests received over NATS.", envoyLabels...), func(s status.Envoy) uint64 { return s.Requests }},
+		{desc("allot_envoy_count_local_total", "Count requests of front ends in this process.", envoyLabels...), func(s status.Envoy) uint64 { return s.Local }},
+		{desc("allot_envoy_hits_total", "Hits added to the counters.", envoyLabels...), func(s status.Envoy) uint64 { return s.Hits }},
+		{desc("allot_envoy_full_total", "Count requests refused because the partition keeps its most counters.", envoyLabels...), func(s status.Envoy) uint64 { return s.Full }},
+		{desc("allot_envoy_overflows_total", "Count requests refused because a counter would pass 2^63-1.", envoyLabels...), func(s status.Envoy) uint64 { return s.Overflows }},
+		{desc("allot_envoy_silenced_total", "Replies withheld because the leadership may have lapsed.", envoyLabels...), func(s status.Envoy) uint64 { return s.Silenced }},
 	}
 )
 

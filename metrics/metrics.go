@@ -21,11 +21,8 @@ import (
 	"cmp"
 	"slices"
 
+	"github.com/allot/allot/status"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/allot/allot/coordinator"
-	"github.com/allot/allot/internal/election"
-	"github.com/allot/allot/internal/ledger"
 )
 
 // OtherResource is the resource label value of the sum over the
@@ -39,14 +36,14 @@ const DefaultMaxResources = 50
 // Target is what a collector reports on: a *coordinator.Coordinator or a
 // *coordinator.Replica.
 type Target interface {
-	Observe() coordinator.Observation
+	Observe() status.Observation
 }
 
 // Options configure a coordinator collector.
 type Options struct {
 	// MaxResources bounds the resources each node reports by name.
 	// Default DefaultMaxResources; at most
-	// coordinator.MaxObservedResources.
+	// status.MaxObservedResources.
 	MaxResources int
 }
 
@@ -59,7 +56,7 @@ func NewCoordinatorCollector(targets func() []Target, opts Options) prometheus.C
 	if n <= 0 {
 		n = DefaultMaxResources
 	}
-	return &collector{targets: targets, max: min(n, coordinator.MaxObservedResources)}
+	return &collector{targets: targets, max: min(n, status.MaxObservedResources)}
 }
 
 type collector struct {
@@ -137,7 +134,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	var obs []coordinator.Observation
+	var obs []status.Observation
 	for _, t := range c.targets() {
 		obs = append(obs, t.Observe())
 	}
@@ -150,7 +147,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		seen[k] = true
 		lead := 0.0
-		if o.Role == election.RoleLeader && o.Serving {
+		if o.Role == status.RoleLeader && o.Serving {
 			lead = 1
 		}
 		gauge(ch, descLeader, lead, o.Node, o.ServerID)
@@ -160,7 +157,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(ch, descConfigLoaded, b2f(o.ConfigLoaded), o.Node, o.ServerID)
 	}
 	// Coordinator metrics for the highest term serving each node.
-	best := map[string]coordinator.Observation{}
+	best := map[string]status.Observation{}
 	for _, o := range obs {
 		if b, ok := best[o.Node]; o.Coordinator && (!ok || o.Term > b.Term) {
 			best[o.Node] = o
@@ -171,7 +168,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (c *collector) collectCoordinator(ch chan<- prometheus.Metric, o coordinator.Observation) {
+func (c *collector) collectCoordinator(ch chan<- prometheus.Metric, o status.Observation) {
 	n := o.Node
 	counter(ch, descRounds, o.Rounds, n)
 	h := o.RoundSeconds
@@ -184,7 +181,7 @@ func (c *collector) collectCoordinator(ch chan<- prometheus.Metric, o coordinato
 		if call.Code == 0 {
 			counter(ch, descRequests, call.N, n, call.Subject)
 		} else {
-			counter(ch, descErrors, call.N, n, call.Subject, coordinator.CodeLabel(call.Code))
+			counter(ch, descErrors, call.N, n, call.Subject, status.CodeLabel(call.Code))
 		}
 	}
 	counter(ch, descWrites, o.RecordWrites, n)
@@ -206,9 +203,9 @@ func (c *collector) collectCoordinator(ch chan<- prometheus.Metric, o coordinato
 
 // fold keeps the first c.max resources (most outstanding first) by name,
 // except one named OtherResource, and sums the rest.
-func (c *collector) fold(o coordinator.Observation) (named []ledger.ResourceGauge, other ledger.ResourceTotals) {
+func (c *collector) fold(o status.Observation) (named []status.ResourceGauge, other status.ResourceTotals) {
 	top := slices.Clone(o.Top)
-	slices.SortStableFunc(top, func(a, b ledger.ResourceGauge) int { return cmp.Compare(b.Outstanding, a.Outstanding) })
+	slices.SortStableFunc(top, func(a, b status.ResourceGauge) int { return cmp.Compare(b.Outstanding, a.Outstanding) })
 	other = o.Other
 	for _, g := range top {
 		if len(named) < c.max && g.ID != OtherResource {

@@ -4,10 +4,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/allot/allot/status"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/allot/allot/internal/quota"
-	"github.com/allot/allot/quotaserver"
 )
 
 // NewQuotaCollector returns a collector of the quota partitions that
@@ -16,11 +14,11 @@ import (
 // the partition and, for the decisions, the namespace: namespaces are the
 // operator's configuration, so their number is bounded; buckets and
 // client ids never become labels.
-func NewQuotaCollector(stats func() []quotaserver.Stats) prometheus.Collector {
+func NewQuotaCollector(stats func() []status.Quota) prometheus.Collector {
 	return quotaCollector{stats}
 }
 
-type quotaCollector struct{ stats func() []quotaserver.Stats }
+type quotaCollector struct{ stats func() []status.Quota }
 
 var (
 	quotaLabels   = []string{"node", "partition"}
@@ -30,40 +28,40 @@ var (
 	quotaFull     = desc("allot_quota_buckets_start_full", "1 on a deployment's first leader (buckets start full); 0 after a failover (buckets start drained).", quotaLabels...)
 	quotaCounters = []struct {
 		d *prometheus.Desc
-		v func(quotaserver.Stats) uint64
+		v func(status.Quota) uint64
 	}{
-		{desc("allot_quota_takes_total", "Takes decided by the partition.", quotaLabels...), func(s quotaserver.Stats) uint64 { return s.Takes }},
-		{desc("allot_quota_reports_total", "Reports applied by the partition.", quotaLabels...), func(s quotaserver.Stats) uint64 { return s.Reports }},
-		{desc("allot_quota_forwarded_total", "Requests on the plain subjects passed on to the partition that owns their namespace.", quotaLabels...), func(s quotaserver.Stats) uint64 { return s.Forwarded }},
-		{desc("allot_quota_silenced_total", "Replies withheld because the leadership may have lapsed.", quotaLabels...), func(s quotaserver.Stats) uint64 { return s.Silenced }},
-		{desc("allot_quota_shadow_would_refuse_total", "Takes answered OK in shadow mode that the bucket refused or made wait.", quotaLabels...), func(s quotaserver.Stats) uint64 { return s.ShadowWouldRefuse }},
+		{desc("allot_quota_takes_total", "Takes decided by the partition.", quotaLabels...), func(s status.Quota) uint64 { return s.Takes }},
+		{desc("allot_quota_reports_total", "Reports applied by the partition.", quotaLabels...), func(s status.Quota) uint64 { return s.Reports }},
+		{desc("allot_quota_forwarded_total", "Requests on the plain subjects passed on to the partition that owns their namespace.", quotaLabels...), func(s status.Quota) uint64 { return s.Forwarded }},
+		{desc("allot_quota_silenced_total", "Replies withheld because the leadership may have lapsed.", quotaLabels...), func(s status.Quota) uint64 { return s.Silenced }},
+		{desc("allot_quota_shadow_would_refuse_total", "Takes answered OK in shadow mode that the bucket refused or made wait.", quotaLabels...), func(s status.Quota) uint64 { return s.ShadowWouldRefuse }},
 	}
 	quotaNSCounters = []struct {
 		d *prometheus.Desc
-		v func(quota.Events) uint64
+		v func(status.QuotaEvents) uint64
 	}{
-		{desc("allot_quota_served_total", "Takes answered OK.", quotaNSLabels...), func(e quota.Events) uint64 { return e.Served }},
-		{desc("allot_quota_served_wait_total", "Takes answered OK_WAIT.", quotaNSLabels...), func(e quota.Events) uint64 { return e.ServedWait }},
-		{desc("allot_quota_tokens_total", "Tokens admitted by takes.", quotaNSLabels...), func(e quota.Events) uint64 { return e.Tokens }},
-		{desc("allot_quota_reported_tokens_total", "Tokens charged by reports.", quotaNSLabels...), func(e quota.Events) uint64 { return e.Reported }},
-		{desc("allot_quota_dynamic_buckets_created_total", "Dynamic buckets created.", quotaNSLabels...), func(e quota.Events) uint64 { return e.DynamicCreated }},
-		{desc("allot_quota_buckets_removed_total", "Buckets dropped by the sweeper or a configuration change.", quotaNSLabels...), func(e quota.Events) uint64 { return e.Removed }},
-		{desc("allot_quota_soft_limit_total", "Decisions carrying the soft_limit warning.", quotaNSLabels...), func(e quota.Events) uint64 { return e.SoftLimit }},
+		{desc("allot_quota_served_total", "Takes answered OK.", quotaNSLabels...), func(e status.QuotaEvents) uint64 { return e.Served }},
+		{desc("allot_quota_served_wait_total", "Takes answered OK_WAIT.", quotaNSLabels...), func(e status.QuotaEvents) uint64 { return e.ServedWait }},
+		{desc("allot_quota_tokens_total", "Tokens admitted by takes.", quotaNSLabels...), func(e status.QuotaEvents) uint64 { return e.Tokens }},
+		{desc("allot_quota_reported_tokens_total", "Tokens charged by reports.", quotaNSLabels...), func(e status.QuotaEvents) uint64 { return e.Reported }},
+		{desc("allot_quota_dynamic_buckets_created_total", "Dynamic buckets created.", quotaNSLabels...), func(e status.QuotaEvents) uint64 { return e.DynamicCreated }},
+		{desc("allot_quota_buckets_removed_total", "Buckets dropped by the sweeper or a configuration change.", quotaNSLabels...), func(e status.QuotaEvents) uint64 { return e.Removed }},
+		{desc("allot_quota_soft_limit_total", "Decisions carrying the soft_limit warning.", quotaNSLabels...), func(e status.QuotaEvents) uint64 { return e.SoftLimit }},
 	}
 	// quotaRejected counts REJECTED takes by reason, the wire's reasons.
 	quotaRejected = desc("allot_quota_rejected_total", "Takes answered REJECTED, by reason.", append(slices.Clone(quotaNSLabels), "reason")...)
 	quotaReasons  = []struct {
 		reason string
-		v      func(quota.Events) uint64
+		v      func(status.QuotaEvents) uint64
 	}{
-		{"timeout", func(e quota.Events) uint64 { return e.Timeout }},
-		{"no_wait", func(e quota.Events) uint64 { return e.NoWait }},
-		{"too_many_tokens", func(e quota.Events) uint64 { return e.TooManyTokens }},
-		{"no_bucket", func(e quota.Events) uint64 { return e.BucketMiss }},
-		{"too_many_buckets", func(e quota.Events) uint64 { return e.TooManyBuckets }},
-		{"banned", func(e quota.Events) uint64 { return e.Banned }},
-		{"reserved", func(e quota.Events) uint64 { return e.Reserved }},
-		{"bad_request", func(e quota.Events) uint64 { return e.BadRequest }},
+		{"timeout", func(e status.QuotaEvents) uint64 { return e.Timeout }},
+		{"no_wait", func(e status.QuotaEvents) uint64 { return e.NoWait }},
+		{"too_many_tokens", func(e status.QuotaEvents) uint64 { return e.TooManyTokens }},
+		{"no_bucket", func(e status.QuotaEvents) uint64 { return e.BucketMiss }},
+		{"too_many_buckets", func(e status.QuotaEvents) uint64 { return e.TooManyBuckets }},
+		{"banned", func(e status.QuotaEvents) uint64 { return e.Banned }},
+		{"reserved", func(e status.QuotaEvents) uint64 { return e.Reserved }},
+		{"bad_request", func(e status.QuotaEvents) uint64 { return e.BadRequest }},
 	}
 )
 

@@ -22,7 +22,7 @@ func BenchmarkTake(b *testing.B) {
 	nc := natstest.Conn(b, s)
 	cfg := namespaces(&quota.Namespace{Name: "api", Dynamic: &quota.Spec{Algorithm: quota.TokenBucket,
 		Size: 1 << 40, FillRate: 1 << 30, WaitTimeout: time.Second, MaxDebt: time.Second, MaxTokensPerRequest: 10}, MaxDynamicBuckets: 10})
-	r, _ := runReplica(b, natstest.Conn(b, s), "a", 0, 1, func() *quota.Config { return cfg })
+	r, _ := runReplica(b, natstest.Conn(b, s), "a", 0, 1, quotaserver.ConfigFunc(func() *quota.Config { return cfg }))
 	waitServing(b, r)
 	if _, err := natstest.Conn(b, s).Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
 		b.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/reply"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -56,12 +57,12 @@ func (s *Server) handleBucketReport(m micro.Request) {
 // bucket subjects (TenantSubject) when one partition owns every bucket.
 func (s *Server) handleTenantBucketTake(m micro.Request) {
 	ns, name := bucketTokens(m.Subject())
-	s.take(m, wire.TenantOf(m.Subject()), ns, name, true)
+	s.take(m, subjects.TenantOf(m.Subject()), ns, name, true)
 }
 
 func (s *Server) handleTenantBucketReport(m micro.Request) {
 	ns, name := bucketTokens(m.Subject())
-	s.report(m, wire.TenantOf(m.Subject()), ns, name, true)
+	s.report(m, subjects.TenantOf(m.Subject()), ns, name, true)
 }
 
 // handlePlainTake serves allot.<node>.quota.take (bucket in the payload).
@@ -73,11 +74,11 @@ func (s *Server) handlePlainReport(m micro.Request) { s.report(m, "", "", "", fa
 // handleTenantTake and handleTenantReport serve a tenant's
 // allot.t.<tenant>.<node>.quota.take and .report.
 func (s *Server) handleTenantTake(m micro.Request) {
-	s.take(m, wire.TenantOf(m.Subject()), "", "", false)
+	s.take(m, subjects.TenantOf(m.Subject()), "", "", false)
 }
 
 func (s *Server) handleTenantReport(m micro.Request) {
-	s.report(m, wire.TenantOf(m.Subject()), "", "", false)
+	s.report(m, subjects.TenantOf(m.Subject()), "", "", false)
 }
 
 // bucketTokens returns the last two tokens of subject.

@@ -25,7 +25,7 @@ func TestNegativeTokensAre400(t *testing.T) {
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
 	cfg := namespaces(&quota.Namespace{Name: "logins", Buckets: map[string]*quota.Spec{"alice": tokenBucket(5, 1, 0)}})
-	srv := serve(t, nc, quotaserver.Options{Config: func() *quota.Config { return cfg }, Shadow: true, Logger: quiet()})
+	srv := serve(t, nc, quotaserver.Options{Config: quotaserver.ConfigFunc(func() *quota.Config { return cfg }), Shadow: true, Logger: quiet()})
 	tokens := int64(-1)
 	pb, err := proto.Marshal(&allotpb.QuotaTakeRequest{Bucket: "logins:alice", Tokens: &tokens})
 	if err != nil {

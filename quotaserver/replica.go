@@ -11,6 +11,7 @@ import (
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/status"
 )
 
 // ReplicaOptions configure a Replica.
@@ -34,10 +35,10 @@ type ReplicaOptions struct {
 
 // ReplicaStatus describes a replica.
 type ReplicaStatus struct {
-	Node      string        `json:"node"`
-	Partition int           `json:"partition"`
-	ServerID  string        `json:"server_id"`
-	Role      election.Role `json:"role"`
+	Node      string      `json:"node"`
+	Partition int         `json:"partition"`
+	ServerID  string      `json:"server_id"`
+	Role      status.Role `json:"role"`
 	// Term is this replica's term while it leads, else the current
 	// leader's as last seen (0 unknown).
 	Term   uint64 `json:"term"`
@@ -123,7 +124,7 @@ func (r *Replica) start(ctx context.Context, el *election.Elector, term uint64) 
 	// takes effect up to the longest wait later. A failover so never
 	// admits more than a bucket's limit. Only the partition's very first
 	// leader, with no predecessor, starts them full.
-	opts.Since = opts.Now().Add(longestWait(opts.Config()))
+	opts.Since = opts.Now().Add(longestWait(opts.Config.get()))
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	founded, err := el.Founded(fctx, term)
 	cancel()

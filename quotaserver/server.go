@@ -32,15 +32,17 @@ import (
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/reply"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/version"
 	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/status"
 )
 
 // Defaults and limits of Options.
 const (
 	// ServiceName is the NATS micro service a partition's serving leader
 	// registers; its STATS carry the per-namespace events.
-	ServiceName = "allot-quota"
+	ServiceName = status.QuotaService
 	// ServiceVersion is reported in the micro service INFO.
 	ServiceVersion = version.Version
 	// DefaultSweepInterval is how often idle buckets are dropped.
@@ -61,12 +63,9 @@ type Options struct {
 	// Partitions is how many partitions share the namespaces. Default 1.
 	// It must match the NATS subject mapping (Mappings) for N > 1.
 	Partitions int
-	// Config returns the quota configuration in force; it is called on
-	// every request, so it must be cheap (an atomic load), and return the
-	// same pointer until the configuration changes (see WatchedConfig). A
-	// nil result means no namespaces: every take is REJECTED no_bucket.
-	// Required.
-	Config func() *quota.Config
+	// Config supplies the quota namespaces in force: ParseNamespaces,
+	// or WatchedConfig under `allot up` and `allot quota`. Required.
+	Config Config
 	// Since is passed to the decision table: buckets first used start as
 	// if drained at Since (a new leader's term start). Zero starts them
 	// full (the first leader of a fresh deployment).
@@ -94,17 +93,52 @@ type Options struct {
 	Now func() time.Time
 }
 
-// WatchedConfig adapts a configuration watcher to Options.Config: the
-// namespaces of the watcher's current Set, as the same pointer for as long
-// as the Set is the same, so that a server sees a change only when there
-// is one.
-func WatchedConfig(w *configkv.Watcher) func() *quota.Config {
+// Config supplies the quota namespaces a server decides for. Make it with
+// ParseNamespaces; `allot quota` follows the configuration bucket
+// (WatchedConfig). The zero Config is none: Options.Config is required.
+type Config struct{ current func() *quota.Config }
+
+// get returns the namespaces in force; nil means none (every take is
+// REJECTED no_bucket).
+func (c Config) get() *quota.Config { return c.current() }
+
+// ParseNamespaces returns a Config that always serves the given quota
+// namespaces: docs maps a namespace's name to its document, JSON or YAML,
+// as stored under namespaces.<name> in the allot_config bucket and as
+// `allot config put` takes it (docs/quota.md). An invalid document is an
+// error naming it and every problem found in it.
+//
+// It is for a server embedded in a program that has no configuration
+// bucket (a demo, a test); `allot quota` watches the bucket instead, so
+// namespaces change without a restart.
+func ParseNamespaces(docs map[string][]byte) (Config, error) {
+	nss, err := config.ParseEach("namespace", docs, func(name string, doc []byte) (*quota.Namespace, error) {
+		ns, _, err := config.ParseNamespace(name, 1, doc)
+		return ns, err
+	})
+	if err != nil {
+		return Config{}, fmt.Errorf("quotaserver: %w", err)
+	}
+	cfg := config.NewQuotaConfig(nss...)
+	return ConfigFunc(func() *quota.Config { return cfg }), nil
+}
+
+// ConfigFunc returns a Config whose namespaces are what current returns:
+// for allot's own tools and tests, which build them themselves. current
+// is called on every request, so it must be cheap (an atomic load), and
+// return the same pointer until the configuration changes.
+func ConfigFunc(current func() *quota.Config) Config { return Config{current} }
+
+// WatchedConfig is the Config of a configuration watcher: the namespaces
+// of its current Set, as the same pointer for as long as the Set is the
+// same, so that a server sees a change only when there is one.
+func WatchedConfig(w *configkv.Watcher) Config {
 	type seen struct {
 		set *config.Set
 		cfg *quota.Config
 	}
 	var last atomic.Pointer[seen]
-	return func() *quota.Config {
+	return ConfigFunc(func() *quota.Config {
 		set := w.Current()
 		if p := last.Load(); p != nil && p.set == set {
 			return p.cfg
@@ -112,7 +146,7 @@ func WatchedConfig(w *configkv.Watcher) func() *quota.Config {
 		p := &seen{set, set.Quota()}
 		last.Store(p)
 		return p.cfg
-	}
+	})
 }
 
 // Server answers one partition's quota requests. Create it with New, then
@@ -153,7 +187,7 @@ func New(nc *nats.Conn, opts Options) (*Server, error) {
 	s := &Server{nc: nc, opts: opts, prefix: PartitionSubject(opts.Node, opts.Partition) + ".",
 		log: opts.Logger.With("node", opts.Node, "quota_partition", opts.Partition, "server_id", opts.ServerID)}
 	s.gate = leader.NewGate(opts.Valid, s.log, "quota partition")
-	cfg := opts.Config()
+	cfg := opts.Config.get()
 	s.cfg.Store(cfg)
 	s.table = quota.NewTable(cfg, quota.Options{Since: opts.Since})
 	return s, nil
@@ -164,7 +198,7 @@ func (o *Options) fill() error {
 	if err := leader.FillPartition("quotaserver", &o.Node, &o.ServerID, o.Partition, &o.Partitions, MaxPartitions); err != nil {
 		return err
 	}
-	if o.Config == nil {
+	if o.Config.current == nil {
 		return errors.New("quotaserver: Options.Config is required")
 	}
 	if o.Term == 0 {
@@ -188,8 +222,8 @@ func (o *Options) fill() error {
 // tenantOf names the tenant a request's subject speaks for, "" on the
 // plain subjects: a tenant's own subject, or a partition's for tenants.
 func (s *Server) tenantOf(subject string) string {
-	if strings.HasPrefix(subject, wire.TenantPrefix) {
-		return wire.TenantOf(subject)
+	if strings.HasPrefix(subject, subjects.TenantPrefix) {
+		return subjects.TenantOf(subject)
 	}
 	if rest, ok := strings.CutPrefix(strings.TrimPrefix(subject, s.prefix), "t."); ok {
 		tenant, _, _ := strings.Cut(rest, ".")
@@ -210,7 +244,7 @@ func (s *Server) Start(ctx context.Context) error {
 	// Tenants' requests arrive through their service imports with the
 	// tenant in the subject (allot.t.<tenant>.<node>.quota.…), which the
 	// mappings keep.
-	tenants := "allot.t.*." + node + ".quota."
+	tenants := subjects.QuotaTenantPrefix(node) + "."
 	if s.opts.Partition == 0 {
 		eps = append(eps, leader.Endpoint{Name: "take", Subject: TakeSubject(node), Handle: s.handlePlainTake},
 			leader.Endpoint{Name: "report", Subject: ReportSubject(node), Handle: s.handlePlainReport},
@@ -279,69 +313,30 @@ func (s *Server) sweep() {
 // request (a hot reload). On the hot path it costs the source's atomic
 // load and a comparison.
 func (s *Server) refreshConfig() {
-	cfg := s.opts.Config()
+	cfg := s.opts.Config.get()
 	if cfg == s.cfg.Load() {
 		return
 	}
 	s.cfgMu.Lock()
 	defer s.cfgMu.Unlock()
-	if cfg = s.opts.Config(); cfg != s.cfg.Load() {
+	if cfg = s.opts.Config.get(); cfg != s.cfg.Load() {
 		s.table.SetConfig(cfg)
 		s.cfg.Store(cfg)
 	}
 }
 
 // Stats is the "data" of the quota service's micro STATS: one partition's
-// serving leader.
-type Stats struct {
-	Node       string `json:"node"`
-	ServerID   string `json:"server_id"`
-	Partition  int    `json:"partition"`
-	Partitions int    `json:"partitions"`
-	Term       uint64 `json:"term"`
-	// Serving is false once the server stopped or its leadership lapsed
-	// (Failure says why).
-	Serving bool   `json:"serving"`
-	Failure string `json:"failure,omitempty"`
-	// BucketsStartFull is true on the first leader of a fresh deployment;
-	// after a failover buckets start drained at Since (see
-	// docs/quota-deploy.md).
-	BucketsStartFull bool      `json:"buckets_start_full"`
-	Since            time.Time `json:"since,omitzero"`
-	// Buckets alive in memory.
-	Buckets int `json:"buckets"`
-	// Takes and Reports count decisions made and reports applied here.
-	Takes   uint64 `json:"takes"`
-	Reports uint64 `json:"reports"`
-	// Forwarded counts requests on the plain subjects passed on to the
-	// partition that owns their namespace.
-	Forwarded uint64 `json:"forwarded"`
-	// Silenced counts replies withheld because the server may no longer
-	// answer.
-	Silenced uint64 `json:"silenced"`
-	// Events are quotaservice's events counted per namespace.
-	Events map[string]quota.Events `json:"events,omitempty"`
-	// Shadow is set when the server runs in shadow mode (Options.Shadow).
-	// ShadowWouldRefuse counts takes answered OK in shadow mode that their
-	// bucket answered REJECTED or OK_WAIT, in all and per configured
-	// namespace (the server's or the namespace's shadow mode).
-	Shadow                bool              `json:"shadow,omitempty"`
-	ShadowWouldRefuse     uint64            `json:"shadow_would_refuse"`
-	ShadowWouldRefuseByNS map[string]uint64 `json:"shadow_would_refuse_by_namespace,omitempty"`
-}
+// serving leader (status.Quota).
+type Stats = status.Quota
 
 // Stats returns the server's counters; safe for concurrent use.
 func (s *Server) Stats() Stats {
 	n, ev := s.table.Len(), s.table.Events()
-	st := Stats{
-		Node: s.opts.Node, ServerID: s.opts.ServerID, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
-		Term: s.opts.Term, Serving: s.gate.Serving(), BucketsStartFull: s.opts.Since.IsZero(), Since: s.opts.Since,
+	st := Stats{PartitionLeader: s.gate.PartitionStatus(s.opts.Node, s.opts.ServerID, s.opts.Partition, s.opts.Partitions, s.opts.Term),
+		BucketsStartFull: s.opts.Since.IsZero(), Since: s.opts.Since,
 		Buckets: n, Takes: s.takes.Load(), Reports: s.reports.Load(), Forwarded: s.forwarded.Load(),
 		Silenced: s.gate.Silenced.Load(), Events: ev, Shadow: s.opts.Shadow,
 	}
 	st.ShadowWouldRefuse, st.ShadowWouldRefuseByNS = s.shadowed.counts()
-	if err := s.Err(); err != nil {
-		st.Failure = err.Error()
-	}
 	return st
 }

@@ -83,7 +83,7 @@ func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // runReplica runs a replica of partition p until the test ends or the
 // returned cancel is called.
-func runReplica(t testing.TB, nc *nats.Conn, id string, p, n int, cfg func() *quota.Config) (*quotaserver.Replica, context.CancelFunc) {
+func runReplica(t testing.TB, nc *nats.Conn, id string, p, n int, cfg quotaserver.Config) (*quotaserver.Replica, context.CancelFunc) {
 	t.Helper()
 	r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
 		Options:     quotaserver.Options{ServerID: id, Partition: p, Partitions: n, Config: cfg, Logger: quiet()},
@@ -123,7 +123,7 @@ func waitServing(t testing.TB, rs ...*quotaserver.Replica) {
 
 // watchConfig opens the configuration bucket of s and watches it, as a
 // coordinator process does, and returns the bucket and the source.
-func watchConfig(t *testing.T, nc *nats.Conn) (jetstream.KeyValue, func() *quota.Config) {
+func watchConfig(t *testing.T, nc *nats.Conn) (jetstream.KeyValue, *configkv.Watcher) {
 	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -140,18 +140,18 @@ func watchConfig(t *testing.T, nc *nats.Conn) (jetstream.KeyValue, func() *quota
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
-	return kv, quotaserver.WatchedConfig(w)
+	return kv, w
 }
 
-// putNamespace stores a namespace and waits until src serves revision.
-func putNamespace(t *testing.T, kv jetstream.KeyValue, src func() *quota.Config, ns, doc string) {
+// putNamespace stores a namespace and waits until w serves revision.
+func putNamespace(t *testing.T, kv jetstream.KeyValue, w *configkv.Watcher, ns, doc string) {
 	t.Helper()
 	rev, err := kv.Put(context.Background(), config.NamespaceKey(ns), []byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, 10*time.Second, fmt.Sprintf("namespace %s revision %d to be served", ns, rev), func() bool {
-		n := src().Namespaces[ns]
+		n := w.Current().Quota().Namespaces[ns]
 		return n != nil && n.Revision == rev
 	})
 }
@@ -159,9 +159,9 @@ func putNamespace(t *testing.T, kv jetstream.KeyValue, src func() *quota.Config,
 func TestTakeAnswersAsConfigured(t *testing.T) {
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
-	kv, src := watchConfig(t, nc)
-	putNamespace(t, kv, src, "logins", `{"buckets": {"alice": {"size": 3, "fill_rate": 1, "wait_timeout": "5s"}}}`)
-	r, _ := runReplica(t, nc, "a", 0, 1, src)
+	kv, w := watchConfig(t, nc)
+	putNamespace(t, kv, w, "logins", `{"buckets": {"alice": {"size": 3, "fill_rate": 1, "wait_timeout": "5s"}}}`)
+	r, _ := runReplica(t, nc, "a", 0, 1, quotaserver.WatchedConfig(w))
 	waitServing(t, r)
 
 	subj := quotaserver.TakeSubject("root")
@@ -194,7 +194,7 @@ func TestTakeAnswersAsConfigured(t *testing.T) {
 	}
 
 	// Hot reload: a new revision is in force at the next request.
-	putNamespace(t, kv, src, "logins", `{"buckets": {"bob": {"size": 1, "fill_rate": 1}}}`)
+	putNamespace(t, kv, w, "logins", `{"buckets": {"bob": {"size": 1, "fill_rate": 1}}}`)
 	if got := take(t, nc, subj, `{"bucket":"logins:bob"}`); got.Status != "OK" || got.Matched != "logins:bob" {
 		t.Fatalf("take after reload: %+v, want OK from logins:bob", got)
 	}
@@ -210,7 +210,7 @@ func TestReportCharges(t *testing.T) {
 	nc := natstest.Conn(t, s)
 	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "batch",
 		Buckets: map[string]*quota.Spec{"job": tokenBucket(10, 0.001, 0)}})}
-	r, _ := runReplica(t, nc, "a", 0, 1, src.get)
+	r, _ := runReplica(t, nc, "a", 0, 1, quotaserver.ConfigFunc(src.get))
 	waitServing(t, r)
 
 	peek := func() int64 {
@@ -244,7 +244,7 @@ func TestReportAckCounts(t *testing.T) {
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
 	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "batch", Dynamic: tokenBucket(1000, 100, 0), MaxDynamicBuckets: 10})}
-	r, _ := runReplica(t, nc, "a", 0, 1, src.get)
+	r, _ := runReplica(t, nc, "a", 0, 1, quotaserver.ConfigFunc(src.get))
 	waitServing(t, r)
 	for _, c := range []struct {
 		subject, body     string
@@ -274,7 +274,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
 	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "logins", Dynamic: tokenBucket(5, 0.001, 0), MaxDynamicBuckets: 100})}
-	r, _ := runReplica(t, nc, "a", 0, 1, src.get)
+	r, _ := runReplica(t, nc, "a", 0, 1, quotaserver.ConfigFunc(src.get))
 	waitServing(t, r)
 	plain := quotaserver.TakeSubject("root")
 	take(t, nc, plain, `{"bucket":"logins:alice"}`)
@@ -338,8 +338,8 @@ func TestPartitionsShareTheNamespaces(t *testing.T) {
 		spaces = append(spaces, &quota.Namespace{Name: fmt.Sprintf("ns%d", i), Dynamic: tokenBucket(100, 10, 0), MaxDynamicBuckets: 10})
 	}
 	src := &staticConfig{cfg: namespaces(spaces...)}
-	r0, _ := runReplica(t, nc, "p0", 0, 2, src.get)
-	r1, _ := runReplica(t, natstest.Conn(t, s), "p1", 1, 2, src.get)
+	r0, _ := runReplica(t, nc, "p0", 0, 2, quotaserver.ConfigFunc(src.get))
+	r1, _ := runReplica(t, natstest.Conn(t, s), "p1", 1, 2, quotaserver.ConfigFunc(src.get))
 	waitServing(t, r0, r1)
 
 	for i := range 8 {
@@ -386,9 +386,9 @@ func TestFailoverNeverAdmitsMoreThanTheLimit(t *testing.T) {
 	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "api",
 		Buckets: map[string]*quota.Spec{"k": tokenBucket(size, rate, time.Second)}})}
 	ncA := natstest.Conn(t, s)
-	a, _ := runReplica(t, ncA, "a", 0, 1, src.get)
+	a, _ := runReplica(t, ncA, "a", 0, 1, quotaserver.ConfigFunc(src.get))
 	waitServing(t, a)
-	b, _ := runReplica(t, natstest.Conn(t, s), "b", 0, 1, src.get)
+	b, _ := runReplica(t, natstest.Conn(t, s), "b", 0, 1, quotaserver.ConfigFunc(src.get))
 
 	start := time.Now()
 	admitted, afterFailover := 0, 0
@@ -442,7 +442,7 @@ func TestSweepAndProtobuf(t *testing.T) {
 	spec.MaxIdle = 100 * time.Millisecond
 	cfg := namespaces(&quota.Namespace{Name: "users", Dynamic: spec, MaxDynamicBuckets: 10})
 	r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{Options: quotaserver.Options{
-		ServerID: "a", SweepInterval: 50 * time.Millisecond, Config: func() *quota.Config { return cfg }, Logger: quiet()}})
+		ServerID: "a", SweepInterval: 50 * time.Millisecond, Config: quotaserver.ConfigFunc(func() *quota.Config { return cfg }), Logger: quiet()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,8 +502,8 @@ func TestTenantsOfANamespace(t *testing.T) {
 			Tenants: []string{"TENANT_A"}})
 	}
 	src := &staticConfig{cfg: namespaces(spaces...)}
-	r0, _ := runReplica(t, nc, "p0", 0, 2, src.get)
-	r1, _ := runReplica(t, natstest.Conn(t, s), "p1", 1, 2, src.get)
+	r0, _ := runReplica(t, nc, "p0", 0, 2, quotaserver.ConfigFunc(src.get))
+	r1, _ := runReplica(t, natstest.Conn(t, s), "p1", 1, 2, quotaserver.ConfigFunc(src.get))
 	waitServing(t, r0, r1)
 
 	send := func(subject, body string) (*nats.Msg, string) {
@@ -557,8 +557,8 @@ func TestTenantPlainTakeAcrossPartitions(t *testing.T) {
 	nc := natstest.Conn(t, s, nats.UserInfo("allot", "allot"))
 	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "ns0", Dynamic: tokenBucket(100, 0.001, 0), MaxDynamicBuckets: 10},
 		&quota.Namespace{Name: "ns1", Dynamic: tokenBucket(100, 0.001, 0), MaxDynamicBuckets: 10})}
-	r0, _ := runReplica(t, nc, "p0", 0, 2, src.get)
-	r1, _ := runReplica(t, natstest.Conn(t, s, nats.UserInfo("allot", "allot")), "p1", 1, 2, src.get)
+	r0, _ := runReplica(t, nc, "p0", 0, 2, quotaserver.ConfigFunc(src.get))
+	r1, _ := runReplica(t, natstest.Conn(t, s, nats.UserInfo("allot", "allot")), "p1", 1, 2, quotaserver.ConfigFunc(src.get))
 	waitServing(t, r0, r1)
 	tenant := natstest.Conn(t, s, nats.UserInfo("a", "a"))
 	for _, ns := range []string{"ns0", "ns1"} { // ns1 is partition 1's

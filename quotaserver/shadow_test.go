@@ -39,10 +39,10 @@ func shadowTake(t *testing.T, nc *nats.Conn, bucket string) shadowReply {
 func TestShadowNamespace(t *testing.T) {
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
-	kv, src := watchConfig(t, nc)
-	putNamespace(t, kv, src, "logins", `{"shadow": true, "buckets": {"alice": {"size": 2, "fill_rate": 1, "wait_timeout": "0s"}}}`)
-	putNamespace(t, kv, src, "strict", `{"buckets": {"alice": {"size": 2, "fill_rate": 1, "wait_timeout": "0s"}}}`)
-	r, _ := runReplica(t, nc, "a", 0, 1, src)
+	kv, w := watchConfig(t, nc)
+	putNamespace(t, kv, w, "logins", `{"shadow": true, "buckets": {"alice": {"size": 2, "fill_rate": 1, "wait_timeout": "0s"}}}`)
+	putNamespace(t, kv, w, "strict", `{"buckets": {"alice": {"size": 2, "fill_rate": 1, "wait_timeout": "0s"}}}`)
+	r, _ := runReplica(t, nc, "a", 0, 1, quotaserver.WatchedConfig(w))
 	waitServing(t, r)
 	srv := r.Server()
 
@@ -80,7 +80,7 @@ func TestShadowServer(t *testing.T) {
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
 	cfg := namespaces(&quota.Namespace{Name: "logins", Buckets: map[string]*quota.Spec{"alice": tokenBucket(1, 1, 0)}})
-	srv := serve(t, nc, quotaserver.Options{Config: func() *quota.Config { return cfg }, Shadow: true, Logger: quiet()})
+	srv := serve(t, nc, quotaserver.Options{Config: quotaserver.ConfigFunc(func() *quota.Config { return cfg }), Shadow: true, Logger: quiet()})
 	for _, tc := range []struct{ bucket, shadowStatus, reason string }{
 		{"logins:alice", "OK", ""},
 		{"logins:alice", "REJECTED", quota.ReasonNoWait}, // wait_timeout 0

@@ -19,6 +19,7 @@ import (
 
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/rlqs"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -65,7 +66,7 @@ type bucket struct {
 
 func newClaimant(s *Service, domain, clientID string, stream rlqspb.RateLimitQuotaService_StreamRateLimitQuotasServer) *claimant {
 	return &claimant{s: s, domain: domain, clientID: clientID, stream: stream,
-		subj: "allot." + s.opts.Node + ".capacity.get", buckets: map[string]*bucket{}}
+		subj: subjects.Coordinator(s.opts.Node, subjects.CapacityGet), buckets: map[string]*bucket{}}
 }
 
 // run serves the stream until Envoy closes it or ctx ends.

@@ -243,7 +243,7 @@ func startRig(t *testing.T, buckets rlqs.Options) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
-	coord, err := coordinator.New(natstest.Conn(t, srv), coordinator.Options{Templates: w, RoundInterval: 5 * time.Millisecond, Logger: quiet()})
+	coord, err := coordinator.New(natstest.Conn(t, srv), coordinator.Options{Templates: coordinator.WatchedTemplates(w), RoundInterval: 5 * time.Millisecond, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,7 +85,7 @@ descriptors:
 		t.Fatal(err)
 	}
 	c.waitDomains(t, []string{"edge"})
-	coord, err := coordinator.New(natstest.Conn(t, c.srv), coordinator.Options{Templates: c.watcher, RoundInterval: 5 * time.Millisecond, Logger: quiet()})
+	coord, err := coordinator.New(natstest.Conn(t, c.srv), coordinator.Options{Templates: coordinator.WatchedTemplates(c.watcher), RoundInterval: 5 * time.Millisecond, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/allot/allot/agent/domain"
 	"github.com/allot/allot/agent/internal/demo"
 	"github.com/allot/allot/domainserver"
-	"github.com/allot/allot/internal/domainlimit"
 )
 
 // shopConfig is the "shop" namespace of the examples (docs/domains.md):
@@ -38,15 +37,11 @@ func demoDomain() (*nats.Conn, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	ns, err := domainlimit.ParseNamespace("shop", []byte(shopConfig))
+	cfg, err := domainserver.ParseDomains(map[string][]byte{"shop": []byte(shopConfig)})
 	if err != nil {
 		log.Fatal(err)
 	}
-	cfg := map[string]*domainlimit.Namespace{"shop": ns}
-	srv, err := domainserver.New(nc, domainserver.Options{
-		Config: func() map[string]*domainlimit.Namespace { return cfg },
-		Logger: slog.New(slog.DiscardHandler),
-	})
+	srv, err := domainserver.New(nc, domainserver.Options{Config: cfg, Logger: slog.New(slog.DiscardHandler)})
 	if err == nil {
 		err = srv.Start(context.Background())
 	}

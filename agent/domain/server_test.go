@@ -47,7 +47,7 @@ func nsConfig(t *testing.T, ns, doc string) domainserver.Config {
 		t.Fatal(err)
 	}
 	cfg := map[string]*domainlimit.Namespace{ns: n}
-	return func() map[string]*domainlimit.Namespace { return cfg }
+	return domainserver.ConfigFunc(func() map[string]*domainlimit.Namespace { return cfg })
 }
 
 // startDomainServer starts a domain server of namespace "app"

@@ -16,6 +16,7 @@ import (
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/internal/option"
 	"github.com/allot/allot/agent/internal/rpc"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -63,7 +64,7 @@ func New(a *agent.Agent, opts ...Option) (*Client, error) {
 		rpc:      rpc.New(a.Conn(), serviceError),
 		clientID: a.ClientID(),
 		log:      a.Logger().With("component", "allot-quota", "client_id", a.ClientID()),
-		subj:     "allot." + a.Node() + ".quota",
+		subj:     subjects.QuotaPrefix(a.Node()),
 		o:        o,
 		ns:       make(map[string]*namespace),
 		fallback: make(map[string]*bucket, len(o.fallback)),

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,9 +20,7 @@ import (
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
-	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/election"
-	"github.com/allot/allot/internal/envoywire"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/metrics"
@@ -287,12 +284,6 @@ func (f *coordFlags) logger(env *cliEnv) (*slog.Logger, error) {
 	return slog.New(h), nil
 }
 
-// watchedTemplates adapts the configuration watcher to the coordinator's
-// TemplateSource and StatusSource.
-type watchedTemplates struct{ *configkv.Watcher }
-
-func (w watchedTemplates) Status() any { return w.Watcher.Status() }
-
 // startTemplates opens (creating if needed) the configuration bucket and
 // starts watching it; the watch resyncs on every NATS reconnect. Under a
 // parent the bucket is a mirror of the parent's, so templates come from
@@ -385,7 +376,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	}
 	defer w.Stop()
 	opts := cf.options(log)
-	opts.Templates = watchedTemplates{w}
+	opts.Templates = coordinator.WatchedTemplates(w)
 	if cf.shadow {
 		log.Info("shadow mode: leases are allocated and reported but agents admit what they want, and quota takes are answered OK; both count what would have been refused")
 	}
@@ -466,10 +457,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 // partitionMappings are the subject mappings of n quota, domain and
 // Envoy partitions of node (none for one).
 func partitionMappings(node string, n int) map[string]string {
-	m := quotaserver.Mappings(node, n)
-	maps.Copy(m, domainwire.Mappings(node, n))
-	maps.Copy(m, envoywire.Mappings(node, n))
-	return m
+	return subjects.Mappings(node, n)
 }
 
 // runAll runs each of runs until ctx ends or one fails; a failure stops

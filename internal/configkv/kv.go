@@ -21,6 +21,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/subjects"
 )
 
 // BucketDescription is the configuration bucket's description, as
@@ -31,7 +32,7 @@ const BucketDescription = "allot configuration, one document per key: resource t
 // internal/config's).
 const (
 	// DefaultBucket is the KV bucket that holds resource templates.
-	DefaultBucket = "allot_config"
+	DefaultBucket = subjects.ConfigBucket
 	// watchAll is what watchers and LoadAll read: templates and quota
 	// namespaces (keys of other forms are skipped).
 	watchAll = ">"

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/allot/allot/internal/subjects"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -118,9 +119,9 @@ func MirrorConsumer(bucket, child string) jetstream.ConsumerConfig {
 		bucket = DefaultBucket
 	}
 	return jetstream.ConsumerConfig{
-		Durable:        "allot_mirror_" + child,
+		Durable:        subjects.MirrorDurable(child),
 		Description:    "allot: the configuration mirror of domain " + child + " sources through it",
-		DeliverSubject: "allot.mirror." + child + "." + bucket,
+		DeliverSubject: subjects.MirrorDeliver(child, bucket),
 		AckPolicy:      jetstream.AckFlowControlPolicy,
 		FlowControl:    true,
 		IdleHeartbeat:  time.Second, // what nats-server requires of sourcing consumers

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/allot/allot/internal/subjects"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -25,11 +26,11 @@ import (
 
 // StatusKeyInfix separates the node from the configuration key in a
 // verdict's key: "<node>.config.<key>".
-const StatusKeyInfix = ".config."
+const StatusKeyInfix = subjects.ConfigStatusInfix
 
 // StatusKey returns the state-bucket key of the verdict on configuration
 // key at node: "<node>.config.<key>" ("root.config.templates.db").
-func StatusKey(node, key string) string { return node + StatusKeyInfix + key }
+func StatusKey(node, key string) string { return subjects.ConfigStatusKey(node, key) }
 
 // Verdict is a watcher's verdict on the newest revision of one key of the
 // configuration bucket, as written under StatusKey (JSON). It depends

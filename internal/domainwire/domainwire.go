@@ -13,21 +13,22 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/allot/allot/internal/subjects"
 )
 
 // Operations: the fourth token of a domain subject.
 const (
-	OpRequest  = "request"  // rate-limited: apply hits
-	OpReserve  = "reserve"  // copy-limited: take a hold
-	OpRelease  = "release"  // give copies of a hold back
-	OpRefresh  = "refresh"  // keep a client's holds alive
-	OpTransfer = "transfer" // stage copies of a hold for another process
-	OpSeize    = "seize"    // claim staged copies
+	OpRequest  = subjects.DomainRequest  // rate-limited: apply hits
+	OpReserve  = subjects.DomainReserve  // copy-limited: take a hold
+	OpRelease  = subjects.DomainRelease  // give copies of a hold back
+	OpRefresh  = subjects.DomainRefresh  // keep a client's holds alive
+	OpTransfer = subjects.DomainTransfer // stage copies of a hold for another process
+	OpSeize    = subjects.DomainSeize    // claim staged copies
 )
 
 // Ops lists every operation.
@@ -68,13 +69,13 @@ var ErrBadRequest = errors.New("bad request")
 
 // Subject is allot.<node>.domain.<op>.<namespace>.<resource>.
 func Subject(node, op, namespace, resource string) string {
-	return "allot." + node + ".domain." + op + "." + namespace + "." + resource
+	return subjects.Domain(node, op, namespace, resource)
 }
 
 // PartitionSubject is the prefix partition i of N > 1 subscribes to with
 // ".>": mapped subjects arrive as allot.<node>.domain.p.<i>.<op>.<namespace>.<resource>.
 func PartitionSubject(node string, i int) string {
-	return "allot." + node + ".domain.p." + strconv.Itoa(i)
+	return subjects.DomainPartition(node, i)
 }
 
 // TenantSubject is a domain subject as a tenant's request arrives in the
@@ -83,7 +84,7 @@ func PartitionSubject(node string, i int) string {
 // token is the importing account's name (account_token_position), so it
 // cannot be forged.
 func TenantSubject(tenant, node, op, namespace, resource string) string {
-	return "allot.t." + tenant + "." + node + ".domain." + op + "." + namespace + "." + resource
+	return subjects.TenantDomain(tenant, node, op, namespace, resource)
 }
 
 // Mappings returns the NATS subject mappings that spread a node's domain
@@ -92,17 +93,7 @@ func TenantSubject(tenant, node, op, namespace, resource string) string {
 // go to the same partition as the plain ones, keeping the tenant token:
 // allot.<node>.domain.p.<i>.t.<tenant>.<op>.<namespace>.<resource>. n ≤ 1
 // needs none.
-func Mappings(node string, n int) map[string]string {
-	if n <= 1 {
-		return nil
-	}
-	out := make(map[string]string, 2*len(Ops))
-	for _, op := range Ops {
-		out["allot."+node+".domain."+op+".*.*"] = fmt.Sprintf("allot.%s.domain.p.{{partition(%d,1,2)}}.%s.{{wildcard(1)}}.{{wildcard(2)}}", node, n, op)
-		out["allot.t.*."+node+".domain."+op+".*.*"] = fmt.Sprintf("allot.%s.domain.p.{{partition(%d,2,3)}}.t.{{wildcard(1)}}.%s.{{wildcard(2)}}.{{wildcard(3)}}", node, n, op)
-	}
-	return out
-}
+func Mappings(node string, n int) map[string]string { return subjects.DomainMappings(node, n) }
 
 // ParseSubject returns the operation, namespace and resource of a domain
 // subject in any form (plain, partitioned, a tenant's).

@@ -35,13 +35,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/allot/allot/internal/subjects"
+	"github.com/allot/allot/status"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Defaults for Config.
 const (
-	DefaultBucket = "allot_election"
+	DefaultBucket = subjects.ElectionBucket
 	DefaultTTL    = 3 * time.Second
 	DefaultMargin = 500 * time.Millisecond
 	// MaxDefaultInterval caps the default RenewInterval and
@@ -116,13 +118,14 @@ type Value struct {
 	Since time.Time `json:"since"`
 }
 
-// Role is a candidate's current role.
-type Role string
+// Role is a candidate's current role (status.Role, which replicas
+// report).
+type Role = status.Role
 
 // Roles.
 const (
-	RoleFollower Role = "follower"
-	RoleLeader   Role = "leader"
+	RoleFollower = status.RoleFollower
+	RoleLeader   = status.RoleLeader
 )
 
 // Status is a snapshot of what a candidate knows.
@@ -249,7 +252,7 @@ func (e *Elector) LastSequence(ctx context.Context) (uint64, error) {
 
 // FoundedKey is the key, beside the election key, that records that the
 // node has had a leader. It has no TTL and is never deleted by allot.
-func FoundedKey(key string) string { return key + ".founded" }
+func FoundedKey(key string) string { return subjects.FoundedKey(key) }
 
 // Founded reports whether the node had a leader before (its founding key
 // exists, or a marker of it is left), and records that it has one now.

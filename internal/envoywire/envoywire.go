@@ -13,10 +13,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -80,18 +80,18 @@ func plainToken(s string) bool {
 // CountSubject is allot.<node>.envoy.count.<Token(domain)>, where the
 // counters of domain are counted.
 func CountSubject(node, domain string) string {
-	return "allot." + node + ".envoy.count." + Token(domain)
+	return subjects.EnvoyCountSubject(node, Token(domain))
 }
 
 // PartitionSubject is the prefix partition i subscribes to with ".>":
 // mapped subjects arrive as allot.<node>.envoy.p.<i>.count.<token>.
 func PartitionSubject(node string, i int) string {
-	return "allot." + node + ".envoy.p." + strconv.Itoa(i)
+	return subjects.EnvoyPartition(node, i)
 }
 
 // ElectionKey is the election key of a node's Envoy partition i:
 // <node>.envoy.<i>.
-func ElectionKey(node string, i int) string { return node + ".envoy." + strconv.Itoa(i) }
+func ElectionKey(node string, i int) string { return subjects.EnvoyElectionKey(node, i) }
 
 // Mappings returns the NATS subject mapping (source → destination) that
 // routes node's count subjects to n partitions by the domain token
@@ -99,12 +99,7 @@ func ElectionKey(node string, i int) string { return node + ".envoy." + strconv.
 // leader's memory. n = 1 needs none: partition 0 also subscribes to the
 // count subjects themselves.
 func Mappings(node string, n int) map[string]string {
-	if n <= 1 {
-		return map[string]string{}
-	}
-	return map[string]string{
-		"allot." + node + ".envoy.count.*": fmt.Sprintf("allot.%s.envoy.p.{{partition(%d,1)}}.count.{{wildcard(1)}}", node, n),
-	}
+	return subjects.EnvoyMappings(node, n)
 }
 
 // Partition is the partition of n that the mapping routes domain's

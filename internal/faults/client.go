@@ -18,6 +18,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -30,12 +31,6 @@ type ServiceError struct {
 func (e *ServiceError) Error() string {
 	return fmt.Sprintf("coordinator error %d: %s", e.Code, e.Description)
 }
-
-// Node root's request subjects (see subjects.md).
-const (
-	GetSubject     = "allot.root.capacity.get"
-	ReleaseSubject = "allot.root.capacity.release"
-)
 
 // GetRequest encodes a JSON GetCapacity request of client for wants of
 // resource, as the nats CLI or `allot get` would send it.
@@ -74,7 +69,7 @@ func DecodeReply(m *nats.Msg, resp proto.Message) error {
 
 // Get asks for wants of resource as client, in JSON, and returns the reply.
 func Get(ctx context.Context, nc *nats.Conn, client, resource string, wants float64) (*allotpb.GetCapacityResponse, error) {
-	m, err := nc.RequestWithContext(ctx, GetSubject, GetRequest(client, resource, wants))
+	m, err := nc.RequestWithContext(ctx, subjects.Coordinator("root", subjects.CapacityGet), GetRequest(client, resource, wants))
 	if err != nil {
 		return nil, fmt.Errorf("get %s for %s: %w", resource, client, err)
 	}
@@ -103,7 +98,7 @@ func Granted(resp *allotpb.GetCapacityResponse) (float64, error) {
 
 // Release releases client's lease of resource.
 func Release(ctx context.Context, nc *nats.Conn, client, resource string) error {
-	m, err := nc.RequestWithContext(ctx, ReleaseSubject, ReleaseRequest(client, resource))
+	m, err := nc.RequestWithContext(ctx, subjects.Coordinator("root", subjects.CapacityRelease), ReleaseRequest(client, resource))
 	if err != nil {
 		return fmt.Errorf("release %s for %s: %w", resource, client, err)
 	}

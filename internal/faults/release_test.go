@@ -11,6 +11,7 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -61,10 +62,10 @@ func TestReleaseRacingGet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := nc.PublishRequest(GetSubject, inbox+".get", GetRequest(client, resource, raceCapacity)); err != nil {
+		if err := nc.PublishRequest(subjects.Coordinator("root", subjects.CapacityGet), inbox+".get", GetRequest(client, resource, raceCapacity)); err != nil {
 			t.Fatal(err)
 		}
-		if err := nc.PublishRequest(ReleaseSubject, inbox+".release", ReleaseRequest(client, resource)); err != nil {
+		if err := nc.PublishRequest(subjects.Coordinator("root", subjects.CapacityRelease), inbox+".release", ReleaseRequest(client, resource)); err != nil {
 			t.Fatal(err)
 		}
 		var held float64
@@ -107,7 +108,7 @@ func TestReleaseRacingGet(t *testing.T) {
 func TestCloseDuringRefresh(t *testing.T) {
 	srv, nc := raceSetup(t)
 	agentsNC := natstest.Conn(t, srv)
-	spy, err := agentsNC.SubscribeSync(GetSubject) // a copy of every request; it never answers
+	spy, err := agentsNC.SubscribeSync(subjects.Coordinator("root", subjects.CapacityGet)) // a copy of every request; it never answers
 	if err != nil {
 		t.Fatal(err)
 	}

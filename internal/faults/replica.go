@@ -36,12 +36,6 @@ func Connect(url, name string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// watched adapts the configuration watcher to the coordinator's template
-// and status sources, as cmd/allot does.
-type watched struct{ *configkv.Watcher }
-
-func (w watched) Status() any { return w.Watcher.Status() }
-
 // ServeReplica runs one coordinator replica of node "root" on nc until ctx
 // ends, as `allot coordinator` does: templates come from the watched
 // configuration bucket (unmatched resources get the built-in default), the
@@ -64,7 +58,7 @@ func ServeReplica(ctx context.Context, nc *nats.Conn, id string, log *slog.Logge
 	}
 	nc.SetReconnectHandler(func(*nats.Conn) { w.Resync() })
 	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{
-		Options:     coordinator.Options{ServerID: id, Templates: watched{w}, Logger: log},
+		Options:     coordinator.Options{ServerID: id, Templates: coordinator.WatchedTemplates(w), Logger: log},
 		ElectionTTL: ElectionTTL,
 		OnServing:   onServing,
 	})

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+
+	"github.com/allot/allot/status"
 )
 
 // ErrLapsed is why a gate fails once its leadership's validity deadline
@@ -86,3 +88,14 @@ func (g *Gate) Err() error {
 
 // Serving reports whether the server is neither closed nor failed.
 func (g *Gate) Serving() bool { return !g.closed.Load() && g.Err() == nil }
+
+// PartitionStatus is how a partition's leader reports itself in its
+// STATS: who and which partition it is, its term, whether it serves and
+// why it stopped on its own.
+func (g *Gate) PartitionStatus(node, serverID string, partition, partitions int, term uint64) status.PartitionLeader {
+	st := status.PartitionLeader{Node: node, ServerID: serverID, Partition: partition, Partitions: partitions, Term: term, Serving: g.Serving()}
+	if err := g.Err(); err != nil {
+		st.Failure = err.Error()
+	}
+	return st
+}

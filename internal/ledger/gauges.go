@@ -3,46 +3,16 @@ package ledger
 import (
 	"cmp"
 	"slices"
+
+	"github.com/allot/allot/status"
 )
 
-// ResourceGauge is one resource's state for metrics.
-type ResourceGauge struct {
-	ID string
-	// Capacity is what the node divides now (see ResourceStat).
-	Capacity float64
-	// Outstanding bounds what the claimants hold; Wants sums what they ask.
-	Outstanding float64
-	Wants       float64
-	Claimants   int
-	Learning    bool
-	// Shadow is set when the resource's leases are shadow (its template's
-	// shadow mode): agents do not enforce them.
-	Shadow bool
-}
-
-// ResourceTotals sums the gauges of several resources.
-type ResourceTotals struct {
-	// Count is how many resources are summed; Learning and Shadow how
-	// many of them are in learning mode and in shadow mode.
-	Count, Learning, Shadow      int
-	Capacity, Outstanding, Wants float64
-	Claimants                    int
-}
-
-// Add folds g into the totals.
-func (t *ResourceTotals) Add(g ResourceGauge) {
-	t.Count++
-	if g.Learning {
-		t.Learning++
-	}
-	if g.Shadow {
-		t.Shadow++
-	}
-	t.Capacity += g.Capacity
-	t.Outstanding += g.Outstanding
-	t.Wants += g.Wants
-	t.Claimants += g.Claimants
-}
+// Gauges of resources, for metrics: the public status package defines
+// them, the ledger fills them.
+type (
+	ResourceGauge  = status.ResourceGauge
+	ResourceTotals = status.ResourceTotals
+)
 
 // Gauges returns the n resources with the most outstanding, most first,
 // and the totals of all others, so that metrics stay

@@ -7,97 +7,22 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/allot/allot/status"
 )
 
 // MaxViewClaimants bounds the claimants one Detail lists, whatever is
 // asked: a page of them is for people, not a dump of the state.
-const MaxViewClaimants = 1000
+const MaxViewClaimants = status.MaxSnapshotClaimants
 
-// ResourceView describes one resource for operators (the dashboard).
-type ResourceView struct {
-	ID string `json:"id"`
-	// Template names the template the resource was matched to, and
-	// Algorithm its algorithm.
-	Template  string `json:"template"`
-	Algorithm string `json:"algorithm"`
-	// Capacity is what the node divides now: the template's, or on a
-	// child node its lease from the parent.
-	Capacity float64 `json:"capacity"`
-	// Granted sums the leases the claimants hold now (lapsed ones
-	// excluded); Outstanding bounds what they may hold (earlier larger
-	// leases, safe capacities, a predecessor's leases while learning).
-	Granted     float64 `json:"granted"`
-	Outstanding float64 `json:"outstanding"`
-	// Wants sums what the claimants ask for, granted or not, but for
-	// those that have neither a live lease nor asked within a lease length.
-	Wants float64 `json:"wants"`
-	// Claimants counts client records (a child node counts once per
-	// priority band), lapsed ones included.
-	Claimants int `json:"claimants"`
-	// Learning is set while the resource learns what a predecessor
-	// leased (until LearningUntil).
-	Learning      bool      `json:"learning"`
-	LearningUntil time.Time `json:"learning_until,omitzero"`
-	// Shadow is set when the resource's leases are shadow: agents admit
-	// their wants and only count what the grant would refuse.
-	Shadow bool `json:"shadow"`
-	// Ceiling is the bound on what is outstanding published in the lease
-	// record for a successor, until CeilingExpiry; nil when the record
-	// bounds nothing (a per-client algorithm, or no room in the record).
-	Ceiling       *float64  `json:"ceiling,omitempty"`
-	CeilingExpiry time.Time `json:"ceiling_expiry,omitzero"`
-	// Lease and LeaseExpiry are a child node's lease from its parent;
-	// LeaseKnown is false until the parent has answered.
-	Lease       float64   `json:"lease,omitempty"`
-	LeaseExpiry time.Time `json:"lease_expiry,omitzero"`
-	LeaseKnown  bool      `json:"lease_known,omitempty"`
-}
-
-// ClaimantView describes one claimant of a resource.
-type ClaimantView struct {
-	// ID is the client id; for a child node's priority band, the child's
-	// node name (Node is then set).
-	ID   string `json:"id"`
-	Node bool   `json:"node,omitempty"`
-	// Has is the lease's capacity, Wants what the claimant asked for,
-	// Weight how many clients it stands for (1 but for a child's band).
-	Has      float64 `json:"has"`
-	Wants    float64 `json:"wants"`
-	Priority int32   `json:"priority"`
-	Weight   float64 `json:"weight"`
-	// Expiry is when the lease ends. A lapsed claimant holds nothing and
-	// is kept only to count it for the safe capacity until Expiry.
-	Expiry time.Time `json:"expiry"`
-	Lapsed bool      `json:"lapsed,omitempty"`
-}
-
-// ResourceDetail is a ResourceView with the claimants that hold most.
-type ResourceDetail struct {
-	ResourceView
-	// SafeCapacity is the floor per client (per unit of weight) of the
-	// last round; -1 unlimited.
-	SafeCapacity float64 `json:"safe_capacity"`
-	// Matching counts the claimants matching the search (all of them
-	// without one); Top lists at most the asked number of them, largest
-	// lease first (then largest wants, then id).
-	Matching int            `json:"matching"`
-	Top      []ClaimantView `json:"top"`
-	// Children are the child nodes among the claimants, each summed over
-	// its priority bands, by name (at most MaxViewClaimants).
-	Children []ChildView `json:"children,omitempty"`
-}
-
-// ChildView is a child node's claim on a resource, over its priority
-// bands.
-type ChildView struct {
-	Node string `json:"node"`
-	// Has and Wants sum the bands' leases and wants; Clients sums their
-	// weights (the clients the child serves), Bands counts them.
-	Has     float64 `json:"has"`
-	Wants   float64 `json:"wants"`
-	Clients float64 `json:"clients"`
-	Bands   int     `json:"bands"`
-}
+// Views of a resource, for operators (the dashboard): the public status
+// package defines them, the ledger fills them.
+type (
+	ResourceView   = status.ResourceView
+	ClaimantView   = status.ClaimantView
+	ResourceDetail = status.ResourceDetail
+	ChildView      = status.ChildView
+)
 
 // Resources returns views of at most n resources, the ones with the most
 // outstanding first (then by id), and how many resources there are. It

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot/allot/internal/subjects"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -37,7 +38,7 @@ func MappedTenantServer(tb testing.TB, tenants map[string][]string, mappings map
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: \"127.0.0.1:-1\"\njetstream { store_dir: %q }\naccounts {\n", filepath.Join(dir, "js"))
 	fmt.Fprintf(&b, "  %s {\n    jetstream: enabled\n    users [{user: allot, password: allot}]\n", AllotAccount)
-	b.WriteString("    exports [{service: \"allot.t.*.>\", account_token_position: 3}]\n")
+	fmt.Fprintf(&b, "    exports [{service: %q, account_token_position: 3}]\n", subjects.TenantExport)
 	if len(mappings) > 0 {
 		b.WriteString("    mappings {\n")
 		for _, src := range slices.Sorted(maps.Keys(mappings)) {
@@ -59,7 +60,7 @@ func MappedTenantServer(tb testing.TB, tenants map[string][]string, mappings map
 			}
 			fmt.Fprintf(&b, "{user: %q, password: %q}", u, u)
 		}
-		fmt.Fprintf(&b, "]\n    imports [{service: {account: %s, subject: \"allot.t.%s.>\"}, to: \"allot.>\", share: true}]\n  }\n", AllotAccount, name)
+		fmt.Fprintf(&b, "]\n    imports [{service: {account: %s, subject: %q}, to: %q, share: true}]\n  }\n", AllotAccount, subjects.TenantImport(name), subjects.All)
 	}
 	b.WriteString("}\n")
 	conf := filepath.Join(dir, "nats.conf")

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/allot/allot/status"
 )
 
 // DefaultBucketName is the name part of the bucket string Take returns
@@ -13,42 +15,9 @@ import (
 // bucket name.
 const DefaultBucketName = "<default>"
 
-// Events counts quotaservice's events for one namespace. Counters only
-// grow; they are per namespace, never per key, to keep cardinality
-// bounded.
-type Events struct {
-	// Served counts takes answered OK (peeks are not counted).
-	Served uint64 `json:"served"`
-	// ServedWait counts requests answered OK_WAIT.
-	ServedWait uint64 `json:"served_wait"`
-	// Tokens is the tokens admitted by Served and ServedWait.
-	Tokens uint64 `json:"tokens"`
-	// Reported is the tokens charged by Report.
-	Reported uint64 `json:"reported"`
-	// Timeout counts REJECTED "timeout".
-	Timeout uint64 `json:"timeout"`
-	// NoWait counts REJECTED "no_wait".
-	NoWait uint64 `json:"no_wait"`
-	// TooManyTokens counts REJECTED "too_many_tokens".
-	TooManyTokens uint64 `json:"too_many_tokens"`
-	// BucketMiss counts REJECTED "no_bucket".
-	BucketMiss uint64 `json:"bucket_miss"`
-	// TooManyBuckets counts REJECTED "too_many_buckets".
-	TooManyBuckets uint64 `json:"too_many_buckets"`
-	// DynamicCreated counts dynamic buckets created.
-	DynamicCreated uint64 `json:"dynamic_created"`
-	// Removed counts buckets dropped by Sweep or SetConfig.
-	Removed uint64 `json:"removed"`
-	// Banned counts REJECTED "banned".
-	Banned uint64 `json:"banned"`
-	// Reserved counts REJECTED "reserved".
-	Reserved uint64 `json:"reserved"`
-	// SoftLimit counts decisions carrying the "soft_limit" warning.
-	SoftLimit uint64 `json:"soft_limit"`
-	// BadRequest counts REJECTED "bad_request" (negative tokens, or a
-	// malformed name asking for a dynamic bucket).
-	BadRequest uint64 `json:"bad_request"`
-}
+// Events counts quotaservice's events for one namespace
+// (status.QuotaEvents, which the quota servers' STATS carry).
+type Events = status.QuotaEvents
 
 // Options tunes a Table.
 type Options struct {

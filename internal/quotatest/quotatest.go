@@ -124,7 +124,7 @@ func (s *Service) Restart() error {
 	for p := range s.partitions {
 		srv, err := quotaserver.New(s.nc, quotaserver.Options{
 			Partition: p, Partitions: s.partitions,
-			Config: func() *quota.Config { return s.w.Current().Quota() },
+			Config: quotaserver.ConfigFunc(func() *quota.Config { return s.w.Current().Quota() }),
 			Logger: slog.New(slog.DiscardHandler),
 		})
 		if err == nil {

@@ -11,11 +11,12 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/allot/allot/internal/subjects"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // DefaultBucket is the state bucket's default name.
-const DefaultBucket = "allot_state"
+const DefaultBucket = subjects.StateBucket
 
 // History is how many revisions of each key the bucket keeps: a
 // coordinator's successor compares the latest lease record with the one

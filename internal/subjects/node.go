@@ -1,8 +1,10 @@
-// Package subjects owns the names that allot's NATS subjects are built
-// from: tree node names today (see subjects.md, the subject and bucket
-// contract). It imports nothing of NATS, so that every layer, the decision
-// cores and the election included, can check a name without linking a
-// client.
+// Package subjects owns allot's NATS names: every subject, the partition
+// mappings, the KV buckets and their keys, and the tree node names they
+// are built from, as subjects.md (the subject and bucket contract)
+// documents them. It is the one place that spells them: the servers,
+// the agent and the tools call it instead of writing "allot." themselves.
+// It imports nothing of NATS, so that every layer, the decision cores and
+// the election included, can use a name without linking a client.
 package subjects
 
 import "fmt"

@@ -44,7 +44,7 @@ func NewLink(nc *nats.Conn, parent, child string) *Link {
 // a deployment allow each child's link only its own subject (see
 // docs/security.md); the parent answers only requests whose server_id is
 // that name.
-func (l *Link) Subject() string { return "allot." + l.parent + ".server.get." + l.child }
+func (l *Link) Subject() string { return subjects.ChildServerGet(l.parent, l.child) }
 
 // ErrNoParent means no coordinator of the parent node answered: the leaf
 // link is cut, or the parent has no serving leader.

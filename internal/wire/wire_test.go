@@ -126,10 +126,3 @@ func TestReplyEncodingOf(t *testing.T) {
 		}
 	}
 }
-
-func TestTenantSubject(t *testing.T) {
-	s := TenantSubject("TENANT_A", "allot.root.quota.take")
-	if s != "allot.t.TENANT_A.root.quota.take" || TenantOf(s) != "TENANT_A" || TenantOf("allot.root.quota.take") != "" {
-		t.Fatalf("TenantSubject = %q, TenantOf = %q", s, TenantOf(s))
-	}
-}

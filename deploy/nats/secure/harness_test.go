@@ -322,7 +322,7 @@ func (d *deployment) launchCoordinator(t *testing.T, srv *server.Server, user st
 		t.Fatal(err)
 	}
 	c.nc.SetReconnectHandler(func(*nats.Conn) { w.Resync() })
-	opts.Templates, opts.Logger = w, log
+	opts.Templates, opts.Logger = coordinator.WatchedTemplates(w), log
 	c.rep, err = coordinator.NewReplica(c.nc, coordinator.ReplicaOptions{
 		Options:   opts,
 		OnServing: func(_ uint64, on bool) { c.serving <- on },

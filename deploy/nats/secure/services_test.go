@@ -33,7 +33,7 @@ func (d *deployment) startServices(t *testing.T) {
 	qcfg := &quota.Config{Namespaces: map[string]*quota.Namespace{
 		"api": {Name: "api", Dynamic: bucket, MaxDynamicBuckets: 100},
 		"own": {Name: "own", Dynamic: bucket, MaxDynamicBuckets: 100, Tenants: []string{"TENANT_A"}}}}
-	qs, err := quotaserver.New(nc, quotaserver.Options{Config: func() *quota.Config { return qcfg }, Logger: log})
+	qs, err := quotaserver.New(nc, quotaserver.Options{Config: quotaserver.ConfigFunc(func() *quota.Config { return qcfg }), Logger: log})
 	if err == nil {
 		err = qs.Start(context.Background())
 	}
@@ -45,7 +45,7 @@ func (d *deployment) startServices(t *testing.T) {
 		"pool": {Name: "pool", Kind: domainlimit.KindCopies, Copies: domainlimit.CopySpec{DomainLimit: 2, GlobalLimit: domainlimit.Unlimited}}}
 	dcfg := map[string]*domainlimit.Namespace{"app": {Name: "app", Resources: pool},
 		"own": {Name: "own", Resources: pool, Tenants: []string{"TENANT_A"}}}
-	ds, err := domainserver.New(nc, domainserver.Options{Config: func() map[string]*domainlimit.Namespace { return dcfg }, Logger: log})
+	ds, err := domainserver.New(nc, domainserver.Options{Config: domainserver.ConfigFunc(func() map[string]*domainlimit.Namespace { return dcfg }), Logger: log})
 	if err == nil {
 		err = ds.Start(context.Background())
 	}
