@@ -77,11 +77,17 @@ func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i in
 		// What it holds, lease or the floor it may have fallen back to,
 		// is counted already: replacing it with less would idle it (a
 		// client on its floor would get nothing until learning ends).
-		base[k] = min(c.wants, max(c.has, c.floorExposure(p.now)))
+		// But a floor is not promised: as a lease it is a grant, which a
+		// client the holder promises leave out waits for, as in allocate.
+		floor := c.floorExposure(p.now)
+		if !r.mayHoldClient(c, p.now) {
+			floor = 0
+		}
+		base[k] = min(c.wants, max(c.has, floor))
 		if credit[k] > 0 {
 			// The credited predecessor lease is held until our reply
 			// replaces it: it counts as ours from now on.
-			base[k] = min(c.wants, max(credit[k]+c.has, c.floorExposure(p.now)))
+			base[k] = min(c.wants, max(credit[k]+c.has, floor))
 			c.held = max(c.held, credit[k])
 			c.heldUntil = max(c.heldUntil, min(r.reports[k].expiry, p.now+int64(r.tmpl.LeaseLength))+r.skew)
 			r.recount(i, p.now)
