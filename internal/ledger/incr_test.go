@@ -94,6 +94,10 @@ func incrTrial(t *testing.T, seed uint64) {
 	var inflight *Proposal
 	failing := false
 	asked := map[*cl]Slot{}
+	// bands is the band each client record's last request was applied
+	// in (its priority, capped by the template then): the level.State
+	// alone keeps it, so it is checked against the requests, not itself.
+	bands := map[string]int32{}
 	for step := range 600 {
 		now += int64(time.Duration(20+rng.IntN(300)) * time.Millisecond)
 		switch ev := rng.IntN(100); {
@@ -127,6 +131,7 @@ func incrTrial(t *testing.T, seed uint64) {
 			}
 			if rng.IntN(25) == 0 {
 				l.ReleaseAs(now, c.who, c.id, []string{c.res})
+				delete(bands, c.res+"/"+c.who.key(c.id))
 				c.lease = Lease{}
 				c.next = now + int64(time.Second)
 				continue
@@ -143,6 +148,9 @@ func incrTrial(t *testing.T, seed uint64) {
 				t.Fatal(err)
 			}
 			asked[c] = slots[0]
+			if slots[0].Served() {
+				bands[c.res+"/"+c.who.key(c.id)] = l.priority(set.Match(c.res), c.who, c.prio)
+			}
 		}
 		// Two child nodes, each with a few bands of random weight.
 		for ch := range 2 {
@@ -175,6 +183,14 @@ func incrTrial(t *testing.T, seed uint64) {
 		clear(asked)
 		l.EndRound()
 		checkLedger(t, l, now)
+		for rid, r := range l.resources {
+			for i := range r.clients.len() {
+				c := r.clients.at(i)
+				if want, ok := bands[rid+"/"+c.id]; ok && r.priority(c) != want {
+					t.Fatalf("step %d %s: %q in band %d, its last request was applied in %d", step, rid, c.id, r.priority(c), want)
+				}
+			}
+		}
 		if step%10 == 0 && inflight == nil {
 			inflight = l.Sweep(now)
 			checkLedger(t, l, now)
