@@ -559,9 +559,27 @@ func (r *resource) allocate(p *roundParams) {
 			}
 			settle(i, max(has, 0), refresh)
 		}
-	case !shared:
+	case !shared && math.IsInf(r.ceiling, 1):
 		for _, i := range r.batch {
 			settle(i, r.target(i), refresh)
+		}
+	case !shared:
+		// A share template's record still binds (its ceiling and holder
+		// promise) until one that lifts the ceiling is stored: until then
+		// grants keep within it, as in the share path below.
+		free := r.ceiling - r.bound(p.now)
+		for _, i := range r.batch {
+			c := r.clients.at(i)
+			tg, before := r.target(i), c.exposure(p.now)
+			g := tg
+			if tg > c.has {
+				g = c.has
+				if r.mayHoldClient(c, p.now) {
+					g = max(min(tg, before+free), c.has, 0)
+				}
+			}
+			settle(i, g, refresh)
+			free -= c.exposure(p.now) - before
 		}
 	default:
 		// Grants stay within the published ceiling (write-ahead).
