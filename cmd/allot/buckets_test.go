@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -29,11 +28,18 @@ import (
 // election TTL is the one a replicated election bucket needs. `allot config put
 // --create-bucket --bucket-replicas 3` creates its bucket with three too.
 func TestBucketReplicas(t *testing.T) {
-	servers := natstest.Cluster(t, 3)
-	url := natstest.ClusterURL(servers)
-	js, err := jetstream.New(natstest.Conn(t, servers[0]))
-	if err != nil {
-		t.Fatal(err)
+	// Each case starts on a fresh cluster: deleting the buckets of the
+	// case before and creating them again at once left a key write into
+	// the new bucket unanswered now and then (the test waited 2 minutes
+	// for the lease record, or for the domain seal, of a service that
+	// served).
+	cluster := func(t *testing.T) (string, jetstream.JetStream) {
+		servers := natstest.Cluster(t, 3)
+		js, err := jetstream.New(natstest.Conn(t, servers[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return natstest.ClusterURL(servers), js
 	}
 	for _, tc := range []struct {
 		name string
@@ -56,11 +62,7 @@ func TestBucketReplicas(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			for _, b := range []string{configkv.DefaultBucket, election.DefaultBucket, statekv.DefaultBucket} {
-				if err := js.DeleteKeyValue(ctx, b); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-					t.Fatal(err)
-				}
-			}
+			url, js := cluster(t)
 			faults.WaitPlacement(ctx, t, js)
 			if tc.blocked {
 				kv, err := election.Bucket(ctx, js, election.DefaultBucket, time.Second, 3)
@@ -71,7 +73,7 @@ func TestBucketReplicas(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			stop := runBackground(t, append([]string{"coordinator", "--nats", url, "--bucket-replicas", "3", "--log-level", "warn"}, tc.args...))
+			stop := runBackground(t, append([]string{"coordinator", "--nats", url, "--bucket-replicas", "3", "--log-level", "info"}, tc.args...))
 			defer stop()
 			waitStateKeys(ctx, t, js, tc.keys)
 			for _, bucket := range []string{configkv.DefaultBucket, election.DefaultBucket, statekv.DefaultBucket} {
@@ -84,6 +86,7 @@ func TestBucketReplicas(t *testing.T) {
 				// created with.
 				want := election.ReplicatedTTL
 				if i := slices.Index(tc.args, "--election-ttl"); i >= 0 {
+					var err error
 					if want, err = time.ParseDuration(tc.args[i+1]); err != nil {
 						t.Fatal(err)
 					}
@@ -104,8 +107,10 @@ func TestBucketReplicas(t *testing.T) {
 	}
 
 	t.Run("config-put", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		url, js := cluster(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
+		faults.WaitPlacement(ctx, t, js)
 		if code, out, errs := runCLI(t, cliMySQL, "config", "put", "--create-bucket", "--bucket-replicas", "3", "--bucket", "ops_config", "mysql-main", "-", "--nats", url); code != 0 {
 			t.Fatalf("config put: %d %s %s", code, out, errs)
 		}
@@ -124,14 +129,23 @@ func runBackground(t *testing.T, args []string) func() {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	var out string
 	go func() {
 		defer close(done)
-		if code, out := runCtx(ctx, args...); code != 0 {
+		var code int
+		if code, out = runCtx(ctx, args...); code != 0 {
 			t.Errorf("%s exited %d: %s", strings.Join(args[:1], " "), code, out)
 		}
 	}()
 	stop := func() { cancel(); <-done }
-	t.Cleanup(stop)
+	t.Cleanup(func() {
+		stop()
+		// What the command said is the only account of why it did not
+		// do what a test waited for (say, a term that never lasted).
+		if t.Failed() {
+			t.Logf("%s output:\n%s", strings.Join(args[:1], " "), out)
+		}
+	})
 	return stop
 }
 
