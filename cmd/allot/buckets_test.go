@@ -2,17 +2,22 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/statekv"
 )
 
@@ -33,8 +38,9 @@ func TestBucketReplicas(t *testing.T) {
 	// the new bucket unanswered now and then (the test waited 2 minutes
 	// for the lease record, or for the domain seal, of a service that
 	// served).
+	var servers []*server.Server
 	cluster := func(t *testing.T) (string, jetstream.JetStream) {
-		servers := natstest.Cluster(t, 3)
+		servers = natstest.Cluster(t, 3)
 		js, err := jetstream.New(natstest.Conn(t, servers[0]))
 		if err != nil {
 			t.Fatal(err)
@@ -75,7 +81,10 @@ func TestBucketReplicas(t *testing.T) {
 			}
 			stop := runBackground(t, append([]string{"coordinator", "--nats", url, "--bucket-replicas", "3", "--log-level", "info"}, tc.args...))
 			defer stop()
-			waitStateKeys(ctx, t, js, tc.keys)
+			if !waitStateKeys(ctx, t, js, tc.keys) {
+				describeStateKeys(t, servers, tc.keys)
+				t.FailNow()
+			}
 			for _, bucket := range []string{configkv.DefaultBucket, election.DefaultBucket, statekv.DefaultBucket} {
 				if r := bucketReplicas(ctx, t, js, bucket); r != 3 {
 					t.Errorf("bucket %s has %d replicas, want 3", bucket, r)
@@ -149,24 +158,95 @@ func runBackground(t *testing.T, args []string) func() {
 	return stop
 }
 
-// waitStateKeys waits until every key is in the state bucket.
-func waitStateKeys(ctx context.Context, t *testing.T, js jetstream.JetStream, keys []string) {
+// waitStateKeys waits until every key is in the state bucket; false
+// (and an error reported) when ctx ends first. Each attempt has a
+// deadline of its own: a direct get sent while the bucket's stream was
+// still forming was once taken by a replica and never answered, and with
+// ctx's 2 minutes that one attempt was the whole wait.
+func waitStateKeys(ctx context.Context, t *testing.T, js jetstream.JetStream, keys []string) bool {
 	t.Helper()
 	for _, key := range keys {
-		for {
-			kv, err := js.KeyValue(ctx, statekv.DefaultBucket)
-			if err == nil {
-				_, err = kv.Get(ctx, key)
+		var err error
+		if !poll.Ok(time.Until(deadlineOf(ctx)), func() bool {
+			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			var kv jetstream.KeyValue
+			if kv, err = js.KeyValue(actx, statekv.DefaultBucket); err == nil {
+				_, err = kv.Get(actx, key)
 			}
-			if err == nil {
-				break
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				t.Logf("state key %s: an attempt got no answer in 2s: %v", key, err)
 			}
-			if ctx.Err() != nil {
-				t.Fatalf("state key %s: %v", key, err)
-			}
-			time.Sleep(50 * time.Millisecond)
+			return err == nil
+		}) {
+			t.Errorf("state key %s: %v", key, err)
+			return false
 		}
 	}
+	return true
+}
+
+// deadlineOf is ctx's deadline, or a minute from now.
+func deadlineOf(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(time.Minute)
+}
+
+// describeStateKeys logs what each server says of the state bucket and
+// keys: its stream's cluster view, a direct get through a connection to
+// that server (answered by a nearby replica) and a get from the stream
+// leader, so a failure shows whether a key is missing or only unseen.
+func describeStateKeys(t *testing.T, servers []*server.Server, keys []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream := "KV_" + statekv.DefaultBucket
+	for i, s := range servers {
+		nc, err := nats.Connect(s.ClientURL())
+		if err != nil {
+			t.Logf("server %d: %v", i, err)
+			continue
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Logf("server %d: %v", i, err)
+			continue
+		}
+		if st, err := js.Stream(ctx, stream); err != nil {
+			t.Logf("server %d: stream: %v", i, err)
+		} else if info, err := st.Info(ctx); err != nil {
+			t.Logf("server %d: stream info: %v", i, err)
+		} else {
+			ci, _ := json.Marshal(info.Cluster)
+			t.Logf("server %d (%s): state %+v cluster %s", i, s.Name(), info.State, ci)
+		}
+		for _, key := range keys {
+			subject := "$KV." + statekv.DefaultBucket + "." + key
+			direct, derr := nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream+"."+subject, nil)
+			leader, lerr := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, []byte(`{"last_by_subj":"`+subject+`"}`))
+			t.Logf("server %d key %s: direct get %s (%v); leader get %.200s (%v)", i, key, directStatus(direct), derr, leaderBody(leader), lerr)
+		}
+	}
+}
+
+func directStatus(m *nats.Msg) string {
+	if m == nil {
+		return "no reply"
+	}
+	if st := m.Header.Get("Status"); st != "" {
+		return "status " + st + " " + m.Header.Get("Description")
+	}
+	return "seq " + m.Header.Get("Nats-Sequence") + " from " + m.Header.Get("Nats-Stream")
+}
+
+func leaderBody(m *nats.Msg) string {
+	if m == nil {
+		return "no reply"
+	}
+	return string(m.Data)
 }
 
 // bucketReplicas returns the replica count of bucket.
