@@ -153,6 +153,7 @@ func (c *Coordinator) Observe() Observation {
 	serving, failure := c.serving()
 	o := Observation{
 		Node: c.opts.Node, ServerID: c.opts.ServerID, Parent: c.opts.Parent,
+		Partition: c.opts.Partition, Partitions: max(c.opts.Partitions, 1),
 		Role: election.RoleLeader, Term: c.Term(), Leader: c.opts.ServerID,
 		Serving: serving, Coordinator: true,
 		Rounds: s.rounds, RoundSeconds: s.hist.snapshot(), Calls: c.callCounts(),
@@ -190,7 +191,8 @@ func (r *Replica) Observe() Observation {
 	if c != nil {
 		o = c.Observe()
 	} else {
-		o = Observation{Node: st.Node, ServerID: st.ServerID, Parent: st.Parent}
+		o = Observation{Node: st.Node, ServerID: st.ServerID, Parent: st.Parent,
+			Partition: r.opts.Partition, Partitions: max(r.opts.Partitions, 1)}
 		observeConfig(&o, r.opts.Templates)
 	}
 	o.Role, o.Term, o.Leader, o.Serving, o.Failure = st.Role, st.Term, st.Leader, st.Serving, st.Failure

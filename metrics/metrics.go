@@ -20,6 +20,7 @@ package metrics
 import (
 	"cmp"
 	"slices"
+	"strconv"
 
 	"github.com/allot/allot/status"
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,8 +70,8 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var (
-	replicaLabels  = []string{"node", "server_id"}
-	node           = []string{"node"}
+	replicaLabels  = []string{"node", "partition", "server_id"}
+	node           = []string{"node", "partition"}
 	resourceLabels = []string{"node", "resource"}
 
 	descLeader = desc("allot_coordinator_leader",
@@ -88,9 +89,9 @@ var (
 	descRound  = desc("allot_coordinator_round_duration_seconds",
 		"Time one allocation round takes to apply its requests, allocate and answer.", node...)
 	descRequests = desc("allot_coordinator_requests_total",
-		"Requests received, by endpoint subject (capacity.get, capacity.release, server.get, other).", "node", "subject")
+		"Requests received, by endpoint subject (capacity.get, capacity.release, server.get, other).", "node", "partition", "subject")
 	descErrors = desc("allot_coordinator_errors_total",
-		"Error replies sent, by endpoint subject and code (400, 404, 413, 429, 500, 501, 503 or other).", "node", "subject", "code")
+		"Error replies sent, by endpoint subject and code (400, 404, 413, 429, 500, 501, 503 or other).", "node", "partition", "subject", "code")
 	descWrites = desc("allot_coordinator_record_writes_total",
 		"Lease-record writes committed to the state bucket.", node...)
 	descWriteErrors = desc("allot_coordinator_record_write_errors_total",
@@ -108,7 +109,7 @@ var (
 	descClients = desc("allot_coordinator_client_records",
 		"Client records the node keeps (one per client and resource).", node...)
 	descOthers = desc("allot_coordinator_other_resources",
-		"Resources summed under resource=\""+OtherResource+"\" instead of being reported by name.", node...)
+		"Resources summed under resource=\""+OtherResource+"\" instead of being reported by name.", "node")
 
 	descCapacity = desc("allot_resource_capacity",
 		"Capacity the node divides: the template's, or on a child node its lease from the parent.", resourceLabels...)
@@ -138,10 +139,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, t := range c.targets() {
 		obs = append(obs, t.Observe())
 	}
-	// Replica metrics for every replica, once per (node, server id).
-	seen := map[[2]string]bool{}
+	// Replica metrics for every replica, once per (node, partition,
+	// server id).
+	type replicaKey struct {
+		node, server string
+		partition    int
+	}
+	seen := map[replicaKey]bool{}
 	for _, o := range obs {
-		k := [2]string{o.Node, o.ServerID}
+		k := replicaKey{o.Node, o.ServerID, o.Partition}
 		if seen[k] {
 			continue
 		}
@@ -150,50 +156,67 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if o.Role == status.RoleLeader && o.Serving {
 			lead = 1
 		}
-		gauge(ch, descLeader, lead, o.Node, o.ServerID)
-		gauge(ch, descTerm, float64(o.Term), o.Node, o.ServerID)
-		gauge(ch, descConfigGen, float64(o.ConfigGeneration), o.Node, o.ServerID)
-		counter(ch, descConfigRejected, o.ConfigRejected, o.Node, o.ServerID)
-		gauge(ch, descConfigLoaded, b2f(o.ConfigLoaded), o.Node, o.ServerID)
+		p := strconv.Itoa(o.Partition)
+		gauge(ch, descLeader, lead, o.Node, p, o.ServerID)
+		gauge(ch, descTerm, float64(o.Term), o.Node, p, o.ServerID)
+		gauge(ch, descConfigGen, float64(o.ConfigGeneration), o.Node, p, o.ServerID)
+		counter(ch, descConfigRejected, o.ConfigRejected, o.Node, p, o.ServerID)
+		gauge(ch, descConfigLoaded, b2f(o.ConfigLoaded), o.Node, p, o.ServerID)
 	}
-	// Coordinator metrics for the highest term serving each node.
-	best := map[string]status.Observation{}
+	// Coordinator metrics for the highest term serving each partition of
+	// each node; a node's resources are reported together, since each
+	// belongs to one partition.
+	type partKey struct {
+		node      string
+		partition int
+	}
+	best := map[partKey]status.Observation{}
 	for _, o := range obs {
-		if b, ok := best[o.Node]; o.Coordinator && (!ok || o.Term > b.Term) {
-			best[o.Node] = o
+		k := partKey{o.Node, o.Partition}
+		if b, ok := best[k]; o.Coordinator && (!ok || o.Term > b.Term) {
+			best[k] = o
 		}
 	}
+	byNode := map[string][]status.Observation{}
 	for _, o := range best {
 		c.collectCoordinator(ch, o)
+		byNode[o.Node] = append(byNode[o.Node], o)
+	}
+	for n, os := range byNode {
+		c.collectResources(ch, n, os)
 	}
 }
 
 func (c *collector) collectCoordinator(ch chan<- prometheus.Metric, o status.Observation) {
-	n := o.Node
-	counter(ch, descRounds, o.Rounds, n)
+	n, p := o.Node, strconv.Itoa(o.Partition)
+	counter(ch, descRounds, o.Rounds, n, p)
 	h := o.RoundSeconds
 	buckets := make(map[float64]uint64, len(h.Bounds))
 	for i, b := range h.Bounds {
 		buckets[b] = h.Counts[i]
 	}
-	ch <- prometheus.MustNewConstHistogram(descRound, h.Count, h.Sum, buckets, n)
+	ch <- prometheus.MustNewConstHistogram(descRound, h.Count, h.Sum, buckets, n, p)
 	for _, call := range o.Calls {
 		if call.Code == 0 {
-			counter(ch, descRequests, call.N, n, call.Subject)
+			counter(ch, descRequests, call.N, n, p, call.Subject)
 		} else {
-			counter(ch, descErrors, call.N, n, call.Subject, status.CodeLabel(call.Code))
+			counter(ch, descErrors, call.N, n, p, call.Subject, status.CodeLabel(call.Code))
 		}
 	}
-	counter(ch, descWrites, o.RecordWrites, n)
-	counter(ch, descWriteErrors, o.RecordErrors, n)
-	counter(ch, descWaits, o.RecordWaits, n)
-	counter(ch, descForeign, o.ForeignRecords, n)
-	counter(ch, descForged, o.ForgedRecords, n)
-	counter(ch, descSilenced, o.Silenced, n)
-	gauge(ch, descResources, float64(o.Resources), n)
-	gauge(ch, descClients, float64(o.Clients), n)
+	counter(ch, descWrites, o.RecordWrites, n, p)
+	counter(ch, descWriteErrors, o.RecordErrors, n, p)
+	counter(ch, descWaits, o.RecordWaits, n, p)
+	counter(ch, descForeign, o.ForeignRecords, n, p)
+	counter(ch, descForged, o.ForgedRecords, n, p)
+	counter(ch, descSilenced, o.Silenced, n, p)
+	gauge(ch, descResources, float64(o.Resources), n, p)
+	gauge(ch, descClients, float64(o.Clients), n, p)
+}
 
-	named, other := c.fold(o)
+// collectResources reports the resources of node n's serving partitions
+// os.
+func (c *collector) collectResources(ch chan<- prometheus.Metric, n string, os []status.Observation) {
+	named, other := c.fold(os)
 	gauge(ch, descOthers, float64(other.Count), n)
 	for _, g := range named {
 		resourceGauges(ch, n, g.ID, g.Capacity, g.Outstanding, g.Wants, g.Claimants, b2f(g.Learning), b2f(g.Shadow))
@@ -201,12 +224,22 @@ func (c *collector) collectCoordinator(ch chan<- prometheus.Metric, o status.Obs
 	resourceGauges(ch, n, OtherResource, other.Capacity, other.Outstanding, other.Wants, other.Claimants, float64(other.Learning), float64(other.Shadow))
 }
 
-// fold keeps the first c.max resources (most outstanding first) by name,
-// except one named OtherResource, and sums the rest.
-func (c *collector) fold(o status.Observation) (named []status.ResourceGauge, other status.ResourceTotals) {
-	top := slices.Clone(o.Top)
+// fold keeps the first c.max resources of os (most outstanding first) by
+// name, except one named OtherResource, and sums the rest.
+func (c *collector) fold(os []status.Observation) (named []status.ResourceGauge, other status.ResourceTotals) {
+	var top []status.ResourceGauge
+	for _, o := range os {
+		top = append(top, o.Top...)
+		t := o.Other
+		other.Count += t.Count
+		other.Learning += t.Learning
+		other.Shadow += t.Shadow
+		other.Capacity += t.Capacity
+		other.Outstanding += t.Outstanding
+		other.Wants += t.Wants
+		other.Claimants += t.Claimants
+	}
 	slices.SortStableFunc(top, func(a, b status.ResourceGauge) int { return cmp.Compare(b.Outstanding, a.Outstanding) })
-	other = o.Other
 	for _, g := range top {
 		if len(named) < c.max && g.ID != OtherResource {
 			named = append(named, g)

@@ -74,6 +74,9 @@ type Replica struct {
 type Observation struct {
 	Node     string
 	ServerID string
+	// Partition is the lease partition the replica campaigns for (0 on
+	// a node of one partition), Partitions the node's number of them.
+	Partition, Partitions int
 	// Parent is the parent node; empty on a root.
 	Parent string
 	// Role is the replica's role in the node's election; a Coordinator

@@ -2,18 +2,24 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/subjects"
 )
 
 // `allot up --lease-partitions 2` serves both partitions: `allot get` on
 // the plain subject is answered for resources of either (partition 0
-// relays), and `allot status` lists each partition's leader.
+// relays), `allot status` lists each partition's leader, and /metrics
+// reports each partition's leader and the resources of both (they once
+// showed only the partition of the highest term).
 func TestUpLeasePartitions(t *testing.T) {
 	ctx := context.Background()
-	up := startUp(t, "--data-dir", t.TempDir(), "--lease-partitions", "2", "--quota-serve", "none")
+	up := startUp(t, "--data-dir", t.TempDir(), "--lease-partitions", "2", "--quota-serve", "none", "--metrics-addr", "127.0.0.1:0")
 	ids := map[int]string{}
 	for _, id := range []string{"a", "b", "c", "d", "e", "f"} {
 		if p := subjects.LeasePartition(id, 2); ids[p] == "" {
@@ -33,6 +39,23 @@ func TestUpLeasePartitions(t *testing.T) {
 		}
 		return ""
 	}, "--nats", up.url)
+	base := up.opsURL(t)
+	poll.For(t, 15*time.Second, 100*time.Millisecond, func() error {
+		fams := scrapeMetrics(t, base)
+		for p, id := range ids {
+			part := strconv.Itoa(p)
+			if v, ok := metricValue(fams, "allot_coordinator_leader", map[string]string{"node": "root", "partition": part}); v != 1 {
+				return fmt.Errorf("allot_coordinator_leader of partition %s = %v (%v), want 1", part, v, ok)
+			}
+			if v, _ := metricValue(fams, "allot_coordinator_requests_total", map[string]string{"node": "root", "partition": part, "subject": "capacity.get"}); v < 1 {
+				return fmt.Errorf("capacity.get requests of partition %s = %v", part, v)
+			}
+			if v, ok := metricValue(fams, "allot_resource_outstanding", map[string]string{"node": "root", "resource": id}); v != 1 {
+				return fmt.Errorf("outstanding of %s (partition %s) = %v (%v), want 1", id, part, v, ok)
+			}
+		}
+		return nil
+	})
 }
 
 // Bad partition flags are refused before anything starts.

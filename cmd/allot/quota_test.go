@@ -4,14 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	dto "github.com/prometheus/client_model/go"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/nats-io/nats.go"
 
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/quotaserver"
 )
 
@@ -29,26 +31,25 @@ func quotaTake(t *testing.T, nc *nats.Conn, subject, body string) map[string]any
 // retried after it was decided would be taken twice.
 func quotaTakeUntil(t *testing.T, nc *nats.Conn, subject, body string, ok func(map[string]any) bool) map[string]any {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var r map[string]any
+	poll.For(t, 15*time.Second, 50*time.Millisecond, func() error {
 		m, err := nc.Request(subject, []byte(body), 5*time.Second)
-		if err == nil {
-			if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
-				t.Fatalf("take %s %s: error %s: %s", subject, body, code, m.Header.Get("Nats-Service-Error"))
-			}
-			var r map[string]any
-			if err := json.Unmarshal(m.Data, &r); err != nil {
-				t.Fatalf("take reply %s: %v", m.Data, err)
-			}
-			if ok(r) {
-				return r
-			}
+		if err != nil {
+			return fmt.Errorf("take %s %s: %w", subject, body, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("take %s %s: no satisfying answer after 15s (last error %v)", subject, body, err)
+		if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+			t.Fatalf("take %s %s: error %s: %s", subject, body, code, m.Header.Get("Nats-Service-Error"))
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		r = nil
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			t.Fatalf("take reply %s: %v", m.Data, err)
+		}
+		if !ok(r) {
+			return fmt.Errorf("take %s %s: no satisfying answer (last %v)", subject, body, r)
+		}
+		return nil
+	})
+	return r
 }
 
 // TestUpServesQuotaPartitions: `allot up --quota-partitions 2` maps the
@@ -130,8 +131,12 @@ func metricSum(fams map[string]*dto.MetricFamily, name string, want map[string]s
 
 // labelsInclude reports whether m's labels include want.
 func labelsInclude(m *dto.Metric, want map[string]string) bool {
+	have := map[string]string{}
 	for _, l := range m.GetLabel() {
-		if w, in := want[l.GetName()]; in && w != l.GetValue() {
+		have[l.GetName()] = l.GetValue()
+	}
+	for name, w := range want {
+		if v, in := have[name]; !in || v != w {
 			return false
 		}
 	}
