@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"runtime"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/allot/allot/internal/poll"
 	"golang.org/x/time/rate"
 )
 
@@ -30,18 +32,16 @@ func waitParked(t *testing.T, done <-chan error, what string) {
 // waitPending blocks until the clock has n pending timers.
 func waitPending(tb testing.TB, c *fakeClock, n int) time.Time {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		k, first := c.Pending()
-		if k == n {
-			return first
+	var first time.Time
+	poll.For(tb, 10*time.Second, 10*time.Microsecond, func() error {
+		var k int
+		if k, first = c.Pending(); k != n {
+			runtime.Gosched()
+			return fmt.Errorf("waiting for %d pending timers, have %d", n, k)
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %d pending timers, have %d", n, k)
-		}
-		runtime.Gosched()
-		time.Sleep(10 * time.Microsecond)
-	}
+		return nil
+	})
+	return first
 }
 
 // TestAllowAccuracyUnderContention checks that Allow admits R per second

@@ -15,6 +15,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -213,22 +214,16 @@ func TestThreeLevelsLeaderLossAndCutLink(t *testing.T) {
 	sample(3 * time.Second)
 	// Lose the middle level's leader abruptly: the other replica takes over.
 	// (On a loaded machine a leader may just have lapsed: wait for one.)
-	lost := false
-	for end := time.Now().Add(10 * time.Second); !lost && time.Now().Before(end); {
+	poll.Until(t, 10*time.Second, "a replica of the region serving", func() bool {
 		for i, r := range reps {
 			if r.Status().Serving {
 				conns[i].Close()
-				lost = true
-				break
+				return true
 			}
 		}
-		if !lost {
-			sample(50 * time.Millisecond)
-		}
-	}
-	if !lost {
-		t.Fatal("no replica of the region serves")
-	}
+		sample(50 * time.Millisecond)
+		return false
+	})
 	sample(6 * time.Second)
 	region.Cut(t)
 	sample(3 * time.Second)

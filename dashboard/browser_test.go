@@ -28,6 +28,7 @@ import (
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/proto/allotpb"
 	"github.com/allot/allot/quotaserver"
@@ -145,20 +146,16 @@ const readPage = `(() => {
 // what it last showed.
 func waitPage(t *testing.T, ctx context.Context, b *browser, what string, ok func(p page) bool) page {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
 	var p page
-	for {
+	poll.For(t, 30*time.Second, 100*time.Millisecond, func() error {
 		p = page{}
-		err := b.Eval(ctx, readPage, &p)
-		if err == nil && ok(p) {
-			return p
-		}
-		if time.Now().After(deadline) {
+		if err := b.Eval(ctx, readPage, &p); err != nil || !ok(p) {
 			js, _ := json.Marshal(p)
-			t.Fatalf("page never showed %s; last read (err %v): %s", what, err, js)
+			return fmt.Errorf("page never showed %s; last read (err %v): %s", what, err, js)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
+	return p
 }
 
 // browser is a headless Chromium with one page, driven through chromedp
@@ -407,16 +404,13 @@ func TestTreeDashboardInChromium(t *testing.T) {
 		if err := b.Navigate(ctx, url+"?resource=db"); err != nil {
 			t.Fatal(err)
 		}
-		var p treePage
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			p = treePage{}
-			if err := b.Eval(ctx, read, &p); err == nil && ok(p) {
-				return
+		poll.For(t, 30*time.Second, 100*time.Millisecond, func() error {
+			var p treePage
+			if err := b.Eval(ctx, read, &p); err != nil || !ok(p) {
+				return fmt.Errorf("%s never showed %s: %+v (%v)", url, what, p, err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never showed %s: %+v", url, what, p)
-			}
-		}
+			return nil
+		})
 	}
 	wait(childURL, "its parent and lease", func(p treePage) bool {
 		return p.Parent == "root" && strings.HasPrefix(p.Lease, "40 (") && p.Rows == "svc" && p.Children == "none"

@@ -23,6 +23,7 @@ import (
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/opstatus"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -326,11 +327,14 @@ func TestCoordinatorStartedAfterBadPut(t *testing.T) {
 	}
 	startServing(t, s, coordFlags{node: "root", round: 5 * time.Millisecond, bucket: "allot_state", configBucket: configkv.DefaultBucket, unmatched: config.UnmatchedDefault, logLevel: "warn"})
 	client := natstest.Conn(t, s)
-	got, e := askCapacity(t, client, "lim", 1000)
-	for e != "" && !strings.HasPrefix(e, "4") && ctx.Err() == nil { // not serving yet
-		time.Sleep(20 * time.Millisecond)
-		got, e = askCapacity(t, client, "lim", 1000)
-	}
+	var got float64
+	var e string
+	poll.For(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if got, e = askCapacity(t, client, "lim", 1000); e != "" && !strings.HasPrefix(e, "4") {
+			return fmt.Errorf("lim not served yet: %s", e)
+		}
+		return nil
+	})
 	if got != 500 {
 		t.Errorf("lim: granted %v (%s), want 500 from the last valid revision", got, e)
 	}

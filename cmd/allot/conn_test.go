@@ -20,6 +20,7 @@ import (
 
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // testPKI is a CA with a server certificate for 127.0.0.1 and a client
@@ -126,23 +127,24 @@ func startCoordinator(t *testing.T, args, getArgs []string) func() string {
 		return output
 	}
 	t.Cleanup(func() { stop() })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var last string
+	if !poll.Ok(30*time.Second, func() bool {
 		code, out := runCtx(context.Background(), append([]string{"get", "db", "--wants", "1", "--client", "probe", "--timeout", "1s"}, getArgs...)...)
 		if code == 0 {
-			return stop
+			return true
 		}
+		last = out
 		select {
 		case out := <-done:
 			done <- out // for the cleanup
 			t.Fatalf("coordinator stopped: %s", out)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no coordinator answers within 30s; last get: %s; coordinator: %s", out, stop())
-		}
-		time.Sleep(100 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("no coordinator answers within 30s; last get: %s; coordinator: %s", last, stop())
 	}
+	return stop
 }
 
 // TestConnFlagsTLS runs every connecting command against a server that

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/dashboard"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/webtest"
 	"github.com/allot/allot/quotaserver"
 )
@@ -31,23 +33,21 @@ func TestUpServesDashboard(t *testing.T) {
 	if code, out := runCtx(context.Background(), "get", "--nats", up.url, "mysql/main", "--wants", "7", "--client", "c1"); code != 0 {
 		t.Fatalf("get: %d %s", code, out)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	poll.For(t, 10*time.Second, 100*time.Millisecond, func() error {
 		code, body := httpGet(t, base+"/snapshot?resource=mysql/main")
 		var ev dashboard.Event
 		if code != http.StatusOK || json.Unmarshal([]byte(body), &ev) != nil {
 			t.Fatalf("/snapshot: %d %.300s", code, body)
 		}
 		s := ev.Snapshot
-		if s != nil && s.Serving && s.Resource != nil && len(s.Resource.Top) == 1 {
-			if s.Role != "leader" || s.Node != "root" || s.Resource.Top[0].ID != "c1" || s.Resource.Top[0].Has != 7 || s.Resource.Capacity != 500 || s.Config == nil {
-				t.Fatalf("snapshot %.600s", body)
-			}
-			break
+		if s == nil || !s.Serving || s.Resource == nil || len(s.Resource.Top) != 1 {
+			return fmt.Errorf("no lease of c1 on the dashboard: %.600s", body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no lease of c1 on the dashboard: %.600s", body)
+		if s.Role != "leader" || s.Node != "root" || s.Resource.Top[0].ID != "c1" || s.Resource.Top[0].Has != 7 || s.Resource.Capacity != 500 || s.Config == nil {
+			t.Fatalf("snapshot %.600s", body)
 		}
-	}
+		return nil
+	})
 	up.wait(t)
 }
 
@@ -69,7 +69,7 @@ func TestUpDashboardShowsQuota(t *testing.T) {
 	served := func(r map[string]any) bool { return r["status"] == "OK" }
 	quotaTakeUntil(t, nc, quotaserver.BucketSubject("root", "take", "logins", "k"), `{}`, served)
 	quotaTakeUntil(t, nc, quotaserver.BucketSubject("root", "take", "logins", "k"), `{}`, served)
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	poll.For(t, 15*time.Second, 200*time.Millisecond, func() error {
 		code, body := httpGet(t, base[1]+"/snapshot")
 		var ev dashboard.Event
 		if code != http.StatusOK || json.Unmarshal([]byte(body), &ev) != nil {
@@ -77,13 +77,11 @@ func TestUpDashboardShowsQuota(t *testing.T) {
 		}
 		for _, q := range ev.Quota {
 			if q.Name == "logins" && q.Events["served"] >= 2 {
-				return
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("quota namespaces on the dashboard: %+v", ev.Quota)
-		}
-	}
+		return fmt.Errorf("quota namespaces on the dashboard: %+v", ev.Quota)
+	})
 }
 
 // TestDashboardBeyondLoopback: with --metrics-addr beyond loopback and no

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/poll"
 )
 
 // TestUpServesDomainLimits: `allot up --quota-partitions 2` maps the
@@ -39,20 +41,16 @@ func TestUpServesDomainLimits(t *testing.T) {
 	// and a reserve retried after it was granted would be granted twice.
 	ask := func(op, res, body string, out any) {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for {
+		poll.For(t, 15*time.Second, 50*time.Millisecond, func() error {
 			m, err := nc.Request(domainwire.Subject("root", op, "app", res), []byte(body), 5*time.Second)
 			if err == nil && m.Header.Get("Nats-Service-Error-Code") == "" {
 				if err := json.Unmarshal(m.Data, out); err != nil {
 					t.Fatalf("%s reply %s: %v", op, m.Data, err)
 				}
-				return
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s %s %s: no answer after 15s (last %v %v)", op, res, body, err, m)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return fmt.Errorf("%s %s %s: no answer (last %v %v)", op, res, body, err, m)
+		})
 	}
 	var r domainwire.RateReply
 	ask(domainwire.OpRequest, "search", `{"domain":"acme","copies":5,"min_copies":1}`, &r)

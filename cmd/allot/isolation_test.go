@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -84,13 +86,10 @@ func TestIsolationFlags(t *testing.T) {
 	if reply, err := nc.RequestMsg(m, 5*time.Second); err != nil || reply.Header.Get("Nats-Service-Error-Code") != "" {
 		t.Fatalf("server.get of eu: %v %v", err, reply)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		st := coordtest.Stats(t, nc)
-		if st.ChildCapped == 1 && st.TenantCapped == 1 {
-			break
+	poll.For(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if st := coordtest.Stats(t, nc); st.ChildCapped != 1 || st.TenantCapped != 1 {
+			return fmt.Errorf("child_capped %d, tenant_capped %d; want 1 and 1", st.ChildCapped, st.TenantCapped)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("child_capped %d, tenant_capped %d; want 1 and 1", st.ChildCapped, st.TenantCapped)
-		}
-	}
+		return nil
+	})
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/version"
 	"github.com/allot/allot/metrics"
 )
@@ -42,14 +44,14 @@ func (u *upRun) opsURL(t *testing.T) string {
 // lines after "allot is up" may still be on their way when startUp returns.
 func (u *upRun) printed(t *testing.T, re *regexp.Regexp, what string) []string {
 	t.Helper()
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if m := re.FindStringSubmatch(u.out.String()); m != nil {
-			return m
+	var m []string
+	poll.For(t, 10*time.Second, poll.Interval, func() error {
+		if m = re.FindStringSubmatch(u.out.String()); m == nil {
+			return fmt.Errorf("up did not print %s:\n%s", what, u.out.String())
 		}
-		if time.Now().After(end) {
-			t.Fatalf("up did not print %s:\n%s", what, u.out.String())
-		}
-	}
+		return nil
+	})
+	return m
 }
 
 // httpGet returns the status code and body of GET url.
@@ -70,17 +72,15 @@ func httpGet(t *testing.T, url string) (int, string) {
 // waitStatus polls url until it answers with code, for at most 15s.
 func waitStatus(t *testing.T, url string, code int) string {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		got, body := httpGet(t, url)
-		if got == code {
-			return body
+	var body string
+	poll.For(t, 15*time.Second, 50*time.Millisecond, func() error {
+		var got int
+		if got, body = httpGet(t, url); got != code {
+			return fmt.Errorf("GET %s: %d %s; want %d", url, got, body, code)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %d %s; want %d", url, got, body, code)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return body
 }
 
 // scrapeMetrics fetches url/metrics and parses it with the Prometheus
@@ -126,34 +126,30 @@ func TestUpServesMetrics(t *testing.T) {
 		t.Fatalf("get: %d %s", code, out)
 	}
 	res := map[string]string{"node": "root", "resource": "mysql/main"}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		fams := scrapeMetrics(t, base)
-		out, _ := metricValue(fams, "allot_resource_outstanding", res)
-		if out == 7 {
-			for name, want := range map[string]float64{"allot_resource_capacity": 500, "allot_resource_wants": 7, "allot_resource_claimants": 1} {
-				if v, ok := metricValue(fams, name, res); !ok || v != want {
-					t.Errorf("%s = %v (%v); want %v", name, v, ok, want)
-				}
-			}
-			if v, _ := metricValue(fams, "allot_coordinator_requests_total", map[string]string{"subject": "capacity.get"}); v < 1 {
-				t.Errorf("capacity.get requests = %v", v)
-			}
-			if v, _ := metricValue(fams, "allot_coordinator_leader", map[string]string{"node": "root"}); v != 1 {
-				t.Errorf("leader = %v; want 1", v)
-			}
-			if _, ok := fams["go_goroutines"]; !ok {
-				t.Error("no Go runtime metrics")
-			}
-			if v, _ := metricValue(fams, "allot_config_rejected_puts_total", map[string]string{"node": "root"}); v != 0 {
-				t.Errorf("rejected puts = %v before any", v)
-			}
-			break
+	var fams map[string]*dto.MetricFamily
+	poll.For(t, 10*time.Second, 100*time.Millisecond, func() error {
+		fams = scrapeMetrics(t, base)
+		if out, _ := metricValue(fams, "allot_resource_outstanding", res); out != 7 {
+			return fmt.Errorf("outstanding of mysql/main is %v; want 7", out)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("outstanding of mysql/main is %v; want 7", out)
+		return nil
+	})
+	for name, want := range map[string]float64{"allot_resource_capacity": 500, "allot_resource_wants": 7, "allot_resource_claimants": 1} {
+		if v, ok := metricValue(fams, name, res); !ok || v != want {
+			t.Errorf("%s = %v (%v); want %v", name, v, ok, want)
 		}
-		time.Sleep(100 * time.Millisecond)
+	}
+	if v, _ := metricValue(fams, "allot_coordinator_requests_total", map[string]string{"subject": "capacity.get"}); v < 1 {
+		t.Errorf("capacity.get requests = %v", v)
+	}
+	if v, _ := metricValue(fams, "allot_coordinator_leader", map[string]string{"node": "root"}); v != 1 {
+		t.Errorf("leader = %v; want 1", v)
+	}
+	if _, ok := fams["go_goroutines"]; !ok {
+		t.Error("no Go runtime metrics")
+	}
+	if v, _ := metricValue(fams, "allot_config_rejected_puts_total", map[string]string{"node": "root"}); v != 0 {
+		t.Errorf("rejected puts = %v before any", v)
 	}
 
 	// Past --metrics-max-resources, resources are summed as _other.
@@ -161,17 +157,14 @@ func TestUpServesMetrics(t *testing.T) {
 		t.Fatalf("get: %d %s", code, out)
 	}
 	other := map[string]string{"node": "root", "resource": metrics.OtherResource}
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	poll.For(t, 10*time.Second, 100*time.Millisecond, func() error {
 		fams := scrapeMetrics(t, base)
 		n, _ := metricValue(fams, "allot_coordinator_other_resources", map[string]string{"node": "root"})
-		if v, _ := metricValue(fams, "allot_resource_outstanding", other); n == 1 && v == 3 {
-			break
+		if v, _ := metricValue(fams, "allot_resource_outstanding", other); n != 1 || v != 3 {
+			return fmt.Errorf("db not summed as %s:\n%v", metrics.OtherResource, fams["allot_resource_outstanding"])
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("db not summed as %s:\n%v", metrics.OtherResource, fams["allot_resource_outstanding"])
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// A broken template put is counted.
 	nc, err := nats.Connect(up.url)
@@ -192,16 +185,12 @@ func TestUpServesMetrics(t *testing.T) {
 	if _, err := kv.Put(ctx, "templates.mysql-main", []byte("identifier_glob: mysql/main\ncapacity: [")); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		v, _ := metricValue(scrapeMetrics(t, base), "allot_config_rejected_puts_total", map[string]string{"node": "root"})
-		if v == 1 {
-			break
+	poll.For(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if v, _ := metricValue(scrapeMetrics(t, base), "allot_config_rejected_puts_total", map[string]string{"node": "root"}); v != 1 {
+			return fmt.Errorf("rejected puts = %v after a broken put; want 1", v)
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("rejected puts = %v after a broken put; want 1", v)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	up.wait(t)
 }
 
@@ -226,18 +215,16 @@ func TestCoordinatorReadyz(t *testing.T) {
 		}
 	}()
 	var base string
-	for deadline := time.Now().Add(15 * time.Second); base == ""; {
+	poll.For(t, 15*time.Second, 20*time.Millisecond, func() error {
 		for _, line := range strings.Split(out.String(), "\n") {
 			var rec map[string]any
 			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "serving metrics and health" {
 				base = strings.TrimSuffix(rec["metrics"].(string), "/metrics")
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no JSON log line with the metrics URL:\n%s", out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("no JSON log line with the metrics URL:\n%s", out.String())
+	})
 	waitStatus(t, base+"/readyz", http.StatusOK)
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		if !json.Valid([]byte(line)) {
@@ -362,17 +349,14 @@ func TestUpReplicasReady(t *testing.T) {
 	// are loaded, on its own goroutine: the leader may be up (and /readyz
 	// 200 for it alone) before the follower is registered. Wait for both,
 	// then for /readyz to be 200 with both.
-	var fams map[string]*dto.MetricFamily
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		fams = scrapeMetrics(t, base)
-		if n := len(fams["allot_coordinator_leader"].GetMetric()); n == 2 {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("%d replicas reported after 15s; want 2", n)
+	poll.For(t, 15*time.Second, 50*time.Millisecond, func() error {
+		if n := len(scrapeMetrics(t, base)["allot_coordinator_leader"].GetMetric()); n != 2 {
+			return fmt.Errorf("%d replicas reported; want 2", n)
 		}
-	}
+		return nil
+	})
 	waitStatus(t, base+"/readyz", http.StatusOK)
-	fams = scrapeMetrics(t, base)
+	fams := scrapeMetrics(t, base)
 	leaders, n := 0.0, 0
 	for _, s := range fams["allot_coordinator_leader"].GetMetric() {
 		leaders += s.GetGauge().GetValue()

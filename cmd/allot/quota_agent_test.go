@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/quota"
 	"github.com/allot/allot/agent/quotahttp"
+	"github.com/allot/allot/internal/poll"
 )
 
 // TestUpAgentTake is the newcomer's path end to end: `allot up
@@ -54,16 +56,12 @@ func TestUpAgentTake(t *testing.T) {
 	// uses (they may sit on different partitions) until it is answered as
 	// configured.
 	for _, key := range []string{"logins:alice", "api:203_0_113_5"} {
-		for {
-			res, err := q.Take(ctx, key, 0)
-			if err == nil && res.Limit == 2 {
-				break
+		poll.For(t, 20*time.Second, 50*time.Millisecond, func() error {
+			if res, err := q.Take(ctx, key, 0); err != nil || res.Limit != 2 {
+				return fmt.Errorf("%s not served: %+v, %v", key, res, err)
 			}
-			if ctx.Err() != nil {
-				t.Fatalf("%s not served: %+v, %v", key, res, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	for i := range 2 {
 		if res, err := q.Take(ctx, "logins:alice", 1); err != nil || res.Remaining != int64(1-i) || res.Fallback {

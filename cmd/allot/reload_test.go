@@ -13,6 +13,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // TestHotReload drives the operator's path: a separate connection puts a
@@ -40,42 +41,31 @@ func TestHotReload(t *testing.T) {
 
 	js, _ := jetstream.New(operator)
 	var kv jetstream.KeyValue
-	var err error
-	for kv == nil {
-		if kv, err = js.KeyValue(ctx, configkv.DefaultBucket); err != nil {
-			if ctx.Err() != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	poll.For(t, 20*time.Second, 20*time.Millisecond, func() (err error) {
+		kv, err = js.KeyValue(ctx, configkv.DefaultBucket)
+		return err
+	})
 	get := func() (float64, string) { return askCapacity(t, client, "mysql/main", 1000) }
 	waitFor := func(want float64) time.Duration {
 		t.Helper()
 		start := time.Now()
-		for time.Since(start) < 20*time.Second {
-			if got, _ := get(); got == want {
-				return time.Since(start)
+		poll.For(t, 20*time.Second, 5*time.Millisecond, func() error {
+			if got, e := get(); got != want {
+				return fmt.Errorf("capacity stayed %v (%s), want %v", got, e, want)
 			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		got, e := get()
-		t.Fatalf("capacity stayed %v (%s), want %v", got, e, want)
-		return 0
+			return nil
+		})
+		return time.Since(start)
 	}
 
 	// Waiting for the coordinator: with --unmatched=reject, no template
 	// means 404 (or no responders before it starts).
-	for {
-		_, e := get()
-		if strings.HasPrefix(e, "404") {
-			break
+	poll.For(t, 20*time.Second, 20*time.Millisecond, func() error {
+		if _, e := get(); !strings.HasPrefix(e, "404") {
+			return fmt.Errorf("coordinator never answered 404: %s", e)
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("coordinator never answered: %s", e)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	put := func(v string) uint64 {
 		t.Helper()
 		rev, err := kv.Put(ctx, "templates.mysql-main", []byte(v))
@@ -97,17 +87,14 @@ func TestHotReload(t *testing.T) {
 	nanRev := put(`{"identifier_glob":"mysql/main","capacity":"NaN"}`)
 	rejected := fmt.Sprintf("rejected templates.mysql-main revision %d ", nanRev)
 	var out syncBuffer
-	for {
+	poll.For(t, 20*time.Second, 20*time.Millisecond, func() error {
 		out = syncBuffer{}
 		code := run(ctx, testEnv(&out), []string{"config", "status", "--nats", s.ClientURL()})
-		if st := out.String(); code == 0 && strings.Contains(st, rejected) && strings.Contains(strings.ToLower(st), "nan") {
-			break
+		if st := out.String(); code != 0 || !strings.Contains(st, rejected) || !strings.Contains(strings.ToLower(st), "nan") {
+			return fmt.Errorf("config status never showed the rejected NaN revision %d (exit %d):\n%s", nanRev, code, st)
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("config status never showed the rejected NaN revision %d (exit %d):\n%s", nanRev, code, out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if got, e := get(); got != 200 {
 		t.Fatalf("after broken puts capacity is %v (%s), want 200", got, e)
 	}
@@ -117,13 +104,10 @@ func TestHotReload(t *testing.T) {
 	if err := kv.Delete(ctx, "templates.mysql-main"); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if _, e := get(); strings.HasPrefix(e, "404") {
-			break
+	poll.For(t, 20*time.Second, 5*time.Millisecond, func() error {
+		if _, e := get(); !strings.HasPrefix(e, "404") {
+			return fmt.Errorf("delete never applied: %s", e)
 		}
-		if ctx.Err() != nil {
-			t.Fatal("delete never applied")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -94,14 +94,12 @@ func TestSecureInit(t *testing.T) {
 		cancel()
 		<-coordOut
 	}()
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if code, o := runCtx(ctx, append([]string{"get", "db", "--wants", "10", "--timeout", "1s"}, conn("tenant_a")...)...); code == 0 {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("tenant_a get: exit %d: %s", code, o)
+	poll.For(t, 20*time.Second, 100*time.Millisecond, func() error {
+		if code, o := runCtx(ctx, append([]string{"get", "db", "--wants", "10", "--timeout", "1s"}, conn("tenant_a")...)...); code != 0 {
+			return fmt.Errorf("tenant_a get: exit %d: %s", code, o)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	// The coordinator's verdict on the template, written with its rights,
 	// as the operator reads it.
 	admin := connFlags{url: url, nkey: filepath.Join(dir, "nkeys", "admin.nk"), tlsCA: filepath.Join(dir, "tls", "ca.pem")}
@@ -147,7 +145,24 @@ func TestSecureInit(t *testing.T) {
 		}
 		return ""
 	}, conn("admin")...)
-	time.Sleep(1500 * time.Millisecond) // leadership renewals
+	// The coordinator renews its leadership on its own rights: wait for
+	// two renewals of its election key (each a new revision) before
+	// reading its log.
+	ekv, err := ajs.KeyValue(ctx, "allot_election")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := ekv.Get(ctx, "root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.For(t, 20*time.Second, 50*time.Millisecond, func() error {
+		e, err := ekv.Get(ctx, "root")
+		if err != nil || e.Revision() < first.Revision()+2 {
+			return fmt.Errorf("election key root not renewed twice since revision %d: %v %v", first.Revision(), e, err)
+		}
+		return nil
+	})
 	cancel()
 	out = <-coordOut
 	coordOut <- out // for the deferred wait

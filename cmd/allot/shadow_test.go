@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/quotaserver"
 )
 
@@ -29,16 +31,14 @@ func TestUpShadow(t *testing.T) {
 	}
 	defer nc.Close()
 	var reply []byte
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	poll.For(t, 10*time.Second, 20*time.Millisecond, func() error {
 		m, err := nc.Request(quotaserver.TakeSubject("root"), []byte(`{"bucket":"nope:x"}`), time.Second)
-		if err == nil {
-			reply = m.Data
-			break
+		if err != nil {
+			return fmt.Errorf("no quota answer: %w", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no quota answer: %v", err)
-		}
-	}
+		reply = m.Data
+		return nil
+	})
 	if s := string(reply); !strings.Contains(s, `"status":"OK"`) || !strings.Contains(s, `"shadow":true`) || !strings.Contains(s, `"shadow_status":"REJECTED"`) {
 		t.Errorf("quota take under --shadow: %s", s)
 	}

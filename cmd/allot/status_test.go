@@ -11,6 +11,7 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 )
 
 // TestStatus runs two replicas and checks that `allot status` shows the
@@ -38,10 +39,7 @@ func TestStatus(t *testing.T) {
 		<-done
 	}()
 	var leader, follower string
-	for leader == "" || follower == "" {
-		if ctx.Err() != nil {
-			t.Fatal("no leader and follower within 30s")
-		}
+	poll.Until(t, 30*time.Second, "a leader and a follower", func() bool {
 		leader, follower = "", ""
 		for _, r := range reps {
 			st := r.Status()
@@ -51,8 +49,8 @@ func TestStatus(t *testing.T) {
 				follower = st.ServerID
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return leader != "" && follower != ""
+	})
 	var out, errb bytes.Buffer
 	env := &cliEnv{stdout: &out, stderr: &errb, log: slog.New(slog.DiscardHandler)}
 	// status shows the replicas that answer within its --wait (500ms):

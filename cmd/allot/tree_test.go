@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -33,8 +34,7 @@ func (u *upRun) leafURL(t *testing.T) string {
 // revision rev of template name.
 func waitApplied(t *testing.T, url, node, name string, rev string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	poll.For(t, 15*time.Second, 100*time.Millisecond, func() error {
 		code, out := runCtx(context.Background(), "config", "status", "--nats", url, "--json", "--wait", "300ms")
 		var rs []opstatus.Replica
 		if code == 0 && json.Unmarshal([]byte(out), &rs) == nil {
@@ -44,16 +44,13 @@ func waitApplied(t *testing.T, url, node, name string, rev string) {
 				}
 				for _, k := range r.Config.Keys {
 					if k.Name == name && k.State == "ok" && rev == strconv.FormatUint(k.Revision, 10) {
-						return
+						return nil
 					}
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node %s does not serve %s revision %s within 15s; last status (code %d): %s", node, name, rev, code, out)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("node %s does not serve %s revision %s; last status (code %d): %s", node, name, rev, code, out)
+	})
 }
 
 var storedRE = regexp.MustCompile(`stored templates\.\S+ revision (\d+)`)

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/allot/allot/internal/poll"
 )
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
@@ -57,20 +59,20 @@ func startUp(t *testing.T, args ...string) *upRun {
 	}()
 	t.Cleanup(func() { u.wait(t) })
 	urlRE := regexp.MustCompile(`nats://127\.0\.0\.1:\d+`)
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+	poll.For(t, 30*time.Second, 20*time.Millisecond, func() error {
 		select {
 		case code := <-u.done:
 			u.done <- code
 			t.Fatalf("up exited with %d: %s", code, u.out.String())
-		case <-time.After(20 * time.Millisecond):
+		default:
 		}
-		if strings.Contains(u.out.String(), "allot is up") {
-			u.url = urlRE.FindString(u.out.String())
-			return u
+		if !strings.Contains(u.out.String(), "allot is up") {
+			return fmt.Errorf("up did not start: %s", u.out.String())
 		}
-	}
-	t.Fatalf("up did not start: %s", u.out.String())
-	return nil
+		return nil
+	})
+	u.url = urlRE.FindString(u.out.String())
+	return u
 }
 
 // wait stops the run (as SIGINT does) and checks that it drains cleanly.

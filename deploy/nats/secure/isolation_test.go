@@ -145,7 +145,7 @@ func TestChildLevelClaimBounded(t *testing.T) {
 	l := d.startLevelServer(t)
 	child, errs := d.dial(t, l.srv, "region1_coordinator")
 	var has *allotpb.Lease
-	for deadline := time.Now().Add(3 * wait); ; time.Sleep(200 * time.Millisecond) {
+	poll.For(t, 3*wait, 200*time.Millisecond, func() error {
 		data, err := proto.Marshal(&allotpb.GetServerCapacityRequest{ServerId: "region1", Resource: []*allotpb.ServerCapacityResourceRequest{{
 			ResourceId: resource, Has: has, Wants: []*allotpb.PriorityBandAggregate{{NumClients: 1e12, Wants: 100}}}}})
 		if err != nil {
@@ -163,13 +163,11 @@ func TestChildLevelClaimBounded(t *testing.T) {
 			t.Fatalf("server.get reply %q: %v", reply.Data, err)
 		}
 		has = resp.GetResponse()[0].GetGets()
-		if has.GetCapacity() == 50 && lim.Capacity() == 50 {
-			break
+		if has.GetCapacity() != 50 || lim.Capacity() != 50 {
+			return fmt.Errorf("the child holds %v and the root's agent %v, want 50 each", has.GetCapacity(), lim.Capacity())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the child holds %v and the root's agent %v, want 50 each", has.GetCapacity(), lim.Capacity())
-		}
-	}
+		return nil
+	})
 	if st := d.coordStats(t); st.ChildCapped == 0 {
 		t.Fatal("child_capped is 0")
 	}

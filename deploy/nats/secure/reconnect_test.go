@@ -3,6 +3,7 @@ package secure_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -64,9 +65,8 @@ func dashboardEvent(t *testing.T, url string) dashboard.Event {
 // coordinator's connection).
 func waitDashboardReplicas(t *testing.T, url string, term uint64, ids ...string) {
 	t.Helper()
-	var ev dashboard.Event
-	for deadline := time.Now().Add(3 * wait); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		ev = dashboardEvent(t, url)
+	poll.For(t, 3*wait, 100*time.Millisecond, func() error {
+		ev := dashboardEvent(t, url)
 		var got []string
 		serving, inTerm := 0, 0
 		for _, r := range ev.Replicas {
@@ -79,11 +79,11 @@ func waitDashboardReplicas(t *testing.T, url string, term uint64, ids ...string)
 			}
 		}
 		slices.Sort(got)
-		if slices.Equal(got, ids) && serving == 1 && inTerm == len(ids) && ev.Snapshot != nil {
-			return
+		if !slices.Equal(got, ids) || serving != 1 || inTerm != len(ids) || ev.Snapshot == nil {
+			return fmt.Errorf("dashboard replicas %+v (error %q), want %v with one serving in term %d", ev.Replicas, ev.Error, ids, term)
 		}
-	}
-	t.Fatalf("dashboard replicas %+v (error %q), want %v with one serving in term %d", ev.Replicas, ev.Error, ids, term)
+		return nil
+	})
 }
 
 // waitElectionWatch waits until the election bucket has a consumer
