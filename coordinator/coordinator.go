@@ -320,7 +320,7 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 		known:     newHolders(opts.MaxClients),
 		newcomers: 1024,
 		ledger: ledger.New(ledger.Config{
-			Node: opts.Node, ServerID: opts.ServerID, Term: opts.Term,
+			Node: opts.Node, ServerID: opts.ServerID, Term: opts.Term, Partitions: opts.Partitions,
 			ClockSkew: skew, CeilingHeadroom: opts.CeilingHeadroom,
 			MaxResources: opts.MaxResources, MaxClients: opts.MaxClients,
 			TenantMaxResources: opts.TenantMaxResources, TenantMaxClients: opts.TenantMaxClients,

@@ -64,6 +64,10 @@ type Config struct {
 	// Term is written into the record; a record of a higher term is a
 	// newer leader's.
 	Term uint64
+	// Partitions is the node's number of lease partitions, written into
+	// the record when above 1: which resources a record can speak for
+	// depends on it.
+	Partitions int
 	// ClockSkew is the most the clocks of the node's replicas differ by;
 	// a predecessor's times are trusted only with this margin. Negative
 	// means none.

@@ -427,6 +427,9 @@ func (l *Ledger) buildRecord(now, until int64, pending []pendingSummary) *allotp
 		Horizon:   timestamppb.New(time.Unix(0, max(until, now))),
 		Resources: make(map[string]*allotpb.ResourceSummary, len(l.resources)+len(l.rec.pred)),
 	}
+	if l.cfg.Partitions > 1 {
+		rec.Partitions = uint32(l.cfg.Partitions)
+	}
 	// The record may claim completeness only if no unknown predecessor
 	// leases can be outstanding.
 	rec.Complete = (l.rec.complete || now >= l.rec.learningCap) && l.rec.unlisted == 0

@@ -599,7 +599,12 @@ type LeaseHorizon struct {
 	Resources map[string]*ResourceSummary `protobuf:"bytes,5,rep,name=resources,proto3" json:"resources,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// True when resources lists every resource that may have outstanding
 	// leases: a share resource not listed has none.
-	Complete      bool `protobuf:"varint,6,opt,name=complete,proto3" json:"complete,omitempty"`
+	Complete bool `protobuf:"varint,6,opt,name=complete,proto3" json:"complete,omitempty"`
+	// The node's number of lease partitions when the record was written
+	// (0: one). The resources a partition owns depend on it, so a record
+	// written under another number says nothing of the resources the
+	// reader owns now.
+	Partitions    uint32 `protobuf:"varint,7,opt,name=partitions,proto3" json:"partitions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -674,6 +679,13 @@ func (x *LeaseHorizon) GetComplete() bool {
 		return x.Complete
 	}
 	return false
+}
+
+func (x *LeaseHorizon) GetPartitions() uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
 }
 
 // ResourceSummary bounds the capacity a leader may have leased out.
@@ -848,14 +860,17 @@ const file_config_proto_rawDesc = "" +
 	"\x06weight\x18\x02 \x01(\x01H\x00R\x06weight\x88\x01\x01\x12&\n" +
 	"\fmax_priority\x18\x03 \x01(\x05H\x01R\vmaxPriority\x88\x01\x01B\t\n" +
 	"\a_weightB\x0f\n" +
-	"\r_max_priority\"\xc3\x02\n" +
+	"\r_max_priority\"\xe3\x02\n" +
 	"\fLeaseHorizon\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x1b\n" +
 	"\tserver_id\x18\x03 \x01(\tR\bserverId\x124\n" +
 	"\ahorizon\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\ahorizon\x12C\n" +
 	"\tresources\x18\x05 \x03(\v2%.allot.v1.LeaseHorizon.ResourcesEntryR\tresources\x12\x1a\n" +
-	"\bcomplete\x18\x06 \x01(\bR\bcomplete\x1aW\n" +
+	"\bcomplete\x18\x06 \x01(\bR\bcomplete\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\a \x01(\rR\n" +
+	"partitions\x1aW\n" +
 	"\x0eResourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
 	"\x05value\x18\x02 \x01(\v2\x19.allot.v1.ResourceSummaryR\x05value:\x028\x01\"\xf1\x02\n" +
