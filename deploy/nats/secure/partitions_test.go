@@ -1,11 +1,15 @@
 package secure_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/allot/allot/agent"
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/subjects"
 )
 
 // TestTenantAgentsUseLeasePartitions: with the root's resources spread
@@ -41,4 +45,42 @@ func TestTenantAgentsUseLeasePartitions(t *testing.T) {
 			t.Fatalf("coordinator %s was refused: %v", c.id, e)
 		}
 	}
+}
+
+// TestLevelUnderLeasePartitions: a child level under a root whose
+// resources are spread over two lease partitions, linked with only its
+// link user's rights, asks the root's partition that owns the resource on
+// that partition's own server.get subject, and a tenant at the child gets
+// its lease out of the root's capacity while a tenant at the root holds
+// the rest. Nothing on the way is refused.
+func TestLevelUnderLeasePartitions(t *testing.T) {
+	d := startDeploymentWith(t, coordinator.Options{Partition: 0, Partitions: 2})
+	p1 := d.rootOptions("root-p1")
+	p1.Partition, p1.Partitions = 1, 2
+	second := d.runCoordinator(t, d.srv, "coordinator", p1)
+
+	admin, _ := d.dial(t, d.srv, "admin")
+	direct, err := admin.SubscribeSync("allot.root.server.p.*.get.region1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := d.startLevel(t)
+	ncChild, childErrs := d.dial(t, l.srv, "tenant_a")
+	leaseOf(t, ncChild, agent.WithNode("region1"))
+	ncRoot, rootErrs := d.dial(t, d.srv, "tenant_b")
+	leaseOfWants(t, ncRoot, 80, 60)
+	poll.Until(t, wait, "region1 asking the owner partition on its own subject", func() bool {
+		// Its own request, not partition 0 relaying one it sent to the
+		// plain subject: the reply goes to region1's inbox.
+		m, err := direct.NextMsg(10 * time.Millisecond)
+		return err == nil && m.Subject == fmt.Sprintf("allot.root.server.p.%d.get.region1", subjects.LeasePartition(resource, 2)) &&
+			strings.HasPrefix(m.Reply, "_INBOX_allot_region1.")
+	})
+	for who, errs := range map[string]*asyncErrors{"tenant at the child": childErrs, "tenant at the root": rootErrs,
+		"child coordinator": l.coordErrs, "root coordinator 0": d.coordErrs, "root coordinator 1": second.errs} {
+		if e := errs.all(); len(e) > 0 {
+			t.Errorf("%s was refused: %v", who, e)
+		}
+	}
+	noViolations(t, d.log, l.log)
 }
