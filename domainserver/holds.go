@@ -222,7 +222,7 @@ func (s *Server) addHold(h *hold, now time.Time) {
 		s.holds.put(h)
 	}
 	s.byExpiry.pushBack(h)
-	h.res.holders.Add(h.clientID, h.domain, h.groups, h.copies, now)
+	h.res.holders.Add(h.clientID, h.domain, h.groups, h.copies, now.UnixNano())
 }
 
 // touchHold extends a refreshed hold by one TTL. Called with s.mu held.
@@ -321,9 +321,9 @@ func (s *Server) expire(now time.Time) {
 	// still count in the others' shares.
 	for key, r := range s.resources {
 		if r.holders != nil {
-			r.holders.Sweep(now)
+			r.holders.Sweep(now.UnixNano())
 		}
-		if r.rate != nil && r.rate.Sweep(now) == 0 || r.copies != nil && r.copies.Global() == 0 && r.holders.Empty() {
+		if r.rate != nil && r.rate.Sweep(now.UnixNano()) == 0 || r.copies != nil && r.copies.Global() == 0 && r.holders.Empty() {
 			delete(s.resources, key)
 		}
 	}

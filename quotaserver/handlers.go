@@ -122,7 +122,7 @@ func (s *Server) take(m micro.Request, tenant, ns, name string, inSubject bool) 
 	}
 	now := s.opts.Now()
 	s.refreshConfig()
-	d, matched := s.table.Take(t.Namespace, t.Name, t.Request, now)
+	d, matched := s.table.Take(t.Namespace, t.Name, t.Request, now.UnixNano())
 	d = s.shadow(&t, d, matched)
 	s.takes.Add(1)
 	if m.Reply() == "" {
@@ -166,7 +166,7 @@ func (s *Server) report(m micro.Request, tenant, ns, name string, inSubject bool
 		now := s.opts.Now()
 		s.refreshConfig()
 		for _, r := range q.Reports {
-			if err := s.table.Report(r.Namespace, r.Name, r.Tokens, now); err != nil {
+			if err := s.table.Report(r.Namespace, r.Name, r.Tokens, now.UnixNano()); err != nil {
 				// Counted as ignored below, with every report not applied.
 				if q.Error == "" {
 					q.Error = err.Error()

@@ -189,7 +189,11 @@ func New(nc *nats.Conn, opts Options) (*Server, error) {
 	s.gate = leader.NewGate(opts.Valid, s.log, "quota partition")
 	cfg := opts.Config.get()
 	s.cfg.Store(cfg)
-	s.table = quota.NewTable(cfg, quota.Options{Since: opts.Since})
+	var since int64 // zero: buckets start full
+	if !opts.Since.IsZero() {
+		since = opts.Since.UnixNano()
+	}
+	s.table = quota.NewTable(cfg, quota.Options{Since: since})
 	return s, nil
 }
 
@@ -304,7 +308,7 @@ func (s *Server) mayAnswer() bool { return s.gate.Open() }
 // sweep drops idle buckets; the term runs it every SweepInterval.
 func (s *Server) sweep() {
 	s.refreshConfig()
-	if n := s.table.Sweep(s.opts.Now()); n > 0 {
+	if n := s.table.Sweep(s.opts.Now().UnixNano()); n > 0 {
 		s.log.Debug("swept idle buckets", "removed", n)
 	}
 }

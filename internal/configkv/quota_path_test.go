@@ -35,7 +35,7 @@ func TestQuotaConfigDrivesDecisions(t *testing.T) {
 		if err := wire.DecodeQuotaTake(wire.JSON, []byte(req), &q); err != nil {
 			t.Fatalf("%s: %v", req, err)
 		}
-		d, matched := table.Take(q.Namespace, q.Name, q.Request, now)
+		d, matched := table.Take(q.Namespace, q.Name, q.Request, now.UnixNano())
 		m, err := config.ExplainBucket(w.Current().Quota(), q.Bucket)
 		if err != nil {
 			t.Fatal(err)
@@ -103,7 +103,7 @@ func TestQuotaConfigDrivesDecisions(t *testing.T) {
 		if err := wire.DecodeQuotaTake(wire.JSON, []byte(`{"bucket":"probe:p","tokens":0}`), &q); err != nil {
 			t.Fatal(err)
 		}
-		_, matched := table.Take(q.Namespace, q.Name, q.Request, now)
+		_, matched := table.Take(q.Namespace, q.Name, q.Request, now.UnixNano())
 		return matched == ""
 	})
 	expect(`{"bucket":"other:x"}`, `"reason":"no_bucket"`)

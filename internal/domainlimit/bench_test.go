@@ -44,7 +44,7 @@ func BenchmarkRequest3TiersFull(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				now = now.Add(c.step)
-				if res, _ := r.Request(now, "d", 1, 1); res.Granted != c.granted || res.Tier != c.currentTier || res.TierHits != L {
+				if res, _ := r.Request(now.UnixNano(), "d", 1, 1); res.Granted != c.granted || res.Tier != c.currentTier || res.TierHits != L {
 					b.Fatalf("%+v", res)
 				}
 			}
@@ -57,7 +57,7 @@ func fill(b *testing.B, r *Rate, n int, step time.Duration) time.Time {
 	now := epoch
 	for i := range n {
 		now = epoch.Add(time.Duration(i) * step)
-		if res, _ := r.Request(now, "d", 1, 1); res.Granted != 1 {
+		if res, _ := r.Request(now.UnixNano(), "d", 1, 1); res.Granted != 1 {
 			b.Fatalf("fill hit %d refused: %+v", i, res)
 		}
 	}

@@ -164,11 +164,11 @@ func TestMinCopiesZero(t *testing.T) {
 		}
 	}
 	r, _ := NewRate(RateSpec{Hard: 10, Global: Unlimited, Tiers: []Tier{{Limit: Unlimited, Window: time.Second, Active: time.Hour}}})
-	if res, _ := r.Request(epoch, "a", 7, 7); res.Granted != 7 {
+	if res, _ := r.Request(epoch.UnixNano(), "a", 7, 7); res.Granted != 7 {
 		t.Fatalf("request 7 of 10: %+v", res)
 	}
 	for _, s := range []struct{ copies, min, want, hits int64 }{{5, 5, 0, 7}, {5, 0, 3, 10}, {5, 0, 0, 10}} {
-		res, err := r.Request(epoch, "a", s.copies, s.min)
+		res, err := r.Request(epoch.UnixNano(), "a", s.copies, s.min)
 		if err != nil || res.Granted != s.want || res.DomainLastSecond != s.hits {
 			t.Fatalf("Request(a, %d, %d) = %+v, %v; want %d granted, %d hits", s.copies, s.min, res, err, s.want, s.hits)
 		}
@@ -184,7 +184,7 @@ func FuzzOperations(f *testing.F) {
 	f.Add("a b", int64(1e13), int64(1), "g,h", int64(1))
 	f.Fuzz(func(t *testing.T, domain string, copies, minCopies int64, group string, release int64) {
 		r, _ := NewRate(RateSpec{Hard: 10, Global: Unlimited, Tiers: figureTiers})
-		res, err := r.Request(epoch, domain, copies, minCopies)
+		res, err := r.Request(epoch.UnixNano(), domain, copies, minCopies)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) || res != (RateResult{}) || r.Domains() != 0 {
 				t.Fatalf("Request error %v, result %+v, %d domains", err, res, r.Domains())

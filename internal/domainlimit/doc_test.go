@@ -76,7 +76,7 @@ func TestDocWorkedExample(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := api.Request(epoch.Add(at), r[1], num(r[2]), num(r[3]))
+		res, err := api.Request(epoch.Add(at).UnixNano(), r[1], num(r[2]), num(r[3]))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -235,7 +235,7 @@ func TestRateMatchesModel(t *testing.T) {
 				now = now.Add(time.Duration(rng.IntN(4000)) * time.Millisecond)
 			}
 			if rng.IntN(15) == 0 {
-				r.Sweep(now) // forgetting idle domains must not change any answer
+				r.Sweep(now.UnixNano()) // forgetting idle domains must not change any answer
 				m.last = now
 			}
 			if rng.IntN(25) == 0 {
@@ -250,7 +250,7 @@ func TestRateMatchesModel(t *testing.T) {
 			copies := 1 + rng.Int64N(8)
 			minCopies := rng.Int64N(copies + 1) // 0: the paper's best effort
 			m.last = now
-			got, err := r.Request(now, d, copies, minCopies)
+			got, err := r.Request(now.UnixNano(), d, copies, minCopies)
 			if err != nil {
 				t.Fatalf("seq %d step %d: %v", seq, step, err)
 			}

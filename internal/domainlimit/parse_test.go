@@ -222,7 +222,7 @@ func TestResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := rate.Request(epoch, "d", MaxLimit, MaxLimit); res.Granted != MaxLimit {
+	if res, _ := rate.Request(epoch.UnixNano(), "d", MaxLimit, MaxLimit); res.Granted != MaxLimit {
 		t.Fatalf("permissive rate: %+v", res)
 	}
 }

@@ -131,10 +131,10 @@ func (d *domainRate) setTiers(tiers []Tier) {
 	}
 }
 
-// clock turns now into Unix nanoseconds, never earlier than a time seen
+// clock is now (Unix nanoseconds), never earlier than a time seen
 // before, so the windows stay in time order.
-func (r *Rate) clock(now time.Time) int64 {
-	r.last = max(r.last, now.UnixNano())
+func (r *Rate) clock(now int64) int64 {
+	r.last = max(r.last, now)
 	return r.last
 }
 
@@ -202,7 +202,7 @@ func (d *domainRate) walk(now int64, cur int, want int64, apply bool) (placed in
 // in [0, copies], and decides as 1 does (n = 0 applies nothing and is a
 // rejection). A minCopies above the hard limit always fails. Bad input is an error wrapping ErrInvalid and changes nothing.
 // A domain is remembered only once it is granted a hit.
-func (r *Rate) Request(now time.Time, domain string, copies, minCopies int64) (RateResult, error) {
+func (r *Rate) Request(now int64, domain string, copies, minCopies int64) (RateResult, error) {
 	if err := ValidateDomain(domain); err != nil {
 		return RateResult{}, err
 	}
@@ -251,7 +251,7 @@ func (r *Rate) Request(now time.Time, domain string, copies, minCopies int64) (R
 // Sweep forgets the domains whose windows are empty and whose tiers are
 // all inactive at now (a forgotten domain is indistinguishable from a new
 // one), and returns how many domains remain.
-func (r *Rate) Sweep(now time.Time) int {
+func (r *Rate) Sweep(now int64) int {
 	t := r.clock(now)
 	r.global.expire(t - int64(time.Second))
 	for name, d := range r.domains {
@@ -281,7 +281,7 @@ func (r *Rate) Domains() int { return len(r.domains) }
 // TierPhase describes a domain's tier (1-based) at now without changing
 // any state, for tests and diagnostics: "inactive", "active" or
 // "cooldown", and the hits in its window.
-func (r *Rate) TierPhase(now time.Time, domain string, tier int) (string, int64, error) {
+func (r *Rate) TierPhase(now int64, domain string, tier int) (string, int64, error) {
 	d := r.domains[domain]
 	if d == nil {
 		d = &r.scratch
@@ -290,7 +290,7 @@ func (r *Rate) TierPhase(now time.Time, domain string, tier int) (string, int64,
 	if tier < 1 || tier > len(d.tiers) {
 		return "", 0, invalidf("tier %d: domain %q has tiers 1 to %d", tier, domain, len(d.tiers))
 	}
-	t := max(r.last, now.UnixNano())
+	t := max(r.last, now)
 	s, cfg := &d.st[tier-1], &d.tiers[tier-1]
 	return s.phase(cfg, t).String(), s.hits.since(t - int64(cfg.Window)), nil
 }

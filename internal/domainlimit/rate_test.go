@@ -30,7 +30,7 @@ func runSteps(t *testing.T, r *Rate, steps []step) {
 			d = "acme"
 		}
 		now := epoch.Add(s.at)
-		res, err := r.Request(now, d, s.copies, max(s.min, 1))
+		res, err := r.Request(now.UnixNano(), d, s.copies, max(s.min, 1))
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
@@ -40,7 +40,7 @@ func runSteps(t *testing.T, r *Rate, steps []step) {
 				i, s.at, s.copies, s.min, res, s.granted, s.tier, s.tierHits, s.burst, s.hard, s.global)
 		}
 		for j, want := range s.phases {
-			got, _, err := r.TierPhase(now, d, j+1)
+			got, _, err := r.TierPhase(now.UnixNano(), d, j+1)
 			if err != nil || got != want {
 				t.Fatalf("step %d: tier %d is %s (%v), want %s", i, j+1, got, err, want)
 			}
@@ -180,7 +180,7 @@ func TestHardAndGlobalLimits(t *testing.T) {
 		{at: ms(1001), copies: 5, min: 1, granted: 5, tier: 1, tierHits: 5},
 		{at: ms(1002), copies: 1, min: 1, granted: 0, tier: 1, tierHits: 5, hard: true, global: true},
 	})
-	res, _ := r.Request(epoch.Add(ms(1002)), "third", 1, 1)
+	res, _ := r.Request(epoch.Add(ms(1002)).UnixNano(), "third", 1, 1)
 	if res.DomainLastSecond != 0 || res.GlobalLastSecond != 8 || res.HardLimit != 5 || res.GlobalLimit != 8 {
 		t.Fatalf("context data %+v", res)
 	}
@@ -191,7 +191,7 @@ func TestNoTiersIsInaccessible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, _ := r.Request(epoch, "x", 1, 1); res.Granted != 0 || r.Domains() != 0 {
+	if res, _ := r.Request(epoch.UnixNano(), "x", 1, 1); res.Granted != 0 || r.Domains() != 0 {
 		t.Fatalf("granted %+v with no tiers; %d domains remembered", res, r.Domains())
 	}
 }
@@ -226,14 +226,14 @@ func TestDomainOverrideAndReload(t *testing.T) {
 func TestSweep(t *testing.T) {
 	r, _ := NewRate(RateSpec{Hard: Unlimited, Global: Unlimited, Tiers: figureTiers})
 	for _, d := range []string{"a", "b"} {
-		if _, err := r.Request(epoch, d, 4, 4); err != nil {
+		if _, err := r.Request(epoch.UnixNano(), d, 4, 4); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := r.Sweep(epoch.Add(5 * time.Second)); n != 2 {
+	if n := r.Sweep(epoch.Add(5 * time.Second).UnixNano()); n != 2 {
 		t.Fatalf("Sweep during tier 2's cooldown left %d domains, want 2", n)
 	}
-	if n := r.Sweep(epoch.Add(10 * time.Second)); n != 0 || r.Domains() != 0 {
+	if n := r.Sweep(epoch.Add(10 * time.Second).UnixNano()); n != 0 || r.Domains() != 0 {
 		t.Fatalf("Sweep after everything expired left %d domains", n)
 	}
 }
@@ -247,7 +247,7 @@ func TestRequestBadInput(t *testing.T) {
 		{"", 1, 1}, {"a b", 1, 1}, {"a\x00", 1, 1}, {string(make([]byte, 257)), 1, 1}, {"\xff", 1, 1},
 		{"a", 0, 1}, {"a", -1, 1}, {"a", 1, -1}, {"a", 0, 0}, {"a", 2, 3}, {"a", MaxLimit + 1, 1}, {"a", 5, -5},
 	} {
-		res, err := r.Request(epoch, c.domain, c.copies, c.min)
+		res, err := r.Request(epoch.UnixNano(), c.domain, c.copies, c.min)
 		if !errors.Is(err, ErrInvalid) || res != (RateResult{}) {
 			t.Errorf("Request(%q, %d, %d) = %+v, %v; want ErrInvalid", c.domain, c.copies, c.min, res, err)
 		}
@@ -259,8 +259,8 @@ func TestRequestBadInput(t *testing.T) {
 
 func TestClockGoingBackIsHarmless(t *testing.T) {
 	r, _ := NewRate(RateSpec{Hard: 2, Global: Unlimited, Tiers: []Tier{{Limit: Unlimited, Window: time.Second, Active: time.Hour}}})
-	r.Request(epoch.Add(time.Second), "a", 2, 2)
-	if res, _ := r.Request(epoch, "a", 1, 1); res.Granted != 0 {
+	r.Request(epoch.Add(time.Second).UnixNano(), "a", 2, 2)
+	if res, _ := r.Request(epoch.UnixNano(), "a", 1, 1); res.Granted != 0 {
 		t.Fatalf("a clock going back reopened the window: %+v", res)
 	}
 }

@@ -49,9 +49,9 @@ type GroupShare struct {
 type Holders struct {
 	window  time.Duration
 	clients map[string]*clientHolds
-	seen    map[string]time.Time            // client → last seen
-	domains map[string]map[string]time.Time // domain → client → last seen
-	groups  map[string]map[string]time.Time // group → client → last seen
+	seen    map[string]int64            // client → last seen (Unix ns)
+	domains map[string]map[string]int64 // domain → client → last seen
+	groups  map[string]map[string]int64 // group → client → last seen
 }
 
 // clientHolds is what one client holds: in all, by domain, by group.
@@ -65,13 +65,13 @@ type clientHolds struct {
 // window after they were last seen (a server uses its hold ttl: every
 // holder refreshes within it).
 func NewHolders(window time.Duration) *Holders {
-	return &Holders{window: window, clients: map[string]*clientHolds{}, seen: map[string]time.Time{},
-		domains: map[string]map[string]time.Time{}, groups: map[string]map[string]time.Time{}}
+	return &Holders{window: window, clients: map[string]*clientHolds{}, seen: map[string]int64{},
+		domains: map[string]map[string]int64{}, groups: map[string]map[string]int64{}}
 }
 
 // Add records n copies that client holds of domain under groups (a
 // hold's groups) from now on, and sees client there.
-func (h *Holders) Add(client, domain string, groups []string, n int64, now time.Time) {
+func (h *Holders) Add(client, domain string, groups []string, n int64, now int64) {
 	h.Touch(client, domain, groups, now)
 	if n <= 0 {
 		return
@@ -113,7 +113,7 @@ func (h *Holders) Remove(client, domain string, groups []string, n int64) error 
 
 // Touch sees client now under the resource's limit, domain's and those
 // of groups.
-func (h *Holders) Touch(client, domain string, groups []string, now time.Time) {
+func (h *Holders) Touch(client, domain string, groups []string, now int64) {
 	h.seen[client] = now
 	see(h.domains, domain, client, now)
 	for _, g := range groups {
@@ -121,10 +121,10 @@ func (h *Holders) Touch(client, domain string, groups []string, now time.Time) {
 	}
 }
 
-func see(m map[string]map[string]time.Time, scope, client string, now time.Time) {
+func see(m map[string]map[string]int64, scope, client string, now int64) {
 	s := m[scope]
 	if s == nil {
-		s = map[string]time.Time{}
+		s = map[string]int64{}
 		m[scope] = s
 	}
 	s[client] = now
@@ -133,9 +133,9 @@ func see(m map[string]map[string]time.Time, scope, client string, now time.Time)
 // Sweep forgets the clients not seen within the window before now under
 // a limit, unless they hold copies under it. Until a sweep they still
 // count, which only makes shares smaller.
-func (h *Holders) Sweep(now time.Time) {
-	stale := func(client string, at time.Time, holds func(*clientHolds) bool) bool {
-		if now.Sub(at) < h.window {
+func (h *Holders) Sweep(now int64) {
+	stale := func(client string, at int64, holds func(*clientHolds) bool) bool {
+		if now-at < int64(h.window) {
 			return false
 		}
 		c := h.clients[client]
@@ -146,15 +146,15 @@ func (h *Holders) Sweep(now time.Time) {
 			delete(h.seen, client)
 		}
 	}
-	sweepScopes(h.domains, func(scope, client string, at time.Time) bool {
+	sweepScopes(h.domains, func(scope, client string, at int64) bool {
 		return stale(client, at, func(c *clientHolds) bool { return c.domains[scope] > 0 })
 	})
-	sweepScopes(h.groups, func(scope, client string, at time.Time) bool {
+	sweepScopes(h.groups, func(scope, client string, at int64) bool {
 		return stale(client, at, func(c *clientHolds) bool { return c.groups[scope] > 0 })
 	})
 }
 
-func sweepScopes(m map[string]map[string]time.Time, stale func(scope, client string, at time.Time) bool) {
+func sweepScopes(m map[string]map[string]int64, stale func(scope, client string, at int64) bool) {
 	for scope, s := range m {
 		for client, at := range s {
 			if stale(scope, client, at) {
@@ -174,7 +174,7 @@ func (h *Holders) Empty() bool { return len(h.seen) == 0 && len(h.clients) == 0 
 // Share sees client now under the limits of domain, and returns its
 // share of c's limits (c is the resource's copy log, whose holds h
 // follows by client).
-func (h *Holders) Share(c *Copies, client, domain string, now time.Time) Share {
+func (h *Holders) Share(c *Copies, client, domain string, now int64) Share {
 	h.Touch(client, domain, c.groupsOf[domain], now)
 	return h.shareOf(c, client, domain)
 }

@@ -23,7 +23,7 @@ func TestShare(t *testing.T) {
 		if err != nil || res.Granted != n {
 			t.Fatalf("reserve %d of %s: %+v, %v", n, domain, res, err)
 		}
-		h.Add(client, domain, res.GroupNames(), n, epoch)
+		h.Add(client, domain, res.GroupNames(), n, epoch.UnixNano())
 	}
 	hold("A", "a", 2)
 	hold("B", "b", 1)
@@ -42,7 +42,7 @@ func TestShare(t *testing.T) {
 		// A's share shrinks now that C is seen too.
 		{"A", "a", Share{Global: 2 + 2, Domain: 2 + 1, Groups: []GroupShare{{"free", 2 + 1}}}},
 	} {
-		if got := h.Share(c, c2.client, c2.domain, epoch); !reflect.DeepEqual(got, c2.want) {
+		if got := h.Share(c, c2.client, c2.domain, epoch.UnixNano()); !reflect.DeepEqual(got, c2.want) {
 			t.Errorf("share of %s for %s = %+v, want %+v", c2.client, c2.domain, got, c2.want)
 		}
 	}
@@ -51,14 +51,14 @@ func TestShare(t *testing.T) {
 	if err := c.SetSpec(CopySpec{DomainLimit: Unlimited, GlobalLimit: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if got := h.Share(c, "A", "a", epoch); got.Global != 2 || got.Domain != 2 || got.Groups != nil {
+	if got := h.Share(c, "A", "a", epoch.UnixNano()); got.Global != 2 || got.Domain != 2 || got.Groups != nil {
 		t.Errorf("share above the limit = %+v, want what A holds", got)
 	}
 	// Permissive: unlimited.
 	if err := c.SetSpec(PermissiveCopies()); err != nil {
 		t.Fatal(err)
 	}
-	if got := h.Share(c, "A", "a", epoch); got.Global != Unlimited || got.Domain != Unlimited {
+	if got := h.Share(c, "A", "a", epoch.UnixNano()); got.Global != Unlimited || got.Domain != Unlimited {
 		t.Errorf("permissive share = %+v", got)
 	}
 }
@@ -69,11 +69,11 @@ func TestShare(t *testing.T) {
 func TestHoldersWindow(t *testing.T) {
 	c := mustCopies(t, CopySpec{DomainLimit: Unlimited, GlobalLimit: 9})
 	h := NewHolders(time.Second)
-	h.Add("A", "a", nil, 3, epoch)
+	h.Add("A", "a", nil, 3, epoch.UnixNano())
 	if _, err := c.Reserve("a", 3, 3); err != nil {
 		t.Fatal(err)
 	}
-	if got := h.Share(c, "B", "b", epoch).Global; got != 6/2 {
+	if got := h.Share(c, "B", "b", epoch.UnixNano()).Global; got != 6/2 {
 		t.Fatalf("B's share = %d, want half the room", got)
 	}
 	if err := h.Remove("A", "a", nil, 3); err != nil {
@@ -82,24 +82,24 @@ func TestHoldersWindow(t *testing.T) {
 	if err := c.Release("a", nil, 3); err != nil {
 		t.Fatal(err)
 	}
-	h.Sweep(epoch.Add(999 * time.Millisecond))
-	if got := h.Share(c, "B", "b", epoch.Add(999*time.Millisecond)).Global; got != 9/2 {
+	h.Sweep(epoch.Add(999 * time.Millisecond).UnixNano())
+	if got := h.Share(c, "B", "b", epoch.Add(999*time.Millisecond).UnixNano()).Global; got != 9/2 {
 		t.Fatalf("B's share while A still counts = %d, want %d", got, 9/2)
 	}
-	h.Sweep(epoch.Add(time.Second))
-	if got := h.Share(c, "B", "b", epoch.Add(time.Second)).Global; got != 9 {
+	h.Sweep(epoch.Add(time.Second).UnixNano())
+	if got := h.Share(c, "B", "b", epoch.Add(time.Second).UnixNano()).Global; got != 9 {
 		t.Fatalf("B's share once A is forgotten = %d, want 9", got)
 	}
 	// B holds: it stays seen long after the window.
-	h.Add("B", "b", nil, 1, epoch.Add(time.Second))
-	h.Sweep(epoch.Add(time.Hour))
+	h.Add("B", "b", nil, 1, epoch.Add(time.Second).UnixNano())
+	h.Sweep(epoch.Add(time.Hour).UnixNano())
 	if _, ok := h.domains["b"]["B"]; !ok || h.Empty() {
 		t.Fatal("a holder was forgotten")
 	}
 	if err := h.Remove("B", "b", nil, 1); err != nil {
 		t.Fatal(err)
 	}
-	h.Sweep(epoch.Add(time.Hour))
+	h.Sweep(epoch.Add(time.Hour).UnixNano())
 	if !h.Empty() {
 		t.Fatalf("holders not empty after the last one left: %+v", h)
 	}
@@ -109,7 +109,7 @@ func TestHoldersWindow(t *testing.T) {
 // error and changes nothing.
 func TestHoldersRemoveNotHeld(t *testing.T) {
 	h := NewHolders(time.Second)
-	h.Add("A", "a", []string{"g"}, 2, epoch)
+	h.Add("A", "a", []string{"g"}, 2, epoch.UnixNano())
 	for _, c := range []struct {
 		client, domain string
 		groups         []string
@@ -161,10 +161,10 @@ func TestSharesAddUp(t *testing.T) {
 					t.Fatal(err)
 				}
 				if res.Granted > 0 {
-					h.Add(client, d, res.GroupNames(), res.Granted, now)
+					h.Add(client, d, res.GroupNames(), res.Granted, now.UnixNano())
 					holds = append(holds, shareHold{client, d, res.GroupNames(), res.Granted})
 				}
-				h.Share(c, client, d, now)
+				h.Share(c, client, d, now.UnixNano())
 			case op < 6 && len(holds) > 0: // release or transfer part of a hold
 				i := rng.IntN(len(holds))
 				x := &holds[i]
@@ -189,13 +189,13 @@ func TestSharesAddUp(t *testing.T) {
 			case op < 8: // a refresh: every hold of the client, then a share per domain
 				for _, x := range holds {
 					if x.client == client {
-						h.Touch(client, x.domain, x.groups, now)
-						h.Share(c, client, x.domain, now)
+						h.Touch(client, x.domain, x.groups, now.UnixNano())
+						h.Share(c, client, x.domain, now.UnixNano())
 					}
 				}
 			case op < 9:
 				now = now.Add(time.Duration(rng.Int64N(int64(window))))
-				h.Sweep(now)
+				h.Sweep(now.UnixNano())
 			default:
 				if err := c.SetSpec(randomCopySpec(rng)); err != nil {
 					t.Fatal(err)
@@ -247,7 +247,7 @@ func checkShares(t *testing.T, where string, c *Copies, h *Holders, holds []shar
 	}
 	// The property: under each limit, the seen clients' shares add up to
 	// at most the limit when what is held is within it.
-	addUp := func(what string, limit, held int64, seen map[string]time.Time, share func(client string) int64) {
+	addUp := func(what string, limit, held int64, seen map[string]int64, share func(client string) int64) {
 		if limit == Unlimited || held > limit {
 			return
 		}

@@ -250,7 +250,7 @@ func TestAlgorithmsMatchModels(t *testing.T) {
 					if a == SlidingWindowLog {
 						mw = min(mw, c.window)
 					}
-					d, key := tab.Take("p", "b", Request{Tokens: n, MaxWait: maxWait}, time.Unix(0, now))
+					d, key := tab.Take("p", "b", Request{Tokens: n, MaxWait: maxWait}, now)
 					if key != "p:b" {
 						t.Fatalf("key %q", key)
 					}
@@ -433,7 +433,7 @@ func TestConcurrentTakesNeverExceed(t *testing.T) {
 						now := clock
 						mu.Unlock()
 						n := 1 + r.Int64N(min(c.maxTokens, c.capacity))
-						d, _ := tab.Take("p", "b", Request{Tokens: n, MaxWait: -1}, time.Unix(0, now))
+						d, _ := tab.Take("p", "b", Request{Tokens: n, MaxWait: -1}, now)
 						if d.Status != Rejected {
 							mu.Lock()
 							adm = append(adm, admission{now + int64(d.Wait), n})
@@ -462,7 +462,7 @@ func drive(tab *Table, r *rand.Rand, c *compiled, from int64, steps int) ([]admi
 	for range steps {
 		now += r.Int64N(step + 1)
 		n := 1 + r.Int64N(min(c.maxTokens, c.capacity))
-		d, _ := tab.Take("p", "b", Request{Tokens: n, MaxWait: -1}, time.Unix(0, now))
+		d, _ := tab.Take("p", "b", Request{Tokens: n, MaxWait: -1}, now)
 		if d.Status != Rejected {
 			adm = append(adm, admission{now + int64(d.Wait), n})
 		}
@@ -482,7 +482,7 @@ func TestFailoverNeverExceeds(t *testing.T) {
 			c := old.spaces["p"].named["b"]
 			adm, end := drive(old, r, c, 1e12, 200)
 			since := end + int64(s.WaitTimeout)
-			next := oneBucket(s, Options{Since: time.Unix(0, since)})
+			next := oneBucket(s, Options{Since: since})
 			more, _ := drive(next, r, c, end+1, 1000)
 			if len(more) == 0 {
 				t.Fatalf("%v seed %d spec %+v: the new leader admitted nothing (old %d)", a, seed, s, len(adm))
@@ -553,12 +553,12 @@ func TestAdversarialInputs(t *testing.T) {
 			if b != nil {
 				before = *b
 			}
-			d, _ := tab.Take("p", name, req, now)
+			d, _ := tab.Take("p", name, req, now.UnixNano())
 			if b != nil && name == "b" && (d.Reason == ReasonBadRequest || d.Reason == ReasonTooManyTokens) && (b.s != before.s || b.mark != before.mark) {
 				t.Fatalf("%v: refused %+v changed the bucket", a, req)
 			}
-			_ = tab.Report("p", name, extremes[r.IntN(len(extremes))], now)
-			tab.Sweep(now)
+			_ = tab.Report("p", name, extremes[r.IntN(len(extremes))], now.UnixNano())
+			tab.Sweep(now.UnixNano())
 		}
 	}
 }

@@ -18,7 +18,7 @@ func BenchmarkTake(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				now = now.Add(time.Microsecond)
-				tab.Take("p", "b", req, now)
+				tab.Take("p", "b", req, now.UnixNano())
 			}
 		})
 	}
@@ -33,7 +33,7 @@ func BenchmarkTakeParallel(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			i++
-			tab.Take("p", names[i%len(names)], Request{Tokens: 1, MaxWait: -1}, now)
+			tab.Take("p", names[i%len(names)], Request{Tokens: 1, MaxWait: -1}, now.UnixNano())
 		}
 	})
 }
@@ -59,7 +59,7 @@ func BenchmarkTakeDynamic(b *testing.B) {
 			tab, i = NewTable(cfg, Options{}), 0
 			b.StartTimer()
 		}
-		tab.Take("p", names[i], req, t0)
+		tab.Take("p", names[i], req, t0.UnixNano())
 		i++
 	}
 }
@@ -81,7 +81,7 @@ func BenchmarkMemoryPerBucket(b *testing.B) {
 				runtime.ReadMemStats(&before)
 				tab := NewTable(&Config{Namespaces: map[string]*Namespace{"logins": {Dynamic: s, MaxDynamicBuckets: n}}}, Options{})
 				for i := range n {
-					tab.Take("logins", "user_"+strconv.Itoa(i), Request{Tokens: 1, MaxWait: -1}, t0)
+					tab.Take("logins", "user_"+strconv.Itoa(i), Request{Tokens: 1, MaxWait: -1}, t0.UnixNano())
 				}
 				runtime.GC()
 				runtime.ReadMemStats(&after)

@@ -67,7 +67,7 @@ func TestDocExamples(t *testing.T) {
 		tab := oneBucket(ex.spec, Options{})
 		for i, s := range ex.steps {
 			if s.report {
-				if err := tab.Report("p", "b", s.tokens, noon.Add(s.at)); err != nil {
+				if err := tab.Report("p", "b", s.tokens, noon.Add(s.at).UnixNano()); err != nil {
 					t.Fatal(err)
 				}
 				continue

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/allot/allot/status"
 )
@@ -33,8 +32,9 @@ type Options struct {
 	// decision plus the longest wait_timeout configured (and for a
 	// TOKEN_BUCKET no more than its max_debt): the previous leader's
 	// lease end plus that wait is a safe choice. Since may be in the
-	// future: nothing is admitted to take effect before it.
-	Since time.Time
+	// future: nothing is admitted to take effect before it. Unix
+	// nanoseconds, as every time the table takes; 0 starts buckets full.
+	Since int64
 }
 
 // Table holds the buckets of every namespace and decides for them. It is
@@ -73,8 +73,8 @@ type space struct {
 // NewTable returns a table answering for cfg (see SetConfig).
 func NewTable(cfg *Config, opts Options) *Table {
 	t := &Table{spaces: map[string]*space{}, bans: map[banKey]*banState{}}
-	if !opts.Since.IsZero() {
-		t.since, t.hasSince = opts.Since.UnixNano(), true
+	if opts.Since != 0 {
+		t.since, t.hasSince = opts.Since, true
 	}
 	t.SetConfig(cfg)
 	return t
@@ -234,14 +234,14 @@ func carry(b *bucket, c *compiled) {
 	}
 }
 
-// Take decides req for bucket name of namespace ns at now. It returns the
+// Take decides req for bucket name of namespace ns at tn (Unix
+// nanoseconds, as every time the table takes). It returns the
 // decision and the bucket that answered: "ns:name" for a named or dynamic
 // bucket, "ns:<default>" for the namespace default, "_default:<default>"
 // for the global default, "" when none did (REJECTED "no_bucket" or
 // "too_many_buckets"). It never blocks beyond the table's mutex and does
 // not allocate for an existing bucket.
-func (t *Table) Take(ns, name string, req Request, now time.Time) (Decision, string) {
-	tn := now.UnixNano()
+func (t *Table) Take(ns, name string, req Request, tn int64) (Decision, string) {
 	t.mu.Lock()
 	b, ev, reason := t.lookup(ns, name, tn, req.Tokens, false)
 	if b == nil {
@@ -253,16 +253,15 @@ func (t *Table) Take(ns, name string, req Request, now time.Time) (Decision, str
 	return d, b.key
 }
 
-// Report charges tokens to bucket name of namespace ns, used at now
+// Report charges tokens to bucket name of namespace ns, used at tn
 // (post-accounting). It never refuses and never blocks: a token bucket
 // goes into debt of at most max_debt of fill time, the other algorithms
 // at most to "drained at now" (a full window); the excess is forgiven.
 // It errs only when no bucket answers or tokens is negative.
-func (t *Table) Report(ns, name string, tokens int64, now time.Time) error {
+func (t *Table) Report(ns, name string, tokens int64, tn int64) error {
 	if tokens < 0 {
 		return fmt.Errorf("report %s:%s: tokens %d must not be negative", clip(ns), clip(name), tokens)
 	}
-	tn := now.UnixNano()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b, ev, reason := t.lookup(ns, name, tn, tokens, true)
@@ -363,8 +362,7 @@ func (t *Table) create(sp *space, c *compiled, name string, dynamic bool, now in
 // full again, a window empty), so recreating one admits nothing more. It
 // also forgets ban trackers that hold nothing. It returns how many
 // buckets it dropped.
-func (t *Table) Sweep(now time.Time) int {
-	tn := now.UnixNano()
+func (t *Table) Sweep(tn int64) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	dropped := 0

@@ -26,7 +26,7 @@ func window(a Algorithm, limit int64, w time.Duration) *Spec {
 
 func take(tab *Table, bucket string, n int64, now time.Time) Decision {
 	ns, name, _ := strings.Cut(bucket, ":")
-	d, _ := tab.Take(ns, name, Request{Tokens: n, MaxWait: -1}, now)
+	d, _ := tab.Take(ns, name, Request{Tokens: n, MaxWait: -1}, now.UnixNano())
 	return d
 }
 
@@ -53,7 +53,7 @@ func TestLookupOrder(t *testing.T) {
 		{"global", "q", "_default:<default>", "", 5},
 		{"unknown", "q", "_default:<default>", "", 5},
 	} {
-		d, key := tab.Take(c.ns, c.name, Request{Tokens: 1, MaxWait: -1}, t0)
+		d, key := tab.Take(c.ns, c.name, Request{Tokens: 1, MaxWait: -1}, t0.UnixNano())
 		if key != c.key || d.Reason != c.reason || d.Limit != c.limit {
 			t.Errorf("%s:%s: got %q %+v, want %q reason %q limit %d", c.ns, c.name, key, d, c.key, c.reason, c.limit)
 		}
@@ -79,7 +79,7 @@ func TestLookupOrder(t *testing.T) {
 	}
 	delete(cfg.Namespaces, "_default")
 	tab = NewTable(cfg, Options{})
-	if d, key := tab.Take("unknown", "q", Request{Tokens: 1}, t0); d.Reason != ReasonNoBucket || key != "" {
+	if d, key := tab.Take("unknown", "q", Request{Tokens: 1}, t0.UnixNano()); d.Reason != ReasonNoBucket || key != "" {
 		t.Errorf("no global default: %+v %q", d, key)
 	}
 	if _, _, _, err := cfg.Resolve("unknown", "q"); err == nil || !strings.Contains(err.Error(), ReasonNoBucket) {
@@ -121,7 +121,7 @@ func TestTakeBasics(t *testing.T) {
 		{0, -1, Decision{Status: OK, Limit: 10}},
 	}
 	for i, st := range steps {
-		d, _ := tab.Take("p", "b", Request{Tokens: st.n, MaxWait: st.maxWait}, t0)
+		d, _ := tab.Take("p", "b", Request{Tokens: st.n, MaxWait: st.maxWait}, t0.UnixNano())
 		if d != st.want {
 			t.Fatalf("step %d: take %d: got %+v, want %+v", i, st.n, d, st.want)
 		}
@@ -147,22 +147,22 @@ func TestSoftLimitReserveBan(t *testing.T) {
 	s.CriticalReserve = 0.3
 	tab := oneBucket(*s, Options{})
 	sh := Request{Tokens: 3, MaxWait: -1, Sheddable: true}
-	if d, _ := tab.Take("p", "b", sh, t0); d.Status != OK || d.Warning != "" || d.Remaining != 7 {
+	if d, _ := tab.Take("p", "b", sh, t0.UnixNano()); d.Status != OK || d.Warning != "" || d.Remaining != 7 {
 		t.Fatalf("first: %+v", d)
 	}
-	if d, _ := tab.Take("p", "b", sh, t0); d.Status != OK || d.Warning != WarningSoftLimit || d.Remaining != 4 {
+	if d, _ := tab.Take("p", "b", sh, t0.UnixNano()); d.Status != OK || d.Warning != WarningSoftLimit || d.Remaining != 4 {
 		t.Fatalf("past the soft limit: %+v", d)
 	}
 	// 3 more would leave 1 < the 3 reserved: a sheddable request is
 	// refused, until enough has filled; a critical one is served.
-	if d, _ := tab.Take("p", "b", sh, t0); d.Reason != ReasonReserved || d.RetryAfter != 2*time.Second {
+	if d, _ := tab.Take("p", "b", sh, t0.UnixNano()); d.Reason != ReasonReserved || d.RetryAfter != 2*time.Second {
 		t.Fatalf("sheddable into the reserve: %+v", d)
 	}
-	if d, _ := tab.Take("p", "b", Request{Tokens: 3, MaxWait: -1}, t0); d.Status != OK || d.Remaining != 1 {
+	if d, _ := tab.Take("p", "b", Request{Tokens: 3, MaxWait: -1}, t0.UnixNano()); d.Status != OK || d.Remaining != 1 {
 		t.Fatalf("critical: %+v", d)
 	}
 	// A sheddable request never waits.
-	if d, _ := tab.Take("p", "b", Request{Tokens: 1, MaxWait: -1, Sheddable: true}, t0); d.Reason != ReasonReserved {
+	if d, _ := tab.Take("p", "b", Request{Tokens: 1, MaxWait: -1, Sheddable: true}, t0.UnixNano()); d.Reason != ReasonReserved {
 		t.Fatalf("sheddable waiting: %+v", d)
 	}
 	ev := tab.Events()["p"]
@@ -176,7 +176,7 @@ func TestSoftLimitReserveBan(t *testing.T) {
 	tab = oneBucket(*s, Options{})
 	req := Request{Tokens: 2, MaxWait: -1, ClientID: "mallory"}
 	for i, want := range []string{"", "", ReasonBanned, ReasonBanned} {
-		d, _ := tab.Take("p", "b", req, at(time.Duration(i)*100*time.Millisecond))
+		d, _ := tab.Take("p", "b", req, at(time.Duration(i)*100*time.Millisecond).UnixNano())
 		if d.Reason != want {
 			t.Fatalf("take %d: %+v, want reason %q", i, d, want)
 		}
@@ -184,16 +184,16 @@ func TestSoftLimitReserveBan(t *testing.T) {
 			t.Fatalf("take %d: retry after %v", i, d.RetryAfter)
 		}
 	}
-	if d, _ := tab.Take("p", "b", Request{Tokens: 2, MaxWait: -1, ClientID: "alice"}, at(time.Second)); d.Status != OK {
+	if d, _ := tab.Take("p", "b", Request{Tokens: 2, MaxWait: -1, ClientID: "alice"}, at(time.Second).UnixNano()); d.Status != OK {
 		t.Fatalf("another client is not banned: %+v", d)
 	}
-	if d, _ := tab.Take("p", "b", req, at(10*time.Second+200*time.Millisecond)); d.Status != OK {
+	if d, _ := tab.Take("p", "b", req, at(10*time.Second+200*time.Millisecond).UnixNano()); d.Status != OK {
 		t.Fatalf("after the ban: %+v", d)
 	}
 	if ev := tab.Events()["p"]; ev.Banned != 2 {
 		t.Errorf("events %+v", ev)
 	}
-	if tab.Sweep(at(time.Hour)); len(tab.bans) != 0 {
+	if tab.Sweep(at(time.Hour).UnixNano()); len(tab.bans) != 0 {
 		t.Errorf("ban trackers kept: %d", len(tab.bans))
 	}
 }
@@ -201,7 +201,7 @@ func TestSoftLimitReserveBan(t *testing.T) {
 // TestSince checks a table started after a failover treats every bucket
 // as drained at Since.
 func TestSince(t *testing.T) {
-	since := Options{Since: t0}
+	since := Options{Since: t0.UnixNano()}
 	for _, c := range []struct {
 		spec      *Spec
 		after     time.Duration
@@ -217,12 +217,12 @@ func TestSince(t *testing.T) {
 	} {
 		if c.spec.Algorithm == FixedWindow || c.spec.Algorithm == SlidingWindowCounter {
 			// Align Since to a window so the expectation is simple.
-			since.Since = time.Unix(0, t0.UnixNano()/int64(time.Minute)*int64(time.Minute))
+			since.Since = t0.UnixNano() / int64(time.Minute) * int64(time.Minute)
 		} else {
-			since.Since = t0
+			since.Since = t0.UnixNano()
 		}
 		tab := oneBucket(*c.spec, since)
-		if d := take(tab, "p:b", 0, since.Since.Add(c.after)); d.Remaining != c.remaining {
+		if d := take(tab, "p:b", 0, time.Unix(0, since.Since).Add(c.after)); d.Remaining != c.remaining {
 			t.Errorf("%v after %v: remaining %d, want %d", c.spec.Algorithm, c.after, d.Remaining, c.remaining)
 		}
 		if tab := oneBucket(*c.spec, Options{}); take(tab, "p:b", 0, t0).Remaining != tab.spaces["p"].named["b"].capacity {
@@ -279,7 +279,7 @@ func TestSetConfig(t *testing.T) {
 	}
 	// A different window restarts drained: nothing before the next window.
 	tab.SetConfig(ns(window(SlidingWindowLog, 7, time.Minute)))
-	if d, _ := tab.Take("p", "b", Request{Tokens: 1}, w.Add(59*time.Second)); d.Status != Rejected {
+	if d, _ := tab.Take("p", "b", Request{Tokens: 1}, w.Add(59*time.Second).UnixNano()); d.Status != Rejected {
 		t.Fatalf("drained restart admitted: %+v", d)
 	}
 	if d := take(tab, "p:b", 1, w.Add(59*time.Second)); d.Status != OKWait || d.Wait != time.Second {
@@ -296,7 +296,7 @@ func TestSetConfig(t *testing.T) {
 	if tab.Len() != 0 || tab.Events()["p"].Removed != 2 {
 		t.Fatalf("Len %d events %+v", tab.Len(), tab.Events()["p"])
 	}
-	if d, _ := tab.Take("p", "b", Request{Tokens: 1}, w); d.Reason != ReasonNoBucket {
+	if d, _ := tab.Take("p", "b", Request{Tokens: 1}, w.UnixNano()); d.Reason != ReasonNoBucket {
 		t.Fatalf("removed bucket answered: %+v", d)
 	}
 }
@@ -310,17 +310,17 @@ func TestSweep(t *testing.T) {
 	if d := take(tab, "p:c", 1, t0); d.Reason != ReasonTooManyBuckets {
 		t.Fatalf("cap: %+v", d)
 	}
-	if n := tab.Sweep(at(time.Second)); n != 0 {
+	if n := tab.Sweep(at(time.Second).UnixNano()); n != 0 {
 		t.Fatalf("swept %d before max_idle", n)
 	}
 	// b is idle and full again after 2s; a needs 10s to refill.
-	if n := tab.Sweep(at(2 * time.Second)); n != 1 || tab.Len() != 1 {
+	if n := tab.Sweep(at(2 * time.Second).UnixNano()); n != 1 || tab.Len() != 1 {
 		t.Fatalf("swept %d, Len %d", n, tab.Len())
 	}
 	if d := take(tab, "p:a", 0, at(2*time.Second)); d.Remaining != 2 {
 		t.Fatalf("a lost its state: %+v", d)
 	}
-	if n := tab.Sweep(at(12 * time.Second)); n != 1 || tab.Len() != 0 {
+	if n := tab.Sweep(at(12 * time.Second).UnixNano()); n != 1 || tab.Len() != 0 {
 		t.Fatalf("swept %d, Len %d", n, tab.Len())
 	}
 	ev := tab.Events()["p"]
@@ -333,14 +333,14 @@ func TestReport(t *testing.T) {
 	s := tb(10, 1)
 	s.MaxDebt = 5 * time.Second
 	tab := oneBucket(*s, Options{})
-	if err := tab.Report("p", "b", 4, t0); err != nil {
+	if err := tab.Report("p", "b", 4, t0.UnixNano()); err != nil {
 		t.Fatal(err)
 	}
 	if d := take(tab, "p:b", 0, t0); d.Remaining != 6 {
 		t.Fatalf("after report: %+v", d)
 	}
 	// A huge report leaves at most max_debt of debt.
-	if err := tab.Report("p", "b", math.MaxInt64, t0); err != nil {
+	if err := tab.Report("p", "b", math.MaxInt64, t0.UnixNano()); err != nil {
 		t.Fatal(err)
 	}
 	if d := take(tab, "p:b", 0, at(5*time.Second)); d.Remaining != 0 {
@@ -349,10 +349,10 @@ func TestReport(t *testing.T) {
 	if d := take(tab, "p:b", 0, at(6*time.Second)); d.Remaining != 1 {
 		t.Fatalf("debt beyond max_debt kept: %+v", d)
 	}
-	if err := tab.Report("p", "b", -1, t0); err == nil {
+	if err := tab.Report("p", "b", -1, t0.UnixNano()); err == nil {
 		t.Fatal("negative report accepted")
 	}
-	if err := tab.Report("q", "b", 1, t0); err == nil || !strings.Contains(err.Error(), ReasonNoBucket) {
+	if err := tab.Report("q", "b", 1, t0.UnixNano()); err == nil || !strings.Contains(err.Error(), ReasonNoBucket) {
 		t.Fatalf("report to no bucket: %v", err)
 	}
 	for _, a := range algorithms[1:] {
@@ -363,7 +363,7 @@ func TestReport(t *testing.T) {
 		}
 		tab := oneBucket(*s, Options{})
 		for _, n := range []int64{1000, math.MaxInt64} {
-			if err := tab.Report("p", "b", n, t0); err != nil {
+			if err := tab.Report("p", "b", n, t0.UnixNano()); err != nil {
 				t.Fatal(err)
 			}
 			if d := take(tab, "p:b", 0, t0); d.Remaining != 0 {
@@ -384,7 +384,7 @@ func TestManyDynamicNames(t *testing.T) {
 	tab := NewTable(&Config{Namespaces: map[string]*Namespace{"p": {Dynamic: tb(10, 1), MaxDynamicBuckets: 1000}}}, Options{})
 	refused := 0
 	for i := range 100_000 {
-		d, _ := tab.Take("p", fmt.Sprintf("k%d", i), Request{Tokens: 1}, at(time.Duration(i)*10*time.Microsecond))
+		d, _ := tab.Take("p", fmt.Sprintf("k%d", i), Request{Tokens: 1}, at(time.Duration(i)*10*time.Microsecond).UnixNano())
 		if d.Reason == ReasonTooManyBuckets {
 			refused++
 		}
@@ -406,11 +406,11 @@ func TestManyDynamicNames(t *testing.T) {
 			{11, Decision{Status: Rejected, Reason: ReasonTooManyTokens, Limit: 10}},
 			{-1, Decision{Status: Rejected, Reason: ReasonBadRequest, Limit: 10}},
 		} {
-			if d, key := tab.Take("p", name, Request{Tokens: c.n}, t0); d != c.want || key != "p:"+name {
+			if d, key := tab.Take("p", name, Request{Tokens: c.n}, t0.UnixNano()); d != c.want || key != "p:"+name {
 				t.Fatalf("take %d from new %s: %+v %q", c.n, name, d, key)
 			}
 		}
-		if err := tab.Report("p", name, 0, t0); err != nil {
+		if err := tab.Report("p", name, 0, t0.UnixNano()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -462,7 +462,7 @@ func TestValidate(t *testing.T) {
 	}
 	// SetConfig skips what Validate rejects.
 	tab := NewTable(cfg, Options{})
-	if d, _ := tab.Take("p", "b", Request{Tokens: 1}, t0); d.Reason != ReasonNoBucket {
+	if d, _ := tab.Take("p", "b", Request{Tokens: 1}, t0.UnixNano()); d.Reason != ReasonNoBucket {
 		t.Fatalf("invalid bucket answered: %+v", d)
 	}
 }
@@ -505,7 +505,7 @@ func TestTakeDoesNotAllocate(t *testing.T) {
 		now := t0
 		allocs := testing.AllocsPerRun(1000, func() {
 			now = now.Add(time.Microsecond)
-			if d, _ := tab.Take("p", "b", Request{Tokens: 1, MaxWait: -1}, now); d.Status != OK {
+			if d, _ := tab.Take("p", "b", Request{Tokens: 1, MaxWait: -1}, now.UnixNano()); d.Status != OK {
 				t.Fatalf("%v: %+v", a, d)
 			}
 		})
@@ -522,7 +522,7 @@ func TestSlidingLogBounded(t *testing.T) {
 	tab := oneBucket(*window(SlidingWindowLog, 10_000, time.Second), Options{})
 	log := func() *swLog { return tab.spaces["p"].buckets["b"].log }
 	for i := range 20_000 {
-		if err := tab.Report("p", "b", 1, at(time.Duration(i))); err != nil {
+		if err := tab.Report("p", "b", 1, at(time.Duration(i)).UnixNano()); err != nil {
 			t.Fatal(err)
 		}
 	}
