@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,8 +69,10 @@ type LoadOptions struct {
 	// the partition owning its resource (PerRequest must be 1). Their CPU
 	// is summed.
 	LeasePartitions int `json:"lease_partitions,omitempty"`
-	// PartitionProcs, if set, is the GOMAXPROCS of each partition's
-	// process (the single coordinator keeps the default).
+	// PartitionProcs is the GOMAXPROCS of each partition's process; unset,
+	// its share of the cores (this process's GOMAXPROCS over
+	// LeasePartitions, at least 1), as the single coordinator's is all of
+	// them (the Go default).
 	PartitionProcs int `json:"partition_gomaxprocs,omitempty"`
 }
 
@@ -107,7 +110,13 @@ func (o *LoadOptions) fill(short bool) {
 	orDefault(&o.Resources, d.Resources)
 	orDefault(&o.PerRequest, d.PerRequest)
 	o.PerRequest = min(o.PerRequest, o.Resources)
+	if o.LeasePartitions > 1 && o.PartitionProcs <= 0 {
+		o.PartitionProcs = coreShare(runtime.GOMAXPROCS(0), o.LeasePartitions)
+	}
 }
+
+// coreShare is one of n processes' share of cores, at least one.
+func coreShare(cores, n int) int { return max(1, cores/n) }
 
 // LoadTarget is what one responder achieved.
 type LoadTarget struct {
@@ -131,6 +140,11 @@ type LoadTarget struct {
 	// GeneratorCPUSeconds is the CPU of the process running the load
 	// generator and the nats-server (and, in process, the responder).
 	GeneratorCPUSeconds float64 `json:"generator_cpu_seconds"`
+	// Syscalls are the responder's read and write system calls while
+	// measured, Switches its threads' context switches: per request,
+	// they show how well it batches its I/O and wake-ups.
+	Syscalls int64 `json:"syscalls"`
+	Switches int64 `json:"context_switches"`
 }
 
 // LoadResult is the outcome of RunLoad.
@@ -158,6 +172,10 @@ type LoadResult struct {
 	Partitioned       *LoadTarget `json:"partitioned,omitempty"`
 	PartitionCPURatio float64     `json:"partition_cpu_per_request_ratio,omitempty"`
 	PartitionShares   []float64   `json:"partition_shares,omitempty"`
+	// PartitionRequestsPerRound is the requests the partitions counted
+	// over their rounds (warm-ups included), as the single coordinator's
+	// STATS give it.
+	PartitionRequestsPerRound float64 `json:"partition_requests_per_round,omitempty"`
 }
 
 // TargetLoadRatio is the throughput the coordinator must reach relative
@@ -194,6 +212,9 @@ func startServerMapped(mappings map[string]string) (*server.Server, func(), erro
 // same closed-loop, pipelined load over TCP loopback.
 func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) {
 	o.fill(env.Short)
+	if env.Child == nil {
+		o.PartitionProcs = 0 // one process: no partition has a GOMAXPROCS of its own
+	}
 	res := &LoadResult{Machine: DescribeMachine(), Options: o, InFlight: o.Clients * o.Pipeline, TargetRatio: TargetLoadRatio}
 	srv, shutdown, err := startServer()
 	if err != nil {
@@ -261,7 +282,7 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 	if res.Partitioned != nil {
 		res.PartitionCPURatio = safeDiv(res.Partitioned.CPUPerReqUs, res.Coordinator.CPUPerReqUs)
 		if all, err := fetchAllStats(g.conns[0], time.Second); err == nil {
-			res.PartitionShares = leaseShares(all, o.LeasePartitions)
+			res.PartitionShares, res.PartitionRequestsPerRound = leaseShares(all, o.LeasePartitions)
 		}
 	}
 	res.Ratio = safeDiv(res.Coordinator.RPS, res.Baseline.RPS)
@@ -320,6 +341,8 @@ func addPhase(t *LoadTarget, ph *phaseResult) {
 	t.Seconds += ph.seconds
 	t.CPUSeconds += ph.cpu.Seconds()
 	t.GeneratorCPUSeconds += ph.selfCPU.Seconds()
+	t.Syscalls += ph.syscalls
+	t.Switches += ph.switches
 	t.RSSMiB = float64(ph.end.rssKiB) / 1024
 	t.PeakRSSMiB = max(t.PeakRSSMiB, float64(ph.end.hwmKiB)/1024)
 }
@@ -483,6 +506,8 @@ type phaseResult struct {
 	requests, errors int64
 	seconds          float64
 	cpu, selfCPU     time.Duration
+	syscalls         int64
+	switches         int64
 	end              procSample
 	hist             *hdrhistogram.Histogram
 	statuses         map[string]int64 // sampled decisions, when decoding
@@ -554,6 +579,7 @@ wait:
 	}
 	selfAfter, _ := readProc("self")
 	r.cpu, r.end = after.cpu-before.cpu, after
+	r.syscalls, r.switches = after.syscalls-before.syscalls, after.switches-before.switches
 	r.selfCPU = selfAfter.cpu - selfBefore.cpu
 	for _, l := range g.lanes {
 		l.mu.Lock()

@@ -30,9 +30,10 @@ func (e *Env) startLeaseParts(ctx context.Context, url string, o LoadOptions) (*
 		}
 		return first
 	}
-	// Each process sized to its share of the cores, as a deployment of N
-	// partitions on one host would be: N processes of GOMAXPROCS = all
-	// cores contend for them and wake each other's idle threads.
+	// Each process sized to its share of the cores (LoadOptions.fill), as
+	// a deployment of N partitions on one host would be: N processes of
+	// GOMAXPROCS = all cores contend for them and wake each other's idle
+	// threads.
 	var environ []string
 	if o.PartitionProcs > 0 {
 		environ = []string{fmt.Sprintf("GOMAXPROCS=%d", o.PartitionProcs)}
@@ -84,20 +85,21 @@ func fetchAllStats(nc *nats.Conn, wait time.Duration) ([]coordinator.Stats, erro
 
 // leaseShares returns each lease partition's share of the requests its
 // coordinator counted (stats of every coordinator, as fetchAllStats
-// returns them).
-func leaseShares(stats []coordinator.Stats, n int) []float64 {
+// returns them) and the partitions' requests per round.
+func leaseShares(stats []coordinator.Stats, n int) (shares []float64, perRound float64) {
 	reqs := make([]float64, n)
-	var total float64
+	var total, rounds float64
 	for _, s := range stats {
 		if s.Node == partsNode && s.Partition >= 0 && s.Partition < n {
 			reqs[s.Partition] = float64(s.Requests)
 			total += float64(s.Requests)
+			rounds += float64(s.Rounds)
 		}
 	}
 	for p := range reqs {
 		reqs[p] = safeDiv(reqs[p], total)
 	}
-	return reqs
+	return reqs, safeDiv(total, rounds)
 }
 
 // partsInFlight is the intake bound of every coordinator of a load run

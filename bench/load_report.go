@@ -27,12 +27,20 @@ func (r *LoadResult) Markdown() string {
 		for i, sh := range r.PartitionShares {
 			shares[i] = fmt.Sprintf("%.3f", sh)
 		}
-		procs := "default GOMAXPROCS"
+		procs := "in process"
 		if r.Options.PartitionProcs > 0 {
-			procs = fmt.Sprintf("GOMAXPROCS=%d each", r.Options.PartitionProcs)
+			procs = fmt.Sprintf("GOMAXPROCS=%d each; the one coordinator the Go default, %d CPUs", r.Options.PartitionProcs, r.Machine.CPUs)
 		}
 		fmt.Fprintf(&b, "**%d lease partitions (%s) / one coordinator: CPU per request (all partitions' processes summed) %.2f× (target ≤ 1.1×: %s); each partition's share of the requests: %s.**\n\n",
 			r.Options.LeasePartitions, procs, r.PartitionCPURatio, verdict(r.PartitionCPURatio <= 1.1), strings.Join(shares, ", "))
+		one, parts := r.Coordinator, *r.Partitioned
+		var oneRound float64
+		if s := r.CoordinatorStats; s != nil {
+			oneRound = safeDiv(float64(s.Requests), float64(s.Rounds))
+		}
+		fmt.Fprintf(&b, "Per request, one coordinator / the partitions: read and write system calls %.3f / %.3f, context switches %.3f / %.3f; requests per round %.1f / %.1f.\n\n",
+			perReq(one.Syscalls, one), perReq(parts.Syscalls, parts), perReq(one.Switches, one), perReq(parts.Switches, parts),
+			oneRound, r.PartitionRequestsPerRound)
 	}
 	fmt.Fprintf(&b, "CPU and RSS: %s.\n", r.CPUScope)
 	if s := r.CoordinatorStats; s != nil {
@@ -41,6 +49,9 @@ func (r *LoadResult) Markdown() string {
 	}
 	return b.String()
 }
+
+// perReq is n per request of t.
+func perReq(n int64, t LoadTarget) float64 { return safeDiv(float64(n), float64(t.Requests)) }
 
 func encodingLabel(e wire.Encoding) string {
 	if e == wire.JSON {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -84,4 +85,32 @@ func TestLoadLeasePartitionsInProcess(t *testing.T) {
 		t.Errorf("shares of the requests per partition %v, want every partition answering", r.PartitionShares)
 	}
 	t.Log("\n" + r.Markdown())
+}
+
+// TestPartitionProcsDefault checks the lease partitions' GOMAXPROCS: by
+// default each process's share of the cores, at least one; a value
+// given is kept.
+func TestPartitionProcsDefault(t *testing.T) {
+	for _, tc := range []struct{ cores, n, want int }{
+		{2, 4, 1}, {8, 4, 2}, {16, 3, 5}, {1, 2, 1},
+	} {
+		if got := coreShare(tc.cores, tc.n); got != tc.want {
+			t.Errorf("share of %d cores among %d processes: %d, want %d", tc.cores, tc.n, got, tc.want)
+		}
+	}
+	o := LoadOptions{LeasePartitions: 4}
+	o.fill(true)
+	if want := coreShare(runtime.GOMAXPROCS(0), 4); o.PartitionProcs != want {
+		t.Errorf("default GOMAXPROCS of 4 partitions: %d, want %d", o.PartitionProcs, want)
+	}
+	o = LoadOptions{LeasePartitions: 4, PartitionProcs: 3}
+	o.fill(true)
+	if o.PartitionProcs != 3 {
+		t.Errorf("GOMAXPROCS given as 3 became %d", o.PartitionProcs)
+	}
+	o = LoadOptions{}
+	o.fill(true)
+	if o.PartitionProcs != 0 {
+		t.Errorf("without partitions, GOMAXPROCS of partitions %d, want 0", o.PartitionProcs)
+	}
 }
