@@ -69,6 +69,11 @@ type LoadOptions struct {
 	// the partition owning its resource (PerRequest must be 1). Their CPU
 	// is summed.
 	LeasePartitions int `json:"lease_partitions,omitempty"`
+	// PartitionsOneProcess, with LeasePartitions, adds another target:
+	// the same partitions, of another node, all served by one process (as
+	// `allot coordinator --lease-serve all` does), to tell what the
+	// partitions cost from what the processes do.
+	PartitionsOneProcess bool `json:"partitions_one_process,omitempty"`
 	// PartitionProcs is the GOMAXPROCS of each partition's process; unset,
 	// its share of the cores (this process's GOMAXPROCS over
 	// LeasePartitions, at least 1), as the single coordinator's is all of
@@ -176,6 +181,10 @@ type LoadResult struct {
 	// over their rounds (warm-ups included), as the single coordinator's
 	// STATS give it.
 	PartitionRequestsPerRound float64 `json:"partition_requests_per_round,omitempty"`
+	// OneProcess is the PartitionsOneProcess target; OneProcessCPURatio
+	// its CPU per request over the single coordinator's.
+	OneProcess         *LoadTarget `json:"one_process_partitions,omitempty"`
+	OneProcessCPURatio float64     `json:"one_process_cpu_per_request_ratio,omitempty"`
 }
 
 // TargetLoadRatio is the throughput the coordinator must reach relative
@@ -251,6 +260,15 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 		defer func() { _ = parts.stop() }()
 		res.Partitioned = &LoadTarget{Name: fmt.Sprintf("coordinator, %d lease partitions", o.LeasePartitions)}
 		targets, helpers = append(targets, res.Partitioned), append(helpers, parts)
+		if o.PartitionsOneProcess {
+			one, err := env.startOneProcessParts(ctx, url, o)
+			if err != nil {
+				return nil, err
+			}
+			defer func() { _ = one.stop() }()
+			res.OneProcess = &LoadTarget{Name: fmt.Sprintf("coordinator, %d lease partitions in one process", o.LeasePartitions)}
+			targets, helpers = append(targets, res.OneProcess), append(helpers, one)
+		}
 	}
 
 	getSubj := coordinator.Subject(coordinator.DefaultNode, "capacity.get")
@@ -267,6 +285,9 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 		if n := o.LeasePartitions; n > 1 {
 			p := subjects.LeasePartition(req.Resource[0].GetResourceId(), n)
 			subjs = append(subjs, subjects.LeaseSubject(partsNode, "capacity.get", p, n))
+			if o.PartitionsOneProcess {
+				subjs = append(subjs, subjects.LeaseSubject(onePartsNode, "capacity.get", p, n))
+			}
 		}
 		return data, subjs, err
 	})
@@ -282,7 +303,10 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 	if res.Partitioned != nil {
 		res.PartitionCPURatio = safeDiv(res.Partitioned.CPUPerReqUs, res.Coordinator.CPUPerReqUs)
 		if all, err := fetchAllStats(g.conns[0], time.Second); err == nil {
-			res.PartitionShares, res.PartitionRequestsPerRound = leaseShares(all, o.LeasePartitions)
+			res.PartitionShares, res.PartitionRequestsPerRound = leaseShares(all, partsNode, o.LeasePartitions)
+		}
+		if res.OneProcess != nil {
+			res.OneProcessCPURatio = safeDiv(res.OneProcess.CPUPerReqUs, res.Coordinator.CPUPerReqUs)
 		}
 	}
 	res.Ratio = safeDiv(res.Coordinator.RPS, res.Baseline.RPS)

@@ -66,12 +66,13 @@ func TestQuotaInProcess(t *testing.T) {
 }
 
 // TestLoadLeasePartitionsInProcess runs the load with four lease
-// partitions beside the single coordinator: every partition answers its
-// requests, none an error, and each counts some share of them.
+// partitions beside the single coordinator, and the same four served by
+// one helper: every partition answers its requests, none an error, and
+// each counts some share of them.
 func TestLoadLeasePartitionsInProcess(t *testing.T) {
 	env := &Env{Short: true}
 	o := LoadOptions{ClosedLoop: ClosedLoop{Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Phases: 1, Conns: 2, Clients: 40, Pipeline: 1},
-		Resources: 40, PerRequest: 1, LeasePartitions: 4}
+		Resources: 40, PerRequest: 1, LeasePartitions: 4, PartitionsOneProcess: true}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	r, err := RunLoad(ctx, env, o)
@@ -80,6 +81,9 @@ func TestLoadLeasePartitionsInProcess(t *testing.T) {
 	}
 	if r.Partitioned == nil || r.Partitioned.Requests == 0 || r.Partitioned.Errors != 0 {
 		t.Fatalf("partitioned target: %+v", r.Partitioned)
+	}
+	if r.OneProcess == nil || r.OneProcess.Requests == 0 || r.OneProcess.Errors != 0 {
+		t.Fatalf("partitions in one process: %+v", r.OneProcess)
 	}
 	if len(r.PartitionShares) != 4 || slices.Contains(r.PartitionShares, 0) {
 		t.Errorf("shares of the requests per partition %v, want every partition answering", r.PartitionShares)

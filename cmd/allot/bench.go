@@ -79,6 +79,7 @@ func defineBench(fs *pflag.FlagSet) runFunc {
 	fs.IntVar(&lo.Resources, "resources", 0, "load: distinct resources M (default 8)")
 	fs.IntVar(&lo.PerRequest, "per-request", 0, "load: resources named in one request (default 1)")
 	fs.IntVar(&lo.LeasePartitions, "lease-partitions", 0, "load: also measure a node of this many lease partitions, one coordinator process each, every request sent to the partition owning its resource (compare their summed CPU per request with one coordinator's; needs --per-request 1)")
+	fs.BoolVar(&lo.PartitionsOneProcess, "partitions-one-process", false, "load: with --lease-partitions, also measure the same partitions all served by one process (as allot coordinator --lease-serve all), to tell the partitions' cost from the processes'")
 	fs.IntVar(&lo.PartitionProcs, "partition-gomaxprocs", 0, "load: GOMAXPROCS of each lease partition's process (default: its share of the cores, GOMAXPROCS over --lease-partitions, at least 1; the single coordinator keeps the Go default, all of them)")
 	fs.DurationVar(&lo.Round, "round", 0, "load: coordinator round interval (0 answers at once)")
 	fs.BoolVar(&lo.JSON, "json", false, "load: send the GetCapacity requests in JSON instead of binary protobuf")
