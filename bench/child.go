@@ -42,7 +42,8 @@ const (
 //   - "coordinator" serves allot on --nats with one template for every
 //     resource (FAIR_SHARE, --capacity, --lease, --refresh) and the round
 //     interval --round (0 answers at once), for --node (lease partition
-//     --lease-partition of --lease-partitions);
+//     --lease-partition of --lease-partitions, or all of them with
+//     --all-lease-partitions);
 //   - "echo" is a bare NATS responder on --subject that answers every
 //     request with its own payload and content type: the baseline that the
 //     coordinator's throughput is compared with;
@@ -73,6 +74,7 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 	node := fs.String("node", "", "coordinator: the node served (default root)")
 	leasePart := fs.Int("lease-partition", 0, "coordinator: the lease partition served, of --lease-partitions")
 	leaseParts := fs.Int("lease-partitions", 1, "coordinator: lease partitions of the node")
+	allParts := fs.Bool("all-lease-partitions", false, "coordinator: serve every lease partition of --lease-partitions in this one process, on one connection (as allot coordinator --lease-serve all does), instead of --lease-partition")
 	namespaces := fs.Int("namespaces", 8, "quota: namespaces qb0..qb<n-1>")
 	id := fs.String("id", "bench-replica", "replica: the replica's server id")
 	awaitLead := fs.Bool("await-lead", false, "replica: say ready only once it serves")
@@ -112,14 +114,29 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 		return nil
 	case RoleCoordinator:
 		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		c, err := startCoordinator(ctx, nc, coordOptions{node: *node, round: *round, tmpl: benchTemplate(*capacity, *lease, *refresh),
-			partition: *leasePart, partitions: *leaseParts, intake: leader.Limits{MaxInFlight: *inFlight}}, log)
-		if err != nil {
-			return err
+		served := []int{*leasePart}
+		if *allParts {
+			served = served[:0]
+			for p := range *leaseParts {
+				served = append(served, p)
+			}
+		}
+		var cs []*coordinator.Coordinator
+		defer func() {
+			for _, c := range cs {
+				c.Stop()
+			}
+		}()
+		for _, p := range served {
+			c, err := startCoordinator(ctx, nc, coordOptions{node: *node, round: *round, tmpl: benchTemplate(*capacity, *lease, *refresh),
+				partition: p, partitions: *leaseParts, intake: leader.Limits{MaxInFlight: *inFlight}}, log)
+			if err != nil {
+				return err
+			}
+			cs = append(cs, c)
 		}
 		fmt.Fprintln(stdout, "ready")
 		<-ctx.Done()
-		c.Stop()
 		return nil
 	case RoleFlood:
 		return runFloodChild(ctx, *url, fo, stdout, stderr)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,8 +69,15 @@ type LoadOptions struct {
 	// the partition owning its resource (PerRequest must be 1). Their CPU
 	// is summed.
 	LeasePartitions int `json:"lease_partitions,omitempty"`
-	// PartitionProcs, if set, is the GOMAXPROCS of each partition's
-	// process (the single coordinator keeps the default).
+	// PartitionsOneProcess, with LeasePartitions, adds another target:
+	// the same partitions, of another node, all served by one process (as
+	// `allot coordinator --lease-serve all` does), to tell what the
+	// partitions cost from what the processes do.
+	PartitionsOneProcess bool `json:"partitions_one_process,omitempty"`
+	// PartitionProcs is the GOMAXPROCS of each partition's process; unset,
+	// its share of the cores (this process's GOMAXPROCS over
+	// LeasePartitions, at least 1), as the single coordinator's is all of
+	// them (the Go default).
 	PartitionProcs int `json:"partition_gomaxprocs,omitempty"`
 }
 
@@ -107,7 +115,13 @@ func (o *LoadOptions) fill(short bool) {
 	orDefault(&o.Resources, d.Resources)
 	orDefault(&o.PerRequest, d.PerRequest)
 	o.PerRequest = min(o.PerRequest, o.Resources)
+	if o.LeasePartitions > 1 && o.PartitionProcs <= 0 {
+		o.PartitionProcs = coreShare(runtime.GOMAXPROCS(0), o.LeasePartitions)
+	}
 }
+
+// coreShare is one of n processes' share of cores, at least one.
+func coreShare(cores, n int) int { return max(1, cores/n) }
 
 // LoadTarget is what one responder achieved.
 type LoadTarget struct {
@@ -131,6 +145,11 @@ type LoadTarget struct {
 	// GeneratorCPUSeconds is the CPU of the process running the load
 	// generator and the nats-server (and, in process, the responder).
 	GeneratorCPUSeconds float64 `json:"generator_cpu_seconds"`
+	// Syscalls are the responder's read and write system calls while
+	// measured, Switches its threads' context switches: per request,
+	// they show how well it batches its I/O and wake-ups.
+	Syscalls int64 `json:"syscalls"`
+	Switches int64 `json:"context_switches"`
 }
 
 // LoadResult is the outcome of RunLoad.
@@ -158,6 +177,14 @@ type LoadResult struct {
 	Partitioned       *LoadTarget `json:"partitioned,omitempty"`
 	PartitionCPURatio float64     `json:"partition_cpu_per_request_ratio,omitempty"`
 	PartitionShares   []float64   `json:"partition_shares,omitempty"`
+	// PartitionRequestsPerRound is the requests the partitions counted
+	// over their rounds (warm-ups included), as the single coordinator's
+	// STATS give it.
+	PartitionRequestsPerRound float64 `json:"partition_requests_per_round,omitempty"`
+	// OneProcess is the PartitionsOneProcess target; OneProcessCPURatio
+	// its CPU per request over the single coordinator's.
+	OneProcess         *LoadTarget `json:"one_process_partitions,omitempty"`
+	OneProcessCPURatio float64     `json:"one_process_cpu_per_request_ratio,omitempty"`
 }
 
 // TargetLoadRatio is the throughput the coordinator must reach relative
@@ -194,6 +221,9 @@ func startServerMapped(mappings map[string]string) (*server.Server, func(), erro
 // same closed-loop, pipelined load over TCP loopback.
 func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) {
 	o.fill(env.Short)
+	if env.Child == nil {
+		o.PartitionProcs = 0 // one process: no partition has a GOMAXPROCS of its own
+	}
 	res := &LoadResult{Machine: DescribeMachine(), Options: o, InFlight: o.Clients * o.Pipeline, TargetRatio: TargetLoadRatio}
 	srv, shutdown, err := startServer()
 	if err != nil {
@@ -230,6 +260,15 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 		defer func() { _ = parts.stop() }()
 		res.Partitioned = &LoadTarget{Name: fmt.Sprintf("coordinator, %d lease partitions", o.LeasePartitions)}
 		targets, helpers = append(targets, res.Partitioned), append(helpers, parts)
+		if o.PartitionsOneProcess {
+			one, err := env.startOneProcessParts(ctx, url, o)
+			if err != nil {
+				return nil, err
+			}
+			defer func() { _ = one.stop() }()
+			res.OneProcess = &LoadTarget{Name: fmt.Sprintf("coordinator, %d lease partitions in one process", o.LeasePartitions)}
+			targets, helpers = append(targets, res.OneProcess), append(helpers, one)
+		}
 	}
 
 	getSubj := coordinator.Subject(coordinator.DefaultNode, "capacity.get")
@@ -246,6 +285,9 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 		if n := o.LeasePartitions; n > 1 {
 			p := subjects.LeasePartition(req.Resource[0].GetResourceId(), n)
 			subjs = append(subjs, subjects.LeaseSubject(partsNode, "capacity.get", p, n))
+			if o.PartitionsOneProcess {
+				subjs = append(subjs, subjects.LeaseSubject(onePartsNode, "capacity.get", p, n))
+			}
 		}
 		return data, subjs, err
 	})
@@ -261,7 +303,10 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 	if res.Partitioned != nil {
 		res.PartitionCPURatio = safeDiv(res.Partitioned.CPUPerReqUs, res.Coordinator.CPUPerReqUs)
 		if all, err := fetchAllStats(g.conns[0], time.Second); err == nil {
-			res.PartitionShares = leaseShares(all, o.LeasePartitions)
+			res.PartitionShares, res.PartitionRequestsPerRound = leaseShares(all, partsNode, o.LeasePartitions)
+		}
+		if res.OneProcess != nil {
+			res.OneProcessCPURatio = safeDiv(res.OneProcess.CPUPerReqUs, res.Coordinator.CPUPerReqUs)
 		}
 	}
 	res.Ratio = safeDiv(res.Coordinator.RPS, res.Baseline.RPS)
@@ -320,6 +365,8 @@ func addPhase(t *LoadTarget, ph *phaseResult) {
 	t.Seconds += ph.seconds
 	t.CPUSeconds += ph.cpu.Seconds()
 	t.GeneratorCPUSeconds += ph.selfCPU.Seconds()
+	t.Syscalls += ph.syscalls
+	t.Switches += ph.switches
 	t.RSSMiB = float64(ph.end.rssKiB) / 1024
 	t.PeakRSSMiB = max(t.PeakRSSMiB, float64(ph.end.hwmKiB)/1024)
 }
@@ -483,6 +530,8 @@ type phaseResult struct {
 	requests, errors int64
 	seconds          float64
 	cpu, selfCPU     time.Duration
+	syscalls         int64
+	switches         int64
 	end              procSample
 	hist             *hdrhistogram.Histogram
 	statuses         map[string]int64 // sampled decisions, when decoding
@@ -554,6 +603,7 @@ wait:
 	}
 	selfAfter, _ := readProc("self")
 	r.cpu, r.end = after.cpu-before.cpu, after
+	r.syscalls, r.switches = after.syscalls-before.syscalls, after.switches-before.switches
 	r.selfCPU = selfAfter.cpu - selfBefore.cpu
 	for _, l := range g.lanes {
 		l.mu.Lock()

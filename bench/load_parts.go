@@ -13,8 +13,20 @@ import (
 )
 
 // partsNode is the node the load benchmark's lease partitions serve,
-// beside the single coordinator's root.
-const partsNode = "parts"
+// beside the single coordinator's root; onePartsNode is the node of the
+// partitions all served by one process (LoadOptions.PartitionsOneProcess).
+const (
+	partsNode    = "parts"
+	onePartsNode = "parts1"
+)
+
+// startOneProcessParts starts one coordinator helper serving every lease
+// partition of onePartsNode, each process's GOMAXPROCS the Go default as
+// the single coordinator's.
+func (e *Env) startOneProcessParts(ctx context.Context, url string, o LoadOptions) (*helper, error) {
+	return e.startHelper(ctx, RoleCoordinator, url, append([]string{"--round", o.Round.String(), "--node", onePartsNode,
+		"--all-lease-partitions", "--lease-partitions", fmt.Sprint(o.LeasePartitions)}, o.intakeArgs()...))
+}
 
 // startLeaseParts starts one coordinator helper per lease partition of
 // partsNode. The helper returned stands for all: its pid lists theirs
@@ -30,9 +42,10 @@ func (e *Env) startLeaseParts(ctx context.Context, url string, o LoadOptions) (*
 		}
 		return first
 	}
-	// Each process sized to its share of the cores, as a deployment of N
-	// partitions on one host would be: N processes of GOMAXPROCS = all
-	// cores contend for them and wake each other's idle threads.
+	// Each process sized to its share of the cores (LoadOptions.fill), as
+	// a deployment of N partitions on one host would be: N processes of
+	// GOMAXPROCS = all cores contend for them and wake each other's idle
+	// threads.
 	var environ []string
 	if o.PartitionProcs > 0 {
 		environ = []string{fmt.Sprintf("GOMAXPROCS=%d", o.PartitionProcs)}
@@ -82,22 +95,23 @@ func fetchAllStats(nc *nats.Conn, wait time.Duration) ([]coordinator.Stats, erro
 	}
 }
 
-// leaseShares returns each lease partition's share of the requests its
-// coordinator counted (stats of every coordinator, as fetchAllStats
-// returns them).
-func leaseShares(stats []coordinator.Stats, n int) []float64 {
+// leaseShares returns each lease partition of node's share of the
+// requests its coordinator counted (stats of every coordinator, as
+// fetchAllStats returns them) and the partitions' requests per round.
+func leaseShares(stats []coordinator.Stats, node string, n int) (shares []float64, perRound float64) {
 	reqs := make([]float64, n)
-	var total float64
+	var total, rounds float64
 	for _, s := range stats {
-		if s.Node == partsNode && s.Partition >= 0 && s.Partition < n {
+		if s.Node == node && s.Partition >= 0 && s.Partition < n {
 			reqs[s.Partition] = float64(s.Requests)
 			total += float64(s.Requests)
+			rounds += float64(s.Rounds)
 		}
 	}
 	for p := range reqs {
 		reqs[p] = safeDiv(reqs[p], total)
 	}
-	return reqs
+	return reqs, safeDiv(total, rounds)
 }
 
 // partsInFlight is the intake bound of every coordinator of a load run

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -65,12 +66,13 @@ func TestQuotaInProcess(t *testing.T) {
 }
 
 // TestLoadLeasePartitionsInProcess runs the load with four lease
-// partitions beside the single coordinator: every partition answers its
-// requests, none an error, and each counts some share of them.
+// partitions beside the single coordinator, and the same four served by
+// one helper: every partition answers its requests, none an error, and
+// each counts some share of them.
 func TestLoadLeasePartitionsInProcess(t *testing.T) {
 	env := &Env{Short: true}
 	o := LoadOptions{ClosedLoop: ClosedLoop{Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Phases: 1, Conns: 2, Clients: 40, Pipeline: 1},
-		Resources: 40, PerRequest: 1, LeasePartitions: 4}
+		Resources: 40, PerRequest: 1, LeasePartitions: 4, PartitionsOneProcess: true}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	r, err := RunLoad(ctx, env, o)
@@ -80,8 +82,39 @@ func TestLoadLeasePartitionsInProcess(t *testing.T) {
 	if r.Partitioned == nil || r.Partitioned.Requests == 0 || r.Partitioned.Errors != 0 {
 		t.Fatalf("partitioned target: %+v", r.Partitioned)
 	}
+	if r.OneProcess == nil || r.OneProcess.Requests == 0 || r.OneProcess.Errors != 0 {
+		t.Fatalf("partitions in one process: %+v", r.OneProcess)
+	}
 	if len(r.PartitionShares) != 4 || slices.Contains(r.PartitionShares, 0) {
 		t.Errorf("shares of the requests per partition %v, want every partition answering", r.PartitionShares)
 	}
 	t.Log("\n" + r.Markdown())
+}
+
+// TestPartitionProcsDefault checks the lease partitions' GOMAXPROCS: by
+// default each process's share of the cores, at least one; a value
+// given is kept.
+func TestPartitionProcsDefault(t *testing.T) {
+	for _, tc := range []struct{ cores, n, want int }{
+		{2, 4, 1}, {8, 4, 2}, {16, 3, 5}, {1, 2, 1},
+	} {
+		if got := coreShare(tc.cores, tc.n); got != tc.want {
+			t.Errorf("share of %d cores among %d processes: %d, want %d", tc.cores, tc.n, got, tc.want)
+		}
+	}
+	o := LoadOptions{LeasePartitions: 4}
+	o.fill(true)
+	if want := coreShare(runtime.GOMAXPROCS(0), 4); o.PartitionProcs != want {
+		t.Errorf("default GOMAXPROCS of 4 partitions: %d, want %d", o.PartitionProcs, want)
+	}
+	o = LoadOptions{LeasePartitions: 4, PartitionProcs: 3}
+	o.fill(true)
+	if o.PartitionProcs != 3 {
+		t.Errorf("GOMAXPROCS given as 3 became %d", o.PartitionProcs)
+	}
+	o = LoadOptions{}
+	o.fill(true)
+	if o.PartitionProcs != 0 {
+		t.Errorf("without partitions, GOMAXPROCS of partitions %d, want 0", o.PartitionProcs)
+	}
 }

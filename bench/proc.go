@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,11 @@ type procSample struct {
 	cpu    time.Duration // user + system, all threads
 	rssKiB int64
 	hwmKiB int64
+	// syscalls counts its read and write system calls (syscr+syscw of
+	// /proc/<pid>/io, all threads), switches its threads' context
+	// switches (voluntary and not, of the threads alive now): where a
+	// process's CPU goes beside its own code.
+	syscalls, switches int64
 }
 
 // readProc samples /proc/<pid> ("self" for this process); pids
@@ -31,6 +37,7 @@ func readProc(pid string) (procSample, error) {
 				return sum, err
 			}
 			sum.cpu, sum.rssKiB, sum.hwmKiB = sum.cpu+s.cpu, sum.rssKiB+s.rssKiB, sum.hwmKiB+s.hwmKiB
+			sum.syscalls, sum.switches = sum.syscalls+s.syscalls, sum.switches+s.switches
 		}
 		return sum, nil
 	}
@@ -71,7 +78,46 @@ func readProc(pid string) (procSample, error) {
 			s.hwmKiB = parseKiB(v)
 		}
 	}
+	s.syscalls, s.switches = readIO(pid), readSwitches(pid)
 	return s, nil
+}
+
+// readIO returns the read and write system calls /proc/<pid>/io counts
+// for all its threads.
+func readIO(pid string) int64 {
+	return sumFields("/proc/"+pid+"/io", "syscr", "syscw")
+}
+
+// readSwitches sums the context switches of pid's threads.
+func readSwitches(pid string) int64 {
+	tasks, err := os.ReadDir("/proc/" + pid + "/task")
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, t := range tasks {
+		n += sumFields("/proc/"+pid+"/task/"+t.Name()+"/status", "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")
+	}
+	return n
+}
+
+// sumFields sums the integer fields named keys of a "key: value" file
+// of /proc. A file that cannot be read counts 0 (a thread that ended):
+// these counts are diagnostics.
+func sumFields(path string, keys ...string) int64 {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, line := range strings.Split(string(data), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && slices.Contains(keys, k) {
+			c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			n += c
+		}
+	}
+	return n
 }
 
 func parseKiB(v string) int64 {
