@@ -17,8 +17,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
-	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -113,7 +113,7 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 	case RoleCoordinator:
 		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		c, err := startCoordinator(ctx, nc, coordOptions{node: *node, round: *round, tmpl: benchTemplate(*capacity, *lease, *refresh),
-			partition: *leasePart, partitions: *leaseParts, intake: leader.Limits{MaxInFlight: *inFlight}}, log)
+			partition: *leasePart, partitions: *leaseParts, intake: intake.Limits{MaxInFlight: *inFlight}}, log)
 		if err != nil {
 			return err
 		}
@@ -127,7 +127,7 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		tmpls := coordinator.StaticTemplates(config.NewSet(1, nil, benchTemplate(*capacity, *lease, *refresh)))
 		r, err := startReplica(ctx, *url, coordinator.Options{ServerID: *id, Templates: tmpls, RoundInterval: *round,
-			Intake: leader.Limits{MaxInFlight: *inFlight}, Logger: log}, nats.MaxReconnects(-1))
+			Intake: intake.Limits{MaxInFlight: *inFlight}, Logger: log}, nats.MaxReconnects(-1))
 		if err != nil {
 			return err
 		}
@@ -211,7 +211,7 @@ type coordOptions struct {
 	// partition of partitions: the lease partition served (0 of 1: the
 	// node's plain subjects).
 	partition, partitions int
-	intake                leader.Limits
+	intake                intake.Limits
 }
 
 // startCoordinator starts a coordinator with o's template on nc.

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/ledger"
@@ -216,10 +217,10 @@ type Options struct {
 	// connection.
 	Beside *nats.Conn
 	// Intake bounds the requests taken up and not yet answered, and the
-	// rate of each tenant's (leader.Limits; the zero value has the
+	// rate of each tenant's (the zero value has the
 	// defaults, and no tenant rate): past them a request gets 503 or
 	// 429 at once, with a retry_after. See subjects.md, "Overload".
-	Intake leader.Limits
+	Intake intake.Limits
 	// Logger receives the coordinator's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock; tests may replace it. Default time.Now.
@@ -490,7 +491,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		Node: node, ServerID: c.opts.ServerID, Term: c.Term(), Stats: c.statsData, Gate: c.gate, Logger: c.log,
 		Partition: c.opts.Partition, Partitions: c.partitionsMeta(),
 		Endpoints: c.endpoints(),
-		Limits:    c.opts.Intake,
+		Limits:    leader.Limits(c.opts.Intake),
 		Beside:    c.opts.Beside,
 		Classify:  c.known.classify,
 		ErrorBody: func(h nats.Header, code int, text string, retry time.Duration) []byte {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/election"
@@ -151,7 +152,7 @@ func TestHoldersRefreshThroughAFlood(t *testing.T) {
 	e := &env{t: t, nc: natstest.Conn(t, s), srv: s, c: coordtest.Start(t, slow, coordinator.Options{
 		RoundInterval: 5 * time.Millisecond,
 		Templates:     coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("*", 100, allotpb.Algorithm_FAIR_SHARE)}, nil)),
-		Intake:        leader.Limits{MaxInFlight: 64},
+		Intake:        intake.Limits{MaxInFlight: 64},
 		Beside:        natstest.Conn(t, s),
 	})}
 	const holders = 4
@@ -221,7 +222,7 @@ func TestHoldersRefreshThroughAFlood(t *testing.T) {
 // another tenant's newcomers are served. Every flood request is answered.
 func TestTenantFloodLeavesOthersServed(t *testing.T) {
 	e := startTenantsLimited(t, map[string][]string{"TENANT_A": {"a"}, "TENANT_B": {"b"}},
-		leader.Limits{MaxInFlight: 64, TenantRate: 100, TenantBurst: 100}, tmpl("*", 100, allotpb.Algorithm_FAIR_SHARE))
+		intake.Limits{MaxInFlight: 64, TenantRate: 100, TenantBurst: 100}, tmpl("*", 100, allotpb.Algorithm_FAIR_SHARE))
 	const n = 5000
 	a := e.as("a")
 	var rs faults.Replies

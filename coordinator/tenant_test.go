@@ -15,9 +15,9 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
-	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/proto/allotpb"
@@ -33,10 +33,10 @@ type tenantEnv struct {
 func startTenants(t *testing.T, tenants map[string][]string, tmpls ...*config.Template) *tenantEnv {
 	// The sybil tests send 1,001 requests at once: none may be refused
 	// for overload.
-	return startTenantsLimited(t, tenants, leader.Limits{MaxInFlight: 4096}, tmpls...)
+	return startTenantsLimited(t, tenants, intake.Limits{MaxInFlight: 4096}, tmpls...)
 }
 
-func startTenantsLimited(t *testing.T, tenants map[string][]string, lim leader.Limits, tmpls ...*config.Template) *tenantEnv {
+func startTenantsLimited(t *testing.T, tenants map[string][]string, lim intake.Limits, tmpls ...*config.Template) *tenantEnv {
 	t.Helper()
 	s := natstest.TenantServer(t, tenants)
 	nc := natstest.Conn(t, s, nats.UserInfo("allot", "allot"))

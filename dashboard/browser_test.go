@@ -21,12 +21,12 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/dashboard"
 	"github.com/allot/allot/domainserver"
+	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
-	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/proto/allotpb"
@@ -65,7 +65,7 @@ func startStack(t *testing.T, ctx context.Context, interval, history time.Durati
 	// TestTenThousandClaimants sends 10,000 requests at once: none may be
 	// refused for overload.
 	c := coordtest.Start(t, nc, coordinator.Options{Templates: coordinator.WatchedTemplates(w), RoundInterval: 5 * time.Millisecond,
-		Intake: leader.Limits{MaxInFlight: 16384}})
+		Intake: intake.Limits{MaxInFlight: 16384}})
 	url, stop := serveDashboard(t, dashboard.Options{Source: c, Conn: nc, Interval: interval, History: history})
 	return &stack{nc: nc, kv: kv, c: c, url: url, stopRun: stop}
 }

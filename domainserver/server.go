@@ -30,6 +30,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/domainlimit"
@@ -155,9 +156,9 @@ type Options struct {
 	Valid func() bool
 	// Logger receives the server's logs. Default slog.Default().
 	// Intake bounds the requests taken up and not yet answered, and each
-	// tenant's request rate (leader.Limits; the zero value has the
+	// tenant's request rate (the zero value has the
 	// defaults and no tenant rate). See subjects.md, "Overload".
-	Intake leader.Limits
+	Intake intake.Limits
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -315,7 +316,7 @@ func (s *Server) Start(ctx context.Context) error {
 		Stats: func() any { return s.Stats() }, Gate: s.gate, Logger: s.log,
 		Endpoints: []leader.Endpoint{{Name: "domain", Subject: subject, Handle: s.handle},
 			{Name: "domain-tenants", Subject: tenants, Handle: s.handle, Tenant: tenantOf}},
-		Limits: s.opts.Intake,
+		Limits: leader.Limits(s.opts.Intake),
 		ErrorBody: func(_ nats.Header, code int, text string, retry time.Duration) []byte {
 			b, _ := json.Marshal(domainwire.ErrorReply{Code: code, Error: text, RetryAfterMillis: retry.Milliseconds()})
 			return b

@@ -27,6 +27,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/leader"
@@ -85,9 +86,9 @@ type Options struct {
 	Shadow bool
 	// Logger receives the server's logs. Default slog.Default().
 	// Intake bounds the requests taken up and not yet answered, and each
-	// tenant's request rate (leader.Limits; the zero value has the
+	// tenant's request rate (the zero value has the
 	// defaults and no tenant rate). See subjects.md, "Overload".
-	Intake leader.Limits
+	Intake intake.Limits
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -268,7 +269,7 @@ func (s *Server) Start(ctx context.Context) error {
 		Node:        node, ServerID: s.opts.ServerID, Term: s.opts.Term, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
 		Stats: func() any { return s.Stats() }, Endpoints: eps, Gate: s.gate,
 		TickEvery: s.opts.SweepInterval, Tick: s.sweep, Logger: s.log,
-		Limits: s.opts.Intake,
+		Limits: leader.Limits(s.opts.Intake),
 		ErrorBody: func(h nats.Header, code int, text string, retry time.Duration) []byte {
 			return reply.RefusalBody(wire.EncodingOf(h), code, text, retry)
 		},

@@ -18,6 +18,7 @@ import (
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/domainserver"
+	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/election"
@@ -47,7 +48,7 @@ type coordFlags struct {
 	isolation    isolationFlags
 	// intake bounds every service's intake: --max-in-flight,
 	// --tenant-rate, --tenant-burst.
-	intake leader.Limits
+	intake intake.Limits
 	// quotaParts is how many partitions share the quota namespaces;
 	// quotaServe which of them this process serves.
 	quotaParts int
@@ -227,7 +228,7 @@ func (f *coordFlags) warnShortTTL(log *slog.Logger) {
 // validate checks the tree flags, the node's limits and
 // --metrics-max-resources.
 func (f *coordFlags) validate() error {
-	if err := f.intake.Validate(); err != nil {
+	if err := leader.Limits(f.intake).Validate(); err != nil {
 		return fmt.Errorf("--max-in-flight, --tenant-rate, --tenant-burst: %w", err)
 	}
 	if f.metricsMax < 1 || f.metricsMax > coordinator.MaxObservedResources {
