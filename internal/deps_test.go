@@ -62,7 +62,7 @@ var layerRules = []struct {
 	},
 	{
 		pkgs: []string{"dashboard", "metrics"},
-		forbid: []string{module + "coordinator", module + "quotaserver", module + "domainserver", module + "envoyserver",
+		forbid: []string{module + "coordinator", module + "quotaserver", module + "domainserver", module + "internal/envoyserver",
 			module + "internal/ledger", module + "internal/election"},
 		why: "operators' views read the status package, not the servers or their cores: take the type from status (the servers fill it)",
 	},

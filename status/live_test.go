@@ -10,8 +10,8 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/domainserver"
-	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/domainlimit"
+	"github.com/allot/allot/internal/envoyserver"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/opstatus"
 	"github.com/allot/allot/internal/poll"

@@ -14,7 +14,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
-	"github.com/allot/allot/rls"
+	"github.com/allot/allot/internal/rls"
 )
 
 // TestSidecarReplaysReference replays the reference's recorded scenarios

@@ -25,8 +25,8 @@ import (
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/rlqs"
-	"github.com/allot/allot/rlqsserver"
-	"github.com/allot/allot/rls"
+	"github.com/allot/allot/internal/rlqsserver"
+	"github.com/allot/allot/internal/rls"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
