@@ -19,6 +19,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -125,7 +126,7 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 		return runFloodChild(ctx, *url, fo, stdout, stderr)
 	case RoleReplica:
 		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		tmpls := coordinator.StaticTemplates(config.NewSet(1, nil, benchTemplate(*capacity, *lease, *refresh)))
+		tmpls := sources.StaticTemplates(config.NewSet(1, nil, benchTemplate(*capacity, *lease, *refresh)))
 		r, err := startReplica(ctx, *url, coordinator.Options{ServerID: *id, Templates: tmpls, RoundInterval: *round,
 			Intake: intake.Limits{MaxInFlight: *inFlight}, Logger: log}, nats.MaxReconnects(-1))
 		if err != nil {
@@ -222,7 +223,7 @@ func startCoordinator(ctx context.Context, nc *nats.Conn, o coordOptions, log *s
 	}
 	src := o.tmpls
 	if src == nil {
-		src = coordinator.StaticTemplates(config.NewSet(1, nil, o.tmpl))
+		src = sources.StaticTemplates(config.NewSet(1, nil, o.tmpl))
 	}
 	c, err := coordinator.New(nc, coordinator.Options{
 		Node: o.node, Parent: o.parent, ServerID: o.id, RoundInterval: round, Templates: src, StateBucket: o.bucket, Logger: log,

@@ -25,6 +25,7 @@ import (
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -73,7 +74,7 @@ func TestLeaderKeepsTermUnderFlood(t *testing.T) {
 	t.Cleanup(nc.Close)
 	var lapsed atomic.Bool
 	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{
-		Options: coordinator.Options{ServerID: "a", Templates: coordinator.StaticTemplates(config.NewSet(1, nil, config.DefaultTemplate()))},
+		Options: coordinator.Options{ServerID: "a", Templates: sources.StaticTemplates(config.NewSet(1, nil, config.DefaultTemplate()))},
 		OnServing: func(_ uint64, serving bool) {
 			if !serving {
 				lapsed.Store(true)
@@ -151,7 +152,7 @@ func TestHoldersRefreshThroughAFlood(t *testing.T) {
 	t.Cleanup(slow.Close)
 	e := &env{t: t, nc: natstest.Conn(t, s), srv: s, c: coordtest.Start(t, slow, coordinator.Options{
 		RoundInterval: 5 * time.Millisecond,
-		Templates:     coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("*", 100, allotpb.Algorithm_FAIR_SHARE)}, nil)),
+		Templates:     sources.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("*", 100, allotpb.Algorithm_FAIR_SHARE)}, nil)),
 		Intake:        intake.Limits{MaxInFlight: 64},
 		Beside:        natstest.Conn(t, s),
 	})}

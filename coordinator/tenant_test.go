@@ -20,6 +20,7 @@ import (
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -42,7 +43,7 @@ func startTenantsLimited(t *testing.T, tenants map[string][]string, lim intake.L
 	nc := natstest.Conn(t, s, nats.UserInfo("allot", "allot"))
 	c := coordtest.Start(t, nc, coordinator.Options{
 		RoundInterval: 5 * time.Millisecond,
-		Templates:     coordinator.StaticTemplates(config.NewSet(1, tmpls, nil)),
+		Templates:     sources.StaticTemplates(config.NewSet(1, tmpls, nil)),
 		Intake:        lim,
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -173,7 +174,7 @@ func TestTenantReportsBoundInLearning(t *testing.T) {
 	nc := natstest.Conn(t, s, nats.UserInfo("allot", "allot"))
 	tm := tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)
 	tm.LearningModeDuration = 10 * time.Second
-	opts := coordinator.Options{Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil)),
+	opts := coordinator.Options{Templates: sources.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil)),
 		RoundInterval: coordinator.NoRoundInterval, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	first := coordtest.Start(t, nc, opts)
 	victim, thief := natstest.Conn(t, s, nats.UserInfo("a1", "a1")), natstest.Conn(t, s, nats.UserInfo("a2", "a2"))

@@ -23,6 +23,7 @@ import (
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/leader"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/metrics"
 	"github.com/allot/allot/quotaserver"
@@ -377,7 +378,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	}
 	defer w.Stop()
 	opts := cf.options(log)
-	opts.Templates = coordinator.WatchedTemplates(w)
+	opts.Templates = sources.WatchedTemplates(w)
 	if cf.shadow {
 		log.Info("shadow mode: leases are allocated and reported but agents admit what they want, and quota takes are answered OK; both count what would have been refused")
 	}
@@ -405,8 +406,8 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	if err != nil {
 		return err
 	}
-	quotaConfig := quotaserver.WatchedConfig(w)
-	domainConfig := domainserver.WatchedConfig(w)
+	quotaConfig := sources.WatchedQuota(w)
+	domainConfig := sources.WatchedDomains(w)
 	var envoy envoyPartitions
 	for _, p := range parts {
 		qr, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
