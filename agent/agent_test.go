@@ -24,6 +24,7 @@ import (
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -45,7 +46,7 @@ func startCoordinator(t *testing.T, nc *nats.Conn, tmpls ...*config.Template) *c
 	return coordtest.Start(t, nc, coordinator.Options{
 		Node:          "root",
 		RoundInterval: 10 * time.Millisecond,
-		Templates:     coordinator.StaticTemplates(config.NewSet(1, tmpls, nil)),
+		Templates:     sources.StaticTemplates(config.NewSet(1, tmpls, nil)),
 		Logger:        quiet,
 	})
 }

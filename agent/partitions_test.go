@@ -10,6 +10,7 @@ import (
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/subjects"
 )
 
@@ -26,7 +27,7 @@ func TestLeasePartitions(t *testing.T) {
 	coords := make([]*coordinator.Coordinator, n)
 	for p := range n {
 		coords[p] = coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{Node: "root", Partition: p, Partitions: n,
-			RoundInterval: 10 * time.Millisecond, Templates: coordinator.StaticTemplates(set), Logger: quiet})
+			RoundInterval: 10 * time.Millisecond, Templates: sources.StaticTemplates(set), Logger: quiet})
 	}
 	watch := natstest.Conn(t, s)
 	direct, err := watch.SubscribeSync("allot.root.capacity.p.*.*")
@@ -97,7 +98,7 @@ func TestLeasePartitionsDropped(t *testing.T) {
 	var coords []*coordinator.Coordinator
 	for p := range 2 {
 		coords = append(coords, coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{Node: "root", Partition: p, Partitions: 2,
-			Templates: coordinator.StaticTemplates(set), ClockSkew: coordinator.NoClockSkew, Logger: quiet}))
+			Templates: sources.StaticTemplates(set), ClockSkew: coordinator.NoClockSkew, Logger: quiet}))
 	}
 	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"))
 	var lims []*RateLimiter
@@ -129,7 +130,7 @@ func TestLeasePartitionsDropped(t *testing.T) {
 		c.Stop()
 	}
 	restarted := time.Now()
-	coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{Node: "root", Templates: coordinator.StaticTemplates(set),
+	coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{Node: "root", Templates: sources.StaticTemplates(set),
 		ClockSkew: coordinator.NoClockSkew, Logger: quiet})
 	poll.Until(t, 20*time.Second, "every resource leased again from one coordinator", leasedAfter(restarted))
 	a.mu.Lock()

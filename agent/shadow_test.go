@@ -11,6 +11,7 @@ import (
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 )
 
 // checkShadowRate drives a rate limiter granted 10/s that wants 1e6/s:
@@ -119,7 +120,7 @@ func TestShadowGlobal(t *testing.T) {
 	s := natstest.Server(t)
 	coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{
 		Node: "root", RoundInterval: 10 * time.Millisecond, Shadow: true, Logger: quiet,
-		Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{testTemplate("api", 10), testTemplate("conns", 2)}, nil)),
+		Templates: sources.StaticTemplates(config.NewSet(1, []*config.Template{testTemplate("api", 10), testTemplate("conns", 2)}, nil)),
 	})
 	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"))
 	checkShadowRate(t, a, "api", true)
@@ -138,7 +139,7 @@ func TestShadowEnds(t *testing.T) {
 	watched.Shadow = true
 	src := &swappableTemplates{}
 	src.p.Store(config.NewSet(1, []*config.Template{watched}, nil))
-	coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{Node: "root", RoundInterval: 10 * time.Millisecond, Templates: coordinator.TemplatesFunc(src.p.Load), Logger: quiet})
+	coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{Node: "root", RoundInterval: 10 * time.Millisecond, Templates: sources.TemplatesFunc(src.p.Load), Logger: quiet})
 	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"))
 	checkShadowRate(t, a, "api", true)
 	lim, _ := a.Rate("api")

@@ -14,6 +14,7 @@ import (
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/sources"
 )
 
 // CharonOptions configure the domain-limits benchmark (`allot bench
@@ -85,7 +86,7 @@ func serveDomain(ctx context.Context, url string, log *slog.Logger) (stop func()
 		return nil, fmt.Errorf("bench: domain server: connect: %w", err)
 	}
 	cfg := charonBenchConfig()
-	s, err := domainserver.New(nc, domainserver.Options{Config: domainserver.ConfigFunc(func() map[string]*domainlimit.Namespace { return cfg }),
+	s, err := domainserver.New(nc, domainserver.Options{Config: sources.DomainsFunc(func() map[string]*domainlimit.Namespace { return cfg }),
 		HoldTTL: charonBenchHoldTTL, Logger: log})
 	if err == nil {
 		err = s.Start(ctx)

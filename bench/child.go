@@ -17,8 +17,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
-	"github.com/allot/allot/internal/leader"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -129,7 +130,7 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 		}()
 		for _, p := range served {
 			c, err := startCoordinator(ctx, nc, coordOptions{node: *node, round: *round, tmpl: benchTemplate(*capacity, *lease, *refresh),
-				partition: p, partitions: *leaseParts, intake: leader.Limits{MaxInFlight: *inFlight}}, log)
+				partition: p, partitions: *leaseParts, intake: intake.Limits{MaxInFlight: *inFlight}}, log)
 			if err != nil {
 				return err
 			}
@@ -142,9 +143,9 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 		return runFloodChild(ctx, *url, fo, stdout, stderr)
 	case RoleReplica:
 		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		tmpls := coordinator.StaticTemplates(config.NewSet(1, nil, benchTemplate(*capacity, *lease, *refresh)))
+		tmpls := sources.StaticTemplates(config.NewSet(1, nil, benchTemplate(*capacity, *lease, *refresh)))
 		r, err := startReplica(ctx, *url, coordinator.Options{ServerID: *id, Templates: tmpls, RoundInterval: *round,
-			Intake: leader.Limits{MaxInFlight: *inFlight}, Logger: log}, nats.MaxReconnects(-1))
+			Intake: intake.Limits{MaxInFlight: *inFlight}, Logger: log}, nats.MaxReconnects(-1))
 		if err != nil {
 			return err
 		}
@@ -228,7 +229,7 @@ type coordOptions struct {
 	// partition of partitions: the lease partition served (0 of 1: the
 	// node's plain subjects).
 	partition, partitions int
-	intake                leader.Limits
+	intake                intake.Limits
 }
 
 // startCoordinator starts a coordinator with o's template on nc.
@@ -239,7 +240,7 @@ func startCoordinator(ctx context.Context, nc *nats.Conn, o coordOptions, log *s
 	}
 	src := o.tmpls
 	if src == nil {
-		src = coordinator.StaticTemplates(config.NewSet(1, nil, o.tmpl))
+		src = sources.StaticTemplates(config.NewSet(1, nil, o.tmpl))
 	}
 	c, err := coordinator.New(nc, coordinator.Options{
 		Node: o.node, Parent: o.parent, ServerID: o.id, RoundInterval: round, Templates: src, StateBucket: o.bucket, Logger: log,

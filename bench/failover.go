@@ -23,6 +23,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -534,7 +535,7 @@ func failoverParentRestart(ctx context.Context, env *Env, o FailoverOptions) (*F
 		return nil, err
 	}
 	capacity := 2 * float64(o.Claimants)
-	tmpls := coordinator.StaticTemplates(config.NewSet(1, nil, benchTemplate(capacity, o.Lease, o.Refresh)))
+	tmpls := sources.StaticTemplates(config.NewSet(1, nil, benchTemplate(capacity, o.Lease, o.Refresh)))
 	reconnect := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
 	root, err := startReplica(ctx, parent.srv.ClientURL(), coordinator.Options{ServerID: "root-1", Templates: tmpls, Logger: log}, reconnect...)
 	if err != nil {

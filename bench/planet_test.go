@@ -17,8 +17,8 @@ func TestPlanetShortWritesResults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.OverGrants != 0 || r.MaxInForce > 1+1e-9 {
-		t.Fatalf("over-grant: %d samples, max %.6f", r.OverGrants, r.MaxInForce)
+	if r.res.OverGrants != 0 || r.res.MaxInForce > 1+1e-9 {
+		t.Fatalf("over-grant: %d samples, max %.6f", r.res.OverGrants, r.res.MaxInForce)
 	}
 	var back PlanetResult
 	data, err := os.ReadFile(filepath.Join(dir, "planet.json"))
@@ -28,7 +28,7 @@ func TestPlanetShortWritesResults(t *testing.T) {
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}
-	if back.Result == nil || back.ClientsTotal != 2000 || len(back.Events) != 2 {
+	if back.res == nil || back.res.ClientsTotal != 2000 || len(back.res.Events) != 2 || back.Machine != r.Machine {
 		t.Fatalf("planet.json does not hold the run: %s", data[:min(len(data), 300)])
 	}
 	md, err := os.ReadFile(filepath.Join(dir, "planet.md"))

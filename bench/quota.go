@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 	"github.com/allot/allot/quotaserver"
@@ -137,7 +138,7 @@ func serveQuota(ctx context.Context, url string, partitions, namespaces int, log
 		stops = append(stops, nc.Close)
 		s, err := quotaserver.New(nc, quotaserver.Options{
 			Node: quotaBenchNode, Partition: p, Partitions: partitions,
-			Config: quotaserver.ConfigFunc(func() *quota.Config { return cfg }), Logger: log,
+			Config: sources.QuotaFunc(func() *quota.Config { return cfg }), Logger: log,
 		})
 		if err == nil {
 			err = s.Start(ctx)

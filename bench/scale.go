@@ -18,6 +18,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/alloc"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -232,7 +233,7 @@ func coordScale(ctx context.Context, env *Env, url string, n int, refresh bool) 
 	tmpl.Glob = "scale"
 	c, err := startCoordinator(ctx, nc, coordOptions{
 		node: node, round: coordinator.DefaultRoundInterval, bucket: "bench_" + node,
-		tmpls: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl}, nil)),
+		tmpls: sources.StaticTemplates(config.NewSet(1, []*config.Template{tmpl}, nil)),
 	}, env.logger())
 	if err != nil {
 		return nil, err

@@ -19,6 +19,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/alloc"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -277,7 +278,7 @@ func Simulate(ctx context.Context, env *Env, sc SimScenario) (*SimOutcome, error
 	url := srv.ClientURL()
 	log := env.logger()
 	tmpl := benchTemplate(simCapacity, simLease, simRefresh)
-	tmpls := coordinator.StaticTemplates(config.NewSet(1, nil, tmpl))
+	tmpls := sources.StaticTemplates(config.NewSet(1, nil, tmpl))
 	startCoord := func(id string) (*coordinator.Coordinator, *nats.Conn, error) {
 		nc, err := nats.Connect(url, nats.Name("allot sim coordinator "+id))
 		if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/netcut"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -366,7 +367,7 @@ func (m *treeMonitor) has(who string, now int64) float64 {
 // treeTemplates is the resource's template at every level; only the
 // root's capacity counts, the others lease theirs from their parent.
 func treeTemplates() coordinator.TemplateSource {
-	return coordinator.StaticTemplates(config.NewSet(1, nil, benchTemplate(treeCapacity, treeLease, treeRefresh)))
+	return sources.StaticTemplates(config.NewSet(1, nil, benchTemplate(treeCapacity, treeLease, treeRefresh)))
 }
 
 // startLevel starts one level's nats-server (JetStream domain = node),

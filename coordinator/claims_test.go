@@ -10,6 +10,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -31,7 +32,7 @@ func TestMaxPriorityCapsSelfAssignedPriority(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := start(t, coordinator.Options{Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil))})
+			e := start(t, coordinator.Options{Templates: sources.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil))})
 			ask := func(client string, priority int32) float64 {
 				resp := e.getReq(&allotpb.GetCapacityRequest{ClientId: client, Resource: []*allotpb.ResourceRequest{{ResourceId: "prio", Wants: 100, Priority: priority}}})
 				return resp.GetResponse()[0].GetGets().GetCapacity()
@@ -64,13 +65,13 @@ func TestLyingClientInLearning(t *testing.T) {
 	set := config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil)
 	set.Templates()[0].LearningModeDuration = 10 * time.Second
 	e := &env{t: t, nc: nc}
-	first := coordtest.Start(t, nc, coordinator.Options{Templates: coordinator.StaticTemplates(set), RoundInterval: coordinator.NoRoundInterval})
+	first := coordtest.Start(t, nc, coordinator.Options{Templates: sources.StaticTemplates(set), RoundInterval: coordinator.NoRoundInterval})
 	a := e.get("a", map[string]float64{"db": 70}).GetResponse()[0].GetGets()
 	if a.GetCapacity() != 70 {
 		t.Fatalf("a got %v, want 70", a.GetCapacity())
 	}
 	first.Stop()
-	coordtest.Start(t, nc, coordinator.Options{Templates: coordinator.StaticTemplates(set), RoundInterval: coordinator.NoRoundInterval})
+	coordtest.Start(t, nc, coordinator.Options{Templates: sources.StaticTemplates(set), RoundInterval: coordinator.NoRoundInterval})
 	lie := &allotpb.Lease{Capacity: 1e9, ExpiryTime: timestamppb.New(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC))}
 	liar := e.getReq(&allotpb.GetCapacityRequest{ClientId: "liar", Resource: []*allotpb.ResourceRequest{{ResourceId: "db", Wants: 100, Has: lie}}}).GetResponse()[0].GetGets()
 	if liar.GetCapacity() > 100-70 {

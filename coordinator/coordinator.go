@@ -26,10 +26,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/ledger"
 	"github.com/allot/allot/internal/reply"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/statekv"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/version"
@@ -68,12 +70,11 @@ const ServiceVersion = version.Version
 
 // TemplateSource provides the resource templates a coordinator serves.
 // Make one with ParseTemplates (the documents `allot config put` takes),
-// TemplatesFromProto or DefaultTemplates; `allot coordinator` watches the
-// configuration bucket instead (WatchedTemplates). Its method is
-// unexported: the compiled templates are the coordinator's own business.
+// TemplatesFromProto or DefaultTemplates; `allot coordinator` follows the
+// configuration bucket instead. Only allot implements it: the compiled
+// templates are the coordinator's own business.
 type TemplateSource interface {
-	// templateSet returns the templates in force; never nil.
-	templateSet() *config.Set
+	sources.Templates
 }
 
 // StatusSource is implemented by template sources that can report their
@@ -82,27 +83,13 @@ type StatusSource interface {
 	Status() any
 }
 
-type staticTemplates struct{ set *config.Set }
-
-func (s staticTemplates) templateSet() *config.Set { return s.set }
-
-// StaticTemplates returns a TemplateSource that always returns set: for
-// allot's own tools and tests, which compile templates themselves.
-func StaticTemplates(set *config.Set) TemplateSource { return staticTemplates{set} }
-
-type templatesFunc func() *config.Set
-
-func (f templatesFunc) templateSet() *config.Set { return f() }
-
-// TemplatesFunc returns a TemplateSource whose templates are what current
-// returns at each round (never nil): for allot's own tests, which change
-// templates under a running coordinator.
-func TemplatesFunc(current func() *config.Set) TemplateSource { return templatesFunc(current) }
+// templateSet returns the templates in force.
+func (c *Coordinator) templateSet() *config.Set { return sources.CurrentTemplates(c.opts.Templates) }
 
 // DefaultTemplates is the source used when Options.Templates is nil: no
-// templates and config.DefaultTemplate as fallback.
+// templates, and the built-in default template for every resource.
 func DefaultTemplates() TemplateSource {
-	return StaticTemplates(config.NewSet(1, nil, config.DefaultTemplate()))
+	return sources.StaticTemplates(config.NewSet(1, nil, config.DefaultTemplate()))
 }
 
 // Options configure a Coordinator. The zero value is usable.
@@ -216,10 +203,10 @@ type Options struct {
 	// connection.
 	Beside *nats.Conn
 	// Intake bounds the requests taken up and not yet answered, and the
-	// rate of each tenant's (leader.Limits; the zero value has the
+	// rate of each tenant's (the zero value has the
 	// defaults, and no tenant rate): past them a request gets 503 or
 	// 429 at once, with a retry_after. See subjects.md, "Overload".
-	Intake leader.Limits
+	Intake intake.Limits
 	// Logger receives the coordinator's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock; tests may replace it. Default time.Now.
@@ -490,7 +477,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		Node: node, ServerID: c.opts.ServerID, Term: c.Term(), Stats: c.statsData, Gate: c.gate, Logger: c.log,
 		Partition: c.opts.Partition, Partitions: c.partitionsMeta(),
 		Endpoints: c.endpoints(),
-		Limits:    c.opts.Intake,
+		Limits:    leader.Limits(c.opts.Intake),
 		Beside:    c.opts.Beside,
 		Classify:  c.known.classify,
 		ErrorBody: func(h nats.Header, code int, text string, retry time.Duration) []byte {

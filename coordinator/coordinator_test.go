@@ -20,6 +20,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -87,7 +88,7 @@ func (e *env) getReq(req *allotpb.GetCapacityRequest) *allotpb.GetCapacityRespon
 }
 
 func TestJSONRoundTrip(t *testing.T) {
-	e := start(t, coordinator.Options{Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil))})
+	e := start(t, coordinator.Options{Templates: sources.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil))})
 	m := e.reqJSON("allot.root.capacity.get", `{"client_id":"me","resource":[{"resource_id":"db","wants":10}]}`)
 	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
 		t.Fatalf("error %s: %s", code, m.Header.Get("Nats-Service-Error"))
@@ -137,7 +138,7 @@ func TestJSONRoundTrip(t *testing.T) {
 }
 
 func TestProtobufFairShare(t *testing.T) {
-	e := start(t, coordinator.Options{Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil))})
+	e := start(t, coordinator.Options{Templates: sources.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil))})
 	// Doorman's FAIR_SHARE counterexample, through the real path: after
 	// every client has refreshed once, shares settle to the exact answer.
 	wants := map[string]float64{"a": 1000, "b": 33.5, "c": 31, "d": 1}
@@ -163,7 +164,7 @@ func TestOwedClientComesBackSooner(t *testing.T) {
 	var offset atomic.Int64
 	base := time.Now()
 	now := func() time.Time { return base.Add(time.Duration(offset.Load())) } // frozen but for offset
-	e := start(t, coordinator.Options{Now: now, Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil))})
+	e := start(t, coordinator.Options{Now: now, Templates: sources.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil))})
 	first := e.get("a", map[string]float64{"db": 100}).GetResponse()[0].GetGets()
 	if first.GetCapacity() != 100 {
 		t.Fatalf("first client got %v", first.GetCapacity())
@@ -198,7 +199,7 @@ func TestOwedClientComesBackSooner(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	e := start(t, coordinator.Options{Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil))})
+	e := start(t, coordinator.Options{Templates: sources.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil))})
 	many := make([]string, 1001)
 	for i := range many {
 		many[i] = fmt.Sprintf(`{"resource_id":"r%d","wants":1}`, i)
@@ -283,7 +284,7 @@ func TestLearningModeAfterRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	run := func() *coordinator.Coordinator {
-		c, err := coordinator.New(nc, coordinator.Options{Templates: coordinator.StaticTemplates(set), RoundInterval: coordinator.NoRoundInterval})
+		c, err := coordinator.New(nc, coordinator.Options{Templates: sources.StaticTemplates(set), RoundInterval: coordinator.NoRoundInterval})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -342,7 +343,7 @@ func TestLearningWithoutSummary(t *testing.T) {
 	}
 	set := config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil)
 	set.Templates()[0].LearningModeDuration = 10 * time.Second
-	coordtest.Start(t, nc, coordinator.Options{Templates: coordinator.StaticTemplates(set), Term: 2, RoundInterval: coordinator.NoRoundInterval})
+	coordtest.Start(t, nc, coordinator.Options{Templates: sources.StaticTemplates(set), Term: 2, RoundInterval: coordinator.NoRoundInterval})
 	e := &env{t: t, nc: nc}
 	if got := e.get("new", map[string]float64{"db": 30}).GetResponse()[0].GetGets().GetCapacity(); got != 0 {
 		t.Fatalf("unknown predecessor leases: new client got %v, want 0", got)
@@ -368,7 +369,7 @@ func TestLearningWithoutSummary(t *testing.T) {
 		t.Fatalf("record claims completeness while unknown leases may be out: %s", entry.Value())
 	}
 	// A coordinator with a lower term refuses to start over this record.
-	old, _ := coordinator.New(nc, coordinator.Options{Templates: coordinator.StaticTemplates(set), Term: 1})
+	old, _ := coordinator.New(nc, coordinator.Options{Templates: sources.StaticTemplates(set), Term: 1})
 	if err := old.Start(ctx); err == nil {
 		old.Stop()
 		t.Fatal("a coordinator with a lower term took over the record")
@@ -396,7 +397,7 @@ func TestHorizonInPastSkipsLearning(t *testing.T) {
 	}
 	set := config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil)
 	set.Templates()[0].LearningModeDuration = 10 * time.Second
-	coordtest.Start(t, nc, coordinator.Options{Templates: coordinator.StaticTemplates(set), ClockSkew: coordinator.NoClockSkew,
+	coordtest.Start(t, nc, coordinator.Options{Templates: sources.StaticTemplates(set), ClockSkew: coordinator.NoClockSkew,
 		Now: func() time.Time { return time.Now().Add(time.Second) }})
 	e := &env{t: t, nc: nc}
 	if got := e.get("a", map[string]float64{"db": 30}).GetResponse()[0].GetGets().GetCapacity(); got != 30 {

@@ -21,6 +21,7 @@ import (
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -32,7 +33,7 @@ import (
 func fairSet(capacity float64) coordinator.TemplateSource {
 	t := tmpl("*", capacity, allotpb.Algorithm_FAIR_SHARE)
 	t.LearningModeDuration = t.LeaseLength
-	return coordinator.StaticTemplates(config.NewSet(1, []*config.Template{t}, nil))
+	return sources.StaticTemplates(config.NewSet(1, []*config.Template{t}, nil))
 }
 
 func stateKV(t *testing.T, nc *nats.Conn) jetstream.KeyValue {

@@ -11,6 +11,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -79,7 +80,7 @@ func serverGet(t *testing.T, nc *nats.Conn, child string, clients int64) {
 // not.
 func TestChildClaimBoundsAreTheNodes(t *testing.T) {
 	e := start(t, coordinator.Options{ChildMaxClients: 100, ChildClients: map[string]int64{"eu": 5},
-		Templates: coordinator.StaticTemplates(config.NewSet(1, nil, config.DefaultTemplate()))})
+		Templates: sources.StaticTemplates(config.NewSet(1, nil, config.DefaultTemplate()))})
 	for _, c := range []struct {
 		child   string
 		clients int64

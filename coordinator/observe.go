@@ -8,6 +8,7 @@ import (
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/ledger"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/status"
 )
@@ -173,7 +174,7 @@ func (c *Coordinator) Observe() Observation {
 func observeConfig(o *Observation, src TemplateSource) {
 	// A watcher's first set, built once it has read the bucket, is
 	// generation 1.
-	o.ConfigGeneration = src.templateSet().Generation
+	o.ConfigGeneration = sources.CurrentTemplates(src).Generation
 	o.ConfigLoaded = o.ConfigGeneration > 0
 	if st, ok := src.(StatusSource); ok {
 		if cs, ok := st.Status().(configkv.Status); ok {

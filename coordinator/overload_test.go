@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/election"
@@ -24,6 +25,7 @@ import (
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -72,7 +74,7 @@ func TestLeaderKeepsTermUnderFlood(t *testing.T) {
 	t.Cleanup(nc.Close)
 	var lapsed atomic.Bool
 	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{
-		Options: coordinator.Options{ServerID: "a", Templates: coordinator.StaticTemplates(config.NewSet(1, nil, config.DefaultTemplate()))},
+		Options: coordinator.Options{ServerID: "a", Templates: sources.StaticTemplates(config.NewSet(1, nil, config.DefaultTemplate()))},
 		OnServing: func(_ uint64, serving bool) {
 			if !serving {
 				lapsed.Store(true)
@@ -150,8 +152,8 @@ func TestHoldersRefreshThroughAFlood(t *testing.T) {
 	t.Cleanup(slow.Close)
 	e := &env{t: t, nc: natstest.Conn(t, s), srv: s, c: coordtest.Start(t, slow, coordinator.Options{
 		RoundInterval: 5 * time.Millisecond,
-		Templates:     coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("*", 100, allotpb.Algorithm_FAIR_SHARE)}, nil)),
-		Intake:        leader.Limits{MaxInFlight: 64},
+		Templates:     sources.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("*", 100, allotpb.Algorithm_FAIR_SHARE)}, nil)),
+		Intake:        intake.Limits{MaxInFlight: 64},
 		Beside:        natstest.Conn(t, s),
 	})}
 	const holders = 4
@@ -221,7 +223,7 @@ func TestHoldersRefreshThroughAFlood(t *testing.T) {
 // another tenant's newcomers are served. Every flood request is answered.
 func TestTenantFloodLeavesOthersServed(t *testing.T) {
 	e := startTenantsLimited(t, map[string][]string{"TENANT_A": {"a"}, "TENANT_B": {"b"}},
-		leader.Limits{MaxInFlight: 64, TenantRate: 100, TenantBurst: 100}, tmpl("*", 100, allotpb.Algorithm_FAIR_SHARE))
+		intake.Limits{MaxInFlight: 64, TenantRate: 100, TenantBurst: 100}, tmpl("*", 100, allotpb.Algorithm_FAIR_SHARE))
 	const n = 5000
 	a := e.as("a")
 	var rs faults.Replies

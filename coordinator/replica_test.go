@@ -16,6 +16,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -86,7 +87,7 @@ func (f *fleet) start(name string) *replicaRun {
 	}
 	f.t.Cleanup(nc.Close)
 	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{
-		Options: coordinator.Options{ServerID: name, Templates: coordinator.StaticTemplates(f.set),
+		Options: coordinator.Options{ServerID: name, Templates: sources.StaticTemplates(f.set),
 			RoundInterval: 5 * time.Millisecond},
 		ElectionReplicas: 3,
 		OnServing: func(term uint64, serving bool) {

@@ -186,7 +186,7 @@ func (c *Coordinator) pass(batch []*request) time.Duration {
 	clear(batch[len(live):])
 	batch = live
 	now := c.now().UnixNano()
-	set := c.opts.Templates.templateSet()
+	set := c.templateSet()
 	for _, req := range batch {
 		switch req.kind {
 		case kindGet:

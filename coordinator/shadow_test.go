@@ -11,6 +11,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -26,7 +27,7 @@ func TestShadowReplies(t *testing.T) {
 	for _, global := range []bool{false, true} {
 		e := start(t, coordinator.Options{
 			Shadow:    global,
-			Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{shadowed, tmpl("strict", 10, allotpb.Algorithm_FAIR_SHARE)}, nil)),
+			Templates: sources.StaticTemplates(config.NewSet(1, []*config.Template{shadowed, tmpl("strict", 10, allotpb.Algorithm_FAIR_SHARE)}, nil)),
 		})
 		resp := e.get("c1", map[string]float64{"watched": 50, "strict": 50})
 		for _, rr := range resp.GetResponse() {

@@ -11,6 +11,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -18,7 +19,7 @@ import (
 // clients were answered with, lists claimants largest first and filtered,
 // refuses bad limits, and is refused once the coordinator stopped.
 func TestSnapshot(t *testing.T) {
-	e := start(t, coordinator.Options{Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil))})
+	e := start(t, coordinator.Options{Templates: sources.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)}, nil))})
 	e.get("alpha", map[string]float64{"db": 10})
 	e.get("beta", map[string]float64{"db": 95})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -106,7 +107,7 @@ func TestSnapshotSharesTheList(t *testing.T) {
 	var offset atomic.Int64
 	base := time.Now()
 	now := func() time.Time { return base.Add(time.Duration(offset.Load())) } // frozen but for offset
-	e := start(t, coordinator.Options{Now: now, Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("*", 100, allotpb.Algorithm_FAIR_SHARE)}, nil))})
+	e := start(t, coordinator.Options{Now: now, Templates: sources.StaticTemplates(config.NewSet(1, []*config.Template{tmpl("*", 100, allotpb.Algorithm_FAIR_SHARE)}, nil))})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	e.get("a", map[string]float64{"one": 10})

@@ -3,8 +3,9 @@ package coordinator
 import (
 	"time"
 
-	"github.com/allot/allot/internal/leader"
+	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/ledger"
+	"github.com/allot/allot/status"
 )
 
 // stats are kept by the round loop and published in micro STATS.
@@ -95,7 +96,7 @@ type Stats struct {
 	// Intake is what the intake refused and dropped (subjects.md,
 	// "Overload"); expired counts the requests dropped unanswered because
 	// their senders had stopped waiting, in the intake or the round.
-	Intake leader.IntakeStats `json:"intake"`
+	Intake intake.Stats `json:"intake"`
 	// Shadow is set when the coordinator runs every resource in shadow
 	// mode (Options.Shadow).
 	Shadow bool `json:"shadow,omitempty"`
@@ -107,7 +108,7 @@ type Stats struct {
 	// TopResources are the resources with the most outstanding (at most
 	// topResources), refreshed every second: capacity (on a child node its
 	// lease from the parent), outstanding and claimants each.
-	TopResources []ledger.ResourceStat `json:"top_resources,omitempty"`
+	TopResources []status.ResourceStat `json:"top_resources,omitempty"`
 	ParentError  string                `json:"parent_error,omitempty"`
 	ParentLastOK string                `json:"parent_last_ok,omitempty"`
 }
@@ -134,7 +135,7 @@ func (c *Coordinator) statsData() any {
 		out.Failure = failure.Error()
 	}
 	if t := c.live.Load(); t != nil {
-		out.Intake = t.Intake()
+		out.Intake = intake.Stats(t.Intake())
 	}
 	out.Intake.Expired += s.expired
 	out.Parent, out.ParentError, out.TopResources = c.opts.Parent, s.parentErr, s.top

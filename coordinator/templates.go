@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/allot/allot/internal/config"
-	"github.com/allot/allot/internal/configkv"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -43,18 +43,5 @@ func compileTemplates[T any](byName map[string]T, compile func(string, T) (*conf
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
-	return StaticTemplates(config.NewSet(1, ts, config.DefaultTemplate())), nil
+	return sources.StaticTemplates(config.NewSet(1, ts, config.DefaultTemplate())), nil
 }
-
-// WatchedTemplates is the source of `allot coordinator`: the templates of
-// the configuration watcher w, which follows the configuration bucket, so
-// that a put takes effect without a restart; w's status (the verdict on
-// every key) is published in STATS.
-func WatchedTemplates(w *configkv.Watcher) TemplateSource { return watchedTemplates{w} }
-
-type watchedTemplates struct{ w *configkv.Watcher }
-
-func (w watchedTemplates) templateSet() *config.Set { return w.w.Current() }
-
-// Status implements StatusSource.
-func (w watchedTemplates) Status() any { return w.w.Status() }

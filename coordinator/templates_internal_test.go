@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -18,7 +19,7 @@ func TestParseTemplates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set := src.templateSet()
+	set := sources.CurrentTemplates(src)
 	for id, want := range map[string]string{"db/main": "db", "batch": "batch", "other": "builtin:default"} {
 		if got := set.Match(id); got == nil || got.Name != want {
 			t.Errorf("Match(%q) = %+v, want template %s", id, got, want)
@@ -52,7 +53,7 @@ func TestTemplatesFromProto(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set := src.templateSet()
+	set := sources.CurrentTemplates(src)
 	if got := set.Match("db/main"); got == nil || got.Name != "db" || got.Capacity != 5 {
 		t.Errorf("db/main gets %+v", got)
 	}

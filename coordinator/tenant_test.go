@@ -15,11 +15,12 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
-	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -33,16 +34,16 @@ type tenantEnv struct {
 func startTenants(t *testing.T, tenants map[string][]string, tmpls ...*config.Template) *tenantEnv {
 	// The sybil tests send 1,001 requests at once: none may be refused
 	// for overload.
-	return startTenantsLimited(t, tenants, leader.Limits{MaxInFlight: 4096}, tmpls...)
+	return startTenantsLimited(t, tenants, intake.Limits{MaxInFlight: 4096}, tmpls...)
 }
 
-func startTenantsLimited(t *testing.T, tenants map[string][]string, lim leader.Limits, tmpls ...*config.Template) *tenantEnv {
+func startTenantsLimited(t *testing.T, tenants map[string][]string, lim intake.Limits, tmpls ...*config.Template) *tenantEnv {
 	t.Helper()
 	s := natstest.TenantServer(t, tenants)
 	nc := natstest.Conn(t, s, nats.UserInfo("allot", "allot"))
 	c := coordtest.Start(t, nc, coordinator.Options{
 		RoundInterval: 5 * time.Millisecond,
-		Templates:     coordinator.StaticTemplates(config.NewSet(1, tmpls, nil)),
+		Templates:     sources.StaticTemplates(config.NewSet(1, tmpls, nil)),
 		Intake:        lim,
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -173,7 +174,7 @@ func TestTenantReportsBoundInLearning(t *testing.T) {
 	nc := natstest.Conn(t, s, nats.UserInfo("allot", "allot"))
 	tm := tmpl("db", 100, allotpb.Algorithm_FAIR_SHARE)
 	tm.LearningModeDuration = 10 * time.Second
-	opts := coordinator.Options{Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil)),
+	opts := coordinator.Options{Templates: sources.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil)),
 		RoundInterval: coordinator.NoRoundInterval, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	first := coordtest.Start(t, nc, opts)
 	victim, thief := natstest.Conn(t, s, nats.UserInfo("a1", "a1")), natstest.Conn(t, s, nats.UserInfo("a2", "a2"))

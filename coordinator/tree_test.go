@@ -16,6 +16,7 @@ import (
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -53,7 +54,7 @@ func (c *treeClient) ask(t *testing.T, wants float64) float64 {
 func treeTemplates(capacity float64) coordinator.TemplateSource {
 	tm := &config.Template{Name: "t", Glob: "*", Capacity: capacity, Algorithm: allotpb.Algorithm_FAIR_SHARE,
 		LeaseLength: 10 * time.Second, RefreshInterval: 500 * time.Millisecond, LearningModeDuration: 10 * time.Second}
-	return coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil))
+	return sources.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil))
 }
 
 // Two levels over a real leaf-node connection: capacity 100, two clients

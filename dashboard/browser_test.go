@@ -21,15 +21,16 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/dashboard"
 	"github.com/allot/allot/domainserver"
+	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
-	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/proto/allotpb"
 	"github.com/allot/allot/quotaserver"
 )
@@ -65,8 +66,8 @@ func startStack(t *testing.T, ctx context.Context, interval, history time.Durati
 	t.Cleanup(w.Stop)
 	// TestTenThousandClaimants sends 10,000 requests at once: none may be
 	// refused for overload.
-	c := coordtest.Start(t, nc, coordinator.Options{Templates: coordinator.WatchedTemplates(w), RoundInterval: 5 * time.Millisecond,
-		Intake: leader.Limits{MaxInFlight: 16384}})
+	c := coordtest.Start(t, nc, coordinator.Options{Templates: sources.WatchedTemplates(w), RoundInterval: 5 * time.Millisecond,
+		Intake: intake.Limits{MaxInFlight: 16384}})
 	url, stop := serveDashboard(t, dashboard.Options{Source: c, Conn: nc, Interval: interval, History: history})
 	return &stack{nc: nc, kv: kv, c: c, url: url, stopRun: stop}
 }
@@ -379,7 +380,7 @@ func TestTreeDashboardInChromium(t *testing.T) {
 	rnc, cnc := natstest.Conn(t, root.Server), natstest.Conn(t, child.Server)
 	tm := &config.Template{Name: "db", Glob: "db", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
 		LeaseLength: 10 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 10 * time.Second}
-	tmpls := coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil))
+	tmpls := sources.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil))
 	rc := coordtest.Start(t, rnc, coordinator.Options{Node: "root", Templates: tmpls, RoundInterval: 5 * time.Millisecond})
 	cc := coordtest.Start(t, cnc, coordinator.Options{Node: "child", Parent: "root", Templates: tmpls, RoundInterval: 5 * time.Millisecond})
 	rootURL, _ := serveDashboard(t, dashboard.Options{Source: rc, Conn: rnc, Interval: 250 * time.Millisecond})
@@ -427,7 +428,7 @@ func startQuota(t *testing.T, ctx context.Context, nc *nats.Conn) {
 	cfg := &quota.Config{Namespaces: map[string]*quota.Namespace{"logins": {Name: "logins", Buckets: map[string]*quota.Spec{
 		"alice": {Algorithm: quota.TokenBucket, Size: 5, FillRate: 1, MaxDebt: 10 * time.Second, MaxTokensPerRequest: 10}}}}}
 	r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
-		Options:     quotaserver.Options{ServerID: "quota-1", Partitions: 1, Config: quotaserver.ConfigFunc(func() *quota.Config { return cfg }), Logger: slog.New(slog.DiscardHandler)},
+		Options:     quotaserver.Options{ServerID: "quota-1", Partitions: 1, Config: sources.QuotaFunc(func() *quota.Config { return cfg }), Logger: slog.New(slog.DiscardHandler)},
 		ElectionTTL: 10 * time.Second, // a lone replica: no failover to wait for, and no lapse on a loaded machine
 	})
 	if err != nil {
@@ -472,7 +473,7 @@ func startDomain(t *testing.T, ctx context.Context, nc *nats.Conn) uint64 {
 	// No client refreshes the hold: it lives longer than the test.
 	r, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{
 		Options: domainserver.Options{ServerID: "domain-1", HoldTTL: 5 * time.Minute,
-			Config: domainserver.ConfigFunc(func() map[string]*domainlimit.Namespace { return nss }), Logger: slog.New(slog.DiscardHandler)},
+			Config: sources.DomainsFunc(func() map[string]*domainlimit.Namespace { return nss }), Logger: slog.New(slog.DiscardHandler)},
 		ElectionTTL: 10 * time.Second, // a lone replica: no failover to wait for, and no lapse on a loaded machine
 	})
 	if err != nil {

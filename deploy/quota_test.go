@@ -18,6 +18,7 @@ import (
 	"github.com/allot/allot/internal/envoywire"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/quotaserver"
 )
 
@@ -90,7 +91,7 @@ func TestQuotaMapping(t *testing.T) {
 	for p := range quotaPartitions {
 		r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{Options: quotaserver.Options{
 			ServerID: fmt.Sprintf("r%d", p), Partition: p, Partitions: quotaPartitions,
-			Config: quotaserver.ConfigFunc(func() *quota.Config { return cfg }), Logger: slog.New(slog.DiscardHandler)}})
+			Config: sources.QuotaFunc(func() *quota.Config { return cfg }), Logger: slog.New(slog.DiscardHandler)}})
 		if err != nil {
 			t.Fatal(err)
 		}

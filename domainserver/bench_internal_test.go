@@ -11,6 +11,7 @@ import (
 
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/sources"
 )
 
 // fakeRequest is a micro.Request that keeps the reply: the handler's cost
@@ -42,7 +43,7 @@ func benchServer(b *testing.B) *Server {
 				{Limit: 1e9, Window: time.Second, Active: time.Hour, Cooldown: time.Second}}}},
 		"pool": {Name: "pool", Kind: domainlimit.KindCopies, Copies: domainlimit.PermissiveCopies()},
 	}}}
-	o := Options{Config: ConfigFunc(func() map[string]*domainlimit.Namespace { return nss }), Logger: slog.New(slog.DiscardHandler)}
+	o := Options{Config: sources.DomainsFunc(func() map[string]*domainlimit.Namespace { return nss }), Logger: slog.New(slog.DiscardHandler)}
 	s, err := New(&nats.Conn{}, o)
 	if err != nil {
 		b.Fatal(err)

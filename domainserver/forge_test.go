@@ -10,6 +10,7 @@ import (
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/sources"
 )
 
 // TestForgedRequestInfo: a tenant writing the protocol by hand can smuggle
@@ -24,7 +25,7 @@ func TestForgedRequestInfo(t *testing.T) {
 	ns.Tenants = []string{"TENANT_A"}
 	cfg.set(ns)
 	srv := run(t, natstest.Conn(t, s, nats.UserInfo("allot", "allot")),
-		domainserver.Options{Config: domainserver.ConfigFunc(cfg.get), HoldTTL: time.Hour, Logger: slog.New(slog.DiscardHandler)}, nil)
+		domainserver.Options{Config: sources.DomainsFunc(cfg.get), HoldTTL: time.Hour, Logger: slog.New(slog.DiscardHandler)}, nil)
 	subject := domainwire.Subject("root", domainwire.OpReserve, "app", "sandbox") // as a tenant publishes it
 	body := `{"domain":"a","copies":1,"client_id":"thief"}`
 	for _, hdr := range []string{

@@ -14,6 +14,7 @@ import (
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/leader"
+	"github.com/allot/allot/internal/sources"
 )
 
 // call is the scratch of one request: its decoded body, its reply and
@@ -42,7 +43,7 @@ func (s *Server) handle(m micro.Request) {
 		return
 	}
 	if tenant != "" {
-		if nsc := s.opts.Config.get()[ns]; nsc != nil && len(nsc.Tenants) > 0 && !slices.Contains(nsc.Tenants, tenant) {
+		if nsc := sources.CurrentDomains(s.opts.Config)[ns]; nsc != nil && len(nsc.Tenants) > 0 && !slices.Contains(nsc.Tenants, tenant) {
 			s.replyError(m, domainwire.CodeForbidden, fmt.Sprintf("namespace %q is not open to tenant %q (its tenants are %q)", ns, tenant, nsc.Tenants))
 			return
 		}

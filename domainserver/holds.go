@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/allot/allot/internal/domainlimit"
+	"github.com/allot/allot/internal/sources"
 )
 
 // resource is the state of one (namespace, resource): its decision core,
@@ -116,7 +117,7 @@ var errNoConfig = errors.New("not configured")
 // resolve returns the state of ns/name for kind, creating it on first use
 // and handing it a changed configuration. Called with s.mu held.
 func (s *Server) resolve(ns, name string, kind domainlimit.Kind) (*resource, error) {
-	cfg := s.opts.Config.get()
+	cfg := sources.CurrentDomains(s.opts.Config)
 	nsc := cfg[ns]
 	// The key is made in place: a lookup by string(key) allocates nothing.
 	var buf [64]byte

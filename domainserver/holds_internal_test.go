@@ -13,6 +13,7 @@ import (
 
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/sources"
 )
 
 // clockServer is a server, not subscribed, on a clock the test moves,
@@ -25,7 +26,7 @@ func clockServer(t *testing.T) (*Server, *time.Time) {
 			Groups: []domainlimit.Group{{Name: "grp", Limit: 1000, Domains: []string{"g"}}}}},
 	}}}
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	s, err := New(&nats.Conn{}, Options{Config: ConfigFunc(func() map[string]*domainlimit.Namespace { return nss }), HoldTTL: time.Second,
+	s, err := New(&nats.Conn{}, Options{Config: sources.DomainsFunc(func() map[string]*domainlimit.Namespace { return nss }), HoldTTL: time.Second,
 		Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 )
 
 // A successor learns until one hold TTL after its term began on its own
@@ -19,7 +20,7 @@ func TestSuccessorLearnsOnItsClock(t *testing.T) {
 	cfg.set(testNamespace())
 	run := func(id string, now func() time.Time) (*domainserver.Replica, func()) {
 		r, err := domainserver.NewReplica(natstest.Conn(t, s), domainserver.ReplicaOptions{Options: domainserver.Options{ServerID: id,
-			Config: domainserver.ConfigFunc(cfg.get), HoldTTL: time.Second, Now: now, Logger: slog.New(slog.DiscardHandler)}, ElectionTTL: time.Second})
+			Config: sources.DomainsFunc(cfg.get), HoldTTL: time.Second, Now: now, Logger: slog.New(slog.DiscardHandler)}, ElectionTTL: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 )
 
 // ask sends body to op on app:sandbox with a short time-out; ok is false
@@ -97,7 +98,7 @@ func TestLeaderFailoverKeepsLiveHolds(t *testing.T) {
 	defer func() { cancel(); wg.Wait() }()
 	for _, id := range []string{"r1", "r2"} {
 		nc := natstest.Conn(t, s)
-		r, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{Options: domainserver.Options{ServerID: id, Config: domainserver.ConfigFunc(cfg.get),
+		r, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{Options: domainserver.Options{ServerID: id, Config: sources.DomainsFunc(cfg.get),
 			HoldTTL: time.Second, Logger: slog.New(slog.DiscardHandler)}, ElectionTTL: time.Second})
 		if err != nil {
 			t.Fatal(err)

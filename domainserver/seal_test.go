@@ -14,6 +14,7 @@ import (
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/sources"
 )
 
 // reserveSealed reserves copies for domain as client and returns the
@@ -159,7 +160,7 @@ func TestSealKeyInTheStateBucket(t *testing.T) {
 	if again, err := kv.Get(ctx, "root.domain.seal"); err != nil || again.Revision() != e.Revision() {
 		t.Fatalf("the second replica changed the seal key: %v", err)
 	}
-	if _, err := domainserver.New(natstest.Conn(t, s), domainserver.Options{Config: domainserver.ConfigFunc((&config{}).get), SealKey: []byte("short")}); err == nil {
+	if _, err := domainserver.New(natstest.Conn(t, s), domainserver.Options{Config: sources.DomainsFunc((&config{}).get), SealKey: []byte("short")}); err == nil {
 		t.Fatal("a seal key of 5 bytes was accepted")
 	}
 }

@@ -30,11 +30,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
-	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/leader"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/statekv"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/version"
@@ -63,13 +64,12 @@ const (
 
 // Config supplies the domain-limit namespaces a server decides for. Make
 // it with ParseDomains; `allot quota` follows the configuration bucket
-// (WatchedConfig). The zero Config is none: Options.Config is required.
-type Config struct {
-	current func() map[string]*domainlimit.Namespace
+// instead. Only allot implements it: the compiled namespaces are the
+// server's own business. A nil Config is none: Options.Config is
+// required.
+type Config interface {
+	sources.Domains
 }
-
-// get returns the namespaces in force, by name.
-func (c Config) get() map[string]*domainlimit.Namespace { return c.current() }
 
 // ParseDomains returns a Config that always serves the given domain-limit
 // namespaces: docs maps a namespace's name to its document, YAML or JSON,
@@ -86,25 +86,13 @@ func ParseDomains(docs map[string][]byte) (Config, error) {
 		return ns, err
 	})
 	if err != nil {
-		return Config{}, fmt.Errorf("domainserver: %w", err)
+		return nil, fmt.Errorf("domainserver: %w", err)
 	}
 	byName := make(map[string]*domainlimit.Namespace, len(nss))
 	for _, ns := range nss {
 		byName[ns.Name] = ns
 	}
-	return ConfigFunc(func() map[string]*domainlimit.Namespace { return byName }), nil
-}
-
-// ConfigFunc returns a Config whose namespaces are what current returns:
-// for allot's own tools and tests, which build them themselves. current
-// is called on every request, so it must be cheap; a namespace whose
-// pointer changed is re-read (hot reload).
-func ConfigFunc(current func() map[string]*domainlimit.Namespace) Config { return Config{current} }
-
-// WatchedConfig is the Config of a configuration watcher: the
-// domains.<namespace> keys of its current Set.
-func WatchedConfig(w *configkv.Watcher) Config {
-	return ConfigFunc(func() map[string]*domainlimit.Namespace { return w.Current().Domains() })
+	return sources.DomainsFunc(func() map[string]*domainlimit.Namespace { return byName }), nil
 }
 
 // Options configure a Server: the serving side of one partition for one
@@ -155,9 +143,9 @@ type Options struct {
 	Valid func() bool
 	// Logger receives the server's logs. Default slog.Default().
 	// Intake bounds the requests taken up and not yet answered, and each
-	// tenant's request rate (leader.Limits; the zero value has the
+	// tenant's request rate (the zero value has the
 	// defaults and no tenant rate). See subjects.md, "Overload".
-	Intake leader.Limits
+	Intake intake.Limits
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -168,7 +156,7 @@ func (o *Options) fill() error {
 	if err := leader.FillPartition("domainserver", &o.Node, &o.ServerID, o.Partition, &o.Partitions, MaxPartitions); err != nil {
 		return err
 	}
-	if o.Config.current == nil {
+	if o.Config == nil {
 		return errors.New("domainserver: Options.Config is required")
 	}
 	if o.HoldTTL == 0 {
@@ -315,7 +303,7 @@ func (s *Server) Start(ctx context.Context) error {
 		Stats: func() any { return s.Stats() }, Gate: s.gate, Logger: s.log,
 		Endpoints: []leader.Endpoint{{Name: "domain", Subject: subject, Handle: s.handle},
 			{Name: "domain-tenants", Subject: tenants, Handle: s.handle, Tenant: tenantOf}},
-		Limits: s.opts.Intake,
+		Limits: leader.Limits(s.opts.Intake),
 		ErrorBody: func(_ nats.Header, code int, text string, retry time.Duration) []byte {
 			b, _ := json.Marshal(domainwire.ErrorReply{Code: code, Error: text, RetryAfterMillis: retry.Milliseconds()})
 			return b

@@ -16,6 +16,7 @@ import (
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/sources"
 )
 
 // clock is a settable clock for deterministic decisions.
@@ -79,7 +80,7 @@ func start(t *testing.T, mod func(*domainserver.Options)) *env {
 	s := natstest.Server(t)
 	e := &env{nc: natstest.Conn(t, s), clk: &clock{t: time.Unix(1_800_000_000, 0)}, cfg: &config{}}
 	e.cfg.set(testNamespace())
-	opts := domainserver.Options{Config: domainserver.ConfigFunc(e.cfg.get), Now: e.clk.now, HoldTTL: time.Hour, Logger: slog.New(slog.DiscardHandler)}
+	opts := domainserver.Options{Config: sources.DomainsFunc(e.cfg.get), Now: e.clk.now, HoldTTL: time.Hour, Logger: slog.New(slog.DiscardHandler)}
 	e.srv = run(t, natstest.Conn(t, s), opts, mod)
 	return e
 }
@@ -409,7 +410,7 @@ func TestTenantSubjectsReachTheSamePartition(t *testing.T) {
 	cfg.set(ns)
 	var parts []*domainserver.Server
 	for i := range 3 {
-		parts = append(parts, run(t, natstest.Conn(t, s), domainserver.Options{Partition: i, Partitions: 3, Config: domainserver.ConfigFunc(cfg.get),
+		parts = append(parts, run(t, natstest.Conn(t, s), domainserver.Options{Partition: i, Partitions: 3, Config: sources.DomainsFunc(cfg.get),
 			HoldTTL: time.Hour, Logger: slog.New(slog.DiscardHandler)}, nil))
 	}
 	nc := natstest.Conn(t, s)

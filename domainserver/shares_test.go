@@ -12,6 +12,7 @@ import (
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/sources"
 )
 
 // TestRepliesTellShares: every reply about a copy-limited resource
@@ -128,7 +129,7 @@ func TestRefreshTooLargeForShares(t *testing.T) {
 	ns.AllowUnconfigured = true
 	cfg.set(ns)
 	e := &env{nc: natstest.Conn(t, s), cfg: cfg}
-	e.srv = run(t, natstest.Conn(t, s), domainserver.Options{Config: domainserver.ConfigFunc(cfg.get), HoldTTL: time.Hour, Logger: slog.New(slog.DiscardHandler)}, nil)
+	e.srv = run(t, natstest.Conn(t, s), domainserver.Options{Config: sources.DomainsFunc(cfg.get), HoldTTL: time.Hour, Logger: slog.New(slog.DiscardHandler)}, nil)
 	var holds []domainwire.Hold
 	for i := range 100 {
 		var r domainwire.ReserveReply

@@ -11,6 +11,7 @@ import (
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 )
 
 // TestStateBucketReplicas: on a three-server cluster, a domain replica
@@ -25,7 +26,7 @@ func TestStateBucketReplicas(t *testing.T) {
 	cfg := &config{}
 	cfg.set(testNamespace())
 	r, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{
-		Options:          domainserver.Options{ServerID: "d1", Config: domainserver.ConfigFunc(cfg.get), Logger: slog.New(slog.DiscardHandler)},
+		Options:          domainserver.Options{ServerID: "d1", Config: sources.DomainsFunc(cfg.get), Logger: slog.New(slog.DiscardHandler)},
 		ElectionReplicas: 3,
 	})
 	if err != nil {

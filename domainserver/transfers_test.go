@@ -16,6 +16,7 @@ import (
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 )
 
 // startStateful starts a server of namespace "app" that keeps its staged
@@ -29,7 +30,7 @@ func startStateful(t *testing.T, s *server.Server, id string, mod func(*domainse
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := domainserver.Options{ServerID: id, Config: domainserver.ConfigFunc(cfg.get), HoldTTL: time.Hour, JetStream: js, Logger: slog.New(slog.DiscardHandler)}
+	opts := domainserver.Options{ServerID: id, Config: sources.DomainsFunc(cfg.get), HoldTTL: time.Hour, JetStream: js, Logger: slog.New(slog.DiscardHandler)}
 	return run(t, nc, opts, mod)
 }
 
@@ -260,7 +261,7 @@ func TestTransfersKeyFull(t *testing.T) {
 		ns := testNamespace()
 		ns.AllowUnconfigured = true
 		cfg.set(ns)
-		o.Config = domainserver.ConfigFunc(cfg.get)
+		o.Config = sources.DomainsFunc(cfg.get)
 	})
 	e := &env{nc: natstest.Conn(t, s)}
 	owner := strings.Repeat("o", 200)

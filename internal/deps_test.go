@@ -56,8 +56,13 @@ var layerRules = []struct {
 		why:    "status is the servers' reports as plain data: whoever reads them (a dashboard, a collector, a program outside the module) must not link NATS or allot's internals",
 	},
 	{
+		pkgs:   []string{"intake"},
+		forbid: []string{natsClient, natsServer, module + "internal", testingPkg},
+		why:    "intake is the servers' intake limits and counts as plain data: a program that configures a server or reads its STATS must not link NATS or allot's internals through it",
+	},
+	{
 		pkgs: []string{"dashboard", "metrics"},
-		forbid: []string{module + "coordinator", module + "quotaserver", module + "domainserver", module + "envoyserver",
+		forbid: []string{module + "coordinator", module + "quotaserver", module + "domainserver", module + "internal/envoyserver",
 			module + "internal/ledger", module + "internal/election"},
 		why: "operators' views read the status package, not the servers or their cores: take the type from status (the servers fill it)",
 	},

@@ -24,6 +24,7 @@ import (
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/metrics"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -133,7 +134,7 @@ func TestCoordinatorMetrics(t *testing.T) {
 		LeaseLength: time.Minute, RefreshInterval: 10 * time.Second}
 	c := coordtest.Start(t, nc, coordinator.Options{
 		RoundInterval: coordinator.NoRoundInterval,
-		Templates:     coordinator.StaticTemplates(config.NewSet(3, []*config.Template{tmpl}, nil)),
+		Templates:     sources.StaticTemplates(config.NewSet(3, []*config.Template{tmpl}, nil)),
 		Logger:        slog.New(slog.DiscardHandler),
 	})
 	reg := prometheus.NewRegistry()
@@ -252,7 +253,7 @@ func TestResourceShadowMetric(t *testing.T) {
 			LeaseLength: time.Minute, RefreshInterval: 10 * time.Second}
 		c := coordtest.Start(t, nc, coordinator.Options{
 			RoundInterval: coordinator.NoRoundInterval, Shadow: global,
-			Templates: coordinator.StaticTemplates(config.NewSet(1, []*config.Template{watched, strict}, nil)),
+			Templates: sources.StaticTemplates(config.NewSet(1, []*config.Template{watched, strict}, nil)),
 			Logger:    slog.New(slog.DiscardHandler),
 		})
 		reg := prometheus.NewRegistry()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 	"github.com/allot/allot/quotaserver"
@@ -22,7 +23,7 @@ func BenchmarkTake(b *testing.B) {
 	nc := natstest.Conn(b, s)
 	cfg := namespaces(&quota.Namespace{Name: "api", Dynamic: &quota.Spec{Algorithm: quota.TokenBucket,
 		Size: 1 << 40, FillRate: 1 << 30, WaitTimeout: time.Second, MaxDebt: time.Second, MaxTokensPerRequest: 10}, MaxDynamicBuckets: 10})
-	r, _ := runReplica(b, natstest.Conn(b, s), "a", 0, 1, quotaserver.ConfigFunc(func() *quota.Config { return cfg }))
+	r, _ := runReplica(b, natstest.Conn(b, s), "a", 0, 1, sources.QuotaFunc(func() *quota.Config { return cfg }))
 	waitServing(b, r)
 	if _, err := natstest.Conn(b, s).Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
 		b.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 	"github.com/allot/allot/quotaserver"
@@ -25,7 +26,7 @@ func TestNegativeTokensAre400(t *testing.T) {
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
 	cfg := namespaces(&quota.Namespace{Name: "logins", Buckets: map[string]*quota.Spec{"alice": tokenBucket(5, 1, 0)}})
-	srv := serve(t, nc, quotaserver.Options{Config: quotaserver.ConfigFunc(func() *quota.Config { return cfg }), Shadow: true, Logger: quiet()})
+	srv := serve(t, nc, quotaserver.Options{Config: sources.QuotaFunc(func() *quota.Config { return cfg }), Shadow: true, Logger: quiet()})
 	tokens := int64(-1)
 	pb, err := proto.Marshal(&allotpb.QuotaTakeRequest{Bucket: "logins:alice", Tokens: &tokens})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/status"
 )
 
@@ -124,7 +125,7 @@ func (r *Replica) start(ctx context.Context, el *election.Elector, term uint64) 
 	// takes effect up to the longest wait later. A failover so never
 	// admits more than a bucket's limit. Only the partition's very first
 	// leader, with no predecessor, starts them full.
-	opts.Since = opts.Now().Add(longestWait(opts.Config.get()))
+	opts.Since = opts.Now().Add(longestWait(sources.CurrentQuota(opts.Config)))
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	founded, err := el.Founded(fctx, term)
 	cancel()

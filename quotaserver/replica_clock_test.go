@@ -8,6 +8,7 @@ import (
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/quotaserver"
 )
 
@@ -16,13 +17,13 @@ import (
 func TestSuccessorDrainsBucketsOnItsClock(t *testing.T) {
 	s := natstest.Server(t)
 	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "api", Buckets: map[string]*quota.Spec{"k": tokenBucket(5, 2, time.Second)}})}
-	a, stopA := runReplica(t, natstest.Conn(t, s), "a", 0, 1, quotaserver.ConfigFunc(src.get))
+	a, stopA := runReplica(t, natstest.Conn(t, s), "a", 0, 1, sources.QuotaFunc(src.get))
 	waitServing(t, a)
 	stopA() // resigns: the partition has had a leader
 
 	at := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
 	b, err := quotaserver.NewReplica(natstest.Conn(t, s), quotaserver.ReplicaOptions{
-		Options:     quotaserver.Options{ServerID: "b", Config: quotaserver.ConfigFunc(src.get), Logger: quiet(), Now: func() time.Time { return at }},
+		Options:     quotaserver.Options{ServerID: "b", Config: sources.QuotaFunc(src.get), Logger: quiet(), Now: func() time.Time { return at }},
 		ElectionTTL: time.Second,
 	})
 	if err != nil {

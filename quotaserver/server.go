@@ -27,11 +27,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
-	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/reply"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/version"
 	"github.com/allot/allot/internal/wire"
@@ -64,7 +65,8 @@ type Options struct {
 	// It must match the NATS subject mapping (Mappings) for N > 1.
 	Partitions int
 	// Config supplies the quota namespaces in force: ParseNamespaces,
-	// or WatchedConfig under `allot up` and `allot quota`. Required.
+	// or the configuration bucket's under `allot up` and `allot quota`.
+	// Required.
 	Config Config
 	// Since is passed to the decision table: buckets first used start as
 	// if drained at Since (a new leader's term start). Zero starts them
@@ -83,24 +85,23 @@ type Options struct {
 	// quota.Decision.Shadowed); a namespace's "shadow": true does the same
 	// for its buckets alone.
 	Shadow bool
-	// Logger receives the server's logs. Default slog.Default().
 	// Intake bounds the requests taken up and not yet answered, and each
-	// tenant's request rate (leader.Limits; the zero value has the
-	// defaults and no tenant rate). See subjects.md, "Overload".
-	Intake leader.Limits
+	// tenant's request rate (the zero value has the defaults and no
+	// tenant rate). See subjects.md, "Overload".
+	Intake intake.Limits
+	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 }
 
 // Config supplies the quota namespaces a server decides for. Make it with
-// ParseNamespaces; `allot quota` follows the configuration bucket
-// (WatchedConfig). The zero Config is none: Options.Config is required.
-type Config struct{ current func() *quota.Config }
-
-// get returns the namespaces in force; nil means none (every take is
-// REJECTED no_bucket).
-func (c Config) get() *quota.Config { return c.current() }
+// ParseNamespaces; `allot quota` follows the configuration bucket instead.
+// Only allot implements it: the compiled namespaces are the server's own
+// business. A nil Config is none: Options.Config is required.
+type Config interface {
+	sources.Quota
+}
 
 // ParseNamespaces returns a Config that always serves the given quota
 // namespaces: docs maps a namespace's name to its document, JSON or YAML,
@@ -117,36 +118,10 @@ func ParseNamespaces(docs map[string][]byte) (Config, error) {
 		return ns, err
 	})
 	if err != nil {
-		return Config{}, fmt.Errorf("quotaserver: %w", err)
+		return nil, fmt.Errorf("quotaserver: %w", err)
 	}
 	cfg := config.NewQuotaConfig(nss...)
-	return ConfigFunc(func() *quota.Config { return cfg }), nil
-}
-
-// ConfigFunc returns a Config whose namespaces are what current returns:
-// for allot's own tools and tests, which build them themselves. current
-// is called on every request, so it must be cheap (an atomic load), and
-// return the same pointer until the configuration changes.
-func ConfigFunc(current func() *quota.Config) Config { return Config{current} }
-
-// WatchedConfig is the Config of a configuration watcher: the namespaces
-// of its current Set, as the same pointer for as long as the Set is the
-// same, so that a server sees a change only when there is one.
-func WatchedConfig(w *configkv.Watcher) Config {
-	type seen struct {
-		set *config.Set
-		cfg *quota.Config
-	}
-	var last atomic.Pointer[seen]
-	return ConfigFunc(func() *quota.Config {
-		set := w.Current()
-		if p := last.Load(); p != nil && p.set == set {
-			return p.cfg
-		}
-		p := &seen{set, set.Quota()}
-		last.Store(p)
-		return p.cfg
-	})
+	return sources.QuotaFunc(func() *quota.Config { return cfg }), nil
 }
 
 // Server answers one partition's quota requests. Create it with New, then
@@ -187,7 +162,7 @@ func New(nc *nats.Conn, opts Options) (*Server, error) {
 	s := &Server{nc: nc, opts: opts, prefix: PartitionSubject(opts.Node, opts.Partition) + ".",
 		log: opts.Logger.With("node", opts.Node, "quota_partition", opts.Partition, "server_id", opts.ServerID)}
 	s.gate = leader.NewGate(opts.Valid, s.log, "quota partition")
-	cfg := opts.Config.get()
+	cfg := sources.CurrentQuota(opts.Config)
 	s.cfg.Store(cfg)
 	var since int64 // zero: buckets start full
 	if !opts.Since.IsZero() {
@@ -202,7 +177,7 @@ func (o *Options) fill() error {
 	if err := leader.FillPartition("quotaserver", &o.Node, &o.ServerID, o.Partition, &o.Partitions, MaxPartitions); err != nil {
 		return err
 	}
-	if o.Config.current == nil {
+	if o.Config == nil {
 		return errors.New("quotaserver: Options.Config is required")
 	}
 	if o.Term == 0 {
@@ -272,7 +247,7 @@ func (s *Server) Start(ctx context.Context) error {
 		Node:        node, ServerID: s.opts.ServerID, Term: s.opts.Term, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
 		Stats: func() any { return s.Stats() }, Endpoints: eps, Gate: s.gate,
 		TickEvery: s.opts.SweepInterval, Tick: s.sweep, Logger: s.log,
-		Limits: s.opts.Intake,
+		Limits: leader.Limits(s.opts.Intake),
 		ErrorBody: func(h nats.Header, code int, text string, retry time.Duration) []byte {
 			return reply.RefusalBody(wire.EncodingOf(h), code, text, retry)
 		},
@@ -317,13 +292,13 @@ func (s *Server) sweep() {
 // request (a hot reload). On the hot path it costs the source's atomic
 // load and a comparison.
 func (s *Server) refreshConfig() {
-	cfg := s.opts.Config.get()
+	cfg := sources.CurrentQuota(s.opts.Config)
 	if cfg == s.cfg.Load() {
 		return
 	}
 	s.cfgMu.Lock()
 	defer s.cfgMu.Unlock()
-	if cfg = s.opts.Config.get(); cfg != s.cfg.Load() {
+	if cfg = sources.CurrentQuota(s.opts.Config); cfg != s.cfg.Load() {
 		s.table.SetConfig(cfg)
 		s.cfg.Store(cfg)
 	}

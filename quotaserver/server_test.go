@@ -20,6 +20,7 @@ import (
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 	"github.com/allot/allot/quotaserver"
@@ -161,7 +162,7 @@ func TestTakeAnswersAsConfigured(t *testing.T) {
 	nc := natstest.Conn(t, s)
 	kv, w := watchConfig(t, nc)
 	putNamespace(t, kv, w, "logins", `{"buckets": {"alice": {"size": 3, "fill_rate": 1, "wait_timeout": "5s"}}}`)
-	r, _ := runReplica(t, nc, "a", 0, 1, quotaserver.WatchedConfig(w))
+	r, _ := runReplica(t, nc, "a", 0, 1, sources.WatchedQuota(w))
 	waitServing(t, r)
 
 	subj := quotaserver.TakeSubject("root")
@@ -210,7 +211,7 @@ func TestReportCharges(t *testing.T) {
 	nc := natstest.Conn(t, s)
 	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "batch",
 		Buckets: map[string]*quota.Spec{"job": tokenBucket(10, 0.001, 0)}})}
-	r, _ := runReplica(t, nc, "a", 0, 1, quotaserver.ConfigFunc(src.get))
+	r, _ := runReplica(t, nc, "a", 0, 1, sources.QuotaFunc(src.get))
 	waitServing(t, r)
 
 	peek := func() int64 {
@@ -244,7 +245,7 @@ func TestReportAckCounts(t *testing.T) {
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
 	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "batch", Dynamic: tokenBucket(1000, 100, 0), MaxDynamicBuckets: 10})}
-	r, _ := runReplica(t, nc, "a", 0, 1, quotaserver.ConfigFunc(src.get))
+	r, _ := runReplica(t, nc, "a", 0, 1, sources.QuotaFunc(src.get))
 	waitServing(t, r)
 	for _, c := range []struct {
 		subject, body     string
@@ -274,7 +275,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
 	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "logins", Dynamic: tokenBucket(5, 0.001, 0), MaxDynamicBuckets: 100})}
-	r, _ := runReplica(t, nc, "a", 0, 1, quotaserver.ConfigFunc(src.get))
+	r, _ := runReplica(t, nc, "a", 0, 1, sources.QuotaFunc(src.get))
 	waitServing(t, r)
 	plain := quotaserver.TakeSubject("root")
 	take(t, nc, plain, `{"bucket":"logins:alice"}`)
@@ -338,8 +339,8 @@ func TestPartitionsShareTheNamespaces(t *testing.T) {
 		spaces = append(spaces, &quota.Namespace{Name: fmt.Sprintf("ns%d", i), Dynamic: tokenBucket(100, 10, 0), MaxDynamicBuckets: 10})
 	}
 	src := &staticConfig{cfg: namespaces(spaces...)}
-	r0, _ := runReplica(t, nc, "p0", 0, 2, quotaserver.ConfigFunc(src.get))
-	r1, _ := runReplica(t, natstest.Conn(t, s), "p1", 1, 2, quotaserver.ConfigFunc(src.get))
+	r0, _ := runReplica(t, nc, "p0", 0, 2, sources.QuotaFunc(src.get))
+	r1, _ := runReplica(t, natstest.Conn(t, s), "p1", 1, 2, sources.QuotaFunc(src.get))
 	waitServing(t, r0, r1)
 
 	for i := range 8 {
@@ -386,9 +387,9 @@ func TestFailoverNeverAdmitsMoreThanTheLimit(t *testing.T) {
 	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "api",
 		Buckets: map[string]*quota.Spec{"k": tokenBucket(size, rate, time.Second)}})}
 	ncA := natstest.Conn(t, s)
-	a, _ := runReplica(t, ncA, "a", 0, 1, quotaserver.ConfigFunc(src.get))
+	a, _ := runReplica(t, ncA, "a", 0, 1, sources.QuotaFunc(src.get))
 	waitServing(t, a)
-	b, _ := runReplica(t, natstest.Conn(t, s), "b", 0, 1, quotaserver.ConfigFunc(src.get))
+	b, _ := runReplica(t, natstest.Conn(t, s), "b", 0, 1, sources.QuotaFunc(src.get))
 
 	start := time.Now()
 	admitted, afterFailover := 0, 0
@@ -442,7 +443,7 @@ func TestSweepAndProtobuf(t *testing.T) {
 	spec.MaxIdle = 100 * time.Millisecond
 	cfg := namespaces(&quota.Namespace{Name: "users", Dynamic: spec, MaxDynamicBuckets: 10})
 	r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{Options: quotaserver.Options{
-		ServerID: "a", SweepInterval: 50 * time.Millisecond, Config: quotaserver.ConfigFunc(func() *quota.Config { return cfg }), Logger: quiet()}})
+		ServerID: "a", SweepInterval: 50 * time.Millisecond, Config: sources.QuotaFunc(func() *quota.Config { return cfg }), Logger: quiet()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,8 +503,8 @@ func TestTenantsOfANamespace(t *testing.T) {
 			Tenants: []string{"TENANT_A"}})
 	}
 	src := &staticConfig{cfg: namespaces(spaces...)}
-	r0, _ := runReplica(t, nc, "p0", 0, 2, quotaserver.ConfigFunc(src.get))
-	r1, _ := runReplica(t, natstest.Conn(t, s), "p1", 1, 2, quotaserver.ConfigFunc(src.get))
+	r0, _ := runReplica(t, nc, "p0", 0, 2, sources.QuotaFunc(src.get))
+	r1, _ := runReplica(t, natstest.Conn(t, s), "p1", 1, 2, sources.QuotaFunc(src.get))
 	waitServing(t, r0, r1)
 
 	send := func(subject, body string) (*nats.Msg, string) {
@@ -557,8 +558,8 @@ func TestTenantPlainTakeAcrossPartitions(t *testing.T) {
 	nc := natstest.Conn(t, s, nats.UserInfo("allot", "allot"))
 	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "ns0", Dynamic: tokenBucket(100, 0.001, 0), MaxDynamicBuckets: 10},
 		&quota.Namespace{Name: "ns1", Dynamic: tokenBucket(100, 0.001, 0), MaxDynamicBuckets: 10})}
-	r0, _ := runReplica(t, nc, "p0", 0, 2, quotaserver.ConfigFunc(src.get))
-	r1, _ := runReplica(t, natstest.Conn(t, s, nats.UserInfo("allot", "allot")), "p1", 1, 2, quotaserver.ConfigFunc(src.get))
+	r0, _ := runReplica(t, nc, "p0", 0, 2, sources.QuotaFunc(src.get))
+	r1, _ := runReplica(t, natstest.Conn(t, s, nats.UserInfo("allot", "allot")), "p1", 1, 2, sources.QuotaFunc(src.get))
 	waitServing(t, r0, r1)
 	tenant := natstest.Conn(t, s, nats.UserInfo("a", "a"))
 	for _, ns := range []string{"ns0", "ns1"} { // ns1 is partition 1's

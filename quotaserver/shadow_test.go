@@ -8,6 +8,7 @@ import (
 
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/quotaserver"
 )
 
@@ -42,7 +43,7 @@ func TestShadowNamespace(t *testing.T) {
 	kv, w := watchConfig(t, nc)
 	putNamespace(t, kv, w, "logins", `{"shadow": true, "buckets": {"alice": {"size": 2, "fill_rate": 1, "wait_timeout": "0s"}}}`)
 	putNamespace(t, kv, w, "strict", `{"buckets": {"alice": {"size": 2, "fill_rate": 1, "wait_timeout": "0s"}}}`)
-	r, _ := runReplica(t, nc, "a", 0, 1, quotaserver.WatchedConfig(w))
+	r, _ := runReplica(t, nc, "a", 0, 1, sources.WatchedQuota(w))
 	waitServing(t, r)
 	srv := r.Server()
 
@@ -80,7 +81,7 @@ func TestShadowServer(t *testing.T) {
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
 	cfg := namespaces(&quota.Namespace{Name: "logins", Buckets: map[string]*quota.Spec{"alice": tokenBucket(1, 1, 0)}})
-	srv := serve(t, nc, quotaserver.Options{Config: quotaserver.ConfigFunc(func() *quota.Config { return cfg }), Shadow: true, Logger: quiet()})
+	srv := serve(t, nc, quotaserver.Options{Config: sources.QuotaFunc(func() *quota.Config { return cfg }), Shadow: true, Logger: quiet()})
 	for _, tc := range []struct{ bucket, shadowStatus, reason string }{
 		{"logins:alice", "OK", ""},
 		{"logins:alice", "REJECTED", quota.ReasonNoWait}, // wait_timeout 0

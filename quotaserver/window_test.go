@@ -10,6 +10,7 @@ import (
 
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/quotaserver"
 )
 
@@ -44,7 +45,7 @@ func TestFixedWindowOverNATS(t *testing.T) {
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	cfg := namespaces(&quota.Namespace{Name: "jobs", Buckets: map[string]*quota.Spec{"batch": {Algorithm: quota.FixedWindow, Limit: 1,
 		Window: 2 * time.Second, WaitTimeout: 10 * time.Second, MaxTokensPerRequest: 1}}})
-	serve(t, nc, quotaserver.Options{Config: quotaserver.ConfigFunc(func() *quota.Config { return cfg }), Now: clock, Logger: quiet()})
+	serve(t, nc, quotaserver.Options{Config: sources.QuotaFunc(func() *quota.Config { return cfg }), Now: clock, Logger: quiet()})
 	subject := quotaserver.TakeSubject("root")
 	for i, want := range []takeReply{
 		{Status: "OK", Wait: "0s", RetryAfter: "0s"},

@@ -10,12 +10,13 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/domainserver"
-	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/domainlimit"
+	"github.com/allot/allot/internal/envoyserver"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/opstatus"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/quotatest"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/quotaserver"
 	"github.com/allot/allot/status"
 )
@@ -51,7 +52,7 @@ func TestLiveStats(t *testing.T) {
 
 	// A domain-limit partition (allot-domain) and an Envoy counter
 	// partition (allot-envoy).
-	dom, err := domainserver.New(natstest.Conn(t, s), domainserver.Options{Config: domainserver.ConfigFunc(func() map[string]*domainlimit.Namespace { return nil }), Logger: quiet})
+	dom, err := domainserver.New(natstest.Conn(t, s), domainserver.Options{Config: sources.DomainsFunc(func() map[string]*domainlimit.Namespace { return nil }), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

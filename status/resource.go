@@ -127,3 +127,40 @@ func (t *ResourceTotals) Add(g ResourceGauge) {
 	t.Wants += g.Wants
 	t.Claimants += g.Claimants
 }
+
+// ResourceStat is one resource of a coordinator's STATS data
+// (top_resources), for operators. Times are RFC 3339.
+type ResourceStat struct {
+	ID string `json:"id"`
+	// Capacity is what the node divides now: the template's, or on a
+	// child its lease from the parent (then Lease and LeaseExpiry are set).
+	Capacity    float64 `json:"capacity"`
+	Lease       float64 `json:"lease,omitempty"`
+	LeaseExpiry string  `json:"lease_expiry,omitempty"`
+	// Outstanding bounds what the node's claimants hold.
+	Outstanding float64 `json:"outstanding"`
+	// Floors sums the floors claimants may fall back to (counted until
+	// they end), and OnFloor counts the claimants whose lease ended
+	// unrefreshed while their floor lasts (cut off, or gone).
+	Floors  float64 `json:"floors,omitempty"`
+	OnFloor int     `json:"on_floor,omitempty"`
+	// Claimants counts client records (a child node counts once per band).
+	Claimants int  `json:"claimants"`
+	Learning  bool `json:"learning,omitempty"`
+	// Withheld is what the node keeps back, after a takeover, for what
+	// its predecessor's leases and floors that no claimant has reported
+	// may still hold (included in Outstanding); LearningUntil is when the
+	// predecessor's leases have all ended, while Learning.
+	Withheld      float64 `json:"withheld,omitempty"`
+	LearningUntil string  `json:"learning_until,omitempty"`
+	// Regime is, on a child node, what its capacity comes from now: its
+	// lease from the parent ("lease"), the floor the parent told once
+	// that lease ended unrefreshed ("floor", until FloorUntil), or
+	// nothing ("none"). Floor is that floor.
+	Regime     string  `json:"regime,omitempty"`
+	Floor      float64 `json:"floor,omitempty"`
+	FloorUntil string  `json:"floor_until,omitempty"`
+	// Shadow is set when the resource's leases are shadow: agents do not
+	// enforce them.
+	Shadow bool `json:"shadow,omitempty"`
+}

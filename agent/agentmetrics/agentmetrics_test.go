@@ -17,6 +17,7 @@ import (
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -34,7 +35,7 @@ func TestAgentCollector(t *testing.T) {
 		LeaseLength: 500 * time.Millisecond, RefreshInterval: 100 * time.Millisecond}
 	c := coordtest.Start(t, nc, coordinator.Options{
 		RoundInterval: coordinator.NoRoundInterval,
-		Templates:     coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tmpl, short}, nil)),
+		Templates:     sources.StaticTemplates(config.NewSet(1, []*config.Template{tmpl, short}, nil)),
 		Logger:        quiet,
 	})
 	a, err := agent.New(nc, agent.WithLogger(quiet))

@@ -15,6 +15,7 @@ import (
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/sources"
 )
 
 // TestAgentCollectorDomain: a hold of a real domain server shows as held
@@ -26,7 +27,7 @@ func TestAgentCollectorDomain(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 	nss := map[string]*domainlimit.Namespace{"app": {Name: "app", Resources: map[string]domainlimit.Resource{
 		"pool": {Name: "pool", Kind: domainlimit.KindCopies, Copies: domainlimit.CopySpec{DomainLimit: 3, GlobalLimit: domainlimit.Unlimited}}}}}
-	srv, err := domainserver.New(natstest.Conn(t, s), domainserver.Options{Config: domainserver.ConfigFunc(func() map[string]*domainlimit.Namespace { return nss }), Logger: quiet})
+	srv, err := domainserver.New(natstest.Conn(t, s), domainserver.Options{Config: sources.DomainsFunc(func() map[string]*domainlimit.Namespace { return nss }), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

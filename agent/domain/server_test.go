@@ -20,6 +20,7 @@ import (
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 )
 
 // These tests drive the agent through the real domain server
@@ -47,7 +48,7 @@ func nsConfig(t *testing.T, ns, doc string) domainserver.Config {
 		t.Fatal(err)
 	}
 	cfg := map[string]*domainlimit.Namespace{ns: n}
-	return domainserver.ConfigFunc(func() map[string]*domainlimit.Namespace { return cfg })
+	return sources.DomainsFunc(func() map[string]*domainlimit.Namespace { return cfg })
 }
 
 // startDomainServer starts a domain server of namespace "app"

@@ -22,11 +22,11 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/allowhttp"
-	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/configkv"
+	"github.com/allot/allot/internal/envoyserver"
+	"github.com/allot/allot/internal/rlqsserver"
+	"github.com/allot/allot/internal/rls"
 	"github.com/allot/allot/internal/subjects"
-	"github.com/allot/allot/rlqsserver"
-	"github.com/allot/allot/rls"
 )
 
 func defineAgent(fs *pflag.FlagSet) runFunc {

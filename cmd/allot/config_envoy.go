@@ -16,7 +16,7 @@ import (
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/envoyrl"
 	"github.com/allot/allot/internal/envoywire"
-	"github.com/allot/allot/rls"
+	"github.com/allot/allot/internal/rls"
 )
 
 // listEnvoy adds the Envoy domains to `allot config list`.

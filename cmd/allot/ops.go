@@ -21,8 +21,8 @@ import (
 
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/domainserver"
-	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/envoyserver"
 	"github.com/allot/allot/internal/version"
 	"github.com/allot/allot/metrics"
 	"github.com/allot/allot/quotaserver"

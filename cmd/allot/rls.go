@@ -15,11 +15,11 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/envoyrl"
-	"github.com/allot/allot/rlqsserver"
-	"github.com/allot/allot/rls"
+	"github.com/allot/allot/internal/envoyserver"
+	"github.com/allot/allot/internal/rlqsserver"
+	"github.com/allot/allot/internal/rls"
 )
 
 // rlsFlags configure Envoy's rate limit API: the gRPC front end and how

@@ -18,10 +18,12 @@ import (
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/domainserver"
+	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/leader"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/metrics"
 	"github.com/allot/allot/quotaserver"
@@ -47,7 +49,7 @@ type coordFlags struct {
 	isolation    isolationFlags
 	// intake bounds every service's intake: --max-in-flight,
 	// --tenant-rate, --tenant-burst.
-	intake leader.Limits
+	intake intake.Limits
 	// quotaParts is how many partitions share the quota namespaces;
 	// quotaServe which of them this process serves.
 	quotaParts int
@@ -227,7 +229,7 @@ func (f *coordFlags) warnShortTTL(log *slog.Logger) {
 // validate checks the tree flags, the node's limits and
 // --metrics-max-resources.
 func (f *coordFlags) validate() error {
-	if err := f.intake.Validate(); err != nil {
+	if err := leader.Limits(f.intake).Validate(); err != nil {
 		return fmt.Errorf("--max-in-flight, --tenant-rate, --tenant-burst: %w", err)
 	}
 	if f.metricsMax < 1 || f.metricsMax > coordinator.MaxObservedResources {
@@ -376,7 +378,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	}
 	defer w.Stop()
 	opts := cf.options(log)
-	opts.Templates = coordinator.WatchedTemplates(w)
+	opts.Templates = sources.WatchedTemplates(w)
 	if cf.shadow {
 		log.Info("shadow mode: leases are allocated and reported but agents admit what they want, and quota takes are answered OK; both count what would have been refused")
 	}
@@ -404,8 +406,8 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	if err != nil {
 		return err
 	}
-	quotaConfig := quotaserver.WatchedConfig(w)
-	domainConfig := domainserver.WatchedConfig(w)
+	quotaConfig := sources.WatchedQuota(w)
+	domainConfig := sources.WatchedDomains(w)
 	var envoy envoyPartitions
 	for _, p := range parts {
 		qr, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{

@@ -13,6 +13,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -24,7 +25,7 @@ func TestStatusDrawsTree(t *testing.T) {
 	child := natstest.Child(t, "eu", root)
 	tm := &config.Template{Name: "t", Glob: "*", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
 		LeaseLength: 10 * time.Second, RefreshInterval: 500 * time.Millisecond, LearningModeDuration: 10 * time.Second}
-	tmpls := coordinator.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil))
+	tmpls := sources.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil))
 	rnc, cnc := natstest.Conn(t, root.Server), natstest.Conn(t, child.Server)
 	coordtest.Start(t, rnc, coordinator.Options{Node: "root", Templates: tmpls, RoundInterval: 5 * time.Millisecond})
 	coordtest.Start(t, cnc, coordinator.Options{Node: "eu", Parent: "root", Templates: tmpls, RoundInterval: 5 * time.Millisecond})

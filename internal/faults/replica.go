@@ -21,6 +21,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
 )
 
 // ElectionTTL is the election TTL of every replica of the test set.
@@ -58,7 +59,7 @@ func ServeReplica(ctx context.Context, nc *nats.Conn, id string, log *slog.Logge
 	}
 	nc.SetReconnectHandler(func(*nats.Conn) { w.Resync() })
 	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{
-		Options:     coordinator.Options{ServerID: id, Templates: coordinator.WatchedTemplates(w), Logger: log},
+		Options:     coordinator.Options{ServerID: id, Templates: sources.WatchedTemplates(w), Logger: log},
 		ElectionTTL: ElectionTTL,
 		OnServing:   onServing,
 	})

@@ -18,6 +18,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/quotaserver"
 )
 
@@ -124,7 +125,7 @@ func (s *Service) Restart() error {
 	for p := range s.partitions {
 		srv, err := quotaserver.New(s.nc, quotaserver.Options{
 			Partition: p, Partitions: s.partitions,
-			Config: quotaserver.ConfigFunc(func() *quota.Config { return s.w.Current().Quota() }),
+			Config: sources.QuotaFunc(func() *quota.Config { return s.w.Current().Quota() }),
 			Logger: slog.New(slog.DiscardHandler),
 		})
 		if err == nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -27,7 +28,7 @@ func TestCoordinatorWire(t *testing.T) {
 		Name: "t-db", Glob: "db", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
 		LeaseLength: 10 * time.Second, RefreshInterval: time.Second,
 	}}, nil)
-	coordtest.Start(t, nc, coordinator.Options{Templates: coordinator.StaticTemplates(set), RoundInterval: coordinator.NoRoundInterval})
+	coordtest.Start(t, nc, coordinator.Options{Templates: sources.StaticTemplates(set), RoundInterval: coordinator.NoRoundInterval})
 	const subject = "allot.root.capacity.get"
 	request := func(enc wire.Encoding, data []byte) *nats.Msg {
 		t.Helper()

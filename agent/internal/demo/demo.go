@@ -14,6 +14,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -32,7 +33,7 @@ func Start(rates map[string]float64) (*nats.Conn, func(), error) {
 	}
 	c, err := coordinator.New(nc, coordinator.Options{
 		RoundInterval: 5 * time.Millisecond,
-		Templates:     coordinator.StaticTemplates(config.NewSet(1, tmpls, nil)),
+		Templates:     sources.StaticTemplates(config.NewSet(1, tmpls, nil)),
 		Logger:        slog.New(slog.DiscardHandler),
 	})
 	if err == nil {

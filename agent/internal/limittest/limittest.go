@@ -12,6 +12,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -30,7 +31,7 @@ func Agent(t *testing.T, tmpls ...*config.Template) *agent.Agent {
 	t.Helper()
 	s := natstest.Server(t)
 	coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{RoundInterval: 5 * time.Millisecond, Logger: Quiet,
-		Templates: coordinator.StaticTemplates(config.NewSet(1, tmpls, nil))})
+		Templates: sources.StaticTemplates(config.NewSet(1, tmpls, nil))})
 	a, err := agent.New(natstest.Conn(t, s), agent.WithLogger(Quiet))
 	if err != nil {
 		t.Fatal(err)

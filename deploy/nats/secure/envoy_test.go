@@ -8,11 +8,11 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/envoyrl"
+	"github.com/allot/allot/internal/envoyserver"
 	"github.com/allot/allot/internal/poll"
-	"github.com/allot/allot/rls"
+	"github.com/allot/allot/internal/rls"
 )
 
 // TestCoordinatorServesEnvoy: with the coordinator user's rights, a

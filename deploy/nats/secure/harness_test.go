@@ -24,6 +24,7 @@ import (
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/secureinit"
+	"github.com/allot/allot/internal/sources"
 )
 
 // wait bounds every wait of the suite: a refusal, a lease, a server.
@@ -322,7 +323,7 @@ func (d *deployment) launchCoordinator(t *testing.T, srv *server.Server, user st
 		t.Fatal(err)
 	}
 	c.nc.SetReconnectHandler(func(*nats.Conn) { w.Resync() })
-	opts.Templates, opts.Logger = coordinator.WatchedTemplates(w), log
+	opts.Templates, opts.Logger = sources.WatchedTemplates(w), log
 	c.rep, err = coordinator.NewReplica(c.nc, coordinator.ReplicaOptions{
 		Options:   opts,
 		OnServing: func(_ uint64, on bool) { c.serving <- on },

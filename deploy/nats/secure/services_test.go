@@ -17,6 +17,7 @@ import (
 	"github.com/allot/allot/internal/domainlimit"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/quotaserver"
 )
 
@@ -33,7 +34,7 @@ func (d *deployment) startServices(t *testing.T) {
 	qcfg := &quota.Config{Namespaces: map[string]*quota.Namespace{
 		"api": {Name: "api", Dynamic: bucket, MaxDynamicBuckets: 100},
 		"own": {Name: "own", Dynamic: bucket, MaxDynamicBuckets: 100, Tenants: []string{"TENANT_A"}}}}
-	qs, err := quotaserver.New(nc, quotaserver.Options{Config: quotaserver.ConfigFunc(func() *quota.Config { return qcfg }), Logger: log})
+	qs, err := quotaserver.New(nc, quotaserver.Options{Config: sources.QuotaFunc(func() *quota.Config { return qcfg }), Logger: log})
 	if err == nil {
 		err = qs.Start(context.Background())
 	}
@@ -45,7 +46,7 @@ func (d *deployment) startServices(t *testing.T) {
 		"pool": {Name: "pool", Kind: domainlimit.KindCopies, Copies: domainlimit.CopySpec{DomainLimit: 2, GlobalLimit: domainlimit.Unlimited}}}
 	dcfg := map[string]*domainlimit.Namespace{"app": {Name: "app", Resources: pool},
 		"own": {Name: "own", Resources: pool, Tenants: []string{"TENANT_A"}}}
-	ds, err := domainserver.New(nc, domainserver.Options{Config: domainserver.ConfigFunc(func() map[string]*domainlimit.Namespace { return dcfg }), Logger: log})
+	ds, err := domainserver.New(nc, domainserver.Options{Config: sources.DomainsFunc(func() map[string]*domainlimit.Namespace { return dcfg }), Logger: log})
 	if err == nil {
 		err = ds.Start(context.Background())
 	}

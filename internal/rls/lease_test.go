@@ -14,7 +14,8 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
-	"github.com/allot/allot/rls"
+	"github.com/allot/allot/internal/rls"
+	"github.com/allot/allot/internal/sources"
 )
 
 // TestSidecarReplaysReference replays the reference's recorded scenarios
@@ -85,7 +86,7 @@ descriptors:
 		t.Fatal(err)
 	}
 	c.waitDomains(t, []string{"edge"})
-	coord, err := coordinator.New(natstest.Conn(t, c.srv), coordinator.Options{Templates: coordinator.WatchedTemplates(c.watcher), RoundInterval: 5 * time.Millisecond, Logger: quiet()})
+	coord, err := coordinator.New(natstest.Conn(t, c.srv), coordinator.Options{Templates: sources.WatchedTemplates(c.watcher), RoundInterval: 5 * time.Millisecond, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ import (
 // The reference's recorded replies (internal/envoyrl, TestRecordReference)
 // and the configuration they answer.
 const (
-	referenceDir    = "../internal/envoyrl/testdata/reference"
+	referenceDir    = "../envoyrl/testdata/reference"
 	recordingFile   = referenceDir + "/recording.json"
 	referenceConfig = referenceDir + "/config"
 )

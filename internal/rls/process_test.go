@@ -22,9 +22,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/envoyrl"
+	"github.com/allot/allot/internal/envoyserver"
 	"github.com/allot/allot/internal/faults"
 	"github.com/allot/allot/internal/opstatus"
 	"github.com/allot/allot/internal/poll"

@@ -25,9 +25,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/envoyrl"
+	"github.com/allot/allot/internal/envoyserver"
 	"github.com/allot/allot/internal/envoywire"
 )
 

@@ -25,8 +25,9 @@ import (
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/rlqs"
-	"github.com/allot/allot/rlqsserver"
-	"github.com/allot/allot/rls"
+	"github.com/allot/allot/internal/rlqsserver"
+	"github.com/allot/allot/internal/rls"
+	"github.com/allot/allot/internal/sources"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -243,7 +244,7 @@ func startRig(t *testing.T, buckets rlqs.Options) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
-	coord, err := coordinator.New(natstest.Conn(t, srv), coordinator.Options{Templates: coordinator.WatchedTemplates(w), RoundInterval: 5 * time.Millisecond, Logger: quiet()})
+	coord, err := coordinator.New(natstest.Conn(t, srv), coordinator.Options{Templates: sources.WatchedTemplates(w), RoundInterval: 5 * time.Millisecond, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/internal/envoyrl"
+	"github.com/allot/allot/internal/envoyserver"
 	"github.com/allot/allot/internal/envoywire"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"

@@ -14,14 +14,14 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/allot/allot/envoyserver"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/internal/envoyrl"
+	"github.com/allot/allot/internal/envoyserver"
 	"github.com/allot/allot/internal/envoywire"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
-	"github.com/allot/allot/rls"
+	"github.com/allot/allot/internal/rls"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
