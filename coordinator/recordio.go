@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -87,6 +85,10 @@ func (s *recordStore) load(ctx context.Context) (ledger.Prior, error) {
 	if err != nil {
 		return ledger.Prior{}, err
 	}
+	part, err := s.partitioning(ctx, created)
+	if err != nil {
+		return ledger.Prior{}, err
+	}
 	entry, err := s.kv.Get(ctx, s.key)
 	switch {
 	case err == nil:
@@ -96,13 +98,11 @@ func (s *recordStore) load(ctx context.Context) (ledger.Prior, error) {
 			s.log.Warn("lease record unreadable: learning as after an unknown predecessor", "err", err)
 			return ledger.Prior{Kind: ledger.PriorDamaged}, nil
 		}
-		if n := recordPartitions(s.key, &h); n != s.partitions() {
-			// It lists the resources this partition owned under n
-			// partitions, and calls the record complete for those: the
-			// resources this partition has gained since may be held.
-			s.log.Warn("lease record was written under another number of lease partitions: learning as after an unknown predecessor",
-				"record_partitions", partitionsText(n), "partitions", s.partitions())
-			return ledger.Prior{Kind: ledger.PriorMissing}, nil
+		if entry.Revision() < part.changedAt {
+			// Written before the node last changed its number of lease
+			// partitions: it speaks for the resources this partition
+			// owned then, and says nothing of the leases issued since.
+			return s.repartitionedPrior(ctx, "lease record was written before the node's number of lease partitions changed")
 		}
 		p := ledger.Prior{Kind: ledger.PriorRecord, Record: &h, WrittenAt: entry.Created().UnixNano(), Previous: s.previous(ctx, entry.Revision())}
 		if h.GetTerm() > s.opts.Term {
@@ -124,14 +124,8 @@ func (s *recordStore) load(ctx context.Context) (ledger.Prior, error) {
 			s.log.Warn("lease record was deleted or purged: learning as after an unknown predecessor")
 			return ledger.Prior{Kind: ledger.PriorMissing}, nil
 		}
-		other, err := s.otherPartitioning(ctx)
-		if err != nil {
-			return ledger.Prior{}, err
-		}
-		if other != "" {
-			s.log.Warn("no lease record for this partition, but the node has one written under another number of lease partitions: learning as after an unknown predecessor",
-				"record", other, "partitions", s.partitions())
-			return ledger.Prior{Kind: ledger.PriorMissing}, nil
+		if part.changedAt > 0 {
+			return s.repartitionedPrior(ctx, "no lease record for this partition, and the node's number of lease partitions changed")
 		}
 	}
 	if s.opts.PriorLeader != nil {
@@ -146,59 +140,6 @@ func (s *recordStore) load(ctx context.Context) (ledger.Prior, error) {
 	}
 	s.log.Info("no lease record and no earlier leader: new deployment, learning mode skipped")
 	return ledger.Prior{Kind: ledger.PriorNew}, nil
-}
-
-// partitions is the node's number of lease partitions.
-func (s *recordStore) partitions() int { return max(s.opts.Partitions, 1) }
-
-// recordPartitions is the number of lease partitions rec, stored under
-// key, was written under; 0 if unknown (a record of a partition written
-// before records said).
-func recordPartitions(key string, rec *allotpb.LeaseHorizon) int {
-	switch {
-	case rec.GetPartitions() > 0:
-		return int(rec.GetPartitions())
-	case strings.HasSuffix(key, ".leases"):
-		return 1
-	}
-	return 0
-}
-
-func partitionsText(n int) string {
-	if n == 0 {
-		return "unknown"
-	}
-	return strconv.Itoa(n)
-}
-
-// otherPartitioning returns the key of a lease record of the node written
-// under another number of lease partitions, if there is one: the leases it
-// covers may include resources this partition owns now. Records of the
-// node's other partitions under the same number are no concern of ours.
-func (s *recordStore) otherPartitioning(ctx context.Context) (string, error) {
-	node := s.opts.Node
-	lister, err := s.kv.ListKeysFiltered(ctx, subjects.LeaseRecordKey(node, 0, 1), subjects.LeaseRecordKey(node, 0, 1)+".*")
-	if err != nil {
-		return "", fmt.Errorf("coordinator: list the node's lease records: %w", err)
-	}
-	defer lister.Stop()
-	for key := range lister.Keys() {
-		if key == s.key {
-			continue
-		}
-		e, err := s.kv.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return "", fmt.Errorf("coordinator: read lease record %s: %w", key, err)
-		}
-		var h allotpb.LeaseHorizon
-		if protojson.Unmarshal(e.Value(), &h) != nil || recordPartitions(key, &h) != s.partitions() {
-			return key, nil
-		}
-	}
-	return "", nil
 }
 
 // previous returns the record revision before rev, if the bucket kept one.

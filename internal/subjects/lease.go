@@ -60,6 +60,10 @@ func LeaseRecordKey(node string, i, n int) string {
 	return node + ".leases." + strconv.Itoa(i)
 }
 
+// LeasePartitionsKey is the state bucket key that says the number of
+// lease partitions node serves under, and whether it changed.
+func LeasePartitionsKey(node string) string { return node + ".lease-partitions" }
+
 // The coordinator's endpoints: the tokens after allot.<node>.
 const (
 	CapacityGet     = "capacity.get"     // GetCapacity
