@@ -350,6 +350,22 @@ func Finish(m micro.Request) {
 	}
 }
 
+// Release finishes m if the intake took it up and gives it back for a
+// later request to reuse: a Deferred endpoint's product calls it once it
+// is done with m, after which nothing may use m or what it returned
+// (its headers and data belong to the message it came in). Releasing
+// is optional; an unreleased request is left to the garbage collector.
+func Release(m micro.Request) {
+	r, ok := m.(*Request)
+	if !ok {
+		return
+	}
+	r.Finish()
+	t := r.t
+	*r = Request{t: t}
+	t.reqs.Put(r)
+}
+
 // DeadlineOf returns m's deadline if the intake took it up, else the
 // zero time.
 func DeadlineOf(m micro.Request) time.Time {
