@@ -50,8 +50,9 @@ type request struct {
 	srv  *allotpb.GetServerCapacityRequest
 	// Messages a recycled request keeps for the next one to decode into
 	// (see newRequest).
-	getBuf *allotpb.GetCapacityRequest
-	relBuf *allotpb.ReleaseCapacityRequest
+	getBuf  *allotpb.GetCapacityRequest
+	relBuf  *allotpb.ReleaseCapacityRequest
+	slotBuf []ledger.Slot
 	// who sent it: a tenant's identity on the tenant subjects.
 	who ledger.Claimant
 
@@ -190,9 +191,22 @@ func (c *Coordinator) newRequest(it bulkItem) *request {
 // recycle returns r to the pool once it is answered or dropped; nothing
 // may refer to r or the messages it holds after that.
 func (c *Coordinator) recycle(r *request) {
-	*r = request{getBuf: r.getBuf, relBuf: r.relBuf}
+	leader.Release(r.msg)
+	slots := r.slotBuf
+	if r.slots != nil {
+		slots = r.slots
+	}
+	clear(slots) // they point into the ledger's resources
+	if cap(slots) > maxKeptSlots {
+		slots = nil
+	}
+	*r = request{getBuf: r.getBuf, relBuf: r.relBuf, slotBuf: slots[:0]}
 	c.requests.Put(r)
 }
+
+// maxKeptSlots bounds the slots a recycled request keeps: a request of
+// many resources is rare, its slots are not worth keeping.
+const maxKeptSlots = 16
 
 // sameClient checks that a request whose Allot-Client header claims a
 // holder's place in the intake speaks for that client.
