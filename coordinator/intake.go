@@ -77,7 +77,8 @@ func (h *holders) hold(subject, client string, until int64) {
 	if len(h.until) >= h.max {
 		return
 	}
-	h.until[string(k)] = &until
+	u := until // on the heap only here, not on every call
+	h.until[string(k)] = &u
 }
 
 // holderGrace is how long a client is still known after its last lease

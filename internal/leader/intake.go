@@ -266,6 +266,8 @@ type Request struct {
 	class    Class
 	deadline time.Time
 	finished atomic.Bool
+	// kept is the product's, across Release (see Keep).
+	kept any
 }
 
 var _ micro.Request = (*Request)(nil)
@@ -361,10 +363,19 @@ func Release(m micro.Request) {
 		return
 	}
 	r.Finish()
-	t := r.t
-	*r = Request{t: t}
+	t, kept := r.t, r.kept
+	*r = Request{t: t, kept: kept}
 	t.reqs.Put(r)
 }
+
+// Keep stores v with r until r is dropped: it comes back from Kept
+// when a released r serves a later request. A product keeps its own
+// per-request state there, made once per request object instead of once
+// per request; the product must be done with v when it releases r.
+func (r *Request) Keep(v any) { r.kept = v }
+
+// Kept returns what Keep stored with r, or nil.
+func (r *Request) Kept() any { return r.kept }
 
 // DeadlineOf returns m's deadline if the intake took it up, else the
 // zero time.

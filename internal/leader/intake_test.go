@@ -255,15 +255,26 @@ func TestIntakeLeavesNoRequestUnanswered(t *testing.T) {
 // An Inline Deferred endpoint's requests are handled as they are taken
 // up; each stays in flight (counted against the bound) until its product
 // answers and releases it, and a released request serves a later one
-// with nothing of its own left.
+// with nothing of its own left but what the product kept with it.
 func TestInlineDeferredRequestsStayInFlightUntilReleased(t *testing.T) {
 	s := natstest.Server(t)
 	var mu sync.Mutex
 	var queued []micro.Request
+	inUse := map[*int]bool{} // what requests in flight keep (Keep)
 	sp := spec(nil, leader.Endpoint{Name: "e", Subject: "test.e", Inline: true, Deferred: true, Handle: func(m micro.Request) {
 		mu.Lock()
+		defer mu.Unlock()
+		r := m.(*leader.Request)
+		k, _ := r.Kept().(*int)
+		if k == nil {
+			k = new(int)
+			r.Keep(k)
+		}
+		if inUse[k] {
+			t.Errorf("request %q keeps what a request in flight keeps", m.Data())
+		}
+		inUse[k] = true
 		queued = append(queued, m)
-		mu.Unlock()
 	}})
 	sp.Limits = leader.Limits{MaxInFlight: 4, Reserve: 1}
 	term := startTerm(t, natstest.Conn(t, s), sp)
@@ -277,6 +288,7 @@ func TestInlineDeferredRequestsStayInFlightUntilReleased(t *testing.T) {
 			if err := m.(*leader.Request).RespondMsg(&nats.Msg{Data: []byte(m.Subject() + ":" + string(m.Data()))}); err != nil {
 				t.Error(err)
 			}
+			inUse[m.(*leader.Request).Kept().(*int)] = false
 			leader.Release(m)
 		}
 		queued = nil
