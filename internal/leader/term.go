@@ -42,8 +42,8 @@ const flushTimeout = 5 * time.Second
 // the size limit gets 413, one over its tenant's rate 429, and one past
 // the in-flight bound 503, at once; the others wait on the endpoint's
 // lane, known clients' first, for Handle, which runs on a goroutine of
-// the endpoint's own. One whose sender's time-out passes while it waits
-// is dropped unanswered.
+// the endpoint's own (or, Inline, go to Handle at once). One whose
+// sender's time-out passes while it waits is dropped unanswered.
 type Endpoint struct {
 	// Name names a micro endpoint in INFO and STATS.
 	Name string
