@@ -50,8 +50,9 @@ type request struct {
 	srv  *allotpb.GetServerCapacityRequest
 	// Messages a recycled request keeps for the next one to decode into
 	// (see newRequest).
-	getBuf *allotpb.GetCapacityRequest
-	relBuf *allotpb.ReleaseCapacityRequest
+	getBuf  *allotpb.GetCapacityRequest
+	relBuf  *allotpb.ReleaseCapacityRequest
+	slotBuf []ledger.Slot
 	// who sent it: a tenant's identity on the tenant subjects.
 	who ledger.Claimant
 
@@ -174,25 +175,57 @@ func (c *Coordinator) decode(it bulkItem) {
 	c.enqueue(r)
 }
 
-// newRequest takes a request from the pool for it. The pool keeps the
-// decoded messages of requests already answered, so that a refresh
-// decodes into messages the previous one left, allocating little beyond
-// its strings.
+// newRequest takes a request object for it: the one kept with the
+// intake's request object if it has one (see recycle), else one from the
+// pool. Either keeps the decoded messages of a request already answered,
+// so that a refresh decodes into messages the previous one left,
+// allocating little beyond its strings.
 func (c *Coordinator) newRequest(it bulkItem) *request {
-	r, _ := c.requests.Get().(*request)
+	lr, _ := it.m.(*leader.Request)
+	var r *request
+	if lr != nil {
+		r, _ = lr.Kept().(*request)
+	}
 	if r == nil {
-		r = &request{}
+		r, _ = c.requests.Get().(*request)
+		if r == nil {
+			r = &request{}
+		}
+		if lr != nil {
+			lr.Keep(r)
+		}
 	}
 	r.kind, r.enc, r.msg, r.who = it.kind, it.enc, it.m, it.who
 	return r
 }
 
-// recycle returns r to the pool once it is answered or dropped; nothing
-// may refer to r or the messages it holds after that.
+// recycle gives r back once it is answered or dropped, with the intake's
+// request object it is kept with (leader.Release), else to the pool;
+// nothing may refer to r or the messages it holds after that.
 func (c *Coordinator) recycle(r *request) {
-	*r = request{getBuf: r.getBuf, relBuf: r.relBuf}
+	m := r.msg
+	slots := r.slotBuf
+	if r.slots != nil {
+		slots = r.slots
+	}
+	clear(slots) // they point into the ledger's resources
+	if cap(slots) > maxKeptSlots {
+		slots = nil
+	}
+	*r = request{getBuf: r.getBuf, relBuf: r.relBuf, slotBuf: slots[:0]}
+	// Released, m may serve another request on another goroutine at
+	// once, and r with it: r is reset before.
+	if lr, ok := m.(*leader.Request); ok && lr.Kept() == r {
+		leader.Release(lr)
+		return
+	}
+	leader.Release(m)
 	c.requests.Put(r)
 }
+
+// maxKeptSlots bounds the slots a recycled request keeps: a request of
+// many resources is rare, its slots are not worth keeping.
+const maxKeptSlots = 16
 
 // sameClient checks that a request whose Allot-Client header claims a
 // holder's place in the intake speaks for that client.

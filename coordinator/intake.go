@@ -27,7 +27,6 @@ type holders struct {
 	// again: the key is then looked up from a buffer, not allocated.
 	until map[string]*int64
 	max   int
-	key   []byte // hold's key buffer, under mu
 }
 
 func newHolders(max int) *holders { return &holders{until: map[string]*int64{}, max: max} }
@@ -49,30 +48,37 @@ func (h *holders) classify(subject string, hdr nats.Header) leader.Class {
 		return leader.ClassNewcomer
 	}
 	var buf [128]byte
-	k := appendHolderKey(buf[:0], subject, id)
-	h.mu.RLock()
-	_, ok := h.until[string(k)]
-	h.mu.RUnlock()
-	if ok {
+	if h.lookup(appendHolderKey(buf[:0], subject, id)) != nil {
 		return leader.ClassKnown
 	}
 	return leader.ClassNewcomer
 }
 
+// lookup returns the value of key k, or nil.
+func (h *holders) lookup(k []byte) *int64 {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.until[string(k)]
+}
+
 // hold records that the client of a request on subject holds a lease
-// until (unix ns).
+// until (unix ns). Only the round loop calls it (and sweep), so only the
+// round loop reads or writes the values: a known client's refresh moves
+// its value under the read lock, beside the intake's classify.
 func (h *holders) hold(subject, client string, until int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.key = appendHolderKey(h.key[:0], subject, client)
-	if u, ok := h.until[string(h.key)]; ok {
+	var buf [128]byte
+	k := appendHolderKey(buf[:0], subject, client)
+	if u := h.lookup(k); u != nil {
 		*u = max(*u, until)
 		return
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if len(h.until) >= h.max {
 		return
 	}
-	h.until[string(h.key)] = &until
+	u := until // on the heap only here, not on every call
+	h.until[string(k)] = &u
 }
 
 // holderGrace is how long a client is still known after its last lease

@@ -75,14 +75,16 @@ func (c *Coordinator) endpoints() []leader.Endpoint {
 	size := func(h nats.Header, n int) error { return wire.CheckSize(wire.EncodingOf(h), n) }
 	refresh := func(subject string) bool { return strings.HasSuffix(subject, ".capacity.refresh") }
 	eps := []leader.Endpoint{
-		{Name: "capacity", Subject: c.leaseSubject("capacity.*"), Handle: c.handleCapacity, CheckSize: size, Deferred: true, Ignore: refresh},
-		{Subject: c.leaseSubject("capacity.refresh"), Plain: true, Beside: true, Handle: c.handleCapacity, CheckSize: size, Deferred: true},
+		// The capacity endpoints decode small requests and queue them for
+		// the round loop, which orders them by class (takeBatch): no lane.
+		{Name: "capacity", Subject: c.leaseSubject("capacity.*"), Handle: c.handleCapacity, CheckSize: size, Deferred: true, Ignore: refresh, Inline: true},
+		{Subject: c.leaseSubject("capacity.refresh"), Plain: true, Beside: true, Handle: c.handleCapacity, CheckSize: size, Deferred: true, Inline: true},
 		{Name: "server_get", Subject: c.leaseSubject("server.get"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
 		{Name: "server_get_child", Subject: c.leaseSubject("server.get.*"), Handle: c.handleServerGet, CheckSize: size, Deferred: true},
 		{Subject: c.tenantLeaseSubject("*", "capacity.*"), Plain: true, Handle: c.handleTenantMsg, CheckSize: size, Deferred: true,
-			Tenant: subjects.TenantOf, Ignore: refresh},
+			Tenant: subjects.TenantOf, Ignore: refresh, Inline: true},
 		{Subject: c.tenantLeaseSubject("*", "capacity.refresh"), Plain: true, Beside: true, Handle: c.handleTenantMsg, CheckSize: size,
-			Deferred: true, Tenant: subjects.TenantOf},
+			Deferred: true, Tenant: subjects.TenantOf, Inline: true},
 	}
 	if c.partitioned() && c.opts.Partition == 0 {
 		node := c.opts.Node

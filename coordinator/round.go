@@ -190,7 +190,7 @@ func (c *Coordinator) pass(batch []*request) time.Duration {
 	for _, req := range batch {
 		switch req.kind {
 		case kindGet:
-			slots, err := c.ledger.GetAs(now, set, req.who, req.get)
+			slots, err := c.ledger.GetInto(req.slotBuf, now, set, req.who, req.get)
 			req.slots = slots
 			if err != nil {
 				req.errCode, req.errText = int(slots[0].Code), slots[0].Err

@@ -266,6 +266,8 @@ type Request struct {
 	class    Class
 	deadline time.Time
 	finished atomic.Bool
+	// kept is the product's, across Release (see Keep).
+	kept any
 }
 
 var _ micro.Request = (*Request)(nil)
@@ -349,6 +351,31 @@ func Finish(m micro.Request) {
 		r.Finish()
 	}
 }
+
+// Release finishes m if the intake took it up and gives it back for a
+// later request to reuse: a Deferred endpoint's product calls it once it
+// is done with m, after which nothing may use m or what it returned
+// (its headers and data belong to the message it came in). Releasing
+// is optional; an unreleased request is left to the garbage collector.
+func Release(m micro.Request) {
+	r, ok := m.(*Request)
+	if !ok {
+		return
+	}
+	r.Finish()
+	t, kept := r.t, r.kept
+	*r = Request{t: t, kept: kept}
+	t.reqs.Put(r)
+}
+
+// Keep stores v with r until r is dropped: it comes back from Kept
+// when a released r serves a later request. A product keeps its own
+// per-request state there, made once per request object instead of once
+// per request; the product must be done with v when it releases r.
+func (r *Request) Keep(v any) { r.kept = v }
+
+// Kept returns what Keep stored with r, or nil.
+func (r *Request) Kept() any { return r.kept }
 
 // DeadlineOf returns m's deadline if the intake took it up, else the
 // zero time.

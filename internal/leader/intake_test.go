@@ -251,3 +251,71 @@ func TestIntakeLeavesNoRequestUnanswered(t *testing.T) {
 	}
 	t.Logf("%d requests: %d answered, %d refused with 503; intake %+v", n, ok.Load(), refused.Load(), term.Intake())
 }
+
+// An Inline Deferred endpoint's requests are handled as they are taken
+// up; each stays in flight (counted against the bound) until its product
+// answers and releases it, and a released request serves a later one
+// with nothing of its own left but what the product kept with it.
+func TestInlineDeferredRequestsStayInFlightUntilReleased(t *testing.T) {
+	s := natstest.Server(t)
+	var mu sync.Mutex
+	var queued []micro.Request
+	inUse := map[*int]bool{} // what requests in flight keep (Keep)
+	sp := spec(nil, leader.Endpoint{Name: "e", Subject: "test.e", Inline: true, Deferred: true, Handle: func(m micro.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		r := m.(*leader.Request)
+		k, _ := r.Kept().(*int)
+		if k == nil {
+			k = new(int)
+			r.Keep(k)
+		}
+		if inUse[k] {
+			t.Errorf("request %q keeps what a request in flight keeps", m.Data())
+		}
+		inUse[k] = true
+		queued = append(queued, m)
+	}})
+	sp.Limits = leader.Limits{MaxInFlight: 4, Reserve: 1}
+	term := startTerm(t, natstest.Conn(t, s), sp)
+	cl := natstest.Conn(t, s)
+	// answer answers and releases every queued request, echoing its
+	// data and subject.
+	answer := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range queued {
+			if err := m.(*leader.Request).RespondMsg(&nats.Msg{Data: []byte(m.Subject() + ":" + string(m.Data()))}); err != nil {
+				t.Error(err)
+			}
+			inUse[m.(*leader.Request).Kept().(*int)] = false
+			leader.Release(m)
+		}
+		queued = nil
+	}
+	for round := range 3 {
+		var answers []<-chan *nats.Msg
+		for i := range 4 { // the 4th is past the newcomers' 3
+			answers = append(answers, asyncRequest(cl, msg("test.e", strconv.Itoa(round*10+i))))
+			poll.Until(t, wait, "the request to be taken up", func() bool { d, _ := term.Counts(); return d == uint64(round*4+i+1) })
+		}
+		if r := <-answers[3]; r.Header.Get(micro.ErrorCodeHeader) != "503" {
+			t.Fatalf("round %d: the 4th got %v %q, want 503", round, r.Header, r.Data)
+		}
+		if st := term.Intake(); st.InFlight != 3 {
+			t.Fatalf("round %d: %d in flight before the answers, want 3", round, st.InFlight)
+		}
+		answer()
+		for i, a := range answers[:3] {
+			if r, want := <-a, "test.e:"+strconv.Itoa(round*10+i); string(r.Data) != want {
+				t.Fatalf("round %d: answer %q %v, want %q", round, r.Data, r.Header, want)
+			}
+		}
+		if st := term.Intake(); st.InFlight != 0 {
+			t.Fatalf("round %d: %d in flight after the answers", round, st.InFlight)
+		}
+		if d, h := term.Counts(); d != h {
+			t.Fatalf("round %d: %d delivered, %d handled", round, d, h)
+		}
+	}
+}

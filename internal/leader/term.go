@@ -42,8 +42,8 @@ const flushTimeout = 5 * time.Second
 // the size limit gets 413, one over its tenant's rate 429, and one past
 // the in-flight bound 503, at once; the others wait on the endpoint's
 // lane, known clients' first, for Handle, which runs on a goroutine of
-// the endpoint's own. One whose sender's time-out passes while it waits
-// is dropped unanswered.
+// the endpoint's own (or, Inline, go to Handle at once). One whose
+// sender's time-out passes while it waits is dropped unanswered.
 type Endpoint struct {
 	// Name names a micro endpoint in INFO and STATS.
 	Name string
@@ -73,6 +73,13 @@ type Endpoint struct {
 	// alone because another endpoint's subscription serves them (a
 	// wildcard's sibling with a lane of its own).
 	Ignore func(subject string) bool
+	// Inline runs Handle on the subscription's goroutine as soon as the
+	// intake has admitted a request, instead of handing it to a lane:
+	// for a handler that only decodes and queues (Deferred), whose cost
+	// is below the hand-off's. Nothing then waits in front of it, so the
+	// lane's ordering by class has nothing to order: a product that
+	// queues must order its queue itself.
+	Inline bool
 }
 
 // Spec is what a product supplies for one term.
@@ -128,7 +135,9 @@ type Term struct {
 	subs  []*nats.Subscription
 	in    *intake
 	lanes []*lane
-	quit  chan struct{} // ends the lanes
+	// reqs recycles the requests a product gave back (Release).
+	reqs sync.Pool
+	quit chan struct{} // ends the lanes
 
 	// delivered counts the requests handed to the intake, handled those
 	// whose handler has returned.
@@ -208,7 +217,9 @@ func Start(ctx context.Context, nc *nats.Conn, spec Spec) (*Term, error) {
 			return nil, fmt.Errorf("leader: %s: serve %s: %w", spec.Name, e.Subject, err)
 		}
 		t.lanes = append(t.lanes, l)
-		go l.run(t.quit)
+		if !e.Inline {
+			go l.run(t.quit)
+		}
 	}
 	for _, c := range t.conns() {
 		if err := c.FlushTimeout(flushTimeout); err != nil {
@@ -284,8 +295,23 @@ func (t *Term) take(l *lane, subject, reply string, h nats.Header, data []byte, 
 		t.handled.Add(1)
 		return
 	}
-	l.push(&Request{t: t, nc: l.nc, subject: subject, reply: reply, header: h, data: data, msg: msg, class: class,
-		deadline: now.Add(timeoutOf(h, t.in.lim.MaxAge))})
+	r, _ := t.reqs.Get().(*Request)
+	if r == nil {
+		r = &Request{t: t}
+	}
+	r.nc, r.subject, r.reply, r.header, r.data, r.msg, r.class = l.nc, subject, reply, h, data, msg, class
+	r.deadline = now.Add(timeoutOf(h, t.in.lim.MaxAge))
+	if !l.ep.Inline {
+		l.push(r)
+		return
+	}
+	// Handled here: a Deferred handler may have answered and released r
+	// by the time it returns, so r is not touched after.
+	l.ep.Handle(r)
+	if !l.ep.Deferred {
+		r.Finish()
+	}
+	t.handled.Add(1)
 }
 
 // refuse answers a request to reply with an error: the micro error

@@ -242,12 +242,19 @@ func (l *Ledger) Get(now int64, set *config.Set, req *allotpb.GetCapacityRequest
 // GetAs is Get for a request sent by who: its client id names a record of
 // who's own.
 func (l *Ledger) GetAs(now int64, set *config.Set, who Claimant, req *allotpb.GetCapacityRequest) ([]Slot, error) {
+	return l.GetInto(nil, now, set, who, req)
+}
+
+// GetInto is GetAs returning its slots in dst's array if it is large
+// enough, so that a caller answering many requests can reuse one slice.
+func (l *Ledger) GetInto(dst []Slot, now int64, set *config.Set, who Claimant, req *allotpb.GetCapacityRequest) ([]Slot, error) {
 	res := req.GetResource()
 	// Every element of tmpls is set below, and of at where tmpls is set.
 	tmpls := slices.Grow(l.getTmpls[:0], len(res))[:len(res)]
 	at := slices.Grow(l.getAt[:0], len(res))[:len(res)] // where each resource keeps id's record (see lookupAt)
 	l.getTmpls, l.getAt = tmpls, at
-	slots := make([]Slot, len(res))
+	slots := slices.Grow(dst[:0], len(res))[:len(res)]
+	clear(slots)
 	id := who.key(req.GetClientId())
 	served, addRes, addClients, addTenantRes := 0, 0, 0, 0
 	for k, rr := range res {

@@ -158,3 +158,36 @@ func BenchmarkEncodeGetCapacityResponse(b *testing.B) {
 		}
 	})
 }
+
+// TestJSONTimestampAndDouble checks the JSON encoder's own date and
+// integer paths against protojson over random times (leap days and
+// century years among them) and over integers up to 2^53 and past.
+func TestJSONTimestampAndDouble(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	times := []int64{-1, math.MinInt64, 0, 1, 86399e9 + 999999999, 86400e9, 951782400e9, 951868800e9, 4107542400e9, math.MaxInt64}
+	for range 20000 {
+		times = append(times, rng.Int64N(math.MaxInt64), rng.Int64N(math.MaxInt64/int64(time.Second))*1e9+[]int64{0, 1000, 1e6, rng.Int64N(1e9)}[rng.IntN(4)])
+	}
+	for _, ns := range times {
+		want, err := Marshal(JSON, timestamppb.New(time.Unix(0, ns)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := `"` + string(appendJSONTimestamp(nil, ns)) + `"`; got != string(want) {
+			t.Fatalf("timestamp %d: got %s, want %s", ns, got, want)
+		}
+	}
+	doubles := []float64{1, -1, 1 << 53, 1<<53 - 1, -(1 << 53), 1 << 54, 1e20, 1e21, 123456789, 0.5, -0.5, 1e6}
+	for range 20000 {
+		doubles = append(doubles, float64(rng.Int64N(1<<54)-1<<53), math.Trunc(rng.Float64()*1e22))
+	}
+	for _, v := range doubles {
+		want, err := Marshal(JSON, &allotpb.Lease{Capacity: v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := `{"capacity":` + string(appendJSONDouble(nil, v)) + `}`; got != string(bytes.ReplaceAll(want, []byte(" "), nil)) {
+			t.Fatalf("double %v: got %s, want %s", v, got, want)
+		}
+	}
+}

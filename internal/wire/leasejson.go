@@ -16,7 +16,7 @@ import (
 // protojson, which reads the plain shape the same way.
 func decodeGetJSONFast(data []byte, r *allotpb.GetCapacityRequest) bool {
 	list := r.Resource[:0]
-	r.Reset()
+	*r = allotpb.GetCapacityRequest{} // as Reset, without its atomic store
 	var seen uint8
 	i, ok := jsonObject(data, skipSpace(data, 0), func(key []byte, i int) (int, bool) {
 		var bit uint8
@@ -50,7 +50,7 @@ func decodeGetJSONFast(data []byte, r *allotpb.GetCapacityRequest) bool {
 
 // resourceJSONFast reads one ResourceRequest object at data[i] into rr.
 func resourceJSONFast(data []byte, i int, rr *allotpb.ResourceRequest) (int, bool) {
-	rr.Reset() // a lease it held is dropped: the plain shape has none
+	*rr = allotpb.ResourceRequest{} // as Reset; a lease it held is dropped: the plain shape has none
 	var seen uint8
 	return jsonObject(data, i, func(key []byte, i int) (int, bool) {
 		var bit uint8

@@ -63,6 +63,10 @@ func appendJSONDouble(b []byte, v float64) []byte {
 	if v == 0 {
 		return append(b, '0')
 	}
+	if v == math.Trunc(v) && math.Abs(v) < 1<<53 {
+		// An integer, exact in an int64: what 'f' writes, faster.
+		return strconv.AppendInt(b, int64(v), 10)
+	}
 	format := byte('f')
 	if abs := math.Abs(v); abs < 1e-6 || abs >= 1e21 {
 		format = 'e'
@@ -80,15 +84,72 @@ func appendJSONDouble(b []byte, v float64) []byte {
 
 // appendJSONTimestamp writes unix nanoseconds ns as protojson writes a
 // google.protobuf.Timestamp: RFC 3339 in UTC with 0, 3, 6 or 9
-// fractional digits. The seconds come from time's RFC 3339 fast path
-// (a general layout is parsed on every call), the fraction is written
-// here.
+// fractional digits. Times from 1970 on (every lease's; unix
+// nanoseconds end in 2262) are written here from the civil date of their
+// day, earlier ones through time's RFC 3339 fast path.
 func appendJSONTimestamp(b []byte, ns int64) []byte {
+	if ns < 0 {
+		return appendJSONTimestampTime(b, ns)
+	}
+	secs, nanos := ns/1e9, ns%1e9
+	days, sod := secs/86400, secs%86400
+	y, m, d := civil(days)
+	b = appendDigits(b, y, 4)
+	b = append(b, '-')
+	b = appendDigits(b, m, 2)
+	b = append(b, '-')
+	b = appendDigits(b, d, 2)
+	b = append(b, 'T')
+	b = appendDigits(b, sod/3600, 2)
+	b = append(b, ':')
+	b = appendDigits(b, sod/60%60, 2)
+	b = append(b, ':')
+	b = appendDigits(b, sod%60, 2)
+	b = appendFraction(b, nanos)
+	return append(b, 'Z')
+}
+
+// appendJSONTimestampTime is appendJSONTimestamp through package time.
+func appendJSONTimestampTime(b []byte, ns int64) []byte {
 	t := time.Unix(0, ns).UTC()
 	b = t.AppendFormat(b, time.RFC3339) // "2006-01-02T15:04:05Z"
 	b = b[:len(b)-1]
 	b = appendFraction(b, int64(t.Nanosecond()))
 	return append(b, 'Z')
+}
+
+// civil returns the proleptic Gregorian date of a day counted from
+// 1970-01-01 (days ≥ 0): Howard Hinnant's civil_from_days.
+func civil(days int64) (y, m, d int64) {
+	z := days + 719468
+	era := z / 146097
+	doe := z - era*146097
+	yoe := (doe - doe/1460 + doe/36524 - doe/146096) / 365
+	doy := doe - (365*yoe + yoe/4 - yoe/100)
+	mp := (5*doy + 2) / 153
+	d = doy - (153*mp+2)/5 + 1
+	m = mp + 3
+	if mp >= 10 {
+		m = mp - 9
+	}
+	y = yoe + era*400
+	if m <= 2 {
+		y++
+	}
+	return y, m, d
+}
+
+// appendDigits writes v ≥ 0 in decimal with at least n digits.
+func appendDigits(b []byte, v int64, n int) []byte {
+	var buf [20]byte
+	i := len(buf)
+	for v > 0 || n > 0 {
+		i--
+		buf[i] = byte('0' + v%10)
+		v /= 10
+		n--
+	}
+	return append(b, buf[i:]...)
 }
 
 // appendProtoJSONString writes s, valid UTF-8, as a JSON string escaped
