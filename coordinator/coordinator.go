@@ -477,7 +477,7 @@ func (c *Coordinator) Start(ctx context.Context) error {
 		Node: node, ServerID: c.opts.ServerID, Term: c.Term(), Stats: c.statsData, Gate: c.gate, Logger: c.log,
 		Partition: c.opts.Partition, Partitions: c.partitionsMeta(),
 		Endpoints: c.endpoints(),
-		Limits:    leader.Limits(c.opts.Intake),
+		Limits:    c.opts.Intake,
 		Beside:    c.opts.Beside,
 		Classify:  c.known.classify,
 		ErrorBody: func(h nats.Header, code int, text string, retry time.Duration) []byte {

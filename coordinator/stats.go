@@ -135,7 +135,7 @@ func (c *Coordinator) statsData() any {
 		out.Failure = failure.Error()
 	}
 	if t := c.live.Load(); t != nil {
-		out.Intake = intake.Stats(t.Intake())
+		out.Intake = t.Intake()
 	}
 	out.Intake.Expired += s.expired
 	out.Parent, out.ParentError, out.TopResources = c.opts.Parent, s.parentErr, s.top

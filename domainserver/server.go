@@ -303,7 +303,7 @@ func (s *Server) Start(ctx context.Context) error {
 		Stats: func() any { return s.Stats() }, Gate: s.gate, Logger: s.log,
 		Endpoints: []leader.Endpoint{{Name: "domain", Subject: subject, Handle: s.handle},
 			{Name: "domain-tenants", Subject: tenants, Handle: s.handle, Tenant: tenantOf}},
-		Limits: leader.Limits(s.opts.Intake),
+		Limits: s.opts.Intake,
 		ErrorBody: func(_ nats.Header, code int, text string, retry time.Duration) []byte {
 			b, _ := json.Marshal(domainwire.ErrorReply{Code: code, Error: text, RetryAfterMillis: retry.Milliseconds()})
 			return b

@@ -6,25 +6,43 @@
 // rather than queueing what nobody waits for: see subjects.md, "Overload".
 package intake
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults of Limits.
+const (
+	DefaultMaxInFlight = 1024
+	// DefaultMaxAge is the longest default time-out of allot's clients
+	// (the agent's request time-out).
+	DefaultMaxAge     = 2 * time.Second
+	DefaultRetryAfter = 250 * time.Millisecond
+	// DefaultPendingBytes bounds what one subscription holds before the
+	// intake takes it up; DefaultPendingMsgs likewise.
+	DefaultPendingBytes = 256 << 20
+	DefaultPendingMsgs  = 1 << 20
+)
 
 // Limits bound a server's intake. The zero value has the defaults and no
 // tenant rate; a negative figure, or a Reserve not below MaxInFlight, is
-// an error when the server starts.
+// an error when the server starts (see Validate).
 type Limits struct {
 	// MaxInFlight bounds the requests taken up and not yet finished
 	// (answered, or dropped). Past it a request gets 503 at once.
-	// Default 1024.
+	// Default DefaultMaxInFlight.
 	MaxInFlight int
 	// Reserve is how much of MaxInFlight only requests of clients known
 	// to hold a lease may use, so that newcomers cannot crowd out their
 	// refreshes. Default MaxInFlight/4.
 	Reserve int
 	// MaxAge is how long a request whose sender did not say its time-out
-	// may wait in the intake before it is dropped. Default 2s.
+	// may wait in the intake before it is dropped. Default
+	// DefaultMaxAge.
 	MaxAge time.Duration
 	// RetryAfter is the wait told in a 503, give or take a quarter so
-	// that refused clients do not come back together. Default 250ms.
+	// that refused clients do not come back together. Default
+	// DefaultRetryAfter.
 	RetryAfter time.Duration
 	// TenantRate, if positive, is the requests per second each tenant
 	// may send on the tenant subjects, with bursts of TenantBurst
@@ -32,9 +50,52 @@ type Limits struct {
 	TenantRate  float64
 	TenantBurst int
 	// PendingMsgs and PendingBytes are each subscription's pending
-	// limits: what NATS may hand the intake before it takes it up.
-	// Defaults 1<<20 messages, 256 MiB.
+	// limits: what NATS may hand the intake before it takes it up. The
+	// intake only sorts and refuses, so it keeps up; the limits bound
+	// memory if it does not. Defaults DefaultPendingMsgs,
+	// DefaultPendingBytes.
 	PendingMsgs, PendingBytes int
+}
+
+// Validate reports what is wrong with l, if anything: a negative figure,
+// or a reserve not below the in-flight bound.
+func (l Limits) Validate() error {
+	_, err := l.WithDefaults()
+	return err
+}
+
+// WithDefaults returns l with its zero figures set to their defaults, or
+// what is wrong with it (see Validate).
+func (l Limits) WithDefaults() (Limits, error) {
+	if l.MaxInFlight < 0 || l.Reserve < 0 || l.MaxAge < 0 || l.RetryAfter < 0 || l.TenantRate < 0 || l.TenantBurst < 0 ||
+		l.PendingMsgs < 0 || l.PendingBytes < 0 {
+		return l, fmt.Errorf("intake: negative limit in %+v", l)
+	}
+	if l.MaxInFlight == 0 {
+		l.MaxInFlight = DefaultMaxInFlight
+	}
+	if l.Reserve == 0 {
+		l.Reserve = l.MaxInFlight / 4
+	}
+	if l.Reserve >= l.MaxInFlight {
+		return l, fmt.Errorf("intake: reserve %d must be below the in-flight bound %d", l.Reserve, l.MaxInFlight)
+	}
+	if l.MaxAge == 0 {
+		l.MaxAge = DefaultMaxAge
+	}
+	if l.RetryAfter == 0 {
+		l.RetryAfter = DefaultRetryAfter
+	}
+	if l.TenantRate > 0 && l.TenantBurst == 0 {
+		l.TenantBurst = max(1, int(2*l.TenantRate))
+	}
+	if l.PendingMsgs == 0 {
+		l.PendingMsgs = DefaultPendingMsgs
+	}
+	if l.PendingBytes == 0 {
+		l.PendingBytes = DefaultPendingBytes
+	}
+	return l, nil
 }
 
 // Stats count what an intake did besides handing requests over; they are

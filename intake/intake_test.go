@@ -1,28 +1,42 @@
-package intake
+package intake_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/allot/allot/internal/leader"
+	"github.com/allot/allot/intake"
 )
 
-// TestDocumentedDefaults keeps the defaults Limits documents those the
-// servers fill in. (That Limits and Stats have the intake's own fields is
-// checked by the compiler: the servers convert one to the other.)
-func TestDocumentedDefaults(t *testing.T) {
+func TestWithDefaults(t *testing.T) {
 	for _, c := range []struct {
-		name      string
-		got, want any
+		name string
+		in   intake.Limits
+		want intake.Limits
+		err  string
 	}{
-		{"MaxInFlight", leader.DefaultMaxInFlight, 1024},
-		{"MaxAge", leader.DefaultMaxAge, 2 * time.Second},
-		{"RetryAfter", leader.DefaultRetryAfter, 250 * time.Millisecond},
-		{"PendingMsgs", leader.DefaultPendingMsgs, 1 << 20},
-		{"PendingBytes", leader.DefaultPendingBytes, 256 << 20},
+		{"zero", intake.Limits{}, intake.Limits{MaxInFlight: intake.DefaultMaxInFlight, Reserve: intake.DefaultMaxInFlight / 4,
+			MaxAge: intake.DefaultMaxAge, RetryAfter: intake.DefaultRetryAfter,
+			PendingMsgs: intake.DefaultPendingMsgs, PendingBytes: intake.DefaultPendingBytes}, ""},
+		{"tenant rate", intake.Limits{MaxInFlight: 100, TenantRate: 10}, intake.Limits{MaxInFlight: 100, Reserve: 25,
+			MaxAge: intake.DefaultMaxAge, RetryAfter: intake.DefaultRetryAfter, TenantRate: 10, TenantBurst: 20,
+			PendingMsgs: intake.DefaultPendingMsgs, PendingBytes: intake.DefaultPendingBytes}, ""},
+		{"set", intake.Limits{MaxInFlight: 8, Reserve: 2, MaxAge: time.Second, RetryAfter: time.Second, PendingMsgs: 5, PendingBytes: 6},
+			intake.Limits{MaxInFlight: 8, Reserve: 2, MaxAge: time.Second, RetryAfter: time.Second, PendingMsgs: 5, PendingBytes: 6}, ""},
+		{"negative", intake.Limits{MaxAge: -1}, intake.Limits{}, "negative"},
+		{"reserve too big", intake.Limits{MaxInFlight: 4, Reserve: 4}, intake.Limits{}, "reserve 4 must be below"},
 	} {
-		if c.got != c.want {
-			t.Errorf("the servers' default %s is %v; Limits documents %v", c.name, c.got, c.want)
-		}
+		t.Run(c.name, func(t *testing.T) {
+			got, err := c.in.WithDefaults()
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) || c.in.Validate() == nil {
+					t.Fatalf("%+v: error %v, want one saying %q", c.in, err, c.err)
+				}
+				return
+			}
+			if err != nil || got != c.want || c.in.Validate() != nil {
+				t.Fatalf("%+v: %+v, %v; want %+v", c.in, got, err, c.want)
+			}
+		})
 	}
 }

@@ -247,7 +247,7 @@ func (s *Server) Start(ctx context.Context) error {
 		Node:        node, ServerID: s.opts.ServerID, Term: s.opts.Term, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
 		Stats: func() any { return s.Stats() }, Endpoints: eps, Gate: s.gate,
 		TickEvery: s.opts.SweepInterval, Tick: s.sweep, Logger: s.log,
-		Limits: leader.Limits(s.opts.Intake),
+		Limits: s.opts.Intake,
 		ErrorBody: func(h nats.Header, code int, text string, retry time.Duration) []byte {
 			return reply.RefusalBody(wire.EncodingOf(h), code, text, retry)
 		},

@@ -22,7 +22,6 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/election"
-	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/metrics"
@@ -89,7 +88,7 @@ func (f *coordFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.maxRes, "max-resources", coordinator.DefaultMaxResources, "most resources a node keeps state for; requests naming more new ones get error 429")
 	fs.IntVar(&f.maxClients, "max-clients", coordinator.DefaultMaxClients, "most client records (one per client and resource) a node keeps; requests adding more get error 429")
 	f.isolation.register(fs)
-	fs.IntVar(&f.intake.MaxInFlight, "max-in-flight", leader.DefaultMaxInFlight, "most requests each service (coordinator, quota partition, domain partition) holds taken up and not yet answered; past it a request gets 503 with a retry_after at once, a quarter kept for the refreshes of clients holding leases")
+	fs.IntVar(&f.intake.MaxInFlight, "max-in-flight", intake.DefaultMaxInFlight, "most requests each service (coordinator, quota partition, domain partition) holds taken up and not yet answered; past it a request gets 503 with a retry_after at once, a quarter kept for the refreshes of clients holding leases")
 	fs.Float64Var(&f.intake.TenantRate, "tenant-rate", DefaultTenantRate, "requests per second each tenant may send each service on its tenant subjects (0: no limit); past it 429 with a retry_after, so one tenant's flood cannot starve another")
 	fs.IntVar(&f.intake.TenantBurst, "tenant-burst", 0, "burst of --tenant-rate (0: twice the rate)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -229,7 +228,7 @@ func (f *coordFlags) warnShortTTL(log *slog.Logger) {
 // validate checks the tree flags, the node's limits and
 // --metrics-max-resources.
 func (f *coordFlags) validate() error {
-	if err := leader.Limits(f.intake).Validate(); err != nil {
+	if err := f.intake.Validate(); err != nil {
 		return fmt.Errorf("--max-in-flight, --tenant-rate, --tenant-burst: %w", err)
 	}
 	if f.metricsMax < 1 || f.metricsMax > coordinator.MaxObservedResources {

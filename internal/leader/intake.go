@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	limits "github.com/allot/allot/intake"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"golang.org/x/time/rate"
@@ -30,17 +32,13 @@ const (
 	CodeUnavailable = 503
 )
 
-// Defaults of Limits.
+// Defaults of Limits: the public intake package's.
 const (
-	DefaultMaxInFlight = 1024
-	// DefaultMaxAge is the longest default time-out of allot's clients
-	// (the agent's request time-out).
-	DefaultMaxAge     = 2 * time.Second
-	DefaultRetryAfter = 250 * time.Millisecond
-	// DefaultPendingBytes bounds what one subscription holds before the
-	// intake takes it up; DefaultPendingMsgs likewise.
-	DefaultPendingBytes = 256 << 20
-	DefaultPendingMsgs  = 1 << 20
+	DefaultMaxInFlight  = limits.DefaultMaxInFlight
+	DefaultMaxAge       = limits.DefaultMaxAge
+	DefaultRetryAfter   = limits.DefaultRetryAfter
+	DefaultPendingBytes = limits.DefaultPendingBytes
+	DefaultPendingMsgs  = limits.DefaultPendingMsgs
 	// maxAnnouncedTimeout bounds HeaderTimeout.
 	maxAnnouncedTimeout = time.Hour
 	// maxTenantLimiters bounds the per-tenant limiters kept; past it
@@ -50,71 +48,8 @@ const (
 
 // Limits bound a term's intake, so that past what it can answer in time
 // a service refuses at once rather than queueing what nobody waits for.
-type Limits struct {
-	// MaxInFlight bounds the requests taken up and not yet finished
-	// (answered, or dropped). Past it a request gets 503 at once.
-	// Default DefaultMaxInFlight.
-	MaxInFlight int
-	// Reserve is how much of MaxInFlight only requests of known clients
-	// (ClassKnown) may use, so that newcomers cannot crowd out the
-	// refreshes of clients that hold leases. Default MaxInFlight/4.
-	Reserve int
-	// MaxAge is how long a request whose sender did not say its time-out
-	// (HeaderTimeout) may wait in the intake before it is dropped.
-	// Default DefaultMaxAge.
-	MaxAge time.Duration
-	// RetryAfter is the wait told in a 503, give or take a quarter so
-	// that refused clients do not come back together. Default
-	// DefaultRetryAfter.
-	RetryAfter time.Duration
-	// TenantRate, if positive, is the requests per second each tenant
-	// may send on the tenant subjects (Endpoint.Tenant), with bursts of
-	// TenantBurst (default twice the rate, at least 1). Past it: 429.
-	TenantRate  float64
-	TenantBurst int
-	// PendingMsgs and PendingBytes are each subscription's pending
-	// limits: what NATS may hand the intake before it takes it up. The
-	// intake only sorts and refuses, so it keeps up; the limits bound
-	// memory if it does not. Defaults DefaultPendingMsgs, DefaultPendingBytes.
-	PendingMsgs, PendingBytes int
-}
-
-// Validate reports what is wrong with l, if anything: a negative figure,
-// or a reserve not below the in-flight bound.
-func (l Limits) Validate() error { return l.fill() }
-
-// fill validates l and fills its defaults.
-func (l *Limits) fill() error {
-	if l.MaxInFlight < 0 || l.Reserve < 0 || l.MaxAge < 0 || l.RetryAfter < 0 || l.TenantRate < 0 || l.TenantBurst < 0 ||
-		l.PendingMsgs < 0 || l.PendingBytes < 0 {
-		return fmt.Errorf("leader: negative intake limit in %+v", *l)
-	}
-	if l.MaxInFlight == 0 {
-		l.MaxInFlight = DefaultMaxInFlight
-	}
-	if l.Reserve == 0 {
-		l.Reserve = l.MaxInFlight / 4
-	}
-	if l.Reserve >= l.MaxInFlight {
-		return fmt.Errorf("leader: intake reserve %d must be below the in-flight bound %d", l.Reserve, l.MaxInFlight)
-	}
-	if l.MaxAge == 0 {
-		l.MaxAge = DefaultMaxAge
-	}
-	if l.RetryAfter == 0 {
-		l.RetryAfter = DefaultRetryAfter
-	}
-	if l.TenantRate > 0 && l.TenantBurst == 0 {
-		l.TenantBurst = max(1, int(2*l.TenantRate))
-	}
-	if l.PendingMsgs == 0 {
-		l.PendingMsgs = DefaultPendingMsgs
-	}
-	if l.PendingBytes == 0 {
-		l.PendingBytes = DefaultPendingBytes
-	}
-	return nil
-}
+// It is the public intake.Limits, which the servers' Options take.
+type Limits = limits.Limits
 
 // Class orders the requests a term has taken up.
 type Class uint8
@@ -128,19 +63,9 @@ const (
 	ClassKnown
 )
 
-// IntakeStats counts what the intake did besides handing requests over.
-type IntakeStats struct {
-	// InFlight is how many requests are taken up and not yet finished.
-	InFlight int64 `json:"in_flight"`
-	// Refused got 503 (in flight at the bound), Limited 429 (their
-	// tenant's rate), TooLarge 413.
-	Refused  uint64 `json:"refused"`
-	Limited  uint64 `json:"limited"`
-	TooLarge uint64 `json:"too_large"`
-	// Expired were dropped unanswered: older than their sender's
-	// time-out.
-	Expired uint64 `json:"expired"`
-}
+// IntakeStats counts what the intake did besides handing requests over:
+// the public intake.Stats.
+type IntakeStats = limits.Stats
 
 // intake is a term's admission state, shared by its endpoints.
 type intake struct {

@@ -171,9 +171,11 @@ func Start(ctx context.Context, nc *nats.Conn, spec Spec) (*Term, error) {
 	if spec.Now == nil {
 		spec.Now = time.Now
 	}
-	if err := spec.Limits.fill(); err != nil {
-		return nil, err
+	filled, err := spec.Limits.WithDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("leader: %w", err)
 	}
+	spec.Limits = filled
 	t := &Term{nc: nc, spec: spec, gate: spec.Gate, log: spec.Logger, stop: make(chan struct{}), quit: make(chan struct{}),
 		in: &intake{lim: spec.Limits, tenants: map[string]*rate.Limiter{}, refusals: map[bodyKey]refusal{}}}
 	meta := map[string]string{"node": spec.Node, "server_id": spec.ServerID, "term": strconv.FormatUint(spec.Term, 10)}
