@@ -151,7 +151,11 @@ func (s *opsState) ready() error {
 	var problems []string
 	for _, r := range reps {
 		o := r.rep.Observe()
-		switch who := "replica " + o.ServerID + " of node " + o.Node + ": "; {
+		who := "replica " + o.ServerID + " of node " + o.Node + ": "
+		if o.Partitions > 1 {
+			who = fmt.Sprintf("replica %s of node %s, lease partition %d of %d: ", o.ServerID, o.Node, o.Partition, o.Partitions)
+		}
+		switch {
 		case !r.nc.IsConnected():
 			problems = append(problems, who+"not connected to NATS ("+r.nc.Status().String()+")")
 		case !o.ConfigLoaded:

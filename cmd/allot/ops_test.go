@@ -196,50 +196,67 @@ func TestUpServesMetrics(t *testing.T) {
 
 // TestCoordinatorReadyz: `allot coordinator --metrics-addr` logs JSON
 // under --log-format json; /readyz turns 200 once its replica leads, and
-// 503 naming the cause once NATS is gone, while /healthz stays 200.
+// 503 naming the cause once NATS is gone, while /healthz stays 200. With
+// lease partitions the cause names each partition's replica (they share
+// a server id).
 func TestCoordinatorReadyz(t *testing.T) {
-	s := natstest.Server(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, testEnv(out), []string{"coordinator", "--nats", s.ClientURL(), "--metrics-addr", "127.0.0.1:0",
-			"--log-format", "json", "--server-id", "r0", "--election-ttl", "1s"})
-	}()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("coordinator did not stop")
-		}
-	}()
-	var base string
-	poll.For(t, 15*time.Second, 20*time.Millisecond, func() error {
-		for _, line := range strings.Split(out.String(), "\n") {
-			var rec map[string]any
-			if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "serving metrics and health" {
-				base = strings.TrimSuffix(rec["metrics"].(string), "/metrics")
-				return nil
+	for _, tc := range []struct {
+		name string
+		args []string
+		says []string
+	}{
+		{"one partition", nil, []string{"replica r0 of node root: not connected to NATS"}},
+		{"lease partitions", []string{"--lease-partitions", "2"}, []string{
+			"replica r0 of node root, lease partition 0 of 2: not connected to NATS",
+			"replica r0 of node root, lease partition 1 of 2: not connected to NATS"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := natstest.Server(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			out := &syncBuffer{}
+			done := make(chan int, 1)
+			go func() {
+				done <- run(ctx, testEnv(out), append([]string{"coordinator", "--nats", s.ClientURL(), "--metrics-addr", "127.0.0.1:0",
+					"--log-format", "json", "--server-id", "r0", "--election-ttl", "1s"}, tc.args...))
+			}()
+			defer func() {
+				cancel()
+				select {
+				case <-done:
+				case <-time.After(30 * time.Second):
+					t.Error("coordinator did not stop")
+				}
+			}()
+			var base string
+			poll.For(t, 15*time.Second, 20*time.Millisecond, func() error {
+				for _, line := range strings.Split(out.String(), "\n") {
+					var rec map[string]any
+					if json.Unmarshal([]byte(line), &rec) == nil && rec["msg"] == "serving metrics and health" {
+						base = strings.TrimSuffix(rec["metrics"].(string), "/metrics")
+						return nil
+					}
+				}
+				return fmt.Errorf("no JSON log line with the metrics URL:\n%s", out.String())
+			})
+			waitStatus(t, base+"/readyz", http.StatusOK)
+			for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+				if !json.Valid([]byte(line)) {
+					t.Errorf("log line is not JSON: %s", line)
+				}
 			}
-		}
-		return fmt.Errorf("no JSON log line with the metrics URL:\n%s", out.String())
-	})
-	waitStatus(t, base+"/readyz", http.StatusOK)
-	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-		if !json.Valid([]byte(line)) {
-			t.Errorf("log line is not JSON: %s", line)
-		}
-	}
 
-	s.Shutdown()
-	s.WaitForShutdown()
-	body := waitStatus(t, base+"/readyz", http.StatusServiceUnavailable)
-	if !strings.Contains(body, "not connected to NATS") {
-		t.Errorf("/readyz without NATS says %q", body)
-	}
-	if code, _ := httpGet(t, base+"/healthz"); code != http.StatusOK {
-		t.Errorf("/healthz without NATS: %d", code)
+			s.Shutdown()
+			s.WaitForShutdown()
+			body := waitStatus(t, base+"/readyz", http.StatusServiceUnavailable)
+			for _, want := range tc.says {
+				if !strings.Contains(body, want) {
+					t.Errorf("/readyz without NATS says %q, want %q in it", body, want)
+				}
+			}
+			if code, _ := httpGet(t, base+"/healthz"); code != http.StatusOK {
+				t.Errorf("/healthz without NATS: %d", code)
+			}
+		})
 	}
 }
 
