@@ -342,7 +342,9 @@ func scaleRequest(i, n int) *allotpb.GetCapacityRequest {
 
 // fillLeases asks for a lease as each of n clients, conc requests in
 // flight, encoding requests as it goes so that nothing but the
-// coordinator's state stays in memory.
+// coordinator's state stays in memory. A request refused with 503 (the
+// intake's bound on newcomers in flight) is asked again after a short
+// wait, as agents do; other refusals count as failures.
 func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int) error {
 	nc, err := nats.Connect(url, nats.Name("allot bench scale fill"))
 	if err != nil {
@@ -359,6 +361,18 @@ func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int)
 	refusals := map[string]int64{}
 	why := map[string]string{}
 	hdr := nats.Header{wire.HeaderContentType: {wire.ContentProtobuf}}
+	conc = min(conc, n)
+	// cur[slot] is the client whose request the slot has in flight; only
+	// the slot's reply handler touches it.
+	cur := make([]int, conc)
+	var retried atomic.Int64
+	ask := func(slot, i int) {
+		cur[slot] = i
+		data, _ := wire.Marshal(wire.Protobuf, scaleRequest(i, n))
+		if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: prefix + "." + strconv.Itoa(slot), Header: hdr, Data: data}); err != nil {
+			errs.Add(1)
+		}
+	}
 	send := func(slot int) {
 		i := int(next.Add(1) - 1)
 		if i >= n {
@@ -367,12 +381,15 @@ func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int)
 			}
 			return
 		}
-		data, _ := wire.Marshal(wire.Protobuf, scaleRequest(i, n))
-		if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: prefix + "." + strconv.Itoa(slot), Header: hdr, Data: data}); err != nil {
-			errs.Add(1)
-		}
+		ask(slot, i)
 	}
 	sub, err := nc.Subscribe(prefix+".*", func(m *nats.Msg) {
+		slot, _ := strconv.Atoi(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
+		if m.Header.Get("Nats-Service-Error-Code") == "503" && retried.Add(1) <= int64(100*n) {
+			i := cur[slot]
+			time.AfterFunc(10*time.Millisecond, func() { ask(slot, i) })
+			return
+		}
 		if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
 			errs.Add(1)
 			mu.Lock()
@@ -381,7 +398,6 @@ func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int)
 			}
 			mu.Unlock()
 		}
-		slot, _ := strconv.Atoi(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
 		send(slot)
 	})
 	if err != nil {
@@ -389,7 +405,6 @@ func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	_ = sub.SetPendingLimits(-1, -1)
-	conc = min(conc, n)
 	for s := 0; s < conc; s++ {
 		send(s)
 	}
