@@ -14,11 +14,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/internal/poll"
 )
 
 // Cluster starts n JetStream servers routed into one cluster, on random
-// loopback ports, and returns once the cluster has a JetStream meta
-// leader (buckets with up to n replicas can be created).
+// loopback ports, and returns once the cluster can place a stream of n
+// replicas (every server's JetStream is a peer online).
 func Cluster(tb testing.TB, n int) []*server.Server {
 	tb.Helper()
 	ports := make([]int, n)
@@ -68,17 +69,22 @@ func Cluster(tb testing.TB, n int) []*server.Server {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := js.AccountInfo(ctx)
-		cancel()
-		if err == nil {
-			return servers
+	// A meta leader is not enough: a stream of n replicas needs every
+	// server's JetStream online as a peer ("no suitable peers for
+	// placement, peer offline" before that). Place one and remove it.
+	poll.For(tb, 30*time.Second, 100*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "natstest_placement", Subjects: []string{"natstest.placement"},
+			Storage: jetstream.MemoryStorage, Replicas: n}); err != nil {
+			return fmt.Errorf("JetStream cluster cannot place %d replicas yet: %w", n, err)
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("JetStream cluster not ready after 30s: %v", err)
+		if err := js.DeleteStream(ctx, "natstest_placement"); err != nil {
+			return fmt.Errorf("remove the placement probe: %w", err)
 		}
-	}
+		return nil
+	})
+	return servers
 }
 
 // ClusterURL returns the client URLs of servers, comma-separated, as
