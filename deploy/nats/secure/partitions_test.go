@@ -10,6 +10,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/subjects"
+	"github.com/nats-io/nats.go"
 )
 
 // TestTenantAgentsUseLeasePartitions: with the root's resources spread
@@ -19,16 +20,7 @@ import (
 // then the agents refresh on the owner's own subject. Nobody is refused
 // anything on the way.
 func TestTenantAgentsUseLeasePartitions(t *testing.T) {
-	d := startDeploymentWith(t, coordinator.Options{Partition: 0, Partitions: 2})
-	p1 := d.rootOptions("root-p1")
-	p1.Partition, p1.Partitions = 1, 2
-	second := d.runCoordinator(t, d.srv, "coordinator", p1)
-
-	admin, _ := d.dial(t, d.srv, "admin")
-	direct, err := admin.SubscribeSync("allot.t.*.root.capacity.p.*.refresh")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, second, direct := startTwoPartitions(t, "allot.t.*.root.capacity.p.*.refresh")
 	for _, user := range []string{"tenant_a", "tenant_b"} {
 		nc, errs := d.dial(t, d.srv, user)
 		leaseOf(t, nc)
@@ -54,16 +46,7 @@ func TestTenantAgentsUseLeasePartitions(t *testing.T) {
 // its lease out of the root's capacity while a tenant at the root holds
 // the rest. Nothing on the way is refused.
 func TestLevelUnderLeasePartitions(t *testing.T) {
-	d := startDeploymentWith(t, coordinator.Options{Partition: 0, Partitions: 2})
-	p1 := d.rootOptions("root-p1")
-	p1.Partition, p1.Partitions = 1, 2
-	second := d.runCoordinator(t, d.srv, "coordinator", p1)
-
-	admin, _ := d.dial(t, d.srv, "admin")
-	direct, err := admin.SubscribeSync("allot.root.server.p.*.get.region1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, second, direct := startTwoPartitions(t, "allot.root.server.p.*.get.region1")
 	l := d.startLevel(t)
 	ncChild, childErrs := d.dial(t, l.srv, "tenant_a")
 	leaseOf(t, ncChild, agent.WithNode("region1"))
@@ -83,4 +66,23 @@ func TestLevelUnderLeasePartitions(t *testing.T) {
 		}
 	}
 	noViolations(t, d.log, l.log)
+}
+
+// startTwoPartitions starts the secure deployment with the root's
+// resources spread over two lease partitions, each led by a coordinator
+// with the coordinator user's rights (the deployment's own leads
+// partition 0; second leads partition 1), and subscribes the admin to
+// subject so a test can see who asks on it.
+func startTwoPartitions(t *testing.T, subject string) (d *deployment, second *coord, sub *nats.Subscription) {
+	t.Helper()
+	d = startDeploymentWith(t, coordinator.Options{Partition: 0, Partitions: 2})
+	p1 := d.rootOptions("root-p1")
+	p1.Partition, p1.Partitions = 1, 2
+	second = d.runCoordinator(t, d.srv, "coordinator", p1)
+	admin, _ := d.dial(t, d.srv, "admin")
+	sub, err := admin.SubscribeSync(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, second, sub
 }
