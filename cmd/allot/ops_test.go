@@ -247,12 +247,17 @@ func TestCoordinatorReadyz(t *testing.T) {
 
 			s.Shutdown()
 			s.WaitForShutdown()
-			body := waitStatus(t, base+"/readyz", http.StatusServiceUnavailable)
-			for _, want := range tc.says {
-				if !strings.Contains(body, want) {
-					t.Errorf("/readyz without NATS says %q, want %q in it", body, want)
+			// Each partition's replica notices the lost connection on its
+			// own: wait until the reason names every one.
+			poll.For(t, 15*time.Second, 50*time.Millisecond, func() error {
+				code, body := httpGet(t, base+"/readyz")
+				for _, want := range tc.says {
+					if code != http.StatusServiceUnavailable || !strings.Contains(body, want) {
+						return fmt.Errorf("/readyz without NATS: %d %q, want 503 with %q in it", code, body, want)
+					}
 				}
-			}
+				return nil
+			})
 			if code, _ := httpGet(t, base+"/healthz"); code != http.StatusOK {
 				t.Errorf("/healthz without NATS: %d", code)
 			}
