@@ -321,6 +321,23 @@ func (s holderSnapshot) summary(e *allotpb.ResourceSummary) *allotpb.ResourceSum
 	return e
 }
 
+// listable reports whether ids may walk the resource's client records:
+// only while they are at most a few times the holders, so that listing
+// costs a bounded multiple of what it lists. Records kept for clients
+// that hold nothing (lapsed, or asking for 0) would otherwise make every
+// write walk them all. A promise without ids is as safe: the successor
+// then takes any client that reports a lease for a possible holder.
+func (s holderSnapshot) listable() bool {
+	return int(s.r.clients.len()) <= maxRecordsPerListedHolder*int(s.n)+minRecordsListed
+}
+
+// A resource's holder ids are listed while its client records are at
+// most maxRecordsPerListedHolder per holder, plus minRecordsListed.
+const (
+	maxRecordsPerListedHolder = 4
+	minRecordsListed          = 64
+)
+
 // ids lists the snapshot's holders, sorted; it is called in the round
 // the snapshot was taken, so the clients' marks are still its.
 func (s holderSnapshot) ids() []string {
@@ -378,7 +395,7 @@ func listHolderIDs(entries map[string]*allotpb.ResourceSummary, snaps map[string
 			continue
 		}
 		n := 16 + s.bytes // "holderIds":[],
-		if n > budget {
+		if n > budget || !s.listable() {
 			continue
 		}
 		budget -= n

@@ -277,3 +277,38 @@ func TestRecordWithPromisesStaysWithinLimit(t *testing.T) {
 	}
 	t.Logf("record of %d bytes with %d resources listed", len(data), len(last.GetResources()))
 }
+
+// A resource whose client records are mostly of clients that hold
+// nothing records its promise without the holders' ids: listing them
+// would walk every record on each write, a cost that grows with the
+// records and not with what changed. The count and digest still stand.
+func TestHolderIDsSkipManyIdleRecords(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		idle    int
+		wantIDs bool
+	}{
+		{"few idle records", 10, true},
+		{"many idle records", 5000, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lead := newHolderHarness(t, 1, int64(1e18), Prior{Kind: PriorNew})
+			for i := range tc.idle {
+				lead.enqueue(fmt.Sprintf("idle-%d", i), 0)
+			}
+			if got := lead.ask("a", 30, 0); got != 30 {
+				t.Fatalf("a got %v", got)
+			}
+			if got := lead.ask("b", 20, 0); got != 20 {
+				t.Fatalf("b got %v", got)
+			}
+			e := lead.last.GetResources()["r"]
+			if e.GetHolders() != 2 || e.GetHoldersDigest() != holderHash("a")+holderHash("b") {
+				t.Fatalf("record entry %v does not promise holders a and b", e)
+			}
+			if got := len(e.GetHolderIds()) == 2; got != tc.wantIDs {
+				t.Fatalf("holder ids %v listed with %d idle records: want listed %v", e.GetHolderIds(), tc.idle, tc.wantIDs)
+			}
+		})
+	}
+}
