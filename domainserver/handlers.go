@@ -201,7 +201,7 @@ func (s *Server) request(data []byte, ns, name string, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := r.rate.Request(now.UnixNano(), in.Domain, in.Copies, in.MinCopies)
+	res, err := r.rate.Request(s.nanos(now), in.Domain, in.Copies, in.MinCopies)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +228,7 @@ func (s *Server) share(r *resource, clientID, domain string, now time.Time) *dom
 // shareInto is share written into out, whose Groups it reuses; it
 // returns out, or nil while learning. Called with s.mu held.
 func (s *Server) shareInto(out *domainwire.Share, r *resource, clientID, domain string, now time.Time) *domainwire.Share {
-	sh := r.holders.Share(r.copies, clientID, domain, now.UnixNano())
+	sh := r.holders.Share(r.copies, clientID, domain, s.nanos(now))
 	if learning, _ := s.learning(now); learning {
 		return nil
 	}
@@ -446,7 +446,7 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 			continue
 		default:
 			s.touchHold(h, now)
-			h.res.holders.Touch(in.ClientID, h.domain, h.groups, now.UnixNano())
+			h.res.holders.Touch(in.ClientID, h.domain, h.groups, s.nanos(now))
 			// The client gave copies back that this server did not hear
 			// of (a release whose reply was lost): its count is the truth.
 			if l.Copies < h.copies {

@@ -223,7 +223,7 @@ func (s *Server) addHold(h *hold, now time.Time) {
 		s.holds.put(h)
 	}
 	s.byExpiry.pushBack(h)
-	h.res.holders.Add(h.clientID, h.domain, h.groups, h.copies, now.UnixNano())
+	h.res.holders.Add(h.clientID, h.domain, h.groups, h.copies, s.nanos(now))
 }
 
 // touchHold extends a refreshed hold by one TTL. Called with s.mu held.
@@ -235,6 +235,11 @@ func (s *Server) touchHold(h *hold, now time.Time) {
 // clock is now as an offset from the server's epoch (monotonic when both
 // are readings of time.Now).
 func (s *Server) clock(now time.Time) time.Duration { return now.Sub(s.epoch) }
+
+// nanos is clock in nanoseconds, the time the decision cores (rate
+// windows, holders seen) take: monotonic, so that a step of the wall
+// clock neither ends windows early nor forgets the clients seen.
+func (s *Server) nanos(now time.Time) int64 { return int64(s.clock(now)) }
 
 // forgetHold drops an empty hold. While learning it remembers the id, so
 // that a refresh listing it again with its seal cannot bring the copies
@@ -322,9 +327,9 @@ func (s *Server) expire(now time.Time) {
 	// still count in the others' shares.
 	for key, r := range s.resources {
 		if r.holders != nil {
-			r.holders.Sweep(now.UnixNano())
+			r.holders.Sweep(s.nanos(now))
 		}
-		if r.rate != nil && r.rate.Sweep(now.UnixNano()) == 0 || r.copies != nil && r.copies.Global() == 0 && r.holders.Empty() {
+		if r.rate != nil && r.rate.Sweep(s.nanos(now)) == 0 || r.copies != nil && r.copies.Global() == 0 && r.holders.Empty() {
 			delete(s.resources, key)
 		}
 	}

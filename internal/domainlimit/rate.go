@@ -26,8 +26,8 @@ type RateResult struct {
 
 // tierState is the state of one burst tier of one domain.
 type tierState struct {
-	// activated is when the tier last entered its active period (Unix
-	// nanoseconds); meaningful only if entered.
+	// activated is when the tier last entered its active period (nanoseconds);
+	// meaningful only if entered.
 	activated int64
 	entered   bool
 	hits      ring // the hits this tier accepted, in its window
@@ -131,7 +131,7 @@ func (d *domainRate) setTiers(tiers []Tier) {
 	}
 }
 
-// clock is now (Unix nanoseconds), never earlier than a time seen
+// clock is now (nanoseconds), never earlier than a time seen
 // before, so the windows stay in time order.
 func (r *Rate) clock(now int64) int64 {
 	r.last = max(r.last, now)

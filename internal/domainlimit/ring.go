@@ -1,6 +1,6 @@
 package domainlimit
 
-// run is n hits at time t (Unix nanoseconds): a bulk hit of 1000 is one
+// run is n hits at time t (nanoseconds): a bulk hit of 1000 is one
 // run, so a window never holds more runs than hits or requests.
 type run struct {
 	t, n int64

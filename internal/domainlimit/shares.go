@@ -49,7 +49,7 @@ type GroupShare struct {
 type Holders struct {
 	window  time.Duration
 	clients map[string]*clientHolds
-	seen    map[string]int64            // client → last seen (Unix ns)
+	seen    map[string]int64            // client → last seen (ns)
 	domains map[string]map[string]int64 // domain → client → last seen
 	groups  map[string]map[string]int64 // group → client → last seen
 }

@@ -5,6 +5,10 @@
 //
 // The package is pure: it does no I/O, the clock is passed in, and its
 // types are not safe for concurrent use (the server serializes calls).
+// Times are int64 nanoseconds on one clock the caller keeps, which only
+// has to move forward: Unix nanoseconds, or (as the server does) a
+// monotonic offset from its start, which a step of the wall clock does
+// not move.
 package domainlimit
 
 import (
