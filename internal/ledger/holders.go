@@ -104,8 +104,11 @@ type holders struct {
 	predIDs    map[string]struct{} // the promised holders, if listed
 	predN      uint32
 	predDigest uint64
-	seenN      uint32
-	seenDigest uint64
+	// predUnlisted bounds the predecessor's floors held outside its
+	// promise (-1: not recorded, so not bounded).
+	predUnlisted float64
+	seenN        uint32
+	seenDigest   uint64
 }
 
 // maxHolderChanges bounds the ids a resource keeps between snapshots
@@ -222,6 +225,8 @@ type holderSnapshot struct {
 	n      uint32
 	digest uint64
 	bytes  int // the ids' bytes in the record's JSON
+	// unlisted bounds the floors of the clients outside the promise.
+	unlisted float64
 }
 
 // snapshotHolders works out the promise to record for r: every client
@@ -294,6 +299,7 @@ func (r *resource) snapshotHolders(now int64) holderSnapshot {
 		return holderSnapshot{}
 	}
 	snap.until = now + int64(r.tmpl.LeaseLength)
+	snap.unlisted = r.unlistedFloors(now)
 	return snap
 }
 
@@ -318,6 +324,7 @@ func (s holderSnapshot) summary(e *allotpb.ResourceSummary) *allotpb.ResourceSum
 	}
 	e.Holders, e.HoldersDigest = s.n, s.digest
 	e.HoldersUntil = timestamppb.New(time.Unix(0, s.until))
+	e.UnlistedFloors = &s.unlisted
 	return e
 }
 
@@ -359,6 +366,10 @@ func (r *resource) trackPredecessor(pred *allotpb.ResourceSummary) {
 		return
 	}
 	r.hold.track, r.hold.predN, r.hold.predDigest = true, pred.GetHolders(), pred.GetHoldersDigest()
+	r.hold.predUnlisted = -1
+	if u := pred.UnlistedFloors; u != nil && *u >= 0 && !math.IsInf(*u, 0) && !math.IsNaN(*u) {
+		r.hold.predUnlisted = *u
+	}
 	if ids := pred.GetHolderIds(); len(ids) > 0 && len(ids) == int(pred.GetHolders()) {
 		r.hold.predIDs = make(map[string]struct{}, len(ids))
 		for _, id := range ids {
@@ -420,10 +431,22 @@ func (r *resource) heard(now int64, id string) {
 }
 
 // endIfAllHeard ends learning once the clients heard are exactly the
-// promised holders: no predecessor lease is unaccounted for.
+// promised holders: no predecessor lease is unaccounted for. Their
+// floors are accounted for too (each reported the floor it holds, which
+// creditFloor took), so of the predecessor's floors only those of the
+// clients outside the promise stay reserved: at most what the record
+// says they were (they could get no new floor while it bound).
 func (r *resource) endIfAllHeard(now int64) {
-	if r.hold.track && r.hold.seenN == r.hold.predN && r.hold.seenDigest == r.hold.predDigest && r.learning(now) {
-		r.learningUntil = now
-		r.hold.track = false
+	h := &r.hold
+	if !h.track || h.seenN != h.predN || h.seenDigest != h.predDigest {
+		return
 	}
+	if r.learning(now) {
+		r.learningUntil = now
+	}
+	if h.predUnlisted >= 0 {
+		rem := max(r.floors.pred-r.floors.credited, 0)
+		r.floors.pred = r.floors.credited + min(rem, h.predUnlisted)
+	}
+	h.track = false
 }

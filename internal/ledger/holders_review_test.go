@@ -272,7 +272,22 @@ func successorCheck(t *testing.T, step int, rec *allotpb.LeaseHorizon, cfg Confi
 		s.EndRound()
 		for _, rid := range resources {
 			r := s.resources[rid]
-			if r == nil || r.learning(now) || rec.GetResources()[rid].GetHoldersUntil() == nil {
+			if r == nil {
+				continue
+			}
+			// The floors of the clients not back yet are still held
+			// back, whatever ended learning or released floors.
+			var unheard float64
+			for _, cid := range clients {
+				if h := holding(cid, rid); !back[cid] && h.floor > 0 && h.floorEnd > now {
+					unheard += h.floor
+				}
+			}
+			if left := r.predFloorOutstanding(now); unheard > left+1e-9 {
+				t.Fatalf("step %d %s: clients not back yet hold floors of %v, but the successor keeps back only %v of its predecessor's",
+					step, rid, unheard, left)
+			}
+			if r.learning(now) || rec.GetResources()[rid].GetHoldersUntil() == nil {
 				continue
 			}
 			earlyEnds++

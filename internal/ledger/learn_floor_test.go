@@ -18,6 +18,8 @@ type writeRounds struct {
 	set    *config.Set
 	now    int64
 	stored *allotpb.LeaseHorizon
+	// floors: clients report the floor they hold too (safe), as agents do.
+	floors bool
 }
 
 // start makes a ledger of term take over from the stored record (or
@@ -44,6 +46,9 @@ func (w *writeRounds) ask(id string, wants float64, has Lease, fail bool) Lease 
 	rr := &allotpb.ResourceRequest{ResourceId: "r", Wants: wants}
 	if has.Capacity > 0 {
 		rr.Has = &allotpb.Lease{Capacity: has.Capacity, ExpiryTime: timestamppb.New(time.Unix(0, has.Expiry))}
+	}
+	if w.floors && has.SafeCapacity > 0 {
+		rr.Safe = &allotpb.Lease{Capacity: has.SafeCapacity, ExpiryTime: timestamppb.New(time.Unix(0, has.SafeExpiry))}
 	}
 	slots, err := w.l.Get(w.now, w.set, &allotpb.GetCapacityRequest{ClientId: id, Resource: []*allotpb.ResourceRequest{rr}})
 	if err != nil {

@@ -156,7 +156,7 @@ type pendingSummary struct {
 // "floorCeiling":<float>,"floorExpiry":"<RFC 3339 ns>"},` in protojson,
 // with the id escaped.
 func entryBytes(id string) int {
-	return 280 + jsonStringBytes(id) // 280: the rest, with a holder promise and floors
+	return 330 + jsonStringBytes(id) // 330: the rest, with a holder promise and floors
 }
 
 // jsonStringBytes bounds the bytes of id inside a JSON string.

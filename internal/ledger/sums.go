@@ -46,11 +46,14 @@ type counted struct {
 // sums are a resource's running sums over its client records; the sums
 // of their demand are its level.State's (Wants, Weight, Bands).
 type sums struct {
-	at      int64     // the time the sums are exact at
-	out     level.Sum // Σ exposure: the outstanding bound
-	floors  level.Sum // Σ floor exposure
-	lapsed  level.Sum // Σ floor exposure of lapsed records
-	onFloor int       // lapsed records with a floor counted
+	at     int64     // the time the sums are exact at
+	out    level.Sum // Σ exposure: the outstanding bound
+	floors level.Sum // Σ floor exposure
+	lapsed level.Sum // Σ floor exposure of lapsed records
+	// unlisted is Σ floor exposure of the records not listed among the
+	// holders (lease exposure 0): what a holder promise leaves out.
+	unlisted level.Sum
+	onFloor  int // lapsed records with a floor counted
 	// leased counts the records whose exposure is above their floor
 	// exposure: they hold a lease (at least that many hold one).
 	leased int
@@ -70,6 +73,9 @@ func (s *sums) add(n *counted, lapsed bool, sign int) {
 	s.floors.Add(f * n.floor)
 	if n.lease > n.floor {
 		s.leased += sign
+	}
+	if n.lease <= 0 {
+		s.unlisted.Add(f * n.floor)
 	}
 	if lapsed {
 		s.lapsed.Add(f * n.floor)
@@ -211,6 +217,15 @@ func (r *resource) floorOutstanding(now int64) float64 {
 func (r *resource) lapsedFloors(now int64) float64 {
 	r.sync(now)
 	return r.sums.lapsed.Value()
+}
+
+// unlistedFloors bounds the floors of the clients a holder promise taken
+// now leaves out, the predecessor's unreported ones included (their
+// holders are not known; no promise is taken while they count, but the
+// bound must not rest on that).
+func (r *resource) unlistedFloors(now int64) float64 {
+	r.sync(now)
+	return max(r.sums.unlisted.Value(), 0) + r.predFloorOutstanding(now)
 }
 
 // onFloor counts the lapsed records whose floor still counts.

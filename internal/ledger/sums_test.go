@@ -17,10 +17,10 @@ import (
 
 // scratchSums are a resource's sums worked out from its client records.
 type scratchSums struct {
-	out, floors, lapsed, wants, weight float64
-	onFloor, leased                    int
-	floorEnd                           int64 // the latest end of a floor counted
-	bands                              map[int32]scratchBand
+	out, floors, lapsed, unlisted, wants, weight float64
+	onFloor, leased                              int
+	floorEnd                                     int64 // the latest end of a floor counted
+	bands                                        map[int32]scratchBand
 }
 
 type scratchBand struct {
@@ -32,7 +32,7 @@ type scratchBand struct {
 // sumsFromScratch sums r's client records at now, exactly (level.Sum),
 // from their fields alone.
 func sumsFromScratch(r *resource, now int64) scratchSums {
-	var out, floors, lapsed, wants, weight level.Sum
+	var out, floors, lapsed, unlisted, wants, weight level.Sum
 	s := scratchSums{bands: map[int32]scratchBand{}}
 	bandWants := map[int32]*level.Sum{}
 	for i := range r.clients.len() {
@@ -42,6 +42,9 @@ func sumsFromScratch(r *resource, now int64) scratchSums {
 		floors.Add(f)
 		if c.exposure(now) > f {
 			s.leased++
+		}
+		if c.leaseExposure(now) <= 0 {
+			unlisted.Add(f)
 		}
 		if f > 0 {
 			s.floorEnd = max(s.floorEnd, c.floorEnd, c.floorPrevEnd)
@@ -68,7 +71,7 @@ func sumsFromScratch(r *resource, now int64) scratchSums {
 		b.wants = bandWants[p].Value()
 		s.bands[p] = b
 	}
-	s.out, s.floors, s.lapsed, s.wants, s.weight = out.Value(), floors.Value(), lapsed.Value(), wants.Value(), weight.Value()
+	s.out, s.floors, s.lapsed, s.unlisted, s.wants, s.weight = out.Value(), floors.Value(), lapsed.Value(), unlisted.Value(), wants.Value(), weight.Value()
 	return s
 }
 
@@ -111,6 +114,7 @@ func checkSums(r *resource, now int64) error {
 		{"outstanding", r.sums.out.Value(), want.out},
 		{"floors", r.sums.floors.Value(), want.floors},
 		{"lapsed floors", r.sums.lapsed.Value(), want.lapsed},
+		{"unlisted floors", r.sums.unlisted.Value(), want.unlisted},
 		{"wants", r.demand(), want.wants},
 		{"weight", r.weight(), want.weight},
 	} {

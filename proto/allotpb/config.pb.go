@@ -712,10 +712,17 @@ type ResourceSummary struct {
 	// latest_expiry has passed, only floors can be outstanding: a successor
 	// keeps floor_ceiling, less the floors clients report, reserved until
 	// floor_expiry.
-	FloorCeiling  float64                `protobuf:"fixed64,7,opt,name=floor_ceiling,json=floorCeiling,proto3" json:"floor_ceiling,omitempty"`
-	FloorExpiry   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=floor_expiry,json=floorExpiry,proto3" json:"floor_expiry,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FloorCeiling float64                `protobuf:"fixed64,7,opt,name=floor_ceiling,json=floorCeiling,proto3" json:"floor_ceiling,omitempty"`
+	FloorExpiry  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=floor_expiry,json=floorExpiry,proto3" json:"floor_expiry,omitempty"`
+	// With a holder promise: an upper bound of the floors clients outside
+	// the promised holders may fall back to (they can get no new one before
+	// holders_until without a record that lists them). A successor that has
+	// heard from every promised holder, each reporting its floor, keeps no
+	// more than this of the predecessor's floors reserved. Absent in
+	// records of older versions: the whole floor_ceiling stays reserved.
+	UnlistedFloors *float64 `protobuf:"fixed64,9,opt,name=unlisted_floors,json=unlistedFloors,proto3,oneof" json:"unlisted_floors,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ResourceSummary) Reset() {
@@ -804,6 +811,13 @@ func (x *ResourceSummary) GetFloorExpiry() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ResourceSummary) GetUnlistedFloors() float64 {
+	if x != nil && x.UnlistedFloors != nil {
+		return *x.UnlistedFloors
+	}
+	return 0
+}
+
 var File_config_proto protoreflect.FileDescriptor
 
 const file_config_proto_rawDesc = "" +
@@ -873,7 +887,7 @@ const file_config_proto_rawDesc = "" +
 	"partitions\x1aW\n" +
 	"\x0eResourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
-	"\x05value\x18\x02 \x01(\v2\x19.allot.v1.ResourceSummaryR\x05value:\x028\x01\"\xf1\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.allot.v1.ResourceSummaryR\x05value:\x028\x01\"\xb3\x03\n" +
 	"\x0fResourceSummary\x12\x18\n" +
 	"\aceiling\x18\x01 \x01(\x01R\aceiling\x12?\n" +
 	"\rlatest_expiry\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\flatestExpiry\x12\x18\n" +
@@ -883,7 +897,9 @@ const file_config_proto_rawDesc = "" +
 	"\n" +
 	"holder_ids\x18\x06 \x03(\tR\tholderIds\x12#\n" +
 	"\rfloor_ceiling\x18\a \x01(\x01R\ffloorCeiling\x12=\n" +
-	"\ffloor_expiry\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vfloorExpiryB.Z,github.com/allot/allot/proto/allotpb;allotpbb\x06proto3"
+	"\ffloor_expiry\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vfloorExpiry\x12,\n" +
+	"\x0funlisted_floors\x18\t \x01(\x01H\x00R\x0eunlistedFloors\x88\x01\x01B\x12\n" +
+	"\x10_unlisted_floorsB.Z,github.com/allot/allot/proto/allotpb;allotpbb\x06proto3"
 
 var (
 	file_config_proto_rawDescOnce sync.Once
@@ -946,6 +962,7 @@ func file_config_proto_init() {
 	file_config_proto_msgTypes[3].OneofWrappers = []any{}
 	file_config_proto_msgTypes[4].OneofWrappers = []any{}
 	file_config_proto_msgTypes[5].OneofWrappers = []any{}
+	file_config_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
