@@ -59,8 +59,9 @@ type coordFlags struct {
 	leaseServe partitionList
 	// holdTTL is how long a domain hold lives without a refresh.
 	holdTTL time.Duration
-	// onServing, if set, is called when a replica starts or stops serving.
-	onServing func(term uint64, serving bool)
+	// onServing, if set, is called when a replica of lease partition
+	// partition starts or stops serving.
+	onServing func(partition int, term uint64, serving bool)
 	// metricsAddr serves /metrics, /healthz and /readyz ("" none); see
 	// ops.go. Set before register to change the flag's default.
 	metricsAddr string
@@ -392,7 +393,11 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 	for _, p := range leaseParts {
 		o := opts
 		o.Partition, o.Partitions = p, leaseN
-		rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{Options: o, ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV, OnServing: cf.onServing})
+		var onServing func(uint64, bool)
+		if cf.onServing != nil {
+			onServing = func(term uint64, serving bool) { cf.onServing(p, term, serving) }
+		}
+		rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{Options: o, ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV, OnServing: onServing})
 		if err != nil {
 			return err
 		}

@@ -104,12 +104,27 @@ func defineUp(fs *pflag.FlagSet) runFunc {
 		cf.rls.announce = func(addr string) {
 			fmt.Fprintf(env.stdout, "  envoy rate limit service (gRPC: ShouldRateLimit, RLQS) at %s\n", addr)
 		}
-		// Announce once a replica serves (or another process's leader does).
-		var once sync.Once
+		// Announce once every lease partition this process serves has a
+		// replica serving (a request for a partition still electing would
+		// get 503), or after 10 s (another process's leader may serve).
+		_, leaseParts, err := cf.leasePartitions()
+		if err != nil {
+			return err
+		}
+		var mu sync.Mutex
+		serving := map[int]bool{}
 		ready := make(chan struct{})
-		cf.onServing = func(_ uint64, serving bool) {
-			if serving {
-				once.Do(func() { close(ready) })
+		if len(leaseParts) == 0 {
+			close(ready) // nothing to wait for
+		}
+		cf.onServing = func(p int, _ uint64, on bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			if on && !serving[p] {
+				serving[p] = true
+				if len(serving) == len(leaseParts) {
+					close(ready)
+				}
 			}
 		}
 		go func() {
