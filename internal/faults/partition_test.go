@@ -132,6 +132,27 @@ func inForce(as []*agent.Agent) float64 {
 	return sum
 }
 
+// cutLeased reports whether every agent holds a lease of cutResource
+// granted under the cut template: a positive one that ends within its
+// lease length. The agents start as soon as the template is stored, and
+// until the coordinator applies it (or, at a child, its mirror brings it)
+// they are served under the default template, whose leases last a
+// minute: cut then, and the client's lease outlives the cut.
+func cutLeased(as []*agent.Agent) bool {
+	if !Leased(as, cutResource) {
+		return false
+	}
+	end := time.Now().Add(cutLease + time.Second)
+	for _, a := range as {
+		for _, st := range a.Status() {
+			if st.ResourceID == cutResource && st.Expiry.After(end) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // TestLeafLinkCut cuts the link between a child level and the root for a
 // while, with the capacity lowered during the cut in two of the cases:
 // early (while the root still counts the child's lease) and late (65 s
@@ -197,7 +218,7 @@ func startCutTree(t *testing.T, bin, scenario string, rootArgs ...string) *cutTr
 	// The template reaches the child through its configuration mirror;
 	// until then its clients are served under the default template.
 	poll.Until(t, 60*time.Second, "fair shares at both levels", func() bool {
-		return Leased(tr.all, cutResource) && within(inForce(tr.rootAgents), 3*share) && within(inForce(tr.childAgents), 3*share)
+		return cutLeased(tr.all) && within(inForce(tr.rootAgents), 3*share) && within(inForce(tr.childAgents), 3*share)
 	})
 	// And the floors settled: the child confirmed the floor of its share
 	// (25) after the larger one of its first answer, when it was alone.
@@ -274,7 +295,7 @@ func TestClientCut(t *testing.T) {
 	alone := StartAgents(t, cut, "cut-off", 1, cutResource, 50)
 	all := append(append([]*agent.Agent{}, others...), alone...)
 	poll.Until(t, 30*time.Second, "fair shares", func() bool {
-		return Leased(all, cutResource) && within(inForce(alone), cutCapacity/3)
+		return cutLeased(all) && within(inForce(alone), cutCapacity/3)
 	})
 	s := NewSampler(cutResource, cutCapacity)
 	s.Add(all...)
