@@ -336,6 +336,10 @@ func (r *UpResult) Markdown() string {
 		b.WriteString(targetTable(p.Echo, p.Up))
 		fmt.Fprintf(&b, "\n**allot up / bare echo at %d clients: throughput %.2f× (target ≥ %.1f×: %s), p99 latency %.2f× (target ≤ %.0f×: %s), CPU per request %.2f×.**\n",
 			p.Clients, p.Ratio, r.TargetRatio, verdict(p.Ratio >= r.TargetRatio), p.P99Ratio, r.TargetP99Ratio, verdict(p.P99Ratio <= r.TargetP99Ratio), p.CPURatio)
+		if st := p.Stats; st != nil {
+			fmt.Fprintf(&b, "\nallot up's coordinator at the end (micro STATS): %d client records, %d requests in %d rounds (%.0f a round, fill and warm-ups included), longest round %.1f ms, intake refusals %d (503) and %d (429, a tenant's rate).\n",
+				st.Clients, st.Requests, st.Rounds, safeDiv(float64(st.Requests), float64(st.Rounds)), st.MaxRoundMS, st.Intake.Refused, st.Intake.Limited)
+		}
 	}
 	return b.String()
 }
