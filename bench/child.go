@@ -46,8 +46,9 @@ const (
 //     --lease-partition of --lease-partitions, or all of them with
 //     --all-lease-partitions);
 //   - "echo" is a bare NATS responder on --subject that answers every
-//     request with its own payload and content type: the baseline that the
-//     coordinator's throughput is compared with;
+//     request with its own payload and content type, or with --reply-size
+//     bytes of JSON: the baseline that the coordinator's throughput is
+//     compared with;
 //   - "quota" serves the quota service, --partitions servers (the NATS
 //     server maps subjects to them) answering for --namespaces namespaces
 //     of never-empty dynamic token buckets;
@@ -67,6 +68,7 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 	fs.SetOutput(stderr)
 	url := fs.String("nats", nats.DefaultURL, "NATS server URL")
 	subject := fs.String("subject", "bench.echo", "echo: subject to answer on")
+	replySize := fs.Int("reply-size", 0, "echo: answer every request with this many bytes of JSON (Content-Type application/json) instead of its own payload")
 	round := fs.Duration("round", 0, "coordinator: round interval (0 answers at once)")
 	capacity := fs.Float64("capacity", 1e6, "coordinator: capacity of every resource")
 	lease := fs.Duration("lease", time.Minute, "coordinator: lease length")
@@ -105,7 +107,7 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 	defer nc.Close()
 	switch role {
 	case RoleEcho:
-		sub, err := serveEcho(nc, *subject)
+		sub, err := serveEcho(nc, *subject, *replySize)
 		if err != nil {
 			return err
 		}
@@ -184,20 +186,40 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 	return fmt.Errorf("bench child: unknown role %q (want %s, %s, %s, %s, %s or %s)", role, RoleCoordinator, RoleEcho, RoleQuota, RoleDomain, RoleReplica, RoleFlood)
 }
 
-// serveEcho answers requests on subject with their own payload.
-func serveEcho(nc *nats.Conn, subject string) (*nats.Subscription, error) {
+// serveEcho answers requests on subject with their own payload, or with
+// replySize bytes (echoReply) when it is above 0.
+func serveEcho(nc *nats.Conn, subject string, replySize int) (*nats.Subscription, error) {
 	hdr := nats.Header{wire.HeaderContentType: []string{wire.ContentProtobuf}}
+	var fixed []byte
+	if replySize > 0 {
+		fixed, hdr = echoReply(replySize)
+	}
 	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
 		if m.Reply == "" {
 			return
 		}
-		_ = nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: hdr, Data: m.Data})
+		data := m.Data
+		if fixed != nil {
+			data = fixed
+		}
+		_ = nc.PublishMsg(&nats.Msg{Subject: m.Reply, Header: hdr, Data: data})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: echo subscribe: %w", err)
 	}
 	_ = sub.SetPendingLimits(-1, -1)
 	return sub, nil
+}
+
+// echoReply is the echo's reply of size bytes with its header, standing
+// in for a coordinator's JSON reply of that size: a JSON string (size
+// at least 2) and the Content-Type every JSON reply carries.
+func echoReply(size int) ([]byte, nats.Header) {
+	data := bytes.Repeat([]byte{'x'}, size)
+	if size >= 2 {
+		data[0], data[size-1] = '"', '"'
+	}
+	return data, nats.Header{wire.HeaderContentType: []string{wire.ContentJSON}}
 }
 
 // benchTemplate is the FAIR_SHARE template the benchmarks serve.

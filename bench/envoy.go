@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -14,11 +13,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
-	"github.com/allot/allot/internal/subjects"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -264,17 +260,9 @@ var rlsAnnounced = regexp.MustCompile(`envoy rate limit service \(gRPC[^)]*\) at
 
 // startAllotUp runs allot up with its Envoy front end.
 func startAllotUp(ctx context.Context, env *Env) (p *proc, url, rls string, err error) {
-	dir, err := os.MkdirTemp("", "allot-bench-envoy-")
+	p, _, m, err := runAllotUp(ctx, env, "allot-bench-envoy-", []string{"--metrics-addr", "", "--log-level", "warn", "--rls-addr", "127.0.0.1:0"},
+		regexp.MustCompile(`envoy rate limit service \(gRPC[^)]*\) at (\S+)(?s:.*)allot is up: NATS at (nats://\S+),`))
 	if err != nil {
-		return nil, "", "", err
-	}
-	p, err = startProc("allot up", env.Allot(ctx, "up", "--port", "0", "--data-dir", dir, "--metrics-addr", "", "--log-level", "warn", "--rls-addr", "127.0.0.1:0"))
-	if err != nil {
-		return nil, "", "", err
-	}
-	m, err := p.await(ctx, regexp.MustCompile(`envoy rate limit service \(gRPC[^)]*\) at (\S+)(?s:.*)allot is up: NATS at (nats://\S+),`), 60*time.Second)
-	if err != nil {
-		p.stop()
 		return nil, "", "", err
 	}
 	return p, m[2], m[1], nil
@@ -282,26 +270,7 @@ func startAllotUp(ctx context.Context, env *Env) (p *proc, url, rls string, err 
 
 // configure stores the benchmark's domain and lease template.
 func configure(ctx context.Context, url string) error {
-	nc, err := nats.Connect(url)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	kv, err := js.KeyValue(ctx, subjects.ConfigBucket)
-	if err != nil {
-		return err
-	}
-	if _, err := kv.Put(ctx, "envoy."+envoyBenchDomain, []byte(envoyBenchConfig)); err != nil {
-		return err
-	}
-	_, err = kv.Put(ctx, "templates.envoy-bench", []byte(envoyBenchLease))
-	return err
+	return storeConfig(ctx, url, map[string]string{"envoy." + envoyBenchDomain: envoyBenchConfig, "templates.envoy-bench": envoyBenchLease})
 }
 
 // request is the benchmark's request for key k.

@@ -8,13 +8,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/allot/allot/internal/subjects"
 )
 
 // ReferenceModule is envoyproxy/ratelimit at the version internal/envoyrl
@@ -173,4 +180,57 @@ func startReference(ctx context.Context, config []byte) (*reference, error) {
 func (r *reference) stop() {
 	r.service.stop()
 	r.redis.stop()
+}
+
+// upAnnounced is how allot up says it serves, and at which NATS URL.
+var upAnnounced = regexp.MustCompile(`allot is up: NATS at (nats://\S+),`)
+
+// runAllotUp runs allot up with its embedded NATS server on a free port
+// and its store in a new temporary directory (whose name begins with
+// prefix), args added, and waits until its output matches ready. It
+// returns the process, the directory (the caller removes it once the
+// process ended) and ready's match.
+func runAllotUp(ctx context.Context, env *Env, prefix string, args []string, ready *regexp.Regexp) (*proc, string, []string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("bench: allot up data dir: %w", err)
+	}
+	p, err := startProc("allot up", env.Allot(ctx, append([]string{"up", "--port", "0", "--data-dir", dir}, args...)...))
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, "", nil, err
+	}
+	m, err := p.await(ctx, ready, 60*time.Second)
+	if err != nil {
+		p.stop()
+		_ = os.RemoveAll(dir)
+		return nil, "", nil, err
+	}
+	return p, dir, m, nil
+}
+
+// storeConfig puts entries (key → document) in the configuration bucket
+// of the NATS server at url, as `allot config put` does.
+func storeConfig(ctx context.Context, url string, entries map[string]string) error {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return fmt.Errorf("bench: connect: %w", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("bench: jetstream: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, subjects.ConfigBucket)
+	if err != nil {
+		return fmt.Errorf("bench: configuration bucket: %w", err)
+	}
+	for _, k := range slices.Sorted(maps.Keys(entries)) {
+		if _, err := kv.Put(ctx, k, []byte(entries[k])); err != nil {
+			return fmt.Errorf("bench: store %s: %w", k, err)
+		}
+	}
+	return nil
 }

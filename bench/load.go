@@ -417,6 +417,8 @@ type lane struct {
 	sub    *nats.Subscription
 	slots  []*loadSlot
 	target atomic.Int32 // index into every slot's subjects
+	// next, when set (generator.cycle), builds each request anew.
+	next func(dst []byte) []byte
 
 	mu        sync.Mutex
 	hist      *hdrhistogram.Histogram
@@ -433,6 +435,7 @@ type loadSlot struct {
 	sent     atomic.Int64 // unix ns of the request in flight
 	msg      nats.Msg
 	subjects []string // per target
+	buf      []byte   // the request built by lane.next
 }
 
 // newGenerator connects conns connections and spreads clients over them,
@@ -473,13 +476,29 @@ func newGenerator(url string, conns, clients, pipeline int, request func(client 
 	return g, nil
 }
 
-// setContentType sets the Content-Type header of every request.
+// setContentType sets the Content-Type header of every request; ""
+// sends them without a header, as `nats req` does.
 func (g *generator) setContentType(ct string) {
-	hdr := nats.Header{wire.HeaderContentType: []string{ct}}
+	var hdr nats.Header
+	if ct != "" {
+		hdr = nats.Header{wire.HeaderContentType: []string{ct}}
+	}
 	for _, l := range g.lanes {
 		for _, s := range l.slots {
 			s.msg.Header = hdr
 		}
+	}
+}
+
+// cycle has every slot send the requests of clients 0..n-1 in turn, one
+// counter shared by all slots, each built by build into the slot's own
+// buffer, instead of its own client's fixed payload: so all n clients
+// are asked, not only one per slot. The subjects stay those of the
+// slot's client.
+func (g *generator) cycle(n int, build func(dst []byte, client int) []byte) {
+	var next atomic.Int64
+	for _, l := range g.lanes {
+		l.next = func(dst []byte) []byte { return build(dst, int((next.Add(1)-1)%int64(n))) }
 	}
 }
 
@@ -520,6 +539,12 @@ func (l *lane) onReply(m *nats.Msg) {
 
 func (l *lane) send(s *loadSlot) {
 	s.msg.Subject = s.subjects[l.target.Load()]
+	if l.next != nil {
+		// PublishMsg copies the payload: the buffer is the slot's again
+		// when it returns.
+		s.buf = l.next(s.buf[:0])
+		s.msg.Data = s.buf
+	}
 	s.sent.Store(time.Now().UnixNano())
 	if err := l.nc.PublishMsg(&s.msg); err != nil {
 		l.inFlight.Add(-1)

@@ -245,7 +245,7 @@ func coordScale(ctx context.Context, env *Env, url string, n int, refresh bool) 
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	start := time.Now()
-	if err := fillLeases(ctx, env, url, subject, n, 1024); err != nil {
+	if err := fillLeases(ctx, env, url, subject, n, 1024, wire.Protobuf); err != nil {
 		return nil, err
 	}
 	p := &CoordPoint{Clients: n, FillSeconds: time.Since(start).Seconds()}
@@ -309,7 +309,7 @@ func refreshLoad(ctx context.Context, env *Env, url, subject string, n int) (*Re
 		return nil, fmt.Errorf("bench: connect: %w", err)
 	}
 	defer enc.Close()
-	sub, err := serveEcho(enc, echoSubject)
+	sub, err := serveEcho(enc, echoSubject, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -335,17 +335,54 @@ func refreshLoad(ctx context.Context, env *Env, url, subject string, n int) (*Re
 
 func scaleRequest(i, n int) *allotpb.GetCapacityRequest {
 	return &allotpb.GetCapacityRequest{
-		ClientId: fmt.Sprintf("scale-client-%07d", i),
-		Resource: []*allotpb.ResourceRequest{{ResourceId: "scale", Wants: float64((i*7919)%20) + 0.5}},
+		ClientId: scaleClientID(i),
+		Resource: []*allotpb.ResourceRequest{{ResourceId: scaleResource, Wants: scaleWants(i)}},
 	}
 }
 
+// scaleResource is the one resource the scale benchmarks' clients share.
+const scaleResource = "scale"
+
+func scaleClientID(i int) string { return fmt.Sprintf("scale-client-%07d", i) }
+
+// scaleWants spreads the clients' wants over 0.5..19.5.
+func scaleWants(i int) float64 { return float64((i*7919)%20) + 0.5 }
+
+// appendScaleRequest appends client i of n's request (scaleRequest) in
+// enc: binary protobuf, or JSON as a person writes it for `nats req`
+// (the shape subjects.md documents: proto field names, plain numbers),
+// without going through protojson.
+func appendScaleRequest(dst []byte, enc wire.Encoding, i, n int) []byte {
+	if enc != wire.JSON {
+		data, _ := wire.Marshal(wire.Protobuf, scaleRequest(i, n))
+		return append(dst, data...)
+	}
+	dst = append(dst, `{"client_id":"scale-client-`...)
+	for d := 1_000_000; d > 1 && i < d; d /= 10 { // %07d, without fmt
+		dst = append(dst, '0')
+	}
+	dst = strconv.AppendInt(dst, int64(i), 10)
+	dst = append(dst, `","resource":[{"resource_id":"`+scaleResource+`","wants":`...)
+	dst = strconv.AppendFloat(dst, scaleWants(i), 'f', -1, 64)
+	return append(dst, "}]}"...)
+}
+
+// requestHeader is the header requests in enc are sent with: binary
+// protobuf names its Content-Type; JSON, the default, goes without a
+// header, as `nats req` sends it.
+func requestHeader(enc wire.Encoding) nats.Header {
+	if enc == wire.JSON {
+		return nil
+	}
+	return nats.Header{wire.HeaderContentType: {wire.ContentProtobuf}}
+}
+
 // fillLeases asks for a lease as each of n clients, conc requests in
-// flight, encoding requests as it goes so that nothing but the
-// coordinator's state stays in memory. A request refused with 503 (the
-// intake's bound on newcomers in flight) is asked again after a short
-// wait, as agents do; other refusals count as failures.
-func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int) error {
+// flight, encoded in enc, encoding requests as it goes so that nothing
+// but the coordinator's state stays in memory. A request refused with
+// 503 (the intake's bound on newcomers in flight) is asked again after a
+// short wait, as agents do; other refusals count as failures.
+func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int, enc wire.Encoding) error {
 	nc, err := nats.Connect(url, nats.Name("allot bench scale fill"))
 	if err != nil {
 		return fmt.Errorf("bench: connect: %w", err)
@@ -360,7 +397,7 @@ func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int)
 	var mu sync.Mutex
 	refusals := map[string]int64{}
 	why := map[string]string{}
-	hdr := nats.Header{wire.HeaderContentType: {wire.ContentProtobuf}}
+	hdr := requestHeader(enc)
 	conc = min(conc, n)
 	// cur[slot] is the client whose request the slot has in flight; only
 	// the slot's reply handler touches it.
@@ -368,7 +405,7 @@ func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int)
 	var retried atomic.Int64
 	ask := func(slot, i int) {
 		cur[slot] = i
-		data, _ := wire.Marshal(wire.Protobuf, scaleRequest(i, n))
+		data := appendScaleRequest(nil, enc, i, n)
 		if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: prefix + "." + strconv.Itoa(slot), Header: hdr, Data: data}); err != nil {
 			errs.Add(1)
 		}

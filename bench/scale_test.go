@@ -10,6 +10,7 @@ import (
 	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/wire"
 )
 
 // TestFillLeasesAsksAgainAfter503: the scale benchmark's filler keeps
@@ -27,7 +28,7 @@ func TestFillLeasesAsksAgainAfter503(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Stop()
-	if err := fillLeases(ctx, &Env{Short: true}, s.ClientURL(), coordinator.Subject("fill", "capacity.get"), 300, 64); err != nil {
+	if err := fillLeases(ctx, &Env{Short: true}, s.ClientURL(), coordinator.Subject("fill", "capacity.get"), 300, 64, wire.Protobuf); err != nil {
 		t.Fatal(err)
 	}
 	if st := coordtest.Stats(t, natstest.Conn(t, s)); st.Intake.Refused == 0 {

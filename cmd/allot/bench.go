@@ -25,6 +25,7 @@ var benchmarks = []struct{ name, summary string }{
 	{"envoy", "Envoy's ShouldRateLimit over gRPC against envoyproxy/ratelimit with Redis"},
 	{"overload", "an elected coordinator flooded beside clients holding leases"},
 	{"scale", "allocation round cost and memory per lease from 1k to 1M clients"},
+	{"up", "a plain allot up with 200k and 1M JSON clients refreshing one resource, against an echo of the same reply size"},
 	{"agent", "the agent's hot path (Allow, Wait, ReserveN, Gauge.Acquire) against x/time/rate"},
 	{"sim", "the one-level convergence simulation, then scenario 7"},
 	{"sim7", "scenario 7: Doorman's three-level tree with a leader lost and a leaf link cut"},
@@ -38,7 +39,7 @@ var benchmarks = []struct{ name, summary string }{
 // process the benchmarks start (a coordinator, a bare echo responder...),
 // with flags of its own.
 func benchCommand(env *cliEnv) *cobra.Command {
-	c := group(env, "bench", "run the benchmarks: load, quota, charon, envoy, overload, scale, agent, sim, sim7, failover, planet or all (see bench/README.md)")
+	c := group(env, "bench", "run the benchmarks: load, quota, charon, envoy, overload, scale, up, agent, sim, sim7, failover, planet or all (see bench/README.md)")
 	run := defineBench(c.PersistentFlags())
 	for _, b := range benchmarks {
 		c.AddCommand(&cobra.Command{Use: b.name, Short: b.summary, RunE: func(cmd *cobra.Command, args []string) error {
@@ -94,18 +95,17 @@ func defineBench(fs *pflag.FlagSet) runFunc {
 	fs.DurationVar(&fo.Refresh, "refresh", 0, "failover: refresh interval (default 2s)")
 	fs.DurationVar(&fo.Down, "down", 0, "failover: how long the parent level's NATS server stays down (default 15s)")
 	fs.DurationVar(&fo.Observe, "observe", 0, "failover: the most to watch after the fault, ending once 90% has held for 10s (default 3m, short 1m)")
+	leases := fs.String("leases", "", "up: clients holding leases on the one resource, comma-separated sizes, each in a fresh allot up (default 200000,1000000; short 50000); --conns, --clients (requests in flight, default 256), --duration, --warmup and --phases apply too")
+	upArgs := fs.String("up-args", "", "up: flags added to allot up's command line, space-separated (default none: allot up as shipped)")
 	inFlight := fs.Int("max-in-flight", 0, "overload: the coordinator's intake bound (default that of allot coordinator)")
 	namespaces := fs.Int("namespaces", 0, "quota: namespaces the callers' buckets are spread over (default 8); --conns, --clients (default 64), --pipeline (default 1), --duration, --warmup and --phases apply too")
 	return func(ctx context.Context, env *cliEnv, args []string) error {
 		what := args[0]
 		// The quota benchmark shares the load benchmark's concurrency flags.
 		qo := bench.QuotaOptions{ClosedLoop: lo.ClosedLoop, Namespaces: *namespaces}
-		for _, f := range strings.Split(*parts, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 || n > 64 {
-				return fmt.Errorf("--quota-partitions %q: want comma-separated counts in [1, 64]", *parts)
-			}
-			qo.Partitions = append(qo.Partitions, n)
+		var err error
+		if qo.Partitions, err = parseCounts("--quota-partitions", *parts, 64); err != nil {
+			return err
 		}
 		log := slog.New(slog.DiscardHandler)
 		if *verbose {
@@ -133,7 +133,6 @@ func defineBench(fs *pflag.FlagSet) runFunc {
 			benv.Allot = func(ctx context.Context, args ...string) *exec.Cmd { return exec.CommandContext(ctx, exe, args...) }
 		}
 		start := time.Now()
-		var err error
 		switch what {
 		case "load":
 			var r *bench.LoadResult
@@ -164,6 +163,17 @@ func defineBench(fs *pflag.FlagSet) runFunc {
 		case "scale":
 			var r *bench.ScaleResult
 			if r, err = bench.RunScale(ctx, benv); r != nil {
+				fmt.Fprintln(env.stdout, r.Markdown())
+			}
+		case "up":
+			uo := bench.UpOptions{ClosedLoop: lo.ClosedLoop, UpArgs: strings.Fields(*upArgs)}
+			if *leases != "" { // else the benchmark's default
+				if uo.Leases, err = parseCounts("--leases", *leases, 100_000_000); err != nil {
+					return err
+				}
+			}
+			var r *bench.UpResult
+			if r, err = bench.RunUp(ctx, benv, uo); r != nil {
 				fmt.Fprintln(env.stdout, r.Markdown())
 			}
 		case "agent":
@@ -209,4 +219,17 @@ func runSim7(ctx context.Context, env *cliEnv, benv *bench.Env) error {
 		fmt.Fprintln(env.stdout, r.Markdown())
 	}
 	return err
+}
+
+// parseCounts reads a flag's comma-separated counts in [1, most].
+func parseCounts(flag, v string, most int) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > most {
+			return nil, usageError{fmt.Errorf("%s %q: want comma-separated counts in [1, %d]", flag, v, most)}
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

@@ -31,6 +31,29 @@ func TestBenchUsageErrors(t *testing.T) {
 	}
 }
 
+// TestBenchUpRefusesBadInput: allot bench up refuses lease counts that
+// are not positive, and running in process (it measures allot up and
+// the echo as processes of their own), before it starts anything.
+func TestBenchUpRefusesBadInput(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, args := range [][]string{
+		{"--leases", "0"},
+		{"--leases", "1000,x"},
+		{"--leases", ","},
+		{"--in-process", "--leases", "100"},
+	} {
+		env, out := benchEnv()
+		if code := run(ctx, env, append([]string{"bench", "up"}, args...)); code == 0 {
+			t.Errorf("allot bench up %v: exit 0, want an error; output:\n%s", args, out)
+		}
+		if strings.Contains(out.String(), "filled") {
+			t.Errorf("allot bench up %v ran before refusing:\n%s", args, out)
+		}
+	}
+}
+
 // TestBenchLoadInProcess runs a tiny load benchmark through the command
 // and checks it writes its results; it does not look at the figures.
 // Without --out they go to a new directory under TMPDIR, named in the
