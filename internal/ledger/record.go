@@ -304,11 +304,34 @@ func (l *Ledger) Commit(now int64, p *Proposal, err error) {
 // is needed or one is already in flight) and marks the resources that
 // wait for it. Grants within the recorded bounds do not wait.
 func (l *Ledger) Propose(now int64) *Proposal {
+	p, _ := l.decide(now, true, true)
+	return p
+}
+
+// Defer is Propose for a round that must stay cheap, such as one of
+// holders' refreshes while newcomers wait for a record: it decides for
+// the round's resources, as Propose does, whether their grants wait for
+// a record, but builds none (building one costs every resource of the
+// node, and a large newcomer's resources). Unless carried, resources
+// that wait since an earlier round and are not asked for in this one are
+// left waiting, undecided: settling them (allocating those the last
+// write covers) is the newcomers' work, not the holders'. Defer reports
+// whether a record is wanted and may be written now: the caller then
+// calls Propose, in a later round, to build it.
+func (l *Ledger) Defer(now int64, carried bool) bool {
+	_, want := l.decide(now, carried, false)
+	return want
+}
+
+// decide is Propose (build) or Defer (not build); carried says whether
+// resources waiting since an earlier round and not asked for in this one
+// are decided too.
+func (l *Ledger) decide(now int64, carried, build bool) (*Proposal, bool) {
 	// The horizon covers leases and the floors that follow them: span is
 	// the longest of either among the round's resources.
 	var span int64
 	for _, r := range l.touched {
-		if len(r.batch) > 0 {
+		if len(r.batch) > 0 && (carried || r.round == l.round) {
 			span = max(span, r.span())
 		}
 	}
@@ -323,6 +346,9 @@ func (l *Ledger) Propose(now int64) *Proposal {
 	canWrite := l.rec.inflight == nil && now >= l.rec.retryAt
 	var pending []pendingSummary
 	for _, r := range l.touched {
+		if !carried && r.round != l.round {
+			continue // keeps waiting
+		}
 		if len(r.batch) == 0 {
 			r.waitSince = 0
 			continue
@@ -362,10 +388,13 @@ func (l *Ledger) Propose(now int64) *Proposal {
 		}
 	}
 	if !canWrite || !extend && len(pending) == 0 {
-		return nil
+		return nil, false
+	}
+	if !build {
+		return nil, true
 	}
 	l.rec.rewrite = false
-	return l.proposal(now, until, pending)
+	return l.proposal(now, until, pending), true
 }
 
 // needs works out the raise r's round needs: listing it, covering its
