@@ -161,7 +161,10 @@ type Ledger struct {
 	// round numbers the rounds (EndRound counts them), so that Defer can
 	// tell the resources asked for in this one from those still waiting
 	// since an earlier one.
-	round   uint64
+	round uint64
+	// early are the resources whose recorded expiries the next record
+	// should raise before their grants need it (see needs).
+	early   []*resource
 	upTerms map[UpstreamSource]uint64 // highest parent term seen, per source (child nodes)
 	// tenantRes counts, per tenant, the resources it has clients on, and
 	// tenantRecs its client records.

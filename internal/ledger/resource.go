@@ -101,6 +101,9 @@ type resource struct {
 	// round is the last round that asked for the resource (see
 	// Ledger.Defer).
 	round uint64
+	// early: in Ledger.early, or (while a record is built) in its
+	// pending raises.
+	early bool
 	// floors is the state of the resource's floors (floor.go).
 	floors floorState
 	// dues say when clients that may give capacity back are due
