@@ -4,7 +4,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/allot/allot/internal/leader"
 )
 
 // checkSet fails t unless s holds exactly want: every entry found in its
@@ -187,4 +192,43 @@ func TestHoldersSweepAllocatesNothing(t *testing.T) {
 	}); allocs != 0 {
 		t.Errorf("%.0f allocations per sweep, want 0", allocs)
 	}
+}
+
+// classify runs on the intake's goroutines while the round loop adds
+// holders (growing the table), moves their lease ends and sweeps: a
+// client held all along is classed a holder every time, and -race sees
+// no unguarded access.
+func TestHoldersClassifyBesideTheRoundLoop(t *testing.T) {
+	const subject = "allot.root.capacity.get"
+	h := newHolders(1 << 20)
+	h.hold(subject, "steady", math.MaxInt64/2)
+	hdr := nats.Header{leader.HeaderClient: {"steady"}}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if c := h.classify(subject, hdr); c != leader.ClassKnown {
+					t.Errorf("the steady holder classed %v", c)
+					return
+				}
+			}
+		}()
+	}
+	for i := range 20_000 {
+		h.hold(subject, fmt.Sprintf("c%d", i), int64(i))
+		h.hold(subject, fmt.Sprintf("c%d", i/2), int64(i))
+		if i%1000 == 999 {
+			h.sweep(int64(i-500) + int64(holderGrace))
+		}
+	}
+	close(stop)
+	wg.Wait()
 }
