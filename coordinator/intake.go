@@ -41,29 +41,32 @@ func appendHolderKey(b []byte, subject, client string) []byte {
 	return append(b, client...)
 }
 
+// fingerprint returns the fingerprint of client's key on subject. The
+// seed never changes, so it needs no lock.
+func (h *holders) fingerprint(subject, client string) uint64 {
+	var buf [128]byte
+	return h.set.fingerprint(appendHolderKey(buf[:0], subject, client))
+}
+
 // classify sorts a request before it is decoded: a holder's first.
 func (h *holders) classify(subject string, hdr nats.Header) leader.Class {
 	id := hdr.Get(leader.HeaderClient)
 	if id == "" {
 		return leader.ClassNewcomer
 	}
-	if _, ok := h.lookup(subject, id); ok {
+	if h.known(subject, id) {
 		return leader.ClassKnown
 	}
 	return leader.ClassNewcomer
 }
 
-// lookup returns the end of the latest lease of client on subject, if it
-// is a holder.
-func (h *holders) lookup(subject, client string) (int64, bool) {
-	var buf [128]byte
-	fp := h.set.fingerprint(appendHolderKey(buf[:0], subject, client))
+// known reports whether client on subject is a holder. It reads only
+// the fingerprints: the lease ends move under the read lock (moveUntil).
+func (h *holders) known(subject, client string) bool {
+	fp := h.fingerprint(subject, client)
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	if i := h.set.find(fp); i >= 0 {
-		return h.set.slots[i].until, true
-	}
-	return 0, false
+	return h.set.find(fp) >= 0
 }
 
 // hold records that the client of a request on subject holds a lease
@@ -72,8 +75,7 @@ func (h *holders) lookup(subject, client string) (int64, bool) {
 // end under the read lock, beside the intake's classify (which reads
 // only the fingerprints).
 func (h *holders) hold(subject, client string, until int64) {
-	var buf [128]byte
-	fp := h.set.fingerprint(appendHolderKey(buf[:0], subject, client))
+	fp := h.fingerprint(subject, client)
 	if h.moveUntil(fp, until) {
 		return
 	}

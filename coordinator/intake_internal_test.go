@@ -17,7 +17,7 @@ func TestHoldOfAKnownClientAllocatesNothing(t *testing.T) {
 			t.Errorf("%s: %.0f allocations per hold of a known client, want 0", subject, allocs)
 		}
 		h.hold(subject, "c1", 50)
-		if got, ok := h.lookup(subject, "c1"); !ok || got != until {
+		if got, ok := holdsUntil(h, subject, "c1"); !ok || got != until {
 			t.Errorf("%s: holds until %d (%v), want %d", subject, got, ok, until)
 		}
 	}
