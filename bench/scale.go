@@ -245,7 +245,7 @@ func coordScale(ctx context.Context, env *Env, url string, n int, refresh bool) 
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	start := time.Now()
-	if err := fillLeases(ctx, env, url, subject, n, 1024, wire.Protobuf); err != nil {
+	if err := fillLeases(ctx, env, url, subject, n, 1024, wire.Protobuf, 20*time.Second); err != nil {
 		return nil, err
 	}
 	p := &CoordPoint{Clients: n, FillSeconds: time.Since(start).Seconds()}
@@ -379,10 +379,14 @@ func requestHeader(enc wire.Encoding) nats.Header {
 
 // fillLeases asks for a lease as each of n clients, conc requests in
 // flight, encoded in enc, encoding requests as it goes so that nothing
-// but the coordinator's state stays in memory. A request refused with
-// 503 (the intake's bound on newcomers in flight) is asked again after a
-// short wait, as agents do; other refusals count as failures.
-func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int, enc wire.Encoding) error {
+// but the coordinator's state stays in memory. A request refused with 503 (the
+// intake's bound on newcomers in flight) is asked again after a short
+// wait, as agents do; other refusals count as failures. A request left
+// unanswered for lost (on a busy machine a coordinator can lose its
+// leadership for a moment, and the requests it held with it) is asked
+// again too, as agents do after a time-out; a late reply to the earlier
+// attempt is ignored.
+func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int, enc wire.Encoding, lost time.Duration) error {
 	nc, err := nats.Connect(url, nats.Name("allot bench scale fill"))
 	if err != nil {
 		return fmt.Errorf("bench: connect: %w", err)
@@ -399,16 +403,29 @@ func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int,
 	why := map[string]string{}
 	hdr := requestHeader(enc)
 	conc = min(conc, n)
-	// cur[slot] is the client whose request the slot has in flight; only
-	// the slot's reply handler touches it.
-	cur := make([]int, conc)
-	var retried atomic.Int64
-	ask := func(slot, i int) {
-		cur[slot] = i
-		data := appendScaleRequest(nil, enc, i, n)
-		if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: prefix + "." + strconv.Itoa(slot), Header: hdr, Data: data}); err != nil {
+	// slots[k] is what slot k has in flight: its client, the attempt (the
+	// reply subject names it) and when it was sent (zero: nothing
+	// awaits a reply).
+	type slotState struct {
+		client, attempt int
+		sent            time.Time
+	}
+	var smu sync.Mutex
+	slots := make([]slotState, conc)
+	publish := func(slot, client, attempt int) {
+		data := appendScaleRequest(nil, enc, client, n)
+		reply := prefix + "." + strconv.Itoa(slot) + "." + strconv.Itoa(attempt)
+		if err := nc.PublishMsg(&nats.Msg{Subject: subject, Reply: reply, Header: hdr, Data: data}); err != nil {
 			errs.Add(1)
 		}
+	}
+	ask := func(slot, i int) {
+		smu.Lock()
+		st := &slots[slot]
+		st.client, st.attempt, st.sent = i, st.attempt+1, time.Now()
+		attempt := st.attempt
+		smu.Unlock()
+		publish(slot, i, attempt)
 	}
 	send := func(slot int) {
 		i := int(next.Add(1) - 1)
@@ -420,10 +437,22 @@ func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int,
 		}
 		ask(slot, i)
 	}
-	sub, err := nc.Subscribe(prefix+".*", func(m *nats.Msg) {
-		slot, _ := strconv.Atoi(m.Subject[strings.LastIndexByte(m.Subject, '.')+1:])
+	var retried, reasked atomic.Int64
+	sub, err := nc.Subscribe(prefix+".*.*", func(m *nats.Msg) {
+		tail := m.Subject[len(prefix)+1:]
+		dot := strings.IndexByte(tail, '.')
+		slot, _ := strconv.Atoi(tail[:dot])
+		attempt, _ := strconv.Atoi(tail[dot+1:])
+		smu.Lock()
+		st := &slots[slot]
+		if attempt != st.attempt || st.sent.IsZero() {
+			smu.Unlock()
+			return // a reply to an attempt asked again since
+		}
+		st.sent = time.Time{}
+		i := st.client
+		smu.Unlock()
 		if m.Header.Get("Nats-Service-Error-Code") == "503" && retried.Add(1) <= int64(100*n) {
-			i := cur[slot]
 			time.AfterFunc(10*time.Millisecond, func() { ask(slot, i) })
 			return
 		}
@@ -442,11 +471,29 @@ func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int,
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	_ = sub.SetPendingLimits(-1, -1)
+	// askLost asks again for the requests unanswered for lost.
+	askLost := func() {
+		type again struct{ slot, client, attempt int }
+		var list []again
+		smu.Lock()
+		for k := range slots {
+			if st := &slots[k]; !st.sent.IsZero() && time.Since(st.sent) > lost {
+				st.attempt, st.sent = st.attempt+1, time.Now()
+				list = append(list, again{k, st.client, st.attempt})
+			}
+		}
+		smu.Unlock()
+		reasked.Add(int64(len(list)))
+		for _, a := range list {
+			publish(a.slot, a.client, a.attempt)
+		}
+	}
 	for s := 0; s < conc; s++ {
 		send(s)
 	}
-	tick := time.NewTicker(2 * time.Second)
+	tick := time.NewTicker(min(2*time.Second, lost/2))
 	defer tick.Stop()
+	progress := time.Now()
 	timeout := time.After(5 * time.Minute)
 	for {
 		select {
@@ -463,7 +510,11 @@ func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int,
 			}
 			return nil
 		case <-tick.C:
-			env.progressf("scale: filling %d leases: %d sent", n, min(next.Load(), int64(n)))
+			askLost()
+			if time.Since(progress) >= 2*time.Second {
+				progress = time.Now()
+				env.progressf("scale: filling %d leases: %d sent, %d asked again after %v unanswered", n, min(next.Load(), int64(n)), reasked.Load(), lost)
+			}
 		case <-timeout:
 			return fmt.Errorf("bench: filling %d leases: timed out at %d", n, next.Load())
 		case <-ctx.Done():

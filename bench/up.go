@@ -189,7 +189,7 @@ func upPoint(ctx context.Context, env *Env, o UpOptions, n int) (*UpPoint, error
 		return nil, err
 	}
 	start := time.Now()
-	if err := fillLeases(ctx, env, url, subject, n, upFillInFlight, wire.JSON); err != nil {
+	if err := fillLeases(ctx, env, url, subject, n, upFillInFlight, wire.JSON, 20*time.Second); err != nil {
 		if ctx.Err() != nil {
 			return nil, err
 		}

@@ -56,7 +56,7 @@ func TestUpEchoReplySize(t *testing.T) {
 	defer c.Stop()
 	subject := coordinator.Subject("upjson", "capacity.get")
 	const n = 300
-	if err := fillLeases(ctx, &Env{Short: true}, s.ClientURL(), subject, n, 64, wire.JSON); err != nil {
+	if err := fillLeases(ctx, &Env{Short: true}, s.ClientURL(), subject, n, 64, wire.JSON, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	sizes, err := replySizes(nc, subject, n, 16)

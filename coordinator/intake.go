@@ -19,17 +19,17 @@ import (
 // client id in the Allot-Client header; a request whose header names a
 // client other than its body is refused (decode), so that a flood cannot
 // borrow a holder's place without speaking for that holder. Keyed by
-// tenant (empty on the plain subjects) and client id, at most max.
+// tenant (empty on the plain subjects) and client id, through their
+// fingerprint (see holderSet), at most max.
 type holders struct {
 	mu sync.RWMutex
-	// until is the end of the client's latest lease, unix ns. The values
-	// are pointers so that a refresh moves it without storing the key
-	// again: the key is then looked up from a buffer, not allocated.
-	until map[string]*int64
-	max   int
+	// set holds, per key, the end of the client's latest lease (unix ns).
+	// Only the round loop writes it; classify reads it beside.
+	set holderSet
+	max int
 }
 
-func newHolders(max int) *holders { return &holders{until: map[string]*int64{}, max: max} }
+func newHolders(max int) *holders { return &holders{set: newHolderSet(), max: max} }
 
 // appendHolderKey appends the key of client on subject to b: the tenant
 // (empty on the plain subjects), a zero byte and the client id.
@@ -41,44 +41,63 @@ func appendHolderKey(b []byte, subject, client string) []byte {
 	return append(b, client...)
 }
 
+// fingerprint returns the fingerprint of client's key on subject. The
+// seed never changes, so it needs no lock.
+func (h *holders) fingerprint(subject, client string) uint64 {
+	var buf [128]byte
+	return h.set.fingerprint(appendHolderKey(buf[:0], subject, client))
+}
+
 // classify sorts a request before it is decoded: a holder's first.
 func (h *holders) classify(subject string, hdr nats.Header) leader.Class {
 	id := hdr.Get(leader.HeaderClient)
 	if id == "" {
 		return leader.ClassNewcomer
 	}
-	var buf [128]byte
-	if h.lookup(appendHolderKey(buf[:0], subject, id)) != nil {
+	if h.known(subject, id) {
 		return leader.ClassKnown
 	}
 	return leader.ClassNewcomer
 }
 
-// lookup returns the value of key k, or nil.
-func (h *holders) lookup(k []byte) *int64 {
+// known reports whether client on subject is a holder. It reads only
+// the fingerprints: the lease ends move under the read lock (moveUntil).
+func (h *holders) known(subject, client string) bool {
+	fp := h.fingerprint(subject, client)
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	return h.until[string(k)]
+	return h.set.find(fp) >= 0
 }
 
 // hold records that the client of a request on subject holds a lease
 // until (unix ns). Only the round loop calls it (and sweep), so only the
-// round loop reads or writes the values: a known client's refresh moves
-// its value under the read lock, beside the intake's classify.
+// round loop writes the table: a known client's refresh moves its lease
+// end under the read lock, beside the intake's classify (which reads
+// only the fingerprints).
 func (h *holders) hold(subject, client string, until int64) {
-	var buf [128]byte
-	k := appendHolderKey(buf[:0], subject, client)
-	if u := h.lookup(k); u != nil {
-		*u = max(*u, until)
+	fp := h.fingerprint(subject, client)
+	if h.moveUntil(fp, until) {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.until) >= h.max {
+	if h.set.n >= h.max {
 		return
 	}
-	u := until // on the heap only here, not on every call
-	h.until[string(k)] = &u
+	h.set.insert(fp, until)
+}
+
+// moveUntil moves the lease end of fp to until if that is later, and
+// reports whether fp is in the table.
+func (h *holders) moveUntil(fp uint64, until int64) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	i := h.set.find(fp)
+	if i >= 0 {
+		u := &h.set.slots[i].until
+		*u = max(*u, until)
+	}
+	return i >= 0
 }
 
 // holderGrace is how long a client is still known after its last lease
@@ -89,9 +108,5 @@ const holderGrace = time.Minute
 func (h *holders) sweep(now int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for k, u := range h.until {
-		if *u+int64(holderGrace) < now {
-			delete(h.until, k)
-		}
-	}
+	h.set.removeIf(func(until int64) bool { return until+int64(holderGrace) < now })
 }

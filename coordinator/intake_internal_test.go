@@ -17,9 +17,8 @@ func TestHoldOfAKnownClientAllocatesNothing(t *testing.T) {
 			t.Errorf("%s: %.0f allocations per hold of a known client, want 0", subject, allocs)
 		}
 		h.hold(subject, "c1", 50)
-		var buf [128]byte
-		if got := h.lookup(appendHolderKey(buf[:0], subject, "c1")); got == nil || *got != until {
-			t.Errorf("%s: holds until %v, want %d", subject, got, until)
+		if got, ok := holdsUntil(h, subject, "c1"); !ok || got != until {
+			t.Errorf("%s: holds until %d (%v), want %d", subject, got, ok, until)
 		}
 	}
 }
