@@ -117,3 +117,29 @@ func TestEarlyEndCountsLeasesEndingWithinSkew(t *testing.T) {
 		t.Fatalf("in force %v of capacity %v", held, tm.Capacity)
 	}
 }
+
+// A client whose clock lags asks again just after its lease ended on the
+// coordinator's clock, reporting the lease it still uses (until its own
+// clock reaches the end, up to the skew later) and wanting nothing; the
+// reply is lost. The report must not confirm that the lease is gone
+// before the skew has passed.
+func TestReportedLeaseCountsWithinSkewOfItsEnd(t *testing.T) {
+	const skew = time.Second
+	tm := &config.Template{Name: "t", Glob: "*", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: 10 * time.Second, RefreshInterval: time.Second, LearningModeDuration: time.Minute}
+	w := &writeRounds{t: t, set: config.NewSet(1, []*config.Template{tm}, nil), now: int64(1e18), skew: skew, floors: true}
+	w.start(1)
+	x := w.ask("x", 100, Lease{}, false)
+	if x.Capacity != 100 {
+		t.Fatalf("x got %+v", x)
+	}
+	const lag = skew / 2 // x's clock is this far behind
+	w.now = x.Expiry + int64(lag/2)
+	w.ask("x", 0, x, false) // lost: x uses its lease until its clock reads its end
+	y := w.ask("y", 100, Lease{}, false)
+	y = w.ask("y", 100, y, false)
+	held := leaseInForce(x, w.now-int64(lag)) + leaseInForce(y, w.now)
+	if held > tm.Capacity+1e-9 {
+		t.Fatalf("in force %v of capacity %v (x %v, y %v)", held, tm.Capacity, leaseInForce(x, w.now-int64(lag)), leaseInForce(y, w.now))
+	}
+}
