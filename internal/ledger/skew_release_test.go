@@ -143,3 +143,23 @@ func TestReportedLeaseCountsWithinSkewOfItsEnd(t *testing.T) {
 		t.Fatalf("in force %v of capacity %v (x %v, y %v)", held, tm.Capacity, leaseInForce(x, w.now-int64(lag)), leaseInForce(y, w.now))
 	}
 }
+
+// Once the recorded horizon has passed (writes fail), a grant ends as it
+// is made. Told as a lease it would outlive the record's latest expiry on
+// the clock of a client that lags, while a successor trusts that expiry
+// (plus the skew) to bound every lease: it is told as none.
+func TestNoLeaseToldPastTheRecordedExpiry(t *testing.T) {
+	tm := &config.Template{Name: "t", Glob: "*", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: 10 * time.Second, RefreshInterval: time.Second, LearningModeDuration: time.Minute}
+	w := &writeRounds{t: t, set: config.NewSet(1, []*config.Template{tm}, nil), now: int64(1e18), skew: time.Second}
+	w.start(1)
+	x := w.ask("x", 50, Lease{}, false)
+	for range 100 {
+		w.now += int64(time.Second)
+		x = w.ask("x", 50, x, true) // every write fails
+		recorded := w.stored.GetResources()["r"].GetLatestExpiry().AsTime().UnixNano()
+		if x.Capacity > 0 && x.Expiry > recorded {
+			t.Fatalf("told %v until %+dms, after the recorded latest expiry (%+dms)", x.Capacity, (x.Expiry-w.now)/1e6, (recorded-w.now)/1e6)
+		}
+	}
+}
