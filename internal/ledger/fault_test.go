@@ -54,11 +54,15 @@ type simClient struct {
 	// the protocol before floors).
 	safeUntil int64
 	next      int64 // when it asks again
+	// off is how far its clock is behind the coordinators' (at most the
+	// clock skew): it uses what it holds that much longer.
+	off int64
 }
 
 // inForce is what an agent in Safe mode may use at now: its lease while
 // it lasts, then its safe capacity until that ends.
 func (c *simClient) inForce(now int64) float64 {
+	now -= c.off
 	switch {
 	case c.expiry > now:
 		return c.has
@@ -86,6 +90,9 @@ type simNode struct {
 	clients  []*simClient
 	now      int64
 	log      []string
+	// lossy: some replies never reach their client, which keeps what it
+	// held (and reports it next time).
+	lossy bool
 }
 
 func (n *simNode) elect() {
@@ -128,6 +135,15 @@ func (s *simStore) put(rec *allotpb.LeaseHorizon, now int64) {
 
 func (n *simNode) expireAll() {}
 
+// clockOff is a new client's clock offset: none, but for lossy nodes,
+// where it lags by up to the clock skew (1 s).
+func (n *simNode) clockOff() int64 {
+	if !n.lossy {
+		return 0
+	}
+	return int64(n.rng.IntN(1001)) * int64(time.Millisecond)
+}
+
 // round lets due clients ask and answers them like the coordinator.
 func (n *simNode) round() {
 	var asked []*simClient
@@ -155,7 +171,9 @@ func (n *simNode) round() {
 			c.next = n.now + int64(100*time.Millisecond) // waits; modelled as asking again
 			continue
 		}
-		c.answered(slots[k][0].Lease(n.now))
+		if !n.lossy || n.rng.IntN(6) > 0 {
+			c.answered(slots[k][0].Lease(n.now))
+		}
 		c.next = n.now + int64(max(c.refreshOf(slots[k][0].Lease(n.now)), 50*time.Millisecond))
 	}
 	n.l.EndRound()
@@ -207,7 +225,7 @@ func (c *simClient) report(now int64) *allotpb.Lease {
 // reportSafe is what an agent says of its safe capacity: what it falls
 // back to, and until when.
 func (c *simClient) reportSafe(now int64) *allotpb.Lease {
-	if c.safe > 0 && c.safeUntil > now {
+	if c.safe > 0 && c.safeUntil > now-c.off {
 		return &allotpb.Lease{Capacity: c.safe, ExpiryTime: timestamppb.New(time.Unix(0, c.safeUntil))}
 	}
 	return nil
@@ -229,6 +247,17 @@ func TestFailoversNeverOverGrant(t *testing.T) {
 	}
 }
 
+// TestLossyFailoversNeverOverGrant: failovers again, with replies lost
+// (a client keeps what it held and reports it) and clients whose clocks
+// lag the coordinators' by up to the clock skew, so that successors hear
+// promised holders whose leases and floors end within the skew of the
+// takeover.
+func TestLossyFailoversNeverOverGrant(t *testing.T) {
+	for seed := range uint64(faultSeeds) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { faultTrial(t, seed+2000, false) })
+	}
+}
+
 // faultTrial runs one random history; tamper adds deleted, edited and
 // forged records.
 func faultTrial(t *testing.T, seed uint64, tamper bool) {
@@ -237,9 +266,9 @@ func faultTrial(t *testing.T, seed uint64, tamper bool) {
 	tm := &config.Template{Name: "t", Glob: "*", Capacity: capacity, Algorithm: allotpb.Algorithm_FAIR_SHARE,
 		LeaseLength: 3 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 3 * time.Second,
 		Floor: config.FloorPolicy{Share: 0.5, Lease: 8 * time.Second}}
-	n := &simNode{t: t, rng: rng, set: config.NewSet(1, []*config.Template{tm}, nil), capacity: capacity, now: int64(1e18)}
+	n := &simNode{t: t, rng: rng, set: config.NewSet(1, []*config.Template{tm}, nil), capacity: capacity, now: int64(1e18), lossy: seed >= 2000}
 	for i := range 3 + rng.IntN(8) {
-		n.clients = append(n.clients, &simClient{id: fmt.Sprint("c", i), wants: rng.Float64() * capacity / 2})
+		n.clients = append(n.clients, &simClient{id: fmt.Sprint("c", i), wants: rng.Float64() * capacity / 2, off: n.clockOff()})
 	}
 	n.elect()
 	tail := 0.0
@@ -278,7 +307,7 @@ func faultTrial(t *testing.T, seed uint64, tamper bool) {
 			case 7, 8:
 				n.elect() // the leader crashes; a successor takes over
 			case 9, 10:
-				n.clients = append(n.clients, &simClient{id: fmt.Sprint("n", step), wants: rng.Float64() * capacity})
+				n.clients = append(n.clients, &simClient{id: fmt.Sprint("n", step), wants: rng.Float64() * capacity, off: n.clockOff()})
 				if ev == 10 {
 					// The leader crashes soon after a newcomer's first
 					// grant: a successor must not take the predecessor's

@@ -283,7 +283,23 @@ func (r *resource) creditFloor(i int32, now int64) {
 	}
 	r.floors.seen[c.id] = struct{}{}
 	rep := r.report(i)
-	if rep.floor <= 0 || rep.floorEnd-r.skew <= r.learnStart || !r.predHolder(c.id) {
+	if rep.floor <= 0 || !r.predHolder(c.id) {
+		return
+	}
+	if rep.floorEnd-r.skew <= r.learnStart {
+		// It may have ended before the takeover, so the predecessor's
+		// floors may not cover it: not credited from them. But told to
+		// end within the skew of now it may still be in use: counted as
+		// the client's own until then, beside the predecessor's, so that
+		// hearing every promised holder leaves no floor uncounted.
+		if end := rep.floorEnd + r.skew; end > now {
+			f := min(rep.floor, r.predFloorOutstanding(now))
+			if c.floorPrevEnd <= now || c.floorPrev < f {
+				c.floorPrev = f
+			}
+			c.floorPrevEnd = max(c.floorPrevEnd, end)
+			r.recount(i, now)
+		}
 		return
 	}
 	cr := min(rep.floor, r.predFloorOutstanding(now))

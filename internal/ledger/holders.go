@@ -418,9 +418,12 @@ func listHolderIDs(entries map[string]*allotpb.ResourceSummary, snaps map[string
 // or expired (a client that held one), and ends learning when the
 // promised holders have all been heard. A holder whose lease expired
 // before the takeover is accounted for as well as one that reports a
-// live lease (credited): what it no longer holds needs no credit. A
-// client that reports nothing, or a stranger, makes the count or the
-// digest differ.
+// live lease (credited): what it no longer holds needs no credit. One
+// told to end within the clock skew of the takeover may still be in use
+// but is not credited (the predecessor's ceiling may not cover it): it
+// is counted as the client's own until it ends, its floor too (learn,
+// creditFloor). A client that reports nothing, or a stranger, makes the
+// count or the digest differ.
 func (r *resource) heard(now int64, id string) {
 	if !r.hold.track {
 		return

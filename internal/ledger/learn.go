@@ -16,7 +16,10 @@ import "time"
 // predecessor's remainder to the client: the credit, capped so that
 // credited never exceeds predCeiling. Leases unexpired at learnStart that
 // are not yet replaced sum to at most predCeiling − credited. Leases
-// expire, never grow, so the bound holds at every later time.
+// expire, never grow, so the bound holds at every later time. A lease
+// told to end by learnStart + skew that may still be in use (its end
+// plus the skew is still to come) is counted as the client's own until
+// then, not credited: learning may end before that (holders.go).
 //
 // Allocation: each first-contact client gets its credit back, up to what
 // it wants (Doorman's echo, never more than was credited); a returning
@@ -67,6 +70,18 @@ func (r *resource) learn(p *roundParams, refresh time.Duration, settle func(i in
 			cr := max(min(rep.capacity, r.predCeiling-r.credited), 0)
 			r.credited += cr
 			credit[k] = cr
+		} else if rep.capacity > 0 && rep.expiry+r.skew > p.now && r.predHolder(c.id) {
+			// It may have expired before the takeover (so not be among
+			// what the predecessor's ceiling covers: not credited), but it
+			// may still be in use. Hearing its holder may end learning
+			// (holders.go): it is counted as the client's own until it
+			// ends, beside the predecessor's remainder.
+			h := max(min(rep.capacity, r.tmpl.Capacity, r.predCeiling-r.credited), 0)
+			if c.heldUntil <= p.now || c.held < h {
+				c.held = h
+			}
+			c.heldUntil = max(c.heldUntil, rep.expiry+r.skew)
+			r.recount(i, p.now)
 		}
 	}
 	free := min(r.capacity(p.now), r.ceiling) - r.outstanding(p.now) - r.predOutstanding(p.now)

@@ -20,13 +20,15 @@ type writeRounds struct {
 	stored *allotpb.LeaseHorizon
 	// floors: clients report the floor they hold too (safe), as agents do.
 	floors bool
+	// skew is the ledgers' clock skew (0: the default).
+	skew time.Duration
 }
 
 // start makes a ledger of term take over from the stored record (or
 // start anew, if none) and stores its takeover record.
 func (w *writeRounds) start(term uint64) {
 	w.t.Helper()
-	w.l = New(Config{Node: "n", ServerID: "s", Term: term})
+	w.l = New(Config{Node: "n", ServerID: "s", Term: term, ClockSkew: w.skew})
 	prior := Prior{Kind: PriorNew}
 	if w.stored != nil {
 		prior = Prior{Kind: PriorRecord, Record: w.stored}

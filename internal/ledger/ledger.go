@@ -459,7 +459,10 @@ func (s Slot) Lease(now int64) Lease {
 	if i, ok := r.lookupAt(s.at, s.client); ok {
 		c := r.clients.at(i)
 		l.Capacity, l.Expiry, l.Refresh = c.has, c.expiry, time.Duration(c.due-now)
-		if c.lapsed {
+		if c.lapsed || c.expiry <= now {
+			// A lease that ends as it is told (the recorded horizon has
+			// passed) is told as none: a client whose clock lags would
+			// use it past the horizon, which a successor trusts.
 			l.Capacity, l.Expiry = 0, now
 		}
 		l.SafeCapacity, l.SafeExpiry = r.toldFloor(c)

@@ -209,15 +209,17 @@ func (r *resource) upsertAt(hint int32, id string, wants, weight float64, priori
 	// The client says what it holds now: never more than we may have
 	// given it (a lie cannot lock others out), and never for longer;
 	// whatever it does not report it has replaced or let go. The latest
-	// lease and floor told still count: a reply may be on its way.
+	// lease and floor told still count: a reply may be on its way. What
+	// it reports counts until its end plus the skew, like what we tell:
+	// its clock may lag ours, so it may still use what ended on ours.
 	held := 0.0
-	if rep.expiry > now {
+	if rep.expiry+r.skew > now {
 		held = max(rep.capacity, 0)
 	}
 	c.held = min(held, max(c.has, c.held))
 	c.heldUntil = min(rep.expiry+r.skew, max(c.expiry+r.skew, c.heldUntil))
 	floor := 0.0
-	if rep.floorEnd > now {
+	if rep.floorEnd+r.skew > now {
 		floor = max(rep.floor, 0)
 	}
 	c.floorPrev = min(floor, c.floorExposure(now))
