@@ -109,6 +109,9 @@ func TestSeatServesUntilValidityLapses(t *testing.T) {
 	}
 	close(r.proceed)
 	poll.Until(t, wait, "the term to stop", func() bool { term, _ := r.seat.Current(); return term == nil })
+	// A lapsed term stops without waiting for the request it holds (its
+	// successor answers the retry); the handler finishes a moment later.
+	poll.Until(t, wait, "the held request to be handled", func() bool { _, h := term.Counts(); return h == 2 })
 	if n := term.Gate().Silenced.Load(); n != 1 {
 		t.Fatalf("%d replies withheld, want 1", n)
 	}
@@ -118,9 +121,14 @@ func TestSeatServesUntilValidityLapses(t *testing.T) {
 	if d, h := term.Counts(); d != 2 || h != 2 {
 		t.Fatalf("delivered %d, handled %d", d, h)
 	}
-	if st := r.seat.Status(); st.Role != election.RoleFollower || st.Serving {
+	if st := r.seat.Status(); st.Serving {
 		t.Fatalf("status after the lapse %+v", st)
 	}
+	// The election resigns once the term has stopped, a moment later.
+	poll.Until(t, wait, "the replica to follow", func() bool {
+		st := r.seat.Status()
+		return st.Role == election.RoleFollower && !st.Serving
+	})
 	if err := cl.Flush(); err != nil {
 		t.Fatal(err)
 	}
