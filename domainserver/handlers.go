@@ -37,6 +37,10 @@ const maxCallBuf = 16 << 10
 
 // handle serves every domain subject of the partition.
 func (s *Server) handle(m micro.Request) {
+	// The endpoints are Deferred only so that the request object goes
+	// back to the intake's pool once answered: every request is answered
+	// (or dropped) before handle returns.
+	defer leader.Release(m)
 	tenant, op, ns, name, err := domainwire.ParseTenantSubject(m.Subject())
 	if err != nil {
 		s.replyError(m, domainwire.CodeBadRequest, err.Error())

@@ -20,6 +20,21 @@ type holdIndex struct {
 	// others are the holds whose id names no slot of slots.
 	others map[string]*hold
 	n      int
+	// random is read from crypto/rand a batch at a time (one read per
+	// id cost a tenth of a reserve); used is how much of it is spent.
+	random [512]byte
+	used   int
+}
+
+// random8 fills b with 8 random bytes.
+func (x *holdIndex) random8(b []byte) {
+	if x.used == 0 || x.used+8 > len(x.random) {
+		_, _ = rand.Read(x.random[:]) // never fails (crypto/rand)
+		x.used = 0
+	}
+	copy(b, x.random[x.used:x.used+8])
+	clear(x.random[x.used : x.used+8]) // an id's bytes are not kept
+	x.used += 8
 }
 
 // get returns the hold with id, or nil.
@@ -47,7 +62,7 @@ func (x *holdIndex) reserve(h *hold) {
 		}
 		var b [12]byte
 		binary.BigEndian.PutUint32(b[:4], slot)
-		_, _ = rand.Read(b[4:]) // never fails (crypto/rand)
+		x.random8(b[4:])
 		var id [20]byte
 		idEncoding.Encode(id[:], b[:])
 		if x.others[string(id[:])] != nil {

@@ -301,8 +301,8 @@ func (s *Server) Start(ctx context.Context) error {
 		Description: "allot domain limits: node " + node + ", partition " + strconv.Itoa(s.opts.Partition) + " of " + strconv.Itoa(s.opts.Partitions),
 		Node:        node, ServerID: s.opts.ServerID, Term: s.opts.Term, Partition: s.opts.Partition, Partitions: s.opts.Partitions,
 		Stats: func() any { return s.Stats() }, Gate: s.gate, Logger: s.log,
-		Endpoints: []leader.Endpoint{{Name: "domain", Subject: subject, Handle: s.handle},
-			{Name: "domain-tenants", Subject: tenants, Handle: s.handle, Tenant: tenantOf}},
+		Endpoints: []leader.Endpoint{{Name: "domain", Subject: subject, Handle: s.handle, Deferred: true},
+			{Name: "domain-tenants", Subject: tenants, Handle: s.handle, Tenant: tenantOf, Deferred: true}},
 		Limits: s.opts.Intake,
 		ErrorBody: func(_ nats.Header, code int, text string, retry time.Duration) []byte {
 			b, _ := json.Marshal(domainwire.ErrorReply{Code: code, Error: text, RetryAfterMillis: retry.Milliseconds()})

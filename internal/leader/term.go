@@ -62,8 +62,9 @@ type Endpoint struct {
 	// Tenant, if set, names the tenant a request's subject speaks for
 	// ("" none): its requests count against Limits.TenantRate.
 	Tenant func(subject string) string
-	// Deferred says Handle answers later than it returns (a round loop):
-	// a request then stays in flight until Finish(m).
+	// Deferred says Handle answers later than it returns (a round loop),
+	// or releases the request itself so that it is reused (Release): a
+	// request then stays in flight until Finish(m) or Release(m).
 	Deferred bool
 	// Beside serves the endpoint on Spec.Beside, a connection of its own
 	// (Plain endpoints only): its requests and answers queue behind none
