@@ -315,6 +315,12 @@ func (d *Dashboard) sample(ctx context.Context) {
 			h = &series{pts: make([]Point, int(d.opts.History/d.opts.Interval))}
 			d.hist[r.ID] = h
 		}
+		if t <= h.last {
+			// Not newer than the newest sample (two samples answered
+			// within a millisecond, or a replica with a clock behind):
+			// the chart and the stream keep their samples in time order.
+			continue
+		}
 		h.add(Point{T: t, Capacity: r.Capacity, Granted: r.Granted, Wants: r.Wants, Outstanding: r.Outstanding})
 	}
 	for id, h := range d.hist {

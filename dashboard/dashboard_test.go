@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/status"
 )
 
 // TestEventStream reads the server-sent events as a browser would: the
@@ -337,6 +339,41 @@ func TestAssetsSelfContained(t *testing.T) {
 			if strings.Contains(string(body), ref) {
 				t.Errorf("%q refers to %q", name, ref)
 			}
+		}
+	}
+}
+
+// instantSource answers snapshots whose time moves on only every third
+// call, as a coordinator answers two samples taken within one
+// millisecond when the sampler catches up on a late tick.
+type instantSource struct {
+	mu sync.Mutex
+	n  int
+	t0 time.Time
+}
+
+func (s *instantSource) Snapshot(context.Context, string, int, string) (*status.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	at := s.t0.Add(time.Duration(s.n/3) * time.Millisecond)
+	return &status.Snapshot{Time: at, Node: "root", Resources: []status.ResourceView{{ID: "db", Capacity: 100, Granted: 30}}}, nil
+}
+
+// TestSamplesOfOneInstantAreOne: a snapshot no newer than the chart's
+// newest sample is not charted again, so that the chart's samples, and
+// the stream's, stay strictly in time order.
+func TestSamplesOfOneInstantAreOne(t *testing.T) {
+	src := &instantSource{t0: time.Now()}
+	url, _ := serveDashboard(t, dashboard.Options{Source: src, Interval: 10 * time.Millisecond, History: time.Minute})
+	var pts []dashboard.Point
+	poll.Until(t, 20*time.Second, "six samples", func() bool {
+		pts = getEvent(t, url+"snapshot?resource=db").Points
+		return len(pts) >= 6
+	})
+	for i := 1; i < len(pts); i++ {
+		if pts[i].T <= pts[i-1].T {
+			t.Fatalf("sample %d at %d after %d", i, pts[i].T, pts[i-1].T)
 		}
 	}
 }
