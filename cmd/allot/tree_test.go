@@ -72,7 +72,12 @@ func TestUpTree(t *testing.T) {
 	if err := os.WriteFile(file, []byte(`{"identifier_glob":"tree/*","capacity":321,"algorithm":{"kind":"FAIR_SHARE","lease_length":"60s","refresh_interval":"5s"}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, out := runCtx(context.Background(), "config", "put", "tree", file, "--nats", cluster.url)
+	// The put follows the mirrors up to the root: the region's must be up.
+	region.printed(t, regexp.MustCompile(regexp.QuoteMeta("allot_config mirrors allot_config of domain root")), "the region's mirror")
+	// Three servers and coordinators in this one process (under -race,
+	// beside other tests) answer the put's JetStream API calls over two
+	// leaf hops slowly: more than the default 5 s has been seen.
+	code, out := runCtx(context.Background(), "config", "put", "tree", file, "--nats", cluster.url, "--timeout", "30s")
 	m := storedRE.FindStringSubmatch(out)
 	if code != 0 || m == nil || !strings.Contains(out, "root's bucket (JetStream domain root)") {
 		t.Fatalf("config put at the cluster: code %d: %s", code, out)
