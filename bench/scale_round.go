@@ -61,7 +61,7 @@ func ledgerRoundAt(n int, minTime time.Duration) (*RoundPoint, error) {
 	tmpl := benchTemplate(float64(n)*5, 30*time.Minute, 10*time.Minute)
 	set := config.NewSet(1, []*config.Template{tmpl}, nil)
 	now := time.Now().UnixNano()
-	l := ledger.New(ledger.Config{Node: "bench", ServerID: "bench", Term: 1, MaxClients: n + 1})
+	l := ledger.New(ledger.Config{Node: "bench", ServerID: "bench", Term: 1, MaxClients: n + 1, HolderKey: [ledger.HolderKeySize]byte{1}})
 	prop, err := l.Start(now, ledger.Prior{Kind: ledger.PriorNew})
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -314,6 +315,7 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 			ChildMaxClients: opts.ChildMaxClients, ChildClients: opts.ChildClients,
 			MinRefresh: max(opts.RoundInterval, ledger.DefaultMinRefresh),
 			Child:      opts.Parent != "",
+			HolderKey:  newHolderKey(),
 		}),
 	}
 	if c.partitioned() {
@@ -321,6 +323,16 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 		c.partitionsHeader(&nats.Msg{Header: c.pbHeader})
 	}
 	return c, nil
+}
+
+// newHolderKey draws the key of the holder digests of this term's lease
+// records: secret, so that no client can make up ids that match a
+// digest (a successor would take them for the holders' return and lease
+// out what the holders still use). Only the coordinators can read the
+// state bucket the records are in (subjects.md).
+func newHolderKey() (k [ledger.HolderKeySize]byte) {
+	rand.Read(k[:]) // never fails: it aborts the program rather than return short
+	return k
 }
 
 // fill validates o and fills its defaults.

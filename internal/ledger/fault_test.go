@@ -97,7 +97,7 @@ type simNode struct {
 
 func (n *simNode) elect() {
 	n.term++
-	n.l = New(Config{Node: "n", ServerID: fmt.Sprint("s", n.term), Term: n.term, ClockSkew: time.Second})
+	n.l = New(Config{HolderKey: termHolderKey(n.term), Node: "n", ServerID: fmt.Sprint("s", n.term), Term: n.term, ClockSkew: time.Second})
 	n.inflight = nil
 	for attempt := 0; ; attempt++ {
 		p, err := n.l.Start(n.now, n.store.prior(n.term))

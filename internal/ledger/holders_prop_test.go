@@ -81,7 +81,7 @@ func holderTrial(t *testing.T, seed uint64) {
 		LeaseLength: 2 * time.Second, RefreshInterval: 500 * time.Millisecond, LearningModeDuration: time.Second}
 	set := config.NewSet(1, []*config.Template{tm}, nil)
 	now := int64(1e18)
-	l := New(Config{Node: "n", ServerID: "s", Term: 1})
+	l := New(Config{HolderKey: testHolderKey(), Node: "n", ServerID: "s", Term: 1})
 	p, err := l.Start(now, Prior{Kind: PriorNew})
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +163,10 @@ func holderTrial(t *testing.T, seed uint64) {
 				want := refHolders(r, now)
 				var digest uint64
 				for id := range want {
-					digest += holderHash(id)
+					digest += holderHash(r.hold.key, id)
+				}
+				if k := prop.Record.GetHoldersKey(); len(k) != HolderKeySize || [HolderKeySize]byte(k) != l.cfg.HolderKey {
+					t.Fatalf("step %d: record with a promise carries holders key %x, want the leader's", step, k)
 				}
 				if int(e.GetHolders()) != len(want) || e.GetHoldersDigest() != digest {
 					t.Fatalf("step %d %s: promise of %d holders (digest %x), from scratch %d (%x)", step, rid, e.GetHolders(), e.GetHoldersDigest(), len(want), digest)

@@ -57,7 +57,7 @@ func coverTrial(t *testing.T, seed uint64) {
 	gen := uint64(1)
 	set := config.NewSet(gen, []*config.Template{tmpl(0)}, nil)
 	now := int64(1e18)
-	cfg := Config{Node: "n", ServerID: "s", Term: 1, ClockSkew: 100 * time.Millisecond}
+	cfg := Config{HolderKey: testHolderKey(), Node: "n", ServerID: "s", Term: 1, ClockSkew: 100 * time.Millisecond}
 	l := New(cfg)
 	p, err := l.Start(now, Prior{Kind: PriorNew})
 	if err != nil {
@@ -182,6 +182,7 @@ func coverTrial(t *testing.T, seed uint64) {
 				// A takeover: a successor starts from a record that may be
 				// the stored one, and serves the same clients from now on.
 				cfg.Term++
+				cfg.HolderKey = termHolderKey(cfg.Term)
 				l = New(cfg)
 				p, err := l.Start(now, Prior{Kind: PriorRecord, Record: durable[rng.IntN(len(durable))].rec})
 				if err != nil {
@@ -240,6 +241,7 @@ func successorCheck(t *testing.T, step int, rec *allotpb.LeaseHorizon, cfg Confi
 	clients, resources []string, holding func(id, rid string) heldLease) {
 	t.Helper()
 	cfg.Term = rec.GetTerm() + 1
+	cfg.HolderKey = termHolderKey(cfg.Term)
 	s := New(cfg)
 	p, err := s.Start(now, Prior{Kind: PriorRecord, Record: rec})
 	if err != nil {

@@ -27,7 +27,7 @@ type holderHarness struct {
 func newHolderHarness(t *testing.T, term uint64, now int64, prior Prior) *holderHarness {
 	tm := &config.Template{Name: "t", Glob: "*", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
 		LeaseLength: 10 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 10 * time.Second}
-	h := &holderHarness{t: t, l: New(Config{Node: "n", ServerID: "s", Term: term}),
+	h := &holderHarness{t: t, l: New(Config{HolderKey: termHolderKey(term), Node: "n", ServerID: "s", Term: term}),
 		set: config.NewSet(1, []*config.Template{tm}, nil), now: now}
 	p, err := h.l.Start(now, prior)
 	if err != nil {
@@ -97,7 +97,7 @@ func TestHolderPromiseEndsLearning(t *testing.T) {
 	}
 	rec := lead.last
 	e := rec.GetResources()["r"]
-	if e.GetHolders() != 2 || e.GetHoldersUntil() == nil || e.GetHoldersDigest() != holderHash("a")+holderHash("b") {
+	if e.GetHolders() != 2 || e.GetHoldersUntil() == nil || e.GetHoldersDigest() != holderHash(lead.l.holderKey(), "a")+holderHash(lead.l.holderKey(), "b") {
 		t.Fatalf("record entry %v does not promise holders a and b", e)
 	}
 	if ids := e.GetHolderIds(); len(ids) != 2 || ids[0] != "a" || ids[1] != "b" {
@@ -108,6 +108,13 @@ func TestHolderPromiseEndsLearning(t *testing.T) {
 	}
 	noIDs := proto.Clone(rec).(*allotpb.LeaseHorizon)
 	noIDs.GetResources()["r"].HolderIds = nil
+	// An older version's record: its digest is unkeyed, so anyone could
+	// have matched it.
+	noKey := proto.Clone(rec).(*allotpb.LeaseHorizon)
+	noKey.HoldersKey = nil
+	if len(rec.GetHoldersKey()) != HolderKeySize {
+		t.Fatalf("record carries holders key %x", rec.GetHoldersKey())
+	}
 	noPromise := proto.Clone(rec).(*allotpb.LeaseHorizon)
 	ne := noPromise.GetResources()["r"]
 	ne.Holders, ne.HoldersDigest, ne.HoldersUntil = 0, 0, nil
@@ -127,6 +134,9 @@ func TestHolderPromiseEndsLearning(t *testing.T) {
 		// learning runs its course.
 		{"a stranger reports a lease, no ids", noIDs, []report{{"x", 0.001}, {"a", 30}, {"b", 20}}, 100 - e.GetCeiling()},
 		{"no promise", noPromise, []report{{"a", 30}, {"b", 20}}, 100 - e.GetCeiling()},
+		{"no key", noKey, []report{{"a", 30}, {"b", 20}}, 100 - e.GetCeiling()},
+		// The listed ids still bound who may claim a lease.
+		{"a stranger reports a lease, no key", noKey, []report{{"x", 0.001}, {"a", 30}, {"b", 20}}, 100 - e.GetCeiling() - 0.001},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			succ := newHolderHarness(t, 2, start+int64(time.Second), Prior{Kind: PriorRecord, Record: tc.rec})
@@ -183,6 +193,19 @@ func TestHolderPromiseBindsNewClients(t *testing.T) {
 	if !r.mayHold("a", h.now) {
 		t.Fatal("a, in both promises, may not hold")
 	}
+}
+
+// testHolderKey is the holder digest key of the tests' leaders.
+func testHolderKey() [HolderKeySize]byte { return termHolderKey(0) }
+
+// termHolderKey is a holder digest key of its own for each term, as a
+// coordinator draws one.
+func termHolderKey(term uint64) [HolderKeySize]byte {
+	var k [HolderKeySize]byte
+	for i := range k {
+		k[i] = byte(term*31 + uint64(i) + 1)
+	}
+	return k
 }
 
 type report struct {
@@ -247,7 +270,7 @@ func TestRecordWithPromisesStaysWithinLimit(t *testing.T) {
 	set := config.NewSet(1, []*config.Template{tm}, nil)
 	const limit = 64 << 10
 	now := int64(1e18) + 123456789
-	l := New(Config{Node: "n", ServerID: "s", Term: 1, MaxRecordBytes: limit})
+	l := New(Config{HolderKey: testHolderKey(), Node: "n", ServerID: "s", Term: 1, MaxRecordBytes: limit})
 	p, _ := l.Start(now, Prior{Kind: PriorNew})
 	l.Commit(now, p, nil)
 	pad := strings.Repeat("\\u00e9", 40)
@@ -303,7 +326,7 @@ func TestHolderIDsSkipManyIdleRecords(t *testing.T) {
 				t.Fatalf("b got %v", got)
 			}
 			e := lead.last.GetResources()["r"]
-			if e.GetHolders() != 2 || e.GetHoldersDigest() != holderHash("a")+holderHash("b") {
+			if e.GetHolders() != 2 || e.GetHoldersDigest() != holderHash(lead.l.holderKey(), "a")+holderHash(lead.l.holderKey(), "b") {
 				t.Fatalf("record entry %v does not promise holders a and b", e)
 			}
 			if got := len(e.GetHolderIds()) == 2; got != tc.wantIDs {

@@ -60,7 +60,7 @@ func incrTrial(t *testing.T, seed uint64) {
 	var l *Ledger
 	elect := func() {
 		term++
-		l = New(Config{Node: "n", ServerID: fmt.Sprint("s", term), Term: term, ClockSkew: time.Second})
+		l = New(Config{HolderKey: termHolderKey(term), Node: "n", ServerID: fmt.Sprint("s", term), Term: term, ClockSkew: time.Second})
 		prior := Prior{Kind: PriorNew}
 		if rec != nil {
 			prior = Prior{Kind: PriorRecord, Record: proto.Clone(rec).(*allotpb.LeaseHorizon), TermBound: term}

@@ -28,7 +28,7 @@ type writeRounds struct {
 // start anew, if none) and stores its takeover record.
 func (w *writeRounds) start(term uint64) {
 	w.t.Helper()
-	w.l = New(Config{Node: "n", ServerID: "s", Term: term, ClockSkew: w.skew})
+	w.l = New(Config{HolderKey: termHolderKey(term), Node: "n", ServerID: "s", Term: term, ClockSkew: w.skew})
 	prior := Prior{Kind: PriorNew}
 	if w.stored != nil {
 		prior = Prior{Kind: PriorRecord, Record: w.stored}

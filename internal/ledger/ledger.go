@@ -110,6 +110,13 @@ type Config struct {
 	// clients. Default DefaultChildMaxClients.
 	ChildMaxClients int64
 	ChildClients    map[string]int64
+	// HolderKey keys the holder digests of this leader's records (see
+	// holders.go): draw it at random (crypto/rand) for each term. It goes
+	// into the record, which only the coordinators may read: whoever
+	// knows it can make up client ids that match a digest. Zero: the
+	// ledger records no holder promises (a successor then learns for the
+	// whole lease length after a takeover).
+	HolderKey [HolderKeySize]byte
 }
 
 // DefaultChildMaxClients is the default Config.ChildMaxClients.
@@ -205,6 +212,14 @@ type Stats struct {
 func New(cfg Config) *Ledger {
 	cfg.fill()
 	return &Ledger{cfg: cfg, resources: make(map[string]*resource), tenantRes: make(map[string]int), tenantRecs: make(map[string]int)}
+}
+
+// holderKey returns the key of this leader's holder digests, nil if none.
+func (l *Ledger) holderKey() *[HolderKeySize]byte {
+	if l.cfg.HolderKey == [HolderKeySize]byte{} {
+		return nil
+	}
+	return &l.cfg.HolderKey
 }
 
 // Stats returns the counters.

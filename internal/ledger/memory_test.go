@@ -29,6 +29,8 @@ func BenchmarkLeaseMemory(b *testing.B) {
 			runtime.GC()
 			runtime.ReadMemStats(&before)
 			r := newResource("r", tm, 1)
+			key := testHolderKey()
+			r.hold.key = &key // digests kept, as a leader's
 			p := roundParams{now: 1, horizon: math.MaxInt64, minFresh: 50 * time.Millisecond, stats: &Stats{}}
 			for i, id := range ids {
 				r.upsert(id, float64(i%20), 1, 0, holding{}, 1)

@@ -3,6 +3,7 @@ package ledger
 import (
 	"errors"
 	"math"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -117,8 +118,11 @@ type recordState struct {
 	retryAt     int64 // unix ns: after a failed write, the next attempt
 	complete    bool  // the predecessor's record was complete (or none)
 	pred        map[string]*allotpb.ResourceSummary
-	bytes       int // estimated encoded size of every entry that may be listed
-	unlisted    int // resources served without a summary (no room)
+	// predKey is the key of the predecessor's holder digests (nil: its
+	// record has none, so its promises are not kept).
+	predKey  *[HolderKeySize]byte
+	bytes    int // estimated encoded size of every entry that may be listed
+	unlisted int // resources served without a summary (no room)
 	// incomplete: a committed record says it is incomplete, so unlisted
 	// resources may be granted.
 	incomplete bool
@@ -215,6 +219,9 @@ func (l *Ledger) Start(now int64, p Prior) (*Proposal, error) {
 			hz := h.GetHorizon().AsTime().UnixNano() + skew
 			l.rec.learningCap, l.rec.until = hz, hz
 			l.rec.complete = h.GetComplete()
+			if k := h.GetHoldersKey(); len(k) == HolderKeySize {
+				l.rec.predKey = (*[HolderKeySize]byte)(slices.Clone(k))
+			}
 			l.rec.pred = make(map[string]*allotpb.ResourceSummary, len(h.GetResources()))
 			for id, s := range h.GetResources() {
 				if summaryLive(s, now, skew) {
@@ -481,9 +488,20 @@ func (l *Ledger) buildRecord(now, until int64, pending []pendingSummary) *allotp
 		}
 		r.hold.inflight, r.hold.pseq, r.hold.pendUntil = true, snap.seq, snap.until
 	}
+	// The key of the digests goes with them: a successor recomputes them
+	// under it.
+	budget := l.cfg.MaxRecordBytes - l.rec.bytes - 4096
+	for _, s := range snaps {
+		if s.until > 0 {
+			rec.HoldersKey = slices.Clone(l.cfg.HolderKey[:])
+			budget -= holderKeyBytes
+			break
+		}
+	}
 	// The ids go in only while the record stays within its limit: the
-	// entries' estimate, what the ids take, and a margin for the rest.
-	listHolderIDs(rec.Resources, snaps, min(maxHolderIDBytes, l.cfg.MaxRecordBytes-l.rec.bytes-4096))
+	// entries' estimate, the key, what the ids take, and a margin for
+	// the rest.
+	listHolderIDs(rec.Resources, snaps, min(maxHolderIDBytes, budget))
 	return rec
 }
 
@@ -653,6 +671,7 @@ func (l *Ledger) newResource(now int64, id string, t *config.Template, gen uint6
 	r.ceiling, r.ceilingExpiry = 0, 0 // nothing published for it yet
 	r.floors.ceiling, r.floors.ceilingExpiry = 0, 0
 	r.learnStart = l.rec.started
+	r.hold.key = l.holderKey()
 	pred, listed := l.rec.pred[id]
 	if listed {
 		// Carried over into our record at takeover: it binds us too.
@@ -684,7 +703,7 @@ func (l *Ledger) newResource(now int64, id string, t *config.Template, gen uint6
 		// predecessor may have issued longer leases before a change.
 		r.learningUntil = r.predExpiry + r.skew
 		// Or until every holder it promised has been heard.
-		r.trackPredecessor(pred)
+		r.trackPredecessor(pred, l.rec.predKey)
 		r.endIfAllHeard(now)
 	case listed:
 		// Not bounded by the predecessor (it used a per-client algorithm,

@@ -13,7 +13,7 @@ func TestMaxRecordWaitIsTheConfiguredOne(t *testing.T) {
 		{2 * time.Second, 2 * time.Second},
 		{-time.Second, DefaultMaxRecordWait},
 	} {
-		if got := New(Config{Node: "n", ServerID: "s", Term: 1, MaxRecordWait: tc.set}).MaxRecordWait(); got != tc.want {
+		if got := New(Config{HolderKey: testHolderKey(), Node: "n", ServerID: "s", Term: 1, MaxRecordWait: tc.set}).MaxRecordWait(); got != tc.want {
 			t.Errorf("MaxRecordWait %v: got %v, want %v", tc.set, got, tc.want)
 		}
 	}

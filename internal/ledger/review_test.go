@@ -85,7 +85,7 @@ func TestLearningAcrossAlgorithmChange(t *testing.T) {
 // predecessor whose record has the given horizon and summaries.
 func startedLedger(t *testing.T, started, horizon time.Time, res map[string]*allotpb.ResourceSummary) *Ledger {
 	t.Helper()
-	l := New(Config{Node: "n", ServerID: "s", Term: 2, ClockSkew: 2 * time.Second})
+	l := New(Config{HolderKey: testHolderKey(), Node: "n", ServerID: "s", Term: 2, ClockSkew: 2 * time.Second})
 	p, err := l.Start(started.UnixNano(), Prior{Kind: PriorRecord, Record: &allotpb.LeaseHorizon{
 		Term: 1, Horizon: timestamppb.New(horizon.Add(-2 * time.Second)), Resources: res}})
 	if err != nil {

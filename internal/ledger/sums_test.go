@@ -253,7 +253,9 @@ func checkListed(r *resource, now int64) error {
 		}
 		if in {
 			n++
-			digest += holderHash(c.id)
+			if r.hold.key != nil {
+				digest += holderHash(r.hold.key, c.id)
+			}
 			bytes += holderIDBytes(c.id)
 		}
 	}

@@ -212,7 +212,7 @@ func TestTenantCaps(t *testing.T) {
 func TestTenantNodeCaps(t *testing.T) {
 	set := tenantSet(100, nil)
 	now := int64(1e18)
-	l := New(Config{Node: "root", ServerID: "root", Term: 1, MaxResources: 100, MaxClients: 1000})
+	l := New(Config{HolderKey: testHolderKey(), Node: "root", ServerID: "root", Term: 1, MaxResources: 100, MaxClients: 1000})
 	p, _ := l.Start(now, Prior{Kind: PriorNew})
 	l.Commit(now, p, nil)
 	get := func(who Claimant, id string, resources ...string) []Slot {

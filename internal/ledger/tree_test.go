@@ -32,7 +32,7 @@ type treeNode struct {
 func newTreeNode(t *testing.T, name string, parent *treeNode, now int64) *treeNode {
 	t.Helper()
 	n := &treeNode{name: name, parent: parent,
-		l: New(Config{Node: name, ServerID: name, Term: 1, Child: parent != nil, ClockSkew: time.Second, MinRefresh: minGap})}
+		l: New(Config{HolderKey: testHolderKey(), Node: name, ServerID: name, Term: 1, Child: parent != nil, ClockSkew: time.Second, MinRefresh: minGap})}
 	p, err := n.l.Start(now, Prior{Kind: PriorNew})
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +48,7 @@ func (n *treeNode) failover(t *testing.T, now int64) {
 	t.Helper()
 	cfg := n.l.cfg
 	cfg.Term++
+	cfg.HolderKey = termHolderKey(cfg.Term)
 	cfg.ServerID = fmt.Sprint(n.name, "-", cfg.Term)
 	n.l = New(cfg)
 	p, err := n.l.Start(now, Prior{Kind: PriorRecord, Record: n.rec})
@@ -287,7 +288,7 @@ func treeTrial(t *testing.T, seed uint64) {
 func BenchmarkParentRound(b *testing.B) {
 	set := fairTemplate(1e6)
 	now := int64(1e18)
-	l := New(Config{Node: "root", ServerID: "root", Term: 1, MaxClients: 1 << 20})
+	l := New(Config{HolderKey: testHolderKey(), Node: "root", ServerID: "root", Term: 1, MaxClients: 1 << 20})
 	p, _ := l.Start(now, Prior{Kind: PriorNew})
 	l.Commit(now, p, nil)
 	reqs := make([]*allotpb.GetServerCapacityRequest, 1000)
@@ -353,7 +354,7 @@ func TestChildClaimBounded(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			set := fairTemplate(100)
 			now := int64(1e18)
-			l := New(Config{Node: "root", ServerID: "root", Term: 1, ChildClients: tc.children})
+			l := New(Config{HolderKey: testHolderKey(), Node: "root", ServerID: "root", Term: 1, ChildClients: tc.children})
 			p, _ := l.Start(now, Prior{Kind: PriorNew})
 			l.Commit(now, p, nil)
 			for i := range 10 {

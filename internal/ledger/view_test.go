@@ -144,7 +144,7 @@ func TestResourcesMostOutstandingFirst(t *testing.T) {
 
 // newViewLedger is a started ledger of a new deployment.
 func newViewLedger(now int64) *Ledger {
-	l := New(Config{Node: "root", ServerID: "root", Term: 1})
+	l := New(Config{HolderKey: testHolderKey(), Node: "root", ServerID: "root", Term: 1})
 	p, _ := l.Start(now, Prior{Kind: PriorNew})
 	l.Commit(now, p, nil)
 	return l

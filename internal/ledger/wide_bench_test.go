@@ -14,7 +14,7 @@ import (
 func BenchmarkWideNewcomer(b *testing.B) {
 	set := fairTemplate(100)
 	now := int64(1e18)
-	l := New(Config{Node: "root", ServerID: "root", Term: 1, MaxClients: 1 << 22})
+	l := New(Config{HolderKey: testHolderKey(), Node: "root", ServerID: "root", Term: 1, MaxClients: 1 << 22})
 	p, _ := l.Start(now, Prior{Kind: PriorNew})
 	l.Commit(now, p, nil)
 	now += int64(10 * time.Second) // past learning

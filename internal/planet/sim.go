@@ -2,6 +2,7 @@ package planet
 
 import (
 	"container/heap"
+	crand "crypto/rand"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -96,6 +97,7 @@ func newNode(name string, level, region int, parent *node, childClients int64, n
 
 // start makes a leader of the node's current term from prior.
 func (n *node) start(now int64, prior ledger.Prior) error {
+	crand.Read(n.cfg.HolderKey[:]) // a key of its own per term, as a coordinator draws
 	n.l = ledger.New(n.cfg)
 	p, err := n.l.Start(now, prior)
 	if err != nil {

@@ -604,7 +604,16 @@ type LeaseHorizon struct {
 	// (0: one). The resources a partition owns depend on it, so a record
 	// written under another number says nothing of the resources the
 	// reader owns now.
-	Partitions    uint32 `protobuf:"varint,7,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	Partitions uint32 `protobuf:"varint,7,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	// The key of the holder digests of this record's promises (32 bytes,
+	// drawn at random by each leader for its term): a digest is the sum
+	// (mod 2^64) of the keyed HighwayHash-64 of the holders' ids, which
+	// nobody without the key can compute, so no client can make up ids
+	// that match a digest. It is a secret: only the coordinators (and the
+	// operator) may read the state bucket. Absent in records of older
+	// versions, whose digests summed unkeyed FNV-1a hashes that anyone can
+	// match: a successor keeps no holder promise of such a record.
+	HoldersKey    []byte `protobuf:"bytes,8,opt,name=holders_key,json=holdersKey,proto3" json:"holders_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -688,6 +697,13 @@ func (x *LeaseHorizon) GetPartitions() uint32 {
 	return 0
 }
 
+func (x *LeaseHorizon) GetHoldersKey() []byte {
+	if x != nil {
+		return x.HoldersKey
+	}
+	return nil
+}
+
 // ResourceSummary bounds the capacity a leader may have leased out.
 type ResourceSummary struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -696,9 +712,9 @@ type ResourceSummary struct {
 	LatestExpiry *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=latest_expiry,json=latestExpiry,proto3" json:"latest_expiry,omitempty"`
 	// A promise about who holds the resource's leases, present when
 	// holders_until is set: every client that may hold any of it is one of
-	// holders clients, whose ids' 64-bit FNV-1a hashes sum (mod 2^64) to
-	// holders_digest, and the leader grants no other client before
-	// holders_until. A successor that has heard from exactly these clients
+	// holders clients, whose ids' keyed 64-bit hashes (under the record's
+	// holders_key) sum (mod 2^64) to holders_digest, and the leader grants
+	// no other client before holders_until. A successor that has heard from exactly these clients
 	// knows every outstanding lease and ends learning early.
 	Holders       uint32                 `protobuf:"varint,3,opt,name=holders,proto3" json:"holders,omitempty"`
 	HoldersDigest uint64                 `protobuf:"fixed64,4,opt,name=holders_digest,json=holdersDigest,proto3" json:"holders_digest,omitempty"`
@@ -874,7 +890,7 @@ const file_config_proto_rawDesc = "" +
 	"\x06weight\x18\x02 \x01(\x01H\x00R\x06weight\x88\x01\x01\x12&\n" +
 	"\fmax_priority\x18\x03 \x01(\x05H\x01R\vmaxPriority\x88\x01\x01B\t\n" +
 	"\a_weightB\x0f\n" +
-	"\r_max_priority\"\xe3\x02\n" +
+	"\r_max_priority\"\x84\x03\n" +
 	"\fLeaseHorizon\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12\x1b\n" +
@@ -884,7 +900,9 @@ const file_config_proto_rawDesc = "" +
 	"\bcomplete\x18\x06 \x01(\bR\bcomplete\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\a \x01(\rR\n" +
-	"partitions\x1aW\n" +
+	"partitions\x12\x1f\n" +
+	"\vholders_key\x18\b \x01(\fR\n" +
+	"holdersKey\x1aW\n" +
 	"\x0eResourcesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
 	"\x05value\x18\x02 \x01(\v2\x19.allot.v1.ResourceSummaryR\x05value:\x028\x01\"\xb3\x03\n" +
