@@ -233,6 +233,9 @@ type Coordinator struct {
 	// requests recycles request objects and their decoded messages
 	// (newRequest).
 	requests sync.Pool
+	// ids makes the resource ids of decoded requests: the ones seen
+	// before are not allocated again (wire.IDCache).
+	ids wire.Names
 
 	// Reply buffers, owned by the round loop.
 	leaseBuf []wire.LeaseReply
@@ -295,6 +298,7 @@ func New(nc *nats.Conn, opts Options) (*Coordinator, error) {
 		skew = -1 // the ledger's "none"
 	}
 	c := &Coordinator{
+		ids:       wire.NewIDCache().Name,
 		nc:        nc,
 		opts:      opts,
 		log:       opts.Logger.With("node", opts.Node, "server_id", opts.ServerID),

@@ -145,13 +145,13 @@ func (c *Coordinator) decode(it bulkItem) {
 			r.getBuf = &allotpb.GetCapacityRequest{}
 		}
 		r.get = r.getBuf
-		err = wire.DecodeGetCapacity(enc, m.Data(), r.get)
+		err = wire.DecodeGetCapacityNames(enc, m.Data(), r.get, c.ids)
 	} else {
 		if r.relBuf == nil {
 			r.relBuf = &allotpb.ReleaseCapacityRequest{}
 		}
 		r.rel = r.relBuf
-		err = wire.DecodeRelease(enc, m.Data(), r.rel)
+		err = wire.DecodeReleaseNames(enc, m.Data(), r.rel, c.ids)
 	}
 	if err == nil {
 		err = sameClient(m, r)

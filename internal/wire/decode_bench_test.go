@@ -41,6 +41,34 @@ func BenchmarkDecodeGetCapacity(b *testing.B) {
 				}
 			}
 		})
+		b.Run(enc.String()+"/reused+ids", func(b *testing.B) {
+			b.ReportAllocs()
+			var req allotpb.GetCapacityRequest
+			ids := NewIDCache()
+			for b.Loop() {
+				if err := DecodeGetCapacityNames(enc, data, &req, ids.Name); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	// The plain JSON shape `nats req` users send (no lease held): the
+	// fast path, where the agent's refresh above is not.
+	plain := []byte(`{"client_id":"host-1:4242:9f86d081","resource":[{"resource_id":"mysql/main","wants":33.5,"priority":1}]}`)
+	for _, ids := range []Names{nil, NewIDCache().Name} {
+		name := "JSON-plain/reused"
+		if ids != nil {
+			name += "+ids"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			var req allotpb.GetCapacityRequest
+			for b.Loop() {
+				if err := DecodeGetCapacityNames(JSON, plain, &req, ids); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 	req := agentRequest()
 	b.Run("unknown-fields", func(b *testing.B) {

@@ -42,7 +42,27 @@ const (
 // caller that keeps r (in a pool) decodes a common request allocating
 // only its strings.
 func DecodeGetCapacity(e Encoding, data []byte, r *allotpb.GetCapacityRequest) error {
-	if !fastGet(e, data, r) {
+	return DecodeGetCapacityNames(e, data, r, nil)
+}
+
+// Names makes the resource ids of a decoded request from their bytes. A
+// server passes one that hands back a string it already has for the
+// same bytes, so that a request decodes without allocating its resource
+// ids. Nil copies the bytes. Only the fast decoders use it: the result
+// is the same either way.
+type Names func(b []byte) string
+
+func (n Names) of(b []byte) string {
+	if n == nil {
+		return string(b)
+	}
+	return n(b)
+}
+
+// DecodeGetCapacityNames is DecodeGetCapacity with the resource ids made
+// by ids.
+func DecodeGetCapacityNames(e Encoding, data []byte, r *allotpb.GetCapacityRequest, ids Names) error {
+	if !fastGet(e, data, r, ids) {
 		if err := Unmarshal(e, data, r); err != nil {
 			return err
 		}
@@ -50,21 +70,26 @@ func DecodeGetCapacity(e Encoding, data []byte, r *allotpb.GetCapacityRequest) e
 	return ValidateGetCapacity(r)
 }
 
-func fastGet(e Encoding, data []byte, r *allotpb.GetCapacityRequest) bool {
+func fastGet(e Encoding, data []byte, r *allotpb.GetCapacityRequest, ids Names) bool {
 	if CheckSize(e, len(data)) != nil {
 		return false
 	}
 	if e == Protobuf {
-		return decodeGetProtoFast(data, r)
+		return decodeGetProtoFast(data, r, ids)
 	}
-	return decodeGetJSONFast(data, r)
+	return decodeGetJSONFast(data, r, ids)
 }
 
 // DecodeRelease decodes a ReleaseCapacityRequest in encoding e into r and
 // validates it, as Unmarshal followed by ValidateRelease do; r's list is
 // reused as in DecodeGetCapacity.
 func DecodeRelease(e Encoding, data []byte, r *allotpb.ReleaseCapacityRequest) error {
-	if e != Protobuf || CheckSize(e, len(data)) != nil || !decodeReleaseProtoFast(data, r) {
+	return DecodeReleaseNames(e, data, r, nil)
+}
+
+// DecodeReleaseNames is DecodeRelease with the resource ids made by ids.
+func DecodeReleaseNames(e Encoding, data []byte, r *allotpb.ReleaseCapacityRequest, ids Names) error {
+	if e != Protobuf || CheckSize(e, len(data)) != nil || !decodeReleaseProtoFast(data, r, ids) {
 		if err := Unmarshal(e, data, r); err != nil {
 			return err
 		}
@@ -74,7 +99,7 @@ func DecodeRelease(e Encoding, data []byte, r *allotpb.ReleaseCapacityRequest) e
 
 // decodeGetProtoFast decodes a binary GetCapacityRequest of the common
 // shape into r (see the top of this file), or reports false.
-func decodeGetProtoFast(data []byte, r *allotpb.GetCapacityRequest) bool {
+func decodeGetProtoFast(data []byte, r *allotpb.GetCapacityRequest, ids Names) bool {
 	list := r.Resource[:0]
 	*r = allotpb.GetCapacityRequest{} // as Reset, without its atomic store
 	var seen uint8
@@ -98,7 +123,7 @@ func decodeGetProtoFast(data []byte, r *allotpb.GetCapacityRequest) bool {
 		case fieldGetResource:
 			var rr *allotpb.ResourceRequest
 			list, rr = nextResource(list)
-			if !decodeResourceFast(v, rr) {
+			if !decodeResourceFast(v, rr, ids) {
 				return false
 			}
 		default:
@@ -123,7 +148,7 @@ func nextResource(list []*allotpb.ResourceRequest) ([]*allotpb.ResourceRequest, 
 	return append(list, rr), rr
 }
 
-func decodeResourceFast(b []byte, rr *allotpb.ResourceRequest) bool {
+func decodeResourceFast(b []byte, rr *allotpb.ResourceRequest, ids Names) bool {
 	has, safe := rr.Has, rr.Safe
 	*rr = allotpb.ResourceRequest{}
 	var seen uint8
@@ -146,7 +171,7 @@ func decodeResourceFast(b []byte, rr *allotpb.ResourceRequest) bool {
 				if !ascii(v) {
 					return false
 				}
-				rr.ResourceId = string(v)
+				rr.ResourceId = ids.of(v)
 			case fieldResHas:
 				rr.Has = reuseLease(has)
 				if !decodeLeaseFast(v, rr.Has) {
@@ -260,8 +285,8 @@ func secNanosFast(b []byte) (int64, int32, bool) {
 
 // decodeReleaseProtoFast decodes a binary ReleaseCapacityRequest of the
 // common shape into r, or reports false.
-func decodeReleaseProtoFast(data []byte, r *allotpb.ReleaseCapacityRequest) bool {
-	ids := r.ResourceId[:0]
+func decodeReleaseProtoFast(data []byte, r *allotpb.ReleaseCapacityRequest, ids Names) bool {
+	list := r.ResourceId[:0]
 	*r = allotpb.ReleaseCapacityRequest{}
 	seenClient := false
 	for len(data) > 0 {
@@ -282,13 +307,13 @@ func decodeReleaseProtoFast(data []byte, r *allotpb.ReleaseCapacityRequest) bool
 			seenClient = true
 			r.ClientId = string(v)
 		case fieldRelResourceID:
-			ids = append(ids, string(v))
+			list = append(list, ids.of(v))
 		default:
 			return false
 		}
 	}
-	if len(ids) > 0 {
-		r.ResourceId = ids
+	if len(list) > 0 {
+		r.ResourceId = list
 	}
 	return true
 }

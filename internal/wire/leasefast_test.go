@@ -69,14 +69,38 @@ func sameDecode(t *testing.T, what string, data []byte, want, got proto.Message,
 func checkLeaseDecoders(t *testing.T, e Encoding, data []byte) {
 	t.Helper()
 	want, wantErr := reference(e, data, &allotpb.GetCapacityRequest{}, ValidateGetCapacity)
+	wantRel, wantRelErr := reference(e, data, &allotpb.ReleaseCapacityRequest{}, ValidateRelease)
+	// Without names, and with a cache that has seen the ids (and others
+	// of the same hash slot, with a one-slot cache) before.
+	for _, ids := range []Names{nil, testIDs.Name, oneSlot().Name} {
+		got := usedGet()
+		gotErr := DecodeGetCapacityNames(e, data, got, ids)
+		sameDecode(t, "GetCapacity "+e.String(), data, want, got, wantErr, gotErr)
+
+		gotRel := usedRelease()
+		gotErr = DecodeReleaseNames(e, data, gotRel, ids)
+		sameDecode(t, "ReleaseCapacity "+e.String(), data, wantRel, gotRel, wantRelErr, gotErr)
+	}
 	got := usedGet()
 	gotErr := DecodeGetCapacity(e, data, got)
 	sameDecode(t, "GetCapacity "+e.String(), data, want, got, wantErr, gotErr)
-
-	wantRel, wantErr := reference(e, data, &allotpb.ReleaseCapacityRequest{}, ValidateRelease)
 	gotRel := usedRelease()
 	gotErr = DecodeRelease(e, data, gotRel)
-	sameDecode(t, "ReleaseCapacity "+e.String(), data, wantRel, gotRel, wantErr, gotErr)
+	sameDecode(t, "ReleaseCapacity "+e.String(), data, wantRel, gotRel, wantRelErr, gotErr)
+}
+
+// testIDs is one cache for all the checks: it keeps the ids of earlier
+// inputs, as a server's does.
+var testIDs = NewIDCache()
+
+// oneSlot returns a cache whose every id falls in one slot: each lookup
+// of an id other than the last one stored is a collision.
+func oneSlot() *IDCache {
+	c := NewIDCache()
+	for i := range c.slots {
+		c.slots[i].Store(new("a"))
+	}
+	return c
 }
 
 func marshalled(t testing.TB, m proto.Message) []byte {
@@ -175,18 +199,18 @@ func TestLeaseDecodersTakeTheFastPath(t *testing.T) {
 	for _, m := range []proto.Message{agentRequest(), usedGet(),
 		&allotpb.GetCapacityRequest{ClientId: "c", Resource: []*allotpb.ResourceRequest{{ResourceId: "r"}}}} {
 		data := marshalled(t, m)
-		if !decodeGetProtoFast(data, usedGet()) {
+		if !decodeGetProtoFast(data, usedGet(), nil) {
 			t.Errorf("%v: not on the fast path", m)
 		}
 		checkLeaseDecoders(t, Protobuf, data)
 	}
 	rel := marshalled(t, &allotpb.ReleaseCapacityRequest{ClientId: "c", ResourceId: []string{"a", "b"}})
-	if !decodeReleaseProtoFast(rel, usedRelease()) {
+	if !decodeReleaseProtoFast(rel, usedRelease(), nil) {
 		t.Error("release not on the fast path")
 	}
 	checkLeaseDecoders(t, Protobuf, rel)
 	for _, s := range leaseJSONSeeds[:4] {
-		if !decodeGetJSONFast([]byte(s), usedGet()) {
+		if !decodeGetJSONFast([]byte(s), usedGet(), nil) {
 			t.Errorf("%s: not on the fast path", s)
 		}
 	}
@@ -220,6 +244,15 @@ func TestLeaseDecodersAllocate(t *testing.T) {
 		})
 		if allocs > 2 {
 			t.Errorf("%v: %.0f allocations per request; want at most 2 (client_id, resource_id)", c.enc, allocs)
+		}
+		ids := NewIDCache()
+		allocs = testing.AllocsPerRun(100, func() {
+			if err := DecodeGetCapacityNames(c.enc, c.data, r, ids.Name); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs > 1 {
+			t.Errorf("%v with an id cache: %.0f allocations per request; want at most 1 (client_id)", c.enc, allocs)
 		}
 	}
 }

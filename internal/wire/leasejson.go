@@ -14,7 +14,7 @@ import (
 // reports false for anything else (a lease held, null, a repeated key,
 // exponents, ...), leaving r unspecified, so the caller decodes with
 // protojson, which reads the plain shape the same way.
-func decodeGetJSONFast(data []byte, r *allotpb.GetCapacityRequest) bool {
+func decodeGetJSONFast(data []byte, r *allotpb.GetCapacityRequest, ids Names) bool {
 	list := r.Resource[:0]
 	*r = allotpb.GetCapacityRequest{} // as Reset, without its atomic store
 	var seen uint8
@@ -30,7 +30,7 @@ func decodeGetJSONFast(data []byte, r *allotpb.GetCapacityRequest) bool {
 			i, ok = jsonList(data, i, func(i int) (int, bool) {
 				var rr *allotpb.ResourceRequest
 				list, rr = nextResource(list)
-				return resourceJSONFast(data, i, rr)
+				return resourceJSONFast(data, i, rr, ids)
 			})
 		}
 		if !ok || seen&bit != 0 {
@@ -49,7 +49,7 @@ func decodeGetJSONFast(data []byte, r *allotpb.GetCapacityRequest) bool {
 }
 
 // resourceJSONFast reads one ResourceRequest object at data[i] into rr.
-func resourceJSONFast(data []byte, i int, rr *allotpb.ResourceRequest) (int, bool) {
+func resourceJSONFast(data []byte, i int, rr *allotpb.ResourceRequest, ids Names) (int, bool) {
 	*rr = allotpb.ResourceRequest{} // as Reset; a lease it held is dropped: the plain shape has none
 	var seen uint8
 	return jsonObject(data, i, func(key []byte, i int) (int, bool) {
@@ -58,7 +58,10 @@ func resourceJSONFast(data []byte, i int, rr *allotpb.ResourceRequest) (int, boo
 		switch string(key) {
 		case "resource_id", "resourceId":
 			bit = 1
-			ok = stringField(data, &i, &rr.ResourceId)
+			var v []byte
+			if v, i, ok = plainString(data, i); ok {
+				rr.ResourceId = ids.of(v)
+			}
 		case "wants":
 			bit = 2
 			rr.Wants, i, ok = plainDecimal(data, i)
