@@ -93,20 +93,36 @@ func appendJSONTimestamp(b []byte, ns int64) []byte {
 	}
 	secs, nanos := ns/1e9, ns%1e9
 	days, sod := secs/86400, secs%86400
-	y, m, d := civil(days)
-	b = appendDigits(b, y, 4)
+	y, m, d := civil(days) // 1970 to 2262: four digits
+	b = append2(b, y/100)
+	b = append2(b, y%100)
 	b = append(b, '-')
-	b = appendDigits(b, m, 2)
+	b = append2(b, m)
 	b = append(b, '-')
-	b = appendDigits(b, d, 2)
+	b = append2(b, d)
 	b = append(b, 'T')
-	b = appendDigits(b, sod/3600, 2)
+	b = append2(b, sod/3600)
 	b = append(b, ':')
-	b = appendDigits(b, sod/60%60, 2)
+	b = append2(b, sod/60%60)
 	b = append(b, ':')
-	b = appendDigits(b, sod%60, 2)
+	b = append2(b, sod%60)
 	b = appendFraction(b, nanos)
 	return append(b, 'Z')
+}
+
+// digitPairs holds the two decimal digits of 0 to 99.
+const digitPairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +
+	"40414243444546474849505152535455565758596061626364656667686970717273747576777879" +
+	"8081828384858687888990919293949596979899"
+
+// append2 writes 0 ≤ v < 100 in two digits.
+func append2(b []byte, v int64) []byte {
+	return append(b, digitPairs[2*v], digitPairs[2*v+1])
+}
+
+// append3 writes 0 ≤ v < 1000 in three digits.
+func append3(b []byte, v int64) []byte {
+	return append2(append(b, byte('0'+v/100)), v%100)
 }
 
 // appendJSONTimestampTime is appendJSONTimestamp through package time.
@@ -137,19 +153,6 @@ func civil(days int64) (y, m, d int64) {
 		y++
 	}
 	return y, m, d
-}
-
-// appendDigits writes v ≥ 0 in decimal with at least n digits.
-func appendDigits(b []byte, v int64, n int) []byte {
-	var buf [20]byte
-	i := len(buf)
-	for v > 0 || n > 0 {
-		i--
-		buf[i] = byte('0' + v%10)
-		v /= 10
-		n--
-	}
-	return append(b, buf[i:]...)
 }
 
 // appendProtoJSONString writes s, valid UTF-8, as a JSON string escaped

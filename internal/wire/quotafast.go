@@ -418,17 +418,14 @@ func appendFraction(b []byte, nanos int64) []byte {
 	if nanos == 0 {
 		return b
 	}
-	var frac [9]byte
-	for k := 8; k >= 0; k-- {
-		frac[k] = byte('0' + nanos%10)
-		nanos /= 10
+	b = append3(append(b, '.'), nanos/1e6)
+	if rest := nanos % 1e6; rest != 0 {
+		b = append3(b, rest/1e3)
+		if rest%1e3 != 0 {
+			b = append3(b, rest%1e3)
+		}
 	}
-	n := 9
-	for n > 3 && string(frac[n-3:n]) == "000" {
-		n -= 3
-	}
-	b = append(b, '.')
-	return append(b, frac[:n]...)
+	return b
 }
 
 // appendJSONString writes s as a JSON string, escaping '"', '\\' and
