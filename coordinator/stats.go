@@ -91,7 +91,7 @@ type Stats struct {
 	Clients   int    `json:"clients"`
 	// RoundErrors counts error replies sent by rounds (e.g. 404 for an
 	// unmatched resource). The intake's refusals (413, 429, 503) are in
-	// micro's own num_errors and in Intake.
+	// Intake, and every error reply in Intake.Errors.
 	RoundErrors uint64 `json:"round_errors"`
 	// Intake is what the intake refused and dropped (subjects.md,
 	// "Overload"); expired counts the requests dropped unanswered because

@@ -111,4 +111,9 @@ type Stats struct {
 	// Expired were dropped unanswered: older than their sender's
 	// time-out.
 	Expired uint64 `json:"expired"`
+	// Errors are the error replies the service's handlers sent through
+	// the intake (a request it could not decode, a 404, …). micro's own
+	// per-endpoint num_errors cannot see them: the intake, not micro,
+	// hands the requests over and sends their answers.
+	Errors uint64 `json:"errors"`
 }

@@ -72,7 +72,7 @@ type intake struct {
 	lim      Limits
 	inFlight atomic.Int64
 
-	refused, limited, tooLarge, expired atomic.Uint64
+	refused, limited, tooLarge, expired, errors atomic.Uint64
 
 	mu      sync.Mutex
 	tenants map[string]*rate.Limiter
@@ -160,7 +160,7 @@ func (in *intake) refusal(key bodyKey, mk func() refusal) refusal {
 
 func (in *intake) stats() IntakeStats {
 	return IntakeStats{InFlight: in.inFlight.Load(), Refused: in.refused.Load(), Limited: in.limited.Load(),
-		TooLarge: in.tooLarge.Load(), Expired: in.expired.Load()}
+		TooLarge: in.tooLarge.Load(), Expired: in.expired.Load(), Errors: in.errors.Load()}
 }
 
 // timeoutOf is the time-out a request's sender announced, or max.
@@ -216,6 +216,7 @@ func (r *Request) Error(code, description string, data []byte, opts ...micro.Res
 	if code == "" || description == "" {
 		return fmt.Errorf("%w: error code and description", micro.ErrArgRequired)
 	}
+	r.t.in.errors.Add(1)
 	return r.send(&nats.Msg{Header: nats.Header{micro.ErrorHeader: {description}, micro.ErrorCodeHeader: {code}}, Data: data}, opts)
 }
 

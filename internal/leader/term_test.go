@@ -332,3 +332,25 @@ func TestStopOfALapsedTermDoesNotWait(t *testing.T) {
 		t.Fatalf("err %v", term.Err())
 	}
 }
+
+// A handler's error reply is counted in the intake's errors, on a micro
+// endpoint and a plain one alike, and reaches the caller with micro's
+// error headers.
+func TestTermCountsErrorReplies(t *testing.T) {
+	s := natstest.Server(t)
+	bad := func(m micro.Request) { _ = m.Error("400", "bad request", []byte(`{"code":400}`)) }
+	term := startTerm(t, natstest.Conn(t, s), spec(nil,
+		leader.Endpoint{Name: "bad", Subject: "test.bad", Handle: bad},
+		leader.Endpoint{Subject: "test.plain", Plain: true, Handle: bad}))
+	cl := natstest.Conn(t, s)
+	for _, subject := range []string{"test.bad", "test.plain", "test.bad"} {
+		m, err := cl.Request(subject, nil, wait)
+		if err != nil || m.Header.Get(micro.ErrorCodeHeader) != "400" || m.Header.Get(micro.ErrorHeader) != "bad request" {
+			t.Fatalf("%s: %v %v", subject, m, err)
+		}
+	}
+	poll.Until(t, wait, "three requests handled", func() bool { _, h := term.Counts(); return h == 3 })
+	if st := term.Intake(); st.Errors != 3 || st.InFlight != 0 {
+		t.Fatalf("intake %+v, want 3 errors", st)
+	}
+}
