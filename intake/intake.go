@@ -46,7 +46,9 @@ type Limits struct {
 	RetryAfter time.Duration
 	// TenantRate, if positive, is the requests per second each tenant
 	// may send on the tenant subjects, with bursts of TenantBurst
-	// (default twice the rate, at least 1). Past it: 429.
+	// (default twice the rate, at least 1). Past it: 429. Whatever the
+	// rate, one tenant's newcomers hold at most half of the places in
+	// flight outside Reserve; past that: 503.
 	TenantRate  float64
 	TenantBurst int
 	// PendingMsgs and PendingBytes are each subscription's pending

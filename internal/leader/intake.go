@@ -78,6 +78,37 @@ type intake struct {
 	tenants map[string]*rate.Limiter
 	// refusals are made once each (see refusal).
 	refusals map[bodyKey]refusal
+	// flying counts each tenant's newcomers in flight: no tenant holds
+	// more than half of the newcomers' places (acquireTenant).
+	flying map[string]int
+}
+
+// acquireTenant takes a newcomer's place in flight for tenant, if it
+// holds fewer than half of them: a tenant's burst within its rate, held
+// up in a slow round, must leave places to the other tenants.
+func (in *intake) acquireTenant(tenant string) bool {
+	limit := max(1, (in.lim.MaxInFlight-in.lim.Reserve)/2)
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.flying[tenant] >= limit {
+		return false
+	}
+	if in.flying == nil {
+		in.flying = make(map[string]int)
+	}
+	in.flying[tenant]++
+	return true
+}
+
+// releaseTenant gives back a place acquireTenant took.
+func (in *intake) releaseTenant(tenant string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.flying[tenant] <= 1 {
+		delete(in.flying, tenant)
+		return
+	}
+	in.flying[tenant]--
 }
 
 // acquire takes a place in flight for a request of class c.
@@ -181,14 +212,17 @@ func timeoutOf(h nats.Header, max time.Duration) time.Duration {
 // intake's own handler has returned, so never through micro's request,
 // whose bookkeeping would race), with its deadline.
 type Request struct {
-	t        *Term
-	nc       *nats.Conn // the connection it came on, which answers it
-	subject  string
-	reply    string
-	header   nats.Header
-	data     []byte
-	msg      *nats.Msg // a plain endpoint's message
-	class    Class
+	t       *Term
+	nc      *nats.Conn // the connection it came on, which answers it
+	subject string
+	reply   string
+	header  nats.Header
+	data    []byte
+	msg     *nats.Msg // a plain endpoint's message
+	class   Class
+	// tenant is set when the request holds one of its tenant's places
+	// for newcomers (intake.acquireTenant).
+	tenant   string
 	deadline time.Time
 	finished atomic.Bool
 	// kept is the product's, across Release (see Keep).
@@ -268,6 +302,9 @@ func (r *Request) Msg() *nats.Msg { return r.msg }
 func (r *Request) Finish() {
 	if r.finished.CompareAndSwap(false, true) {
 		r.t.in.inFlight.Add(-1)
+		if r.tenant != "" {
+			r.t.in.releaseTenant(r.tenant)
+		}
 	}
 }
 

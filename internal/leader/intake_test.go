@@ -319,3 +319,42 @@ func TestInlineDeferredRequestsStayInFlightUntilReleased(t *testing.T) {
 		}
 	}
 }
+
+// A tenant within its request rate cannot take every newcomer's place in
+// flight: half of them stay open to the other tenants, so that one
+// tenant's burst, held up in a slow round, leaves another served.
+func TestIntakeKeepsNewcomerPlacesForOtherTenants(t *testing.T) {
+	s := natstest.Server(t)
+	b := newBlocked()
+	sp := spec(nil, leader.Endpoint{Name: "e", Subject: "t.*.e", Handle: b.handle, Tenant: func(subject string) string { return subject[2:3] }})
+	sp.Limits = leader.Limits{MaxInFlight: 9, Reserve: 1, TenantRate: 100, TenantBurst: 100}
+	term := startTerm(t, natstest.Conn(t, s), sp)
+	cl := natstest.Conn(t, s)
+	var answers []<-chan *nats.Msg
+	send := func(subject, data string) {
+		answers = append(answers, asyncRequest(cl, msg(subject, data)))
+		poll.Until(t, wait, "the request to be taken up", func() bool {
+			d, _ := term.Counts()
+			return d == uint64(len(answers))
+		})
+	}
+	// Tenant a's burst, all within its rate: 4 of the 8 newcomer places,
+	// then 503s; without the bound it would take all 8 and b a 503.
+	for i := range 8 {
+		send("t.a.e", "a"+strconv.Itoa(i))
+	}
+	send("t.b.e", "b0")
+	close(b.release)
+	for i, a := range answers {
+		want := ""
+		if i >= 4 && i < 8 {
+			want = "503"
+		}
+		if r := <-a; r.Header.Get(micro.ErrorCodeHeader) != want || r.Header.Get("Test-Error") != "" {
+			t.Fatalf("request %d: %v, want code %q", i, r.Header, want)
+		}
+	}
+	if st := term.Intake(); st.Refused != 4 || st.InFlight != 0 {
+		t.Fatalf("intake %+v", st)
+	}
+}

@@ -277,16 +277,31 @@ func (t *Term) take(l *lane, subject, reply string, h nats.Header, data []byte, 
 			code, text = CodeTooLarge, err.Error()
 		}
 	}
-	if code == 0 && l.ep.Tenant != nil {
-		if d := t.in.tenantDelay(l.ep.Tenant(subject), now); d > 0 {
+	tenant := ""
+	if l.ep.Tenant != nil {
+		tenant = l.ep.Tenant(subject)
+	}
+	if code == 0 && tenant != "" {
+		if d := t.in.tenantDelay(tenant, now); d > 0 {
 			t.in.limited.Add(1)
 			code, retry = CodeTooMany, (d + 9*time.Millisecond).Truncate(10*time.Millisecond)
 			text = fmt.Sprintf("tenant over its request rate (%g/s): retry after %v", t.in.lim.TenantRate, retry)
 		}
 	}
+	held := "" // the tenant whose newcomer's place r holds
 	if code == 0 && !t.in.acquire(class) {
+		code = CodeUnavailable
+	} else if code == 0 && tenant != "" && class == ClassNewcomer {
+		if t.in.acquireTenant(tenant) {
+			held = tenant
+		} else {
+			t.in.inFlight.Add(-1)
+			code = CodeUnavailable
+		}
+	}
+	if code == CodeUnavailable {
 		t.in.refused.Add(1)
-		code, retry = CodeUnavailable, t.in.retryAfter()
+		retry = t.in.retryAfter()
 		text = "overloaded: retry after " + retry.Round(time.Millisecond).String()
 	}
 	if code != 0 {
@@ -302,7 +317,7 @@ func (t *Term) take(l *lane, subject, reply string, h nats.Header, data []byte, 
 	if r == nil {
 		r = &Request{t: t}
 	}
-	r.nc, r.subject, r.reply, r.header, r.data, r.msg, r.class = l.nc, subject, reply, h, data, msg, class
+	r.nc, r.subject, r.reply, r.header, r.data, r.msg, r.class, r.tenant = l.nc, subject, reply, h, data, msg, class, held
 	r.deadline = now.Add(timeoutOf(h, t.in.lim.MaxAge))
 	if !l.ep.Inline {
 		l.push(r)
