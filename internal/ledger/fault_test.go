@@ -378,7 +378,7 @@ func faultTrial(t *testing.T, seed uint64, tamper bool) {
 		for _, c := range r.clients.all() {
 			r.upsert(c.id, 50, 1, 0, holding{}, n.now)
 		}
-		ps, raise := n.l.needs(n.now, r, n.l.rec.until)
+		ps, raise, _ := n.l.needs(n.now, r, n.l.rec.until)
 		t.Logf("needs: %+v %v bound %v unlisted %v published %v", ps, raise, r.bound(n.now), r.unlisted, r.published)
 		t.Logf("ledger: ceiling %v until %dms, horizon %dms, learning until %dms pred %v credited %v; store %+v",
 			r.ceiling, (r.ceilingExpiry-1e18)/1e6, (n.l.rec.until-1e18)/1e6, (r.learningUntil-1e18)/1e6, r.predCeiling, r.credited, n.store)
