@@ -543,11 +543,20 @@ func (l *Ledger) buildRecord(now, until int64, pending []pendingSummary) *allotp
 		if e, listed := rec.Resources[id]; listed {
 			snap = r.snapshotHolders(now)
 			if snap.until > 0 {
-				// The promise lasts as long as the leases the record
-				// covers may: a successor that takes over at any time
-				// before they end can then hear every holder, however
-				// late the takeover (a crash just before a write).
-				snap.until = max(snap.until, e.GetLatestExpiry().AsTime().UnixNano())
+				// The promise lasts as long as a successor may learn: it
+				// learns until the latest expiry plus the clock skew, and
+				// heeds the promise only if it took over a clock skew
+				// before its end. So a successor that takes over at any
+				// time the leases the record covers may still be out can
+				// hear every holder and end learning, however late the
+				// takeover (a crash just before a write, a restart after
+				// every lease lapsed). Up to the latest expiry only, one
+				// taking over within a clock skew of it either way learned
+				// the whole time, keeping the ceiling back. The leader loses
+				// nothing by promising longer: no grant outlasts the
+				// latest expiry without a new record, which lists its
+				// client.
+				snap.until = max(snap.until, e.GetLatestExpiry().AsTime().UnixNano()+2*skew)
 			}
 			snap.summary(e)
 			snaps[id] = snap
