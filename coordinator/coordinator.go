@@ -277,6 +277,7 @@ type Coordinator struct {
 
 	// Owned by the round loop.
 	holdersBuf, newcomersBuf []*request // takeBatch's lists
+	firstBuf                 []*request // takeHolders' list
 	ledger                   *ledger.Ledger
 	waiting                  []*request // applied, waiting for their resources' record
 	// newcomers bounds the newcomers' requests of a round (adapt).

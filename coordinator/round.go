@@ -148,28 +148,74 @@ func (c *Coordinator) propose(p *ledger.Proposal) {
 	}
 }
 
-// runRound takes the queued requests (takeBatch) and works them in two
+// runRound takes the queued requests (takeBatch) and works them in
 // passes: the holders' (and child nodes'), answered before any
 // newcomer's is even applied, then the newcomers'. Each pass applies its
 // requests to the ledger, lets the ledger allocate what needs no new
 // record, and answers every request whose resources were allocated; the
-// others wait for the record.
+// others wait for the record. The newcomers' work that is not their
+// requests' own is done in passes of its own after theirs: settling what
+// waited for the last write (allocating it, answering its requests), and
+// building the next record, which costs every resource of the node. A
+// holder's refresh that queues meanwhile goes first between these
+// passes, so it waits at most for one of them, never for their sum.
 func (c *Coordinator) runRound() {
 	holders, newcomers, full := c.takeBatch()
 	if len(holders) == 0 && len(newcomers) == 0 && len(c.waiting) == 0 && !c.ledger.Pending() {
 		return
 	}
-	if len(holders) > 0 || len(newcomers) == 0 {
-		c.pass(holders)
+	write := false
+	if len(holders) > 0 {
+		_, write = c.pass(holders, passOwn)
+	}
+	var took time.Duration
+	if len(newcomers) > 0 {
+		var w bool
+		took, w = c.pass(newcomers, passOwn)
+		write = c.holdersFirst() || w || write
+	}
+	if c.ledger.Pending() {
+		t, w := c.pass(nil, passSettle)
+		took = max(took, t)
+		write = c.holdersFirst() || w || write
+	}
+	if write {
+		c.pass(nil, passRecord)
 	}
 	if len(newcomers) > 0 {
-		c.adapt(c.pass(newcomers), full)
+		c.adapt(took, full)
 	}
 }
 
+// holdersFirst runs a pass of the holders' requests queued now, if any,
+// ahead of the newcomers queued before them (as takeBatch does); it
+// reports whether the pass wants a record written.
+func (c *Coordinator) holdersFirst() bool {
+	holders := c.takeHolders()
+	if len(holders) == 0 {
+		return false
+	}
+	_, write := c.pass(holders, passOwn)
+	return write
+}
+
+// What a pass decides beside its requests (see runRound).
+type passKind uint8
+
+const (
+	// passOwn decides only the resources its requests name; those that
+	// need a record wait, and the record is left to a passRecord.
+	passOwn passKind = iota
+	// passSettle also decides the resources that waited for a record
+	// since an earlier pass: those the last write covers are allocated.
+	passSettle
+	// passRecord settles as well, and builds the record wanted.
+	passRecord
+)
+
 // pass is one pass of a round over batch (see runRound); it returns how
-// long it took.
-func (c *Coordinator) pass(batch []*request) time.Duration {
+// long it took and whether a record is wanted that it did not build.
+func (c *Coordinator) pass(batch []*request, kind passKind) (time.Duration, bool) {
 	start := time.Now()
 	// A request whose sender has stopped waiting is dropped unanswered:
 	// answering it would only cost the others' time.
@@ -205,7 +251,12 @@ func (c *Coordinator) pass(batch []*request) time.Duration {
 			}
 		}
 	}
-	c.propose(c.ledger.Propose(now))
+	var write bool
+	if kind == passRecord {
+		c.propose(c.ledger.Propose(now))
+	} else {
+		write = c.ledger.Defer(now, kind == passSettle)
+	}
 	if c.up != nil {
 		switch c.ledger.UpstreamWanted(now) {
 		case ledger.AskNow:
@@ -238,7 +289,7 @@ func (c *Coordinator) pass(batch []*request) time.Duration {
 	took := time.Since(start)
 	c.stats.round(len(batch), took)
 	c.publishStats()
-	return took
+	return took, write
 }
 
 // Newcomers per round, counted in resources named (a request of 1,000
@@ -314,6 +365,26 @@ func (c *Coordinator) takeBatch() (holders, newcomers []*request, full bool) {
 		}
 	}
 	return holders, newcomers, len(rest) > 0
+}
+
+// takeHolders takes the holders' and child nodes' requests queued now,
+// leaving the newcomers' queued in order.
+func (c *Coordinator) takeHolders() []*request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	holders := c.firstBuf[:0]
+	rest := c.pending[:0]
+	for _, r := range c.pending {
+		if r.newcomer() {
+			rest = append(rest, r)
+		} else {
+			holders = append(holders, r)
+		}
+	}
+	clear(c.pending[len(rest):])
+	c.pending = rest
+	c.firstBuf = holders
+	return holders
 }
 
 // answerWaiting answers requests still waiting for a record at stop,

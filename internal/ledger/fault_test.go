@@ -378,7 +378,7 @@ func faultTrial(t *testing.T, seed uint64, tamper bool) {
 		for _, c := range r.clients.all() {
 			r.upsert(c.id, 50, 1, 0, holding{}, n.now)
 		}
-		ps, raise := n.l.needs(n.now, r, n.l.rec.until)
+		ps, raise, _ := n.l.needs(n.now, r, n.l.rec.until)
 		t.Logf("needs: %+v %v bound %v unlisted %v published %v", ps, raise, r.bound(n.now), r.unlisted, r.published)
 		t.Logf("ledger: ceiling %v until %dms, horizon %dms, learning until %dms pred %v credited %v; store %+v",
 			r.ceiling, (r.ceilingExpiry-1e18)/1e6, (n.l.rec.until-1e18)/1e6, (r.learningUntil-1e18)/1e6, r.predCeiling, r.credited, n.store)
@@ -547,12 +547,12 @@ func TestRecordWaitIsBounded(t *testing.T) {
 	if got := d[0].Lease(now).Capacity; got != 0 {
 		t.Fatalf("d got %v while the record's holder promise excludes it", got)
 	}
-	// The promise lasts as long as the record's leases may (its latest
-	// expiry), no longer.
+	// The promise lasts as long as a successor may learn (the record's
+	// latest expiry plus twice the clock skew), no longer.
 	r := l.resources["r"]
-	if r.mayHold("d", now) || r.hold.until > r.ceilingExpiry || !r.mayHold("d", r.hold.until) {
-		t.Fatalf("the holder promise (until %+dms, latest expiry %+dms) does not bind until it lapses, and only until then",
-			(r.hold.until-now)/1e6, (r.ceilingExpiry-now)/1e6)
+	if r.mayHold("d", now) || r.hold.until > r.ceilingExpiry+2*int64(l.cfg.ClockSkew) || !r.mayHold("d", r.hold.until) {
+		t.Fatalf("the holder promise (until %+dms, latest expiry %+dms, skew %v) does not bind until it lapses, and only until then",
+			(r.hold.until-now)/1e6, (r.ceilingExpiry-now)/1e6, l.cfg.ClockSkew)
 	}
 }
 

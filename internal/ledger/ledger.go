@@ -165,7 +165,14 @@ type Ledger struct {
 	records   int // client records over all resources
 	rec       recordState
 	touched   []*resource
-	upTerms   map[UpstreamSource]uint64 // highest parent term seen, per source (child nodes)
+	// round numbers the rounds (EndRound counts them), so that Defer can
+	// tell the resources asked for in this one from those still waiting
+	// since an earlier one.
+	round uint64
+	// early are the resources whose recorded expiries the next record
+	// should raise before their grants need it (see needs).
+	early   []*resource
+	upTerms map[UpstreamSource]uint64 // highest parent term seen, per source (child nodes)
 	// tenantRes counts, per tenant, the resources it has clients on, and
 	// tenantRecs its client records.
 	tenantRes  map[string]int
@@ -374,6 +381,7 @@ func (l *Ledger) ReleaseAs(now int64, who Claimant, client string, resources []s
 // the resource still has requests waiting from an earlier round (their
 // batch refers to client indices).
 func (l *Ledger) touch(now int64, r *resource) {
+	r.round = l.round
 	if r.inBatch {
 		return
 	}
@@ -505,6 +513,7 @@ func (l *Ledger) EndRound() {
 	}
 	clear(l.touched[len(kept):])
 	l.touched = kept // still in the round: touch leaves them be
+	l.round++
 }
 
 // Pending reports whether resources wait for the record, so the caller

@@ -139,6 +139,7 @@ type Proposal struct {
 }
 
 func (l *Ledger) proposal(now, until int64, pending []pendingSummary) *Proposal {
+	pending = l.addEarly(now, until, pending)
 	p := &Proposal{Record: l.buildRecord(now, until, pending), until: until, pending: pending}
 	l.rec.inflight = p
 	return p
@@ -152,6 +153,9 @@ type pendingSummary struct {
 	// floorCeiling and floorExpiry bound the resource's floors.
 	floorCeiling float64
 	floorExpiry  int64
+	// early: only the expiries are raised, before any grant needs it (see
+	// Ledger.needs); the ceilings stay what they are when it commits.
+	early bool
 }
 
 // entryBytes bounds the encoded size of resource id's record entry:
@@ -187,7 +191,7 @@ func jsonStringBytes(id string) int {
 // leader's.
 func (l *Ledger) Start(now int64, p Prior) (*Proposal, error) {
 	l.resources = make(map[string]*resource)
-	l.records, l.touched = 0, nil
+	l.records, l.touched, l.early = 0, nil, nil
 	l.rec = recordState{started: now}
 	skew := int64(l.cfg.ClockSkew)
 	damaged := func() {
@@ -298,6 +302,11 @@ func (l *Ledger) Commit(now int64, p *Proposal, err error) {
 		if ps.r.unlisted {
 			continue
 		}
+		if ps.early {
+			ps.r.ceilingExpiry = max(ps.r.ceilingExpiry, ps.expiry)
+			ps.r.floors.ceilingExpiry = max(ps.r.floors.ceilingExpiry, ps.floorExpiry)
+			continue
+		}
 		ps.r.ceiling = ps.ceiling
 		ps.r.ceilingExpiry = max(ps.r.ceilingExpiry, ps.expiry)
 		ps.r.floors.ceiling = ps.floorCeiling
@@ -311,11 +320,34 @@ func (l *Ledger) Commit(now int64, p *Proposal, err error) {
 // is needed or one is already in flight) and marks the resources that
 // wait for it. Grants within the recorded bounds do not wait.
 func (l *Ledger) Propose(now int64) *Proposal {
+	p, _ := l.decide(now, true, true)
+	return p
+}
+
+// Defer is Propose for a round that must stay cheap, such as one of
+// holders' refreshes while newcomers wait for a record: it decides for
+// the round's resources, as Propose does, whether their grants wait for
+// a record, but builds none (building one costs every resource of the
+// node, and a large newcomer's resources). Unless carried, resources
+// that wait since an earlier round and are not asked for in this one are
+// left waiting, undecided: settling them (allocating those the last
+// write covers) is the newcomers' work, not the holders'. Defer reports
+// whether a record is wanted and may be written now: the caller then
+// calls Propose, in a later round, to build it.
+func (l *Ledger) Defer(now int64, carried bool) bool {
+	_, want := l.decide(now, carried, false)
+	return want
+}
+
+// decide is Propose (build) or Defer (not build); carried says whether
+// resources waiting since an earlier round and not asked for in this one
+// are decided too.
+func (l *Ledger) decide(now int64, carried, build bool) (*Proposal, bool) {
 	// The horizon covers leases and the floors that follow them: span is
 	// the longest of either among the round's resources.
 	var span int64
 	for _, r := range l.touched {
-		if len(r.batch) > 0 {
+		if len(r.batch) > 0 && (carried || r.round == l.round) {
 			span = max(span, r.span())
 		}
 	}
@@ -330,6 +362,9 @@ func (l *Ledger) Propose(now int64) *Proposal {
 	canWrite := l.rec.inflight == nil && now >= l.rec.retryAt
 	var pending []pendingSummary
 	for _, r := range l.touched {
+		if !carried && r.round != l.round {
+			continue // keeps waiting
+		}
 		if len(r.batch) == 0 {
 			r.waitSince = 0
 			continue
@@ -347,11 +382,15 @@ func (l *Ledger) Propose(now int64) *Proposal {
 				continue
 			}
 		}
-		ps, raise := l.needs(now, r, until)
+		ps, raise, early := l.needs(now, r, until)
 		need := raise || now+r.span() > l.rec.until
 		switch {
 		case !need:
 			r.waitSince = 0
+			if early && !r.early {
+				r.early = true
+				l.early = append(l.early, r)
+			}
 			continue
 		case r.waitSince != 0 && now-r.waitSince >= int64(l.cfg.MaxRecordWait):
 			// Waited long enough: grant within what is recorded.
@@ -368,28 +407,38 @@ func (l *Ledger) Propose(now int64) *Proposal {
 			pending = append(pending, ps)
 		}
 	}
-	if !canWrite || !extend && len(pending) == 0 {
-		return nil
+	if !canWrite || !extend && len(pending) == 0 && len(l.early) == 0 {
+		return nil, false
+	}
+	if !build {
+		return nil, true
 	}
 	l.rec.rewrite = false
-	return l.proposal(now, until, pending)
+	return l.proposal(now, until, pending), true
 }
 
 // needs works out the raise r's round needs: listing it, covering its
-// leases' expiry, raising its ceiling to what the round could grant.
-func (l *Ledger) needs(now int64, r *resource, until int64) (pendingSummary, bool) {
+// leases' expiry, raising its ceiling to what the round could grant. A
+// raise makes the round's grants wait for the record. early says the
+// recorded expiries cover the round but will not for long (within half
+// a lease, or floor lease): p raises them, and the next record should
+// carry that, so that a later round finds them covered and does not
+// wait for a write, which may be queued behind newcomers' then.
+func (l *Ledger) needs(now int64, r *resource, until int64) (p pendingSummary, raise, early bool) {
 	ll := int64(r.tmpl.LeaseLength)
-	p := pendingSummary{r: r, ceiling: r.ceiling, expiry: r.ceilingExpiry, floorCeiling: r.floors.ceiling, floorExpiry: r.floors.ceilingExpiry}
+	p = pendingSummary{r: r, ceiling: r.ceiling, expiry: r.ceilingExpiry, floorCeiling: r.floors.ceiling, floorExpiry: r.floors.ceilingExpiry}
 	if r.unlisted {
 		// Nothing to list; a committed record must say it is incomplete.
-		return p, !l.rec.incomplete
+		return p, !l.rec.incomplete, false
 	}
-	raise := !r.published || now+ll > r.ceilingExpiry
-	if raise {
-		p.expiry = max(r.ceilingExpiry, min(now+2*ll, max(until, now+ll)))
+	e := max(r.ceilingExpiry, min(now+2*ll, max(until, now+ll)))
+	raise = !r.published || now+ll > r.ceilingExpiry
+	if raise || now+ll*3/2 > r.ceilingExpiry && e > r.ceilingExpiry {
+		p.expiry, early = e, !raise
 	}
-	if r.shared() && l.needsFloors(now, r, until, &p) {
-		raise = true
+	if r.shared() {
+		fr, fe := l.needsFloors(now, r, until, &p)
+		raise, early = raise || fr, early || fe
 	}
 	if r.shared() && r.needsHolders(now) {
 		raise = true // a new client waits for a record that lists it
@@ -419,7 +468,33 @@ func (l *Ledger) needs(now int64, r *resource, until int64) (pendingSummary, boo
 		p.ceiling = math.Inf(1)
 		raise = true
 	}
-	return p, raise
+	return p, raise, early && !raise
+}
+
+// addEarly adds to pending the early raises of expiries (see needs) of
+// the resources that wanted one since the last record and are not in
+// pending already.
+func (l *Ledger) addEarly(now, until int64, pending []pendingSummary) []pendingSummary {
+	if len(l.early) == 0 {
+		return pending
+	}
+	for _, ps := range pending {
+		ps.r.early = false
+	}
+	for _, r := range l.early {
+		if !r.early || l.resources[r.id] != r {
+			continue // in pending, or forgotten
+		}
+		r.early = false
+		if ps, raise, early := l.needs(now, r, until); early && !raise {
+			ps.early = true
+			ps.ceiling, ps.floorCeiling = r.ceiling, r.floors.ceiling
+			pending = append(pending, ps)
+		}
+	}
+	clear(l.early)
+	l.early = l.early[:0]
+	return pending
 }
 
 // buildRecord returns the record with horizon until and every resource's
@@ -475,11 +550,20 @@ func (l *Ledger) buildRecord(now, until int64, pending []pendingSummary) *allotp
 		if e, listed := rec.Resources[id]; listed {
 			snap = r.snapshotHolders(now)
 			if snap.until > 0 {
-				// The promise lasts as long as the leases the record
-				// covers may: a successor that takes over at any time
-				// before they end can then hear every holder, however
-				// late the takeover (a crash just before a write).
-				snap.until = max(snap.until, e.GetLatestExpiry().AsTime().UnixNano())
+				// The promise lasts as long as a successor may learn: it
+				// learns until the latest expiry plus the clock skew, and
+				// heeds the promise only if it took over a clock skew
+				// before its end. So a successor that takes over at any
+				// time the leases the record covers may still be out can
+				// hear every holder and end learning, however late the
+				// takeover (a crash just before a write, a restart after
+				// every lease lapsed). Up to the latest expiry only, one
+				// taking over within a clock skew of it either way learned
+				// the whole time, keeping the ceiling back. The leader loses
+				// nothing by promising longer: no grant outlasts the
+				// latest expiry without a new record, which lists its
+				// client.
+				snap.until = max(snap.until, e.GetLatestExpiry().AsTime().UnixNano()+2*skew)
 			}
 			snap.summary(e)
 			snaps[id] = snap
@@ -551,16 +635,21 @@ func (r *resource) span() int64 {
 
 // needsFloors works out the raise of r's floor bounds its round needs:
 // covering the floors' end, and their sum with what the round may grant
-// (at most the policy's floor for each client of the round).
-func (l *Ledger) needsFloors(now int64, r *resource, until int64, p *pendingSummary) bool {
+// (at most the policy's floor for each client of the round); early as
+// for needs.
+func (l *Ledger) needsFloors(now int64, r *resource, until int64, p *pendingSummary) (raise, early bool) {
 	fl := int64(floorLeaseOf(r))
 	if fl == 0 {
-		return false
+		return false, false
 	}
-	raise := false
-	if !r.published || now+fl > r.floors.ceilingExpiry {
-		p.floorExpiry = max(r.floors.ceilingExpiry, min(now+2*fl, max(until, now+fl)))
+	e := max(r.floors.ceilingExpiry, min(now+2*fl, max(until, now+fl)))
+	switch {
+	case !r.published || now+fl > r.floors.ceilingExpiry:
+		p.floorExpiry = e
 		raise = true
+	case now+fl*3/2 > r.floors.ceilingExpiry && e > r.floors.ceilingExpiry:
+		p.floorExpiry = e
+		early = true
 	}
 	fb, fcap, per := r.floorBound(now), r.floorCap(now), r.floorPer(now)
 	inc := 0.0
@@ -576,7 +665,7 @@ func (l *Ledger) needsFloors(now int64, r *resource, until int64, p *pendingSumm
 		p.floorCeiling = max(fb, min(fcap, want+hr), floorCeilingOrZero(r.floors.ceiling))
 		raise = true
 	}
-	return raise
+	return raise, early
 }
 
 func floorCeilingOrZero(c float64) float64 {

@@ -98,6 +98,12 @@ type resource struct {
 	// waitSince is when the resource began waiting for a record write
 	// (unix ns; 0 not waiting): its batch is allocated after the write.
 	waitSince int64
+	// round is the last round that asked for the resource (see
+	// Ledger.Defer).
+	round uint64
+	// early: in Ledger.early, or (while a record is built) in its
+	// pending raises.
+	early bool
 	// floors is the state of the resource's floors (floor.go).
 	floors floorState
 	// dues say when clients that may give capacity back are due
