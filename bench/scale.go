@@ -452,11 +452,19 @@ func fillLeases(ctx context.Context, env *Env, url, subject string, n, conc int,
 		st.sent = time.Time{}
 		i := st.client
 		smu.Unlock()
-		if m.Header.Get("Nats-Service-Error-Code") == "503" && retried.Add(1) <= int64(100*n) {
+		// A 503 of the intake, or NATS's own "no responders" (a status
+		// message, not a reply: nobody serves the subject yet), is asked
+		// again; counting the latter as an answer would report leases
+		// nobody was given.
+		unavailable := m.Header.Get("Nats-Service-Error-Code") == "503" || (len(m.Data) == 0 && m.Header.Get("Status") == "503")
+		if unavailable && retried.Add(1) <= int64(100*n) {
 			time.AfterFunc(10*time.Millisecond, func() { ask(slot, i) })
 			return
 		}
-		if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		if code := m.Header.Get("Nats-Service-Error-Code"); code != "" || unavailable {
+			if code == "" {
+				code = "503 (no responders)"
+			}
 			errs.Add(1)
 			mu.Lock()
 			if refusals[code]++; why[code] == "" {

@@ -13,6 +13,7 @@ import (
 	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -72,6 +73,9 @@ func TestFillLeasesAsksAgainAfterALostRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil { // the server has the subscription
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const n = 200
@@ -87,5 +91,51 @@ func TestFillLeasesAsksAgainAfterALostRequest(t *testing.T) {
 		if id[len(id)-1] == '0' && k < 2 {
 			t.Errorf("%s asked %d times: its lost request was not asked again", id, k)
 		}
+	}
+}
+
+// TestFillLeasesAsksAgainWithoutResponders: NATS answers a request nobody
+// subscribes to yet with a "no responders" status message; the filler
+// asks again instead of counting it as a lease, so every client is asked
+// once the responder is there. It once counted them as answers (and in
+// the test above, whose responder raced the filler, fewer clients were
+// asked than the fill reported).
+func TestFillLeasesAsksAgainWithoutResponders(t *testing.T) {
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 50
+	done := make(chan error, 1)
+	go func() {
+		done <- fillLeases(ctx, &Env{Short: true}, s.ClientURL(), "late.get", n, 8, wire.Protobuf, time.Minute)
+	}()
+	// The filler's first requests reach the server with nobody to serve them.
+	poll.Until(t, 20*time.Second, "requests without responders", func() bool {
+		v, err := s.Varz(nil)
+		return err == nil && v.InMsgs >= 8
+	})
+	var mu sync.Mutex
+	asked := map[string]bool{}
+	sub, err := nc.Subscribe("late.get", func(m *nats.Msg) {
+		var req allotpb.GetCapacityRequest
+		if err := wire.Unmarshal(wire.Protobuf, m.Data, &req); err == nil {
+			mu.Lock()
+			asked[req.GetClientId()] = true
+			mu.Unlock()
+		}
+		_ = m.Respond(nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != n {
+		t.Fatalf("%d clients asked, want %d", len(asked), n)
 	}
 }
