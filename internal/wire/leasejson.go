@@ -109,31 +109,25 @@ func leaseJSONFast(data []byte, i int, l *allotpb.Lease) (int, bool) {
 			l.Capacity, i, ok = plainDecimal(data, i)
 		case "expiry_time", "expiryTime":
 			bit = 2
-			var v []byte
-			if v, i, ok = plainString(data, i); ok {
-				var sec int64
-				var nsec int32
-				if sec, nsec, ok = plainTimestamp(v); ok {
-					if exp == nil {
-						exp = &timestamppb.Timestamp{}
-					}
-					*exp = timestamppb.Timestamp{Seconds: sec, Nanos: nsec}
-					l.ExpiryTime = exp
+			var sec int64
+			var nsec int32
+			if sec, nsec, i, ok = secNanosString(data, i, plainTimestamp); ok {
+				if exp == nil {
+					exp = &timestamppb.Timestamp{}
 				}
+				*exp = timestamppb.Timestamp{Seconds: sec, Nanos: nsec}
+				l.ExpiryTime = exp
 			}
 		case "refresh_interval", "refreshInterval":
 			bit = 4
-			var v []byte
-			if v, i, ok = plainString(data, i); ok {
-				var sec int64
-				var nsec int32
-				if sec, nsec, ok = plainDuration(v); ok {
-					if ref == nil {
-						ref = &durationpb.Duration{}
-					}
-					*ref = durationpb.Duration{Seconds: sec, Nanos: nsec}
-					l.RefreshInterval = ref
+			var sec int64
+			var nsec int32
+			if sec, nsec, i, ok = secNanosString(data, i, plainDuration); ok {
+				if ref == nil {
+					ref = &durationpb.Duration{}
 				}
+				*ref = durationpb.Duration{Seconds: sec, Nanos: nsec}
+				l.RefreshInterval = ref
 			}
 		}
 		if !ok || seen&bit != 0 {
@@ -142,6 +136,17 @@ func leaseJSONFast(data []byte, i int, l *allotpb.Lease) (int, bool) {
 		seen |= bit
 		return i, true
 	})
+}
+
+// secNanosString reads a JSON string at data[i] with parse, and returns
+// its seconds and nanoseconds and the index after it.
+func secNanosString(data []byte, i int, parse func([]byte) (int64, int32, bool)) (int64, int32, int, bool) {
+	v, j, ok := plainString(data, i)
+	if !ok {
+		return 0, 0, 0, false
+	}
+	sec, nsec, ok := parse(v)
+	return sec, nsec, j, ok
 }
 
 // plainTimestamp reads "YYYY-MM-DDTHH:MM:SS[.<1-9 digits>]Z" with a
@@ -169,18 +174,9 @@ func plainTimestamp(v []byte) (int64, int32, bool) {
 	}
 	var nanos int32
 	if frac := v[whole : len(v)-1]; len(frac) > 0 {
-		if frac[0] != '.' || len(frac) < 2 || len(frac) > 10 {
+		var ok bool
+		if nanos, ok = plainNanos(frac); !ok {
 			return 0, 0, false
-		}
-		for k := 1; k < 10; k++ {
-			nanos *= 10
-			if k < len(frac) {
-				c := frac[k]
-				if c < '0' || c > '9' {
-					return 0, 0, false
-				}
-				nanos += int32(c - '0')
-			}
 		}
 	}
 	t := time.Date(year, time.Month(month), day, hour, minute, sec, 0, time.UTC)
