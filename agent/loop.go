@@ -299,30 +299,61 @@ func (a *Agent) refresh(t time.Time) error {
 			calls = append(calls, c)
 		}
 	}
-	get := func(k int) {
-		c := &calls[k]
+	get := func(c *leaseCall) {
 		c.resp = &allotpb.GetCapacityResponse{}
 		c.err = a.get(c.part, n, c.req, c.resp, held)
 	}
-	if len(calls) == 1 {
-		get(0)
-	} else {
-		var wg sync.WaitGroup
-		for k := range calls {
-			wg.Go(func() { get(k) })
-		}
-		wg.Wait()
+	// Each partition's leases are installed as soon as its own calls are
+	// answered: a partition that does not answer (its leader frozen, or
+	// killed before its server noticed) holds up only its resources. Had
+	// the others waited for its time-out, a lease shorter than twice
+	// that would lapse between refreshes that were all answered.
+	type settled struct {
+		answered bool
+		interval time.Duration
+		err      error
 	}
+	results := make([]settled, n)
+	settle := func(p int, own []leaseCall) {
+		if len(own) == 1 {
+			get(&own[0])
+		} else {
+			var wg sync.WaitGroup
+			for k := range own {
+				wg.Go(func() { get(&own[k]) })
+			}
+			wg.Wait()
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		r := &results[p]
+		r.answered, r.interval, r.err = a.settleLocked(p, n, own)
+	}
+	// calls lists each partition's calls together, in partition order.
+	var wg sync.WaitGroup
+	for lo := 0; lo < len(calls); {
+		hi := lo + 1
+		for hi < len(calls) && calls[hi].part == calls[lo].part {
+			hi++
+		}
+		p, own := calls[lo].part, calls[lo:hi:hi]
+		if lo == 0 && hi == len(calls) {
+			settle(p, own) // one partition: no goroutine
+		} else {
+			wg.Go(func() { settle(p, own) })
+		}
+		lo = hi
+	}
+	wg.Wait()
 
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var firstErr error
 	var interval time.Duration
 	answered := false
-	for p := range n {
-		ok, iv, err := a.settleLocked(p, n, calls)
-		answered, firstErr = answered || ok, cmp.Or(firstErr, err)
-		if iv > 0 && (interval == 0 || iv < interval) {
+	for _, r := range results {
+		answered, firstErr = answered || r.answered, cmp.Or(firstErr, r.err)
+		if iv := r.interval; iv > 0 && (interval == 0 || iv < interval) {
 			interval = iv
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 )
 
@@ -26,7 +27,7 @@ func connectAllowed(t *testing.T, allowed string) (*nats.Conn, *lockedBuffer) {
 	}
 	go s.Start()
 	t.Cleanup(s.Shutdown)
-	if !s.ReadyForConnections(10 * time.Second) {
+	if !s.ReadyForConnections(natstest.ReadyWait) {
 		t.Fatal("server not ready")
 	}
 	var logs lockedBuffer

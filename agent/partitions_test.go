@@ -2,6 +2,8 @@ package agent
 
 import (
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +14,12 @@ import (
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/subjects"
+	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/proto/allotpb"
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // Against a node of four lease partitions, one coordinator each, the
@@ -137,5 +145,100 @@ func TestLeasePartitionsDropped(t *testing.T) {
 	defer a.mu.Unlock()
 	if a.nparts != 1 {
 		t.Fatalf("the agent still counts %d partitions", a.nparts)
+	}
+}
+
+// A partition whose coordinator takes requests and never answers (frozen,
+// or killed before its server noticed) holds up only its own resources:
+// another partition's lease is installed when its answer comes, not once
+// the silent partition's request has timed out. Installed only then, a
+// lease shorter than twice the request time-out lapsed between refreshes
+// although every refresh of its partition was answered.
+func TestSilentPartitionDoesNotDelayTheOthers(t *testing.T) {
+	const n = 2
+	s := natstest.Server(t)
+	owned := func(p int) string {
+		for i := 0; ; i++ {
+			if id := fmt.Sprint("r-", i); subjects.LeasePartition(id, n) == p {
+				return id
+			}
+		}
+	}
+	live, silent := owned(0), owned(1)
+	// The node's plain subjects and partition 0 answer every resource
+	// asked with a lease; the plain one says the node has two
+	// partitions, with leases that end before partition 0's.
+	answer := func(lease time.Duration) nats.MsgHandler {
+		return func(m *nats.Msg) {
+			if strings.HasSuffix(m.Subject, ".release") {
+				_ = m.Respond(nil) // an empty ReleaseCapacityResponse
+				return
+			}
+			var req allotpb.GetCapacityRequest
+			if err := proto.Unmarshal(m.Data, &req); err != nil {
+				return
+			}
+			resp := &allotpb.GetCapacityResponse{Term: 1}
+			for _, r := range req.GetResource() {
+				resp.Response = append(resp.Response, &allotpb.ResourceResponse{ResourceId: r.GetResourceId(), Gets: &allotpb.Lease{
+					Capacity: r.GetWants(), ExpiryTime: timestamppb.New(time.Now().Add(lease)), RefreshInterval: durationpb.New(time.Second)}})
+			}
+			data, _ := proto.Marshal(resp)
+			_ = m.RespondMsg(&nats.Msg{Data: data, Header: nats.Header{wire.HeaderLeasePartitions: {fmt.Sprint(n)}}})
+		}
+	}
+	const plainLease, liveLease = 5 * time.Second, time.Hour
+	nc := natstest.Conn(t, s)
+	var mu sync.Mutex
+	var held []*nats.Msg // partition 1's requests, answered only when the test ends
+	asked := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(held) > 0
+	}
+	for subj, h := range map[string]nats.MsgHandler{
+		"allot.root.capacity.*":     answer(plainLease),
+		"allot.root.capacity.p.0.*": answer(liveLease),
+		"allot.root.capacity.p.1.*": func(m *nats.Msg) {
+			if strings.HasSuffix(m.Subject, ".release") {
+				_ = m.Respond(nil) // an empty ReleaseCapacityResponse: Close is not held up
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			held = append(held, m)
+		},
+	} {
+		if _, err := nc.Subscribe(subj, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"), WithRequestTimeout(time.Hour))
+	t.Cleanup(func() { // before the agent closes: its loop waits for these
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range held {
+			answer(plainLease)(m)
+		}
+	})
+	var lims []*RateLimiter
+	for _, id := range []string{live, silent} {
+		lim, err := a.Rate(id, WithWants(10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lims = append(lims, lim)
+	}
+	poll.Until(t, 20*time.Second, "partition 1 asked on its own subject", asked)
+	poll.Until(t, 20*time.Second, "partition 0's lease installed while partition 1 has not answered", func() bool {
+		st := lims[0].Status()
+		return st.Leased && st.Expiry.After(time.Now().Add(plainLease))
+	})
+	if st := lims[1].Status(); st.Expiry.After(time.Now().Add(plainLease)) {
+		t.Fatalf("the silent partition's resource got partition 0's lease: %+v", st)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 )
 
@@ -112,7 +113,7 @@ func startConfig(t *testing.T, f string) *server.Server {
 		t.Fatalf("%s: %v", f, err)
 	}
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
+	if !s.ReadyForConnections(natstest.ReadyWait) {
 		s.Shutdown()
 		t.Fatalf("%s: not ready", f)
 	}

@@ -2,7 +2,6 @@ package natstest
 
 import (
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
@@ -34,7 +33,7 @@ func ConfigServer(tb testing.TB, file string, env map[string]string, log server.
 		s.Shutdown()
 		s.WaitForShutdown()
 	})
-	if !s.ReadyForConnections(10 * time.Second) {
+	if !s.ReadyForConnections(ReadyWait) {
 		tb.Fatalf("%s: server not ready for connections", file)
 	}
 	return s

@@ -13,6 +13,12 @@ import (
 )
 
 // Server starts a JetStream-enabled server on a random loopback port.
+// ReadyWait bounds how long a test server may take to accept clients. A
+// server with JetStream sets up its store before it listens, which takes
+// seconds on a busy machine under the race detector; the bound only keeps
+// a broken start from hanging a test.
+const ReadyWait = time.Minute
+
 func Server(tb testing.TB) *server.Server {
 	tb.Helper()
 	s, err := embed.Start(embed.Options{StoreDir: tb.TempDir()})
@@ -49,7 +55,7 @@ func MaxPayloadServer(tb testing.TB, maxPayload int32) *server.Server {
 	}
 	go s.Start()
 	tb.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	if !s.ReadyForConnections(10 * time.Second) {
+	if !s.ReadyForConnections(ReadyWait) {
 		tb.Fatal("nats-server not ready for connections")
 	}
 	return s

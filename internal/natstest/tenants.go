@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/allot/allot/internal/subjects"
 	"github.com/nats-io/nats-server/v2/server"
@@ -77,7 +76,7 @@ func MappedTenantServer(tb testing.TB, tenants map[string][]string, mappings map
 		tb.Fatalf("start nats-server: %v", err)
 	}
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
+	if !s.ReadyForConnections(ReadyWait) {
 		s.Shutdown()
 		tb.Fatal("nats-server not ready for connections")
 	}

@@ -168,6 +168,35 @@ var leaseJSONSeeds = []string{
 	` { "clientId" : "me" , "resource" : [ { "resourceId" : "db" , "wants" : 10.25 , "priority" : -3 } , {"resource_id":"x","priority":0} ] } `,
 	`{"client_id":"me","resource":[]}`,
 	`{"client_id":"me","resource":[{}]}`,
+	jsonRefresh,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{},"safe":{"capacity":0}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"expiryTime":"2024-02-29T23:59:59.999999999Z","refreshInterval":"0.000000001s"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"expiry_time":"0001-01-01T00:00:00Z"},"safe":{"expiry_time":"9999-12-31T23:59:59.9Z"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"capacity":5,"refresh_interval":"99999999999.5s"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"expiry_time":"2026-02-29T00:00:00Z"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"expiry_time":"2026-04-31T00:00:00Z"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"expiry_time":"2026-01-01T00:00:60Z"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"expiry_time":"2026-01-01T24:00:00Z"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"expiry_time":"0000-01-01T00:00:00Z"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"expiry_time":"2026-01-01T00:00:00.Z"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"expiry_time":"2026-01-01T00:00:00.1234567891Z"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"expiry_time":"2026-01-01T00:00:00+01:00"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"expiry_time":"2026-01-01t00:00:00z"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"expiry_time":"2026-1-01T00:00:00Z"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"expiry_time":"+026-01-01T00:00:00Z"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"refresh_interval":"500ms"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"refresh_interval":"-1s"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"refresh_interval":"05s"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"refresh_interval":"1.s"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"refresh_interval":".5s"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"refresh_interval":"999999999999s"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"capacity":1,"capacity":2}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"expiry_time":"2026-01-01T00:00:00Z","expiryTime":"2026-01-01T00:00:00Z"}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"capacity":1},"has":{"capacity":1}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":null}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"capacity":-1}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":{"gets":1}}]}`,
+	`{"client_id":"me","resource":[{"resource_id":"db","has":[]}]}`,
 	`{}`,
 	`{"client_id":"me","clientId":"me","resource":[{"resource_id":"db"}]}`,
 	`{"client_id":"me","resource":[{"resource_id":"db","resource_id":"db"}]}`,
@@ -209,12 +238,18 @@ func TestLeaseDecodersTakeTheFastPath(t *testing.T) {
 		t.Error("release not on the fast path")
 	}
 	checkLeaseDecoders(t, Protobuf, rel)
-	for _, s := range leaseJSONSeeds[:4] {
+	for _, s := range leaseJSONSeeds[:9] {
 		if !decodeGetJSONFast([]byte(s), usedGet(), nil) {
 			t.Errorf("%s: not on the fast path", s)
 		}
 	}
 }
+
+// jsonRefresh is a JSON client's refresh: it sends back the lease and
+// the floor it was answered, in the form the coordinator writes them.
+const jsonRefresh = `{"client_id":"host-1:4242:9f86d081","resource":[{"resource_id":"mysql/main","wants":33.5,"priority":1,` +
+	`"has":{"capacity":30,"expiry_time":"2026-11-28T08:00:00.517Z","refresh_interval":"5s"},` +
+	`"safe":{"capacity":2,"expiry_time":"2026-11-28T08:10:00Z"}}]}`
 
 // TestLeaseDecodersEdges runs the differential check on the seeds.
 func TestLeaseDecodersEdges(t *testing.T) {
@@ -235,6 +270,7 @@ func TestLeaseDecodersAllocate(t *testing.T) {
 	}{
 		{Protobuf, marshalled(t, agentRequest())},
 		{JSON, []byte(leaseJSONSeeds[0])},
+		{JSON, []byte(jsonRefresh)},
 	} {
 		r := usedGet()
 		allocs := testing.AllocsPerRun(100, func() {

@@ -2,18 +2,26 @@ package wire
 
 import (
 	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allot/allot/proto/allotpb"
 )
 
 // decodeGetJSONFast decodes a JSON GetCapacityRequest written in the
-// plain shape a client without a lease sends: one object with client_id
-// and a list of resources, each with resource_id, wants and priority
-// only; keys without escapes, strings of printable ASCII without escapes,
-// wants a plain non-negative decimal, priority a plain integer. It
-// reports false for anything else (a lease held, null, a repeated key,
-// exponents, ...), leaving r unspecified, so the caller decodes with
-// protojson, which reads the plain shape the same way.
+// plain shape clients send: one object with client_id and a list of
+// resources, each with resource_id, wants, priority and the leases has
+// and safe; keys without escapes, strings of printable ASCII without
+// escapes, wants and capacities plain non-negative decimals, priority a
+// plain integer, expiry times in UTC as the coordinator writes them
+// ("2026-01-02T03:04:05.5Z") and refresh intervals in seconds ("5s"). A
+// client that holds a lease sends back what it was answered, so its
+// every refresh takes this path. It reports false for anything else
+// (null, a repeated key, exponents, a time zone offset, a Go duration,
+// ...), leaving r unspecified, so the caller decodes with protojson,
+// which reads the plain shape the same way.
 func decodeGetJSONFast(data []byte, r *allotpb.GetCapacityRequest, ids Names) bool {
 	list := r.Resource[:0]
 	*r = allotpb.GetCapacityRequest{} // as Reset, without its atomic store
@@ -50,7 +58,8 @@ func decodeGetJSONFast(data []byte, r *allotpb.GetCapacityRequest, ids Names) bo
 
 // resourceJSONFast reads one ResourceRequest object at data[i] into rr.
 func resourceJSONFast(data []byte, i int, rr *allotpb.ResourceRequest, ids Names) (int, bool) {
-	*rr = allotpb.ResourceRequest{} // as Reset; a lease it held is dropped: the plain shape has none
+	has, safe := rr.Has, rr.Safe // reused if this request holds leases too
+	*rr = allotpb.ResourceRequest{}
 	var seen uint8
 	return jsonObject(data, i, func(key []byte, i int) (int, bool) {
 		var bit uint8
@@ -68,6 +77,14 @@ func resourceJSONFast(data []byte, i int, rr *allotpb.ResourceRequest, ids Names
 		case "priority":
 			bit = 4
 			rr.Priority, i, ok = plainInt32(data, i)
+		case "has":
+			bit = 8
+			rr.Has = reuseLease(has)
+			i, ok = leaseJSONFast(data, i, rr.Has)
+		case "safe":
+			bit = 16
+			rr.Safe = reuseLease(safe)
+			i, ok = leaseJSONFast(data, i, rr.Safe)
 		}
 		if !ok || seen&bit != 0 {
 			return 0, false
@@ -75,6 +92,98 @@ func resourceJSONFast(data []byte, i int, rr *allotpb.ResourceRequest, ids Names
 		seen |= bit
 		return i, true
 	})
+}
+
+// leaseJSONFast reads one Lease object at data[i] into l, reusing the
+// timestamp and duration l held before.
+func leaseJSONFast(data []byte, i int, l *allotpb.Lease) (int, bool) {
+	exp, ref := l.ExpiryTime, l.RefreshInterval
+	*l = allotpb.Lease{}
+	var seen uint8
+	return jsonObject(data, i, func(key []byte, i int) (int, bool) {
+		var bit uint8
+		var ok bool
+		switch string(key) {
+		case "capacity":
+			bit = 1
+			l.Capacity, i, ok = plainDecimal(data, i)
+		case "expiry_time", "expiryTime":
+			bit = 2
+			var sec int64
+			var nsec int32
+			if sec, nsec, i, ok = secNanosString(data, i, plainTimestamp); ok {
+				if exp == nil {
+					exp = &timestamppb.Timestamp{}
+				}
+				*exp = timestamppb.Timestamp{Seconds: sec, Nanos: nsec}
+				l.ExpiryTime = exp
+			}
+		case "refresh_interval", "refreshInterval":
+			bit = 4
+			var sec int64
+			var nsec int32
+			if sec, nsec, i, ok = secNanosString(data, i, plainDuration); ok {
+				if ref == nil {
+					ref = &durationpb.Duration{}
+				}
+				*ref = durationpb.Duration{Seconds: sec, Nanos: nsec}
+				l.RefreshInterval = ref
+			}
+		}
+		if !ok || seen&bit != 0 {
+			return 0, false
+		}
+		seen |= bit
+		return i, true
+	})
+}
+
+// secNanosString reads a JSON string at data[i] with parse, and returns
+// its seconds and nanoseconds and the index after it.
+func secNanosString(data []byte, i int, parse func([]byte) (int64, int32, bool)) (int64, int32, int, bool) {
+	v, j, ok := plainString(data, i)
+	if !ok {
+		return 0, 0, 0, false
+	}
+	sec, nsec, ok := parse(v)
+	return sec, nsec, j, ok
+}
+
+// plainTimestamp reads "YYYY-MM-DDTHH:MM:SS[.<1-9 digits>]Z" with a
+// year from 1 and every field in range: the form protojson writes, a
+// subset of what it reads (RFC 3339), read the same way.
+func plainTimestamp(v []byte) (int64, int32, bool) {
+	const whole = len("2006-01-02T15:04:05")
+	if len(v) < whole+1 || v[len(v)-1] != 'Z' || v[4] != '-' || v[7] != '-' || v[10] != 'T' || v[13] != ':' || v[16] != ':' {
+		return 0, 0, false
+	}
+	num := func(from, to int) int {
+		n := 0
+		for _, c := range v[from:to] {
+			if c < '0' || c > '9' {
+				return -1
+			}
+			n = n*10 + int(c-'0')
+		}
+		return n
+	}
+	year, month, day := num(0, 4), num(5, 7), num(8, 10)
+	hour, minute, sec := num(11, 13), num(14, 16), num(17, 19)
+	if year < 1 || month < 1 || month > 12 || day < 1 || hour < 0 || hour > 23 || minute < 0 || minute > 59 || sec < 0 || sec > 59 {
+		return 0, 0, false
+	}
+	var nanos int32
+	if frac := v[whole : len(v)-1]; len(frac) > 0 {
+		var ok bool
+		if nanos, ok = plainNanos(frac); !ok {
+			return 0, 0, false
+		}
+	}
+	t := time.Date(year, time.Month(month), day, hour, minute, sec, 0, time.UTC)
+	if t.Day() != day { // the 31st of a 30-day month, the 29th of February of a common year
+		return 0, 0, false
+	}
+	return t.Unix(), nanos, true
 }
 
 // jsonObject reads a JSON object at data[i] (after any space), calling

@@ -280,22 +280,28 @@ func plainDuration(v []byte) (int64, int32, bool) {
 	if dot == len(v) {
 		return sec, 0, true
 	}
-	frac := v[dot+1:]
-	if len(frac) == 0 || len(frac) > 9 {
-		return 0, 0, false
+	nanos, ok := plainNanos(v[dot:])
+	return sec, nanos, ok
+}
+
+// plainNanos reads a fraction of a second written ".<1-9 digits>" as
+// nanoseconds.
+func plainNanos(frac []byte) (int32, bool) {
+	if len(frac) < 2 || len(frac) > 10 || frac[0] != '.' {
+		return 0, false
 	}
 	var nanos int32
-	for k := range 9 {
+	for k := 1; k < 10; k++ {
 		nanos *= 10
 		if k < len(frac) {
 			c := frac[k]
 			if c < '0' || c > '9' {
-				return 0, 0, false
+				return 0, false
 			}
 			nanos += int32(c - '0')
 		}
 	}
-	return sec, nanos, true
+	return nanos, true
 }
 
 // Field numbers of QuotaTakeResponse (proto/quota.proto).
