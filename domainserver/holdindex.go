@@ -113,15 +113,27 @@ func (x *holdIndex) all(f func(*hold)) {
 }
 
 // slotOf returns the slot an id names, if it is one of the 20-character
-// ids holdIndex.reserve makes.
+// ids holdIndex.reserve makes. It reads only the 7 characters that carry
+// the slot (every expiry and lookup asks; decoding the whole id was a
+// third of an expiry): the caller checks the rest against the slot's
+// hold.
 func slotOf(id string) (uint32, bool) {
 	if len(id) != 20 {
 		return 0, false
 	}
-	var b [13]byte
-	n, err := idEncoding.Decode(b[:], []byte(id))
-	if err != nil || n != 12 {
-		return 0, false
+	var v uint64
+	for i := range 7 {
+		c := id[i]
+		var d byte
+		switch {
+		case 'a' <= c && c <= 'z':
+			d = c - 'a'
+		case '2' <= c && c <= '7':
+			d = c - '2' + 26
+		default:
+			return 0, false
+		}
+		v = v<<5 | uint64(d)
 	}
-	return binary.BigEndian.Uint32(b[:4]), true
+	return uint32(v >> 3), true // 35 bits read, the slot is the first 32
 }

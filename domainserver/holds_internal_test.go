@@ -1,6 +1,7 @@
 package domainserver
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"log/slog"
 	"strconv"
@@ -178,5 +179,29 @@ func TestHoldIndexForeignIDs(t *testing.T) {
 	x.remove(plain)
 	if x.len() != 0 || x.slots != nil || x.others != nil || x.free != nil {
 		t.Fatalf("empty index keeps %d slots, %d others, %d free", len(x.slots), len(x.others), len(x.free))
+	}
+}
+
+// TestSlotOf: slotOf reads the slot of every id reserve makes, whatever
+// its random part, and no slot from an id that is not one.
+func TestSlotOf(t *testing.T) {
+	for _, slot := range []uint32{0, 1, 31, 32, 1 << 20, 1<<32 - 1} {
+		for _, tail := range []byte{0, 0x5a, 0xff} {
+			var b [12]byte
+			binary.BigEndian.PutUint32(b[:4], slot)
+			for i := 4; i < 12; i++ {
+				b[i] = tail
+			}
+			var id [20]byte
+			idEncoding.Encode(id[:], b[:])
+			if got, ok := slotOf(string(id[:])); !ok || got != slot {
+				t.Errorf("id %q: slot %d (%v), want %d", id, got, ok, slot)
+			}
+		}
+	}
+	for _, id := range []string{"", "aaaaaaaaaaaaaaaaaaa", "aaaaaaaaaaaaaaaaaaaaa", "Aaaaaaaaaaaaaaaaaaaa", "aaaaaa1aaaaaaaaaaaaa", "aaaaaa=aaaaaaaaaaaaa"} {
+		if slot, ok := slotOf(id); ok {
+			t.Errorf("id %q names slot %d", id, slot)
+		}
 	}
 }
