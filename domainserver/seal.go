@@ -84,13 +84,13 @@ func newSealKey() []byte {
 	return k
 }
 
-// seal returns h's seal, valid until SealTTL from now. Called with s.mu
-// held.
-func (s *Server) seal(h *hold, now time.Time) string {
+// seal returns the seal of hold id of k with copies, valid until SealTTL
+// from now. Called with s.mu held.
+func (s *Server) seal(id string, k *holdKey, copies int64, now time.Time) string {
 	expires := now.Add(s.opts.SealTTL).UnixMilli()
-	mac := s.sealMAC(h.id, h.clientID, h.res.ns, h.res.name, h.domain, h.groups, h.copies, expires)
+	mac := s.sealMAC(id, k.clientID, k.res.ns, k.res.name, k.domain, k.groups, copies, expires)
 	var buf [64]byte // 20 + 1 + 20 + 1 + 22 at most
-	b := strconv.AppendInt(buf[:0], h.copies, 10)
+	b := strconv.AppendInt(buf[:0], copies, 10)
 	b = append(b, '.')
 	b = strconv.AppendInt(b, expires, 10)
 	b = append(b, '.')

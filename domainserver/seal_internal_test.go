@@ -15,8 +15,7 @@ import (
 func FuzzCheckSeal(f *testing.F) {
 	s := &Server{sealKey: []byte("0123456789abcdef0123456789abcdef"), opts: Options{SealTTL: time.Hour}}
 	now := time.Unix(1_800_000_000, 0)
-	h := &hold{id: "h1", clientID: "c1", res: &resource{ns: "app", name: "sandbox"}, domain: "a", groups: []string{"free"}, copies: 3}
-	genuine := s.seal(h, now)
+	genuine := s.seal("h1", &holdKey{clientID: "c1", res: &resource{ns: "app", name: "sandbox"}, domain: "a", groups: []string{"free"}}, 3, now)
 	f.Add(genuine)
 	f.Add("3.1800003600000.AAAAAAAAAAAAAAAAAAAAAA")
 	f.Add("..")
@@ -34,8 +33,7 @@ func FuzzCheckSeal(f *testing.F) {
 func TestSealIsCanonical(t *testing.T) {
 	s := &Server{sealKey: []byte("0123456789abcdef0123456789abcdef"), opts: Options{SealTTL: time.Hour}}
 	now := time.Unix(1_800_000_000, 0)
-	h := &hold{id: "h1", clientID: "c1", res: &resource{ns: "app", name: "sandbox"}, domain: "a", copies: 3}
-	genuine := s.seal(h, now)
+	genuine := s.seal("h1", &holdKey{clientID: "c1", res: &resource{ns: "app", name: "sandbox"}, domain: "a"}, 3, now)
 	parts := strings.Split(genuine, ".")
 	last := parts[2][len(parts[2])-1]
 	flip := map[byte]byte{'A': 'B', 'B': 'A'}[last]
@@ -61,7 +59,7 @@ func TestLegacySealAdopted(t *testing.T) {
 		expires := now.Add(time.Hour).UnixMilli()
 		mac := s.legacySealMAC("h1", "c1", "app", "sandbox", "a", nil, 3, expires)
 		legacy := "3." + strconv.FormatInt(expires, 10) + "." + base64.RawURLEncoding.EncodeToString(mac)
-		if legacy == s.seal(&hold{id: "h1", clientID: "c1", res: &resource{ns: "app", name: "sandbox"}, domain: "a", copies: 3}, now) {
+		if legacy == s.seal("h1", &holdKey{clientID: "c1", res: &resource{ns: "app", name: "sandbox"}, domain: "a"}, 3, now) {
 			t.Fatalf("key %q: the legacy seal is the current one", key)
 		}
 		l := domainwire.Hold{HoldID: "h1", Domain: "a", Copies: 3, Seal: legacy}

@@ -201,8 +201,7 @@ type Server struct {
 	// the sweeper on its own goroutine.
 	mu        sync.Mutex
 	resources map[string]*resource
-	holds     holdIndex
-	byExpiry  holdList
+	holds     holdStore
 	// epoch is the origin of the holds' expiry offsets.
 	epoch time.Time
 	// kept are the domain and client id strings of recent requests
