@@ -226,13 +226,19 @@ func (s *Server) request(data []byte, ns, name string, c *call) (any, error) {
 // tells none (nil), as its counts are not complete yet, but sees the
 // client all the same. Called with s.mu held.
 func (s *Server) share(r *resource, clientID, domain string, now time.Time) *domainwire.Share {
-	return s.shareInto(&domainwire.Share{}, r, clientID, domain, now)
+	return s.shareInto(&domainwire.Share{}, r, clientID, domain, now, false)
 }
 
-// shareInto is share written into out, whose Groups it reuses; it
-// returns out, or nil while learning. Called with s.mu held.
-func (s *Server) shareInto(out *domainwire.Share, r *resource, clientID, domain string, now time.Time) *domainwire.Share {
-	sh := r.holders.Share(r.copies, clientID, domain, s.nanos(now))
+// shareInto is share written into out, whose Groups it reuses, without
+// seeing the client again if seen (it was seen at now under domain's
+// limits); it returns out, or nil while learning. Called with s.mu held.
+func (s *Server) shareInto(out *domainwire.Share, r *resource, clientID, domain string, now time.Time, seen bool) *domainwire.Share {
+	var sh domainlimit.Share
+	if seen {
+		sh = r.holders.ShareSeen(r.copies, clientID, domain)
+	} else {
+		sh = r.holders.Share(r.copies, clientID, domain, s.nanos(now))
+	}
 	if learning, _ := s.learning(now); learning {
 		return nil
 	}
@@ -303,8 +309,9 @@ func (s *Server) reserve(data []byte, ns, name string, c *call) (any, error) {
 		id := s.holds.id(h)
 		out.HoldID, out.Seal = id, s.seal(id, s.holds.key(h), h.copies, now)
 	}
-	// The share counts the copies just granted as the client's.
-	out.Share = s.shareInto(&c.share, r, in.ClientID, in.Domain, now)
+	// The share counts the copies just granted as the client's; a grant's
+	// addHold saw the client now.
+	out.Share = s.shareInto(&c.share, r, in.ClientID, in.Domain, now, res.Granted > 0)
 	return out, nil
 }
 
