@@ -206,3 +206,20 @@ func TestSlotOf(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldStoreRedrawsATakenID: an id the store draws that a foreign
+// hold already has (one chance in 2^64) is drawn again.
+func TestHoldStoreRedrawsATakenID(t *testing.T) {
+	var x holdStore
+	r := &resource{ns: "ns", name: "pool"}
+	var taken, next [20]byte
+	ownID(&taken, 1, 0) // the id the next own hold draws first: slot 1, random 0
+	ownID(&next, 1, 1)
+	x.add(string(taken[:]), "c", r, "d", nil) // slot 0
+	x.spent = 8                               // the next random8 reads bytes 8–16 (0), then 16–24 (1)
+	x.random[23] = 1
+	h := x.add("", "c", r, "d", nil)
+	if id := x.id(h); id != string(next[:]) || x.get(id) != h || x.get(string(taken[:])) == h || x.len() != 2 || len(x.free) != 0 {
+		t.Fatalf("the own hold has id %q (want %q), %d holds, %d free slots", id, next, x.len(), len(x.free))
+	}
+}

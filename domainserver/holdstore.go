@@ -152,9 +152,7 @@ func (x *holdStore) add(id, clientID string, res *resource, domain string, group
 			break
 		}
 		random := x.random8()
-		var mine [20]byte
-		ownID(&mine, slot, random)
-		if _, taken := x.others[string(mine[:])]; !taken {
+		if len(x.others) == 0 || !x.takenByOther(slot, random) {
 			*x.at(slot) = hold{random: random}
 			break
 		}
@@ -173,6 +171,15 @@ func (x *holdStore) add(id, clientID string, res *resource, domain string, group
 	x.n++
 	x.pushBack(h)
 	return h
+}
+
+// takenByOther reports whether a foreign hold has the id of slot and
+// random.
+func (x *holdStore) takenByOther(slot uint32, random uint64) bool {
+	var id [20]byte
+	ownID(&id, slot, random)
+	_, taken := x.others[string(id[:])]
+	return taken
 }
 
 // keyFor returns the index of a holdKey for a new hold, one more hold
