@@ -25,10 +25,10 @@ import (
 // client could list copies it was never granted. Every reply that
 // describes a hold (reserve, seize, refresh) carries a seal, a keyed MAC
 // over the hold's identity and copies under a key the node's replicas
-// share in the state bucket; a learning leader adopts a listed hold only with a
-// seal that verifies, that is not older than Options.SealTTL, and that
-// covers at least the copies listed (a client lists fewer after a
-// release whose reply it lost).
+// share in the state bucket; a learning leader adopts a listed hold only
+// with a seal that verifies, that is not older than Options.SealTTL,
+// and that covers at least the copies listed (a client lists fewer after
+// a release whose reply it lost).
 
 // SealKeyLen is the length of the key a node's replicas seal holds with.
 const SealKeyLen = 32
@@ -149,7 +149,9 @@ func macKey(sealKey []byte) []byte {
 // legacySealMAC is the HMAC-SHA256 seal MAC of earlier versions, checked
 // when a seal's MAC is not sealMAC's, so that a leader of this version
 // adopts the holds a leader of an earlier one sealed (a rolling upgrade
-// loses none). Never written. Called with s.mu held.
+// loses none). Never written; as a seal expires after the seal TTL, it
+// can go once no leader of an earlier version runs. Called with s.mu
+// held.
 func (s *Server) legacySealMAC(id, clientID, ns, name, domain string, groups []string, copies, expires int64) []byte {
 	m := hmac.New(sha256.New, s.sealKey)
 	m.Write(s.sealInput(id, clientID, ns, name, domain, groups, copies, expires))
