@@ -226,13 +226,19 @@ func (s *Server) request(data []byte, ns, name string, c *call) (any, error) {
 // tells none (nil), as its counts are not complete yet, but sees the
 // client all the same. Called with s.mu held.
 func (s *Server) share(r *resource, clientID, domain string, now time.Time) *domainwire.Share {
-	return s.shareInto(&domainwire.Share{}, r, clientID, domain, now)
+	return s.shareInto(&domainwire.Share{}, r, clientID, domain, now, false)
 }
 
-// shareInto is share written into out, whose Groups it reuses; it
-// returns out, or nil while learning. Called with s.mu held.
-func (s *Server) shareInto(out *domainwire.Share, r *resource, clientID, domain string, now time.Time) *domainwire.Share {
-	sh := r.holders.Share(r.copies, clientID, domain, s.nanos(now))
+// shareInto is share written into out, whose Groups it reuses, without
+// seeing the client again if seen (it was seen at now under domain's
+// limits); it returns out, or nil while learning. Called with s.mu held.
+func (s *Server) shareInto(out *domainwire.Share, r *resource, clientID, domain string, now time.Time, seen bool) *domainwire.Share {
+	var sh domainlimit.Share
+	if seen {
+		sh = r.holders.ShareSeen(r.copies, clientID, domain)
+	} else {
+		sh = r.holders.Share(r.copies, clientID, domain, s.nanos(now))
+	}
 	if learning, _ := s.learning(now); learning {
 		return nil
 	}
@@ -298,13 +304,14 @@ func (s *Server) reserve(data []byte, ns, name string, c *call) (any, error) {
 	if res.Granted == 0 {
 		s.counts.ReservesRefused++
 	} else {
-		h := &hold{clientID: in.ClientID, res: r, domain: in.Domain, groups: out.Groups, copies: res.Granted}
-		s.addHold(h, now) // gives it its id
+		h := s.addHold("", in.ClientID, r, in.Domain, out.Groups, res.Granted, now) // gives it its id
 		s.counts.CopiesGranted += uint64(res.Granted)
-		out.HoldID, out.Seal = h.id, s.seal(h, now)
+		id := s.holds.id(h)
+		out.HoldID, out.Seal = id, s.seal(id, s.holds.key(h), h.copies, now)
 	}
-	// The share counts the copies just granted as the client's.
-	out.Share = s.shareInto(&c.share, r, in.ClientID, in.Domain, now)
+	// The share counts the copies just granted as the client's; a grant's
+	// addHold saw the client now.
+	out.Share = s.shareInto(&c.share, r, in.ClientID, in.Domain, now, res.Granted > 0)
 	return out, nil
 }
 
@@ -312,12 +319,13 @@ func (s *Server) reserve(data []byte, ns, name string, c *call) (any, error) {
 // why not. Called with s.mu held.
 func (s *Server) ownHold(id, clientID, ns, name string) (*hold, error) {
 	h := s.holds.get(id)
-	switch {
-	case h == nil:
+	if h == nil {
 		return nil, errorf(domainwire.CodeNotFound, "hold %q is not held: it was released, or it expired because its client stopped refreshing it", id)
-	case h.res.ns != ns || h.res.name != name:
-		return nil, errorf(domainwire.CodeNotFound, "hold %q is a hold of %s:%s, not of %s:%s", id, h.res.ns, h.res.name, ns, name)
-	case h.clientID != clientID:
+	}
+	switch k := s.holds.key(h); {
+	case k.res.ns != ns || k.res.name != name:
+		return nil, errorf(domainwire.CodeNotFound, "hold %q is a hold of %s:%s, not of %s:%s", id, k.res.ns, k.res.name, ns, name)
+	case k.clientID != clientID:
 		return nil, errorf(domainwire.CodeForbidden, "hold %q belongs to another client", id)
 	}
 	return h, nil
@@ -377,7 +385,7 @@ func (s *Server) release(data []byte, ns, name string, c *call) (any, error) {
 		n = h.copies
 	}
 	if n > h.copies {
-		return nil, errorf(domainwire.CodeConflict, "release of %d copies: hold %q has %d", n, h.id, h.copies)
+		return nil, errorf(domainwire.CodeConflict, "release of %d copies: hold %q has %d", n, in.HoldID, h.copies)
 	}
 	if err := s.dropHold(h, n); err != nil {
 		return nil, err
@@ -442,20 +450,20 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 				out.Lost = append(out.Lost, l.HoldID)
 				continue
 			}
-			h = &hold{id: l.HoldID, clientID: in.ClientID, res: r, domain: l.Domain, groups: l.Groups, copies: copies}
-			s.addHold(h, now)
+			h = s.addHold(l.HoldID, in.ClientID, r, l.Domain, l.Groups, copies, now)
 			s.counts.Restored++
-		case h == nil || h.clientID != in.ClientID || h.res.ns != ns || h.res.name != name:
+		case h == nil || s.holds.key(h).clientID != in.ClientID || s.holds.key(h).res.ns != ns || s.holds.key(h).res.name != name:
 			out.Lost = append(out.Lost, l.HoldID)
 			continue
 		default:
 			s.touchHold(h, now)
-			h.res.holders.Touch(in.ClientID, h.domain, h.groups, s.nanos(now))
+			k := s.holds.key(h)
+			k.res.holders.Touch(in.ClientID, k.domain, k.groups, s.nanos(now))
 			// The client gave copies back that this server did not hear
 			// of (a release whose reply was lost): its count is the truth.
 			if l.Copies < h.copies {
 				if err := s.dropHold(h, h.copies-l.Copies); err != nil {
-					s.log.Error("reconciling a hold with its refresh", "hold", h.id, "err", err)
+					s.log.Error("reconciling a hold with its refresh", "hold", l.HoldID, "err", err)
 				}
 			}
 		}
@@ -463,8 +471,9 @@ func (s *Server) refresh(data []byte, ns, name string) (any, error) {
 			if out.Seals == nil {
 				out.Seals = make(map[string]string, len(in.Holds))
 			}
-			out.Seals[h.id] = s.seal(h, now)
-			domains = append(domains, h.domain)
+			k := s.holds.key(h)
+			out.Seals[l.HoldID] = s.seal(l.HoldID, k, h.copies, now)
+			domains = append(domains, k.domain)
 		}
 	}
 	s.refreshShares(&out, in.ClientID, ns, name, domains, now)
@@ -542,20 +551,21 @@ func (s *Server) transfer(data []byte, ns, name string) (any, error) {
 		n = h.copies
 	}
 	if n > h.copies {
-		return nil, errorf(domainwire.CodeConflict, "transfer of %d copies: hold %q has %d", n, h.id, h.copies)
+		return nil, errorf(domainwire.CodeConflict, "transfer of %d copies: hold %q has %d", n, in.HoldID, h.copies)
 	}
 	if len(s.transfers) >= MaxTransfers {
 		return nil, errorf(domainwire.CodeTooMany, "%d transfers are staged or recently seized; the limit is %d", len(s.transfers), MaxTransfers)
 	}
 	full := ns + "." + name + "." + newID()
-	t := &transfer{id: full, res: h.res, domain: h.domain, groups: h.groups, copies: n, expires: now.Add(ttl)}
+	k := s.holds.key(h)
+	t := &transfer{id: full, res: k.res, domain: k.domain, groups: k.groups, copies: n, expires: now.Add(ttl)}
 	// Written before the reply, so that a new leader still has it; if it
 	// cannot be, the hold stays as it was. A hold made by a seize loses
 	// its seize record: its holder has it (it transfers from it), and a
 	// new leader must not make it again from the record beside the
 	// copies moving on.
 	s.stage(t)
-	rec := s.seized[h.id]
+	rec := s.seized[in.HoldID]
 	if rec != nil {
 		delete(s.transfers, rec.id)
 	}
@@ -570,7 +580,7 @@ func (s *Server) transfer(data []byte, ns, name string) (any, error) {
 		return nil, errorf(domainwire.CodeInternal, "store the transfer in the state bucket: %v (the hold is unchanged)", err)
 	}
 	if rec != nil {
-		delete(s.seized, h.id)
+		delete(s.seized, in.HoldID)
 	}
 	// The copies stay counted in the core: they are held by the transfer,
 	// no longer by the client.
@@ -627,8 +637,7 @@ func (s *Server) seize(data []byte, ns, name string) (any, error) {
 	if s.transfers[in.TransferID] != nil {
 		s.seized[seized.holdID] = &seized
 	}
-	h := &hold{id: seized.holdID, clientID: in.ClientID, res: t.res, domain: t.domain, groups: t.groups, copies: t.copies}
-	s.addHold(h, now)
+	h := s.addHold(seized.holdID, in.ClientID, t.res, t.domain, t.groups, t.copies, now)
 	s.counts.Seized++
 	return s.seizeReply(h, now), nil
 }
@@ -662,8 +671,7 @@ func (s *Server) reseize(t *transfer, clientID, ns, name string, now time.Time) 
 		if err != nil {
 			return nil, err
 		}
-		h = &hold{id: t.holdID, clientID: clientID, res: r, domain: t.domain, groups: t.groups, copies: t.copies}
-		s.addHold(h, now)
+		h = s.addHold(t.holdID, clientID, r, t.domain, t.groups, t.copies, now)
 	} else {
 		s.touchHold(h, now)
 	}
@@ -674,10 +682,11 @@ func (s *Server) reseize(t *transfer, clientID, ns, name string, now time.Time) 
 // seizeReply describes h, made by a seize, sealed now, with the seizer's
 // share of its domain. Called with s.mu held.
 func (s *Server) seizeReply(h *hold, now time.Time) domainwire.SeizeReply {
-	groups := h.groups
+	k, id := s.holds.key(h), s.holds.id(h)
+	groups := k.groups
 	if groups == nil {
 		groups = []string{}
 	}
-	return domainwire.SeizeReply{HoldID: h.id, Seal: s.seal(h, now), Namespace: h.res.ns, Resource: h.res.name, Domain: h.domain, Groups: groups,
-		Copies: h.copies, TTLMillis: s.opts.HoldTTL.Milliseconds(), Fail: h.res.src.Fail.String(), Share: s.share(h.res, h.clientID, h.domain, now)}
+	return domainwire.SeizeReply{HoldID: id, Seal: s.seal(id, k, h.copies, now), Namespace: k.res.ns, Resource: k.res.name, Domain: k.domain, Groups: groups,
+		Copies: h.copies, TTLMillis: s.opts.HoldTTL.Milliseconds(), Fail: k.res.src.Fail.String(), Share: s.share(k.res, k.clientID, k.domain, now)}
 }

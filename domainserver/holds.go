@@ -31,68 +31,6 @@ type resource struct {
 	unconfigured bool
 }
 
-// hold is copies of a copy-limited resource held by one client. A
-// server keeps as many as its clients hold, so every byte counts: the
-// expiry is an offset on the server's clock and the expiry order is
-// linked through the holds themselves.
-type hold struct {
-	id       string
-	clientID string
-	res      *resource
-	domain   string
-	groups   []string
-	copies   int64
-	// expires is the hold's expiry, as an offset from Server.epoch.
-	expires time.Duration
-	// prev and next link the holds in Server.byExpiry.
-	prev, next *hold
-}
-
-// holdList is the holds in expiry order, soonest first, linked through
-// the holds (a container/list element per hold would cost more than the
-// hold's other fields).
-type holdList struct {
-	front, back *hold
-	n           int
-}
-
-// pushBack appends h, which is in no list.
-func (l *holdList) pushBack(h *hold) {
-	h.prev, h.next = l.back, nil
-	if l.back == nil {
-		l.front = h
-	} else {
-		l.back.next = h
-	}
-	l.back = h
-	l.n++
-}
-
-// remove takes h, which is in l, out of l.
-func (l *holdList) remove(h *hold) {
-	if h.prev == nil {
-		l.front = h.next
-	} else {
-		h.prev.next = h.next
-	}
-	if h.next == nil {
-		l.back = h.prev
-	} else {
-		h.next.prev = h.prev
-	}
-	h.prev, h.next = nil, nil
-	l.n--
-}
-
-// moveToBack moves h, which is in l, to its back.
-func (l *holdList) moveToBack(h *hold) {
-	if l.back == h {
-		return
-	}
-	l.remove(h)
-	l.pushBack(h)
-}
-
 // transfer is copies staged by a transfer, waiting to be seized; or,
 // once seized (holdID set), the record that answers a retry of the seize
 // with the same hold until one hold TTL after it.
@@ -191,7 +129,8 @@ func (s *Server) learning(now time.Time) (bool, time.Duration) {
 // dropHold releases n copies of h in the core and forgets h once empty.
 // Called with s.mu held.
 func (s *Server) dropHold(h *hold, n int64) error {
-	if err := h.res.copies.Release(h.domain, h.groups, n); err != nil {
+	k := s.holds.key(h)
+	if err := k.res.copies.Release(k.domain, k.groups, n); err != nil {
 		return err
 	}
 	s.unhold(h, n)
@@ -205,31 +144,27 @@ func (s *Server) dropHold(h *hold, n int64) error {
 // unhold records that h's client no longer holds n of h's copies (they
 // are released or staged). Called with s.mu held.
 func (s *Server) unhold(h *hold, n int64) {
-	if err := h.res.holders.Remove(h.clientID, h.domain, h.groups, n); err != nil {
-		s.log.Error("the holders by client are out of step with the holds", "hold", h.id, "err", err)
+	k := s.holds.key(h)
+	if err := k.res.holders.Remove(k.clientID, k.domain, k.groups, n); err != nil {
+		s.log.Error("the holders by client are out of step with the holds", "hold", s.holds.id(h), "err", err)
 	}
 }
 
-// addHold files a new hold that expires one TTL from now; one without an
-// id gets one. Every hold's
-// expiry is its last refresh plus the same TTL, so appending keeps
-// byExpiry in expiry order and a sweep reads only what expired. Called
-// with s.mu held.
-func (s *Server) addHold(h *hold, now time.Time) {
-	h.expires = s.clock(now) + s.opts.HoldTTL
-	if h.id == "" {
-		s.holds.reserve(h)
-	} else {
-		s.holds.put(h)
-	}
-	s.byExpiry.pushBack(h)
-	h.res.holders.Add(h.clientID, h.domain, h.groups, h.copies, s.nanos(now))
+// addHold files a new hold of copies that expires one TTL from now, under
+// id, or an id of its own if id is empty. Every hold's expiry is its last
+// refresh plus the same TTL, so appending keeps the store's expiry order
+// and a sweep reads only what expired. Called with s.mu held.
+func (s *Server) addHold(id, clientID string, r *resource, domain string, groups []string, copies int64, now time.Time) *hold {
+	h := s.holds.add(id, clientID, r, domain, groups)
+	h.copies, h.expires = copies, s.clock(now)+s.opts.HoldTTL
+	r.holders.Add(clientID, domain, groups, copies, s.nanos(now))
+	return h
 }
 
 // touchHold extends a refreshed hold by one TTL. Called with s.mu held.
 func (s *Server) touchHold(h *hold, now time.Time) {
 	h.expires = s.clock(now) + s.opts.HoldTTL
-	s.byExpiry.moveToBack(h)
+	s.holds.moveToBack(h)
 }
 
 // clock is now as an offset from the server's epoch (monotonic when both
@@ -245,14 +180,25 @@ func (s *Server) nanos(now time.Time) int64 { return int64(s.clock(now)) }
 // that a refresh listing it again with its seal cannot bring the copies
 // back (seal.go). Called with s.mu held.
 func (s *Server) forgetHold(h *hold) {
-	s.holds.remove(h)
-	s.byExpiry.remove(h)
-	s.dropSeizeRecord(h.id)
-	if s.opts.LearnUntil.IsZero() {
-		return // never learning: no clock reading needed
+	var id string
+	learning := false
+	if !s.opts.LearnUntil.IsZero() { // else never learning: no clock reading needed
+		learning, _ = s.learning(s.opts.Now())
 	}
-	if learning, _ := s.learning(s.opts.Now()); learning {
-		s.ended[endedKey(h.res.ns, h.res.name, h.clientID, h.id)] = struct{}{}
+	if learning || len(s.seized) > 0 {
+		id = s.holds.id(h) // made only when needed: holds keep no id string
+	}
+	var ended string
+	if learning {
+		k := s.holds.key(h)
+		ended = endedKey(k.res.ns, k.res.name, k.clientID, id)
+	}
+	s.holds.remove(h)
+	if id != "" {
+		s.dropSeizeRecord(id)
+	}
+	if learning {
+		s.ended[ended] = struct{}{}
 	}
 }
 
@@ -345,20 +291,21 @@ func (s *Server) expireHolds(now time.Time) bool {
 	at := s.clock(now)
 	debug := s.log.Enabled(context.Background(), slog.LevelDebug)
 	for range sweepChunk {
-		h := s.byExpiry.front
+		h := s.holds.first()
 		if h == nil || at <= h.expires {
 			return true
 		}
+		if debug {
+			k := s.holds.key(h)
+			s.log.Debug("hold expired: its client stopped refreshing it", "hold", s.holds.id(h), "client_id", k.clientID,
+				"resource", k.res.ns+":"+k.res.name, "domain", k.domain)
+		}
 		if err := s.dropHold(h, h.copies); err != nil {
-			s.log.Error("releasing an expired hold", "hold", h.id, "err", err)
+			s.log.Error("releasing an expired hold", "hold", s.holds.id(h), "err", err)
 			s.unhold(h, h.copies)
 			s.forgetHold(h)
 		}
 		s.counts.Expired++
-		if debug {
-			s.log.Debug("hold expired: its client stopped refreshing it", "hold", h.id, "client_id", h.clientID,
-				"resource", h.res.ns+":"+h.res.name, "domain", h.domain)
-		}
 	}
 	return false
 }

@@ -1,13 +1,13 @@
 package domainserver
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/nats-io/nats.go"
 
@@ -73,8 +73,8 @@ func TestRecycledRepliesStartClean(t *testing.T) {
 
 // TestMemoryFollowsLiveHolds: a released hold's slot goes to the next
 // hold; once the holds are gone, so is the room the server grew for
-// them (the index's slots and the kept names), and one sweep expires
-// them all however many there are.
+// them (the store's chunks, keys and the kept names), and one sweep
+// expires them all however many there are.
 func TestMemoryFollowsLiveHolds(t *testing.T) {
 	s, now := clockServer(t)
 	const n = 5 * sweepChunk
@@ -82,39 +82,40 @@ func TestMemoryFollowsLiveHolds(t *testing.T) {
 	for i := range n {
 		ids[reserveReply(t, s, "d"+strconv.Itoa(i%7), "c"+strconv.Itoa(i%5)).HoldID] = true
 	}
-	if len(ids) != n || s.holds.len() != n || s.byExpiry.n != n || len(s.holds.slots) != n || len(s.holds.others) != 0 {
-		t.Fatalf("%d holds made: %d distinct ids, %d held, %d in expiry order, %d slots, %d others", n, len(ids), s.holds.len(), s.byExpiry.n,
-			len(s.holds.slots), len(s.holds.others))
+	if len(ids) != n || s.holds.len() != n || s.holds.used != n || len(s.holds.others) != 0 || len(s.holds.named) != 7*5 {
+		t.Fatalf("%d holds made: %d distinct ids, %d held, %d slots, %d others, %d keys", n, len(ids), s.holds.len(),
+			s.holds.used, len(s.holds.others), len(s.holds.named))
 	}
 	if len(s.kept) != 7+5 {
 		t.Fatalf("%d names kept, want the 7 domains and 5 clients", len(s.kept))
 	}
 	// A release keeps no name of its own: a hold id is one hold's.
-	gone := s.holds.slots[n/2]
+	gone := s.holds.at(n / 2)
+	goneID, goneClient := s.holds.id(gone), s.holds.key(gone).clientID
 	rel := &fakeRequest{subject: domainwire.Subject("root", domainwire.OpRelease, "ns", "pool"),
-		data: []byte(`{"client_id":"` + gone.clientID + `","hold_id":"` + gone.id + `"}`)}
+		data: []byte(`{"client_id":"` + goneClient + `","hold_id":"` + goneID + `"}`)}
 	s.handle(rel)
-	if string(rel.out) != `{"remaining":0}` || s.holds.len() != n-1 || len(s.kept) != 7+5 || s.holds.get(gone.id) != nil {
-		t.Fatalf("release of %s: %s; %d holds left, %d names kept", gone.id, rel.out, s.holds.len(), len(s.kept))
+	if string(rel.out) != `{"remaining":0}` || s.holds.len() != n-1 || len(s.kept) != 7+5 || s.holds.get(goneID) != nil {
+		t.Fatalf("release of %s: %s; %d holds left, %d names kept", goneID, rel.out, s.holds.len(), len(s.kept))
 	}
 	// Its slot goes to the next hold, under another id.
 	next := reserveReply(t, s, "d0", "c0").HoldID
-	if s.holds.slots[n/2] == nil || s.holds.slots[n/2].id != next || next == gone.id || len(s.holds.slots) != n {
-		t.Fatalf("a reserve after a release: hold %s, %d slots", next, len(s.holds.slots))
+	if h := s.holds.at(n / 2); !h.live || s.holds.id(h) != next || next == goneID || s.holds.used != n {
+		t.Fatalf("a reserve after a release: hold %s, %d slots", next, s.holds.used)
 	}
 	ids[next] = true
-	delete(ids, gone.id)
-	// Holds of one client and domain share their strings.
-	var first *hold
+	delete(ids, goneID)
+	// Holds of one client and domain share their key.
+	keys := map[string]uint32{}
 	s.holds.all(func(h *hold) {
-		if first == nil {
-			first = h
+		k := s.holds.key(h)
+		name := k.clientID + "/" + k.domain
+		if i, ok := keys[name]; ok && i != h.key {
+			t.Fatalf("holds of %s have keys %d and %d", name, i, h.key)
 		}
-		if h.clientID == first.clientID && h.domain == first.domain && (!sameString(h.clientID, first.clientID) || !sameString(h.domain, first.domain)) {
-			t.Fatalf("holds %s and %s of one client and domain keep copies of their names", h.id, first.id)
-		}
-		if s.holds.get(h.id) != h {
-			t.Fatalf("hold %s is not found by its id", h.id)
+		keys[name] = h.key
+		if id := s.holds.id(h); s.holds.get(id) != h || !ids[id] {
+			t.Fatalf("hold %s is not found by its id", id)
 		}
 	})
 	*now = now.Add(time.Second) // not past the expiry yet
@@ -124,59 +125,101 @@ func TestMemoryFollowsLiveHolds(t *testing.T) {
 	}
 	*now = now.Add(time.Nanosecond)
 	s.Expire()
-	if s.holds.len() != 0 || s.byExpiry.n != 0 || s.byExpiry.front != nil || s.byExpiry.back != nil || s.counts.Expired != n {
-		t.Fatalf("after the expiry: %d holds, %d in expiry order, %d expired", s.holds.len(), s.byExpiry.n, s.counts.Expired)
+	if s.holds.len() != 0 || s.holds.first() != nil || s.counts.Expired != n {
+		t.Fatalf("after the expiry: %d holds, %d expired", s.holds.len(), s.counts.Expired)
 	}
-	if s.holds.slots != nil || s.holds.free != nil || s.kept != nil {
-		t.Fatalf("after the expiry: %d slots, %d free ones and %d names are still kept", len(s.holds.slots), len(s.holds.free), len(s.kept))
+	if s.holds.chunks != nil || s.holds.free != nil || s.holds.keys != nil || s.holds.named != nil || s.kept != nil {
+		t.Fatalf("after the expiry: %d chunks, %d free slots, %d keys and %d names are still kept", len(s.holds.chunks), len(s.holds.free),
+			len(s.holds.keys), len(s.kept))
 	}
 	reserveReply(t, s, "d0", "c0") // and it serves on
-	if s.holds.len() != 1 || len(s.holds.slots) != 1 {
-		t.Fatalf("a reserve after the sweep: %d holds, %d slots", s.holds.len(), len(s.holds.slots))
+	if s.holds.len() != 1 || s.holds.used != 1 {
+		t.Fatalf("a reserve after the sweep: %d holds, %d slots", s.holds.len(), s.holds.used)
 	}
 }
 
-// sameString reports whether a and b share their bytes.
-func sameString(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
-
-// TestHoldIndexForeignIDs: holds whose id this server did not make (a
+// TestHoldStoreForeignIDs: holds whose id this server did not make (a
 // predecessor's, adopted from a refresh; a seize's) are found by their
-// whole id, even one that names a slot another hold has.
-func TestHoldIndexForeignIDs(t *testing.T) {
-	var x holdIndex
-	mine := &hold{}
-	x.reserve(mine)
-	slot, ok := slotOf(mine.id)
+// whole id, even one that names a slot another hold has; holds keep
+// their expiry order through removals.
+func TestHoldStoreForeignIDs(t *testing.T) {
+	var x holdStore
+	r := &resource{ns: "ns", name: "pool"}
+	mine := x.add("", "c", r, "d", nil)
+	mineID := x.id(mine)
+	slot, ok := slotOf(mineID)
 	if !ok || slot != 0 {
-		t.Fatalf("first id %q names slot %d (%v), want 0", mine.id, slot, ok)
+		t.Fatalf("first id %q names slot %d (%v), want 0", mineID, slot, ok)
 	}
 	// Slot 0 too, with other random bytes: a predecessor's id.
-	var b [12]byte
-	b[11] = 1
 	var enc [20]byte
-	idEncoding.Encode(enc[:], b[:])
-	same := &hold{id: string(enc[:])}
-	plain := &hold{id: "not-one-of-ours"}
-	if same.id == mine.id {
-		t.Fatal("the test's ids are equal")
-	}
-	x.put(same)
-	x.put(plain)
-	for _, h := range []*hold{mine, same, plain} {
-		if x.get(h.id) != h {
-			t.Fatalf("hold %q is not found", h.id)
+	ownID(&enc, 0, mine.random^1)
+	same := x.add(string(enc[:]), "c", r, "d", []string{"g"})
+	plain := x.add("not-one-of-ours", "c2", r, "d", nil)
+	byID := map[string]*hold{mineID: mine, string(enc[:]): same, "not-one-of-ours": plain}
+	for id, h := range byID {
+		if x.get(id) != h || x.id(h) != id {
+			t.Fatalf("hold %q is not found", id)
 		}
 	}
-	if x.get("zzzzzzzzzzzzzzzzzzzz") != nil || x.get("") != nil || x.len() != 3 {
-		t.Fatalf("unknown ids found, or %d holds", x.len())
+	if x.get("zzzzzzzzzzzzzzzzzzzz") != nil || x.get("") != nil || x.len() != 3 || len(x.keys) != 3 {
+		t.Fatalf("unknown ids found, or %d holds, %d keys", x.len(), len(x.keys))
 	}
-	x.remove(mine)
-	if x.get(mine.id) != nil || x.get(same.id) != same || x.len() != 2 || len(x.free) != 1 {
-		t.Fatalf("after removing %q: %d holds, %d free slots", mine.id, x.len(), len(x.free))
+	if x.first() != mine {
+		t.Fatal("the first hold added is not the first to expire")
+	}
+	x.moveToBack(mine)
+	if x.first() != same {
+		t.Fatal("the hold moved to the back is still the first to expire")
 	}
 	x.remove(same)
+	if x.get(mineID) != mine || x.get(string(enc[:])) != nil || x.len() != 2 || len(x.free) != 1 || x.first() != plain {
+		t.Fatalf("after removing %q: %d holds, %d free slots", enc, x.len(), len(x.free))
+	}
+	x.remove(mine)
 	x.remove(plain)
-	if x.len() != 0 || x.slots != nil || x.others != nil || x.free != nil {
-		t.Fatalf("empty index keeps %d slots, %d others, %d free", len(x.slots), len(x.others), len(x.free))
+	if x.len() != 0 || x.chunks != nil || x.others != nil || x.free != nil || x.keys != nil || x.first() != nil {
+		t.Fatalf("empty store keeps %d chunks, %d others, %d free, %d keys", len(x.chunks), len(x.others), len(x.free), len(x.keys))
+	}
+}
+
+// TestSlotOf: slotOf reads the slot of every id reserve makes, whatever
+// its random part, and no slot from an id that is not one.
+func TestSlotOf(t *testing.T) {
+	for _, slot := range []uint32{0, 1, 31, 32, 1 << 20, 1<<32 - 1} {
+		for _, tail := range []byte{0, 0x5a, 0xff} {
+			var b [12]byte
+			binary.BigEndian.PutUint32(b[:4], slot)
+			for i := 4; i < 12; i++ {
+				b[i] = tail
+			}
+			var id [20]byte
+			idEncoding.Encode(id[:], b[:])
+			if got, ok := slotOf(string(id[:])); !ok || got != slot {
+				t.Errorf("id %q: slot %d (%v), want %d", id, got, ok, slot)
+			}
+		}
+	}
+	for _, id := range []string{"", "aaaaaaaaaaaaaaaaaaa", "aaaaaaaaaaaaaaaaaaaaa", "Aaaaaaaaaaaaaaaaaaaa", "aaaaaa1aaaaaaaaaaaaa", "aaaaaa=aaaaaaaaaaaaa"} {
+		if slot, ok := slotOf(id); ok {
+			t.Errorf("id %q names slot %d", id, slot)
+		}
+	}
+}
+
+// TestHoldStoreRedrawsATakenID: an id the store draws that a foreign
+// hold already has (one chance in 2^64) is drawn again.
+func TestHoldStoreRedrawsATakenID(t *testing.T) {
+	var x holdStore
+	r := &resource{ns: "ns", name: "pool"}
+	var taken, next [20]byte
+	ownID(&taken, 1, 0) // the id the next own hold draws first: slot 1, random 0
+	ownID(&next, 1, 1)
+	x.add(string(taken[:]), "c", r, "d", nil) // slot 0
+	x.spent = 8                               // the next random8 reads bytes 8–16 (0), then 16–24 (1)
+	x.random[23] = 1
+	h := x.add("", "c", r, "d", nil)
+	if id := x.id(h); id != string(next[:]) || x.get(id) != h || x.get(string(taken[:])) == h || x.len() != 2 || len(x.free) != 0 {
+		t.Fatalf("the own hold has id %q (want %q), %d holds, %d free slots", id, next, x.len(), len(x.free))
 	}
 }

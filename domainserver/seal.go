@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/minio/highwayhash"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/allot/allot/internal/domainwire"
@@ -22,18 +23,18 @@ import (
 // Seals. A new leader learns the live holds from their holders' refreshes
 // and must not take a client's word for a hold it has not heard of: a
 // client could list copies it was never granted. Every reply that
-// describes a hold (reserve, seize, refresh) carries a seal, an HMAC over
-// the hold's identity and copies under a key the node's replicas share in
-// the state bucket; a learning leader adopts a listed hold only with a
-// seal that verifies, that is not older than Options.SealTTL, and that
-// covers at least the copies listed (a client lists fewer after a
-// release whose reply it lost).
+// describes a hold (reserve, seize, refresh) carries a seal, a keyed MAC
+// over the hold's identity and copies under a key the node's replicas
+// share in the state bucket; a learning leader adopts a listed hold only
+// with a seal that verifies, that is not older than Options.SealTTL,
+// and that covers at least the copies listed (a client lists fewer after
+// a release whose reply it lost).
 
 // SealKeyLen is the length of the key a node's replicas seal holds with.
 const SealKeyLen = 32
 
-// sealMACLen is how much of the HMAC-SHA256 a seal carries: 128 bits.
-const sealMACLen = 16
+// sealMACLen is the length of a seal's MAC: 128 bits.
+const sealMACLen = highwayhash.Size128
 
 // sealKeyName is the state bucket key of the node's seal key.
 func (s *Server) sealKeyName() string { return subjects.DomainSealKey(s.opts.Node) }
@@ -83,28 +84,23 @@ func newSealKey() []byte {
 	return k
 }
 
-// seal returns h's seal, valid until SealTTL from now. Called with s.mu
-// held.
-func (s *Server) seal(h *hold, now time.Time) string {
+// seal returns the seal of hold id of k with copies, valid until SealTTL
+// from now. Called with s.mu held.
+func (s *Server) seal(id string, k *holdKey, copies int64, now time.Time) string {
 	expires := now.Add(s.opts.SealTTL).UnixMilli()
-	mac := s.sealMAC(h.id, h.clientID, h.res.ns, h.res.name, h.domain, h.groups, h.copies, expires)
+	mac := s.sealMAC(id, k.clientID, k.res.ns, k.res.name, k.domain, k.groups, copies, expires)
 	var buf [64]byte // 20 + 1 + 20 + 1 + 22 at most
-	b := strconv.AppendInt(buf[:0], h.copies, 10)
+	b := strconv.AppendInt(buf[:0], copies, 10)
 	b = append(b, '.')
 	b = strconv.AppendInt(b, expires, 10)
 	b = append(b, '.')
-	return string(base64.RawURLEncoding.AppendEncode(b, mac))
+	return string(base64.RawURLEncoding.AppendEncode(b, mac[:]))
 }
 
-// sealMAC is the MAC of a hold's fields, each length-prefixed so that no
-// two holds share an input. Called with s.mu held: the HMAC state and the
-// buffer are reused (a fresh HMAC costs more than the decision it seals).
-func (s *Server) sealMAC(id, clientID, ns, name, domain string, groups []string, copies, expires int64) []byte {
-	if s.mac == nil {
-		s.mac = hmac.New(sha256.New, s.sealKey)
-	}
-	m := s.mac
-	m.Reset()
+// sealInput is the MAC input of a hold's fields, each length-prefixed
+// so that no two holds share an input, written into s.macIn. Called with
+// s.mu held.
+func (s *Server) sealInput(id, clientID, ns, name, domain string, groups []string, copies, expires int64) []byte {
 	b := s.macIn[:0]
 	field := func(v string) {
 		b = binary.AppendUvarint(b, uint64(len(v)))
@@ -121,9 +117,45 @@ func (s *Server) sealMAC(id, clientID, ns, name, domain string, groups []string,
 	}
 	b = binary.AppendVarint(b, copies)
 	b = binary.AppendVarint(b, expires)
-	m.Write(b)
 	s.macIn = b
-	return m.Sum(s.macOut[:0])[:sealMACLen]
+	return b
+}
+
+// sealMAC is the MAC of a hold's fields: HighwayHash-128 under the seal
+// key. It was an HMAC-SHA256 (truncated to 128 bits), which cost a fifth
+// of a reserve's CPU; HighwayHash is a keyed pseudo-random function made
+// to authenticate short-lived messages, which seals are (they expire
+// after the seal TTL), and its 128 bits leave a forger who has seen any
+// number of seals one chance in 2^128 per guess, each guess a refresh a
+// learning leader answers (docs/security.md). Called with s.mu held.
+func (s *Server) sealMAC(id, clientID, ns, name, domain string, groups []string, copies, expires int64) [sealMACLen]byte {
+	if s.macKey == nil {
+		s.macKey = macKey(s.sealKey)
+	}
+	return highwayhash.Sum128(s.sealInput(id, clientID, ns, name, domain, groups, copies, expires), s.macKey)
+}
+
+// macKey is the HighwayHash key of a seal key: the key itself when it has
+// the 32 bytes HighwayHash takes (the key allot keeps in the state bucket
+// does), else its SHA-256 (Options.SealKey may have another length).
+func macKey(sealKey []byte) []byte {
+	if len(sealKey) == highwayhash.Size {
+		return sealKey
+	}
+	k := sha256.Sum256(sealKey)
+	return k[:]
+}
+
+// legacySealMAC is the HMAC-SHA256 seal MAC of earlier versions, checked
+// when a seal's MAC is not sealMAC's, so that a leader of this version
+// adopts the holds a leader of an earlier one sealed (a rolling upgrade
+// loses none). Never written; as a seal expires after the seal TTL, it
+// can go once no leader of an earlier version runs. Called with s.mu
+// held.
+func (s *Server) legacySealMAC(id, clientID, ns, name, domain string, groups []string, copies, expires int64) []byte {
+	m := hmac.New(sha256.New, s.sealKey)
+	m.Write(s.sealInput(id, clientID, ns, name, domain, groups, copies, expires))
+	return m.Sum(nil)[:sealMACLen]
 }
 
 // errSeal is a listed hold whose seal does not vouch for it.
@@ -148,7 +180,8 @@ func (s *Server) checkSeal(l *domainwire.Hold, clientID, ns, name string, now ti
 	if strconv.FormatInt(copies, 10) != parts[0] || strconv.FormatInt(expires, 10) != parts[1] {
 		return 0, fmt.Errorf("%w: malformed seal: numbers not as the server writes them", errSeal)
 	}
-	if !hmac.Equal(mac, s.sealMAC(l.HoldID, clientID, ns, name, l.Domain, l.Groups, copies, expires)) {
+	want := s.sealMAC(l.HoldID, clientID, ns, name, l.Domain, l.Groups, copies, expires)
+	if !hmac.Equal(mac, want[:]) && !hmac.Equal(mac, s.legacySealMAC(l.HoldID, clientID, ns, name, l.Domain, l.Groups, copies, expires)) {
 		return 0, fmt.Errorf("%w: the seal was not made for this hold, client and copies", errSeal)
 	}
 	if now.UnixMilli() > expires {

@@ -1,6 +1,8 @@
 package domainserver
 
 import (
+	"encoding/base64"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +15,7 @@ import (
 func FuzzCheckSeal(f *testing.F) {
 	s := &Server{sealKey: []byte("0123456789abcdef0123456789abcdef"), opts: Options{SealTTL: time.Hour}}
 	now := time.Unix(1_800_000_000, 0)
-	h := &hold{id: "h1", clientID: "c1", res: &resource{ns: "app", name: "sandbox"}, domain: "a", groups: []string{"free"}, copies: 3}
-	genuine := s.seal(h, now)
+	genuine := s.seal("h1", &holdKey{clientID: "c1", res: &resource{ns: "app", name: "sandbox"}, domain: "a", groups: []string{"free"}}, 3, now)
 	f.Add(genuine)
 	f.Add("3.1800003600000.AAAAAAAAAAAAAAAAAAAAAA")
 	f.Add("..")
@@ -32,8 +33,7 @@ func FuzzCheckSeal(f *testing.F) {
 func TestSealIsCanonical(t *testing.T) {
 	s := &Server{sealKey: []byte("0123456789abcdef0123456789abcdef"), opts: Options{SealTTL: time.Hour}}
 	now := time.Unix(1_800_000_000, 0)
-	h := &hold{id: "h1", clientID: "c1", res: &resource{ns: "app", name: "sandbox"}, domain: "a", copies: 3}
-	genuine := s.seal(h, now)
+	genuine := s.seal("h1", &holdKey{clientID: "c1", res: &resource{ns: "app", name: "sandbox"}, domain: "a"}, 3, now)
 	parts := strings.Split(genuine, ".")
 	last := parts[2][len(parts[2])-1]
 	flip := map[byte]byte{'A': 'B', 'B': 'A'}[last]
@@ -45,6 +45,30 @@ func TestSealIsCanonical(t *testing.T) {
 		l := domainwire.Hold{HoldID: "h1", Domain: "a", Copies: 3, Seal: seal}
 		if _, err := s.checkSeal(&l, "c1", "app", "sandbox", now); (err == nil) != (seal == genuine) {
 			t.Errorf("seal %q: %v", seal, err)
+		}
+	}
+}
+
+// TestLegacySealAdopted: a seal an earlier version made (HMAC-SHA256)
+// still vouches for its hold, so a rolling upgrade loses no holds; a
+// legacy seal of other copies does not.
+func TestLegacySealAdopted(t *testing.T) {
+	for _, key := range []string{"0123456789abcdef0123456789abcdef", "a key of another length than 32"} {
+		s := &Server{sealKey: []byte(key), opts: Options{SealTTL: time.Hour}}
+		now := time.Unix(1_800_000_000, 0)
+		expires := now.Add(time.Hour).UnixMilli()
+		mac := s.legacySealMAC("h1", "c1", "app", "sandbox", "a", nil, 3, expires)
+		legacy := "3." + strconv.FormatInt(expires, 10) + "." + base64.RawURLEncoding.EncodeToString(mac)
+		if legacy == s.seal("h1", &holdKey{clientID: "c1", res: &resource{ns: "app", name: "sandbox"}, domain: "a"}, 3, now) {
+			t.Fatalf("key %q: the legacy seal is the current one", key)
+		}
+		l := domainwire.Hold{HoldID: "h1", Domain: "a", Copies: 3, Seal: legacy}
+		if n, err := s.checkSeal(&l, "c1", "app", "sandbox", now); err != nil || n != 3 {
+			t.Errorf("key %q: legacy seal: %d, %v", key, n, err)
+		}
+		l.Seal = "4." + strconv.FormatInt(expires, 10) + "." + base64.RawURLEncoding.EncodeToString(mac)
+		if _, err := s.checkSeal(&l, "c1", "app", "sandbox", now); err == nil {
+			t.Errorf("key %q: a legacy seal vouched for other copies", key)
 		}
 	}
 }

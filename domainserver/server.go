@@ -17,11 +17,9 @@ package domainserver
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -203,8 +201,7 @@ type Server struct {
 	// the sweeper on its own goroutine.
 	mu        sync.Mutex
 	resources map[string]*resource
-	holds     holdIndex
-	byExpiry  holdList
+	holds     holdStore
 	// epoch is the origin of the holds' expiry offsets.
 	epoch time.Time
 	// kept are the domain and client id strings of recent requests
@@ -230,12 +227,10 @@ type Server struct {
 	rev     uint64
 	written []byte
 	counts  Counts
-	// sealKey seals holds (seal.go); mac, macIn and macOut are the HMAC
-	// state and buffers sealMAC reuses.
-	sealKey []byte
-	mac     hash.Hash
-	macIn   []byte
-	macOut  [sha256.Size]byte
+	// sealKey seals holds (seal.go), macKey is its HighwayHash key and
+	// macIn the buffer sealInput reuses.
+	sealKey, macKey []byte
+	macIn           []byte
 
 	// gate says whether replies may still be sent.
 	gate *leader.Gate

@@ -179,6 +179,14 @@ func (h *Holders) Share(c *Copies, client, domain string, now int64) Share {
 	return h.shareOf(c, client, domain)
 }
 
+// ShareSeen is Share for a client that Add or Touch saw under the limits
+// of domain (with the domain's groups) at this moment: it does not see it
+// again (a reserve's Add and its reply's share each saw it, three map
+// writes a reserve spent twice).
+func (h *Holders) ShareSeen(c *Copies, client, domain string) Share {
+	return h.shareOf(c, client, domain)
+}
+
 // shareOf is client's share of c's limits for domain, with the clients
 // seen as they are.
 func (h *Holders) shareOf(c *Copies, client, domain string) Share {

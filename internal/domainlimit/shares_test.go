@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -283,5 +284,36 @@ func checkShares(t *testing.T, where string, c *Copies, h *Holders, holds []shar
 			t.Fatalf("%s: no share of group %s for domain %s", where, g, member)
 			return 0
 		})
+	}
+}
+
+// TestShareSeenAfterAdd: after Add, ShareSeen tells what Share would and
+// leaves the holders as Share would (Add saw the client under the same
+// limits), over a random run of reserves by clients across domains in
+// groups and not.
+func TestShareSeenAfterAdd(t *testing.T) {
+	spec := CopySpec{DomainLimit: 5, GlobalLimit: 40, Groups: []Group{{Name: "free", Limit: 12, Domains: []string{"a", "b"}},
+		{Name: "paid", Limit: 20, Domains: []string{"b", "c"}}}}
+	c := mustCopies(t, spec)
+	seen, again := NewHolders(time.Second), NewHolders(time.Second)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 500 {
+		client, domain := "c"+strconv.Itoa(rng.IntN(6)), string(rune('a'+rng.IntN(5)))
+		now := epoch.UnixNano() + int64(i)*int64(time.Millisecond)
+		res, err := c.Reserve(domain, 1, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Granted == 0 {
+			continue
+		}
+		seen.Add(client, domain, res.GroupNames(), 1, now)
+		again.Add(client, domain, res.GroupNames(), 1, now)
+		if got, want := seen.ShareSeen(c, client, domain), again.Share(c, client, domain, now); !reflect.DeepEqual(got, want) {
+			t.Fatalf("reserve %d of %s by %s: ShareSeen %+v, Share %+v", i, domain, client, got, want)
+		}
+		if !reflect.DeepEqual(seen, again) {
+			t.Fatalf("reserve %d of %s by %s: the holders differ after ShareSeen and Share", i, domain, client)
+		}
 	}
 }

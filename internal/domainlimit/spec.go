@@ -139,6 +139,9 @@ func ValidateDomain(d string) error {
 	if len(d) > MaxDomainLen {
 		return invalidf("domain is %d bytes long; the limit is %d", len(d), MaxDomainLen)
 	}
+	if printableASCII(d) {
+		return nil // the common case, without decoding runes
+	}
 	if !utf8.ValidString(d) {
 		return invalidf("domain %q is not valid UTF-8", d)
 	}
@@ -148,6 +151,17 @@ func ValidateDomain(d string) error {
 		}
 	}
 	return nil
+}
+
+// printableASCII reports whether d is all ASCII letters, digits and
+// punctuation: neither spaces nor control characters.
+func printableASCII(d string) bool {
+	for i := range len(d) {
+		if d[i] <= ' ' || d[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // checkLimit accepts Unlimited or [0, MaxLimit].

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 func TestRateSpecNormalize(t *testing.T) {
@@ -107,5 +109,36 @@ func TestValidateNames(t *testing.T) {
 		if err := ValidateDomain(bad); !errors.Is(err, ErrInvalid) {
 			t.Errorf("ValidateDomain(%q) = %v, want ErrInvalid", bad, err)
 		}
+	}
+}
+
+// TestValidateDomainBytes: ValidateDomain (with its fast path for ASCII)
+// accepts exactly the UTF-8 without spaces or control characters, for
+// every string of one or two bytes and some longer ones.
+func TestValidateDomainBytes(t *testing.T) {
+	valid := func(d string) bool {
+		if !utf8.ValidString(d) {
+			return false
+		}
+		for _, r := range d {
+			if unicode.IsSpace(r) || unicode.IsControl(r) {
+				return false
+			}
+		}
+		return true
+	}
+	check := func(d string) {
+		if got := ValidateDomain(d) == nil; got != valid(d) {
+			t.Errorf("domain %q: valid %v, want %v", d, got, valid(d))
+		}
+	}
+	for a := range 256 {
+		check(string([]byte{byte(a)}))
+		for b := range 256 {
+			check(string([]byte{byte(a), byte(b)}))
+		}
+	}
+	for _, d := range []string{"acme.example", "ä-gmbh", "a\u00a0b", "a\u2028b", "tab\there", "x\x7f", "\u0085x", "日本"} {
+		check(d)
 	}
 }
