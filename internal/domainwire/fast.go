@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/allot/allot/internal/names"
 )
 
 // The hot path of the domain server is request and reserve. encoding/json
@@ -14,19 +16,9 @@ import (
 // refuse the same bodies with the same result; fuzz tests check it, and
 // that the encoders write what json.Marshal writes.
 
-// Names makes the strings of a decoded body from its bytes. A server
-// passes one that hands back a string it already keeps for the same
-// bytes (a domain, a client id it has seen), so that a request decodes
-// without allocating its names and the holds it makes share them. Nil
-// copies the bytes.
-type Names func(b []byte) string
-
-func (n Names) of(b []byte) string {
-	if n == nil {
-		return string(b)
-	}
-	return n(b)
-}
+// Names makes the strings of a decoded body from its bytes (names.Func):
+// a domain, a client id the server has seen.
+type Names = names.Func
 
 // DecodeRequest decodes the body of a request into r (not validated).
 func DecodeRequest(data []byte, r *Request) error { return DecodeRequestNames(data, r, nil) }
@@ -61,7 +53,7 @@ func DecodeRelease(data []byte, r *Release, names Names) error {
 	ok := scanObject(data, func(key, s []byte, n int64, isStr bool) bool {
 		switch {
 		case string(key) == "client_id" && isStr:
-			out.ClientID = names.of(s)
+			out.ClientID = names.Of(s)
 		case string(key) == "hold_id" && isStr:
 			out.HoldID = string(s) // one hold's: nothing to share
 		case string(key) == "copies" && !isStr:
@@ -92,9 +84,9 @@ func scanCopies(data []byte, names Names) (copiesFields, bool) {
 	ok := scanObject(data, func(key, s []byte, n int64, isStr bool) bool {
 		switch {
 		case string(key) == "domain" && isStr:
-			f.domain = names.of(s)
+			f.domain = names.Of(s)
 		case string(key) == "client_id" && isStr:
-			f.clientID = names.of(s)
+			f.clientID = names.Of(s)
 		case string(key) == "copies" && !isStr:
 			f.copies, f.given = n, f.given|givenCopies
 		case string(key) == "min_copies" && !isStr:
