@@ -224,22 +224,14 @@ func scanInt(b []byte, i int) (int64, int, bool) {
 
 // AppendRateReply appends r as json.Marshal writes it.
 func AppendRateReply(b []byte, r *RateReply) []byte {
-	b = append(b, `{"granted":`...)
-	b = strconv.AppendInt(b, r.Granted, 10)
-	b = append(b, `,"hard_limit":`...)
-	b = strconv.AppendInt(b, r.HardLimit, 10)
-	b = append(b, `,"global_limit":`...)
-	b = strconv.AppendInt(b, r.GlobalLimit, 10)
-	b = append(b, `,"tier_limit":`...)
-	b = strconv.AppendInt(b, r.TierLimit, 10)
-	b = append(b, `,"domain_hits_last_second":`...)
-	b = strconv.AppendInt(b, r.DomainHitsLastSecond, 10)
-	b = append(b, `,"global_hits_last_second":`...)
-	b = strconv.AppendInt(b, r.GlobalHitsLastSecond, 10)
-	b = append(b, `,"tier_hits":`...)
-	b = strconv.AppendInt(b, r.TierHits, 10)
-	b = append(b, `,"tier":`...)
-	b = strconv.AppendInt(b, int64(r.Tier), 10)
+	b = appendIntField(b, `{"granted":`, r.Granted)
+	b = appendIntField(b, `,"hard_limit":`, r.HardLimit)
+	b = appendIntField(b, `,"global_limit":`, r.GlobalLimit)
+	b = appendIntField(b, `,"tier_limit":`, r.TierLimit)
+	b = appendIntField(b, `,"domain_hits_last_second":`, r.DomainHitsLastSecond)
+	b = appendIntField(b, `,"global_hits_last_second":`, r.GlobalHitsLastSecond)
+	b = appendIntField(b, `,"tier_hits":`, r.TierHits)
+	b = appendIntField(b, `,"tier":`, int64(r.Tier))
 	b = append(b, `,"burst":`...)
 	b = strconv.AppendBool(b, r.Burst)
 	b = append(b, `,"hard_limited":`...)
@@ -253,21 +245,17 @@ func AppendRateReply(b []byte, r *RateReply) []byte {
 		b = append(b, `,"unconfigured":true`...)
 	}
 	if r.Fail != "" {
-		b = append(b, `,"fail":`...)
-		b = appendString(b, r.Fail)
+		b = appendStringField(b, `,"fail":`, r.Fail)
 	}
 	return append(b, '}')
 }
 
 // AppendReserveReply appends r as json.Marshal writes it.
 func AppendReserveReply(b []byte, r *ReserveReply) []byte {
-	b = append(b, `{"granted":`...)
-	b = strconv.AppendInt(b, r.Granted, 10)
-	b = append(b, `,"hold_id":`...)
-	b = appendString(b, r.HoldID)
+	b = appendIntField(b, `{"granted":`, r.Granted)
+	b = appendStringField(b, `,"hold_id":`, r.HoldID)
 	if r.Seal != "" {
-		b = append(b, `,"seal":`...)
-		b = appendString(b, r.Seal)
+		b = appendStringField(b, `,"seal":`, r.Seal)
 	}
 	b = append(b, `,"groups":`...)
 	if r.Groups == nil {
@@ -282,14 +270,10 @@ func AppendReserveReply(b []byte, r *ReserveReply) []byte {
 		}
 		b = append(b, ']')
 	}
-	b = append(b, `,"domain_limit":`...)
-	b = strconv.AppendInt(b, r.DomainLimit, 10)
-	b = append(b, `,"global_limit":`...)
-	b = strconv.AppendInt(b, r.GlobalLimit, 10)
-	b = append(b, `,"domain_holds":`...)
-	b = strconv.AppendInt(b, r.DomainHolds, 10)
-	b = append(b, `,"global_holds":`...)
-	b = strconv.AppendInt(b, r.GlobalHolds, 10)
+	b = appendIntField(b, `,"domain_limit":`, r.DomainLimit)
+	b = appendIntField(b, `,"global_limit":`, r.GlobalLimit)
+	b = appendIntField(b, `,"domain_holds":`, r.DomainHolds)
+	b = appendIntField(b, `,"global_holds":`, r.GlobalHolds)
 	b = append(b, `,"group_holds":`...)
 	if r.GroupHolds == nil {
 		b = append(b, "null"...)
@@ -299,24 +283,19 @@ func AppendReserveReply(b []byte, r *ReserveReply) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, `{"name":`...)
-			b = appendString(b, g.Name)
-			b = append(b, `,"limit":`...)
-			b = strconv.AppendInt(b, g.Limit, 10)
-			b = append(b, `,"holds":`...)
-			b = strconv.AppendInt(b, g.Holds, 10)
+			b = appendStringField(b, `{"name":`, g.Name)
+			b = appendIntField(b, `,"limit":`, g.Limit)
+			b = appendIntField(b, `,"holds":`, g.Holds)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
 	}
-	b = append(b, `,"ttl_ms":`...)
-	b = strconv.AppendInt(b, r.TTLMillis, 10)
+	b = appendIntField(b, `,"ttl_ms":`, r.TTLMillis)
 	if r.Learning {
 		b = append(b, `,"learning":true`...)
 	}
 	if r.RetryAfterMillis != 0 {
-		b = append(b, `,"retry_after_ms":`...)
-		b = strconv.AppendInt(b, r.RetryAfterMillis, 10)
+		b = appendIntField(b, `,"retry_after_ms":`, r.RetryAfterMillis)
 	}
 	if r.Ignored {
 		b = append(b, `,"ignored":true`...)
@@ -325,8 +304,7 @@ func AppendReserveReply(b []byte, r *ReserveReply) []byte {
 		b = append(b, `,"unconfigured":true`...)
 	}
 	if r.Fail != "" {
-		b = append(b, `,"fail":`...)
-		b = appendString(b, r.Fail)
+		b = appendStringField(b, `,"fail":`, r.Fail)
 	}
 	if r.Share != nil {
 		b = append(b, `,"share":`...)
@@ -335,22 +313,29 @@ func AppendReserveReply(b []byte, r *ReserveReply) []byte {
 	return append(b, '}')
 }
 
+// appendIntField appends key (with its leading '{' or ',' and trailing
+// ':') and v, as json.Marshal writes them.
+func appendIntField(b []byte, key string, v int64) []byte {
+	return strconv.AppendInt(append(b, key...), v, 10)
+}
+
+// appendStringField is appendIntField for a string value.
+func appendStringField(b []byte, key, v string) []byte {
+	return appendString(append(b, key...), v)
+}
+
 // appendShare appends s as json.Marshal writes it.
 func appendShare(b []byte, s *Share) []byte {
-	b = append(b, `{"domain":`...)
-	b = strconv.AppendInt(b, s.Domain, 10)
-	b = append(b, `,"global":`...)
-	b = strconv.AppendInt(b, s.Global, 10)
+	b = appendIntField(b, `{"domain":`, s.Domain)
+	b = appendIntField(b, `,"global":`, s.Global)
 	if len(s.Groups) > 0 {
 		b = append(b, `,"groups":[`...)
 		for i, g := range s.Groups {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, `{"name":`...)
-			b = appendString(b, g.Name)
-			b = append(b, `,"share":`...)
-			b = strconv.AppendInt(b, g.Share, 10)
+			b = appendStringField(b, `{"name":`, g.Name)
+			b = appendIntField(b, `,"share":`, g.Share)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
