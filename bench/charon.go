@@ -108,17 +108,11 @@ func RunCharon(ctx context.Context, env *Env, o CharonOptions) (*CharonBenchResu
 	if env.Child == nil {
 		res.CPUScope = "whole process: domain server, callers and nats-server together (in-process mode)"
 	}
-	srv, shutdown, err := startServerMapped(nil)
+	url, echo, stop, err := startEchoServer(ctx, env, nil)
 	if err != nil {
 		return nil, err
 	}
-	defer shutdown()
-	url := srv.ClientURL()
-	echo, err := env.startHelper(ctx, RoleEcho, url, []string{"--subject", echoSubject})
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = echo.stop() }()
+	defer stop()
 	ds, err := env.startHelper(ctx, RoleDomain, url, nil)
 	if err != nil {
 		return nil, err

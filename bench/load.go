@@ -217,6 +217,23 @@ func startServerMapped(mappings map[string]string) (*server.Server, func(), erro
 	}, nil
 }
 
+// startEchoServer starts an embedded server (startServerMapped) and the
+// bare echo every ratio is measured against. It returns the server's URL
+// and the echo; stop stops both.
+func startEchoServer(ctx context.Context, env *Env, mappings map[string]string) (url string, echo *helper, stop func(), err error) {
+	srv, shutdown, err := startServerMapped(mappings)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	url = srv.ClientURL()
+	echo, err = env.startHelper(ctx, RoleEcho, url, []string{"--subject", echoSubject})
+	if err != nil {
+		shutdown()
+		return "", nil, nil, err
+	}
+	return url, echo, func() { _ = echo.stop(); shutdown() }, nil
+}
+
 // RunLoad measures the coordinator and the bare echo baseline under the
 // same closed-loop, pipelined load over TCP loopback.
 func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) {
@@ -225,18 +242,11 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 		o.PartitionProcs = 0 // one process: no partition has a GOMAXPROCS of its own
 	}
 	res := &LoadResult{Machine: DescribeMachine(), Options: o, InFlight: o.Clients * o.Pipeline, TargetRatio: TargetLoadRatio}
-	srv, shutdown, err := startServer()
+	url, echo, stop, err := startEchoServer(ctx, env, nil)
 	if err != nil {
 		return nil, err
 	}
-	defer shutdown()
-	url := srv.ClientURL()
-
-	echo, err := env.startHelper(ctx, RoleEcho, url, []string{"--subject", echoSubject})
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = echo.stop() }()
+	defer stop()
 	coord, err := env.startHelper(ctx, RoleCoordinator, url, append([]string{"--round", o.Round.String()}, o.intakeArgs()...))
 	if err != nil {
 		return nil, err

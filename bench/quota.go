@@ -186,17 +186,11 @@ func RunQuota(ctx context.Context, env *Env, o QuotaOptions) (*QuotaBenchResult,
 }
 
 func runQuotaPartitions(ctx context.Context, env *Env, o QuotaOptions, partitions int) (*QuotaRun, error) {
-	srv, shutdown, err := startServerMapped(quotaserver.Mappings(quotaBenchNode, partitions))
+	url, echo, stop, err := startEchoServer(ctx, env, quotaserver.Mappings(quotaBenchNode, partitions))
 	if err != nil {
 		return nil, err
 	}
-	defer shutdown()
-	url := srv.ClientURL()
-	echo, err := env.startHelper(ctx, RoleEcho, url, []string{"--subject", echoSubject})
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = echo.stop() }()
+	defer stop()
 	qs, err := env.startHelper(ctx, RoleQuota, url, []string{"--partitions", strconv.Itoa(partitions), "--namespaces", strconv.Itoa(o.Namespaces)})
 	if err != nil {
 		return nil, err

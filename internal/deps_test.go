@@ -67,6 +67,16 @@ var layerRules = []struct {
 		why: "operators' views read the status package, not the servers or their cores: take the type from status (the servers fill it)",
 	},
 	{
+		pkgs:   []string{"internal/names"},
+		forbid: []string{natsClient, natsServer, "google.golang.org/protobuf", module + "internal/wire", testingPkg},
+		why:    "names is the fast decoders' shared hook: domainwire takes it, so it must not link protobuf, NATS or wire's codecs",
+	},
+	{
+		pkgs:   []string{"internal/domainwire"},
+		forbid: []string{"google.golang.org/protobuf", module + "internal/wire"},
+		why:    "the domain contract is plain JSON: agents that only speak domains must not link protobuf or the lease codecs (share through a leaf such as internal/names)",
+	},
+	{
 		pkgs:   []string{"internal/election"},
 		forbid: []string{module + "internal/wire"},
 		why:    "the election needs node names (internal/subjects), not the payload codecs",

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/allot/allot/internal/names"
 )
 
 // The hot path of the domain server is request and reserve. encoding/json
@@ -14,19 +16,9 @@ import (
 // refuse the same bodies with the same result; fuzz tests check it, and
 // that the encoders write what json.Marshal writes.
 
-// Names makes the strings of a decoded body from its bytes. A server
-// passes one that hands back a string it already keeps for the same
-// bytes (a domain, a client id it has seen), so that a request decodes
-// without allocating its names and the holds it makes share them. Nil
-// copies the bytes.
-type Names func(b []byte) string
-
-func (n Names) of(b []byte) string {
-	if n == nil {
-		return string(b)
-	}
-	return n(b)
-}
+// Names makes the strings of a decoded body from its bytes (names.Func):
+// a domain, a client id the server has seen.
+type Names = names.Func
 
 // DecodeRequest decodes the body of a request into r (not validated).
 func DecodeRequest(data []byte, r *Request) error { return DecodeRequestNames(data, r, nil) }
@@ -61,7 +53,7 @@ func DecodeRelease(data []byte, r *Release, names Names) error {
 	ok := scanObject(data, func(key, s []byte, n int64, isStr bool) bool {
 		switch {
 		case string(key) == "client_id" && isStr:
-			out.ClientID = names.of(s)
+			out.ClientID = names.Of(s)
 		case string(key) == "hold_id" && isStr:
 			out.HoldID = string(s) // one hold's: nothing to share
 		case string(key) == "copies" && !isStr:
@@ -92,9 +84,9 @@ func scanCopies(data []byte, names Names) (copiesFields, bool) {
 	ok := scanObject(data, func(key, s []byte, n int64, isStr bool) bool {
 		switch {
 		case string(key) == "domain" && isStr:
-			f.domain = names.of(s)
+			f.domain = names.Of(s)
 		case string(key) == "client_id" && isStr:
-			f.clientID = names.of(s)
+			f.clientID = names.Of(s)
 		case string(key) == "copies" && !isStr:
 			f.copies, f.given = n, f.given|givenCopies
 		case string(key) == "min_copies" && !isStr:
@@ -232,22 +224,14 @@ func scanInt(b []byte, i int) (int64, int, bool) {
 
 // AppendRateReply appends r as json.Marshal writes it.
 func AppendRateReply(b []byte, r *RateReply) []byte {
-	b = append(b, `{"granted":`...)
-	b = strconv.AppendInt(b, r.Granted, 10)
-	b = append(b, `,"hard_limit":`...)
-	b = strconv.AppendInt(b, r.HardLimit, 10)
-	b = append(b, `,"global_limit":`...)
-	b = strconv.AppendInt(b, r.GlobalLimit, 10)
-	b = append(b, `,"tier_limit":`...)
-	b = strconv.AppendInt(b, r.TierLimit, 10)
-	b = append(b, `,"domain_hits_last_second":`...)
-	b = strconv.AppendInt(b, r.DomainHitsLastSecond, 10)
-	b = append(b, `,"global_hits_last_second":`...)
-	b = strconv.AppendInt(b, r.GlobalHitsLastSecond, 10)
-	b = append(b, `,"tier_hits":`...)
-	b = strconv.AppendInt(b, r.TierHits, 10)
-	b = append(b, `,"tier":`...)
-	b = strconv.AppendInt(b, int64(r.Tier), 10)
+	b = appendIntField(b, `{"granted":`, r.Granted)
+	b = appendIntField(b, `,"hard_limit":`, r.HardLimit)
+	b = appendIntField(b, `,"global_limit":`, r.GlobalLimit)
+	b = appendIntField(b, `,"tier_limit":`, r.TierLimit)
+	b = appendIntField(b, `,"domain_hits_last_second":`, r.DomainHitsLastSecond)
+	b = appendIntField(b, `,"global_hits_last_second":`, r.GlobalHitsLastSecond)
+	b = appendIntField(b, `,"tier_hits":`, r.TierHits)
+	b = appendIntField(b, `,"tier":`, int64(r.Tier))
 	b = append(b, `,"burst":`...)
 	b = strconv.AppendBool(b, r.Burst)
 	b = append(b, `,"hard_limited":`...)
@@ -261,21 +245,17 @@ func AppendRateReply(b []byte, r *RateReply) []byte {
 		b = append(b, `,"unconfigured":true`...)
 	}
 	if r.Fail != "" {
-		b = append(b, `,"fail":`...)
-		b = appendString(b, r.Fail)
+		b = appendStringField(b, `,"fail":`, r.Fail)
 	}
 	return append(b, '}')
 }
 
 // AppendReserveReply appends r as json.Marshal writes it.
 func AppendReserveReply(b []byte, r *ReserveReply) []byte {
-	b = append(b, `{"granted":`...)
-	b = strconv.AppendInt(b, r.Granted, 10)
-	b = append(b, `,"hold_id":`...)
-	b = appendString(b, r.HoldID)
+	b = appendIntField(b, `{"granted":`, r.Granted)
+	b = appendStringField(b, `,"hold_id":`, r.HoldID)
 	if r.Seal != "" {
-		b = append(b, `,"seal":`...)
-		b = appendString(b, r.Seal)
+		b = appendStringField(b, `,"seal":`, r.Seal)
 	}
 	b = append(b, `,"groups":`...)
 	if r.Groups == nil {
@@ -290,14 +270,10 @@ func AppendReserveReply(b []byte, r *ReserveReply) []byte {
 		}
 		b = append(b, ']')
 	}
-	b = append(b, `,"domain_limit":`...)
-	b = strconv.AppendInt(b, r.DomainLimit, 10)
-	b = append(b, `,"global_limit":`...)
-	b = strconv.AppendInt(b, r.GlobalLimit, 10)
-	b = append(b, `,"domain_holds":`...)
-	b = strconv.AppendInt(b, r.DomainHolds, 10)
-	b = append(b, `,"global_holds":`...)
-	b = strconv.AppendInt(b, r.GlobalHolds, 10)
+	b = appendIntField(b, `,"domain_limit":`, r.DomainLimit)
+	b = appendIntField(b, `,"global_limit":`, r.GlobalLimit)
+	b = appendIntField(b, `,"domain_holds":`, r.DomainHolds)
+	b = appendIntField(b, `,"global_holds":`, r.GlobalHolds)
 	b = append(b, `,"group_holds":`...)
 	if r.GroupHolds == nil {
 		b = append(b, "null"...)
@@ -307,24 +283,19 @@ func AppendReserveReply(b []byte, r *ReserveReply) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, `{"name":`...)
-			b = appendString(b, g.Name)
-			b = append(b, `,"limit":`...)
-			b = strconv.AppendInt(b, g.Limit, 10)
-			b = append(b, `,"holds":`...)
-			b = strconv.AppendInt(b, g.Holds, 10)
+			b = appendStringField(b, `{"name":`, g.Name)
+			b = appendIntField(b, `,"limit":`, g.Limit)
+			b = appendIntField(b, `,"holds":`, g.Holds)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
 	}
-	b = append(b, `,"ttl_ms":`...)
-	b = strconv.AppendInt(b, r.TTLMillis, 10)
+	b = appendIntField(b, `,"ttl_ms":`, r.TTLMillis)
 	if r.Learning {
 		b = append(b, `,"learning":true`...)
 	}
 	if r.RetryAfterMillis != 0 {
-		b = append(b, `,"retry_after_ms":`...)
-		b = strconv.AppendInt(b, r.RetryAfterMillis, 10)
+		b = appendIntField(b, `,"retry_after_ms":`, r.RetryAfterMillis)
 	}
 	if r.Ignored {
 		b = append(b, `,"ignored":true`...)
@@ -333,8 +304,7 @@ func AppendReserveReply(b []byte, r *ReserveReply) []byte {
 		b = append(b, `,"unconfigured":true`...)
 	}
 	if r.Fail != "" {
-		b = append(b, `,"fail":`...)
-		b = appendString(b, r.Fail)
+		b = appendStringField(b, `,"fail":`, r.Fail)
 	}
 	if r.Share != nil {
 		b = append(b, `,"share":`...)
@@ -343,22 +313,29 @@ func AppendReserveReply(b []byte, r *ReserveReply) []byte {
 	return append(b, '}')
 }
 
+// appendIntField appends key (with its leading '{' or ',' and trailing
+// ':') and v, as json.Marshal writes them.
+func appendIntField(b []byte, key string, v int64) []byte {
+	return strconv.AppendInt(append(b, key...), v, 10)
+}
+
+// appendStringField is appendIntField for a string value.
+func appendStringField(b []byte, key, v string) []byte {
+	return appendString(append(b, key...), v)
+}
+
 // appendShare appends s as json.Marshal writes it.
 func appendShare(b []byte, s *Share) []byte {
-	b = append(b, `{"domain":`...)
-	b = strconv.AppendInt(b, s.Domain, 10)
-	b = append(b, `,"global":`...)
-	b = strconv.AppendInt(b, s.Global, 10)
+	b = appendIntField(b, `{"domain":`, s.Domain)
+	b = appendIntField(b, `,"global":`, s.Global)
 	if len(s.Groups) > 0 {
 		b = append(b, `,"groups":[`...)
 		for i, g := range s.Groups {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, `{"name":`...)
-			b = appendString(b, g.Name)
-			b = append(b, `,"share":`...)
-			b = strconv.AppendInt(b, g.Share, 10)
+			b = appendStringField(b, `{"name":`, g.Name)
+			b = appendIntField(b, `,"share":`, g.Share)
 			b = append(b, '}')
 		}
 		b = append(b, ']')

@@ -125,7 +125,7 @@ func scanRefresh(c *cursor, out *Refresh, names Names) bool {
 	ok := c.object(refreshKeys, func(k int) bool {
 		if k == 0 {
 			s, ok := c.str()
-			out.ClientID = names.of(s)
+			out.ClientID = names.Of(s)
 			return ok
 		}
 		empty, ok := c.array(func() bool {
@@ -151,7 +151,7 @@ func scanHold(c *cursor, h *Hold, names Names) bool {
 		case 2:
 			empty, ok := c.array(func() bool {
 				s, ok := c.str()
-				h.Groups = append(h.Groups, names.of(s))
+				h.Groups = append(h.Groups, names.Of(s))
 				return ok
 			})
 			if empty {
@@ -170,7 +170,7 @@ func scanHold(c *cursor, h *Hold, names Names) bool {
 		case 0:
 			h.HoldID = string(s)
 		case 1:
-			h.Domain = names.of(s)
+			h.Domain = names.Of(s)
 		default:
 			h.Seal = string(s)
 		}

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/allot/allot/internal/names"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -45,19 +46,9 @@ func DecodeGetCapacity(e Encoding, data []byte, r *allotpb.GetCapacityRequest) e
 	return DecodeGetCapacityNames(e, data, r, nil)
 }
 
-// Names makes the resource ids of a decoded request from their bytes. A
-// server passes one that hands back a string it already has for the
-// same bytes, so that a request decodes without allocating its resource
-// ids. Nil copies the bytes. Only the fast decoders use it: the result
-// is the same either way.
-type Names func(b []byte) string
-
-func (n Names) of(b []byte) string {
-	if n == nil {
-		return string(b)
-	}
-	return n(b)
-}
+// Names makes the resource ids of a decoded request from their bytes
+// (names.Func).
+type Names = names.Func
 
 // DecodeGetCapacityNames is DecodeGetCapacity with the resource ids made
 // by ids.
@@ -171,7 +162,7 @@ func decodeResourceFast(b []byte, rr *allotpb.ResourceRequest, ids Names) bool {
 				if !ascii(v) {
 					return false
 				}
-				rr.ResourceId = ids.of(v)
+				rr.ResourceId = ids.Of(v)
 			case fieldResHas:
 				rr.Has = reuseLease(has)
 				if !decodeLeaseFast(v, rr.Has) {
@@ -307,7 +298,7 @@ func decodeReleaseProtoFast(data []byte, r *allotpb.ReleaseCapacityRequest, ids 
 			seenClient = true
 			r.ClientId = string(v)
 		case fieldRelResourceID:
-			list = append(list, ids.of(v))
+			list = append(list, ids.Of(v))
 		default:
 			return false
 		}

@@ -69,7 +69,7 @@ func resourceJSONFast(data []byte, i int, rr *allotpb.ResourceRequest, ids Names
 			bit = 1
 			var v []byte
 			if v, i, ok = plainString(data, i); ok {
-				rr.ResourceId = ids.of(v)
+				rr.ResourceId = ids.Of(v)
 			}
 		case "wants":
 			bit = 2
