@@ -288,7 +288,7 @@ func (a *Agent) refresh(t time.Time) error {
 	// lease partitions), each cut to the coordinator's limits; all are
 	// sent together.
 	n := a.nparts
-	var calls []leaseCall
+	byPart := make([][]leaseCall, n) // each partition's calls
 	for p, idx := range partitionGroups(sent, n) {
 		for _, b := range a.batches(len(idx), func(i int) int { return fieldSize(proto.Size(rrs[idx[i]])) }) {
 			c := leaseCall{part: p, sent: make([]*resource, 0, b[1]-b[0]),
@@ -296,7 +296,7 @@ func (a *Agent) refresh(t time.Time) error {
 			for _, i := range idx[b[0]:b[1]] {
 				c.sent, c.req.Resource = append(c.sent, sent[i]), append(c.req.Resource, rrs[i])
 			}
-			calls = append(calls, c)
+			byPart[p] = append(byPart[p], c)
 		}
 	}
 	get := func(c *leaseCall) {
@@ -329,20 +329,11 @@ func (a *Agent) refresh(t time.Time) error {
 		r := &results[p]
 		r.answered, r.interval, r.err = a.settleLocked(p, n, own)
 	}
-	// calls lists each partition's calls together, in partition order.
 	var wg sync.WaitGroup
-	for lo := 0; lo < len(calls); {
-		hi := lo + 1
-		for hi < len(calls) && calls[hi].part == calls[lo].part {
-			hi++
-		}
-		p, own := calls[lo].part, calls[lo:hi:hi]
-		if lo == 0 && hi == len(calls) {
-			settle(p, own) // one partition: no goroutine
-		} else {
+	for p, own := range byPart {
+		if len(own) > 0 {
 			wg.Go(func() { settle(p, own) })
 		}
-		lo = hi
 	}
 	wg.Wait()
 
