@@ -12,6 +12,7 @@ import (
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/sources"
+	"github.com/allot/allot/replica"
 	"github.com/allot/allot/status"
 )
 
@@ -20,18 +21,9 @@ type ReplicaOptions struct {
 	// Options configure the Server the replica runs while it leads. Term,
 	// Since and Valid are ignored: the election sets them.
 	Options
-	// ElectionBucket is the KV bucket of the election; the key is
-	// ElectionKey(Node, Partition). Default election.DefaultBucket.
-	ElectionBucket string
-	// ElectionTTL is how long a silent leader keeps its key: whole
-	// seconds, default 3s. An abrupt leader loss costs about TTL + 1s.
-	ElectionTTL time.Duration
-	// ElectionReplicas is the election bucket's replica count when this
-	// replica creates it. Default 1; use 3 on a three-server cluster.
-	ElectionReplicas int
-	// OnServing, if set, is called when the replica starts serving as
-	// leader (serving true) and when it has stopped (serving false).
-	OnServing func(term uint64, serving bool)
+	// Election configures the partition's leader election; its key is
+	// <node>.quota.<partition> (ElectionKey).
+	Election replica.Election
 }
 
 // ReplicaStatus describes a replica.
@@ -58,7 +50,7 @@ type Replica struct {
 	opts ReplicaOptions
 	seat leader.Seat[*Server]
 	// beside dials the election's connection with the options nc had
-	// when NewReplica took them (leader.Beside).
+	// when NewReplica took them.
 	beside func(*nats.Conn) (*nats.Conn, error)
 }
 
@@ -67,6 +59,11 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("quotaserver: nil NATS connection")
 	}
+	el, err := opts.Election.WithDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("quotaserver: %w", err)
+	}
+	opts.Election = el
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
@@ -96,17 +93,11 @@ func (r *Replica) Server() *Server {
 // leadership lapse.
 func (r *Replica) Run(ctx context.Context) error {
 	err := r.seat.Run(ctx, r.nc, leader.SeatConfig{
-		Election: election.Config{
-			Bucket:   r.opts.ElectionBucket,
-			Key:      ElectionKey(r.opts.Node, r.opts.Partition),
-			ID:       r.opts.ServerID,
-			TTL:      r.opts.ElectionTTL,
-			Replicas: r.opts.ElectionReplicas,
-			Logger:   r.opts.Logger.With("node", r.opts.Node, "quota_partition", r.opts.Partition),
-		},
+		Election: leader.ElectionConfig(r.opts.Election, ElectionKey(r.opts.Node, r.opts.Partition),
+			r.opts.ServerID, r.opts.Logger.With("node", r.opts.Node, "quota_partition", r.opts.Partition)),
 		What:         "quota partition " + strconv.Itoa(r.opts.Partition),
 		ElectionConn: r.beside,
-		OnServing:    r.opts.OnServing,
+		OnServing:    r.opts.Election.OnServing,
 	}, r.start)
 	if err != nil {
 		return fmt.Errorf("quotaserver: %w", err)

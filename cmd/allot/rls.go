@@ -20,6 +20,7 @@ import (
 	"github.com/allot/allot/internal/envoyserver"
 	"github.com/allot/allot/internal/rlqsserver"
 	"github.com/allot/allot/internal/rls"
+	"github.com/allot/allot/replica"
 )
 
 // rlsFlags configure Envoy's rate limit API: the gRPC front end and how
@@ -96,7 +97,7 @@ func (e *envoyPartitions) add(nc *nats.Conn, cf *coordFlags, serverID string, p 
 	r, err := envoyserver.NewReplica(nc, envoyserver.ReplicaOptions{
 		Options: envoyserver.Options{Node: cf.node, ServerID: serverID, Partition: p, Partitions: cf.quotaParts,
 			MaxCounters: cf.rls.maxCounters, ClockSkew: envoySkew(cf), Logger: log},
-		ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV,
+		Election: replica.Election{TTL: cf.electionTTL, Replicas: cf.replicasKV},
 	})
 	if err != nil {
 		return nil, err

@@ -26,6 +26,7 @@ import (
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/metrics"
 	"github.com/allot/allot/quotaserver"
+	"github.com/allot/allot/replica"
 )
 
 // coordFlags are the flags shared by `allot up` and `allot coordinator`.
@@ -397,7 +398,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 		if cf.onServing != nil {
 			onServing = func(term uint64, serving bool) { cf.onServing(p, term, serving) }
 		}
-		rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{Options: o, ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV, OnServing: onServing})
+		rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{Options: o, Election: replica.Election{TTL: cf.electionTTL, Replicas: cf.replicasKV, OnServing: onServing}})
 		if err != nil {
 			return err
 		}
@@ -417,7 +418,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 		qr, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
 			Options: quotaserver.Options{Node: cf.node, ServerID: opts.ServerID, Partition: p, Partitions: cf.quotaParts,
 				Config: quotaConfig, Shadow: cf.shadow, Intake: cf.intake, Logger: log},
-			ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV,
+			Election: replica.Election{TTL: cf.electionTTL, Replicas: cf.replicasKV},
 		})
 		if err != nil {
 			return err
@@ -431,7 +432,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 		dr, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{
 			Options: domainserver.Options{Node: cf.node, ServerID: opts.ServerID, Partition: p, Partitions: cf.quotaParts,
 				Config: domainConfig, HoldTTL: cf.holdTTL, StateBucket: opts.StateBucket, Intake: cf.intake, Logger: log},
-			ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV,
+			Election: replica.Election{TTL: cf.electionTTL, Replicas: cf.replicasKV},
 		})
 		if err != nil {
 			return err

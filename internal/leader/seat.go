@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/replica"
 )
 
 // Serving is the work a leader does during one term: a coordinator, or a
@@ -46,6 +48,13 @@ type SeatConfig struct {
 	// Status, if set, is the replica status service Run registers for as
 	// long as it runs, leader or follower.
 	Status *StatusService
+}
+
+// ElectionConfig is the election of a replica whose options are e (as
+// their WithDefaults fills them): it contends for key as id and logs to
+// log.
+func ElectionConfig(e replica.Election, key, id string, log *slog.Logger) election.Config {
+	return election.Config{Bucket: e.Bucket, Key: key, ID: id, TTL: e.TTL, Replicas: e.Replicas, Logger: log}
 }
 
 // StatusService describes a micro service through which every replica,
