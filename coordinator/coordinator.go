@@ -383,13 +383,8 @@ func (o *Options) fill() error {
 	if err := o.fillIsolation(); err != nil {
 		return err
 	}
-	switch {
-	case o.ClockSkew == 0:
-		o.ClockSkew = DefaultClockSkew
-	case o.ClockSkew == NoClockSkew:
-		o.ClockSkew = 0
-	case o.ClockSkew < 0:
-		return fmt.Errorf("coordinator: clock skew %v is negative", o.ClockSkew)
+	if err := leader.FillClockSkew("coordinator", &o.ClockSkew, DefaultClockSkew); err != nil {
+		return err
 	}
 	if o.CeilingHeadroom == 0 {
 		o.CeilingHeadroom = DefaultCeilingHeadroom

@@ -60,13 +60,11 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if nc == nil {
 		return nil, errors.New("coordinator: nil NATS connection")
 	}
-	el, err := opts.Election.WithDefaults()
-	if err != nil {
-		return nil, fmt.Errorf("coordinator: %w", err)
+	if err := leader.FillElection("coordinator", &opts.Election); err != nil {
+		return nil, err
 	}
-	opts.Election = el
 	if opts.StateReplicas == 0 {
-		opts.StateReplicas = el.Replicas
+		opts.StateReplicas = opts.Election.Replicas
 	}
 	filled := opts.Options
 	if err := filled.fill(); err != nil {
@@ -147,16 +145,10 @@ func (r *Replica) Run(ctx context.Context) error {
 // start starts a coordinator for one term; it stops serving on its own
 // when a newer leader's record deposes it or its validity lapses.
 func (r *Replica) start(ctx context.Context, el *election.Elector, term uint64) (*Coordinator, error) {
-	c, err := New(r.nc, r.termOptions(el, term))
-	if err != nil {
-		return nil, err
-	}
 	startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := c.Start(startCtx); err != nil {
-		return nil, err
-	}
-	return c, nil
+	c, err := New(r.nc, r.termOptions(el, term))
+	return leader.Started(startCtx, c, err)
 }
 
 // termOptions are the options of the coordinator of term.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -48,13 +47,11 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("domainserver: nil NATS connection")
 	}
-	el, err := opts.Election.WithDefaults()
-	if err != nil {
-		return nil, fmt.Errorf("domainserver: %w", err)
+	if err := leader.FillElection("domainserver", &opts.Election); err != nil {
+		return nil, err
 	}
-	opts.Election = el
 	if opts.StateReplicas == 0 {
-		opts.StateReplicas = el.Replicas
+		opts.StateReplicas = opts.Election.Replicas
 	}
 	if err := opts.fill(); err != nil {
 		return nil, err
@@ -102,9 +99,7 @@ func (r *Replica) start(ctx context.Context, js jetstream.JetStream, el *electio
 	opts := r.opts.Options
 	opts.Term, opts.JetStream = term, js
 	opts.Valid = func() bool { return el.Valid(term) }
-	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	founded, err := el.Founded(fctx, term)
-	cancel()
+	founded, err := leader.Founded(ctx, el, term)
 	if err != nil {
 		return nil, err
 	}
@@ -115,11 +110,5 @@ func (r *Replica) start(ctx context.Context, js jetstream.JetStream, el *electio
 		opts.LearnUntil = opts.Now().Add(opts.HoldTTL)
 	}
 	srv, err := New(r.nc, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := srv.Start(ctx); err != nil {
-		return nil, err
-	}
-	return srv, nil
+	return leader.Started(ctx, srv, err)
 }

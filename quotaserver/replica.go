@@ -59,11 +59,9 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("quotaserver: nil NATS connection")
 	}
-	el, err := opts.Election.WithDefaults()
-	if err != nil {
-		return nil, fmt.Errorf("quotaserver: %w", err)
+	if err := leader.FillElection("quotaserver", &opts.Election); err != nil {
+		return nil, err
 	}
-	opts.Election = el
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
@@ -117,9 +115,7 @@ func (r *Replica) start(ctx context.Context, el *election.Elector, term uint64) 
 	// admits more than a bucket's limit. Only the partition's very first
 	// leader, with no predecessor, starts them full.
 	opts.Since = opts.Now().Add(longestWait(sources.CurrentQuota(opts.Config)))
-	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	founded, err := el.Founded(fctx, term)
-	cancel()
+	founded, err := leader.Founded(ctx, el, term)
 	if err != nil {
 		return nil, err
 	}
@@ -127,13 +123,7 @@ func (r *Replica) start(ctx context.Context, el *election.Elector, term uint64) 
 		opts.Since = time.Time{}
 	}
 	srv, err := New(r.nc, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := srv.Start(ctx); err != nil {
-		return nil, err
-	}
-	return srv, nil
+	return leader.Started(ctx, srv, err)
 }
 
 // longestWait is the longest wait any bucket of cfg can answer OK_WAIT

@@ -39,11 +39,9 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if nc == nil {
 		return nil, errors.New("envoyserver: nil NATS connection")
 	}
-	el, err := opts.Election.WithDefaults()
-	if err != nil {
-		return nil, fmt.Errorf("envoyserver: %w", err)
+	if err := leader.FillElection("envoyserver", &opts.Election); err != nil {
+		return nil, err
 	}
-	opts.Election = el
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
@@ -81,13 +79,7 @@ func (r *Replica) start(ctx context.Context, el *election.Elector, term uint64) 
 	opts.Term = term
 	opts.Valid = func() bool { return el.Valid(term) }
 	srv, err := New(r.nc, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := srv.Start(ctx); err != nil {
-		return nil, err
-	}
-	return srv, nil
+	return leader.Started(ctx, srv, err)
 }
 
 // Serving reports whether the replica leads and its server answers.
