@@ -107,11 +107,12 @@ func (r *Replica) coordinator() *Coordinator {
 // nil after ctx ends, or an error if the NATS connection closed or the
 // election cannot run.
 //
-// The election runs on a second connection beside the replica's, with
-// its options (leader.Beside, whose options NewReplica takes), so that
-// its keep-alives never queue behind requests: a flood of the service's
+// The election runs on a second connection to the same servers, with the
+// options (credentials, TLS, reconnection, none of the callbacks) the
+// replica's connection had when NewReplica was called, so that its
+// keep-alives never queue behind requests: a flood of the service's
 // subjects cannot make the leadership lapse. The holders' refreshes have
-// a third (Options.Beside), unless the options name one.
+// a third (Options.Beside), made alike, unless the options name one.
 func (r *Replica) Run(ctx context.Context) error {
 	r.besideConn = r.opts.Beside
 	if r.besideConn == nil {

@@ -69,10 +69,11 @@ func (r *Replica) Server() *Server {
 // serving and resigns. It returns nil after ctx ends, or an error if the
 // election cannot run.
 //
-// The election runs on a second connection beside the replica's, with
-// its options (leader.Beside, whose options NewReplica takes), so that its keep-alives never queue
-// behind requests: a flood of the service's subjects cannot make the
-// leadership lapse.
+// The election runs on a second connection to the same servers, with the
+// options (credentials, TLS, reconnection, none of the callbacks) the
+// replica's connection had when NewReplica was called, so that its
+// keep-alives never queue behind requests: a flood of the service's
+// subjects cannot make the leadership lapse.
 func (r *Replica) Run(ctx context.Context) error {
 	js, err := jetstream.New(r.nc)
 	if err != nil {

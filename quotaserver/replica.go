@@ -85,10 +85,11 @@ func (r *Replica) Server() *Server {
 // serving and resigns so that a follower takes over at once. It returns
 // nil after ctx ends, or an error if the election cannot run.
 //
-// The election runs on a second connection beside the replica's, with
-// its options (leader.Beside, whose options NewReplica takes), so that its keep-alives never queue
-// behind requests: a flood of the service's subjects cannot make the
-// leadership lapse.
+// The election runs on a second connection to the same servers, with the
+// options (credentials, TLS, reconnection, none of the callbacks) the
+// replica's connection had when NewReplica was called, so that its
+// keep-alives never queue behind requests: a flood of the service's
+// subjects cannot make the leadership lapse.
 func (r *Replica) Run(ctx context.Context) error {
 	err := r.seat.Run(ctx, r.nc, leader.SeatConfig{
 		Election: leader.ElectionConfig(r.opts.Election, ElectionKey(r.opts.Node, r.opts.Partition),
