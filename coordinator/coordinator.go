@@ -367,9 +367,6 @@ func (o *Options) fill() error {
 	if o.StateBucket == "" {
 		o.StateBucket = DefaultStateBucket
 	}
-	if o.Term == 0 {
-		o.Term = 1
-	}
 	if o.StateReplicas == 0 {
 		o.StateReplicas = 1
 	}
@@ -397,12 +394,7 @@ func (o *Options) fill() error {
 	if o.CeilingHeadroom < 0 || o.CeilingHeadroom > 1 {
 		return fmt.Errorf("coordinator: ceiling headroom %v must be in (0, 1]", o.CeilingHeadroom)
 	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	leader.FillTerm(&o.Term, &o.Logger, &o.Now)
 	return nil
 }
 

@@ -179,15 +179,7 @@ func (o *Options) fill() error {
 	if o.SealTTL < o.HoldTTL {
 		return fmt.Errorf("domainserver: seal TTL %v is shorter than the hold TTL %v", o.SealTTL, o.HoldTTL)
 	}
-	if o.Term == 0 {
-		o.Term = 1
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	leader.FillTerm(&o.Term, &o.Logger, &o.Now)
 	return nil
 }
 

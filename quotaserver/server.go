@@ -179,21 +179,13 @@ func (o *Options) fill() error {
 	if o.Config == nil {
 		return errors.New("quotaserver: Options.Config is required")
 	}
-	if o.Term == 0 {
-		o.Term = 1
-	}
 	if o.SweepInterval == 0 {
 		o.SweepInterval = DefaultSweepInterval
 	}
 	if o.SweepInterval < 0 {
 		return fmt.Errorf("quotaserver: sweep interval %v is negative", o.SweepInterval)
 	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	leader.FillTerm(&o.Term, &o.Logger, &o.Now)
 	return nil
 }
 

@@ -110,15 +110,7 @@ func (o *Options) fill() error {
 	if err := leader.FillClockSkew("envoyserver", &o.ClockSkew, DefaultClockSkew); err != nil {
 		return err
 	}
-	if o.Term == 0 {
-		o.Term = 1
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	leader.FillTerm(&o.Term, &o.Logger, &o.Now)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package leader
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -71,4 +72,18 @@ func FillClockSkew(service string, skew *time.Duration, def time.Duration) error
 		return fmt.Errorf("%s: clock skew %v is negative", service, *skew)
 	}
 	return nil
+}
+
+// FillTerm fills the defaults every term's server has alike: term 1 (a
+// server run without the election), slog.Default() and the wall clock.
+func FillTerm(term *uint64, log **slog.Logger, now *func() time.Time) {
+	if *term == 0 {
+		*term = 1
+	}
+	if *log == nil {
+		*log = slog.Default()
+	}
+	if *now == nil {
+		*now = time.Now
+	}
 }

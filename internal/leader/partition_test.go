@@ -1,6 +1,7 @@
 package leader_test
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -37,5 +38,22 @@ func TestFillElection(t *testing.T) {
 	e = replica.Election{Replicas: 3}
 	if err := leader.FillElection("svc", &e); err != nil || e.Bucket != replica.DefaultBucket || e.TTL != replica.DefaultTTL || e.Replicas != 3 {
 		t.Errorf("FillElection(Replicas 3) = %+v, %v", e, err)
+	}
+}
+
+func TestFillTerm(t *testing.T) {
+	var term uint64
+	var log *slog.Logger
+	var now func() time.Time
+	leader.FillTerm(&term, &log, &now)
+	if term != 1 || log != slog.Default() || now == nil {
+		t.Errorf("FillTerm of zeros: term %d, logger %v, clock set %v", term, log, now != nil)
+	}
+	at := time.Unix(7, 0)
+	quiet := slog.New(slog.DiscardHandler)
+	term, log, now = 5, quiet, func() time.Time { return at }
+	leader.FillTerm(&term, &log, &now)
+	if term != 5 || log != quiet || !now().Equal(at) {
+		t.Errorf("FillTerm changed what was set: term %d, logger %v, now %v", term, log, now())
 	}
 }
