@@ -70,7 +70,7 @@ const (
 	DefaultChildMaxClients = ledger.DefaultChildMaxClients
 )
 
-// ServiceVersion is reported in the micro service INFO.
+// ServiceVersion is reported in the micro service INFO: allot's version.
 const ServiceVersion = version.Version
 
 // TemplateSource provides the resource templates a coordinator serves.

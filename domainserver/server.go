@@ -43,15 +43,16 @@ import (
 const (
 	// ServiceName is the NATS micro service a partition's leader registers.
 	ServiceName = status.DomainService
-	// ServiceVersion is reported in the micro service INFO.
+	// ServiceVersion is reported in the micro service INFO: allot's
+	// version.
 	ServiceVersion = version.Version
 	// DefaultHoldTTL is how long a hold lives without a refresh.
 	DefaultHoldTTL = 10 * time.Second
 	// MinHoldTTL and MaxHoldTTL bound Options.HoldTTL.
 	MinHoldTTL = 100 * time.Millisecond
 	MaxHoldTTL = time.Hour
-	// DefaultStateBucket keeps staged transfers (the coordinators' state
-	// bucket).
+	// DefaultStateBucket keeps staged transfers: "allot_state", the
+	// coordinators' state bucket.
 	DefaultStateBucket = statekv.DefaultBucket
 	// MaxPartitions bounds Options.Partitions.
 	MaxPartitions = 1024

@@ -43,7 +43,8 @@ const (
 	// ServiceName is the NATS micro service a partition's serving leader
 	// registers; its STATS carry the per-namespace events.
 	ServiceName = status.QuotaService
-	// ServiceVersion is reported in the micro service INFO.
+	// ServiceVersion is reported in the micro service INFO: allot's
+	// version.
 	ServiceVersion = version.Version
 	// DefaultSweepInterval is how often idle buckets are dropped.
 	DefaultSweepInterval = 5 * time.Second
