@@ -576,12 +576,13 @@ func (a *Agent) release(ids []string) error {
 
 // Close closes all limiters and gauges (waiters return ErrClosed, Allow
 // reports false), stops refreshing, and gives every lease back with
-// ReleaseCapacity (in several requests beyond wire.MaxResourcesPerReq
-// resources). A GetCapacity already in flight is not abandoned: Close waits
-// for its answer or its timeout before releasing, so the release cannot
-// reach the coordinator first and leave it a lease nobody holds. Close
-// returns the release error, if any; the agent is closed either way. Close
-// is idempotent; it must not be called from an OnChange function.
+// ReleaseCapacity (in several requests beyond 1,000 resources, the most a
+// coordinator takes in one). A GetCapacity already in flight is not
+// abandoned: Close waits for its answer or its timeout before releasing,
+// so the release cannot reach the coordinator first and leave it a lease
+// nobody holds. Close returns the release error, if any; the agent is
+// closed either way. Close is idempotent; it must not be called from an
+// OnChange function.
 func (a *Agent) Close() error {
 	a.closeOnce.Do(func() {
 		a.mu.Lock()

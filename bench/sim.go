@@ -22,6 +22,7 @@ import (
 	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
+	"github.com/allot/allot/replica"
 )
 
 // Simulation parameters: Doorman's first scenario (capacity 500, five
@@ -588,16 +589,15 @@ func startReplica(ctx context.Context, url string, o coordinator.Options, nopts 
 	r := &simReplica{nc: nc, done: make(chan struct{}), serving: make(chan struct{})}
 	var once sync.Once
 	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{
-		Options:     o,
-		ElectionTTL: 3 * time.Second,
-		OnServing: func(_ uint64, serving bool) {
+		Options: o,
+		Election: replica.Election{TTL: 3 * time.Second, OnServing: func(_ uint64, serving bool) {
 			r.mu.Lock()
 			r.lead = serving
 			r.mu.Unlock()
 			if serving {
 				once.Do(func() { close(r.serving) })
 			}
-		},
+		}},
 	})
 	if err != nil {
 		nc.Close()

@@ -8,8 +8,8 @@
 // tenant subjects allot.t.<tenant>.<node>.capacity.get and .release (see
 // subjects.md), queues the requests that arrive while a round runs (or
 // during a round interval, if one is set), updates each touched
-// resource's shares for the clients that asked (internal/ledger), and
-// answers every waiting requester.
+// resource's shares for the clients that asked, and answers every
+// waiting requester.
 package coordinator
 
 import (
@@ -49,24 +49,28 @@ const (
 	// only adds latency (and, with requests in flight bounded, caps
 	// throughput at in-flight ÷ interval).
 	DefaultRoundInterval = 0
-	DefaultStateBucket   = statekv.DefaultBucket
+	// DefaultStateBucket is the KV bucket of the lease records,
+	// "allot_state".
+	DefaultStateBucket = statekv.DefaultBucket
 	// ServiceName is the NATS micro service name coordinators register.
 	ServiceName = status.CoordinatorService
-	// DefaultMaxResources is the default Options.MaxResources.
+	// DefaultMaxResources is the default Options.MaxResources: 100,000.
 	DefaultMaxResources = ledger.DefaultMaxResources
-	// DefaultMaxClients is the default Options.MaxClients.
+	// DefaultMaxClients is the default Options.MaxClients: 2,000,000.
 	DefaultMaxClients = ledger.DefaultMaxClients
 	// MaxRoundInterval bounds Options.RoundInterval.
 	MaxRoundInterval = 50 * time.Millisecond
-	// DefaultClockSkew is the default Options.ClockSkew.
+	// DefaultClockSkew is the default Options.ClockSkew: 2s.
 	DefaultClockSkew = ledger.DefaultClockSkew
-	// DefaultCeilingHeadroom is the default Options.CeilingHeadroom.
+	// DefaultCeilingHeadroom is the default Options.CeilingHeadroom:
+	// 0.1.
 	DefaultCeilingHeadroom = ledger.DefaultCeilingHeadroom
-	// DefaultChildMaxClients is the default Options.ChildMaxClients.
+	// DefaultChildMaxClients is the default Options.ChildMaxClients:
+	// 10,000.
 	DefaultChildMaxClients = ledger.DefaultChildMaxClients
 )
 
-// ServiceVersion is reported in the micro service INFO.
+// ServiceVersion is reported in the micro service INFO: allot's version.
 const ServiceVersion = version.Version
 
 // TemplateSource provides the resource templates a coordinator serves.
@@ -197,7 +201,8 @@ type Options struct {
 	// service without refusing anything.
 	Shadow bool
 	// Beside, if set, is a second connection to the same NATS servers
-	// (leader.DialBeside) on which the coordinator serves the holders'
+	// (with the same credentials and TLS) on which the coordinator serves
+	// the holders'
 	// refreshes (capacity.refresh) and writes its lease record: these
 	// then queue behind nothing of a flood of other requests, at the
 	// server or here. A Replica opens one. Nil: they share the
@@ -362,9 +367,6 @@ func (o *Options) fill() error {
 	if o.StateBucket == "" {
 		o.StateBucket = DefaultStateBucket
 	}
-	if o.Term == 0 {
-		o.Term = 1
-	}
 	if o.StateReplicas == 0 {
 		o.StateReplicas = 1
 	}
@@ -383,13 +385,8 @@ func (o *Options) fill() error {
 	if err := o.fillIsolation(); err != nil {
 		return err
 	}
-	switch {
-	case o.ClockSkew == 0:
-		o.ClockSkew = DefaultClockSkew
-	case o.ClockSkew == NoClockSkew:
-		o.ClockSkew = 0
-	case o.ClockSkew < 0:
-		return fmt.Errorf("coordinator: clock skew %v is negative", o.ClockSkew)
+	if err := leader.FillClockSkew("coordinator", &o.ClockSkew, DefaultClockSkew); err != nil {
+		return err
 	}
 	if o.CeilingHeadroom == 0 {
 		o.CeilingHeadroom = DefaultCeilingHeadroom
@@ -397,12 +394,7 @@ func (o *Options) fill() error {
 	if o.CeilingHeadroom < 0 || o.CeilingHeadroom > 1 {
 		return fmt.Errorf("coordinator: ceiling headroom %v must be in (0, 1]", o.CeilingHeadroom)
 	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	leader.FillTerm(&o.Term, &o.Logger, &o.Now)
 	return nil
 }
 

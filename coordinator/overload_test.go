@@ -28,6 +28,7 @@ import (
 	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
+	"github.com/allot/allot/replica"
 )
 
 // slowDialer dials connections whose reads are limited to a rate of
@@ -75,11 +76,11 @@ func TestLeaderKeepsTermUnderFlood(t *testing.T) {
 	var lapsed atomic.Bool
 	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{
 		Options: coordinator.Options{ServerID: "a", Templates: sources.StaticTemplates(config.NewSet(1, nil, config.DefaultTemplate()))},
-		OnServing: func(_ uint64, serving bool) {
+		Election: replica.Election{OnServing: func(_ uint64, serving bool) {
 			if !serving {
 				lapsed.Store(true)
 			}
-		},
+		}},
 	})
 	if err != nil {
 		t.Fatal(err)

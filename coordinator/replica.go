@@ -12,6 +12,7 @@ import (
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/subjects"
+	"github.com/allot/allot/replica"
 	"github.com/allot/allot/status"
 )
 
@@ -24,21 +25,11 @@ const ReplicaServiceName = status.ReplicaService
 type ReplicaOptions struct {
 	// Options configure the Coordinator the replica runs while it leads.
 	// Term is ignored: the election sets it. StateReplicas defaults to
-	// ElectionReplicas.
+	// Election.Replicas.
 	Options
-	// ElectionBucket is the KV bucket of the election; the key is the
-	// node. Default election.DefaultBucket ("allot_election").
-	ElectionBucket string
-	// ElectionTTL is how long a silent leader keeps its key: whole
-	// seconds, default 3s. An abrupt leader loss costs about TTL + 1s.
-	ElectionTTL time.Duration
-	// ElectionReplicas is the election bucket's replica count when this
-	// replica creates it. Default 1; use 3 on a three-server cluster.
-	ElectionReplicas int
-	// OnServing, if set, is called when the replica starts serving as
-	// leader (serving true, after the coordinator answers) and when it has
-	// stopped serving (serving false, after the coordinator stopped).
-	OnServing func(term uint64, serving bool)
+	// Election configures the node's leader election; its key is the
+	// node (<node>.lease.<i> for a lease partition).
+	Election replica.Election
 }
 
 // ReplicaStatus describes a replica; it is the "data" of its micro STATS
@@ -55,7 +46,7 @@ type Replica struct {
 	opts ReplicaOptions
 	seat leader.Seat[*Coordinator]
 	// beside dials the election's connection with the options nc had
-	// when NewReplica took them (leader.Beside).
+	// when NewReplica took them.
 	beside func(*nats.Conn) (*nats.Conn, error)
 	// holders dials the connection of the holders' refreshes
 	// (Options.Beside), likewise.
@@ -69,11 +60,11 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if nc == nil {
 		return nil, errors.New("coordinator: nil NATS connection")
 	}
-	if opts.ElectionReplicas == 0 {
-		opts.ElectionReplicas = 1
+	if err := leader.FillElection("coordinator", &opts.Election); err != nil {
+		return nil, err
 	}
 	if opts.StateReplicas == 0 {
-		opts.StateReplicas = opts.ElectionReplicas
+		opts.StateReplicas = opts.Election.Replicas
 	}
 	filled := opts.Options
 	if err := filled.fill(); err != nil {
@@ -116,11 +107,12 @@ func (r *Replica) coordinator() *Coordinator {
 // nil after ctx ends, or an error if the NATS connection closed or the
 // election cannot run.
 //
-// The election runs on a second connection beside the replica's, with
-// its options (leader.Beside, whose options NewReplica takes), so that
-// its keep-alives never queue behind requests: a flood of the service's
+// The election runs on a second connection to the same servers, with the
+// options (credentials, TLS, reconnection, none of the callbacks) the
+// replica's connection had when NewReplica was called, so that its
+// keep-alives never queue behind requests: a flood of the service's
 // subjects cannot make the leadership lapse. The holders' refreshes have
-// a third (Options.Beside), unless the options name one.
+// a third (Options.Beside), made alike, unless the options name one.
 func (r *Replica) Run(ctx context.Context) error {
 	r.besideConn = r.opts.Beside
 	if r.besideConn == nil {
@@ -132,17 +124,11 @@ func (r *Replica) Run(ctx context.Context) error {
 		r.besideConn = hc
 	}
 	err := r.seat.Run(ctx, r.nc, leader.SeatConfig{
-		Election: election.Config{
-			Bucket:   r.opts.ElectionBucket,
-			Key:      subjects.LeaseElectionKey(r.opts.Node, r.opts.Partition, r.opts.Partitions),
-			ID:       r.opts.ServerID,
-			TTL:      r.opts.ElectionTTL,
-			Replicas: r.opts.ElectionReplicas,
-			Logger:   r.opts.Logger.With("node", r.opts.Node, "lease_partition", r.opts.Partition),
-		},
+		Election: leader.ElectionConfig(r.opts.Election, subjects.LeaseElectionKey(r.opts.Node, r.opts.Partition, r.opts.Partitions),
+			r.opts.ServerID, r.opts.Logger.With("node", r.opts.Node, "lease_partition", r.opts.Partition)),
 		What:         "coordinator",
 		ElectionConn: r.beside,
-		OnServing:    r.opts.OnServing,
+		OnServing:    r.opts.Election.OnServing,
 		Status: &leader.StatusService{
 			Name: ReplicaServiceName, Version: ServiceVersion,
 			Description: "allot coordinator replica of node " + r.opts.Node + " (leader or follower)",
@@ -160,16 +146,10 @@ func (r *Replica) Run(ctx context.Context) error {
 // start starts a coordinator for one term; it stops serving on its own
 // when a newer leader's record deposes it or its validity lapses.
 func (r *Replica) start(ctx context.Context, el *election.Elector, term uint64) (*Coordinator, error) {
-	c, err := New(r.nc, r.termOptions(el, term))
-	if err != nil {
-		return nil, err
-	}
 	startCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := c.Start(startCtx); err != nil {
-		return nil, err
-	}
-	return c, nil
+	c, err := New(r.nc, r.termOptions(el, term))
+	return leader.Started(startCtx, c, err)
 }
 
 // termOptions are the options of the coordinator of term.

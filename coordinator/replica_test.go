@@ -19,6 +19,7 @@ import (
 	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
+	"github.com/allot/allot/replica"
 )
 
 // cutDialer lets a test cut a connection off from NATS and heal it.
@@ -89,12 +90,11 @@ func (f *fleet) start(name string) *replicaRun {
 	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{
 		Options: coordinator.Options{ServerID: name, Templates: sources.StaticTemplates(f.set),
 			RoundInterval: 5 * time.Millisecond},
-		ElectionReplicas: 3,
-		OnServing: func(term uint64, serving bool) {
+		Election: replica.Election{Replicas: 3, OnServing: func(term uint64, serving bool) {
 			f.mu.Lock()
 			f.events = append(f.events, servingEvent{name, term, serving, time.Now()})
 			f.mu.Unlock()
-		},
+		}},
 	})
 	if err != nil {
 		f.t.Fatal(err)

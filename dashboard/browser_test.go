@@ -33,6 +33,7 @@ import (
 	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/proto/allotpb"
 	"github.com/allot/allot/quotaserver"
+	"github.com/allot/allot/replica"
 )
 
 // stack is an embedded NATS server, a configuration bucket and watcher, a
@@ -428,8 +429,8 @@ func startQuota(t *testing.T, ctx context.Context, nc *nats.Conn) {
 	cfg := &quota.Config{Namespaces: map[string]*quota.Namespace{"logins": {Name: "logins", Buckets: map[string]*quota.Spec{
 		"alice": {Algorithm: quota.TokenBucket, Size: 5, FillRate: 1, MaxDebt: 10 * time.Second, MaxTokensPerRequest: 10}}}}}
 	r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
-		Options:     quotaserver.Options{ServerID: "quota-1", Partitions: 1, Config: sources.QuotaFunc(func() *quota.Config { return cfg }), Logger: slog.New(slog.DiscardHandler)},
-		ElectionTTL: 10 * time.Second, // a lone replica: no failover to wait for, and no lapse on a loaded machine
+		Options:  quotaserver.Options{ServerID: "quota-1", Partitions: 1, Config: sources.QuotaFunc(func() *quota.Config { return cfg }), Logger: slog.New(slog.DiscardHandler)},
+		Election: replica.Election{TTL: 10 * time.Second}, // a lone replica: no failover to wait for, and no lapse on a loaded machine
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -474,7 +475,7 @@ func startDomain(t *testing.T, ctx context.Context, nc *nats.Conn) uint64 {
 	r, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{
 		Options: domainserver.Options{ServerID: "domain-1", HoldTTL: 5 * time.Minute,
 			Config: sources.DomainsFunc(func() map[string]*domainlimit.Namespace { return nss }), Logger: slog.New(slog.DiscardHandler)},
-		ElectionTTL: 10 * time.Second, // a lone replica: no failover to wait for, and no lapse on a loaded machine
+		Election: replica.Election{TTL: 10 * time.Second}, // a lone replica: no failover to wait for, and no lapse on a loaded machine
 	})
 	if err != nil {
 		t.Fatal(err)

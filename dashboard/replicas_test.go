@@ -11,6 +11,7 @@ import (
 	"github.com/allot/allot/dashboard"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/replica"
 )
 
 // TestReplicas: over two replicas of one node, the dashboard shows the
@@ -25,7 +26,7 @@ func TestReplicas(t *testing.T) {
 	done := make(chan struct{}, 2)
 	rctx, stop := context.WithCancel(ctx)
 	for _, id := range []string{"rep-a", "rep-b"} {
-		r, err := coordinator.NewReplica(natstest.Conn(t, s), coordinator.ReplicaOptions{Options: coordinator.Options{ServerID: id}, ElectionTTL: time.Second})
+		r, err := coordinator.NewReplica(natstest.Conn(t, s), coordinator.ReplicaOptions{Options: coordinator.Options{ServerID: id}, Election: replica.Election{TTL: time.Second}})
 		if err != nil {
 			t.Fatal(err)
 		}

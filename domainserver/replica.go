@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,6 +11,7 @@ import (
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/subjects"
+	"github.com/allot/allot/replica"
 )
 
 // ElectionKey is the election key of a node's domain partition i:
@@ -22,19 +22,11 @@ func ElectionKey(node string, i int) string { return subjects.DomainElectionKey(
 type ReplicaOptions struct {
 	// Options configure the Server the replica runs while it leads. Term,
 	// LearnUntil, Valid and JetStream are set by the replica.
-	// StateReplicas defaults to ElectionReplicas.
+	// StateReplicas defaults to Election.Replicas.
 	Options
-	// ElectionBucket is the KV bucket of the election. Default
-	// election.DefaultBucket.
-	ElectionBucket string
-	// ElectionTTL is how long a silent leader keeps its key. Default 3s.
-	ElectionTTL time.Duration
-	// ElectionReplicas is the election bucket's replica count when this
-	// replica creates it. Default 1.
-	ElectionReplicas int
-	// OnServing, if set, is called when the replica starts serving as
-	// leader (true) and when it has stopped (false).
-	OnServing func(term uint64, serving bool)
+	// Election configures the partition's leader election; its key is
+	// <node>.domain.<partition> (ElectionKey).
+	Election replica.Election
 }
 
 // Replica is one of several replicas of a domain partition. It campaigns
@@ -46,7 +38,7 @@ type Replica struct {
 	opts ReplicaOptions
 	seat leader.Seat[*Server]
 	// beside dials the election's connection with the options nc had
-	// when NewReplica took them (leader.Beside).
+	// when NewReplica took them.
 	beside func(*nats.Conn) (*nats.Conn, error)
 }
 
@@ -55,8 +47,11 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("domainserver: nil NATS connection")
 	}
+	if err := leader.FillElection("domainserver", &opts.Election); err != nil {
+		return nil, err
+	}
 	if opts.StateReplicas == 0 {
-		opts.StateReplicas = opts.ElectionReplicas
+		opts.StateReplicas = opts.Election.Replicas
 	}
 	if err := opts.fill(); err != nil {
 		return nil, err
@@ -74,10 +69,11 @@ func (r *Replica) Server() *Server {
 // serving and resigns. It returns nil after ctx ends, or an error if the
 // election cannot run.
 //
-// The election runs on a second connection beside the replica's, with
-// its options (leader.Beside, whose options NewReplica takes), so that its keep-alives never queue
-// behind requests: a flood of the service's subjects cannot make the
-// leadership lapse.
+// The election runs on a second connection to the same servers, with the
+// options (credentials, TLS, reconnection, none of the callbacks) the
+// replica's connection had when NewReplica was called, so that its
+// keep-alives never queue behind requests: a flood of the service's
+// subjects cannot make the leadership lapse.
 func (r *Replica) Run(ctx context.Context) error {
 	js, err := jetstream.New(r.nc)
 	if err != nil {
@@ -87,17 +83,11 @@ func (r *Replica) Run(ctx context.Context) error {
 		return r.start(ctx, js, el, term)
 	}
 	err = r.seat.Run(ctx, r.nc, leader.SeatConfig{
-		Election: election.Config{
-			Bucket:   r.opts.ElectionBucket,
-			Key:      ElectionKey(r.opts.Node, r.opts.Partition),
-			ID:       r.opts.ServerID,
-			TTL:      r.opts.ElectionTTL,
-			Replicas: r.opts.ElectionReplicas,
-			Logger:   r.opts.Logger.With("node", r.opts.Node, "domain_partition", r.opts.Partition),
-		},
+		Election: leader.ElectionConfig(r.opts.Election, ElectionKey(r.opts.Node, r.opts.Partition),
+			r.opts.ServerID, r.opts.Logger.With("node", r.opts.Node, "domain_partition", r.opts.Partition)),
 		What:         "domain partition " + strconv.Itoa(r.opts.Partition),
 		ElectionConn: r.beside,
-		OnServing:    r.opts.OnServing,
+		OnServing:    r.opts.Election.OnServing,
 	}, start)
 	if err != nil {
 		return fmt.Errorf("domainserver: %w", err)
@@ -110,9 +100,7 @@ func (r *Replica) start(ctx context.Context, js jetstream.JetStream, el *electio
 	opts := r.opts.Options
 	opts.Term, opts.JetStream = term, js
 	opts.Valid = func() bool { return el.Valid(term) }
-	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	founded, err := el.Founded(fctx, term)
-	cancel()
+	founded, err := leader.Founded(ctx, el, term)
 	if err != nil {
 		return nil, err
 	}
@@ -123,11 +111,5 @@ func (r *Replica) start(ctx context.Context, js jetstream.JetStream, el *electio
 		opts.LearnUntil = opts.Now().Add(opts.HoldTTL)
 	}
 	srv, err := New(r.nc, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := srv.Start(ctx); err != nil {
-		return nil, err
-	}
-	return srv, nil
+	return leader.Started(ctx, srv, err)
 }

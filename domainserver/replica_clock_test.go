@@ -10,6 +10,7 @@ import (
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/sources"
+	"github.com/allot/allot/replica"
 )
 
 // A successor learns until one hold TTL after its term began on its own
@@ -20,7 +21,7 @@ func TestSuccessorLearnsOnItsClock(t *testing.T) {
 	cfg.set(testNamespace())
 	run := func(id string, now func() time.Time) (*domainserver.Replica, func()) {
 		r, err := domainserver.NewReplica(natstest.Conn(t, s), domainserver.ReplicaOptions{Options: domainserver.Options{ServerID: id,
-			Config: sources.DomainsFunc(cfg.get), HoldTTL: time.Second, Now: now, Logger: slog.New(slog.DiscardHandler)}, ElectionTTL: time.Second})
+			Config: sources.DomainsFunc(cfg.get), HoldTTL: time.Second, Now: now, Logger: slog.New(slog.DiscardHandler)}, Election: replica.Election{TTL: time.Second}})
 		if err != nil {
 			t.Fatal(err)
 		}

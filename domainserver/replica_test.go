@@ -16,6 +16,7 @@ import (
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/sources"
+	"github.com/allot/allot/replica"
 )
 
 // ask sends body to op on app:sandbox with a short time-out; ok is false
@@ -88,22 +89,22 @@ func TestLeaderFailoverKeepsLiveHolds(t *testing.T) {
 	s := natstest.Server(t)
 	cfg := &config{}
 	cfg.set(testNamespace())
-	type replica struct {
+	type member struct {
 		nc *nats.Conn
 		r  *domainserver.Replica
 	}
-	var reps []replica
+	var reps []member
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 	for _, id := range []string{"r1", "r2"} {
 		nc := natstest.Conn(t, s)
 		r, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{Options: domainserver.Options{ServerID: id, Config: sources.DomainsFunc(cfg.get),
-			HoldTTL: time.Second, Logger: slog.New(slog.DiscardHandler)}, ElectionTTL: time.Second})
+			HoldTTL: time.Second, Logger: slog.New(slog.DiscardHandler)}, Election: replica.Election{TTL: time.Second}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		reps = append(reps, replica{nc, r})
+		reps = append(reps, member{nc, r})
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = r.Run(ctx) }()
 	}

@@ -2,17 +2,16 @@
 // Charon-style rate-limited resources (burst tiers) and copy-limited
 // resources (holds with domain groups, transfer and seize) of
 // docs/domains.md, on the subjects allot.<node>.domain.<op>.<ns>.<resource>
-// of internal/domainwire and subjects.md.
+// of subjects.md.
 //
-// Decisions come from the memory of the partition's elected leader, made
-// by the decision core internal/domainlimit. A hold belongs to the client
-// that made it and lives as long as that client refreshes it, so a client
-// that dies loses its holds within the hold TTL. Hold counts are not
-// written anywhere on the hot path: a new leader rebuilds them from the
-// holders' refreshes, and grants no new copies until it has heard from
-// every live holder (it is "learning" for one hold TTL). Transfers, which
-// no holder refreshes, are written to the KV state bucket, so a failover
-// keeps them too. docs/domains.md explains the choice.
+// Decisions come from the memory of the partition's elected leader. A
+// hold belongs to the client that made it and lives as long as that
+// client refreshes it, so a client that dies loses its holds within the
+// hold TTL. Hold counts are not written anywhere on the hot path: a new
+// leader rebuilds them from the holders' refreshes, and grants no new
+// copies until it has heard from every live holder (it is "learning" for
+// one hold TTL). Transfers, which no holder refreshes, are written to the
+// KV state bucket, so a failover keeps them too. docs/domains.md explains the choice.
 package domainserver
 
 import (
@@ -44,15 +43,16 @@ import (
 const (
 	// ServiceName is the NATS micro service a partition's leader registers.
 	ServiceName = status.DomainService
-	// ServiceVersion is reported in the micro service INFO.
+	// ServiceVersion is reported in the micro service INFO: allot's
+	// version.
 	ServiceVersion = version.Version
 	// DefaultHoldTTL is how long a hold lives without a refresh.
 	DefaultHoldTTL = 10 * time.Second
 	// MinHoldTTL and MaxHoldTTL bound Options.HoldTTL.
 	MinHoldTTL = 100 * time.Millisecond
 	MaxHoldTTL = time.Hour
-	// DefaultStateBucket keeps staged transfers (the coordinators' state
-	// bucket).
+	// DefaultStateBucket keeps staged transfers: "allot_state", the
+	// coordinators' state bucket.
 	DefaultStateBucket = statekv.DefaultBucket
 	// MaxPartitions bounds Options.Partitions.
 	MaxPartitions = 1024
@@ -103,7 +103,8 @@ type Options struct {
 	// Partition is the partition served, in [0, Partitions).
 	Partition int
 	// Partitions is how many partitions share the resources. Default 1.
-	// For N > 1 the NATS server needs domainwire.Mappings.
+	// For N > 1 the NATS server needs the subject mappings of subjects.md,
+	// "Domain limits", "Partitions" (`allot up` sets them).
 	Partitions int
 	// Config returns the configuration in force. Required.
 	Config Config
@@ -124,8 +125,9 @@ type Options struct {
 	// creates it (the coordinators create the same bucket alike,
 	// whichever comes first). Default 1; use 3 on a three-server cluster.
 	StateReplicas int
-	// SealKey is the key that seals holds (see Hold.Seal in
-	// internal/domainwire); a node's replicas must share it. Default: the
+	// SealKey is the key that seals holds (the replies' "seal", which
+	// vouches for a hold to a new leader); a node's replicas must share
+	// it, at least 16 bytes. Default: the
 	// key kept in StateBucket (created by the first replica) with
 	// JetStream, a random one without.
 	SealKey []byte
@@ -178,15 +180,7 @@ func (o *Options) fill() error {
 	if o.SealTTL < o.HoldTTL {
 		return fmt.Errorf("domainserver: seal TTL %v is shorter than the hold TTL %v", o.SealTTL, o.HoldTTL)
 	}
-	if o.Term == 0 {
-		o.Term = 1
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	leader.FillTerm(&o.Term, &o.Logger, &o.Now)
 	return nil
 }
 

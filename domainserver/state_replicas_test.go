@@ -12,6 +12,7 @@ import (
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/sources"
+	"github.com/allot/allot/replica"
 )
 
 // TestStateBucketReplicas: on a three-server cluster, a domain replica
@@ -26,8 +27,8 @@ func TestStateBucketReplicas(t *testing.T) {
 	cfg := &config{}
 	cfg.set(testNamespace())
 	r, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{
-		Options:          domainserver.Options{ServerID: "d1", Config: sources.DomainsFunc(cfg.get), Logger: slog.New(slog.DiscardHandler)},
-		ElectionReplicas: 3,
+		Options:  domainserver.Options{ServerID: "d1", Config: sources.DomainsFunc(cfg.get), Logger: slog.New(slog.DiscardHandler)},
+		Election: replica.Election{Replicas: 3},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -61,6 +61,11 @@ var layerRules = []struct {
 		why:    "intake is the servers' intake limits and counts as plain data: a program that configures a server or reads its STATS must not link NATS or allot's internals through it",
 	},
 	{
+		pkgs:   []string{"replica"},
+		forbid: []string{natsClient, natsServer, module + "internal", testingPkg},
+		why:    "replica is the elected services' election options as plain data: a program that configures a replica must not link allot's internals through it",
+	},
+	{
 		pkgs: []string{"dashboard", "metrics"},
 		forbid: []string{module + "coordinator", module + "quotaserver", module + "domainserver", module + "internal/envoyserver",
 			module + "internal/ledger", module + "internal/election"},

@@ -8,8 +8,8 @@ import (
 )
 
 // NewEnvoyCollector returns a collector of the Envoy rate limit counter
-// partitions that stats returns at each scrape: the STATS of the servers
-// this process leads now (envoyserver.Replica.Server().Stats()). Labels
+// partitions that stats returns at each scrape: the STATS data (the
+// allot-envoy service's) of the partitions this process leads now. Labels
 // are the node and the partition: domains, descriptors and keys never
 // become labels.
 func NewEnvoyCollector(stats func() []status.Envoy) prometheus.Collector {

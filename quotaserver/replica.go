@@ -12,6 +12,7 @@ import (
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/sources"
+	"github.com/allot/allot/replica"
 	"github.com/allot/allot/status"
 )
 
@@ -20,18 +21,9 @@ type ReplicaOptions struct {
 	// Options configure the Server the replica runs while it leads. Term,
 	// Since and Valid are ignored: the election sets them.
 	Options
-	// ElectionBucket is the KV bucket of the election; the key is
-	// ElectionKey(Node, Partition). Default election.DefaultBucket.
-	ElectionBucket string
-	// ElectionTTL is how long a silent leader keeps its key: whole
-	// seconds, default 3s. An abrupt leader loss costs about TTL + 1s.
-	ElectionTTL time.Duration
-	// ElectionReplicas is the election bucket's replica count when this
-	// replica creates it. Default 1; use 3 on a three-server cluster.
-	ElectionReplicas int
-	// OnServing, if set, is called when the replica starts serving as
-	// leader (serving true) and when it has stopped (serving false).
-	OnServing func(term uint64, serving bool)
+	// Election configures the partition's leader election; its key is
+	// <node>.quota.<partition> (ElectionKey).
+	Election replica.Election
 }
 
 // ReplicaStatus describes a replica.
@@ -58,7 +50,7 @@ type Replica struct {
 	opts ReplicaOptions
 	seat leader.Seat[*Server]
 	// beside dials the election's connection with the options nc had
-	// when NewReplica took them (leader.Beside).
+	// when NewReplica took them.
 	beside func(*nats.Conn) (*nats.Conn, error)
 }
 
@@ -66,6 +58,9 @@ type Replica struct {
 func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("quotaserver: nil NATS connection")
+	}
+	if err := leader.FillElection("quotaserver", &opts.Election); err != nil {
+		return nil, err
 	}
 	if err := opts.fill(); err != nil {
 		return nil, err
@@ -90,23 +85,18 @@ func (r *Replica) Server() *Server {
 // serving and resigns so that a follower takes over at once. It returns
 // nil after ctx ends, or an error if the election cannot run.
 //
-// The election runs on a second connection beside the replica's, with
-// its options (leader.Beside, whose options NewReplica takes), so that its keep-alives never queue
-// behind requests: a flood of the service's subjects cannot make the
-// leadership lapse.
+// The election runs on a second connection to the same servers, with the
+// options (credentials, TLS, reconnection, none of the callbacks) the
+// replica's connection had when NewReplica was called, so that its
+// keep-alives never queue behind requests: a flood of the service's
+// subjects cannot make the leadership lapse.
 func (r *Replica) Run(ctx context.Context) error {
 	err := r.seat.Run(ctx, r.nc, leader.SeatConfig{
-		Election: election.Config{
-			Bucket:   r.opts.ElectionBucket,
-			Key:      ElectionKey(r.opts.Node, r.opts.Partition),
-			ID:       r.opts.ServerID,
-			TTL:      r.opts.ElectionTTL,
-			Replicas: r.opts.ElectionReplicas,
-			Logger:   r.opts.Logger.With("node", r.opts.Node, "quota_partition", r.opts.Partition),
-		},
+		Election: leader.ElectionConfig(r.opts.Election, ElectionKey(r.opts.Node, r.opts.Partition),
+			r.opts.ServerID, r.opts.Logger.With("node", r.opts.Node, "quota_partition", r.opts.Partition)),
 		What:         "quota partition " + strconv.Itoa(r.opts.Partition),
 		ElectionConn: r.beside,
-		OnServing:    r.opts.OnServing,
+		OnServing:    r.opts.Election.OnServing,
 	}, r.start)
 	if err != nil {
 		return fmt.Errorf("quotaserver: %w", err)
@@ -126,9 +116,7 @@ func (r *Replica) start(ctx context.Context, el *election.Elector, term uint64) 
 	// admits more than a bucket's limit. Only the partition's very first
 	// leader, with no predecessor, starts them full.
 	opts.Since = opts.Now().Add(longestWait(sources.CurrentQuota(opts.Config)))
-	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	founded, err := el.Founded(fctx, term)
-	cancel()
+	founded, err := leader.Founded(ctx, el, term)
 	if err != nil {
 		return nil, err
 	}
@@ -136,13 +124,7 @@ func (r *Replica) start(ctx context.Context, el *election.Elector, term uint64) 
 		opts.Since = time.Time{}
 	}
 	srv, err := New(r.nc, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := srv.Start(ctx); err != nil {
-		return nil, err
-	}
-	return srv, nil
+	return leader.Started(ctx, srv, err)
 }
 
 // longestWait is the longest wait any bucket of cfg can answer OK_WAIT

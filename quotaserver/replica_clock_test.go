@@ -10,6 +10,7 @@ import (
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/quotaserver"
+	"github.com/allot/allot/replica"
 )
 
 // A successor counts its buckets drained on its own clock (Options.Now),
@@ -23,8 +24,8 @@ func TestSuccessorDrainsBucketsOnItsClock(t *testing.T) {
 
 	at := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
 	b, err := quotaserver.NewReplica(natstest.Conn(t, s), quotaserver.ReplicaOptions{
-		Options:     quotaserver.Options{ServerID: "b", Config: sources.QuotaFunc(src.get), Logger: quiet(), Now: func() time.Time { return at }},
-		ElectionTTL: time.Second,
+		Options:  quotaserver.Options{ServerID: "b", Config: sources.QuotaFunc(src.get), Logger: quiet(), Now: func() time.Time { return at }},
+		Election: replica.Election{TTL: time.Second},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 // Package quotaserver serves allot's per-request quota decisions over NATS:
 // allot.<node>.quota.take and allot.<node>.quota.report (see subjects.md),
-// answered at once from the memory of the partition's leader by the
-// decision core internal/quota.
+// answered at once from the memory of the partition's leader.
 //
 // Buckets are partitioned by namespace across N groups. Each group is a set
 // of Replicas that elect one leader through the KV election bucket (as
@@ -44,7 +43,8 @@ const (
 	// ServiceName is the NATS micro service a partition's serving leader
 	// registers; its STATS carry the per-namespace events.
 	ServiceName = status.QuotaService
-	// ServiceVersion is reported in the micro service INFO.
+	// ServiceVersion is reported in the micro service INFO: allot's
+	// version.
 	ServiceVersion = version.Version
 	// DefaultSweepInterval is how often idle buckets are dropped.
 	DefaultSweepInterval = 5 * time.Second
@@ -81,9 +81,9 @@ type Options struct {
 	// SweepInterval is how often idle buckets are swept. Default 5s.
 	SweepInterval time.Duration
 	// Shadow answers every take OK, whatever its bucket decides, and
-	// counts those the bucket would not have let proceed at once (see
-	// quota.Decision.Shadowed); a namespace's "shadow": true does the same
-	// for its buckets alone.
+	// counts those the bucket would not have let proceed at once (an
+	// OK_WAIT counts too: STATS shadow_would_refuse); a namespace's
+	// "shadow": true does the same for its buckets alone.
 	Shadow bool
 	// Intake bounds the requests taken up and not yet answered, and each
 	// tenant's request rate (the zero value has the defaults and no
@@ -180,21 +180,13 @@ func (o *Options) fill() error {
 	if o.Config == nil {
 		return errors.New("quotaserver: Options.Config is required")
 	}
-	if o.Term == 0 {
-		o.Term = 1
-	}
 	if o.SweepInterval == 0 {
 		o.SweepInterval = DefaultSweepInterval
 	}
 	if o.SweepInterval < 0 {
 		return fmt.Errorf("quotaserver: sweep interval %v is negative", o.SweepInterval)
 	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	leader.FillTerm(&o.Term, &o.Logger, &o.Now)
 	return nil
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 	"github.com/allot/allot/quotaserver"
+	"github.com/allot/allot/replica"
 )
 
 // tokenBucket is a TOKEN_BUCKET spec with quotaservice's shape.
@@ -87,8 +88,8 @@ func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 func runReplica(t testing.TB, nc *nats.Conn, id string, p, n int, cfg quotaserver.Config) (*quotaserver.Replica, context.CancelFunc) {
 	t.Helper()
 	r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
-		Options:     quotaserver.Options{ServerID: id, Partition: p, Partitions: n, Config: cfg, Logger: quiet()},
-		ElectionTTL: time.Second,
+		Options:  quotaserver.Options{ServerID: id, Partition: p, Partitions: n, Config: cfg, Logger: quiet()},
+		Election: replica.Election{TTL: time.Second},
 	})
 	if err != nil {
 		t.Fatal(err)

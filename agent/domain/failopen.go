@@ -18,13 +18,14 @@ type FailMode string
 
 // Fail modes (the namespace's "fail" field, docs/domains.md).
 const (
-	// FailShare: Reserve grants a local hold only within the client's
-	// share (Share); Request grants its min copies, as FailOpen does.
+	// FailShare ("share"): Reserve grants a local hold only within the
+	// client's share (Share); Request grants its min copies, as FailOpen
+	// does.
 	FailShare FailMode = domainwire.FailShare
-	// FailOpen: Request and Reserve grant their min copies.
+	// FailOpen ("open"): Request and Reserve grant their min copies.
 	FailOpen FailMode = domainwire.FailOpen
-	// FailClosed: Request and Reserve grant nothing and return an error
-	// wrapping ErrUnavailable.
+	// FailClosed ("closed"): Request and Reserve grant nothing and return
+	// an error wrapping ErrUnavailable.
 	FailClosed FailMode = domainwire.FailClosed
 )
 

@@ -21,6 +21,7 @@ import (
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/sources"
+	"github.com/allot/allot/replica"
 )
 
 // These tests drive the agent through the real domain server
@@ -352,20 +353,20 @@ func TestDomainServerReplicaFailover(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	type replica struct {
+	type member struct {
 		nc *nats.Conn
 		r  *domainserver.Replica
 	}
-	var reps []replica
+	var reps []member
 	for _, id := range []string{"r1", "r2"} {
 		nc := natstest.Conn(t, s)
 		r, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{Options: domainserver.Options{ServerID: id,
 			Config: cfg, HoldTTL: time.Second, Logger: slog.New(slog.DiscardHandler)},
-			ElectionTTL: time.Second})
+			Election: replica.Election{TTL: time.Second}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		reps = append(reps, replica{nc, r})
+		reps = append(reps, member{nc, r})
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = r.Run(ctx) }()
 	}

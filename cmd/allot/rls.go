@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -95,8 +94,8 @@ func (e *envoyPartitions) local(p int) *envoyserver.Server {
 func (e *envoyPartitions) add(nc *nats.Conn, cf *coordFlags, serverID string, p int, log *slog.Logger) (*envoyserver.Replica, error) {
 	r, err := envoyserver.NewReplica(nc, envoyserver.ReplicaOptions{
 		Options: envoyserver.Options{Node: cf.node, ServerID: serverID, Partition: p, Partitions: cf.quotaParts,
-			MaxCounters: cf.rls.maxCounters, ClockSkew: envoySkew(cf), Logger: log},
-		ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV,
+			MaxCounters: cf.rls.maxCounters, ClockSkew: skewOption(cf.clockSkew), Logger: log},
+		Election: cf.election(nil),
 	})
 	if err != nil {
 		return nil, err
@@ -108,14 +107,6 @@ func (e *envoyPartitions) add(nc *nats.Conn, cf *coordFlags, serverID string, p 
 	e.replicas[p] = r
 	e.mu.Unlock()
 	return r, nil
-}
-
-// envoySkew maps --clock-skew to envoyserver's option.
-func envoySkew(cf *coordFlags) time.Duration {
-	if cf.clockSkew == 0 {
-		return envoyserver.NoClockSkew
-	}
-	return cf.clockSkew
 }
 
 // centralRLS returns the run of the gRPC front end of `allot up` and

@@ -26,6 +26,7 @@ import (
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/metrics"
 	"github.com/allot/allot/quotaserver"
+	"github.com/allot/allot/replica"
 )
 
 // coordFlags are the flags shared by `allot up` and `allot coordinator`.
@@ -201,12 +202,19 @@ func (f *coordFlags) options(log *slog.Logger) coordinator.Options {
 const DefaultTenantRate = 1000
 
 // skewOption maps --clock-skew 0 (replicas on one host) to the option's
-// explicit zero.
+// explicit zero: NoClockSkew, -1 for the coordinator and the Envoy
+// partitions alike.
 func skewOption(d time.Duration) time.Duration {
 	if d == 0 {
 		return coordinator.NoClockSkew
 	}
 	return d
+}
+
+// election is the election of a replica of this process, told of its
+// serving with onServing (nil: nobody).
+func (f *coordFlags) election(onServing func(term uint64, serving bool)) replica.Election {
+	return replica.Election{TTL: f.electionTTL, Replicas: f.replicasKV, OnServing: onServing}
 }
 
 // settle fills the defaults that depend on other flags, once fs is
@@ -397,7 +405,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 		if cf.onServing != nil {
 			onServing = func(term uint64, serving bool) { cf.onServing(p, term, serving) }
 		}
-		rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{Options: o, ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV, OnServing: onServing})
+		rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{Options: o, Election: cf.election(onServing)})
 		if err != nil {
 			return err
 		}
@@ -417,7 +425,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 		qr, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
 			Options: quotaserver.Options{Node: cf.node, ServerID: opts.ServerID, Partition: p, Partitions: cf.quotaParts,
 				Config: quotaConfig, Shadow: cf.shadow, Intake: cf.intake, Logger: log},
-			ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV,
+			Election: cf.election(nil),
 		})
 		if err != nil {
 			return err
@@ -431,7 +439,7 @@ func serve(ctx context.Context, nc *nats.Conn, cf *coordFlags, log *slog.Logger)
 		dr, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{
 			Options: domainserver.Options{Node: cf.node, ServerID: opts.ServerID, Partition: p, Partitions: cf.quotaParts,
 				Config: domainConfig, HoldTTL: cf.holdTTL, StateBucket: opts.StateBucket, Intake: cf.intake, Logger: log},
-			ElectionTTL: cf.electionTTL, ElectionReplicas: cf.replicasKV,
+			Election: cf.election(nil),
 		})
 		if err != nil {
 			return err

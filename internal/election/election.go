@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/allot/allot/internal/subjects"
+	"github.com/allot/allot/replica"
 	"github.com/allot/allot/status"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -44,7 +45,7 @@ import (
 // Defaults for Config.
 const (
 	DefaultBucket = subjects.ElectionBucket
-	DefaultTTL    = 3 * time.Second
+	DefaultTTL    = replica.DefaultTTL
 	DefaultMargin = 500 * time.Millisecond
 	// MaxDefaultInterval caps the default RenewInterval and
 	// CampaignInterval.
@@ -168,15 +169,13 @@ func New(js jetstream.JetStream, cfg Config) (*Elector, error) {
 	if cfg.Key == "" || cfg.ID == "" {
 		return nil, errors.New("election: Key and ID are required")
 	}
-	if cfg.Bucket == "" {
-		cfg.Bucket = DefaultBucket
+	// The bucket, TTL and replicas are what a replica's public options
+	// set: their defaults and bounds are written there.
+	pub, err := replica.Election{Bucket: cfg.Bucket, TTL: cfg.TTL, Replicas: cfg.Replicas}.WithDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("election: %w", err)
 	}
-	if cfg.TTL == 0 {
-		cfg.TTL = DefaultTTL
-	}
-	if cfg.TTL < time.Second || cfg.TTL%time.Second != 0 {
-		return nil, fmt.Errorf("election: TTL %v must be whole seconds, at least 1s", cfg.TTL)
-	}
+	cfg.Bucket, cfg.TTL, cfg.Replicas = pub.Bucket, pub.TTL, pub.Replicas
 	if cfg.RenewInterval == 0 {
 		cfg.RenewInterval = min(cfg.TTL/3, MaxDefaultInterval)
 	}
@@ -188,9 +187,6 @@ func New(js jetstream.JetStream, cfg Config) (*Elector, error) {
 	}
 	if cfg.CampaignInterval == 0 {
 		cfg.CampaignInterval = min(cfg.TTL, MaxDefaultInterval)
-	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/envoywire"
 	"github.com/allot/allot/internal/leader"
+	"github.com/allot/allot/replica"
 )
 
 // ReplicaOptions configure a Replica.
@@ -19,18 +19,9 @@ type ReplicaOptions struct {
 	// Options configure the Server the replica runs while it leads. Term
 	// and Valid are set by the replica.
 	Options
-	// ElectionBucket is the KV bucket of the election; the key is
-	// envoywire.ElectionKey(Node, Partition). Default
-	// election.DefaultBucket.
-	ElectionBucket string
-	// ElectionTTL is how long a silent leader keeps its key. Default 3s.
-	ElectionTTL time.Duration
-	// ElectionReplicas is the election bucket's replica count when this
-	// replica creates it. Default 1.
-	ElectionReplicas int
-	// OnServing, if set, is called when the replica starts serving as
-	// leader (true) and when it has stopped (false).
-	OnServing func(term uint64, serving bool)
+	// Election configures the partition's leader election; its key is
+	// <node>.envoy.<partition>.
+	Election replica.Election
 }
 
 // Replica is one of several replicas of an Envoy counter partition. It
@@ -47,6 +38,9 @@ type Replica struct {
 func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if nc == nil {
 		return nil, errors.New("envoyserver: nil NATS connection")
+	}
+	if err := leader.FillElection("envoyserver", &opts.Election); err != nil {
+		return nil, err
 	}
 	if err := opts.fill(); err != nil {
 		return nil, err
@@ -68,16 +62,10 @@ func (r *Replica) Partition() int { return r.opts.Partition }
 // nil after ctx ends, or an error if the election cannot run.
 func (r *Replica) Run(ctx context.Context) error {
 	err := r.seat.Run(ctx, r.nc, leader.SeatConfig{
-		Election: election.Config{
-			Bucket:   r.opts.ElectionBucket,
-			Key:      envoywire.ElectionKey(r.opts.Node, r.opts.Partition),
-			ID:       r.opts.ServerID,
-			TTL:      r.opts.ElectionTTL,
-			Replicas: r.opts.ElectionReplicas,
-			Logger:   r.opts.Logger.With("node", r.opts.Node, "envoy_partition", r.opts.Partition),
-		},
+		Election: leader.ElectionConfig(r.opts.Election, envoywire.ElectionKey(r.opts.Node, r.opts.Partition),
+			r.opts.ServerID, r.opts.Logger.With("node", r.opts.Node, "envoy_partition", r.opts.Partition)),
 		What:      "envoy partition " + strconv.Itoa(r.opts.Partition),
-		OnServing: r.opts.OnServing,
+		OnServing: r.opts.Election.OnServing,
 	}, r.start)
 	if err != nil {
 		return fmt.Errorf("envoyserver: %w", err)
@@ -91,13 +79,7 @@ func (r *Replica) start(ctx context.Context, el *election.Elector, term uint64) 
 	opts.Term = term
 	opts.Valid = func() bool { return el.Valid(term) }
 	srv, err := New(r.nc, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := srv.Start(ctx); err != nil {
-		return nil, err
-	}
-	return srv, nil
+	return leader.Started(ctx, srv, err)
 }
 
 // Serving reports whether the replica leads and its server answers.

@@ -107,23 +107,10 @@ func (o *Options) fill() error {
 	if o.MaxCounters < 0 {
 		return fmt.Errorf("envoyserver: max counters %d is negative", o.MaxCounters)
 	}
-	switch {
-	case o.ClockSkew == 0:
-		o.ClockSkew = DefaultClockSkew
-	case o.ClockSkew == NoClockSkew:
-		o.ClockSkew = 0
-	case o.ClockSkew < 0:
-		return fmt.Errorf("envoyserver: clock skew %v is negative", o.ClockSkew)
+	if err := leader.FillClockSkew("envoyserver", &o.ClockSkew, DefaultClockSkew); err != nil {
+		return err
 	}
-	if o.Term == 0 {
-		o.Term = 1
-	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	leader.FillTerm(&o.Term, &o.Logger, &o.Now)
 	return nil
 }
 

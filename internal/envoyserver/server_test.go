@@ -17,6 +17,7 @@ import (
 	"github.com/allot/allot/internal/envoywire"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/replica"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -26,8 +27,8 @@ func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 func runReplica(t testing.TB, nc *nats.Conn, id string, p, n, maxCounters int) (*envoyserver.Replica, func()) {
 	t.Helper()
 	r, err := envoyserver.NewReplica(nc, envoyserver.ReplicaOptions{
-		Options:     envoyserver.Options{ServerID: id, Partition: p, Partitions: n, MaxCounters: maxCounters, Logger: quiet()},
-		ElectionTTL: 5 * time.Second,
+		Options:  envoyserver.Options{ServerID: id, Partition: p, Partitions: n, MaxCounters: maxCounters, Logger: quiet()},
+		Election: replica.Election{TTL: 5 * time.Second},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/sources"
+	"github.com/allot/allot/replica"
 )
 
 // ElectionTTL is the election TTL of every replica of the test set.
@@ -59,9 +60,8 @@ func ServeReplica(ctx context.Context, nc *nats.Conn, id string, log *slog.Logge
 	}
 	nc.SetReconnectHandler(func(*nats.Conn) { w.Resync() })
 	rep, err := coordinator.NewReplica(nc, coordinator.ReplicaOptions{
-		Options:     coordinator.Options{ServerID: id, Templates: sources.WatchedTemplates(w), Logger: log},
-		ElectionTTL: ElectionTTL,
-		OnServing:   onServing,
+		Options:  coordinator.Options{ServerID: id, Templates: sources.WatchedTemplates(w), Logger: log},
+		Election: replica.Election{TTL: ElectionTTL, OnServing: onServing},
 	})
 	if err != nil {
 		w.Stop()

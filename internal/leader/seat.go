@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/replica"
 )
 
 // Serving is the work a leader does during one term: a coordinator, or a
@@ -46,6 +49,38 @@ type SeatConfig struct {
 	// Status, if set, is the replica status service Run registers for as
 	// long as it runs, leader or follower.
 	Status *StatusService
+}
+
+// ElectionConfig is the election of a replica whose options are e (as
+// their WithDefaults fills them): it contends for key as id and logs to
+// log.
+func ElectionConfig(e replica.Election, key, id string, log *slog.Logger) election.Config {
+	return election.Config{Bucket: e.Bucket, Key: key, ID: id, TTL: e.TTL, Replicas: e.Replicas, Logger: log}
+}
+
+// foundedTimeout bounds the read of a term's founding key.
+const foundedTimeout = 5 * time.Second
+
+// Founded reports whether term's leader has a predecessor (see
+// election.Elector.Founded): a new leader of a partition that served
+// before must not start as if nothing had been granted.
+func Founded(ctx context.Context, el *election.Elector, term uint64) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, foundedTimeout)
+	defer cancel()
+	return el.Founded(ctx, term)
+}
+
+// Started starts srv, a term's server just made, unless making it failed
+// (err), and returns it once it serves.
+func Started[S interface{ Start(context.Context) error }](ctx context.Context, srv S, err error) (S, error) {
+	if err == nil {
+		err = srv.Start(ctx)
+	}
+	if err != nil {
+		var none S
+		return none, err
+	}
+	return srv, nil
 }
 
 // StatusService describes a micro service through which every replica,

@@ -22,6 +22,7 @@ import (
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/rls"
+	"github.com/allot/allot/replica"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -62,8 +63,8 @@ func startCluster(t *testing.T, n int, now func() time.Time) *cluster {
 	t.Cleanup(c.watcher.Stop)
 	for p := range n {
 		r, err := envoyserver.NewReplica(natstest.Conn(t, srv), envoyserver.ReplicaOptions{
-			Options:     envoyserver.Options{ServerID: fmt.Sprintf("p%d", p), Partition: p, Partitions: n, Logger: quiet(), Now: now},
-			ElectionTTL: 10 * time.Second, // a keep-alive late on a loaded machine must not depose a leader mid-scenario
+			Options:  envoyserver.Options{ServerID: fmt.Sprintf("p%d", p), Partition: p, Partitions: n, Logger: quiet(), Now: now},
+			Election: replica.Election{TTL: 10 * time.Second}, // a keep-alive late on a loaded machine must not depose a leader mid-scenario
 		})
 		if err != nil {
 			t.Fatal(err)

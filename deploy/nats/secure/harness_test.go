@@ -25,6 +25,7 @@ import (
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/secureinit"
 	"github.com/allot/allot/internal/sources"
+	"github.com/allot/allot/replica"
 )
 
 // wait bounds every wait of the suite: a refusal, a lease, a server.
@@ -325,8 +326,8 @@ func (d *deployment) launchCoordinator(t *testing.T, srv *server.Server, user st
 	c.nc.SetReconnectHandler(func(*nats.Conn) { w.Resync() })
 	opts.Templates, opts.Logger = sources.WatchedTemplates(w), log
 	c.rep, err = coordinator.NewReplica(c.nc, coordinator.ReplicaOptions{
-		Options:   opts,
-		OnServing: func(_ uint64, on bool) { c.serving <- on },
+		Options:  opts,
+		Election: replica.Election{OnServing: func(_ uint64, on bool) { c.serving <- on }},
 	})
 	if err != nil {
 		t.Fatal(err)
