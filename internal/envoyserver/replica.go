@@ -32,6 +32,9 @@ type Replica struct {
 	nc   *nats.Conn
 	opts ReplicaOptions
 	seat leader.Seat[*Server]
+	// beside dials the election's connection with the options nc had
+	// when NewReplica took them.
+	beside func(*nats.Conn) (*nats.Conn, error)
 }
 
 // NewReplica validates opts and returns a Replica; Run it.
@@ -45,7 +48,7 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
-	return &Replica{nc: nc, opts: opts}, nil
+	return &Replica{nc: nc, opts: opts, beside: leader.Beside(nc, "election")}, nil
 }
 
 // Server returns the server of the current term, or nil when not leading.
@@ -60,12 +63,19 @@ func (r *Replica) Partition() int { return r.opts.Partition }
 // Run campaigns and serves while leading until ctx ends; then it stops
 // serving and resigns so that a follower takes over at once. It returns
 // nil after ctx ends, or an error if the election cannot run.
+//
+// The election runs on a second connection to the same servers, with the
+// options (credentials, TLS, reconnection, none of the callbacks) the
+// replica's connection had when NewReplica was called, so that its
+// keep-alives never queue behind count requests: a flood of Envoy calls
+// cannot make the leadership lapse.
 func (r *Replica) Run(ctx context.Context) error {
 	err := r.seat.Run(ctx, r.nc, leader.SeatConfig{
 		Election: leader.ElectionConfig(r.opts.Election, envoywire.ElectionKey(r.opts.Node, r.opts.Partition),
 			r.opts.ServerID, r.opts.Logger.With("node", r.opts.Node, "envoy_partition", r.opts.Partition)),
-		What:      "envoy partition " + strconv.Itoa(r.opts.Partition),
-		OnServing: r.opts.Election.OnServing,
+		What:         "envoy partition " + strconv.Itoa(r.opts.Partition),
+		ElectionConn: r.beside,
+		OnServing:    r.opts.Election.OnServing,
 	}, r.start)
 	if err != nil {
 		return fmt.Errorf("envoyserver: %w", err)

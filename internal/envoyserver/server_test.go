@@ -231,3 +231,18 @@ func TestClockSkew(t *testing.T) {
 		}
 	}
 }
+
+// TestElectionOnItsOwnConnection: the partition's election keep-alives go
+// out on a connection of their own, as the other services' do, so that a
+// flood of count requests on the replica's connection cannot queue them
+// until the leadership lapses.
+func TestElectionOnItsOwnConnection(t *testing.T) {
+	t.Parallel()
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s, nats.Name("envoy"))
+	r, _ := runReplica(t, nc, "e1", 0, 1, 100)
+	waitServing(t, r)
+	if out := nc.Stats().OutMsgs; out != 0 {
+		t.Fatalf("the replica's connection sent %d messages for the election", out)
+	}
+}
