@@ -101,7 +101,12 @@ func (f *fleet) start(name string) *replicaRun {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &replicaRun{name: name, nc: nc, dialer: d, rep: rep, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- rep.Run(ctx) }()
+	go func() {
+		// Closed after its one value: a replica stopped again (by the
+		// test, then by the cleanup) does not wait.
+		defer close(r.done)
+		r.done <- rep.Run(ctx)
+	}()
 	f.t.Cleanup(func() { r.stop() })
 	return r
 }
@@ -266,6 +271,28 @@ func (cl *clients) waitAnswer(term uint64, since time.Time) (time.Duration, uint
 	return at.Sub(since), tm
 }
 
+// waitServed waits until each of ids has had an answer of a term above
+// term; with granted, one that granted it capacity.
+func (cl *clients) waitServed(term uint64, granted bool, ids ...string) {
+	cl.t.Helper()
+	poll.Until(cl.t, 30*time.Second, fmt.Sprint(ids, " answered (granted: ", granted, ") in a term above ", term), func() bool {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		served := map[string]bool{}
+		for _, a := range cl.answers {
+			if a.term > term && (a.got > 0 || !granted) {
+				served[a.client] = true
+			}
+		}
+		for _, id := range ids {
+			if !served[id] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // TestReplicaFailover runs three replicas on a three-server JetStream
 // cluster (election and state buckets R3) with simulated clients, and
 // goes through an abrupt leader loss, a partitioned leader, a graceful
@@ -296,7 +323,8 @@ func TestReplicaFailover(t *testing.T) {
 	for i := range 3 {
 		cl.run(ctx, cnc, fmt.Sprintf("c%d", i), 25, &wg)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// The leader dies while every client holds a lease of its term.
+	cl.waitServed(term-1, true, "c0", "c1", "c2")
 
 	// 1. Abrupt loss: close the leader's connection without resigning. A
 	// new client joins at once and must get capacity from the successor
@@ -369,7 +397,13 @@ func TestReplicaFailover(t *testing.T) {
 	lead, next = f.leader(term, runs)
 	d, _ = cl.waitAnswer(term, restarted)
 	t.Logf("full restart: %s leads term %d (previous %d); first answer after %v", lead.name, next, term, d.Round(time.Millisecond))
-	time.Sleep(time.Second)
+	// Every client has its lease from the new term under the over-grant
+	// check (learning mode may grant some nothing yet); then the replicas
+	// stop, so that the serving events are all in.
+	cl.waitServed(next-1, false, "c0", "c1", "c2", "late")
+	for _, r := range runs {
+		r.stop()
+	}
 
 	f.mu.Lock()
 	var last uint64

@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
 	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -65,38 +67,34 @@ func TestSnapshotTree(t *testing.T) {
 	rc := coordtest.Start(t, rnc, coordinator.Options{Node: "root", Templates: treeTemplates(100), RoundInterval: 5 * time.Millisecond})
 	cc := coordtest.Start(t, cnc, coordinator.Options{Node: "child", Parent: "root", Templates: treeTemplates(100), RoundInterval: 5 * time.Millisecond})
 	c := &treeClient{nc: cnc, node: "child", id: "c0"}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for {
+	ctx := context.Background()
+	var cs, rs *coordinator.Snapshot
+	poll.For(t, 20*time.Second, 50*time.Millisecond, func() error {
 		c.ask(t, 50)
-		cs, err := cc.Snapshot(ctx, "r", 10, "")
-		if err != nil {
+		var err error
+		if cs, err = cc.Snapshot(ctx, "r", 10, ""); err != nil {
 			t.Fatal(err)
 		}
-		rs, err := rc.Snapshot(ctx, "r", 10, "")
-		if err != nil {
+		if rs, err = rc.Snapshot(ctx, "r", 10, ""); err != nil {
 			t.Fatal(err)
 		}
-		r := cs.Resource
-		if r != nil && r.LeaseKnown && r.Lease == 50 && r.Granted == 50 && rs.Resource != nil && len(rs.Resource.Top) == 1 {
-			if cs.Parent != "root" || cs.ParentLastOK.IsZero() || cs.ParentError != "" || r.LeaseExpiry.Before(cs.Time) {
-				t.Fatalf("child's parent link: %+v", cs)
-			}
-			if b := rs.Resource.Top[0]; b.ID != "child" || !b.Node || b.Wants != 50 || b.Has != 50 {
-				t.Fatalf("parent's claimant %+v", b)
-			}
-			if ch := rs.Resource.Children; len(ch) != 1 || ch[0] != (coordinator.ChildView{Node: "child", Has: 50, Wants: 50, Clients: 1, Bands: 1}) {
-				t.Fatalf("parent's children %+v", ch)
-			}
-			if len(r.Children) != 0 {
-				t.Fatalf("the child has children: %+v", r.Children)
-			}
-			return
+		if r := cs.Resource; r == nil || !r.LeaseKnown || r.Lease != 50 || r.Granted != 50 || rs.Resource == nil || len(rs.Resource.Top) != 1 {
+			return fmt.Errorf("child %+v, root %+v", cs.Resource, rs.Resource)
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("child %+v, root %+v", cs.Resource, rs.Resource)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	})
+	r := cs.Resource
+	if cs.Parent != "root" || cs.ParentLastOK.IsZero() || cs.ParentError != "" || r.LeaseExpiry.Before(cs.Time) {
+		t.Fatalf("child's parent link: %+v", cs)
+	}
+	if b := rs.Resource.Top[0]; b.ID != "child" || !b.Node || b.Wants != 50 || b.Has != 50 {
+		t.Fatalf("parent's claimant %+v", b)
+	}
+	if ch := rs.Resource.Children; len(ch) != 1 || ch[0] != (coordinator.ChildView{Node: "child", Has: 50, Wants: 50, Clients: 1, Bands: 1}) {
+		t.Fatalf("parent's children %+v", ch)
+	}
+	if len(r.Children) != 0 {
+		t.Fatalf("the child has children: %+v", r.Children)
 	}
 }
 

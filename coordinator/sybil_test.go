@@ -194,15 +194,29 @@ func TestTenantPriorityBoundThroughImports(t *testing.T) {
 		sybilTemplate(t, `,"tenants":{"default_max_priority":0,"accounts":[{"name":"TENANT_A","max_priority":5}]}`))
 	lim := e.agentHolding("a", "a", 100, agent.WithWants(100), agent.WithPriority(5))
 	b := e.as("b")
-	for range 5 {
+	for i := range 2 {
 		var g jsonGrant
 		request(t, b, "capacity.get", `{"client_id":"b","resource":[{"resource_id":"db","wants":100,"priority":1000}]}`, &g)
 		if got := g.Response[0].Gets.Capacity; got != 0 {
-			t.Fatalf("B asking for priority 1000 got %v", got)
+			t.Fatalf("B asking for priority 1000 got %v (request %d)", got, i+1)
 		}
-		time.Sleep(100 * time.Millisecond)
+		// A's lease is computed anew with B's claim known: were B served
+		// at priority 1000, A's share would shrink now, and B's next
+		// request would get what A gave up.
+		refreshedTwice(t, lim)
+		if lim.Capacity() != 100 {
+			t.Fatalf("A's agent holds %v", lim.Capacity())
+		}
 	}
-	if lim.Capacity() != 100 {
-		t.Fatalf("A's agent holds %v", lim.Capacity())
+}
+
+// refreshedTwice waits until lim's agent has had two answers to its
+// lease refreshes: the second was asked after the call began, so it
+// reflects what the coordinator knew then.
+func refreshedTwice(t *testing.T, lim *agent.RateLimiter) {
+	t.Helper()
+	for range 2 {
+		last := lim.Status().LastRefresh
+		poll.Until(t, 10*time.Second, "a lease refresh", func() bool { return lim.Status().LastRefresh.After(last) })
 	}
 }

@@ -47,31 +47,44 @@ func askWithin(nc *nats.Conn, d time.Duration, op, body string, out any) (ok boo
 	return true, ""
 }
 
+// TestDeadClientLosesItsHolds: on the server's clock, stepped by the
+// test, a hold nobody refreshes expires after one TTL while a hold
+// refreshed every half TTL lives on through three.
 func TestDeadClientLosesItsHolds(t *testing.T) {
-	e := start(t, func(o *domainserver.Options) { o.Now, o.HoldTTL = time.Now, 300*time.Millisecond })
+	const ttl = 300 * time.Millisecond
+	e := start(t, func(o *domainserver.Options) { o.HoldTTL = ttl })
 	var dead, alive domainwire.ReserveReply
 	answer(e.nc, domainwire.OpReserve, `{"domain":"a","copies":3,"client_id":"dead"}`, &dead)
 	answer(e.nc, domainwire.OpReserve, `{"domain":"b","copies":2,"client_id":"alive"}`, &alive)
 	if dead.Granted != 3 || alive.Granted != 2 || e.srv.Stats().CopiesHeld != 5 {
 		t.Fatalf("reserves: %+v %+v", dead, alive)
 	}
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() { // the live client refreshes every third of the TTL
-		body := `{"client_id":"alive","holds":[{"hold_id":"` + alive.HoldID + `","domain":"b","groups":["free"],"copies":2}]}`
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-				ask(e.nc, domainwire.OpRefresh, body, nil)
-			}
+	// The live client refreshes (as the agent does, more often than the
+	// TTL) and the clock moves on half a TTL; each step sweeps.
+	body := `{"client_id":"alive","holds":[{"hold_id":"` + alive.HoldID + `","domain":"b","groups":["free"],"copies":2}]}`
+	step := func() {
+		t.Helper()
+		var rf domainwire.RefreshReply
+		if ok, code := answer(e.nc, domainwire.OpRefresh, body, &rf); !ok || code != "" || len(rf.Lost) != 0 {
+			t.Fatalf("refresh of the live hold: answered %v, code %q, %+v", ok, code, rf)
 		}
-	}()
-	poll.Until(t, 5*time.Second, "the dead client's hold to expire", func() bool { return e.srv.Stats().CopiesHeld == 2 })
-	time.Sleep(500 * time.Millisecond) // longer than the TTL: the refreshed hold lives on
+		e.clk.add(ttl / 2)
+		e.srv.Expire()
+	}
+	step()
+	step()
+	if st := e.srv.Stats(); st.CopiesHeld != 5 {
+		t.Fatalf("one TTL after the reserves (no expiry yet): %+v", st)
+	}
+	step() // one and a half TTLs: the dead client's hold is gone
 	if st := e.srv.Stats(); st.CopiesHeld != 2 || st.Expired != 1 {
-		t.Fatalf("after the expiry: %+v", st)
+		t.Fatalf("after the dead client's TTL: %+v", st)
+	}
+	for range 6 { // three more TTLs: the refreshed hold lives on
+		step()
+	}
+	if st := e.srv.Stats(); st.CopiesHeld != 2 || st.Expired != 1 {
+		t.Fatalf("three TTLs after the expiry: %+v", st)
 	}
 	var rf domainwire.RefreshReply
 	answer(e.nc, domainwire.OpRefresh, `{"client_id":"dead","holds":[{"hold_id":"`+dead.HoldID+`","domain":"a","groups":["free"],"copies":3}]}`, &rf)

@@ -109,11 +109,15 @@ func TestAgentCollector(t *testing.T) {
 	check("allot_agent_would_refuse_total", "api", "rate", 0)
 
 	// While leased, the time without a lease stands still (it counts the
-	// moments before the first lease).
-	leased := fallback(t, a, "short")
-	time.Sleep(50 * time.Millisecond)
-	if f := fallback(t, a, "short"); f != leased {
-		t.Fatalf("time without a lease moved from %v to %v while leased", leased, f)
+	// moments before the first lease): api's lease, a minute long, holds
+	// while the agent refreshes short's twice.
+	apiLeased, leased := fallback(t, a, "api"), fallback(t, a, "short")
+	for range 2 {
+		last := sh.Status().LastRefresh
+		poll.Until(t, 10*time.Second, "a refresh of short", func() bool { return sh.Status().LastRefresh.After(last) })
+	}
+	if f := fallback(t, a, "api"); f != apiLeased || !lim.Status().Leased {
+		t.Fatalf("time without a lease moved from %v to %v while leased (leased %v)", apiLeased, f, lim.Status().Leased)
 	}
 	// With the coordinator gone and the lease expired, the agent runs on
 	// its safe capacity, and the time counts.

@@ -411,13 +411,15 @@ func TestDomainLearning(t *testing.T) {
 	}
 }
 
-// TestDomainRefresh: holds are refreshed every ttl/3, all holds of a
-// resource in one message, and outlive the ttl; a hold the service lost
-// is marked lost; Agent.Close releases the rest.
+// TestDomainRefresh: holds are refreshed, all holds of a resource in one
+// message, and outlive the ttl on the service's clock; a hold the service
+// lost is marked lost; Agent.Close releases the rest.
 func TestDomainRefresh(t *testing.T) {
 	t.Parallel()
 	f, a, _ := domainSetup(t, map[string]int64{"jobs:sandbox": 10, "jobs:gpu": 2})
-	f.set(func(f *fakeDomain) { f.ttl = 300 * time.Millisecond })
+	const ttl = 300 * time.Millisecond
+	f.set(func(f *fakeDomain) { f.ttl = ttl })
+	f.freeze()
 	ctx := context.Background()
 	var hs []*Hold
 	for _, r := range []string{"jobs:sandbox", "jobs:sandbox", "jobs:gpu"} {
@@ -427,13 +429,17 @@ func TestDomainRefresh(t *testing.T) {
 		}
 		hs = append(hs, h)
 	}
-	time.Sleep(900 * time.Millisecond) // three ttls
+	// Three ttls. A refresh may have gone out between the two sandbox
+	// reserves, listing one hold; a resource has one refresh in flight at
+	// a time, so those after the second step's were all sent once both
+	// holds were there.
+	f.outlive(t, ttl/2, 2, "jobs:sandbox", "jobs:gpu")
+	before := len(f.received(domainwire.OpRefresh))
+	f.outlive(t, ttl/2, 4, "jobs:sandbox", "jobs:gpu")
 	if f.held("jobs:sandbox") != 4 || f.held("jobs:gpu") != 2 {
 		t.Fatalf("after three ttls the service holds %d and %d; want 4 and 2", f.held("jobs:sandbox"), f.held("jobs:gpu"))
 	}
-	refreshes := f.received(domainwire.OpRefresh)
-	var sandbox int
-	for _, m := range refreshes {
+	for _, m := range f.received(domainwire.OpRefresh)[before:] {
 		var r domainwire.Refresh
 		if err := json.Unmarshal(m.data, &r); err != nil {
 			t.Fatal(err)
@@ -441,15 +447,9 @@ func TestDomainRefresh(t *testing.T) {
 		if r.ClientID != "c1" {
 			t.Errorf("refresh from %q", r.ClientID)
 		}
-		if m.res == "jobs:sandbox" {
-			sandbox++
-			if len(r.Holds) != 2 {
-				t.Errorf("a sandbox refresh lists %d holds; want both", len(r.Holds))
-			}
+		if m.res == "jobs:sandbox" && len(r.Holds) != 2 {
+			t.Errorf("a sandbox refresh lists %d holds; want both", len(r.Holds))
 		}
-	}
-	if sandbox < 3 {
-		t.Errorf("%d sandbox refreshes in three ttls; want one every ttl/3", sandbox)
 	}
 	// The service loses one: the next refresh says so.
 	f.set(func(f *fakeDomain) { delete(f.holds, hs[0].ID()) })
@@ -605,7 +605,7 @@ func TestDomainStatsBounded(t *testing.T) {
 // lists is refreshed in several messages, every hold in one of them.
 func TestDomainRefreshChunks(t *testing.T) {
 	t.Parallel()
-	f, a, _ := domainSetup(t, map[string]int64{"jobs:sandbox": holdsPerRefresh + 10})
+	f, a, _ := domainSetup(t, map[string]int64{"jobs:sandbox": holdsPerRefresh + 10}, domainWait())
 	f.set(func(f *fakeDomain) { f.ttl = 3 * time.Second })
 	ctx := context.Background()
 	for range holdsPerRefresh + 1 {
@@ -650,7 +650,9 @@ func TestDomainRefreshChunks(t *testing.T) {
 func TestDomainConcurrent(t *testing.T) {
 	t.Parallel()
 	f, a, _ := domainSetup(t, map[string]int64{"jobs:sandbox": 1000, "jobs:gpu": 1000})
-	f.set(func(f *fakeDomain) { f.ttl = 600 * time.Millisecond })
+	const ttl = 600 * time.Millisecond
+	f.set(func(f *fakeDomain) { f.ttl = ttl })
+	f.freeze()
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	kept := make([]*Hold, 8)
@@ -690,7 +692,7 @@ func TestDomainConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	time.Sleep(1200 * time.Millisecond) // two ttls: only refreshed holds survive
+	f.outlive(t, ttl/2, 4, "jobs:sandbox", "jobs:gpu") // two ttls: only refreshed holds survive
 	var want int64
 	for _, h := range kept {
 		if h != nil {

@@ -29,7 +29,7 @@ const gapTTL = 2 * time.Second
 func serveGap(t *testing.T, doc string) (*server.Server, *domainserver.Server) {
 	t.Helper()
 	s := natstest.Server(t)
-	return s, serveDomains(t, s, nsConfig(t, "gap", doc), gapTTL, false)
+	return s, serveDomains(t, s, nsConfig(t, "gap", doc), gapTTL, false, nil)
 }
 
 // holding returns a client of s, with id id, that holds n copies of

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/allot/allot/internal/domainwire"
+	"github.com/allot/allot/internal/poll"
 )
 
 // fakeDomain is a scripted domain service for the agent's tests, answering
@@ -29,6 +30,9 @@ type fakeDomain struct {
 	holds  map[string]*fakeHold
 	staged map[string]*fakeHold // transfer id → staged copies
 	ttl    time.Duration
+	// frozen, once set by freeze, is the service's clock, which then
+	// moves only by outlive; zero: the real clock.
+	frozen time.Time
 	seq    int
 	msgs   []fakeMsg
 	// Scripts: silent drops requests (a timeout), fail answers 500,
@@ -73,6 +77,55 @@ func (f *fakeDomain) set(fn func(f *fakeDomain)) {
 	f.mu.Unlock()
 }
 
+// freeze stops the service's clock for holds and transfers: from now
+// on it moves only by outlive, so that what expires is up to the test,
+// not to the machine's speed.
+func (f *fakeDomain) freeze() {
+	f.set(func(f *fakeDomain) { f.frozen = time.Now() })
+}
+
+// nowLocked is the service's clock. Called with f.mu held.
+func (f *fakeDomain) nowLocked() time.Time {
+	if f.frozen.IsZero() {
+		return time.Now()
+	}
+	return f.frozen
+}
+
+// outlive advances the frozen clock by steps of d, each once a refresh of
+// every resource in res has been handled since the previous step: the
+// holds the client keeps refreshing stay alive for steps*d of the
+// service's time, those it does not refresh expire.
+func (f *fakeDomain) outlive(t *testing.T, d time.Duration, steps int, res ...string) {
+	t.Helper()
+	for range steps {
+		var seen map[string]int
+		f.set(func(f *fakeDomain) { f.frozen, seen = f.frozen.Add(d), f.refreshesLocked() })
+		poll.Until(t, 20*time.Second, fmt.Sprintf("refreshes of %v", res), func() bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			now := f.refreshesLocked()
+			for _, r := range res {
+				if now[r] <= seen[r] {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}
+
+// refreshesLocked counts the refreshes received by resource.
+func (f *fakeDomain) refreshesLocked() map[string]int {
+	n := map[string]int{}
+	for _, m := range f.msgs {
+		if m.op == domainwire.OpRefresh {
+			n[m.res]++
+		}
+	}
+	return n
+}
+
 // received returns the messages received for op ("" for all).
 func (f *fakeDomain) received(op string) []fakeMsg {
 	f.mu.Lock()
@@ -110,7 +163,7 @@ func (f *fakeDomain) heldLocked(res string) int64 {
 }
 
 func (f *fakeDomain) expireLocked() {
-	t := time.Now()
+	t := f.nowLocked()
 	for id, h := range f.holds {
 		if t.After(h.expires) {
 			delete(f.holds, id)
@@ -188,7 +241,7 @@ func (f *fakeDomain) handle(m *nats.Msg) {
 		if n >= req.MinCopies {
 			f.seq++
 			id := "h" + strconv.Itoa(f.seq)
-			f.holds[id] = &fakeHold{client: req.ClientID, domain: req.Domain, res: name, copies: n, expires: time.Now().Add(f.ttl)}
+			f.holds[id] = &fakeHold{client: req.ClientID, domain: req.Domain, res: name, copies: n, expires: f.nowLocked().Add(f.ttl)}
 			rep.Granted, rep.HoldID = n, id
 		}
 		rep.DomainHolds = f.heldLocked(name)
@@ -215,7 +268,7 @@ func (f *fakeDomain) handle(m *nats.Msg) {
 				rep.Lost = append(rep.Lost, x.HoldID)
 				continue
 			}
-			h.expires = time.Now().Add(f.ttl)
+			h.expires = f.nowLocked().Add(f.ttl)
 			h.copies = min(h.copies, x.Copies) // a release it missed
 		}
 		f.respondLocked(m, rep)
@@ -236,7 +289,7 @@ func (f *fakeDomain) handle(m *nats.Msg) {
 		}
 		f.seq++
 		tid := ns + "." + res + ".t" + strconv.Itoa(f.seq)
-		f.staged[tid] = &fakeHold{domain: h.domain, res: name, copies: n, expires: time.Now().Add(ttl)}
+		f.staged[tid] = &fakeHold{domain: h.domain, res: name, copies: n, expires: f.nowLocked().Add(ttl)}
 		f.respondLocked(m, domainwire.TransferReply{TransferID: tid, Remaining: h.copies})
 	case domainwire.OpSeize:
 		var req domainwire.Seize
@@ -245,14 +298,14 @@ func (f *fakeDomain) handle(m *nats.Msg) {
 			return
 		}
 		s := f.staged[req.TransferID]
-		if s == nil || time.Now().After(s.expires) {
+		if s == nil || f.nowLocked().After(s.expires) {
 			f.errorLocked(m, 404, "unknown transfer "+req.TransferID)
 			return
 		}
 		delete(f.staged, req.TransferID)
 		f.seq++
 		id := "h" + strconv.Itoa(f.seq)
-		f.holds[id] = &fakeHold{client: req.ClientID, domain: s.domain, res: name, copies: s.copies, expires: time.Now().Add(f.ttl)}
+		f.holds[id] = &fakeHold{client: req.ClientID, domain: s.domain, res: name, copies: s.copies, expires: f.nowLocked().Add(f.ttl)}
 		f.respondLocked(m, domainwire.SeizeReply{HoldID: id, Namespace: ns, Resource: res, Domain: s.domain, Groups: []string{"g1"}, Copies: s.copies, TTLMillis: f.ttl.Milliseconds()})
 	default:
 		f.errorLocked(m, 400, "unknown op "+op)

@@ -57,18 +57,27 @@ func nsConfig(t *testing.T, ns, doc string) domainserver.Config {
 // learns the holds for one ttl.
 func startDomainServer(t *testing.T, s *server.Server, ttl time.Duration, learn bool) *domainserver.Server {
 	t.Helper()
-	return serveDomains(t, s, nsConfig(t, "app", serverConfig), ttl, learn)
+	return serveDomains(t, s, nsConfig(t, "app", serverConfig), ttl, learn, nil)
+}
+
+// startClockedServer is startDomainServer on clk's time.
+func startClockedServer(t *testing.T, s *server.Server, clk *serverClock, ttl time.Duration, learn bool) *domainserver.Server {
+	t.Helper()
+	return serveDomains(t, s, nsConfig(t, "app", serverConfig), ttl, learn, clk.now)
 }
 
 // serveDomains starts a domain server of cfg on s, as startDomainServer
-// does.
-func serveDomains(t *testing.T, s *server.Server, cfg domainserver.Config, ttl time.Duration, learn bool) *domainserver.Server {
+// does, on the clock now (nil: the real one).
+func serveDomains(t *testing.T, s *server.Server, cfg domainserver.Config, ttl time.Duration, learn bool, now func() time.Time) *domainserver.Server {
 	t.Helper()
 	// The servers of a test share a seal key, as replicas of a node share
 	// the one in the state bucket.
-	o := domainserver.Options{Config: cfg, HoldTTL: ttl, SealKey: []byte("the seal key of the agent's tests"), Logger: slog.New(slog.DiscardHandler)}
+	if now == nil {
+		now = time.Now
+	}
+	o := domainserver.Options{Config: cfg, HoldTTL: ttl, SealKey: []byte("the seal key of the agent's tests"), Logger: slog.New(slog.DiscardHandler), Now: now}
 	if learn {
-		o.LearnUntil = time.Now().Add(ttl)
+		o.LearnUntil = now().Add(ttl)
 	}
 	srv, err := domainserver.New(natstest.Conn(t, s), o)
 	if err != nil {
@@ -82,6 +91,49 @@ func serveDomains(t *testing.T, s *server.Server, cfg domainserver.Config, ttl t
 }
 
 func copiesHeld(srv *domainserver.Server) int64 { return srv.Stats().CopiesHeld }
+
+// serverClock is a domain server's clock that moves only when the test
+// advances it: which holds expire is then up to the test, not to the
+// machine's speed. The agents still refresh on the real clock.
+type serverClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newServerClock() *serverClock { return &serverClock{t: time.Now()} }
+
+func (c *serverClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *serverClock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// kept is a hold the test expects its client to keep alive: the client
+// and the hold's resource and domain.
+type kept struct {
+	c                *Client
+	resource, domain string
+}
+
+// outlive advances clk by steps of d, each once every client of ks has
+// the reply to a refresh sent after the previous step (the share of its
+// domain is from then): the server handled it at clk's latest time. The
+// holds of ks then live through steps*d of the server's time, whatever
+// the machine's speed, if and only if their clients keep refreshing them;
+// those no client refreshes expire after the server's ttl.
+func outlive(t *testing.T, clk *serverClock, d time.Duration, steps int, ks ...kept) {
+	t.Helper()
+	for range steps {
+		clk.add(d)
+		moved := time.Now()
+		poll.Until(t, 20*time.Second, "refreshes after the clock moved", func() bool {
+			for _, k := range ks {
+				if sh, ok := k.c.Share(k.resource, k.domain); !ok || !sh.At.After(moved) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}
 
 // domainWait sets the domain timeout of agents whose test needs the
 // serving domain service's answers: past the default (500ms), which a
@@ -139,7 +191,8 @@ func TestDomainServerClientDies(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
 	const ttl = 500 * time.Millisecond
-	srv := startDomainServer(t, s, ttl, false)
+	clk := newServerClock()
+	srv := startClockedServer(t, s, clk, ttl, false)
 	ctx := context.Background()
 
 	doomedConn := natstest.Conn(t, s)
@@ -159,9 +212,13 @@ func TestDomainServerClientDies(t *testing.T) {
 		t.Fatalf("beyond the global limit of 8 = %v; want a rejection", err)
 	}
 	doomedConn.Close() // the process dies: no release, no refresh
-	poll.Until(t, 10*ttl, "the dead client's holds to expire", func() bool { return copiesHeld(srv) == 3 })
+	// One and a half ttls on the server's clock: the dead client's hold
+	// expires at its next sweep, the live client's does not.
+	live1 := kept{live, "app:sandbox", "other"}
+	outlive(t, clk, ttl/2, 3, live1)
+	poll.Until(t, 10*time.Second, "the dead client's holds to expire", func() bool { return copiesHeld(srv) == 3 })
 	// The live client's hold is still there three ttls later.
-	time.Sleep(3 * ttl)
+	outlive(t, clk, ttl/2, 6, live1)
 	if copiesHeld(srv) != 3 || lh.Err() != nil || lh.Copies() != 3 {
 		t.Fatalf("after 3 ttls: server holds %d, live hold lost %v", copiesHeld(srv), (lh.Err() != nil))
 	}
@@ -181,14 +238,17 @@ func TestDomainServerClientDies(t *testing.T) {
 // starts empty, learning the holds from the agents' refreshes: the holds
 // survive with exact counts, a reserve during learning waits for it
 // within its max wait, and requests while no leader is there fail open.
+// The servers run on a clock the test moves, so that learning ends only
+// once the holds are learned, however slow the machine.
 func TestDomainServerLeaderChange(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
 	const ttl = 400 * time.Millisecond
-	old := startDomainServer(t, s, ttl, false)
+	clk := newServerClock()
+	old := startClockedServer(t, s, clk, ttl, false)
 	ctx := context.Background()
-	a := newClient(t, natstest.Conn(t, s), "a", WithTimeout(200*time.Millisecond))
-	b := newClient(t, natstest.Conn(t, s), "b", WithTimeout(200*time.Millisecond))
+	a := newClient(t, natstest.Conn(t, s), "a", domainWait())
+	b := newClient(t, natstest.Conn(t, s), "b", domainWait())
 	ha, err := a.Reserve(ctx, "app:sandbox", "acme", 4)
 	if err != nil {
 		t.Fatal(err)
@@ -207,12 +267,34 @@ func TestDomainServerLeaderChange(t *testing.T) {
 	if g, err := a.Request(ctx, "app:api", "acme", 3, WithMinCopies(1)); err != nil || !g.Degraded || g.Granted != 1 {
 		t.Fatalf("Request without a leader = %+v, %v; want a degraded grant of 1", g, err)
 	}
-	time.Sleep(ttl / 2)
-	srv := startDomainServer(t, s, ttl, true)
+	// The agents keep their holds through the outage, their refreshes
+	// unanswered.
+	poll.Until(t, 20*time.Second, "a refresh of each agent to go unanswered", func() bool {
+		return lastError(a, "app:sandbox") != nil && lastError(b, "app:sandbox") != nil
+	})
+	srv := startClockedServer(t, s, clk, ttl, true)
 	// A reserve while the new leader learns is answered "learning" and
 	// retried after it; by then the old holds are known, so only 1 copy
 	// of the global 8 is left.
-	h, err := b.Reserve(ctx, "app:sandbox", "third", 3, WithMinCopies(1), WithMaxWait(10*ttl), WithBackoffBase(ttl/4))
+	type reserved struct {
+		h   *Hold
+		err error
+	}
+	third := make(chan reserved, 1)
+	go func() {
+		h, err := b.Reserve(ctx, "app:sandbox", "third", 3, WithMinCopies(1), WithMaxWait(time.Minute), WithBackoffBase(ttl/4))
+		third <- reserved{h, err}
+	}()
+	poll.Until(t, 20*time.Second, "the three holds learned and a reserve refused for learning", func() bool {
+		st := srv.Stats()
+		return st.Restored == 3 && st.LearningRefusals > 0
+	})
+	// Learning ends a ttl after the new leader started, on its clock,
+	// which has not moved: the holds it adopted then expire only after
+	// that instant, and the clock moves no further.
+	clk.add(srv.Stats().LearnUntil.Sub(clk.now()))
+	r := <-third
+	h, err := r.h, r.err
 	if err != nil || h.Copies() != 1 || h.Info().Degraded {
 		t.Fatalf("Reserve during learning = %+v, %v; want 1 copy once learned", h, err)
 	}
@@ -227,6 +309,17 @@ func TestDomainServerLeaderChange(t *testing.T) {
 	if err := ha.Release(ctx, 4); err != nil || copiesHeld(srv) != 6 {
 		t.Fatalf("release to the new leader: %v; it holds %d", err, copiesHeld(srv))
 	}
+}
+
+// lastError is the last failure of c's exchanges about resource since
+// its last answer.
+func lastError(c *Client, resource string) error {
+	for _, st := range c.Status() {
+		if st.Resource == resource {
+			return st.LastError
+		}
+	}
+	return nil
 }
 
 // TestDomainServerTransfer: copies move between two agents on two
@@ -282,7 +375,9 @@ func TestDomainServerTransfer(t *testing.T) {
 func TestDomainServerSeizeLostReply(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
-	srv := startDomainServer(t, s, time.Second, false)
+	const ttl = time.Second
+	clk := newServerClock()
+	srv := startClockedServer(t, s, clk, ttl, false)
 	ctx := context.Background()
 	p1 := newClient(t, natstest.Conn(t, s), "p1", domainWait())
 	h, err := p1.Reserve(ctx, "app:sandbox", "acme", 4)
@@ -303,7 +398,7 @@ func TestDomainServerSeizeLostReply(t *testing.T) {
 	if err != nil || got.Copies() != 2 {
 		t.Fatalf("Seize after the lost reply = %+v, %v; want the 2 copies", got, err)
 	}
-	time.Sleep(2500 * time.Millisecond) // past the 1s hold TTL, twice
+	outlive(t, clk, ttl/2, 5, kept{p1, "app:sandbox", "acme"}, kept{p2, "app:sandbox", "acme"}) // past the hold TTL, twice
 	if copiesHeld(srv) != 4 {
 		t.Errorf("the seized hold was not kept alive: server holds %d, want 4", copiesHeld(srv))
 	}
@@ -394,13 +489,19 @@ func TestDomainServerReplicaFailover(t *testing.T) {
 
 	reps[first].nc.Close() // the leader dies
 	poll.Until(t, 15*time.Second, "a new leader", func() bool { i := leader(); return i >= 0 && i != first })
-	next := reps[leader()].r.Server()
 	// A reserve that waits out the learning gets the one copy left of
-	// the global 8.
-	h, err := b.Reserve(ctx, "app:sandbox", "third", 5, WithMinCopies(1), WithMaxWait(10*time.Second), WithBackoffBase(100*time.Millisecond))
+	// the global 8. Unanswered (the seat changed hands again, as a 1s
+	// election ttl may on a loaded machine), it grants nothing and is
+	// asked again.
+	var h *Hold
+	poll.Until(t, 30*time.Second, "a reserve answered by a leader", func() bool {
+		h, err = b.Reserve(ctx, "app:sandbox", "third", 5, WithMinCopies(1), WithMaxWait(10*time.Second), WithBackoffBase(100*time.Millisecond))
+		return !errors.Is(err, ErrUnavailable)
+	})
 	if err != nil || h.Info().Degraded || h.Copies() != 1 {
 		t.Fatalf("reserve after the failover = %+v, %v; want 1 copy", h, err)
 	}
+	next := reps[leader()].r.Server()
 	if st := next.Stats(); st.CopiesHeld != 4+3+1 || st.Restored != 2 {
 		t.Fatalf("new leader holds %d copies, restored %d holds; want 8 and 2", st.CopiesHeld, st.Restored)
 	}
@@ -419,24 +520,25 @@ func TestDomainServerReplicaFailover(t *testing.T) {
 func TestDomainServerRefreshFitsMaxPayload(t *testing.T) {
 	t.Parallel()
 	s := natstest.MaxPayloadServer(t, 32<<10)
-	srv := startDomainServer(t, s, time.Second, false)
+	const ttl = time.Second
+	clk := newServerClock()
+	srv := startClockedServer(t, s, clk, ttl, false)
 	a := newClient(t, natstest.Conn(t, s), "", domainWait())
 	ctx := context.Background()
 	const n = 200 // about 300 bytes each: 60 KB, twice the max_payload
+	var ks []kept
 	for i := range n {
-		if _, err := a.Reserve(ctx, "app:gpu", fmt.Sprintf("%0250d", i), 1); err != nil {
+		d := fmt.Sprintf("%0250d", i)
+		if _, err := a.Reserve(ctx, "app:gpu", d, 1); err != nil {
 			t.Fatal(err)
 		}
+		ks = append(ks, kept{a, "app:gpu", d})
 	}
-	reserved := time.Now()
-	time.Sleep(2500 * time.Millisecond) // past the 1s hold ttl, twice
+	// Every domain's share comes from a refresh after each step: every
+	// message of each refresh was answered, its shares with it.
+	outlive(t, clk, ttl/2, 5, ks...) // past the hold ttl, twice
 	if st := srv.Stats(); st.Holds != n || st.Lost != 0 {
 		t.Fatalf("after two ttls the server has %d holds (%d refreshed as lost); want all %d", st.Holds, st.Lost, n)
-	}
-	for _, i := range []int{0, n - 1} {
-		if sh, ok := a.Share("app:gpu", fmt.Sprintf("%0250d", i)); !ok || !sh.At.After(reserved) {
-			t.Errorf("share of domain %d: %+v, %v; want one from a refresh", i, sh, ok)
-		}
 	}
 }
 
