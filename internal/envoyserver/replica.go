@@ -45,9 +45,14 @@ func NewReplica(nc *nats.Conn, opts ReplicaOptions) (*Replica, error) {
 	if err := leader.FillElection("envoyserver", &opts.Election); err != nil {
 		return nil, err
 	}
+	// Each term's New fills the options again, and a second fill would
+	// read the 0 that NoClockSkew became as the default: keep the skew as
+	// given.
+	skew := opts.ClockSkew
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
+	opts.ClockSkew = skew
 	return &Replica{nc: nc, opts: opts, beside: leader.Beside(nc, "election")}, nil
 }
 

@@ -232,6 +232,44 @@ func TestClockSkew(t *testing.T) {
 	}
 }
 
+// TestReplicaClockSkew: a replica's terms count with the clock skew it
+// was given, as a lone server does (TestClockSkew): with NoClockSkew, the
+// one `allot up --clock-skew 0` gives, a window that has ended on the
+// leader's clock starts its counter again. Each term's server fills the
+// options again, and must not read the 0 that NoClockSkew became as the
+// default.
+func TestReplicaClockSkew(t *testing.T) {
+	t.Parallel()
+	windowEnd := time.Unix(1_800_000_001, 0)
+	for _, tc := range []struct {
+		skew time.Duration
+		want string
+	}{{0, "2"}, {envoyserver.NoClockSkew, "1"}} {
+		s := natstest.Server(t)
+		nc := natstest.Conn(t, s)
+		r, err := envoyserver.NewReplica(nc, envoyserver.ReplicaOptions{
+			Options: envoyserver.Options{ServerID: "e1", ClockSkew: tc.skew, Logger: quiet(),
+				Now: func() time.Time { return windowEnd.Add(time.Second) }},
+			Election: replica.Election{TTL: 5 * time.Second},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = r.Run(ctx) }()
+		waitServing(t, r)
+		body := fmt.Sprintf(`{"domain":"edge","counters":[{"key":"edge_k_v_1800000000","hits":1,"expires":%d}]}`, windowEnd.Unix())
+		request(t, nc, envoywire.CountSubject("root", "edge"), body)
+		got, _ := request(t, nc, envoywire.CountSubject("root", "edge"), body)
+		cancel()
+		<-done
+		if !strings.Contains(got, `"`+tc.want+`"`) {
+			t.Errorf("replica with skew %v: the second hit reads %s, want %s", tc.skew, got, tc.want)
+		}
+	}
+}
+
 // TestElectionOnItsOwnConnection: the partition's election keep-alives go
 // out on a connection of their own, as the other services' do, so that a
 // flood of count requests on the replica's connection cannot queue them
