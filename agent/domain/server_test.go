@@ -457,7 +457,7 @@ func TestDomainServerReplicaFailover(t *testing.T) {
 		nc := natstest.Conn(t, s)
 		r, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{Options: domainserver.Options{ServerID: id,
 			Config: cfg, HoldTTL: time.Second, Logger: slog.New(slog.DiscardHandler)},
-			Election: replica.Election{TTL: time.Second}})
+			Election: replica.Election{TTL: 3 * time.Second}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -490,9 +490,11 @@ func TestDomainServerReplicaFailover(t *testing.T) {
 	reps[first].nc.Close() // the leader dies
 	poll.Until(t, 15*time.Second, "a new leader", func() bool { i := leader(); return i >= 0 && i != first })
 	// A reserve that waits out the learning gets the one copy left of
-	// the global 8. Unanswered (the seat changed hands again, as a 1s
-	// election ttl may on a loaded machine), it grants nothing and is
-	// asked again.
+	// the global 8. Unanswered (the seat changed hands again, as it may
+	// on a loaded machine), it grants nothing and is asked again. The
+	// election ttl is the default's 3s: at 1s the survivor's own
+	// leadership lapsed under load, and a later term restores all three
+	// holds.
 	var h *Hold
 	poll.Until(t, 30*time.Second, "a reserve answered by a leader", func() bool {
 		h, err = b.Reserve(ctx, "app:sandbox", "third", 5, WithMinCopies(1), WithMaxWait(10*time.Second), WithBackoffBase(100*time.Millisecond))
@@ -501,7 +503,11 @@ func TestDomainServerReplicaFailover(t *testing.T) {
 	if err != nil || h.Info().Degraded || h.Copies() != 1 {
 		t.Fatalf("reserve after the failover = %+v, %v; want 1 copy", h, err)
 	}
-	next := reps[leader()].r.Server()
+	i := leader()
+	if i < 0 {
+		t.Fatal("no leader serves after the reserve was answered")
+	}
+	next := reps[i].r.Server()
 	if st := next.Stats(); st.CopiesHeld != 4+3+1 || st.Restored != 2 {
 		t.Fatalf("new leader holds %d copies, restored %d holds; want 8 and 2", st.CopiesHeld, st.Restored)
 	}
