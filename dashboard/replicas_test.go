@@ -80,8 +80,25 @@ func TestReplicas(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fs.ServerID == follower && (fs.Serving || fs.Role != "follower" || fs.Leader != leader.ServerID || len(fs.Resources) != 0) {
+		if fs.ServerID != follower {
+			continue
+		}
+		if fs.Serving || fs.Role != "follower" || len(fs.Resources) != 0 {
 			t.Fatalf("follower's snapshot %+v", fs)
 		}
+		// The follower learns who leads from the election's watch, which
+		// on a busy machine can trail the leader's own start.
+		poll.For(t, 30*time.Second, 100*time.Millisecond, func() error {
+			if fs, err = r.Snapshot(ctx, "", 0, ""); err != nil {
+				t.Fatal(err)
+			}
+			if fs.Serving || fs.Role != "follower" || len(fs.Resources) != 0 {
+				t.Fatalf("follower's snapshot %+v", fs)
+			}
+			if fs.Leader != leader.ServerID {
+				return fmt.Errorf("follower's snapshot names leader %q, want %q", fs.Leader, leader.ServerID)
+			}
+			return nil
+		})
 	}
 }
