@@ -47,6 +47,10 @@ const (
 	// treeFloorLease is the floor lease of benchTemplate.
 	treeFloorLease = 5 * treeLease
 	treeInbox      = "_INBOX.sim7"
+	// treeConnectTimeout replaces nats.go's 2s: the scenario starts
+	// dozens of connections to in-process servers, and on a loaded
+	// machine (a -race test run beside another) one timed out.
+	treeConnectTimeout = 10 * time.Second
 )
 
 // treeLevelNames names the lease levels, from the root down.
@@ -558,7 +562,7 @@ func SimulateTree(ctx context.Context, env *Env, sc TreeScenario) (*TreeOutcome,
 			}
 			continue
 		}
-		nc, err := nats.Connect(url, nats.Name("allot sim7 coordinator "+n.name), inbox)
+		nc, err := nats.Connect(url, nats.Name("allot sim7 coordinator "+n.name), inbox, nats.Timeout(treeConnectTimeout))
 		if err != nil {
 			return nil, fmt.Errorf("bench: connect: %w", err)
 		}
@@ -569,7 +573,7 @@ func SimulateTree(ctx context.Context, env *Env, sc TreeScenario) (*TreeOutcome,
 		}
 	}
 	for _, n := range nodes[1:] {
-		nc, err := nats.Connect(n.srv.ClientURL(), nats.Name("allot sim7 monitor "+n.name))
+		nc, err := nats.Connect(n.srv.ClientURL(), nats.Name("allot sim7 monitor "+n.name), nats.Timeout(treeConnectTimeout))
 		if err != nil {
 			return nil, fmt.Errorf("bench: connect: %w", err)
 		}
@@ -599,7 +603,7 @@ func SimulateTree(ctx context.Context, env *Env, sc TreeScenario) (*TreeOutcome,
 		for range sc.Clients {
 			k := len(clients)
 			nc, err := nats.Connect(n.srv.ClientURL(), nats.Name(fmt.Sprintf("allot sim7 client %d", k)),
-				nats.CustomInboxPrefix(fmt.Sprintf("%s.%s.c%d", treeInbox, n.name, k)))
+				nats.CustomInboxPrefix(fmt.Sprintf("%s.%s.c%d", treeInbox, n.name, k)), nats.Timeout(treeConnectTimeout))
 			if err != nil {
 				return nil, fmt.Errorf("bench: connect: %w", err)
 			}

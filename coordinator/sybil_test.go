@@ -120,7 +120,7 @@ func TestSybilTenantFairness(t *testing.T) {
 			lim := e.agentHolding("b", "honest", 100, agent.WithWants(100))
 			s := newSybils(t, e.as("a"), "sybil", 1000)
 			var sumA, b float64
-			poll.For(t, 20*time.Second, 200*time.Millisecond, func() error {
+			poll.For(t, time.Minute, 200*time.Millisecond, func() error {
 				sumA, b = s.ask(100), lim.Capacity()
 				snap, err := e.c.Snapshot(t.Context(), "db", 0, "")
 				if err != nil {

@@ -129,7 +129,9 @@ func startCoordinator(t *testing.T, args, getArgs []string) func() string {
 	}
 	t.Cleanup(func() { stop() })
 	var last string
-	if !poll.Ok(30*time.Second, func() bool {
+	// A minute: a level's configuration mirror catches up with its
+	// parent's over the leaf link, which at load 15 took over 30s.
+	if !poll.Ok(time.Minute, func() bool {
 		code, out := runCtx(context.Background(), append([]string{"get", "db", "--wants", "1", "--client", "probe", "--timeout", "1s"}, getArgs...)...)
 		if code == 0 {
 			return true
@@ -143,7 +145,7 @@ func startCoordinator(t *testing.T, args, getArgs []string) func() string {
 		}
 		return false
 	}) {
-		t.Fatalf("no coordinator answers within 30s; last get: %s; coordinator: %s", last, stop())
+		t.Fatalf("no coordinator answers within a minute; last get: %s; coordinator: %s", last, stop())
 	}
 	return stop
 }
