@@ -87,7 +87,7 @@ func TestSecureInit(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	coordOut := make(chan string, 1)
 	go func() {
-		_, out := runCtx(cctx, append(coordArgs, "--log-level", "info", "--election-ttl", "1s")...)
+		_, out := runCtx(cctx, append(coordArgs, "--log-level", "info", "--election-ttl", "3s")...)
 		coordOut <- out
 	}()
 	defer func() {

@@ -34,7 +34,9 @@ func (u *upRun) leafURL(t *testing.T) string {
 // revision rev of template name.
 func waitApplied(t *testing.T, url, node, name string, rev string) {
 	t.Helper()
-	poll.For(t, 15*time.Second, 100*time.Millisecond, func() error {
+	// A minute: status crosses leaf links to replicas that, at load 18,
+	// took longer than 15s to apply a revision.
+	poll.For(t, time.Minute, 100*time.Millisecond, func() error {
 		code, out := runCtx(context.Background(), "config", "status", "--nats", url, "--json", "--wait", "300ms")
 		var rs []opstatus.Replica
 		if code == 0 && json.Unmarshal([]byte(out), &rs) == nil {
@@ -77,7 +79,14 @@ func TestUpTree(t *testing.T) {
 	// Three servers and coordinators in this one process (under -race,
 	// beside other tests) answer the put's JetStream API calls over two
 	// leaf hops slowly: more than the default 5 s has been seen.
-	code, out := runCtx(context.Background(), "config", "put", "tree", file, "--nats", cluster.url, "--timeout", "30s")
+	// The cluster's leaf link to the region may still be coming up (no
+	// responders for the origin's API): asked again until it answers.
+	var code int
+	var out string
+	poll.Ok(time.Minute, func() bool {
+		code, out = runCtx(context.Background(), "config", "put", "tree", file, "--nats", cluster.url, "--timeout", "30s")
+		return code == 0 || !strings.Contains(out, "cannot be reached")
+	})
 	m := storedRE.FindStringSubmatch(out)
 	if code != 0 || m == nil || !strings.Contains(out, "root's bucket (JetStream domain root)") {
 		t.Fatalf("config put at the cluster: code %d: %s", code, out)
