@@ -413,7 +413,9 @@ func TestDomainLearning(t *testing.T) {
 
 // TestDomainRefresh: holds are refreshed, all holds of a resource in one
 // message, and outlive the ttl on the service's clock; a hold the service
-// lost is marked lost; Agent.Close releases the rest.
+// lost is marked lost; Agent.Close releases the rest. The cadence, one
+// refresh every ttl/3, is TestDomainServerRefreshEveryThirdTTL's, on the
+// agent's clock.
 func TestDomainRefresh(t *testing.T) {
 	t.Parallel()
 	f, a, _ := domainSetup(t, map[string]int64{"jobs:sandbox": 10, "jobs:gpu": 2})
