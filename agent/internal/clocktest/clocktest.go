@@ -1,13 +1,17 @@
 // Package clocktest is the manually driven clock of the agent's tests and
 // of its quota and domain clients' tests: time moves only when the test
-// moves it, so what a test checks of timing does not depend on the
+// moves it (Set, Advance, or Drive, which fires a call's timers as they
+// are armed), so what a test checks of timing does not depend on the
 // machine's speed.
 package clocktest
 
 import (
 	"slices"
 	"sync"
+	"testing"
 	"time"
+
+	"github.com/allot/allot/internal/poll"
 )
 
 // Fake is a manually driven clock (an agent.Clock). Its timers fire when
@@ -130,4 +134,47 @@ func (c *Fake) Deadlines() []time.Time {
 	}
 	slices.SortFunc(out, time.Time.Compare)
 	return out
+}
+
+// Drive runs call and, until it returns, fires each timer of c due within
+// horizon as soon as it is pending, moving c to its deadline; it returns
+// how long each was armed for, in order. It fails tb if two such timers
+// are pending at once: what it drives must arm one at a time, a retry's
+// backoff or a wait, while later timers (a refresh loop's) stay pending.
+func Drive(tb testing.TB, c *Fake, horizon time.Duration, call func()) []time.Duration {
+	tb.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		call()
+	}()
+	var armed []time.Duration
+	for {
+		var due []time.Time
+		ended := false
+		poll.Until(tb, 20*time.Second, "a timer or the end of the call", func() bool {
+			select {
+			case <-done:
+				ended = true
+				return true
+			default:
+			}
+			due = due[:0]
+			now := c.Peek()
+			for _, d := range c.Deadlines() {
+				if d.Sub(now) <= horizon {
+					due = append(due, d)
+				}
+			}
+			return len(due) > 0
+		})
+		if ended {
+			return armed
+		}
+		if len(due) != 1 {
+			tb.Fatalf("%d timers pending within %v; want one", len(due), horizon)
+		}
+		armed = append(armed, due[0].Sub(c.Peek()))
+		c.Set(due[0])
+	}
 }
