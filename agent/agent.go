@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"golang.org/x/time/rate"
 
+	"github.com/allot/allot/agent/internal/clock"
 	"github.com/allot/allot/agent/internal/option"
 	"github.com/allot/allot/agent/internal/rpc"
 	"github.com/allot/allot/internal/subjects"
@@ -334,7 +335,7 @@ func (a *Agent) resource(id string, kind Kind, opts []ResourceOption) (*resource
 		}
 		return r, nil
 	}
-	t := now(a.o.clock)
+	t := clock.Now(a.o.clock)
 	r := &resource{
 		id: id, kind: kind, priority: ro.priority, a: a,
 		wants: ro.wants, auto: ro.autoWants, initialCap: ro.initialCap,
@@ -492,7 +493,7 @@ func (r *resource) setWants(w float64) error {
 	old := r.currentWantsLocked()
 	r.wants, r.auto = w, false
 	if bigChange(old, w) {
-		a.scheduleEarlyLocked(now(a.o.clock))
+		a.scheduleEarlyLocked(clock.Now(a.o.clock))
 	}
 	a.mu.Unlock()
 	a.poke()
@@ -512,7 +513,7 @@ func (r *resource) starved() {
 		return
 	}
 	r.starving = true
-	a.scheduleEarlyLocked(now(a.o.clock))
+	a.scheduleEarlyLocked(clock.Now(a.o.clock))
 	a.mu.Unlock()
 	a.poke()
 }

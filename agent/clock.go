@@ -1,11 +1,16 @@
 package agent
 
-import "time"
+import (
+	"time"
 
-// Clock is the source of time for an Agent and its limiters. Tests inject a
-// fake clock to check accuracy without depending on the machine's speed; the
-// default (no WithClock option) reads package time directly, which keeps the
-// hot path free of indirect calls.
+	"github.com/allot/allot/agent/internal/clock"
+)
+
+// Clock is the source of time for an Agent, its limiters and the quota and
+// domain clients made from it. Tests inject a fake clock to check accuracy
+// without depending on the machine's speed; the default (no WithClock
+// option) reads package time directly, which keeps the hot path free of
+// indirect calls.
 type Clock interface {
 	// Now returns the current time.
 	Now() time.Time
@@ -14,19 +19,8 @@ type Clock interface {
 	NewTimer(d time.Duration) (<-chan time.Time, func() bool)
 }
 
-// newTimer starts a timer on c, or on package time when c is nil.
-func newTimer(c Clock, d time.Duration) (<-chan time.Time, func() bool) {
-	if c == nil {
-		t := time.NewTimer(d)
-		return t.C, t.Stop
-	}
-	return c.NewTimer(d)
-}
-
-// now reads c, or package time when c is nil.
-func now(c Clock) time.Time {
-	if c == nil {
-		return time.Now()
-	}
-	return c.Now()
+// The quota and domain clients run on their agent's clock; it reaches them
+// through agent/internal/clock rather than an exported accessor.
+func init() {
+	clock.Of = func(a any) clock.Clock { return a.(*Agent).o.clock }
 }

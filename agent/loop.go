@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/allot/allot/agent/internal/clock"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -39,16 +40,16 @@ const minRefreshDelay = 10 * time.Millisecond
 func (a *Agent) run() {
 	defer close(a.done)
 	defer a.report() // changes noted before Close
-	clock := a.o.clock
+	clk := a.o.clock
 	gap := a.o.minRefreshGap
 	// holdUntil: an overloaded service asked for no request before then.
 	var nextRefresh, lastAttempt, holdUntil time.Time
-	nextSample := now(clock).Add(sampleEvery)
+	nextSample := clock.Now(clk).Add(sampleEvery)
 	for {
 		// Before any refresh: a resource closed and created again is
 		// asked for only once its release has been answered.
 		a.sendReleases()
-		t := now(clock)
+		t := clock.Now(clk)
 		if !t.Before(nextSample) {
 			a.sampleAll(t)
 			nextSample = t.Add(sampleEvery)
@@ -74,7 +75,7 @@ func (a *Agent) run() {
 					nextRefresh = holdUntil
 				}
 			}
-			t = now(clock)
+			t = clock.Now(clk)
 		}
 		a.applyAll(t)
 		if due {
@@ -107,7 +108,7 @@ func (a *Agent) run() {
 		}
 		a.mu.Unlock()
 		d := max(wake.Sub(t), time.Millisecond)
-		timerC, stop := newTimer(clock, d)
+		timerC, stop := clock.NewTimer(clk, d)
 		select {
 		case <-a.stop:
 			stop()
@@ -349,7 +350,7 @@ func (a *Agent) refresh(t time.Time) error {
 		}
 	}
 	if answered {
-		a.lastOK = now(a.o.clock)
+		a.lastOK = clock.Now(a.o.clock)
 		a.interval = interval
 	}
 	if firstErr != nil {
@@ -436,7 +437,7 @@ func (a *Agent) installLocked(sent []*resource, resp *allotpb.GetCapacityRespons
 	// No coordinator issues a longer lease; a reply claiming one (a forged
 	// "until 2999") would otherwise be reported back for ever and refused
 	// as a bad request.
-	longest := now(a.o.clock).Add(wire.MaxLeaseLength)
+	longest := clock.Now(a.o.clock).Add(wire.MaxLeaseLength)
 	for _, rr := range resp.GetResponse() {
 		i, ok := slices.BinarySearchFunc(sent, rr.GetResourceId(), func(r *resource, id string) int { return strings.Compare(r.id, id) })
 		if !ok || sent[i].closed {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/allot/allot/agent/internal/clock"
 	"github.com/allot/allot/internal/wire"
 )
 
@@ -56,7 +57,7 @@ type options struct {
 	node           string
 	mode           Mode
 	logger         *slog.Logger
-	clock          Clock
+	clock          clock.Clock // nil: package time
 	requestTimeout time.Duration
 	minRefreshGap  time.Duration
 	onChange       func(Status)
@@ -113,8 +114,9 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithClock replaces the clock of the agent and all its limiters; meant for
-// tests. Lease expiry times from the coordinator are compared with it.
+// WithClock replaces the clock of the agent, all its limiters and the
+// quota and domain clients made from it; meant for tests. Lease expiry
+// times from the coordinator are compared with it.
 func WithClock(c Clock) Option {
 	return func(o *options) error {
 		if c == nil {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/allot/allot/agent/internal/clock"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
@@ -96,5 +97,5 @@ func (a *Agent) learnPartitions(h nats.Header) {
 	}
 	a.log.Info("allot: the node's lease partitions changed", "node", a.o.node, "from", a.nparts, "to", n)
 	a.nparts, a.terms = n, make([]partState, n)
-	a.scheduleEarlyLocked(now(a.o.clock))
+	a.scheduleEarlyLocked(clock.Now(a.o.clock))
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/allot/allot/agent/internal/clock"
 	"golang.org/x/time/rate"
 )
 
@@ -64,7 +65,7 @@ const (
 // RateLimiter is safe for simultaneous use by multiple goroutines.
 type RateLimiter struct {
 	mu         sync.Mutex
-	clock      Clock // nil: package time
+	clock      clock.Clock // nil: package time
 	limit      rate.Limit
 	burst      int
 	fixedBurst bool
@@ -91,9 +92,9 @@ type RateLimiter struct {
 	res *resource // nil for limiters built in tests
 }
 
-func newRateLimiter(clock Clock, burst int) *RateLimiter {
-	t := now(clock)
-	l := &RateLimiter{clock: clock, burst: 1, last: t, epoch: &epoch{}, segStart: t}
+func newRateLimiter(clk clock.Clock, burst int) *RateLimiter {
+	t := clock.Now(clk)
+	l := &RateLimiter{clock: clk, burst: 1, last: t, epoch: &epoch{}, segStart: t}
 	if burst > 0 {
 		l.burst, l.fixedBurst = burst, true
 	}
@@ -136,7 +137,7 @@ func (l *RateLimiter) Burst() int {
 func (l *RateLimiter) Tokens() float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.advanceLocked(now(l.clock))
+	l.advanceLocked(clock.Now(l.clock))
 	return l.tokens
 }
 
@@ -231,7 +232,7 @@ func (l *RateLimiter) setLimit(limit rate.Limit) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.advanceLocked(now(l.clock))
+	l.advanceLocked(clock.Now(l.clock))
 	if limit == l.limit || l.closed { // a closed limiter stays at 0
 		return
 	}
@@ -270,7 +271,7 @@ func (l *RateLimiter) setLimit(limit rate.Limit) {
 func (l *RateLimiter) shut() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.advanceLocked(now(l.clock))
+	l.advanceLocked(clock.Now(l.clock))
 	base := l.earnedLocked()
 	l.closed = true
 	l.limit = 0
@@ -368,7 +369,7 @@ func (l *RateLimiter) AllowN(n int) (ok bool) {
 		l.mu.Unlock()
 		return true
 	}
-	t := now(l.clock)
+	t := clock.Now(l.clock)
 	l.advanceLocked(t)
 	if n <= l.burst && l.tokens >= float64(n) {
 		l.tokens -= float64(n)
@@ -493,7 +494,7 @@ func (l *RateLimiter) WaitN(ctx context.Context, n int) (err error) {
 	deadline, hasDeadline := ctx.Deadline()
 	l.mu.Lock()
 	l.requested += int64(n)
-	t := now(l.clock)
+	t := clock.Now(l.clock)
 	if hasDeadline {
 		maxWait = deadline.Sub(t)
 	}
@@ -516,7 +517,7 @@ func (l *RateLimiter) waitSlow(ctx context.Context, n int, r resv, hasDeadline b
 		var timerC <-chan time.Time
 		var stop func() bool
 		if r.wait != rate.InfDuration {
-			timerC, stop = newTimer(l.clock, r.wait)
+			timerC, stop = clock.NewTimer(l.clock, r.wait)
 		}
 		select {
 		case <-timerC:
@@ -527,7 +528,7 @@ func (l *RateLimiter) waitSlow(ctx context.Context, n int, r resv, hasDeadline b
 			stop()
 		}
 		l.mu.Lock()
-		t := now(l.clock)
+		t := clock.Now(l.clock)
 		if r.state == reserved {
 			l.recheckLocked(t, &r)
 		}
@@ -585,7 +586,7 @@ func (l *RateLimiter) ReserveN(n int) (rv *Reservation) {
 	defer func() { l.res.count(n, rv.ok) }()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := now(l.clock)
+	t := clock.Now(l.clock)
 	if n <= 0 {
 		return &Reservation{l: l, ok: true, timeToAct: t}
 	}
@@ -607,7 +608,7 @@ func (r *Reservation) OK() bool { return r.ok }
 
 // Delay is shorthand for DelayFrom at the limiter's current time.
 func (r *Reservation) Delay() time.Duration {
-	return r.DelayFrom(now(r.l.clock))
+	return r.DelayFrom(clock.Now(r.l.clock))
 }
 
 // DelayFrom returns how long after t the holder must wait before acting;
@@ -627,7 +628,7 @@ func (r *Reservation) Cancel() {
 	}
 	r.l.mu.Lock()
 	defer r.l.mu.Unlock()
-	r.l.cancelLocked(now(r.l.clock), r.n, &r.due)
+	r.l.cancelLocked(clock.Now(r.l.clock), r.n, &r.due)
 	r.n = 0
 }
 

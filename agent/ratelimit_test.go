@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/allot/allot/agent/internal/clocktest"
 	"github.com/allot/allot/internal/poll"
 	"golang.org/x/time/rate"
 )
@@ -30,7 +31,7 @@ func waitParked(t *testing.T, done <-chan error, what string) {
 }
 
 // waitPending blocks until the clock has n pending timers.
-func waitPending(tb testing.TB, c *fakeClock, n int) time.Time {
+func waitPending(tb testing.TB, c *clocktest.Fake, n int) time.Time {
 	tb.Helper()
 	var first time.Time
 	poll.For(tb, 10*time.Second, 10*time.Microsecond, func() error {
@@ -61,10 +62,10 @@ func TestAllowAccuracyUnderContention(t *testing.T) {
 		{"64 callers burst 1", 64, 250, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newFakeClock()
+			c := clocktest.New()
 			l := newRateLimiter(c, tc.burst)
 			l.setLimit(rate.Limit(tc.rate))
-			c.step = 20 * time.Microsecond
+			c.SetStep(20 * time.Microsecond)
 			start := c.Peek()
 			end := start.Add(10 * time.Second)
 			var admitted atomic.Int64
@@ -96,7 +97,7 @@ func TestWaitAccuracy(t *testing.T) {
 	for _, callers := range []int{1, 64} {
 		t.Run(map[int]string{1: "1 caller", 64: "64 callers"}[callers], func(t *testing.T) {
 			const r = 200.0
-			c := newFakeClock()
+			c := clocktest.New()
 			l := newRateLimiter(c, 5)
 			l.setLimit(r)
 			start := c.Peek()
@@ -183,7 +184,7 @@ func TestZeroCapacityBlocksAndWakes(t *testing.T) {
 // It runs in a synctest bubble, for waitParked.
 func TestWaitReschedulesOnChange(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newFakeClock()
+		c := clocktest.New()
 		l := newRateLimiter(c, 1)
 		l.setLimit(1)
 		if !l.Allow() { // the first capacity comes with a full bucket
@@ -236,7 +237,7 @@ func TestWaitNErrors(t *testing.T) {
 }
 
 func TestReservation(t *testing.T) {
-	c := newFakeClock()
+	c := clocktest.New()
 	l := newRateLimiter(c, 4)
 	l.setLimit(2)
 	c.Advance(2 * time.Second) // bucket full: 4 tokens
@@ -286,7 +287,7 @@ func TestUnlimitedAndBurst(t *testing.T) {
 // TestCancelledWaitGivesBack: a waiter whose context ends before its turn
 // returns its tokens.
 func TestCancelledWaitGivesBack(t *testing.T) {
-	c := newFakeClock()
+	c := clocktest.New()
 	l := newRateLimiter(c, 1)
 	l.setLimit(1)
 	l.Allow() // the full bucket of the first capacity
@@ -311,7 +312,7 @@ func TestCancelledWaitGivesBack(t *testing.T) {
 // once it reaches about 1e10 tokens, and the cancel would re-credit a
 // token that was already earned and spent.
 func TestLongUptimePrecision(t *testing.T) {
-	c := newFakeClock()
+	c := clocktest.New()
 	l := newRateLimiter(c, 10)
 	l.setLimit(100_000)
 	for day := 1; day <= 30; day++ {
@@ -342,7 +343,7 @@ func TestLongUptimePrecision(t *testing.T) {
 // times in between.
 func TestReservationsAcrossRebases(t *testing.T) {
 	const r = 1e6
-	c := newFakeClock()
+	c := clocktest.New()
 	l := newRateLimiter(c, r)
 	l.setLimit(r)
 	l.AllowN(r) // the full bucket of the first capacity
@@ -388,7 +389,7 @@ func (l *RateLimiter) rebasesSince(e *epoch) int {
 // empty and held a tenth of a second); a larger capacity adds the room of
 // its larger burst.
 func TestFirstCapacityComesWithItsBurst(t *testing.T) {
-	c := newFakeClock()
+	c := clocktest.New()
 	l := newRateLimiter(c, 0)
 	l.setLimit(10)
 	admitted := 0

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/allot/allot/agent/internal/clocktest"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 	"github.com/allot/allot/internal/wire"
@@ -39,7 +40,7 @@ func TestRefreshKeepsToRetryAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	clock := newFakeClock()
+	clock := clocktest.New()
 	start := clock.Peek()
 	a := newAgent(t, natstest.Conn(t, s), WithClock(clock), WithClientID("shed"))
 	if _, err := a.Rate("res", WithWants(10)); err != nil {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/allot/allot/agent/internal/clock"
 	"golang.org/x/time/rate"
 )
 
@@ -49,7 +50,7 @@ func (l *RateLimiter) setShadow(on bool, limit rate.Limit) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := &l.shadow
-	t := now(l.clock)
+	t := clock.Now(l.clock)
 	if !on {
 		s.on = false
 		return
@@ -94,7 +95,7 @@ func (l *RateLimiter) shadowTakeLocked(t time.Time, n int) {
 		return
 	}
 	if t.IsZero() {
-		t = now(l.clock)
+		t = clock.Now(l.clock)
 	}
 	s.advance(t)
 	if n <= s.burst && s.tokens >= float64(n) {

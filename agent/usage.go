@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/allot/allot/agent/internal/clock"
 )
 
 // Usage is what an agent did with one resource: what its limiter
@@ -28,7 +30,7 @@ type Usage struct {
 
 // Usage returns the usage of every open resource, ordered by id.
 func (a *Agent) Usage() []Usage {
-	t := now(a.o.clock)
+	t := clock.Now(a.o.clock)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := make([]Usage, 0, len(a.res))

@@ -101,20 +101,23 @@ func DefaultTemplates() TemplateSource {
 type Options struct {
 	// Node is the tree node served; it names the subjects. Default "root".
 	Node string
-	// ServerID identifies this coordinator replica. Default host:pid.
+	// ServerID identifies this replica: to the election, in STATS, the
+	// service's metadata and the logs. Default host:pid.
 	ServerID string
+	// Partition is the partition served, in [0, Partitions).
+	Partition int
+	// Partitions is how many partitions share the node's lease resources,
+	// each elected and served on its own subjects: 1 (the default) to 256
+	// (subjects.md, "Lease partitions"). Clients pick a resource's partition
+	// themselves, so no subject mapping is needed; with 1 the node keeps its
+	// plain subjects, election key and lease record.
+	Partitions int
 	// RoundInterval is the length of an allocation round: requests arriving
 	// during one are answered together at its end. 0 (the default,
 	// DefaultRoundInterval; NoRoundInterval says it explicitly) answers
 	// each request at once, whatever queued meanwhile batched with it. At
 	// most 50ms.
 	RoundInterval time.Duration
-	// Partitions spreads the node's resources over that many lease
-	// partitions, each elected and served on its own subjects
-	// (subjects.md, "Lease partitions"); Partition is the one served, in
-	// [0, Partitions). Default 1: the node's plain subjects, election key
-	// and lease record, as without partitions.
-	Partition, Partitions int
 	// Parent names the parent node (toward the root) whose coordinator
 	// this one gets its capacity from, over allot.<Parent>.server.get
 	// (through a leaf-node connection). Empty: this node is a root and

@@ -96,15 +96,18 @@ func ParseDomains(docs map[string][]byte) (Config, error) {
 // Options configure a Server: the serving side of one partition for one
 // leadership term.
 type Options struct {
-	// Node is the tree node; it names the subjects. Default "root".
+	// Node is the tree node served; it names the subjects. Default "root".
 	Node string
-	// ServerID identifies this replica. Default host:pid.
+	// ServerID identifies this replica: to the election, in STATS, the
+	// service's metadata and the logs. Default host:pid.
 	ServerID string
 	// Partition is the partition served, in [0, Partitions).
 	Partition int
-	// Partitions is how many partitions share the resources. Default 1.
-	// For N > 1 the NATS server needs the subject mappings of subjects.md,
-	// "Domain limits", "Partitions" (`allot up` sets them).
+	// Partitions is how many partitions share the node's domain-limit
+	// namespaces, each elected and served on its own subjects: 1 (the
+	// default) to MaxPartitions. For N > 1 the NATS server needs the subject
+	// mappings of subjects.md, "Domain limits", "Partitions" (`allot up`
+	// sets them).
 	Partitions int
 	// Config returns the configuration in force. Required.
 	Config Config
@@ -138,14 +141,15 @@ type Options struct {
 	SealTTL time.Duration
 	// Term is the leadership term, reported in STATS. Default 1.
 	Term uint64
-	// Valid, if set, reports whether this server may still answer; it is
-	// checked before every reply. Once false the server is silent (Done).
+	// Valid, if set, reports whether this server may still answer: its
+	// leadership has not lapsed. It is checked before every reply; once
+	// false the server is silent for good (Done).
 	Valid func() bool
-	// Logger receives the server's logs. Default slog.Default().
 	// Intake bounds the requests taken up and not yet answered, and each
-	// tenant's request rate (the zero value has the
-	// defaults and no tenant rate). See subjects.md, "Overload".
+	// tenant's request rate (the zero value has the defaults and no
+	// tenant rate). See subjects.md, "Overload".
 	Intake intake.Limits
+	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time

@@ -55,14 +55,18 @@ const (
 // Options configure a Server: the serving side of one partition for one
 // leadership term.
 type Options struct {
-	// Node is the tree node; it names the subjects. Default "root".
+	// Node is the tree node served; it names the subjects. Default "root".
 	Node string
-	// ServerID identifies this replica. Default host:pid.
+	// ServerID identifies this replica: to the election, in STATS, the
+	// service's metadata and the logs. Default host:pid.
 	ServerID string
 	// Partition is the partition served, in [0, Partitions).
 	Partition int
-	// Partitions is how many partitions share the namespaces. Default 1.
-	// It must match the NATS subject mapping (Mappings) for N > 1.
+	// Partitions is how many partitions share the node's quota namespaces,
+	// each elected and served on its own subjects: 1 (the default) to
+	// MaxPartitions. For N > 1 the NATS server needs the subject mappings of
+	// subjects.md, "Quota", "Partition mapping" (Mappings; `allot up` sets
+	// them).
 	Partitions int
 	// Config supplies the quota namespaces in force: ParseNamespaces,
 	// or the configuration bucket's under `allot up` and `allot quota`.
@@ -76,7 +80,7 @@ type Options struct {
 	Term uint64
 	// Valid, if set, reports whether this server may still answer: its
 	// leadership has not lapsed. It is checked before every reply; once
-	// false the server is silent and stops (Done).
+	// false the server is silent for good (Done).
 	Valid func() bool
 	// SweepInterval is how often idle buckets are swept. Default 5s.
 	SweepInterval time.Duration

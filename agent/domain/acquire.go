@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/allot/allot/agent/internal/clock"
 	"github.com/allot/allot/internal/domainwire"
 )
 
@@ -99,14 +100,14 @@ func (c *Client) AcquireAll(ctx context.Context, domain string, copyResources []
 		return nil, errors.New("domain: acquire: WithMinCopies does not apply; pass min")
 	}
 	budget := o.maxWait
-	start := time.Now()
+	start := clock.Now(c.clock)
 	x := &Acquisition{Copies: max}
 	fail := func(err error) (*Acquisition, error) {
 		_ = x.Close()
 		return nil, err
 	}
 	for i, s := range steps {
-		so := callOptions{minCopies: min, maxWait: budget - time.Since(start), backoffBase: o.backoffBase}
+		so := callOptions{minCopies: min, maxWait: budget - clock.Since(c.clock, start), backoffBase: o.backoffBase}
 		if so.maxWait < 0 {
 			so.maxWait = 0
 		}
@@ -136,6 +137,6 @@ func (c *Client) AcquireAll(ctx context.Context, domain string, copyResources []
 			}
 		}
 	}
-	x.Waited = time.Since(start)
+	x.Waited = clock.Since(c.clock, start)
 	return x, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/internal/clock"
 	"github.com/allot/allot/agent/internal/option"
 	"github.com/allot/allot/agent/internal/rpc"
 	"github.com/allot/allot/internal/domainwire"
@@ -42,6 +43,7 @@ type Client struct {
 	clientID string
 	node     string
 	log      *slog.Logger
+	clock    clock.Clock // the agent's; nil: package time
 	o        options
 	kill     atomic.Bool
 
@@ -74,6 +76,7 @@ func New(a *agent.Agent, opts ...Option) (*Client, error) {
 		clientID: a.ClientID(),
 		node:     a.Node(),
 		log:      a.Logger().With("component", "allot-domain", "client_id", a.ClientID()),
+		clock:    clock.Of(a),
 		o:        o,
 		res:      make(map[string]*domainRes),
 		modes:    make(map[string]FailMode),
@@ -174,7 +177,7 @@ type attempt func(ctx context.Context) (granted bool, retryAfter time.Duration, 
 // answered in; should the deadline still cut a retry short, the last
 // rejection stands. It returns the attempts made and the time spent.
 func (c *Client) retry(ctx context.Context, o *callOptions, try attempt) (attempts int, waited time.Duration, granted bool, err error) {
-	start := time.Now()
+	start := clock.Now(c.clock)
 	budget := o.maxWait
 	if dl, ok := ctx.Deadline(); ok {
 		budget = min(budget, dl.Sub(start)-c.o.timeout)
@@ -182,7 +185,7 @@ func (c *Client) retry(ctx context.Context, o *callOptions, try attempt) (attemp
 	for i := 0; ; i++ {
 		granted, after, err := try(ctx)
 		attempts++
-		elapsed := time.Since(start)
+		elapsed := clock.Since(c.clock, start)
 		if err != nil && i > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return attempts, elapsed, false, nil
 		}
@@ -197,15 +200,15 @@ func (c *Client) retry(ctx context.Context, o *callOptions, try attempt) (attemp
 		if sleep <= 0 {
 			return attempts, elapsed, false, nil
 		}
-		t := time.NewTimer(sleep)
+		timerC, stop := clock.NewTimer(c.clock, sleep)
 		select {
-		case <-t.C:
+		case <-timerC:
 		case <-ctx.Done():
-			t.Stop()
+			stop()
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return attempts, time.Since(start), false, nil
+				return attempts, clock.Since(c.clock, start), false, nil
 			}
-			return attempts, time.Since(start), false, ctx.Err()
+			return attempts, clock.Since(c.clock, start), false, ctx.Err()
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/internal/clocktest"
 	"github.com/allot/allot/agent/quota"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/natstest"
@@ -344,16 +345,26 @@ func TestDomainKillSwitch(t *testing.T) {
 }
 
 // TestDomainRetry: rejections are retried with the paper's backoff until
-// granted, within the max wait.
+// granted, within the max wait and the context's deadline, on the agent's
+// clock: the test fires each backoff timer as soon as it is armed, so
+// the schedule is checked exactly, whatever the machine's speed.
 func TestDomainRetry(t *testing.T) {
 	t.Parallel()
-	f, a, _ := domainSetup(t, map[string]int64{"rate:api:search": 5, "jobs:sandbox": 5})
+	s := natstest.Server(t)
+	f := newFakeDomain(t, natstest.Conn(t, s), map[string]int64{"rate:api:search": 5, "jobs:sandbox": 5})
+	clk := clocktest.At(time.Now())
+	a := newClockedClient(t, natstest.Conn(t, s), clk, domainWait())
 	ctx := context.Background()
 	f.set(func(f *fakeDomain) { f.rejectFirst = 2 })
-	g, err := a.Request(ctx, "api:search", "acme", 1, WithMaxWait(10*time.Second), WithBackoffBase(10*time.Millisecond))
-	if err != nil || g.Granted != 1 || g.Attempts != 3 || g.Waited < 15*time.Millisecond {
-		t.Fatalf("Request after two rejections = %+v, %v; want granted on the third attempt", g, err)
+	var g Grant
+	var err error
+	sleeps := clocktest.Drive(t, clk, driveHorizon, func() {
+		g, err = a.Request(ctx, "api:search", "acme", 1, WithMaxWait(10*time.Second), WithBackoffBase(10*time.Millisecond))
+	})
+	if err != nil || g.Granted != 1 || g.Attempts != 3 || len(sleeps) != 2 || g.Waited != sleeps[0]+sleeps[1] {
+		t.Fatalf("Request after two rejections = %+v, %v after sleeps %v; want granted on the third attempt", g, err, sleeps)
 	}
+	checkBackoff(t, sleeps, 10*time.Millisecond)
 	if st := statsOf(a, "api:search"); st.Retries != 2 || st.Granted != 1 {
 		t.Errorf("stats: %+v", st)
 	}
@@ -362,29 +373,38 @@ func TestDomainRetry(t *testing.T) {
 	if _, err := a.Reserve(ctx, "jobs:sandbox", "acme", 1); !errors.Is(err, ErrRejected) {
 		t.Fatalf("Reserve rejected once, no max wait = %v", err)
 	}
-	// The schedule: base 100ms, max wait 1s sleeps about 100, 200, 400
-	// (±25%), then what is left: 5 attempts, and Waited about 1s. (4 when
-	// the round trips took more than the least that is left, 125ms: a
-	// loaded machine under -race.)
+	// The schedule: base 100ms, max wait 1s sleeps 100, 200, 400 (±25%),
+	// then what is left: 5 attempts, and Waited 1s.
 	f.set(func(f *fakeDomain) { f.rejectFirst = 1000 })
-	_, err = a.Reserve(ctx, "jobs:sandbox", "acme", 1, WithMaxWait(time.Second), WithBackoffBase(100*time.Millisecond))
+	sleeps = clocktest.Drive(t, clk, driveHorizon, func() {
+		_, err = a.Reserve(ctx, "jobs:sandbox", "acme", 1, WithMaxWait(time.Second), WithBackoffBase(100*time.Millisecond))
+	})
 	var rej *RejectedError
-	if !errors.As(err, &rej) || rej.Attempts < 4 || rej.Attempts > 5 || rej.Waited < time.Second || rej.Info == nil {
-		t.Fatalf("rejected throughout = %v (%+v); want 5 attempts over 1s", err, rej)
+	if !errors.As(err, &rej) || rej.Attempts != 5 || len(sleeps) != 4 || rej.Waited != time.Second || rej.Info == nil {
+		t.Fatalf("rejected throughout = %v (%+v) after sleeps %v; want 5 attempts over 1s", err, rej, sleeps)
 	}
-	msgs := f.received(domainwire.OpReserve)
-	msgs = msgs[len(msgs)-rej.Attempts:]
-	for i, lo := range []time.Duration{75, 150, 300} {
-		if gap := msgs[i+1].at.Sub(msgs[i].at); gap < lo*time.Millisecond {
-			t.Errorf("sleep %d was %v; want at least %v", i, gap, lo*time.Millisecond)
-		}
-	}
-	// The context deadline bounds the retries.
-	dctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	checkBackoff(t, sleeps[:3], 100*time.Millisecond)
+	// The context deadline bounds the retries, leaving the last attempt a
+	// timeout to be answered in: 300ms here, on the agent's clock.
+	dctx, cancel := context.WithDeadline(ctx, clk.Peek().Add(300*time.Millisecond+10*time.Second))
 	defer cancel()
-	_, err = a.Reserve(dctx, "jobs:sandbox", "acme", 1, WithMaxWait(time.Minute), WithBackoffBase(100*time.Millisecond))
-	if !errors.As(err, &rej) || rej.Waited > time.Second {
-		t.Fatalf("retries within a 300ms deadline = %v", err)
+	sleeps = clocktest.Drive(t, clk, driveHorizon, func() {
+		_, err = a.Reserve(dctx, "jobs:sandbox", "acme", 1, WithMaxWait(time.Minute), WithBackoffBase(100*time.Millisecond))
+	})
+	if !errors.As(err, &rej) || rej.Waited != 300*time.Millisecond {
+		t.Fatalf("retries within a 300ms deadline = %v (%+v) after sleeps %v; want 300ms of them", err, rej, sleeps)
+	}
+	checkBackoff(t, sleeps[:1], 100*time.Millisecond)
+}
+
+// checkBackoff checks that sleep i is 2^i × base within the jitter, ±25%.
+func checkBackoff(t *testing.T, sleeps []time.Duration, base time.Duration) {
+	t.Helper()
+	for i, d := range sleeps {
+		want := base << i
+		if d < want*3/4 || d > want*5/4 {
+			t.Errorf("sleep %d was %v; want %v ±25%%", i, d, want)
+		}
 	}
 }
 
@@ -392,16 +412,22 @@ func TestDomainRetry(t *testing.T) {
 // with no max wait to cover it the rejection says learning.
 func TestDomainLearning(t *testing.T) {
 	t.Parallel()
-	f, a, _ := domainSetup(t, map[string]int64{"jobs:sandbox": 5})
+	s := natstest.Server(t)
+	f := newFakeDomain(t, natstest.Conn(t, s), map[string]int64{"jobs:sandbox": 5})
+	clk := clocktest.At(time.Now())
+	a := newClockedClient(t, natstest.Conn(t, s), clk, domainWait())
 	ctx := context.Background()
 	f.set(func(f *fakeDomain) { f.learning, f.retryAfter = 1, 300*time.Millisecond })
-	h, err := a.Reserve(ctx, "jobs:sandbox", "acme", 1, WithMaxWait(5*time.Second), WithBackoffBase(time.Millisecond))
+	var h *Hold
+	var err error
+	sleeps := clocktest.Drive(t, clk, driveHorizon, func() {
+		h, err = a.Reserve(ctx, "jobs:sandbox", "acme", 1, WithMaxWait(5*time.Second), WithBackoffBase(time.Millisecond))
+	})
 	if err != nil || h.Copies() != 1 {
 		t.Fatalf("Reserve while learning = %v", err)
 	}
-	msgs := f.received(domainwire.OpReserve)
-	if len(msgs) != 2 || msgs[1].at.Sub(msgs[0].at) < 300*time.Millisecond {
-		t.Fatalf("retried %d times, first gap %v; want once, after at least 300ms", len(msgs)-1, msgs[1].at.Sub(msgs[0].at))
+	if msgs := f.received(domainwire.OpReserve); len(msgs) != 2 || len(sleeps) != 1 || sleeps[0] != 300*time.Millisecond {
+		t.Fatalf("retried %d times after sleeps %v; want once, after 300ms", len(msgs)-1, sleeps)
 	}
 	f.set(func(f *fakeDomain) { f.learning = 1 })
 	_, err = a.Reserve(ctx, "jobs:sandbox", "acme", 1, WithMaxWait(100*time.Millisecond))
@@ -413,7 +439,9 @@ func TestDomainLearning(t *testing.T) {
 
 // TestDomainRefresh: holds are refreshed, all holds of a resource in one
 // message, and outlive the ttl on the service's clock; a hold the service
-// lost is marked lost; Agent.Close releases the rest.
+// lost is marked lost; Agent.Close releases the rest. The cadence, one
+// refresh every ttl/3, is TestDomainServerRefreshEveryThirdTTL's, on the
+// agent's clock.
 func TestDomainRefresh(t *testing.T) {
 	t.Parallel()
 	f, a, _ := domainSetup(t, map[string]int64{"jobs:sandbox": 10, "jobs:gpu": 2})

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/allot/allot/agent/internal/clocktest"
 	"github.com/allot/allot/domainserver"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
@@ -278,25 +279,45 @@ func TestGapUnseenResource(t *testing.T) {
 // TestGapShareAge: a share told more than one hold ttl before the service
 // stopped answering is stale (the service no longer counts its client in
 // the others' shares), while a holder's, renewed by its refreshes, stays
-// good however long the gap lasts.
+// good however long the gap lasts. The service and both agents share a
+// clock that moves only when the test moves it: one refresh of the holder
+// at a time, then far into the gap.
 func TestGapShareAge(t *testing.T) {
 	t.Parallel()
-	s, srv := serveGap(t, "resources:\n  pool: {kind: copies, global_limit: 10}\n")
+	s := natstest.Server(t)
+	clk := clocktest.At(time.Now())
+	srv := serveDomains(t, s, nsConfig(t, "gap", "resources:\n  pool: {kind: copies, global_limit: 10}\n"), gapTTL, false, clk.Peek)
 	ctx := context.Background()
-	holder, _ := holding(t, s, "holder", "h", 1)
-	quiet, qh := holding(t, s, "quiet", "q", 1)
+	holder := newClockedClient(t, natstest.Conn(t, s), clk, domainWait())
+	quiet := newClockedClient(t, natstest.Conn(t, s), clk, domainWait())
+	if _, err := holder.Reserve(ctx, "gap:pool", "h", 1); err != nil {
+		t.Fatal(err)
+	}
+	qh, err := quiet.Reserve(ctx, "gap:pool", "q", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := qh.Close(); err != nil {
 		t.Fatal(err)
 	}
 	told, _ := quiet.Share("gap:pool", "q")
-	poll.Until(t, 10*time.Second, "the quiet client's share to age past the hold ttl", func() bool { return time.Since(told.At) > gapTTL })
+	// Past one ttl after the quiet client's share was told, the holder
+	// refreshing every third of it.
+	for clk.Peek().Sub(told.At) <= gapTTL {
+		due := clk.Peek().Add(gapTTL / 3)
+		poll.Until(t, 20*time.Second, "the holder's refresh due", func() bool { return pendingAt(clk, due) })
+		clk.Set(due)
+		poll.Until(t, 20*time.Second, "the holder's refresh answered", func() bool {
+			sh, ok := holder.Share("gap:pool", "h")
+			return ok && sh.At.Equal(due)
+		})
+	}
 	srv.Stop()
-	// The holder's refreshes fail from now on; its share was told at most
-	// a refresh before.
-	poll.Until(t, 10*time.Second, "a gap longer than the hold ttl", func() bool {
-		st := statsOf(holder, "gap:pool")
-		return st.LastError != nil && time.Since(st.LastAnswer) > 2*gapTTL
-	})
+	// The holder's next refresh goes unanswered; its share was told a
+	// refresh before. The gap then lasts two ttls.
+	clk.Advance(gapTTL / 3)
+	poll.Until(t, 20*time.Second, "the holder's refresh unanswered", func() bool { return statsOf(holder, "gap:pool").LastError != nil })
+	clk.Advance(2 * gapTTL)
 	if h, err := holder.Reserve(ctx, "gap:pool", "h", 1); err != nil || !h.Info().Degraded {
 		t.Fatalf("the holder's Reserve late in the gap = %+v, %v; want a degraded hold", h, err)
 	}

@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/internal/clocktest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -53,3 +55,28 @@ func (b *lockedBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// newClockedClient is newClient on clk's time. Its agent is closed at
+// once (the client lives on without it), so that the only timers on clk
+// are the client's.
+func newClockedClient(t testing.TB, nc *nats.Conn, clk *clocktest.Fake, opts ...Option) *Client {
+	t.Helper()
+	a, err := agent.New(nc, agent.WithLogger(quiet), agent.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(a, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// driveHorizon bounds the timers clocktest.Drive fires in these tests:
+// the backoff sleeps, not a refresh loop's (a third of the fake service's
+// 10s hold ttl), which it leaves pending.
+const driveHorizon = 2 * time.Second

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/internal/clock"
 	"github.com/allot/allot/internal/domainwire"
 )
 
@@ -138,7 +139,7 @@ func (c *Client) addHoldLocked(r *domainRes, h *Hold, ttlMillis int64) {
 	if r.ttl == 0 || ttl < r.ttl {
 		r.ttl = ttl
 	}
-	next := time.Now().Add(r.ttl / 3)
+	next := clock.Now(c.clock).Add(r.ttl / 3)
 	if len(r.holds) == 0 || next.Before(r.next) {
 		r.next = next
 	}
@@ -420,7 +421,7 @@ func (c *Client) Seize(ctx context.Context, transferID string) (*Hold, error) {
 		return nil, agent.ErrClosed
 	}
 	var rep domainwire.SeizeReply
-	at := time.Now()
+	at := clock.Now(c.clock)
 	err = c.call(ctx, domainwire.OpSeize, ns, res, &domainwire.Seize{ClientID: c.clientID, TransferID: transferID}, &rep)
 	if err == nil && (rep.HoldID == "" || rep.Copies < 1) {
 		err = fmt.Errorf("%w: seize reply without a hold", ErrUnavailable)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/allot/allot/agent/internal/clock"
 	"github.com/allot/allot/internal/domainwire"
 )
 
@@ -22,7 +23,7 @@ func (c *Client) refreshLoop() {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
-		t := time.Now()
+		t := clock.Now(c.clock)
 		wake := t.Add(time.Minute)
 		c.mu.Lock()
 		for _, r := range c.res {
@@ -43,14 +44,14 @@ func (c *Client) refreshLoop() {
 			}
 		}
 		c.mu.Unlock()
-		timer := time.NewTimer(max(wake.Sub(t), time.Millisecond))
+		timerC, stop := clock.NewTimer(c.clock, max(wake.Sub(t), time.Millisecond))
 		select {
 		case <-c.stop:
-			timer.Stop()
+			stop()
 			return
 		case <-c.kick:
-			timer.Stop()
-		case <-timer.C:
+			stop()
+		case <-timerC:
 		}
 	}
 }
@@ -81,7 +82,7 @@ func (c *Client) refreshRes(r *domainRes) {
 	for _, batch := range refreshBatches(c.clientID, listed, maxBytes) {
 		req := domainwire.Refresh{ClientID: c.clientID, Holds: batch}
 		ctx, cancel := context.WithTimeout(context.Background(), c.o.timeout)
-		at := time.Now()
+		at := clock.Now(c.clock)
 		var rep domainwire.RefreshReply
 		err := c.call(ctx, domainwire.OpRefresh, r.ns, r.res, &req, &rep)
 		cancel()
@@ -128,7 +129,7 @@ func (c *Client) refreshRes(r *domainRes) {
 	} else {
 		c.answered(r)
 	}
-	r.next = time.Now().Add(next)
+	r.next = clock.Now(c.clock).Add(next)
 	select {
 	case c.kick <- struct{}{}:
 	default:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/internal/clock"
 	"github.com/allot/allot/internal/domainwire"
 )
 
@@ -55,7 +56,7 @@ func (c *Client) reserve(ctx context.Context, ns, res, resource, domain string, 
 	var answered bool
 	var sent time.Time // of the last answered attempt
 	attempts, waited, granted, err := c.retry(ctx, o, func(ctx context.Context) (bool, time.Duration, error) {
-		at := time.Now()
+		at := clock.Now(c.clock)
 		var rep domainwire.ReserveReply
 		if err := c.call(ctx, domainwire.OpReserve, ns, res, &req, &rep); err != nil {
 			return false, 0, err

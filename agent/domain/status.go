@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/allot/allot/agent/internal/clock"
 )
 
 // The client's per-resource state and counters.
@@ -111,7 +113,7 @@ func (c *Client) callLocked(ns, res string, withHolds bool, attempts int, answer
 
 // answered notes an answer of the service for r.
 func (c *Client) answered(r *domainRes) {
-	r.st.LastAnswer, r.st.LastError = time.Now(), nil
+	r.st.LastAnswer, r.st.LastError = clock.Now(c.clock), nil
 	r.fail.failingSince = time.Time{}
 	if r.failing {
 		r.failing = false
@@ -124,7 +126,7 @@ func (c *Client) answered(r *domainRes) {
 func (c *Client) unanswered(r *domainRes, err error) {
 	r.st.LastError = err
 	if r.fail.failingSince.IsZero() {
-		r.fail.failingSince = time.Now()
+		r.fail.failingSince = clock.Now(c.clock)
 	}
 	if !r.failing {
 		r.failing = true

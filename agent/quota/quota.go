@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/internal/clock"
 	"github.com/allot/allot/agent/internal/option"
 	"github.com/allot/allot/agent/internal/rpc"
 	"github.com/allot/allot/internal/subjects"
@@ -31,7 +32,8 @@ type Client struct {
 	rpc      *rpc.Caller
 	clientID string
 	log      *slog.Logger
-	subj     string // allot.<node>.quota; Take and Report add the rest
+	clock    clock.Clock // the agent's; nil: package time
+	subj     string      // allot.<node>.quota; Take and Report add the rest
 	o        options
 
 	mu       sync.Mutex
@@ -64,6 +66,7 @@ func New(a *agent.Agent, opts ...Option) (*Client, error) {
 		rpc:      rpc.New(a.Conn(), serviceError),
 		clientID: a.ClientID(),
 		log:      a.Logger().With("component", "allot-quota", "client_id", a.ClientID()),
+		clock:    clock.Of(a),
 		subj:     subjects.QuotaPrefix(a.Node()),
 		o:        o,
 		ns:       make(map[string]*namespace),
@@ -73,7 +76,7 @@ func New(a *agent.Agent, opts ...Option) (*Client, error) {
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	t := time.Now()
+	t := clock.Now(c.clock)
 	for ns, f := range o.fallback {
 		c.fallback[ns] = newBucket(f, t)
 	}
@@ -163,11 +166,11 @@ func (c *Client) Take(ctx context.Context, bucket string, n int64, opts ...TakeO
 		return Result{}, err
 	}
 	if dl, ok := ctx.Deadline(); ok {
-		if left := max(time.Until(dl), 0); !to.hasMaxWait || left < to.maxWait {
+		if left := max(dl.Sub(clock.Now(c.clock)), 0); !to.hasMaxWait || left < to.maxWait {
 			to.maxWait, to.hasMaxWait = left, true
 		}
 	}
-	st, ask, err := c.admit(ns, time.Now())
+	st, ask, err := c.admit(ns, clock.Now(c.clock))
 	if err != nil {
 		return Result{}, err
 	}
@@ -177,20 +180,20 @@ func (c *Client) Take(ctx context.Context, bucket string, n int64, opts ...TakeO
 		var se *agent.ServiceError
 		switch {
 		case err == nil:
-			c.answered(st, time.Now())
+			c.answered(st, clock.Now(c.clock))
 			c.noteShadow(st, res, n)
-			return proceed(ctx, res)
+			return c.proceed(ctx, res)
 		case errors.Is(err, ErrRejected):
-			c.answered(st, time.Now()) // REJECTED is an answer
+			c.answered(st, clock.Now(c.clock)) // REJECTED is an answer
 			return Result{}, err
 		case ctx.Err() != nil:
 			c.abandoned(st)
 			return Result{}, ctx.Err()
 		case errors.As(err, &se) && se.Code < 500:
-			c.answered(st, time.Now()) // it answered: the request is at fault
+			c.answered(st, clock.Now(c.clock)) // it answered: the request is at fault
 			return Result{}, err
 		}
-		c.failed(st, err, time.Now())
+		c.failed(st, err, clock.Now(c.clock))
 		cause = err
 	}
 	return c.takeLocal(ctx, bucket, ns, n, &to, cause)
@@ -235,15 +238,15 @@ func (c *Client) ask(ctx context.Context, bucket, ns, name string, n int64, to *
 	return Result{}, fmt.Errorf("quota: reply from %s: unknown status %v", subj, resp.GetStatus())
 }
 
-// proceed waits res.Wait, or until ctx ends.
-func proceed(ctx context.Context, res Result) (Result, error) {
+// proceed waits res.Wait on the client's clock, or until ctx ends.
+func (c *Client) proceed(ctx context.Context, res Result) (Result, error) {
 	if res.Wait <= 0 {
 		return res, nil
 	}
-	t := time.NewTimer(res.Wait)
-	defer t.Stop()
+	timerC, stop := clock.NewTimer(c.clock, res.Wait)
+	defer stop()
 	select {
-	case <-t.C:
+	case <-timerC:
 		return res, nil
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
@@ -260,7 +263,7 @@ func (c *Client) takeLocal(ctx context.Context, bucket, ns string, n int64, to *
 	if to.hasMaxWait {
 		maxWait = min(maxWait, to.maxWait)
 	}
-	wait, left, ok := b.reserve(time.Now(), n, maxWait)
+	wait, left, ok := b.reserve(clock.Now(c.clock), n, maxWait)
 	res := Result{Bucket: bucket, Wait: wait, Limit: int64(b.burst), Remaining: max(int64(math.Floor(left)), 0), Fallback: true}
 	if !ok {
 		re := &RejectedError{Bucket: bucket, Reason: "too_many_tokens", Limit: res.Limit, Remaining: res.Remaining, Fallback: true}
@@ -272,7 +275,7 @@ func (c *Client) takeLocal(ctx context.Context, bucket, ns string, n int64, to *
 		}
 		return Result{}, re
 	}
-	return proceed(ctx, res)
+	return c.proceed(ctx, res)
 }
 
 // fallbackFor returns ns's fallback bucket, the shared one, or nil.

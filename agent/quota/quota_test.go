@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/internal/clocktest"
 	"github.com/allot/allot/internal/embed"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
@@ -45,6 +47,26 @@ func newClient(t testing.TB, nc *nats.Conn, opts ...Option) *Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = q.Close() })
+	return q
+}
+
+// newClockedClient is newClient on clk's time. Its agent is closed at
+// once (the client lives on without it), so that the only timers on clk
+// are the client's.
+func newClockedClient(t testing.TB, nc *nats.Conn, clk *clocktest.Fake, opts ...Option) *Client {
+	t.Helper()
+	a, err := agent.New(nc, agent.WithLogger(quiet), agent.WithClock(clk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := New(a, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = q.Close() })
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
 	return q
 }
 
@@ -123,7 +145,8 @@ func TestQuotaUnavailable(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
-	q := newClient(t, nc, WithFallback("logins", 2, 2), WithCircuit(2, time.Hour))
+	clk := clocktest.New()
+	q := newClockedClient(t, nc, clk, WithFallback("logins", 2, 2), WithCircuit(2, time.Hour))
 	ctx := context.Background()
 
 	_, err := q.Take(ctx, "other:x", 1)
@@ -139,24 +162,26 @@ func TestQuotaUnavailable(t *testing.T) {
 	}
 	st, ok := statusOf(q, "logins")
 	if !ok || !st.CircuitOpen || st.Failures != 2 || st.Fallback != 2 ||
-		st.LastError == nil || st.CircuitRetry.Before(time.Now().Add(time.Minute)) {
+		st.LastError == nil || !st.CircuitRetry.Equal(clk.Peek().Add(time.Hour)) {
 		t.Fatalf("status after 2 failures = %+v, want the circuit open on the fallback", st)
 	}
 	before := nc.Stats().OutMsgs
-	// The bucket is empty: at 2/s a token is at most 500ms away, within
-	// the fallback's wait; with max wait 0 it is REJECTED "no_wait".
+	// The bucket is empty, and the agent's clock has not moved: at 2/s a
+	// token is 500ms away, within the fallback's wait; with max wait 0 it
+	// is REJECTED "no_wait".
 	_, err = q.Take(ctx, "logins:alice", 1, WithMaxWait(0))
 	var qe *RejectedError
-	if !errors.As(err, &qe) || qe.Reason != "no_wait" || !qe.Fallback || qe.RetryAfter <= 0 || qe.RetryAfter > 500*time.Millisecond {
+	if !errors.As(err, &qe) || qe.Reason != "no_wait" || !qe.Fallback || qe.RetryAfter != 500*time.Millisecond {
 		t.Fatalf("empty local bucket, max wait 0: err = %v", err)
 	}
 	if _, err := q.Take(ctx, "logins:bob", 3); !errors.As(err, &qe) || qe.Reason != "too_many_tokens" {
 		t.Fatalf("3 tokens over a burst of 2: err = %v", err)
 	}
-	start := time.Now()
-	res, err := q.Take(ctx, "logins:carol", 1)
-	if err != nil || !res.Fallback || res.Wait <= 0 || time.Since(start) < res.Wait/2 {
-		t.Fatalf("local OK_WAIT = %+v, %v after %v", res, err, time.Since(start))
+	// Take waits the local OK_WAIT out on the agent's clock.
+	var res Result
+	waits := clocktest.Drive(t, clk, time.Minute, func() { res, err = q.Take(ctx, "logins:carol", 1) })
+	if err != nil || !res.Fallback || res.Wait != 500*time.Millisecond || !slices.Equal(waits, []time.Duration{res.Wait}) {
+		t.Fatalf("local OK_WAIT = %+v, %v after waits %v; want one of 500ms", res, err, waits)
 	}
 	// While the circuit is open a report charges the local bucket, into
 	// debt (bounded at a second's worth): a take must wait about 1.5s,
@@ -261,15 +286,18 @@ func TestTakeService(t *testing.T) {
 		}
 	}
 	// Empty: the next token is up to 1s away, within wait_timeout and
-	// max_debt.
-	start := time.Now()
-	res, err := q.Take(ctx, "logins:alice", 1)
-	took := time.Since(start)
+	// max_debt. Take waits the answered wait out, on the agent's clock
+	// (a client of its own: the service's clock is the real one).
+	clk := clocktest.At(time.Now())
+	qc := newClockedClient(t, natstest.Conn(t, s), clk, serviceTimeout())
+	var res Result
+	var err error
+	waits := clocktest.Drive(t, clk, time.Minute, func() { res, err = qc.Take(ctx, "logins:alice", 1) })
 	if err != nil || res.Wait < 100*time.Millisecond || res.Wait > 1100*time.Millisecond {
 		t.Fatalf("take on an empty bucket = %+v, %v; want OK_WAIT of about 1s", res, err)
 	}
-	if took < res.Wait-50*time.Millisecond {
-		t.Errorf("Take returned after %v, before the answered wait %v", took, res.Wait)
+	if !slices.Equal(waits, []time.Duration{res.Wait}) {
+		t.Errorf("Take waited %v on the agent's clock; want the answered wait, %v", waits, res.Wait)
 	}
 	// Now in debt: with no wait allowed it is REJECTED "no_wait".
 	_, err = q.Take(ctx, "logins:alice", 1, WithMaxWait(0))

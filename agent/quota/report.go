@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/internal/clock"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
@@ -58,7 +59,7 @@ func (c *Client) Report(bucket string, n int64) error {
 	c.mu.Unlock()
 	if open {
 		if b := c.fallbackFor(ns); b != nil {
-			b.charge(time.Now(), n)
+			b.charge(clock.Now(c.clock), n)
 		}
 	}
 	if full {
@@ -81,12 +82,12 @@ func (c *Client) reportLoop() {
 			return
 		case <-c.kick:
 		}
-		t := time.NewTimer(c.o.reportInterval)
+		timerC, stop := clock.NewTimer(c.clock, c.o.reportInterval)
 		select {
 		case <-c.stop:
-			t.Stop()
+			stop()
 			return
-		case <-t.C:
+		case <-timerC:
 		}
 		c.flushReports()
 	}

@@ -68,14 +68,18 @@ var ErrNotServing = errors.New("envoyserver: this partition server is not servin
 
 // Options configure a Server: one partition's leader for one term.
 type Options struct {
-	// Node is the tree node; it names the subjects. Default "root".
+	// Node is the tree node served; it names the subjects. Default "root".
 	Node string
-	// ServerID identifies this replica. Default host:pid.
+	// ServerID identifies this replica: to the election, in STATS, the
+	// service's metadata and the logs. Default host:pid.
 	ServerID string
 	// Partition is the partition served, in [0, Partitions).
 	Partition int
-	// Partitions is how many partitions share the domains; it must match
-	// the NATS subject mapping (envoywire.Mappings) for N > 1. Default 1.
+	// Partitions is how many partitions share the node's Envoy domains, each
+	// elected and served on its own subjects: 1 (the default) to
+	// MaxPartitions. For N > 1 the NATS server needs the subject mappings of
+	// subjects.md, "Envoy rate limit counters" (envoywire.Mappings; `allot
+	// up` sets them).
 	Partitions int
 	// MaxCounters bounds the counters kept; beyond, a request adding a
 	// counter is refused (429). Default DefaultMaxCounters.
@@ -88,8 +92,9 @@ type Options struct {
 	ClockSkew time.Duration
 	// Term is the leadership term, reported in STATS. Default 1.
 	Term uint64
-	// Valid, if set, reports whether this server may still answer; it is
-	// checked before every reply. Once false the server is silent (Done).
+	// Valid, if set, reports whether this server may still answer: its
+	// leadership has not lapsed. It is checked before every reply; once
+	// false the server is silent for good (Done).
 	Valid func() bool
 	// Logger receives the server's logs. Default slog.Default().
 	Logger *slog.Logger
