@@ -58,6 +58,29 @@ func ledgerRound(ctx context.Context, env *Env, sizes []int, minTime time.Durati
 }
 
 func ledgerRoundAt(n int, minTime time.Duration) (*RoundPoint, error) {
+	r, err := newRoundBench(n)
+	if err != nil {
+		return nil, err
+	}
+	ns := measure(minTime, r.step)
+	if r.failed != nil {
+		return nil, r.failed
+	}
+	var s alloc.Scratch
+	full := measure(minTime, func() { alloc.Run(allotpb.Algorithm_FAIR_SHARE, float64(n)*5, r.d, &s) })
+	return &RoundPoint{Clients: n, Changed: roundChanged, USPerChange: ns / roundChanged / 1e3,
+		FullRoundMS: full / 1e6, ChangesPerFull: full / (ns / roundChanged)}, nil
+}
+
+// roundBench is a ledger holding n leases on one FAIR_SHARE resource,
+// ready for rounds in which roundChanged of them ask again.
+type roundBench struct {
+	d      []alloc.Demand
+	step   func() // one round of roundChanged changed clients
+	failed error  // the first refusal of a step's request
+}
+
+func newRoundBench(n int) (*roundBench, error) {
 	tmpl := benchTemplate(float64(n)*5, 30*time.Minute, 10*time.Minute)
 	set := config.NewSet(1, []*config.Template{tmpl}, nil)
 	now := time.Now().UnixNano()
@@ -68,7 +91,7 @@ func ledgerRoundAt(n int, minTime time.Duration) (*RoundPoint, error) {
 	}
 	l.Commit(now, prop, nil)
 	ids := make([]string, n)
-	d := scaleDemands(n)
+	r := &roundBench{d: scaleDemands(n)}
 	for i := range ids {
 		ids[i] = fmt.Sprintf("scale-client-%07d", i)
 	}
@@ -92,7 +115,7 @@ func ledgerRoundAt(n int, minTime time.Duration) (*RoundPoint, error) {
 	}
 	// Fill in rounds of 4,096, as a busy coordinator would.
 	for i := range ids {
-		if err := get(i, d[i].Wants); err != nil {
+		if err := get(i, r.d[i].Wants); err != nil {
 			return nil, err
 		}
 		if i%4096 == 4095 {
@@ -101,23 +124,16 @@ func ledgerRoundAt(n int, minTime time.Duration) (*RoundPoint, error) {
 	}
 	round()
 	rng := rand.New(rand.NewPCG(uint64(n), 9))
-	var failed error
-	ns := measure(minTime, func() {
+	r.step = func() {
 		now += int64(time.Millisecond)
 		for range roundChanged {
 			i := rng.IntN(n)
-			d[i].Wants = float64(rng.IntN(20)) + rng.Float64()
-			if err := get(i, d[i].Wants); err != nil {
-				failed = err
+			r.d[i].Wants = float64(rng.IntN(20)) + rng.Float64()
+			if err := get(i, r.d[i].Wants); err != nil && r.failed == nil {
+				r.failed = err
 			}
 		}
 		round()
-	})
-	if failed != nil {
-		return nil, failed
 	}
-	var s alloc.Scratch
-	full := measure(minTime, func() { alloc.Run(allotpb.Algorithm_FAIR_SHARE, float64(n)*5, d, &s) })
-	return &RoundPoint{Clients: n, Changed: roundChanged, USPerChange: ns / roundChanged / 1e3,
-		FullRoundMS: full / 1e6, ChangesPerFull: full / (ns / roundChanged)}, nil
+	return r, nil
 }

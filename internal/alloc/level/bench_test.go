@@ -105,6 +105,7 @@ func BenchmarkChange(b *testing.B) {
 						rng := rand.New(rand.NewPCG(5, 6))
 						round := make([]Handle, k)
 						b.ReportAllocs()
+						cpu := cpuNanos()
 						for b.Loop() {
 							for j := range round {
 								i := rng.IntN(n)
@@ -125,6 +126,9 @@ func BenchmarkChange(b *testing.B) {
 						}
 						perChange := float64(b.Elapsed().Nanoseconds()) / float64(b.N*k)
 						b.ReportMetric(perChange, "ns/change")
+						if cpu > 0 {
+							b.ReportMetric(float64(cpuNanos()-cpu)/float64(b.N*k), "cpu-ns/change")
+						}
 						if fullNs > 0 {
 							b.ReportMetric(fullNs/perChange, "changes/full-round")
 						}

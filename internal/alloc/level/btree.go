@@ -96,22 +96,33 @@ func (t *btree[K]) alloc(leaf bool) int32 {
 }
 
 // search returns the first position of nd whose (key, id) is not before
-// (k, id): a count, read front to back, which the cache prefetches.
+// (k, id): a count of the keys below k, read front to back, which the
+// cache prefetches, then a step over the run of keys equal to k whose
+// ids are below id. The ids are read only in that run (mostly empty), so
+// a search reads one array, not two: in a tree too large for the cache,
+// every line of a leaf not read is a miss saved.
 func (nd *bnode[K]) search(k K, id int32) int {
 	i := 0
-	for j := range nd.n {
-		if less(nd.key[j], nd.id[j], k, id) {
+	for _, x := range nd.key[:nd.n] {
+		if x < k {
 			i++
 		}
+	}
+	for i < nd.n && nd.key[i] == k && nd.id[i] < id {
+		i++
 	}
 	return i
 }
 
 // move copies m positions of src from position i to dst from position j.
+// Leaves have no children: their kid is left alone, which saves
+// touching its lines in the leaf, where an insert or a removal lands.
 func (dst *bnode[K]) move(j int, src *bnode[K], i, m int) {
 	copy(dst.key[j:j+m], src.key[i:i+m])
 	copy(dst.id[j:j+m], src.id[i:i+m])
-	copy(dst.kid[j:j+m], src.kid[i:i+m])
+	if !src.leaf {
+		copy(dst.kid[j:j+m], src.kid[i:i+m])
+	}
 	copy(dst.a[j:j+m], src.a[i:i+m])
 	copy(dst.b[j:j+m], src.b[i:i+m])
 }
@@ -128,9 +139,12 @@ func (nd *bnode[K]) close(i int) {
 	nd.n--
 }
 
-// setPos sets position i.
+// setPos sets position i (kid only in an internal node; see move).
 func (nd *bnode[K]) setPos(i int, key K, id, kid int32, a, b float64) {
-	nd.key[i], nd.id[i], nd.kid[i], nd.a[i], nd.b[i] = key, id, kid, a, b
+	nd.key[i], nd.id[i], nd.a[i], nd.b[i] = key, id, a, b
+	if !nd.leaf {
+		nd.kid[i] = kid
+	}
 }
 
 // place sets position i of internal node v to describe child c (not

@@ -255,6 +255,19 @@ func (s *State) Set(h Handle, c Claim) error {
 	if err := s.check(c); err != nil {
 		return err
 	}
+	if bd := &s.bands[s.slots[h].band]; bd.priority == c.Priority && (s.weigh == nil || s.tenants[bd.tenant].name == c.Tenant) {
+		// The claim stays in its band: only its place in the band's tree
+		// and the sums move, and of those only what changed (a claim's
+		// wants change far more often than its weight).
+		e := s.claims.val(int32(h))
+		bd.root = s.claims.remove(bd.root, int32(h))
+		s.claims.set(int32(h), c.Wants/c.Weight, c.Wants, c.Weight)
+		bd.root = s.claims.insert(bd.root, int32(h))
+		s.sums.change(c.Priority, e.a, c.Wants, e.b, c.Weight)
+		s.retenant(bd.tenant)
+		s.ver++
+		return nil
+	}
 	from := s.detach(h)
 	to := s.attach(h, c)
 	s.retenant(from)

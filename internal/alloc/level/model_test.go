@@ -100,22 +100,27 @@ func (m *model) targets() map[Handle]float64 {
 
 // bands is the ledger's bandDemand, with counts and weights.
 func (m *model) bands() []BandSum {
-	by := map[int32]*BandSum{}
+	type exact struct {
+		BandSum
+		wants, weight Sum
+	}
+	by := map[int32]*exact{}
 	for _, h := range m.order {
 		c := m.claims[h]
 		b := by[c.Priority]
 		if b == nil {
-			b = &BandSum{Priority: c.Priority}
+			b = &exact{BandSum: BandSum{Priority: c.Priority}}
 			by[c.Priority] = b
 		}
 		b.Claims++
-		b.Wants += c.Wants
-		b.Weight += c.Weight
+		b.wants.Add(c.Wants)
+		b.weight.Add(c.Weight)
 		b.Clients += max(int64(math.Round(c.Weight)), 1)
 	}
 	out := make([]BandSum, 0, len(by))
 	for _, b := range by {
-		out = append(out, *b)
+		b.Wants, b.Weight = b.wants.Value(), b.weight.Value()
+		out = append(out, b.BandSum)
 	}
 	slices.SortFunc(out, func(a, b BandSum) int { return cmp.Compare(b.Priority, a.Priority) })
 	return out
@@ -163,11 +168,11 @@ func (m *model) compare(s *State) error {
 			return fmt.Errorf("Within(%d) = %v, but claim %d (%+v) gets %v < %v", c.Priority, x, h, c, want[h], bound)
 		}
 	}
-	var wants, weight float64
+	var wants, weight Sum
 	for _, h := range m.order {
 		c := m.claims[h]
-		wants += c.Wants
-		weight += c.Weight
+		wants.Add(c.Wants)
+		weight.Add(c.Weight)
 		if !m.tenanted {
 			c.Tenant = ""
 		}
@@ -175,8 +180,10 @@ func (m *model) compare(s *State) error {
 			return fmt.Errorf("Claim(%d) = %+v %v, model %+v", h, got, ok, c)
 		}
 	}
-	if !near(s.Wants(), wants, wants) || !near(s.Weight(), weight, weight) {
-		return fmt.Errorf("sums: wants %v weight %v, model %v %v", s.Wants(), s.Weight(), wants, weight)
+	// The running sums are exact, however they were changed: they equal
+	// the exact sums of the claims now held, to the last bit.
+	if s.Wants() != wants.Value() || s.Weight() != weight.Value() {
+		return fmt.Errorf("sums: wants %v weight %v, exact %v %v", s.Wants(), s.Weight(), wants.Value(), weight.Value())
 	}
 	got, wantBands := s.Bands(), m.bands()
 	if len(got) != len(wantBands) {
@@ -184,8 +191,7 @@ func (m *model) compare(s *State) error {
 	}
 	for i, b := range got {
 		w := wantBands[i]
-		if b.Priority != w.Priority || b.Claims != w.Claims || b.Clients != w.Clients ||
-			!near(b.Wants, w.Wants, w.Wants) || !near(b.Weight, w.Weight, w.Weight) {
+		if b != w {
 			return fmt.Errorf("Bands[%d] = %+v, model %+v", i, b, w)
 		}
 	}

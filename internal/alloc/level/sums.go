@@ -54,6 +54,27 @@ func (u *sums) add(p int32, wants, weight float64, sign int) {
 	t.clients += int64(sign) * clientsOf(math.Abs(weight))
 }
 
+// change moves a claim of priority p that stays in its band from wants
+// w0 and weight v0 to w1 and v1. A value that did not change is not
+// added and taken out again: the sums are exact, so their values are the
+// same either way.
+func (u *sums) change(p int32, w0, w1, v0, v1 float64) {
+	t := u.byPrio[p]
+	if w1 != w0 {
+		u.wants.Add(-w0)
+		u.wants.Add(w1)
+		t.wants.Add(-w0)
+		t.wants.Add(w1)
+	}
+	if v1 != v0 {
+		u.weight.Add(-v0)
+		u.weight.Add(v1)
+		t.weight.Add(-v0)
+		t.weight.Add(v1)
+		t.clients += clientsOf(v1) - clientsOf(v0)
+	}
+}
+
 // Wants returns Σ Wants over the claims.
 func (s *State) Wants() float64 { return s.wants.Value() }
 
