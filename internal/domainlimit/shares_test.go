@@ -94,7 +94,7 @@ func TestHoldersWindow(t *testing.T) {
 	// B holds: it stays seen long after the window.
 	h.Add("B", "b", nil, 1, epoch.Add(time.Second).UnixNano())
 	h.Sweep(epoch.Add(time.Hour).UnixNano())
-	if _, ok := h.domains["b"]["B"]; !ok || h.Empty() {
+	if _, ok := h.clients["B"].domains["b"]; !ok || h.Empty() {
 		t.Fatal("a holder was forgotten")
 	}
 	if err := h.Remove("B", "b", nil, 1); err != nil {
@@ -120,7 +120,7 @@ func TestHoldersRemoveNotHeld(t *testing.T) {
 			t.Errorf("Remove(%+v) = %v, want ErrNotHeld", c, err)
 		}
 	}
-	if a := h.clients["A"]; a.total != 2 || a.domains["a"] != 2 || a.groups["g"] != 2 {
+	if a := h.clients["A"]; a.total != 2 || a.domains["a"].held != 2 || a.groups["g"].held != 2 {
 		t.Fatalf("a refused removal changed the counts: %+v", a)
 	}
 }
@@ -218,6 +218,7 @@ func checkShares(t *testing.T, where string, c *Copies, h *Holders, holds []shar
 		}
 		return n
 	}
+	seenAll, seenDomains, seenGroups := seenUnder(t, where, h)
 	for client, ch := range h.clients {
 		if ch.total != sum(client, func(shareHold) bool { return true }) {
 			t.Fatalf("%s: %s holds %d, model %d", where, client, ch.total, sum(client, func(shareHold) bool { return true }))
@@ -228,27 +229,27 @@ func checkShares(t *testing.T, where string, c *Copies, h *Holders, holds []shar
 			continue
 		}
 		ch := h.clients[x.client]
-		if ch == nil || ch.domains[x.domain] != sum(x.client, func(y shareHold) bool { return y.domain == x.domain }) {
+		if ch == nil || held(ch.domains, x.domain) != sum(x.client, func(y shareHold) bool { return y.domain == x.domain }) {
 			t.Fatalf("%s: %s's copies of %s: %+v", where, x.client, x.domain, ch)
 		}
-		if _, ok := h.seen[x.client]; !ok {
+		if !seenAll[x.client] {
 			t.Fatalf("%s: holder %s is not seen", where, x.client)
 		}
-		if _, ok := h.domains[x.domain][x.client]; !ok {
+		if !seenDomains[x.domain][x.client] {
 			t.Fatalf("%s: holder %s is not seen under domain %s", where, x.client, x.domain)
 		}
 		for _, g := range x.groups {
-			if ch.groups[g] != sum(x.client, func(y shareHold) bool { return slices.Contains(y.groups, g) }) {
-				t.Fatalf("%s: %s's copies in group %s: %d", where, x.client, g, ch.groups[g])
+			if held(ch.groups, g) != sum(x.client, func(y shareHold) bool { return slices.Contains(y.groups, g) }) {
+				t.Fatalf("%s: %s's copies in group %s: %d", where, x.client, g, held(ch.groups, g))
 			}
-			if _, ok := h.groups[g][x.client]; !ok {
+			if !seenGroups[g][x.client] {
 				t.Fatalf("%s: holder %s is not seen under group %s", where, x.client, g)
 			}
 		}
 	}
 	// The property: under each limit, the seen clients' shares add up to
 	// at most the limit when what is held is within it.
-	addUp := func(what string, limit, held int64, seen map[string]int64, share func(client string) int64) {
+	addUp := func(what string, limit, held int64, seen map[string]bool, share func(client string) int64) {
 		if limit == Unlimited || held > limit {
 			return
 		}
@@ -260,11 +261,11 @@ func checkShares(t *testing.T, where string, c *Copies, h *Holders, holds []shar
 			t.Fatalf("%s: the shares of %s add up to %d, above its limit %d (%d held, %d clients)", where, what, total, limit, held, len(seen))
 		}
 	}
-	addUp("the resource", c.spec.GlobalLimit, c.global, h.seen, func(client string) int64 { return h.shareOf(c, client, "a").Global })
-	for d, seen := range h.domains {
-		addUp("domain "+d, c.DomainLimit(d), c.domains[d], seen, func(client string) int64 { return h.shareOf(c, client, d).Domain })
+	addUp("the resource", c.spec.GlobalLimit, c.global, seenAll, func(client string) int64 { return h.shareOf(c, client, "a").Global })
+	for d, seen := range seenDomains {
+		addUp("domain "+d, c.DomainLimit(d), c.Holds(d), seen, func(client string) int64 { return h.shareOf(c, client, d).Domain })
 	}
-	for g, seen := range h.groups {
+	for g, seen := range seenGroups {
 		var member string // a domain in g now
 		for d, gs := range c.groupsOf {
 			if slices.Contains(gs, g) {
@@ -285,6 +286,45 @@ func checkShares(t *testing.T, where string, c *Copies, h *Holders, holds []shar
 			return 0
 		})
 	}
+}
+
+// seenUnder returns the clients h sees under the resource's limit and by
+// domain and group, checking that h counts them so.
+func seenUnder(t *testing.T, where string, h *Holders) (all map[string]bool, domains, groups map[string]map[string]bool) {
+	t.Helper()
+	all, domains, groups = map[string]bool{}, map[string]map[string]bool{}, map[string]map[string]bool{}
+	add := func(m map[string]map[string]bool, scope, client string) {
+		if m[scope] == nil {
+			m[scope] = map[string]bool{}
+		}
+		m[scope][client] = true
+	}
+	for client, c := range h.clients {
+		all[client] = true
+		for d, s := range c.domains {
+			add(domains, d, client)
+			if s.seen > c.seen {
+				t.Fatalf("%s: %s seen under domain %s after it was seen at all", where, client, d)
+			}
+		}
+		for g := range c.groups {
+			add(groups, g, client)
+		}
+	}
+	for _, x := range []struct {
+		counts map[string]int
+		sets   map[string]map[string]bool
+	}{{h.domains, domains}, {h.groups, groups}} {
+		if len(x.counts) != len(x.sets) {
+			t.Fatalf("%s: %d scopes counted, %d seen", where, len(x.counts), len(x.sets))
+		}
+		for scope, set := range x.sets {
+			if x.counts[scope] != len(set) {
+				t.Fatalf("%s: %d clients counted under %s, %d seen", where, x.counts[scope], scope, len(set))
+			}
+		}
+	}
+	return all, domains, groups
 }
 
 // TestShareSeenAfterAdd: after Add, ShareSeen tells what Share would and
