@@ -23,6 +23,9 @@ type resource struct {
 	// holders follows copies's holds by client, for the shares replies
 	// tell clients (fail-open within bounds).
 	holders *domainlimit.Holders
+	// keys finds the holdKeys of the resource's holds by client and
+	// domain (holdStore.keyFor); nil when it has none.
+	keys map[string]uint32
 	// src is the namespace configuration the spec came from, and
 	// permissive whether the most permissive spec is in force (the
 	// resource is unconfigured, or its namespace ignores its limits).
