@@ -306,8 +306,7 @@ func (s *Server) reserve(data []byte, ns, name string, c *call) (any, error) {
 	} else {
 		h := s.addHold("", in.ClientID, r, in.Domain, out.Groups, res.Granted, now) // gives it its id
 		s.counts.CopiesGranted += uint64(res.Granted)
-		id := s.holds.id(h)
-		out.HoldID, out.Seal = id, s.seal(id, s.holds.key(h), h.copies, now)
+		out.HoldID, out.Seal = s.idAndSeal(h, now)
 	}
 	// The share counts the copies just granted as the client's; a grant's
 	// addHold saw the client now.
