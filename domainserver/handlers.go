@@ -28,8 +28,14 @@ type call struct {
 	rate    domainwire.RateReply
 	copies  domainwire.ReserveReply
 	share   domainwire.Share
-	buf     []byte
-	msg     nats.Msg
+	// sealed is a granted reserve's hold id (idLen bytes) and seal,
+	// written into idSeal: its reply is written with them, and no strings
+	// are made of them. nil for any other reply.
+	sealed []byte
+	idLen  int
+	idSeal [20 + maxSealLen]byte
+	buf    []byte
+	msg    nats.Msg
 }
 
 // maxCallBuf bounds the reply buffer a recycled call keeps.
@@ -88,7 +94,11 @@ func (s *Server) handle(m micro.Request) {
 		b = domainwire.AppendRateReply(c.buf[:0], r)
 		c.buf = b
 	case *domainwire.ReserveReply:
-		b = domainwire.AppendReserveReply(c.buf[:0], r)
+		if r == &c.copies && c.sealed != nil {
+			b = domainwire.AppendReserveReplySealed(c.buf[:0], r, c.sealed[:c.idLen], c.sealed[c.idLen:])
+		} else {
+			b = domainwire.AppendReserveReply(c.buf[:0], r)
+		}
 		c.buf = b
 	case *domainwire.RefreshReply:
 		b, err = s.refreshBody(r)
@@ -306,7 +316,10 @@ func (s *Server) reserve(data []byte, ns, name string, c *call) (any, error) {
 	} else {
 		h := s.addHold("", in.ClientID, r, in.Domain, out.Groups, res.Granted, now) // gives it its id
 		s.counts.CopiesGranted += uint64(res.Granted)
-		out.HoldID, out.Seal = s.idAndSeal(h, now)
+		// The reply's id and seal are written into c (handle sends them).
+		b := s.holds.appendID(c.idSeal[:0], h)
+		c.idLen = len(b)
+		c.sealed = s.appendSeal(b, string(b), s.holds.key(h), h.copies, now)
 	}
 	// The share counts the copies just granted as the client's; a grant's
 	// addHold saw the client now.

@@ -107,17 +107,6 @@ func (s *Server) appendSeal(b []byte, id string, k *holdKey, copies int64, now t
 	return base64.RawURLEncoding.AppendEncode(b, mac[:])
 }
 
-// idAndSeal returns h's id, one the store made, and its seal at now, in
-// one string (a reserve made two). Called with s.mu held.
-func (s *Server) idAndSeal(h *hold, now time.Time) (id, seal string) {
-	var buf [20 + maxSealLen]byte
-	b := s.holds.appendID(buf[:0], h)
-	n := len(b)
-	b = s.appendSeal(b, string(b), s.holds.key(h), h.copies, now)
-	both := string(b)
-	return both[:n], both[n:]
-}
-
 // sealInput is the MAC input of a hold's fields, each length-prefixed
 // so that no two holds share an input, written into s.macIn. Called with
 // s.mu held.
