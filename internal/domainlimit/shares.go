@@ -85,15 +85,21 @@ func NewHolders(window time.Duration) *Holders {
 // Add records n copies that client holds of domain under groups (a
 // hold's groups) from now on, and sees client there.
 func (h *Holders) Add(client, domain string, groups []string, n int64, now int64) {
+	h.add(client, domain, groups, n, now)
+}
+
+// add is Add, returning the client and its scope of domain.
+func (h *Holders) add(client, domain string, groups []string, n int64, now int64) (*holder, *scope) {
 	c, d := h.touch(client, domain, groups, now)
 	if n <= 0 {
-		return
+		return c, d
 	}
 	c.total += n
 	d.held += n
 	for _, g := range groups {
 		c.groups[g].held += n // touch made it
 	}
+	return c, d
 }
 
 // Remove records that client no longer holds n of its copies of domain
@@ -101,9 +107,9 @@ func (h *Holders) Add(client, domain string, groups []string, n int64, now int64
 // wrapping ErrNotHeld and changes nothing.
 func (h *Holders) Remove(client, domain string, groups []string, n int64) error {
 	c := h.clients[client]
-	ok := c != nil && c.total > 0 && n >= 0 && held(c.domains, domain) >= n
+	ok := c != nil && c.total > 0 && n >= 0 && heldIn(c.domains, domain) >= n
 	for _, g := range groups {
-		ok = ok && held(c.groups, g) >= n
+		ok = ok && heldIn(c.groups, g) >= n
 	}
 	if !ok {
 		return fmt.Errorf("%w: client %q does not hold %d copies of domain %q under groups %v", ErrNotHeld, client, n, domain, groups)
@@ -120,8 +126,8 @@ func (h *Holders) Remove(client, domain string, groups []string, n int64) error 
 	return nil
 }
 
-// held is the copies held in scopes[name].
-func held(scopes map[string]*scope, name string) int64 {
+// heldIn is the copies held in scopes[name].
+func heldIn(scopes map[string]*scope, name string) int64 {
 	if s := scopes[name]; s != nil {
 		return s.held
 	}
@@ -202,33 +208,30 @@ func (h *Holders) Empty() bool { return len(h.clients) == 0 }
 // follows by client).
 func (h *Holders) Share(c *Copies, client, domain string, now int64) Share {
 	gs, _ := c.groupsOfDomain(domain)
-	h.touch(client, domain, gs, now)
-	return h.shareOf(c, client, domain)
+	mine, d := h.touch(client, domain, gs, now)
+	return h.share(c, mine, d.held, domain)
 }
 
-// ShareSeen is Share for a client that Add or Touch saw under the limits
-// of domain (with the domain's groups) at this moment: it does not see it
-// again (a reserve's Add and its reply's share each saw it, three map
-// writes a reserve spent twice).
-func (h *Holders) ShareSeen(c *Copies, client, domain string) Share {
-	return h.shareOf(c, client, domain)
+// AddShare is Add of a grant of domain's copies under its groups (those
+// c gave it), then Share: it sees the client once and works its share
+// out from what it found there (a reserve's Add and its reply's share
+// looked the client up twice).
+func (h *Holders) AddShare(c *Copies, client, domain string, groups []string, n, now int64) Share {
+	mine, d := h.add(client, domain, groups, n, now)
+	return h.share(c, mine, d.held, domain)
 }
 
-// shareOf is client's share of c's limits for domain, with the clients
-// seen as they are.
-func (h *Holders) shareOf(c *Copies, client, domain string) Share {
-	mine := h.clients[client]
-	if mine == nil {
-		mine = &holder{}
-	}
+// share is the share of c's limits for domain of mine, a client holding
+// held copies of domain, with the clients seen as they are.
+func (h *Holders) share(c *Copies, mine *holder, held int64, domain string) Share {
 	out := Share{
 		Global: part(c.spec.GlobalLimit, c.global, mine.total, len(h.clients)),
-		Domain: part(c.DomainLimit(domain), c.Holds(domain), held(mine.domains, domain), h.domains[domain]),
+		Domain: part(c.DomainLimit(domain), c.Holds(domain), held, h.domains[domain]),
 	}
 	if gs, _ := c.groupsOfDomain(domain); len(gs) > 0 {
 		out.Groups = make([]GroupShare, len(gs))
 		for i, g := range gs {
-			out.Groups[i] = GroupShare{Name: g, Share: part(c.groupLimit[g], c.groups[g], held(mine.groups, g), h.groups[g])}
+			out.Groups[i] = GroupShare{Name: g, Share: part(c.groupLimit[g], c.groups[g], heldIn(mine.groups, g), h.groups[g])}
 		}
 	}
 	return out
