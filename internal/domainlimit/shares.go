@@ -180,8 +180,9 @@ func (h *Holders) Sweep(now int64) {
 		sweepScopes(c.domains, h.domains, stale)
 		sweepScopes(c.groups, h.groups, stale)
 		// Every Touch sees the client under the resource's limit too, so
-		// a stale client holding nothing has no scope left.
-		if stale(c.seen, c.total) {
+		// a stale client holding nothing has no scope left, unless the
+		// clock went back: it then stays while seen under a scope.
+		if stale(c.seen, c.total) && len(c.domains) == 0 && len(c.groups) == 0 {
 			delete(h.clients, client)
 		}
 	}

@@ -365,3 +365,24 @@ func (h *Holders) shareOf(c *Copies, client, domain string) Share {
 	}
 	return h.share(c, mine, heldIn(mine.domains, domain), domain)
 }
+
+// TestHoldersClockBack: a client seen under a domain later than it was
+// last seen at all (the clock went back) stays counted there until that
+// scope is stale, and the counts stay those of the clients seen.
+func TestHoldersClockBack(t *testing.T) {
+	c := mustCopies(t, CopySpec{DomainLimit: 8, GlobalLimit: Unlimited})
+	h := NewHolders(time.Second)
+	h.Touch("A", "a", nil, epoch.Add(10*time.Second).UnixNano())
+	h.Touch("A", "b", nil, epoch.UnixNano()) // back
+	h.Sweep(epoch.Add(10500 * time.Millisecond).UnixNano())
+	if h.domains["a"] != 1 || h.domains["b"] != 0 || h.Empty() {
+		t.Fatalf("after the sweep: %d clients under a, %d under b, empty %v", h.domains["a"], h.domains["b"], h.Empty())
+	}
+	if got := h.Share(c, "B", "a", epoch.Add(10500*time.Millisecond).UnixNano()).Domain; got != 8/2 {
+		t.Fatalf("B's share of a beside A = %d, want %d", got, 8/2)
+	}
+	h.Sweep(epoch.Add(time.Minute).UnixNano())
+	if !h.Empty() || len(h.domains) != 0 {
+		t.Fatalf("a minute later: %d clients, %d domains counted", len(h.clients), len(h.domains))
+	}
+}
