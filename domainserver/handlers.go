@@ -28,8 +28,14 @@ type call struct {
 	rate    domainwire.RateReply
 	copies  domainwire.ReserveReply
 	share   domainwire.Share
-	buf     []byte
-	msg     nats.Msg
+	// sealed is a granted reserve's hold id (idLen bytes) and seal,
+	// written into idSeal: its reply is written with them, and no strings
+	// are made of them. nil for any other reply.
+	sealed []byte
+	idLen  int
+	idSeal [20 + maxSealLen]byte
+	buf    []byte
+	msg    nats.Msg
 }
 
 // maxCallBuf bounds the reply buffer a recycled call keeps.
@@ -88,7 +94,11 @@ func (s *Server) handle(m micro.Request) {
 		b = domainwire.AppendRateReply(c.buf[:0], r)
 		c.buf = b
 	case *domainwire.ReserveReply:
-		b = domainwire.AppendReserveReply(c.buf[:0], r)
+		if r == &c.copies && c.sealed != nil {
+			b = domainwire.AppendReserveReplySealed(c.buf[:0], r, c.sealed[:c.idLen], c.sealed[c.idLen:])
+		} else {
+			b = domainwire.AppendReserveReply(c.buf[:0], r)
+		}
 		c.buf = b
 	case *domainwire.RefreshReply:
 		b, err = s.refreshBody(r)
@@ -226,19 +236,13 @@ func (s *Server) request(data []byte, ns, name string, c *call) (any, error) {
 // tells none (nil), as its counts are not complete yet, but sees the
 // client all the same. Called with s.mu held.
 func (s *Server) share(r *resource, clientID, domain string, now time.Time) *domainwire.Share {
-	return s.shareInto(&domainwire.Share{}, r, clientID, domain, now, false)
+	sh := r.holders.Share(r.copies, clientID, domain, s.nanos(now))
+	return s.shareInto(&domainwire.Share{}, sh, now)
 }
 
-// shareInto is share written into out, whose Groups it reuses, without
-// seeing the client again if seen (it was seen at now under domain's
-// limits); it returns out, or nil while learning. Called with s.mu held.
-func (s *Server) shareInto(out *domainwire.Share, r *resource, clientID, domain string, now time.Time, seen bool) *domainwire.Share {
-	var sh domainlimit.Share
-	if seen {
-		sh = r.holders.ShareSeen(r.copies, clientID, domain)
-	} else {
-		sh = r.holders.Share(r.copies, clientID, domain, s.nanos(now))
-	}
+// shareInto is sh written into out, whose Groups it reuses; it returns
+// out, or nil while learning. Called with s.mu held.
+func (s *Server) shareInto(out *domainwire.Share, sh domainlimit.Share, now time.Time) *domainwire.Share {
 	if learning, _ := s.learning(now); learning {
 		return nil
 	}
@@ -301,17 +305,21 @@ func (s *Server) reserve(data []byte, ns, name string, c *call) (any, error) {
 	}
 	out := &c.copies
 	s.copyReply(out, res, r)
+	var sh domainlimit.Share
 	if res.Granted == 0 {
 		s.counts.ReservesRefused++
+		sh = r.holders.Share(r.copies, in.ClientID, in.Domain, s.nanos(now))
 	} else {
-		h := s.addHold("", in.ClientID, r, in.Domain, out.Groups, res.Granted, now) // gives it its id
+		// The share counts the copies just granted as the client's.
+		h := s.fileHold("", in.ClientID, r, in.Domain, out.Groups, res.Granted, now) // gives it its id
+		sh = r.holders.AddShare(r.copies, in.ClientID, in.Domain, out.Groups, res.Granted, s.nanos(now))
 		s.counts.CopiesGranted += uint64(res.Granted)
-		id := s.holds.id(h)
-		out.HoldID, out.Seal = id, s.seal(id, s.holds.key(h), h.copies, now)
+		// The reply's id and seal are written into c (handle sends them).
+		b := s.holds.appendID(c.idSeal[:0], h)
+		c.idLen = len(b)
+		c.sealed = s.appendSeal(b, string(b), s.holds.key(h), h.copies, now)
 	}
-	// The share counts the copies just granted as the client's; a grant's
-	// addHold saw the client now.
-	out.Share = s.shareInto(&c.share, r, in.ClientID, in.Domain, now, res.Granted > 0)
+	out.Share = s.shareInto(&c.share, sh, now)
 	return out, nil
 }
 

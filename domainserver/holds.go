@@ -23,6 +23,9 @@ type resource struct {
 	// holders follows copies's holds by client, for the shares replies
 	// tell clients (fail-open within bounds).
 	holders *domainlimit.Holders
+	// keys finds the holdKeys of the resource's holds by client and
+	// domain (holdStore.keyFor); nil when it has none.
+	keys map[string]uint32
 	// src is the namespace configuration the spec came from, and
 	// permissive whether the most permissive spec is in force (the
 	// resource is unconfigured, or its namespace ignores its limits).
@@ -155,9 +158,16 @@ func (s *Server) unhold(h *hold, n int64) {
 // refresh plus the same TTL, so appending keeps the store's expiry order
 // and a sweep reads only what expired. Called with s.mu held.
 func (s *Server) addHold(id, clientID string, r *resource, domain string, groups []string, copies int64, now time.Time) *hold {
+	h := s.fileHold(id, clientID, r, domain, groups, copies, now)
+	r.holders.Add(clientID, domain, groups, copies, s.nanos(now))
+	return h
+}
+
+// fileHold is addHold without the holders by client, which the caller
+// updates. Called with s.mu held.
+func (s *Server) fileHold(id, clientID string, r *resource, domain string, groups []string, copies int64, now time.Time) *hold {
 	h := s.holds.add(id, clientID, r, domain, groups)
 	h.copies, h.expires = copies, s.clock(now)+s.opts.HoldTTL
-	r.holders.Add(clientID, domain, groups, copies, s.nanos(now))
 	return h
 }
 

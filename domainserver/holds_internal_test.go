@@ -82,9 +82,9 @@ func TestMemoryFollowsLiveHolds(t *testing.T) {
 	for i := range n {
 		ids[reserveReply(t, s, "d"+strconv.Itoa(i%7), "c"+strconv.Itoa(i%5)).HoldID] = true
 	}
-	if len(ids) != n || s.holds.len() != n || s.holds.used != n || len(s.holds.others) != 0 || len(s.holds.named) != 7*5 {
+	if len(ids) != n || s.holds.len() != n || s.holds.used != n || len(s.holds.others) != 0 || len(poolKeys(s)) != 7*5 {
 		t.Fatalf("%d holds made: %d distinct ids, %d held, %d slots, %d others, %d keys", n, len(ids), s.holds.len(),
-			s.holds.used, len(s.holds.others), len(s.holds.named))
+			s.holds.used, len(s.holds.others), len(poolKeys(s)))
 	}
 	if len(s.kept) != 7+5 {
 		t.Fatalf("%d names kept, want the 7 domains and 5 clients", len(s.kept))
@@ -128,7 +128,7 @@ func TestMemoryFollowsLiveHolds(t *testing.T) {
 	if s.holds.len() != 0 || s.holds.first() != nil || s.counts.Expired != n {
 		t.Fatalf("after the expiry: %d holds, %d expired", s.holds.len(), s.counts.Expired)
 	}
-	if s.holds.chunks != nil || s.holds.free != nil || s.holds.keys != nil || s.holds.named != nil || s.kept != nil {
+	if s.holds.chunks != nil || s.holds.free != nil || s.holds.keys != nil || poolKeys(s) != nil || s.kept != nil {
 		t.Fatalf("after the expiry: %d chunks, %d free slots, %d keys and %d names are still kept", len(s.holds.chunks), len(s.holds.free),
 			len(s.holds.keys), len(s.kept))
 	}
@@ -136,6 +136,14 @@ func TestMemoryFollowsLiveHolds(t *testing.T) {
 	if s.holds.len() != 1 || s.holds.used != 1 {
 		t.Fatalf("a reserve after the sweep: %d holds, %d slots", s.holds.len(), s.holds.used)
 	}
+}
+
+// poolKeys returns the named holdKeys of resource ns:pool.
+func poolKeys(s *Server) map[string]uint32 {
+	if r := s.resources["ns/pool"]; r != nil {
+		return r.keys
+	}
+	return nil
 }
 
 // TestHoldStoreForeignIDs: holds whose id this server did not make (a
@@ -178,7 +186,7 @@ func TestHoldStoreForeignIDs(t *testing.T) {
 	}
 	x.remove(mine)
 	x.remove(plain)
-	if x.len() != 0 || x.chunks != nil || x.others != nil || x.free != nil || x.keys != nil || x.first() != nil {
+	if x.len() != 0 || x.chunks != nil || x.others != nil || x.free != nil || x.keys != nil || r.keys != nil || x.first() != nil {
 		t.Fatalf("empty store keeps %d chunks, %d others, %d free, %d keys", len(x.chunks), len(x.others), len(x.free), len(x.keys))
 	}
 }

@@ -39,11 +39,14 @@ type holdKey struct {
 	refs     int
 }
 
-// keyName finds the holdKey of a client, resource and domain (holdKeys
-// of other groups for them are kept apart, unnamed).
-type keyName struct {
-	res              *resource
-	clientID, domain string
+// keyName writes the name under which resource.keys finds the holdKey
+// of a client and domain (holdKeys of other groups for them are kept
+// apart, unnamed) into buf: the client's length, the client and the
+// domain. A string key is hashed once where a struct of the resource and
+// both strings was hashed field by field (a tenth of a reserve).
+func keyName(buf []byte, clientID, domain string) []byte {
+	b := binary.AppendUvarint(buf[:0], uint64(len(clientID)))
+	return append(append(b, clientID...), domain...)
 }
 
 // chunkLen is how many holds a chunk of the store has.
@@ -63,11 +66,10 @@ type holdStore struct {
 	// others finds the foreign holds by id, and foreign has their ids.
 	others  map[string]uint32
 	foreign map[uint32]string
-	// keys are the holdKeys by index (nil: free), named those found by
-	// name.
+	// keys are the holdKeys by index (nil: free); their resources name
+	// those found by name (resource.keys).
 	keys     []*holdKey
 	freeKeys []uint32
-	named    map[keyName]uint32
 	// front and back are the soonest and latest expiring holds, slot+1.
 	front, back uint32
 	n           int
@@ -114,6 +116,16 @@ func (x *holdStore) id(h *hold) string {
 	var id [20]byte
 	ownID(&id, h.slot, h.random)
 	return string(id[:])
+}
+
+// appendID appends h's id to b.
+func (x *holdStore) appendID(b []byte, h *hold) []byte {
+	if h.foreign {
+		return append(b, x.foreign[h.slot]...)
+	}
+	var id [20]byte
+	ownID(&id, h.slot, h.random)
+	return append(b, id[:]...)
 }
 
 // get returns the hold with id, or nil.
@@ -185,13 +197,14 @@ func (x *holdStore) takenByOther(slot uint32, random uint64) bool {
 // keyFor returns the index of a holdKey for a new hold, one more hold
 // referring to it.
 func (x *holdStore) keyFor(clientID string, res *resource, domain string, groups []string) uint32 {
-	name := keyName{res, clientID, domain}
-	if i, ok := x.named[name]; ok && slices.Equal(x.keys[i].groups, groups) {
+	var buf [96]byte
+	name := keyName(buf[:], clientID, domain)
+	i, named := res.keys[string(name)]
+	if named && slices.Equal(x.keys[i].groups, groups) {
 		x.keys[i].refs++
 		return i
 	}
 	k := &holdKey{clientID: clientID, res: res, domain: domain, groups: groups, refs: 1}
-	var i uint32
 	if n := len(x.freeKeys); n > 0 {
 		i, x.freeKeys = x.freeKeys[n-1], x.freeKeys[:n-1]
 		x.keys[i] = k
@@ -199,11 +212,11 @@ func (x *holdStore) keyFor(clientID string, res *resource, domain string, groups
 		i = uint32(len(x.keys))
 		x.keys = append(x.keys, k)
 	}
-	if _, ok := x.named[name]; !ok {
-		if x.named == nil {
-			x.named = make(map[keyName]uint32)
+	if !named {
+		if res.keys == nil {
+			res.keys = make(map[string]uint32)
 		}
-		x.named[name] = i
+		res.keys[string(name)] = i
 	}
 	return i
 }
@@ -218,8 +231,11 @@ func (x *holdStore) remove(h *hold) {
 	}
 	k := x.keys[h.key]
 	if k.refs--; k.refs == 0 {
-		if name := (keyName{k.res, k.clientID, k.domain}); x.named[name] == h.key {
-			delete(x.named, name)
+		var buf [96]byte
+		if name := keyName(buf[:], k.clientID, k.domain); k.res.keys[string(name)] == h.key {
+			if delete(k.res.keys, string(name)); len(k.res.keys) == 0 {
+				k.res.keys = nil // its room goes with the holds
+			}
 		}
 		x.keys[h.key] = nil
 		x.freeKeys = append(x.freeKeys, h.key)

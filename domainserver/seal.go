@@ -87,14 +87,24 @@ func newSealKey() []byte {
 // seal returns the seal of hold id of k with copies, valid until SealTTL
 // from now. Called with s.mu held.
 func (s *Server) seal(id string, k *holdKey, copies int64, now time.Time) string {
+	var buf [maxSealLen]byte
+	return string(s.appendSeal(buf[:0], id, k, copies, now))
+}
+
+// maxSealLen is the longest seal: 19 digits of copies, a dot, 20 of
+// the expiry (a negative one), a dot, 22 of the MAC.
+const maxSealLen = 19 + 1 + 20 + 1 + 22
+
+// appendSeal appends the seal of hold id of k with copies to b. Called
+// with s.mu held.
+func (s *Server) appendSeal(b []byte, id string, k *holdKey, copies int64, now time.Time) []byte {
 	expires := now.Add(s.opts.SealTTL).UnixMilli()
 	mac := s.sealMAC(id, k.clientID, k.res.ns, k.res.name, k.domain, k.groups, copies, expires)
-	var buf [64]byte // 20 + 1 + 20 + 1 + 22 at most
-	b := strconv.AppendInt(buf[:0], copies, 10)
+	b = strconv.AppendInt(b, copies, 10)
 	b = append(b, '.')
 	b = strconv.AppendInt(b, expires, 10)
 	b = append(b, '.')
-	return string(base64.RawURLEncoding.AppendEncode(b, mac[:]))
+	return base64.RawURLEncoding.AppendEncode(b, mac[:])
 }
 
 // sealInput is the MAC input of a hold's fields, each length-prefixed

@@ -35,23 +35,33 @@ func (res CopyResult) GroupNames() []string {
 	return out
 }
 
-// holdKey identifies the copies a domain holds in one set of groups
-// (comma-joined sorted names: names cannot contain a comma).
-type holdKey struct {
-	domain, groups string
+// domainHolds is what one domain holds: in all, under the groups the
+// domain has now, and under each other set of groups (comma-joined
+// sorted names: names cannot contain a comma) that holds reserved before
+// a reload changed the domain's groups keep. One map lookup finds all of
+// a domain's counts: a reserve and a release each look the domain up
+// once (they looked up four maps, one of them keyed by two strings).
+type domainHolds struct {
+	holds int64
+	// current is the copies held under the domain's groups now (those of
+	// groupsOf, none if it has none).
+	current int64
+	// others is the copies held under other sets of groups, by joined
+	// names; nil when there are none.
+	others map[string]int64
 }
 
-// Copies is the copy log of one copy-limited resource: holds per
-// (domain, groups) key, per domain, per group and globally. It is not
+// Copies is the copy log of one copy-limited resource: holds per domain
+// and groups they were reserved under, per group and globally. It is not
 // safe for concurrent use.
 type Copies struct {
 	spec       CopySpec
 	groupLimit map[string]int64
 	groupsOf   map[string][]string // domain → sorted names of its groups
-	joinedOf   map[string]string   // domain → holdKey.groups
+	joinedOf   map[string]string   // domain → its groups, comma-joined
 
-	keys    map[holdKey]int64
-	domains map[string]int64
+	// domains has an entry for each domain holding copies.
+	domains map[string]*domainHolds
 	groups  map[string]int64
 	global  int64
 }
@@ -59,7 +69,7 @@ type Copies struct {
 // NewCopies returns an empty copy log for spec, which is normalized
 // first.
 func NewCopies(spec CopySpec) (*Copies, error) {
-	c := &Copies{keys: make(map[holdKey]int64), domains: make(map[string]int64), groups: make(map[string]int64)}
+	c := &Copies{domains: make(map[string]*domainHolds), groups: make(map[string]int64)}
 	if err := c.SetSpec(spec); err != nil {
 		return nil, err
 	}
@@ -88,8 +98,41 @@ func (c *Copies) SetSpec(spec CopySpec) error {
 		slices.Sort(gs)
 		joined[d] = strings.Join(gs, ",")
 	}
+	// A domain whose groups change keeps its holds under the groups they
+	// were reserved under.
+	for d, dh := range c.domains {
+		if was, now := c.joinedOf[d], joined[d]; was != now {
+			dh.set(was, dh.current)
+			dh.current = dh.others[now]
+			dh.set(now, 0)
+		}
+	}
 	c.spec, c.groupLimit, c.groupsOf, c.joinedOf = n, limits, of, joined
 	return nil
+}
+
+// set records that dh holds n copies under the other set of groups
+// joined.
+func (dh *domainHolds) set(joined string, n int64) {
+	switch {
+	case n != 0:
+		if dh.others == nil {
+			dh.others = make(map[string]int64)
+		}
+		dh.others[joined] = n
+	case dh.others != nil:
+		if delete(dh.others, joined); len(dh.others) == 0 {
+			dh.others = nil
+		}
+	}
+}
+
+// groupsOfDomain returns domain's groups, sorted, and their joined names.
+func (c *Copies) groupsOfDomain(domain string) ([]string, string) {
+	if len(c.groupsOf) == 0 { // no groups: no hashing
+		return nil, ""
+	}
+	return c.groupsOf[domain], c.joinedOf[domain]
 }
 
 // Spec returns the normalized configuration in use.
@@ -97,6 +140,9 @@ func (c *Copies) Spec() CopySpec { return c.spec }
 
 // DomainLimit returns domain's effective limit.
 func (c *Copies) DomainLimit(domain string) int64 {
+	if len(c.spec.Domains) == 0 { // no overrides: no hashing
+		return c.spec.DomainLimit
+	}
 	if l, ok := c.spec.Domains[domain]; ok {
 		return l
 	}
@@ -118,17 +164,27 @@ func (c *Copies) Reserve(domain string, copies, minCopies int64) (CopyResult, er
 		return CopyResult{}, err
 	}
 	limit := c.DomainLimit(domain)
-	gs := c.groupsOf[domain]
-	n := min(copies, room(limit, c.domains[domain]), room(c.spec.GlobalLimit, c.global))
+	gs, _ := c.groupsOfDomain(domain)
+	dh := c.domains[domain]
+	var held int64
+	if dh != nil {
+		held = dh.holds
+	}
+	n := min(copies, room(limit, held), room(c.spec.GlobalLimit, c.global))
 	for _, g := range gs {
 		n = min(n, room(c.groupLimit[g], c.groups[g]))
 	}
-	res := CopyResult{DomainLimit: limit, GlobalLimit: c.spec.GlobalLimit}
+	res := CopyResult{DomainLimit: limit, GlobalLimit: c.spec.GlobalLimit, DomainHolds: held}
 	if n >= minCopies {
-		c.add(holdKey{domain, c.joinedOf[domain]}, gs, n)
-		res.Granted = n
+		if dh == nil {
+			dh = &domainHolds{}
+			c.domains[domain] = dh
+		}
+		dh.current += n
+		c.add(dh, gs, n)
+		res.Granted, res.DomainHolds = n, dh.holds
 	}
-	res.DomainHolds, res.GlobalHolds = c.domains[domain], c.global
+	res.GlobalHolds = c.global
 	if len(gs) > 0 {
 		res.Groups = make([]GroupHolds, len(gs))
 		for i, g := range gs {
@@ -138,41 +194,52 @@ func (c *Copies) Reserve(domain string, copies, minCopies int64) (CopyResult, er
 	return res, nil
 }
 
-// add records n copies under k, whose groups are gs.
-func (c *Copies) add(k holdKey, gs []string, n int64) {
-	c.keys[k] += n
-	c.domains[k.domain] += n
+// add records n more copies of dh, a domain's holds, under groups gs
+// (the caller counted them under their groups in dh).
+func (c *Copies) add(dh *domainHolds, gs []string, n int64) {
+	dh.holds += n
 	for _, g := range gs {
 		c.groups[g] += n
 	}
 	c.global += n
 }
 
-// key validates a release or restore and returns its hold key and
-// sorted groups.
-func (c *Copies) key(domain string, groups []string, copies int64) (holdKey, []string, error) {
+// key validates a release or restore and returns its sorted groups, and
+// their joined names unless they are the domain's groups now (current).
+func (c *Copies) key(domain string, groups []string, copies int64) (gs []string, joined string, current bool, err error) {
 	if err := ValidateDomain(domain); err != nil {
-		return holdKey{}, nil, err
+		return nil, "", false, err
 	}
 	if copies < 1 || copies > MaxLimit {
-		return holdKey{}, nil, invalidf("copies %d is outside [1, %d]", copies, MaxLimit)
+		return nil, "", false, invalidf("copies %d is outside [1, %d]", copies, MaxLimit)
 	}
-	gs := groups
+	gs = groups
 	if !slices.IsSorted(gs) {
 		gs = slices.Sorted(slices.Values(groups))
 	}
 	for i, g := range gs {
 		if err := ValidateName("group", g); err != nil {
-			return holdKey{}, nil, err
+			return nil, "", false, err
 		}
 		if i > 0 && gs[i-1] == g {
-			return holdKey{}, nil, invalidf("group %q is named twice", g)
+			return nil, "", false, invalidf("group %q is named twice", g)
 		}
 	}
-	if cur := c.groupsOf[domain]; slices.Equal(gs, cur) {
-		return holdKey{domain, c.joinedOf[domain]}, gs, nil // the common case, without allocating
+	if cur, _ := c.groupsOfDomain(domain); slices.Equal(gs, cur) {
+		return gs, "", true, nil // the common case, without allocating
 	}
-	return holdKey{domain, strings.Join(gs, ",")}, gs, nil
+	return gs, strings.Join(gs, ","), false, nil
+}
+
+// keyHeld returns the copies dh holds under groups joined, or current.
+func (dh *domainHolds) keyHeld(joined string, current bool) int64 {
+	switch {
+	case dh == nil:
+		return 0
+	case current:
+		return dh.current
+	}
+	return dh.others[joined]
 }
 
 // Release gives back copies held by domain under groups (the groups its
@@ -181,20 +248,23 @@ func (c *Copies) key(domain string, groups []string, copies int64) (holdKey, []s
 // ErrNotHeld, and bad input one wrapping ErrInvalid; neither changes
 // anything.
 func (c *Copies) Release(domain string, groups []string, copies int64) error {
-	k, gs, err := c.key(domain, groups, copies)
+	gs, joined, current, err := c.key(domain, groups, copies)
 	if err != nil {
 		return err
 	}
-	held := c.keys[k]
+	dh := c.domains[domain]
+	held := dh.keyHeld(joined, current)
 	if held < copies {
-		return fmt.Errorf("%w: release of %d copies: domain %q holds %d under groups [%s]", ErrNotHeld, copies, domain, held, k.groups)
+		return fmt.Errorf("%w: release of %d copies: domain %q holds %d under groups [%s]", ErrNotHeld, copies, domain, held, strings.Join(gs, ","))
 	}
-	if held == copies {
-		delete(c.keys, k)
+	if current {
+		dh.current -= copies
 	} else {
-		c.keys[k] = held - copies
+		dh.set(joined, held-copies)
 	}
-	decrement(c.domains, domain, copies)
+	if dh.holds -= copies; dh.holds == 0 {
+		delete(c.domains, domain) // maps do not grow with every domain ever seen
+	}
 	for _, g := range gs {
 		decrement(c.groups, g, copies)
 	}
@@ -217,11 +287,21 @@ func decrement(m map[string]int64, name string, n int64) {
 // above a limit lowered meanwhile; one adopting a hold a client lists
 // checks Room first. Input is validated as for Release.
 func (c *Copies) Restore(domain string, groups []string, copies int64) error {
-	k, gs, err := c.key(domain, groups, copies)
+	gs, joined, current, err := c.key(domain, groups, copies)
 	if err != nil {
 		return err
 	}
-	c.add(k, gs, copies)
+	dh := c.domains[domain]
+	if dh == nil {
+		dh = &domainHolds{}
+		c.domains[domain] = dh
+	}
+	if current {
+		dh.current += copies
+	} else {
+		dh.set(joined, dh.others[joined]+copies)
+	}
+	c.add(dh, gs, copies)
 	return nil
 }
 
@@ -231,7 +311,7 @@ func (c *Copies) Restore(domain string, groups []string, copies int64) error {
 // group limits in force. A new leader adopts a hold it learns from a
 // refresh only if it fits.
 func (c *Copies) Room(domain string, groups []string) int64 {
-	n := min(room(c.DomainLimit(domain), c.domains[domain]), room(c.spec.GlobalLimit, c.global))
+	n := min(room(c.DomainLimit(domain), c.Holds(domain)), room(c.spec.GlobalLimit, c.global))
 	for _, g := range groups {
 		if l, ok := c.groupLimit[g]; ok {
 			n = min(n, room(l, c.groups[g]))
@@ -241,7 +321,12 @@ func (c *Copies) Room(domain string, groups []string) int64 {
 }
 
 // Holds returns the copies domain holds (all groups).
-func (c *Copies) Holds(domain string) int64 { return c.domains[domain] }
+func (c *Copies) Holds(domain string) int64 {
+	if dh := c.domains[domain]; dh != nil {
+		return dh.holds
+	}
+	return 0
+}
 
 // Global returns the copies held across all domains.
 func (c *Copies) Global() int64 { return c.global }
@@ -252,9 +337,9 @@ func (c *Copies) GroupHolds(name string) int64 { return c.groups[name] }
 // KeyHolds returns the copies domain holds under groups (any order); 0
 // for bad input.
 func (c *Copies) KeyHolds(domain string, groups []string) int64 {
-	k, _, err := c.key(domain, groups, 1)
+	_, joined, current, err := c.key(domain, groups, 1)
 	if err != nil {
 		return 0
 	}
-	return c.keys[k]
+	return c.domains[domain].keyHeld(joined, current)
 }

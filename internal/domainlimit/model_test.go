@@ -446,8 +446,9 @@ func checkCopyInvariants(t *testing.T, where string, c *Copies, m *copyModel) {
 			t.Fatalf("%s: domain %s holds %d above its limit %d", where, d, want, lim)
 		}
 	}
-	for _, k := range keyList(c) {
-		keys += c.keys[k]
+	held := keyHolds(c)
+	for k, n := range held {
+		keys += n
 		gs := []string{}
 		if k.groups != "" {
 			gs = strings.Split(k.groups, ",")
@@ -455,8 +456,11 @@ func checkCopyInvariants(t *testing.T, where string, c *Copies, m *copyModel) {
 		want := m.sum(func(h modelHold) bool {
 			return h.domain == k.domain && slices.Equal(h.groups, gs) || h.domain == k.domain && len(gs) == 0 && len(h.groups) == 0
 		})
-		if c.keys[k] != want || want <= 0 {
-			t.Fatalf("%s: key %+v holds %d, model %d", where, k, c.keys[k], want)
+		if n != want || want <= 0 {
+			t.Fatalf("%s: key %+v holds %d, model %d", where, k, n, want)
+		}
+		if got := c.KeyHolds(k.domain, gs); got != n {
+			t.Fatalf("%s: KeyHolds(%s, %v) = %d, want %d", where, k.domain, gs, got, n)
 		}
 	}
 	if keys != c.Global() || domains != c.Global() {
@@ -471,10 +475,31 @@ func checkCopyInvariants(t *testing.T, where string, c *Copies, m *copyModel) {
 	}
 }
 
-func keyList(c *Copies) []holdKey {
-	var ks []holdKey
-	for k := range c.keys {
-		ks = append(ks, k)
+// holdKey identifies the copies a domain holds in one set of groups
+// (comma-joined sorted names).
+type holdKey struct {
+	domain, groups string
+}
+
+// keyHolds returns the copies c holds by domain and groups, checking that
+// each domain's counts add up.
+func keyHolds(c *Copies) map[holdKey]int64 {
+	out := make(map[holdKey]int64)
+	for d, dh := range c.domains {
+		if dh.current != 0 {
+			out[holdKey{d, c.joinedOf[d]}] = dh.current
+		}
+		sum := dh.current
+		for joined, n := range dh.others {
+			if joined == c.joinedOf[d] {
+				panic("domain " + d + " holds copies under its current groups in others")
+			}
+			out[holdKey{d, joined}] = n
+			sum += n
+		}
+		if sum != dh.holds || dh.holds <= 0 {
+			panic(fmt.Sprintf("domain %s holds %d in all, %d by groups", d, dh.holds, sum))
+		}
 	}
-	return ks
+	return out
 }

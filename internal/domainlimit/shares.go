@@ -46,46 +46,60 @@ type GroupShare struct {
 // after it was last seen there, and as long as it holds copies under it,
 // so that a client that stops holding copies still counts while the share
 // it was told may still be in use. It is not safe for concurrent use.
+//
+// What a client holds and when it was seen under a limit sit together,
+// found by one lookup of the client and one of the limit: a reserve's
+// Add looked up five maps, and an expiry's Remove four.
 type Holders struct {
-	window  time.Duration
-	clients map[string]*clientHolds
-	seen    map[string]int64            // client → last seen (ns)
-	domains map[string]map[string]int64 // domain → client → last seen
-	groups  map[string]map[string]int64 // group → client → last seen
+	window time.Duration
+	// clients has the clients seen (not swept yet): len(clients) are the
+	// clients seen under the resource's limit.
+	clients map[string]*holder
+	// domains and groups count the clients seen under each domain's and
+	// group's limit: the holders with a scope for it.
+	domains map[string]int
+	groups  map[string]int
 }
 
-// clientHolds is what one client holds: in all, by domain, by group.
-type clientHolds struct {
-	total   int64
-	domains map[string]int64
-	groups  map[string]int64
+// holder is one client: when it was last seen, what it holds in all, and
+// its scopes, the domains and groups it was seen under.
+type holder struct {
+	seen, total int64
+	domains     map[string]*scope
+	groups      map[string]*scope
+}
+
+// scope is a client under one domain's or group's limit: when it was last
+// seen there, and the copies it holds there.
+type scope struct {
+	seen, held int64
 }
 
 // NewHolders returns an empty Holders whose clients count as seen for
 // window after they were last seen (a server uses its hold ttl: every
 // holder refreshes within it).
 func NewHolders(window time.Duration) *Holders {
-	return &Holders{window: window, clients: map[string]*clientHolds{}, seen: map[string]int64{},
-		domains: map[string]map[string]int64{}, groups: map[string]map[string]int64{}}
+	return &Holders{window: window, clients: map[string]*holder{}, domains: map[string]int{}, groups: map[string]int{}}
 }
 
 // Add records n copies that client holds of domain under groups (a
 // hold's groups) from now on, and sees client there.
 func (h *Holders) Add(client, domain string, groups []string, n int64, now int64) {
-	h.Touch(client, domain, groups, now)
+	h.add(client, domain, groups, n, now)
+}
+
+// add is Add, returning the client and its scope of domain.
+func (h *Holders) add(client, domain string, groups []string, n int64, now int64) (*holder, *scope) {
+	c, d := h.touch(client, domain, groups, now)
 	if n <= 0 {
-		return
-	}
-	c := h.clients[client]
-	if c == nil {
-		c = &clientHolds{domains: map[string]int64{}, groups: map[string]int64{}}
-		h.clients[client] = c
+		return c, d
 	}
 	c.total += n
-	c.domains[domain] += n
+	d.held += n
 	for _, g := range groups {
-		c.groups[g] += n
+		c.groups[g].held += n // touch made it
 	}
+	return c, d
 }
 
 // Remove records that client no longer holds n of its copies of domain
@@ -93,115 +107,132 @@ func (h *Holders) Add(client, domain string, groups []string, n int64, now int64
 // wrapping ErrNotHeld and changes nothing.
 func (h *Holders) Remove(client, domain string, groups []string, n int64) error {
 	c := h.clients[client]
-	ok := c != nil && n >= 0 && c.domains[domain] >= n
+	ok := c != nil && c.total > 0 && n >= 0 && heldIn(c.domains, domain) >= n
 	for _, g := range groups {
-		ok = ok && c.groups[g] >= n
+		ok = ok && heldIn(c.groups, g) >= n
 	}
 	if !ok {
 		return fmt.Errorf("%w: client %q does not hold %d copies of domain %q under groups %v", ErrNotHeld, client, n, domain, groups)
 	}
-	c.total -= n
-	decrement(c.domains, domain, n)
-	for _, g := range groups {
-		decrement(c.groups, g, n)
+	if n == 0 {
+		return nil // the client may have no scope there
 	}
-	if c.total == 0 {
-		delete(h.clients, client)
+	// Scopes stay (the client is still seen there) until a sweep.
+	c.total -= n
+	c.domains[domain].held -= n
+	for _, g := range groups {
+		c.groups[g].held -= n
 	}
 	return nil
+}
+
+// heldIn is the copies held in scopes[name].
+func heldIn(scopes map[string]*scope, name string) int64 {
+	if s := scopes[name]; s != nil {
+		return s.held
+	}
+	return 0
 }
 
 // Touch sees client now under the resource's limit, domain's and those
 // of groups.
 func (h *Holders) Touch(client, domain string, groups []string, now int64) {
-	h.seen[client] = now
-	see(h.domains, domain, client, now)
-	for _, g := range groups {
-		see(h.groups, g, client, now)
-	}
+	h.touch(client, domain, groups, now)
 }
 
-func see(m map[string]map[string]int64, scope, client string, now int64) {
-	s := m[scope]
-	if s == nil {
-		s = map[string]int64{}
-		m[scope] = s
+// touch is Touch, returning the client and its scope of domain.
+func (h *Holders) touch(client, domain string, groups []string, now int64) (*holder, *scope) {
+	c := h.clients[client]
+	if c == nil {
+		c = &holder{domains: map[string]*scope{}}
+		h.clients[client] = c
 	}
-	s[client] = now
+	c.seen = now
+	d := see(&c.domains, h.domains, domain, now)
+	for _, g := range groups {
+		see(&c.groups, h.groups, g, now)
+	}
+	return c, d
+}
+
+// see sees a client now in its scope name of scopes, making it (and the
+// map) if new and counting the client in seen.
+func see(scopes *map[string]*scope, seen map[string]int, name string, now int64) *scope {
+	s := (*scopes)[name]
+	if s == nil {
+		if *scopes == nil {
+			*scopes = map[string]*scope{}
+		}
+		s = &scope{}
+		(*scopes)[name] = s
+		seen[name]++
+	}
+	s.seen = now
+	return s
 }
 
 // Sweep forgets the clients not seen within the window before now under
 // a limit, unless they hold copies under it. Until a sweep they still
 // count, which only makes shares smaller.
 func (h *Holders) Sweep(now int64) {
-	stale := func(client string, at int64, holds func(*clientHolds) bool) bool {
-		if now-at < int64(h.window) {
-			return false
+	stale := func(seen, held int64) bool { return now-seen >= int64(h.window) && held == 0 }
+	for client, c := range h.clients {
+		sweepScopes(c.domains, h.domains, stale)
+		sweepScopes(c.groups, h.groups, stale)
+		// Every Touch sees the client under the resource's limit too, so
+		// a stale client holding nothing has no scope left, unless the
+		// clock went back: it then stays while seen under a scope.
+		if stale(c.seen, c.total) && len(c.domains) == 0 && len(c.groups) == 0 {
+			delete(h.clients, client)
 		}
-		c := h.clients[client]
-		return c == nil || !holds(c)
 	}
-	for client, at := range h.seen {
-		if stale(client, at, func(c *clientHolds) bool { return c.total > 0 }) {
-			delete(h.seen, client)
-		}
-	}
-	sweepScopes(h.domains, func(scope, client string, at int64) bool {
-		return stale(client, at, func(c *clientHolds) bool { return c.domains[scope] > 0 })
-	})
-	sweepScopes(h.groups, func(scope, client string, at int64) bool {
-		return stale(client, at, func(c *clientHolds) bool { return c.groups[scope] > 0 })
-	})
 }
 
-func sweepScopes(m map[string]map[string]int64, stale func(scope, client string, at int64) bool) {
-	for scope, s := range m {
-		for client, at := range s {
-			if stale(scope, client, at) {
-				delete(s, client)
+// sweepScopes drops the stale scopes, uncounting their client in seen.
+func sweepScopes(scopes map[string]*scope, seen map[string]int, stale func(seen, held int64) bool) {
+	for name, s := range scopes {
+		if stale(s.seen, s.held) {
+			delete(scopes, name)
+			if seen[name]--; seen[name] <= 0 {
+				delete(seen, name)
 			}
-		}
-		if len(s) == 0 {
-			delete(m, scope)
 		}
 	}
 }
 
 // Empty reports whether no client is seen or holds copies: forgetting h
 // then loses nothing.
-func (h *Holders) Empty() bool { return len(h.seen) == 0 && len(h.clients) == 0 }
+func (h *Holders) Empty() bool { return len(h.clients) == 0 }
 
 // Share sees client now under the limits of domain, and returns its
 // share of c's limits (c is the resource's copy log, whose holds h
 // follows by client).
 func (h *Holders) Share(c *Copies, client, domain string, now int64) Share {
-	h.Touch(client, domain, c.groupsOf[domain], now)
-	return h.shareOf(c, client, domain)
+	gs, _ := c.groupsOfDomain(domain)
+	mine, d := h.touch(client, domain, gs, now)
+	return h.share(c, mine, d.held, domain)
 }
 
-// ShareSeen is Share for a client that Add or Touch saw under the limits
-// of domain (with the domain's groups) at this moment: it does not see it
-// again (a reserve's Add and its reply's share each saw it, three map
-// writes a reserve spent twice).
-func (h *Holders) ShareSeen(c *Copies, client, domain string) Share {
-	return h.shareOf(c, client, domain)
+// AddShare is Add of a grant of domain's copies under its groups (those
+// c gave it), then Share: it sees the client once and works its share
+// out from what it found there (a reserve's Add and its reply's share
+// looked the client up twice).
+func (h *Holders) AddShare(c *Copies, client, domain string, groups []string, n, now int64) Share {
+	mine, d := h.add(client, domain, groups, n, now)
+	return h.share(c, mine, d.held, domain)
 }
 
-// shareOf is client's share of c's limits for domain, with the clients
-// seen as they are.
-func (h *Holders) shareOf(c *Copies, client, domain string) Share {
-	mine := h.clients[client]
-	if mine == nil {
-		mine = &clientHolds{}
-	}
+// share is the share of c's limits for domain of mine, a client holding
+// held copies of domain, with the clients seen as they are.
+func (h *Holders) share(c *Copies, mine *holder, held int64, domain string) Share {
 	out := Share{
-		Global: part(c.spec.GlobalLimit, c.global, mine.total, len(h.seen)),
-		Domain: part(c.DomainLimit(domain), c.domains[domain], mine.domains[domain], len(h.domains[domain])),
+		Global: part(c.spec.GlobalLimit, c.global, mine.total, len(h.clients)),
+		Domain: part(c.DomainLimit(domain), c.Holds(domain), held, h.domains[domain]),
 	}
-	if gs := c.groupsOf[domain]; len(gs) > 0 {
+	if gs, _ := c.groupsOfDomain(domain); len(gs) > 0 {
 		out.Groups = make([]GroupShare, len(gs))
 		for i, g := range gs {
-			out.Groups[i] = GroupShare{Name: g, Share: part(c.groupLimit[g], c.groups[g], mine.groups[g], len(h.groups[g]))}
+			out.Groups[i] = GroupShare{Name: g, Share: part(c.groupLimit[g], c.groups[g], heldIn(mine.groups, g), h.groups[g])}
 		}
 	}
 	return out

@@ -94,7 +94,7 @@ func TestHoldersWindow(t *testing.T) {
 	// B holds: it stays seen long after the window.
 	h.Add("B", "b", nil, 1, epoch.Add(time.Second).UnixNano())
 	h.Sweep(epoch.Add(time.Hour).UnixNano())
-	if _, ok := h.domains["b"]["B"]; !ok || h.Empty() {
+	if _, ok := h.clients["B"].domains["b"]; !ok || h.Empty() {
 		t.Fatal("a holder was forgotten")
 	}
 	if err := h.Remove("B", "b", nil, 1); err != nil {
@@ -120,7 +120,7 @@ func TestHoldersRemoveNotHeld(t *testing.T) {
 			t.Errorf("Remove(%+v) = %v, want ErrNotHeld", c, err)
 		}
 	}
-	if a := h.clients["A"]; a.total != 2 || a.domains["a"] != 2 || a.groups["g"] != 2 {
+	if a := h.clients["A"]; a.total != 2 || a.domains["a"].held != 2 || a.groups["g"].held != 2 {
 		t.Fatalf("a refused removal changed the counts: %+v", a)
 	}
 }
@@ -218,6 +218,7 @@ func checkShares(t *testing.T, where string, c *Copies, h *Holders, holds []shar
 		}
 		return n
 	}
+	seenAll, seenDomains, seenGroups := seenUnder(t, where, h)
 	for client, ch := range h.clients {
 		if ch.total != sum(client, func(shareHold) bool { return true }) {
 			t.Fatalf("%s: %s holds %d, model %d", where, client, ch.total, sum(client, func(shareHold) bool { return true }))
@@ -228,27 +229,27 @@ func checkShares(t *testing.T, where string, c *Copies, h *Holders, holds []shar
 			continue
 		}
 		ch := h.clients[x.client]
-		if ch == nil || ch.domains[x.domain] != sum(x.client, func(y shareHold) bool { return y.domain == x.domain }) {
+		if ch == nil || heldIn(ch.domains, x.domain) != sum(x.client, func(y shareHold) bool { return y.domain == x.domain }) {
 			t.Fatalf("%s: %s's copies of %s: %+v", where, x.client, x.domain, ch)
 		}
-		if _, ok := h.seen[x.client]; !ok {
+		if !seenAll[x.client] {
 			t.Fatalf("%s: holder %s is not seen", where, x.client)
 		}
-		if _, ok := h.domains[x.domain][x.client]; !ok {
+		if !seenDomains[x.domain][x.client] {
 			t.Fatalf("%s: holder %s is not seen under domain %s", where, x.client, x.domain)
 		}
 		for _, g := range x.groups {
-			if ch.groups[g] != sum(x.client, func(y shareHold) bool { return slices.Contains(y.groups, g) }) {
-				t.Fatalf("%s: %s's copies in group %s: %d", where, x.client, g, ch.groups[g])
+			if heldIn(ch.groups, g) != sum(x.client, func(y shareHold) bool { return slices.Contains(y.groups, g) }) {
+				t.Fatalf("%s: %s's copies in group %s: %d", where, x.client, g, heldIn(ch.groups, g))
 			}
-			if _, ok := h.groups[g][x.client]; !ok {
+			if !seenGroups[g][x.client] {
 				t.Fatalf("%s: holder %s is not seen under group %s", where, x.client, g)
 			}
 		}
 	}
 	// The property: under each limit, the seen clients' shares add up to
 	// at most the limit when what is held is within it.
-	addUp := func(what string, limit, held int64, seen map[string]int64, share func(client string) int64) {
+	addUp := func(what string, limit, held int64, seen map[string]bool, share func(client string) int64) {
 		if limit == Unlimited || held > limit {
 			return
 		}
@@ -260,11 +261,11 @@ func checkShares(t *testing.T, where string, c *Copies, h *Holders, holds []shar
 			t.Fatalf("%s: the shares of %s add up to %d, above its limit %d (%d held, %d clients)", where, what, total, limit, held, len(seen))
 		}
 	}
-	addUp("the resource", c.spec.GlobalLimit, c.global, h.seen, func(client string) int64 { return h.shareOf(c, client, "a").Global })
-	for d, seen := range h.domains {
-		addUp("domain "+d, c.DomainLimit(d), c.domains[d], seen, func(client string) int64 { return h.shareOf(c, client, d).Domain })
+	addUp("the resource", c.spec.GlobalLimit, c.global, seenAll, func(client string) int64 { return h.shareOf(c, client, "a").Global })
+	for d, seen := range seenDomains {
+		addUp("domain "+d, c.DomainLimit(d), c.Holds(d), seen, func(client string) int64 { return h.shareOf(c, client, d).Domain })
 	}
-	for g, seen := range h.groups {
+	for g, seen := range seenGroups {
 		var member string // a domain in g now
 		for d, gs := range c.groupsOf {
 			if slices.Contains(gs, g) {
@@ -287,11 +288,49 @@ func checkShares(t *testing.T, where string, c *Copies, h *Holders, holds []shar
 	}
 }
 
-// TestShareSeenAfterAdd: after Add, ShareSeen tells what Share would and
-// leaves the holders as Share would (Add saw the client under the same
-// limits), over a random run of reserves by clients across domains in
-// groups and not.
-func TestShareSeenAfterAdd(t *testing.T) {
+// seenUnder returns the clients h sees under the resource's limit and by
+// domain and group, checking that h counts them so.
+func seenUnder(t *testing.T, where string, h *Holders) (all map[string]bool, domains, groups map[string]map[string]bool) {
+	t.Helper()
+	all, domains, groups = map[string]bool{}, map[string]map[string]bool{}, map[string]map[string]bool{}
+	add := func(m map[string]map[string]bool, scope, client string) {
+		if m[scope] == nil {
+			m[scope] = map[string]bool{}
+		}
+		m[scope][client] = true
+	}
+	for client, c := range h.clients {
+		all[client] = true
+		for d, s := range c.domains {
+			add(domains, d, client)
+			if s.seen > c.seen {
+				t.Fatalf("%s: %s seen under domain %s after it was seen at all", where, client, d)
+			}
+		}
+		for g := range c.groups {
+			add(groups, g, client)
+		}
+	}
+	for _, x := range []struct {
+		counts map[string]int
+		sets   map[string]map[string]bool
+	}{{h.domains, domains}, {h.groups, groups}} {
+		if len(x.counts) != len(x.sets) {
+			t.Fatalf("%s: %d scopes counted, %d seen", where, len(x.counts), len(x.sets))
+		}
+		for scope, set := range x.sets {
+			if x.counts[scope] != len(set) {
+				t.Fatalf("%s: %d clients counted under %s, %d seen", where, x.counts[scope], scope, len(set))
+			}
+		}
+	}
+	return all, domains, groups
+}
+
+// TestAddShare: AddShare tells what Add then Share would and leaves the
+// holders as they would, over a random run of reserves by clients across
+// domains in groups and not.
+func TestAddShare(t *testing.T) {
 	spec := CopySpec{DomainLimit: 5, GlobalLimit: 40, Groups: []Group{{Name: "free", Limit: 12, Domains: []string{"a", "b"}},
 		{Name: "paid", Limit: 20, Domains: []string{"b", "c"}}}}
 	c := mustCopies(t, spec)
@@ -307,13 +346,43 @@ func TestShareSeenAfterAdd(t *testing.T) {
 		if res.Granted == 0 {
 			continue
 		}
-		seen.Add(client, domain, res.GroupNames(), 1, now)
+		got := seen.AddShare(c, client, domain, res.GroupNames(), 1, now)
 		again.Add(client, domain, res.GroupNames(), 1, now)
-		if got, want := seen.ShareSeen(c, client, domain), again.Share(c, client, domain, now); !reflect.DeepEqual(got, want) {
-			t.Fatalf("reserve %d of %s by %s: ShareSeen %+v, Share %+v", i, domain, client, got, want)
+		if want := again.Share(c, client, domain, now); !reflect.DeepEqual(got, want) {
+			t.Fatalf("reserve %d of %s by %s: AddShare %+v, Share %+v", i, domain, client, got, want)
 		}
 		if !reflect.DeepEqual(seen, again) {
-			t.Fatalf("reserve %d of %s by %s: the holders differ after ShareSeen and Share", i, domain, client)
+			t.Fatalf("reserve %d of %s by %s: the holders differ after AddShare and Add, Share", i, domain, client)
 		}
+	}
+}
+
+// shareOf is client's share of c's limits for domain, without seeing it.
+func (h *Holders) shareOf(c *Copies, client, domain string) Share {
+	mine := h.clients[client]
+	if mine == nil {
+		mine = &holder{}
+	}
+	return h.share(c, mine, heldIn(mine.domains, domain), domain)
+}
+
+// TestHoldersClockBack: a client seen under a domain later than it was
+// last seen at all (the clock went back) stays counted there until that
+// scope is stale, and the counts stay those of the clients seen.
+func TestHoldersClockBack(t *testing.T) {
+	c := mustCopies(t, CopySpec{DomainLimit: 8, GlobalLimit: Unlimited})
+	h := NewHolders(time.Second)
+	h.Touch("A", "a", nil, epoch.Add(10*time.Second).UnixNano())
+	h.Touch("A", "b", nil, epoch.UnixNano()) // back
+	h.Sweep(epoch.Add(10500 * time.Millisecond).UnixNano())
+	if h.domains["a"] != 1 || h.domains["b"] != 0 || h.Empty() {
+		t.Fatalf("after the sweep: %d clients under a, %d under b, empty %v", h.domains["a"], h.domains["b"], h.Empty())
+	}
+	if got := h.Share(c, "B", "a", epoch.Add(10500*time.Millisecond).UnixNano()).Domain; got != 8/2 {
+		t.Fatalf("B's share of a beside A = %d, want %d", got, 8/2)
+	}
+	h.Sweep(epoch.Add(time.Minute).UnixNano())
+	if !h.Empty() || len(h.domains) != 0 {
+		t.Fatalf("a minute later: %d clients, %d domains counted", len(h.clients), len(h.domains))
 	}
 }

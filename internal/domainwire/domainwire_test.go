@@ -185,3 +185,59 @@ func FuzzDecodeValidate(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseTenantSubject: the one-pass tokenizer cuts every subject as
+// strings.Cut token by token did (cutTokens), ten tokens at most.
+func FuzzParseTenantSubject(f *testing.F) {
+	for _, s := range []string{"allot.root.domain.reserve.ns.pool", "allot.t.acme.root.domain.request.ns.api", "allot.root.domain.p.3.t.acme.seize.ns.r",
+		"", ".", "a.b.c.d.e.f.g.h.i.j", "a.b.c.d.e.f.g.h.i.j.", "a.b.c.d.e.f.g.h.i.j.k", "allot.root.domain.p.3.t.acme.seize.ns.r.", "allot..domain.x.y.z"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, subject string) {
+		tenant, op, ns, res, err := ParseTenantSubject(subject)
+		wt, wo, wn, wr, werr := cutTokens(subject)
+		if tenant != wt || op != wo || ns != wn || res != wr || (err == nil) != (werr == nil) || err != nil && err.Error() != werr.Error() {
+			t.Fatalf("ParseTenantSubject(%q) = %q %q %q %q %v, cut token by token %q %q %q %q %v", subject, tenant, op, ns, res, err, wt, wo, wn, wr, werr)
+		}
+	})
+}
+
+// cutTokens is ParseTenantSubject as it was, cutting with strings.Cut.
+func cutTokens(subject string) (tenant, op, namespace, resource string, err error) {
+	var t [10]string
+	n, rest := 0, subject
+	for n < len(t) {
+		tok, after, more := strings.Cut(rest, ".")
+		t[n], rest = tok, after
+		n++
+		if !more {
+			break
+		}
+	}
+	switch {
+	case rest != "" && n == len(t):
+	case t[0] != "allot":
+	case n == 8 && t[1] == "t" && t[4] == "domain":
+		if t[2] != "" {
+			tenant, op, namespace, resource = t[2], t[5], t[6], t[7]
+		}
+	case n == 10 && t[2] == "domain" && t[3] == "p" && t[5] == "t":
+		if t[6] != "" {
+			tenant, op, namespace, resource = t[6], t[7], t[8], t[9]
+		}
+	case n == 6 && t[2] == "domain":
+		op, namespace, resource = t[3], t[4], t[5]
+	case n == 8 && t[2] == "domain" && t[3] == "p":
+		op, namespace, resource = t[5], t[6], t[7]
+	}
+	if op == "" {
+		return "", "", "", "", badf("subject %q is not allot.<node>.domain.<op>.<namespace>.<resource>", clip(subject))
+	}
+	if err := ValidateName("namespace", namespace); err != nil {
+		return "", "", "", "", err
+	}
+	if err := ValidateName("resource", resource); err != nil {
+		return "", "", "", "", err
+	}
+	return tenant, op, namespace, resource, nil
+}

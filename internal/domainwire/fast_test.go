@@ -104,6 +104,11 @@ func FuzzFastEncoders(f *testing.F) {
 		if got := AppendReserveReply(nil, &res); string(got) != string(want) {
 			t.Fatalf("reserve reply:\n got %s\nwant %s", got, want)
 		}
+		sealed := res
+		sealed.HoldID, sealed.Seal = "not read", "not read either"
+		if got := AppendReserveReplySealed(nil, &sealed, []byte(id), []byte(seal)); string(got) != string(want) {
+			t.Fatalf("reserve reply with its id and seal as bytes:\n got %s\nwant %s", got, want)
+		}
 	})
 }
 
