@@ -103,25 +103,37 @@ func TestNATSConfigsParse(t *testing.T) {
 // by the caller) and stops it when the test ends.
 func startConfig(t *testing.T, f string) *server.Server {
 	t.Helper()
-	opts, err := server.ProcessConfigFile(f)
+	s, err := tryConfig(t, f, natstest.ReadyWait)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return s
+}
+
+// tryConfig starts a nats-server from config file f and waits up to wait
+// for it to accept connections; the server stops when the test ends. A
+// server that is not ready is shut down and reported as an error.
+func tryConfig(t *testing.T, f string, wait time.Duration) (*server.Server, error) {
+	t.Helper()
+	opts, err := server.ProcessConfigFile(f)
+	if err != nil {
+		return nil, err
 	}
 	opts.NoLog, opts.NoSigs = true, true
 	s, err := server.NewServer(opts)
 	if err != nil {
-		t.Fatalf("%s: %v", f, err)
+		return nil, fmt.Errorf("%s: %v", f, err)
 	}
 	go s.Start()
-	if !s.ReadyForConnections(natstest.ReadyWait) {
+	if !s.ReadyForConnections(wait) {
 		s.Shutdown()
-		t.Fatalf("%s: not ready", f)
+		return nil, fmt.Errorf("%s: not ready within %v", f, wait)
 	}
 	t.Cleanup(func() {
 		s.Shutdown()
 		s.WaitForShutdown()
 	})
-	return s
+	return s, nil
 }
 
 // levelSize is the number of servers per level: a level's JetStream is
@@ -133,18 +145,23 @@ const levelSize = 3
 // other and, if parent is set, leaf nodes of it. It returns the first.
 func startLevel(t *testing.T, f, name string, parent []*server.Server, extra map[string]string) []*server.Server {
 	t.Helper()
-	cports := make([]int, levelSize)
-	for i := range cports {
-		cports[i] = freePort(t)
-	}
 	var leafs []string
 	for _, p := range parent {
 		leafs = append(leafs, embed.LeafNodeURL(p))
 	}
+	// The route ports are chosen free, then bound by the servers: on a busy
+	// machine another process can take one in between, and that server
+	// never becomes ready (seen once in a loaded stress run). Such a level
+	// starts again on new ports.
 	var out []*server.Server
-	for i := range levelSize {
-		setVars(t, fmt.Sprintf("%s-%d", name, i+1), i, cports, leafs, extra)
-		out = append(out, startConfig(t, f))
+	var err error
+	for range 3 {
+		if out, err = tryLevel(t, f, name, leafs, extra); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 	if parent != nil {
 		for _, s := range out {
@@ -152,6 +169,29 @@ func startLevel(t *testing.T, f, name string, parent []*server.Server, extra map
 		}
 	}
 	return out
+}
+
+// tryLevel starts levelSize servers from config file f on new route
+// ports; if one is not ready within 20s, it shuts down those it started.
+func tryLevel(t *testing.T, f, name string, leafs []string, extra map[string]string) ([]*server.Server, error) {
+	t.Helper()
+	cports := make([]int, levelSize)
+	for i := range cports {
+		cports[i] = freePort(t)
+	}
+	var out []*server.Server
+	for i := range levelSize {
+		setVars(t, fmt.Sprintf("%s-%d", name, i+1), i, cports, leafs, extra)
+		s, err := tryConfig(t, f, 20*time.Second)
+		if err != nil {
+			for _, o := range out {
+				o.Shutdown()
+			}
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }
 
 // accountInfo waits until js's JetStream answers (its meta group has
