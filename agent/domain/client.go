@@ -180,7 +180,8 @@ func (c *Client) retry(ctx context.Context, o *callOptions, try attempt) (attemp
 	start := clock.Now(c.clock)
 	budget := o.maxWait
 	if dl, ok := ctx.Deadline(); ok {
-		budget = min(budget, dl.Sub(start)-c.o.timeout)
+		// A context's deadline passes on the real clock, not the agent's.
+		budget = min(budget, time.Until(dl)-c.o.timeout)
 	}
 	for i := 0; ; i++ {
 		granted, after, err := try(ctx)

@@ -166,7 +166,8 @@ func (c *Client) Take(ctx context.Context, bucket string, n int64, opts ...TakeO
 		return Result{}, err
 	}
 	if dl, ok := ctx.Deadline(); ok {
-		if left := max(dl.Sub(clock.Now(c.clock)), 0); !to.hasMaxWait || left < to.maxWait {
+		// A context's deadline passes on the real clock, not the agent's.
+		if left := max(time.Until(dl), 0); !to.hasMaxWait || left < to.maxWait {
 			to.maxWait, to.hasMaxWait = left, true
 		}
 	}
