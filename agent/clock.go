@@ -1,10 +1,6 @@
 package agent
 
-import (
-	"time"
-
-	"github.com/allot/allot/agent/internal/clock"
-)
+import "time"
 
 // Clock is the source of time for an Agent, its limiters and the quota and
 // domain clients made from it. Tests inject a fake clock to check accuracy
@@ -19,8 +15,9 @@ type Clock interface {
 	NewTimer(d time.Duration) (<-chan time.Time, func() bool)
 }
 
-// The quota and domain clients run on their agent's clock; it reaches them
-// through agent/internal/clock rather than an exported accessor.
-func init() {
-	clock.Of = func(a any) clock.Clock { return a.(*Agent).o.clock }
+// Clock returns the clock the agent was given with WithClock, or nil when
+// it reads package time. The quota and domain clients made from the agent
+// run on it, so that one injected clock drives all three.
+func (a *Agent) Clock() Clock {
+	return a.o.clock
 }

@@ -76,7 +76,7 @@ func New(a *agent.Agent, opts ...Option) (*Client, error) {
 		clientID: a.ClientID(),
 		node:     a.Node(),
 		log:      a.Logger().With("component", "allot-domain", "client_id", a.ClientID()),
-		clock:    clock.Of(a),
+		clock:    a.Clock(),
 		o:        o,
 		res:      make(map[string]*domainRes),
 		modes:    make(map[string]FailMode),

@@ -66,7 +66,7 @@ func New(a *agent.Agent, opts ...Option) (*Client, error) {
 		rpc:      rpc.New(a.Conn(), serviceError),
 		clientID: a.ClientID(),
 		log:      a.Logger().With("component", "allot-quota", "client_id", a.ClientID()),
-		clock:    clock.Of(a),
+		clock:    a.Clock(),
 		subj:     subjects.QuotaPrefix(a.Node()),
 		o:        o,
 		ns:       make(map[string]*namespace),

@@ -36,9 +36,3 @@ func NewTimer(c Clock, d time.Duration) (<-chan time.Time, func() bool) {
 	}
 	return c.NewTimer(d)
 }
-
-// Of returns the clock of an *agent.Agent (nil: package time). The agent
-// package sets it when it is initialised, as this package cannot import
-// it; the quota and domain clients read their agent's clock through it,
-// which keeps the accessor out of the agent's public API.
-var Of func(agent any) Clock
