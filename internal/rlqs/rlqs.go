@@ -242,12 +242,19 @@ func (b *Bucket) Sent(now time.Time, rate float64, until time.Time) {
 	b.sent = enforced{rate, until}
 }
 
+// MinRate is the lowest rate per second a token bucket enforces: one
+// token per half the longest interval a time.Duration holds (about 146
+// years), so that the fill interval never overflows. Strategy denies
+// all below it, which enforces less than was leased, never more.
+const MinRate = 2 * float64(time.Second) / math.MaxInt64
+
 // Strategy is the rate limiting strategy that enforces rate per second:
-// DENY_ALL for none, ALLOW_ALL for an unbounded rate, else a token bucket
-// filling at most rate per second that holds one second of it.
+// DENY_ALL for none (or less than MinRate), ALLOW_ALL for an unbounded
+// rate, else a token bucket filling at most rate per second that holds
+// one second of it.
 func Strategy(rate float64) *typev3.RateLimitStrategy {
 	switch {
-	case !(rate > 0):
+	case !(rate >= MinRate):
 		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
 	case math.IsInf(rate, 1) || rate >= math.MaxUint32:
 		return &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}

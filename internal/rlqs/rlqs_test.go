@@ -25,7 +25,10 @@ func TestResource(t *testing.T) {
 // enforces at most that rate, and nearly all of it.
 func TestStrategy(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	rates := []float64{0, -1, math.NaN(), 1e-9, 0.3, 1, 1.5, 7, 99.99, 1e6, math.MaxUint32 - 1}
+	rates := []float64{0, -1, math.NaN(), 1e-9, 0.3, 1, 1.5, 7, 99.99, 1e6, math.MaxUint32 - 1,
+		// A share of almost nothing, left over by floating-point sums: one
+		// fill in longer than a time.Duration holds.
+		1e-10, 1e-12, 1e-300, math.SmallestNonzeroFloat64}
 	for range 1000 {
 		rates = append(rates, math.Exp(rng.Float64()*30-10))
 	}
@@ -36,7 +39,7 @@ func TestStrategy(t *testing.T) {
 		}
 		got := Rate(s)
 		switch {
-		case !(r > 0):
+		case !(r > 0) || r < MinRate:
 			if got != 0 || s.GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL {
 				t.Errorf("Strategy(%g) = %v", r, s)
 			}
