@@ -147,13 +147,30 @@ func DecideWait(ctx context.Context, l *agent.RateLimiter, wait time.Duration) D
 
 // Describe reports l's state after an admission decided as allowed.
 func Describe(l *agent.RateLimiter, allowed bool) Decision {
-	d := Decision{Allowed: allowed}
 	if l.Limit() == rate.Inf {
-		return d
+		return Decision{Allowed: allowed}
 	}
-	lim := float64(l.Limit())
-	d.Limited = true
-	tokens := l.Tokens()
+	var refresh time.Duration
+	if l.Tokens() < 1 && l.Limit() <= 0 {
+		refresh = l.Status().RefreshInterval
+	}
+	return describe(float64(l.Limit()), l.Tokens(), allowed, refresh)
+}
+
+// minRate is the lowest rate per second described as a quota: one request
+// in about 68 years. A lease below it (a floating-point remainder of a
+// share) is described as none, so that neither the window nor the wait
+// overflows.
+const minRate = 1.0 / (1 << 31)
+
+// describe is Describe of a finite limit of lim per second with tokens
+// left; refresh is the limiter's refresh interval, the wait when lim is
+// none.
+func describe(lim, tokens float64, allowed bool, refresh time.Duration) Decision {
+	d := Decision{Allowed: allowed, Limited: true}
+	if !(lim >= minRate) {
+		lim = 0
+	}
 	d.Remaining = int64(math.Max(math.Floor(tokens), 0))
 	// The quota is stated over the shortest whole-second window in which
 	// at least one request is allowed.
@@ -165,11 +182,11 @@ func Describe(l *agent.RateLimiter, allowed bool) Decision {
 	if tokens < 1 {
 		if lim <= 0 {
 			d.RetryAfter = time.Second // blocked: no token will come before a lease does
-			if st := l.Status(); st.RefreshInterval > 0 {
-				d.RetryAfter = st.RefreshInterval
+			if refresh > 0 {
+				d.RetryAfter = refresh
 			}
 		} else {
-			d.RetryAfter = time.Duration((1 - tokens) / lim * float64(time.Second))
+			d.RetryAfter = time.Duration(math.Ceil((1 - tokens) / lim * float64(time.Second)))
 		}
 	}
 	return d

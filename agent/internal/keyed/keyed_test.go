@@ -1,8 +1,10 @@
 package keyed
 
 import (
+	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/allot/allot/internal/wire"
 )
@@ -24,6 +26,37 @@ func TestID(t *testing.T) {
 		}
 		if err := wire.ValidateID("id", got); err != nil {
 			t.Errorf("ID(%q, %q): %v", tc.prefix, tc.v, err)
+		}
+	}
+}
+
+// TestDescribe: a decision's window, quota and wait are sound for any
+// lease, a lease of almost nothing (a floating-point remainder of a
+// share) included, whose window and wait once overflowed to negative
+// numbers.
+func TestDescribe(t *testing.T) {
+	for _, tc := range []struct {
+		lim, tokens float64
+		window      int64
+		quota       int64
+		wait        time.Duration
+	}{
+		{10, 5, 1, 10, 0},
+		{10, 0.5, 1, 10, 50 * time.Millisecond},
+		{0.25, 0, 4, 1, 4 * time.Second},
+		{0, 0, 1, 0, 2 * time.Second},
+		{1.0 / (1 << 30), 0, 1 << 30, 1, (1 << 30) * time.Second},
+		{1e-10, 0, 1, 0, 2 * time.Second},
+		{1e-300, 0.5, 1, 0, 2 * time.Second},
+		{math.SmallestNonzeroFloat64, 0, 1, 0, 2 * time.Second},
+		{math.NaN(), 0, 1, 0, 2 * time.Second},
+	} {
+		d := describe(tc.lim, tc.tokens, false, 2*time.Second)
+		if d.Window != tc.window || d.Quota != tc.quota || d.RetryAfter != tc.wait || !d.Limited {
+			t.Errorf("describe(%g, %g) = %+v; want window %d, quota %d, wait %v", tc.lim, tc.tokens, d, tc.window, tc.quota, tc.wait)
+		}
+		if d.Window < 1 || d.Quota < 0 || d.RetryAfter < 0 || Seconds(d.RetryAfter) < 1 {
+			t.Errorf("describe(%g, %g) = %+v: out of range", tc.lim, tc.tokens, d)
 		}
 	}
 }
