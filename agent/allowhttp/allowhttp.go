@@ -33,6 +33,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/internal/keyed"
 	"github.com/allot/allot/internal/wire"
 )
 
@@ -191,8 +192,10 @@ func describe(id string, lim *agent.RateLimiter, allowed bool, n int) Answer {
 	a.Remaining = int64(max(math.Floor(tokens), 0))
 	if !allowed {
 		switch {
-		case l <= 0:
-			a.RetryAfterMS = 1000 // no token comes before a lease does
+		case !(float64(l) >= keyed.MinRate):
+			// No token comes before a lease does (a lease of almost
+			// nothing included: its wait would overflow).
+			a.RetryAfterMS = 1000
 		default:
 			a.RetryAfterMS = int64(math.Ceil(max(float64(n)-tokens, 0) / float64(l) * 1000))
 		}

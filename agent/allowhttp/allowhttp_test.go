@@ -80,3 +80,25 @@ func TestAllow(t *testing.T) {
 		}
 	}
 }
+
+// TestAllowTinyLease: a lease of almost nothing refuses with a wait that
+// is a positive number of milliseconds, as a lease of none does; it once
+// overflowed to a negative one.
+func TestAllowTinyLease(t *testing.T) {
+	a, stop, err := demo.Agent(map[string]float64{"db": 1e-300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	h, err := allowhttp.New(a, allowhttp.Options{MaxResources: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get(t, h, http.MethodGet, "resource=db&wait=5s")
+	lim, _ := a.Rate("db")
+	poll.Until(t, 10*time.Second, "the lease of almost nothing", func() bool { return lim.Limit() > 0 })
+	w, ans := get(t, h, http.MethodGet, "resource=db&n=5")
+	if w.Code != http.StatusTooManyRequests || ans.Allowed || ans.RetryAfterMS <= 0 || ans.RetryAfterMS > 60_000 || w.Header().Get("Retry-After") != "1" {
+		t.Fatalf("refused: %d %s %v", w.Code, w.Body, w.Header())
+	}
+}

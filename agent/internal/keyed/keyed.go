@@ -157,18 +157,18 @@ func Describe(l *agent.RateLimiter, allowed bool) Decision {
 	return describe(float64(l.Limit()), l.Tokens(), allowed, refresh)
 }
 
-// minRate is the lowest rate per second described as a quota: one request
+// MinRate is the lowest rate per second described as a quota: one request
 // in about 68 years. A lease below it (a floating-point remainder of a
 // share) is described as none, so that neither the window nor the wait
 // overflows.
-const minRate = 1.0 / (1 << 31)
+const MinRate = 1.0 / (1 << 31)
 
 // describe is Describe of a finite limit of lim per second with tokens
 // left; refresh is the limiter's refresh interval, the wait when lim is
 // none.
 func describe(lim, tokens float64, allowed bool, refresh time.Duration) Decision {
 	d := Decision{Allowed: allowed, Limited: true}
-	if !(lim >= minRate) {
+	if !(lim >= MinRate) {
 		lim = 0
 	}
 	d.Remaining = int64(math.Max(math.Floor(tokens), 0))
