@@ -106,6 +106,9 @@ func FuzzFastEncoders(f *testing.F) {
 		}
 		sealed := res
 		sealed.HoldID, sealed.Seal = "not read", "not read either"
+		if !Plain(id) || !Plain(seal) {
+			return // AppendReserveReplySealed writes plain ids and seals only
+		}
 		if got := AppendReserveReplySealed(nil, &sealed, []byte(id), []byte(seal)); string(got) != string(want) {
 			t.Fatalf("reserve reply with its id and seal as bytes:\n got %s\nwant %s", got, want)
 		}
@@ -155,5 +158,29 @@ func keptNames() Names {
 		s := string(b)
 		kept[s] = s
 		return s
+	}
+}
+
+// TestStringsByWords: a byte that must be escaped, ends a string or is
+// not ASCII is seen wherever it falls in the eight-byte words
+// appendString and scanString read, as a byte at a time sees it.
+func TestStringsByWords(t *testing.T) {
+	for _, special := range []string{`"`, `\`, "<", ">", "&", "\x1f", "\x00", "\x7f", "é", "\u2028", "\xff", " "} {
+		for at := range 26 {
+			s := "abcdefghijklmnopqrstuvwxyz"[:at] + special + "0123456789"
+			want, _ := json.Marshal(s)
+			if got := appendString(nil, s); string(got) != string(want) {
+				t.Errorf("appendString(%q) = %s, want %s", s, got, want)
+			}
+			if got := appendString(nil, []byte(s)); string(got) != string(want) {
+				t.Errorf("appendString([]byte(%q)) = %s, want %s", s, got, want)
+			}
+			body := []byte(`{"domain":"` + s + `","copies":1}`)
+			var fast, strict Request
+			ferr, serr := DecodeRequest(body, &fast), Decode(body, &strict)
+			if (ferr == nil) != (serr == nil) || fast != strict {
+				t.Errorf("body %q: decoded %+v (%v), strictly %+v (%v)", body, fast, ferr, strict, serr)
+			}
+		}
 	}
 }
