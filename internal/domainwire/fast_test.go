@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzFastDecoders: the hand-written decoders accept exactly what Decode
@@ -175,6 +176,14 @@ func TestStringsByWords(t *testing.T) {
 			if got := appendString(nil, []byte(s)); string(got) != string(want) {
 				t.Errorf("appendString([]byte(%q)) = %s, want %s", s, got, want)
 			}
+			for _, tail := range []string{"", `","copies":1}`} { // the string last in the buffer, or not
+				in := []byte(`"` + s + `"` + tail)
+				got, end, ok := scanString(in, 0)
+				want, wantEnd, wantOK := scanBytewise(in)
+				if string(got) != string(want) || end != wantEnd || ok != wantOK {
+					t.Errorf("scanString(%q) = %q %d %v, byte by byte %q %d %v", in, got, end, ok, want, wantEnd, wantOK)
+				}
+			}
 			body := []byte(`{"domain":"` + s + `","copies":1}`)
 			var fast, strict Request
 			ferr, serr := DecodeRequest(body, &fast), Decode(body, &strict)
@@ -183,4 +192,23 @@ func TestStringsByWords(t *testing.T) {
 			}
 		}
 	}
+}
+
+// scanBytewise is scanString at 0 as it was, a byte at a time.
+func scanBytewise(b []byte) ([]byte, int, bool) {
+	ascii := true
+	for j := 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			if !ascii && !utf8.Valid(b[1:j]) {
+				return nil, 0, false
+			}
+			return b[1:j], j + 1, true
+		case c == '\\' || c < 0x20:
+			return nil, 0, false
+		case c >= 0x80:
+			ascii = false
+		}
+	}
+	return nil, 0, false
 }
