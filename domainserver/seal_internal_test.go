@@ -72,3 +72,25 @@ func TestLegacySealAdopted(t *testing.T) {
 		}
 	}
 }
+
+// TestIDAndSealArePlain: a hold's own id and its seal need no escaping
+// in JSON, as domainwire.AppendReserveReplySealed writes them unchecked.
+func TestIDAndSealArePlain(t *testing.T) {
+	s := &Server{sealKey: newSealKey(), opts: Options{SealTTL: time.Hour}}
+	for _, slot := range []uint32{0, 1, 1<<32 - 1} {
+		for _, random := range []uint64{0, 0x5a5a5a5a5a5a5a5a, 1<<64 - 1} {
+			var id [20]byte
+			ownID(&id, slot, random)
+			if !domainwire.Plain(id[:]) {
+				t.Errorf("id %q is not plain", id)
+			}
+		}
+	}
+	for _, copies := range []int64{0, 1, -1, 1<<63 - 1, -1 << 63} {
+		for _, now := range []time.Time{time.Unix(0, 0), time.Unix(-1<<40, 0), time.Unix(1<<40, 0)} {
+			if seal := s.seal("h", &holdKey{res: &resource{}}, copies, now); !domainwire.Plain(seal) {
+				t.Errorf("seal %q is not plain", seal)
+			}
+		}
+	}
+}

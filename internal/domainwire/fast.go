@@ -1,7 +1,9 @@
 package domainwire
 
 import (
+	"encoding/binary"
 	"encoding/json"
+	"math/bits"
 	"strconv"
 	"unicode/utf8"
 
@@ -169,7 +171,18 @@ func scanString(b []byte, i int) ([]byte, int, bool) {
 		return nil, 0, false
 	}
 	ascii := true
-	for j := i + 1; j < len(b); j++ {
+	j := i + 1
+	// Eight bytes at a time up to the first that ends the string, is an
+	// escape or a control character, or is not ASCII: the byte loop
+	// takes over there (zeroIn and below flag none before it).
+	for ; j+8 <= len(b); j += 8 {
+		x := binary.LittleEndian.Uint64(b[j:])
+		if f := x&hiBits | below(x, 0x20) | zeroIn(x^(loBits*'"')) | zeroIn(x^(loBits*'\\')); f != 0 {
+			j += bits.TrailingZeros64(f) / 8
+			break
+		}
+	}
+	for ; j < len(b); j++ {
 		switch c := b[j]; {
 		case c == '"':
 			s := b[i+1 : j]
@@ -263,14 +276,26 @@ func AppendReserveReply(b []byte, r *ReserveReply) []byte {
 // AppendReserveReplySealed is AppendReserveReply of r with holdID and
 // seal, bytes the caller wrote, for r's HoldID and Seal (which it does
 // not read): a server writes a new hold's id and seal without making
-// strings of them.
+// strings of them. Both are written as they are, unchecked: they must be
+// Plain (a server's own ids and seals are letters, digits, '.', '-' and
+// '_'), which saves a look-up per byte of the 60 written on every reserve.
 func AppendReserveReplySealed(b []byte, r *ReserveReply, holdID, seal []byte) []byte {
 	b = appendIntField(b, `{"granted":`, r.Granted)
-	b = appendStringField(b, `,"hold_id":`, holdID)
+	b = append(append(append(b, `,"hold_id":"`...), holdID...), '"')
 	if len(seal) > 0 {
-		b = appendStringField(b, `,"seal":`, seal)
+		b = append(append(append(b, `,"seal":"`...), seal...), '"')
 	}
 	return appendReserveRest(b, r)
+}
+
+// Plain reports whether json.Marshal writes s as it is, between quotes.
+func Plain[S string | []byte](s S) bool {
+	for i := 0; i < len(s); i++ {
+		if !plain[s[i]] {
+			return false
+		}
+	}
+	return true
 }
 
 // appendReserveRest appends r's fields after its hold id and seal, and
@@ -376,13 +401,26 @@ var plain = func() (t [256]bool) {
 // appendString appends s as a JSON string: plain ASCII as it is, anything
 // that json.Marshal would escape through json.Marshal.
 func appendString[S string | []byte](b []byte, s S) []byte {
-	for i := 0; i < len(s); i++ {
-		if !plain[s[i]] {
-			q, _ := json.Marshal(string(s))
-			return append(b, q...)
-		}
+	if !Plain(s) {
+		q, _ := json.Marshal(string(s))
+		return append(b, q...)
 	}
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"')
 }
+
+// Bytes eight at a time (a uint64, first byte lowest): loBits and hiBits
+// have every byte's lowest and highest bit set.
+const (
+	loBits = 0x0101010101010101
+	hiBits = 0x8080808080808080
+)
+
+// zeroIn has the high bit set of x's lowest zero byte, and perhaps of
+// bytes above it, but of none below it: nonzero if and only if a byte of
+// x is zero.
+func zeroIn(x uint64) uint64 { return (x - loBits) &^ x & hiBits }
+
+// below is zeroIn for the bytes of x less than n (n at most 0x80).
+func below(x uint64, n byte) uint64 { return (x - loBits*uint64(n)) &^ x & hiBits }

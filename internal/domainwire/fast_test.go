@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzFastDecoders: the hand-written decoders accept exactly what Decode
@@ -106,6 +107,9 @@ func FuzzFastEncoders(f *testing.F) {
 		}
 		sealed := res
 		sealed.HoldID, sealed.Seal = "not read", "not read either"
+		if !Plain(id) || !Plain(seal) {
+			return // AppendReserveReplySealed writes plain ids and seals only
+		}
 		if got := AppendReserveReplySealed(nil, &sealed, []byte(id), []byte(seal)); string(got) != string(want) {
 			t.Fatalf("reserve reply with its id and seal as bytes:\n got %s\nwant %s", got, want)
 		}
@@ -156,4 +160,55 @@ func keptNames() Names {
 		kept[s] = s
 		return s
 	}
+}
+
+// TestStringsByWords: a byte that must be escaped, ends a string or is
+// not ASCII is seen wherever it falls in the eight-byte words
+// appendString and scanString read, as a byte at a time sees it.
+func TestStringsByWords(t *testing.T) {
+	for _, special := range []string{`"`, `\`, "<", ">", "&", "\x1f", "\x00", "\x7f", "é", "\u2028", "\xff", " "} {
+		for at := range 26 {
+			s := "abcdefghijklmnopqrstuvwxyz"[:at] + special + "0123456789"
+			want, _ := json.Marshal(s)
+			if got := appendString(nil, s); string(got) != string(want) {
+				t.Errorf("appendString(%q) = %s, want %s", s, got, want)
+			}
+			if got := appendString(nil, []byte(s)); string(got) != string(want) {
+				t.Errorf("appendString([]byte(%q)) = %s, want %s", s, got, want)
+			}
+			for _, tail := range []string{"", `","copies":1}`} { // the string last in the buffer, or not
+				in := []byte(`"` + s + `"` + tail)
+				got, end, ok := scanString(in, 0)
+				want, wantEnd, wantOK := scanBytewise(in)
+				if string(got) != string(want) || end != wantEnd || ok != wantOK {
+					t.Errorf("scanString(%q) = %q %d %v, byte by byte %q %d %v", in, got, end, ok, want, wantEnd, wantOK)
+				}
+			}
+			body := []byte(`{"domain":"` + s + `","copies":1}`)
+			var fast, strict Request
+			ferr, serr := DecodeRequest(body, &fast), Decode(body, &strict)
+			if (ferr == nil) != (serr == nil) || fast != strict {
+				t.Errorf("body %q: decoded %+v (%v), strictly %+v (%v)", body, fast, ferr, strict, serr)
+			}
+		}
+	}
+}
+
+// scanBytewise is scanString at 0 as it was, a byte at a time.
+func scanBytewise(b []byte) ([]byte, int, bool) {
+	ascii := true
+	for j := 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			if !ascii && !utf8.Valid(b[1:j]) {
+				return nil, 0, false
+			}
+			return b[1:j], j + 1, true
+		case c == '\\' || c < 0x20:
+			return nil, 0, false
+		case c >= 0x80:
+			ascii = false
+		}
+	}
+	return nil, 0, false
 }
