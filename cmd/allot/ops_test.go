@@ -397,10 +397,16 @@ func TestUpReplicasReady(t *testing.T) {
 // up` picks a free one and prints it; an explicit busy --metrics-addr is
 // an error naming the flag.
 func TestUpMetricsPortBusy(t *testing.T) {
-	l, err := net.Listen("tcp", defaultUpMetricsAddr)
-	if err == nil { // else someone else holds it: busy all the same
-		defer l.Close()
-	}
+	// The test holds the port itself: one held by another process (the
+	// same test in another run beside this one) may be let go at any
+	// moment, and `up --metrics-addr` below then served on it forever.
+	var l net.Listener
+	poll.Until(t, time.Minute, "the default metrics port to be free", func() bool {
+		var err error
+		l, err = net.Listen("tcp", defaultUpMetricsAddr)
+		return err == nil
+	})
+	defer l.Close()
 	up := startUp(t, "--data-dir", t.TempDir())
 	base := up.opsURL(t)
 	if base == "http://"+defaultUpMetricsAddr {
@@ -411,7 +417,9 @@ func TestUpMetricsPortBusy(t *testing.T) {
 	}
 	up.wait(t)
 
-	code, out := runCtx(context.Background(), "up", "--port", "0", "--data-dir", t.TempDir(), "--metrics-addr", defaultUpMetricsAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code, out := runCtx(ctx, "up", "--port", "0", "--data-dir", t.TempDir(), "--metrics-addr", defaultUpMetricsAddr)
 	if code == 0 || !strings.Contains(out, "--metrics-addr "+defaultUpMetricsAddr) {
 		t.Fatalf("up on a busy --metrics-addr: %d %s", code, out)
 	}
