@@ -243,30 +243,50 @@ func jsonSeq(data []byte, i int, open, end byte, item func(i int) (int, bool)) (
 // plainDecimal reads a JSON number at data[i] written as digits with an
 // optional fraction (no sign, exponent or leading zeros, at most 24
 // characters), followed by a delimiter, and parses it as protojson does.
+// A number of at most 15 digits, which every wants and capacity a client
+// sends back is, is its digits (below 2^53, so exact in a float64)
+// divided by an exact power of ten: one correctly rounded division, so
+// the same float64 strconv.ParseFloat returns (its own first attempt).
 func plainDecimal(data []byte, i int) (float64, int, bool) {
 	j := i
+	var mant uint64
 	for j < len(data) && data[j] >= '0' && data[j] <= '9' {
+		mant = mant*10 + uint64(data[j]-'0')
 		j++
 	}
 	if j == i || j-i > 1 && data[i] == '0' {
 		return 0, 0, false
 	}
+	frac := 0
 	if j < len(data) && data[j] == '.' {
 		k := j + 1
 		for k < len(data) && data[k] >= '0' && data[k] <= '9' {
+			mant = mant*10 + uint64(data[k]-'0')
 			k++
 		}
 		if k == j+1 {
 			return 0, 0, false
 		}
+		frac = k - j - 1
 		j = k
 	}
 	if j-i > 24 || !delimiter(data, j) {
 		return 0, 0, false
 	}
+	digits := j - i
+	if frac > 0 {
+		digits-- // the point
+	}
+	if digits < len(exactPow10) {
+		return float64(mant) / exactPow10[frac], j, true
+	}
 	v, err := strconv.ParseFloat(string(data[i:j]), 64)
 	return v, j, err == nil
 }
+
+// exactPow10 holds the powers of ten up to 1e15; a number of at most 15
+// decimal digits is below 2^53 and so a float64 exactly, as they are.
+var exactPow10 = [...]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
 
 // plainInt32 reads a JSON integer of at most 9 digits at data[i], with an
 // optional minus sign before a non-zero value.

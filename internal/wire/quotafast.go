@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"strconv"
 	"time"
 
@@ -223,20 +225,46 @@ func skipSpace(data []byte, i int) int {
 
 // plainString reads a JSON string at data[i] made only of printable ASCII
 // other than '"' and '\\', and returns its contents and the index after
-// it.
+// it. Every key and id of a lease or quota request is read here, so it
+// looks at eight bytes at a time while eight are left.
 func plainString(data []byte, i int) ([]byte, int, bool) {
 	if i >= len(data) || data[i] != '"' {
 		return nil, 0, false
 	}
-	for j := i + 1; j < len(data); j++ {
-		switch c := data[j]; {
-		case c == '"':
+	j := i + 1
+	for ; j+8 <= len(data); j += 8 {
+		if m := unplain(binary.LittleEndian.Uint64(data[j:])); m != 0 {
+			j += bits.TrailingZeros64(m) / 8 // the first byte that is not plain
+			if data[j] != '"' {
+				return nil, 0, false
+			}
 			return data[i+1 : j], j + 1, true
-		case c < 0x20 || c > 0x7e || c == '\\':
+		}
+	}
+	for ; j < len(data); j++ {
+		c := data[j]
+		if c == '"' {
+			return data[i+1 : j], j + 1, true
+		}
+		if c-0x20 > 0x7e-0x20 || c == '\\' { // below 0x20 wraps round
 			return nil, 0, false
 		}
 	}
 	return nil, 0, false
+}
+
+// unplain marks the bytes of x (eight, little-endian) that are not
+// printable ASCII other than '"' and '\\' (0x20-0x7e) by setting their
+// high bit: the lowest mark is the first such byte, and none is set if
+// all eight are plain. A byte's high bit in v-ones*n &^ v is set if it
+// is below n, with no borrow from the bytes before the first one that
+// is (n at most 0x80); the high bit of x itself marks bytes from 0x80
+// (which is why &^ x can be left out for 0x20), and v = x^(ones*c) has a
+// zero byte where x has c.
+func unplain(x uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	q, b, d := x^(ones*'"'), x^(ones*'\\'), x^(ones*0x7f)
+	return ((x - ones*0x20) | x | (q-ones)&^q | (b-ones)&^b | (d-ones)&^d) & highs
 }
 
 // plainInt reads a JSON integer at data[i] without sign, exponent or
