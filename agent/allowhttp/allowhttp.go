@@ -197,7 +197,13 @@ func describe(id string, lim *agent.RateLimiter, allowed bool, n int) Answer {
 			// nothing included: its wait would overflow).
 			a.RetryAfterMS = 1000
 		default:
-			a.RetryAfterMS = int64(math.Ceil(max(float64(n)-tokens, 0) / float64(l) * 1000))
+			// At most the longest wait an int64 holds: n tokens on a
+			// lease just above MinRate take longer.
+			ms := math.Ceil(max(float64(n)-tokens, 0) / float64(l) * 1000)
+			a.RetryAfterMS = math.MaxInt64
+			if ms < math.MaxInt64 {
+				a.RetryAfterMS = int64(ms)
+			}
 		}
 	}
 	return a

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -100,5 +101,31 @@ func TestAllowTinyLease(t *testing.T) {
 	w, ans := get(t, h, http.MethodGet, "resource=db&n=5")
 	if w.Code != http.StatusTooManyRequests || ans.Allowed || ans.RetryAfterMS <= 0 || ans.RetryAfterMS > 60_000 || w.Header().Get("Retry-After") != "1" {
 		t.Fatalf("refused: %d %s %v", w.Code, w.Body, w.Header())
+	}
+}
+
+// TestAllowManyOnSmallLease: a refusal of the most tokens a request may
+// ask for on a small lease (one in about three years, above
+// keyed.MinRate) waits a positive number of milliseconds: n over the
+// rate, in milliseconds, once overflowed an int64 to a negative wait.
+func TestAllowManyOnSmallLease(t *testing.T) {
+	a, stop, err := demo.Agent(map[string]float64{"db": 1e-8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	h, err := allowhttp.New(a, allowhttp.Options{MaxResources: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	get(t, h, http.MethodGet, "resource=db")
+	lim, _ := a.Rate("db")
+	poll.Until(t, 10*time.Second, "the small lease", func() bool { return lim.Limit() > 0 })
+	w, ans := get(t, h, http.MethodGet, "resource=db&n="+strconv.Itoa(allowhttp.MaxTokens))
+	if w.Code != http.StatusTooManyRequests || ans.Allowed || ans.RetryAfterMS <= 0 {
+		t.Fatalf("refused: %d %s %v", w.Code, w.Body, w.Header())
+	}
+	if ra, err := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64); err != nil || ra < 1 {
+		t.Fatalf("Retry-After %q", w.Header().Get("Retry-After"))
 	}
 }

@@ -37,7 +37,10 @@ type fakeDomain struct {
 	msgs   []fakeMsg
 	// Scripts: silent drops requests (a timeout), fail answers 500,
 	// rejectFirst rejects that many requests or reserves, learning
-	// answers that many reserves with learning and retryAfter.
+	// answers that many reserves with learning and retryAfter,
+	// unanswered grants that many reserves but drops their replies (as a
+	// reply that comes after the client's time-out).
+	unanswered  int
 	silent      bool
 	fail        bool
 	rejectFirst int
@@ -243,6 +246,10 @@ func (f *fakeDomain) handle(m *nats.Msg) {
 			id := "h" + strconv.Itoa(f.seq)
 			f.holds[id] = &fakeHold{client: req.ClientID, domain: req.Domain, res: name, copies: n, expires: f.nowLocked().Add(f.ttl)}
 			rep.Granted, rep.HoldID = n, id
+		}
+		if f.unanswered > 0 {
+			f.unanswered--
+			return
 		}
 		rep.DomainHolds = f.heldLocked(name)
 		f.respondLocked(m, rep)

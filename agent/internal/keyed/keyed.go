@@ -186,7 +186,12 @@ func describe(lim, tokens float64, allowed bool, refresh time.Duration) Decision
 				d.RetryAfter = refresh
 			}
 		} else {
-			d.RetryAfter = time.Duration(math.Ceil((1 - tokens) / lim * float64(time.Second)))
+			// At most the longest Duration: tokens reserved ahead (tokens
+			// is then negative) on a lease near MinRate take longer.
+			d.RetryAfter = math.MaxInt64
+			if w := math.Ceil((1 - tokens) / lim * float64(time.Second)); w < math.MaxInt64 {
+				d.RetryAfter = time.Duration(w)
+			}
 		}
 	}
 	return d

@@ -50,6 +50,9 @@ func TestDescribe(t *testing.T) {
 		{1e-300, 0.5, 1, 0, 2 * time.Second},
 		{math.SmallestNonzeroFloat64, 0, 1, 0, 2 * time.Second},
 		{math.NaN(), 0, 1, 0, 2 * time.Second},
+		// Tokens reserved ahead (Tokens is negative) on a lease just
+		// above MinRate: the wait is longer than a Duration holds.
+		{MinRate, -4, 1 << 31, 1, math.MaxInt64},
 	} {
 		d := describe(tc.lim, tc.tokens, false, 2*time.Second)
 		if d.Window != tc.window || d.Quota != tc.quota || d.RetryAfter != tc.wait || !d.Limited {

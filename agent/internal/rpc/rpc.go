@@ -43,8 +43,9 @@ func RetryAfter(m *nats.Msg) time.Duration {
 	if err != nil || ms <= 0 {
 		return 0
 	}
-	// Bounded: a wait past a minute is not a service's advice but a bug.
-	return min(time.Duration(ms)*time.Millisecond, time.Minute)
+	// Bounded: a wait past a minute is not a service's advice but a bug
+	// (bounded before it is multiplied, which could overflow).
+	return time.Duration(min(ms, time.Minute.Milliseconds())) * time.Millisecond
 }
 
 // A Caller sends binary-protobuf requests on one connection.
