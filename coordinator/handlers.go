@@ -103,7 +103,7 @@ func (c *Coordinator) handleTenantMsg(m micro.Request) {
 	}
 	if err != nil {
 		c.countCall(m.Subject(), 0)
-		c.replyError(m, wire.EncodingOf(m.Headers()), CodeBadRequest, err.Error())
+		c.replyError(m, encodingOf(m), CodeBadRequest, err.Error())
 		return
 	}
 	c.serveCapacity(m, who)
@@ -119,12 +119,12 @@ func (c *Coordinator) serveCapacity(m micro.Request, who ledger.Claimant) {
 	case "release":
 		kind = kindRelease
 	default:
-		enc := wire.EncodingOf(m.Headers())
+		enc := encodingOf(m)
 		c.replyError(m, enc, CodeUnknownEndpoint, "unknown operation "+strconv.Quote(op)+": use capacity.get, capacity.refresh or capacity.release")
 		return
 	}
 	// The intake refused what is over the size limit (Endpoint.CheckSize).
-	enc, n := wire.EncodingOf(m.Headers()), len(m.Data())
+	enc, n := encodingOf(m), len(m.Data())
 	it := bulkItem{m, kind, enc, who}
 	if !wire.DecodeInline(enc, n) || kind == kindRelease && c.bulk.busy() {
 		if !c.bulk.submit(it) {
@@ -230,7 +230,7 @@ const maxKeptSlots = 16
 // sameClient checks that a request whose Allot-Client header claims a
 // holder's place in the intake speaks for that client.
 func sameClient(m micro.Request, r *request) error {
-	h := nats.Header(m.Headers()).Get(leader.HeaderClient)
+	h := clientOf(m)
 	id := r.get.GetClientId()
 	if r.rel != nil {
 		id = r.rel.GetClientId()
@@ -239,6 +239,23 @@ func sameClient(m micro.Request, r *request) error {
 		return fmt.Errorf("header %s %q names another client than client_id %q", leader.HeaderClient, h, id)
 	}
 	return nil
+}
+
+// encodingOf is the encoding m declares in its Content-Type, as the
+// intake read it.
+func encodingOf(m micro.Request) wire.Encoding {
+	if lr, ok := m.(*leader.Request); ok {
+		return wire.EncodingOfType(lr.ContentType())
+	}
+	return wire.EncodingOf(m.Headers())
+}
+
+// clientOf is the client m's HeaderClient names, as the intake read it.
+func clientOf(m micro.Request) string {
+	if lr, ok := m.(*leader.Request); ok {
+		return lr.Client()
+	}
+	return nats.Header(m.Headers()).Get(leader.HeaderClient)
 }
 
 // bulkLane decodes large requests on a goroutine of its own, in order.
@@ -319,7 +336,7 @@ func (b *bulkLane) close() {
 // behalf of its clients (see internal/ledger/tree.go).
 func (c *Coordinator) handleServerGet(m micro.Request) {
 	c.countCall(m.Subject(), 0)
-	enc := wire.EncodingOf(m.Headers())
+	enc := encodingOf(m)
 	r := &request{kind: kindServer, enc: enc, msg: m, srv: &allotpb.GetServerCapacityRequest{}}
 	if err := decode(enc, m, r.srv, func() error { return wire.ValidateGetServerCapacity(r.srv) }); err != nil {
 		c.replyError(m, enc, CodeBadRequest, err.Error())

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/allot/allot/internal/leader"
 )
 
@@ -211,7 +209,6 @@ func TestHoldersClassifyBesideTheRoundLoop(t *testing.T) {
 	const subject = "allot.root.capacity.get"
 	h := newHolders(1 << 20)
 	h.hold(subject, "steady", math.MaxInt64/2)
-	hdr := nats.Header{leader.HeaderClient: {"steady"}}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 2 {
@@ -224,7 +221,7 @@ func TestHoldersClassifyBesideTheRoundLoop(t *testing.T) {
 					return
 				default:
 				}
-				if c := h.classify(subject, hdr); c != leader.ClassKnown {
+				if c := h.classify(subject, "steady"); c != leader.ClassKnown {
 					t.Errorf("the steady holder classed %v", c)
 					return
 				}

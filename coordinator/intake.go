@@ -5,8 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/subjects"
 )
@@ -49,8 +47,7 @@ func (h *holders) fingerprint(subject, client string) uint64 {
 }
 
 // classify sorts a request before it is decoded: a holder's first.
-func (h *holders) classify(subject string, hdr nats.Header) leader.Class {
-	id := hdr.Get(leader.HeaderClient)
+func (h *holders) classify(subject, id string) leader.Class {
 	if id == "" {
 		return leader.ClassNewcomer
 	}

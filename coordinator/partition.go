@@ -72,7 +72,7 @@ func (c *Coordinator) description() string {
 // node's plain subjects, passing each part of a request on to its owner
 // (relay.go).
 func (c *Coordinator) endpoints() []leader.Endpoint {
-	size := func(h nats.Header, n int) error { return wire.CheckSize(wire.EncodingOf(h), n) }
+	size := wire.CheckSize
 	refresh := func(subject string) bool { return strings.HasSuffix(subject, ".capacity.refresh") }
 	eps := []leader.Endpoint{
 		// The capacity endpoints decode small requests and queue them for

@@ -41,7 +41,7 @@ func (c *Coordinator) handleRelay(m micro.Request) {
 		hdr[k] = append([]string(nil), v...)
 	}
 	hdr.Set(wire.HeaderContentType, wire.ContentProtobuf)
-	enc := wire.EncodingOf(m.Headers())
+	enc := encodingOf(m)
 	timeout := relayTimeout
 	if ms, err := strconv.ParseInt(hdr.Get(wire.HeaderTimeout), 10, 64); err == nil && ms > 0 {
 		timeout = min(timeout, time.Duration(ms)*time.Millisecond)

@@ -194,9 +194,46 @@ func (in *intake) stats() IntakeStats {
 		TooLarge: in.tooLarge.Load(), Expired: in.expired.Load(), Errors: in.errors.Load()}
 }
 
-// timeoutOf is the time-out a request's sender announced, or max.
-func timeoutOf(h nats.Header, max time.Duration) time.Duration {
-	v := h.Get(HeaderTimeout)
+// headers are the values of the headers the intake and the products'
+// handlers read from every request ("" when absent).
+type headers struct {
+	contentType, client, timeout string
+}
+
+// readHeaders reads h's Content-Type, HeaderClient and HeaderTimeout
+// once for the intake and the handler after it (Request.ContentType,
+// Request.Client), skipping the lookups of what h cannot hold: most
+// requests carry a Content-Type only, and every lookup in a header map
+// costs as much as a short request's validation.
+func readHeaders(h nats.Header) headers {
+	var hd headers
+	n := len(h) // the headers not yet found
+	if n > 0 {
+		hd.contentType, n = lookup(h, wire.HeaderContentType, n)
+	}
+	if n > 0 {
+		hd.client, n = lookup(h, HeaderClient, n)
+	}
+	if n > 0 {
+		hd.timeout, _ = lookup(h, HeaderTimeout, n)
+	}
+	return hd
+}
+
+// lookup returns the first value of h's key and n less one if h has it.
+func lookup(h nats.Header, key string, n int) (string, int) {
+	v, ok := h[key]
+	if !ok {
+		return "", n
+	}
+	if len(v) == 0 {
+		return "", n - 1
+	}
+	return v[0], n - 1
+}
+
+// timeoutOf is the time-out v (a HeaderTimeout value) announces, or max.
+func timeoutOf(v string, max time.Duration) time.Duration {
 	if v == "" {
 		return max
 	}
@@ -220,6 +257,9 @@ type Request struct {
 	data    []byte
 	msg     *nats.Msg // a plain endpoint's message
 	class   Class
+	// contentType and client are its Content-Type and HeaderClient, as
+	// the intake read them (readHeaders).
+	contentType, client string
 	// tenant is set when the request holds one of its tenant's places
 	// for newcomers (intake.acquireTenant).
 	tenant   string
@@ -273,6 +313,14 @@ func (r *Request) send(m *nats.Msg, opts []micro.RespondOpt) error {
 // received, allow_responses, wants that). Unlike micro's requests it may
 // be called after the handler has returned.
 func (r *Request) RespondMsg(m *nats.Msg) error { return r.send(m, nil) }
+
+// ContentType returns the request's Content-Type header ("" if none),
+// read once by the intake.
+func (r *Request) ContentType() string { return r.contentType }
+
+// Client returns the client the request's HeaderClient names ("" if
+// none), read once by the intake.
+func (r *Request) Client() string { return r.client }
 
 // Data returns the request's payload.
 func (r *Request) Data() []byte { return r.data }

@@ -14,6 +14,7 @@ import (
 	"github.com/allot/allot/internal/leader"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/wire"
 )
 
 // blocked is a handler that holds every request until released, and
@@ -41,8 +42,8 @@ func (b *blocked) seen() []string {
 }
 
 // known marks requests with the Allot-Client header as a holder's.
-func known(_ string, h nats.Header) leader.Class {
-	if h.Get(leader.HeaderClient) != "" {
+func known(_, client string) leader.Class {
+	if client != "" {
 		return leader.ClassKnown
 	}
 	return leader.ClassNewcomer
@@ -178,7 +179,7 @@ func TestIntakeRefusesTooLargeAndTenantFloods(t *testing.T) {
 	s := natstest.Server(t)
 	var handled atomic.Int64
 	sp := spec(nil, leader.Endpoint{Name: "e", Subject: "t.*.e", Handle: func(m micro.Request) { handled.Add(1); _ = m.Respond(nil) },
-		CheckSize: func(_ nats.Header, n int) error {
+		CheckSize: func(_ wire.Encoding, n int) error {
 			if n > 8 {
 				return errors.New("over 8 bytes")
 			}

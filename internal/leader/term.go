@@ -21,6 +21,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"golang.org/x/time/rate"
+
+	"github.com/allot/allot/internal/wire"
 )
 
 // StopGrace bounds how long Stop waits while no delivered request gets
@@ -57,8 +59,9 @@ type Endpoint struct {
 	// service's INFO.
 	Plain bool
 	// CheckSize, if set, refuses with 413 and its error a request whose
-	// payload of n bytes is too large, before anything decodes it.
-	CheckSize func(h nats.Header, n int) error
+	// payload of n bytes in encoding e (its Content-Type) is too large,
+	// before anything decodes it.
+	CheckSize func(e wire.Encoding, n int) error
 	// Tenant, if set, names the tenant a request's subject speaks for
 	// ("" none): its requests count against Limits.TenantRate.
 	Tenant func(subject string) string
@@ -109,9 +112,10 @@ type Spec struct {
 	Close func()
 	// Limits bound the intake.
 	Limits Limits
-	// Classify, if set, sorts a request by its subject and headers
-	// before it is decoded; default ClassNewcomer.
-	Classify func(subject string, h nats.Header) Class
+	// Classify, if set, sorts a request by its subject and the client
+	// its HeaderClient names ("" if none) before it is decoded; default
+	// ClassNewcomer.
+	Classify func(subject, client string) Class
 	// ErrorBody, if set, is the body of the intake's refusals (a 413,
 	// 429 or 503 in the product's error format); default none.
 	ErrorBody func(h nats.Header, code int, text string, retryAfter time.Duration) []byte
@@ -266,13 +270,14 @@ func (t *Term) take(l *lane, subject, reply string, h nats.Header, data []byte, 
 		return
 	}
 	now := t.spec.Now()
+	hd := readHeaders(h)
 	code, text, retry := 0, "", time.Duration(0)
 	class := ClassNewcomer
 	if t.spec.Classify != nil {
-		class = t.spec.Classify(subject, h)
+		class = t.spec.Classify(subject, hd.client)
 	}
 	if l.ep.CheckSize != nil {
-		if err := l.ep.CheckSize(h, len(data)); err != nil {
+		if err := l.ep.CheckSize(wire.EncodingOfType(hd.contentType), len(data)); err != nil {
 			t.in.tooLarge.Add(1)
 			code, text = CodeTooLarge, err.Error()
 		}
@@ -306,7 +311,7 @@ func (t *Term) take(l *lane, subject, reply string, h nats.Header, data []byte, 
 	}
 	if code != 0 {
 		if t.gate.Open() {
-			t.refuse(l, reply, h, code, text, retry)
+			t.refuse(l, reply, hd.contentType, code, text, retry)
 		} else {
 			t.gate.Silenced.Add(1)
 		}
@@ -318,7 +323,8 @@ func (t *Term) take(l *lane, subject, reply string, h nats.Header, data []byte, 
 		r = &Request{t: t}
 	}
 	r.nc, r.subject, r.reply, r.header, r.data, r.msg, r.class, r.tenant = l.nc, subject, reply, h, data, msg, class, held
-	r.deadline = now.Add(timeoutOf(h, t.in.lim.MaxAge))
+	r.contentType, r.client = hd.contentType, hd.client
+	r.deadline = now.Add(timeoutOf(hd.timeout, t.in.lim.MaxAge))
 	if !l.ep.Inline {
 		l.push(r)
 		return
@@ -339,11 +345,10 @@ func (t *Term) take(l *lane, subject, reply string, h nats.Header, data []byte, 
 // publish is left per request: under a flood the intake refuses most
 // requests, and must keep up. micro's STATS do not count these errors;
 // the intake's do.
-func (t *Term) refuse(l *lane, reply string, h nats.Header, code int, text string, retry time.Duration) {
+func (t *Term) refuse(l *lane, reply, ct string, code int, text string, retry time.Duration) {
 	if reply == "" {
 		return
 	}
-	ct := h.Get("Content-Type")
 	mk := func() refusal {
 		hdr := nats.Header{micro.ErrorHeader: {text}, micro.ErrorCodeHeader: {strconv.Itoa(code)}}
 		if retry > 0 {

@@ -125,6 +125,40 @@ func TestAppendGetCapacityResponseJSON(t *testing.T) {
 	}
 }
 
+// FuzzAppendGetCapacityResponseJSON checks the hand JSON encoder against
+// Marshal for any resource id and error text: the same bytes once both
+// are compacted, or both refusing (invalid UTF-8).
+func FuzzAppendGetCapacityResponseJSON(f *testing.F) {
+	for _, id := range []string{"mysql/main", "", "a\"b\\c", `say "hi"`, `back\slash`, "nl\n", "\x7f\u0085日本", "a\xff", "tab\there", "\u2028"} {
+		f.Add(id, "")
+		f.Add("db", id)
+	}
+	f.Fuzz(func(t *testing.T, id, errText string) {
+		entries := []LeaseReply{
+			{ResourceID: id, Capacity: 33.5, Expiry: 1_795_000_000_517_000_000, Refresh: 5 * time.Second, SafeCapacity: 7},
+			{ResourceID: id, Error: errText, ErrorCode: 404},
+		}
+		want, err := Marshal(JSON, structResponse(9, entries))
+		got, ok := AppendGetCapacityResponseJSON(nil, 9, entries)
+		if ok != (err == nil) {
+			t.Fatalf("id %q, error %q: encoded %v, Marshal's error %v", id, errText, ok, err)
+		}
+		if !ok {
+			return
+		}
+		var w, g bytes.Buffer
+		if err := json.Compact(&w, want); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Compact(&g, got); err != nil {
+			t.Fatalf("%v: %s", err, got)
+		}
+		if !bytes.Equal(w.Bytes(), g.Bytes()) {
+			t.Fatalf("encodings differ\n got %s\nwant %s", g.Bytes(), w.Bytes())
+		}
+	})
+}
+
 func BenchmarkEncodeGetCapacityResponse(b *testing.B) {
 	entries := []LeaseReply{{ResourceID: "mysql/main", Capacity: 33.5, Expiry: time.Now().UnixNano(), Refresh: 5 * time.Second, SafeCapacity: 10}}
 	b.Run("append", func(b *testing.B) {

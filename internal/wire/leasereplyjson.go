@@ -21,14 +21,16 @@ func AppendGetCapacityResponseJSON(b []byte, term uint64, entries []LeaseReply) 
 		if i > 0 {
 			b = append(b, ',')
 		}
-		if !utf8.ValidString(e.ResourceID) || !utf8.ValidString(e.Error) {
+		var ok bool
+		b = append(b, `{"resource_id":`...)
+		if b, ok = appendValidJSONString(b, e.ResourceID); !ok {
 			return b, false
 		}
-		b = append(b, `{"resource_id":`...)
-		b = appendProtoJSONString(b, e.ResourceID)
 		if e.Error != "" {
 			b = append(b, `,"safe_capacity":0,"error":`...)
-			b = appendProtoJSONString(b, e.Error)
+			if b, ok = appendValidJSONString(b, e.Error); !ok {
+				return b, false
+			}
 			b = append(b, `,"error_code":`...)
 			b = strconv.AppendInt(b, int64(e.ErrorCode), 10)
 			b = append(b, `,"shadow":false}`...)
@@ -153,6 +155,29 @@ func civil(days int64) (y, m, d int64) {
 		y++
 	}
 	return y, m, d
+}
+
+// appendValidJSONString writes s as appendProtoJSONString does, or
+// reports false if s is not valid UTF-8. An id of printable ASCII
+// without '"' or '\\' (every id the coordinator names, in practice) is
+// written as it is, without checking its bytes twice.
+func appendValidJSONString(b []byte, s string) ([]byte, bool) {
+	plain := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c >= utf8.RuneSelf || c == '"' || c == '\\' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"'), true
+	}
+	if !utf8.ValidString(s) {
+		return b, false
+	}
+	return appendProtoJSONString(b, s), true
 }
 
 // appendProtoJSONString writes s, valid UTF-8, as a JSON string escaped

@@ -80,9 +80,14 @@ const (
 // is a message's headers as NATS carries them: a nats.Header or a
 // micro.Headers passes as it is, without this package linking a client.
 func EncodingOf(h map[string][]string) Encoding {
+	return EncodingOfType(contentType(h))
+}
+
+// EncodingOfType is the encoding a request of Content-Type ct is in
+// ("" is JSON), as EncodingOf: for a caller that has read the header.
+func EncodingOfType(ct string) Encoding {
 	// The forms clients send are matched as they are: this runs for
 	// every request, and lowercasing costs a pass over the value.
-	ct := contentType(h)
 	switch ct {
 	case ContentProtobuf:
 		return Protobuf
