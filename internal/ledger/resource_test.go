@@ -140,7 +140,10 @@ func TestExpiryHeap(t *testing.T) {
 			if int(r.clients.at(i).heapIdx) != k {
 				t.Fatalf("step %d: heap index mismatch", step)
 			}
-			if k > 0 && r.clients.at(r.heap.ids[(k-1)/2]).expiry > r.clients.at(i).expiry {
+			if r.heap.key(k) != r.clients.at(i).expiry {
+				t.Fatalf("step %d: heap key %d, record's expiry %d", step, r.heap.key(k), r.clients.at(i).expiry)
+			}
+			if k > 0 && r.clients.at(r.heap.ids[(k-1)/4]).expiry > r.clients.at(i).expiry {
 				t.Fatalf("step %d: heap order broken", step)
 			}
 		}

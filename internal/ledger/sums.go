@@ -192,7 +192,7 @@ func (r *resource) sync(now int64) {
 // resync recounts every client at now from scratch: O(n), for a clock
 // that went back.
 func (r *resource) resync(now int64) {
-	r.sums = sums{at: now, wake: clientHeap{kind: byWake, ids: r.sums.wake.ids[:0]}}
+	r.sums = sums{at: now, wake: clientHeap{kind: byWake, ids: r.sums.wake.ids[:0], keys: r.sums.wake.keys}}
 	for i := range r.clients.len() {
 		r.count(int32(i), now)
 		r.sums.wake.ids = append(r.sums.wake.ids, int32(i))

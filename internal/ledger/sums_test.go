@@ -106,6 +106,11 @@ func checkSums(r *resource, now int64) error {
 	if len(r.sums.wake.ids) != int(r.clients.len()) {
 		return fmt.Errorf("wake heap holds %d of %d clients", len(r.sums.wake.ids), int(r.clients.len()))
 	}
+	for _, h := range []*clientHeap{&r.heap, &r.sums.wake} {
+		if err := checkHeap(h, &r.clients); err != nil {
+			return err
+		}
+	}
 	want := sumsFromScratch(r, now)
 	for _, x := range []struct {
 		name      string
