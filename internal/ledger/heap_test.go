@@ -6,126 +6,128 @@ import (
 	"testing"
 )
 
-// checkHeap checks that h holds each of its clients at the position the
-// record says, with the record's key, in heap order.
-func checkHeap(h *clientHeap, cs *clientPages) error {
+// checkHeap checks that h knows n client indices, holds each of its
+// clients at the position it says with key(i) as its key (key nil: any),
+// and is in heap order.
+func checkHeap(h *clientHeap, n int32, key func(i int32) int64) error {
+	if len(h.at) != int(n) {
+		return fmt.Errorf("positions of %d clients, %d records", len(h.at), n)
+	}
 	if len(h.ids) > 0 && len(h.keys) != heapPad+len(h.ids) {
-		return fmt.Errorf("heap of kind %d: %d keys for %d clients", h.kind, len(h.keys)-heapPad, len(h.ids))
+		return fmt.Errorf("%d keys for %d clients", len(h.keys)-heapPad, len(h.ids))
 	}
 	for k, i := range h.ids {
 		switch {
-		case i < 0 || i >= cs.len():
-			return fmt.Errorf("heap of kind %d: position %d holds client %d of %d", h.kind, k, i, cs.len())
-		case int(*h.pos(cs.at(i))) != k:
-			return fmt.Errorf("heap of kind %d: client %d at %d says it is at %d", h.kind, i, k, *h.pos(cs.at(i)))
-		case h.key(k) != h.keyOf(cs, i):
-			return fmt.Errorf("heap of kind %d: client %d's key is %d, its record's %d", h.kind, i, h.key(k), h.keyOf(cs, i))
+		case i < 0 || i >= n:
+			return fmt.Errorf("position %d holds client %d of %d", k, i, n)
+		case int(h.at[i]) != k:
+			return fmt.Errorf("client %d at %d is said to be at %d", i, k, h.at[i])
+		case key != nil && h.key(k) != key(i):
+			return fmt.Errorf("client %d's key is %d, its record's %d", i, h.key(k), key(i))
 		case k > 0 && h.key((k-1)/4) > h.key(k):
-			return fmt.Errorf("heap of kind %d: position %d's key %d is below its parent's %d", h.kind, k, h.key(k), h.key((k-1)/4))
+			return fmt.Errorf("position %d's key %d is below its parent's %d", k, h.key(k), h.key((k-1)/4))
 		}
+	}
+	in := 0
+	for _, k := range h.at {
+		if k >= 0 {
+			in++
+		}
+	}
+	if in != len(h.ids) {
+		return fmt.Errorf("%d clients said to be in, %d are", in, len(h.ids))
 	}
 	return nil
 }
 
-// TestClientHeap: clients pushed, re-keyed, removed (with the swap-delete
-// of the records a resource does) and popped at random, of both kinds,
-// against a reference that finds the least key by a scan: the heap's top
-// always has the least key, and its positions and keys match the
-// records'. Keys come from a small range, so that ties are common, as
-// they are among clients granted in the same round.
+// TestClientHeap: client indices added (as records are), pushed,
+// re-keyed, removed (with the swap-delete of the records a resource does)
+// and popped at random, against a reference that keeps each client's key
+// and finds the least by a scan: the heap's top always has the least key,
+// and its positions and keys match the reference's. Keys come from a
+// small range, so that ties are common, as they are among clients
+// granted in the same round.
 func TestClientHeap(t *testing.T) {
-	for _, kind := range []heapKind{byExpiry, byWake} {
-		t.Run(fmt.Sprint(kind), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(7, uint64(kind)))
-			h := clientHeap{kind: kind}
-			var cs clientPages
-			setKey := func(i int32, key int64) {
-				if kind == byExpiry {
-					cs.at(i).expiry = key
-				} else {
-					cs.at(i).n.wake = key
+	rng := rand.New(rand.NewPCG(7, 7))
+	var h clientHeap
+	// keys is the reference: each client index's key, -1 not in the heap.
+	var keys []int64
+	refKey := func(i int32) int64 { return keys[i] }
+	for step := range 40000 {
+		grow := step/4000%2 == 0 // grow, then shrink, in turns
+		n := int32(len(keys))
+		switch op := rng.IntN(12); {
+		case op < 3 && grow || op < 1 || n == 0:
+			// A new record, pushed at once or (as the wake heap's) later.
+			h.grow()
+			keys = append(keys, -1)
+			if rng.IntN(2) == 0 {
+				keys[n] = rng.Int64N(500)
+				h.push(n, keys[n])
+			}
+		case op < 5:
+			i := int32(rng.IntN(int(n)))
+			if keys[i] < 0 {
+				keys[i] = rng.Int64N(500)
+				h.push(i, keys[i])
+			}
+		case op < 8:
+			i := int32(rng.IntN(int(n)))
+			if keys[i] >= 0 {
+				keys[i] = rng.Int64N(500)
+				h.fix(i, keys[i])
+			}
+		case op < 10:
+			// Swap-delete a record, in the heap or not, as
+			// resource.remove does.
+			i := int32(rng.IntN(int(n)))
+			if keys[i] >= 0 {
+				h.remove(i)
+			}
+			last := n - 1
+			keys[i] = keys[last]
+			keys = keys[:last]
+			h.move(last, i)
+		default:
+			if h.len() == 0 {
+				continue
+			}
+			least := int64(-1)
+			for _, k := range keys {
+				if k >= 0 && (least < 0 || k < least) {
+					least = k
 				}
 			}
-			// in is the reference: whether each record is in the heap.
-			var in []bool
-			for step := range 30000 {
-				size := step/3000%2 == 0 // grow, then shrink, in turns
-				switch op := rng.IntN(10); {
-				case op < 4 && size || op < 2 || cs.len() == 0:
-					i := cs.push(client{heapIdx: -1, wakeIdx: -1})
-					in = append(in, true)
-					setKey(i, rng.Int64N(500))
-					h.push(&cs, i)
-				case op < 7:
-					i := int32(rng.IntN(int(cs.len())))
-					if !in[i] {
-						continue
-					}
-					setKey(i, rng.Int64N(500))
-					h.fix(&cs, i)
-				case op < 9:
-					// Swap-delete a record, in the heap or not, as
-					// resource.remove does.
-					i := int32(rng.IntN(int(cs.len())))
-					if in[i] {
-						h.remove(&cs, i)
-					}
-					last := cs.len() - 1
-					if i != last {
-						*cs.at(i) = *cs.at(last)
-						in[i] = in[last]
-						if in[i] {
-							h.rename(&cs, i)
-						}
-					}
-					cs.pop()
-					in = in[:last]
-				default:
-					if len(h.ids) == 0 {
-						continue
-					}
-					least := int64(-1)
-					for i, ok := range in {
-						if k := h.keyOf(&cs, int32(i)); ok && (least < 0 || k < least) {
-							least = k
-						}
-					}
-					top := h.top()
-					if got := h.keyOf(&cs, top); got != least {
-						t.Fatalf("step %d: top's key %d, least %d", step, got, least)
-					}
-					h.remove(&cs, top)
-					in[top] = false
-					*h.pos(cs.at(top)) = -1
-				}
-				want := 0
-				for _, ok := range in {
-					if ok {
-						want++
-					}
-				}
-				if len(h.ids) != want {
-					t.Fatalf("step %d: heap holds %d, reference %d", step, len(h.ids), want)
-				}
-				if step%50 == 0 {
-					if err := checkHeap(&h, &cs); err != nil {
-						t.Fatalf("step %d: %v", step, err)
-					}
-				}
+			top := h.top()
+			if got := h.key(0); got != least || keys[top] != least {
+				t.Fatalf("step %d: top %d has key %d (reference %d), least %d", step, top, got, keys[top], least)
 			}
-			// Rebuilt from scratch, the same clients are in order; so
-			// are an empty heap and one of one client.
-			h.init(&cs)
-			if err := checkHeap(&h, &cs); err != nil {
-				t.Fatalf("after init: %v", err)
+			h.remove(top)
+			keys[top] = -1
+		}
+		for i, k := range keys {
+			if h.has(int32(i)) != (k >= 0) {
+				t.Fatalf("step %d: client %d in the heap: %v, reference key %d", step, i, h.has(int32(i)), k)
 			}
-			for _, n := range []int{0, 1} {
-				e := clientHeap{kind: kind, ids: h.ids[:n]}
-				e.init(&cs)
-				if err := checkHeap(&e, &cs); err != nil {
-					t.Fatalf("after init of %d: %v", n, err)
-				}
+		}
+		if step%50 == 0 {
+			if err := checkHeap(&h, int32(len(keys)), refKey); err != nil {
+				t.Fatalf("step %d: %v", step, err)
 			}
-		})
+		}
+	}
+	// Rebuilt from scratch (as resync does), the same clients are in
+	// order; so are a heap of none and one of one.
+	for _, n := range []int{len(keys), 0, 1} {
+		h.reset(int32(len(keys)))
+		for i, k := range keys[:n] {
+			if k >= 0 {
+				h.add(int32(i), k)
+			}
+		}
+		h.init()
+		if err := checkHeap(&h, int32(len(keys)), nil); err != nil {
+			t.Fatalf("after init of %d: %v", n, err)
+		}
 	}
 }
