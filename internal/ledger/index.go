@@ -8,6 +8,13 @@ import "hash/maphash"
 // forty bytes a record (its own copy of the id's string header among
 // them). The ids themselves are the records'.
 //
+// A slot also holds eight bits of its id's hash (a fingerprint) above
+// the index, so that a probe passing another record's slot reads neither
+// that record nor its id (two cache lines at scale, where a probe passes
+// one or two others on average) but for one in 256. An index past
+// fingerprinted records (some sixteen million) gives them up for the
+// whole 32 bits of the index (wide).
+//
 // A table doubles when three quarters full, rehashing what it holds: past
 // splitAt records the index splits into tables tables, chosen by the
 // hash's top bits, that double one at a time, so that no request waits
@@ -17,12 +24,21 @@ type idIndex struct {
 	seed maphash.Seed
 	tabs []idTable // one, or tables
 	n    int
+	wide bool // slots hold no fingerprints
 }
 
 type idTable struct {
-	slots []int32 // client index + 1; 0 is empty
+	// slots hold client index + 1 below fpShift and the id's fingerprint
+	// above (the whole index if wide); 0 is empty.
+	slots []uint32
 	n     int
 }
+
+// fpShift is where a slot's fingerprint begins; fingerprinted the most
+// client indices + 1 a slot holds with one. A variable for the tests.
+const fpShift = 24
+
+var fingerprinted uint32 = 1<<fpShift - 1
 
 const (
 	// maxLoad is the most records per slot, in quarters.
@@ -34,14 +50,28 @@ const (
 	splitAt     = 1 << 16
 )
 
-// at returns the table id belongs in and the slot it probes from.
-func (x *idIndex) at(id string) (*idTable, int) {
+// at returns the table id belongs in, the slot it probes from, and the
+// fingerprint its slot holds (0 if wide), from bits of the hash the
+// table and slot are not chosen by (a table has fewer than 2^48 slots).
+func (x *idIndex) at(id string) (*idTable, int, uint32) {
 	h := maphash.String(x.seed, id)
 	t := &x.tabs[0]
 	if len(x.tabs) > 1 {
 		t = &x.tabs[h>>(64-tablesShift)]
 	}
-	return t, int(h & uint64(len(t.slots)-1))
+	fp := (uint32(h>>48) & 0xff) << fpShift
+	if x.wide {
+		fp = 0
+	}
+	return t, int(h & uint64(len(t.slots)-1)), fp
+}
+
+// index is the client index + 1 slot value v holds.
+func (x *idIndex) index(v uint32) int32 {
+	if x.wide {
+		return int32(v)
+	}
+	return int32(v & (1<<fpShift - 1))
 }
 
 // find returns the index of the record of id among cs.
@@ -49,14 +79,17 @@ func (x *idIndex) find(cs *clientPages, id string) (int32, bool) {
 	if x.n == 0 {
 		return 0, false
 	}
-	t, k := x.at(id)
+	t, k, fp := x.at(id)
 	mask := len(t.slots) - 1
 	for ; ; k = (k + 1) & mask {
-		switch v := t.slots[k]; {
-		case v == 0:
+		v := t.slots[k]
+		if v == 0 {
 			return 0, false
-		case cs.at(v-1).id == id:
-			return v - 1, true
+		}
+		if x.wide || v&^(1<<fpShift-1) == fp {
+			if i := x.index(v) - 1; cs.at(i).id == id {
+				return i, true
+			}
 		}
 	}
 }
@@ -66,17 +99,20 @@ func (x *idIndex) add(cs *clientPages, i int32) {
 	switch {
 	case x.tabs == nil:
 		x.seed = maphash.MakeSeed()
-		x.tabs = []idTable{{slots: make([]int32, 8)}}
+		x.tabs = []idTable{{slots: make([]uint32, 8)}}
 	case len(x.tabs) == 1 && x.n >= splitAt:
 		x.split(cs)
 	}
-	t, _ := x.at(cs.at(i).id)
+	if !x.wide && uint32(i)+1 > fingerprinted {
+		x.widen(cs)
+	}
+	t, _, _ := x.at(cs.at(i).id)
 	if (t.n+1)*4 > len(t.slots)*maxLoad {
 		old := t.slots
-		t.slots = make([]int32, 2*len(old))
+		t.slots = make([]uint32, 2*len(old))
 		for _, v := range old {
 			if v != 0 {
-				x.place(t, cs, v-1)
+				x.place(t, cs, x.index(v)-1)
 			}
 		}
 	}
@@ -90,32 +126,44 @@ func (x *idIndex) split(cs *clientPages) {
 	old := x.tabs[0].slots
 	x.tabs = make([]idTable, tables)
 	for k := range x.tabs {
-		x.tabs[k].slots = make([]int32, 2*len(old)/tables)
+		x.tabs[k].slots = make([]uint32, 2*len(old)/tables)
 	}
 	for _, v := range old {
 		if v != 0 {
-			t, _ := x.at(cs.at(v - 1).id)
-			x.place(t, cs, v-1)
+			i := x.index(v) - 1
+			t, _, _ := x.at(cs.at(i).id)
+			x.place(t, cs, i)
 			t.n++
 		}
 	}
 }
 
+// widen gives up the fingerprints: the slots are rewritten in place
+// (their order does not depend on them), once, at fingerprinted records.
+func (x *idIndex) widen(cs *clientPages) {
+	for k := range x.tabs {
+		for j, v := range x.tabs[k].slots {
+			x.tabs[k].slots[j] = uint32(x.index(v))
+		}
+	}
+	x.wide = true
+}
+
 // place puts record i of cs in t's first free slot from its home.
 func (x *idIndex) place(t *idTable, cs *clientPages, i int32) {
-	_, k := x.at(cs.at(i).id)
+	_, k, fp := x.at(cs.at(i).id)
 	mask := len(t.slots) - 1
 	for t.slots[k] != 0 {
 		k = (k + 1) & mask
 	}
-	t.slots[k] = i + 1
+	t.slots[k] = fp | uint32(i+1)
 }
 
 // slot returns record v-1's table and slot, probing from id's home.
 func (x *idIndex) slot(id string, v int32) (*idTable, int) {
-	t, k := x.at(id)
+	t, k, _ := x.at(id)
 	mask := len(t.slots) - 1
-	for t.slots[k] != v {
+	for x.index(t.slots[k]) != v {
 		k = (k + 1) & mask
 	}
 	return t, k
@@ -139,7 +187,7 @@ func (x *idIndex) remove(cs *clientPages, i int32) {
 			}
 			// The record at j may fill k if its home is not cyclically
 			// within (k, j].
-			if _, h := x.at(cs.at(v - 1).id); (j-h)&mask >= (j-k)&mask {
+			if _, h, _ := x.at(cs.at(x.index(v) - 1).id); (j-h)&mask >= (j-k)&mask {
 				t.slots[k] = v
 				k = j
 				break
@@ -152,5 +200,5 @@ func (x *idIndex) remove(cs *clientPages, i int32) {
 // (cs[to] holds it already; from is being dropped).
 func (x *idIndex) rename(cs *clientPages, from, to int32) {
 	t, k := x.slot(cs.at(to).id, from+1)
-	t.slots[k] = to + 1
+	t.slots[k] = t.slots[k]&^uint32(x.index(t.slots[k])) | uint32(to+1)
 }

@@ -9,8 +9,32 @@ import (
 // TestIDIndex: records added and swap-deleted at random (as a resource
 // does), through growth and down to empty: every record is found at its
 // index, and ids removed are not found.
-func TestIDIndex(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 5))
+func TestIDIndex(t *testing.T) { idIndexTrial(t, 5) }
+
+// TestIDIndexWide: TestIDIndex with an index that gives up its
+// fingerprints at a few hundred records: it widens on the way and finds
+// every record after.
+func TestIDIndexWide(t *testing.T) {
+	defer func(f uint32) { fingerprinted = f }(fingerprinted)
+	fingerprinted = 300
+	var x idIndex
+	var cs clientPages
+	for i := range 1000 {
+		x.add(&cs, cs.push(client{id: fmt.Sprint("c", i)}))
+		if x.wide != (i+1 > 300) {
+			t.Fatalf("%d records: wide is %v", i+1, x.wide)
+		}
+	}
+	for i, c := range cs.all() {
+		if k, ok := x.find(&cs, c.id); !ok || k != i {
+			t.Fatalf("%q found at %d (%v), is at %d", c.id, k, ok, i)
+		}
+	}
+	idIndexTrial(t, 6)
+}
+
+func idIndexTrial(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, seed))
 	var x idIndex
 	var cs clientPages
 	gone := map[string]bool{}

@@ -45,10 +45,8 @@ type client struct {
 	floor, floorPrev       float64
 	floorEnd, floorPrevEnd int64
 	// n is what the record adds to the resource's running sums (sums.go).
+	// Its positions in the expiry and wake heaps are the heaps'.
 	n counted
-	// heapIdx and wakeIdx are its positions in the expiry heap and in the
-	// wake heap (-1 while not counted yet; sums.go).
-	heapIdx, wakeIdx int32
 	// slot is its position in the round's batch plus one (0: it did not
 	// ask in this round); what its request reported is there too.
 	slot   int32
@@ -143,7 +141,7 @@ type resource struct {
 }
 
 func newResource(id string, tmpl *config.Template, gen uint64) *resource {
-	r := &resource{id: id, tmpl: tmpl, gen: gen, sums: sums{wake: clientHeap{kind: byWake}},
+	r := &resource{id: id, tmpl: tmpl, gen: gen,
 		ceiling: math.Inf(1), ceilingExpiry: math.MaxInt64, tenants: tenantCounts{resources: make(map[string]int), records: make(map[string]int)}}
 	r.buildLevel()
 	return r
@@ -197,11 +195,13 @@ func (r *resource) upsert(id string, wants, weight float64, priority int32, rep 
 func (r *resource) upsertAt(hint int32, id string, wants, weight float64, priority int32, rep holding, now int64) int32 {
 	i, ok := r.lookupAt(hint, id)
 	if !ok {
-		i = r.clients.push(client{id: id, expiry: now, seen: now, wakeIdx: -1})
+		i = r.clients.push(client{id: id, expiry: now, seen: now})
 		r.index.add(&r.clients, i)
 		r.track(r.clients.at(i).tenant())
+		r.heap.grow()
+		r.sums.wake.grow() // it enters the wake heap when counted
 		// expiry is "now" until a grant sets it.
-		r.heap.push(&r.clients, i)
+		r.heap.push(i, now)
 	}
 	wants, weight = demandOf(wants, weight)
 	r.setDemand(i, wants, weight, priority)
@@ -308,14 +308,14 @@ func (r *resource) remove(i int32) {
 	r.index.remove(&r.clients, i)
 	r.untrack(c.tenant())
 	r.uncount(i)
-	r.heap.remove(&r.clients, i)
+	r.heap.remove(i)
 	last := r.clients.len() - 1
 	if i != last {
 		*r.clients.at(i) = *r.clients.at(last)
 		r.index.rename(&r.clients, last, i)
-		r.heap.rename(&r.clients, i)
-		r.sums.wake.rename(&r.clients, i)
 	}
+	r.heap.move(last, i)
+	r.sums.wake.move(last, i)
 	r.clients.pop()
 }
 
@@ -366,7 +366,7 @@ func (r *resource) dropReleased() {
 // Never called while the resource has a batch pending: batch entries
 // are indices into clients.
 func (r *resource) expire(now int64) {
-	for len(r.heap.ids) > 0 {
+	for r.heap.len() > 0 {
 		i := r.heap.top()
 		c := r.clients.at(i)
 		if !c.lapsed {
@@ -379,7 +379,7 @@ func (r *resource) expire(now int64) {
 				// alive for it would keep its demand in the shares.)
 				c.expiry, c.has = c.heldUntil-r.skew, 0
 				r.recount(i, now)
-				r.heap.fix(&r.clients, i)
+				r.heap.fix(i, c.expiry)
 				continue
 			}
 			c.lapsed = true
@@ -391,7 +391,7 @@ func (r *resource) expire(now int64) {
 				r.floors.event(now, r.id, c, EventUnheard)
 			}
 			if c.expiry > now {
-				r.heap.fix(&r.clients, i)
+				r.heap.fix(i, c.expiry)
 				continue
 			}
 		} else if c.expiry > now {
@@ -546,7 +546,7 @@ func (r *resource) allocate(p *roundParams) {
 		c.due = p.now + int64(fresh)
 		r.grantFloor(i, p)
 		r.recount(i, p.now)
-		r.heap.fix(&r.clients, i)
+		r.heap.fix(i, c.expiry)
 		r.note(c, p.now)
 	}
 

@@ -136,13 +136,8 @@ func TestExpiryHeap(t *testing.T) {
 		id := string(rune('a' + rng.IntN(50)))
 		r.upsert(id, 1, 1, 0, holding{}, now)
 		r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, stats: &Stats{}})
-		for k, i := range r.heap.ids {
-			if int(r.clients.at(i).heapIdx) != k {
-				t.Fatalf("step %d: heap index mismatch", step)
-			}
-			if k > 0 && r.clients.at(r.heap.ids[(k-1)/2]).expiry > r.clients.at(i).expiry {
-				t.Fatalf("step %d: heap order broken", step)
-			}
+		if err := checkHeap(&r.heap, r.clients.len(), func(i int32) int64 { return r.clients.at(i).expiry }); err != nil {
+			t.Fatalf("step %d: expiry heap: %v", step, err)
 		}
 		for i := range r.clients.len() {
 			if k, ok := r.lookup(r.clients.at(i).id); !ok || k != int32(i) {

@@ -38,9 +38,6 @@ type counted struct {
 	// lease and floor are its lease exposure and floor exposure; its
 	// exposure is the larger (exp).
 	lease, floor float64
-	// wake is the next time exp or floor may fall by itself (MaxInt64:
-	// never).
-	wake int64
 }
 
 // sums are a resource's running sums over its client records; the sums
@@ -85,16 +82,18 @@ func (s *sums) add(n *counted, lapsed bool, sign int) {
 	}
 }
 
-// count works out client i's contribution at now and adds it.
-func (r *resource) count(i int32, now int64) {
+// count works out client i's contribution at now and adds it. It returns
+// the client's wake: the next time its exposure or floor exposure may
+// fall by itself (MaxInt64: never), its key in the wake heap.
+func (r *resource) count(i int32, now int64) int64 {
 	c := r.clients.at(i)
 	n := &c.n
 	n.lease, n.floor, c.countedLapsed = c.leaseExposure(now), c.floorExposure(now), c.lapsed
-	n.wake = c.nextFall(now)
 	r.sums.add(n, c.countedLapsed, 1)
 	if n.floor > 0 {
 		r.sums.floorEnd = max(r.sums.floorEnd, c.floorEnd, c.floorPrevEnd)
 	}
+	return c.nextFall(now)
 }
 
 // exp is the exposure counted: what the client may hold at all.
@@ -118,9 +117,8 @@ func (c *client) nextFall(now int64) int64 {
 // through setDemand.
 func (r *resource) recount(i int32, now int64) {
 	r.sync(now)
-	if c := r.clients.at(i); c.wakeIdx < 0 {
-		r.count(i, now)
-		r.sums.wake.push(&r.clients, i)
+	if c := r.clients.at(i); !r.sums.wake.has(i) {
+		r.sums.wake.push(i, r.count(i, now))
 		if c.n.lease > 0 {
 			r.hold.list(c, true)
 		}
@@ -134,19 +132,20 @@ func (r *resource) recount(i int32, now int64) {
 // and the wake heap is fixed only if its time moved.
 func (r *resource) refresh(i int32, now int64) {
 	c := r.clients.at(i)
-	old, oldLapsed := c.n, c.countedLapsed
+	old, oldLapsed, oldWake := c.n, c.countedLapsed, r.sums.wake.keyOf(i)
 	lease, floor := c.leaseExposure(now), c.floorExposure(now)
+	var wake int64
 	if lease != old.lease || floor != old.floor || c.lapsed != oldLapsed {
 		r.sums.add(&c.n, oldLapsed, -1)
-		r.count(i, now)
+		wake = r.count(i, now)
 	} else {
-		c.n.wake = c.nextFall(now)
+		wake = c.nextFall(now)
 		if floor > 0 {
 			r.sums.floorEnd = max(r.sums.floorEnd, c.floorEnd, c.floorPrevEnd)
 		}
 	}
-	if c.n.wake != old.wake {
-		r.sums.wake.fix(&r.clients, i)
+	if wake != oldWake {
+		r.sums.wake.fix(i, wake)
 	}
 	if (old.lease > 0) != (c.n.lease > 0) {
 		r.hold.list(c, c.n.lease > 0)
@@ -160,15 +159,14 @@ func (r *resource) uncount(i int32) {
 		_ = r.lv.Remove(h) // known: it was added
 		r.clients.at(i).h = 0
 	}
-	if r.clients.at(i).wakeIdx < 0 {
+	if !r.sums.wake.has(i) {
 		return
 	}
 	if c := r.clients.at(i); c.n.lease > 0 {
 		r.hold.list(c, false)
 	}
 	r.sums.add(&r.clients.at(i).n, r.clients.at(i).countedLapsed, -1)
-	r.sums.wake.remove(&r.clients, i)
-	r.clients.at(i).wakeIdx = -1
+	r.sums.wake.remove(i)
 }
 
 // sync makes the sums exact at now: it recounts the clients whose
@@ -179,12 +177,8 @@ func (r *resource) sync(now int64) {
 		return
 	}
 	h := &r.sums.wake
-	for len(h.ids) > 0 {
-		i := h.top()
-		if r.clients.at(i).n.wake > now {
-			break
-		}
-		r.refresh(i, now)
+	for h.len() > 0 && h.key(0) <= now {
+		r.refresh(h.top(), now)
 	}
 	r.sums.at = now
 }
@@ -192,12 +186,13 @@ func (r *resource) sync(now int64) {
 // resync recounts every client at now from scratch: O(n), for a clock
 // that went back.
 func (r *resource) resync(now int64) {
-	r.sums = sums{at: now, wake: clientHeap{kind: byWake, ids: r.sums.wake.ids[:0]}}
+	wake := r.sums.wake
+	wake.reset(r.clients.len())
+	r.sums = sums{at: now, wake: wake}
 	for i := range r.clients.len() {
-		r.count(int32(i), now)
-		r.sums.wake.ids = append(r.sums.wake.ids, int32(i))
+		r.sums.wake.add(i, r.count(i, now))
 	}
-	r.sums.wake.init(&r.clients)
+	r.sums.wake.init()
 	r.relistAll()
 }
 

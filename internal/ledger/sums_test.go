@@ -91,20 +91,26 @@ func checkSums(r *resource, now int64) error {
 			return fmt.Errorf("%q: the level.State has %+v (%v), the record wants %v weight %v", c.id, got, ok, c.wants, c.weight)
 		}
 		switch {
-		case c.wakeIdx < 0 || int(c.wakeIdx) >= len(r.sums.wake.ids) || r.sums.wake.ids[c.wakeIdx] != int32(i):
-			return fmt.Errorf("%q: not in the wake heap where it says (%d)", c.id, c.wakeIdx)
+		case !r.sums.wake.has(i):
+			return fmt.Errorf("%q: not in the wake heap", c.id)
 		case n.lease != c.leaseExposure(now):
 			return fmt.Errorf("%q: lease exposure counted %v, is %v", c.id, n.lease, c.leaseExposure(now))
 		case n.floor != c.floorExposure(now):
 			return fmt.Errorf("%q: floor exposure counted %v, is %v", c.id, n.floor, c.floorExposure(now))
 		case c.countedLapsed != c.lapsed:
 			return fmt.Errorf("%q: counted lapsed %v, is %v", c.id, c.countedLapsed, c.lapsed)
-		case n.wake <= now:
-			return fmt.Errorf("%q: wake %d not after now %d", c.id, n.wake, now)
+		case r.sums.wake.keyOf(i) <= now:
+			return fmt.Errorf("%q: wake %d not after now %d", c.id, r.sums.wake.keyOf(i), now)
 		}
 	}
 	if len(r.sums.wake.ids) != int(r.clients.len()) {
 		return fmt.Errorf("wake heap holds %d of %d clients", len(r.sums.wake.ids), int(r.clients.len()))
+	}
+	if err := checkHeap(&r.heap, r.clients.len(), func(i int32) int64 { return r.clients.at(i).expiry }); err != nil {
+		return fmt.Errorf("expiry heap: %w", err)
+	}
+	if err := checkHeap(&r.sums.wake, r.clients.len(), func(i int32) int64 { return r.clients.at(i).nextFall(now) }); err != nil {
+		return fmt.Errorf("wake heap: %w", err)
 	}
 	want := sumsFromScratch(r, now)
 	for _, x := range []struct {
