@@ -151,7 +151,7 @@ func Describe(l *agent.RateLimiter, allowed bool) Decision {
 		return Decision{Allowed: allowed}
 	}
 	var refresh time.Duration
-	if l.Tokens() < 1 && l.Limit() <= 0 {
+	if l.Tokens() < 1 && !(float64(l.Limit()) >= MinRate) {
 		refresh = l.Status().RefreshInterval
 	}
 	return describe(float64(l.Limit()), l.Tokens(), allowed, refresh)
