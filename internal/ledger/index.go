@@ -1,6 +1,9 @@
 package ledger
 
-import "hash/maphash"
+import (
+	"cmp"
+	"hash/maphash"
+)
 
 // idIndex finds a resource's client record by its id: open-addressing
 // hash tables (linear probing) of client indices, 4 bytes a slot and
@@ -25,6 +28,9 @@ type idIndex struct {
 	tabs []idTable // one, or tables
 	n    int
 	wide bool // slots hold no fingerprints
+	// limit is the most client index + 1 kept with a fingerprint
+	// (0: fingerprinted); tests set a lower one to widen early.
+	limit uint32
 }
 
 type idTable struct {
@@ -35,10 +41,11 @@ type idTable struct {
 }
 
 // fpShift is where a slot's fingerprint begins; fingerprinted the most
-// client indices + 1 a slot holds with one. A variable for the tests.
-const fpShift = 24
-
-var fingerprinted uint32 = 1<<fpShift - 1
+// client indices + 1 a slot holds with one.
+const (
+	fpShift       = 24
+	fingerprinted = 1<<fpShift - 1
+)
 
 const (
 	// maxLoad is the most records per slot, in quarters.
@@ -103,7 +110,7 @@ func (x *idIndex) add(cs *clientPages, i int32) {
 	case len(x.tabs) == 1 && x.n >= splitAt:
 		x.split(cs)
 	}
-	if !x.wide && uint32(i)+1 > fingerprinted {
+	if limit := x.limit; !x.wide && uint32(i)+1 > cmp.Or(limit, fingerprinted) {
 		x.widen(cs)
 	}
 	t, _, _ := x.at(cs.at(i).id)

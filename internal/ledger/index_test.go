@@ -9,15 +9,13 @@ import (
 // TestIDIndex: records added and swap-deleted at random (as a resource
 // does), through growth and down to empty: every record is found at its
 // index, and ids removed are not found.
-func TestIDIndex(t *testing.T) { idIndexTrial(t, 5) }
+func TestIDIndex(t *testing.T) { idIndexTrial(t, 5, 0) }
 
 // TestIDIndexWide: TestIDIndex with an index that gives up its
 // fingerprints at a few hundred records: it widens on the way and finds
 // every record after.
 func TestIDIndexWide(t *testing.T) {
-	defer func(f uint32) { fingerprinted = f }(fingerprinted)
-	fingerprinted = 300
-	var x idIndex
+	x := idIndex{limit: 300}
 	var cs clientPages
 	for i := range 1000 {
 		x.add(&cs, cs.push(client{id: fmt.Sprint("c", i)}))
@@ -30,12 +28,12 @@ func TestIDIndexWide(t *testing.T) {
 			t.Fatalf("%q found at %d (%v), is at %d", c.id, k, ok, i)
 		}
 	}
-	idIndexTrial(t, 6)
+	idIndexTrial(t, 6, 300)
 }
 
-func idIndexTrial(t *testing.T, seed uint64) {
+func idIndexTrial(t *testing.T, seed uint64, limit uint32) {
 	rng := rand.New(rand.NewPCG(seed, seed))
-	var x idIndex
+	x := idIndex{limit: limit}
 	var cs clientPages
 	gone := map[string]bool{}
 	for step := range 40000 {
