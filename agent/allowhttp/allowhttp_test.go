@@ -82,22 +82,30 @@ func TestAllow(t *testing.T) {
 	}
 }
 
-// TestAllowTinyLease: a lease of almost nothing refuses with a wait that
-// is a positive number of milliseconds, as a lease of none does; it once
-// overflowed to a negative one.
-func TestAllowTinyLease(t *testing.T) {
-	a, stop, err := demo.Agent(map[string]float64{"db": 1e-300})
+// leasedHandler is a handler on an agent that a coordinator granted
+// capacity per second of "db", once the agent holds that lease.
+func leasedHandler(t *testing.T, capacity float64) http.Handler {
+	t.Helper()
+	a, stop, err := demo.Agent(map[string]float64{"db": capacity})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
+	t.Cleanup(stop)
 	h, err := allowhttp.New(a, allowhttp.Options{MaxResources: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	get(t, h, http.MethodGet, "resource=db&wait=5s")
 	lim, _ := a.Rate("db")
-	poll.Until(t, 10*time.Second, "the lease of almost nothing", func() bool { return lim.Limit() > 0 })
+	poll.Until(t, 10*time.Second, "the lease", func() bool { return lim.Limit() > 0 })
+	return h
+}
+
+// TestAllowTinyLease: a lease of almost nothing refuses with a wait that
+// is a positive number of milliseconds, as a lease of none does; it once
+// overflowed to a negative one.
+func TestAllowTinyLease(t *testing.T) {
+	h := leasedHandler(t, 1e-300)
 	w, ans := get(t, h, http.MethodGet, "resource=db&n=5")
 	if w.Code != http.StatusTooManyRequests || ans.Allowed || ans.RetryAfterMS <= 0 || ans.RetryAfterMS > 60_000 || w.Header().Get("Retry-After") != "1" {
 		t.Fatalf("refused: %d %s %v", w.Code, w.Body, w.Header())
@@ -109,18 +117,7 @@ func TestAllowTinyLease(t *testing.T) {
 // keyed.MinRate) waits a positive number of milliseconds: n over the
 // rate, in milliseconds, once overflowed an int64 to a negative wait.
 func TestAllowManyOnSmallLease(t *testing.T) {
-	a, stop, err := demo.Agent(map[string]float64{"db": 1e-8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	h, err := allowhttp.New(a, allowhttp.Options{MaxResources: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	get(t, h, http.MethodGet, "resource=db")
-	lim, _ := a.Rate("db")
-	poll.Until(t, 10*time.Second, "the small lease", func() bool { return lim.Limit() > 0 })
+	h := leasedHandler(t, 1e-8)
 	w, ans := get(t, h, http.MethodGet, "resource=db&n="+strconv.Itoa(allowhttp.MaxTokens))
 	if w.Code != http.StatusTooManyRequests || ans.Allowed || ans.RetryAfterMS <= 0 {
 		t.Fatalf("refused: %d %s %v", w.Code, w.Body, w.Header())
