@@ -77,6 +77,11 @@ var layerRules = []struct {
 		why:    "names is the fast decoders' shared hook: domainwire takes it, so it must not link protobuf, NATS or wire's codecs",
 	},
 	{
+		pkgs:   []string{"internal/swar"},
+		forbid: []string{natsClient, natsServer, "google.golang.org/protobuf", module + "internal/wire", testingPkg},
+		why:    "swar is the scanners' shared byte tests: domainwire takes it as well as wire, so it links nothing",
+	},
+	{
 		pkgs:   []string{"internal/domainwire"},
 		forbid: []string{"google.golang.org/protobuf", module + "internal/wire"},
 		why:    "the domain contract is plain JSON: agents that only speak domains must not link protobuf or the lease codecs (share through a leaf such as internal/names)",

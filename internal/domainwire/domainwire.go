@@ -13,13 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/bits"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/allot/allot/internal/subjects"
+	"github.com/allot/allot/internal/swar"
 )
 
 // Operations: the fourth token of a domain subject.
@@ -112,11 +112,11 @@ func ParseTenantSubject(subject string) (tenant, op, namespace, resource string,
 	var t [10]string
 	n, start, rest := 0, 0, false
 	for i := 0; ; i++ {
-		// The next dot, eight bytes at a time (zeroIn flags the first
+		// The next dot, eight bytes at a time (swar.Zero flags the first
 		// dot of a word exactly), then a byte at a time.
 		for ; i+8 <= len(subject); i += 8 {
-			if f := zeroIn(load64(subject, i) ^ (loBits * '.')); f != 0 {
-				i += bits.TrailingZeros64(f) / 8
+			if f := swar.Zero(swar.Load(subject, i) ^ swar.Lo*'.'); f != 0 {
+				i += swar.First(f)
 				break
 			}
 		}
@@ -294,11 +294,4 @@ func clip(s string) string {
 		return s
 	}
 	return s[:max] + "…"
-}
-
-// load64 is the eight bytes of s from i as a word, s[i] lowest.
-func load64(s string, i int) uint64 {
-	s = s[i : i+8]
-	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }

@@ -3,11 +3,11 @@ package domainwire
 import (
 	"encoding/binary"
 	"encoding/json"
-	"math/bits"
 	"strconv"
 	"unicode/utf8"
 
 	"github.com/allot/allot/internal/names"
+	"github.com/allot/allot/internal/swar"
 )
 
 // The hot path of the domain server is request and reserve. encoding/json
@@ -174,11 +174,11 @@ func scanString(b []byte, i int) ([]byte, int, bool) {
 	j := i + 1
 	// Eight bytes at a time up to the first that ends the string, is an
 	// escape or a control character, or is not ASCII: the byte loop
-	// takes over there (zeroIn and below flag none before it).
+	// takes over there (the tests flag none before it).
 	for ; j+8 <= len(b); j += 8 {
 		x := binary.LittleEndian.Uint64(b[j:])
-		if f := x&hiBits | below(x, 0x20) | zeroIn(x^(loBits*'"')) | zeroIn(x^(loBits*'\\')); f != 0 {
-			j += bits.TrailingZeros64(f) / 8
+		if f := swar.NonASCII(x) | swar.Below(x, 0x20) | swar.Zero(x^swar.Lo*'"') | swar.Zero(x^swar.Lo*'\\'); f != 0 {
+			j += swar.First(f)
 			break
 		}
 	}
@@ -409,18 +409,3 @@ func appendString[S string | []byte](b []byte, s S) []byte {
 	b = append(b, s...)
 	return append(b, '"')
 }
-
-// Bytes eight at a time (a uint64, first byte lowest): loBits and hiBits
-// have every byte's lowest and highest bit set.
-const (
-	loBits = 0x0101010101010101
-	hiBits = 0x8080808080808080
-)
-
-// zeroIn has the high bit set of x's lowest zero byte, and perhaps of
-// bytes above it, but of none below it: nonzero if and only if a byte of
-// x is zero.
-func zeroIn(x uint64) uint64 { return (x - loBits) &^ x & hiBits }
-
-// below is zeroIn for the bytes of x less than n (n at most 0x80).
-func below(x uint64, n byte) uint64 { return (x - loBits*uint64(n)) &^ x & hiBits }

@@ -2,7 +2,6 @@ package wire
 
 import (
 	"encoding/binary"
-	"math/bits"
 	"strconv"
 	"time"
 
@@ -10,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/allot/allot/internal/quota"
+	"github.com/allot/allot/internal/swar"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -234,7 +234,7 @@ func plainString(data []byte, i int) ([]byte, int, bool) {
 	j := i + 1
 	for ; j+8 <= len(data); j += 8 {
 		if m := unplain(binary.LittleEndian.Uint64(data[j:])); m != 0 {
-			j += bits.TrailingZeros64(m) / 8 // the first byte that is not plain
+			j += swar.First(m) // the first byte that is not plain
 			if data[j] != '"' {
 				return nil, 0, false
 			}
@@ -254,17 +254,10 @@ func plainString(data []byte, i int) ([]byte, int, bool) {
 }
 
 // unplain marks the bytes of x (eight, little-endian) that are not
-// printable ASCII other than '"' and '\\' (0x20-0x7e) by setting their
-// high bit: the lowest mark is the first such byte, and none is set if
-// all eight are plain. A byte's high bit in v-ones*n &^ v is set if it
-// is below n, with no borrow from the bytes before the first one that
-// is (n at most 0x80); the high bit of x itself marks bytes from 0x80
-// (which is why &^ x can be left out for 0x20), and v = x^(ones*c) has a
-// zero byte where x has c.
+// printable ASCII other than '"' and '\\' (0x20-0x7e): the first mark is
+// the first such byte, and none is set if all eight are plain.
 func unplain(x uint64) uint64 {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	q, b, d := x^(ones*'"'), x^(ones*'\\'), x^(ones*0x7f)
-	return ((x - ones*0x20) | x | (q-ones)&^q | (b-ones)&^b | (d-ones)&^d) & highs
+	return swar.NonASCII(x) | swar.Below(x, 0x20) | swar.Zero(x^swar.Lo*'"') | swar.Zero(x^swar.Lo*'\\') | swar.Zero(x^swar.Lo*0x7f)
 }
 
 // plainInt reads a JSON integer at data[i] without sign, exponent or
