@@ -50,7 +50,7 @@ const (
 	DefaultHoldTTL = 10 * time.Second
 	// MinHoldTTL and MaxHoldTTL bound Options.HoldTTL.
 	MinHoldTTL = 100 * time.Millisecond
-	MaxHoldTTL = time.Hour
+	MaxHoldTTL = domainwire.MaxHoldTTL
 	// DefaultStateBucket keeps staged transfers: "allot_state", the
 	// coordinators' state bucket.
 	DefaultStateBucket = statekv.DefaultBucket

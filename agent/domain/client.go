@@ -214,6 +214,16 @@ func (c *Client) retry(ctx context.Context, o *callOptions, try attempt) (attemp
 	}
 }
 
+// fromMillis is a service's count of milliseconds as a Duration, zero
+// when it is not positive and at most limit: bounded before it is
+// multiplied, as a huge count would overflow to a negative or absurd wait.
+func fromMillis(ms int64, limit time.Duration) time.Duration {
+	if ms <= 0 {
+		return 0
+	}
+	return time.Duration(min(ms, limit.Milliseconds())) * time.Millisecond
+}
+
 // backoff is 2^i × base, capped at a day.
 func backoff(base time.Duration, i int) time.Duration {
 	d := base

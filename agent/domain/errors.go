@@ -49,7 +49,8 @@ type RejectedError struct {
 	Attempts  int
 	Waited    time.Duration
 	// Learning: the last answer came from a new leader still learning the
-	// holds that exist; RetryAfter is when it expects to grant again.
+	// holds that exist; RetryAfter is when it expects to grant again
+	// (at most a minute, whatever the service said).
 	Learning   bool
 	RetryAfter time.Duration
 	// Grant is the last rejection of a Request (Granted 0) with its

@@ -107,7 +107,7 @@ func (c *Client) learnMode(ns, mode string) {
 // do not set it. Called with c.mu held.
 func (r *domainRes) learnTTL(ttlMillis int64) {
 	if ttlMillis > 0 && len(r.holds) == 0 && !r.shared {
-		r.ttl = time.Duration(ttlMillis) * time.Millisecond
+		r.ttl = fromMillis(ttlMillis, domainwire.MaxHoldTTL)
 	}
 }
 

@@ -46,6 +46,9 @@ type fakeDomain struct {
 	rejectFirst int
 	learning    int
 	retryAfter  time.Duration
+	// ttlMillis and retryMillis, when set, are sent as they are instead
+	// of ttl and retryAfter: a broken or hostile service's numbers.
+	ttlMillis, retryMillis int64
 }
 
 type fakeHold struct {
@@ -72,6 +75,14 @@ func newFakeDomain(t *testing.T, nc *nats.Conn, limits map[string]int64) *fakeDo
 	}
 	f.sub = sub
 	return f
+}
+
+// ttlMillisLocked is the hold ttl the service tells.
+func (f *fakeDomain) ttlMillisLocked() int64 {
+	if f.ttlMillis != 0 {
+		return f.ttlMillis
+	}
+	return f.ttl.Milliseconds()
 }
 
 func (f *fakeDomain) set(fn func(f *fakeDomain)) {
@@ -229,10 +240,13 @@ func (f *fakeDomain) handle(m *nats.Msg) {
 			f.errorLocked(m, 404, "unknown copy resource "+name)
 			return
 		}
-		rep := domainwire.ReserveReply{DomainLimit: limit, GlobalLimit: -1, TTLMillis: f.ttl.Milliseconds(), Groups: []string{"g1"}}
+		rep := domainwire.ReserveReply{DomainLimit: limit, GlobalLimit: -1, TTLMillis: f.ttlMillisLocked(), Groups: []string{"g1"}}
 		if f.learning > 0 {
 			f.learning--
 			rep.Learning, rep.RetryAfterMillis = true, f.retryAfter.Milliseconds()
+			if f.retryMillis != 0 {
+				rep.RetryAfterMillis = f.retryMillis
+			}
 			f.respondLocked(m, rep)
 			return
 		}
@@ -268,7 +282,7 @@ func (f *fakeDomain) handle(m *nats.Msg) {
 			f.errorLocked(m, 400, err.Error())
 			return
 		}
-		rep := domainwire.RefreshReply{TTLMillis: f.ttl.Milliseconds(), Lost: []string{}}
+		rep := domainwire.RefreshReply{TTLMillis: f.ttlMillisLocked(), Lost: []string{}}
 		for _, x := range req.Holds {
 			h := f.holds[x.HoldID]
 			if h == nil || h.client != req.ClientID {

@@ -132,7 +132,7 @@ func (c *Client) addHoldLocked(r *domainRes, h *Hold, ttlMillis int64) {
 	if r.holds == nil {
 		r.holds = make(map[string]*Hold)
 	}
-	ttl := time.Duration(ttlMillis) * time.Millisecond
+	ttl := fromMillis(ttlMillis, domainwire.MaxHoldTTL)
 	if ttl <= 0 {
 		ttl = defaultHoldTTL
 	}

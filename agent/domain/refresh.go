@@ -93,7 +93,7 @@ func (c *Client) refreshRes(r *domainRes) {
 		lost = append(lost, rep.Lost...)
 		maps.Copy(seals, rep.Seals)
 		if rep.TTLMillis > 0 {
-			ttl = time.Duration(rep.TTLMillis) * time.Millisecond
+			ttl = fromMillis(rep.TTLMillis, domainwire.MaxHoldTTL)
 		}
 		replies = append(replies, refreshReply{rep.Fail, rep.Shares, at})
 	}

@@ -66,7 +66,7 @@ func (c *Client) reserve(ctx context.Context, ns, res, resource, domain string, 
 		}
 		last, answered, sent = rep, true, at
 		if rep.Learning {
-			return false, max(time.Duration(rep.RetryAfterMillis)*time.Millisecond, 0), nil
+			return false, fromMillis(rep.RetryAfterMillis, domainwire.MaxRetryAfter), nil
 		}
 		return rep.Granted > 0, 0, nil
 	})
@@ -102,7 +102,7 @@ func (c *Client) reserve(ctx context.Context, ns, res, resource, domain string, 
 	case err == nil:
 		r.st.Rejected++
 		e := &RejectedError{Resource: resource, Domain: domain, Copies: copies, MinCopies: o.minCopies,
-			Attempts: attempts, Waited: waited, Learning: last.Learning, RetryAfter: time.Duration(last.RetryAfterMillis) * time.Millisecond}
+			Attempts: attempts, Waited: waited, Learning: last.Learning, RetryAfter: fromMillis(last.RetryAfterMillis, domainwire.MaxRetryAfter)}
 		if answered {
 			e.Info = &h.info
 		}

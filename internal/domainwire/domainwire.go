@@ -45,6 +45,12 @@ const (
 	MaxCopies = 1_000_000_000_000
 	// MaxHoldsPerRefresh bounds the holds one refresh lists.
 	MaxHoldsPerRefresh = 10_000
+	// MaxHoldTTL is the longest hold ttl a service may have; a client
+	// takes a longer one it is told as this.
+	MaxHoldTTL = time.Hour
+	// MaxRetryAfter is the longest wait a client takes from a service's
+	// advice: a longer one is not advice but a bug.
+	MaxRetryAfter = time.Minute
 	// MaxTransferTTL bounds a transfer's ttl.
 	MaxTransferTTL = 24 * time.Hour
 	// Unlimited is how a reply writes a limit that is not configured.
