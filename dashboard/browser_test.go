@@ -452,12 +452,7 @@ func runServing(t *testing.T, ctx context.Context, what string, run func(context
 		stop()
 		<-done
 	})
-	for !serving() {
-		if ctx.Err() != nil {
-			t.Fatal(what + " never served")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, time.Minute, what+" serving", serving)
 }
 
 // startDomain runs a domain partition's replica (one partition, node

@@ -199,18 +199,17 @@ func tryLevel(t *testing.T, f, name string, leafs []string, extra map[string]str
 // not use up ctx.
 func accountInfo(ctx context.Context, t *testing.T, js jetstream.JetStream) *jetstream.AccountInfo {
 	t.Helper()
-	for {
+	var ai *jetstream.AccountInfo
+	poll.For(t, 20*time.Second, 50*time.Millisecond, func() error {
 		tctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		ai, err := js.AccountInfo(tctx)
-		cancel()
-		if err == nil {
-			return ai
+		defer cancel()
+		var err error
+		if ai, err = js.AccountInfo(tctx); err != nil {
+			return fmt.Errorf("JetStream not ready: %w", err)
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("JetStream not ready: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return ai
 }
 
 func waitLinked(t *testing.T, s *server.Server) {
@@ -283,27 +282,27 @@ func TestNATSTree(t *testing.T) {
 	if _, err := rootKV.Put(ctx, config.Key("x"), []byte(`{"identifier_glob":"x","capacity":7}`)); err != nil {
 		t.Fatal(err)
 	}
-	for {
+	poll.For(t, 20*time.Second, 20*time.Millisecond, func() error {
 		e, err := clusterKV.Get(ctx, config.Key("x"))
-		if err == nil && string(e.Value()) == `{"identifier_glob":"x","capacity":7}` {
-			break
+		switch {
+		case err != nil:
+			return fmt.Errorf("template put at global, read at the cluster level's mirror: %w", err)
+		case string(e.Value()) != `{"identifier_glob":"x","capacity":7}`:
+			return fmt.Errorf("template put at global, read at the cluster level's mirror as %s", e.Value())
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("template put at global, read at the cluster level's mirror: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if _, err := conns["global"].Subscribe("allot.global.server.get", func(m *nats.Msg) { _ = m.Respond([]byte("global")) }); err != nil {
 		t.Fatal(err)
 	}
-	for {
+	poll.For(t, 20*time.Second, 20*time.Millisecond, func() error {
 		m, err := conns["eu-1"].Request("allot.global.server.get", nil, 500*time.Millisecond)
-		if err == nil && string(m.Data) == "global" {
-			break
+		switch {
+		case err != nil:
+			return fmt.Errorf("request from the cluster level to the global level: %w", err)
+		case string(m.Data) != "global":
+			return fmt.Errorf("request from the cluster level to the global level answered %q", m.Data)
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("request from the cluster level to the global level: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -215,16 +215,16 @@ func TestLevelConfigReachesChild(t *testing.T) {
 
 	admin, _ := d.dial(t, l.srv, "region1_admin")
 	_, mirror := configBucket(ctx, t, admin)
-	for {
+	poll.For(t, wait, 20*time.Millisecond, func() error {
 		e, err := mirror.Get(ctx, config.Key("db2"))
-		if err == nil && e.Revision() == rev && string(e.Value()) == later {
-			break
+		switch {
+		case err != nil:
+			return fmt.Errorf("the root's template never reached the child's mirror: %w", err)
+		case e.Revision() != rev || string(e.Value()) != later:
+			return fmt.Errorf("the child's mirror has revision %d (%s), not the root's template (revision %d)", e.Revision(), e.Value(), rev)
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("the root's template never reached the child's mirror: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	// The child's coordinator serves it: 30 for db2 at the child.
 	nc, _ := d.dial(t, l.srv, "tenant_a")
 	a, err := agent.New(nc, agent.WithNode("region1"), agent.WithRequestTimeout(2*time.Second))
@@ -236,12 +236,12 @@ func TestLevelConfigReachesChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for st := lim.Status(); !st.Leased || st.Capacity != 30; st = lim.Status() {
-		if ctx.Err() != nil {
-			t.Fatalf("no lease of 30 of db2 at the child: %+v (%v)", st, a.LastError())
+	poll.For(t, wait, 20*time.Millisecond, func() error {
+		if st := lim.Status(); !st.Leased || st.Capacity != 30 {
+			return fmt.Errorf("no lease of 30 of db2 at the child: %+v (%v)", st, a.LastError())
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 
 	pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer pcancel()
