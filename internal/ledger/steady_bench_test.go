@@ -1,0 +1,69 @@
+package ledger
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// BenchmarkSteadyRecord is a record written while 20 resources are each
+// held by the same 2,000 clients (their holder ids listed), a few of
+// whom refresh in each round without joining or leaving: what every
+// write of a steady node costs its round (the record built each round,
+// as a write builds it).
+func BenchmarkSteadyRecord(b *testing.B) {
+	const resources, holders = 20, 2000
+	set := fairTemplate(1e6)
+	now := int64(1e18)
+	l := New(Config{HolderKey: testHolderKey(), Node: "root", ServerID: "root", Term: 1, MaxClients: 1 << 22})
+	p, _ := l.Start(now, Prior{Kind: PriorNew})
+	l.Commit(now, p, nil)
+	now += int64(10 * time.Second) // past learning
+	reqs := make([]*allotpb.GetCapacityRequest, holders)
+	for i := range reqs {
+		rs := make([]*allotpb.ResourceRequest, resources)
+		for k := range rs {
+			rs[k] = &allotpb.ResourceRequest{ResourceId: fmt.Sprint("r-", k), Wants: 1}
+		}
+		reqs[i] = &allotpb.GetCapacityRequest{ClientId: fmt.Sprint("c-", i), Resource: rs}
+	}
+	var written, listed int
+	round := func(batch []*allotpb.GetCapacityRequest) {
+		for _, req := range batch {
+			if _, err := l.Get(now, set, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+		p := l.Propose(now)
+		l.Allocate(now)
+		l.EndRound()
+		if p != nil {
+			written++
+			for _, e := range p.Record.GetResources() {
+				listed += len(e.GetHolderIds())
+			}
+			l.Commit(now, p, nil)
+		}
+	}
+	for i := 0; i < holders; i += 100 {
+		round(reqs[i : i+100])
+		round(nil) // the write that lists them lets them be granted
+	}
+	written, listed = 0, 0
+	for i := 0; b.Loop(); i++ {
+		now += int64(time.Millisecond)
+		k := i * 4 % holders
+		round(reqs[k : k+4])
+		// The record a write would carry now (its horizon or a raise
+		// due), built as Propose builds it.
+		rec := l.buildRecord(now, now+int64(10*time.Second), nil)
+		written++
+		for _, e := range rec.GetResources() {
+			listed += len(e.GetHolderIds())
+		}
+	}
+	b.ReportMetric(float64(written)/float64(b.N), "writes/op")
+	b.ReportMetric(float64(listed)/float64(max(written, 1)), "ids/write")
+}
