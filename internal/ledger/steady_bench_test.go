@@ -16,11 +16,7 @@ import (
 func BenchmarkSteadyRecord(b *testing.B) {
 	const resources, holders = 20, 2000
 	set := fairTemplate(1e6)
-	now := int64(1e18)
-	l := New(Config{HolderKey: testHolderKey(), Node: "root", ServerID: "root", Term: 1, MaxClients: 1 << 22})
-	p, _ := l.Start(now, Prior{Kind: PriorNew})
-	l.Commit(now, p, nil)
-	now += int64(10 * time.Second) // past learning
+	l, now := servingLedger()
 	reqs := make([]*allotpb.GetCapacityRequest, holders)
 	for i := range reqs {
 		rs := make([]*allotpb.ResourceRequest, resources)

@@ -13,11 +13,7 @@ import (
 // queued behind such a request waits.
 func BenchmarkWideNewcomer(b *testing.B) {
 	set := fairTemplate(100)
-	now := int64(1e18)
-	l := New(Config{HolderKey: testHolderKey(), Node: "root", ServerID: "root", Term: 1, MaxClients: 1 << 22})
-	p, _ := l.Start(now, Prior{Kind: PriorNew})
-	l.Commit(now, p, nil)
-	now += int64(10 * time.Second) // past learning
+	l, now := servingLedger()
 	wide := func(id string) *allotpb.GetCapacityRequest {
 		rs := make([]*allotpb.ResourceRequest, 1000)
 		for k := range rs {
@@ -56,4 +52,14 @@ func BenchmarkWideNewcomer(b *testing.B) {
 		now += int64(time.Millisecond)
 		round(reqs[i%len(reqs)])
 	}
+}
+
+// servingLedger is a root ledger of a new deployment (with a holder key,
+// room for 4M clients) and a time past its learning.
+func servingLedger() (*Ledger, int64) {
+	now := int64(1e18)
+	l := New(Config{HolderKey: testHolderKey(), Node: "root", ServerID: "root", Term: 1, MaxClients: 1 << 22})
+	p, _ := l.Start(now, Prior{Kind: PriorNew})
+	l.Commit(now, p, nil)
+	return l, now + int64(10*time.Second)
 }
