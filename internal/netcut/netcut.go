@@ -1,7 +1,9 @@
 // Package netcut relays TCP connections to a target and can cut them:
 // tests and simulations put it on a leaf-node link to cut and restore
 // the link without reloading the server's options (a reload races with
-// the server's own readers of its options under the race detector).
+// the server's own readers of its options under the race detector). It
+// can also delay what goes to the target, to make a link slow without
+// making it fail.
 package netcut
 
 import (
@@ -10,6 +12,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 )
 
 // Relay accepts connections on a loopback port and relays each to the
@@ -20,6 +23,7 @@ type Relay struct {
 
 	mu    sync.Mutex
 	cut   bool
+	delay time.Duration // what goes to the target is held this long
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
 }
@@ -61,19 +65,75 @@ func (r *Relay) accept() {
 		r.conns[c], r.conns[up] = struct{}{}, struct{}{}
 		r.mu.Unlock()
 		r.wg.Add(2)
-		go r.pipe(c, up)
-		go r.pipe(up, c)
+		go r.pipe(c, up, false)
+		go r.pipe(up, c, true)
 	}
 }
 
-func (r *Relay) pipe(dst, src net.Conn) {
+func (r *Relay) pipe(dst, src net.Conn, toTarget bool) {
 	defer r.wg.Done()
-	_, _ = io.Copy(dst, src)
+	if toTarget {
+		r.delayedCopy(dst, src)
+	} else {
+		_, _ = io.Copy(dst, src)
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	r.mu.Lock()
 	delete(r.conns, dst)
 	delete(r.conns, src)
+	r.mu.Unlock()
+}
+
+// chunk is what one read from a connection got, and when to pass it on.
+type chunk struct {
+	at   time.Time
+	data []byte
+}
+
+// delayedCopy copies src to dst, each read held for the delay in force
+// when it was read. The reads go on meanwhile, so a delay makes the link
+// slow, not narrow: bytes arrive in order, each the delay late.
+func (r *Relay) delayedCopy(dst, src net.Conn) {
+	ch := make(chan chunk, 256)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for c := range ch {
+			if d := time.Until(c.at); d > 0 {
+				time.Sleep(d)
+			}
+			if _, err := dst.Write(c.data); err != nil {
+				_ = src.Close() // ends the reads below
+				for range ch {
+				}
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 32*1024)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			r.mu.Lock()
+			d := r.delay
+			r.mu.Unlock()
+			ch <- chunk{at: time.Now().Add(d), data: append([]byte(nil), buf[:n]...)}
+		}
+		if err != nil {
+			break
+		}
+	}
+	close(ch)
+	<-done
+}
+
+// SetDelay holds whatever is relayed to the target d long (0: none), on
+// the connections open now and later; what goes back is not delayed, so a
+// request and its reply take d more.
+func (r *Relay) SetDelay(d time.Duration) {
+	r.mu.Lock()
+	r.delay = d
 	r.mu.Unlock()
 }
 

@@ -82,3 +82,39 @@ func TestRelayCutRestore(t *testing.T) {
 		t.Fatalf("after Restore: %v", err)
 	}
 }
+
+func TestRelayDelay(t *testing.T) {
+	r, err := New(echo(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c, err := net.Dial("tcp", r.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	in := bufio.NewReader(c)
+	const d = 200 * time.Millisecond
+	r.SetDelay(d)
+	// A delay holds bytes back, never drops or reorders them: both lines
+	// come back, in order, each at least d after it was sent.
+	start := time.Now()
+	if _, err := c.Write([]byte("one\ntwo\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for _, want := range []string{"one\n", "two\n"} {
+		got, err := in.ReadString('\n')
+		if err != nil || got != want {
+			t.Fatalf("read %q, %v; want %q", got, err, want)
+		}
+	}
+	if took := time.Since(start); took < d {
+		t.Fatalf("round trip took %v with a delay of %v", took, d)
+	}
+	r.SetDelay(0)
+	if err := roundTrip(r.Addr()); err != nil {
+		t.Fatalf("after the delay was lifted: %v", err)
+	}
+}
