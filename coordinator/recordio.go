@@ -297,12 +297,32 @@ func (s *recordStore) reconcile(ctx context.Context) error {
 	return nil
 }
 
-// check reads the stored record; it reports whether ours must be written
-// again, or errDeposed.
-func (s *recordStore) check(ctx context.Context) (rewrite bool, err error) {
-	gctx, cancel := context.WithTimeout(ctx, writeTimeout)
-	entry, err := s.kv.Get(gctx, s.key)
-	cancel()
+// readBack reads the stored record on a goroutine of its own and sends
+// what it found on to: a write never waits behind it. writes is the
+// number of writes begun so far, so the writer can tell a read that a
+// write overtook.
+func (s *recordStore) readBack(to chan<- readResult, writes uint64) {
+	kv := s.kv // the writer may reopen the bucket meanwhile
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		gctx, cancel := context.WithTimeout(s.ctx, writeTimeout)
+		entry, err := kv.Get(gctx, s.key)
+		cancel()
+		to <- readResult{entry: entry, err: err, writes: writes}
+	}()
+}
+
+// readResult is what a read-back found.
+type readResult struct {
+	entry  jetstream.KeyValueEntry
+	err    error
+	writes uint64 // writes begun before the read
+}
+
+// check judges what a read-back found; it reports whether ours must be
+// written again, or errDeposed.
+func (s *recordStore) check(ctx context.Context, entry jetstream.KeyValueEntry, err error) (rewrite bool, _ error) {
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		s.log.Error("lease record is missing while serving: writing it again")
@@ -342,15 +362,34 @@ func (s *recordStore) run() {
 	defer s.wg.Done()
 	tick := time.NewTicker(checkInterval)
 	defer tick.Stop()
+	// The read-back runs beside the writes: a write that waited behind it
+	// (a KV operation may take up to writeTimeout) could let the recorded
+	// expiry of a steadily refreshed resource pass before it lands.
+	read := make(chan readResult, 1)
+	reading := false
+	var writes uint64
 	for {
 		var res storeResult
 		select {
 		case <-s.ctx.Done():
 			return
 		case p := <-s.in:
+			writes++
 			res = storeResult{p: p, err: s.write(s.ctx, p.Record)}
 		case <-tick.C:
-			rewrite, err := s.check(s.ctx)
+			if !reading {
+				reading = true
+				s.readBack(read, writes)
+			}
+			continue
+		case r := <-read:
+			reading = false
+			if r.writes != writes {
+				// A write began since: its compare-and-set checked the
+				// revision, and the read may predate it.
+				continue
+			}
+			rewrite, err := s.check(s.ctx, r.entry, r.err)
 			if !rewrite && err == nil {
 				continue
 			}

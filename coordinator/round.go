@@ -139,6 +139,14 @@ func (c *Coordinator) stored(res storeResult) {
 		c.ledger.Rewrite()
 		c.propose(c.ledger.Sweep(now))
 	}
+	if res.p != nil && !c.ledger.Pending() {
+		// Raises asked for while this write was out (early ones: see
+		// ledger.Propose) go out now, not at the next request, which may
+		// be a refresh interval away: they are what keeps the recorded
+		// expiries ahead of steady holders' leases. (With resources
+		// waiting, the round run next builds the record.)
+		c.propose(c.ledger.Propose(now))
+	}
 }
 
 // propose hands a proposal to the writer.

@@ -63,3 +63,78 @@ func TestSteadyHolderNeverWaitsForARecord(t *testing.T) {
 		t.Errorf("the holder waited for a record write in %d of its %d refreshes", waited, refreshes)
 	}
 }
+
+// A store that is slow, not failing, does not cut a steady holder's
+// leases: with every write taking half a lease length (2.5 s, above the
+// writer's time-out of 2 s) and queued behind another (a newcomer's each
+// second), the recorded expiry of the holder's resource is raised before
+// its leases reach it. Before, it was raised when less than 1.5 lease
+// lengths were left, to 2 ahead: a write that landed more than half a
+// lease length, less the refresh interval, after the round that asked
+// for it let the holder's leases be cut short, then zero-length.
+func TestSlowWritesDoNotCutSteadyLeases(t *testing.T) {
+	set := fairTemplate(100) // leases of 5s, refreshed every 1s; floors of 20s
+	const lease = int64(5 * time.Second)
+	now := int64(1e18)
+	l := New(Config{Node: "root", ServerID: "root", Term: 1})
+	p, _ := l.Start(now, Prior{Kind: PriorNew})
+	l.Commit(now, p, nil)
+	const step = 100 * time.Millisecond
+	// Each write takes half a lease length, so the holder's raise, queued
+	// behind another write, lands within a lease length of the round that
+	// asked for it.
+	const write = 2500 * time.Millisecond
+	var inflight *Proposal
+	var doneAt int64
+	var holder []Slot
+	unanswered := false
+	refreshes, cut := 0, 0
+	for i := range 900 { // a minute and a half
+		now += int64(step)
+		if inflight != nil && now >= doneAt {
+			l.Commit(now, inflight, nil)
+			inflight = nil
+			if p := l.Propose(now); p != nil { // as the coordinator does
+				inflight, doneAt = p, now+int64(write)
+			}
+		}
+		if i%10 == 5 {
+			// A newcomer each second, of another resource: each wants a
+			// write, which the holder's raise may queue behind.
+			if _, err := l.Get(now, set, &allotpb.GetCapacityRequest{ClientId: fmt.Sprint("n-", i),
+				Resource: []*allotpb.ResourceRequest{{ResourceId: "x", Wants: 1}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		asked := i%10 == 0 // the holder refreshes every second
+		if asked {
+			var err error
+			if holder, err = l.Get(now, set, &allotpb.GetCapacityRequest{ClientId: "h",
+				Resource: []*allotpb.ResourceRequest{{ResourceId: "good", Wants: 10}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if p := l.Propose(now); p != nil {
+			inflight, doneAt = p, now+int64(write)
+		}
+		l.Allocate(now)
+		if asked {
+			unanswered = true
+		}
+		if unanswered && Ready(holder) {
+			// Answered now, or after waiting for a write.
+			unanswered = false
+			if i >= 50 { // once its first grant is recorded
+				refreshes++
+				if ls := holder[0].Lease(now); ls.Expiry < now+lease {
+					cut++
+					t.Logf("%.1fs: lease cut to %v", float64(i)/10, time.Duration(ls.Expiry-now))
+				}
+			}
+		}
+		l.EndRound()
+	}
+	if cut > 0 {
+		t.Fatalf("%d of the holder's %d leases cut short by writes of %v", cut, refreshes, write)
+	}
+}

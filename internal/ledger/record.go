@@ -345,19 +345,21 @@ func (l *Ledger) Defer(now int64, carried bool) bool {
 func (l *Ledger) decide(now int64, carried, build bool) (*Proposal, bool) {
 	// The horizon covers leases and the floors that follow them: span is
 	// the longest of either among the round's resources.
-	var span int64
+	var span, lead, reach int64
 	for _, r := range l.touched {
 		if len(r.batch) > 0 && (carried || r.round == l.round) {
 			span = max(span, r.span())
+			ld, rc := leadOf(r.span(), r)
+			lead, reach = max(lead, ld), max(reach, rc)
 		}
 	}
 	until := l.rec.until
 	needHorizon := span > 0 && now+span > until
-	// Extend early, so a write that fails has time to be retried before
-	// leases and floors shorten; by twice the span so writes are rare.
-	extend := needHorizon || span > 0 && now+span*3/2 > until || l.rec.rewrite
+	// Extend early, so a write that is slow or fails has time to land or
+	// be retried before leases and floors shorten (see leadOf).
+	extend := needHorizon || span > 0 && now+lead > until || l.rec.rewrite
 	if extend {
-		until = max(until, now+2*span)
+		until = max(until, now+reach)
 	}
 	canWrite := l.rec.inflight == nil && now >= l.rec.retryAt
 	var pending []pendingSummary
@@ -420,10 +422,10 @@ func (l *Ledger) decide(now int64, carried, build bool) (*Proposal, bool) {
 // needs works out the raise r's round needs: listing it, covering its
 // leases' expiry, raising its ceiling to what the round could grant. A
 // raise makes the round's grants wait for the record. early says the
-// recorded expiries cover the round but will not for long (within half
-// a lease, or floor lease): p raises them, and the next record should
-// carry that, so that a later round finds them covered and does not
-// wait for a write, which may be queued behind newcomers' then.
+// recorded expiries cover the round but will not for long (see leadOf):
+// p raises them, and the next record should carry that, so that a later
+// round finds them covered and does not wait for a write, which may be
+// queued behind newcomers' then.
 func (l *Ledger) needs(now int64, r *resource, until int64) (p pendingSummary, raise, early bool) {
 	ll := int64(r.tmpl.LeaseLength)
 	p = pendingSummary{r: r, ceiling: r.ceiling, expiry: r.ceilingExpiry, floorCeiling: r.floors.ceiling, floorExpiry: r.floors.ceilingExpiry}
@@ -431,9 +433,10 @@ func (l *Ledger) needs(now int64, r *resource, until int64) (p pendingSummary, r
 		// Nothing to list; a committed record must say it is incomplete.
 		return p, !l.rec.incomplete, false
 	}
-	e := max(r.ceilingExpiry, min(now+2*ll, max(until, now+ll)))
+	lead, reach := leadOf(ll, r)
+	e := max(r.ceilingExpiry, min(now+reach, max(until, now+ll)))
 	raise = !r.published || now+ll > r.ceilingExpiry
-	if raise || now+ll*3/2 > r.ceilingExpiry && e > r.ceilingExpiry {
+	if raise || now+lead > r.ceilingExpiry && e > r.ceilingExpiry {
 		p.expiry, early = e, !raise
 	}
 	if r.shared() {
@@ -627,6 +630,28 @@ func summaryLive(s *allotpb.ResourceSummary, now, skew int64) bool {
 		s.GetFloorExpiry() != nil && s.GetFloorExpiry().AsTime().UnixNano()+skew > now
 }
 
+// leadOf says how far ahead a recorded bound on what r hands out for
+// span (its leases, its floors, or both: the horizon) is kept. When less
+// than lead is left, the next write raises it to reach ahead.
+//
+// The raise is asked for by a round of the resource, at most a refresh
+// interval after less than lead is left, and must land before less than
+// span is left (or within MaxRecordWait after), else what is handed out
+// is cut short to the recorded bound. So lead is span plus a lease
+// length and the refresh interval (at least half the span): a raise
+// that lands within a lease length of the round that asked for it cuts
+// nothing, even queued behind another write as slow, each taking half a
+// lease length (the writer's time-out, 2 s, for leases of 4 s). reach is
+// a lease length beyond lead (at least twice the span), so a steadily
+// refreshed resource is written about once per lease length; a
+// successor finds its latest expiry at most three lease lengths plus a
+// refresh interval ahead (it was two lease lengths).
+func leadOf(span int64, r *resource) (lead, reach int64) {
+	ll := int64(r.tmpl.LeaseLength)
+	lead = span + max(span/2, ll+int64(r.tmpl.RefreshInterval))
+	return lead, max(2*span, lead+ll)
+}
+
 // span is how long what the resource hands out may last: its leases, and
 // the floors that follow them.
 func (r *resource) span() int64 {
@@ -642,12 +667,13 @@ func (l *Ledger) needsFloors(now int64, r *resource, until int64, p *pendingSumm
 	if fl == 0 {
 		return false, false
 	}
-	e := max(r.floors.ceilingExpiry, min(now+2*fl, max(until, now+fl)))
+	lead, reach := leadOf(fl, r)
+	e := max(r.floors.ceilingExpiry, min(now+reach, max(until, now+fl)))
 	switch {
 	case !r.published || now+fl > r.floors.ceilingExpiry:
 		p.floorExpiry = e
 		raise = true
-	case now+fl*3/2 > r.floors.ceilingExpiry && e > r.floors.ceilingExpiry:
+	case now+lead > r.floors.ceilingExpiry && e > r.floors.ceilingExpiry:
 		p.floorExpiry = e
 		early = true
 	}

@@ -1,0 +1,131 @@
+package coordinator_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/allot/allot/coordinator"
+	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/coordtest"
+	"github.com/allot/allot/internal/natstest"
+	"github.com/allot/allot/internal/netcut"
+	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/internal/sources"
+	"github.com/allot/allot/internal/wire"
+	"github.com/allot/allot/proto/allotpb"
+)
+
+// A store that is slow, not failing, must not cut the leases of a client
+// that refreshes steadily. The coordinator's lease-record writes go over
+// its connection beside the service's (Options.Beside), here through a
+// relay that holds every byte to the server back: each write takes
+// writeDelay more, below the writer's 2 s time-out, so none fails. With
+// 4 s leases refreshed every second, a write that takes that long must
+// land before the recorded expiry binds: no reply may carry a lease that
+// ends before a full lease length (cut short to the recorded expiry), let
+// alone a zero-length one.
+func TestSlowRecordWritesKeepSteadyLeases(t *testing.T) {
+	const (
+		lease      = 4 * time.Second
+		refresh    = time.Second
+		writeDelay = 1500 * time.Millisecond
+		writes     = 5 // slow writes to watch
+	)
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	link, err := netcut.New(s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = link.Close() })
+	beside, err := nats.Connect("nats://"+link.Addr(), nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(beside.Close)
+	tm := &config.Template{Name: "t-db", Glob: "db", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: lease, RefreshInterval: refresh, Floor: config.DefaultFloor()}
+	coordtest.Start(t, nc, coordinator.Options{
+		Templates:     sources.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil)),
+		RoundInterval: 5 * time.Millisecond,
+		Beside:        beside,
+	})
+
+	// get asks for the lease on nc (not through the relay), and reports
+	// a lease that does not last a full lease length from before the ask.
+	get := func() error {
+		req := &allotpb.GetCapacityRequest{ClientId: "steady", Resource: []*allotpb.ResourceRequest{{ResourceId: "db", Wants: 10}}}
+		data, _ := proto.Marshal(req)
+		msg := nats.NewMsg(coordinator.Subject("root", "capacity.get"))
+		msg.Data = data
+		msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
+		asked := time.Now()
+		m, err := nc.RequestMsg(msg, 10*time.Second)
+		got := time.Now()
+		if err != nil {
+			return err
+		}
+		var resp allotpb.GetCapacityResponse
+		if err := proto.Unmarshal(m.Data, &resp); err != nil || len(resp.GetResponse()) != 1 {
+			return fmt.Errorf("bad reply %q (%v)", m.Data, err)
+		}
+		exp := resp.GetResponse()[0].GetGets().GetExpiryTime().AsTime()
+		switch left := exp.Sub(asked); {
+		case !exp.After(got):
+			return fmt.Errorf("zero-length lease (asked %v before it ends)", left)
+		case left < lease:
+			return fmt.Errorf("lease cut short to %v of %v", left, lease)
+		}
+		return nil
+	}
+	if err := get(); err != nil {
+		t.Fatal(err)
+	}
+	base := coordtest.Stats(t, nc).RecordWrites
+	link.SetDelay(writeDelay)
+
+	var mu sync.Mutex
+	var bad []string
+	cuts := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return bad
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(refresh)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if err := get(); err != nil {
+				mu.Lock()
+				bad = append(bad, time.Now().Format("15:04:05.000")+": "+err.Error())
+				mu.Unlock()
+			}
+		}
+	}()
+	defer wg.Wait()
+	defer close(stop)
+	poll.Until(t, 2*time.Minute, fmt.Sprintf("%d lease-record writes through the slow link", writes), func() bool {
+		return coordtest.Stats(t, nc).RecordWrites >= base+writes
+	})
+	if bad := cuts(); len(bad) > 0 {
+		t.Fatalf("with record writes %v slow, %d of the steady client's leases were cut:\n%v", writeDelay, len(bad), bad)
+	}
+	if st := coordtest.Stats(t, nc); st.HorizonErrors != 0 {
+		t.Fatalf("STATS: %d failed writes", st.HorizonErrors)
+	}
+
+}
