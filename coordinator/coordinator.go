@@ -291,7 +291,8 @@ type Coordinator struct {
 	// newcomers bounds the newcomers' requests of a round (adapt).
 	newcomers int
 	stats     stats
-	snap      snapState // Snapshot's requests to the round loop, and its cache
+	writes    writeTimes // lease-record writes, for logCuts
+	snap      snapState  // Snapshot's requests to the round loop, and its cache
 }
 
 // New validates opts and returns a Coordinator that is not yet serving.

@@ -159,7 +159,7 @@ func (c *Coordinator) Observe() Observation {
 		Serving: serving, Coordinator: true,
 		Rounds: s.rounds, RoundSeconds: s.hist.snapshot(), Calls: c.callCounts(),
 		RecordWrites: s.ledger.RecordWrites, RecordErrors: s.ledger.RecordErrors, RecordWaits: s.ledger.Waits,
-		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords, Silenced: c.gate.Silenced.Load(),
+		CutLeases: s.ledger.CutLeases, ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords, Silenced: c.gate.Silenced.Load(),
 		Resources: s.ledger.Resources, Clients: s.ledger.Clients,
 		Top: s.gauges, Other: s.rest,
 	}

@@ -47,7 +47,8 @@ type recordStore struct {
 type storeResult struct {
 	p       *ledger.Proposal // nil for a check
 	err     error
-	rewrite bool // the stored record is not ours: write ours again
+	rewrite bool          // the stored record is not ours: write ours again
+	took    time.Duration // how long the write took, retries included
 }
 
 // errDeposed wraps failures caused by a newer leader's record.
@@ -375,7 +376,9 @@ func (s *recordStore) run() {
 			return
 		case p := <-s.in:
 			writes++
+			start := time.Now()
 			res = storeResult{p: p, err: s.write(s.ctx, p.Record)}
+			res.took = time.Since(start)
 		case <-tick.C:
 			if !reading {
 				reading = true

@@ -134,6 +134,9 @@ func (c *Coordinator) stored(res storeResult) {
 	case res.err != nil:
 		c.log.Warn("cannot check the lease record", "err", res.err)
 	}
+	if res.p != nil {
+		c.writes.note(res.took)
+	}
 	if res.rewrite {
 		c.stats.foreignRecords++
 		c.ledger.Rewrite()
@@ -152,6 +155,7 @@ func (c *Coordinator) stored(res storeResult) {
 // propose hands a proposal to the writer.
 func (c *Coordinator) propose(p *ledger.Proposal) {
 	if p != nil {
+		c.writes.out = time.Now()
 		c.store.submit(p)
 	}
 }
@@ -545,6 +549,7 @@ func (c *Coordinator) sweep() {
 	c.propose(c.ledger.Sweep(now))
 	c.known.sweep(now)
 	c.logEvents()
+	c.logCuts()
 	c.stats.top = c.ledger.Top(now, topResources)
 	for i := range c.stats.top {
 		c.stats.top[i].Shadow = c.stats.top[i].Shadow || c.opts.Shadow
@@ -571,3 +576,42 @@ func (c *Coordinator) logEvents() {
 
 // topResources bounds the resources listed in STATS.
 const topResources = 50
+
+// cutLogInterval is how often, at most, leases cut short to the lease
+// record are logged.
+const cutLogInterval = 10 * time.Second
+
+// writeTimes keeps how long lease-record writes take, for the log line
+// of cut leases.
+type writeTimes struct {
+	// slowest since window began (the last line, or cutLogInterval
+	// before), and the last.
+	slowest, last time.Duration
+	window        time.Time
+	out           time.Time // when the write in flight went to the writer
+}
+
+func (w *writeTimes) note(took time.Duration) {
+	w.last, w.slowest = took, max(w.slowest, took)
+}
+
+// logCuts logs, at most once per cutLogInterval, that leases were cut
+// short to the lease record (STATS cut_leases counts them): its writes
+// do not keep up, because they are slow or fail, and clients get shorter
+// leases, or zero-length ones on their floors, until one lands.
+func (c *Coordinator) logCuts() {
+	w := &c.writes
+	now := time.Now()
+	if now.Sub(w.window) < cutLogInterval {
+		return
+	}
+	if cut := c.ledger.TakeCut(); cut.Leases > 0 {
+		attrs := []any{"leases", cut.Leases, "resource", cut.Resource, "cut_by", cut.By,
+			"slowest_write", w.slowest, "last_write", w.last}
+		if c.ledger.Inflight() {
+			attrs = append(attrs, "write_out_for", now.Sub(w.out))
+		}
+		c.log.Warn("leases cut short to the lease record: its writes do not keep up", attrs...)
+	}
+	w.window, w.slowest = now, w.last
+}

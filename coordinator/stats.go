@@ -55,6 +55,12 @@ type Stats struct {
 	// RecordWaits counts resource rounds whose grants waited for a
 	// lease-record write.
 	RecordWaits uint64 `json:"record_waits"`
+	// CutLeases counts leases cut short to the lease record: they ended
+	// before a full lease length (zero-length ones included) because the
+	// record's latest expiry for the resource, or its horizon, had not
+	// been raised in time: its writes were too slow, or failed. Each
+	// stretch of them is also logged (a warning at most every 10 s).
+	CutLeases uint64 `json:"cut_leases"`
 	// ForeignRecords counts stored lease records found not to be ours
 	// while serving (deleted, edited, forged); each was written again.
 	ForeignRecords uint64 `json:"foreign_records"`
@@ -125,7 +131,7 @@ func (c *Coordinator) statsData() any {
 		Rounds:  s.rounds, Requests: s.requests,
 		LastRoundMS: float64(s.lastRound) / 1e6, MaxRoundMS: float64(s.maxRound) / 1e6,
 		HorizonErrors: s.ledger.RecordErrors, RecordWrites: s.ledger.RecordWrites, RecordWaits: s.ledger.Waits,
-		ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords, PriorityCapped: s.ledger.PriorityCapped, TenantCapped: s.ledger.TenantCapped, ChildCapped: s.ledger.ChildCapped, OverClaims: s.ledger.OverClaims,
+		CutLeases: s.ledger.CutLeases, ForeignRecords: s.foreignRecords, ForgedRecords: s.ledger.ForgedRecords, PriorityCapped: s.ledger.PriorityCapped, TenantCapped: s.ledger.TenantCapped, ChildCapped: s.ledger.ChildCapped, OverClaims: s.ledger.OverClaims,
 		Unheard: s.ledger.Unheard, Forgotten: s.ledger.Forgotten,
 		Silenced: c.gate.Silenced.Load(), Resources: s.ledger.Resources, Clients: s.ledger.Clients,
 		RoundErrors: s.errors, Shadow: c.opts.Shadow,

@@ -98,6 +98,8 @@ var (
 		"Lease-record writes that failed; grants are held to the recorded ceilings meanwhile.", node...)
 	descWaits = desc("allot_coordinator_record_waits_total",
 		"Resource rounds whose grants waited for a lease-record write.", node...)
+	descCut = desc("allot_coordinator_cut_leases_total",
+		"Leases cut short to the lease record (zero-length ones included): its writes were too slow or failed.", node...)
 	descForeign = desc("allot_coordinator_foreign_records_total",
 		"Stored lease records found not to be this coordinator's while serving (each was written again).", node...)
 	descForged = desc("allot_coordinator_forged_records_total",
@@ -127,7 +129,7 @@ var (
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLeader, descTerm, descConfigGen, descConfigRejected, descConfigLoaded,
-		descRounds, descRound, descRequests, descErrors, descWrites, descWriteErrors, descWaits, descForeign, descForged,
+		descRounds, descRound, descRequests, descErrors, descWrites, descWriteErrors, descWaits, descCut, descForeign, descForged,
 		descSilenced, descResources, descClients, descOthers,
 		descCapacity, descOutstanding, descWants, descClaimants, descLearning, descShadow} {
 		ch <- d
@@ -206,6 +208,7 @@ func (c *collector) collectCoordinator(ch chan<- prometheus.Metric, o status.Obs
 	counter(ch, descWrites, o.RecordWrites, n, p)
 	counter(ch, descWriteErrors, o.RecordErrors, n, p)
 	counter(ch, descWaits, o.RecordWaits, n, p)
+	counter(ch, descCut, o.CutLeases, n, p)
 	counter(ch, descForeign, o.ForeignRecords, n, p)
 	counter(ch, descForged, o.ForgedRecords, n, p)
 	counter(ch, descSilenced, o.Silenced, n, p)

@@ -104,6 +104,9 @@ type Observation struct {
 	// rounds that waited for a write, stored records found not ours,
 	// records ignored as forged.
 	RecordWrites, RecordErrors, RecordWaits, ForeignRecords, ForgedRecords uint64
+	// CutLeases counts leases cut short to the lease record (its writes
+	// did not keep up), zero-length ones included.
+	CutLeases uint64
 	// Silenced counts replies withheld because the coordinator could no
 	// longer answer.
 	Silenced uint64

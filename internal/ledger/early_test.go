@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -136,5 +137,49 @@ func TestSlowWritesDoNotCutSteadyLeases(t *testing.T) {
 	}
 	if cut > 0 {
 		t.Fatalf("%d of the holder's %d leases cut short by writes of %v", cut, refreshes, write)
+	}
+}
+
+// Leases cut short to the record are counted, and TakeCut says where and
+// by how much: the coordinator logs it, since a store that does not keep
+// up otherwise shortens leases silently. Here writes stop landing after
+// the first: the holder's leases shorten as the recorded expiry nears,
+// then are zero-length.
+func TestCutLeasesAreCounted(t *testing.T) {
+	set := fairTemplate(100) // leases of 5s, refreshed every 1s
+	now := int64(1e18)
+	l := New(Config{Node: "root", ServerID: "root", Term: 1})
+	p, _ := l.Start(now, Prior{Kind: PriorNew})
+	l.Commit(now, p, nil)
+	var holder []Slot
+	for i := range 300 { // 30 s, a round every 100 ms
+		now += int64(100 * time.Millisecond)
+		if i%10 == 0 {
+			var err error
+			if holder, err = l.Get(now, set, &allotpb.GetCapacityRequest{ClientId: "h",
+				Resource: []*allotpb.ResourceRequest{{ResourceId: "good", Wants: 10}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if p := l.Propose(now); p != nil {
+			if l.Stats().RecordWrites == 1 { // the takeover's so far
+				l.Commit(now, p, nil) // lists the resource
+			} else {
+				l.Commit(now, p, errors.New("time-out"))
+			}
+		}
+		l.Allocate(now)
+		l.EndRound()
+	}
+	if !Ready(holder) || holder[0].Lease(now).Capacity != 0 {
+		t.Fatalf("the holder's last lease: %+v", holder[0].Lease(now))
+	}
+	n := l.Stats().CutLeases
+	c := l.TakeCut()
+	if n == 0 || c.Leases != n || c.Resource != "good" || c.By != 5*time.Second {
+		t.Fatalf("cut %+v, counted %d; want the holder's leases, cut to zero length", c, n)
+	}
+	if c := l.TakeCut(); c.Leases != 0 || l.Stats().CutLeases != n {
+		t.Fatalf("after TakeCut: cut %+v, counted %d of %d", c, l.Stats().CutLeases, n)
 	}
 }

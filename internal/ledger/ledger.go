@@ -178,6 +178,10 @@ type Ledger struct {
 	tenantRes  map[string]int
 	tenantRecs map[string]int
 	stats      Stats
+	// cut is what the record cut off leases since TakeCut, cutTaken the
+	// leases cut before.
+	cut      Cut
+	cutTaken uint64
 	// sink keeps events for the caller to log (Events).
 	sink eventSink
 	// GetAs's working lists, reused from call to call: a ledger serves
@@ -211,6 +215,11 @@ type Stats struct {
 	// floor with it): see Events.
 	Unheard   uint64
 	Forgotten uint64
+	// CutLeases counts leases that ended before a full lease length
+	// because the record did not cover one (its latest expiry for the
+	// resource, or its horizon, had not been raised in time): cut short,
+	// or zero-length once the recorded expiry has passed. See TakeCut.
+	CutLeases uint64
 	Resources int
 	Clients   int // client records
 }
@@ -234,6 +243,7 @@ func (l *Ledger) Stats() Stats {
 	s := l.stats
 	s.Resources, s.Clients = len(l.resources), l.records
 	s.Unheard, s.Forgotten = l.sink.unheard, l.sink.forgotten
+	s.CutLeases = l.cutTaken + l.cut.Leases
 	return s
 }
 
@@ -423,7 +433,7 @@ func (l *Ledger) resourceFor(now int64, id string, t *config.Template, gen uint6
 // Allocate runs the algorithm of every resource of the round that is not
 // waiting for the record, and settles its clients.
 func (l *Ledger) Allocate(now int64) {
-	p := roundParams{now: now, horizon: l.rec.until, minFresh: l.cfg.MinRefresh, stats: &l.stats}
+	p := roundParams{now: now, horizon: l.rec.until, minFresh: l.cfg.MinRefresh, stats: &l.stats, cut: &l.cut}
 	for _, r := range l.touched {
 		if r.waitSince != 0 {
 			continue
@@ -431,6 +441,34 @@ func (l *Ledger) Allocate(now int64) {
 		if len(r.batch) > 0 {
 			r.allocate(&p)
 		}
+	}
+}
+
+// Cut describes the leases cut short to the record (Stats.CutLeases)
+// since the last TakeCut.
+type Cut struct {
+	Leases uint64 // leases cut
+	// Resource is the resource of the deepest cut, and By how much of a
+	// lease length the record cut off there (all of it: a zero-length
+	// lease).
+	Resource string
+	By       time.Duration
+}
+
+// TakeCut returns the leases cut short to the record since the last
+// call, for the caller to report, and starts over.
+func (l *Ledger) TakeCut() Cut {
+	c := l.cut
+	l.cutTaken += c.Leases
+	l.cut = Cut{}
+	return c
+}
+
+// note counts a lease of resource id that the record cut by.
+func (c *Cut) note(id string, by time.Duration) {
+	c.Leases++
+	if by > c.By {
+		c.Resource, c.By = id, by
 	}
 }
 

@@ -495,6 +495,7 @@ type roundParams struct {
 	horizon  int64         // leases may not expire after this
 	minFresh time.Duration // shortest refresh interval handed out
 	stats    *Stats
+	cut      *Cut
 }
 
 // allocate runs the resource's algorithm over its whole state and settles
@@ -513,7 +514,11 @@ func (r *resource) allocate(p *roundParams) {
 
 	// No lease may outlive the recorded horizon (record.go) or the
 	// resource's published latest expiry.
-	expiry := max(min(p.now+int64(t.LeaseLength), p.horizon, r.ceilingExpiry, r.leaseEnd(p.now)), p.now)
+	full := max(min(p.now+int64(t.LeaseLength), r.leaseEnd(p.now)), p.now)
+	expiry := max(min(full, p.horizon, r.ceilingExpiry), p.now)
+	// What the record cuts off: counted and reported (a store that does
+	// not keep up shortens leases silently otherwise).
+	cut := time.Duration(full - expiry)
 	refresh := t.RefreshInterval
 	if up := r.up.regular(); r.up.child && up > 0 {
 		// Lower levels converge first: clients of a child come back twice
@@ -539,6 +544,9 @@ func (r *resource) allocate(p *roundParams) {
 			}
 			c.heldUntil = max(c.heldUntil, c.expiry+r.skew)
 			fresh = min(fresh, p.minFresh)
+		}
+		if cut > 0 && capacity > 0 && p.cut != nil {
+			p.cut.note(r.id, cut)
 		}
 		c.has = capacity
 		c.lapsed = false
