@@ -15,6 +15,7 @@ import (
 	"github.com/allot/allot/internal/ledger"
 	"github.com/allot/allot/internal/statekv"
 	"github.com/allot/allot/internal/subjects"
+	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -187,10 +188,16 @@ func (s *recordStore) writeTakeover(ctx context.Context, rec *allotpb.LeaseHoriz
 	return err
 }
 
+// encodeRecord writes rec as protojson does, by hand (see
+// wire.AppendLeaseRecordJSON), or through protojson for what the hand
+// encoder declines.
 func encodeRecord(rec *allotpb.LeaseHorizon) ([]byte, error) {
-	data, err := protojson.Marshal(rec)
-	if err != nil {
-		return nil, fmt.Errorf("encode lease record: %w", err)
+	data, ok := wire.AppendLeaseRecordJSON(nil, rec)
+	if !ok {
+		var err error
+		if data, err = protojson.Marshal(rec); err != nil {
+			return nil, fmt.Errorf("encode lease record: %w", err)
+		}
 	}
 	if len(data) > ledger.DefaultMaxRecordBytes {
 		return nil, fmt.Errorf("lease record of %d bytes is above the limit of %d", len(data), ledger.DefaultMaxRecordBytes)
