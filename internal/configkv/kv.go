@@ -20,6 +20,7 @@ import (
 
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/domainlimit"
+	"github.com/allot/allot/internal/jsretry"
 	"github.com/allot/allot/internal/quota"
 	"github.com/allot/allot/internal/subjects"
 )
@@ -61,28 +62,38 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, bucket string, crea
 	if bucket == "" {
 		bucket = DefaultBucket
 	}
-	kv, err := js.KeyValue(ctx, bucket)
-	if err == nil {
-		return kv, nil
-	}
-	if !create || !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("open configuration bucket %q: %w", bucket, err)
-	}
-	cfg := jetstream.KeyValueConfig{
-		Bucket:      bucket,
-		Description: BucketDescription,
-		History:     BucketHistory,
-		Storage:     jetstream.FileStorage,
-	}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	kv, err = js.CreateKeyValue(ctx, cfg)
-	if errors.Is(err, jetstream.ErrBucketExists) { // lost a race with another creator
+	var kv jetstream.KeyValue
+	creating := false // the last attempt failed creating the bucket
+	// JetStream may not be ready yet (a fresh cluster electing its meta
+	// leader): such failures are retried until ctx ends.
+	err := jsretry.Do(ctx, func(ctx context.Context) error {
+		creating = false
+		var err error
 		kv, err = js.KeyValue(ctx, bucket)
-	}
-	if err != nil {
+		if err == nil || !create || !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return err
+		}
+		cfg := jetstream.KeyValueConfig{
+			Bucket:      bucket,
+			Description: BucketDescription,
+			History:     BucketHistory,
+			Storage:     jetstream.FileStorage,
+		}
+		for _, o := range opts {
+			o(&cfg)
+		}
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) { // lost a race with another creator
+			kv, err = js.KeyValue(ctx, bucket)
+		}
+		creating = err != nil
+		return err
+	})
+	switch {
+	case err != nil && creating:
 		return nil, fmt.Errorf("create configuration bucket %q: %w", bucket, err)
+	case err != nil:
+		return nil, fmt.Errorf("open configuration bucket %q: %w", bucket, err)
 	}
 	return kv, nil
 }

@@ -35,6 +35,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/allot/allot/internal/jsretry"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/replica"
 	"github.com/allot/allot/status"
@@ -302,7 +303,7 @@ func Bucket(ctx context.Context, js jetstream.JetStream, name string, ttl time.D
 			}
 		}
 		if err != nil {
-			if ctx.Err() == nil && attempt < 20 && isTransient(err) {
+			if ctx.Err() == nil && attempt < 20 && jsretry.Transient(err) {
 				// A fresh cluster may still be electing its meta leader.
 				select {
 				case <-time.After(250 * time.Millisecond):
@@ -322,12 +323,6 @@ func Bucket(ctx context.Context, js jetstream.JetStream, name string, ttl time.D
 		}
 		return kv, nil
 	}
-}
-
-func isTransient(err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 // isWrongLastSeq reports a compare-and-set conflict (10071, or 10164 on

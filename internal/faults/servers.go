@@ -261,9 +261,10 @@ func build(tb testing.TB, name, pkg string) string {
 // WaitPlacement waits until the cluster js speaks to places a
 // three-replica bucket: on a machine loaded enough that a server misses
 // its heartbeats, the meta leader briefly takes it for offline and
-// refuses to place one ("no suitable peers for placement"), and `allot
-// coordinator` gives up on its configuration bucket at once (its
-// supervisor starts it again). It fails tb once ctx ends.
+// refuses to place one ("no suitable peers for placement"). `allot
+// coordinator` waits that out too (up to its start time-out), so this
+// only keeps a scenario's timeline from starting with that wait. It fails
+// tb once ctx ends.
 func WaitPlacement(ctx context.Context, tb testing.TB, js jetstream.JetStream) {
 	tb.Helper()
 	for {

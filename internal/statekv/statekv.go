@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/allot/allot/internal/jsretry"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -29,20 +30,26 @@ const History = 5
 // operator may have scaled it); only a history below 2, left by an older
 // allot, is raised, and a failure to raise it is logged to log.
 func Open(ctx context.Context, js jetstream.JetStream, name string, replicas int, log *slog.Logger) (kv jetstream.KeyValue, created bool, err error) {
-	kv, err = js.KeyValue(ctx, name)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      name,
-			Description: "allot state: lease records per node, the domain services' staged transfers and seal keys",
-			History:     History,
-			Storage:     jetstream.FileStorage,
-			Replicas:    max(replicas, 1),
-		})
-		created = err == nil
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, name) // created meanwhile by another service
+	// JetStream may not be ready yet (a fresh cluster electing its meta
+	// leader): such failures are retried until ctx ends.
+	err = jsretry.Do(ctx, func(ctx context.Context) error {
+		var err error
+		kv, err = js.KeyValue(ctx, name)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket:      name,
+				Description: "allot state: lease records per node, the domain services' staged transfers and seal keys",
+				History:     History,
+				Storage:     jetstream.FileStorage,
+				Replicas:    max(replicas, 1),
+			})
+			created = err == nil
+			if errors.Is(err, jetstream.ErrBucketExists) {
+				kv, err = js.KeyValue(ctx, name) // created meanwhile by another service
+			}
 		}
-	}
+		return err
+	})
 	if err != nil {
 		return nil, false, fmt.Errorf("state bucket %q: %w", name, err)
 	}
