@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/proto/allotpb"
 )
 
@@ -74,7 +75,27 @@ func TestSteadyHolderNeverWaitsForARecord(t *testing.T) {
 // lease length, less the refresh interval, after the round that asked
 // for it let the holder's leases be cut short, then zero-length.
 func TestSlowWritesDoNotCutSteadyLeases(t *testing.T) {
-	set := fairTemplate(100) // leases of 5s, refreshed every 1s; floors of 20s
+	slowWritesCut(t, fairTemplate(100)) // leases of 5s, refreshed every 1s; floors of 20s
+}
+
+// So with no floors, whose leases of 20 s kept the horizon far ahead:
+// the horizon is as near as the holder's latest expiry. Its raise,
+// asked for by rounds that each found a write out, was dropped until a
+// round found none, while the resource's was kept for the next record:
+// with writes back to back, the horizon cut the holder's leases, then
+// the resource's latest expiry, raised only as far as the horizon.
+func TestSlowWritesDoNotCutSteadyLeasesWithoutFloors(t *testing.T) {
+	tm := &config.Template{Name: "t", Glob: "*", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: 5 * time.Second, RefreshInterval: time.Second, LearningModeDuration: 5 * time.Second,
+		Floor: config.FloorPolicy{Unlimited: true}}
+	slowWritesCut(t, config.NewSet(1, []*config.Template{tm}, nil))
+}
+
+// slowWritesCut runs a holder of set's resource "good" refreshing every
+// second, a newcomer of "x" each second, and writes of 2.5 s, and fails
+// if any of the holder's leases is cut short.
+func slowWritesCut(t *testing.T, set *config.Set) {
+	t.Helper()
 	const lease = int64(5 * time.Second)
 	now := int64(1e18)
 	l := New(Config{Node: "root", ServerID: "root", Term: 1})

@@ -128,6 +128,10 @@ type recordState struct {
 	incomplete bool
 	inflight   *Proposal
 	rewrite    bool // the stored record is not ours: write ours again
+	// lead and reach of a horizon raise asked for while no record could
+	// be built (see decide): the next record carries it, as it does
+	// resources' early raises (addEarly).
+	lead, reach int64
 }
 
 // Proposal is a record that must be durable before the grants it covers.
@@ -345,7 +349,8 @@ func (l *Ledger) Defer(now int64, carried bool) bool {
 func (l *Ledger) decide(now int64, carried, build bool) (*Proposal, bool) {
 	// The horizon covers leases and the floors that follow them: span is
 	// the longest of either among the round's resources.
-	var span, lead, reach int64
+	var span int64
+	lead, reach := l.rec.lead, l.rec.reach
 	for _, r := range l.touched {
 		if len(r.batch) > 0 && (carried || r.round == l.round) {
 			span = max(span, r.span())
@@ -357,7 +362,7 @@ func (l *Ledger) decide(now int64, carried, build bool) (*Proposal, bool) {
 	needHorizon := span > 0 && now+span > until
 	// Extend early, so a write that is slow or fails has time to land or
 	// be retried before leases and floors shorten (see leadOf).
-	extend := needHorizon || span > 0 && now+lead > until || l.rec.rewrite
+	extend := needHorizon || lead > 0 && now+lead > until || l.rec.rewrite
 	if extend {
 		until = max(until, now+reach)
 	}
@@ -409,6 +414,13 @@ func (l *Ledger) decide(now int64, carried, build bool) (*Proposal, bool) {
 			pending = append(pending, ps)
 		}
 	}
+	if extend && (!canWrite || !build) {
+		// Kept for the next record, which may be built as soon as the
+		// write in flight lands, when no round of the resources asks: a
+		// raise asked for only by their next rounds, each finding a write
+		// out, may come too late under writes queued back to back.
+		l.rec.lead, l.rec.reach = lead, reach
+	}
 	if !canWrite || !extend && len(pending) == 0 && len(l.early) == 0 {
 		return nil, false
 	}
@@ -416,6 +428,7 @@ func (l *Ledger) decide(now int64, carried, build bool) (*Proposal, bool) {
 		return nil, true
 	}
 	l.rec.rewrite = false
+	l.rec.lead, l.rec.reach = 0, 0
 	return l.proposal(now, until, pending), true
 }
 
