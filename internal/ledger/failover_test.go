@@ -31,8 +31,8 @@ func TestFailoverUtilization(t *testing.T) {
 		{"leases live", 2 * time.Second},
 		// Every lease (10 s) ends within the clock skew (1 s) of the
 		// takeover: none can be credited, while the predecessor's latest
-		// expiry (up to two lease lengths after its last write) may be
-		// ten seconds ahead.
+		// expiry (up to three lease lengths plus a refresh interval after
+		// its last write) may be ten seconds ahead or more.
 		{"leases ending", 9500 * time.Millisecond},
 		{"leases lapsed", 12 * time.Second},
 	} {
