@@ -52,35 +52,62 @@ const (
 func AppendGetCapacityResponse(b []byte, term uint64, entries []LeaseReply) []byte {
 	for i := range entries {
 		e := &entries[i]
-		b = protowire.AppendTag(b, fieldResponse, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(resourceResponseSize(e)))
-		b = appendString(b, fieldResourceID, e.ResourceID)
 		if e.Error != "" {
+			b = appendTag(b, fieldResponse, protowire.BytesType)
+			b = appendUvarint(b, uint64(stringSize(fieldResourceID, e.ResourceID)+stringSize(fieldError, e.Error)+
+				varintSize(fieldErrorCode, uint64(int64(e.ErrorCode)))))
+			b = appendString(b, fieldResourceID, e.ResourceID)
 			b = appendString(b, fieldError, e.Error)
 			b = appendVarint(b, fieldErrorCode, uint64(int64(e.ErrorCode)))
 			continue
 		}
-		b = protowire.AppendTag(b, fieldGets, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(leaseSize(e)))
+		// Each size is worked out once: the lease's goes into the
+		// entry's.
+		expSec, expNsec := splitNanos(e.Expiry)
+		refSec, refNsec := splitNanos(int64(e.Refresh))
+		expBody, refBody := secNanosBody(expSec, expNsec), secNanosBody(refSec, refNsec)
+		lease := doubleSize(fieldCapacity, e.Capacity) + protowire.SizeTag(fieldExpiry) + protowire.SizeBytes(expBody) +
+			protowire.SizeTag(fieldRefresh) + protowire.SizeBytes(refBody)
+		b = appendTag(b, fieldResponse, protowire.BytesType)
+		b = appendUvarint(b, uint64(resourceResponseSize(e, lease)))
+		b = appendString(b, fieldResourceID, e.ResourceID)
+		b = appendTag(b, fieldGets, protowire.BytesType)
+		b = appendUvarint(b, uint64(lease))
 		b = appendDouble(b, fieldCapacity, e.Capacity)
-		sec, nsec := splitNanos(e.Expiry)
-		b = appendSecNanos(b, fieldExpiry, sec, nsec)
-		sec, nsec = splitNanos(int64(e.Refresh))
-		b = appendSecNanos(b, fieldRefresh, sec, nsec)
+		b = appendSecNanos(b, fieldExpiry, expSec, expNsec, expBody)
+		b = appendSecNanos(b, fieldRefresh, refSec, refNsec, refBody)
 		b = appendDouble(b, fieldSafeCapacity, e.SafeCapacity)
 		if e.Shadow {
 			b = appendVarint(b, fieldShadow, 1)
 		}
 		if e.SafeExpiry != 0 {
-			sec, nsec = splitNanos(e.SafeExpiry)
-			b = appendSecNanos(b, fieldSafeExpiry, sec, nsec)
+			sec, nsec := splitNanos(e.SafeExpiry)
+			b = appendSecNanos(b, fieldSafeExpiry, sec, nsec, secNanosBody(sec, nsec))
 		}
 	}
 	if term != 0 {
-		b = protowire.AppendTag(b, fieldTerm, protowire.VarintType)
-		b = protowire.AppendVarint(b, term)
+		b = appendTag(b, fieldTerm, protowire.VarintType)
+		b = appendUvarint(b, term)
 	}
 	return b
+}
+
+// appendTag is protowire.AppendTag, a field below 16's tag (every field
+// here) written as its one byte without the general varint's switch.
+func appendTag(b []byte, num protowire.Number, typ protowire.Type) []byte {
+	if num < 16 {
+		return append(b, byte(num)<<3|byte(typ))
+	}
+	return protowire.AppendTag(b, num, typ)
+}
+
+// appendUvarint is protowire.AppendVarint with a value below 128 (most
+// lengths here) written as its one byte at once.
+func appendUvarint(b []byte, v uint64) []byte {
+	if v < 0x80 {
+		return append(b, byte(v))
+	}
+	return protowire.AppendVarint(b, v)
 }
 
 // splitNanos splits unix nanoseconds into seconds and non-negative nanos,
@@ -94,13 +121,11 @@ func splitNanos(ns int64) (int64, int32) {
 	return sec, int32(nsec)
 }
 
-func resourceResponseSize(e *LeaseReply) int {
+// resourceResponseSize is the size of a served entry whose lease body
+// is lease bytes long.
+func resourceResponseSize(e *LeaseReply, lease int) int {
 	n := stringSize(fieldResourceID, e.ResourceID)
-	if e.Error != "" {
-		return n + stringSize(fieldError, e.Error) + varintSize(fieldErrorCode, uint64(int64(e.ErrorCode)))
-	}
-	l := leaseSize(e)
-	n += protowire.SizeTag(fieldGets) + protowire.SizeBytes(l)
+	n += protowire.SizeTag(fieldGets) + protowire.SizeBytes(lease)
 	n += doubleSize(fieldSafeCapacity, e.SafeCapacity)
 	if e.Shadow {
 		n += varintSize(fieldShadow, 1)
@@ -110,14 +135,6 @@ func resourceResponseSize(e *LeaseReply) int {
 		n += secNanosSize(fieldSafeExpiry, sec, nsec)
 	}
 	return n
-}
-
-func leaseSize(e *LeaseReply) int {
-	n := doubleSize(fieldCapacity, e.Capacity)
-	sec, nsec := splitNanos(e.Expiry)
-	n += secNanosSize(fieldExpiry, sec, nsec)
-	sec, nsec = splitNanos(int64(e.Refresh))
-	return n + secNanosSize(fieldRefresh, sec, nsec)
 }
 
 func secNanosBody(sec int64, nsec int32) int {
@@ -135,16 +152,18 @@ func secNanosSize(field protowire.Number, sec int64, nsec int32) int {
 	return protowire.SizeTag(field) + protowire.SizeBytes(secNanosBody(sec, nsec))
 }
 
-func appendSecNanos(b []byte, field protowire.Number, sec int64, nsec int32) []byte {
-	b = protowire.AppendTag(b, field, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(secNanosBody(sec, nsec)))
+// appendSecNanos writes a Timestamp or Duration field whose body
+// (secNanosBody) is body bytes long.
+func appendSecNanos(b []byte, field protowire.Number, sec int64, nsec int32, body int) []byte {
+	b = appendTag(b, field, protowire.BytesType)
+	b = appendUvarint(b, uint64(body))
 	if sec != 0 {
-		b = protowire.AppendTag(b, fieldSeconds, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(sec))
+		b = appendTag(b, fieldSeconds, protowire.VarintType)
+		b = appendUvarint(b, uint64(sec))
 	}
 	if nsec != 0 {
-		b = protowire.AppendTag(b, fieldNanos, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(int64(nsec)))
+		b = appendTag(b, fieldNanos, protowire.VarintType)
+		b = appendUvarint(b, uint64(int64(nsec)))
 	}
 	return b
 }
@@ -163,7 +182,7 @@ func appendDouble(b []byte, field protowire.Number, v float64) []byte {
 	if v == 0 {
 		return b
 	}
-	b = protowire.AppendTag(b, field, protowire.Fixed64Type)
+	b = appendTag(b, field, protowire.Fixed64Type)
 	return protowire.AppendFixed64(b, math.Float64bits(v))
 }
 
@@ -178,8 +197,9 @@ func appendString(b []byte, field protowire.Number, s string) []byte {
 	if s == "" {
 		return b
 	}
-	b = protowire.AppendTag(b, field, protowire.BytesType)
-	return protowire.AppendString(b, s)
+	b = appendTag(b, field, protowire.BytesType)
+	b = appendUvarint(b, uint64(len(s)))
+	return append(b, s...)
 }
 
 func varintSize(field protowire.Number, v uint64) int {
@@ -193,6 +213,6 @@ func appendVarint(b []byte, field protowire.Number, v uint64) []byte {
 	if v == 0 {
 		return b
 	}
-	b = protowire.AppendTag(b, field, protowire.VarintType)
-	return protowire.AppendVarint(b, v)
+	b = appendTag(b, field, protowire.VarintType)
+	return appendUvarint(b, v)
 }

@@ -388,7 +388,8 @@ func AppendQuotaTakeResponse(b []byte, e Encoding, d *quota.Decision, matched st
 // when zero. Seconds and nanos carry d's sign, as durationpb.New makes
 // them.
 func appendDuration(b []byte, field protowire.Number, d time.Duration) []byte {
-	return appendSecNanos(b, field, int64(d/time.Second), int32(d%time.Second))
+	sec, nsec := int64(d/time.Second), int32(d%time.Second)
+	return appendSecNanos(b, field, sec, nsec, secNanosBody(sec, nsec))
 }
 
 func appendTakeJSON(b []byte, d *quota.Decision, matched string) []byte {
