@@ -22,7 +22,8 @@ import (
 type holders struct {
 	mu sync.RWMutex
 	// set holds, per key, the end of the client's latest lease (unix ns).
-	// Only the round loop writes it; classify reads it beside.
+	// Only the round loop writes it (the fingerprints under mu); classify
+	// reads the fingerprints beside, under the read lock.
 	set holderSet
 	max int
 }
@@ -69,8 +70,8 @@ func (h *holders) known(subject, client string) bool {
 // hold records that the client of a request on subject holds a lease
 // until (unix ns). Only the round loop calls it (and sweep), so only the
 // round loop writes the table: a known client's refresh moves its lease
-// end under the read lock, beside the intake's classify (which reads
-// only the fingerprints).
+// end without a lock (moveUntil), beside the intake's classify (which
+// reads only the fingerprints, under the read lock).
 func (h *holders) hold(subject, client string, until int64) {
 	fp := h.fingerprint(subject, client)
 	if h.moveUntil(fp, until) {
@@ -85,10 +86,11 @@ func (h *holders) hold(subject, client string, until int64) {
 }
 
 // moveUntil moves the lease end of fp to until if that is later, and
-// reports whether fp is in the table.
+// reports whether fp is in the table. It takes no lock: only the round
+// loop, its one caller, writes the table (so its own reads need none),
+// and the lease ends it writes are read by no other goroutine (classify
+// reads the fingerprints only). It runs for every reply.
 func (h *holders) moveUntil(fp uint64, until int64) bool {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
 	i := h.set.find(fp)
 	if i >= 0 {
 		u := &h.set.slots[i].until
