@@ -80,12 +80,19 @@ func DecodeRelease(e Encoding, data []byte, r *allotpb.ReleaseCapacityRequest) e
 
 // DecodeReleaseNames is DecodeRelease with the resource ids made by ids.
 func DecodeReleaseNames(e Encoding, data []byte, r *allotpb.ReleaseCapacityRequest, ids Names) error {
-	if e != Protobuf || CheckSize(e, len(data)) != nil || !decodeReleaseProtoFast(data, r, ids) {
+	if CheckSize(e, len(data)) != nil || !fastRelease(e, data, r, ids) {
 		if err := Unmarshal(e, data, r); err != nil {
 			return err
 		}
 	}
 	return ValidateRelease(r)
+}
+
+func fastRelease(e Encoding, data []byte, r *allotpb.ReleaseCapacityRequest, ids Names) bool {
+	if e == Protobuf {
+		return decodeReleaseProtoFast(data, r, ids)
+	}
+	return decodeReleaseJSONFast(data, r, ids)
 }
 
 // decodeGetProtoFast decodes a binary GetCapacityRequest of the common

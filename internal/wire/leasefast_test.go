@@ -163,6 +163,29 @@ func leaseSeeds(t testing.TB) [][]byte {
 	}
 }
 
+// releaseJSONSeeds are JSON ReleaseCapacity requests: the first five of
+// the plain shape, the others edges.
+var releaseJSONSeeds = []string{
+	`{"client_id":"me","resource_id":["a","mysql/main"]}`,
+	` { "clientId" : "me" , "resourceId" : [ "a" , "b" ] } `,
+	`{"client_id":"me","resource_id":[]}`,
+	`{"resource_id":["a"]}`,
+	`{}`,
+	`{"client_id":"me","resource_id":null}`,
+	`{"client_id":"me","resource_id":["a",]}`,
+	`{"client_id":"me","resource_id":["a"],"resourceId":["b"]}`,
+	`{"client_id":"me","client_id":"me","resource_id":["a"]}`,
+	`{"client_id":"me","resource_id":"a"}`,
+	`{"client_id":"me","resource_id":["a","a"]}`,
+	`{"client_id":"me","resource_id":["a b"]}`,
+	`{"client_id":"me","resource_id":[1]}`,
+	`{"client_id":"me","resource_id":["\u0061"]}`,
+	`{"client_id":"me","resource_id":["é"]}`,
+	`{"client_id":"me","resource_id":["a"]} x`,
+	`{"client_id":"me","resource_id":[["a"]]}`,
+	`{"client_id":"","resource_id":["a"]}`,
+}
+
 var leaseJSONSeeds = []string{
 	`{"client_id":"me","resource":[{"resource_id":"db","wants":10}]}`,
 	` { "clientId" : "me" , "resource" : [ { "resourceId" : "db" , "wants" : 10.25 , "priority" : -3 } , {"resource_id":"x","priority":0} ] } `,
@@ -243,6 +266,12 @@ func TestLeaseDecodersTakeTheFastPath(t *testing.T) {
 			t.Errorf("%s: not on the fast path", s)
 		}
 	}
+	for _, s := range releaseJSONSeeds[:5] {
+		if !decodeReleaseJSONFast([]byte(s), usedRelease(), nil) {
+			t.Errorf("release %s: not on the fast path", s)
+		}
+		checkLeaseDecoders(t, JSON, []byte(s))
+	}
 }
 
 // jsonRefresh is a JSON client's refresh: it sends back the lease and
@@ -256,7 +285,7 @@ func TestLeaseDecodersEdges(t *testing.T) {
 	for _, data := range leaseSeeds(t) {
 		checkLeaseDecoders(t, Protobuf, data)
 	}
-	for _, s := range leaseJSONSeeds {
+	for _, s := range append(leaseJSONSeeds, releaseJSONSeeds...) {
 		checkLeaseDecoders(t, JSON, []byte(s))
 	}
 }
@@ -291,6 +320,23 @@ func TestLeaseDecodersAllocate(t *testing.T) {
 			t.Errorf("%v with an id cache: %.0f allocations per request; want at most 1 (client_id)", c.enc, allocs)
 		}
 	}
+	// A release reuses its list of ids; with the cache, only its client
+	// id is a new string.
+	for _, enc := range []Encoding{Protobuf, JSON} {
+		data, err := Marshal(enc, &allotpb.ReleaseCapacityRequest{ClientId: "host-1:4242", ResourceId: []string{"mysql/main", "db"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, ids := usedRelease(), NewIDCache()
+		allocs := testing.AllocsPerRun(100, func() {
+			if err := DecodeReleaseNames(enc, data, r, ids.Name); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs > 1 {
+			t.Errorf("release in %v: %.0f allocations per request; want at most 1 (client_id)", enc, allocs)
+		}
+	}
 }
 
 // FuzzDecodeLease compares DecodeGetCapacity and DecodeRelease, decoding
@@ -300,7 +346,7 @@ func FuzzDecodeLease(f *testing.F) {
 	for _, data := range leaseSeeds(f) {
 		f.Add(data, true)
 	}
-	for _, s := range leaseJSONSeeds {
+	for _, s := range append(leaseJSONSeeds, releaseJSONSeeds...) {
 		f.Add([]byte(s), false)
 	}
 	f.Fuzz(func(t *testing.T, data []byte, binary bool) {

@@ -56,6 +56,47 @@ func decodeGetJSONFast(data []byte, r *allotpb.GetCapacityRequest, ids Names) bo
 	return true
 }
 
+// decodeReleaseJSONFast decodes a JSON ReleaseCapacityRequest written
+// in the plain shape (see decodeGetJSONFast): one object with client_id
+// and a list of resource ids, strings of printable ASCII without
+// escapes. It reports false for anything else, leaving r unspecified,
+// so the caller decodes with protojson.
+func decodeReleaseJSONFast(data []byte, r *allotpb.ReleaseCapacityRequest, ids Names) bool {
+	list := r.ResourceId[:0]
+	*r = allotpb.ReleaseCapacityRequest{} // as Reset, without its atomic store
+	var seen uint8
+	i, ok := jsonObject(data, skipSpace(data, 0), func(key []byte, i int) (int, bool) {
+		var bit uint8
+		var ok bool
+		switch string(key) {
+		case "client_id", "clientId":
+			bit = 1
+			ok = stringField(data, &i, &r.ClientId)
+		case "resource_id", "resourceId":
+			bit = 2
+			i, ok = jsonList(data, i, func(i int) (int, bool) {
+				v, j, ok := plainString(data, i)
+				if ok {
+					list = append(list, ids.Of(v))
+				}
+				return j, ok
+			})
+		}
+		if !ok || seen&bit != 0 {
+			return 0, false // unknown or repeated key: protojson names it
+		}
+		seen |= bit
+		return i, true
+	})
+	if !ok || skipSpace(data, i) != len(data) {
+		return false
+	}
+	if len(list) > 0 {
+		r.ResourceId = list
+	}
+	return true
+}
+
 // resourceJSONFast reads one ResourceRequest object at data[i] into rr.
 func resourceJSONFast(data []byte, i int, rr *allotpb.ResourceRequest, ids Names) (int, bool) {
 	has, safe := rr.Has, rr.Safe // reused if this request holds leases too
