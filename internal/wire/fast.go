@@ -92,13 +92,11 @@ func AppendGetCapacityResponse(b []byte, term uint64, entries []LeaseReply) []by
 	return b
 }
 
-// appendTag is protowire.AppendTag, a field below 16's tag (every field
-// here) written as its one byte without the general varint's switch.
+// appendTag is protowire.AppendTag for a field below 16, which every
+// field these encoders write is (TestFieldsFitOneByteTags): its tag is
+// one byte, written without the general varint's switch.
 func appendTag(b []byte, num protowire.Number, typ protowire.Type) []byte {
-	if num < 16 {
-		return append(b, byte(num)<<3|byte(typ))
-	}
-	return protowire.AppendTag(b, num, typ)
+	return append(b, byte(num)<<3|byte(typ))
 }
 
 // appendUvarint is protowire.AppendVarint with a value below 128 (most

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -222,6 +223,22 @@ func TestJSONTimestampAndDouble(t *testing.T) {
 		}
 		if got := `{"capacity":` + string(appendJSONDouble(nil, v)) + `}`; got != string(bytes.ReplaceAll(want, []byte(" "), nil)) {
 			t.Fatalf("double %v: got %s, want %s", v, got, want)
+		}
+	}
+}
+
+// TestFieldsFitOneByteTags checks that every field the hand encoders
+// write is below 16, so that appendTag's one byte is its whole tag, as
+// protowire.AppendTag writes it.
+func TestFieldsFitOneByteTags(t *testing.T) {
+	for _, num := range []protowire.Number{fieldResponse, fieldTerm, fieldResourceID, fieldGets, fieldSafeCapacity, fieldError,
+		fieldErrorCode, fieldShadow, fieldSafeExpiry, fieldCapacity, fieldExpiry, fieldRefresh, fieldSeconds, fieldNanos,
+		fieldTakeStatus, fieldTakeWait, fieldTakeReason, fieldTakeLimit, fieldTakeRemaining, fieldTakeRetryAfter,
+		fieldTakeWarning, fieldTakeMatched, fieldTakeShadow, fieldTakeShadowStat} {
+		for _, typ := range []protowire.Type{protowire.VarintType, protowire.Fixed64Type, protowire.BytesType} {
+			if got, want := appendTag(nil, num, typ), protowire.AppendTag(nil, num, typ); !bytes.Equal(got, want) {
+				t.Errorf("field %d type %d: tag %x, want %x", num, typ, got, want)
+			}
 		}
 	}
 }
