@@ -25,29 +25,11 @@ import (
 func decodeGetJSONFast(data []byte, r *allotpb.GetCapacityRequest, ids Names) bool {
 	list := r.Resource[:0]
 	*r = allotpb.GetCapacityRequest{} // as Reset, without its atomic store
-	var seen uint8
-	i, ok := jsonObject(data, skipSpace(data, 0), func(key []byte, i int) (int, bool) {
-		var bit uint8
-		var ok bool
-		switch string(key) {
-		case "client_id", "clientId":
-			bit = 1
-			ok = stringField(data, &i, &r.ClientId)
-		case "resource":
-			bit = 2
-			i, ok = jsonList(data, i, func(i int) (int, bool) {
-				var rr *allotpb.ResourceRequest
-				list, rr = nextResource(list)
-				return resourceJSONFast(data, i, rr, ids)
-			})
-		}
-		if !ok || seen&bit != 0 {
-			return 0, false // unknown or repeated key: protojson names it
-		}
-		seen |= bit
-		return i, true
-	})
-	if !ok || skipSpace(data, i) != len(data) {
+	if !clientAndList(data, &r.ClientId, "resource", "resource", func(i int) (int, bool) {
+		var rr *allotpb.ResourceRequest
+		list, rr = nextResource(list)
+		return resourceJSONFast(data, i, rr, ids)
+	}) {
 		return false
 	}
 	if len(list) > 0 {
@@ -64,23 +46,37 @@ func decodeGetJSONFast(data []byte, r *allotpb.GetCapacityRequest, ids Names) bo
 func decodeReleaseJSONFast(data []byte, r *allotpb.ReleaseCapacityRequest, ids Names) bool {
 	list := r.ResourceId[:0]
 	*r = allotpb.ReleaseCapacityRequest{} // as Reset, without its atomic store
+	if !clientAndList(data, &r.ClientId, "resource_id", "resourceId", func(i int) (int, bool) {
+		v, j, ok := plainString(data, i)
+		if ok {
+			list = append(list, ids.Of(v))
+		}
+		return j, ok
+	}) {
+		return false
+	}
+	if len(list) > 0 {
+		r.ResourceId = list
+	}
+	return true
+}
+
+// clientAndList reads the object of a JSON lease request, all of data:
+// its client_id into clientID and each element of its list, keyed
+// listKey or listName (its proto and JSON names), with elem. Another
+// key, a repeated one, or anything after the object reports false.
+func clientAndList(data []byte, clientID *string, listKey, listName string, elem func(i int) (int, bool)) bool {
 	var seen uint8
 	i, ok := jsonObject(data, skipSpace(data, 0), func(key []byte, i int) (int, bool) {
 		var bit uint8
 		var ok bool
-		switch string(key) {
-		case "client_id", "clientId":
+		switch {
+		case string(key) == "client_id" || string(key) == "clientId":
 			bit = 1
-			ok = stringField(data, &i, &r.ClientId)
-		case "resource_id", "resourceId":
+			ok = stringField(data, &i, clientID)
+		case string(key) == listKey || string(key) == listName:
 			bit = 2
-			i, ok = jsonList(data, i, func(i int) (int, bool) {
-				v, j, ok := plainString(data, i)
-				if ok {
-					list = append(list, ids.Of(v))
-				}
-				return j, ok
-			})
+			i, ok = jsonList(data, i, elem)
 		}
 		if !ok || seen&bit != 0 {
 			return 0, false // unknown or repeated key: protojson names it
@@ -88,13 +84,7 @@ func decodeReleaseJSONFast(data []byte, r *allotpb.ReleaseCapacityRequest, ids N
 		seen |= bit
 		return i, true
 	})
-	if !ok || skipSpace(data, i) != len(data) {
-		return false
-	}
-	if len(list) > 0 {
-		r.ResourceId = list
-	}
-	return true
+	return ok && skipSpace(data, i) == len(data)
 }
 
 // resourceJSONFast reads one ResourceRequest object at data[i] into rr.
