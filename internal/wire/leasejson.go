@@ -25,7 +25,7 @@ import (
 func decodeGetJSONFast(data []byte, r *allotpb.GetCapacityRequest, ids Names) bool {
 	list := r.Resource[:0]
 	*r = allotpb.GetCapacityRequest{} // as Reset, without its atomic store
-	if !clientAndList(data, &r.ClientId, "resource", "resource", func(i int) (int, bool) {
+	if !clientAndList(data, &r.ClientId, false, func(i int) (int, bool) {
 		var rr *allotpb.ResourceRequest
 		list, rr = nextResource(list)
 		return resourceJSONFast(data, i, rr, ids)
@@ -46,7 +46,7 @@ func decodeGetJSONFast(data []byte, r *allotpb.GetCapacityRequest, ids Names) bo
 func decodeReleaseJSONFast(data []byte, r *allotpb.ReleaseCapacityRequest, ids Names) bool {
 	list := r.ResourceId[:0]
 	*r = allotpb.ReleaseCapacityRequest{} // as Reset, without its atomic store
-	if !clientAndList(data, &r.ClientId, "resource_id", "resourceId", func(i int) (int, bool) {
+	if !clientAndList(data, &r.ClientId, true, func(i int) (int, bool) {
 		v, j, ok := plainString(data, i)
 		if ok {
 			list = append(list, ids.Of(v))
@@ -62,20 +62,26 @@ func decodeReleaseJSONFast(data []byte, r *allotpb.ReleaseCapacityRequest, ids N
 }
 
 // clientAndList reads the object of a JSON lease request, all of data:
-// its client_id into clientID and each element of its list, keyed
-// listKey or listName (its proto and JSON names), with elem. Another
-// key, a repeated one, or anything after the object reports false.
-func clientAndList(data []byte, clientID *string, listKey, listName string, elem func(i int) (int, bool)) bool {
+// its client_id into clientID and each element of its list with elem:
+// resource_id (resourceId) in a release, resource in a get. Another key,
+// a repeated one, or anything after the object reports false.
+func clientAndList(data []byte, clientID *string, release bool, elem func(i int) (int, bool)) bool {
 	var seen uint8
 	i, ok := jsonObject(data, skipSpace(data, 0), func(key []byte, i int) (int, bool) {
 		var bit uint8
 		var ok bool
-		switch {
-		case string(key) == "client_id" || string(key) == "clientId":
+		switch string(key) {
+		case "client_id", "clientId":
 			bit = 1
 			ok = stringField(data, &i, clientID)
-		case string(key) == listKey || string(key) == listName:
+		case "resource":
 			bit = 2
+			ok = !release
+		case "resource_id", "resourceId":
+			bit = 2
+			ok = release
+		}
+		if ok && bit == 2 {
 			i, ok = jsonList(data, i, elem)
 		}
 		if !ok || seen&bit != 0 {
