@@ -23,44 +23,18 @@ func TestSteadyHolderNeverWaitsForARecord(t *testing.T) {
 	p, _ := l.Start(now, Prior{Kind: PriorNew})
 	l.Commit(now, p, nil)
 	now += int64(10 * time.Second) // past learning
-	const step = 100 * time.Millisecond
-	var inflight *Proposal
-	var doneAt int64
 	waited, refreshes := 0, 0
-	var holder []Slot
-	for i := range 600 { // a minute
-		now += int64(step)
-		if inflight != nil && now >= doneAt {
-			l.Commit(now, inflight, nil)
-			inflight = nil
-		}
-		if i%10 == 0 {
-			// A newcomer each second, whose write takes 1.5s.
-			if _, err := l.Get(now, set, &allotpb.GetCapacityRequest{ClientId: fmt.Sprint("n-", i),
-				Resource: []*allotpb.ResourceRequest{{ResourceId: "x", Wants: 1}}}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		asked := i%5 == 0 // the holder refreshes every half second
-		if asked {
-			var err error
-			if holder, err = l.Get(now, set, &allotpb.GetCapacityRequest{ClientId: "h",
-				Resource: []*allotpb.ResourceRequest{{ResourceId: "good", Wants: 10}}}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if p := l.Propose(now); p != nil {
-			inflight, doneAt = p, now+int64(1500*time.Millisecond)
-		}
-		l.Allocate(now)
-		l.EndRound()
+	// A minute; a newcomer each second, whose write takes 1.5s; the
+	// holder refreshes every half second.
+	sim := holderSim{steps: 600, write: 1500 * time.Millisecond, newcomerAt: 0, holderEvery: 5}
+	sim.run(t, l, set, now, func(i int, _ int64, asked bool, holder []Slot) {
 		if asked && i >= 50 { // once its first grant is recorded
 			refreshes++
 			if !Ready(holder) {
 				waited++
 			}
 		}
-	}
+	})
 	if waited > 0 {
 		t.Errorf("the holder waited for a record write in %d of its %d refreshes", waited, refreshes)
 	}
@@ -101,45 +75,15 @@ func slowWritesCut(t *testing.T, set *config.Set) {
 	l := New(Config{Node: "root", ServerID: "root", Term: 1})
 	p, _ := l.Start(now, Prior{Kind: PriorNew})
 	l.Commit(now, p, nil)
-	const step = 100 * time.Millisecond
 	// Each write takes half a lease length, so the holder's raise, queued
 	// behind another write, lands within a lease length of the round that
-	// asked for it.
-	const write = 2500 * time.Millisecond
-	var inflight *Proposal
-	var doneAt int64
-	var holder []Slot
+	// asked for it. A minute and a half; the holder refreshes every second,
+	// a newcomer of another resource half a second later: each wants a
+	// write, which the holder's raise may queue behind.
+	sim := holderSim{steps: 900, write: 2500 * time.Millisecond, newcomerAt: 5, holderEvery: 10, proposeOnLand: true}
 	unanswered := false
 	refreshes, cut := 0, 0
-	for i := range 900 { // a minute and a half
-		now += int64(step)
-		if inflight != nil && now >= doneAt {
-			l.Commit(now, inflight, nil)
-			inflight = nil
-			if p := l.Propose(now); p != nil { // as the coordinator does
-				inflight, doneAt = p, now+int64(write)
-			}
-		}
-		if i%10 == 5 {
-			// A newcomer each second, of another resource: each wants a
-			// write, which the holder's raise may queue behind.
-			if _, err := l.Get(now, set, &allotpb.GetCapacityRequest{ClientId: fmt.Sprint("n-", i),
-				Resource: []*allotpb.ResourceRequest{{ResourceId: "x", Wants: 1}}}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		asked := i%10 == 0 // the holder refreshes every second
-		if asked {
-			var err error
-			if holder, err = l.Get(now, set, &allotpb.GetCapacityRequest{ClientId: "h",
-				Resource: []*allotpb.ResourceRequest{{ResourceId: "good", Wants: 10}}}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if p := l.Propose(now); p != nil {
-			inflight, doneAt = p, now+int64(write)
-		}
-		l.Allocate(now)
+	sim.run(t, l, set, now, func(i int, now int64, asked bool, holder []Slot) {
 		if asked {
 			unanswered = true
 		}
@@ -154,10 +98,63 @@ func slowWritesCut(t *testing.T, set *config.Set) {
 				}
 			}
 		}
-		l.EndRound()
-	}
+	})
 	if cut > 0 {
-		t.Fatalf("%d of the holder's %d leases cut short by writes of %v", cut, refreshes, write)
+		t.Fatalf("%d of the holder's %d leases cut short by writes of %v", cut, refreshes, sim.write)
+	}
+}
+
+// holderSim drives a ledger as the coordinator drives it over a store
+// whose writes take write each, in steps of 100 ms: a write that has
+// landed is committed (and, with proposeOnLand, the next record proposed
+// at once, as the coordinator does), a newcomer of resource "x" asks at
+// step newcomerAt of every ten, the holder "h" of "good" refreshes every
+// holderEvery steps, a record is proposed unless one is out, the round is
+// allocated, and observe sees the step before the round ends.
+type holderSim struct {
+	steps                   int
+	write                   time.Duration
+	newcomerAt, holderEvery int
+	proposeOnLand           bool
+}
+
+func (s holderSim) run(t *testing.T, l *Ledger, set *config.Set, now int64, observe func(i int, now int64, asked bool, holder []Slot)) {
+	t.Helper()
+	const step = 100 * time.Millisecond
+	var inflight *Proposal
+	var doneAt int64
+	var holder []Slot
+	for i := range s.steps {
+		now += int64(step)
+		if inflight != nil && now >= doneAt {
+			l.Commit(now, inflight, nil)
+			inflight = nil
+			if s.proposeOnLand {
+				if p := l.Propose(now); p != nil {
+					inflight, doneAt = p, now+int64(s.write)
+				}
+			}
+		}
+		if i%10 == s.newcomerAt {
+			if _, err := l.Get(now, set, &allotpb.GetCapacityRequest{ClientId: fmt.Sprint("n-", i),
+				Resource: []*allotpb.ResourceRequest{{ResourceId: "x", Wants: 1}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		asked := i%s.holderEvery == 0
+		if asked {
+			var err error
+			if holder, err = l.Get(now, set, &allotpb.GetCapacityRequest{ClientId: "h",
+				Resource: []*allotpb.ResourceRequest{{ResourceId: "good", Wants: 10}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if p := l.Propose(now); p != nil {
+			inflight, doneAt = p, now+int64(s.write)
+		}
+		l.Allocate(now)
+		observe(i, now, asked, holder)
+		l.EndRound()
 	}
 }
 
