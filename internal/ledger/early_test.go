@@ -19,9 +19,7 @@ import (
 func TestSteadyHolderNeverWaitsForARecord(t *testing.T) {
 	set := fairTemplate(100) // leases of 5s, floors of 20s
 	now := int64(1e18)
-	l := New(Config{Node: "root", ServerID: "root", Term: 1})
-	p, _ := l.Start(now, Prior{Kind: PriorNew})
-	l.Commit(now, p, nil)
+	l := newDeployment(now)
 	now += int64(10 * time.Second) // past learning
 	waited, refreshes := 0, 0
 	// A minute; a newcomer each second, whose write takes 1.5s; the
@@ -72,9 +70,7 @@ func slowWritesCut(t *testing.T, set *config.Set) {
 	t.Helper()
 	const lease = int64(5 * time.Second)
 	now := int64(1e18)
-	l := New(Config{Node: "root", ServerID: "root", Term: 1})
-	p, _ := l.Start(now, Prior{Kind: PriorNew})
-	l.Commit(now, p, nil)
+	l := newDeployment(now)
 	// Each write takes half a lease length, so the holder's raise, queued
 	// behind another write, lands within a lease length of the round that
 	// asked for it. A minute and a half; the holder refreshes every second,
@@ -166,9 +162,7 @@ func (s holderSim) run(t *testing.T, l *Ledger, set *config.Set, now int64, obse
 func TestCutLeasesAreCounted(t *testing.T) {
 	set := fairTemplate(100) // leases of 5s, refreshed every 1s
 	now := int64(1e18)
-	l := New(Config{Node: "root", ServerID: "root", Term: 1})
-	p, _ := l.Start(now, Prior{Kind: PriorNew})
-	l.Commit(now, p, nil)
+	l := newDeployment(now)
 	var holder []Slot
 	for i := range 300 { // 30 s, a round every 100 ms
 		now += int64(100 * time.Millisecond)
@@ -200,4 +194,13 @@ func TestCutLeasesAreCounted(t *testing.T) {
 	if c := l.TakeCut(); c.Leases != 0 || l.Stats().CutLeases != n {
 		t.Fatalf("after TakeCut: cut %+v, counted %d of %d", c, l.Stats().CutLeases, n)
 	}
+}
+
+// newDeployment is the root ledger of a new deployment, its first record
+// committed at now.
+func newDeployment(now int64) *Ledger {
+	l := New(Config{Node: "root", ServerID: "root", Term: 1})
+	p, _ := l.Start(now, Prior{Kind: PriorNew})
+	l.Commit(now, p, nil)
+	return l
 }
