@@ -48,7 +48,8 @@ type recordStore struct {
 type storeResult struct {
 	p       *ledger.Proposal // nil for a check
 	err     error
-	rewrite bool          // the stored record is not ours: write ours again
+	rewrite bool          // the stored record is not our last: write ours again
+	foreign bool          // nor any of ours (deleted, edited, forged)
 	took    time.Duration // how long the write took, retries included
 }
 
@@ -283,26 +284,35 @@ func (s *recordStore) reconcile(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read back the lease record: %w", err)
 	}
+	_, err = s.adopt(ctx, entry)
+	return err
+}
+
+// adopt judges a stored record that is not our last write, and makes our
+// next write overwrite it; ours reports that it is one of our earlier
+// writes all the same: one whose reply did not come in time, though it
+// landed.
+func (s *recordStore) adopt(ctx context.Context, entry jetstream.KeyValueEntry) (ours bool, _ error) {
 	var h allotpb.LeaseHorizon
-	herr := protojson.Unmarshal(entry.Value(), &h)
-	if herr != nil {
-		s.log.Error("lease record replaced by something unreadable: writing ours again", "err", herr)
+	if err := protojson.Unmarshal(entry.Value(), &h); err != nil {
+		s.log.Error("lease record replaced by something unreadable: writing ours again", "err", err)
 		s.rev = entry.Revision()
-		return nil
+		return false, nil
 	}
 	var bound uint64
 	if h.GetTerm() > s.opts.Term {
 		bound = s.termBound(ctx)
 	}
-	switch ledger.Judge(&h, s.opts.Term, s.opts.ServerID, bound) {
+	v := ledger.Judge(&h, s.opts.Term, s.opts.ServerID, bound)
+	switch v {
 	case ledger.VerdictNewer:
-		return fmt.Errorf("%w: lease record has term %d above ours (%d)", errDeposed, h.GetTerm(), s.opts.Term)
+		return false, fmt.Errorf("%w: lease record has term %d above ours (%d)", errDeposed, h.GetTerm(), s.opts.Term)
 	case ledger.VerdictForeign:
 		s.log.Error("lease record was overwritten by someone else: writing ours again",
 			"record_term", h.GetTerm(), "record_server", h.GetServerId(), "term_bound", bound)
 	}
 	s.rev = entry.Revision()
-	return nil
+	return v == ledger.VerdictOurs, nil
 }
 
 // readBack reads the stored record on a goroutine of its own and sends
@@ -328,36 +338,42 @@ type readResult struct {
 	writes uint64 // writes begun before the read
 }
 
-// check judges what a read-back found; it reports whether ours must be
-// written again, or errDeposed.
-func (s *recordStore) check(ctx context.Context, entry jetstream.KeyValueEntry, err error) (rewrite bool, _ error) {
+// check judges what a read-back found: whether ours must be written
+// again, and whether what was found is someone else's; or errDeposed.
+func (s *recordStore) check(ctx context.Context, entry jetstream.KeyValueEntry, err error) storeResult {
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		s.log.Error("lease record is missing while serving: writing it again")
 		s.rev = 0
-		return true, nil
+		return storeResult{rewrite: true, foreign: true}
 	case mayBeGone(err):
 		octx, cancel := context.WithTimeout(ctx, writeTimeout)
 		created, oerr := s.open(octx)
 		cancel()
 		if oerr != nil {
-			return false, oerr
+			return storeResult{err: oerr}
 		}
 		if created {
 			s.log.Error("state bucket was missing: created it again")
 			s.rev = 0
-			return true, nil
+			return storeResult{rewrite: true, foreign: true}
 		}
-		return false, err
+		return storeResult{err: err}
 	case err != nil:
-		return false, err
+		return storeResult{err: err}
 	case entry.Revision() == s.rev:
-		return false, nil
+		return storeResult{}
 	}
-	if err := s.reconcile(ctx); err != nil {
-		return false, err
+	ours, err := s.adopt(ctx, entry)
+	if err != nil {
+		return storeResult{err: err}
 	}
-	return true, nil
+	if ours {
+		// The ledger took that write for failed, and grants within the
+		// record before it: write the present one over it.
+		s.log.Warn("a lease-record write that timed out landed: writing the record again", "revision", entry.Revision())
+	}
+	return storeResult{rewrite: true, foreign: !ours}
 }
 
 // start runs the writer goroutine.
@@ -399,11 +415,10 @@ func (s *recordStore) run() {
 				// revision, and the read may predate it.
 				continue
 			}
-			rewrite, err := s.check(s.ctx, r.entry, r.err)
-			if !rewrite && err == nil {
+			res = s.check(s.ctx, r.entry, r.err)
+			if !res.rewrite && res.err == nil {
 				continue
 			}
-			res = storeResult{err: err, rewrite: rewrite}
 		}
 		select {
 		case s.out <- res:

@@ -137,8 +137,10 @@ func (c *Coordinator) stored(res storeResult) {
 	if res.p != nil {
 		c.writes.note(res.took)
 	}
-	if res.rewrite {
+	if res.foreign {
 		c.stats.foreignRecords++
+	}
+	if res.rewrite {
 		c.ledger.Rewrite()
 		c.propose(c.ledger.Sweep(now))
 	}
