@@ -294,8 +294,14 @@ func TestClientCut(t *testing.T) {
 	others := StartAgents(t, nc, "reachable", 2, cutResource, 50)
 	alone := StartAgents(t, cut, "cut-off", 1, cutResource, 50)
 	all := append(append([]*agent.Agent{}, others...), alone...)
+	// Every client at its fair share, the others included: the agents
+	// start under the default template, whose larger grant to the cut-off
+	// client the coordinator counts until that client's next request
+	// confirms the smaller one. Cut before that, and the coordinator
+	// rightly counts the larger grant until it ends, a minute later,
+	// holding the others at (capacity - that grant) / 2 for the whole cut.
 	poll.Until(t, 30*time.Second, "fair shares", func() bool {
-		return cutLeased(all) && within(inForce(alone), cutCapacity/3)
+		return cutLeased(all) && within(inForce(alone), cutCapacity/3) && within(inForce(others), 2*cutCapacity/3)
 	})
 	s := NewSampler(cutResource, cutCapacity)
 	s.Add(all...)
