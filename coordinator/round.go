@@ -157,7 +157,7 @@ func (c *Coordinator) stored(res storeResult) {
 // propose hands a proposal to the writer.
 func (c *Coordinator) propose(p *ledger.Proposal) {
 	if p != nil {
-		c.writes.out = time.Now()
+		c.writes.out = c.now()
 		c.store.submit(p)
 	}
 }
@@ -603,7 +603,7 @@ func (w *writeTimes) note(took time.Duration) {
 // leases, or zero-length ones on their floors, until one lands.
 func (c *Coordinator) logCuts() {
 	w := &c.writes
-	now := time.Now()
+	now := c.now()
 	if now.Sub(w.window) < cutLogInterval {
 		return
 	}

@@ -69,7 +69,8 @@ func recordPresent(js jetstream.JetStream) bool {
 }
 
 // runStateFault injects fault into a serving leader's state, keeps the
-// load going for four lease lengths (the horizon covers at most two), then
+// load going for four lease lengths (the recorded horizon reaches at most
+// 3L+R ahead, under four with the refresh shorter than the lease), then
 // expects the record back and every agent leased again.
 func runStateFault(t *testing.T, scenario string, fault func(ctx context.Context, js jetstream.JetStream) error) {
 	js, s, leased := stdSetup(t)
