@@ -40,38 +40,14 @@ func TestSlowRecordWritesKeepSteadyLeases(t *testing.T) {
 		writeDelay = 1500 * time.Millisecond
 		writes     = 5 // slow writes to watch
 	)
-	s := natstest.Server(t)
-	nc := natstest.Conn(t, s)
-	link, err := netcut.New(s.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = link.Close() })
-	beside, err := nats.Connect("nats://"+link.Addr(), nats.Timeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(beside.Close)
-	tm := &config.Template{Name: "t-db", Glob: "db", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
-		LeaseLength: lease, RefreshInterval: refresh, Floor: config.DefaultFloor()}
 	warned := &cutWarning{Handler: slog.Default().Handler(), seen: new(atomic.Value)}
-	coordtest.Start(t, nc, coordinator.Options{
-		Templates:     sources.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil)),
-		RoundInterval: 5 * time.Millisecond,
-		Beside:        beside,
-		Logger:        slog.New(warned),
-	})
+	nc, link := startBehindLink(t, lease, refresh, slog.New(warned))
 
 	// get asks for the lease on nc (not through the relay), and reports
 	// a lease that does not last a full lease length from before the ask.
 	get := func() error {
-		req := &allotpb.GetCapacityRequest{ClientId: "steady", Resource: []*allotpb.ResourceRequest{{ResourceId: "db", Wants: 10}}}
-		data, _ := proto.Marshal(req)
-		msg := nats.NewMsg(coordinator.Subject("root", "capacity.get"))
-		msg.Data = data
-		msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
 		asked := time.Now()
-		m, err := nc.RequestMsg(msg, 10*time.Second)
+		m, err := nc.RequestMsg(dbRequest("steady"), 10*time.Second)
 		got := time.Now()
 		if err != nil {
 			return err
@@ -168,6 +144,46 @@ func TestSlowRecordWritesKeepSteadyLeases(t *testing.T) {
 	if !verified {
 		t.Skipf("every window of %d writes %v slow saw one time out: the machine was too loaded to check that slow writes cut no lease", writes, writeDelay)
 	}
+}
+
+// startBehindLink starts a coordinator serving resource "db" under one
+// template (FAIR_SHARE, capacity 100, lease and refresh as given) whose
+// lease-record writes go through a relay to the server (Options.Beside).
+// It returns a connection that does not go through the relay, and the
+// relay.
+func startBehindLink(t *testing.T, lease, refresh time.Duration, log *slog.Logger) (*nats.Conn, *netcut.Relay) {
+	t.Helper()
+	s := natstest.Server(t)
+	nc := natstest.Conn(t, s)
+	link, err := netcut.New(s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = link.Close() })
+	beside, err := nats.Connect("nats://"+link.Addr(), nats.Timeout(5*time.Second), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(beside.Close)
+	tm := &config.Template{Name: "t-db", Glob: "db", Capacity: 100, Algorithm: allotpb.Algorithm_FAIR_SHARE,
+		LeaseLength: lease, RefreshInterval: refresh, Floor: config.DefaultFloor()}
+	coordtest.Start(t, nc, coordinator.Options{
+		Templates:     sources.StaticTemplates(config.NewSet(1, []*config.Template{tm}, nil)),
+		RoundInterval: 5 * time.Millisecond,
+		Beside:        beside,
+		Logger:        log,
+	})
+	return nc, link
+}
+
+// dbRequest is client's protobuf GetCapacity of 10 of "db".
+func dbRequest(client string) *nats.Msg {
+	req := &allotpb.GetCapacityRequest{ClientId: client, Resource: []*allotpb.ResourceRequest{{ResourceId: "db", Wants: 10}}}
+	data, _ := proto.Marshal(req)
+	msg := nats.NewMsg(coordinator.Subject("root", "capacity.get"))
+	msg.Data = data
+	msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
+	return msg
 }
 
 // cutWarning notes the resource named by the warning of leases cut short
