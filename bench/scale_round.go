@@ -58,7 +58,7 @@ func ledgerRound(ctx context.Context, env *Env, sizes []int, minTime time.Durati
 }
 
 func ledgerRoundAt(n int, minTime time.Duration) (*RoundPoint, error) {
-	r, err := newRoundBench(n)
+	r, err := newRoundBench(n, true)
 	if err != nil {
 		return nil, err
 	}
@@ -73,14 +73,15 @@ func ledgerRoundAt(n int, minTime time.Duration) (*RoundPoint, error) {
 }
 
 // roundBench is a ledger holding n leases on one FAIR_SHARE resource,
-// ready for rounds in which roundChanged of them ask again.
+// ready for rounds in which roundChanged of them ask again: with new
+// wants, or (a steady refresh) the same.
 type roundBench struct {
 	d      []alloc.Demand
 	step   func() // one round of roundChanged changed clients
 	failed error  // the first refusal of a step's request
 }
 
-func newRoundBench(n int) (*roundBench, error) {
+func newRoundBench(n int, newWants bool) (*roundBench, error) {
 	tmpl := benchTemplate(float64(n)*5, 30*time.Minute, 10*time.Minute)
 	set := config.NewSet(1, []*config.Template{tmpl}, nil)
 	now := time.Now().UnixNano()
@@ -128,7 +129,9 @@ func newRoundBench(n int) (*roundBench, error) {
 		now += int64(time.Millisecond)
 		for range roundChanged {
 			i := rng.IntN(n)
-			r.d[i].Wants = float64(rng.IntN(20)) + rng.Float64()
+			if newWants {
+				r.d[i].Wants = float64(rng.IntN(20)) + rng.Float64()
+			}
 			if err := get(i, r.d[i].Wants); err != nil && r.failed == nil {
 				r.failed = err
 			}
