@@ -69,6 +69,15 @@ func (h *clientHeap) push(i int32, key int64) {
 // fix sets client i's key (it is in the heap) and restores the order.
 func (h *clientHeap) fix(i int32, key int64) { h.sift(int(h.at[i]), i, key) }
 
+// lower sets client i's key (it is in the heap) to key if that is less,
+// and leaves it otherwise: for a heap whose keys are lower bounds, which
+// its reader moves up when one comes to the top too early.
+func (h *clientHeap) lower(i int32, key int64) {
+	if k := int(h.at[i]); key < h.key(k) {
+		h.up(k, i, key)
+	}
+}
+
 // sift places client i with key at position k or wherever the order
 // takes it from there.
 func (h *clientHeap) sift(k int, i int32, key int64) {

@@ -7,9 +7,10 @@ import (
 )
 
 // checkHeap checks that h knows n client indices, holds each of its
-// clients at the position it says with key(i) as its key (key nil: any),
-// and is in heap order.
-func checkHeap(h *clientHeap, n int32, key func(i int32) int64) error {
+// clients at the position it says with key(i) as its key (key nil: any;
+// with bound, any up to key(i): see resource.expire), and is in heap
+// order.
+func checkHeap(h *clientHeap, n int32, key func(i int32) int64, bound bool) error {
 	if len(h.at) != int(n) {
 		return fmt.Errorf("positions of %d clients, %d records", len(h.at), n)
 	}
@@ -22,7 +23,7 @@ func checkHeap(h *clientHeap, n int32, key func(i int32) int64) error {
 			return fmt.Errorf("position %d holds client %d of %d", k, i, n)
 		case int(h.at[i]) != k:
 			return fmt.Errorf("client %d at %d is said to be at %d", i, k, h.at[i])
-		case key != nil && h.key(k) != key(i):
+		case key != nil && (h.key(k) > key(i) || !bound && h.key(k) != key(i)):
 			return fmt.Errorf("client %d's key is %d, its record's %d", i, h.key(k), key(i))
 		case k > 0 && h.key((k-1)/4) > h.key(k):
 			return fmt.Errorf("position %d's key %d is below its parent's %d", k, h.key(k), h.key((k-1)/4))
@@ -41,7 +42,7 @@ func checkHeap(h *clientHeap, n int32, key func(i int32) int64) error {
 }
 
 // TestClientHeap: client indices added (as records are), pushed,
-// re-keyed, removed (with the swap-delete of the records a resource does)
+// re-keyed (or lowered), removed (with the swap-delete of the records a resource does)
 // and popped at random, against a reference that keeps each client's key
 // and finds the least by a scan: the heap's top always has the least key,
 // and its positions and keys match the reference's. Keys come from a
@@ -73,9 +74,14 @@ func TestClientHeap(t *testing.T) {
 			}
 		case op < 8:
 			i := int32(rng.IntN(int(n)))
-			if keys[i] >= 0 {
-				keys[i] = rng.Int64N(500)
-				h.fix(i, keys[i])
+			switch k := rng.Int64N(500); {
+			case keys[i] < 0:
+			case rng.IntN(2) == 0:
+				keys[i] = k
+				h.fix(i, k)
+			default: // lower keeps the lesser key
+				keys[i] = min(keys[i], k)
+				h.lower(i, k)
 			}
 		case op < 10:
 			// Swap-delete a record, in the heap or not, as
@@ -111,7 +117,7 @@ func TestClientHeap(t *testing.T) {
 			}
 		}
 		if step%50 == 0 {
-			if err := checkHeap(&h, int32(len(keys)), refKey); err != nil {
+			if err := checkHeap(&h, int32(len(keys)), refKey, false); err != nil {
 				t.Fatalf("step %d: %v", step, err)
 			}
 		}
@@ -126,7 +132,7 @@ func TestClientHeap(t *testing.T) {
 			}
 		}
 		h.init()
-		if err := checkHeap(&h, int32(len(keys)), nil); err != nil {
+		if err := checkHeap(&h, int32(len(keys)), nil, false); err != nil {
 			t.Fatalf("after init of %d: %v", n, err)
 		}
 	}

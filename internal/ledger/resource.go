@@ -361,7 +361,12 @@ func (r *resource) dropReleased() {
 //
 // The heap is ordered by expiry, which is the lease's end for a live
 // record and the time to forget it for a lapsed one: a lapsed record may
-// so be forgotten up to the clock skew late, never early.
+// so be forgotten up to the clock skew late, never early. A grant that
+// moves the expiry later leaves the client's key where it was (see
+// clientHeap.lower): a key is at most the expiry, and a key that comes up
+// before its expiry is moved to it then, so a client refreshed several
+// times a lease length sinks through the heap once a lease length, not
+// at every refresh.
 //
 // Never called while the resource has a batch pending: batch entries
 // are indices into clients.
@@ -369,6 +374,12 @@ func (r *resource) expire(now int64) {
 	for r.heap.len() > 0 {
 		i := r.heap.top()
 		c := r.clients.at(i)
+		if k := r.heap.key(0); k > now {
+			return // every expiry is at or after its key
+		} else if k < c.expiry {
+			r.heap.fix(i, c.expiry)
+			continue
+		}
 		if !c.lapsed {
 			if c.expiry+r.skew > now {
 				return
@@ -554,7 +565,7 @@ func (r *resource) allocate(p *roundParams) {
 		c.due = p.now + int64(fresh)
 		r.grantFloor(i, p)
 		r.recount(i, p.now)
-		r.heap.fix(i, c.expiry)
+		r.heap.lower(i, c.expiry)
 		r.note(c, p.now)
 	}
 

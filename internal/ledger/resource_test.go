@@ -136,7 +136,7 @@ func TestExpiryHeap(t *testing.T) {
 		id := string(rune('a' + rng.IntN(50)))
 		r.upsert(id, 1, 1, 0, holding{}, now)
 		r.allocate(&roundParams{now: now, horizon: math.MaxInt64, minFresh: time.Millisecond, stats: &Stats{}})
-		if err := checkHeap(&r.heap, r.clients.len(), func(i int32) int64 { return r.clients.at(i).expiry }); err != nil {
+		if err := checkHeap(&r.heap, r.clients.len(), func(i int32) int64 { return r.clients.at(i).expiry }, true); err != nil {
 			t.Fatalf("step %d: expiry heap: %v", step, err)
 		}
 		for i := range r.clients.len() {

@@ -129,7 +129,7 @@ func (r *resource) recount(i int32, now int64) {
 
 // refresh counts client i (counted before) anew at now: only what
 // changed is taken out and put back in (the sums are exact either way),
-// and the wake heap is fixed only if its time moved.
+// and the wake heap is fixed only if its time moved earlier, or came.
 func (r *resource) refresh(i int32, now int64) {
 	c := r.clients.at(i)
 	old, oldLapsed, oldWake := c.n, c.countedLapsed, r.sums.wake.keyOf(i)
@@ -144,7 +144,10 @@ func (r *resource) refresh(i int32, now int64) {
 			r.sums.floorEnd = max(r.sums.floorEnd, c.floorEnd, c.floorPrevEnd)
 		}
 	}
-	if wake != oldWake {
+	// A later wake leaves the key where it was, as the expiry heap does
+	// (see resource.expire): sync then refreshes the client early, which
+	// finds nothing fallen and moves the key to its time.
+	if wake < oldWake || oldWake <= now {
 		r.sums.wake.fix(i, wake)
 	}
 	if (old.lease > 0) != (c.n.lease > 0) {

@@ -106,10 +106,10 @@ func checkSums(r *resource, now int64) error {
 	if len(r.sums.wake.ids) != int(r.clients.len()) {
 		return fmt.Errorf("wake heap holds %d of %d clients", len(r.sums.wake.ids), int(r.clients.len()))
 	}
-	if err := checkHeap(&r.heap, r.clients.len(), func(i int32) int64 { return r.clients.at(i).expiry }); err != nil {
+	if err := checkHeap(&r.heap, r.clients.len(), func(i int32) int64 { return r.clients.at(i).expiry }, true); err != nil {
 		return fmt.Errorf("expiry heap: %w", err)
 	}
-	if err := checkHeap(&r.sums.wake, r.clients.len(), func(i int32) int64 { return r.clients.at(i).nextFall(now) }); err != nil {
+	if err := checkHeap(&r.sums.wake, r.clients.len(), func(i int32) int64 { return r.clients.at(i).nextFall(now) }, true); err != nil {
 		return fmt.Errorf("wake heap: %w", err)
 	}
 	want := sumsFromScratch(r, now)
