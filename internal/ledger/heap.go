@@ -7,15 +7,15 @@ package ledger
 // in it, so a change is fixed in place, O(log n), and a client index that
 // moves (swap-delete) is renamed in both.
 //
-// The heaps are laid out for a refresh at a million clients: it moves its
-// client's expiry (and often its wake) to the latest there is, so the
-// client sinks to the bottom, and every level of that walk reached memory
-// no cache held when the keys were read from the records and the
-// positions written into them (a record, a cache line of its own, per
-// child compared and per entry moved). Here a heap is 4-ary (half the
-// levels) and keeps each entry's key beside it, the four children's keys
-// in one cache line, and the positions in an array of its own, 4 bytes a
-// client, a fortieth of the records' memory.
+// The heaps are laid out for a million clients. A refresh moves its
+// client's expiry (and often its wake) to the latest there is, which
+// would sink the client to the bottom, every level of that walk in memory
+// no cache holds; so both heaps keep lower bounds (lower), and a client
+// sinks only when its key comes to the top before its time, about once a
+// lease length. When it does, a heap is 4-ary (half the levels) and keeps
+// each entry's key beside it, the four children's keys in one cache line,
+// and the positions in an array of its own, 4 bytes a client, a fortieth
+// of the records' memory.
 
 // heapPad is how many unused keys precede the root's, so that the keys of
 // the four children of an entry, 4k+1 to 4k+4, lie in one 64-byte line
