@@ -26,6 +26,10 @@ type cliEnv struct {
 	stdout io.Writer
 	stderr io.Writer
 	log    *slog.Logger
+	// upMetricsAddr, if set, replaces defaultUpMetricsAddr as `allot
+	// up`'s default metrics address: tests hold a port of their own
+	// rather than a fixed one any other process on the host may hold.
+	upMetricsAddr string
 }
 
 // runFunc is a command's body: it runs once the command's flags are

@@ -397,19 +397,19 @@ func TestUpReplicasReady(t *testing.T) {
 // up` picks a free one and prints it; an explicit busy --metrics-addr is
 // an error naming the flag.
 func TestUpMetricsPortBusy(t *testing.T) {
-	// The test holds the port itself: one held by another process (the
-	// same test in another run beside this one) may be let go at any
-	// moment, and `up --metrics-addr` below then served on it forever.
-	var l net.Listener
-	poll.Until(t, time.Minute, "the default metrics port to be free", func() bool {
-		var err error
-		l, err = net.Listen("tcp", defaultUpMetricsAddr)
-		return err == nil
-	})
+	// The test holds a port of its own and makes it up's default: the
+	// real default (127.0.0.1:9464) may be held, and let go at any moment,
+	// by any other process on the host, such as an `allot up` a developer
+	// left running or the same test in another run beside this one.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer l.Close()
-	up := startUp(t, "--data-dir", t.TempDir())
+	busy := l.Addr().String()
+	up := startUpEnv(t, busy, "--data-dir", t.TempDir())
 	base := up.opsURL(t)
-	if base == "http://"+defaultUpMetricsAddr {
+	if base == "http://"+busy {
 		t.Fatalf("up reports the busy default port: %s", base)
 	}
 	if code, body := httpGet(t, base+"/healthz"); code != http.StatusOK {
@@ -419,8 +419,8 @@ func TestUpMetricsPortBusy(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	code, out := runCtx(ctx, "up", "--port", "0", "--data-dir", t.TempDir(), "--metrics-addr", defaultUpMetricsAddr)
-	if code == 0 || !strings.Contains(out, "--metrics-addr "+defaultUpMetricsAddr) {
+	code, out := runCtx(ctx, "up", "--port", "0", "--data-dir", t.TempDir(), "--metrics-addr", busy)
+	if code == 0 || !strings.Contains(out, "--metrics-addr "+busy) {
 		t.Fatalf("up on a busy --metrics-addr: %d %s", code, out)
 	}
 }

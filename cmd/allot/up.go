@@ -86,6 +86,9 @@ func defineUp(fs *pflag.FlagSet) runFunc {
 		}
 		defer nc.Close()
 		var opsURL string
+		if !fs.Changed("metrics-addr") && env.upMetricsAddr != "" {
+			cf.metricsAddr = env.upMetricsAddr
+		}
 		if cf.metricsAddr != "" {
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()

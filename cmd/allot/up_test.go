@@ -52,10 +52,19 @@ type upRun struct {
 // test ends, and waits until it says it is up.
 func startUp(t *testing.T, args ...string) *upRun {
 	t.Helper()
+	return startUpEnv(t, "", args...)
+}
+
+// startUpEnv is startUp with metricsAddr as up's default metrics address
+// ("": the real default).
+func startUpEnv(t *testing.T, metricsAddr string, args ...string) *upRun {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	u := &upRun{out: &syncBuffer{}, done: make(chan int, 1), stop: cancel}
+	env := testEnv(u.out)
+	env.upMetricsAddr = metricsAddr
 	go func() {
-		u.done <- run(ctx, testEnv(u.out), append([]string{"up", "--port", "0", "--log-level", "warn"}, args...))
+		u.done <- run(ctx, env, append([]string{"up", "--port", "0", "--log-level", "warn"}, args...))
 	}()
 	t.Cleanup(func() { u.wait(t) })
 	urlRE := regexp.MustCompile(`nats://127\.0\.0\.1:\d+`)
