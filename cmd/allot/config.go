@@ -84,6 +84,9 @@ func (c *configFlags) loadAll(ctx context.Context) ([]configkv.Entry, error) {
 // templates are written; domain names the root's JetStream domain then.
 // opts say how a bucket created (create) is made.
 func (c *configFlags) connectOrigin(ctx context.Context, create bool, opts ...configkv.BucketOption) (_ context.Context, kv jetstream.KeyValue, domain string, done func(), err error) {
+	if err := positiveFlag("timeout", c.timeout); err != nil {
+		return nil, nil, "", nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	nc, err := c.conn.dial("allot config", nats.Timeout(c.timeout))
 	if err != nil {
@@ -109,6 +112,9 @@ func bucketError(err error) error {
 
 // open connects and opens the configuration bucket; close nc to release it.
 func (c *configFlags) open(ctx context.Context, create bool) (kv jetstream.KeyValue, nc *nats.Conn, err error) {
+	if err := positiveFlag("timeout", c.timeout); err != nil {
+		return nil, nil, err
+	}
 	nc, err = c.conn.dial("allot config", nats.Timeout(c.timeout))
 	if err != nil {
 		return nil, nil, err
@@ -571,6 +577,9 @@ func defineConfigStatus(fs *pflag.FlagSet) runFunc {
 	asJSON := fs.Bool("json", false, "print the replies as JSON")
 	return func(ctx context.Context, env *cliEnv, args []string) error {
 		if err := noArgs(args); err != nil {
+			return err
+		}
+		if err := errors.Join(positiveFlag("wait", *wait), positiveFlag("timeout", cf.timeout)); err != nil {
 			return err
 		}
 		nc, err := cf.conn.dial("allot config", nats.Timeout(cf.timeout))

@@ -31,6 +31,9 @@ func defineConfigExplain(fs *pflag.FlagSet) runFunc {
 	wait := fs.Duration("wait", 500*time.Millisecond, "how long to collect what the running replicas serve (0: do not ask)")
 	asResource := fs.Bool("resource", false, "explain the argument as a resource id even if it looks like a quota bucket (it has a \":\" and no \"/\")")
 	return func(ctx context.Context, env *cliEnv, args []string) error {
+		if *wait < 0 {
+			return usageError{fmt.Errorf("--wait %v: want 0 (do not ask) or a positive duration", *wait)}
+		}
 		if len(args) > 0 && strings.HasPrefix(args[0], config.EnvoyPrefix) {
 			return explainEnvoy(ctx, env, &cf, args)
 		}
