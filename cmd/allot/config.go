@@ -218,6 +218,29 @@ func printNotes(w io.Writer, notes []string) {
 	}
 }
 
+// putRefused explains a put of key that failed with err: with
+// --create-only or --revision, the key's revision now, which the
+// JetStream error ("wrong last sequence") does not say in those words.
+func putRefused(ctx context.Context, kv jetstream.KeyValue, key string, createOnly bool, expect uint64, err error) error {
+	conflict := createOnly && errors.Is(err, jetstream.ErrKeyExists) ||
+		!createOnly && expect > 0 && errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+	if !conflict {
+		return fmt.Errorf("store %s: %w", key, err)
+	}
+	e, gerr := kv.Get(ctx, key)
+	switch {
+	case gerr != nil && !errors.Is(gerr, jetstream.ErrKeyNotFound):
+		return fmt.Errorf("store %s: %w", key, err)
+	case createOnly && gerr == nil:
+		return fmt.Errorf("store %s: %s exists (revision %d): --create-only stores only a key that does not (%w)", key, key, e.Revision(), err)
+	case createOnly:
+		return fmt.Errorf("store %s: %w", key, err)
+	case gerr != nil:
+		return fmt.Errorf("store %s: %s does not exist, not at --revision %d (%w)", key, key, expect, err)
+	}
+	return fmt.Errorf("store %s: %s is at revision %d, not --revision %d: it changed since; 'allot config history %s' shows its revisions (%w)", key, key, e.Revision(), expect, key, err)
+}
+
 func defineConfigPut(fs *pflag.FlagSet) runFunc {
 	var cf configFlags
 	cf.register(fs)
@@ -262,7 +285,7 @@ func defineConfigPut(fs *pflag.FlagSet) runFunc {
 			rev, err = kv.Put(ctx, key, data)
 		}
 		if err != nil {
-			return fmt.Errorf("store %s: %w", key, err)
+			return putRefused(ctx, kv, key, *createOnly, *expect, err)
 		}
 		fmt.Fprintf(env.stdout, "stored %s revision %d (%s)\n", key, rev, summarize(k, data))
 		if domain != "" {
