@@ -117,10 +117,10 @@ func TestReleaseNeedsClient(t *testing.T) {
 }
 
 // A time-out or wait of no time, or a --node that cannot name subjects, is
-// refused before any connection, naming the flag. Before, `get --timeout
-// -1s` failed with the NATS client's "timeout invalid", `get --node ''`
-// asked allot..capacity.get, and `status --wait 0` printed every leader
-// as "not serving" and exited 1.
+// refused before any connection, naming the flag. Before, a negative
+// --timeout of get failed with the NATS client's "timeout invalid", an
+// empty --node asked allot..capacity.get, and `status --wait 0` printed
+// every leader as "not serving" and exited 1.
 func TestCLIFlagValuesRefused(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
