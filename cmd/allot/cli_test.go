@@ -139,6 +139,11 @@ func TestCLIFlagValuesRefused(t *testing.T) {
 		{[]string{"config", "get", "db", "--timeout", "-2s"}, "--timeout -2s: want a positive duration"},
 		{[]string{"config", "delete", "db", "--timeout", "0s"}, "--timeout 0s: want a positive duration"},
 		{[]string{"config", "explain", "db", "--wait", "-1s"}, "--wait -1s: want 0 (do not ask) or a positive duration"},
+		// A resource id no coordinator would take is not explained as
+		// getting a template: every request naming it is a 400.
+		{[]string{"config", "explain", ""}, "resource_id is empty"},
+		{[]string{"config", "explain", "a b"}, `resource_id "a b" contains a space or control character`},
+		{[]string{"config", "explain", "--resource", strings.Repeat("a", 257)}, "resource_id is 257 bytes long; the limit is 256"},
 	} {
 		args := append(tc.args, "--nats", unreachable)
 		code, _, errs := runCLI(t, "", args...)

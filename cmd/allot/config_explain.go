@@ -40,6 +40,16 @@ func defineConfigExplain(fs *pflag.FlagSet) runFunc {
 		if err := exactArgs(args, 1, "a resource id or a quota bucket NAMESPACE:NAME"); err != nil {
 			return err
 		}
+		id := args[0]
+		// "namespace:name" is a quota bucket; resource ids are usually paths
+		// ("mysql/main"), and --resource forces one that looks like a bucket.
+		isBucket := strings.Contains(id, ":") && !strings.Contains(id, "/") && !*asResource
+		if !isBucket {
+			// An id every coordinator refuses (400) gets no template.
+			if err := wire.ValidateID("resource_id", id); err != nil {
+				return usageError{err}
+			}
+		}
 		policySet := fs.Changed("unmatched")
 		ctx, cancel := context.WithTimeout(ctx, cf.timeout+max(*wait, 0))
 		defer cancel()
@@ -58,10 +68,7 @@ func defineConfigExplain(fs *pflag.FlagSet) runFunc {
 		if err != nil {
 			return err
 		}
-		id := args[0]
-		// "namespace:name" is a quota bucket; resource ids are usually paths
-		// ("mysql/main"), and --resource forces one that looks like a bucket.
-		if strings.Contains(id, ":") && !strings.Contains(id, "/") && !*asResource {
+		if isBucket {
 			if _, _, err := wire.SplitBucket(id); err != nil {
 				return fmt.Errorf("%w (to explain %q as a resource id, add --resource)", err, id)
 			}
