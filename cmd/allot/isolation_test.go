@@ -18,9 +18,9 @@ import (
 	"github.com/allot/allot/proto/allotpb"
 )
 
-// TestIsolationFlagsRefused: bad caps per tenant and child bounds are
-// refused before anything starts, naming the flag, on `allot coordinator`
-// and `allot up`.
+// TestIsolationFlagsRefused: bad caps per tenant and child bounds, and
+// bad intake and round figures, are refused before anything starts,
+// naming the flag, on `allot coordinator` and `allot up`.
 func TestIsolationFlagsRefused(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -38,6 +38,8 @@ func TestIsolationFlagsRefused(t *testing.T) {
 		{[]string{"--tenant-rate", "-1"}, "--tenant-rate -1: want a number of requests per second, 0 (no limit) or more"},
 		{[]string{"--tenant-burst", "-1"}, "--tenant-burst -1: want 0 (twice the rate) or more"},
 		{[]string{"--max-in-flight", "-1"}, "--max-in-flight -1: want 0 (the default, 1024) or more"},
+		{[]string{"--round", "-1s"}, "--round -1s: want 0 (each request at once) to 50ms"},
+		{[]string{"--round", "51ms"}, "--round 51ms: want 0 (each request at once) to 50ms"},
 		{[]string{"--child-max-clients", "0"}, "--child-max-clients 0: want a positive number of clients"},
 		{[]string{"--child-clients", "eu"}, `"eu": want NODE=N pairs, comma-separated, such as eu=5000,ap=2000`},
 		{[]string{"--child-clients", "eu=0"}, "eu=0: want a positive number of clients"},

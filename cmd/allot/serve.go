@@ -251,6 +251,11 @@ func (f *coordFlags) validate() error {
 	if err := f.intake.Validate(); err != nil {
 		return fmt.Errorf("--max-in-flight, --tenant-rate, --tenant-burst: %w", err)
 	}
+	// The coordinator takes a negative interval for an explicit 0; from
+	// the command line it is a mistake, refused before connecting.
+	if f.round < 0 || f.round > coordinator.MaxRoundInterval {
+		return fmt.Errorf("--round %v: want 0 (each request at once) to %v", f.round, coordinator.MaxRoundInterval)
+	}
 	if f.metricsMax < 1 || f.metricsMax > coordinator.MaxObservedResources {
 		return fmt.Errorf("--metrics-max-resources %d: want 1-%d", f.metricsMax, coordinator.MaxObservedResources)
 	}
