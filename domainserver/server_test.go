@@ -303,6 +303,17 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":1e300,"client_id":"c"}`, "400"},
 		{domainwire.OpReserve, "sandbox", `{"domain":"a","client_id":"c","extra":1}`, "400"},
 		{domainwire.OpReserve, "sandbox", `{"domain":"","client_id":"c"}`, "400"},
+		// A field named twice is refused, as on the other subjects,
+		// whichever decoder reads the body (an escape or another case
+		// sends it to the strict one), rather than the last one counting.
+		{domainwire.OpRequest, "api", `{"domain":"a","domain":"b"}`, "400"},
+		{domainwire.OpRequest, "api", `{"domain":"a","domain":"\u0062"}`, "400"},
+		{domainwire.OpRequest, "api", `{"domain":"a","Domain":"b"}`, "400"},
+		{domainwire.OpReserve, "sandbox", `{"domain":"a","client_id":"c","client_id":"c1"}`, "400"},
+		{domainwire.OpReserve, "sandbox", `{"domain":"a","copies":1,"copies":2,"client_id":"c"}`, "400"},
+		{domainwire.OpRelease, "sandbox", `{"client_id":"c1","hold_id":"` + r.HoldID + `","copies":1,"copies":2}`, "400"},
+		{domainwire.OpRefresh, "sandbox", `{"client_id":"c1","client_id":"c2","holds":[]}`, "400"},
+		{domainwire.OpRefresh, "sandbox", `{"client_id":"c1","holds":[{"hold_id":"` + r.HoldID + `","hold_id":"x","domain":"a","copies":2}]}`, "400"},
 		{domainwire.OpRequest, "api", `{"domain":"a","copies":6}`, ""}, // above the hard limit: refused, not an error
 		{domainwire.OpRelease, "sandbox", `{"client_id":"c1","hold_id":"nosuchhold"}`, "404"},
 		{domainwire.OpRelease, "sandbox", `{"client_id":"c1","hold_id":"` + r.HoldID + `","copies":3}`, "409"},

@@ -8,6 +8,7 @@ package intake
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -72,6 +73,11 @@ func (l Limits) WithDefaults() (Limits, error) {
 	if l.MaxInFlight < 0 || l.Reserve < 0 || l.MaxAge < 0 || l.RetryAfter < 0 || l.TenantRate < 0 || l.TenantBurst < 0 ||
 		l.PendingMsgs < 0 || l.PendingBytes < 0 {
 		return l, fmt.Errorf("intake: negative limit in %+v", l)
+	}
+	// NaN passes the comparisons above, and a limiter of a NaN rate
+	// refuses every request; an infinite rate is no limit, which is 0.
+	if math.IsNaN(l.TenantRate) || math.IsInf(l.TenantRate, 0) {
+		return l, fmt.Errorf("intake: tenant rate %v: want a finite number (0: no limit)", l.TenantRate)
 	}
 	if l.MaxInFlight == 0 {
 		l.MaxInFlight = DefaultMaxInFlight

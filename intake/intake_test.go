@@ -1,6 +1,7 @@
 package intake_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -25,6 +26,10 @@ func TestWithDefaults(t *testing.T) {
 			intake.Limits{MaxInFlight: 8, Reserve: 2, MaxAge: time.Second, RetryAfter: time.Second, PendingMsgs: 5, PendingBytes: 6}, ""},
 		{"negative", intake.Limits{MaxAge: -1}, intake.Limits{}, "negative"},
 		{"reserve too big", intake.Limits{MaxInFlight: 4, Reserve: 4}, intake.Limits{}, "reserve 4 must be below"},
+		// NaN passes every comparison but refuses every tenant request
+		// (a limiter of burst 0 whose delay overflows the retry_after).
+		{"tenant rate NaN", intake.Limits{TenantRate: math.NaN()}, intake.Limits{}, "tenant rate NaN"},
+		{"tenant rate infinite", intake.Limits{TenantRate: math.Inf(1)}, intake.Limits{}, "tenant rate +Inf"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := c.in.WithDefaults()

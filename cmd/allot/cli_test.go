@@ -116,6 +116,43 @@ func TestReleaseNeedsClient(t *testing.T) {
 	}
 }
 
+// A time-out or wait of no time, or a --node that cannot name subjects, is
+// refused before any connection, naming the flag. Before, a negative
+// --timeout of get failed with the NATS client's "timeout invalid", an
+// empty --node asked allot..capacity.get, and `status --wait 0` printed
+// every leader as "not serving" and exited 1.
+func TestCLIFlagValuesRefused(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "db", "--timeout", "0s"}, "--timeout 0s: want a positive duration"},
+		{[]string{"get", "db", "--timeout", "-1s"}, "--timeout -1s: want a positive duration"},
+		{[]string{"get", "db", "--node", ""}, `--node "": node name "" must be`},
+		{[]string{"get", "db", "--node", "a b"}, `--node "a b": node name "a b" must be`},
+		{[]string{"release", "db", "--client", "c", "--timeout", "0s"}, "--timeout 0s: want a positive duration"},
+		{[]string{"release", "db", "--client", "c", "--node", "a.b"}, `--node "a.b"`},
+		{[]string{"status", "--wait", "0s"}, "--wait 0s: want a positive duration"},
+		{[]string{"status", "--wait", "-1s"}, "--wait -1s: want a positive duration"},
+		{[]string{"config", "status", "--wait", "0s"}, "--wait 0s: want a positive duration"},
+		{[]string{"config", "list", "--timeout", "0s"}, "--timeout 0s: want a positive duration"},
+		{[]string{"config", "get", "db", "--timeout", "-2s"}, "--timeout -2s: want a positive duration"},
+		{[]string{"config", "delete", "db", "--timeout", "0s"}, "--timeout 0s: want a positive duration"},
+		{[]string{"config", "explain", "db", "--wait", "-1s"}, "--wait -1s: want 0 (do not ask) or a positive duration"},
+		// A resource id no coordinator would take is not explained as
+		// getting a template: every request naming it is a 400.
+		{[]string{"config", "explain", ""}, "resource_id is empty"},
+		{[]string{"config", "explain", "a b"}, `resource_id "a b" contains a space or control character`},
+		{[]string{"config", "explain", "--resource", strings.Repeat("a", 257)}, "resource_id is 257 bytes long; the limit is 256"},
+	} {
+		args := append(tc.args, "--nats", unreachable)
+		code, _, errs := runCLI(t, "", args...)
+		if code != 2 || !strings.Contains(errs, tc.want) || strings.Contains(errs, "connect") {
+			t.Errorf("allot %q: exit %d: %s; want exit 2 with %q", args, code, errs, tc.want)
+		}
+	}
+}
+
 // A quota namespace stored under a key without a prefix (which names a
 // template) is refused with the key it belongs under, before connecting.
 func TestConfigPutSuggestsPrefix(t *testing.T) {

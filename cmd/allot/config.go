@@ -84,6 +84,9 @@ func (c *configFlags) loadAll(ctx context.Context) ([]configkv.Entry, error) {
 // templates are written; domain names the root's JetStream domain then.
 // opts say how a bucket created (create) is made.
 func (c *configFlags) connectOrigin(ctx context.Context, create bool, opts ...configkv.BucketOption) (_ context.Context, kv jetstream.KeyValue, domain string, done func(), err error) {
+	if err := positiveFlag("timeout", c.timeout); err != nil {
+		return nil, nil, "", nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	nc, err := c.conn.dial("allot config", nats.Timeout(c.timeout))
 	if err != nil {
@@ -109,6 +112,9 @@ func bucketError(err error) error {
 
 // open connects and opens the configuration bucket; close nc to release it.
 func (c *configFlags) open(ctx context.Context, create bool) (kv jetstream.KeyValue, nc *nats.Conn, err error) {
+	if err := positiveFlag("timeout", c.timeout); err != nil {
+		return nil, nil, err
+	}
 	nc, err = c.conn.dial("allot config", nats.Timeout(c.timeout))
 	if err != nil {
 		return nil, nil, err
@@ -212,6 +218,29 @@ func printNotes(w io.Writer, notes []string) {
 	}
 }
 
+// putRefused explains a put of key that failed with err: with
+// --create-only or --revision, the key's revision now, which the
+// JetStream error ("wrong last sequence") does not say in those words.
+func putRefused(ctx context.Context, kv jetstream.KeyValue, key string, createOnly bool, expect uint64, err error) error {
+	conflict := createOnly && errors.Is(err, jetstream.ErrKeyExists) ||
+		!createOnly && expect > 0 && errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+	if !conflict {
+		return fmt.Errorf("store %s: %w", key, err)
+	}
+	e, gerr := kv.Get(ctx, key)
+	switch {
+	case gerr != nil && !errors.Is(gerr, jetstream.ErrKeyNotFound):
+		return fmt.Errorf("store %s: %w", key, err)
+	case createOnly && gerr == nil:
+		return fmt.Errorf("store %s: %s exists (revision %d): --create-only stores only a key that does not (%w)", key, key, e.Revision(), err)
+	case createOnly:
+		return fmt.Errorf("store %s: %w", key, err)
+	case gerr != nil:
+		return fmt.Errorf("store %s: %s does not exist, not at --revision %d (%w)", key, key, expect, err)
+	}
+	return fmt.Errorf("store %s: %s is at revision %d, not --revision %d: it changed since; 'allot config history %s' shows its revisions (%w)", key, key, e.Revision(), expect, key, err)
+}
+
 func defineConfigPut(fs *pflag.FlagSet) runFunc {
 	var cf configFlags
 	cf.register(fs)
@@ -256,7 +285,7 @@ func defineConfigPut(fs *pflag.FlagSet) runFunc {
 			rev, err = kv.Put(ctx, key, data)
 		}
 		if err != nil {
-			return fmt.Errorf("store %s: %w", key, err)
+			return putRefused(ctx, kv, key, *createOnly, *expect, err)
 		}
 		fmt.Fprintf(env.stdout, "stored %s revision %d (%s)\n", key, rev, summarize(k, data))
 		if domain != "" {
@@ -571,6 +600,9 @@ func defineConfigStatus(fs *pflag.FlagSet) runFunc {
 	asJSON := fs.Bool("json", false, "print the replies as JSON")
 	return func(ctx context.Context, env *cliEnv, args []string) error {
 		if err := noArgs(args); err != nil {
+			return err
+		}
+		if err := errors.Join(positiveFlag("wait", *wait), positiveFlag("timeout", cf.timeout)); err != nil {
 			return err
 		}
 		nc, err := cf.conn.dial("allot config", nats.Timeout(cf.timeout))

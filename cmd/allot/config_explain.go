@@ -31,11 +31,24 @@ func defineConfigExplain(fs *pflag.FlagSet) runFunc {
 	wait := fs.Duration("wait", 500*time.Millisecond, "how long to collect what the running replicas serve (0: do not ask)")
 	asResource := fs.Bool("resource", false, "explain the argument as a resource id even if it looks like a quota bucket (it has a \":\" and no \"/\")")
 	return func(ctx context.Context, env *cliEnv, args []string) error {
+		if *wait < 0 {
+			return usageError{fmt.Errorf("--wait %v: want 0 (do not ask) or a positive duration", *wait)}
+		}
 		if len(args) > 0 && strings.HasPrefix(args[0], config.EnvoyPrefix) {
 			return explainEnvoy(ctx, env, &cf, args)
 		}
 		if err := exactArgs(args, 1, "a resource id or a quota bucket NAMESPACE:NAME"); err != nil {
 			return err
+		}
+		id := args[0]
+		// "namespace:name" is a quota bucket; resource ids are usually paths
+		// ("mysql/main"), and --resource forces one that looks like a bucket.
+		isBucket := strings.Contains(id, ":") && !strings.Contains(id, "/") && !*asResource
+		if !isBucket {
+			// An id every coordinator refuses (400) gets no template.
+			if err := wire.ValidateID("resource_id", id); err != nil {
+				return usageError{err}
+			}
 		}
 		policySet := fs.Changed("unmatched")
 		ctx, cancel := context.WithTimeout(ctx, cf.timeout+max(*wait, 0))
@@ -55,10 +68,7 @@ func defineConfigExplain(fs *pflag.FlagSet) runFunc {
 		if err != nil {
 			return err
 		}
-		id := args[0]
-		// "namespace:name" is a quota bucket; resource ids are usually paths
-		// ("mysql/main"), and --resource forces one that looks like a bucket.
-		if strings.Contains(id, ":") && !strings.Contains(id, "/") && !*asResource {
+		if isBucket {
 			if _, _, err := wire.SplitBucket(id); err != nil {
 				return fmt.Errorf("%w (to explain %q as a resource id, add --resource)", err, id)
 			}

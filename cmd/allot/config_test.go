@@ -88,6 +88,11 @@ func TestConfigCLI(t *testing.T) {
 	mustFail("refusing invalid template", `{"identifier_glob":"x","capacity":"lots"}`, "config", "put", "bad", "-", "--nats", url)
 	mustFail("name", cliMySQL, "config", "put", "bad.name", "-", "--nats", url)
 	mustFail("key exists", cliMySQL, "config", "put", "--create-only", "mysql-main", "-", "--nats", url)
+	// The refusals of --create-only and --revision say what the key's
+	// revision is, not the JetStream API error alone.
+	mustFail("templates.mysql-main exists (revision 1): --create-only stores only a key that does not", cliMySQL, "config", "put", "--create-only", "mysql-main", "-", "--nats", url)
+	mustFail("templates.mysql-main is at revision 1, not --revision 7: it changed since", cliMySQL, "config", "put", "--revision", "7", "mysql-main", "-", "--nats", url)
+	mustFail("templates.nothing does not exist, not at --revision 7", cliMySQL, "config", "put", "--revision", "7", "nothing", "-", "--nats", url)
 
 	if out := mustRun("", "config", "get", "mysql-main", "--nats", url); !strings.Contains(out, cliMySQL) {
 		t.Errorf("get:\n%s", out)

@@ -40,6 +40,9 @@ func defineGet(fs *pflag.FlagSet) runFunc {
 		if len(args) == 0 {
 			return usageError{errors.New("name at least one resource")}
 		}
+		if err := errors.Join(nodeFlag(*node), positiveFlag("timeout", *timeout)); err != nil {
+			return err
+		}
 		if *priority < wire.MinPriority || *priority > wire.MaxPriority {
 			return fmt.Errorf("--priority %d is outside [%d, %d]", *priority, wire.MinPriority, wire.MaxPriority)
 		}
@@ -71,6 +74,9 @@ func defineRelease(fs *pflag.FlagSet) runFunc {
 		}
 		if len(args) == 0 {
 			return usageError{errors.New("name at least one resource")}
+		}
+		if err := errors.Join(nodeFlag(*node), positiveFlag("timeout", *timeout)); err != nil {
+			return err
 		}
 		req := &allotpb.ReleaseCapacityRequest{ClientId: *client, ResourceId: args}
 		if err := wire.ValidateRelease(req); err != nil {

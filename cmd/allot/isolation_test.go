@@ -18,9 +18,9 @@ import (
 	"github.com/allot/allot/proto/allotpb"
 )
 
-// TestIsolationFlagsRefused: bad caps per tenant and child bounds are
-// refused before anything starts, naming the flag, on `allot coordinator`
-// and `allot up`.
+// TestIsolationFlagsRefused: bad caps per tenant and child bounds, and
+// bad intake and round figures, are refused before anything starts,
+// naming the flag, on `allot coordinator` and `allot up`.
 func TestIsolationFlagsRefused(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -33,6 +33,13 @@ func TestIsolationFlagsRefused(t *testing.T) {
 		{[]string{"--max-resources", "50", "--tenant-max-resources", "60"}, "--tenant-max-resources 60 is above --max-resources 50"},
 		{[]string{"--tenant-max-clients", "2000001"}, "--tenant-max-clients 2000001 is above --max-clients 2000000"},
 		{[]string{"--max-resources", "0"}, "--max-resources 0, --max-clients 2000000: want positive numbers"},
+		{[]string{"--tenant-rate", "NaN"}, "--tenant-rate NaN: want a number of requests per second, 0 (no limit) or more"},
+		{[]string{"--tenant-rate", "Inf"}, "--tenant-rate +Inf: want a number of requests per second, 0 (no limit) or more"},
+		{[]string{"--tenant-rate", "-1"}, "--tenant-rate -1: want a number of requests per second, 0 (no limit) or more"},
+		{[]string{"--tenant-burst", "-1"}, "--tenant-burst -1: want 0 (twice the rate) or more"},
+		{[]string{"--max-in-flight", "-1"}, "--max-in-flight -1: want 0 (the default, 1024) or more"},
+		{[]string{"--round", "-1s"}, "--round -1s: want 0 (each request at once) to 50ms"},
+		{[]string{"--round", "51ms"}, "--round 51ms: want 0 (each request at once) to 50ms"},
 		{[]string{"--child-max-clients", "0"}, "--child-max-clients 0: want a positive number of clients"},
 		{[]string{"--child-clients", "eu"}, `"eu": want NODE=N pairs, comma-separated, such as eu=5000,ap=2000`},
 		{[]string{"--child-clients", "eu=0"}, "eu=0: want a positive number of clients"},
@@ -48,7 +55,12 @@ func TestIsolationFlagsRefused(t *testing.T) {
 				continue // up wants --parent-url first
 			}
 			args := append(append([]string{}, cmd...), tc.args...)
-			if code, out := runCtx(context.Background(), args...); code == 0 || !strings.Contains(out, tc.want) {
+			// A deadline, so that a flag taken by mistake fails the test
+			// instead of leaving `allot up` serving.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			code, out := runCtx(ctx, args...)
+			cancel()
+			if code == 0 || !strings.Contains(out, tc.want) {
 				t.Errorf("%q: code %d, %s; want an error with %q", args, code, out, tc.want)
 			}
 		}

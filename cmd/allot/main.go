@@ -13,11 +13,13 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/subjects"
 )
 
 // cliEnv carries the process's streams so commands stay testable.
@@ -138,6 +140,25 @@ func closest(typed string, names []string) []string {
 func exactArgs(args []string, n int, what string) error {
 	if len(args) != n {
 		return usageError{fmt.Errorf("want %d argument(s), %s; got %d", n, what, len(args))}
+	}
+	return nil
+}
+
+// positiveFlag refuses a zero or negative duration given to --flag: a
+// request or a wait of no time cannot be answered, and what follows (the
+// NATS client's "timeout invalid", replicas reported as not serving) does
+// not say why.
+func positiveFlag(flag string, d time.Duration) error {
+	if d <= 0 {
+		return usageError{fmt.Errorf("--%s %v: want a positive duration, such as 5s", flag, d)}
+	}
+	return nil
+}
+
+// nodeFlag refuses a --node that cannot name the subjects allot.<node>.*.
+func nodeFlag(node string) error {
+	if err := subjects.ValidateNode(node); err != nil {
+		return usageError{fmt.Errorf("--node %q: %w", node, err)}
 	}
 	return nil
 }

@@ -78,6 +78,13 @@ func TestNatsCLIConfigVerdicts(t *testing.T) {
 	raw := cli.MustRun("kv", "get", "allot_state", "root.config.tempaltes.typo", "--raw")
 	raw = strings.Replace(strings.TrimSpace(raw), fmt.Sprintf(`"revision":%d,`, v.Revision), `"revision":5,`, 1)
 	docHas(t, "docs/configuration.md", "# "+raw+"\n")
+	// envoy.<domain> is one of the keys allot reads: the verdict on a
+	// misspelt one names it, and the key meant.
+	cli.MustRun("kv", "put", "allot_config", "envoi.edge", "domain: edge\ndescriptors: []\n")
+	v = verdict("envoi.edge", func(v configkv.Verdict) bool { return v.Key == "envoi.edge" })
+	if v.OK || len(v.Errors) != 1 || !strings.Contains(v.Errors[0], "envoy.<domain>") || !strings.Contains(v.Errors[0], `did you mean "envoy.edge"?`) {
+		t.Errorf("verdict on envoi.edge: %+v", v)
+	}
 	cli.MustRun("kv", "put", "allot_config", "templates.db", badDoc)
 	v = verdict("templates.db", func(v configkv.Verdict) bool { return v.Key == "templates.db" })
 	if v.OK || len(v.Errors) != 2 || !strings.Contains(v.Errors[0], `"FAIR_SHAER"`) || v.Errors[1] != "capacity: -5 is negative" ||

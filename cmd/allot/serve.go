@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -237,8 +238,23 @@ func (f *coordFlags) warnShortTTL(log *slog.Logger) {
 // validate checks the tree flags, the node's limits and
 // --metrics-max-resources.
 func (f *coordFlags) validate() error {
+	// Each flag by name first: the intake's own error shows every limit.
+	if r := f.intake.TenantRate; !(r >= 0) || math.IsInf(r, 1) {
+		return fmt.Errorf("--tenant-rate %v: want a number of requests per second, 0 (no limit) or more", r)
+	}
+	if f.intake.TenantBurst < 0 {
+		return fmt.Errorf("--tenant-burst %d: want 0 (twice the rate) or more", f.intake.TenantBurst)
+	}
+	if f.intake.MaxInFlight < 0 {
+		return fmt.Errorf("--max-in-flight %d: want 0 (the default, %d) or more", f.intake.MaxInFlight, intake.DefaultMaxInFlight)
+	}
 	if err := f.intake.Validate(); err != nil {
 		return fmt.Errorf("--max-in-flight, --tenant-rate, --tenant-burst: %w", err)
+	}
+	// The coordinator takes a negative interval for an explicit 0; from
+	// the command line it is a mistake, refused before connecting.
+	if f.round < 0 || f.round > coordinator.MaxRoundInterval {
+		return fmt.Errorf("--round %v: want 0 (each request at once) to %v", f.round, coordinator.MaxRoundInterval)
 	}
 	if f.metricsMax < 1 || f.metricsMax > coordinator.MaxObservedResources {
 		return fmt.Errorf("--metrics-max-resources %d: want 1-%d", f.metricsMax, coordinator.MaxObservedResources)

@@ -95,6 +95,9 @@ func defineStatus(fs *pflag.FlagSet) runFunc {
 		if err := noArgs(args); err != nil {
 			return err
 		}
+		if err := positiveFlag("wait", *wait); err != nil {
+			return err
+		}
 		nc, err := conn.dial("allot status")
 		if err != nil {
 			return err

@@ -166,8 +166,15 @@ func defineUp(fs *pflag.FlagSet) runFunc {
 				}
 				fmt.Fprintf(env.stdout, "  metrics at %s/metrics, health at %s/healthz and %s/readyz\n", opsURL, opsURL, opsURL)
 			}
-			fmt.Fprintf(env.stdout, "try: go run ./cmd/allot get --nats %s --node %s db --wants 10\n     go run ./cmd/allot status --nats %s\n",
-				srv.ClientURL(), cf.node, srv.ClientURL())
+			// A resource that gets a lease: under --unmatched reject no
+			// catch-all example is seeded and a made-up id is a 404, but
+			// the seeded example mysql-main serves mysql/main.
+			try := "db"
+			if cf.unmatched == config.UnmatchedReject {
+				try = "mysql/main"
+			}
+			fmt.Fprintf(env.stdout, "try: go run ./cmd/allot get --nats %s --node %s %s --wants 10\n     go run ./cmd/allot status --nats %s\n",
+				srv.ClientURL(), cf.node, try, srv.ClientURL())
 		}()
 		if *replicas == 1 {
 			return serve(ctx, nc, &cf, log)

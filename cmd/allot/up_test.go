@@ -99,6 +99,27 @@ func (u *upRun) wait(t *testing.T) {
 	}
 }
 
+// TestUpTryLineIsAnswered: the `allot get` that `allot up` prints to try
+// is answered with a lease as printed, also with --unmatched reject, which
+// seeds no catch-all template (a made-up resource is then a 404).
+func TestUpTryLineIsAnswered(t *testing.T) {
+	tryRE := regexp.MustCompile(`try: go run \./cmd/allot (get [^\n]*)`)
+	for _, extra := range [][]string{nil, {"--unmatched", "reject"}} {
+		up := startUp(t, append([]string{"--data-dir", t.TempDir(), "--metrics-addr", "127.0.0.1:0"}, extra...)...)
+		var try []string
+		poll.Until(t, 10*time.Second, "the line to try", func() bool {
+			m := tryRE.FindStringSubmatch(up.out.String())
+			if m != nil {
+				try = strings.Fields(m[1])
+			}
+			return m != nil
+		})
+		if code, out := runCtx(testCtx(t), try...); code != 0 || !strings.Contains(out, `"capacity": 10`) {
+			t.Errorf("up %q printed %q to try: exit %d: %s", extra, try, code, out)
+		}
+	}
+}
+
 // TestUpThenGet runs the README's quick start in-process: `allot up` on a
 // free port, then `allot get` against it in JSON, then SIGINT-like drain.
 func TestUpThenGet(t *testing.T) {

@@ -146,7 +146,7 @@ func ReadGlob(data []byte) string {
 // allot's configuration, naming the key it was probably meant to be (a
 // misspelt prefix such as "tempaltes.", or a name without one).
 func UnknownKeyProblem(key string) string {
-	const known = "allot reads only " + KeyPrefix + "<name>, " + NamespacePrefix + "<namespace> and " + DomainsPrefix + "<namespace>"
+	const known = "allot reads only " + KeyPrefix + "<name>, " + NamespacePrefix + "<namespace>, " + DomainsPrefix + "<namespace> and " + EnvoyPrefix + "<domain>"
 	prefix, rest, dotted := strings.Cut(key, ".")
 	if guess := guessKey(prefix, rest, dotted); guess != "" {
 		return fmt.Sprintf("key %q is ignored: %s (did you mean %q?)", key, known, guess)
@@ -166,7 +166,7 @@ func guessKey(prefix, rest string, dotted bool) string {
 	if rest == "" {
 		return ""
 	}
-	for _, p := range []string{KeyPrefix, NamespacePrefix, DomainsPrefix} {
+	for _, p := range []string{KeyPrefix, NamespacePrefix, DomainsPrefix, EnvoyPrefix} {
 		want := strings.TrimSuffix(p, ".")
 		if strings.EqualFold(prefix, want) || EditDistance(strings.ToLower(prefix), want) <= 2 {
 			return p + rest

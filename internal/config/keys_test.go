@@ -48,13 +48,15 @@ func TestUnknownKeyProblem(t *testing.T) {
 		"template.db":      `"templates.db"`,
 		"Namespaces.login": `"namespaces.login"`,
 		"domain.app":       `"domains.app"`,
+		"envoi.edge":       `"envoy.edge"`,
+		"Envoy.edge":       `"envoy.edge"`,
 		"mysql-main":       `"templates.mysql-main"`,
 		"status.x":         "",
 		"foo.bar":          "",
 		"templatesx.":      "",
 	} {
 		p := UnknownKeyProblem(key)
-		if !strings.Contains(p, "is ignored") || !strings.Contains(p, "templates.<name>") {
+		if !strings.Contains(p, "is ignored") || !strings.Contains(p, "templates.<name>") || !strings.Contains(p, "envoy.<domain>") {
 			t.Errorf("%s: %q", key, p)
 		}
 		if guess == "" && strings.Contains(p, "did you mean") || guess != "" && !strings.Contains(p, "did you mean "+guess) {

@@ -159,7 +159,8 @@ func TestSubjects(t *testing.T) {
 
 func TestDecodeStrict(t *testing.T) {
 	var r Request
-	for _, bad := range []string{`{"domain":"a","bogus":1}`, `{"domain":"a"} {}`, `{"copies":"x"}`, `[`, `{"copies":1e400}`} {
+	for _, bad := range []string{`{"domain":"a","bogus":1}`, `{"domain":"a"} {}`, `{"copies":"x"}`, `[`, `{"copies":1e400}`,
+		`{"domain":"a","domain":"b"}`, `{"domain":"a","DOMAIN":"b"}`, `{"copies":1,"copie\u017f":2}`} {
 		if err := Decode([]byte(bad), &r); err == nil || !errors.Is(err, ErrBadRequest) {
 			t.Errorf("Decode(%s) = %v", bad, err)
 		}

@@ -103,11 +103,15 @@ func scanCopies(data []byte, names Names) (copiesFields, bool) {
 
 // scanObject walks a flat JSON object whose values are strings without
 // escapes or integers, calling field for each member; it returns false
-// (nothing decided) for anything else, or when field does.
+// (nothing decided) for anything else, when field does, or when a key
+// comes twice (the strict decoder refuses it) or past the few the common
+// shapes have.
 func scanObject(b []byte, field func(key, s []byte, n int64, isStr bool) bool) bool {
 	if len(b) > MaxPayload {
 		return false
 	}
+	var seen [6][]byte
+	nSeen := 0
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -118,9 +122,16 @@ func scanObject(b []byte, field func(key, s []byte, n int64, isStr bool) bool) b
 	}
 	for {
 		key, j, ok := scanString(b, i)
-		if !ok {
+		if !ok || nSeen == len(seen) {
 			return false
 		}
+		for _, k := range seen[:nSeen] {
+			if string(k) == string(key) {
+				return false
+			}
+		}
+		seen[nSeen] = key
+		nSeen++
 		i = skipSpace(b, j)
 		if i >= len(b) || b[i] != ':' {
 			return false

@@ -437,9 +437,10 @@ func decodeCopies(data []byte) (copiesFields, error) {
 	return f, nil
 }
 
-// decodeStrict decodes one JSON value into v: unknown fields and data
-// after it are errors. A type's UnmarshalJSON uses it too, as the strict
-// decoder's options do not reach into it.
+// decodeStrict decodes one JSON value into v: unknown fields, a field
+// named twice in one object and data after it are errors. A type's
+// UnmarshalJSON uses it too, as the strict decoder's options do not reach
+// into it.
 func decodeStrict(data []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.DisallowUnknownFields()
@@ -449,5 +450,61 @@ func decodeStrict(data []byte, v any) error {
 	if _, err := d.Token(); err != io.EOF {
 		return errors.New("data after the object")
 	}
+	if k, ok := duplicateKey(data); ok {
+		return fmt.Errorf("duplicate field %q", k)
+	}
 	return nil
+}
+
+// duplicateKey returns a key that one object of data (a valid JSON
+// value) names twice, as encoding/json matches names: ignoring case.
+// encoding/json would keep the last, so a body with "domain" twice
+// could be read as one domain by a proxy and another by the server; the
+// other subjects' protojson refuses it too. Called once the value
+// decoded without unknown fields, so each object holds few keys.
+func duplicateKey(data []byte) (string, bool) {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	// frame is an open object (keys non-nil once it has any, isObj) or
+	// array; key says the object's next token is a key.
+	type frame struct {
+		isObj, key bool
+		keys       []string
+	}
+	var stack []frame
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			return "", false
+		}
+		if n := len(stack); n > 0 && stack[n-1].isObj && stack[n-1].key {
+			if k, ok := tok.(string); ok {
+				for _, seen := range stack[n-1].keys {
+					if strings.EqualFold(seen, k) {
+						return k, true
+					}
+				}
+				stack[n-1].keys = append(stack[n-1].keys, k)
+				stack[n-1].key = false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{isObj: true, key: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		// A value ended: the enclosing object's next token is a key.
+		if len(stack) == 0 {
+			return "", false
+		}
+		if top := &stack[len(stack)-1]; top.isObj {
+			top.key = true
+		}
+	}
 }
