@@ -25,7 +25,7 @@ func TestHotReload(t *testing.T) {
 	coordConn := natstest.Conn(t, s)
 	operator := natstest.Conn(t, s)
 	client := natstest.Conn(t, s)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
 	cf := coordFlags{node: "root", round: 5 * time.Millisecond, bucket: "allot_state", configBucket: configkv.DefaultBucket, unmatched: config.UnmatchedReject, logLevel: "warn"}
@@ -41,7 +41,9 @@ func TestHotReload(t *testing.T) {
 
 	js, _ := jetstream.New(operator)
 	var kv jetstream.KeyValue
-	poll.For(t, 20*time.Second, 20*time.Millisecond, func() (err error) {
+	// serve creates the bucket; a loaded machine running the race
+	// detector took longer than 20 s to.
+	poll.For(t, 45*time.Second, 20*time.Millisecond, func() (err error) {
 		kv, err = js.KeyValue(ctx, configkv.DefaultBucket)
 		return err
 	})
