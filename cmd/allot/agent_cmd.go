@@ -39,7 +39,7 @@ func defineAgent(fs *pflag.FlagSet) runFunc {
 	clientID := fs.String("client-id", "", "this agent's client id at the coordinator (default host:pid:random)")
 	mode := fs.String("mode", "safe", "what a lease-mapped descriptor gets once its lease has expired unrefreshed: 'safe' (the floor the coordinator last told, then nothing), 'optimistic' (what it wants) or 'pessimistic' (nothing)")
 	configBucket := fs.String("config-bucket", configkv.DefaultBucket, "KV bucket holding the templates and Envoy domains")
-	maxLeases := fs.Int("max-leases", rls.DefaultMaxLeases, "most lease resources the sidecar holds at once; descriptors beyond are counted in the partitions")
+	maxLeases := fs.Int("max-leases", rls.DefaultMaxLeases, "most lease resources the sidecar holds at once; descriptors beyond are counted in the partitions (0: the default)")
 	shadow := fs.Bool("shadow", false, "ShouldRateLimit: answer OK overall even when a descriptor is over its limit, which still says OVER_LIMIT (the reference's SHADOW_MODE)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "log format: text or json")

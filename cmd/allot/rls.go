@@ -42,7 +42,7 @@ func (f *rlsFlags) register(fs *pflag.FlagSet, partitions bool) {
 	fs.BoolVar(&f.quotaMode, "rls-quota-mode", false, "ShouldRateLimit: answer every exceeded limit OK, as if each had quota_mode (the reference's QUOTA_MODE); --shadow is its SHADOW_MODE")
 	fs.BoolVar(&f.stopIncrement, "rls-stop-increment-over-limit", false, "ShouldRateLimit: when a descriptor would exceed its limit, count only the descriptors that would (the reference's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT)")
 	if partitions {
-		fs.IntVar(&f.maxCounters, "rls-max-counters", envoyserver.DefaultMaxCounters, "most Envoy rate limit window counters each partition keeps; requests adding more are refused until windows end")
+		fs.IntVar(&f.maxCounters, "rls-max-counters", envoyserver.DefaultMaxCounters, "most Envoy rate limit window counters each partition keeps; requests adding more are refused until windows end (0: the default)")
 	}
 }
 

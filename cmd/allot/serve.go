@@ -91,7 +91,7 @@ func (f *coordFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.maxRes, "max-resources", coordinator.DefaultMaxResources, "most resources a node keeps state for; requests naming more new ones get error 429")
 	fs.IntVar(&f.maxClients, "max-clients", coordinator.DefaultMaxClients, "most client records (one per client and resource) a node keeps; requests adding more get error 429")
 	f.isolation.register(fs)
-	fs.IntVar(&f.intake.MaxInFlight, "max-in-flight", intake.DefaultMaxInFlight, "most requests each service (coordinator, quota partition, domain partition) holds taken up and not yet answered; past it a request gets 503 with a retry_after at once, a quarter kept for the refreshes of clients holding leases")
+	fs.IntVar(&f.intake.MaxInFlight, "max-in-flight", intake.DefaultMaxInFlight, "most requests each service (coordinator, quota partition, domain partition) holds taken up and not yet answered; past it a request gets 503 with a retry_after at once, a quarter kept for the refreshes of clients holding leases (0: the default)")
 	fs.Float64Var(&f.intake.TenantRate, "tenant-rate", DefaultTenantRate, "requests per second each tenant may send each service on its tenant subjects (0: no limit); past it 429 with a retry_after, so one tenant's flood cannot starve another")
 	fs.IntVar(&f.intake.TenantBurst, "tenant-burst", 0, "burst of --tenant-rate (0: twice the rate)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -99,11 +99,11 @@ func (f *coordFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.metricsAddr, "metrics-addr", f.metricsAddr, "HOST:PORT to serve Prometheus /metrics, /healthz and /readyz on over HTTP (empty: none; see docs/metrics.md)")
 	f.dashboard.register(fs)
 	fs.IntVar(&f.metricsMax, "metrics-max-resources", metrics.DefaultMaxResources, fmt.Sprintf("most resources per node that metrics name (those with the most outstanding; the others are summed as resource=%q), 1-%d", metrics.OtherResource, coordinator.MaxObservedResources))
-	fs.DurationVar(&f.electionTTL, "election-ttl", election.DefaultTTL, fmt.Sprintf("leader key TTL in bucket %s (whole seconds; default %v, or %v with --bucket-replicas above 1, so that a leader outlasts the election stream's own leader election when a NATS server is lost); an abrupt leader loss costs about TTL+1s", election.DefaultBucket, election.DefaultTTL, election.ReplicatedTTL))
-	fs.IntVar(&f.replicasKV, "bucket-replicas", 1, "replicas of the configuration, election and state buckets when allot creates them (3 on a three-server cluster)")
+	fs.DurationVar(&f.electionTTL, "election-ttl", election.DefaultTTL, fmt.Sprintf("leader key TTL in bucket %s (whole seconds; default %v, or %v with --bucket-replicas above 1, so that a leader outlasts the election stream's own leader election when a NATS server is lost); an abrupt leader loss costs about TTL+1s; 0: the default", election.DefaultBucket, election.DefaultTTL, election.ReplicatedTTL))
+	fs.IntVar(&f.replicasKV, "bucket-replicas", 1, "replicas of the configuration, election and state buckets when allot creates them (3 on a three-server cluster; 0: 1)")
 	fs.IntVar(&f.quotaParts, "quota-partitions", 1, "quota partitions sharing the namespaces (allot.<node>.quota.*), each electing its own leader; above 1 the NATS server needs the subject mapping of deploy/nats/quota/partitions.conf (allot up sets it)")
 	f.quotaServe = partitionList{all: true}
-	fs.DurationVar(&f.holdTTL, "hold-ttl", domainserver.DefaultHoldTTL, "domain limits: how long a hold of a copy-limited resource lives without its client's refresh (agents refresh every third of it); a crashed client's holds are released after it, and a new leader learns the live holds for as long before it grants more")
+	fs.DurationVar(&f.holdTTL, "hold-ttl", domainserver.DefaultHoldTTL, "domain limits: how long a hold of a copy-limited resource lives without its client's refresh (agents refresh every third of it); a crashed client's holds are released after it, and a new leader learns the live holds for as long before it grants more (0: the default)")
 	fs.Var(goFlag(&f.quotaServe, "PARTITIONS"), "quota-serve", "quota partitions this process serves: 'all', 'none', or a comma-separated list such as 0,2")
 	fs.IntVar(&f.leaseParts, "lease-partitions", 1, fmt.Sprintf("lease partitions sharing the node's resources (at most %d), each electing its own coordinator and serving allot.<node>.capacity.p.<i>.* for the resources it owns (subjects.md, \"Lease partitions\"); partition 0 also serves the plain subjects, relaying each part to its owner", subjects.MaxLeasePartitions))
 	f.leaseServe = partitionList{all: true}
