@@ -28,6 +28,9 @@ func defineConfigExplain(fs *pflag.FlagSet) runFunc {
 	cf.register(fs)
 	unmatched := config.UnmatchedDefault
 	fs.Var(goFlag(&unmatched, "POLICY"), "unmatched", "the coordinators' policy for unmatched resources: default or reject (default: what the running replicas report, else default)")
+	// Its default is what the replicas report, which the usage says: a
+	// printed "(default default)" would say otherwise.
+	fs.Lookup("unmatched").DefValue = ""
 	wait := fs.Duration("wait", 500*time.Millisecond, "how long to collect what the running replicas serve (0: do not ask)")
 	asResource := fs.Bool("resource", false, "explain the argument as a resource id even if it looks like a quota bucket (it has a \":\" and no \"/\")")
 	return func(ctx context.Context, env *cliEnv, args []string) error {
