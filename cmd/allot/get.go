@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"strconv"
@@ -95,7 +96,7 @@ func request(ctx context.Context, env *cliEnv, conn *connFlags, subject string, 
 	}
 	ctx, refuse := context.WithCancelCause(ctx)
 	defer refuse(nil)
-	nc, err := conn.dial("allot cli", nats.Timeout(timeout), inboxRefused(conn.inboxPrefix, refuse))
+	nc, err := conn.dial("allot cli", nats.Timeout(timeout), inboxRefused(conn.inboxPrefix, refuse, nil))
 	if err != nil {
 		return err
 	}
@@ -132,23 +133,26 @@ var errInboxRefused = errors.New("the NATS server refused this user's subscripti
 // permissionsSubject finds the subject a refused subscription names.
 var permissionsSubject = regexp.MustCompile(`Subscription to "(\S+)"`)
 
-// inboxRefused logs asynchronous errors as agent.ErrorHandler does, and
+// inboxRefused logs asynchronous errors as agent.ErrorHandler does, but
 // when the server refuses the subscription to the connection's replies
 // (under prefix, default _INBOX), ends the request at once with what to
 // do: a user of an account that allows replies only under a prefix of its
 // own (a tenant of the shipped secure configuration) otherwise waits for
 // the time-out of a request whose answer cannot reach it.
-func inboxRefused(prefix string, end context.CancelCauseFunc) nats.Option {
-	logged := agent.ErrorHandler(nil)
+// The others go to log (nil: slog's default).
+func inboxRefused(prefix string, end context.CancelCauseFunc, log *slog.Logger) nats.Option {
+	logged := agent.ErrorHandler(log)
 	if prefix == "" {
 		prefix = strings.TrimSuffix(nats.InboxPrefix, ".")
 	}
 	return nats.ErrorHandler(func(nc *nats.Conn, sub *nats.Subscription, err error) {
-		logged(nc, sub, err)
 		m := permissionsSubject.FindStringSubmatch(err.Error())
 		if !errors.Is(err, nats.ErrPermissionViolation) || m == nil || !strings.HasPrefix(m[1], prefix+".") {
+			logged(nc, sub, err)
 			return
 		}
+		// The request ends with what to do on the command line; the
+		// agent's log line would add advice for Go programs.
 		if prefix == strings.TrimSuffix(nats.InboxPrefix, ".") {
 			end(fmt.Errorf("%w (%s): this user may receive replies only under a prefix of its own; run again with --inbox-prefix PREFIX (the users of allot secure init: --inbox-prefix _INBOX_<user>, such as _INBOX_tenant_a)", errInboxRefused, m[1]))
 			return
