@@ -168,7 +168,9 @@ func quotaWait(sec int64, nanos int32) (time.Duration, error) {
 	case sec < 0 || nanos < 0:
 		return 0, badf("max_wait is negative: write \"0s\" to be answered at once or REJECTED")
 	case sec > int64(MaxQuotaWait/time.Second) || sec == int64(MaxQuotaWait/time.Second) && nanos > 0:
-		return 0, badf("max_wait %ds is longer than the limit of %s", sec, MaxQuotaWait)
+		// In seconds on both sides: a wait this long may not fit a
+		// time.Duration.
+		return 0, badf("max_wait %ds is longer than the limit of %ds (%s)", sec, int64(MaxQuotaWait/time.Second), MaxQuotaWait)
 	}
 	return time.Duration(sec)*time.Second + time.Duration(nanos), nil
 }
