@@ -53,6 +53,9 @@ func defineAgent(fs *pflag.FlagSet) runFunc {
 		if err := subjects.ValidateNode(*node); err != nil {
 			return fmt.Errorf("--node %q: %w", *node, err)
 		}
+		if *maxLeases < 0 {
+			return usageError{fmt.Errorf("--max-leases %d: want 0 (the default, %d) or more", *maxLeases, rls.DefaultMaxLeases)}
+		}
 		decide, err := rf.decide(*shadow)
 		if err != nil {
 			return err

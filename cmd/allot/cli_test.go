@@ -144,6 +144,7 @@ func TestCLIFlagValuesRefused(t *testing.T) {
 		{[]string{"config", "explain", ""}, "resource_id is empty"},
 		{[]string{"config", "explain", "a b"}, `resource_id "a b" contains a space or control character`},
 		{[]string{"config", "explain", "--resource", strings.Repeat("a", 257)}, "resource_id is 257 bytes long; the limit is 256"},
+		{[]string{"agent", "--http-addr", "127.0.0.1:0", "--max-leases", "-1"}, "--max-leases -1: want 0 (the default, "},
 	} {
 		args := append(tc.args, "--nats", unreachable)
 		code, _, errs := runCLI(t, "", args...)
