@@ -39,6 +39,7 @@ func TestIsolationFlagsRefused(t *testing.T) {
 		{[]string{"--tenant-burst", "-1"}, "--tenant-burst -1: want 0 (twice the rate) or more"},
 		{[]string{"--max-in-flight", "-1"}, "--max-in-flight -1: want 0 (the default, 1024) or more"},
 		{[]string{"--round", "-1s"}, "--round -1s: want 0 (each request at once) to 50ms"},
+		{[]string{"--server-id", "a b"}, `--server-id "a b" contains a space or control character`},
 		{[]string{"--round", "51ms"}, "--round 51ms: want 0 (each request at once) to 50ms"},
 		{[]string{"--child-max-clients", "0"}, "--child-max-clients 0: want a positive number of clients"},
 		{[]string{"--child-clients", "eu"}, `"eu": want NODE=N pairs, comma-separated, such as eu=5000,ap=2000`},

@@ -25,6 +25,7 @@ import (
 	"github.com/allot/allot/internal/election"
 	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/subjects"
+	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/metrics"
 	"github.com/allot/allot/quotaserver"
 	"github.com/allot/allot/replica"
@@ -250,6 +251,13 @@ func (f *coordFlags) validate() error {
 	}
 	if err := f.intake.Validate(); err != nil {
 		return fmt.Errorf("--max-in-flight, --tenant-rate, --tenant-burst: %w", err)
+	}
+	// The id goes into lease records, election values and logs, and names
+	// the replica to operators: an id as clients' ids are.
+	if f.serverID != "" {
+		if err := wire.ValidateID("--server-id", f.serverID); err != nil {
+			return err
+		}
 	}
 	// The coordinator takes a negative interval for an explicit 0; from
 	// the command line it is a mistake, refused before connecting.
