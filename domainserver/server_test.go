@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -458,5 +459,36 @@ func TestTenantSubjectsReachTheSamePartition(t *testing.T) {
 	}
 	if len(seen) < 2 {
 		t.Fatalf("12 resources all on partitions %v: the mapping does not spread them", seen)
+	}
+}
+
+// TestUnknownOperationAcrossPartitions: with partitions behind the
+// mappings, an operation the service does not know reaches a leader and
+// is answered 400 naming it, as with one partition, not "no responders".
+func TestUnknownOperationAcrossPartitions(t *testing.T) {
+	s, err := embed.Start(embed.Options{StoreDir: t.TempDir(), Mappings: domainwire.Mappings("root", 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	cfg := &config{}
+	cfg.set(testNamespace())
+	for i := range 3 {
+		run(t, natstest.Conn(t, s), domainserver.Options{Partition: i, Partitions: 3, Config: sources.DomainsFunc(cfg.get),
+			HoldTTL: time.Hour, Logger: slog.New(slog.DiscardHandler)}, nil)
+	}
+	nc := natstest.Conn(t, s)
+	for r := range 6 {
+		res := fmt.Sprint("pool", r)
+		for _, subject := range []string{domainwire.Subject("root", "reserv", "app", res),
+			domainwire.TenantSubject("TENANT_A", "root", "reserv", "app", res)} {
+			m, err := nc.Request(subject, []byte(`{"domain":"a","copies":1,"client_id":"c"}`), 5*time.Second)
+			if err != nil {
+				t.Fatalf("%s: %v, want a 400 from a partition's leader", subject, err)
+			}
+			if code := m.Header.Get("Nats-Service-Error-Code"); code != "400" || !strings.Contains(string(m.Data), `unknown operation \"reserv\"`) {
+				t.Fatalf("%s: code %q %s, want 400 naming the operation", subject, code, m.Data)
+			}
+		}
 	}
 }

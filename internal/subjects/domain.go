@@ -54,19 +54,21 @@ func DomainSealKey(node string) string { return node + ".domain.seal" }
 func DomainTransfersKey(node string, i int) string { return DomainElectionKey(node, i) + ".transfers" }
 
 // DomainMappings returns the mappings that spread node's domain subjects
-// over n partitions by namespace and resource (partition(n,1,2)), so
-// that every operation on one resource reaches the same partition;
-// tenants' subjects go to the same partition, keeping the tenant:
-// allot.<node>.domain.p.<i>.t.<tenant>.<op>.<namespace>.<resource>. n ≤ 1
+// over n partitions by namespace and resource, so that every operation on
+// one resource reaches the same partition; tenants' subjects go to the
+// same partition, keeping the tenant:
+// allot.<node>.domain.p.<i>.t.<tenant>.<op>.<namespace>.<resource>. The
+// operation is a wildcard, so that one the service does not know still
+// reaches a leader and is answered 400, as with one partition, and the
+// partition hashes the same two tokens a per-operation mapping would. n ≤ 1
 // needs none (nil).
 func DomainMappings(node string, n int) map[string]string {
 	if n <= 1 {
 		return nil
 	}
-	ops := DomainOps()
-	out := make(map[string]string, 2*len(ops))
-	for _, op := range ops {
-		partitioned{service: "domain", names: 2, by: []int{1, 2}, tenants: true}.add(out, node, op, n)
+	p := prefix + node + ".domain.p.{{partition(" + strconv.Itoa(n) + ","
+	return map[string]string{
+		DomainAll(node):       p + "2,3)}}.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}",
+		TenantDomainAll(node): p + "3,4)}}.t.{{wildcard(1)}}.{{wildcard(2)}}.{{wildcard(3)}}.{{wildcard(4)}}",
 	}
-	return out
 }

@@ -1,11 +1,14 @@
 package subjects
 
 import (
+	"fmt"
 	"maps"
 	"os"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 // contract is subjects.md and the deployment notes, with runs of white
@@ -94,7 +97,7 @@ func TestContract(t *testing.T) {
 }
 
 // TestMappings pins the partition mappings against the contract's, with
-// partition count 9 standing for N and each domain operation for <op>.
+// partition count 9 standing for N.
 func TestMappings(t *testing.T) {
 	doc := contract(t)
 	for name, m := range map[string]map[string]string{
@@ -105,19 +108,14 @@ func TestMappings(t *testing.T) {
 		for _, src := range slices.Sorted(maps.Keys(m)) {
 			line := src + " → " + m[src]
 			line = strings.ReplaceAll(line, "(9,", "(N,")
-			if name == "domain" {
-				for _, op := range DomainOps() {
-					line = strings.ReplaceAll(line, "."+op+".", ".<op>.")
-				}
-			}
 			if !strings.Contains(doc, line) {
 				t.Errorf("%s: %q is not in the contract", name, line)
 			}
 		}
 	}
 	all := Mappings("root", 4)
-	if want := len(QuotaMappings("root", 4)) + len(DomainMappings("root", 4)) + len(EnvoyMappings("root", 4)); len(all) != want || want != 4+12+1 {
-		t.Errorf("Mappings: %d mappings, want %d (4 quota, 12 domain, 1 envoy)", len(all), want)
+	if want := len(QuotaMappings("root", 4)) + len(DomainMappings("root", 4)) + len(EnvoyMappings("root", 4)); len(all) != want || want != 4+2+1 {
+		t.Errorf("Mappings: %d mappings, want %d (4 quota, 2 domain, 1 envoy)", len(all), want)
 	}
 	for _, n := range []int{-1, 0, 1} {
 		if m := Mappings("root", n); m != nil {
@@ -148,5 +146,50 @@ func TestTenant(t *testing.T) {
 		if got := Untenant(s); got != s {
 			t.Errorf("Untenant(%q) = %q", s, got)
 		}
+	}
+}
+
+// TestDomainMappingsKeepPartitions: the one mapping per subject form sends
+// every operation on a resource to the partition a mapping per operation
+// does (nats-server's own transform decides both), so a NATS config that
+// still lists the six operations and `allot up` place holds alike.
+func TestDomainMappingsKeepPartitions(t *testing.T) {
+	const n = 5
+	perOp := map[string]string{}
+	for _, op := range DomainOps() {
+		partitioned{service: "domain", names: 2, by: []int{1, 2}, tenants: true}.add(perOp, "root", op, n)
+	}
+	transform := func(m map[string]string, subject string) string {
+		t.Helper()
+		for src, dst := range m {
+			tr, err := server.NewSubjectTransform(src, dst)
+			if err != nil {
+				t.Fatalf("%s → %s: %v", src, dst, err)
+			}
+			if out, err := tr.Match(subject); err == nil {
+				return out
+			}
+		}
+		return ""
+	}
+	one := DomainMappings("root", n)
+	seen := map[string]bool{}
+	for r := range 40 {
+		for _, op := range DomainOps() {
+			for _, subject := range []string{Domain("root", op, "app", fmt.Sprint("pool", r)),
+				TenantDomain("TENANT_A", "root", op, fmt.Sprint("ns", r), "x")} {
+				want, got := transform(perOp, subject), transform(one, subject)
+				if want == "" || got != want {
+					t.Fatalf("%s: mapped to %q, want %q", subject, got, want)
+				}
+				seen[strings.Split(got, ".")[4]] = true
+			}
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("partitions reached %v, want all %d", seen, n)
+	}
+	if got := transform(one, Domain("root", "nosuchop", "app", "x")); !strings.HasPrefix(got, "allot.root.domain.p.") || !strings.HasSuffix(got, ".nosuchop.app.x") {
+		t.Fatalf("an unknown operation maps to %q, want a partition's subject", got)
 	}
 }
