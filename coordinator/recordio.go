@@ -73,12 +73,22 @@ func newRecordStore(js jetstream.JetStream, opts Options, log *slog.Logger) *rec
 // operator may have scaled it), but for a history too short for ledger's
 // comparison of a record with the one before it.
 func (s *recordStore) open(ctx context.Context) (created bool, err error) {
-	kv, created, err := statekv.Open(ctx, s.js, s.opts.StateBucket, s.opts.StateReplicas, s.log)
+	kv, created, err := s.openKV(ctx)
 	if err != nil {
-		return false, fmt.Errorf("coordinator: %w", err)
+		return false, err
 	}
 	s.kv = kv
 	return created, nil
+}
+
+// openKV is open without keeping the handle: the read-back goroutine
+// reopens a bucket it found gone, and the writer installs the handle.
+func (s *recordStore) openKV(ctx context.Context) (jetstream.KeyValue, bool, error) {
+	kv, created, err := statekv.Open(ctx, s.js, s.opts.StateBucket, s.opts.StateReplicas, s.log)
+	if err != nil {
+		return nil, false, fmt.Errorf("coordinator: %w", err)
+	}
+	return kv, created, nil
 }
 
 // load reads what the predecessor left.
@@ -316,7 +326,9 @@ func (s *recordStore) adopt(ctx context.Context, entry jetstream.KeyValueEntry) 
 }
 
 // readBack reads the stored record on a goroutine of its own and sends
-// what it found on to: a write never waits behind it. writes is the
+// what it found on to: a write never waits behind it, nor behind the
+// reopening of a bucket the read found gone (which may take a KV
+// operation's time-out when JetStream answers slowly). writes is the
 // number of writes begun so far, so the writer can tell a read that a
 // write overtook.
 func (s *recordStore) readBack(to chan<- readResult, writes uint64) {
@@ -327,7 +339,13 @@ func (s *recordStore) readBack(to chan<- readResult, writes uint64) {
 		gctx, cancel := context.WithTimeout(s.ctx, writeTimeout)
 		entry, err := kv.Get(gctx, s.key)
 		cancel()
-		to <- readResult{entry: entry, err: err, writes: writes}
+		r := readResult{entry: entry, err: err, writes: writes}
+		if mayBeGone(err) {
+			octx, cancel := context.WithTimeout(s.ctx, writeTimeout)
+			r.kv, r.created, r.openErr = s.openKV(octx)
+			cancel()
+		}
+		to <- r
 	}()
 }
 
@@ -336,24 +354,29 @@ type readResult struct {
 	entry  jetstream.KeyValueEntry
 	err    error
 	writes uint64 // writes begun before the read
+
+	// After an error that a deleted bucket causes: the bucket reopened
+	// (or the reopening's error), and whether the reopening created it.
+	kv      jetstream.KeyValue
+	created bool
+	openErr error
 }
 
 // check judges what a read-back found: whether ours must be written
 // again, and whether what was found is someone else's; or errDeposed.
-func (s *recordStore) check(ctx context.Context, entry jetstream.KeyValueEntry, err error) storeResult {
+func (s *recordStore) check(ctx context.Context, r readResult) storeResult {
+	entry, err := r.entry, r.err
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		s.log.Error("lease record is missing while serving: writing it again")
 		s.rev = 0
 		return storeResult{rewrite: true, foreign: true}
 	case mayBeGone(err):
-		octx, cancel := context.WithTimeout(ctx, writeTimeout)
-		created, oerr := s.open(octx)
-		cancel()
-		if oerr != nil {
-			return storeResult{err: oerr}
+		if r.openErr != nil {
+			return storeResult{err: r.openErr}
 		}
-		if created {
+		s.kv = r.kv
+		if r.created {
 			s.log.Error("state bucket was missing: created it again")
 			s.rev = 0
 			return storeResult{rewrite: true, foreign: true}
@@ -415,7 +438,7 @@ func (s *recordStore) run() {
 				// revision, and the read may predate it.
 				continue
 			}
-			res = s.check(s.ctx, r.entry, r.err)
+			res = s.check(s.ctx, r)
 			if !res.rewrite && res.err == nil {
 				continue
 			}
