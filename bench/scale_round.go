@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/allot/allot/internal/alloc"
@@ -125,14 +126,25 @@ func newRoundBench(n int, newWants bool) (*roundBench, error) {
 	}
 	round()
 	rng := rand.New(rand.NewPCG(uint64(n), 9))
+	// A round's requests arrive decoded, as the coordinator's batch does:
+	// each with its own client id, hot in the cache.
+	reqs := make([]*allotpb.GetCapacityRequest, roundChanged)
 	r.step = func() {
 		now += int64(time.Millisecond)
-		for range roundChanged {
+		for k := range reqs {
 			i := rng.IntN(n)
 			if newWants {
 				r.d[i].Wants = float64(rng.IntN(20)) + rng.Float64()
 			}
-			if err := get(i, r.d[i].Wants); err != nil && r.failed == nil {
+			reqs[k] = &allotpb.GetCapacityRequest{ClientId: strings.Clone(ids[i]),
+				Resource: []*allotpb.ResourceRequest{{ResourceId: "scale", Wants: r.d[i].Wants}}}
+		}
+		// As the coordinator's round does (ledger.Prefetch).
+		l.Prefetch(len(reqs), func(k int) (ledger.Claimant, *allotpb.GetCapacityRequest) { return ledger.Claimant{}, reqs[k] })
+		for _, req := range reqs {
+			s, err := l.Get(now, set, req)
+			slots = append(slots, s...)
+			if err != nil && r.failed == nil {
 				r.failed = err
 			}
 		}

@@ -247,6 +247,12 @@ func (c *Coordinator) pass(batch []*request, kind passKind) (time.Duration, bool
 	batch = live
 	now := c.now().UnixNano()
 	set := c.templateSet()
+	c.ledger.Prefetch(len(batch), func(i int) (ledger.Claimant, *allotpb.GetCapacityRequest) {
+		if req := batch[i]; req.kind == kindGet {
+			return req.who, req.get
+		}
+		return ledger.Claimant{}, nil
+	})
 	for _, req := range batch {
 		switch req.kind {
 		case kindGet:

@@ -188,6 +188,11 @@ type Ledger struct {
 	// one caller at a time, and GetAs runs for every request.
 	getTmpls []*config.Template
 	getAt    []int32
+	// Prefetch's working list, and where it keeps what it read so that
+	// the reads are not compiled away.
+	prefetch     []prefetchItem
+	prefetchSink uint64
+	prefetchFrom int // prefetchFrom; tests read ahead from fewer
 }
 
 // Stats count what the ledger did.
@@ -227,7 +232,8 @@ type Stats struct {
 // New returns an empty ledger; Start it before use.
 func New(cfg Config) *Ledger {
 	cfg.fill()
-	return &Ledger{cfg: cfg, resources: make(map[string]*resource), tenantRes: make(map[string]int), tenantRecs: make(map[string]int)}
+	return &Ledger{cfg: cfg, resources: make(map[string]*resource), tenantRes: make(map[string]int), tenantRecs: make(map[string]int),
+		prefetchFrom: prefetchFrom}
 }
 
 // holderKey returns the key of this leader's holder digests, nil if none.

@@ -226,3 +226,23 @@ func TestWithin(t *testing.T) {
 		})
 	}
 }
+
+// Touch reads claims it knows and passes over handles it does not.
+func TestTouch(t *testing.T) {
+	s, err := New(Config{Kind: allotpb.Algorithm_FAIR_SHARE})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.Add(Claim{Wants: 3, Weight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Touch(h) == 0 {
+		t.Error("Touch of a known claim read nothing")
+	}
+	for _, bad := range []Handle{0, -1, h + 1, 1 << 30} {
+		if got := s.Touch(bad); got != 0 {
+			t.Errorf("Touch(%d) = %d, want 0", bad, got)
+		}
+	}
+}
