@@ -98,7 +98,8 @@ func isNil(s interface{ Markdown() string }) bool {
 func (r *AllResult) headline() string {
 	var rows [][]string
 	if l := r.Load; l != nil {
-		rows = append(rows, []string{"coordinator throughput ÷ bare NATS echo, same concurrency", fmt.Sprintf("≥ %.1f×", l.TargetRatio), fmt.Sprintf("%.2f× (%.0f vs %.0f req/s)", l.Ratio, l.Coordinator.RPS, l.Baseline.RPS), verdict(l.Ratio >= l.TargetRatio)})
+		rows = append(rows, []string{"coordinator throughput ÷ bare NATS echo, same concurrency", fmt.Sprintf("≥ %.1f×", l.TargetRatio), fmt.Sprintf("%.2f× (%.0f vs %.0f req/s)", l.Ratio, l.Coordinator.RPS, l.Baseline.RPS), verdict(l.Ratio >= l.TargetRatio)},
+			[]string{"coordinator CPU per request ÷ bare NATS echo's", fmt.Sprintf("≤ %.1f×", l.TargetCPURatio), fmt.Sprintf("%.2f×", l.CPURatio), verdict(l.CPURatio <= l.TargetCPURatio)})
 	}
 	if q := r.Quota; q != nil {
 		for _, run := range q.Runs {

@@ -165,9 +165,11 @@ type LoadResult struct {
 	// target is at least TargetRatio.
 	Ratio       float64 `json:"ratio"`
 	TargetRatio float64 `json:"target_ratio"`
-	// P99Ratio and CPURatio compare p99 latency and CPU per request.
-	P99Ratio float64 `json:"p99_ratio"`
-	CPURatio float64 `json:"cpu_per_request_ratio"`
+	// P99Ratio and CPURatio compare p99 latency and CPU per request; the
+	// target of CPURatio is at most TargetCPURatio.
+	P99Ratio       float64 `json:"p99_ratio"`
+	CPURatio       float64 `json:"cpu_per_request_ratio"`
+	TargetCPURatio float64 `json:"target_cpu_per_request_ratio"`
 	// CoordinatorStats is the coordinator's micro STATS data at the end.
 	CoordinatorStats *coordinator.Stats `json:"coordinator_stats,omitempty"`
 	// Partitioned is the LeasePartitions target; PartitionCPURatio its CPU
@@ -188,9 +190,13 @@ type LoadResult struct {
 }
 
 // TargetLoadRatio is the throughput the coordinator must reach relative
-// to the bare echo at the same concurrency: deciding may cost at most two
-// fifths of the request rate a bare request-reply reaches.
-const TargetLoadRatio = 0.6
+// to the bare echo at the same concurrency, and TargetLoadCPURatio the
+// most CPU per request it may spend relative to the echo's: a lease
+// request should cost little more than a bare request-reply.
+const (
+	TargetLoadRatio    = 0.9
+	TargetLoadCPURatio = 1.3
+)
 
 const echoSubject = "bench.echo"
 
@@ -241,7 +247,7 @@ func RunLoad(ctx context.Context, env *Env, o LoadOptions) (*LoadResult, error) 
 	if env.Child == nil {
 		o.PartitionProcs = 0 // one process: no partition has a GOMAXPROCS of its own
 	}
-	res := &LoadResult{Machine: DescribeMachine(), Options: o, InFlight: o.Clients * o.Pipeline, TargetRatio: TargetLoadRatio}
+	res := &LoadResult{Machine: DescribeMachine(), Options: o, InFlight: o.Clients * o.Pipeline, TargetRatio: TargetLoadRatio, TargetCPURatio: TargetLoadCPURatio}
 	url, echo, stop, err := startEchoServer(ctx, env, nil)
 	if err != nil {
 		return nil, err

@@ -22,8 +22,8 @@ func (r *LoadResult) Markdown() string {
 		}
 	}
 	b.WriteString(targetTable(targets...))
-	fmt.Fprintf(&b, "\n**coordinator / bare echo: throughput %.2f× (target ≥ %.1f×: %s), p99 latency %.2f×, CPU per request %.2f×.**\n\n",
-		r.Ratio, r.TargetRatio, verdict(r.Ratio >= r.TargetRatio), r.P99Ratio, r.CPURatio)
+	fmt.Fprintf(&b, "\n**coordinator / bare echo: throughput %.2f× (target ≥ %.1f×: %s), p99 latency %.2f×, CPU per request %.2f× (target ≤ %.1f×: %s).**\n\n",
+		r.Ratio, r.TargetRatio, verdict(r.Ratio >= r.TargetRatio), r.P99Ratio, r.CPURatio, r.TargetCPURatio, verdict(r.CPURatio <= r.TargetCPURatio))
 	if r.Partitioned != nil {
 		shares := make([]string, len(r.PartitionShares))
 		for i, sh := range r.PartitionShares {

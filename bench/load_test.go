@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -116,5 +117,26 @@ func TestPartitionProcsDefault(t *testing.T) {
 	o.fill(true)
 	if o.PartitionProcs != 0 {
 		t.Errorf("without partitions, GOMAXPROCS of partitions %d, want 0", o.PartitionProcs)
+	}
+}
+
+// TestLoadVerdicts: the report judges throughput and CPU per request
+// against the lease path's targets, each on its own.
+func TestLoadVerdicts(t *testing.T) {
+	for _, c := range []struct {
+		ratio, cpu float64
+		want       []string
+	}{
+		{0.95, 1.2, []string{"throughput 0.95× (target ≥ 0.9×: met)", "CPU per request 1.20× (target ≤ 1.3×: met)"}},
+		{0.85, 1.5, []string{"throughput 0.85× (target ≥ 0.9×: **not met**)", "CPU per request 1.50× (target ≤ 1.3×: **not met**)"}},
+		{0.95, 1.5, []string{"(target ≥ 0.9×: met)", "CPU per request 1.50× (target ≤ 1.3×: **not met**)"}},
+	} {
+		r := &LoadResult{Ratio: c.ratio, CPURatio: c.cpu, TargetRatio: TargetLoadRatio, TargetCPURatio: TargetLoadCPURatio}
+		md := r.Markdown()
+		for _, w := range c.want {
+			if !strings.Contains(md, w) {
+				t.Errorf("ratio %v, CPU %v: the report lacks %q:\n%s", c.ratio, c.cpu, w, md)
+			}
+		}
 	}
 }
