@@ -221,3 +221,46 @@ func TestNoWaitRefusesFirstRequest(t *testing.T) {
 		t.Fatalf("first request without waiting: %d, want 429", resp.StatusCode)
 	}
 }
+
+// TestClosedLimiter: a key whose limiter the service closed (an idle
+// tenant's, to give its capacity back) is served by a new limiter on its
+// next request, as Agent.Rate makes one once the old is closed; once the
+// agent itself is closed, a key served before gets the 500 of a service
+// without a limiter, as a new key does, not a 429 that blames the client.
+// Before, the middleware kept the closed limiter: 429 with Retry-After 1
+// on every request of that key, for good.
+func TestClosedLimiter(t *testing.T) {
+	t.Parallel()
+	a := limittest.Agent(t, limittest.Template("tenant/*", 100, false))
+	// A generous wait: the new limiter's first request waits for its first
+	// lease however slow a loaded machine is (the default is 250ms).
+	mw, err := New(a, Options{Key: Header("tenant/", "X-Tenant"), Logger: limittest.Quiet, FirstLeaseWait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw.Handler(ok))
+	defer srv.Close()
+	if resp := get(t, srv.URL, "X-Tenant", "acme"); resp.StatusCode != 200 {
+		t.Fatalf("first request: %d", resp.StatusCode)
+	}
+	lim, err := a.Rate("tenant/acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lim.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if resp := get(t, srv.URL, "X-Tenant", "acme"); resp.StatusCode != 200 {
+		t.Fatalf("request after the service closed the key's limiter: %d %v, want 200 from a new limiter", resp.StatusCode, resp.Header)
+	}
+	if st := a.Status(); len(st) != 1 || st[0].ResourceID != "tenant/acme" || st[0].Source != agent.SourceLease {
+		t.Errorf("agent status %+v: want tenant/acme open again, on a lease", st)
+	}
+
+	a.Close()
+	for _, tenant := range []string{"acme", "globex"} {
+		if resp := get(t, srv.URL, "X-Tenant", tenant); resp.StatusCode != http.StatusInternalServerError || resp.Header.Get("Retry-After") != "" {
+			t.Errorf("tenant %s after the agent closed: %d %v, want 500 without Retry-After", tenant, resp.StatusCode, resp.Header)
+		}
+	}
+}
