@@ -17,6 +17,7 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/internal/limittest"
+	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 )
 
@@ -243,5 +244,35 @@ func TestClosedLimiter(t *testing.T) {
 	a.Close()
 	if err := callUnary(c); status.Code(err) != codes.Internal {
 		t.Errorf("a key served before, after the agent closed: %v, want Internal as for a new key", err)
+	}
+}
+
+// TestContextEndsWhileWaiting: a call without Wait that waits for its
+// key's first capacity and whose context ends meanwhile fails with the
+// context's code, as Options says of a call whose context ends while it
+// waits, not with ResourceExhausted, which invites a retry after the
+// RetryInfo delay of a call its caller has given up.
+func TestContextEndsWhileWaiting(t *testing.T) {
+	t.Parallel()
+	// No lease ever arrives: the agent asks a node nobody serves.
+	s := natstest.Server(t)
+	a, err := agent.New(natstest.Conn(t, s), agent.WithNode("nobody"), agent.WithLogger(limittest.Quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	l, err := New(a, Options{Key: Fixed("first"), Logger: limittest.Quiet, FirstLeaseWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.admit(ctx, "/s/m"); status.Code(err) != codes.Canceled {
+		t.Errorf("cancelled call: %v, want Canceled", err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := l.admit(ctx, "/s/m"); status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("call whose deadline passed while it waited for the first lease: %v, want DeadlineExceeded", err)
 	}
 }
