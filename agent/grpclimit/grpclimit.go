@@ -155,10 +155,16 @@ func (l *Limiter) admit(ctx context.Context, method string) error {
 			d = keyed.DecideWait(ctx, renewed, l.firstWait)
 		}
 	}
-	if !d.Allowed {
-		return exhausted(id, d.RetryAfter)
+	switch {
+	case d.Allowed:
+		return nil
+	case ctx.Err() != nil:
+		// It ended while the call waited for its first capacity, or
+		// before: the caller gave up, and a RetryInfo would invite a
+		// retry of a call nobody waits for.
+		return status.FromContextError(ctx.Err()).Err()
 	}
-	return nil
+	return exhausted(id, d.RetryAfter)
 }
 
 // unavailable is the error of a call whose key has no limiter (a key
