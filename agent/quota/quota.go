@@ -167,7 +167,9 @@ func (c *Client) Take(ctx context.Context, bucket string, n int64, opts ...TakeO
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		// A context's deadline passes on the real clock, not the agent's.
-		if left := max(time.Until(dl), 0); !to.hasMaxWait || left < to.maxWait {
+		// One beyond the longest wait a bucket can have bounds nothing,
+		// and the service refuses a max_wait that long as a unit mistake.
+		if left := max(time.Until(dl), 0); left <= wire.MaxQuotaWait && (!to.hasMaxWait || left < to.maxWait) {
 			to.maxWait, to.hasMaxWait = left, true
 		}
 	}
