@@ -99,6 +99,9 @@ func (a *Agent) run() {
 				if !lastEarly.IsZero() && e.Before(lastEarly.Add(gap)) {
 					e = lastEarly.Add(gap)
 				}
+				if e.Before(holdUntil) {
+					e = holdUntil // the service asked for nothing sooner
+				}
 				if e.Before(wake) {
 					wake = e
 				}
