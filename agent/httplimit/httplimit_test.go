@@ -1,14 +1,17 @@
 package httplimit
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/internal/limittest"
+	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 )
 
@@ -262,5 +265,36 @@ func TestClosedLimiter(t *testing.T) {
 		if resp := get(t, srv.URL, "X-Tenant", tenant); resp.StatusCode != http.StatusInternalServerError || resp.Header.Get("Retry-After") != "" {
 			t.Errorf("tenant %s after the agent closed: %d %v, want 500 without Retry-After", tenant, resp.StatusCode, resp.Header)
 		}
+	}
+}
+
+// TestContextEndsWhileWaiting: a request whose context ends while it
+// waits for its key's first capacity (its client gone) is not refused as
+// over the limit: no 429, no Retry-After, no Refused handler, but the 503
+// quotahttp gives a request that ended while it waited. Before, it was
+// answered as a refusal, and a Refused handler counting refusals counted
+// clients that had gone.
+func TestContextEndsWhileWaiting(t *testing.T) {
+	t.Parallel()
+	// No lease ever arrives: the agent asks a node nobody serves.
+	s := natstest.Server(t)
+	a, err := agent.New(natstest.Conn(t, s), agent.WithNode("nobody"), agent.WithLogger(limittest.Quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	var refused atomic.Int32
+	mw, err := New(a, Options{Key: Fixed("first"), Logger: limittest.Quiet, FirstLeaseWait: time.Minute,
+		Refused: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { refused.Add(1) })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	w := httptest.NewRecorder()
+	mw.Handler(ok).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx))
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "" || refused.Load() != 0 {
+		t.Errorf("request whose context ended while it waited: %d, Retry-After %q, Refused called %d times; want 503, none, 0",
+			w.Code, w.Header().Get("Retry-After"), refused.Load())
 	}
 }
