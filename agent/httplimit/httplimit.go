@@ -129,7 +129,9 @@ func New(a *agent.Agent, o Options) (*Middleware, error) {
 	return &Middleware{set: set, key: o.Key, refused: o.Refused, log: log, wait: wait}, nil
 }
 
-// Handler returns next behind the limit.
+// Handler returns next behind the limit. A request whose context ends
+// while it waits for its key's first capacity gets a 503, not a refusal:
+// its client has gone.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := m.key(r)
@@ -154,6 +156,13 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			if renewed != lim {
 				d = keyed.DecideWait(r.Context(), renewed, m.wait)
 			}
+		}
+		if !d.Allowed && r.Context().Err() != nil {
+			// It ended while the request waited for its first capacity,
+			// or before: the client has gone, and this is no refusal to
+			// count or to advise a retry of (quotahttp answers the same).
+			http.Error(w, "request ended while waiting for capacity", http.StatusServiceUnavailable)
+			return
 		}
 		setHeaders(w.Header(), id, d)
 		if d.Allowed {
