@@ -29,12 +29,13 @@ type ServiceError struct {
 	RetryAfter time.Duration
 }
 
-// Error returns the code and the description.
+// Error returns the code and the description. It says "service": the
+// subject or the operation that callers wrap it with names which.
 func (e *ServiceError) Error() string {
 	if e.RetryAfter > 0 {
-		return fmt.Sprintf("coordinator error %d: %s (retry after %v)", e.Code, e.Description, e.RetryAfter)
+		return fmt.Sprintf("service error %d: %s (retry after %v)", e.Code, e.Description, e.RetryAfter)
 	}
-	return fmt.Sprintf("coordinator error %d: %s", e.Code, e.Description)
+	return fmt.Sprintf("service error %d: %s", e.Code, e.Description)
 }
 
 // ErrStaleTerm is reported when a response carries a term lower than the

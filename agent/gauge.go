@@ -107,10 +107,14 @@ func (g *Gauge) fitsLocked(n int) bool {
 // Acquire blocks until n units can be held without exceeding the limit, or
 // until ctx ends; it fails at once if ctx has already ended. On success
 // the caller must Release(n) later. A capacity
-// of 0 blocks until capacity is granted. Acquire(ctx, 0) returns nil.
+// of 0 blocks until capacity is granted. Acquire(ctx, 0) returns nil; a
+// negative n is an error, as for Release, and takes nothing.
 func (g *Gauge) Acquire(ctx context.Context, n int) (err error) {
 	defer func() { g.res.count(n, err == nil) }()
-	if n <= 0 {
+	if n < 0 {
+		return fmt.Errorf("agent: gauge acquire of %d units: n must not be negative", n)
+	}
+	if n == 0 {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -173,10 +177,11 @@ func (g *Gauge) isClosed() bool {
 // Like Acquire it does not overtake a queued waiter that could be served
 // at the current limit, even when n would fit; a waiter for more than the
 // whole limit does not hold it up. Failed attempts count as demand.
+// TryAcquire(0) reports true; a negative n false.
 func (g *Gauge) TryAcquire(n int) (ok bool) {
 	defer func() { g.res.count(n, ok) }()
 	if n <= 0 {
-		return true
+		return n == 0 // a negative count takes nothing, as Acquire refuses it
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -223,3 +223,27 @@ func (g *Gauge) waitingUnits() int {
 	defer g.mu.Unlock()
 	return g.waiting
 }
+
+// TestGaugeNegativeAcquire: a negative count is bad input, refused as
+// Release refuses it: Acquire returns an error and TryAcquire false,
+// both changing nothing. Before, both reported success, and the caller's
+// Release of the same count then failed.
+func TestGaugeNegativeAcquire(t *testing.T) {
+	g := newGauge()
+	g.setLimit(4)
+	if err := g.Acquire(context.Background(), -1); err == nil {
+		t.Error("Acquire(-1) = nil error")
+	}
+	if g.TryAcquire(-1) {
+		t.Error("TryAcquire(-1) = true")
+	}
+	if err := g.Do(context.Background(), -1, func(context.Context) error { t.Error("Do(-1) ran f"); return nil }); err == nil {
+		t.Error("Do(-1) = nil error")
+	}
+	if got := g.InFlight(); got != 0 {
+		t.Errorf("in flight %d after refused negative acquires, want 0", got)
+	}
+	if err := g.Acquire(context.Background(), 0); err != nil || !g.TryAcquire(0) {
+		t.Errorf("Acquire(0) = %v, TryAcquire(0) false: zero takes nothing and succeeds", err)
+	}
+}

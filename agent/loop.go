@@ -43,7 +43,11 @@ func (a *Agent) run() {
 	clk := a.o.clock
 	gap := a.o.minRefreshGap
 	// holdUntil: an overloaded service asked for no request before then.
-	var nextRefresh, lastAttempt, holdUntil time.Time
+	// lastEarly: the last refresh sent before its regular time, from which
+	// the next early one keeps the gap (WithMinRefreshGap); a regular
+	// refresh does not hold up an early one, or a resource created just
+	// after it would wait blocked for the gap.
+	var nextRefresh, lastEarly, holdUntil time.Time
 	nextSample := clock.Now(clk).Add(sampleEvery)
 	for {
 		// Before any refresh: a resource closed and created again is
@@ -55,17 +59,19 @@ func (a *Agent) run() {
 			nextSample = t.Add(sampleEvery)
 		}
 		a.mu.Lock()
-		due := false
+		due, early := false, false
 		if len(a.res) > 0 && !a.closed {
 			due = !nextRefresh.IsZero() && !t.Before(nextRefresh)
-			if !a.earlyAt.IsZero() && !t.Before(a.earlyAt) && (lastAttempt.IsZero() || t.Sub(lastAttempt) >= gap) && !t.Before(holdUntil) {
-				due = true
+			if !due && !a.earlyAt.IsZero() && !t.Before(a.earlyAt) && (lastEarly.IsZero() || t.Sub(lastEarly) >= gap) && !t.Before(holdUntil) {
+				due, early = true, true
 			}
 		}
 		a.mu.Unlock()
 		if due {
 			err := a.refresh(t)
-			lastAttempt = t
+			if early {
+				lastEarly = t
+			}
 			nextRefresh = t.Add(a.nextDelay(err))
 			if se := (*ServiceError)(nil); errors.As(err, &se) && se.RetryAfter > 0 {
 				// The service sheds load: asking sooner than it said
@@ -90,8 +96,11 @@ func (a *Agent) run() {
 			}
 			if !a.earlyAt.IsZero() {
 				e := a.earlyAt
-				if !lastAttempt.IsZero() && e.Before(lastAttempt.Add(gap)) {
-					e = lastAttempt.Add(gap)
+				if !lastEarly.IsZero() && e.Before(lastEarly.Add(gap)) {
+					e = lastEarly.Add(gap)
+				}
+				if e.Before(holdUntil) {
+					e = holdUntil // the service asked for nothing sooner
 				}
 				if e.Before(wake) {
 					wake = e

@@ -189,9 +189,9 @@ type resourceOptions struct {
 // A ResourceOption configures a resource in Agent.Rate or Agent.Gauge.
 type ResourceOption func(*resourceOptions) error
 
-// WithBurst fixes a rate limiter's burst at n tokens. By default the burst
-// is a tenth of a second's worth of the capacity in force, at least 1. It
-// has no effect on gauges.
+// WithBurst fixes a rate limiter's burst at n tokens, from 1 to 2^30. By
+// default the burst is a second's worth of the capacity in force, at least
+// 1, and follows it. It has no effect on gauges.
 func WithBurst(n int) ResourceOption {
 	return func(o *resourceOptions) error {
 		if n < 1 || n > maxBurst {

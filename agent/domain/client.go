@@ -56,6 +56,9 @@ type Client struct {
 	kick    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
+	// closing is closed by Close: it wakes the retries sleeping between
+	// rejections, which then return agent.ErrClosed.
+	closing chan struct{}
 }
 
 // New returns a domain-limit client on a's connection. It starts a
@@ -84,6 +87,7 @@ func New(a *agent.Agent, opts ...Option) (*Client, error) {
 		kick:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
+		closing:  make(chan struct{}),
 	}
 	c.kill.Store(o.killSwitch)
 	return c, nil
@@ -204,6 +208,9 @@ func (c *Client) retry(ctx context.Context, o *callOptions, try attempt) (attemp
 		timerC, stop := clock.NewTimer(c.clock, sleep)
 		select {
 		case <-timerC:
+		case <-c.closing:
+			stop()
+			return attempts, clock.Since(c.clock, start), false, agent.ErrClosed
 		case <-ctx.Done():
 			stop()
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {

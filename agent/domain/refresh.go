@@ -219,7 +219,8 @@ func jsonLen(v any) int {
 // has (Reserve, Seize), in parallel and within twice the timeout; what
 // could not be given back expires at the service within its ttl, and
 // Close returns an error that says how many. Request, Reserve, Seize and
-// AcquireAll return agent.ErrClosed afterwards. Close is idempotent.
+// AcquireAll return agent.ErrClosed afterwards, and so do those sleeping
+// between retries of a rejection, at once. Close is idempotent.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -227,6 +228,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
+	close(c.closing)
 	started := c.started
 	var holds []*Hold
 	for _, r := range c.res {

@@ -130,7 +130,9 @@ func (c *Client) unanswered(r *domainRes, err error) {
 	}
 	if !r.failing {
 		r.failing = true
-		c.log.Warn("allot: domain service not answering; failing open, holds kept for a new leader to learn", "resource", r.name, "error", err)
+		// Whether a call then grants locally is the namespace's fail mode's
+		// to say (closed, or not yet known, refuses): not claimed here.
+		c.log.Warn("allot: domain service not answering; granting locally only as the namespace's fail mode allows, holds kept for a new leader to learn", "resource", r.name, "error", err)
 	}
 }
 

@@ -121,11 +121,17 @@ func (l *Limiter) admit(ctx context.Context, method string) error {
 	}
 	lim, err := l.set.Limiter(id)
 	if err != nil {
-		l.log.Error("grpclimit: no rate limiter for the call's key", "key", id, "method", method, "error", err)
-		return status.Errorf(codes.Internal, "rate limiter unavailable for %s", method)
+		return l.unavailable(id, method, err)
 	}
 	if l.wait {
 		err := lim.Wait(ctx)
+		if errors.Is(err, agent.ErrClosed) {
+			// Closed by the service, or with the agent: the key gets a
+			// new limiter, or none once the agent is closed.
+			if renewed, rerr := l.set.Renew(id, lim); rerr == nil && renewed != lim {
+				lim, err = renewed, renewed.Wait(ctx)
+			}
+		}
 		if err == nil {
 			return nil
 		}
@@ -137,10 +143,35 @@ func (l *Limiter) admit(ctx context.Context, method string) error {
 		}
 		return exhausted(id, keyed.Describe(lim, false).RetryAfter)
 	}
-	if d := keyed.DecideWait(ctx, lim, l.firstWait); !d.Allowed {
-		return exhausted(id, d.RetryAfter)
+	d := keyed.DecideWait(ctx, lim, l.firstWait)
+	if !d.Allowed {
+		// A closed limiter refuses everything: the key gets a new one,
+		// or none once the agent is closed.
+		renewed, err := l.set.Renew(id, lim)
+		if err != nil {
+			return l.unavailable(id, method, err)
+		}
+		if renewed != lim {
+			d = keyed.DecideWait(ctx, renewed, l.firstWait)
+		}
 	}
-	return nil
+	switch {
+	case d.Allowed:
+		return nil
+	case ctx.Err() != nil:
+		// It ended while the call waited for its first capacity, or
+		// before: the caller gave up, and a RetryInfo would invite a
+		// retry of a call nobody waits for.
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return exhausted(id, d.RetryAfter)
+}
+
+// unavailable is the error of a call whose key has no limiter (a key
+// allot refuses, a closed agent): the service's fault, not the caller's.
+func (l *Limiter) unavailable(id, method string, err error) error {
+	l.log.Error("grpclimit: no rate limiter for the call's key", "key", id, "method", method, "error", err)
+	return status.Errorf(codes.Internal, "rate limiter unavailable for %s", method)
 }
 
 // exhausted is the error of a refused call: ResourceExhausted with the

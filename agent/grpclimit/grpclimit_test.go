@@ -2,6 +2,7 @@ package grpclimit
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/internal/limittest"
+	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 )
 
@@ -193,5 +195,84 @@ func TestBadOptions(t *testing.T) {
 	a.Close()
 	if err := l.admit(context.Background(), "/s/m"); status.Code(err) != codes.Internal {
 		t.Errorf("closed agent: %v, want Internal", err)
+	}
+}
+
+// TestClosedLimiter: a key whose limiter the service closed is served by
+// a new limiter on its next call, with and without Wait, as Agent.Rate
+// makes one once the old is closed; once the agent is closed the call
+// fails as the service's fault, not as a limit the caller exceeded.
+// Before, the interceptors kept the closed limiter: every call of that
+// key failed with ResourceExhausted (Unavailable with Wait), for good.
+func TestClosedLimiter(t *testing.T) {
+	t.Parallel()
+	a := limittest.Agent(t, limittest.Template("closing/*", 100, false))
+	for _, wait := range []bool{false, true} {
+		id := fmt.Sprintf("closing/wait-%v", wait)
+		// A generous wait: a new limiter's first call waits for its first
+		// lease however slow a loaded machine is (the default is 250ms).
+		l, err := New(a, Options{Key: Fixed(id), Wait: wait, Logger: limittest.Quiet, FirstLeaseWait: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := serve(t, []grpc.ServerOption{grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor())})
+		if err := callUnary(c); err != nil {
+			t.Fatalf("wait %v: first call: %v", wait, err)
+		}
+		lim, err := a.Rate(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lim.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := callUnary(c); err != nil {
+			t.Fatalf("wait %v: call after the service closed the key's limiter: %v, want a new limiter's token", wait, err)
+		}
+		if lim2, _ := a.Rate(id); lim2 == lim || lim2.Status().Source != agent.SourceLease {
+			t.Errorf("wait %v: %s is not open again on a lease: %+v", wait, id, lim2.Status())
+		}
+	}
+	l, err := New(a, Options{Key: Fixed("closing/wait-false"), Logger: limittest.Quiet, FirstLeaseWait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := serve(t, []grpc.ServerOption{grpc.ChainUnaryInterceptor(l.UnaryServerInterceptor())})
+	if err := callUnary(c); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if err := callUnary(c); status.Code(err) != codes.Internal {
+		t.Errorf("a key served before, after the agent closed: %v, want Internal as for a new key", err)
+	}
+}
+
+// TestContextEndsWhileWaiting: a call without Wait that waits for its
+// key's first capacity and whose context ends meanwhile fails with the
+// context's code, as Options says of a call whose context ends while it
+// waits, not with ResourceExhausted, which invites a retry after the
+// RetryInfo delay of a call its caller has given up.
+func TestContextEndsWhileWaiting(t *testing.T) {
+	t.Parallel()
+	// No lease ever arrives: the agent asks a node nobody serves.
+	s := natstest.Server(t)
+	a, err := agent.New(natstest.Conn(t, s), agent.WithNode("nobody"), agent.WithLogger(limittest.Quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	l, err := New(a, Options{Key: Fixed("first"), Logger: limittest.Quiet, FirstLeaseWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.admit(ctx, "/s/m"); status.Code(err) != codes.Canceled {
+		t.Errorf("cancelled call: %v, want Canceled", err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := l.admit(ctx, "/s/m"); status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("call whose deadline passed while it waited for the first lease: %v, want DeadlineExceeded", err)
 	}
 }

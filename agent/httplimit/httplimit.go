@@ -129,7 +129,9 @@ func New(a *agent.Agent, o Options) (*Middleware, error) {
 	return &Middleware{set: set, key: o.Key, refused: o.Refused, log: log, wait: wait}, nil
 }
 
-// Handler returns next behind the limit.
+// Handler returns next behind the limit. A request whose context ends
+// while it waits for its key's first capacity gets a 503, not a refusal:
+// its client has gone.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := m.key(r)
@@ -139,13 +141,29 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		}
 		lim, err := m.set.Limiter(id)
 		if err != nil {
-			// A key of the service's own making that allot refuses, or a
-			// closed agent: the service's fault, not the client's.
-			m.log.Error("httplimit: no rate limiter for the request's key", "key", id, "error", err)
-			http.Error(w, "rate limiter unavailable", http.StatusInternalServerError)
+			m.unavailable(w, id, err)
 			return
 		}
 		d := keyed.DecideWait(r.Context(), lim, m.wait)
+		if !d.Allowed {
+			// A closed limiter refuses everything: the key gets a new
+			// one, or none once the agent is closed.
+			renewed, err := m.set.Renew(id, lim)
+			if err != nil {
+				m.unavailable(w, id, err)
+				return
+			}
+			if renewed != lim {
+				d = keyed.DecideWait(r.Context(), renewed, m.wait)
+			}
+		}
+		if !d.Allowed && r.Context().Err() != nil {
+			// It ended while the request waited for its first capacity,
+			// or before: the client has gone, and this is no refusal to
+			// count or to advise a retry of (quotahttp answers the same).
+			http.Error(w, "request ended while waiting for capacity", http.StatusServiceUnavailable)
+			return
+		}
 		setHeaders(w.Header(), id, d)
 		if d.Allowed {
 			next.ServeHTTP(w, r)
@@ -158,6 +176,14 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		}
 		http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
 	})
+}
+
+// unavailable answers a request whose key has no limiter: a key of the
+// service's own making that allot refuses, or a closed agent, is the
+// service's fault, not the client's.
+func (m *Middleware) unavailable(w http.ResponseWriter, id string, err error) {
+	m.log.Error("httplimit: no rate limiter for the request's key", "key", id, "error", err)
+	http.Error(w, "rate limiter unavailable", http.StatusInternalServerError)
 }
 
 // setHeaders writes the RateLimit-Policy and RateLimit fields

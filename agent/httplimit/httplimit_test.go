@@ -1,14 +1,17 @@
 package httplimit
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/internal/limittest"
+	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 )
 
@@ -219,5 +222,79 @@ func TestNoWaitRefusesFirstRequest(t *testing.T) {
 	defer srv.Close()
 	if resp := get(t, srv.URL); resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("first request without waiting: %d, want 429", resp.StatusCode)
+	}
+}
+
+// TestClosedLimiter: a key whose limiter the service closed (an idle
+// tenant's, to give its capacity back) is served by a new limiter on its
+// next request, as Agent.Rate makes one once the old is closed; once the
+// agent itself is closed, a key served before gets the 500 of a service
+// without a limiter, as a new key does, not a 429 that blames the client.
+// Before, the middleware kept the closed limiter: 429 with Retry-After 1
+// on every request of that key, for good.
+func TestClosedLimiter(t *testing.T) {
+	t.Parallel()
+	a := limittest.Agent(t, limittest.Template("tenant/*", 100, false))
+	// A generous wait: the new limiter's first request waits for its first
+	// lease however slow a loaded machine is (the default is 250ms).
+	mw, err := New(a, Options{Key: Header("tenant/", "X-Tenant"), Logger: limittest.Quiet, FirstLeaseWait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mw.Handler(ok))
+	defer srv.Close()
+	if resp := get(t, srv.URL, "X-Tenant", "acme"); resp.StatusCode != 200 {
+		t.Fatalf("first request: %d", resp.StatusCode)
+	}
+	lim, err := a.Rate("tenant/acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lim.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if resp := get(t, srv.URL, "X-Tenant", "acme"); resp.StatusCode != 200 {
+		t.Fatalf("request after the service closed the key's limiter: %d %v, want 200 from a new limiter", resp.StatusCode, resp.Header)
+	}
+	if st := a.Status(); len(st) != 1 || st[0].ResourceID != "tenant/acme" || st[0].Source != agent.SourceLease {
+		t.Errorf("agent status %+v: want tenant/acme open again, on a lease", st)
+	}
+
+	a.Close()
+	for _, tenant := range []string{"acme", "globex"} {
+		if resp := get(t, srv.URL, "X-Tenant", tenant); resp.StatusCode != http.StatusInternalServerError || resp.Header.Get("Retry-After") != "" {
+			t.Errorf("tenant %s after the agent closed: %d %v, want 500 without Retry-After", tenant, resp.StatusCode, resp.Header)
+		}
+	}
+}
+
+// TestContextEndsWhileWaiting: a request whose context ends while it
+// waits for its key's first capacity (its client gone) is not refused as
+// over the limit: no 429, no Retry-After, no Refused handler, but the 503
+// quotahttp gives a request that ended while it waited. Before, it was
+// answered as a refusal, and a Refused handler counting refusals counted
+// clients that had gone.
+func TestContextEndsWhileWaiting(t *testing.T) {
+	t.Parallel()
+	// No lease ever arrives: the agent asks a node nobody serves.
+	s := natstest.Server(t)
+	a, err := agent.New(natstest.Conn(t, s), agent.WithNode("nobody"), agent.WithLogger(limittest.Quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	var refused atomic.Int32
+	mw, err := New(a, Options{Key: Fixed("first"), Logger: limittest.Quiet, FirstLeaseWait: time.Minute,
+		Refused: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { refused.Add(1) })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	w := httptest.NewRecorder()
+	mw.Handler(ok).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx))
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "" || refused.Load() != 0 {
+		t.Errorf("request whose context ended while it waited: %d, Retry-After %q, Refused called %d times; want 503, none, 0",
+			w.Code, w.Header().Get("Retry-After"), refused.Load())
 	}
 }

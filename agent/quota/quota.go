@@ -147,9 +147,10 @@ func splitBucket(bucket string) (ns, name string, err error) {
 // asking for it during the cooldown and decides locally at once; then one
 // request probes the service, and its answer closes the circuit again.
 // Status shows each namespace's circuit. A malformed bucket, a negative n
-// or an error reply for the request itself (the service answered, e.g.
-// 400: a *agent.ServiceError) is returned as an error and is not a
-// failure of the service. After Close, Take returns agent.ErrClosed.
+// or one above 10^12 (the most a take asks for; nothing is sent), or an
+// error reply for the request itself (the service answered, e.g. 400: a
+// *agent.ServiceError) is returned as an error and is not a failure of
+// the service. After Close, Take returns agent.ErrClosed.
 func (c *Client) Take(ctx context.Context, bucket string, n int64, opts ...TakeOption) (Result, error) {
 	ns, name, err := splitBucket(bucket)
 	if err != nil {
@@ -157,6 +158,9 @@ func (c *Client) Take(ctx context.Context, bucket string, n int64, opts ...TakeO
 	}
 	if n < 0 {
 		return Result{}, fmt.Errorf("quota: take %d tokens of %q: tokens must not be negative", n, bucket)
+	}
+	if n > wire.MaxQuotaTokens {
+		return Result{}, fmt.Errorf("quota: take %d tokens of %q: a take asks for at most %d", n, bucket, int64(wire.MaxQuotaTokens))
 	}
 	var to takeOptions
 	if err := option.Apply(&to, opts); err != nil {
@@ -167,7 +171,9 @@ func (c *Client) Take(ctx context.Context, bucket string, n int64, opts ...TakeO
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		// A context's deadline passes on the real clock, not the agent's.
-		if left := max(time.Until(dl), 0); !to.hasMaxWait || left < to.maxWait {
+		// One beyond the longest wait a bucket can have bounds nothing,
+		// and the service refuses a max_wait that long as a unit mistake.
+		if left := max(time.Until(dl), 0); left <= wire.MaxQuotaWait && (!to.hasMaxWait || left < to.maxWait) {
 			to.maxWait, to.hasMaxWait = left, true
 		}
 	}

@@ -103,6 +103,12 @@ func TestQuotaBadInput(t *testing.T) {
 	if _, err := q.Take(ctx, "logins:alice", -1); err == nil || !strings.Contains(err.Error(), "negative") {
 		t.Errorf("Take(-1) error = %v", err)
 	}
+	// More tokens than any bucket has or the service takes: refused here,
+	// as Report refuses them, not sent to be refused (400) or, with the
+	// service down, decided by a fallback.
+	if _, err := q.Take(ctx, "logins:alice", wire.MaxQuotaTokens+1); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("Take(10^12+1) error = %v", err)
+	}
 	if err := q.Report("logins:alice", -5); err == nil {
 		t.Error("Report(-5) accepted")
 	}

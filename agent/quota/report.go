@@ -3,7 +3,6 @@ package quota
 import (
 	"cmp"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -31,8 +30,10 @@ const (
 // allot.<node>.quota.report.<namespace>.<name>, and on Close. They are
 // published without a reply, so a report made while the service is down
 // is lost; while a namespace's circuit is open its fallback bucket is
-// charged as well. A malformed bucket or a negative n is an error and
-// changes nothing; n = 0 does nothing.
+// charged as well. A malformed bucket, a negative n or one above
+// 10^12 (the most the service takes in one report) is an error and
+// changes nothing; n = 0 does nothing. Reports of one bucket summed
+// between two sends charge at most 10^12.
 func (c *Client) Report(bucket string, n int64) error {
 	ns, _, err := splitBucket(bucket)
 	if err != nil {
@@ -40,6 +41,11 @@ func (c *Client) Report(bucket string, n int64) error {
 	}
 	if n < 0 {
 		return fmt.Errorf("quota: report %d tokens of %q: tokens must not be negative", n, bucket)
+	}
+	if n > wire.MaxQuotaTokens {
+		// The service ignores a report above it: refuse it here, where
+		// the caller hears of it.
+		return fmt.Errorf("quota: report %d tokens of %q: the most one report may charge is %d", n, bucket, int64(wire.MaxQuotaTokens))
 	}
 	if n == 0 {
 		return nil
@@ -54,7 +60,9 @@ func (c *Client) Report(bucket string, n int64) error {
 		open = !st.openUntil.IsZero()
 	}
 	old := c.pending[bucket]
-	c.pending[bucket] = old + min(n, math.MaxInt64-old) // saturate
+	// Saturate at the most the service takes in one report: a sum above
+	// it would be ignored whole.
+	c.pending[bucket] = old + min(n, wire.MaxQuotaTokens-old)
 	full := len(c.pending) >= maxPendingReports
 	c.mu.Unlock()
 	if open {

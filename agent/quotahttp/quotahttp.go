@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/allot/allot/agent/quota"
+	"github.com/allot/allot/internal/wire"
 )
 
 // Header names set by the middleware.
@@ -69,7 +70,8 @@ type options struct {
 type Option func(*options)
 
 // WithTokens sets how many tokens a request takes; the default is 1. A
-// negative count is treated as a bad request (400).
+// negative count, or one above 10^12 (the most a take may ask for), is
+// treated as a bad request (400).
 func WithTokens(f func(*http.Request) int64) Option {
 	return func(o *options) { o.tokens = f }
 }
@@ -130,8 +132,10 @@ func New(q *quota.Client, key KeyFunc, opts ...Option) func(http.Handler) http.H
 			if o.tokens != nil {
 				n = o.tokens(r)
 			}
-			if n < 0 {
-				http.Error(w, "quotahttp: negative token count", http.StatusBadRequest)
+			if n < 0 || n > wire.MaxQuotaTokens {
+				// The count may come from the request: the client's
+				// mistake, not an outage to fail open or closed on.
+				http.Error(w, "quotahttp: token count outside [0, 10^12]", http.StatusBadRequest)
 				return
 			}
 			var topts []quota.TakeOption

@@ -119,6 +119,13 @@ func TestUnavailable(t *testing.T) {
 	if w := get(New(q, key, WithTokens(func(*http.Request) int64 { return -1 }))(ok)); w.Code != http.StatusBadRequest {
 		t.Errorf("negative tokens: %d %s", w.Code, w.Body)
 	}
+	// A count from the request above the most a take may ask for is the
+	// client's mistake too, not a service outage to fail open or closed on.
+	for _, u := range []OnUnavailable{FailClosed, FailOpen} {
+		if w := get(New(q, key, WithUnavailable(u), WithTokens(func(*http.Request) int64 { return 1e12 + 1 }))(ok)); w.Code != http.StatusBadRequest {
+			t.Errorf("10^12+1 tokens, %v: %d %s", u, w.Code, w.Body)
+		}
+	}
 }
 
 // TestSlowService: a service slower than the quota timeout (an in-test

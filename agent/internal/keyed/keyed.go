@@ -72,6 +72,50 @@ func (s *Set) Limiter(id string) (*agent.RateLimiter, error) {
 	return l, nil
 }
 
+// Renew returns the limiter to use in place of lim, the limiter Limiter
+// gave for id, when lim was closed: by the service (an idle tenant's
+// limiter closed to give its capacity back) or with the agent. The Set
+// then asks the agent again, which makes a new limiter for the resource,
+// or fails with agent.ErrClosed once the agent is closed; without this a
+// closed limiter would refuse the key's requests for good. A limiter
+// still open is returned as it is. Meant for refused requests only:
+// they are the ones a closed limiter gives.
+func (s *Set) Renew(id string, lim *agent.RateLimiter) (*agent.RateLimiter, error) {
+	if !Closed(lim) {
+		return lim, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := id
+	if _, ok := s.lims[id]; !ok {
+		// Limiter served id from the overflow's limiter: the Set was
+		// full then, and stays so.
+		key = s.overflow
+	}
+	if cur := s.lims[key]; cur != nil && cur != lim && !Closed(cur) {
+		return cur, nil // renewed by another request meanwhile
+	}
+	l, err := s.a.Rate(key, s.opts...)
+	if err != nil {
+		return nil, err
+	}
+	s.lims[key] = l
+	return l, nil
+}
+
+// Closed reports whether lim is closed. AwaitCapacity says so first,
+// before it would wait, so a context already ended asks without waiting.
+func Closed(lim *agent.RateLimiter) bool {
+	return errors.Is(lim.AwaitCapacity(ended), agent.ErrClosed)
+}
+
+// ended is a context that has ended, for Closed.
+var ended = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
 // ID turns a request attribute into a valid resource id: prefix followed
 // by v, with spaces and control characters replaced by '_' and cut to
 // the longest id allowed. An empty v gives prefix followed by "-".

@@ -1,11 +1,14 @@
 package keyed
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/allot/allot/agent"
+	"github.com/allot/allot/agent/internal/limittest"
 	"github.com/allot/allot/internal/wire"
 )
 
@@ -61,5 +64,43 @@ func TestDescribe(t *testing.T) {
 		if d.Window < 1 || d.Quota < 0 || d.RetryAfter < 0 || Seconds(d.RetryAfter) < 1 {
 			t.Errorf("describe(%g, %g) = %+v: out of range", tc.lim, tc.tokens, d)
 		}
+	}
+}
+
+// TestRenew: a closed limiter is replaced under the key that holds it,
+// the overflow's for an id beyond maxKeys (no resource for the id
+// itself); an open one is kept; a closed agent gives none.
+func TestRenew(t *testing.T) {
+	a := limittest.Agent(t)
+	s, err := New(a, 1, "of", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := s.Limiter("first")
+	over, _ := s.Limiter("beyond")
+	if l, err := s.Renew("first", first); l != first || err != nil {
+		t.Fatalf("Renew of an open limiter: %p %v, want it back", l, err)
+	}
+	over.Close()
+	renewed, err := s.Renew("beyond", over)
+	if err != nil || renewed == over || Closed(renewed) {
+		t.Fatalf("Renew of the closed overflow limiter: %v %v", renewed, err)
+	}
+	if l, _ := s.Limiter("beyond"); l != renewed {
+		t.Error("the overflow's key does not get the renewed limiter")
+	}
+	if l, _ := s.Renew("beyond", over); l != renewed {
+		t.Error("a second Renew of the same closed limiter made another")
+	}
+	var ids []string
+	for _, st := range a.Status() {
+		ids = append(ids, st.ResourceID)
+	}
+	if strings.Join(ids, ",") != "first,of" {
+		t.Errorf("resources %q, want first and of", ids)
+	}
+	a.Close()
+	if _, err := s.Renew("first", first); !errors.Is(err, agent.ErrClosed) {
+		t.Errorf("Renew after the agent closed: %v, want ErrClosed", err)
 	}
 }
