@@ -58,7 +58,9 @@ func demoClient(nc *nats.Conn) (d *domain.Client, done func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	d, err = domain.New(a)
+	// The default time-out suits a service nearby; the examples may run on
+	// a busy test machine, with the race detector.
+	d, err = domain.New(a, domain.WithTimeout(2*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -78,7 +80,7 @@ func ExampleClient_Request() {
 		log.Fatal(err)
 	}
 	defer a.Close()
-	d, err := domain.New(a)
+	d, err := domain.New(a, domain.WithTimeout(2*time.Second)) // see demoClient
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -48,7 +48,9 @@ func ExampleClient_Take() {
 		log.Fatal(err)
 	}
 	defer a.Close()
-	q, err := quota.New(a)
+	// The default time-out (250 ms) suits a service nearby; this example
+	// may run on a busy test machine, with the race detector.
+	q, err := quota.New(a, quota.WithTimeout(2*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -50,7 +51,9 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer a.Close()
-	q, err := quota.New(a)
+	// The default time-out (250 ms) suits a service nearby; this example
+	// may run on a busy test machine, with the race detector.
+	q, err := quota.New(a, quota.WithTimeout(2*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
