@@ -2,16 +2,13 @@ package agent
 
 import (
 	"errors"
-	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent/internal/clocktest"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
-	"github.com/allot/allot/internal/wire"
 )
 
 // TestHeldEarlyRefreshSleeps: while an overloaded service's Retry-After
@@ -23,21 +20,8 @@ func TestHeldEarlyRefreshSleeps(t *testing.T) {
 	t.Parallel()
 	const wait = 3 * time.Second
 	s := natstest.Server(t)
-	nc := natstest.Conn(t, s)
-	sub, err := nc.Subscribe("allot.root.capacity.*", func(m *nats.Msg) {
-		reply := nats.NewMsg(m.Reply)
-		reply.Header.Set("Nats-Service-Error-Code", "503")
-		reply.Header.Set("Nats-Service-Error", "overloaded")
-		reply.Header.Set(wire.HeaderRetryAfter, strconv.FormatInt(wait.Milliseconds(), 10))
-		_ = m.RespondMsg(reply)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	var asked atomic.Int32
+	overloaded(t, s, wait, &asked)
 	clock := clocktest.New()
 	start := clock.Peek()
 	seen := make(chan string, 10)

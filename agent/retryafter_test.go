@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/allot/allot/agent/internal/clocktest"
@@ -22,23 +23,8 @@ import (
 func TestRefreshKeepsToRetryAfter(t *testing.T) {
 	const wait = 3 * time.Second
 	s := natstest.Server(t)
-	nc := natstest.Conn(t, s)
 	var asked atomic.Int32
-	sub, err := nc.Subscribe("allot.root.capacity.*", func(m *nats.Msg) {
-		asked.Add(1)
-		reply := nats.NewMsg(m.Reply)
-		reply.Header.Set("Nats-Service-Error-Code", "503")
-		reply.Header.Set("Nats-Service-Error", "overloaded: retry after "+wait.String())
-		reply.Header.Set(wire.HeaderRetryAfter, strconv.FormatInt(wait.Milliseconds(), 10))
-		_ = m.RespondMsg(reply)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	overloaded(t, s, wait, &asked)
 
 	clock := clocktest.New()
 	start := clock.Peek()
@@ -76,4 +62,27 @@ func TestRefreshKeepsToRetryAfter(t *testing.T) {
 	}
 	clock.Set(start.Add(wait + 100*time.Millisecond))
 	poll.Until(t, 10*time.Second, "a request once the wait has passed", func() bool { return asked.Load() >= 2 })
+}
+
+// overloaded answers every capacity request on s's node root with an
+// overloaded service's 503 and an Allot-Retry-After of wait, counting
+// them in asked.
+func overloaded(t *testing.T, s *server.Server, wait time.Duration, asked *atomic.Int32) {
+	t.Helper()
+	nc := natstest.Conn(t, s)
+	sub, err := nc.Subscribe("allot.root.capacity.*", func(m *nats.Msg) {
+		asked.Add(1)
+		reply := nats.NewMsg(m.Reply)
+		reply.Header.Set("Nats-Service-Error-Code", "503")
+		reply.Header.Set("Nats-Service-Error", "overloaded: retry after "+wait.String())
+		reply.Header.Set(wire.HeaderRetryAfter, strconv.FormatInt(wait.Milliseconds(), 10))
+		_ = m.RespondMsg(reply)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -17,7 +17,6 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/internal/limittest"
-	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 )
 
@@ -254,13 +253,7 @@ func TestClosedLimiter(t *testing.T) {
 // RetryInfo delay of a call its caller has given up.
 func TestContextEndsWhileWaiting(t *testing.T) {
 	t.Parallel()
-	// No lease ever arrives: the agent asks a node nobody serves.
-	s := natstest.Server(t)
-	a, err := agent.New(natstest.Conn(t, s), agent.WithNode("nobody"), agent.WithLogger(limittest.Quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
+	a := limittest.Unserved(t) // no lease ever arrives
 	l, err := New(a, Options{Key: Fixed("first"), Logger: limittest.Quiet, FirstLeaseWait: time.Minute})
 	if err != nil {
 		t.Fatal(err)

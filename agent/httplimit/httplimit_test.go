@@ -11,7 +11,6 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/internal/limittest"
-	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
 )
 
@@ -276,13 +275,7 @@ func TestClosedLimiter(t *testing.T) {
 // clients that had gone.
 func TestContextEndsWhileWaiting(t *testing.T) {
 	t.Parallel()
-	// No lease ever arrives: the agent asks a node nobody serves.
-	s := natstest.Server(t)
-	a, err := agent.New(natstest.Conn(t, s), agent.WithNode("nobody"), agent.WithLogger(limittest.Quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close() })
+	a := limittest.Unserved(t) // no lease ever arrives
 	var refused atomic.Int32
 	mw, err := New(a, Options{Key: Fixed("first"), Logger: limittest.Quiet, FirstLeaseWait: time.Minute,
 		Refused: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { refused.Add(1) })})

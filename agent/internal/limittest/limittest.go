@@ -39,3 +39,15 @@ func Agent(t *testing.T, tmpls ...*config.Template) *agent.Agent {
 	t.Cleanup(func() { a.Close() })
 	return a
 }
+
+// Unserved starts a NATS server and an agent on it that asks a node
+// nobody serves, so no lease ever arrives; both stop when the test ends.
+func Unserved(t *testing.T) *agent.Agent {
+	t.Helper()
+	a, err := agent.New(natstest.Conn(t, natstest.Server(t)), agent.WithNode("nobody"), agent.WithLogger(Quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	return a
+}
