@@ -12,7 +12,11 @@
 // agent that asks. The reply is JSON, with the RateLimit headers of
 // draft-ietf-httpapi-ratelimit-headers, and Retry-After when refused:
 //
-//	{"allowed":true,"resource":"mysql/main","limit":50,"remaining":49,"retry_after_ms":0}
+//	{"allowed":true,"resource":"mysql/main","limit":50,"remaining":49,"retry_after_ms":0,"burst":50}
+//
+// burst is the most tokens one request can be granted on the lease in
+// force; a larger n is refused with a retry at the lease's next refresh,
+// when a larger lease may come.
 //
 // A resource's first request creates it; until its first lease comes
 // (one round trip to the coordinator) it has no capacity, so ask with a
@@ -95,6 +99,11 @@ type Answer struct {
 	Remaining int64   `json:"remaining"`
 	// RetryAfterMS is how long until a refused request may succeed.
 	RetryAfterMS int64 `json:"retry_after_ms"`
+	// Burst is the most tokens one request can be granted on the lease in
+	// force (0 unlimited, or before a lease): a refused n above it waits
+	// for a larger lease, and RetryAfterMS is then the lease's next
+	// refresh.
+	Burst int64 `json:"burst"`
 }
 
 // errorBody is the JSON body of a bad request.
@@ -141,6 +150,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		allowed = lim.AllowN(n)
 	}
 	ans := describe(id, lim, allowed, n)
+	if !allowed && ans.Burst > 0 && int64(n) > ans.Burst {
+		// No wait makes n fit the lease in force: the next refresh may
+		// bring a larger one.
+		ans.RetryAfterMS = max(h.refreshOf(id), time.Second).Milliseconds()
+	}
 	setHeaders(w.Header(), ans)
 	code := http.StatusOK
 	if !allowed {
@@ -148,6 +162,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", strconv.FormatInt(max(int64(math.Ceil(float64(ans.RetryAfterMS)/1000)), 1), 10))
 	}
 	reply(w, code, ans)
+}
+
+// refreshOf is the refresh interval of id's lease (0 if none is held).
+func (h *Handler) refreshOf(id string) time.Duration {
+	for _, st := range h.a.Status() {
+		if st.ResourceID == id && st.Kind == agent.KindRate {
+			return st.RefreshInterval
+		}
+	}
+	return 0
 }
 
 // limiter returns id's rate limiter, creating it on first use.
@@ -188,6 +212,7 @@ func describe(id string, lim *agent.RateLimiter, allowed bool, n int) Answer {
 		return a
 	}
 	a.Limit = float64(l)
+	a.Burst = int64(lim.Burst())
 	tokens := lim.Tokens()
 	a.Remaining = int64(max(math.Floor(tokens), 0))
 	if !allowed {

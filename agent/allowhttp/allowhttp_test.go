@@ -126,3 +126,41 @@ func TestAllowManyOnSmallLease(t *testing.T) {
 		t.Fatalf("Retry-After %q", w.Header().Get("Retry-After"))
 	}
 }
+
+// TestAllowAboveBurst: n above the most one request can be granted on the
+// lease in force (its burst, a second's worth) is refused, with the burst
+// in the answer and a retry time of the lease's next refresh, when a
+// larger lease may come: not the time n tokens take to accrue, after which
+// the same request was refused again, for ever.
+func TestAllowAboveBurst(t *testing.T) {
+	a, stop, err := demo.Agent(map[string]float64{"db": 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	h, err := allowhttp.New(a, allowhttp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := get(t, h, http.MethodGet, "resource=db&wait=5s"); w.Code != http.StatusOK {
+		t.Fatalf("first request: %d %s", w.Code, w.Body)
+	}
+	lim, _ := a.Rate("db")
+	poll.Until(t, 10*time.Second, "a full bucket on the lease of 2 per second", func() bool { return lim.Limit() == 2 && lim.Tokens() >= 2 })
+	var refresh time.Duration
+	for _, st := range a.Status() {
+		if st.ResourceID == "db" {
+			refresh = st.RefreshInterval
+		}
+	}
+	w, ans := get(t, h, http.MethodGet, "resource=db&n=3")
+	if w.Code != http.StatusTooManyRequests || ans.Allowed || ans.Burst != 2 {
+		t.Fatalf("3 tokens on a burst of 2: %d %s", w.Code, w.Body)
+	}
+	if want := max(refresh, time.Second).Milliseconds(); refresh <= 0 || ans.RetryAfterMS != want {
+		t.Fatalf("retry_after_ms %d, want the lease's refresh interval %v", ans.RetryAfterMS, refresh)
+	}
+	if w, ans := get(t, h, http.MethodGet, "resource=db&n=2"); w.Code != http.StatusOK || ans.Burst != 2 {
+		t.Fatalf("2 tokens on a burst of 2: %d %s", w.Code, w.Body)
+	}
+}
