@@ -603,18 +603,22 @@ func (l *RateLimiter) ReserveN(n int) (rv *Reservation) {
 }
 
 // OK reports whether the limiter granted the tokens. If not, Delay returns
-// rate.InfDuration and Cancel does nothing.
-func (r *Reservation) OK() bool { return r.ok }
+// rate.InfDuration and Cancel does nothing. A zero or nil Reservation is
+// not OK.
+func (r *Reservation) OK() bool { return r != nil && r.ok }
 
 // Delay is shorthand for DelayFrom at the limiter's current time.
 func (r *Reservation) Delay() time.Duration {
+	if !r.OK() {
+		return rate.InfDuration
+	}
 	return r.DelayFrom(clock.Now(r.l.clock))
 }
 
 // DelayFrom returns how long after t the holder must wait before acting;
 // zero means act now, rate.InfDuration means the reservation is not OK.
 func (r *Reservation) DelayFrom(t time.Time) time.Duration {
-	if !r.ok {
+	if !r.OK() {
 		return rate.InfDuration
 	}
 	return max(r.timeToAct.Sub(t), 0)
@@ -623,7 +627,7 @@ func (r *Reservation) DelayFrom(t time.Time) time.Duration {
 // Cancel says the holder will not act and gives the tokens back if the
 // reservation is not yet due.
 func (r *Reservation) Cancel() {
-	if !r.ok || r.n == 0 {
+	if !r.OK() || r.n == 0 {
 		return
 	}
 	r.l.mu.Lock()

@@ -411,3 +411,15 @@ func TestFirstCapacityComesWithItsBurst(t *testing.T) {
 		t.Fatalf("tokens after capacity returned: %v, want a full bucket of 5", tok)
 	}
 }
+
+// A zero or nil Reservation is one not granted, as x/time/rate's zero
+// value is: OK is false, the delay infinite, Cancel does nothing; none of
+// them panics.
+func TestZeroReservation(t *testing.T) {
+	for name, r := range map[string]*Reservation{"zero": {}, "nil": nil} {
+		if r.OK() || r.Delay() != rate.InfDuration || r.DelayFrom(time.Now()) != rate.InfDuration {
+			t.Errorf("%s reservation: OK %v, Delay %v", name, r.OK(), r.Delay())
+		}
+		r.Cancel()
+	}
+}
