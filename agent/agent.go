@@ -221,10 +221,15 @@ type resource struct {
 
 // New starts an agent on nc. It does not contact the coordinator until the
 // first resource is created. Options are checked and the first invalid one
-// is reported.
+// is reported; a closed connection is refused (errors.Is
+// nats.ErrConnectionClosed).
 func New(nc *nats.Conn, opts ...Option) (*Agent, error) {
 	if nc == nil {
 		return nil, errors.New("agent: nil NATS connection")
+	}
+	if nc.IsClosed() {
+		// It never reconnects: an agent on it would only time out.
+		return nil, fmt.Errorf("agent: %w", nats.ErrConnectionClosed)
 	}
 	o := options{
 		node:           defaultNode,

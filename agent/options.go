@@ -71,7 +71,7 @@ type Option func(*options) error
 func WithClientID(id string) Option {
 	return func(o *options) error {
 		if err := wire.ValidateID("client id", id); err != nil {
-			return err
+			return fmt.Errorf("agent: %w", err)
 		}
 		o.clientID = id
 		return nil
