@@ -825,6 +825,7 @@ func TestOptions(t *testing.T) {
 		{"nil logger", WithLogger(nil)},
 		{"nil clock", WithClock(nil)},
 		{"short timeout", WithRequestTimeout(10 * time.Millisecond)},
+		{"long timeout", WithRequestTimeout(time.Minute + time.Nanosecond)},
 		{"zero gap", WithMinRefreshGap(0)},
 		{"nil callback", WithOnChange(nil)},
 	} {

@@ -129,11 +129,14 @@ func WithClock(c Clock) Option {
 
 // WithRequestTimeout sets how long to wait for the coordinator's answer.
 // The coordinator may hold a request for one allocation round, so the
-// timeout must be at least 1s; the default is 2s.
+// timeout must be at least 1s; and one lost reply holds the agent's
+// refreshes for the whole timeout, so that leases may lapse meanwhile,
+// hence at most 1m (as the quota and domain clients' time-outs). The
+// default is 2s.
 func WithRequestTimeout(d time.Duration) Option {
 	return func(o *options) error {
-		if d < time.Second {
-			return fmt.Errorf("agent: request timeout %v is below 1s", d)
+		if d < time.Second || d > time.Minute {
+			return fmt.Errorf("agent: request timeout %v is outside [1s, 1m]", d)
 		}
 		o.requestTimeout = d
 		return nil

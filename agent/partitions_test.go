@@ -217,7 +217,7 @@ func TestSilentPartitionDoesNotDelayTheOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"), WithRequestTimeout(time.Hour))
+	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"), WithRequestTimeout(time.Minute))
 	t.Cleanup(func() { // before the agent closes: its loop waits for these
 		mu.Lock()
 		defer mu.Unlock()
