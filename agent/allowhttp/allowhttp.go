@@ -153,7 +153,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !allowed && ans.Burst > 0 && int64(n) > ans.Burst {
 		// No wait makes n fit the lease in force: the next refresh may
 		// bring a larger one.
-		ans.RetryAfterMS = max(h.refreshOf(id), time.Second).Milliseconds()
+		ans.RetryAfterMS = max(lim.Status().RefreshInterval, time.Second).Milliseconds()
 	}
 	setHeaders(w.Header(), ans)
 	code := http.StatusOK
@@ -162,16 +162,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", strconv.FormatInt(max(int64(math.Ceil(float64(ans.RetryAfterMS)/1000)), 1), 10))
 	}
 	reply(w, code, ans)
-}
-
-// refreshOf is the refresh interval of id's lease (0 if none is held).
-func (h *Handler) refreshOf(id string) time.Duration {
-	for _, st := range h.a.Status() {
-		if st.ResourceID == id && st.Kind == agent.KindRate {
-			return st.RefreshInterval
-		}
-	}
-	return 0
 }
 
 // limiter returns id's rate limiter, creating it on first use.

@@ -143,17 +143,9 @@ func (l *Limiter) admit(ctx context.Context, method string) error {
 		}
 		return exhausted(id, keyed.Describe(lim, false).RetryAfter)
 	}
-	d := keyed.DecideWait(ctx, lim, l.firstWait)
-	if !d.Allowed {
-		// A closed limiter refuses everything: the key gets a new one,
-		// or none once the agent is closed.
-		renewed, err := l.set.Renew(id, lim)
-		if err != nil {
-			return l.unavailable(id, method, err)
-		}
-		if renewed != lim {
-			d = keyed.DecideWait(ctx, renewed, l.firstWait)
-		}
+	d, err := l.set.DecideWait(ctx, id, lim, l.firstWait)
+	if err != nil {
+		return l.unavailable(id, method, err)
 	}
 	switch {
 	case d.Allowed:

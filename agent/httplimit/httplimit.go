@@ -144,18 +144,10 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			m.unavailable(w, id, err)
 			return
 		}
-		d := keyed.DecideWait(r.Context(), lim, m.wait)
-		if !d.Allowed {
-			// A closed limiter refuses everything: the key gets a new
-			// one, or none once the agent is closed.
-			renewed, err := m.set.Renew(id, lim)
-			if err != nil {
-				m.unavailable(w, id, err)
-				return
-			}
-			if renewed != lim {
-				d = keyed.DecideWait(r.Context(), renewed, m.wait)
-			}
+		d, err := m.set.DecideWait(r.Context(), id, lim, m.wait)
+		if err != nil {
+			m.unavailable(w, id, err)
+			return
 		}
 		if !d.Allowed && r.Context().Err() != nil {
 			// It ended while the request waited for its first capacity,

@@ -103,6 +103,25 @@ func (s *Set) Renew(id string, lim *agent.RateLimiter) (*agent.RateLimiter, erro
 	return l, nil
 }
 
+// DecideWait is DecideWait on lim, the limiter Limiter gave for id, and,
+// when that refuses because lim was closed, on the limiter Renew gives in
+// its place. It fails only when id has no limiter any more (the agent is
+// closed).
+func (s *Set) DecideWait(ctx context.Context, id string, lim *agent.RateLimiter, wait time.Duration) (Decision, error) {
+	d := DecideWait(ctx, lim, wait)
+	if d.Allowed {
+		return d, nil
+	}
+	renewed, err := s.Renew(id, lim)
+	if err != nil {
+		return Decision{}, err
+	}
+	if renewed != lim {
+		d = DecideWait(ctx, renewed, wait)
+	}
+	return d, nil
+}
+
 // Closed reports whether lim is closed. AwaitCapacity says so first,
 // before it would wait, so a context already ended asks without waiting.
 func Closed(lim *agent.RateLimiter) bool {
