@@ -19,6 +19,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/intake"
 	"github.com/allot/allot/internal/config"
+	"github.com/allot/allot/internal/heapfloor"
 	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/wire"
 	"github.com/allot/allot/proto/allotpb"
@@ -88,8 +89,22 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 	fs.IntVar(&fo.BigPerSecond, "big", 10, "flood: requests of 1,000 resources per second")
 	fs.DurationVar(&fo.Timeout, "timeout", 2*time.Second, "flood: the requests' time-out")
 	profile := fs.String("profile", "", "directory for this process's CPU profile and, when it is asked to stop, heap profile")
+	heapFloor := fs.String("heap-floor", heapfloor.Default, "coordinator, quota, domain, replica: the heap floor allot coordinator keeps by default (--heap-floor); the echo and the flood keep Go's own pacing")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if role != RoleEcho && role != RoleFlood {
+		floor, err := heapfloor.ParseSize(*heapFloor)
+		if err != nil {
+			return fmt.Errorf("bench child: --heap-floor: %w", err)
+		}
+		hctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			heapfloor.Keep(hctx, floor, heapfloor.DefaultEvery, nil)
+		}()
+		defer func() { cancel(); <-done }()
 	}
 	if *profile != "" {
 		stop, err := startProfile(*profile, role)
@@ -301,6 +316,9 @@ func (e *Env) startHelperEnv(ctx context.Context, role, url string, args, enviro
 	args = append([]string{"--nats", url}, args...)
 	out := &syncBuffer{}
 	if e.Child == nil {
+		// In one process the garbage collector is everyone's: a floor
+		// kept for the coordinator would be the echo's too.
+		args = append(args, "--heap-floor", "0")
 		hctx, cancel := context.WithCancel(ctx)
 		ready := make(chan struct{})
 		done := make(chan error, 1)

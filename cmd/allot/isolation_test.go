@@ -38,6 +38,8 @@ func TestIsolationFlagsRefused(t *testing.T) {
 		{[]string{"--tenant-rate", "-1"}, "--tenant-rate -1: want a number of requests per second, 0 (no limit) or more"},
 		{[]string{"--tenant-burst", "-1"}, "--tenant-burst -1: want 0 (twice the rate) or more"},
 		{[]string{"--max-in-flight", "-1"}, "--max-in-flight -1: want 0 (the default, 1024) or more"},
+		{[]string{"--heap-floor", "64MB"}, `--heap-floor: heap floor "64MB": want a whole number of bytes up to 1TiB`},
+		{[]string{"--heap-floor", "-1"}, `--heap-floor: heap floor "-1": want a whole number of bytes`},
 		{[]string{"--round", "-1s"}, "--round -1s: want 0 (each request at once) to 50ms"},
 		{[]string{"--server-id", "a b"}, `--server-id "a b" contains a space or control character`},
 		{[]string{"--round", "51ms"}, "--round 51ms: want 0 (each request at once) to 50ms"},

@@ -23,6 +23,7 @@ import (
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/election"
+	"github.com/allot/allot/internal/heapfloor"
 	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/internal/subjects"
 	"github.com/allot/allot/internal/wire"
@@ -76,6 +77,9 @@ type coordFlags struct {
 	dashboard dashboardFlags
 	// rls configures Envoy's rate limit API (rls.go).
 	rls rlsFlags
+	// heapFloor is --heap-floor as given; heapFloorBytes as validated.
+	heapFloor      string
+	heapFloorBytes uint64
 }
 
 func (f *coordFlags) register(fs *pflag.FlagSet) {
@@ -110,6 +114,19 @@ func (f *coordFlags) register(fs *pflag.FlagSet) {
 	f.leaseServe = partitionList{all: true}
 	fs.Var(goFlag(&f.leaseServe, "PARTITIONS"), "lease-serve", "lease partitions this process campaigns for: 'all', 'none', or a comma-separated list such as 0,2")
 	f.rls.register(fs, true)
+	fs.StringVar(&f.heapFloor, "heap-floor", heapfloor.Default, "heap the Go garbage collector lets grow before it collects, while less is live: a higher GOGC for a small heap, so that a busy server with few leases does not collect many times a second (about a sixth less CPU per request; the process then takes up to this much more memory). GOGC and GOMEMLIMIT still apply; 0: Go's own pacing")
+}
+
+// keepHeapFloor runs heapfloor.Keep for --heap-floor until ctx ends or
+// the function it returns is called, which waits for it to finish.
+func (f *coordFlags) keepHeapFloor(ctx context.Context, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		heapfloor.Keep(ctx, f.heapFloorBytes, heapfloor.DefaultEvery, log)
+	}()
+	return func() { cancel(); <-done }
 }
 
 // partitionList is the value of --quota-serve.
@@ -294,6 +311,11 @@ func (f *coordFlags) validate() error {
 	if err := f.rls.validate(); err != nil {
 		return err
 	}
+	n, err := heapfloor.ParseSize(f.heapFloor)
+	if err != nil {
+		return fmt.Errorf("--heap-floor: %w", err)
+	}
+	f.heapFloorBytes = n
 	if f.parent == "" {
 		return nil
 	}
@@ -540,6 +562,7 @@ func defineCoordinator(fs *pflag.FlagSet) runFunc {
 			return err
 		}
 		cf.warnShortTTL(log)
+		defer cf.keepHeapFloor(ctx, log)()
 		nc, err := connect(&conn, "allot coordinator "+cf.node, log)
 		if err != nil {
 			return err

@@ -61,6 +61,7 @@ func defineUp(fs *pflag.FlagSet) runFunc {
 		if err != nil {
 			return err
 		}
+		defer cf.keepHeapFloor(ctx, log)()
 		if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 			return fmt.Errorf("data dir: %w", err)
 		}
