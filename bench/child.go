@@ -98,13 +98,7 @@ func ServeChild(ctx context.Context, role string, args []string, stdout, stderr 
 		if err != nil {
 			return fmt.Errorf("bench child: --heap-floor: %w", err)
 		}
-		hctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			heapfloor.Keep(hctx, floor, heapfloor.DefaultEvery, nil)
-		}()
-		defer func() { cancel(); <-done }()
+		defer heapfloor.Start(ctx, floor, nil)()
 	}
 	if *profile != "" {
 		stop, err := startProfile(*profile, role)

@@ -117,18 +117,6 @@ func (f *coordFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.heapFloor, "heap-floor", heapfloor.Default, "heap the Go garbage collector lets grow before it collects, while less is live: a higher GOGC for a small heap, so that a busy server with few leases does not collect many times a second (about a sixth less CPU per request; the process then takes up to this much more memory). GOGC and GOMEMLIMIT still apply; 0: Go's own pacing")
 }
 
-// keepHeapFloor runs heapfloor.Keep for --heap-floor until ctx ends or
-// the function it returns is called, which waits for it to finish.
-func (f *coordFlags) keepHeapFloor(ctx context.Context, log *slog.Logger) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		heapfloor.Keep(ctx, f.heapFloorBytes, heapfloor.DefaultEvery, log)
-	}()
-	return func() { cancel(); <-done }
-}
-
 // partitionList is the value of --quota-serve.
 type partitionList struct {
 	all bool
@@ -562,7 +550,7 @@ func defineCoordinator(fs *pflag.FlagSet) runFunc {
 			return err
 		}
 		cf.warnShortTTL(log)
-		defer cf.keepHeapFloor(ctx, log)()
+		defer heapfloor.Start(ctx, cf.heapFloorBytes, log)()
 		nc, err := connect(&conn, "allot coordinator "+cf.node, log)
 		if err != nil {
 			return err

@@ -28,6 +28,7 @@ import (
 	"github.com/allot/allot/internal/configkv"
 	"github.com/allot/allot/internal/domainwire"
 	"github.com/allot/allot/internal/embed"
+	"github.com/allot/allot/internal/heapfloor"
 	"github.com/allot/allot/quotaserver"
 )
 
@@ -61,7 +62,7 @@ func defineUp(fs *pflag.FlagSet) runFunc {
 		if err != nil {
 			return err
 		}
-		defer cf.keepHeapFloor(ctx, log)()
+		defer heapfloor.Start(ctx, cf.heapFloorBytes, log)()
 		if err := os.MkdirAll(*dataDir, 0o755); err != nil {
 			return fmt.Errorf("data dir: %w", err)
 		}

@@ -151,3 +151,15 @@ func Keep(ctx context.Context, floor uint64, every time.Duration, log *slog.Logg
 		}
 	}
 }
+
+// Start runs Keep on a goroutine of its own until ctx ends or the
+// function it returns is called, which waits for Keep to set GOGC back.
+func Start(ctx context.Context, floor uint64, log *slog.Logger) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Keep(ctx, floor, DefaultEvery, log)
+	}()
+	return func() { cancel(); <-done }
+}
