@@ -59,13 +59,13 @@ func TestAgentCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll.For(t, 5*time.Second, poll.Interval, func() error {
+	poll.For(t, 30*time.Second, poll.Interval, func() error {
 		if lim.Capacity() != 2 || g.Capacity() != 2 || !sh.Status().Leased {
 			return fmt.Errorf("no lease of 2: rate %+v, gauge %+v", lim.Status(), g.Status())
 		}
 		return nil
 	})
-	poll.For(t, 5*time.Second, poll.Interval, func() error {
+	poll.For(t, 30*time.Second, poll.Interval, func() error {
 		if n := lim.Tokens(); n < 2 {
 			return fmt.Errorf("bucket not full: %v tokens", n)
 		}
@@ -122,8 +122,8 @@ func TestAgentCollector(t *testing.T) {
 	// With the coordinator gone and the lease expired, the agent runs on
 	// its safe capacity, and the time counts.
 	c.Stop()
-	poll.Until(t, 5*time.Second, "the lease of short to expire", func() bool { return !sh.Status().Leased })
-	poll.For(t, 5*time.Second, poll.Interval, func() error {
+	poll.Until(t, 30*time.Second, "the lease of short to expire", func() bool { return !sh.Status().Leased })
+	poll.For(t, 30*time.Second, poll.Interval, func() error {
 		if f := fallback(t, a, "short"); f < leased+100*time.Millisecond {
 			return fmt.Errorf("time without a lease %v; want at least %v", f, leased+100*time.Millisecond)
 		}
