@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/allot/allot/agent/internal/clocktest"
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
@@ -200,7 +201,10 @@ func TestOutage(t *testing.T) {
 // the coordinator told, then on nothing: the coordinator counts the floor
 // only until then, so a client cut off for longer must not use it. A new
 // coordinator brings a lease back, and the agent reports the floor it
-// holds.
+// holds. The agent runs on a clock the test moves: the safe capacity
+// lasts a second after the lease (floor 3s, lease 2s), and on the real
+// clock a loop or a test late by that second on a loaded machine went
+// from the lease straight to nothing.
 func TestSafeCapacityEnds(t *testing.T) {
 	t.Parallel()
 	tmpl := expiringTemplate("res", 100)
@@ -208,7 +212,8 @@ func TestSafeCapacityEnds(t *testing.T) {
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
 	c := startCoordinator(t, nc, tmpl)
-	a := newAgent(t, natstest.Conn(t, s))
+	clk := clocktest.At(time.Now()) // stopped: no refresh is due, the lease holds
+	a := newAgent(t, natstest.Conn(t, s), WithClock(clk))
 	r, err := a.Rate("res", WithWants(40))
 	if err != nil {
 		t.Fatal(err)
@@ -221,20 +226,40 @@ func TestSafeCapacityEnds(t *testing.T) {
 		t.Fatalf("safe capacity %v until %v (lease until %v), want 40 until after the lease", st.SafeCapacity, st.SafeUntil, st.Expiry)
 	}
 	c.Stop()
-	poll.Until(t, 10*time.Second, "the safe capacity after the lease", func() bool { return r.Status().Source == SourceSafe })
-	until := r.Status().SafeUntil
-	poll.Until(t, 10*time.Second, "nothing after the safe capacity", func() bool {
-		st := r.Status()
-		return st.Source == SourceNone && st.Capacity == 0
-	})
-	if now := time.Now(); now.Before(until) {
-		t.Errorf("the safe capacity ended at %v, before its end %v", now, until)
+	until := st.SafeUntil
+	// ranAt moves the clock to at and waits until the agent's loop has
+	// applied it: every timer due by then fired, and the loop armed its
+	// next one after it.
+	ranAt := func(at time.Time, what string) {
+		t.Helper()
+		clk.Set(at)
+		poll.Until(t, 10*time.Second, what, func() bool {
+			n, first := clk.Pending()
+			return n > 0 && first.After(at)
+		})
+	}
+	ranAt(st.Expiry, "the loop at the lease's end")
+	if st := r.Status(); st.Source != SourceSafe || st.Capacity != 40 || st.Leased {
+		t.Fatalf("at the lease's end: %+v, want the safe capacity 40", st)
+	}
+	ranAt(until.Add(-time.Millisecond), "the loop just before the safe capacity's end")
+	if st := r.Status(); st.Source != SourceSafe || st.Capacity != 40 {
+		t.Fatalf("before the safe capacity's end %v: %+v, want it still in force", until, st)
+	}
+	ranAt(until, "the loop at the safe capacity's end")
+	if st := r.Status(); st.Source != SourceNone || st.Capacity != 0 {
+		t.Fatalf("at the safe capacity's end: %+v, want nothing", st)
 	}
 	if r.Allow() {
 		t.Error("Allow after the safe capacity ended = true")
 	}
 	startCoordinator(t, nc, tmpl)
-	poll.Until(t, 10*time.Second, "a lease again", func() bool { return r.Status().Source == SourceLease })
+	// The clock follows the real one again (never back): the agent
+	// refreshes, and the new coordinator's lease is in force on it.
+	poll.Until(t, 20*time.Second, "a lease again", func() bool {
+		clk.Set(time.Now())
+		return r.Status().Source == SourceLease
+	})
 }
 
 // TestGaugeNeverExceedsLimit runs 16 goroutines against a gauge of 5
