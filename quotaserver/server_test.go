@@ -84,12 +84,21 @@ func take(t *testing.T, nc *nats.Conn, subject, body string) takeReply {
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // runReplica runs a replica of partition p until the test ends or the
-// returned cancel is called.
+// returned cancel is called. Its seat lasts 10s: a leader whose renewal
+// came late on a loaded machine (past the 1s TTL less the 0.5s margin)
+// lost it mid-test, and its successor's buckets start drained.
 func runReplica(t testing.TB, nc *nats.Conn, id string, p, n int, cfg quotaserver.Config) (*quotaserver.Replica, context.CancelFunc) {
+	t.Helper()
+	return runReplicaTTL(t, nc, id, p, n, cfg, 10*time.Second)
+}
+
+// runReplicaTTL is runReplica with an election TTL of ttl, for a test
+// that waits for a lost leader's seat to expire.
+func runReplicaTTL(t testing.TB, nc *nats.Conn, id string, p, n int, cfg quotaserver.Config, ttl time.Duration) (*quotaserver.Replica, context.CancelFunc) {
 	t.Helper()
 	r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
 		Options:  quotaserver.Options{ServerID: id, Partition: p, Partitions: n, Config: cfg, Logger: quiet()},
-		Election: replica.Election{TTL: time.Second},
+		Election: replica.Election{TTL: ttl},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -388,9 +397,9 @@ func TestFailoverNeverAdmitsMoreThanTheLimit(t *testing.T) {
 	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "api",
 		Buckets: map[string]*quota.Spec{"k": tokenBucket(size, rate, time.Second)}})}
 	ncA := natstest.Conn(t, s)
-	a, _ := runReplica(t, ncA, "a", 0, 1, sources.QuotaFunc(src.get))
+	a, _ := runReplicaTTL(t, ncA, "a", 0, 1, sources.QuotaFunc(src.get), time.Second) // its seat expires within the run
 	waitServing(t, a)
-	b, _ := runReplica(t, natstest.Conn(t, s), "b", 0, 1, sources.QuotaFunc(src.get))
+	b, _ := runReplicaTTL(t, natstest.Conn(t, s), "b", 0, 1, sources.QuotaFunc(src.get), time.Second)
 
 	start := time.Now()
 	admitted, afterFailover := 0, 0
