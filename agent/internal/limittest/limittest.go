@@ -36,10 +36,17 @@ func Template(glob string, capacity float64, shadow bool) *config.Template {
 // subject.
 func Agent(t *testing.T, tmpls ...*config.Template) *agent.Agent {
 	t.Helper()
+	return AgentWith(t, nil, tmpls...)
+}
+
+// AgentWith is Agent with opts added to the agent's options (a clock the
+// test moves, for one).
+func AgentWith(t *testing.T, opts []agent.Option, tmpls ...*config.Template) *agent.Agent {
+	t.Helper()
 	s := natstest.Server(t)
 	coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{RoundInterval: 5 * time.Millisecond, Logger: Quiet,
 		Templates: sources.StaticTemplates(config.NewSet(1, tmpls, nil))})
-	a, err := agent.New(natstest.Conn(t, s), agent.WithLogger(Quiet), agent.WithRequestTimeout(time.Minute))
+	a, err := agent.New(natstest.Conn(t, s), append([]agent.Option{agent.WithLogger(Quiet), agent.WithRequestTimeout(time.Minute)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
