@@ -254,7 +254,7 @@ func TestReleaseAfterGetKeepsOrder(t *testing.T) {
 		data, _ := proto.Marshal(rel)
 		msg := nats.NewMsg(coordinator.Subject("root", "capacity.release"))
 		msg.Data, msg.Header = data, nats.Header{wire.HeaderContentType: {wire.ContentProtobuf}}
-		if _, err := e.nc.RequestMsg(msg, 5*time.Second); err != nil {
+		if _, err := e.nc.RequestMsg(msg, answerWithin); err != nil {
 			t.Fatal(err)
 		}
 	}
