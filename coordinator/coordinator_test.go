@@ -30,10 +30,14 @@ import (
 // it, and it is no timed assertion.
 const answerWithin = 30 * time.Second
 
+// tmpl is a template whose leases last a minute: the tests read grants
+// that count the other clients' leases in force (fair shares, learning
+// mode echoing a lease), and a 10s lease lapsed if the machine stalled
+// between two requests. Tests of leases that end set their own.
 func tmpl(glob string, capacity float64, kind allotpb.Algorithm_Kind) *config.Template {
 	return &config.Template{
 		Name: "t-" + glob, Glob: glob, Capacity: capacity, Algorithm: kind,
-		LeaseLength: 10 * time.Second, RefreshInterval: time.Second, Floor: config.DefaultFloor(),
+		LeaseLength: time.Minute, RefreshInterval: time.Second, Floor: config.DefaultFloor(),
 	}
 }
 
