@@ -344,9 +344,12 @@ func startMapped(t *testing.T, n int) *server.Server {
 func TestPartitionsShareTheNamespaces(t *testing.T) {
 	s := startMapped(t, 2)
 	nc := natstest.Conn(t, s)
+	// The buckets refill a token per 1000s: the counts below (99 after a
+	// take, 90 after a report of 9 more) hold however long the machine
+	// takes between the requests (at 10/s they held for 100ms).
 	var spaces []*quota.Namespace
 	for i := range 8 {
-		spaces = append(spaces, &quota.Namespace{Name: fmt.Sprintf("ns%d", i), Dynamic: tokenBucket(100, 10, 0), MaxDynamicBuckets: 10})
+		spaces = append(spaces, &quota.Namespace{Name: fmt.Sprintf("ns%d", i), Dynamic: tokenBucket(100, 0.001, 0), MaxDynamicBuckets: 10})
 	}
 	src := &staticConfig{cfg: namespaces(spaces...)}
 	r0, _ := runReplica(t, nc, "p0", 0, 2, sources.QuotaFunc(src.get))
@@ -379,7 +382,7 @@ func TestPartitionsShareTheNamespaces(t *testing.T) {
 		t.Fatalf("report: error %s", code)
 	}
 	for _, ns := range []string{"ns0", "ns1"} {
-		poll.Until(t, 5*time.Second, "the report to "+ns+":k to be applied by its owner", func() bool {
+		poll.Until(t, 30*time.Second, "the report to "+ns+":k to be applied by its owner", func() bool {
 			return take(t, nc, quotaserver.BucketSubject("root", "take", ns, "k"), `{"tokens":0}`).Remaining == 90
 		})
 	}
