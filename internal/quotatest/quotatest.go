@@ -53,12 +53,19 @@ func Start(tb testing.TB, nc *nats.Conn, namespaces map[string]string) *Service 
 // requests however slow the machine is.
 func StartClocked(tb testing.TB, nc *nats.Conn, now func() time.Time, namespaces map[string]string) *Service {
 	tb.Helper()
-	s, err := newService(nc, 1, now, namespaces)
+	s, err := NewClocked(nc, now, namespaces)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(s.Close)
 	return s
+}
+
+// NewClocked is New with the quota server reading the time from now, for
+// a runnable example whose output must not depend on the machine's
+// speed.
+func NewClocked(nc *nats.Conn, now func() time.Time, namespaces map[string]string) (*Service, error) {
+	return newService(nc, 1, now, namespaces)
 }
 
 // New puts namespaces (name → JSON or YAML document) into the
