@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -71,14 +72,20 @@ func TestLiveStats(t *testing.T) {
 
 	check := func(service string, into any, ok func() bool) {
 		t.Helper()
-		var data []byte
-		if err := opstatus.Collect(ctx, nc, service, 2*time.Second, func(d []byte) { data = d }); err != nil {
-			t.Fatalf("%s: %v", service, err)
-		}
-		raw, err := opstatus.StatsData(data)
-		if err != nil || len(raw) == 0 {
-			t.Fatalf("%s: STATS data %v, %v", service, raw, err)
-		}
+		// Each gathering waits 2s for the replies; a server slower than
+		// that on a loaded machine is asked again.
+		var raw []json.RawMessage
+		poll.For(t, time.Minute, poll.Interval, func() error {
+			var data []byte
+			if err := opstatus.Collect(ctx, nc, service, 2*time.Second, func(d []byte) { data = d }); err != nil {
+				return fmt.Errorf("%s: %v", service, err)
+			}
+			var err error
+			if raw, err = opstatus.StatsData(data); err != nil || len(raw) == 0 {
+				return fmt.Errorf("%s: STATS data %v, %v", service, raw, err)
+			}
+			return nil
+		})
 		dec := json.NewDecoder(bytes.NewReader(raw[0]))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(into); err != nil {
