@@ -240,7 +240,7 @@ func TestReportCharges(t *testing.T) {
 	if err := nc.Publish(quotaserver.BucketSubject("root", "report", "batch", "job"), []byte(`{"reports":[{"tokens":3}]}`)); err != nil {
 		t.Fatal(err)
 	}
-	poll.For(t, 5*time.Second, poll.Interval, func() error {
+	poll.For(t, 30*time.Second, poll.Interval, func() error {
 		if got := peek(); got != before-7 {
 			return fmt.Errorf("published report of 3 not applied: remaining %d, want %d", got, before-7)
 		}
@@ -490,7 +490,7 @@ func TestSweepAndProtobuf(t *testing.T) {
 	if n := r.Server().Stats().Events["users"].DynamicCreated; n != 2 {
 		t.Fatalf("%d dynamic buckets created for two users, want 2", n)
 	}
-	poll.For(t, 5*time.Second, 20*time.Millisecond, func() error {
+	poll.For(t, 30*time.Second, 20*time.Millisecond, func() error {
 		if st := r.Server().Stats(); st.Buckets != 0 || st.Events["users"].Removed != 2 {
 			return fmt.Errorf("idle buckets not swept: %+v", st)
 		}

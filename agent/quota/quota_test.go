@@ -353,7 +353,7 @@ func TestTakeService(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	poll.Until(t, 5*time.Second, "40 reported tokens charged", func() bool {
+	poll.Until(t, 30*time.Second, "40 reported tokens charged", func() bool {
 		p, err := q.Take(ctx, "batch:job1", 0)
 		return err == nil && p.Remaining <= peek.Remaining-40 && p.Remaining >= peek.Remaining-41
 	})
@@ -383,7 +383,7 @@ func TestReportFlushedOnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newClient(t, natstest.Conn(t, s), serviceTimeout())
-	poll.Until(t, 5*time.Second, "both reports charged the shared default bucket", func() bool {
+	poll.Until(t, 30*time.Second, "both reports charged the shared default bucket", func() bool {
 		res, err := r.Take(context.Background(), "batch:z", 0)
 		return err == nil && res.Remaining == 65
 	})
@@ -416,7 +416,7 @@ func TestTakeFallbackRecovery(t *testing.T) {
 	if err := svc.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 5*time.Second, "service answers again after the cooldown", func() bool {
+	poll.Until(t, 30*time.Second, "service answers again after the cooldown", func() bool {
 		res, err := q.Take(ctx, "api:k", 1)
 		return err == nil && !res.Fallback
 	})
@@ -455,7 +455,7 @@ func TestTakePartitioned(t *testing.T) {
 		}
 	}
 	for _, b := range []string{"qb0:x", "qb1:x"} {
-		poll.Until(t, 5*time.Second, b+" charged by the report", func() bool {
+		poll.Until(t, 30*time.Second, b+" charged by the report", func() bool {
 			res, err := q.Take(ctx, b, 0)
 			return err == nil && res.Remaining == 2
 		})
