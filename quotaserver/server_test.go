@@ -84,12 +84,13 @@ func take(t *testing.T, nc *nats.Conn, subject, body string) takeReply {
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // runReplica runs a replica of partition p until the test ends or the
-// returned cancel is called. Its seat lasts 10s: a leader whose renewal
-// came late on a loaded machine (past the 1s TTL less the 0.5s margin)
-// lost it mid-test, and its successor's buckets start drained.
+// returned cancel is called. Its seat lasts 30s, which a stall of the
+// machine does not outlast: a leader whose renewal came late on a loaded
+// machine (past the 1s TTL less the 0.5s margin) lost it mid-test, and
+// its successor's buckets start drained.
 func runReplica(t testing.TB, nc *nats.Conn, id string, p, n int, cfg quotaserver.Config) (*quotaserver.Replica, context.CancelFunc) {
 	t.Helper()
-	return runReplicaTTL(t, nc, id, p, n, cfg, 10*time.Second)
+	return runReplicaTTL(t, nc, id, p, n, cfg, 30*time.Second)
 }
 
 // runReplicaTTL is runReplica with an election TTL of ttl, for a test
@@ -455,8 +456,11 @@ func TestSweepAndProtobuf(t *testing.T) {
 	spec := tokenBucket(5, 1, 0)
 	spec.MaxIdle = 100 * time.Millisecond
 	cfg := namespaces(&quota.Namespace{Name: "users", Dynamic: spec, MaxDynamicBuckets: 10})
+	// A seat of 30s, as runReplica's: with the default 3s, a 3s stall of
+	// the machine deposed the replica and the test read a nil Server.
 	r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{Options: quotaserver.Options{
-		ServerID: "a", SweepInterval: 50 * time.Millisecond, Config: sources.QuotaFunc(func() *quota.Config { return cfg }), Logger: quiet()}})
+		ServerID: "a", SweepInterval: 50 * time.Millisecond, Config: sources.QuotaFunc(func() *quota.Config { return cfg }), Logger: quiet()},
+		Election: replica.Election{TTL: 30 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

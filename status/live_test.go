@@ -19,6 +19,7 @@ import (
 	"github.com/allot/allot/internal/quotatest"
 	"github.com/allot/allot/internal/sources"
 	"github.com/allot/allot/quotaserver"
+	"github.com/allot/allot/replica"
 	"github.com/allot/allot/status"
 )
 
@@ -33,9 +34,12 @@ func TestLiveStats(t *testing.T) {
 	ctx := context.Background()
 	quiet := slog.New(slog.DiscardHandler)
 
-	// A coordinator replica (allot-replica), serving.
+	// A coordinator replica (allot-replica), serving. Its seat lasts 30s:
+	// with the default 3s, a stall of the machine deposes it, and the
+	// check wants it leading.
 	rep, err := coordinator.NewReplica(natstest.Conn(t, s), coordinator.ReplicaOptions{
-		Options: coordinator.Options{ServerID: "c1", Templates: coordinator.DefaultTemplates(), Logger: quiet}})
+		Options:  coordinator.Options{ServerID: "c1", Templates: coordinator.DefaultTemplates(), Logger: quiet},
+		Election: replica.Election{TTL: 30 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
