@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/allot/allot/agent/internal/clocktest"
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
 	"github.com/allot/allot/internal/coordtest"
@@ -31,13 +32,28 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+// testTemplate is a FAIR_SHARE template refreshed every 300ms whose
+// leases last a minute: a test that reads what a lease in force admits
+// must not see it lapse because one refresh's answer came late on a
+// loaded machine (a 2 s lease did, and the agent applied its safe
+// capacity). Tests of what happens once a lease ends use
+// expiringTemplate.
 func testTemplate(glob string, capacity float64) *config.Template {
 	return &config.Template{
 		Name: "t-" + glob, Glob: glob, Capacity: capacity,
 		Algorithm:       allotpb.Algorithm_FAIR_SHARE,
-		LeaseLength:     2 * time.Second,
+		LeaseLength:     time.Minute,
 		RefreshInterval: 300 * time.Millisecond,
 	}
+}
+
+// expiringTemplate is testTemplate with 2 s leases, for the tests that
+// wait for a lease to end (or for a successor coordinator to learn until
+// its predecessor's leases have ended).
+func expiringTemplate(glob string, capacity float64) *config.Template {
+	t := testTemplate(glob, capacity)
+	t.LeaseLength = 2 * time.Second
+	return t
 }
 
 // startCoordinator starts a real coordinator on nc serving tmpls.
@@ -69,8 +85,10 @@ func TestFairShares(t *testing.T) {
 	s := natstest.Server(t)
 	startCoordinator(t, natstest.Conn(t, s), testTemplate("res", 100), testTemplate("auto", 100))
 
-	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"))
-	b := newAgent(t, natstest.Conn(t, s), WithClientID("b"))
+	// A minute to answer: the status read below must not show a refresh
+	// that timed out on a loaded machine.
+	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"), WithRequestTimeout(time.Minute))
+	b := newAgent(t, natstest.Conn(t, s), WithClientID("b"), WithRequestTimeout(time.Minute))
 
 	ra, err := a.Rate("res", WithWants(80))
 	if err != nil {
@@ -119,7 +137,7 @@ func TestFairShares(t *testing.T) {
 // their mode; when a coordinator returns they get leases again.
 func TestOutage(t *testing.T) {
 	t.Parallel()
-	tmpl := testTemplate("res", 100)
+	tmpl := expiringTemplate("res", 100)
 	tmpl.Floor = config.FloorPolicy{Absolute: 7, HasAbsolute: true, Lease: time.Minute}
 	for _, tc := range []struct {
 		mode Mode
@@ -183,15 +201,19 @@ func TestOutage(t *testing.T) {
 // the coordinator told, then on nothing: the coordinator counts the floor
 // only until then, so a client cut off for longer must not use it. A new
 // coordinator brings a lease back, and the agent reports the floor it
-// holds.
+// holds. The agent runs on a clock the test moves: the safe capacity
+// lasts a second after the lease (floor 3s, lease 2s), and on the real
+// clock a loop or a test late by that second on a loaded machine went
+// from the lease straight to nothing.
 func TestSafeCapacityEnds(t *testing.T) {
 	t.Parallel()
-	tmpl := testTemplate("res", 100)
+	tmpl := expiringTemplate("res", 100)
 	tmpl.Floor = config.FloorPolicy{Share: 0.5, Lease: 3 * time.Second}
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
 	c := startCoordinator(t, nc, tmpl)
-	a := newAgent(t, natstest.Conn(t, s))
+	clk := clocktest.At(time.Now()) // stopped: no refresh is due, the lease holds
+	a := newAgent(t, natstest.Conn(t, s), WithClock(clk))
 	r, err := a.Rate("res", WithWants(40))
 	if err != nil {
 		t.Fatal(err)
@@ -204,20 +226,40 @@ func TestSafeCapacityEnds(t *testing.T) {
 		t.Fatalf("safe capacity %v until %v (lease until %v), want 40 until after the lease", st.SafeCapacity, st.SafeUntil, st.Expiry)
 	}
 	c.Stop()
-	poll.Until(t, 10*time.Second, "the safe capacity after the lease", func() bool { return r.Status().Source == SourceSafe })
-	until := r.Status().SafeUntil
-	poll.Until(t, 10*time.Second, "nothing after the safe capacity", func() bool {
-		st := r.Status()
-		return st.Source == SourceNone && st.Capacity == 0
-	})
-	if now := time.Now(); now.Before(until) {
-		t.Errorf("the safe capacity ended at %v, before its end %v", now, until)
+	until := st.SafeUntil
+	// ranAt moves the clock to at and waits until the agent's loop has
+	// applied it: every timer due by then fired, and the loop armed its
+	// next one after it.
+	ranAt := func(at time.Time, what string) {
+		t.Helper()
+		clk.Set(at)
+		poll.Until(t, 10*time.Second, what, func() bool {
+			n, first := clk.Pending()
+			return n > 0 && first.After(at)
+		})
+	}
+	ranAt(st.Expiry, "the loop at the lease's end")
+	if st := r.Status(); st.Source != SourceSafe || st.Capacity != 40 || st.Leased {
+		t.Fatalf("at the lease's end: %+v, want the safe capacity 40", st)
+	}
+	ranAt(until.Add(-time.Millisecond), "the loop just before the safe capacity's end")
+	if st := r.Status(); st.Source != SourceSafe || st.Capacity != 40 {
+		t.Fatalf("before the safe capacity's end %v: %+v, want it still in force", until, st)
+	}
+	ranAt(until, "the loop at the safe capacity's end")
+	if st := r.Status(); st.Source != SourceNone || st.Capacity != 0 {
+		t.Fatalf("at the safe capacity's end: %+v, want nothing", st)
 	}
 	if r.Allow() {
 		t.Error("Allow after the safe capacity ended = true")
 	}
 	startCoordinator(t, nc, tmpl)
-	poll.Until(t, 10*time.Second, "a lease again", func() bool { return r.Status().Source == SourceLease })
+	// The clock follows the real one again (never back): the agent
+	// refreshes, and the new coordinator's lease is in force on it.
+	poll.Until(t, 20*time.Second, "a lease again", func() bool {
+		clk.Set(time.Now())
+		return r.Status().Source == SourceLease
+	})
 }
 
 // TestGaugeNeverExceedsLimit runs 16 goroutines against a gauge of 5
@@ -232,7 +274,9 @@ func TestGaugeNeverExceedsLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	var inFlight, peak atomic.Int32
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	// The goroutines run until the test has seen enough work, not for a
+	// fixed time: a loaded machine may take seconds for the first lease.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
 	var done atomic.Int64
@@ -254,15 +298,18 @@ func TestGaugeNeverExceedsLimit(t *testing.T) {
 			}
 		})
 	}
+	// 16 goroutines waiting for 5 slots: the estimated demand reaches 5.
+	ok := poll.Ok(time.Minute, func() bool {
+		st := g.Status()
+		return done.Load() >= 1000 && st.Capacity == 5 && st.Wants >= 5
+	})
+	cancel()
 	wg.Wait()
 	if p := peak.Load(); p > 5 {
 		t.Errorf("peak in flight %d exceeds the limit 5", p)
 	}
-	if done.Load() == 0 {
-		t.Error("no work done: the gauge never got capacity")
-	}
-	if st := g.Status(); st.Capacity != 5 || !(st.Wants >= 5) {
-		t.Errorf("status = %+v, want capacity 5 and estimated wants >= 5", st)
+	if !ok {
+		t.Errorf("after %d operations, status = %+v; want 1000 operations, capacity 5 and estimated wants >= 5", done.Load(), g.Status())
 	}
 	t.Logf("peak %d, %d operations", peak.Load(), done.Load())
 }
@@ -408,7 +455,9 @@ func TestCloseWaitsForInFlightRefresh(t *testing.T) {
 	f := &fakeCoordinator{capacity: 10, term: 1, delay: 300 * time.Millisecond, arrived: arrived}
 	f.serve(t, natstest.Conn(t, s))
 	var logs lockedBuffer
-	a, err := New(natstest.Conn(t, s), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	// A minute to answer: the slow answer (300ms) must come before the
+	// request times out however loaded the machine is.
+	a, err := New(natstest.Conn(t, s), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))), WithRequestTimeout(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,11 +521,13 @@ func TestOnChangeRunsOnLoop(t *testing.T) {
 func TestManyResources(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
-	tmpl := testTemplate("t/*", 10)
-	tmpl.LeaseLength = time.Minute // only a release frees the capacity within the test
+	tmpl := testTemplate("t/*", 10) // leases of a minute: only a release frees the capacity within the test
 	tmpl.RefreshInterval = time.Second
 	startCoordinator(t, natstest.Conn(t, s), tmpl)
-	a := newAgent(t, natstest.Conn(t, s), WithClientID("many"))
+	// A minute to answer: LastError is read once every resource is
+	// leased, and one part of a refresh timing out on a loaded machine is
+	// not what the test is about.
+	a := newAgent(t, natstest.Conn(t, s), WithClientID("many"), WithRequestTimeout(time.Minute))
 	const n = 2*wire.MaxResourcesPerReq + 1
 	lims := make([]*RateLimiter, n)
 	for i := range lims {
@@ -521,7 +572,9 @@ func TestRequestsFitMaxPayload(t *testing.T) {
 	s := natstest.MaxPayloadServer(t, 16<<10)
 	f := &fakeCoordinator{capacity: 1, term: 1}
 	f.serve(t, natstest.Conn(t, s))
-	a := newAgent(t, natstest.Conn(t, s))
+	// A minute to answer: Close's release must not time out on a loaded
+	// machine.
+	a := newAgent(t, natstest.Conn(t, s), WithRequestTimeout(time.Minute))
 	const n = 200 // 200-byte ids: about 45 KB of resources
 	lims := make([]*RateLimiter, n)
 	var err error
@@ -558,10 +611,12 @@ func TestRequestsFitMaxPayload(t *testing.T) {
 func TestResourceClose(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
-	tenant := testTemplate("tenant/*", 10)
-	tenant.LeaseLength = time.Minute // only a release frees the capacity within the test
-	startCoordinator(t, natstest.Conn(t, s), tenant, testTemplate("keep", 10))
-	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"))
+	// Leases last a minute: only a release frees the capacity within the test.
+	startCoordinator(t, natstest.Conn(t, s), testTemplate("tenant/*", 10), testTemplate("keep", 10))
+	// A minute to answer: the Close calls below report their release's
+	// error, and a release timing out on a loaded machine is not what the
+	// test is about.
+	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"), WithRequestTimeout(time.Minute))
 	keep, err := a.Rate("keep", WithWants(10))
 	if err != nil {
 		t.Fatal(err)
@@ -633,7 +688,9 @@ func TestResourceCloseWaitsForInFlightRefresh(t *testing.T) {
 	s := natstest.Server(t)
 	f := &fakeCoordinator{capacity: 10, term: 1}
 	f.serve(t, natstest.Conn(t, s))
-	a := newAgent(t, natstest.Conn(t, s))
+	// A minute to answer: the slow answer (300ms) must come before the
+	// request times out however loaded the machine is.
+	a := newAgent(t, natstest.Conn(t, s), WithRequestTimeout(time.Minute))
 	keep, err := a.Rate("keep", WithWants(5))
 	if err != nil {
 		t.Fatal(err)
@@ -724,7 +781,9 @@ func TestProtocol(t *testing.T) {
 	s := natstest.Server(t)
 	f := &fakeCoordinator{capacity: 10, term: 5}
 	f.serve(t, natstest.Conn(t, s))
-	a, err := New(natstest.Conn(t, s), WithLogger(quiet), WithClientID("proto-client"))
+	// A minute to answer: Close's release must not time out on a loaded
+	// machine.
+	a, err := New(natstest.Conn(t, s), WithLogger(quiet), WithClientID("proto-client"), WithRequestTimeout(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -732,8 +791,8 @@ func TestProtocol(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 5*time.Second, "lease from the fake coordinator", func() bool { return r.Capacity() == 10 })
-	poll.Until(t, 5*time.Second, "a refresh reporting has", func() bool {
+	poll.Until(t, 30*time.Second, "lease from the fake coordinator", func() bool { return r.Capacity() == 10 })
+	poll.Until(t, 30*time.Second, "a refresh reporting has", func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		last := f.requests[len(f.requests)-1]
@@ -747,7 +806,7 @@ func TestProtocol(t *testing.T) {
 
 	// Error replies are failed refreshes; the lease stays.
 	f.set(func(f *fakeCoordinator) { f.errCode = 503 })
-	poll.Until(t, 5*time.Second, "service error reported", func() bool {
+	poll.Until(t, 30*time.Second, "service error reported", func() bool {
 		var se *ServiceError
 		return errors.As(a.LastError(), &se) && se.Code == 503
 	})
@@ -757,12 +816,12 @@ func TestProtocol(t *testing.T) {
 
 	// A lower term is ignored.
 	f.set(func(f *fakeCoordinator) { f.errCode, f.term, f.capacity = 0, 4, 99 })
-	poll.Until(t, 5*time.Second, "stale term reported", func() bool { return errors.Is(a.LastError(), ErrStaleTerm) })
+	poll.Until(t, 30*time.Second, "stale term reported", func() bool { return errors.Is(a.LastError(), ErrStaleTerm) })
 	if r.Capacity() != 10 {
 		t.Errorf("capacity %v after a stale reply, want 10", r.Capacity())
 	}
 	f.set(func(f *fakeCoordinator) { f.term = 6 })
-	poll.Until(t, 5*time.Second, "newer term accepted", func() bool { return r.Capacity() == 99 && a.LastError() == nil })
+	poll.Until(t, 30*time.Second, "newer term accepted", func() bool { return r.Capacity() == 99 && a.LastError() == nil })
 
 	// SetWants: a large change is sent early; bad values are refused.
 	if err := r.SetWants(math.NaN()); err == nil {
@@ -774,7 +833,7 @@ func TestProtocol(t *testing.T) {
 	if err := r.SetWants(500); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 5*time.Second, "new wants sent", func() bool {
+	poll.Until(t, 30*time.Second, "new wants sent", func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return f.requests[len(f.requests)-1].GetResource()[0].GetWants() == 500
@@ -793,7 +852,7 @@ func TestProtocol(t *testing.T) {
 	done := make(chan error, 1)
 	r.SetWants(0)
 	f.set(func(f *fakeCoordinator) { f.capacity = 0 })
-	poll.Until(t, 5*time.Second, "capacity 0", func() bool { return r.Capacity() == 0 })
+	poll.Until(t, 30*time.Second, "capacity 0", func() bool { return r.Capacity() == 0 })
 	go func() { done <- r.Wait(context.Background()) }()
 	if err := a.Close(); err != nil {
 		t.Fatalf("Close = %v", err)
@@ -882,7 +941,7 @@ func TestInitialCapacity(t *testing.T) {
 		if c := r.Capacity(); c != tc.want {
 			t.Errorf("%v %d options: capacity %v, want %v", tc.mode, len(tc.opts), c, tc.want)
 		}
-		poll.Until(t, 5*time.Second, "no responders reported", func() bool {
+		poll.Until(t, 30*time.Second, "no responders reported", func() bool {
 			return errors.Is(a.LastError(), nats.ErrNoResponders)
 		})
 	}
@@ -900,14 +959,14 @@ func TestDemandAtZeroAsksAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 5*time.Second, "a lease of 0 for no demand", func() bool {
+	poll.Until(t, 30*time.Second, "a lease of 0 for no demand", func() bool {
 		st := r.Status()
 		return st.Source == SourceLease && st.Capacity == 0
 	})
 	if r.Allow() {
 		t.Fatal("Allow at capacity 0 = true")
 	}
-	poll.Until(t, 5*time.Second, "capacity after demand at 0", func() bool { return r.Capacity() > 0 })
+	poll.Until(t, 30*time.Second, "capacity after demand at 0", func() bool { return r.Capacity() > 0 })
 	if w := r.Status().Wants; !(w > 0) || math.IsInf(w, 0) {
 		t.Errorf("wants = %v, want positive and finite", w)
 	}
@@ -920,7 +979,9 @@ func TestRefusedResourceDoesNotBlockOthers(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
 	startCoordinator(t, natstest.Conn(t, s), testTemplate("db", 100)) // no fallback: unmatched rejected
-	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"))
+	// A minute to answer: db's status must show no error, not a refresh
+	// that timed out on a loaded machine.
+	a := newAgent(t, natstest.Conn(t, s), WithClientID("a"), WithRequestTimeout(time.Minute))
 	db, err := a.Rate("db", WithWants(40))
 	if err != nil {
 		t.Fatal(err)

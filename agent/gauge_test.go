@@ -196,7 +196,7 @@ func TestGaugeOversizedRequestDoesNotBlock(t *testing.T) {
 	for g.waitingUnits() != 10 {
 		runtime.Gosched()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := g.Acquire(ctx, 2); err != nil {
 		t.Fatalf("a request that fits waited behind an oversized one: %v", err)
@@ -210,7 +210,7 @@ func TestGaugeOversizedRequestDoesNotBlock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("oversized request not served after the limit grew")
 	}
 	if got := g.InFlight(); got != 10 {

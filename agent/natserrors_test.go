@@ -43,7 +43,7 @@ func connectAllowed(t *testing.T, allowed string) (*nats.Conn, *lockedBuffer) {
 // waitLogged waits until logs holds want.
 func waitLogged(t *testing.T, logs *lockedBuffer, want string) {
 	t.Helper()
-	poll.For(t, 5*time.Second, poll.Interval, func() error {
+	poll.For(t, 30*time.Second, poll.Interval, func() error {
 		if l := logs.String(); !strings.Contains(l, want) {
 			return fmt.Errorf("no log naming %s: %q", want, l)
 		}

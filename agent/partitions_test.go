@@ -31,7 +31,8 @@ import (
 func TestLeasePartitions(t *testing.T) {
 	const n = 4
 	s := natstest.Server(t)
-	set := config.NewSet(1, []*config.Template{testTemplate("*", 1000)}, nil)
+	tmpl := testTemplate("*", 1000)
+	set := config.NewSet(1, []*config.Template{tmpl}, nil)
 	coords := make([]*coordinator.Coordinator, n)
 	for p := range n {
 		coords[p] = coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{Node: "root", Partition: p, Partitions: n,
@@ -82,8 +83,8 @@ func TestLeasePartitions(t *testing.T) {
 		for _, l := range lims {
 			st := l.Status()
 			// A lease granted after the stop ends a lease length
-			// (testTemplate: 2s) after it.
-			if subjects.LeasePartition(st.ResourceID, n) != 2 && !st.Expiry.After(stopped.Add(2*time.Second)) {
+			// after it.
+			if subjects.LeasePartition(st.ResourceID, n) != 2 && !st.Expiry.After(stopped.Add(tmpl.LeaseLength)) {
 				return false
 			}
 		}
@@ -102,7 +103,10 @@ func TestLeasePartitions(t *testing.T) {
 // resources are leased again.
 func TestLeasePartitionsDropped(t *testing.T) {
 	s := natstest.Server(t)
-	set := config.NewSet(1, []*config.Template{testTemplate("*", 1000)}, nil)
+	// Short leases: the restarted coordinator learns until the two
+	// partitions' leases have ended before it grants.
+	tmpl := expiringTemplate("*", 1000)
+	set := config.NewSet(1, []*config.Template{tmpl}, nil)
 	var coords []*coordinator.Coordinator
 	for p := range 2 {
 		coords = append(coords, coordtest.Start(t, natstest.Conn(t, s), coordinator.Options{Node: "root", Partition: p, Partitions: 2,
@@ -120,8 +124,7 @@ func TestLeasePartitionsDropped(t *testing.T) {
 	leasedAfter := func(since time.Time) func() bool {
 		return func() bool {
 			for _, l := range lims {
-				// testTemplate's leases last 2s.
-				if st := l.Status(); !st.Leased || st.Granted != 10 || !st.Expiry.After(since.Add(2*time.Second)) {
+				if st := l.Status(); !st.Leased || st.Granted != 10 || !st.Expiry.After(since.Add(tmpl.LeaseLength)) {
 					return false
 				}
 			}

@@ -56,7 +56,7 @@ func TestForgedTermDoesNotLockOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The rogue answers before the coordinator starts: deterministic.
-	poll.Until(t, 5*time.Second, "the forged reply accepted", func() bool { return a.Term() == math.MaxUint64 })
+	poll.Until(t, 30*time.Second, "the forged reply accepted", func() bool { return a.Term() == math.MaxUint64 })
 	startCoordinator(t, natstest.Conn(t, s), testTemplate("poison", 10))
 	poll.Until(t, 10*time.Second, "the real coordinator followed again", func() bool {
 		return a.Term() == 1 && r.Capacity() == 5

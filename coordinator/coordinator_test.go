@@ -25,10 +25,19 @@ import (
 	"github.com/allot/allot/proto/allotpb"
 )
 
+// answerWithin bounds the wait for a coordinator's answer where a test
+// wants one: generous, since a loaded machine may take seconds to give
+// it, and it is no timed assertion.
+const answerWithin = 30 * time.Second
+
+// tmpl is a template whose leases last a minute: the tests read grants
+// that count the other clients' leases in force (fair shares, learning
+// mode echoing a lease), and a 10s lease lapsed if the machine stalled
+// between two requests. Tests of leases that end set their own.
 func tmpl(glob string, capacity float64, kind allotpb.Algorithm_Kind) *config.Template {
 	return &config.Template{
 		Name: "t-" + glob, Glob: glob, Capacity: capacity, Algorithm: kind,
-		LeaseLength: 10 * time.Second, RefreshInterval: time.Second, Floor: config.DefaultFloor(),
+		LeaseLength: time.Minute, RefreshInterval: time.Second, Floor: config.DefaultFloor(),
 	}
 }
 
@@ -51,7 +60,7 @@ func start(t *testing.T, opts coordinator.Options) *env {
 
 func (e *env) reqJSON(subject, body string) *nats.Msg {
 	e.t.Helper()
-	m, err := e.nc.Request(subject, []byte(body), 5*time.Second)
+	m, err := e.nc.Request(subject, []byte(body), answerWithin)
 	if err != nil {
 		e.t.Fatalf("request %s: %v", subject, err)
 	}
@@ -73,7 +82,7 @@ func (e *env) getReq(req *allotpb.GetCapacityRequest) *allotpb.GetCapacityRespon
 	msg := nats.NewMsg(coordinator.Subject("root", "capacity.get"))
 	msg.Data = data
 	msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
-	m, err := e.nc.RequestMsg(msg, 5*time.Second)
+	m, err := e.nc.RequestMsg(msg, answerWithin)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -244,7 +253,7 @@ func TestBadInput(t *testing.T) {
 	msg := nats.NewMsg("allot.root.capacity.get")
 	msg.Data = []byte{0xff, 0xff, 0xff}
 	msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
-	m, err := e.nc.RequestMsg(msg, 5*time.Second)
+	m, err := e.nc.RequestMsg(msg, answerWithin)
 	if err != nil || m.Header.Get("Nats-Service-Error-Code") != "400" {
 		t.Fatalf("garbage protobuf: %v %v", err, m.Header)
 	}
@@ -259,7 +268,7 @@ func TestBadInput(t *testing.T) {
 	if err := wire.Unmarshal(wire.ReplyEncodingOf(jm.Header), jm.Data, &jr); err != nil || jr.GetResponse()[1].GetErrorCode() != 404 || jr.GetResponse()[0].GetGets().GetCapacity() != 5 {
 		t.Fatalf("mixed JSON request: %s (%v)", jm.Data, err)
 	}
-	if _, err := e.nc.Request("allot.root.capacity.release", []byte(`{"client_id":"mixed","resource_id":["db"]}`), 5*time.Second); err != nil {
+	if _, err := e.nc.Request("allot.root.capacity.release", []byte(`{"client_id":"mixed","resource_id":["db"]}`), answerWithin); err != nil {
 		t.Fatal(err)
 	}
 	// None of the above changed state: the only client gets everything.

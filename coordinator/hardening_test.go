@@ -79,7 +79,7 @@ func TestDeletedRecordIsWrittenAgain(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			poll.Until(t, 5*time.Second, "the record to be written again", func() bool {
+			poll.Until(t, 30*time.Second, "the record to be written again", func() bool {
 				h, err := readRecord(t, kv)
 				return err == nil && h.GetTerm() == 1
 			})
@@ -254,7 +254,7 @@ func TestReleaseAfterGetKeepsOrder(t *testing.T) {
 		data, _ := proto.Marshal(rel)
 		msg := nats.NewMsg(coordinator.Subject("root", "capacity.release"))
 		msg.Data, msg.Header = data, nats.Header{wire.HeaderContentType: {wire.ContentProtobuf}}
-		if _, err := e.nc.RequestMsg(msg, 5*time.Second); err != nil {
+		if _, err := e.nc.RequestMsg(msg, answerWithin); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -304,7 +304,7 @@ func TestRecordStaysBounded(t *testing.T) {
 	}
 	kv := stateKV(t, e.nc)
 	var h *allotpb.LeaseHorizon
-	poll.Until(t, 5*time.Second, "the record to list db", func() bool {
+	poll.Until(t, 30*time.Second, "the record to list db", func() bool {
 		var err error
 		h, err = readRecord(t, kv)
 		return err == nil && h.GetResources()["db"] != nil

@@ -3,7 +3,6 @@ package coordinator_test
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
@@ -65,7 +64,7 @@ func serverGet(t *testing.T, nc *nats.Conn, child string, clients int64) {
 	m := nats.NewMsg(coordinator.Subject("root", "server.get."+child))
 	m.Data = data
 	m.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
-	reply, err := nc.RequestMsg(m, 5*time.Second)
+	reply, err := nc.RequestMsg(m, answerWithin)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func startPartitions(t *testing.T, urlConn func() *nats.Conn, node, parent strin
 // ask sends a JSON request on subject and returns the reply.
 func ask(t *testing.T, nc *nats.Conn, subject, body string) *nats.Msg {
 	t.Helper()
-	m, err := nc.Request(subject, []byte(body), 5*time.Second)
+	m, err := nc.Request(subject, []byte(body), answerWithin)
 	if err != nil {
 		t.Fatalf("%s %s: %v", subject, body, err)
 	}

@@ -175,7 +175,7 @@ func TestTenantClientCap(t *testing.T) {
 	}
 	// A round answers its requests before it publishes its counters to
 	// STATS: the last round's may lag its replies by a moment.
-	poll.For(t, 5*time.Second, poll.Interval, func() error {
+	poll.For(t, 30*time.Second, poll.Interval, func() error {
 		if st := e.stats(); st.Clients != 1000 || st.TenantCapped != 1 {
 			return fmt.Errorf("clients %d, tenant_capped %d; want 1000 and 1", st.Clients, st.TenantCapped)
 		}

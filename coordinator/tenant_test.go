@@ -81,7 +81,7 @@ func (e *tenantEnv) as(user string) *nats.Conn {
 // decodes the reply into out, failing on an error reply.
 func request(t *testing.T, nc *nats.Conn, endpoint, body string, out any) {
 	t.Helper()
-	m, err := nc.Request(coordinator.Subject("root", endpoint), []byte(body), 5*time.Second)
+	m, err := nc.Request(coordinator.Subject("root", endpoint), []byte(body), answerWithin)
 	if err != nil {
 		t.Fatalf("%s %s: %v", endpoint, body, err)
 	}
@@ -185,7 +185,7 @@ func TestTenantReportsBoundInLearning(t *testing.T) {
 			t.Fatal(err)
 		}
 		var resp allotpb.GetCapacityResponse
-		m, err := nc.Request(coordinator.Subject("root", "capacity.get"), body, 5*time.Second)
+		m, err := nc.Request(coordinator.Subject("root", "capacity.get"), body, answerWithin)
 		if err != nil {
 			t.Fatal(err)
 		}

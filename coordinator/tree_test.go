@@ -36,7 +36,7 @@ func (c *treeClient) ask(t *testing.T, wants float64) float64 {
 	msg := nats.NewMsg(coordinator.Subject(c.node, "capacity.get"))
 	msg.Data = data
 	msg.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
-	m, err := c.nc.RequestMsg(msg, 5*time.Second)
+	m, err := c.nc.RequestMsg(msg, answerWithin)
 	if err != nil {
 		t.Fatalf("%s at %s: %v", c.id, c.node, err)
 	}

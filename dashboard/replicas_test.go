@@ -26,7 +26,10 @@ func TestReplicas(t *testing.T) {
 	done := make(chan struct{}, 2)
 	rctx, stop := context.WithCancel(ctx)
 	for _, id := range []string{"rep-a", "rep-b"} {
-		r, err := coordinator.NewReplica(natstest.Conn(t, s), coordinator.ReplicaOptions{Options: coordinator.Options{ServerID: id}, Election: replica.Election{TTL: time.Second}})
+		// A seat of 30s: no failover to wait for, and a leader whose
+		// renewal came late on a loaded machine (past a 1s TTL less the
+		// 0.5s margin) handed the seat to the follower mid-test.
+		r, err := coordinator.NewReplica(natstest.Conn(t, s), coordinator.ReplicaOptions{Options: coordinator.Options{ServerID: id}, Election: replica.Election{TTL: 30 * time.Second}})
 		if err != nil {
 			t.Fatal(err)
 		}

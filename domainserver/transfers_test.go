@@ -95,7 +95,7 @@ func TestDeposedLeaderKeepsOffTheTransfers(t *testing.T) {
 	// The deposed leader's sweeper finds the first transfer expired by
 	// its clock and writes what it has left.
 	clk.add(2 * time.Hour)
-	poll.Until(t, 5*time.Second, "the deposed leader's sweep", func() bool { return old.Stats().TransfersExpired == 1 })
+	poll.Until(t, 30*time.Second, "the deposed leader's sweep", func() bool { return old.Stats().TransfersExpired == 1 })
 	old.Stop()
 
 	next.Stop()

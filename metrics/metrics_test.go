@@ -84,7 +84,7 @@ next:
 func waitFor(t *testing.T, url, what string, check func(map[string]*dto.MetricFamily) bool) map[string]*dto.MetricFamily {
 	t.Helper()
 	var fams map[string]*dto.MetricFamily
-	poll.For(t, 5*time.Second, 50*time.Millisecond, func() error {
+	poll.For(t, 30*time.Second, 50*time.Millisecond, func() error {
 		if fams = scrape(t, url); !check(fams) {
 			return errors.New(what)
 		}

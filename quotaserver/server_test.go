@@ -84,12 +84,22 @@ func take(t *testing.T, nc *nats.Conn, subject, body string) takeReply {
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // runReplica runs a replica of partition p until the test ends or the
-// returned cancel is called.
+// returned cancel is called. Its seat lasts 30s, which a stall of the
+// machine does not outlast: a leader whose renewal came late on a loaded
+// machine (past the 1s TTL less the 0.5s margin) lost it mid-test, and
+// its successor's buckets start drained.
 func runReplica(t testing.TB, nc *nats.Conn, id string, p, n int, cfg quotaserver.Config) (*quotaserver.Replica, context.CancelFunc) {
+	t.Helper()
+	return runReplicaTTL(t, nc, id, p, n, cfg, 30*time.Second)
+}
+
+// runReplicaTTL is runReplica with an election TTL of ttl, for a test
+// that waits for a lost leader's seat to expire.
+func runReplicaTTL(t testing.TB, nc *nats.Conn, id string, p, n int, cfg quotaserver.Config, ttl time.Duration) (*quotaserver.Replica, context.CancelFunc) {
 	t.Helper()
 	r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{
 		Options:  quotaserver.Options{ServerID: id, Partition: p, Partitions: n, Config: cfg, Logger: quiet()},
-		Election: replica.Election{TTL: time.Second},
+		Election: replica.Election{TTL: ttl},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +241,7 @@ func TestReportCharges(t *testing.T) {
 	if err := nc.Publish(quotaserver.BucketSubject("root", "report", "batch", "job"), []byte(`{"reports":[{"tokens":3}]}`)); err != nil {
 		t.Fatal(err)
 	}
-	poll.For(t, 5*time.Second, poll.Interval, func() error {
+	poll.For(t, 30*time.Second, poll.Interval, func() error {
 		if got := peek(); got != before-7 {
 			return fmt.Errorf("published report of 3 not applied: remaining %d, want %d", got, before-7)
 		}
@@ -335,9 +345,12 @@ func startMapped(t *testing.T, n int) *server.Server {
 func TestPartitionsShareTheNamespaces(t *testing.T) {
 	s := startMapped(t, 2)
 	nc := natstest.Conn(t, s)
+	// The buckets refill a token per 1000s: the counts below (99 after a
+	// take, 90 after a report of 9 more) hold however long the machine
+	// takes between the requests (at 10/s they held for 100ms).
 	var spaces []*quota.Namespace
 	for i := range 8 {
-		spaces = append(spaces, &quota.Namespace{Name: fmt.Sprintf("ns%d", i), Dynamic: tokenBucket(100, 10, 0), MaxDynamicBuckets: 10})
+		spaces = append(spaces, &quota.Namespace{Name: fmt.Sprintf("ns%d", i), Dynamic: tokenBucket(100, 0.001, 0), MaxDynamicBuckets: 10})
 	}
 	src := &staticConfig{cfg: namespaces(spaces...)}
 	r0, _ := runReplica(t, nc, "p0", 0, 2, sources.QuotaFunc(src.get))
@@ -370,7 +383,7 @@ func TestPartitionsShareTheNamespaces(t *testing.T) {
 		t.Fatalf("report: error %s", code)
 	}
 	for _, ns := range []string{"ns0", "ns1"} {
-		poll.Until(t, 5*time.Second, "the report to "+ns+":k to be applied by its owner", func() bool {
+		poll.Until(t, 30*time.Second, "the report to "+ns+":k to be applied by its owner", func() bool {
 			return take(t, nc, quotaserver.BucketSubject("root", "take", ns, "k"), `{"tokens":0}`).Remaining == 90
 		})
 	}
@@ -388,9 +401,9 @@ func TestFailoverNeverAdmitsMoreThanTheLimit(t *testing.T) {
 	src := &staticConfig{cfg: namespaces(&quota.Namespace{Name: "api",
 		Buckets: map[string]*quota.Spec{"k": tokenBucket(size, rate, time.Second)}})}
 	ncA := natstest.Conn(t, s)
-	a, _ := runReplica(t, ncA, "a", 0, 1, sources.QuotaFunc(src.get))
+	a, _ := runReplicaTTL(t, ncA, "a", 0, 1, sources.QuotaFunc(src.get), time.Second) // its seat expires within the run
 	waitServing(t, a)
-	b, _ := runReplica(t, natstest.Conn(t, s), "b", 0, 1, sources.QuotaFunc(src.get))
+	b, _ := runReplicaTTL(t, natstest.Conn(t, s), "b", 0, 1, sources.QuotaFunc(src.get), time.Second)
 
 	start := time.Now()
 	admitted, afterFailover := 0, 0
@@ -443,8 +456,11 @@ func TestSweepAndProtobuf(t *testing.T) {
 	spec := tokenBucket(5, 1, 0)
 	spec.MaxIdle = 100 * time.Millisecond
 	cfg := namespaces(&quota.Namespace{Name: "users", Dynamic: spec, MaxDynamicBuckets: 10})
+	// A seat of 30s, as runReplica's: with the default 3s, a 3s stall of
+	// the machine deposed the replica and the test read a nil Server.
 	r, err := quotaserver.NewReplica(nc, quotaserver.ReplicaOptions{Options: quotaserver.Options{
-		ServerID: "a", SweepInterval: 50 * time.Millisecond, Config: sources.QuotaFunc(func() *quota.Config { return cfg }), Logger: quiet()}})
+		ServerID: "a", SweepInterval: 50 * time.Millisecond, Config: sources.QuotaFunc(func() *quota.Config { return cfg }), Logger: quiet()},
+		Election: replica.Election{TTL: 30 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +494,7 @@ func TestSweepAndProtobuf(t *testing.T) {
 	if n := r.Server().Stats().Events["users"].DynamicCreated; n != 2 {
 		t.Fatalf("%d dynamic buckets created for two users, want 2", n)
 	}
-	poll.For(t, 5*time.Second, 20*time.Millisecond, func() error {
+	poll.For(t, 30*time.Second, 20*time.Millisecond, func() error {
 		if st := r.Server().Stats(); st.Buckets != 0 || st.Events["users"].Removed != 2 {
 			return fmt.Errorf("idle buckets not swept: %+v", st)
 		}

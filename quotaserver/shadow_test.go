@@ -41,8 +41,11 @@ func TestShadowNamespace(t *testing.T) {
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
 	kv, w := watchConfig(t, nc)
-	putNamespace(t, kv, w, "logins", `{"shadow": true, "buckets": {"alice": {"size": 2, "fill_rate": 1, "wait_timeout": "0s"}}}`)
-	putNamespace(t, kv, w, "strict", `{"buckets": {"alice": {"size": 2, "fill_rate": 1, "wait_timeout": "0s"}}}`)
+	// A token per 1000s: the takes below find the bucket as the ones
+	// before left it, however slow the machine (at 1/s, a second between
+	// two takes refilled it).
+	putNamespace(t, kv, w, "logins", `{"shadow": true, "buckets": {"alice": {"size": 2, "fill_rate": 0.001, "wait_timeout": "0s"}}}`)
+	putNamespace(t, kv, w, "strict", `{"buckets": {"alice": {"size": 2, "fill_rate": 0.001, "wait_timeout": "0s"}}}`)
 	r, _ := runReplica(t, nc, "a", 0, 1, sources.WatchedQuota(w))
 	waitServing(t, r)
 	srv := r.Server()
@@ -80,7 +83,9 @@ func TestShadowNamespace(t *testing.T) {
 func TestShadowServer(t *testing.T) {
 	s := natstest.Server(t)
 	nc := natstest.Conn(t, s)
-	cfg := namespaces(&quota.Namespace{Name: "logins", Buckets: map[string]*quota.Spec{"alice": tokenBucket(1, 1, 0)}})
+	// A token per 1000s: the second take finds the bucket empty however
+	// slow the machine (at 1/s, a second between the takes refilled it).
+	cfg := namespaces(&quota.Namespace{Name: "logins", Buckets: map[string]*quota.Spec{"alice": tokenBucket(1, 0.001, 0)}})
 	srv := serve(t, nc, quotaserver.Options{Config: sources.QuotaFunc(func() *quota.Config { return cfg }), Shadow: true, Logger: quiet()})
 	for _, tc := range []struct{ bucket, shadowStatus, reason string }{
 		{"logins:alice", "OK", ""},

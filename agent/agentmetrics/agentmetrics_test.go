@@ -11,6 +11,7 @@ import (
 
 	"github.com/allot/allot/agent"
 	"github.com/allot/allot/agent/agentmetrics"
+	"github.com/allot/allot/agent/internal/clocktest"
 	"github.com/allot/allot/agent/internal/limittest"
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/config"
@@ -59,13 +60,13 @@ func TestAgentCollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll.For(t, 5*time.Second, poll.Interval, func() error {
+	poll.For(t, 30*time.Second, poll.Interval, func() error {
 		if lim.Capacity() != 2 || g.Capacity() != 2 || !sh.Status().Leased {
 			return fmt.Errorf("no lease of 2: rate %+v, gauge %+v", lim.Status(), g.Status())
 		}
 		return nil
 	})
-	poll.For(t, 5*time.Second, poll.Interval, func() error {
+	poll.For(t, 30*time.Second, poll.Interval, func() error {
 		if n := lim.Tokens(); n < 2 {
 			return fmt.Errorf("bucket not full: %v tokens", n)
 		}
@@ -122,8 +123,8 @@ func TestAgentCollector(t *testing.T) {
 	// With the coordinator gone and the lease expired, the agent runs on
 	// its safe capacity, and the time counts.
 	c.Stop()
-	poll.Until(t, 5*time.Second, "the lease of short to expire", func() bool { return !sh.Status().Leased })
-	poll.For(t, 5*time.Second, poll.Interval, func() error {
+	poll.Until(t, 30*time.Second, "the lease of short to expire", func() bool { return !sh.Status().Leased })
+	poll.For(t, 30*time.Second, poll.Interval, func() error {
 		if f := fallback(t, a, "short"); f < leased+100*time.Millisecond {
 			return fmt.Errorf("time without a lease %v; want at least %v", f, leased+100*time.Millisecond)
 		}
@@ -186,15 +187,24 @@ func fallback(t *testing.T, a *agent.Agent, id string) time.Duration {
 
 // TestAgentCollectorShadow: under a shadow template the collector says
 // shadow and counts what the grant would have refused.
+//
+// The agent's clock stands still but when the test moves it: on the real
+// clock, a second between two of the ten events on a loaded machine
+// earned the shadowed bucket another token.
 func TestAgentCollectorShadow(t *testing.T) {
-	a := limittest.Agent(t, limittest.Template("watched", 1, true))
+	clk := clocktest.At(time.Now())
+	a := limittest.AgentWith(t, []agent.Option{agent.WithClock(clk)}, limittest.Template("watched", 1, true))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(agentmetrics.New(a))
 	lim, err := a.Rate("watched", agent.WithWants(1e6))
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 10*time.Second, "a shadow lease and tokens", func() bool { return lim.Status().Shadow && lim.Tokens() >= 10 })
+	poll.Until(t, 10*time.Second, "a shadow lease", func() bool { return lim.Status().Shadow })
+	clk.Advance(time.Second)
+	if n := lim.Tokens(); n < 10 {
+		t.Fatalf("%v tokens a second into the shadow lease, want 10 at least", n)
+	}
 	for range 10 {
 		lim.Allow()
 	}

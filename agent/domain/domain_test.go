@@ -523,7 +523,7 @@ func TestDomainRefresh(t *testing.T) {
 	}
 	// The service loses one: the next refresh says so.
 	f.set(func(f *fakeDomain) { delete(f.holds, hs[0].ID()) })
-	poll.Until(t, 5*time.Second, "the lost hold", func() bool { return hs[0].Err() != nil })
+	poll.Until(t, 30*time.Second, "the lost hold", func() bool { return hs[0].Err() != nil })
 	if !errors.Is(hs[0].Err(), ErrHoldLost) || hs[1].Err() != nil {
 		t.Fatalf("lost hold not marked: %v %v", (hs[0].Err() != nil), (hs[1].Err() != nil))
 	}

@@ -453,10 +453,13 @@ func TestDomainServerReplicaFailover(t *testing.T) {
 		r  *domainserver.Replica
 	}
 	var reps []member
+	// Holds live 10s without a refresh (the clients refresh every third
+	// of that): at 1s a refresh late on a loaded machine let a hold lapse,
+	// and the counts below are exact. The new leader learns for as long.
 	for _, id := range []string{"r1", "r2"} {
 		nc := natstest.Conn(t, s)
 		r, err := domainserver.NewReplica(nc, domainserver.ReplicaOptions{Options: domainserver.Options{ServerID: id,
-			Config: cfg, HoldTTL: time.Second, Logger: slog.New(slog.DiscardHandler)},
+			Config: cfg, HoldTTL: 10 * time.Second, Logger: slog.New(slog.DiscardHandler)},
 			Election: replica.Election{TTL: 3 * time.Second}})
 		if err != nil {
 			t.Fatal(err)
@@ -476,8 +479,10 @@ func TestDomainServerReplicaFailover(t *testing.T) {
 	poll.Until(t, 10*time.Second, "a leader", func() bool { return leader() >= 0 })
 	first := leader()
 
-	a := newClient(t, natstest.Conn(t, s), "a", WithTimeout(200*time.Millisecond))
-	b := newClient(t, natstest.Conn(t, s), "b", WithTimeout(200*time.Millisecond))
+	// Answers are awaited 5s: a reserve the leader answers later than a
+	// short time-out fails open (Degraded), and its grant is orphaned.
+	a := newClient(t, natstest.Conn(t, s), "a", WithTimeout(5*time.Second))
+	b := newClient(t, natstest.Conn(t, s), "b", WithTimeout(5*time.Second))
 	ha, err := a.Reserve(ctx, "app:sandbox", "acme", 4)
 	if err != nil || ha.Info().Degraded {
 		t.Fatalf("reserve: %v", err)
@@ -496,8 +501,8 @@ func TestDomainServerReplicaFailover(t *testing.T) {
 	// leadership lapsed under load, and a later term restores all three
 	// holds.
 	var h *Hold
-	poll.Until(t, 30*time.Second, "a reserve answered by a leader", func() bool {
-		h, err = b.Reserve(ctx, "app:sandbox", "third", 5, WithMinCopies(1), WithMaxWait(10*time.Second), WithBackoffBase(100*time.Millisecond))
+	poll.Until(t, time.Minute, "a reserve answered by a leader", func() bool {
+		h, err = b.Reserve(ctx, "app:sandbox", "third", 5, WithMinCopies(1), WithMaxWait(30*time.Second), WithBackoffBase(100*time.Millisecond))
 		return !errors.Is(err, ErrUnavailable)
 	})
 	if err != nil || h.Info().Degraded || h.Copies() != 1 {

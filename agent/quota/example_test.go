@@ -18,13 +18,17 @@ import (
 
 // demoQuota starts an embedded NATS server and the quota service with
 // namespaces (name → JSON document, as put with `allot config put`). It
-// returns a connection and a function that stops everything.
+// returns a connection and a function that stops everything. The
+// service's clock stands still: the buckets hold what the takes left,
+// and the examples print the same however slow the machine (at 0.1/s, a
+// take half a second late changed the retry printed).
 func demoQuota(namespaces map[string]string) (*nats.Conn, func(), error) {
 	nc, stopServer, err := demo.Server()
 	if err != nil {
 		return nil, nil, err
 	}
-	svc, err := quotatest.New(nc, namespaces)
+	at := time.Now()
+	svc, err := quotatest.NewClocked(nc, func() time.Time { return at }, namespaces)
 	if err != nil {
 		stopServer()
 		return nil, nil, err

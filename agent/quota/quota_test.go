@@ -273,11 +273,15 @@ func serviceTimeout() Option { return WithTimeout(10 * time.Second) }
 // TestTakeService drives Take and Report through the real quota service,
 // configured by namespaces put into the KV configuration bucket: OK,
 // OK_WAIT (Take waits), REJECTED as a *RejectedError, no_bucket, a peek, and
-// reports that charge the bucket.
+// reports that charge the bucket. The service's clock stands still: on
+// the real one, a second between two takes on a loaded machine refilled
+// alice's bucket (1/s), and a take the test expects to wait or be
+// refused was admitted.
 func TestTakeService(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
-	quotatest.Start(t, natstest.Conn(t, s), map[string]string{
+	at := time.Now()
+	quotatest.StartClocked(t, natstest.Conn(t, s), func() time.Time { return at }, map[string]string{
 		"logins": `{"buckets": {"alice": {"size": 2, "fill_rate": 1, "wait_timeout": "2s", "max_debt": "2s"}}}`,
 		"batch":  `{"default_bucket": {"size": 100, "fill_rate": 0.01, "max_tokens_per_request": 100}}`,
 		"shed":   `{"default_bucket": {"size": 4, "fill_rate": 0.01, "max_tokens_per_request": 4, "soft_limit": 0.25, "critical_reserve": 0.5}}`,
@@ -291,9 +295,9 @@ func TestTakeService(t *testing.T) {
 			t.Fatalf("take %d = %+v, %v; want OK with %d remaining", i, res, err, 1-i)
 		}
 	}
-	// Empty: the next token is up to 1s away, within wait_timeout and
+	// Empty: the next token is 1s away, within wait_timeout and
 	// max_debt. Take waits the answered wait out, on the agent's clock
-	// (a client of its own: the service's clock is the real one).
+	// (a client of its own, driven by the test).
 	clk := clocktest.At(time.Now())
 	qc := newClockedClient(t, natstest.Conn(t, s), clk, serviceTimeout())
 	var res Result
@@ -312,10 +316,11 @@ func TestTakeService(t *testing.T) {
 		t.Fatalf("take with max wait 0 = %v; want REJECTED no_wait with a retry_after", err)
 	}
 	// A context that cannot wait the answer is REJECTED rather than
-	// answered with a wait it cannot sit out. The next token is about 1s
-	// away; the deadline leaves the request time to be answered (a
-	// deadline of a few ms ended before the answer came on a loaded
-	// machine, and Take then rightly returned the context's error).
+	// answered with a wait it cannot sit out. The next token is 2s away
+	// (the bucket is in debt); the deadline leaves the request time to
+	// be answered (a deadline of a few ms ended before the answer came
+	// on a loaded machine, and Take then rightly returned the context's
+	// error).
 	short, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
 	_, err = q.Take(short, "logins:alice", 1)
 	cancel()
@@ -348,7 +353,7 @@ func TestTakeService(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	poll.Until(t, 5*time.Second, "40 reported tokens charged", func() bool {
+	poll.Until(t, 30*time.Second, "40 reported tokens charged", func() bool {
 		p, err := q.Take(ctx, "batch:job1", 0)
 		return err == nil && p.Remaining <= peek.Remaining-40 && p.Remaining >= peek.Remaining-41
 	})
@@ -378,7 +383,7 @@ func TestReportFlushedOnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newClient(t, natstest.Conn(t, s), serviceTimeout())
-	poll.Until(t, 5*time.Second, "both reports charged the shared default bucket", func() bool {
+	poll.Until(t, 30*time.Second, "both reports charged the shared default bucket", func() bool {
 		res, err := r.Take(context.Background(), "batch:z", 0)
 		return err == nil && res.Remaining == 65
 	})
@@ -411,7 +416,7 @@ func TestTakeFallbackRecovery(t *testing.T) {
 	if err := svc.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, 5*time.Second, "service answers again after the cooldown", func() bool {
+	poll.Until(t, 30*time.Second, "service answers again after the cooldown", func() bool {
 		res, err := q.Take(ctx, "api:k", 1)
 		return err == nil && !res.Fallback
 	})
@@ -450,7 +455,7 @@ func TestTakePartitioned(t *testing.T) {
 		}
 	}
 	for _, b := range []string{"qb0:x", "qb1:x"} {
-		poll.Until(t, 5*time.Second, b+" charged by the report", func() bool {
+		poll.Until(t, 30*time.Second, b+" charged by the report", func() bool {
 			res, err := q.Take(ctx, b, 0)
 			return err == nil && res.Remaining == 2
 		})

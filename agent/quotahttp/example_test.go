@@ -37,8 +37,11 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer nc.Close()
-	// The namespace, as `allot config put` would store it.
-	svc, err := quotatest.New(nc, map[string]string{
+	// The namespace, as `allot config put` would store it. (The
+	// service's clock stands still here, so that the output does not
+	// depend on the machine's speed.)
+	at := time.Now()
+	svc, err := quotatest.NewClocked(nc, func() time.Time { return at }, map[string]string{
 		"api": `{"dynamic_bucket_template": {"size": 2, "fill_rate": 0.2, "wait_timeout": "0s"}}`,
 	})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -155,11 +156,17 @@ func TestSlowService(t *testing.T) {
 // TestService drives the middleware through the real quota service: each
 // address has its own bucket of 2; the third request from one is refused
 // with 429 and the headers, another address still passes; a bucket that
-// answers OK_WAIT holds the request, unless WithMaxWait forbids it.
+// answers OK_WAIT holds the request, unless WithMaxWait forbids it. The
+// service's clock moves only when the test moves it: on the real one, a
+// second between two requests on a loaded machine refilled a bucket, and
+// a request the test expects refused was served.
 func TestService(t *testing.T) {
 	t.Parallel()
 	s := natstest.Server(t)
-	quotatest.Start(t, natstest.Conn(t, s), map[string]string{
+	var mu sync.Mutex
+	at := time.Now()
+	advance := func(d time.Duration) { mu.Lock(); at = at.Add(d); mu.Unlock() }
+	quotatest.StartClocked(t, natstest.Conn(t, s), func() time.Time { mu.Lock(); defer mu.Unlock(); return at }, map[string]string{
 		"api":  `{"dynamic_bucket_template": {"size": 2, "fill_rate": 0.5, "wait_timeout": "0s"}}`,
 		"slow": `{"default_bucket": {"size": 1, "fill_rate": 1, "wait_timeout": "2s"}}`,
 		"shed": `{"default_bucket": {"size": 4, "fill_rate": 0.01, "max_tokens_per_request": 4, "critical_reserve": 0.5}}`,
@@ -209,6 +216,7 @@ func TestService(t *testing.T) {
 	if w.Code != http.StatusOK || w.Header().Get(HeaderReset) != "1" || time.Since(start) < 500*time.Millisecond {
 		t.Fatalf("slow second: %d %v after %v; want held about 1s, then passed", w.Code, w.Header(), time.Since(start))
 	}
+	advance(time.Second) // the service's clock, by the wait sat out: the bucket is back to 0
 	noWait := New(q, Header("slow", "X-Api-Key"), WithMaxWait(0))(ok)
 	if w := get(noWait, "192.0.2.1:1"); w.Code != http.StatusTooManyRequests || w.Header().Get(HeaderRetryAfter) != "1" {
 		t.Fatalf("no wait allowed: %d %v", w.Code, w.Header())

@@ -12,6 +12,7 @@ import (
 	"github.com/allot/allot/coordinator"
 	"github.com/allot/allot/internal/natstest"
 	"github.com/allot/allot/internal/poll"
+	"github.com/allot/allot/replica"
 )
 
 // TestStatus runs two replicas and checks that `allot status` shows the
@@ -24,8 +25,11 @@ func TestStatus(t *testing.T) {
 	done := make(chan error, 2)
 	runCtx, stop := context.WithCancel(ctx)
 	for _, id := range []string{"alpha", "beta"} {
+		// A seat of 30s: the test checks the leader it saw first, and with
+		// the default 3s a stall of the machine handed the seat over.
 		rep, err := coordinator.NewReplica(natstest.Conn(t, s), coordinator.ReplicaOptions{
-			Options: coordinator.Options{ServerID: id, Logger: slog.New(slog.DiscardHandler)},
+			Options:  coordinator.Options{ServerID: id, Logger: slog.New(slog.DiscardHandler)},
+			Election: replica.Election{TTL: 30 * time.Second},
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -109,7 +109,7 @@ func TestElectionHandoverAndExpiry(t *testing.T) {
 	}
 	b := runCandidate(t, natstest.Conn(t, s), "b")
 	// b follows and learns the leader.
-	poll.For(t, 5*time.Second, poll.Interval, func() error {
+	poll.For(t, 30*time.Second, poll.Interval, func() error {
 		if st := b.el.Status(); st.Leader != "a" {
 			return fmt.Errorf("b status %+v", st)
 		}
@@ -149,7 +149,7 @@ func TestElectionHandoverAndExpiry(t *testing.T) {
 
 	// Abrupt: b's connection closes without resigning; c wins after TTL.
 	c := runCandidate(t, natstest.Conn(t, s), "c")
-	poll.Until(t, 5*time.Second, "c to follow b", func() bool { return c.el.Status().Leader == "b" })
+	poll.Until(t, 30*time.Second, "c to follow b", func() bool { return c.el.Status().Leader == "b" })
 	start = time.Now()
 	b.nc.Close()
 	w, term3 := waitWinner(t, c)

@@ -21,7 +21,7 @@ import (
 func requestUntil(t *testing.T, nc *nats.Conn, subj string) string {
 	t.Helper()
 	var reply string
-	poll.For(t, 5*time.Second, 20*time.Millisecond, func() error {
+	poll.For(t, 30*time.Second, 20*time.Millisecond, func() error {
 		m, err := nc.Request(subj, []byte("ping"), 500*time.Millisecond)
 		if err != nil {
 			return fmt.Errorf("request %s: %w", subj, err)
@@ -89,7 +89,7 @@ func TestLeafTree(t *testing.T) {
 
 	region.Cut(t)
 	// The root's interest leaves the cluster a moment after the link.
-	poll.For(t, 5*time.Second, poll.Interval, func() error {
+	poll.For(t, 30*time.Second, poll.Interval, func() error {
 		if _, err := clusterNC.Request("allot.global.server.get", nil, 200*time.Millisecond); !errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("request with the region's link cut: %v, want no responders", err)
 		}

@@ -23,12 +23,14 @@ import (
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // runReplica runs a replica of partition p of n until the test ends or
-// the returned stop is called.
+// the returned stop is called. Its seat lasts 30s: no test here waits for
+// one to expire (a stopped replica resigns), and a leader whose renewal
+// comes late on a loaded machine must not lose it mid-test.
 func runReplica(t testing.TB, nc *nats.Conn, id string, p, n, maxCounters int) (*envoyserver.Replica, func()) {
 	t.Helper()
 	r, err := envoyserver.NewReplica(nc, envoyserver.ReplicaOptions{
 		Options:  envoyserver.Options{ServerID: id, Partition: p, Partitions: n, MaxCounters: maxCounters, Logger: quiet()},
-		Election: replica.Election{TTL: 5 * time.Second},
+		Election: replica.Election{TTL: 30 * time.Second},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -250,7 +252,7 @@ func TestReplicaClockSkew(t *testing.T) {
 		r, err := envoyserver.NewReplica(nc, envoyserver.ReplicaOptions{
 			Options: envoyserver.Options{ServerID: "e1", ClockSkew: tc.skew, Logger: quiet(),
 				Now: func() time.Time { return windowEnd.Add(time.Second) }},
-			Election: replica.Election{TTL: 5 * time.Second},
+			Election: replica.Election{TTL: 30 * time.Second}, // as runReplica's
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -29,6 +29,7 @@ type Service struct {
 	w  *configkv.Watcher
 
 	partitions int
+	now        func() time.Time // the servers' clock; nil: the real one
 
 	mu   sync.Mutex
 	srvs []*quotaserver.Server
@@ -46,6 +47,27 @@ func Start(tb testing.TB, nc *nats.Conn, namespaces map[string]string) *Service 
 	return s
 }
 
+// StartClocked is Start with the quota server reading the time from now
+// (quotaserver.Options.Now): a test that wants exact bucket contents
+// stops its clock, or moves it, so that no token fills between two
+// requests however slow the machine is.
+func StartClocked(tb testing.TB, nc *nats.Conn, now func() time.Time, namespaces map[string]string) *Service {
+	tb.Helper()
+	s, err := NewClocked(nc, now, namespaces)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// NewClocked is New with the quota server reading the time from now, for
+// a runnable example whose output must not depend on the machine's
+// speed.
+func NewClocked(nc *nats.Conn, now func() time.Time, namespaces map[string]string) (*Service, error) {
+	return newService(nc, 1, now, namespaces)
+}
+
 // New puts namespaces (name → JSON or YAML document) into the
 // configuration bucket reached through nc, starts a watcher on it and a
 // quota server (node "root", one partition) on nc, and returns once every
@@ -59,6 +81,12 @@ func New(nc *nats.Conn, namespaces map[string]string) (*Service, error) {
 // (embed.Options.Mappings = quotaserver.Mappings("root", n)), as `allot
 // up --quota-partitions n` does.
 func NewPartitioned(nc *nats.Conn, n int, namespaces map[string]string) (*Service, error) {
+	return newService(nc, n, nil, namespaces)
+}
+
+// newService is NewPartitioned with the servers' clock (nil: the real
+// one).
+func newService(nc *nats.Conn, n int, now func() time.Time, namespaces map[string]string) (*Service, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	js, err := jetstream.New(nc)
@@ -69,7 +97,7 @@ func NewPartitioned(nc *nats.Conn, n int, namespaces map[string]string) (*Servic
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{nc: nc, kv: kv, w: configkv.NewWatcher(kv, nil, slog.New(slog.DiscardHandler)), partitions: n}
+	s := &Service{nc: nc, kv: kv, w: configkv.NewWatcher(kv, nil, slog.New(slog.DiscardHandler)), partitions: n, now: now}
 	if err := s.w.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -126,7 +154,7 @@ func (s *Service) Restart() error {
 		srv, err := quotaserver.New(s.nc, quotaserver.Options{
 			Partition: p, Partitions: s.partitions,
 			Config: sources.QuotaFunc(func() *quota.Config { return s.w.Current().Quota() }),
-			Logger: slog.New(slog.DiscardHandler),
+			Logger: slog.New(slog.DiscardHandler), Now: s.now,
 		})
 		if err == nil {
 			err = srv.Start(ctx)

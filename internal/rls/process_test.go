@@ -201,9 +201,11 @@ func TestSidecarProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Leases of a minute: one that lapsed while the machine was slow
+	// would send the requests below to the partition.
 	for key, doc := range map[string]string{
-		config.Key("edge-api"):  `{"identifier_glob":"envoy/edge/path=/api/*","capacity":5,"algorithm":{"kind":"FAIR_SHARE","lease_length":"10s","refresh_interval":"500ms"}}`,
-		config.Key("db"):        `{"identifier_glob":"db","capacity":3,"algorithm":{"kind":"FAIR_SHARE","lease_length":"10s","refresh_interval":"500ms"}}`,
+		config.Key("edge-api"):  `{"identifier_glob":"envoy/edge/path=/api/*","capacity":5,"algorithm":{"kind":"FAIR_SHARE","lease_length":"60s","refresh_interval":"500ms"}}`,
+		config.Key("db"):        `{"identifier_glob":"db","capacity":3,"algorithm":{"kind":"FAIR_SHARE","lease_length":"60s","refresh_interval":"500ms"}}`,
 		config.EnvoyKey("edge"): "domain: edge\ndescriptors:\n  - key: path\n    value: /api/*\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1000}\n",
 	} {
 		if _, err := kv.Put(ctx, key, []byte(doc)); err != nil {
@@ -247,8 +249,9 @@ func TestSidecarProcess(t *testing.T) {
 		t.Errorf("50 requests at once on a lease of 5 per second: %v", codes)
 	}
 
-	// The allow endpoint: the first request waits for db's lease.
-	resp, err := http.Get(agent[2] + "?resource=db&wait=5s")
+	// The allow endpoint: the first request waits for db's lease (as
+	// long as the endpoint lets it: a loaded machine is slow to answer).
+	resp, err := http.Get(agent[2] + "?resource=db&wait=10s")
 	if err != nil {
 		t.Fatal(err)
 	}

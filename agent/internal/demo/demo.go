@@ -19,8 +19,11 @@ import (
 )
 
 // Start starts a server in a temporary directory and a coordinator that
-// gives each glob of rates its capacity, FAIR_SHARE. It returns a
-// connection to the server and a function that stops everything.
+// gives each glob of rates its capacity, FAIR_SHARE, in leases of a
+// minute (the examples print what a lease in force admits, which a
+// shorter lease, lapsed while a loaded machine was slow, would not). It
+// returns a connection to the server and a function that stops
+// everything.
 func Start(rates map[string]float64) (*nats.Conn, func(), error) {
 	nc, stopServer, err := Server()
 	if err != nil {
@@ -29,7 +32,7 @@ func Start(rates map[string]float64) (*nats.Conn, func(), error) {
 	var tmpls []*config.Template
 	for glob, capacity := range rates {
 		tmpls = append(tmpls, &config.Template{Name: glob, Glob: glob, Capacity: capacity, Algorithm: allotpb.Algorithm_FAIR_SHARE,
-			LeaseLength: 10 * time.Second, RefreshInterval: time.Second})
+			LeaseLength: time.Minute, RefreshInterval: time.Second})
 	}
 	c, err := coordinator.New(nc, coordinator.Options{
 		RoundInterval: 5 * time.Millisecond,
