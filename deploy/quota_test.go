@@ -123,7 +123,7 @@ func TestQuotaMapping(t *testing.T) {
 	})
 	for _, ns := range names {
 		for _, subject := range []string{quotaserver.BucketSubject("root", "take", ns, "k"), quotaserver.TakeSubject("root")} {
-			m, err := nc.Request(subject, []byte(`{"bucket":"`+ns+`:k"}`), 5*time.Second)
+			m, err := nc.Request(subject, []byte(`{"bucket":"`+ns+`:k"}`), 30*time.Second)
 			if err != nil {
 				t.Fatalf("take %s:k on %s: %v", ns, subject, err)
 			}

@@ -108,7 +108,7 @@ func run(t *testing.T, nc *nats.Conn, opts domainserver.Options, mod func(*domai
 // it returns the error code header ("" on success).
 func (e *env) call(t *testing.T, op, res, body string, out any) string {
 	t.Helper()
-	m, err := e.nc.Request(domainwire.Subject("root", op, "app", res), []byte(body), 5*time.Second)
+	m, err := e.nc.Request(domainwire.Subject("root", op, "app", res), []byte(body), 30*time.Second)
 	if err != nil {
 		t.Fatalf("%s %s %s: %v", op, res, body, err)
 	}
@@ -334,7 +334,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if code := e.call(t, domainwire.OpReserve, "nope", `{"domain":"a","client_id":"c"}`, nil); code != "404" {
 		t.Error("unknown namespace resource")
 	}
-	m, err := e.nc.Request(domainwire.Subject("root", domainwire.OpReserve, "other", "x"), []byte(`{"domain":"a","client_id":"c"}`), 5*time.Second)
+	m, err := e.nc.Request(domainwire.Subject("root", domainwire.OpReserve, "other", "x"), []byte(`{"domain":"a","client_id":"c"}`), 30*time.Second)
 	if err != nil || m.Header.Get("Nats-Service-Error-Code") != "404" {
 		t.Errorf("unknown namespace: %v %v", m, err)
 	}
@@ -383,7 +383,7 @@ func TestTenantsOfANamespace(t *testing.T) {
 		msg := nats.NewMsg(subject)
 		msg.Data = []byte(`{"domain":"a","copies":1,"client_id":"c"}`)
 		msg.Header.Set("Nats-Request-Info", `{"acc":"TENANT_A","user":"forged"}`)
-		m, err := e.nc.RequestMsg(msg, 5*time.Second)
+		m, err := e.nc.RequestMsg(msg, 30*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -441,7 +441,7 @@ func TestTenantSubjectsReachTheSamePartition(t *testing.T) {
 		for _, subject := range []string{domainwire.Subject("root", domainwire.OpReserve, "app", res),
 			domainwire.TenantSubject("TENANT_A", "root", domainwire.OpReserve, "app", res)} {
 			before := held()
-			m, err := nc.Request(subject, []byte(`{"domain":"a","copies":1,"client_id":"c"}`), 5*time.Second)
+			m, err := nc.Request(subject, []byte(`{"domain":"a","copies":1,"client_id":"c"}`), 30*time.Second)
 			if err != nil || m.Header.Get("Nats-Service-Error-Code") != "" {
 				t.Fatalf("reserve on %s: %v %s", subject, err, m.Data)
 			}
@@ -482,7 +482,7 @@ func TestUnknownOperationAcrossPartitions(t *testing.T) {
 		res := fmt.Sprint("pool", r)
 		for _, subject := range []string{domainwire.Subject("root", "reserv", "app", res),
 			domainwire.TenantSubject("TENANT_A", "root", "reserv", "app", res)} {
-			m, err := nc.Request(subject, []byte(`{"domain":"a","copies":1,"client_id":"c"}`), 5*time.Second)
+			m, err := nc.Request(subject, []byte(`{"domain":"a","copies":1,"client_id":"c"}`), 30*time.Second)
 			if err != nil {
 				t.Fatalf("%s: %v, want a 400 from a partition's leader", subject, err)
 			}

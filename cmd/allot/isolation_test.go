@@ -98,7 +98,7 @@ func TestIsolationFlags(t *testing.T) {
 	m := nats.NewMsg(coordinator.Subject("root", "server.get.eu"))
 	m.Data = data
 	m.Header.Set(wire.HeaderContentType, wire.ContentProtobuf)
-	if reply, err := nc.RequestMsg(m, 5*time.Second); err != nil || reply.Header.Get("Nats-Service-Error-Code") != "" {
+	if reply, err := nc.RequestMsg(m, 30*time.Second); err != nil || reply.Header.Get("Nats-Service-Error-Code") != "" {
 		t.Fatalf("server.get of eu: %v %v", err, reply)
 	}
 	poll.For(t, 10*time.Second, 20*time.Millisecond, func() error {

@@ -31,7 +31,7 @@ func TestStatusDrawsTree(t *testing.T) {
 	coordtest.Start(t, cnc, coordinator.Options{Node: "eu", Parent: "root", Templates: tmpls, RoundInterval: 5 * time.Millisecond})
 	ask := func() {
 		for i := range 3 {
-			m, err := cnc.Request(coordinator.Subject("eu", "capacity.get"), fmt.Appendf(nil, `{"client_id":"c%d","resource":[{"resource_id":"db","wants":20}]}`, i), 5*time.Second)
+			m, err := cnc.Request(coordinator.Subject("eu", "capacity.get"), fmt.Appendf(nil, `{"client_id":"c%d","resource":[{"resource_id":"db","wants":20}]}`, i), 30*time.Second)
 			if err != nil || m.Header.Get("Nats-Service-Error-Code") != "" {
 				t.Fatalf("get at eu: %v %v", err, m.Header)
 			}
