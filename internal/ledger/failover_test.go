@@ -24,6 +24,7 @@ import (
 // every holder the record promised, live lease or expired, and ends
 // learning then.
 func TestFailoverUtilization(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		outage time.Duration // no client is answered for this long before the takeover

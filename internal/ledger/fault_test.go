@@ -232,6 +232,7 @@ func (c *simClient) reportSafe(now int64) *allotpb.Lease {
 }
 
 func TestFaultsNeverOverGrant(t *testing.T) {
+	t.Parallel()
 	for seed := range uint64(faultSeeds) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { faultTrial(t, seed, true) })
 	}
@@ -242,6 +243,7 @@ func TestFaultsNeverOverGrant(t *testing.T) {
 // promise, and with leaders crashing more often, some right after a
 // newcomer's first grant.
 func TestFailoversNeverOverGrant(t *testing.T) {
+	t.Parallel()
 	for seed := range uint64(faultSeeds) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { faultTrial(t, seed+1000, false) })
 	}
@@ -253,6 +255,7 @@ func TestFailoversNeverOverGrant(t *testing.T) {
 // promised holders whose leases and floors end within the skew of the
 // takeover.
 func TestLossyFailoversNeverOverGrant(t *testing.T) {
+	t.Parallel()
 	for seed := range uint64(faultSeeds) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { faultTrial(t, seed+2000, false) })
 	}

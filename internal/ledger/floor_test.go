@@ -71,6 +71,7 @@ var cutCases = []cutCase{
 // to its own clients while the child's clients kept their leases' level:
 // 140 of 100 in force.
 func TestChildCutOffNeverOverGrants(t *testing.T) {
+	t.Parallel()
 	for _, tc := range cutCases {
 		t.Run(tc.String(), func(t *testing.T) { childCutOff(t, tc) })
 	}
@@ -164,6 +165,7 @@ func childCutOff(t *testing.T, tc cutCase) {
 // TestClientCutOffNeverOverGrants is the same at one level: a client cut
 // off from every coordinator (capacity 100, 3 clients wanting 50).
 func TestClientCutOffNeverOverGrants(t *testing.T) {
+	t.Parallel()
 	for _, tc := range cutCases {
 		t.Run(tc.String(), func(t *testing.T) { clientCutOff(t, tc) })
 	}

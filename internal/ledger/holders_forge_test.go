@@ -123,6 +123,7 @@ func forgeTarget() uint64 { return fnv64a("v") - fnv64a("x4") }
 // The search finds the forged ids in about a second (several under the
 // race detector): an attack anyone can run.
 func TestForgeSumFindsForgery(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a search of 2^20 hashes")
 	}

@@ -23,6 +23,7 @@ import (
 // target equals what internal/alloc (alloc.Run, or alloc.ByTenant with
 // the tenant level) computes from scratch over the same demands.
 func TestIncrementalMatchesScratch(t *testing.T) {
+	t.Parallel()
 	for seed := range uint64(30) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { incrTrial(t, seed) })
 	}

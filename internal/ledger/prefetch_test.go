@@ -17,6 +17,7 @@ import (
 // reading ahead before every batch and from its first record, gives every
 // client the same lease and the ledgers the same counts.
 func TestPrefetchChangesNothing(t *testing.T) {
+	t.Parallel()
 	for seed := range uint64(8) {
 		plain, ahead := prefetchHistory(t, seed, false), prefetchHistory(t, seed, true)
 		if plain != ahead {

@@ -20,6 +20,7 @@ import (
 // once demand is steady everything that can be handed out is, within the
 // rounds in which each client refreshes once more.
 func TestLeaseInvariants(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []allotpb.Algorithm_Kind{allotpb.Algorithm_FAIR_SHARE, allotpb.Algorithm_PROPORTIONAL_SHARE} {
 		// With tenants, the capacity is divided between three tenants
 		// (weights 1, 2, 1) before their clients.
@@ -155,6 +156,7 @@ func TestExpiryHeap(t *testing.T) {
 // predecessor leases not yet replaced and not expired) must not exceed
 // the capacity.
 func TestLearningNeverOverGrants(t *testing.T) {
+	t.Parallel()
 	for _, kind := range []allotpb.Algorithm_Kind{allotpb.Algorithm_FAIR_SHARE, allotpb.Algorithm_PROPORTIONAL_SHARE} {
 		t.Run(kind.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(11, uint64(kind)))

@@ -183,6 +183,7 @@ func TestTreeFairAcrossLevels(t *testing.T) {
 // Random trees, demands and shifts: the leases all clients hold, at any
 // level, never sum above the root's capacity.
 func TestTreeNeverOverGrants(t *testing.T) {
+	t.Parallel()
 	for seed := range uint64(40) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { treeTrial(t, seed) })
 	}

@@ -109,6 +109,7 @@ func (s *scenario7) held() float64 {
 // TestScenario7Utilization: with no mishaps, the tree hands out at least
 // 99% of min(capacity, wants) on average and never more than capacity.
 func TestScenario7Utilization(t *testing.T) {
+	t.Parallel()
 	if u := runScenario7(t, false); u < 0.99 {
 		t.Errorf("utilization %.2f%%, want ≥ 99%%", 100*u)
 	}
@@ -119,6 +120,7 @@ func TestScenario7Utilization(t *testing.T) {
 // leader, then a successor from the record), region-2's link to the root
 // cut from 70 s to 75 s.
 func TestScenario7Mishaps(t *testing.T) {
+	t.Parallel()
 	if u := runScenario7(t, true); u < 0.99 {
 		t.Errorf("utilization %.2f%%, want ≥ 99%%", 100*u)
 	}

@@ -118,6 +118,7 @@ func maxDepth(n int) int {
 // leaves half-full nodes behind), and with most entries removed again,
 // a tree stays within the depth its occupancy allows.
 func TestBtreeDepth(t *testing.T) {
+	t.Parallel()
 	n := 1 << 20
 	if testing.Short() {
 		n = 1 << 16

@@ -13,6 +13,7 @@ import (
 // weight, priority and tenant, removals and capacity changes, every share equals what today's internal/alloc computes from scratch
 // over the same claims (within the tolerance), and so do the sums.
 func TestMatchesAlloc(t *testing.T) {
+	t.Parallel()
 	histories := 300
 	if testing.Short() {
 		histories = 30
@@ -25,6 +26,7 @@ func TestMatchesAlloc(t *testing.T) {
 // TestMatchesAllocLarge runs a few long histories, so that trees are deep
 // and bands and tenants hold many claims.
 func TestMatchesAllocLarge(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("long histories")
 	}
