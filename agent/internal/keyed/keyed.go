@@ -194,10 +194,19 @@ func Decide(l *agent.RateLimiter) Decision {
 // while the global capacity is unused. A wait of zero or less does not
 // wait.
 func DecideWait(ctx context.Context, l *agent.RateLimiter, wait time.Duration) Decision {
+	none := l.Limit() == 0
 	if l.Allow() {
 		return Describe(l, true)
 	}
-	if wait <= 0 || l.Limit() != 0 && !l.Asking() {
+	if wait <= 0 {
+		return Describe(l, false)
+	}
+	if l.Limit() != 0 && !l.Asking() {
+		if none {
+			// The first capacity landed between the two looks: the
+			// request is decided on it, not refused for the lack of it.
+			return Decide(l)
+		}
 		return Describe(l, false)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
