@@ -147,12 +147,7 @@ func TestAllowAboveBurst(t *testing.T) {
 	}
 	lim, _ := a.Rate("db")
 	poll.Until(t, 10*time.Second, "a full bucket on the lease of 2 per second", func() bool { return lim.Limit() == 2 && lim.Tokens() >= 2 })
-	var refresh time.Duration
-	for _, st := range a.Status() {
-		if st.ResourceID == "db" {
-			refresh = st.RefreshInterval
-		}
-	}
+	refresh := lim.Status().RefreshInterval
 	w, ans := get(t, h, http.MethodGet, "resource=db&n=3")
 	if w.Code != http.StatusTooManyRequests || ans.Allowed || ans.Burst != 2 {
 		t.Fatalf("3 tokens on a burst of 2: %d %s", w.Code, w.Body)
